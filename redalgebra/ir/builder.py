@@ -1,0 +1,59 @@
+"""A builder for writing cascades in Python (notebooks), the twin of the text format.
+
+>>> from redalgebra.ir.builder import CascadeBuilder
+>>> import sympy as sp
+>>> b = CascadeBuilder("safe_softmax")
+>>> x = b.input("x")
+>>> m = b.reduce("m", "max", x)
+>>> l = b.reduce("l", "sum", sp.exp(x - m))
+>>> c = b.build()
+>>> [r.name for r in c.reductions]
+['m', 'l']
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..errors import CascadeError
+from .monoid import REDUCERS, Monoid, topk
+from .nodes import Cascade, Input, Let, Output, Param, Reduction
+
+
+class CascadeBuilder:
+    """Add statements in order; each method returns the new name's SymPy symbol."""
+
+    def __init__(self, name: str = "cascade"):
+        self.name = name
+        self._statements: list = []
+
+    def _add(self, stmt) -> sp.Symbol:
+        Cascade((*self._statements, stmt), name=self.name)  # validates the new statement
+        self._statements.append(stmt)
+        return stmt.symbol
+
+    def input(self, name: str, size=None) -> sp.Symbol:
+        return self._add(Input(name, size))
+
+    def param(self, name: str, size=None, sign: str | None = None) -> sp.Symbol:
+        return self._add(Param(name, size, sign))
+
+    def let(self, name: str, expr) -> sp.Symbol:
+        return self._add(Let(name, sp.sympify(expr, strict=True)))
+
+    def reduce(self, name: str, reducer: str | Monoid, body, k: int | None = None) -> sp.Symbol:
+        if isinstance(reducer, Monoid):
+            monoid = reducer
+        elif reducer == "topk":
+            monoid = topk(k)
+        elif reducer in REDUCERS:
+            monoid = REDUCERS[reducer]
+        else:
+            raise CascadeError(f"unknown reducer {reducer!r}; use one of {[*REDUCERS, 'topk']} or a Monoid")
+        return self._add(Reduction(name, monoid, sp.sympify(body, strict=True)))
+
+    def out(self, name: str, expr) -> sp.Symbol:
+        return self._add(Output(name, sp.sympify(expr, strict=True)))
+
+    def build(self) -> Cascade:
+        return Cascade(tuple(self._statements), name=self.name)

@@ -1,0 +1,177 @@
+"""The float64 reference: a cascade evaluated unfused, reduction after reduction.
+
+This is the oracle every derived form and generated kernel is checked against.
+It is deliberately plain: each reduction makes a full pass over the axis with
+NumPy, using the results of the reductions before it.
+
+Array layout: a scalar input is ``(rows, L)``, a vector input ``(rows, L, d)``;
+a scalar param is a number or ``(rows,)``, a vector param ``(d,)`` or
+``(rows, d)``.  ``keep`` (``(rows, L)`` booleans) says which elements take part;
+an element left out contributes the identity of every reduction, which is the
+same as a score of ``-inf`` in softmax-like cascades.  IEEE arithmetic is kept
+as is: a fully masked softmax row gives ``0/0 = nan``, and the derived forms
+must agree with that (or document their guard).
+"""
+
+from __future__ import annotations
+
+from functools import reduce as _fold
+
+import numpy as np
+import sympy as sp
+
+from ..errors import EvaluationError
+from .functions import Dot, VSum
+from .monoid import Monoid
+from .nodes import Cascade, Input, Let, Output, Param, Reduction
+
+_UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum, "logaddexp": np.logaddexp}
+_ELEMENTWISE = {sp.exp: np.exp, sp.log: np.log, sp.Abs: np.abs}
+
+
+def eval_expr(expr: sp.Expr, env: dict[str, np.ndarray]) -> np.ndarray:
+    """Evaluate a cascade expression with NumPy over arrays that broadcast on the last axis."""
+    if expr.is_Symbol:
+        return env[expr.name]
+    if expr.is_Number or expr in (sp.oo, -sp.oo):
+        return np.float64(float(expr))
+    args = [eval_expr(a, env) for a in expr.args]
+    if expr.is_Add:
+        return _fold(np.add, args)
+    if expr.is_Mul:
+        return _fold(np.multiply, args)
+    if expr.is_Pow:
+        base, exp = args
+        if expr.exp == sp.Rational(1, 2):
+            return np.sqrt(base)
+        return np.power(base, exp)
+    if isinstance(expr, sp.Max):
+        return _fold(np.maximum, args)
+    if isinstance(expr, sp.Min):
+        return _fold(np.minimum, args)
+    if isinstance(expr, Dot):
+        return np.sum(args[0] * args[1], axis=-1, keepdims=True)
+    if isinstance(expr, VSum):
+        return np.sum(args[0], axis=-1, keepdims=True)
+    if expr.func in _ELEMENTWISE:
+        return _ELEMENTWISE[expr.func](args[0])
+    raise EvaluationError(f"the reference evaluator has no rule for {expr.func.__name__} in {expr}")
+
+
+def reduce_axis(monoid: Monoid, values: np.ndarray, keep: np.ndarray | None):
+    """Fold ``values`` (rows, L, w) over axis 1; returns (rows, 1, w) [and indices for top-k]."""
+    if monoid.k is not None:
+        return _topk(monoid.k, values[..., 0], keep)
+    identity = float(monoid.identity)
+    if keep is not None:
+        values = np.where(keep[..., None], values, identity)
+    if values.shape[1] == 0:
+        return np.full(values.shape[:1] + (1,) + values.shape[2:], identity)
+    ufunc = _UFUNCS.get(monoid.name)
+    if ufunc is not None:
+        return ufunc.reduce(values, axis=1, keepdims=True)
+    op = sp.lambdify(monoid.op.variables, monoid.op.expr, modules="numpy")
+    return _fold(op, np.moveaxis(values, 1, 0))[:, None, :]
+
+
+def _topk(k: int, values: np.ndarray, keep: np.ndarray | None):
+    """The k largest values per row, descending, ties to the lower index; -inf/−1 pad short rows."""
+    rows, length = values.shape
+    if keep is not None:
+        values = np.where(keep, values, -np.inf)
+    padded = np.full((rows, max(length, k)), -np.inf)
+    padded[:, :length] = values
+    order = np.argsort(-padded, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(padded, order, axis=1)
+    index = np.where(np.isneginf(top) & (order >= length), -1, order)
+    if keep is not None:
+        index = np.where(np.isneginf(top), -1, index)
+    return top[:, None, :], index
+
+
+def _bind(c: Cascade, inputs: dict, params: dict) -> tuple[dict, int, int]:
+    missing = [s.name for s in (*c.inputs, *c.params) if s.name not in (inputs if isinstance(s, Input) else params)]
+    if missing:
+        raise EvaluationError(f"{c.name}: no value given for {missing}; inputs are {[i.name for i in c.inputs]}, "
+                              f"params are {[p.name for p in c.params]}")
+    env, dims, rows, length = {}, {}, None, None
+    for s in c.inputs:
+        a = np.asarray(inputs[s.name], dtype=np.float64)
+        want = 2 if s.size is None else 3
+        if a.ndim != want:
+            raise EvaluationError(f"input {s.name} must be {'(rows, L)' if want == 2 else '(rows, L, size)'}, "
+                                  f"got shape {a.shape}")
+        if rows is None:
+            rows, length = a.shape[:2]
+        if a.shape[:2] != (rows, length):
+            raise EvaluationError(f"input {s.name} has (rows, L) = {a.shape[:2]}, others have {(rows, length)}")
+        _check_size(s, a.shape[2] if want == 3 else None, dims)
+        env[s.name] = a if want == 3 else a[..., None]
+    for s in c.params:
+        env[s.name] = _param(s, np.asarray(params[s.name], dtype=np.float64), rows, dims)
+    return env, rows, length
+
+
+def _check_size(s, got, dims):
+    if s.size is None:
+        return
+    want = dims.setdefault(s.size, got) if isinstance(s.size, str) else s.size
+    if got != want:
+        raise EvaluationError(f"{s.name} has size {got} but {s.size} = {want}")
+
+
+def _param(s: Param, a: np.ndarray, rows: int, dims: dict) -> np.ndarray:
+    vector = s.size is not None
+    if a.ndim == (1 if vector else 0):
+        a = a[None]
+    if a.ndim != (2 if vector else 1) or a.shape[0] not in (1, rows):
+        shape = "(size,) or (rows, size)" if vector else "a number or (rows,)"
+        raise EvaluationError(f"param {s.name} must be {shape}, got shape {a.shape}")
+    _check_size(s, a.shape[1] if vector else None, dims)
+    return a[:, None, :] if vector else a[:, None, None]
+
+
+def evaluate(cascade: Cascade, inputs: dict, params: dict | None = None, keep=None) -> dict[str, np.ndarray]:
+    """Run the cascade unfused in float64.
+
+    Returns
+    -------
+    dict
+        Every reduction and output by name: ``(rows,)`` for scalars,
+        ``(rows, size)`` for vectors and top-k values; top-k indices as
+        ``"NAME.index"``.
+    """
+    env, rows, length = _bind(cascade, inputs, params or {})
+    if keep is not None:
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != (rows, length):
+            raise EvaluationError(f"keep must be (rows, L) = {(rows, length)}, got {keep.shape}")
+    result = {}
+    with np.errstate(all="ignore"):
+        for s in cascade.statements:
+            if isinstance(s, Let):
+                env[s.name] = eval_expr(s.expr, env)
+            elif isinstance(s, Reduction):
+                body = np.broadcast_to(eval_expr(s.body, env), (rows, length, _width(s, cascade, env)))
+                out = reduce_axis(s.monoid, body, keep)
+                if s.monoid.k is not None:
+                    out, result[f"{s.name}.index"] = out
+                env[s.name] = out
+            elif isinstance(s, Output):
+                env[s.name] = np.broadcast_to(eval_expr(s.expr, env), (rows, 1, _width(s, cascade, env)))
+    for s in (*cascade.reductions, *cascade.outputs):
+        v = env[s.name][:, 0, :]
+        result[s.name] = v[:, 0] if cascade.sizes[s.name] is None else v
+    return result
+
+
+def _width(s, cascade: Cascade, env: dict) -> int:
+    size = cascade.sizes[s.name]
+    if size is None or (isinstance(s, Reduction) and s.monoid.k is not None):
+        return 1
+    if isinstance(size, int):
+        return size
+    for t in (*cascade.inputs, *cascade.params):
+        if t.size == size:
+            return env[t.name].shape[-1]
+    raise EvaluationError(f"cannot tell the size {size} of {s.name}")

@@ -1,0 +1,17 @@
+"""The monoid catalogue and the prover.
+
+Owns: the catalogue (:mod:`.catalogue`), proof values (:mod:`.proof`), the
+identity prover (:mod:`.prover`) and the laws of monoids and distributivity
+(:mod:`.laws`).
+
+May import: :mod:`redalgebra.ir`, sympy, numpy; never numba, torch or
+matplotlib.
+"""
+
+from .catalogue import lookup, monoids, user_monoid
+from .laws import prove_associative, prove_commutative, prove_distributes, prove_identity, prove_monoid
+from .proof import Counterexample, Proof
+from .prover import prove_equal
+
+__all__ = ["Counterexample", "Proof", "lookup", "monoids", "prove_associative", "prove_commutative",
+           "prove_distributes", "prove_equal", "prove_identity", "prove_monoid", "user_monoid"]

@@ -1,0 +1,26 @@
+"""redalgebra: fuse cascaded reductions, with proofs.
+
+The public API is this one list; everything else is reachable through the
+layer packages (``redalgebra.ir``, ``redalgebra.algebra``, …), which data
+flows through in that order (see ``redalgebra/README.md``).
+"""
+
+from . import workloads
+from .algebra import (Counterexample, Proof, monoids, prove_distributes, prove_equal, prove_monoid,
+                      user_monoid)
+from .errors import (CascadeError, CascadeSyntaxError, EvaluationError, MonoidError, NotFusableError,
+                     RedalgebraError)
+from .ir import Cascade, CascadeBuilder, build_graph, draw, evaluate, parse, reduction_dependencies
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # ir
+    "Cascade", "CascadeBuilder", "build_graph", "draw", "evaluate", "parse", "reduction_dependencies",
+    # algebra
+    "Counterexample", "Proof", "monoids", "prove_distributes", "prove_equal", "prove_monoid", "user_monoid",
+    # catalogue
+    "workloads",
+    # errors
+    "CascadeError", "CascadeSyntaxError", "EvaluationError", "MonoidError", "NotFusableError", "RedalgebraError",
+]

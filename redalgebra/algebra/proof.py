@@ -38,7 +38,8 @@ class Counterexample:
     def __str__(self) -> str:
         at = ", ".join(f"{k} = {v}" for k, v in self.values.items())
         how = "exactly" if self.exact else "at 50 digits"
-        return f"at {at}: lhs = {self.lhs}, rhs = {self.rhs} (differ {how})"
+        note = "" if self.lhs.is_real and self.rhs.is_real else "; a side is not real there"
+        return f"at {at}: lhs = {self.lhs}, rhs = {self.rhs} (differ {how}{note})"
 
 
 @dataclass(frozen=True)

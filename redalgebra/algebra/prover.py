@@ -24,6 +24,7 @@ Three sound steps, in order:
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field, replace
 
@@ -40,6 +41,7 @@ _POOL = [sp.Rational(n, d) for n, d in [(-3, 1), (-2, 1), (-3, 2), (-1, 1), (-1,
 _ACCEPT = {">0": lambda v: v > 0, ">=0": lambda v: v >= 0, "<0": lambda v: v < 0,
            "<=0": lambda v: v <= 0, "!=0": lambda v: v != 0, None: lambda v: True}
 MAX_BRANCHES = 4096
+_SLACKS = itertools.count(1)  # names of slack variables, restarted per case analysis
 SAMPLES = 160
 
 
@@ -170,9 +172,10 @@ class _Branch:
                 branch.conds.append(g)
                 continue
             coeff = sp.diff(g, var)
-            slack = sp.Dummy("t", positive=True)
-            branch = branch.substitute({var: (slack - g.xreplace({var: 0})) / coeff})
-            pending, branch.conds = pending + branch.conds, []
+            slack = sp.Dummy(f"t{next(_SLACKS)}", positive=True)
+            rule = {var: (slack - g.xreplace({var: 0})) / coeff}
+            branch = branch.substitute(rule)
+            pending, branch.conds = [p.xreplace(rule) for p in pending] + branch.conds, []
         return None if _linear_infeasible(branch.conds) else branch
 
 
@@ -185,8 +188,11 @@ def _linear_infeasible(conds: list) -> bool:
     symbols = sorted(set().union(*[g.free_symbols for g in conds]), key=sp.default_sort_key)
     rows = []
     for g in conds + [s for s in symbols if s.is_positive] + [-s for s in symbols if s.is_negative]:
-        poly = sp.Poly(g, *symbols) if symbols else None
-        if poly is None or poly.total_degree() > 1 or not all(c.is_Rational for c in poly.coeffs()):
+        try:
+            poly = sp.Poly(g, *symbols)
+        except sp.PolynomialError:
+            return False
+        if poly or poly.total_degree() > 1 or not all(c.is_Rational for c in poly.coeffs()):
             return False
         rows.append(({s: poly.coeff_monomial(s) for s in symbols}, poly.coeff_monomial(1)))
     for s in symbols:
@@ -220,6 +226,8 @@ def _without_abs(expr: sp.Expr) -> sp.Expr:
 
 
 def _case_analysis(base: Proof, lhs, rhs, variables, assumed, conditions, seed) -> Proof:
+    global _SLACKS
+    _SLACKS = itertools.count(1)
     interior = {v: _signed(v, _INTERIOR.get(assumed.get(v.name))) for v in variables}
     start = _Branch(_without_abs(lhs.xreplace(interior)), _without_abs(rhs.xreplace(interior)),
                     back={v.name: interior[v] for v in variables},

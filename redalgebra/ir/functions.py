@@ -40,5 +40,27 @@ class VSum(sp.Function):
         return rf"\textstyle\sum {printer._print(self.args[0])}"
 
 
+class RoundE4M3(sp.Function):
+    """Rounding to the nearest FP8 e4m3 value (saturating at ±448): ``fp8(x)``.
+
+    In real arithmetic it is modelled as the identity — a fusion through it is
+    exact in ℝ — while the reference evaluator rounds, so the measured effect
+    of the rounding is visible rather than assumed away.
+    """
+
+    nargs = 1
+
+    def _eval_is_real(self):
+        return self.args[0].is_real
+
+    def _sympystr(self, printer):
+        return f"fp8({printer._print(self.args[0])})"
+
+    def _latex(self, printer):
+        return rf"\operatorname{{fp8}}\left({printer._print(self.args[0])}\right)"
+
+
 #: Elementwise functions of the text format, by name.
-ELEMENTWISE = {"exp": sp.exp, "log": sp.log, "sqrt": sp.sqrt, "abs": sp.Abs}
+ELEMENTWISE = {"exp": sp.exp, "log": sp.log, "sqrt": sp.sqrt, "abs": sp.Abs, "fp8": RoundE4M3}
+#: Functions that are the identity in real arithmetic (casts, rounding).
+CASTS = (RoundE4M3,)

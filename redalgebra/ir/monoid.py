@@ -116,3 +116,10 @@ def topk(k: int) -> Monoid:
 
 #: The reducer names of the text format and the monoid each one folds with.
 REDUCERS = {"sum": ADD, "prod": MUL, "max": MAX, "min": MIN, "logsumexp": LOGADDEXP}
+
+
+def reducer_name(m: Monoid) -> str:
+    """The text-format reducer of a monoid (``add → sum``), or the monoid's own name."""
+    if m.k is not None:
+        return "topk"
+    return next((r for r, mm in REDUCERS.items() if mm == m), m.name)

@@ -17,7 +17,7 @@ import sympy as sp
 
 from ..errors import CascadeError
 from .functions import Dot, VSum
-from .monoid import Monoid
+from .monoid import Monoid, reducer_name
 
 Size = Union[int, str, None]  # None: scalar; int or a dimension name: a vector
 _SIGNS = {">0": {"positive": True}, ">=0": {"nonnegative": True},
@@ -89,7 +89,9 @@ class Reduction:
 
 @dataclass(frozen=True, slots=True)
 class Output:
-    """An epilogue value, computed once from reduction results and params."""
+    """An epilogue value: computed once per row from reduction results and params, or — when it
+    uses a per-element value, like softmax's ``exp(x - m) / l`` — once per element after the
+    reductions (a per-element output)."""
 
     name: str
     expr: sp.Expr
@@ -138,8 +140,7 @@ class Cascade:
     ------
     CascadeError
         On duplicate or undefined names, cycles, forward references, mismatched
-        vector sizes, a reduction whose body is constant along the axis, or an
-        output that uses a per-element value.
+        vector sizes, or a reduction whose body is constant along the axis.
     """
 
     statements: tuple
@@ -197,10 +198,10 @@ class Cascade:
         return sizes
 
     def per_element(self) -> set[str]:
-        """Names whose value varies along the reduction axis (inputs and the lets built on them)."""
+        """Names whose value varies along the reduction axis: inputs, and lets and outputs built on them."""
         varying: set[str] = set()
         for s in self.statements:
-            if isinstance(s, Input) or (isinstance(s, Let) and _names(s.expr) & varying):
+            if isinstance(s, Input) or (isinstance(s, (Let, Output)) and _names(s.expr) & varying):
                 varying.add(s.name)
         return varying
 
@@ -229,6 +230,9 @@ def _validate(c: Cascade) -> None:
         e = expr_of(s)
         if e is None:
             continue
+        if e.has(sp.zoo, sp.nan, sp.I, sp.oo, -sp.oo):
+            raise CascadeError(f"{c.name}: {s.name} = {e} is undefined or not real (a division by zero, "
+                               f"log(0) or the root of a negative constant)")
         for sym in e.free_symbols:
             if sym.name not in table:
                 raise CascadeError(f"{c.name}: {s.name} uses the undefined name {sym.name!r}; defined are {names}")
@@ -253,12 +257,8 @@ def _validate_roles(c: Cascade) -> None:
     varying = c.per_element()
     for r in c.reductions:
         if not _names(r.body) & varying:
-            raise CascadeError(f"{c.name}: reduction {r.name} = {r.monoid.name}({r.body}) uses no per-element input, "
+            raise CascadeError(f"{c.name}: reduction {r.name} = {reducer_name(r.monoid)}({r.body}) uses no "
+                               f"per-element input, "
                                f"so it is constant along the axis; reduce an expression of an input")
         if r.monoid.k is not None and infer_size(r.body, sizes) is not None:
             raise CascadeError(f"{c.name}: topk reduction {r.name} needs a scalar body, got a vector")
-    for o in c.outputs:
-        bad = sorted(_names(o.expr) & varying)
-        if bad:
-            raise CascadeError(f"{c.name}: output {o.name} uses per-element values {bad}; outputs are computed "
-                               f"once from reduction results and params — reduce them first")

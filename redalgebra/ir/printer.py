@@ -9,6 +9,7 @@ from __future__ import annotations
 import sympy as sp
 from sympy.printing.str import StrPrinter
 
+from .monoid import reducer_name
 from .nodes import Cascade, Input, Let, Output, Param, Reduction
 
 
@@ -18,6 +19,9 @@ class CascadePrinter(StrPrinter):
     def _print_Abs(self, expr):
         return f"abs({self._print(expr.args[0])})"
 
+    def _print_Exp1(self, expr):
+        return "exp(1)"
+
     def _print_Max(self, expr):
         return "max(" + ", ".join(self._print(a) for a in expr.args) + ")"
 
@@ -25,17 +29,16 @@ class CascadePrinter(StrPrinter):
         return "min(" + ", ".join(self._print(a) for a in expr.args) + ")"
 
 
-_REDUCER_NAMES = {"add": "sum", "mul": "prod", "max": "max", "min": "min", "logaddexp": "logsumexp"}
-
-
 def _size(size) -> str:
     return "" if size is None else f"[{size}]"
 
 
-def _reducer_text(r: Reduction, p: CascadePrinter) -> str:
+def reducer_text(r: Reduction, p: CascadePrinter | None = None) -> str:
+    """The right-hand side of a reduce statement, e.g. ``topk(8, exp(g - m)/s)``."""
+    p = p or CascadePrinter()
     if r.monoid.k is not None:
         return f"topk({r.monoid.k}, {p.doprint(r.body)})"
-    return f"{_REDUCER_NAMES.get(r.monoid.name, r.monoid.name)}({p.doprint(r.body)})"
+    return f"{reducer_name(r.monoid)}({p.doprint(r.body)})"
 
 
 def statement_text(s, p: CascadePrinter | None = None) -> str:
@@ -49,7 +52,7 @@ def statement_text(s, p: CascadePrinter | None = None) -> str:
     if isinstance(s, Let):
         return f"let {s.name} = {p.doprint(s.expr)}"
     if isinstance(s, Reduction):
-        return f"reduce {s.name} = {_reducer_text(s, p)}"
+        return f"reduce {s.name} = {reducer_text(s, p)}"
     if isinstance(s, Output):
         return f"out {s.name} = {p.doprint(s.expr)}"
     raise TypeError(f"not a statement: {s!r}")

@@ -21,12 +21,22 @@ import numpy as np
 import sympy as sp
 
 from ..errors import EvaluationError
-from .functions import Dot, VSum
+from .functions import Dot, RoundE4M3, VSum
 from .monoid import Monoid
 from .nodes import Cascade, Input, Let, Output, Param, Reduction
 
 _UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum, "logaddexp": np.logaddexp}
-_ELEMENTWISE = {sp.exp: np.exp, sp.log: np.log, sp.Abs: np.abs}
+def round_e4m3(x: np.ndarray) -> np.ndarray:
+    """Round to the nearest FP8 e4m3 value (ties to even), saturating at ±448; nan stays nan."""
+    x = np.clip(np.asarray(x, dtype=np.float64), -448.0, 448.0)
+    mag = np.abs(x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exponent = np.floor(np.log2(np.where(mag > 0, mag, 1.0)))
+    quantum = np.exp2(np.maximum(exponent, -6.0) - 3.0)  # 3 mantissa bits; subnormals below 2**-6
+    return np.round(x / quantum) * quantum
+
+
+_ELEMENTWISE = {sp.exp: np.exp, sp.log: np.log, sp.Abs: np.abs, RoundE4M3: round_e4m3}
 
 
 def eval_expr(expr: sp.Expr, env: dict[str, np.ndarray]) -> np.ndarray:
@@ -138,15 +148,15 @@ def evaluate(cascade: Cascade, inputs: dict, params: dict | None = None, keep=No
     -------
     dict
         Every reduction and output by name: ``(rows,)`` for scalars,
-        ``(rows, size)`` for vectors and top-k values; top-k indices as
-        ``"NAME.index"``.
+        ``(rows, size)`` for vectors and top-k values, with an ``L`` axis after
+        ``rows`` for per-element outputs; top-k indices as ``"NAME.index"``.
     """
     env, rows, length = _bind(cascade, inputs, params or {})
     if keep is not None:
         keep = np.asarray(keep, dtype=bool)
         if keep.shape != (rows, length):
             raise EvaluationError(f"keep must be (rows, L) = {(rows, length)}, got {keep.shape}")
-    result = {}
+    result, varying = {}, cascade.per_element()
     with np.errstate(all="ignore"):
         for s in cascade.statements:
             if isinstance(s, Let):
@@ -158,10 +168,11 @@ def evaluate(cascade: Cascade, inputs: dict, params: dict | None = None, keep=No
                     out, result[f"{s.name}.index"] = out
                 env[s.name] = out
             elif isinstance(s, Output):
-                env[s.name] = np.broadcast_to(eval_expr(s.expr, env), (rows, 1, _width(s, cascade, env)))
+                span = length if s.name in varying else 1
+                env[s.name] = np.broadcast_to(eval_expr(s.expr, env), (rows, span, _width(s, cascade, env)))
     for s in (*cascade.reductions, *cascade.outputs):
-        v = env[s.name][:, 0, :]
-        result[s.name] = v[:, 0] if cascade.sizes[s.name] is None else v
+        v = env[s.name] if s.name in varying else env[s.name][:, 0, :]
+        result[s.name] = v[..., 0] if cascade.sizes[s.name] is None else v
     return result
 
 

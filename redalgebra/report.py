@@ -1,0 +1,74 @@
+"""Structural report of a cascade: its graph, its reductions, the laws of their monoids.
+
+Shared by the CLI and notebooks; the fusion analysis proper lives in
+:mod:`redalgebra.derive`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .algebra import Proof, prove_monoid
+from .ir import Cascade, Monoid, build_graph, reduction_dependencies, reduction_levels
+from .ir.monoid import reducer_name
+from .ir.printer import CascadePrinter, reducer_text
+
+
+@lru_cache(maxsize=None)
+def monoid_laws(m: Monoid) -> Proof:
+    """``prove_monoid(m)``, computed once per monoid."""
+    return prove_monoid(m)
+
+
+@dataclass(frozen=True)
+class ReductionReport:
+    name: str
+    reducer: str
+    body: str
+    depends_on: tuple
+    laws: Proof
+    text: str  # the reduction as written in the text format
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "reducer": self.reducer, "text": self.text,
+                "body": self.body, "depends_on": list(self.depends_on), "laws": self.laws.as_dict()}
+
+
+@dataclass(frozen=True)
+class CascadeReport:
+    cascade: Cascade
+    reductions: tuple
+    levels: tuple
+
+    def as_dict(self) -> dict:
+        g = build_graph(self.cascade)
+        return {"cascade": self.cascade.name,
+                "graph": {"nodes": [{"name": n, "kind": d["kind"], "size": d["size"]} for n, d in g.nodes(data=True)],
+                          "edges": [list(e) for e in g.edges]},
+                "levels": [list(lv) for lv in self.levels],
+                "reductions": [r.as_dict() for r in self.reductions]}
+
+    def text(self, verbose: bool = False) -> str:
+        c = self.cascade
+        lines = [f"{c.name}: {len(self.reductions)} reductions in {len(self.levels)} dependent levels "
+                 f"{' -> '.join('{' + ', '.join(lv) + '}' for lv in self.levels)}"]
+        width = max(len(f"{r.name} = {r.text}") for r in self.reductions)
+        for r in self.reductions:
+            deps = ", ".join(r.depends_on) or "-"
+            lines.append(f"  {r.name} = {r.text}".ljust(width + 4) +
+                         f"  needs {deps:<8} {r.laws.claim}: {r.laws.status}")
+            if verbose:
+                lines += ["      " + ln for ln in str(r.laws).splitlines()]
+        return "\n".join(lines)
+
+
+def report(cascade: Cascade) -> CascadeReport:
+    """The graph-level facts of a cascade and the proofs of its monoids' laws."""
+    g = build_graph(cascade)
+    deps = reduction_dependencies(g)
+    p = CascadePrinter()
+    reds = tuple(ReductionReport(r.name, reducer_name(r.monoid), p.doprint(r.body), tuple(sorted(deps[r.name])),
+                                 monoid_laws(r.monoid), reducer_text(r, p))
+                 for r in cascade.reductions)
+    return CascadeReport(cascade, reds, tuple(tuple(lv) for lv in reduction_levels(g)))

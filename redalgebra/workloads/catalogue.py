@@ -1,0 +1,111 @@
+"""Cascade texts and shapes of the catalogue (data only).
+
+Shapes are dicts: ``rows`` independent cascades, ``L`` the reduction axis, and
+the vector sizes the text names; ``model`` says where the shape comes from.
+"""
+
+SAFE_SOFTMAX = """\
+# softmax(x) over the axis, computed safely: a max, then a sum of exp(x - max)
+input x
+reduce m = max(x)
+reduce l = sum(exp(x - m))
+out y = exp(x - m) / l        # per-element output
+"""
+
+LOGSUMEXP = """\
+input x
+reduce m = max(x)
+reduce s = sum(exp(x - m))
+out y = m + log(s)
+"""
+
+CROSS_ENTROPY = """\
+# loss of one row of logits against a one-hot label row
+input x                        # logit
+input t                        # one-hot label (1 at the target class)
+reduce m = max(x)
+reduce s = sum(exp(x - m))
+reduce xt = sum(x * t)         # the target's logit
+out loss = m + log(s) - xt
+"""
+
+ATTENTION = """\
+# one query row of scaled dot-product attention over the keys
+input k[d]                     # key row
+input v[d]                     # value row
+param q[d]                     # the query
+param scale > 0                # 1/sqrt(d)
+let s = dot(q, k) * scale
+reduce m = max(s)
+reduce l = sum(exp(s - m))
+reduce o = sum(exp(s - m) * v)
+out y = o / l
+"""
+
+MLA_DECODE = """\
+# DeepSeek multi-head latent attention, decode: every head reads one shared latent KV
+input c[r]                     # latent KV row (rank 512), also the value
+input kr[e]                    # decoupled rope key (64 wide)
+param qc[r]                    # query absorbed into the latent space
+param qr[e]                    # rope part of the query
+param scale > 0
+let s = (dot(qc, c) + dot(qr, kr)) * scale
+reduce m = max(s)
+reduce l = sum(exp(s - m))
+reduce o = sum(exp(s - m) * c)
+out y = o / l
+"""
+
+MOE_ROUTING = """\
+# router: softmax over the experts, the top 8, weights renormalised over them
+input g                        # gate logit of one expert
+reduce m = max(g)
+reduce s = sum(exp(g - m))
+reduce t = topk(8, exp(g - m) / s)
+out w = t / sum(t)
+"""
+
+FP8_QUANT_GEMM = """\
+# per-token FP8 (e4m3) quantisation feeding a GEMM: the axis is the hidden dimension
+input x                        # activation
+input w[n]                     # weight row of this hidden index (n output columns)
+reduce a = max(abs(x))
+reduce acc = sum(fp8(x * 448 / a) * w)
+out y = acc * a / 448
+"""
+
+RMSNORM_GEMM = """\
+# RMSNorm then a GEMM, written the way it is defined (normalise, then multiply)
+input x                        # activation
+input g                        # RMSNorm weight of this hidden index
+input w[n]                     # weight row (n output columns)
+param h > 0                    # hidden size
+param eps > 0
+reduce ss = sum(x**2)
+reduce acc = sum(x / sqrt(ss / h + eps) * g * w)
+out y = acc
+"""
+
+ENTRIES = [
+    dict(name="safe_softmax", text=SAFE_SOFTMAX, description="softmax with max subtraction (two reductions)",
+         shapes=(dict(rows=8192, L=32768), dict(rows=32768, L=8192))),
+    dict(name="logsumexp", text=LOGSUMEXP, description="log-sum-exp of a row",
+         shapes=(dict(rows=16384, L=16384),)),
+    dict(name="cross_entropy", text=CROSS_ENTROPY, description="softmax cross-entropy against a one-hot label",
+         paper=False, shapes=(dict(rows=8192, L=32000, model="LLaMA vocabulary"),)),
+    dict(name="attention", text=ATTENTION, description="multi-head attention, one query row per cascade",
+         shapes=(dict(rows=12 * 512, L=512, d=64, model="BERT-base"),
+                 dict(rows=16 * 257, L=257, d=64, model="ViT-L"),
+                 dict(rows=64 * 4096, L=4096, d=128, model="LLaMA-65B"))),
+    dict(name="decode_attention", text=ATTENTION, description="decode attention: one query, a long KV cache",
+         shapes=(dict(rows=16 * 32, L=4096, d=128, model="B16 H32"),
+                 dict(rows=1 * 32, L=65536, d=128, model="B1 H32 KV64K"))),
+    dict(name="mla_decode", text=MLA_DECODE, description="DeepSeek MLA decode over a shared latent KV",
+         shapes=(dict(rows=128, L=4096, r=512, e=64, model="DeepSeek-R1"),)),
+    dict(name="moe_routing", text=MOE_ROUTING, description="softmax over experts, top-8, renormalised",
+         shapes=(dict(rows=16384, L=128, model="Qwen3"), dict(rows=4096, L=4096))),
+    dict(name="fp8_quant_gemm", text=FP8_QUANT_GEMM, description="per-token e4m3 quantisation + GEMM",
+         shapes=(dict(rows=16, L=7168, n=7168, model="DeepSeek-R1"),)),
+    dict(name="rmsnorm_gemm", text=RMSNORM_GEMM, description="RMSNorm followed by a GEMM",
+         shapes=(dict(rows=16, L=4096, n=4096, model="LLaMA-7B"),)),
+]

@@ -1,0 +1,152 @@
+import itertools
+
+import numpy as np
+import pytest
+
+from redalgebra import EvaluationError, evaluate, parse, workloads
+from redalgebra.algebra import user_monoid
+from redalgebra.ir import CascadeBuilder
+from redalgebra.ir.reference import round_e4m3
+from tests.catalogue import WORKLOADS
+
+
+def softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_safe_softmax_matches_numpy(rng):
+    x = rng.normal(size=(4, 33)) * 30
+    r = evaluate(workloads.get("safe_softmax").cascade, {"x": x})
+    np.testing.assert_allclose(r["y"], softmax(x), rtol=1e-12)
+    np.testing.assert_allclose(r["m"], x.max(axis=1))
+    assert r["y"].shape == (4, 33)
+
+
+def test_attention_matches_einsum(rng):
+    rows, length, d = 3, 17, 8
+    k, v, q = rng.normal(size=(rows, length, d)), rng.normal(size=(rows, length, d)), rng.normal(size=(rows, d))
+    r = evaluate(workloads.get("attention").cascade, {"k": k, "v": v}, {"q": q, "scale": d ** -0.5})
+    p = softmax(np.einsum("rld,rd->rl", k, q) * d ** -0.5)
+    np.testing.assert_allclose(r["y"], np.einsum("rl,rld->rd", p, v), rtol=1e-12)
+    assert r["o"].shape == (rows, d)
+
+
+def test_masked_elements_are_left_out_and_a_fully_masked_row_is_nan(rng):
+    rows, length, d = 3, 9, 4
+    k, v, q = rng.normal(size=(rows, length, d)), rng.normal(size=(rows, length, d)), rng.normal(size=(d,))
+    keep = np.ones((rows, length), bool)
+    keep[0, 5:] = False
+    keep[2, :] = False
+    c = workloads.get("attention").cascade
+    r = evaluate(c, {"k": k, "v": v}, {"q": q, "scale": 0.5}, keep=keep)
+    sub = evaluate(c, {"k": k[:1, :5], "v": v[:1, :5]}, {"q": q, "scale": 0.5})
+    np.testing.assert_allclose(r["y"][0], sub["y"][0], rtol=1e-12)
+    assert r["m"][2] == -np.inf and r["l"][2] == 0 and np.isnan(r["y"][2]).all()
+
+
+def test_moe_routing_top_k_values_indices_and_renormalised_weights(rng):
+    g = rng.normal(size=(5, 20))
+    r = evaluate(workloads.get("moe_routing").cascade, {"g": g})
+    p = softmax(g)
+    order = np.argsort(-p, axis=1, kind="stable")[:, :8]
+    np.testing.assert_array_equal(r["t.index"], order)
+    top = np.take_along_axis(p, order, axis=1)
+    np.testing.assert_allclose(r["t"], top, rtol=1e-12)
+    np.testing.assert_allclose(r["w"], top / top.sum(axis=1, keepdims=True), rtol=1e-12)
+
+
+def test_top_k_longer_than_the_row_pads_with_minus_infinity():
+    c = parse("input x\nreduce t = topk(4, x)")
+    r = evaluate(c, {"x": np.array([[2.0, 5.0]])})
+    np.testing.assert_array_equal(r["t"], [[5.0, 2.0, -np.inf, -np.inf]])
+    np.testing.assert_array_equal(r["t.index"], [[1, 0, -1, -1]])
+
+
+def test_cross_entropy_and_logsumexp(rng):
+    x = rng.normal(size=(6, 11)) * 10
+    label = rng.integers(0, 11, size=6)
+    onehot = np.eye(11)[label]
+    r = evaluate(workloads.get("cross_entropy").cascade, {"x": x, "t": onehot})
+    lse = np.logaddexp.reduce(x, axis=1)
+    # the loss is a difference of O(10) terms: compare absolutely, at float64 resolution of those terms
+    np.testing.assert_allclose(r["loss"], lse - x[np.arange(6), label], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(evaluate(workloads.get("logsumexp").cascade, {"x": x})["y"], lse, rtol=1e-12)
+
+
+def test_rmsnorm_gemm(rng):
+    rows, h, n = 3, 16, 5
+    x, g, w = rng.normal(size=(rows, h)), rng.normal(size=(rows, h)), rng.normal(size=(rows, h, n))
+    r = evaluate(workloads.get("rmsnorm_gemm").cascade, {"x": x, "g": g, "w": w}, {"h": h, "eps": 1e-6})
+    normed = x / np.sqrt((x**2).mean(axis=1, keepdims=True) + 1e-6) * g
+    np.testing.assert_allclose(r["y"], np.einsum("rh,rhn->rn", normed, w), rtol=1e-12)
+
+
+def test_fp8_quant_gemm_rounds_and_rescales(rng):
+    rows, h, n = 2, 32, 3
+    x, w = rng.normal(size=(rows, h)), rng.normal(size=(rows, h, n))
+    r = evaluate(workloads.get("fp8_quant_gemm").cascade, {"x": x, "w": w})
+    amax = np.abs(x).max(axis=1, keepdims=True)
+    q = round_e4m3(x * 448 / amax)
+    np.testing.assert_allclose(r["y"], np.einsum("rh,rhn->rn", q, w) * amax / 448, rtol=1e-12)
+    exact = np.einsum("rh,rhn->rn", x, w)
+    assert 0 < np.abs(r["y"] - exact).max() < 0.1 * np.abs(exact).max()  # rounding is visible, and small
+
+
+def _e4m3_values():
+    """Every finite e4m3fn value, from its bit patterns (independent of round_e4m3)."""
+    vals = []
+    for e, m in itertools.product(range(16), range(8)):
+        if e == 15 and m == 7:
+            continue  # NaN
+        vals.append((m / 8) * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7))
+    vals = np.array(sorted(set(vals)))
+    return np.concatenate([-vals[::-1], vals])
+
+
+def test_e4m3_rounding_picks_the_nearest_representable_value(rng):
+    grid = _e4m3_values()
+    assert grid.max() == 448
+    x = np.concatenate([rng.normal(size=2000) * 50, rng.normal(size=500) * 1e-2, grid, [1e4, -1e4]])
+    y = round_e4m3(x)
+    assert np.isin(y, grid).all()
+    nearest = np.abs(np.clip(x, -448, 448)[:, None] - grid[None, :]).min(axis=1)
+    np.testing.assert_allclose(np.abs(np.clip(x, -448, 448) - y), nearest, atol=0)
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_every_workload_evaluates_on_small_random_inputs(name, rng):
+    c = workloads.get(name).cascade
+    rows, length, dims = 2, 11, {}  # longer than every top-k, so no slot is padded
+    inputs = {}
+    for s in c.inputs:
+        shape = (rows, length) if s.size is None else (rows, length, dims.setdefault(s.size, 3 + len(dims)))
+        inputs[s.name] = rng.normal(size=shape)
+    params = {p.name: (abs(rng.normal()) + 0.1 if p.size is None else rng.normal(size=dims.setdefault(p.size, 4)))
+              for p in c.params}
+    r = evaluate(c, inputs, params)
+    for o in c.outputs:
+        assert np.isfinite(r[o.name]).all()
+
+
+def test_user_monoid_reduction():
+    import sympy as sp
+    a, b = sp.symbols("a b")
+    hypot = user_monoid("hypot", sp.Lambda((a, b), sp.sqrt(a**2 + b**2)), 0)
+    bld = CascadeBuilder()
+    x = bld.input("x")
+    bld.reduce("n", hypot, x)
+    r = evaluate(bld.build(), {"x": np.array([[3.0, 4.0, 12.0]])})
+    np.testing.assert_allclose(r["n"], [13.0])
+
+
+@pytest.mark.parametrize("inputs, params, message", [
+    ({}, {"q": np.ones(4), "scale": 1.0}, r"no value given for \['k', 'v'\]"),
+    ({"k": np.ones((2, 3)), "v": np.ones((2, 3, 4))}, {"q": np.ones(4), "scale": 1.0}, r"\(rows, L, size\)"),
+    ({"k": np.ones((2, 3, 4)), "v": np.ones((2, 3, 5))}, {"q": np.ones(4), "scale": 1.0}, "v has size 5 but d = 4"),
+    ({"k": np.ones((2, 3, 4)), "v": np.ones((2, 5, 4))}, {"q": np.ones(4), "scale": 1.0}, r"\(rows, L\) = \(2, 5\)"),
+    ({"k": np.ones((2, 3, 4)), "v": np.ones((2, 3, 4))}, {"q": np.ones(4), "scale": np.ones(3)}, "a number or"),
+])
+def test_bad_inputs_get_clear_errors(inputs, params, message):
+    with pytest.raises(EvaluationError, match=message):
+        evaluate(workloads.get("attention").cascade, inputs, params)

@@ -1,0 +1,151 @@
+"""The prover's required verdicts, its soundness traps, and its counterexamples."""
+
+import mpmath
+import pytest
+import sympy as sp
+
+from redalgebra.algebra import Proof, monoids, prove_distributes, prove_equal, prove_monoid, user_monoid
+from redalgebra.algebra.laws import prove_associative, prove_commutative, prove_identity
+
+a, b, c = sp.symbols("a b c", real=True)
+x, y = sp.symbols("x y")
+
+
+def assert_really_violates(proof: Proof):
+    """An independent check: evaluate both sides at the counterexample with mpmath at 40 digits."""
+    cx = proof.counterexample
+    assert cx is not None
+    mpmath.mp.dps = 40
+    at = {sp.Symbol(k, real=True): sp.sympify(v) for k, v in cx.values.items()}
+    lhs = complex(sp.N(proof.lhs.xreplace(at), 40))
+    rhs = complex(sp.N(proof.rhs.xreplace(at), 40))
+    assert abs(lhs - rhs) > 1e-12 * max(1.0, abs(lhs), abs(rhs))
+
+
+def test_add_distributes_over_max():
+    p = prove_distributes(monoids.max, monoids.add)
+    assert p.status == "proved"
+    assert p.lhs == sp.Max(a, b) + c and p.rhs == sp.Max(a + c, b + c)
+
+
+def test_mul_distributes_over_add():
+    assert prove_distributes(monoids.add, monoids.mul).status == "proved"
+
+
+@pytest.mark.parametrize("assumptions", [{"c": ">=0"}, {"c": ">= 0"}, [c >= 0], c >= 0, {c: ">0"}])
+def test_mul_over_max_needs_a_sign_on_c(assumptions):
+    bare = prove_distributes(monoids.max, monoids.mul)
+    assert bare.status == "refuted"
+    assert_really_violates(bare)
+    assert bare.counterexample.values["c"] < 0
+    signed = prove_distributes(monoids.max, monoids.mul, assumptions=assumptions)
+    assert signed.status == "proved" and signed.assumptions and signed.assumptions[0].startswith("c >")
+
+
+def test_add_does_not_distribute_over_mul():
+    p = prove_distributes(monoids.mul, monoids.add)
+    assert p.status == "refuted"
+    assert p.counterexample.exact
+    assert_really_violates(p)
+
+
+def test_logaddexp_is_a_monoid_and_add_distributes_over_it():
+    assert prove_monoid(monoids.logaddexp).status == "proved"
+    assert prove_distributes(monoids.logaddexp, monoids.add).status == "proved"
+
+
+def test_average_is_not_associative():
+    avg = user_monoid("avg", sp.Lambda((x, y), (x + y) / 2), 0)
+    p = prove_associative(avg)
+    assert p.status == "refuted"
+    assert_really_violates(p)
+    assert prove_commutative(avg).status == "proved"
+    assert prove_monoid(avg).status == "refuted"
+
+
+def test_subtraction_is_not_commutative():
+    sub = user_monoid("sub", sp.Lambda((x, y), x - y), 0)
+    p = prove_commutative(sub)
+    assert p.status == "refuted"
+    assert_really_violates(p)
+
+
+@pytest.mark.parametrize("lhs, rhs, assumptions", [
+    (sp.sqrt(a**2), a, None),
+    (sp.log(a * b), sp.log(a) + sp.log(b), None),
+    (sp.Max(a * c, b * c), sp.Max(a, b) * c, None),
+    (sp.Max(a, b) ** 2, sp.Max(a**2, b**2), None),
+    (sp.Abs(a + b), sp.Abs(a) + sp.Abs(b), None),
+    (sp.sqrt(a * b), sp.sqrt(a) * sp.sqrt(b), None),
+])
+def test_soundness_traps_are_never_proved(lhs, rhs, assumptions):
+    p = prove_equal(lhs, rhs, claim="trap", assumptions=assumptions)
+    assert p.status in ("refuted", "unknown")
+    if p.status == "refuted":
+        assert_really_violates(p)
+    else:
+        assert p.residual is not None
+
+
+def test_traps_hold_under_the_right_assumption():
+    assert prove_equal(sp.sqrt(a**2), a, claim="", assumptions={"a": ">=0"}).status == "proved"
+    assert prove_equal(sp.log(a * b), sp.log(a) + sp.log(b), claim="",
+                       assumptions={"a": ">0", "b": ">0"}).status == "proved"
+
+
+def test_case_analysis_proves_max_min_identities():
+    p = prove_equal(sp.Max(a, b) + sp.Min(a, b), a + b, claim="max + min")
+    assert p.status == "proved" and p.method == "cases"
+    assert any("branch" in s for s in p.steps)
+
+
+def test_undecided_identity_is_unknown_with_a_residual():
+    # true (exp is increasing) but needs exp(b) > exp(b - t) for t > 0, beyond the linear case analysis
+    p = prove_equal(sp.exp(sp.Max(a, b)), sp.Max(sp.exp(a), sp.exp(b)), claim="exp is monotone")
+    assert p.status == "unknown" and p.residual is not None and p.counterexample is None
+
+
+def test_monoid_catalogue_laws():
+    for m in (monoids.add, monoids.mul, monoids.max, monoids.min, monoids.logaddexp, monoids.topk(1)):
+        p = prove_monoid(m)
+        assert p.status == "proved", str(p)
+        assert [q.status for q in p.parts] == ["proved"] * 3
+
+
+def test_max_identity_is_minus_infinity_and_zero_is_not():
+    assert prove_identity(monoids.max).status == "proved"
+    wrong = monoids.user("max0", sp.Lambda((x, y), sp.Max(x, y)), 0)
+    p = prove_identity(wrong)
+    assert p.status == "refuted" and p.counterexample.values["a"] < 0
+
+
+@pytest.mark.slow
+def test_top2_laws_are_proved_by_case_analysis():
+    p = prove_monoid(monoids.topk(2))
+    assert p.status == "proved" and p.method == "conjunction"
+
+
+def test_larger_top_k_uses_the_multiset_lemma_and_distributes_by_reduction():
+    p = prove_monoid(monoids.topk(8))
+    assert p.status == "proved" and p.method == "lemma"
+    assert prove_distributes(monoids.topk(8), monoids.add).status == "proved"
+    assert prove_distributes(monoids.topk(8), monoids.mul).status == "refuted"
+    assert prove_distributes(monoids.topk(8), monoids.mul, {"c": ">0"}).status == "proved"
+
+
+def test_proof_values_serialise_and_print():
+    p = prove_distributes(monoids.max, monoids.mul)
+    d = p.as_dict()
+    assert d["status"] == "refuted" and d["counterexample"]["exact"] is True
+    assert "counterexample at" in str(p) and str(p).startswith("[refuted]")
+    with pytest.raises(ValueError):
+        Proof("x", "maybe")
+    with pytest.raises(ValueError):
+        Proof("x", "refuted")
+
+
+def test_bad_assumptions_are_reported():
+    with pytest.raises(ValueError, match="sign must be one of"):
+        prove_distributes(monoids.max, monoids.mul, assumptions={"c": "positive"})
+    with pytest.raises(ValueError, match="does not use"):
+        prove_distributes(monoids.max, monoids.mul, assumptions={"z": ">0"})

@@ -10,7 +10,8 @@ from .algebra import (Counterexample, Proof, monoids, prove_distributes, prove_e
                       user_monoid)
 from .errors import (CascadeError, CascadeSyntaxError, EvaluationError, MonoidError, NotFusableError,
                      RedalgebraError)
-from .ir import Cascade, CascadeBuilder, build_graph, draw, evaluate, parse, reduction_dependencies
+from .ir import Cascade, CascadeBuilder, build_graph, evaluate, parse, reduction_dependencies
+from .plotting import draw
 
 __version__ = "0.1.0"
 

@@ -5,12 +5,12 @@ Owns: monoid values (:mod:`.monoid`), statements and :class:`Cascade`
 dependency graph (:mod:`.graph`) and the float64 reference evaluator.
 
 May import: sympy, networkx, numpy and :mod:`redalgebra.errors`; never numba,
-torch or matplotlib (``graph.draw`` imports matplotlib lazily).
+torch or matplotlib (drawing lives in :mod:`redalgebra.plotting`).
 """
 
 from .builder import CascadeBuilder
 from .functions import Dot, VSum
-from .graph import build_graph, draw, reduction_dependencies, reduction_graph, reduction_levels
+from .graph import build_graph, reduction_dependencies, reduction_graph, reduction_levels
 from .monoid import ADD, LOGADDEXP, MAX, MIN, MUL, REDUCERS, Monoid, topk
 from .nodes import Cascade, Input, Let, Output, Param, Reduction, symbol
 from .parser import parse
@@ -18,5 +18,5 @@ from .printer import to_latex, to_text
 from .reference import evaluate
 
 __all__ = ["ADD", "LOGADDEXP", "MAX", "MIN", "MUL", "REDUCERS", "Cascade", "CascadeBuilder", "Dot", "Input",
-           "Let", "Monoid", "Output", "Param", "Reduction", "VSum", "build_graph", "draw", "evaluate", "parse",
+           "Let", "Monoid", "Output", "Param", "Reduction", "VSum", "build_graph", "evaluate", "parse",
            "reduction_dependencies", "reduction_graph", "reduction_levels", "symbol", "to_latex", "to_text", "topk"]

@@ -67,22 +67,3 @@ def reduction_graph(g: nx.DiGraph) -> nx.DiGraph:
 def reduction_levels(g: nx.DiGraph) -> list[list[str]]:
     """Reductions grouped into generations: each needs only results of earlier generations."""
     return [sorted(gen) for gen in nx.topological_generations(reduction_graph(g))]
-
-
-def draw(g: nx.DiGraph, ax=None):
-    """Draw the graph left to right by generation (matplotlib, imported lazily)."""
-    import matplotlib.pyplot as plt
-
-    colors = {"input": "#9ecae1", "param": "#d9d9d9", "let": "#c7e9c0", "reduction": "#fdae6b", "output": "#bcbddc"}
-    layered = nx.DiGraph(g)
-    for layer, nodes in enumerate(nx.topological_generations(layered)):
-        for n in nodes:
-            layered.nodes[n]["layer"] = layer
-    pos = nx.multipartite_layout(layered, subset_key="layer")
-    if ax is None:
-        _, ax = plt.subplots(figsize=(1.6 * (layer + 2), 3))
-    nx.draw_networkx(layered, pos, ax=ax, node_size=1400, font_size=9, arrows=True,
-                     node_color=[colors[g.nodes[n]["kind"]] for n in layered.nodes])
-    ax.set_axis_off()
-    ax.set_title(g.graph.get("name", ""))
-    return ax

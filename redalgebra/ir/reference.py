@@ -28,24 +28,41 @@ from .nodes import Cascade, Input, Let, Output, Param, Reduction
 _UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum, "logaddexp": np.logaddexp}
 def round_e4m3(x: np.ndarray) -> np.ndarray:
     """Round to the nearest FP8 e4m3 value (ties to even), saturating at ±448; nan stays nan."""
-    x = np.clip(np.asarray(x, dtype=np.float64), -448.0, 448.0)
+    x = np.asarray(x)
+    dtype = np.result_type(x, np.float32)
+    x = np.clip(x.astype(np.float64), -448.0, 448.0)
     mag = np.abs(x)
     with np.errstate(divide="ignore", invalid="ignore"):
         exponent = np.floor(np.log2(np.where(mag > 0, mag, 1.0)))
     quantum = np.exp2(np.maximum(exponent, -6.0) - 3.0)  # 3 mantissa bits; subnormals below 2**-6
-    return np.round(x / quantum) * quantum
+    return (np.round(x / quantum) * quantum).astype(dtype)
 
 
-_ELEMENTWISE = {sp.exp: np.exp, sp.log: np.log, sp.Abs: np.abs, RoundE4M3: round_e4m3}
+_RULES = {
+    sp.exp: np.exp, sp.log: np.log, sp.Abs: np.abs, RoundE4M3: round_e4m3,
+    sp.Max: lambda *a: _fold(np.maximum, a), sp.Min: lambda *a: _fold(np.minimum, a),
+    Dot: lambda a, b: np.sum(a * b, axis=-1, keepdims=True), VSum: lambda a: np.sum(a, axis=-1, keepdims=True),
+    sp.Eq: np.equal, sp.Ne: np.not_equal, sp.Or: lambda *a: _fold(np.logical_or, a),
+    sp.And: lambda *a: _fold(np.logical_and, a), sp.Not: np.logical_not,
+}
 
 
-def eval_expr(expr: sp.Expr, env: dict[str, np.ndarray]) -> np.ndarray:
-    """Evaluate a cascade expression with NumPy over arrays that broadcast on the last axis."""
+def eval_expr(expr: sp.Expr, env: dict[str, np.ndarray], dtype=np.float64) -> np.ndarray:
+    """Evaluate an expression with NumPy over arrays that broadcast on the last axis.
+
+    Constants are made ``dtype`` so a float32 evaluation stays float32.
+    Besides the cascade's functions it knows ``Piecewise`` with ``Eq``/``Or``/``And``
+    conditions, which the derived formulas use for their guards.
+    """
     if expr.is_Symbol:
         return env[expr.name]
     if expr.is_Number or expr in (sp.oo, -sp.oo):
-        return np.float64(float(expr))
-    args = [eval_expr(a, env) for a in expr.args]
+        return dtype(float(expr))
+    if expr is sp.true or expr is sp.false:
+        return np.bool_(bool(expr))
+    if isinstance(expr, sp.Piecewise):
+        return _piecewise(expr, env, dtype)
+    args = [eval_expr(a, env, dtype) for a in expr.args]
     if expr.is_Add:
         return _fold(np.add, args)
     if expr.is_Mul:
@@ -54,18 +71,20 @@ def eval_expr(expr: sp.Expr, env: dict[str, np.ndarray]) -> np.ndarray:
         base, exp = args
         if expr.exp == sp.Rational(1, 2):
             return np.sqrt(base)
+        if expr.exp == -1:
+            return dtype(1) / base
         return np.power(base, exp)
-    if isinstance(expr, sp.Max):
-        return _fold(np.maximum, args)
-    if isinstance(expr, sp.Min):
-        return _fold(np.minimum, args)
-    if isinstance(expr, Dot):
-        return np.sum(args[0] * args[1], axis=-1, keepdims=True)
-    if isinstance(expr, VSum):
-        return np.sum(args[0], axis=-1, keepdims=True)
-    if expr.func in _ELEMENTWISE:
-        return _ELEMENTWISE[expr.func](args[0])
-    raise EvaluationError(f"the reference evaluator has no rule for {expr.func.__name__} in {expr}")
+    rule = _RULES.get(expr.func) or next((f for cls, f in _RULES.items() if isinstance(expr, cls)), None)
+    if rule is None:
+        raise EvaluationError(f"the evaluator has no rule for {expr.func.__name__} in {expr}")
+    return rule(*args)
+
+
+def _piecewise(expr: sp.Piecewise, env, dtype):
+    out = eval_expr(expr.args[-1][0], env, dtype)
+    for value, cond in reversed(expr.args[:-1]):
+        out = np.where(eval_expr(cond, env, dtype), eval_expr(value, env, dtype), out)
+    return out
 
 
 def reduce_axis(monoid: Monoid, values: np.ndarray, keep: np.ndarray | None):
@@ -89,24 +108,25 @@ def _topk(k: int, values: np.ndarray, keep: np.ndarray | None):
     rows, length = values.shape
     if keep is not None:
         values = np.where(keep, values, -np.inf)
-    padded = np.full((rows, max(length, k)), -np.inf)
+    padded = np.full((rows, max(length, k)), -np.inf, dtype=values.dtype)
     padded[:, :length] = values
     order = np.argsort(-padded, axis=1, kind="stable")[:, :k]
     top = np.take_along_axis(padded, order, axis=1)
     index = np.where(np.isneginf(top) & (order >= length), -1, order)
     if keep is not None:
         index = np.where(np.isneginf(top), -1, index)
-    return top[:, None, :], index
+    return top[:, None, :], index[:, None, :]
 
 
-def _bind(c: Cascade, inputs: dict, params: dict) -> tuple[dict, int, int]:
+def bind(c: Cascade, inputs: dict, params: dict, dtype=np.float64) -> tuple[dict, int, int]:
+    """Check and lay out inputs and params: ``(env, rows, L)`` with arrays ``(rows, L|1, width)``."""
     missing = [s.name for s in (*c.inputs, *c.params) if s.name not in (inputs if isinstance(s, Input) else params)]
     if missing:
         raise EvaluationError(f"{c.name}: no value given for {missing}; inputs are {[i.name for i in c.inputs]}, "
                               f"params are {[p.name for p in c.params]}")
     env, dims, rows, length = {}, {}, None, None
     for s in c.inputs:
-        a = np.asarray(inputs[s.name], dtype=np.float64)
+        a = np.asarray(inputs[s.name], dtype=dtype)
         want = 2 if s.size is None else 3
         if a.ndim != want:
             raise EvaluationError(f"input {s.name} must be {'(rows, L)' if want == 2 else '(rows, L, size)'}, "
@@ -118,7 +138,7 @@ def _bind(c: Cascade, inputs: dict, params: dict) -> tuple[dict, int, int]:
         _check_size(s, a.shape[2] if want == 3 else None, dims)
         env[s.name] = a if want == 3 else a[..., None]
     for s in c.params:
-        env[s.name] = _param(s, np.asarray(params[s.name], dtype=np.float64), rows, dims)
+        env[s.name] = _param(s, np.asarray(params[s.name], dtype=dtype), rows, dims)
     return env, rows, length
 
 
@@ -141,8 +161,51 @@ def _param(s: Param, a: np.ndarray, rows: int, dims: dict) -> np.ndarray:
     return a[:, None, :] if vector else a[:, None, None]
 
 
-def evaluate(cascade: Cascade, inputs: dict, params: dict | None = None, keep=None) -> dict[str, np.ndarray]:
-    """Run the cascade unfused in float64.
+def check_keep(keep, rows: int, length: int):
+    if keep is None:
+        return None
+    keep = np.asarray(keep, dtype=bool)
+    if keep.shape != (rows, length):
+        raise EvaluationError(f"keep must be (rows, L) = {(rows, length)}, got {keep.shape}")
+    return keep
+
+
+def run_unfused(cascade: Cascade, env: dict, keep=None, dtype=np.float64) -> dict:
+    """Every statement in order over bound arrays; returns ``env`` extended with lets, reductions, outputs."""
+    env = dict(env)
+    rows, length = next(env[i.name].shape[:2] for i in cascade.inputs)
+    varying = cascade.per_element()
+    with np.errstate(all="ignore"):
+        for s in cascade.statements:
+            if isinstance(s, Let):
+                env[s.name] = eval_expr(s.expr, env, dtype)
+            elif isinstance(s, Reduction):
+                body = np.broadcast_to(eval_expr(s.body, env, dtype), (rows, length, _width(s, cascade, env)))
+                out = reduce_axis(s.monoid, body, keep)
+                if s.monoid.k is not None:
+                    out, env[f"{s.name}.index"] = out
+                env[s.name] = out
+            elif isinstance(s, Output):
+                span = length if s.name in varying else 1
+                env[s.name] = np.broadcast_to(eval_expr(s.expr, env, dtype), (rows, span, _width(s, cascade, env)))
+    return env
+
+
+def collect(cascade: Cascade, env: dict) -> dict[str, np.ndarray]:
+    """Reductions and outputs of an evaluated env in the public layout (the ``L`` axis dropped)."""
+    varying, sizes = cascade.per_element(), cascade.sizes
+    result = {}
+    for s in (*cascade.reductions, *cascade.outputs):
+        v = env[s.name] if s.name in varying else env[s.name][:, 0, :]
+        result[s.name] = v[..., 0] if sizes[s.name] is None else v
+        if f"{s.name}.index" in env:
+            result[f"{s.name}.index"] = env[f"{s.name}.index"][:, 0, :]
+    return result
+
+
+def evaluate(cascade: Cascade, inputs: dict, params: dict | None = None, keep=None,
+             dtype=np.float64) -> dict[str, np.ndarray]:
+    """Run the cascade unfused (float64 unless ``dtype`` says otherwise).
 
     Returns
     -------
@@ -151,29 +214,8 @@ def evaluate(cascade: Cascade, inputs: dict, params: dict | None = None, keep=No
         ``(rows, size)`` for vectors and top-k values, with an ``L`` axis after
         ``rows`` for per-element outputs; top-k indices as ``"NAME.index"``.
     """
-    env, rows, length = _bind(cascade, inputs, params or {})
-    if keep is not None:
-        keep = np.asarray(keep, dtype=bool)
-        if keep.shape != (rows, length):
-            raise EvaluationError(f"keep must be (rows, L) = {(rows, length)}, got {keep.shape}")
-    result, varying = {}, cascade.per_element()
-    with np.errstate(all="ignore"):
-        for s in cascade.statements:
-            if isinstance(s, Let):
-                env[s.name] = eval_expr(s.expr, env)
-            elif isinstance(s, Reduction):
-                body = np.broadcast_to(eval_expr(s.body, env), (rows, length, _width(s, cascade, env)))
-                out = reduce_axis(s.monoid, body, keep)
-                if s.monoid.k is not None:
-                    out, result[f"{s.name}.index"] = out
-                env[s.name] = out
-            elif isinstance(s, Output):
-                span = length if s.name in varying else 1
-                env[s.name] = np.broadcast_to(eval_expr(s.expr, env), (rows, span, _width(s, cascade, env)))
-    for s in (*cascade.reductions, *cascade.outputs):
-        v = env[s.name] if s.name in varying else env[s.name][:, 0, :]
-        result[s.name] = v[..., 0] if cascade.sizes[s.name] is None else v
-    return result
+    env, rows, length = bind(cascade, inputs, params or {}, dtype)
+    return collect(cascade, run_unfused(cascade, env, check_keep(keep, rows, length), dtype))
 
 
 def _width(s, cascade: Cascade, env: dict) -> int:

@@ -70,8 +70,8 @@ FP8_QUANT_GEMM = """\
 input x                        # activation
 input w[n]                     # weight row of this hidden index (n output columns)
 reduce a = max(abs(x))
-reduce acc = sum(fp8(x * 448 / a) * w)
-out y = acc * a / 448
+reduce acc = sum(fp8(x * 448 / max(a, 1e-12)) * w)   # amax clamped, as quantisers do: an all-zero row is 0
+out y = acc * max(a, 1e-12) / 448
 """
 
 RMSNORM_GEMM = """\

@@ -1,0 +1,282 @@
+r"""Fusion analysis: for each reduction, choose ⊗ by proof.
+
+For a reduction :math:`r_i = \bigoplus_l F_i(e_l, D_i)` with dependencies, each
+candidate :math:`\otimes` of the catalogue (``mul``, then ``add``) is tried:
+
+1. *distributivity* — ``prove_distributes(⊕_i, ⊗)``, bare or with ``c >= 0``;
+2. *separability* — the anchored identity
+   :math:`F(e, D) \otimes F(e_0, D_0) = F(e, D_0) \otimes F(e_0, D)`, proved
+   symbolically, giving :math:`G(e) = F(e, D_0)` and
+   :math:`H(D) = F(e_0, D) \otimes F(e_0, D_0)^{-1}`;
+3. *range of H* — sign inference shows :math:`H(D)` meets the assumption the
+   distributive law needed (:math:`H \ge 0`) and is invertible away from the
+   degenerate states (an empty segment, a zero abs-max), which the derived
+   formulas guard.
+
+The first candidate that passes all three is chosen; otherwise the reduction
+is not fusable and the analysis keeps each candidate's failed condition, its
+residual and a counterexample.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import sympy as sp
+
+from ..algebra import Counterexample, Proof, prove_distributes, prove_equal
+from ..ir import ADD, MUL, Cascade, Monoid, build_graph, reduction_dependencies
+from ..ir.printer import CascadePrinter, reducer_text
+from .prepare import SignFact, bodies, element_atoms, has_casts, sign_facts, sign_of
+
+CANDIDATES = (MUL, ADD)
+_ANCHOR_VALUES = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One candidate ⊗ for one reduction: which condition failed (None if none) and the proofs."""
+
+    otimes: str
+    failed: str | None
+    proofs: tuple
+    G: sp.Expr | None = None
+    H: sp.Expr | None = None
+    assumption: str | None = None
+
+
+@dataclass(frozen=True)
+class ReductionAnalysis:
+    """The verdict on one reduction."""
+
+    name: str
+    monoid: Monoid
+    text: str
+    F: sp.Expr
+    deps: tuple
+    fusable: bool
+    otimes: Monoid | None = None
+    G: sp.Expr | None = None
+    H: sp.Expr | None = None
+    proofs: tuple = ()
+    reason: str | None = None
+    counterexample: Counterexample | None = None
+    refuted: Proof | None = None   # the refuted condition the counterexample breaks
+    attempts: tuple = field(default=())
+
+    @property
+    def H_inverse(self) -> sp.Expr | None:
+        if self.otimes is None:
+            return None
+        return sp.simplify(1 / self.H) if self.otimes is MUL else -self.H
+
+    def as_dict(self) -> dict:
+        p = CascadePrinter()
+        return {"name": self.name, "reduction": self.text, "depends_on": list(self.deps), "fusable": self.fusable,
+                "otimes": None if self.otimes is None else self.otimes.name,
+                "G": None if self.G is None else p.doprint(self.G), "H": None if self.H is None else p.doprint(self.H),
+                "reason": self.reason,
+                "counterexample": None if self.counterexample is None else
+                dict(self.counterexample.as_dict(), claim=self.refuted.claim),
+                "proofs": [q.as_dict() for q in self.proofs],
+                "attempts": [{"otimes": a.otimes, "failed": a.failed} for a in self.attempts]}
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Per-reduction verdicts for a cascade; ``fusable`` when every reduction is."""
+
+    cascade: Cascade
+    reductions: tuple
+    signs: dict
+    exact_in_reals_only: bool
+
+    @property
+    def fusable(self) -> bool:
+        return all(r.fusable for r in self.reductions)
+
+    def __getitem__(self, name: str) -> ReductionAnalysis:
+        return next(r for r in self.reductions if r.name == name)
+
+    def as_dict(self) -> dict:
+        return {"cascade": self.cascade.name, "fusable": self.fusable,
+                "exact_in_reals_only": self.exact_in_reals_only,
+                "reductions": [r.as_dict() for r in self.reductions]}
+
+    def text(self, verbose: bool = False) -> str:
+        p = CascadePrinter()
+        verdict = "fusable" if self.fusable else "NOT fusable"
+        lines = [f"{self.cascade.name}: {verdict}"
+                 + (" (exact in real arithmetic; casts make it differ bitwise)" if self.exact_in_reals_only else "")]
+        for r in self.reductions:
+            head = f"  {r.name} = {r.text}"
+            if not r.deps:
+                lines.append(f"{head}: no dependencies, fusable as is")
+            elif r.fusable:
+                lines.append(f"{head}: ⊗ = {_SYMBOL[r.otimes.name]}, G = {p.doprint(r.G)}, H({', '.join(r.deps)}) = "
+                             f"{p.doprint(r.H)}")
+            else:
+                lines.append(f"{head}: not fusable — {r.reason}")
+                if r.refuted is not None:
+                    lines.append(f"      counterexample to «{r.refuted.claim}»: {r.counterexample}")
+            if verbose:
+                for q in r.proofs:
+                    lines += ["      " + ln for ln in str(q).splitlines()]
+        return "\n".join(lines)
+
+    def _repr_markdown_(self) -> str:
+        return "```\n" + self.text(verbose=True) + "\n```"
+
+
+_SYMBOL = {"mul": "×", "add": "+"}
+
+
+@lru_cache(maxsize=None)
+def _distributes(oplus: Monoid, otimes: Monoid) -> tuple[Proof, str | None]:
+    """Distributivity bare, else with c >= 0: the proof and the assumption it needed."""
+    bare = prove_distributes(oplus, otimes)
+    if bare.proved:
+        return bare, None
+    signed = prove_distributes(oplus, otimes, assumptions={"c": ">=0"})
+    return (signed, ">=0") if signed.proved else (bare, None)
+
+
+def _combine(otimes: Monoid, u, v):
+    return u * v if otimes is MUL else u + v
+
+
+def _quotient(otimes: Monoid, u, v):
+    return u / v if otimes is MUL else u - v
+
+
+def _anchors(F: sp.Expr, elems: list, deps: list, otimes: Monoid):
+    """Valid anchors (F(e0, D0) finite, real, invertible under ⊗), simplest G and H first."""
+    found = []
+    for values in itertools.product(_ANCHOR_VALUES, repeat=len(elems) + len(deps)):
+        point = dict(zip(elems + deps, values))
+        F0 = sp.simplify(F.xreplace(point))
+        if F0.free_symbols & set(elems + deps) or F0.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
+            continue
+        if F0.is_real is False or F0.is_finite is False or (otimes is MUL and not F0.is_nonzero):
+            continue
+        G = sp.simplify(F.xreplace({d: point[d] for d in deps}))
+        H = sp.simplify(_quotient(otimes, F.xreplace({e: point[e] for e in elems}), F0))
+        # constants (params, numbers) of G belong to H: G = 448·w·x → G = w·x, H = 448/max(ε, a)
+        const, G = G.as_independent(*elems, as_Add=otimes is ADD)
+        H = sp.simplify(_combine(otimes, H, const))
+        if G.has(sp.zoo, sp.nan) or H.has(sp.zoo, sp.nan):
+            continue
+        found.append((sp.count_ops(G) + sp.count_ops(H), sum(v != 0 for v in values), point, F0, G, H))
+        if len(found) >= 6:
+            break
+    found.sort(key=lambda t: (t[0], t[1]))
+    return found
+
+
+def _separate(F, elems, deps, otimes, name):
+    """(G, H, proof) for ⊗, or (None, None, proof) when not separable."""
+    anchors = _anchors(F, elems, deps, otimes)
+    if not anchors:
+        return None, None, Proof(f"{name} is ⊗-separable", "unknown", F, F,
+                                 steps=("no anchor (e0, D0) with F(e0, D0) finite and invertible",),
+                                 method="separability")
+    _, _, point, F0, G, H = anchors[0]
+    e0 = {e: point[e] for e in elems}
+    d0 = {d: point[d] for d in deps}
+    lhs, rhs = _combine(otimes, F, F0), _combine(otimes, F.xreplace(d0), F.xreplace(e0))
+    at = ", ".join(f"{k} = {v}" for k, v in point.items())
+    proof = prove_equal(lhs, rhs, claim=f"F_{name} is separable under {otimes.name} (anchored at {at})")
+    if not proof.proved:
+        return None, None, proof
+    return G, H, proof
+
+
+def _range_proof(H: sp.Expr, otimes: Monoid, assumption: str | None, facts: dict[str, SignFact], deps) -> Proof:
+    """Sign inference: H meets the distributivity assumption and is invertible on non-degenerate states."""
+    strict = {f.symbol.func(f.name, real=True): _strict(f) for f in facts.values()}
+    closed = {sp.Symbol(f.name, real=True): f.symbol for f in facts.values()}
+    used = [facts[d] for d in deps] + [f for f in facts.values() if f.sign and f.name not in deps
+                                       and sp.Symbol(f.name, real=True) in H.free_symbols]
+    steps = tuple(f"{f.name}: {f.sign or 'sign unknown'} ({f.reason})" for f in used)
+    need = []
+    if assumption == ">=0":
+        need.append(("H >= 0", bool(H.xreplace(closed).is_nonnegative)))
+    if otimes is MUL:
+        need.append(("H != 0 away from degenerate states", bool(H.xreplace(strict).is_nonzero)))
+    else:
+        need.append(("H finite away from degenerate states", bool(H.xreplace(strict).is_finite)))
+    claim = f"H = {H} satisfies " + " and ".join(n for n, _ in need)
+    status = "proved" if all(ok for _, ok in need) else "unknown"
+    return Proof(claim, status, method="sign inference", steps=steps,
+                 residual=None if status == "proved" else H,
+                 assumptions=tuple(n for n, ok in need if not ok))
+
+
+def _strict(f: SignFact) -> sp.Symbol:
+    flags = {">0": dict(positive=True), ">=0": dict(positive=True), "<0": dict(negative=True),
+             "<=0": dict(negative=True)}.get(f.sign, {})
+    return sp.Symbol(f.name, real=True, **flags)
+
+
+def _try(otimes, r, F, elems, deps, facts) -> Attempt:
+    dist, assumption = _distributes(r.monoid, otimes)
+    if not dist.proved:
+        return Attempt(otimes.name, "distributivity", (dist,))
+    G, H, sep = _separate(F, elems, deps, otimes, r.name)
+    if G is None:
+        return Attempt(otimes.name, "separability", (dist, sep))
+    rng = _range_proof(H, otimes, assumption, facts, [d.name for d in deps])
+    if not rng.proved:
+        return Attempt(otimes.name, "range of H", (dist, sep, rng), G, H, assumption)
+    return Attempt(otimes.name, None, (dist, sep, rng), G, H, assumption)
+
+
+def _reason(attempts) -> tuple[str, Proof | None]:
+    """Why no candidate passed, and the most telling refuted proof (separability first)."""
+    words = {"distributivity": "⊗ does not distribute over the reducer",
+             "separability": "F is not separable", "range of H": "H could not be shown to meet the assumptions"}
+    parts = [f"⊗ = {_SYMBOL[a.otimes]}: {words[a.failed]} ({a.proofs[-1].status})" for a in attempts]
+    refuted = sorted((a for a in attempts if a.proofs[-1].counterexample is not None),
+                     key=lambda a: a.failed != "separability")
+    return "; ".join(parts), (refuted[0].proofs[-1] if refuted else None)
+
+
+def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts) -> ReductionAnalysis:
+    """The verdict for one reduction with body ``F`` and dependency names ``deps``."""
+    text = reducer_text(r)
+    dep_syms = [c.symbols[d] for d in deps]
+    if not (F.free_symbols & set(dep_syms)):
+        return ReductionAnalysis(r.name, r.monoid, text, F, (), True)
+    elems = sorted(F.free_symbols - set(dep_syms) - {p.symbol for p in c.params}, key=sp.default_sort_key)
+    attempts = []
+    for otimes in CANDIDATES:
+        a = _try(otimes, r, F, elems, dep_syms, facts)
+        attempts.append(a)
+        if a.failed is None:
+            return ReductionAnalysis(r.name, r.monoid, text, F, deps, True, otimes, a.G, a.H, a.proofs,
+                                     attempts=tuple(attempts))
+    reason, refuted = _reason(attempts)
+    return ReductionAnalysis(r.name, r.monoid, text, F, deps, False, reason=reason,
+                             counterexample=None if refuted is None else refuted.counterexample,
+                             refuted=refuted, proofs=tuple(p for a in attempts for p in a.proofs),
+                             attempts=tuple(attempts))
+
+
+def analyze(cascade: Cascade) -> Analysis:
+    """Decide, with proofs, whether and how each reduction of ``cascade`` fuses."""
+    F = bodies(cascade)
+    deps = reduction_dependencies(build_graph(cascade))
+    facts = sign_facts(cascade)
+    reds = tuple(analyze_reduction(r, F[r.name], tuple(sorted(deps[r.name], key=_order(cascade))), cascade, facts)
+                 for r in cascade.reductions)
+    return Analysis(cascade, reds, facts, has_casts(cascade))
+
+
+def _order(c: Cascade):
+    position = {s.name: i for i, s in enumerate(c.statements)}
+    return lambda n: position[n]
+
+
+__all__ = ["Analysis", "Attempt", "ReductionAnalysis", "analyze", "analyze_reduction", "element_atoms", "sign_of"]

@@ -1,0 +1,227 @@
+r"""The derivation: a fusable cascade turned into segment states and their algebra.
+
+For a segment :math:`A` the state is :math:`\sigma(A) = (r_1(A), \dots, r_n(A))`,
+the cascade computed on :math:`A` alone.  In dependency order the merge is the
+paper's Eq. 11,
+
+.. math::
+    r_i(A \cup B) = [r_i(A) \otimes c_i(A)] \oplus_i [r_i(B) \otimes c_i(B)],
+    \qquad c_i(X) = H_i(D(A \cup B)) \otimes H_i(D(X))^{-1},
+
+with the correction :math:`c_i` rewritten into a stable closed form
+(:mod:`.rules`) and proved equal to the raw quotient.  Everything else is a
+special case: *identity* (the empty segment), *lift* (one element),
+*incremental update* ``merge(state, lift(e))`` — whose new term simplifies to
+:math:`F_i(e, D_{new})` — and *finalize* (the epilogue on the root state).
+
+**Guards.** A side whose dependency values are *degenerate* — at their
+monoid's identity (an empty or fully masked segment: ``m = -inf``, ``l = 0``)
+or at a zero of a denominator of :math:`H` (a zero abs-max in ``1/a``) —
+contributes :math:`0_i` and is skipped, never multiplied by NaN.  This is
+exact: such a side's every term has :math:`G = 0_i` or a correction of 0 in the
+limit.  The guard tests the dependency values, never :math:`H` itself, which
+can overflow in float32 although the corrected product does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from ..algebra import Proof, prove_equal
+from ..errors import NotFusableError
+from ..ir import ADD, MUL, Cascade, Monoid
+from ..ir.functions import CASTS
+from .analysis import Analysis, ReductionAnalysis, analyze
+from .prepare import element_atoms, inline, outputs
+from .program import Program, TopKMerge, build
+from .rules import stabilize
+
+
+def side(name: str, which: str) -> sp.Symbol:
+    """The symbol of ``name`` on a side: ``a`` (left/old), ``b`` (right) or ``n`` (merged/new).
+
+    Extended real: a state value can be an identity such as ``-oo``.
+    """
+    return sp.Symbol(f"{name}_{which}", extended_real=True)
+
+
+def index_symbol(name: str) -> sp.Symbol:
+    return sp.Symbol(f"{name}.index", real=True)
+
+
+def combine(monoid: Monoid, u, v) -> sp.Expr:
+    """``u ⊗ v`` for ⊗ = ``mul`` or ``add``."""
+    return u * v if monoid is MUL else u + v
+
+
+@dataclass(frozen=True)
+class Correction:
+    """``c_i(X)``: the stable form, the raw quotient it replaces, and the proof that they agree."""
+
+    stable: sp.Expr
+    raw: sp.Expr
+    rules: tuple
+    proof: Proof
+
+
+@dataclass(frozen=True)
+class FusedCascade:
+    """Identity, lift, merge, update and finalize of a fusable cascade, as SymPy programs."""
+
+    cascade: Cascade
+    analysis: Analysis
+    prologue: Program          # element atoms (per-element lets that use no reduction)
+    identity: dict             # reduction -> 0_i
+    lift: Program              # the state of one element, in element symbols
+    merge: Program             # states _a and _b -> _n
+    update: Program            # state _a and one element -> _n
+    finalize: Program          # reduction symbols -> outputs
+    per_element_outputs: tuple
+    corrections: dict          # reduction -> Correction (in _a -> _n symbols)
+    degenerate: dict           # reduction -> condition on a side's dependency values (in _a symbols)
+    bodies: dict               # reduction -> F_i as written (casts kept), lets inlined
+    naive: dict                # reduction -> (G, H): the one-pass (⊕ G) ⊗ H form
+    guards: tuple              # the edge cases and how they are handled, in words
+
+    @property
+    def reductions(self) -> tuple:
+        return self.analysis.reductions
+
+    @property
+    def exact_in_reals_only(self) -> bool:
+        return self.analysis.exact_in_reals_only
+
+    def monoid(self, name: str) -> Monoid:
+        return self.analysis[name].monoid
+
+    def text(self) -> str:
+        from .report import fused_text
+        return fused_text(self)
+
+    def _repr_markdown_(self) -> str:
+        return "```\n" + self.text() + "\n```"
+
+
+def _zero(monoid: Monoid) -> sp.Expr:
+    return monoid.identity
+
+
+def _degenerate(ra: ReductionAnalysis, c: Cascade, analysis: Analysis, which: str) -> sp.Basic:
+    """The condition under which side ``which`` of reduction ``ra`` contributes nothing."""
+    rename = {c.symbols[d]: side(d, which) for d in ra.deps}
+    conds = [sp.Eq(side(d, which), _zero(analysis[d].monoid)) for d in ra.deps]
+    if ra.otimes is MUL:
+        _, den = sp.fraction(sp.together(ra.H))
+        closed = {sp.Symbol(f.name, real=True): f.symbol for f in analysis.signs.values()}
+        for factor in sp.Mul.make_args(den):
+            if factor.free_symbols & set(rename) and not factor.xreplace(closed).is_nonzero:
+                conds.append(sp.Eq(factor.xreplace(rename), 0))
+    return sp.Or(*conds)
+
+
+def _correction(ra: ReductionAnalysis, c: Cascade, which: str) -> Correction:
+    new = ra.H.xreplace({c.symbols[d]: side(d, "n") for d in ra.deps})
+    old = ra.H.xreplace({c.symbols[d]: side(d, which) for d in ra.deps})
+    raw = new / old if ra.otimes is MUL else new - old
+    stable, fired = stabilize(raw)
+    proof = prove_equal(stable, raw, claim=f"the stable correction of {ra.name} equals H(D_new) ⊗ H(D_{which})⁻¹")
+    return Correction(stable, raw, fired, proof)
+
+
+def _guarded_term(ra, c, analysis, which, corrections) -> sp.Expr:
+    """``0_i`` on a degenerate side, else ``r_i(X) ⊗ c_i(X)``."""
+    value = side(ra.name, which)
+    if not ra.deps:
+        return value
+    corr = corrections[which]
+    return sp.Piecewise((_zero(ra.monoid), _degenerate(ra, c, analysis, which)),
+                        (combine(ra.otimes, value, corr.stable), True))
+
+
+def _join(ra: ReductionAnalysis, left: sp.Expr, right: sp.Expr, right_index: sp.Symbol) -> sp.Expr:
+    if ra.monoid.k is not None:
+        return TopKMerge(sp.Integer(ra.monoid.k), left, right, index_symbol(f"{ra.name}_a"), right_index)
+    return ra.monoid.combine(left, right)
+
+
+def _new_term(ra, body, c, analysis) -> sp.Expr:
+    """The new element's term of the incremental update: ``F_i(e, D_new)``, guarded."""
+    term = body.xreplace({c.symbols[d]: side(d, "n") for d in ra.deps})
+    if not ra.deps:
+        return term
+    return sp.Piecewise((_zero(ra.monoid), _degenerate(ra, c, analysis, "n")), (term, True))
+
+
+def _lift(analysis: Analysis, bodies: dict, c: Cascade) -> Program:
+    lifted = {}
+    steps = []
+    for ra in analysis.reductions:
+        value = sp.simplify(bodies[ra.name].xreplace(lifted))
+        lifted[c.symbols[ra.name]] = value
+        steps.append((side(ra.name, "n"), value))
+    return Program(tuple(steps), tuple(s for s, _ in steps))
+
+
+def _guards(analysis: Analysis) -> tuple[str, ...]:
+    notes = ["the identity state is each reduction's 0 (max: -inf, sum: 0, top-k: -inf values, index -1)",
+             "a side whose dependency values are degenerate contributes 0_i: an empty or fully masked segment "
+             "(m = -inf) is skipped, never multiplied by NaN",
+             "a length-1 segment is the lift of its element; masked elements leave the state unchanged"]
+    for ra in analysis.reductions:
+        if ra.otimes is MUL and ra.deps:
+            _, den = sp.fraction(sp.together(ra.H))
+            if any(not f.xreplace({sp.Symbol(s.name, real=True): s.symbol for s in analysis.signs.values()})
+                   .is_nonzero for f in sp.Mul.make_args(den) if f.free_symbols):
+                notes.append(f"{ra.name}: H = {ra.H} is not invertible where its denominator vanishes; "
+                             f"such a side contributes 0_i")
+    if analysis.exact_in_reals_only:
+        notes.append("casts (fp8) are the identity in real arithmetic: the fused forms are exact in ℝ but round "
+                     "at a running scale in the incremental form, so they are not bitwise equal to the unfused one")
+    return tuple(notes)
+
+
+def derive(cascade: Cascade) -> FusedCascade:
+    """Derive the fused forms of ``cascade``.
+
+    Raises
+    ------
+    NotFusableError
+        When some reduction is not fusable; ``.analysis`` says which and why.
+    """
+    analysis = analyze(cascade)
+    if not analysis.fusable:
+        bad = [r for r in analysis.reductions if not r.fusable]
+        raise NotFusableError(f"{cascade.name} is not fusable: " +
+                              "; ".join(f"{r.name}: {r.reason}" for r in bad), analysis)
+    c = cascade
+    atoms = element_atoms(c)
+    bodies = {r.name: inline(r.body, c, set(atoms)) for r in c.reductions}
+    corrections = {ra.name: {w: _correction(ra, c, w) for w in "ab"} for ra in analysis.reductions if ra.deps}
+    merge, update = [], []
+    for ra in analysis.reductions:
+        corr = corrections.get(ra.name, {})
+        left = _guarded_term(ra, c, analysis, "a", corr)
+        merge.append((side(ra.name, "n"), _join(ra, left, _guarded_term(ra, c, analysis, "b", corr),
+                                                 index_symbol(f"{ra.name}_b"))))
+        update.append((side(ra.name, "n"), _join(ra, left, _new_term(ra, bodies[ra.name], c, analysis),
+                                                  index_symbol("element"))))
+    outs = outputs(c)
+    varying = c.per_element()
+    return FusedCascade(
+        cascade=c, analysis=analysis,
+        prologue=Program(tuple((c.symbols[a], c[a].expr) for a in atoms), tuple(c.symbols[a] for a in atoms)),
+        identity={ra.name: _zero(ra.monoid) for ra in analysis.reductions},
+        lift=_lift(analysis, bodies, c), merge=build(merge), update=build(update),
+        finalize=Program(tuple((c.symbols[o.name], outs[o.name]) for o in c.outputs),
+                         tuple(c.symbols[o.name] for o in c.outputs)),
+        per_element_outputs=tuple(o.name for o in c.outputs if o.name in varying),
+        corrections={n: v["a"] for n, v in corrections.items()},
+        degenerate={ra.name: _degenerate(ra, c, analysis, "a") for ra in analysis.reductions if ra.deps},
+        bodies=bodies,
+        naive={ra.name: (ra.G, ra.H) for ra in analysis.reductions if ra.deps},
+        guards=_guards(analysis))
+
+
+__all__ = ["Correction", "FusedCascade", "combine", "derive", "index_symbol", "side"]

@@ -1,0 +1,139 @@
+"""Bring a cascade into the shape the analysis works on.
+
+* **Element atoms.** Lets that vary along the axis but use no reduction result
+  (attention's ``s = dot(q, k) * scale``) are kept as symbols: to the algebra
+  they are just per-element values, computed once in the kernel's prologue.
+* **Inlining.** Lets that use reduction results are substituted into the
+  bodies that use them, so every reduction body ``F_i`` is written in element
+  atoms, params and the reduction results ``D_i``.
+* **Real arithmetic.** Casts (``fp8``) are the identity in ℝ; the analysis
+  removes them and the derivation reports the fusion as exact in ℝ but not
+  bitwise.
+* **Sign facts.** Each name gets a symbol carrying what can be inferred about
+  its sign (a sum of exponentials is positive, a max of ``|x|`` is
+  non-negative), with the reason in words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import networkx as nx
+import sympy as sp
+
+from ..ir import Cascade, Input, Let, Output, Param, Reduction, build_graph
+from ..ir.functions import CASTS
+from ..ir.printer import reducer_text
+
+
+def element_atoms(c: Cascade) -> list[str]:
+    """Per-element lets that use no reduction result, in statement order."""
+    g = build_graph(c)
+    reductions = {r.name for r in c.reductions}
+    varying = c.per_element()
+    return [s.name for s in c.lets if s.name in varying and not (nx.ancestors(g, s.name) & reductions)]
+
+
+def inline(expr: sp.Expr, c: Cascade, keep: set[str]) -> sp.Expr:
+    """Substitute every let not in ``keep`` until none is left."""
+    lets = {s.symbol: s.expr for s in c.lets if s.name not in keep}
+    for _ in range(len(lets) + 1):
+        new = expr.xreplace(lets)
+        if new == expr:
+            return expr
+        expr = new
+    return expr
+
+
+def drop_casts(expr: sp.Expr) -> sp.Expr:
+    """The expression in real arithmetic: casts such as ``fp8(u)`` become ``u``."""
+    return expr.replace(lambda e: isinstance(e, CASTS), lambda e: e.args[0])
+
+
+def has_casts(c: Cascade) -> bool:
+    return any(s.expr.has(*CASTS) for s in c.statements if getattr(s, "expr", None) is not None)
+
+
+def bodies(c: Cascade) -> dict[str, sp.Expr]:
+    """``F_i`` of every reduction in element atoms, params and reduction results (real arithmetic)."""
+    keep = set(element_atoms(c))
+    return {r.name: drop_casts(inline(r.body, c, keep)) for r in c.reductions}
+
+
+def outputs(c: Cascade) -> dict[str, sp.Expr]:
+    """Every output in element atoms, params, reduction results (casts kept: they are applied as written)."""
+    keep = set(element_atoms(c))
+    return {o.name: inline(o.expr, c, keep | {p.name for p in c.outputs}) for o in c.outputs}
+
+
+@dataclass(frozen=True)
+class SignFact:
+    """What is known about the sign of one name, and why."""
+
+    name: str
+    symbol: sp.Symbol   # the name's symbol with the inferred sign assumptions
+    sign: str | None    # ">0", ">=0", "<0", "<=0" or None
+    reason: str
+
+
+_FLAGS = {">0": dict(positive=True), ">=0": dict(nonnegative=True), "<0": dict(negative=True),
+          "<=0": dict(nonpositive=True)}
+
+
+def sign_of(expr: sp.Expr) -> str | None:
+    """The strongest sign SymPy's assumptions establish for ``expr``."""
+    for sign, test in ((">0", "is_positive"), ("<0", "is_negative"), (">=0", "is_nonnegative"),
+                       ("<=0", "is_nonpositive")):
+        if getattr(expr, test):
+            return sign
+    return None
+
+
+_REDUCER_RULE = {
+    "add": "a sum of {w} terms over a non-empty segment is {w}",
+    "mul": "a product of {w} factors is {w}",
+    "max": "a max of {w} values is {w}",
+    "min": "a min of {w} values is {w}",
+}
+_WORDS = {">0": "positive", ">=0": "non-negative", "<0": "negative", "<=0": "non-positive"}
+
+
+def sign_facts(c: Cascade) -> dict[str, SignFact]:
+    """Sign facts for every name, in statement order; reductions are judged on non-empty segments."""
+    facts: dict[str, SignFact] = {}
+    signed: dict[sp.Symbol, sp.Symbol] = {}
+    for s in c.statements:
+        if isinstance(s, Input):
+            sign, reason = None, "an input: any real"
+        elif isinstance(s, Param):
+            sign, reason = s.sign, ("declared" if s.sign else "a param: any real")
+        elif isinstance(s, (Let, Output)):
+            sign = sign_of(drop_casts(s.expr).xreplace(signed))
+            reason = f"from {s.name} = {s.expr}"
+        else:
+            sign, reason = _reduction_sign(s, signed)
+        sym = sp.Symbol(s.name, real=True, **_FLAGS.get(sign, {}))
+        signed[s.symbol] = sym
+        facts[s.name] = SignFact(s.name, sym, sign, reason)
+    return facts
+
+
+def _reduction_sign(r: Reduction, signed: dict) -> tuple[str | None, str]:
+    body_sign = sign_of(drop_casts(r.body).xreplace(signed))
+    kind = "max" if r.monoid.k is not None else r.monoid.name
+    if body_sign is None or kind not in _REDUCER_RULE or (kind == "mul" and body_sign not in (">0", ">=0")):
+        return None, f"{r.name}: no sign known"
+    rule = _REDUCER_RULE[kind].format(w=_WORDS[body_sign])
+    return body_sign, f"{r.name} = {reducer_text(r)}: {rule}"
+
+
+def real_arithmetic(c: Cascade) -> Cascade:
+    """The same cascade with every cast removed: what the fusion is exact for."""
+    stmts = []
+    for s in c.statements:
+        if isinstance(s, Reduction):
+            s = replace(s, body=drop_casts(s.body))
+        elif isinstance(s, (Let, Output)):
+            s = replace(s, expr=drop_casts(s.expr))
+        stmts.append(s)
+    return Cascade(tuple(stmts), name=f"{c.name} (real arithmetic)")

@@ -1,0 +1,90 @@
+"""Straight-line programs: the derived formulas as ordered assignments.
+
+A :class:`Program` is a tuple of ``(symbol, expression)`` steps; common
+subexpressions (a correction factor, ``exp(x - m)``) are computed once, as
+temporaries placed just before their first use.  The evaluators run programs
+with NumPy and the code generator prints them, so both see the same formulas.
+
+Top-k merges are the one step that is not a scalar expression: a
+:class:`TopKMerge` keeps the ``k`` largest of two candidate lists, carrying
+each value's index along.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+
+class TopKMerge(sp.Function):
+    """``topk(k; left, right)``: the k largest of two descending lists, indices riding along.
+
+    Arguments: ``k``, the left values, the right values, and the symbols that
+    name the left and right index arrays.
+    """
+
+    nargs = 5
+
+    def _sympystr(self, printer):
+        k, left, right = self.args[:3]
+        return f"top{k}({printer._print(left)} ∪ {printer._print(right)})"
+
+    def _latex(self, printer):
+        k, left, right = self.args[:3]
+        return rf"\operatorname{{top}}_{{{k}}}\left({printer._print(left)} \cup {printer._print(right)}\right)"
+
+
+@dataclass(frozen=True)
+class Program:
+    """Ordered assignments; ``results`` names the symbols the program defines for its caller."""
+
+    steps: tuple
+    results: tuple
+
+    def __str__(self) -> str:
+        return "\n".join(f"{sym} = {sp.sstr(expr)}" for sym, expr in self.steps)
+
+    def latex(self) -> str:
+        rows = [rf"{sp.latex(sym)} &\leftarrow {sp.latex(expr)}" for sym, expr in self.steps]
+        return r"\begin{aligned}" + r" \\ ".join(rows) + r"\end{aligned}"
+
+
+def build(assignments: list[tuple[sp.Symbol, sp.Expr]], prefix: str = "c") -> Program:
+    """A program from assignments in dependency order, with shared subexpressions hoisted.
+
+    Temporaries come from ``sympy.cse`` over all right-hand sides and are
+    emitted on demand, just before the first assignment that needs them.
+    """
+    symbols = [s for s, _ in assignments]
+    temps, reduced = sp.cse([e for _, e in assignments], symbols=sp.numbered_symbols(prefix, real=True),
+                            ignore=[], optimizations=None)
+    temps, reduced = _inline_trivial(temps, reduced)
+    temp_expr = dict(temps)
+    emitted: set = set()
+    steps = []
+
+    def need(expr):
+        for sym in sorted(expr.free_symbols & set(temp_expr) - emitted, key=sp.default_sort_key):
+            need(temp_expr[sym])
+            emitted.add(sym)
+            steps.append((sym, temp_expr[sym]))
+
+    for sym, expr in zip(symbols, reduced):
+        need(expr)
+        steps.append((sym, expr))
+    names = iter(sp.numbered_symbols(prefix, real=True))
+    rename = {t: next(names) for t, _ in steps if t in temp_expr}  # number temporaries in order of use
+    return Program(tuple((rename.get(s, s), e.xreplace(rename)) for s, e in steps), tuple(symbols))
+
+
+def _inline_trivial(temps, reduced):
+    """Put back temporaries too small to be worth a name (``c0 = -m``)."""
+    temps, reduced = list(temps), list(reduced)
+    while True:
+        trivial = {t: e for t, e in temps if not isinstance(e, sp.core.relational.Relational)
+                   and not isinstance(e, sp.logic.boolalg.Boolean) and sp.count_ops(e) <= 1}
+        if not trivial:
+            return temps, reduced
+        temps = [(t, e.xreplace(trivial)) for t, e in temps if t not in trivial]
+        reduced = [e.xreplace(trivial) for e in reduced]

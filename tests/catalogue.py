@@ -1,5 +1,33 @@
-"""The one catalogue of cascades the tests parametrize over."""
+"""The one catalogue of cascades the tests parametrize over, and random inputs for any cascade."""
+
+from functools import lru_cache
+
+import numpy as np
 
 from redalgebra import workloads
+from redalgebra.derive import derive
 
 WORKLOADS = workloads.names()
+FUSABLE = workloads.names(fusable=True)
+NOT_FUSABLE = workloads.names(fusable=False)
+
+
+@lru_cache(maxsize=None)
+def fused(name: str):
+    """``derive`` of a catalogue cascade, once per test session."""
+    return derive(workloads.get(name).cascade)
+
+
+def random_inputs(cascade, rows: int, length: int, rng, scale: float = 3.0, dtype=np.float64):
+    """Normal inputs of the cascade's layout; vector sizes 3, 4, …; params positive where signed."""
+    dims, inputs = {}, {}
+    for s in cascade.inputs:
+        shape = (rows, length) if s.size is None else (rows, length, dims.setdefault(s.size, 3 + len(dims)))
+        inputs[s.name] = (rng.normal(size=shape) * scale).astype(dtype)
+    params = {}
+    for p in cascade.params:
+        if p.size is None:
+            params[p.name] = abs(rng.normal()) + 0.1
+        else:
+            params[p.name] = rng.normal(size=dims.setdefault(p.size, 3 + len(dims))).astype(dtype)
+    return inputs, params

@@ -86,11 +86,11 @@ def confirm(lhs: sp.Expr, rhs: sp.Expr, point: dict) -> Counterexample | None:
         return None  # a side is undefined or infinite there: not evidence either way
     diff = lv - rv
     if diff.is_Rational:
-        return Counterexample(dict(point), lv, rv, True) if diff != 0 else None
+        return Counterexample(dict(sorted(point.items())), lv, rv, True) if diff != 0 else None
     num = sp.N(diff, 50)
     if num.has(sp.nan) or not num.is_number:
         return None
-    return Counterexample(dict(point), lv, rv, False) if sp.Abs(num) > sp.Rational(1, 10**40) else None
+    return Counterexample(dict(sorted(point.items())), lv, rv, False) if sp.Abs(num) > sp.Rational(1, 10**40) else None
 
 
 def _search(lhs, rhs, variables, assumptions, conditions, rng) -> Counterexample | None:

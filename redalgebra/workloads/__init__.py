@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import RedalgebraError
 from ..ir import Cascade, parse
-from .catalogue import ENTRIES
+from .catalogue import ENTRIES, NOT_FUSABLE
 
 
 @dataclass(frozen=True)
@@ -29,18 +29,24 @@ class Workload:
     description: str
     paper: bool = True
     shapes: tuple = field(default=())
+    expect: dict | None = None  # for cascades that must not fuse: the reduction and each ⊗'s failed condition
+
+    @property
+    def fusable(self) -> bool:
+        """Whether the catalogue expects the analysis to fuse it."""
+        return self.expect is None
 
     @property
     def cascade(self) -> Cascade:
         return parse(self.text, self.name)
 
 
-CATALOGUE = {e["name"]: Workload(**e) for e in ENTRIES}
+CATALOGUE = {e["name"]: Workload(**e) for e in ENTRIES + NOT_FUSABLE}
 
 
-def names() -> list[str]:
-    """Catalogue names, in catalogue order."""
-    return list(CATALOGUE)
+def names(fusable: bool | None = None) -> list[str]:
+    """Catalogue names in catalogue order; ``fusable=True/False`` keeps only those expected to fuse / not."""
+    return [n for n, w in CATALOGUE.items() if fusable is None or w.fusable == fusable]
 
 
 def get(name: str) -> Workload:

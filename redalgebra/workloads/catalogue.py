@@ -109,3 +109,40 @@ ENTRIES = [
     dict(name="rmsnorm_gemm", text=RMSNORM_GEMM, description="RMSNorm followed by a GEMM",
          shapes=(dict(rows=16, L=4096, n=4096, model="LLaMA-7B"),)),
 ]
+
+# Cascades this theory cannot fuse, each with the diagnosis the analysis must give:
+# for every candidate ⊗, the condition that fails.
+ABS_DEVIATION = """\
+# mean absolute deviation: |x - mean| is neither a product nor a sum of G(x) and H(mean)
+input x
+param n > 0                    # row length
+reduce s = sum(x)
+reduce d = sum(abs(x - s / n))
+out mad = d / n
+"""
+
+SOFTPLUS_SUM = """\
+input x
+reduce m = max(x)
+reduce p = sum(log(1 + exp(x - m)))
+out y = p
+"""
+
+VARIANCE_TWO_PASS = """\
+# the textbook two-pass variance: (x - mean)**2 is a sum of three terms, not one
+input x
+param n > 0
+reduce s = sum(x)
+reduce v = sum((x - s / n)**2)
+out var = v / n
+"""
+
+NOT_FUSABLE = [
+    dict(name="abs_deviation", text=ABS_DEVIATION, description="mean absolute deviation (not fusable)",
+         paper=False, expect=dict(reduction="d", failed={"mul": "separability", "add": "distributivity"})),
+    dict(name="softplus_sum", text=SOFTPLUS_SUM, description="sum of softplus(x - max) (not fusable)",
+         paper=False, expect=dict(reduction="p", failed={"mul": "separability", "add": "distributivity"})),
+    dict(name="variance_two_pass", text=VARIANCE_TWO_PASS, paper=False,
+         description="two-pass variance, one term (not fusable without multi-term separability)",
+         expect=dict(reduction="v", failed={"mul": "separability", "add": "distributivity"})),
+]

@@ -7,7 +7,7 @@ from redalgebra import EvaluationError, evaluate, parse, workloads
 from redalgebra.algebra import user_monoid
 from redalgebra.ir import CascadeBuilder
 from redalgebra.ir.reference import round_e4m3
-from tests.catalogue import WORKLOADS
+from tests.catalogue import WORKLOADS, random_inputs
 
 
 def softmax(x):
@@ -117,13 +117,7 @@ def test_e4m3_rounding_picks_the_nearest_representable_value(rng):
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_every_workload_evaluates_on_small_random_inputs(name, rng):
     c = workloads.get(name).cascade
-    rows, length, dims = 2, 11, {}  # longer than every top-k, so no slot is padded
-    inputs = {}
-    for s in c.inputs:
-        shape = (rows, length) if s.size is None else (rows, length, dims.setdefault(s.size, 3 + len(dims)))
-        inputs[s.name] = rng.normal(size=shape)
-    params = {p.name: (abs(rng.normal()) + 0.1 if p.size is None else rng.normal(size=dims.setdefault(p.size, 4)))
-              for p in c.params}
+    inputs, params = random_inputs(c, rows=2, length=11, rng=rng)  # longer than every top-k: no padded slot
     r = evaluate(c, inputs, params)
     for o in c.outputs:
         assert np.isfinite(r[o.name]).all()

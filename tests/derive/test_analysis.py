@@ -1,0 +1,93 @@
+import pytest
+import sympy as sp
+
+from redalgebra import NotFusableError, parse, workloads
+from redalgebra.derive import analyze, derive
+from tests.catalogue import FUSABLE, NOT_FUSABLE
+
+
+def sym(name, **flags):
+    return sp.Symbol(name, real=True, **flags)
+
+
+@pytest.mark.parametrize("name", FUSABLE)
+def test_catalogue_cascades_fuse_with_every_proof_proved(name):
+    a = analyze(workloads.get(name).cascade)
+    assert a.fusable
+    for r in a.reductions:
+        assert r.fusable and all(p.proved for p in r.proofs)
+        if r.deps:
+            assert r.otimes is not None and r.G is not None and r.H is not None
+
+
+def test_attention_chooses_times_with_G_exp_s_and_H_exp_minus_m():
+    a = analyze(workloads.get("attention").cascade)
+    m, s, v = sym("m"), sym("s"), sym("v")
+    assert a["l"].otimes.name == "mul" and a["l"].G == sp.exp(s) and a["l"].H == sp.exp(-m)
+    assert a["o"].G == v * sp.exp(s) and a["o"].deps == ("m",)
+    assert a["m"].deps == () and a["m"].otimes is None
+    assert sp.simplify(a["l"].H_inverse - sp.exp(m)) == 0
+
+
+def test_moe_top_k_is_fused_with_times_over_top_k_because_H_is_positive():
+    a = analyze(workloads.get("moe_routing").cascade)
+    t = a["t"]
+    assert t.otimes.name == "mul" and t.deps == ("m", "s")
+    assert sp.simplify(t.H - sp.exp(-sym("m")) / sym("s")) == 0
+    dist, sep, rng = t.proofs
+    assert "distributes over top8" in dist.claim and rng.method == "sign inference"
+    assert any("sum of positive terms" in step for step in rng.steps)
+
+
+def test_fp8_quantisation_is_exact_in_reals_only():
+    a = analyze(workloads.get("fp8_quant_gemm").cascade)
+    assert a.fusable and a.exact_in_reals_only
+    assert a["acc"].G == sym("w") * sym("x")
+
+
+def test_max_of_x_over_sum_of_exp_fuses_beyond_the_papers_table():
+    """max(x / s): × distributes over max only for c >= 0, and H = 1/s > 0 by sign inference."""
+    a = analyze(parse("input x\nreduce s = sum(exp(x))\nreduce m = max(x / s)"))
+    r = a["m"]
+    assert r.fusable and r.otimes.name == "mul" and r.H == 1 / sym("s")
+    assert r.proofs[0].assumptions == ("c >= 0",)
+
+
+def test_max_with_a_sign_changing_H_is_not_fused():
+    # H = s = sum(x) has no known sign, and × distributes over max only when H >= 0
+    a = analyze(parse("input x\nreduce s = sum(x)\nreduce m = max(x * s)"))
+    assert not a["m"].fusable
+    assert "range of H" in [t.failed for t in a["m"].attempts]
+
+
+@pytest.mark.parametrize("name", NOT_FUSABLE)
+def test_not_fusable_cascades_get_their_expected_diagnosis(name):
+    w = workloads.get(name)
+    with pytest.raises(NotFusableError) as info:
+        derive(w.cascade)
+    a = info.value.analysis
+    assert a is not None and not a.fusable
+    r = a[w.expect["reduction"]]
+    assert not r.fusable
+    assert {t.otimes: t.failed for t in r.attempts} == w.expect["failed"]
+    assert f"{r.name}: " in str(info.value)
+
+
+@pytest.mark.parametrize("name", NOT_FUSABLE)
+def test_the_counterexample_really_breaks_the_failed_condition(name):
+    w = workloads.get(name)
+    r = analyze(w.cascade)[w.expect["reduction"]]
+    proof, cx = r.refuted, r.counterexample
+    assert proof is not None and proof.status == "refuted"
+    at = {s: sp.sympify(cx.values[s.name]) for s in (proof.lhs.free_symbols | proof.rhs.free_symbols)}
+    lhs, rhs = proof.lhs.xreplace(at), proof.rhs.xreplace(at)
+    assert abs(complex(sp.N(lhs - rhs, 30))) > 1e-20
+
+
+def test_json_has_the_contract_fields():
+    d = analyze(workloads.get("abs_deviation").cascade).as_dict()
+    assert d["fusable"] is False
+    for r in d["reductions"]:
+        assert {"name", "fusable", "otimes", "G", "H", "reason", "counterexample"} <= set(r)
+    bad = next(r for r in d["reductions"] if r["name"] == "d")
+    assert bad["reason"] and bad["counterexample"]["values"] and bad["counterexample"]["claim"]

@@ -1,0 +1,158 @@
+"""Fused == unfused: the incremental loop, any segmentation, any merge tree, the non-incremental form."""
+
+import random
+
+import numpy as np
+import pytest
+import sympy as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from redalgebra import evaluate, workloads
+from redalgebra.derive import Evaluator, derive, random_bounds, real_arithmetic
+from redalgebra.derive.rules import is_stable
+from tests.catalogue import FUSABLE, fused, random_inputs
+
+
+def reference_for(name):
+    """The cascade the fused forms are exact for: casts removed (fp8 rounds differently at a running scale)."""
+    c = workloads.get(name).cascade
+    return real_arithmetic(c) if fused(name).exact_in_reals_only else c
+
+
+def fused_exact(name):
+    f = fused(name)
+    return derive(real_arithmetic(f.cascade)) if f.exact_in_reals_only else f
+
+
+_EXACT = {}
+
+
+def exact(name):
+    if name not in _EXACT:
+        _EXACT[name] = fused_exact(name)
+    return _EXACT[name]
+
+
+def assert_matches(got: dict, want: dict, outputs, rtol=1e-9, atol=1e-12):
+    for key in outputs:
+        g, w = np.asarray(got[key], dtype=float), np.asarray(want[key], dtype=float)
+        assert g.shape == w.shape, key
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True, err_msg=key)
+
+
+def output_keys(cascade):
+    keys = [o.name for o in cascade.outputs]
+    keys += [f"{r.name}.index" for r in cascade.reductions if r.monoid.k is not None]
+    return keys
+
+
+@st.composite
+def problems(draw):
+    name = draw(st.sampled_from(FUSABLE))
+    rows, length = draw(st.integers(1, 3)), draw(st.integers(1, 12))
+    seed = draw(st.integers(0, 2**31 - 1))
+    keep = None
+    if draw(st.booleans()):
+        keep = np.array(draw(st.lists(st.booleans(), min_size=rows * length, max_size=rows * length))).reshape(rows, length)
+        keep[0] = False if draw(st.booleans()) else keep[0]  # sometimes a fully masked row
+    return name, rows, length, seed, keep
+
+
+@settings(max_examples=60)
+@given(problems())
+def test_incremental_and_every_segmentation_match_the_reference(problem):
+    name, rows, length, seed, keep = problem
+    f = exact(name)
+    inputs, params = random_inputs(f.cascade, rows, length, np.random.default_rng(seed))
+    want = evaluate(f.cascade, inputs, params, keep=keep)
+    ev = Evaluator(f, inputs, params, keep=keep)
+    rng = random.Random(seed)
+    keys = output_keys(f.cascade)
+    assert_matches(ev.finalize(ev.incremental()), want, keys)
+    for form in ("incremental", "nonincremental"):
+        assert_matches(ev.finalize(ev.segmented(random_bounds(length, rng), form=form, rng=rng)), want, keys)
+
+
+@settings(max_examples=30)
+@given(st.sampled_from(FUSABLE), st.integers(3, 12), st.integers(0, 2**31 - 1))
+def test_merge_is_associative_and_commutative_on_real_states(name, length, seed):
+    f = exact(name)
+    inputs, params = random_inputs(f.cascade, 2, length, np.random.default_rng(seed))
+    ev = Evaluator(f, inputs, params)
+    i, j = sorted(random.Random(seed).sample(range(1, length), 2)) if length > 2 else (1, 2)
+    a, b, c = ev.incremental(0, i), ev.incremental(i, j), ev.incremental(j, length)
+    left, right = ev.merge(ev.merge(a, b), c), ev.merge(a, ev.merge(b, c))
+    swapped = ev.merge(ev.merge(b, a), c)
+    for key in left:
+        np.testing.assert_allclose(left[key], right[key], rtol=1e-9, atol=1e-12, err_msg=key)
+        np.testing.assert_allclose(left[key], swapped[key], rtol=1e-9, atol=1e-12, err_msg=key)
+
+
+@pytest.mark.parametrize("name", FUSABLE)
+def test_identity_is_neutral_and_length_one_segments_are_lifts(name, rng):
+    f = exact(name)
+    inputs, params = random_inputs(f.cascade, 2, 5, rng)
+    ev = Evaluator(f, inputs, params)
+    whole = ev.incremental()
+    with_identity = ev.merge(ev.identity(), ev.merge(whole, ev.identity()))
+    for key in whole:
+        np.testing.assert_allclose(with_identity[key], whole[key], rtol=1e-12, err_msg=key)
+    for l in range(5):
+        lifted, staged = ev.lift(l), ev.nonincremental(l, l + 1)
+        for key in lifted:
+            np.testing.assert_allclose(lifted[key], staged[key], rtol=1e-12, err_msg=key)
+
+
+def test_a_row_of_minus_infinity_is_an_ordinary_input():
+    f = fused("safe_softmax")
+    x = np.array([[-np.inf] * 4, [1.0, -np.inf, 2.0, -np.inf]])
+    want = evaluate(f.cascade, {"x": x})
+    got = Evaluator(f, {"x": x}).finalize(Evaluator(f, {"x": x}).incremental())
+    np.testing.assert_allclose(got["y"], want["y"], equal_nan=True)
+    assert np.isnan(got["y"][0]).all() and got["l"][0] == 0  # 0/0: no element, and no NaN inside the state
+
+
+def test_fp8_fusion_is_exact_in_reals_and_its_rounding_difference_is_measured(rng):
+    f = fused("fp8_quant_gemm")
+    inputs, params = random_inputs(f.cascade, 4, 64, rng)
+    want = evaluate(f.cascade, inputs, params)["y"]
+    ev = Evaluator(f, inputs, params)
+    staged = ev.finalize(ev.nonincremental())["y"]
+    running = ev.finalize(ev.incremental())["y"]
+    np.testing.assert_allclose(staged, want, rtol=1e-12)  # one segment staged: the same rounding
+    rel = np.abs(running - want).max() / np.abs(want).max()
+    assert 0 < rel < 0.1  # quantised at a running scale: close, not bitwise
+    zero = Evaluator(f, {"x": np.zeros((1, 8)), "w": np.ones((1, 8, 3))}, {})
+    np.testing.assert_array_equal(zero.finalize(zero.incremental())["y"], np.zeros((1, 3)))
+
+
+@pytest.mark.parametrize("name", ["safe_softmax", "logsumexp", "attention", "moe_routing", "cross_entropy"])
+def test_float32_incremental_stays_finite_where_the_naive_fused_form_overflows(name, rng):
+    f = fused(name)
+    inputs, params = random_inputs(f.cascade, 3, 16, rng, scale=1e4, dtype=np.float32)
+    ref = evaluate(f.cascade, inputs, params, dtype=np.float32)
+    ev = Evaluator(f, inputs, params, dtype=np.float32)
+    inc, naive = ev.finalize(ev.incremental()), ev.naive()
+    out = f.cascade.outputs[0].name
+    finite = np.isfinite(ref[out])
+    assert finite.any()
+    assert np.isfinite(inc[out])[finite].all()
+    assert inc[out].dtype == np.float32
+    assert not np.isfinite(naive[out]).all()  # sum of exp(x) overflows float32
+
+
+@pytest.mark.parametrize("name", FUSABLE)
+def test_corrections_are_stable_and_proved_equal_to_the_raw_quotient(name):
+    f = fused(name)
+    for corr in f.corrections.values():
+        assert is_stable(corr.stable) and corr.proof.proved
+
+
+def test_shared_subexpressions_are_computed_once():
+    f = fused("attention")
+    m_a, m_n = sp.Symbol("m_a", extended_real=True), sp.Symbol("m_n", extended_real=True)
+    rhs = [e for _, e in f.merge.steps]
+    assert sum(e == sp.exp(m_a - m_n) for e in rhs) == 1  # one correction, used by l and o
+    uses = [e for e in rhs if any(isinstance(a, sp.exp) for a in sp.preorder_traversal(e))]
+    assert len(uses) == 2  # exp(m_a - m_n) and exp(m_b - m_n), each once

@@ -8,6 +8,7 @@ flows through in that order (see ``redalgebra/README.md``).
 from . import workloads
 from .algebra import (Counterexample, Proof, monoids, prove_distributes, prove_equal, prove_monoid,
                       user_monoid)
+from .derive import Analysis, FusedCascade, analyze, derive
 from .errors import (CascadeError, CascadeSyntaxError, EvaluationError, MonoidError, NotFusableError,
                      RedalgebraError)
 from .ir import Cascade, CascadeBuilder, build_graph, evaluate, parse, reduction_dependencies
@@ -20,6 +21,8 @@ __all__ = [
     "Cascade", "CascadeBuilder", "build_graph", "draw", "evaluate", "parse", "reduction_dependencies",
     # algebra
     "Counterexample", "Proof", "monoids", "prove_distributes", "prove_equal", "prove_monoid", "user_monoid",
+    # derive
+    "Analysis", "FusedCascade", "analyze", "derive",
     # catalogue
     "workloads",
     # errors

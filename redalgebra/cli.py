@@ -1,7 +1,7 @@
 """The ``redalgebra`` command (also ``python -m redalgebra``).
 
-Exit status: 0 on success, 1 when a check fails, 2 on bad input (with a
-message, never a traceback).
+Exit status: 0 on success; 1 when a check fails or a cascade asked to be
+derived is not fusable; 2 on bad input (with a message, never a traceback).
 """
 
 from __future__ import annotations
@@ -9,28 +9,73 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from . import workloads
 from .algebra import lookup, prove_monoid
-from .errors import RedalgebraError
+from .derive import analyze, derive
+from .derive.document import document
+from .derive.report import fused_json, fused_latex
+from .errors import NotFusableError, RedalgebraError
 from .report import report
 
 
 def _cmd_list(args) -> int:
-    rows = [(w.name, "paper" if w.paper else "extra", len(w.cascade.reductions), w.description)
-            for w in workloads.CATALOGUE.values()]
+    rows = [(w.name, "paper" if w.paper else "extra", "fuses" if w.fusable else "does not fuse",
+             len(w.cascade.reductions), w.description) for w in workloads.CATALOGUE.values()]
     if args.json:
-        print(json.dumps([dict(name=n, origin=o, reductions=r, description=d) for n, o, r, d in rows], indent=2))
+        print(json.dumps([dict(name=n, origin=o, expected=e, reductions=r, description=d)
+                          for n, o, e, r, d in rows], indent=2))
         return 0
     width = max(len(r[0]) for r in rows)
-    for name, origin, nred, desc in rows:
-        print(f"{name:<{width}}  {origin:<5}  {nred} reductions  {desc}")
+    for name, origin, expected, nred, desc in rows:
+        print(f"{name:<{width}}  {origin:<5}  {expected:<13}  {nred} reductions  {desc}")
     return 0
 
 
 def _cmd_analyze(args) -> int:
-    rep = report(workloads.load(args.target))
-    print(json.dumps(rep.as_dict(), indent=2) if args.json else rep.text(verbose=args.verbose))
+    cascade = workloads.load(args.target)
+    analysis, structure = analyze(cascade), report(cascade)
+    if args.json:
+        data = analysis.as_dict()
+        data.update(levels=structure.as_dict()["levels"], graph=structure.as_dict()["graph"])
+        for r, s in zip(data["reductions"], structure.as_dict()["reductions"]):
+            r["laws"] = s["laws"]
+        print(json.dumps(data, indent=2))
+    else:
+        print(structure.text(verbose=args.verbose))
+        print()
+        print(analysis.text(verbose=args.verbose))
+    return 0
+
+
+def _cmd_derive(args) -> int:
+    fused = derive(workloads.load(args.target))
+    if args.json:
+        print(json.dumps(fused_json(fused), indent=2))
+    elif args.latex:
+        print(fused_latex(fused))
+    else:
+        print(fused.text())
+    return 0
+
+
+def _cmd_prove(args) -> int:
+    if args.all == bool(args.target):
+        raise RedalgebraError("give one NAME|FILE, or --all for the whole catalogue")
+    targets = workloads.names() if args.all else [args.target]
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    for i, name in enumerate(targets, 1):
+        cascade = workloads.load(name)
+        text = document(cascade)
+        if out is None:
+            print(text)
+        else:
+            path = out / f"{cascade.name}.md"
+            path.write_text(text)
+            print(f"[{i}/{len(targets)}] wrote {path}", file=sys.stderr)
     return 0
 
 
@@ -42,9 +87,14 @@ def _cmd_laws(args) -> int:
 
 def _cmd_demo(args) -> int:
     names = workloads.names()
-    print(f"redalgebra demo: the structure of {len(names)} catalogue cascades and the laws of their monoids\n")
+    print(f"redalgebra demo: fusion analysis and derived incremental forms of {len(names)} catalogue cascades\n")
     for i, name in enumerate(names, 1):
-        print(f"[{i}/{len(names)}] " + report(workloads.get(name).cascade).text())
+        w = workloads.get(name)
+        print(f"[{i}/{len(names)}] " + analyze(w.cascade).text())
+        if w.fusable:
+            from .derive.report import program_text
+            print("  incremental update (state _a, element -> _n):")
+            print(program_text(derive(w.cascade).update, "    "))
         print()
     return 0
 
@@ -55,16 +105,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="the workload catalogue")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=_cmd_list)
-    p = sub.add_parser("analyze", help="graph, reductions and monoid laws of a cascade")
+    p = sub.add_parser("analyze", help="fusion analysis: conditions, ⊗, G, H, proofs")
     p.add_argument("target", metavar="NAME|FILE", help="a catalogue name or a cascade text file")
     p.add_argument("--json", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true", help="print every proof in full")
     p.set_defaults(run=_cmd_analyze)
+    p = sub.add_parser("derive", help="the fused, incremental and merge formulas of a cascade")
+    p.add_argument("target", metavar="NAME|FILE")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true")
+    fmt.add_argument("--latex", action="store_true")
+    p.set_defaults(run=_cmd_derive)
+    p = sub.add_parser("prove", help="write the proof document (Markdown) of a cascade or the catalogue")
+    p.add_argument("target", metavar="NAME|FILE", nargs="?")
+    p.add_argument("--all", action="store_true", help="every catalogue workload")
+    p.add_argument("--out", metavar="DIR", help="write DIR/NAME.md instead of printing")
+    p.set_defaults(run=_cmd_prove)
     p = sub.add_parser("laws", help="prove a monoid's laws (associativity, commutativity, identity)")
     p.add_argument("monoid", metavar="MONOID", help="add|sum, mul|prod, max, min, logaddexp, topk(K)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=_cmd_laws)
-    p = sub.add_parser("demo", help="the main job: analyze the catalogue")
+    p = sub.add_parser("demo", help="the main job: analyze and derive the catalogue")
     p.set_defaults(run=_cmd_demo)
     return parser
 
@@ -73,6 +134,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
+    except NotFusableError as err:
+        print(f"redalgebra: {err}\n(see `redalgebra analyze` for the proofs and counterexamples)", file=sys.stderr)
+        return 1
     except RedalgebraError as err:
         print(f"redalgebra: error: {err}", file=sys.stderr)
         return 2

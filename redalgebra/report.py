@@ -7,18 +7,10 @@ Shared by the CLI and notebooks; the fusion analysis proper lives in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-
-from .algebra import Proof, prove_monoid
-from .ir import Cascade, Monoid, build_graph, reduction_dependencies, reduction_levels
+from .algebra import Proof, monoid_laws
+from .ir import Cascade, build_graph, reduction_dependencies, reduction_levels
 from .ir.monoid import reducer_name
 from .ir.printer import CascadePrinter, reducer_text
-
-
-@lru_cache(maxsize=None)
-def monoid_laws(m: Monoid) -> Proof:
-    """``prove_monoid(m)``, computed once per monoid."""
-    return prove_monoid(m)
 
 
 @dataclass(frozen=True)

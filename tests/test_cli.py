@@ -29,7 +29,7 @@ def test_analyze_text_and_json(capsys):
     data = json.loads(out)
     assert code == 0 and data["cascade"] == "moe_routing"
     t = next(r for r in data["reductions"] if r["name"] == "t")
-    assert t["depends_on"] == ["m", "s"] and t["laws"]["status"] == "proved" and t["text"].startswith("topk(8,")
+    assert t["depends_on"] == ["m", "s"] and t["laws"]["status"] == "proved" and t["reduction"].startswith("topk(8,")
     assert ["m"] in data["levels"]
 
 
@@ -68,3 +68,44 @@ def test_python_dash_m_and_usage_errors():
     assert ok.returncode == 0 and "safe_softmax" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "redalgebra", "frobnicate"], capture_output=True, text=True)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_analyze_json_reports_fusability_with_the_contract_fields(capsys):
+    code, out, _ = run(capsys, "analyze", "attention", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["fusable"] is True
+    l = next(r for r in data["reductions"] if r["name"] == "l")
+    assert l["otimes"] == "mul" and l["G"] == "exp(s)" and l["H"] == "exp(-m)" and l["laws"]["status"] == "proved"
+    code, out, _ = run(capsys, "analyze", "variance_two_pass", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["fusable"] is False  # exit 0 whether fusable or not
+    v = next(r for r in data["reductions"] if r["name"] == "v")
+    assert v["fusable"] is False and v["reason"] and v["counterexample"]["values"]
+
+
+def test_derive_prints_text_json_and_latex(capsys):
+    code, out, _ = run(capsys, "derive", "safe_softmax")
+    assert code == 0 and "l_n = " in out and "exp(m_a - m_n)" in out
+    code, out, _ = run(capsys, "derive", "safe_softmax", "--json")
+    data = json.loads(out)
+    assert [s["name"] for s in data["merge"]][-1] == "l_n" and data["per_element_outputs"] == ["y"]
+    code, out, _ = run(capsys, "derive", "safe_softmax", "--latex")
+    assert code == 0 and r"\begin{aligned}" in out
+
+
+def test_derive_of_a_non_fusable_cascade_exits_1_and_says_why(capsys):
+    code, _, err = run(capsys, "derive", "softplus_sum")
+    assert code == 1 and "not fusable" in err and "Traceback" not in err
+
+
+def test_prove_writes_documents(capsys, tmp_path):
+    code, _, err = run(capsys, "prove", "logsumexp", "--out", str(tmp_path))
+    assert code == 0 and (tmp_path / "logsumexp.md").read_text().startswith("# logsumexp")
+    code, _, err = run(capsys, "prove")
+    assert code == 2 and "--all" in err
+
+
+def test_demo_prints_verdicts_and_incremental_forms(capsys):
+    code, out, _ = run(capsys, "demo")
+    assert code == 0
+    assert "attention: fusable" in out and "softplus_sum: NOT fusable" in out and "o_n = " in out

@@ -9,9 +9,9 @@ matplotlib.
 """
 
 from .catalogue import lookup, monoids, user_monoid
-from .laws import prove_associative, prove_commutative, prove_distributes, prove_identity, prove_monoid
+from .laws import monoid_laws, prove_associative, prove_commutative, prove_distributes, prove_identity, prove_monoid
 from .proof import Counterexample, Proof
 from .prover import prove_equal
 
-__all__ = ["Counterexample", "Proof", "lookup", "monoids", "prove_associative", "prove_commutative",
+__all__ = ["Counterexample", "Proof", "lookup", "monoid_laws", "monoids", "prove_associative", "prove_commutative",
            "prove_distributes", "prove_equal", "prove_identity", "prove_monoid", "user_monoid"]

@@ -13,6 +13,8 @@ and min commutes with the network.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import sympy as sp
 
 from ..ir.monoid import MAX, MIN, Monoid
@@ -113,3 +115,9 @@ def _topk_distributes(oplus: Monoid, otimes: Monoid, assumptions) -> Proof:
     step = (f"the merge of {oplus.name} is a network of max and min, so x ↦ x ⊗ c commutes with it when it "
             "commutes with max and with min")
     return Proof(proof.claim, proof.status, parts=proof.parts, method="reduction to max and min", steps=(step,))
+
+
+@lru_cache(maxsize=None)
+def monoid_laws(m: Monoid) -> Proof:
+    """``prove_monoid(m)``, computed once per monoid and process."""
+    return prove_monoid(m)

@@ -104,7 +104,11 @@ def reduce_axis(monoid: Monoid, values: np.ndarray, keep: np.ndarray | None):
 
 
 def _topk(k: int, values: np.ndarray, keep: np.ndarray | None):
-    """The k largest values per row, descending, ties to the lower index; -inf/−1 pad short rows."""
+    """The k largest values per row, descending, ties to the lower index.
+
+    A value of -inf (the identity: a masked element, or padding when the row is
+    shorter than k) carries the index -1.
+    """
     rows, length = values.shape
     if keep is not None:
         values = np.where(keep, values, -np.inf)
@@ -112,9 +116,7 @@ def _topk(k: int, values: np.ndarray, keep: np.ndarray | None):
     padded[:, :length] = values
     order = np.argsort(-padded, axis=1, kind="stable")[:, :k]
     top = np.take_along_axis(padded, order, axis=1)
-    index = np.where(np.isneginf(top) & (order >= length), -1, order)
-    if keep is not None:
-        index = np.where(np.isneginf(top), -1, index)
+    index = np.where(np.isneginf(top), -1, order)  # -inf is the identity: a masked or missing element
     return top[:, None, :], index[:, None, :]
 
 

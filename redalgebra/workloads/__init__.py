@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import RedalgebraError
 from ..ir import Cascade, parse
+from . import masks
 from .catalogue import ENTRIES, NOT_FUSABLE
 
 
@@ -73,4 +74,4 @@ def __getattr__(name: str) -> Workload:
     raise AttributeError(f"module 'redalgebra.workloads' has no attribute {name!r}")
 
 
-__all__ = ["CATALOGUE", "Workload", "get", "load", "names"]
+__all__ = ["CATALOGUE", "Workload", "get", "load", "masks", "names"]

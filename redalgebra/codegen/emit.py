@@ -1,0 +1,185 @@
+"""Program → statements: the per-row pieces every kernel skeleton is assembled from.
+
+Naming in generated code: state ``s_r`` (scalars in registers, vectors and
+top-k lists in local arrays, top-k indices ``si_r``), the other state of a merge
+``o_r``/``oi_r``, new scalars ``n_r``, element registers ``e_x``, scalar params
+``p_x``, temporaries ``t_c0``.  Vector element inputs are read from global
+memory where they are used (``float32(v[rr_v, l, j])``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+from ..derive import FusedCascade
+from ..derive.program import Program, TopKMerge
+from .printer import Access, Constants, print_expr
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Compile-time facts of one kernel: concrete sizes, input dtypes, masking, launch shape."""
+
+    sizes: tuple = ()            # ((dimension name, int), ...)
+    dtypes: tuple = ()           # ((input name, "float32" | "float16"), ...)
+    has_keep: bool = False
+    threads: int = 128
+
+    @property
+    def size_of(self) -> dict:
+        return dict(self.sizes)
+
+
+@dataclass
+class Layout:
+    """What each name of the cascade is in the kernel."""
+
+    fused: FusedCascade
+    spec: Spec
+    scalar_state: list = field(default_factory=list)
+    vector_state: dict = field(default_factory=dict)   # reduction -> size constant
+    topk_state: dict = field(default_factory=dict)     # reduction -> K constant
+    constants: dict = field(default_factory=dict)      # constant name -> int value
+
+    @classmethod
+    def of(cls, fused: FusedCascade, spec: Spec) -> "Layout":
+        lay = cls(fused, spec)
+        sizes = fused.cascade.sizes
+        for name, value in spec.sizes:
+            lay.constants[f"D_{name}"] = value
+        for r in fused.cascade.reductions:
+            if r.monoid.k is not None:
+                lay.topk_state[r.name] = f"K_{r.name}"
+                lay.constants[f"K_{r.name}"] = r.monoid.k
+            elif sizes[r.name] is not None:
+                lay.vector_state[r.name] = lay.size_const(sizes[r.name])
+            else:
+                lay.scalar_state.append(r.name)
+        return lay
+
+    def size_const(self, size) -> str:
+        if isinstance(size, int):
+            self.constants[f"D_{size}"] = size
+            return f"D_{size}"
+        if f"D_{size}" not in self.constants:
+            raise ValueError(f"no value given for the size {size!r}")
+        return f"D_{size}"
+
+    # -- access tables -------------------------------------------------------------------------
+    def base_access(self) -> Access:
+        acc = Access()
+        c = self.fused.cascade
+        for s in c.inputs:
+            if s.size is None:
+                acc.scalar[s.name] = f"e_{s.name}"
+            else:
+                acc.vector[s.name] = f"float32({s.name}[rr_{s.name}, l, {{j}}])"
+                acc.size[s.name] = self.size_const(s.size)
+        for p in c.params:
+            if p.size is None:
+                acc.scalar[p.name] = f"p_{p.name}"
+            else:
+                acc.vector[p.name] = f"{p.name}[row, {{j}}]"
+                acc.size[p.name] = self.size_const(p.size)
+        for sym in self.fused.prologue.results:
+            acc.scalar[sym.name] = f"e_{sym.name}"
+        acc.scalar["element.index"] = "l"
+        return acc
+
+    def state_access(self, acc: Access, suffix: str, prefix: str) -> None:
+        """Map ``r_<suffix>`` (or plain ``r`` when suffix is empty) to the state named ``prefix_r``."""
+        for r in self.fused.cascade.reductions:
+            key = f"{r.name}_{suffix}" if suffix else r.name
+            if r.name in self.vector_state or r.name in self.topk_state:
+                acc.vector[key] = f"{prefix}_{r.name}[{{j}}]"
+                acc.size[key] = self.vector_state.get(r.name) or self.topk_state[r.name]
+            else:
+                acc.scalar[key] = f"{prefix}_{r.name}"
+
+    def temps_access(self, acc: Access, program: Program) -> None:
+        results = set(program.results)
+        for sym, _ in program.steps:
+            if sym not in results:
+                acc.scalar[sym.name] = f"t_{sym.name}"
+
+
+def emit_program(program: Program, acc: Access, consts: Constants, lay: Layout, counter, mode: str) -> list[str]:
+    """Statements for a program; ``mode`` is ``update`` (the right side is one element) or ``merge``."""
+    lines: list[str] = []
+    new_scalars = []
+    for sym, expr in program.steps:
+        name = sym.name
+        if isinstance(expr, TopKMerge):
+            lines += _topk_step(name, expr, acc, consts, lay, counter, mode)
+            continue
+        red = name[:-2] if name.endswith("_n") else None
+        if red is not None and red in lay.vector_state:
+            size = lay.vector_state[red]
+            pre, text = print_expr(expr, acc, consts, "j", counter)
+            lines += pre + [f"for j in range({size}):", f"    s_{red}[j] = {text}"]
+            acc.vector[name], acc.size[name] = f"s_{red}[{{j}}]", size  # updated in place
+            continue
+        pre, text = print_expr(expr, acc, consts, None, counter)
+        target = f"n_{red}" if red is not None else f"t_{name}"
+        lines += pre + [f"{target} = {text}"]
+        if red is not None:
+            acc.scalar[name] = target
+            new_scalars.append(red)
+    lines += [f"s_{r} = n_{r}" for r in new_scalars]
+    return lines
+
+
+def _topk_step(name, expr, acc, consts, lay, counter, mode) -> list[str]:
+    k, left, right = expr.args[:3]
+    red = name[:-2]
+    size = lay.topk_state[red]
+    pre, ltext = print_expr(left, acc, consts, "j", counter)
+    lines = pre + [f"for j in range({size}):", f"    s_{red}[j] = {ltext}",
+                   f"    if s_{red}[j] == NEG_INF:", f"        si_{red}[j] = -1"]
+    if mode == "update":
+        pre, rtext = print_expr(right, acc, consts, None, counter)
+        return lines + pre + [f"rt_topk_insert(s_{red}, si_{red}, {rtext}, l)"]
+    pre, rtext = print_expr(right, acc, consts, "j", counter)
+    return lines + pre + [f"for j in range({size}):", f"    o_{red}[j] = {rtext}",
+                          f"    if o_{red}[j] == NEG_INF:", f"        oi_{red}[j] = -1",
+                          f"rt_topk_merge(s_{red}, si_{red}, o_{red}, oi_{red})"]
+
+
+def update_access(lay: Layout) -> Access:
+    acc = lay.base_access()
+    lay.state_access(acc, "a", "s")
+    lay.temps_access(acc, lay.fused.update)
+    return acc
+
+
+def merge_access(lay: Layout) -> Access:
+    acc = lay.base_access()
+    lay.state_access(acc, "a", "s")
+    lay.state_access(acc, "b", "o")
+    lay.temps_access(acc, lay.fused.merge)
+    return acc
+
+
+def final_access(lay: Layout) -> Access:
+    acc = lay.base_access()
+    lay.state_access(acc, "", "s")
+    for o in lay.fused.cascade.outputs:
+        acc.scalar[o.name] = f"y_{o.name}"
+    return acc
+
+
+def element_loads(lay: Layout, consts: Constants, counter) -> list[str]:
+    """Registers for one element ``l``: scalar inputs, then the prologue's atoms."""
+    lines = [f"e_{s.name} = float32({s.name}[rr_{s.name}, l])" for s in lay.fused.cascade.inputs if s.size is None]
+    acc = lay.base_access()
+    for sym, expr in lay.fused.prologue.steps:
+        pre, text = print_expr(expr, acc, consts, None, counter)
+        lines += pre + [f"e_{sym.name} = {text}"]
+    return lines
+
+
+def identity_value(lay: Layout, name: str, consts: Constants) -> str:
+    value = lay.fused.identity[name]
+    return "NEG_INF" if value == -sp.oo else "POS_INF" if value == sp.oo else consts.name(float(value))

@@ -1,0 +1,64 @@
+"""Device helpers shared by every generated module (source text, decorated per back end)."""
+
+HELPERS = '''
+@{device}
+def rt_fp8(x):
+    """Round a float32 to the nearest e4m3 value, ties to even, saturating at ±448 (nan stays nan)."""
+    if x != x:
+        return x
+    y = min(max(x, -_FP8_MAX), _FP8_MAX)
+    mag = abs(y)
+    if mag == _FP8_ZERO:
+        return y
+    e = math.floor(math.log2(mag))
+    if math.pow(_FP8_TWO, e) > mag:
+        e -= _FP8_ONE
+    if math.pow(_FP8_TWO, e + _FP8_ONE) <= mag:
+        e += _FP8_ONE
+    q = math.pow(_FP8_TWO, max(e, _FP8_MIN_EXP) - _FP8_MANT)
+    t = y / q
+    r = math.floor(t + _FP8_HALF)
+    if r - t == _FP8_HALF and r - _FP8_TWO * math.floor(r / _FP8_TWO) != _FP8_ZERO:
+        r -= _FP8_ONE
+    return r * q
+
+
+@{device}
+def rt_topk_insert(vals, idx, v, i):
+    """Insert (v, i) into a descending top-k list; ties go to the lower index; -inf means empty."""
+    if v == NEG_INF or v != v:
+        return
+    k = vals.shape[0]
+    pos = k
+    for j in range(k):
+        if v > vals[j] or (v == vals[j] and (idx[j] < 0 or i < idx[j])):
+            pos = j
+            break
+    if pos == k:
+        return
+    for j in range(k - 1, pos, -1):
+        vals[j] = vals[j - 1]
+        idx[j] = idx[j - 1]
+    vals[pos] = v
+    idx[pos] = i
+
+
+@{device}
+def rt_topk_merge(vals, idx, ovals, oidx):
+    """Merge another top-k list into (vals, idx)."""
+    for j in range(ovals.shape[0]):
+        if oidx[j] >= 0:
+            rt_topk_insert(vals, idx, ovals[j], oidx[j])
+'''
+
+HELPER_CONSTANTS = '''
+NEG_INF = np.float32(-np.inf)
+POS_INF = np.float32(np.inf)
+_FP8_MAX = np.float32(448.0)
+_FP8_ZERO = np.float32(0.0)
+_FP8_ONE = np.float32(1.0)
+_FP8_TWO = np.float32(2.0)
+_FP8_HALF = np.float32(0.5)
+_FP8_MIN_EXP = np.float32(-6.0)
+_FP8_MANT = np.float32(3.0)
+'''

@@ -1,0 +1,279 @@
+"""Kernel skeletons, filled from the derived programs.
+
+Strategies (DESIGN §3a and the paper's fusion levels):
+
+* ``row`` (CPU): ``numba.njit(parallel=True)``, one fused pass per row over ``prange``;
+* ``thread``: a CUDA thread per row runs the incremental loop over the whole row;
+* ``warp``: a warp per row — each lane runs the incremental loop over a strided
+  share of the row, then the derived merge across lanes with shuffles;
+* ``block``: a block per row — lanes, then warps (shuffles), then the warps'
+  states through shared memory, merged by the first warp;
+* ``block_shared``: a block per row without warp operations — every thread's
+  state in shared memory, merged by a tree of ``syncthreads`` steps (the
+  variant the CUDA simulator runs, which has no shuffles).
+
+Every skeleton is the same three pieces — the incremental loop, merges, and
+the outputs — around the printed programs; no kernel is written by hand for a
+workload.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ..derive import FusedCascade
+from .emit import (Layout, Spec, element_loads, emit_program, final_access, identity_value, merge_access,
+                   update_access)
+from .helpers import HELPER_CONSTANTS, HELPERS
+from .printer import Constants, print_expr
+
+STRATEGIES = {"cpu": ("row",), "cuda": ("thread", "warp", "block", "block_shared")}
+FULL = "0xFFFFFFFF"
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """Generated module text and how to call its kernel."""
+
+    source: str
+    backend: str
+    strategy: str
+    args: tuple          # kernel argument names, in order
+    outputs: tuple       # (name, kind, size constant or None); kind: row | element
+    constants: dict
+    threads: int
+
+
+class _Gen:
+    def __init__(self, fused: FusedCascade, spec: Spec, backend: str, strategy: str):
+        self.f, self.spec, self.backend, self.strategy = fused, spec, backend, strategy
+        self.lay = Layout.of(fused, spec)
+        self.consts = Constants()
+        self.counter = itertools.count()
+        self.c = fused.cascade
+        self.varying = set(fused.per_element_outputs)
+
+    # -- allocation and state ----------------------------------------------------------------------
+    def local(self, size: str, kind: str = "float32") -> str:
+        if self.backend == "cpu":
+            return f"np.empty({size}, np.{kind})"
+        return f"cuda.local.array({size}, {kind})"
+
+    def alloc_state(self, prefixes=("s",)) -> list[str]:
+        lines = []
+        for p in prefixes:
+            for r, size in self.lay.vector_state.items():
+                lines.append(f"{p}_{r} = {self.local(size)}")
+            for r, size in self.lay.topk_state.items():
+                lines += [f"{p}_{r} = {self.local(size)}", f"{p}i_{r} = {self.local(size, 'int32')}"]
+        return lines
+
+    def init_state(self, p: str = "s") -> list[str]:
+        lines = []
+        for r in self.lay.scalar_state:
+            lines.append(f"{p}_{r} = {identity_value(self.lay, r, self.consts)}")
+        for r, size in self.lay.vector_state.items():
+            lines += [f"for j in range({size}):", f"    {p}_{r}[j] = {identity_value(self.lay, r, self.consts)}"]
+        for r, size in self.lay.topk_state.items():
+            lines += [f"for j in range({size}):", f"    {p}_{r}[j] = NEG_INF", f"    {p}i_{r}[j] = -1"]
+        return lines
+
+    def copy_state(self, src, dst, src_index: str = "", dst_index: str = "") -> list[str]:
+        """``dst ← src`` for every component; ``*_index`` selects a row of a shared array."""
+        def at(name, idx, j=None):
+            if idx and j is not None:
+                return f"{name}[{idx}, {j}]"
+            if idx:
+                return f"{name}[{idx}]"
+            return f"{name}[{j}]" if j is not None else name
+        lines = [f"{at(f'{dst}_{r}', dst_index)} = {at(f'{src}_{r}', src_index)}" for r in self.lay.scalar_state]
+        for r, size in {**self.lay.vector_state, **self.lay.topk_state}.items():
+            lines += [f"for j in range({size}):", f"    {at(f'{dst}_{r}', dst_index, 'j')} = {at(f'{src}_{r}', src_index, 'j')}"]
+            if r in self.lay.topk_state:
+                lines.append(f"    {at(f'{dst}i_{r}', dst_index, 'j')} = {at(f'{src}i_{r}', src_index, 'j')}")
+        return lines
+
+    def shuffle(self, src: str, dst: str, call: str) -> list[str]:
+        """``dst ← call(src)`` for every component (``call`` is a format with ``{v}``)."""
+        lines = [f"{dst}_{r} = {call.format(v=f'{src}_{r}')}" for r in self.lay.scalar_state]
+        for r, size in {**self.lay.vector_state, **self.lay.topk_state}.items():
+            lines += [f"for j in range({size}):", f"    {dst}_{r}[j] = {call.format(v=f'{src}_{r}[j]')}"]
+            if r in self.lay.topk_state:
+                lines.append(f"    {dst}i_{r}[j] = {call.format(v=f'{src}i_{r}[j]')}")
+        return lines
+
+    # -- the pieces --------------------------------------------------------------------------------
+    def row_setup(self) -> list[str]:
+        lines = [f"p_{p.name} = {p.name}[row]" for p in self.c.params if p.size is None]
+        lines += [f"rr_{s.name} = row // rep_{s.name}" for s in self.c.inputs]
+        return lines
+
+    def incremental(self, start: str, step: str) -> list[str]:
+        body = []
+        if self.spec.has_keep:
+            body.append("if keep[row, l] != 0:")
+            inner = element_loads(self.lay, self.consts, self.counter)
+            inner += emit_program(self.f.update, update_access(self.lay), self.consts, self.lay, self.counter, "update")
+            body += ["    " + ln for ln in inner]
+        else:
+            body += element_loads(self.lay, self.consts, self.counter)
+            body += emit_program(self.f.update, update_access(self.lay), self.consts, self.lay, self.counter, "update")
+        return [f"for l in range({start}, length, {step}):"] + ["    " + ln for ln in body]
+
+    def merge(self) -> list[str]:
+        return emit_program(self.f.merge, merge_access(self.lay), self.consts, self.lay, self.counter, "merge")
+
+    def outputs(self, lead: str, start: str, step: str) -> list[str]:
+        """Row outputs (scalars by the thread where ``lead`` holds, vectors strided) and per-element outputs."""
+        acc = final_access(self.lay)
+        sizes = self.c.sizes
+        scalar, strided, element = [], [], []
+        for sym, expr in self.f.finalize.steps:
+            name = sym.name
+            if name in self.varying:
+                element.append((name, expr))
+                continue
+            size = sizes[name]
+            if size is None:
+                pre, text = print_expr(expr, acc, self.consts, None, self.counter)
+                scalar += pre + [f"y_{name} = {text}", f"out_{name}[row] = y_{name}"]
+            else:
+                const = self.lay.size_const(size)
+                pre, text = print_expr(expr, acc, self.consts, "j", self.counter)
+                strided += pre + [f"for j in range({start}, {const}, {step}):", f"    out_{name}[row, j] = {text}"]
+        for r, size in self.lay.topk_state.items():
+            strided += [f"for j in range({start}, {size}, {step}):", f"    out_{r}_index[row, j] = si_{r}[j]"]
+        lines = []
+        if scalar:
+            lines += [f"if {lead}:"] + ["    " + ln for ln in scalar] if lead != "True" else scalar
+        lines += strided
+        if element:
+            body = element_loads(self.lay, self.consts, self.counter)
+            for name, expr in element:
+                if sizes[name] is None:
+                    pre, text = print_expr(expr, acc, self.consts, None, self.counter)
+                    body += pre + [f"out_{name}[row, l] = {text}"]
+                else:
+                    pre, text = print_expr(expr, acc, self.consts, "j", self.counter)
+                    body += pre + [f"for j in range({self.lay.size_const(sizes[name])}):",
+                                   f"    out_{name}[row, l, j] = {text}"]
+            lines += [f"for l in range({start}, length, {step}):"] + ["    " + ln for ln in body]
+        return lines
+
+    # -- signature ---------------------------------------------------------------------------------
+    def args(self) -> tuple:
+        names = [s.name for s in self.c.inputs] + [f"rep_{s.name}" for s in self.c.inputs]
+        names += [p.name for p in self.c.params] + ["keep"]
+        names += [f"out_{o.name}" for o in self.c.outputs] + [f"out_{r}_index" for r in self.lay.topk_state]
+        return tuple(names + ["rows", "length"])
+
+    def output_specs(self) -> tuple:
+        specs = []
+        for o in self.c.outputs:
+            size = self.c.sizes[o.name]
+            specs.append((o.name, "element" if o.name in self.varying else "row",
+                          None if size is None else self.lay.size_const(size)))
+        specs += [(f"{r}.index", "index", k) for r, k in self.lay.topk_state.items()]
+        return tuple(specs)
+
+    # -- skeletons -----------------------------------------------------------------------------------
+    def kernel_body(self) -> list[str]:
+        return getattr(self, "_body_" + self.strategy)()
+
+    def _body_row(self) -> list[str]:
+        body = self.alloc_state() + self.row_setup() + self.init_state() + self.incremental("0", "1")
+        body += self.outputs("True", "0", "1")
+        return ["for row in prange(rows):"] + ["    " + ln for ln in body]
+
+    def _body_thread(self) -> list[str]:
+        lines = ["row = cuda.grid(1)", "if row < rows:"]
+        body = self.alloc_state() + self.row_setup() + self.init_state() + self.incremental("0", "1")
+        body += self.outputs("True", "0", "1")
+        return lines + ["    " + ln for ln in body]
+
+    def _warp_reduce(self) -> list[str]:
+        loop = self.shuffle("s", "o", f"cuda.shfl_down_sync({FULL}, {{v}}, off)") + self.merge() + ["off //= 2"]
+        return ["off = 16", "while off > 0:"] + ["    " + ln for ln in loop]
+
+    def _body_warp(self) -> list[str]:
+        lines = ["tid = cuda.threadIdx.x", "lane = tid % 32", f"row = cuda.blockIdx.x * {self.spec.threads // 32} + tid // 32",
+                 "if row < rows:"]
+        body = self.alloc_state(("s", "o")) + self.row_setup() + self.init_state() + self.incremental("lane", "32")
+        body += self._warp_reduce()
+        body += self.shuffle("s", "s", f"cuda.shfl_sync({FULL}, {{v}}, 0)")
+        body += self.outputs("lane == 0", "lane", "32")
+        return lines + ["    " + ln for ln in body]
+
+    def shared_decls(self, count: str, prefix: str = "sh") -> list[str]:
+        lines = [f"{prefix}_{r} = cuda.shared.array({count}, float32)" for r in self.lay.scalar_state]
+        for r, size in {**self.lay.vector_state, **self.lay.topk_state}.items():
+            lines.append(f"{prefix}_{r} = cuda.shared.array(({count}, {size}), float32)")
+            if r in self.lay.topk_state:
+                lines.append(f"{prefix}i_{r} = cuda.shared.array(({count}, {size}), int32)")
+        return lines
+
+    def _body_block(self) -> list[str]:
+        nw = self.spec.threads // 32
+        lines = self.shared_decls(str(nw))
+        lines += ["tid = cuda.threadIdx.x", "lane = tid % 32", "warp = tid // 32", "row = cuda.blockIdx.x"]
+        lines += self.alloc_state(("s", "o")) + self.row_setup() + self.init_state() + self.incremental("tid", str(self.spec.threads))
+        lines += self._warp_reduce()
+        lines += ["if lane == 0:"] + ["    " + ln for ln in self.copy_state("s", "sh", dst_index="warp")]
+        lines += ["cuda.syncthreads()", "if warp == 0:"]
+        first = [f"if lane < {nw}:"] + ["    " + ln for ln in self.copy_state("sh", "s", src_index="lane")]
+        first += ["else:"] + ["    " + ln for ln in self.init_state()]
+        first += self._warp_reduce()
+        first += ["if lane == 0:"] + ["    " + ln for ln in self.copy_state("s", "sh", dst_index="0")]
+        lines += ["    " + ln for ln in first]
+        lines += ["cuda.syncthreads()"] + self.copy_state("sh", "s", src_index="0")
+        lines += self.outputs("tid == 0", "tid", str(self.spec.threads))
+        return lines
+
+    def _body_block_shared(self) -> list[str]:
+        nt = self.spec.threads
+        if nt & (nt - 1):
+            raise ValueError(f"block_shared needs a power-of-two block size, got {nt}")
+        lines = self.shared_decls(str(nt))
+        lines += ["tid = cuda.threadIdx.x", "row = cuda.blockIdx.x"]
+        lines += self.alloc_state(("s", "o")) + self.row_setup() + self.init_state() + self.incremental("tid", str(nt))
+        lines += self.copy_state("s", "sh", dst_index="tid") + ["cuda.syncthreads()", f"stride = {nt // 2}",
+                                                                 "while stride > 0:"]
+        step = ["if tid < stride:"]
+        step += ["    " + ln for ln in self.copy_state("sh", "o", src_index="tid + stride") + self.merge()
+                 + self.copy_state("s", "sh", dst_index="tid")]
+        step += ["cuda.syncthreads()", "stride //= 2"]
+        lines += ["    " + ln for ln in step]
+        lines += self.copy_state("sh", "s", src_index="0")
+        lines += self.outputs("tid == 0", "tid", str(nt))
+        return lines
+
+    # -- the module ----------------------------------------------------------------------------------
+    def module(self) -> KernelSource:
+        body = self.kernel_body()
+        args = self.args()
+        if self.backend == "cpu":
+            header = ["from numba import njit, prange, float32, int32"]
+            device, kernel = "njit(cache=False)", "njit(parallel=True, fastmath=False, cache=False)"
+        else:
+            header = ["from numba import cuda, float32, int32"]
+            device, kernel = "cuda.jit(device=True)", "cuda.jit(fastmath=False)"
+        text = [f"# Generated by redalgebra from the cascade {self.c.name!r}: backend {self.backend}, "
+                f"strategy {self.strategy}.", "# Do not edit; regenerate with redalgebra.codegen.generate().",
+                "import math", "", "import numpy as np", *header, HELPER_CONSTANTS.strip(), *self.consts.lines()]
+        text += [f"{k} = {v}" for k, v in sorted(self.lay.constants.items())]
+        text += [HELPERS.replace("{device}", device), "", f"@{kernel}", f"def kernel({', '.join(args)}):"]
+        text += ["    " + ln for ln in body]
+        return KernelSource("\n".join(text) + "\n", self.backend, self.strategy, args, self.output_specs(),
+                            dict(self.lay.constants), self.spec.threads)
+
+
+def generate(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None,
+             spec: Spec | None = None) -> KernelSource:
+    """Kernel source for ``fused`` on ``backend`` (``cpu`` | ``cuda``) with ``strategy``."""
+    if backend not in STRATEGIES:
+        raise ValueError(f"unknown back end {backend!r}; choose one of {sorted(STRATEGIES)}")
+    strategy = strategy or STRATEGIES[backend][0]
+    if strategy not in STRATEGIES[backend]:
+        raise ValueError(f"strategy {strategy!r} is not available on {backend}; choose one of {STRATEGIES[backend]}")
+    return _Gen(fused, spec or Spec(), backend, strategy).module()

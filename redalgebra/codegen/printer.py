@@ -1,0 +1,221 @@
+"""A SymPy printer that writes numba-compatible float32 Python.
+
+* Every number becomes a named ``np.float32`` module constant (``_K0 = np.float32(448.0)``):
+  a Python float literal is float64 and would promote the whole expression,
+  and an integer times a float32 is float64 in numba.
+* ``exp``, ``log`` and ``sqrt`` become ``math.*`` (numba picks the float32
+  overloads); ``abs``, ``max``, ``min`` stay builtins; guards become
+  conditional expressions.
+* Symbols are looked up in an access table: a state variable, a register, an
+  element read from global memory (``k[rr, l, j]``), a param (``q[row, j]``).
+  A vector symbol is printed at the current component index; ``dot`` and
+  ``vsum`` become loops emitted as pre-statements before the line that uses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy as sp
+from sympy.printing.str import StrPrinter
+
+from ..ir.functions import Dot, RoundE4M3, VSum
+
+_FUNCTIONS = {"exp": "math.exp", "log": "math.log", "sqrt": "math.sqrt"}
+
+
+@dataclass
+class Access:
+    """How each symbol is read: ``scalar[name]`` is text; ``vector[name]`` is text with ``{j}``."""
+
+    scalar: dict = field(default_factory=dict)
+    vector: dict = field(default_factory=dict)
+    size: dict = field(default_factory=dict)   # vector name -> size constant (text)
+
+    def is_vector(self, expr: sp.Basic) -> bool:
+        """True when ``expr`` has a vector symbol outside a dot/vsum (so it is itself a vector)."""
+        if isinstance(expr, (Dot, VSum)):
+            return False
+        if isinstance(expr, sp.Symbol):
+            return expr.name in self.vector
+        return any(self.is_vector(a) for a in expr.args)
+
+    def vector_size(self, expr: sp.Basic) -> str:
+        for s in sp.preorder_traversal(expr):
+            if isinstance(s, sp.Symbol) and s.name in self.vector:
+                return self.size[s.name]
+        raise ValueError(f"{expr} is not a vector")
+
+
+class Constants:
+    """The float32 constants a module needs, each named once."""
+
+    def __init__(self):
+        self.names: dict[str, str] = {}
+
+    def name(self, value: float) -> str:
+        key = repr(float(value))
+        if key not in self.names:
+            self.names[key] = f"_K{len(self.names)}"
+        return self.names[key]
+
+    def lines(self) -> list[str]:
+        return [f"{n} = np.float32({k})" for k, n in self.names.items()]
+
+
+class KernelPrinter(StrPrinter):
+    """Prints one expression; loops it needs (dot, vsum) are collected in ``self.pre``."""
+
+    printmethod = "_kernelstr"  # not the classes' own _sympystr, which prints the text format
+
+    def __init__(self, access: Access, constants: Constants, j: str | None = None, temps=None):
+        super().__init__()
+        self.access, self.constants, self.j = access, constants, j
+        self.pre: list[str] = []
+        self.temps = temps if temps is not None else iter(range(10**9))
+
+    # -- atoms -----------------------------------------------------------------------------------
+    def _print_Symbol(self, expr):
+        name = expr.name
+        if name in self.access.vector:
+            if self.j is None:
+                raise ValueError(f"vector {name} used where a scalar is needed")
+            return self.access.vector[name].format(j=self.j)
+        if name not in self.access.scalar:
+            raise KeyError(f"no access rule for symbol {name!r}")
+        return self.access.scalar[name]
+
+    def _number(self, value) -> str:
+        return self.constants.name(float(value))
+
+    _print_Integer = _print_Rational = _print_Float = _print_Zero = _number
+
+    def _print_Half(self, expr):
+        return self._number(expr)
+
+    def _print_One(self, expr):
+        return self._number(expr)
+
+    def _print_NegativeOne(self, expr):
+        return self._number(expr)
+
+    def _print_Infinity(self, expr):
+        return "POS_INF"
+
+    def _print_NegativeInfinity(self, expr):
+        return "NEG_INF"
+
+    def _print_Exp1(self, expr):
+        return self._number(sp.E.evalf(30))
+
+    def _print_BooleanTrue(self, expr):
+        return "True"
+
+    def _print_BooleanFalse(self, expr):
+        return "False"
+
+    # -- arithmetic ------------------------------------------------------------------------------
+    def _print_Mul(self, expr):
+        coeff, rest = expr.as_coeff_Mul()
+        if coeff == -1:
+            return "-" + self.parenthesize(rest, 50)
+        num, den = [], []
+        for f in sp.Mul.make_args(expr):
+            if f.is_Pow and f.exp.is_Integer and f.exp < 0:
+                den.append(f.base if f.exp == -1 else sp.Pow(f.base, -f.exp, evaluate=False))
+            elif f.is_Rational and not f.is_Integer:
+                num.append(sp.Integer(f.p)) if f.p != 1 else None
+                den.append(sp.Integer(f.q))
+            else:
+                num.append(f)
+        top = "*".join(self.parenthesize(f, 50) for f in num) or self._number(1)
+        if not den:
+            return top
+        bottom = "*".join(self.parenthesize(f, 50) for f in den)
+        return f"{top}/({bottom})" if len(den) > 1 else f"{top}/{self.parenthesize(den[0], 60)}"
+
+    def _print_Pow(self, expr):
+        base, exp = expr.args
+        b = self.parenthesize(base, 60)
+        if exp == sp.Rational(1, 2):
+            return f"math.sqrt({self._print(base)})"
+        if exp == -sp.Rational(1, 2):
+            return f"({self._number(1)}/math.sqrt({self._print(base)}))"
+        if exp.is_Integer and 0 < exp <= 4:
+            return "(" + "*".join([b] * int(exp)) + ")"
+        if exp.is_Integer and -4 <= exp < 0:
+            return f"({self._number(1)}/(" + "*".join([b] * int(-exp)) + "))"
+        return f"math.pow({self._print(base)}, {self._print(exp)})"
+
+    # -- functions -------------------------------------------------------------------------------
+    def _print_Function(self, expr):
+        name = expr.func.__name__
+        if name in _FUNCTIONS:
+            return f"{_FUNCTIONS[name]}({self._print(expr.args[0])})"
+        raise NotImplementedError(f"no kernel rule for the function {name} in {expr}")
+
+    def _print_exp(self, expr):
+        return f"math.exp({self._print(expr.args[0])})"
+
+    def _print_log(self, expr):
+        return f"math.log({self._print(expr.args[0])})"
+
+    def _print_Abs(self, expr):
+        return f"abs({self._print(expr.args[0])})"
+
+    def _binary_fold(self, name, args):
+        out = self._print(args[0])
+        for a in args[1:]:
+            out = f"{name}({out}, {self._print(a)})"
+        return out
+
+    def _print_Max(self, expr):
+        return self._binary_fold("max", expr.args)
+
+    def _print_Min(self, expr):
+        return self._binary_fold("min", expr.args)
+
+    def _print_RoundE4M3(self, expr):
+        return f"rt_fp8({self._print(expr.args[0])})"
+
+    def _print_Dot(self, expr):
+        return self._loop("+", expr.args[0] * expr.args[1], self.access.vector_size(expr.args[0]))
+
+    def _print_VSum(self, expr):
+        return self._loop("+", expr.args[0], self.access.vector_size(expr.args[0]))
+
+    def _loop(self, op, body, size) -> str:
+        n = next(self.temps)
+        acc, jj = f"_acc{n}", f"_j{n}"
+        inner = KernelPrinter(self.access, self.constants, jj, self.temps)
+        text = inner.doprint(body)
+        self.pre += inner.pre
+        self.pre += [f"{acc} = {self._number(0)}", f"for {jj} in range({size}):", f"    {acc} += {text}"]
+        return acc
+
+    # -- guards ----------------------------------------------------------------------------------
+    def _print_Piecewise(self, expr):
+        out = self._print(expr.args[-1][0])
+        for value, cond in reversed(expr.args[:-1]):
+            out = f"({self._print(value)} if {self._print(cond)} else {out})"
+        return out
+
+    def _print_Relational(self, expr):
+        op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]
+        return f"({self._print(expr.lhs)} {op} {self._print(expr.rhs)})"
+
+    def _print_Or(self, expr):
+        return "(" + " or ".join(self._print(a) for a in expr.args) + ")"
+
+    def _print_And(self, expr):
+        return "(" + " and ".join(self._print(a) for a in expr.args) + ")"
+
+    def _print_Not(self, expr):
+        return f"(not {self._print(expr.args[0])})"
+
+
+def print_expr(expr: sp.Expr, access: Access, constants: Constants, j: str | None = None, temps=None):
+    """``(pre_statements, text)`` of one expression."""
+    p = KernelPrinter(access, constants, j, temps)
+    text = p.doprint(expr)
+    return p.pre, text

@@ -1,0 +1,42 @@
+"""Importing numba's targets: the CPU ``njit``, real CUDA, and the CUDA simulator.
+
+The simulator is chosen by ``NUMBA_ENABLE_CUDASIM=1`` when ``numba.cuda`` is
+first imported, so the choice is made once per process: asking for the other
+one afterwards is an error that says how to proceed, not a silent fallback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import RedalgebraError
+
+BACKENDS = ("cpu", "cuda", "cudasim")
+
+
+def cuda_module(backend: str):
+    """``numba.cuda`` for ``cuda``, ``cudasim`` or ``ptx`` (real CUDA's compiler, no GPU needed),
+    checking the process has not chosen the other."""
+    want_sim = backend == "cudasim"
+    if "numba.cuda" not in sys.modules:
+        if want_sim:
+            os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        elif os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+            raise RedalgebraError("NUMBA_ENABLE_CUDASIM=1 is set: unset it to use the real CUDA back end")
+    try:
+        from numba import config, cuda
+    except ImportError as err:
+        raise RedalgebraError(f"the {backend} back end needs numba-cuda: pip install 'redalgebra[cuda]' ({err})") from None
+    if bool(config.ENABLE_CUDASIM) != want_sim:
+        raise RedalgebraError(f"this process already uses {'the CUDA simulator' if config.ENABLE_CUDASIM else 'real CUDA'};"
+                              f" run the {backend} back end in a fresh process")
+    if backend == "cuda" and not cuda.is_available():
+        raise RedalgebraError("no CUDA GPU is available here; use backend='cudasim' (or 'cpu')")
+    return cuda
+
+
+def check_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise RedalgebraError(f"unknown back end {backend!r}; choose one of {', '.join(BACKENDS)}")
+    return backend

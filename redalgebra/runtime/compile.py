@@ -1,0 +1,183 @@
+"""``compile(fused, backend, strategy)``: a callable running the generated kernel.
+
+The callable takes the reference evaluator's layout (see
+:mod:`redalgebra.ir.reference`) — NumPy arrays, or device arrays exposing the
+CUDA array interface (numba, CuPy, PyTorch) on the CUDA back ends — and
+returns the outputs by name (plus ``"NAME.index"`` for top-k).  A kernel is
+generated and compiled once per distinct set of compile-time facts (vector
+sizes, input dtypes, masking), then cached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..codegen import STRATEGIES, KernelSource, Spec, generate
+from ..derive import FusedCascade
+from ..errors import EvaluationError, RedalgebraError
+from .backends import check_backend, cuda_module
+from .cache import load
+
+_FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
+DEFAULT_STRATEGY = {"cpu": "row", "cuda": "block", "cudasim": "block_shared"}
+
+
+def _is_device(a) -> bool:
+    return hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray)
+
+
+@dataclass
+class Kernel:
+    """A compiled fused cascade; call it with inputs, params and an optional ``keep`` mask."""
+
+    fused: FusedCascade
+    backend: str
+    strategy: str
+    threads: int = 128
+    _compiled: dict = field(default_factory=dict, repr=False)
+
+    def source(self, spec: Spec) -> KernelSource:
+        gen_backend = "cpu" if self.backend == "cpu" else "cuda"
+        return generate(self.fused, gen_backend, self.strategy, spec)
+
+    def _module(self, spec: Spec):
+        if spec not in self._compiled:
+            src = self.source(spec)
+            if self.backend != "cpu":
+                cuda_module(self.backend)  # picks the simulator or real CUDA before the module imports numba.cuda
+            self._compiled[spec] = (src, load(src.source))
+        return self._compiled[spec]
+
+    # -- argument layout ---------------------------------------------------------------------------
+    def _layout(self, inputs: dict, params: dict, keep):
+        c = self.fused.cascade
+        missing = [s.name for s in c.inputs if s.name not in inputs] + [p.name for p in c.params if p.name not in params]
+        if missing:
+            raise EvaluationError(f"{c.name}: no value given for {missing}")
+        first = inputs[c.inputs[0].name]
+        shape = tuple(first.shape)
+        rows = max(tuple(inputs[s.name].shape)[0] for s in c.inputs)
+        length = shape[1]
+        sizes, dtypes, reps = {}, [], {}
+        for s in c.inputs:
+            a = inputs[s.name]
+            want = 2 if s.size is None else 3
+            if len(a.shape) != want or a.shape[1] != length:
+                raise EvaluationError(f"input {s.name} must be (rows, L{', size' if want == 3 else ''}) with L = "
+                                      f"{length}, got {tuple(a.shape)}")
+            if rows % a.shape[0]:
+                raise EvaluationError(f"input {s.name} has {a.shape[0]} rows, which does not divide {rows}")
+            reps[s.name] = rows // a.shape[0]
+            if want == 3:
+                self._size(sizes, s.size, a.shape[2], s.name)
+            dt = np.dtype(a.dtype)
+            if dt not in _FLOAT_DTYPES:
+                raise EvaluationError(f"input {s.name} has dtype {dt}; the kernels read float32 or float16")
+            dtypes.append((s.name, _FLOAT_DTYPES[dt]))
+        for p in c.params:
+            if p.size is not None:
+                self._size(sizes, p.size, np.shape(params[p.name])[-1], p.name)
+        spec = Spec(tuple(sorted((k, v) for k, v in sizes.items() if isinstance(k, str))), tuple(dtypes),
+                    keep is not None, self.threads)
+        return spec, rows, length, reps
+
+    @staticmethod
+    def _size(sizes, name, got, who):
+        if isinstance(name, int):
+            if got != name:
+                raise EvaluationError(f"{who} has size {got}, the cascade says {name}")
+            return
+        if sizes.setdefault(name, got) != got:
+            raise EvaluationError(f"{who} has size {got} but {name} = {sizes[name]}")
+
+    def _param(self, p, value, rows):
+        a = np.asarray(value, dtype=np.float32)
+        if p.size is None:
+            a = np.broadcast_to(a.reshape(-1), (rows,)) if a.size in (1, rows) else None
+        else:
+            a = np.broadcast_to(a.reshape(-1, a.shape[-1]), (rows, a.shape[-1])) if a.ndim in (1, 2) else None
+        if a is None:
+            raise EvaluationError(f"param {p.name}: expected {'a number or (rows,)' if p.size is None else '(size,) or (rows, size)'}")
+        return np.ascontiguousarray(a)
+
+    # -- call --------------------------------------------------------------------------------------
+    def __call__(self, inputs: dict, params: dict | None = None, keep=None) -> dict:
+        params = params or {}
+        spec, rows, length, reps = self._layout(inputs, params, keep)
+        src, module = self._module(spec)
+        c = self.fused.cascade
+        on_device = any(_is_device(inputs[s.name]) for s in c.inputs)
+        outs = self._outputs(src, rows, length, spec)
+        args = [inputs[s.name] for s in c.inputs] + [reps[s.name] for s in c.inputs]
+        args += [self._param(p, params[p.name], rows) for p in c.params]
+        args.append(np.zeros((1, 1), np.uint8) if keep is None else np.ascontiguousarray(np.asarray(keep), np.uint8))
+        args += [outs[name] for name, _, _ in src.outputs]
+        args += [rows, length]
+        if self.backend == "cpu":
+            module.kernel(*[np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a for a in args])
+            return self._named(src, outs)
+        return self._launch(src, module, args, outs, rows, on_device)
+
+    def _outputs(self, src: KernelSource, rows, length, spec) -> dict:
+        out = {}
+        for name, kind, size in src.outputs:
+            width = () if size is None else (src.constants[size],)
+            if kind == "index":
+                out[name] = np.zeros((rows, size if isinstance(size, int) else src.constants[size]), np.int32)
+            else:
+                out[name] = np.zeros((rows, length, *width) if kind == "element" else (rows, *width), np.float32)
+        return out
+
+    @staticmethod
+    def _named(src: KernelSource, outs: dict) -> dict:
+        return dict(outs)
+
+    def _launch(self, src, module, args, outs, rows, on_device):
+        cuda = cuda_module(self.backend)
+        dev = [cuda.as_cuda_array(a) if _is_device(a) else (cuda.to_device(np.ascontiguousarray(a))
+               if isinstance(a, np.ndarray) else a) for a in args]
+        n_out = len(src.outputs)
+        out_dev = dev[-2 - n_out:-2]
+        blocks, threads = self._grid(rows)
+        module.kernel[blocks, threads](*dev)
+        result = {}
+        for (name, _, _), arr in zip(src.outputs, out_dev):
+            result[name] = arr if on_device else arr.copy_to_host()
+        return result
+
+    def _grid(self, rows):
+        t = self.threads
+        if self.strategy == "thread":
+            return (rows + t - 1) // t, t
+        if self.strategy == "warp":
+            per = t // 32
+            return (rows + per - 1) // per, t
+        return rows, t
+
+
+def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None, threads: int | None = None) -> Kernel:
+    """A callable that runs ``fused`` with a generated kernel.
+
+    Parameters
+    ----------
+    backend : ``"cpu"`` | ``"cuda"`` | ``"cudasim"``
+    strategy : str, optional
+        ``row`` on the CPU; ``thread``, ``warp``, ``block`` or ``block_shared`` on CUDA.
+        Under the simulator, which has no warp operations, the shuffle-free
+        ``block_shared`` is chosen for every request but ``thread``.
+    threads : int, optional
+        Threads per block (default 128; 32 under the simulator, which runs a thread per OS thread).
+    """
+    check_backend(backend)
+    if not isinstance(fused, FusedCascade):
+        raise RedalgebraError(f"compile() takes a FusedCascade (from redalgebra.derive), got {type(fused).__name__}")
+    strategy = strategy or DEFAULT_STRATEGY[backend]
+    family = "cpu" if backend == "cpu" else "cuda"
+    if strategy not in STRATEGIES[family]:
+        raise RedalgebraError(f"strategy {strategy!r} is not available on {backend}; choose one of {STRATEGIES[family]}")
+    if backend == "cudasim" and strategy in ("warp", "block"):
+        strategy = "block_shared"  # the simulator has no shuffles
+    threads = threads or (32 if backend == "cudasim" else 128)
+    return Kernel(fused, backend, strategy, threads)

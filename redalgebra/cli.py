@@ -60,6 +60,19 @@ def _cmd_derive(args) -> int:
     return 0
 
 
+def _cmd_check(args) -> int:
+    from .runtime.check import check
+
+    fused = derive(workloads.load(args.target))
+    results = check(fused, args.backend, args.strategy, dtypes=tuple(args.dtype or ["float32"]))
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        for r in results:
+            print(r.line())
+    return 0 if all(r.passed for r in results) else 1
+
+
 def _cmd_prove(args) -> int:
     if args.all == bool(args.target):
         raise RedalgebraError("give one NAME|FILE, or --all for the whole catalogue")
@@ -116,6 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--latex", action="store_true")
     p.set_defaults(run=_cmd_derive)
+    p = sub.add_parser("check", help="generate, compile and run kernels; compare with the float64 reference")
+    p.add_argument("target", metavar="NAME|FILE")
+    p.add_argument("--backend", choices=("cpu", "cudasim", "cuda"), default="cpu")
+    p.add_argument("--strategy", help="row (cpu); thread, warp, block, block_shared (cuda)")
+    p.add_argument("--dtype", action="append", choices=("float32", "float16"), default=None,
+                   help="input dtype (repeat for several; default float32)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=_cmd_check)
     p = sub.add_parser("prove", help="write the proof document (Markdown) of a cascade or the catalogue")
     p.add_argument("target", metavar="NAME|FILE", nargs="?")
     p.add_argument("--all", action="store_true", help="every catalogue workload")

@@ -1,8 +1,13 @@
 import os
 
-import matplotlib
-import pytest
-from hypothesis import HealthCheck, settings
+# The test process runs CUDA kernels on numba's simulator (no GPU in CI); it must be chosen before
+# anything imports numba.cuda. Real CUDA variants are compiled to PTX in a subprocess.
+os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+os.environ.setdefault("REDALGEBRA_CACHE", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "kernels"))
+
+import matplotlib  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 matplotlib.use("Agg")
 

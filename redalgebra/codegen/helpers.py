@@ -2,6 +2,20 @@
 
 HELPERS = '''
 @{device}
+def rt_log(x):
+    """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
+    if x > _FP8_ZERO:
+        return math.log(x)
+    return NEG_INF if x == _FP8_ZERO else NAN
+
+
+@{device}
+def rt_sqrt(x):
+    """sqrt with sqrt of a negative = nan on every target (the simulator's math.sqrt raises)."""
+    return math.sqrt(x) if x >= _FP8_ZERO else NAN
+
+
+@{device}
 def rt_fp8(x):
     """Round a float32 to the nearest e4m3 value, ties to even, saturating at ±448 (nan stays nan)."""
     if x != x:
@@ -54,6 +68,7 @@ def rt_topk_merge(vals, idx, ovals, oidx):
 HELPER_CONSTANTS = '''
 NEG_INF = np.float32(-np.inf)
 POS_INF = np.float32(np.inf)
+NAN = np.float32(np.nan)
 _FP8_MAX = np.float32(448.0)
 _FP8_ZERO = np.float32(0.0)
 _FP8_ONE = np.float32(1.0)

@@ -3,9 +3,10 @@
 * Every number becomes a named ``np.float32`` module constant (``_K0 = np.float32(448.0)``):
   a Python float literal is float64 and would promote the whole expression,
   and an integer times a float32 is float64 in numba.
-* ``exp``, ``log`` and ``sqrt`` become ``math.*`` (numba picks the float32
-  overloads); ``abs``, ``max``, ``min`` stay builtins; guards become
-  conditional expressions.
+* ``exp`` becomes ``math.exp`` (numba picks the float32 overload); ``log`` and
+  ``sqrt`` become helpers with IEEE edge results on every target (the
+  simulator's ``math.log(0)`` raises); ``abs``, ``max``, ``min`` stay builtins;
+  guards become conditional expressions.
 * Symbols are looked up in an access table: a state variable, a register, an
   element read from global memory (``k[rr, l, j]``), a param (``q[row, j]``).
   A vector symbol is printed at the current component index; ``dot`` and
@@ -21,7 +22,7 @@ from sympy.printing.str import StrPrinter
 
 from ..ir.functions import Dot, RoundE4M3, VSum
 
-_FUNCTIONS = {"exp": "math.exp", "log": "math.log", "sqrt": "math.sqrt"}
+_FUNCTIONS = {"exp": "math.exp", "log": "rt_log", "sqrt": "rt_sqrt"}
 
 
 @dataclass
@@ -138,9 +139,9 @@ class KernelPrinter(StrPrinter):
         base, exp = expr.args
         b = self.parenthesize(base, 60)
         if exp == sp.Rational(1, 2):
-            return f"math.sqrt({self._print(base)})"
+            return f"rt_sqrt({self._print(base)})"
         if exp == -sp.Rational(1, 2):
-            return f"({self._number(1)}/math.sqrt({self._print(base)}))"
+            return f"({self._number(1)}/rt_sqrt({self._print(base)}))"
         if exp.is_Integer and 0 < exp <= 4:
             return "(" + "*".join([b] * int(exp)) + ")"
         if exp.is_Integer and -4 <= exp < 0:
@@ -158,7 +159,7 @@ class KernelPrinter(StrPrinter):
         return f"math.exp({self._print(expr.args[0])})"
 
     def _print_log(self, expr):
-        return f"math.log({self._print(expr.args[0])})"
+        return f"rt_log({self._print(expr.args[0])})"
 
     def _print_Abs(self, expr):
         return f"abs({self._print(expr.args[0])})"

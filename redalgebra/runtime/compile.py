@@ -10,6 +10,7 @@ sizes, input dtypes, masking), then cached.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,10 +57,9 @@ class Kernel:
         missing = [s.name for s in c.inputs if s.name not in inputs] + [p.name for p in c.params if p.name not in params]
         if missing:
             raise EvaluationError(f"{c.name}: no value given for {missing}")
-        first = inputs[c.inputs[0].name]
-        shape = tuple(first.shape)
-        rows = max(tuple(inputs[s.name].shape)[0] for s in c.inputs)
-        length = shape[1]
+        length = tuple(inputs[c.inputs[0].name].shape)[1]
+        rows = max([tuple(inputs[s.name].shape)[0] for s in c.inputs] +
+                   [np.shape(params[p.name])[0] for p in c.params if np.ndim(params[p.name]) == (1 if p.size is None else 2)])
         sizes, dtypes, reps = {}, [], {}
         for s in c.inputs:
             a = inputs[s.name]
@@ -105,6 +105,9 @@ class Kernel:
     # -- call --------------------------------------------------------------------------------------
     def __call__(self, inputs: dict, params: dict | None = None, keep=None) -> dict:
         params = params or {}
+        if self.backend == "cpu":  # numba's CPU target has no float16 arrays: widen on the host
+            inputs = {k: (np.asarray(v, np.float32) if np.asarray(v).dtype == np.float16 else v)
+                      for k, v in inputs.items()}
         spec, rows, length, reps = self._layout(inputs, params, keep)
         src, module = self._module(spec)
         c = self.fused.cascade
@@ -141,7 +144,9 @@ class Kernel:
         n_out = len(src.outputs)
         out_dev = dev[-2 - n_out:-2]
         blocks, threads = self._grid(rows)
-        module.kernel[blocks, threads](*dev)
+        with warnings.catch_warnings():  # the simulator runs float32 scalars through NumPy in threads,
+            warnings.simplefilter("ignore", RuntimeWarning)  # which warn on IEEE inf/nan (errstate is per thread)
+            module.kernel[blocks, threads](*dev)
         result = {}
         for (name, _, _), arr in zip(src.outputs, out_dev):
             result[name] = arr if on_device else arr.copy_to_host()

@@ -1,0 +1,59 @@
+import re
+
+import sympy as sp
+
+from redalgebra.codegen import Spec, generate
+from redalgebra.codegen.printer import Access, Constants, print_expr
+from redalgebra.ir.functions import Dot
+from tests.catalogue import FUSABLE, fused
+
+x, m, l, q, k, o = (sp.Symbol(n, real=True) for n in "x m l q k o".split())
+ACCESS = Access(scalar={"x": "e_x", "m": "s_m", "l": "s_l"},
+                vector={"q": "q[row, {j}]", "k": "float32(k[rr_k, l, {j}])", "o": "s_o[{j}]"},
+                size={"q": "D_d", "k": "D_d", "o": "D_d"})
+
+
+def text(expr, j=None):
+    consts = Constants()
+    pre, out = print_expr(expr, ACCESS, consts, j)
+    return pre, out, consts
+
+
+def test_numbers_become_named_float32_constants():
+    _, out, consts = text(448 * x / sp.Max(sp.Rational(1, 10**12), m) + sp.Rational(1, 2))
+    assert "448" not in out and "0.5" not in out
+    assert consts.lines() == ["_K0 = np.float32(448.0)", "_K1 = np.float32(1e-12)", "_K2 = np.float32(0.5)"] or \
+        set(consts.lines()) == {"_K0 = np.float32(0.5)", "_K1 = np.float32(448.0)", "_K2 = np.float32(1e-12)"}
+
+
+def test_rational_coefficients_are_not_integer_divisions():
+    _, out, consts = text(x / 2)
+    assert re.fullmatch(r"e_x/_K\d", out)
+
+
+def test_functions_powers_and_guards():
+    assert text(sp.exp(x - m) / l)[1] == "math.exp(-s_m + e_x)/s_l"
+    assert text(x**2)[1] == "(e_x*e_x)"
+    assert text(1 / sp.sqrt(l))[1] == "(_K0/rt_sqrt(s_l))"
+    assert text(sp.log(l))[1] == "rt_log(s_l)"
+    guard = sp.Piecewise((0, sp.Eq(sp.Symbol("m", extended_real=True), -sp.oo)), (x, True))
+    assert re.fullmatch(r"\(_K0 if \(s_m == NEG_INF\) else e_x\)", text(guard)[1])
+
+
+def test_dot_becomes_a_loop_before_the_line():
+    pre, out, _ = text(Dot(q, k) * x)
+    assert out == "e_x*_acc0"
+    assert pre[1] == "for _j0 in range(D_d):" and "float32(k[rr_k, l, _j0])*q[row, _j0]" in pre[2]
+
+
+def test_vector_expressions_print_at_the_component():
+    assert text(o / l, j="j")[1] == "s_o[j]/s_l"
+
+
+def test_generated_sources_have_no_float64_literals():
+    float_literal = re.compile(r"(?<![\w.])\d+\.\d*(?![\w(])")
+    for name in FUSABLE:
+        for backend, strategy in (("cpu", "row"), ("cuda", "block")):
+            src = generate(fused(name), backend, strategy, Spec((("d", 8), ("e", 4), ("n", 5), ("r", 16)))).source
+            body = "\n".join(ln for ln in src.splitlines() if "np.float32(" not in ln and not ln.lstrip().startswith(('"""', "#")))
+            assert not float_literal.findall(body), (name, backend, float_literal.findall(body)[:3])

@@ -1,0 +1,69 @@
+"""Every catalogue cascade, every strategy: generated kernels against the float64 reference."""
+
+import numpy as np
+import pytest
+
+from redalgebra import RedalgebraError
+from redalgebra.runtime import compile
+from redalgebra.runtime.check import check
+from tests.catalogue import FUSABLE, fused
+
+
+@pytest.mark.parametrize("name", FUSABLE)
+def test_cpu_kernels_match_the_reference(name):
+    results = check(fused(name), "cpu", dtypes=("float32", "float16"))
+    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
+@pytest.mark.parametrize("strategy", ["thread", "block_shared"])
+@pytest.mark.parametrize("name", FUSABLE)
+def test_simulated_cuda_kernels_match_the_reference(name, strategy):
+    results = check(fused(name), "cudasim", strategy, shapes=((3, 37), (2, 1)))
+    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
+def test_the_check_itself_fails_on_a_wrong_kernel(monkeypatch):
+    """Guard the guard: a kernel whose output is perturbed must not pass."""
+    import sys
+
+    compile_module = sys.modules["redalgebra.runtime.compile"]
+
+    original = compile_module.Kernel.__call__
+
+    def wrong(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        return {k: (v * 1.01 if not k.endswith(".index") else v) for k, v in out.items()}
+
+    monkeypatch.setattr(compile_module.Kernel, "__call__", wrong)
+    assert not any(r.passed for r in check(fused("safe_softmax"), "cpu"))
+
+
+def test_inputs_shared_across_rows_and_device_style_params():
+    """MLA: every head reads one latent KV; the KV array has fewer rows than there are cascades."""
+    f = fused("mla_decode")
+    rng = np.random.default_rng(0)
+    heads, length = 4, 33
+    c = rng.normal(size=(1, length, 16)).astype(np.float32)
+    kr = rng.normal(size=(1, length, 4)).astype(np.float32)
+    qc, qr = rng.normal(size=(heads, 16)).astype(np.float32), rng.normal(size=(heads, 4)).astype(np.float32)
+    out = compile(f, "cpu")({"c": c, "kr": kr}, {"qc": qc, "qr": qr, "scale": 0.25})["y"]
+    s = (np.einsum("hr,lr->hl", qc, c[0]) + np.einsum("he,le->hl", qr, kr[0])) * 0.25
+    p = np.exp(s - s.max(1, keepdims=True))
+    np.testing.assert_allclose(out, (p / p.sum(1, keepdims=True)) @ c[0], rtol=1e-4, atol=1e-6)
+
+
+def test_bad_calls_get_clear_errors():
+    f = fused("attention")
+    with pytest.raises(RedalgebraError, match="unknown back end"):
+        compile(f, "tpu")
+    with pytest.raises(RedalgebraError, match="not available on cpu"):
+        compile(f, "cpu", "warp")
+    k = compile(f, "cpu")
+    with pytest.raises(RedalgebraError, match="no value given"):
+        k({"k": np.zeros((1, 2, 3), np.float32)}, {})
+    with pytest.raises(RedalgebraError, match="v has size 4 but d = 3"):
+        k({"k": np.zeros((1, 2, 3), np.float32), "v": np.zeros((1, 2, 4), np.float32)},
+          {"q": np.zeros(3), "scale": 1.0})
+    with pytest.raises(RedalgebraError, match="float32 or float16"):
+        k({"k": np.zeros((1, 2, 3), np.int64), "v": np.zeros((1, 2, 3), np.float32)},
+          {"q": np.zeros(3), "scale": 1.0})

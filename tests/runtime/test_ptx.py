@@ -1,0 +1,42 @@
+"""Every real CUDA variant compiles to sm_90 PTX with float32 arithmetic only (no GPU needed).
+
+Runs in a subprocess: this test process uses the CUDA simulator, which cannot compile PTX.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = r"""
+import json, sys
+from redalgebra import workloads
+from redalgebra.codegen import Spec
+from redalgebra.derive import derive
+from redalgebra.runtime.ptx import compile_ptx, f64_instructions
+sizes = (("d", 128), ("e", 64), ("n", 64), ("r", 512))
+report = {}
+for name in workloads.names(fusable=True):
+    f = derive(workloads.get(name).cascade)
+    for strategy in ("thread", "warp", "block", "block_shared"):
+        spec = Spec(sizes, tuple((s.name, "float16" if s.size else "float32") for s in f.cascade.inputs), True, 128)
+        ptx = compile_ptx(f, strategy, spec)
+        report[f"{name}/{strategy}"] = {"target": ".target sm_90" in ptx, "f64": f64_instructions(ptx)[:3]}
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.slow
+def test_every_cuda_variant_compiles_to_sm90_ptx_without_float64():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(report) == 9 * 4
+    for variant, facts in report.items():
+        assert facts["target"], variant
+        assert facts["f64"] == [], (variant, facts["f64"])

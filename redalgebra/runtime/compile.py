@@ -103,25 +103,46 @@ class Kernel:
         return np.ascontiguousarray(a)
 
     # -- call --------------------------------------------------------------------------------------
-    def __call__(self, inputs: dict, params: dict | None = None, keep=None) -> dict:
-        params = params or {}
+    def _arguments(self, inputs: dict, params: dict, keep):
+        """The generated module and the kernel's arguments in order (host outputs allocated)."""
         if self.backend == "cpu":  # numba's CPU target has no float16 arrays: widen on the host
             inputs = {k: (np.asarray(v, np.float32) if np.asarray(v).dtype == np.float16 else v)
                       for k, v in inputs.items()}
         spec, rows, length, reps = self._layout(inputs, params, keep)
         src, module = self._module(spec)
         c = self.fused.cascade
-        on_device = any(_is_device(inputs[s.name]) for s in c.inputs)
         outs = self._outputs(src, rows, length, spec)
         args = [inputs[s.name] for s in c.inputs] + [reps[s.name] for s in c.inputs]
         args += [self._param(p, params[p.name], rows) for p in c.params]
         args.append(np.zeros((1, 1), np.uint8) if keep is None else np.ascontiguousarray(np.asarray(keep), np.uint8))
-        args += [outs[name] for name, _, _ in src.outputs]
-        args += [rows, length]
+        args += [outs[name] for name, _, _ in src.outputs] + [rows, length]
+        return src, module, args, outs, rows
+
+    def __call__(self, inputs: dict, params: dict | None = None, keep=None) -> dict:
+        src, module, args, outs, rows = self._arguments(inputs, params or {}, keep)
         if self.backend == "cpu":
             module.kernel(*[np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a for a in args])
-            return self._named(src, outs)
-        return self._launch(src, module, args, outs, rows, on_device)
+            return outs
+        on_device = any(_is_device(inputs[s.name]) for s in self.fused.cascade.inputs)
+        launch = self._device_launch(src, module, args, rows)
+        launch.run()
+        return {name: arr if on_device else arr.copy_to_host() for name, arr in launch.outputs.items()}
+
+    def prepare(self, inputs: dict, params: dict | None = None, keep=None) -> "Launch":
+        """Everything but the launch done once — for timing: ``prepare(...).run()`` only launches."""
+        if self.backend == "cpu":
+            raise RedalgebraError("prepare() is for the CUDA back ends; call the kernel directly on the CPU")
+        src, module, args, _, rows = self._arguments(inputs, params or {}, keep)
+        return self._device_launch(src, module, args, rows)
+
+    def _device_launch(self, src, module, args, rows) -> "Launch":
+        cuda = cuda_module(self.backend)
+        dev = [cuda.as_cuda_array(a) if _is_device(a) else (cuda.to_device(np.ascontiguousarray(a))
+               if isinstance(a, np.ndarray) else a) for a in args]
+        n_out = len(src.outputs)
+        outputs = {name: arr for (name, _, _), arr in zip(src.outputs, dev[-2 - n_out:-2])}
+        blocks, threads = self._grid(rows)
+        return Launch(module.kernel[blocks, threads], tuple(dev), outputs)
 
     def _outputs(self, src: KernelSource, rows, length, spec) -> dict:
         out = {}
@@ -133,25 +154,6 @@ class Kernel:
                 out[name] = np.zeros((rows, length, *width) if kind == "element" else (rows, *width), np.float32)
         return out
 
-    @staticmethod
-    def _named(src: KernelSource, outs: dict) -> dict:
-        return dict(outs)
-
-    def _launch(self, src, module, args, outs, rows, on_device):
-        cuda = cuda_module(self.backend)
-        dev = [cuda.as_cuda_array(a) if _is_device(a) else (cuda.to_device(np.ascontiguousarray(a))
-               if isinstance(a, np.ndarray) else a) for a in args]
-        n_out = len(src.outputs)
-        out_dev = dev[-2 - n_out:-2]
-        blocks, threads = self._grid(rows)
-        with warnings.catch_warnings():  # the simulator runs float32 scalars through NumPy in threads,
-            warnings.simplefilter("ignore", RuntimeWarning)  # which warn on IEEE inf/nan (errstate is per thread)
-            module.kernel[blocks, threads](*dev)
-        result = {}
-        for (name, _, _), arr in zip(src.outputs, out_dev):
-            result[name] = arr if on_device else arr.copy_to_host()
-        return result
-
     def _grid(self, rows):
         t = self.threads
         if self.strategy == "thread":
@@ -160,6 +162,20 @@ class Kernel:
             per = t // 32
             return (rows + per - 1) // per, t
         return rows, t
+
+
+@dataclass
+class Launch:
+    """A configured kernel with its device arguments; ``run()`` launches it (asynchronously)."""
+
+    kernel: object
+    args: tuple
+    outputs: dict
+
+    def run(self) -> None:
+        with warnings.catch_warnings():  # the simulator runs float32 scalars through NumPy in threads,
+            warnings.simplefilter("ignore", RuntimeWarning)  # which warn on IEEE inf/nan (errstate is per thread)
+            self.kernel(*self.args)
 
 
 def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None, threads: int | None = None) -> Kernel:

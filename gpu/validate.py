@@ -43,7 +43,7 @@ def main() -> int:
         fused = derive(workloads.get(name).cascade)
         for strategy in args.strategies.split(","):
             t0 = time.time()
-            for dtype in ("float32", "float16"):
+            for dtype in (("float32", "float16") if strategy == "block" else ("float32",)):
                 results = check(fused, "cuda", strategy, shapes=SHAPES.get(name, SHAPES["default"]),
                                 dtypes=(dtype,), sizes=SIZES)
                 for r in results:

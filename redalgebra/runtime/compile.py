@@ -29,6 +29,31 @@ def _is_device(a) -> bool:
     return hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray)
 
 
+def _dtype(a) -> np.dtype:
+    """The element type of a NumPy array or of a device array (numba, CuPy, PyTorch)."""
+    if _is_device(a):
+        return np.dtype(a.__cuda_array_interface__["typestr"])
+    return np.dtype(a.dtype)
+
+
+SHARED_BYTES = 48 * 1024  # static shared memory a block may declare
+
+
+def fit_threads(fused: FusedCascade, sizes: dict, threads: int) -> int:
+    """Threads for ``block_shared`` (one state per thread in shared memory), halved until the states fit."""
+    floats = 0
+    for r in fused.cascade.reductions:
+        size = fused.cascade.sizes[r.name]
+        width = r.monoid.k if r.monoid.k is not None else (1 if size is None else sizes.get(size, size))
+        floats += width * (2 if r.monoid.k is not None else 1)
+    while threads > 32 and threads * floats * 4 > SHARED_BYTES:
+        threads //= 2
+    if threads * floats * 4 > SHARED_BYTES:
+        raise RedalgebraError(f"block_shared: {floats} state values per thread do not fit in shared memory even "
+                              f"with 32 threads; use the warp or block strategy")
+    return threads
+
+
 @dataclass
 class Kernel:
     """A compiled fused cascade; call it with inputs, params and an optional ``keep`` mask."""
@@ -72,15 +97,16 @@ class Kernel:
             reps[s.name] = rows // a.shape[0]
             if want == 3:
                 self._size(sizes, s.size, a.shape[2], s.name)
-            dt = np.dtype(a.dtype)
+            dt = _dtype(a)
             if dt not in _FLOAT_DTYPES:
                 raise EvaluationError(f"input {s.name} has dtype {dt}; the kernels read float32 or float16")
             dtypes.append((s.name, _FLOAT_DTYPES[dt]))
         for p in c.params:
             if p.size is not None:
                 self._size(sizes, p.size, np.shape(params[p.name])[-1], p.name)
+        threads = fit_threads(self.fused, sizes, self.threads) if self.strategy == "block_shared" else self.threads
         spec = Spec(tuple(sorted((k, v) for k, v in sizes.items() if isinstance(k, str))), tuple(dtypes),
-                    keep is not None, self.threads)
+                    keep is not None, threads)
         return spec, rows, length, reps
 
     @staticmethod
@@ -141,7 +167,7 @@ class Kernel:
                if isinstance(a, np.ndarray) else a) for a in args]
         n_out = len(src.outputs)
         outputs = {name: arr for (name, _, _), arr in zip(src.outputs, dev[-2 - n_out:-2])}
-        blocks, threads = self._grid(rows)
+        blocks, threads = self._grid(rows, src.threads)
         return Launch(module.kernel[blocks, threads], tuple(dev), outputs)
 
     def _outputs(self, src: KernelSource, rows, length, spec) -> dict:
@@ -154,8 +180,7 @@ class Kernel:
                 out[name] = np.zeros((rows, length, *width) if kind == "element" else (rows, *width), np.float32)
         return out
 
-    def _grid(self, rows):
-        t = self.threads
+    def _grid(self, rows, t):
         if self.strategy == "thread":
             return (rows + t - 1) // t, t
         if self.strategy == "warp":
@@ -175,6 +200,7 @@ class Launch:
     def run(self) -> None:
         with warnings.catch_warnings():  # the simulator runs float32 scalars through NumPy in threads,
             warnings.simplefilter("ignore", RuntimeWarning)  # which warn on IEEE inf/nan (errstate is per thread)
+            warnings.filterwarnings("ignore", message=".*under-utilization.*")  # small test grids, by design
             self.kernel(*self.args)
 
 

@@ -127,7 +127,7 @@ def case_decode(batch, heads, length, dim, strategies):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="gpu/results/h200/bench.csv")
-    ap.add_argument("--strategies", default="warp,block")
+    ap.add_argument("--strategies", default="tile,warp,block")
     args = ap.parse_args()
     strategies = args.strategies.split(",")
     t0 = time.time()

@@ -10,7 +10,14 @@ Strategies (DESIGN §3a and the paper's fusion levels):
   states through shared memory, merged by the first warp;
 * ``block_shared``: a block per row without warp operations — every thread's
   state in shared memory, merged by a tree of ``syncthreads`` steps (the
-  variant the CUDA simulator runs, which has no shuffles).
+  variant the CUDA simulator runs, which has no shuffles);
+* ``tile``: a block per row that merges per tile, not per element — each thread
+  loads ``TILE`` elements into registers, reduces them with the non-incremental
+  form (tile max first, then one ``exp`` per element), and merges the tile's
+  state into its running state once; when the row fits in the block's
+  registers (``length <= THREADS * TILE``) the per-element outputs are written
+  from the registers, so the row is read once; ``tile_shared`` is the same
+  with the shuffle-free merge.
 
 Every skeleton is the same three pieces — the incremental loop, merges, and
 the outputs — around the printed programs; no kernel is written by hand for a
@@ -28,7 +35,7 @@ from .emit import (Layout, Spec, element_loads, emit_program, final_access, iden
 from .helpers import HELPER_CONSTANTS, HELPERS
 from .printer import Constants, print_expr
 
-STRATEGIES = {"cpu": ("row",), "cuda": ("thread", "warp", "block", "block_shared")}
+STRATEGIES = {"cpu": ("row",), "cuda": ("thread", "warp", "block", "block_shared", "tile", "tile_shared")}
 FULL = "0xFFFFFFFF"
 
 
@@ -124,7 +131,7 @@ class _Gen:
     def merge(self) -> list[str]:
         return emit_program(self.f.merge, merge_access(self.lay), self.consts, self.lay, self.counter, "merge")
 
-    def outputs(self, lead: str, start: str, step: str) -> list[str]:
+    def outputs(self, lead: str, start: str, step: str, rows: bool = True, elements: bool = True) -> list[str]:
         """Row outputs (scalars by the thread where ``lead`` holds, vectors strided) and per-element outputs."""
         acc = final_access(self.lay)
         sizes = self.c.sizes
@@ -145,10 +152,11 @@ class _Gen:
         for r, size in self.lay.topk_state.items():
             strided += [f"for j in range({start}, {size}, {step}):", f"    out_{r}_index[row, j] = si_{r}[j]"]
         lines = []
-        if scalar:
-            lines += [f"if {lead}:"] + ["    " + ln for ln in scalar] if lead != "True" else scalar
-        lines += strided
-        if element:
+        if rows:
+            if scalar:
+                lines += scalar if lead == "True" else [f"if {lead}:"] + ["    " + ln for ln in scalar]
+            lines += strided
+        if elements and element:
             body = element_loads(self.lay, self.consts, self.counter)
             for name, expr in element:
                 if sizes[name] is None:
@@ -218,7 +226,27 @@ class _Gen:
         lines = self.shared_decls(str(nw))
         lines += ["tid = cuda.threadIdx.x", "lane = tid % 32", "warp = tid // 32", "row = cuda.blockIdx.x"]
         lines += self.alloc_state(("s", "o")) + self.row_setup() + self.init_state() + self.incremental("tid", str(self.spec.threads))
-        lines += self._warp_reduce()
+        lines += self._shuffle_tree()
+        lines += self.outputs("tid == 0", "tid", str(self.spec.threads))
+        return lines
+
+    def _shared_tree(self) -> list[str]:
+        """Every thread's state through shared memory, merged by a tree of syncthreads steps."""
+        nt = self.spec.threads
+        if nt & (nt - 1):
+            raise ValueError(f"shuffle-free merges need a power-of-two block size, got {nt}")
+        lines = self.copy_state("s", "sh", dst_index="tid") + ["cuda.syncthreads()", f"stride = {nt // 2}",
+                                                                "while stride > 0:"]
+        step = ["if tid < stride:"]
+        step += ["    " + ln for ln in self.copy_state("sh", "o", src_index="tid + stride") + self.merge()
+                 + self.copy_state("s", "sh", dst_index="tid")]
+        step += ["cuda.syncthreads()", "stride //= 2"]
+        return lines + ["    " + ln for ln in step] + self.copy_state("sh", "s", src_index="0")
+
+    def _shuffle_tree(self) -> list[str]:
+        """Lanes by shuffles, then the warps' states through shared memory, merged by the first warp."""
+        nw = self.spec.threads // 32
+        lines = self._warp_reduce()
         lines += ["if lane == 0:"] + ["    " + ln for ln in self.copy_state("s", "sh", dst_index="warp")]
         lines += ["cuda.syncthreads()", "if warp == 0:"]
         first = [f"if lane < {nw}:"] + ["    " + ln for ln in self.copy_state("sh", "s", src_index="lane")]
@@ -226,27 +254,98 @@ class _Gen:
         first += self._warp_reduce()
         first += ["if lane == 0:"] + ["    " + ln for ln in self.copy_state("s", "sh", dst_index="0")]
         lines += ["    " + ln for ln in first]
-        lines += ["cuda.syncthreads()"] + self.copy_state("sh", "s", src_index="0")
-        lines += self.outputs("tid == 0", "tid", str(self.spec.threads))
-        return lines
+        return lines + ["cuda.syncthreads()"] + self.copy_state("sh", "s", src_index="0")
 
     def _body_block_shared(self) -> list[str]:
         nt = self.spec.threads
-        if nt & (nt - 1):
-            raise ValueError(f"block_shared needs a power-of-two block size, got {nt}")
         lines = self.shared_decls(str(nt))
         lines += ["tid = cuda.threadIdx.x", "row = cuda.blockIdx.x"]
         lines += self.alloc_state(("s", "o")) + self.row_setup() + self.init_state() + self.incremental("tid", str(nt))
-        lines += self.copy_state("s", "sh", dst_index="tid") + ["cuda.syncthreads()", f"stride = {nt // 2}",
-                                                                 "while stride > 0:"]
-        step = ["if tid < stride:"]
-        step += ["    " + ln for ln in self.copy_state("sh", "o", src_index="tid + stride") + self.merge()
-                 + self.copy_state("s", "sh", dst_index="tid")]
-        step += ["cuda.syncthreads()", "stride //= 2"]
-        lines += ["    " + ln for ln in step]
-        lines += self.copy_state("sh", "s", src_index="0")
+        lines += self._shared_tree()
         lines += self.outputs("tid == 0", "tid", str(nt))
         return lines
+
+    # -- tiles ---------------------------------------------------------------------------------------
+    def _register_names(self) -> list[str]:
+        return [s.name for s in self.c.inputs if s.size is None] + [sym.name for sym in self.f.prologue.results]
+
+    def _tile_access(self):
+        acc = self.lay.base_access()
+        for name in self._register_names():
+            acc.scalar[name] = f"xs_{name}[i]"
+        self.lay.state_access(acc, "", "o")
+        return acc
+
+    def _tile_load(self, nt: int) -> list[str]:
+        tile = self.spec.tile
+        ok = "l < length" + (" and keep[row, l] != 0" if self.spec.has_keep else "")
+        body = [f"l = base + i * {nt} + tid", f"okv[i] = 1 if {ok} else 0", "if l < length:"]
+        inner = element_loads(self.lay, self.consts, self.counter)
+        inner += [f"xs_{n}[i] = e_{n}" for n in self._register_names()]
+        return [f"for i in range({tile}):"] + ["    " + ln for ln in body] + ["        " + ln for ln in inner]
+
+    def _tile_state(self, nt: int) -> list[str]:
+        """The tile's own state in ``o_*`` by the non-incremental form over the registers."""
+        import sympy as sp
+
+        lines = self.init_state("o")
+        acc = self._tile_access()
+        fold = sp.Symbol("__fold", extended_real=True)
+        for r in self.c.reductions:
+            body = self.f.bodies[r.name]
+            inner = [f"l = base + i * {nt} + tid"]
+            if r.name in self.lay.topk_state:
+                pre, text = print_expr(body, acc, self.consts, None, self.counter)
+                inner += pre + [f"rt_topk_insert(o_{r.name}, oi_{r.name}, {text}, l)"]
+            elif r.name in self.lay.vector_state:
+                acc.vector[fold.name] = f"o_{r.name}[{{j}}]"
+                acc.size[fold.name] = self.lay.vector_state[r.name]
+                pre, text = print_expr(r.monoid.combine(fold, body), acc, self.consts, "j", self.counter)
+                inner += pre + [f"for j in range({self.lay.vector_state[r.name]}):", f"    o_{r.name}[j] = {text}"]
+            else:
+                acc.scalar[fold.name] = f"o_{r.name}"
+                pre, text = print_expr(r.monoid.combine(fold, body), acc, self.consts, None, self.counter)
+                inner += pre + [f"o_{r.name} = {text}"]
+            lines += [f"for i in range({self.spec.tile}):", "    if okv[i] != 0:"] + ["        " + ln for ln in inner]
+        return lines
+
+    def _register_outputs(self, nt: int) -> list[str]:
+        """Per-element outputs from the registers (the row was read once)."""
+        acc = final_access(self.lay)
+        sizes = self.c.sizes
+        body = [f"e_{n} = xs_{n}[i]" for n in self._register_names()]
+        for sym, expr in self.f.finalize.steps:
+            if sym.name not in self.varying:
+                continue
+            if sizes[sym.name] is not None:
+                return []  # vector per-element outputs: read again from global memory
+            pre, text = print_expr(expr, acc, self.consts, None, self.counter)
+            body += pre + [f"out_{sym.name}[row, l] = {text}"]
+        return [f"for i in range({self.spec.tile}):", f"    l = i * {nt} + tid", "    if l < length:"] + \
+            ["        " + ln for ln in body]
+
+    def _body_tile(self, shuffles: bool = True) -> list[str]:
+        nt, tile = self.spec.threads, self.spec.tile
+        lines = self.shared_decls(str(nt // 32 if shuffles else nt))
+        lines += ["tid = cuda.threadIdx.x", "lane = tid % 32", "warp = tid // 32", "row = cuda.blockIdx.x"]
+        lines += self.alloc_state(("s", "o"))
+        lines += [f"xs_{n} = {self.local(str(tile))}" for n in self._register_names()]
+        lines += [f"okv = {self.local(str(tile), 'int32')}"]
+        lines += self.row_setup() + self.init_state()
+        chunk = self._tile_load(nt) + self._tile_state(nt) + self.merge()
+        lines += [f"for base in range(0, length, {nt * tile}):"] + ["    " + ln for ln in chunk]
+        lines += self._shuffle_tree() if shuffles else self._shared_tree()
+        register_outputs = self._register_outputs(nt) if self.varying else []
+        if register_outputs:
+            lines += self.outputs("tid == 0", "tid", str(nt), elements=False)
+            lines += [f"if length <= {nt * tile}:"] + ["    " + ln for ln in register_outputs]
+            lines += ["else:"] + ["    " + ln for ln in self.outputs("tid == 0", "tid", str(nt), rows=False)]
+        else:
+            lines += self.outputs("tid == 0", "tid", str(nt))
+        return lines
+
+    def _body_tile_shared(self) -> list[str]:
+        return self._body_tile(shuffles=False)
 
     # -- the module ----------------------------------------------------------------------------------
     def module(self) -> KernelSource:

@@ -22,7 +22,8 @@ from .backends import check_backend, cuda_module
 from .cache import load
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
-DEFAULT_STRATEGY = {"cpu": "row", "cuda": "block", "cudasim": "block_shared"}
+DEFAULT_STRATEGY = {"cpu": "row", "cuda": "tile", "cudasim": "tile_shared"}
+SIM_EQUIVALENT = {"warp": "block_shared", "block": "block_shared", "tile": "tile_shared"}  # no shuffles there
 
 
 def _is_device(a) -> bool:
@@ -104,10 +105,18 @@ class Kernel:
         for p in c.params:
             if p.size is not None:
                 self._size(sizes, p.size, np.shape(params[p.name])[-1], p.name)
-        threads = fit_threads(self.fused, sizes, self.threads) if self.strategy == "block_shared" else self.threads
+        shared = self.strategy in ("block_shared", "tile_shared")
+        threads = fit_threads(self.fused, sizes, self.threads) if shared else self.threads
         spec = Spec(tuple(sorted((k, v) for k, v in sizes.items() if isinstance(k, str))), tuple(dtypes),
-                    keep is not None, threads)
+                    keep is not None, threads, self._tile(length, threads))
         return spec, rows, length, reps
+
+    def _tile(self, length: int, threads: int) -> int:
+        """Elements per thread per chunk: the whole row in registers when it fits in 32 per thread."""
+        if not self.strategy.startswith("tile"):
+            return 1
+        need = -(-length // threads)
+        return need if need <= 32 else 8
 
     @staticmethod
     def _size(sizes, name, got, who):
@@ -224,7 +233,7 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     family = "cpu" if backend == "cpu" else "cuda"
     if strategy not in STRATEGIES[family]:
         raise RedalgebraError(f"strategy {strategy!r} is not available on {backend}; choose one of {STRATEGIES[family]}")
-    if backend == "cudasim" and strategy in ("warp", "block"):
-        strategy = "block_shared"  # the simulator has no shuffles
+    if backend == "cudasim":
+        strategy = SIM_EQUIVALENT.get(strategy, strategy)  # the simulator has no shuffles
     threads = threads or (32 if backend == "cudasim" else 128)
     return Kernel(fused, backend, strategy, threads)

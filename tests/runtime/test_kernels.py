@@ -15,7 +15,7 @@ def test_cpu_kernels_match_the_reference(name):
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
 
 
-@pytest.mark.parametrize("strategy", ["thread", "block_shared"])
+@pytest.mark.parametrize("strategy", ["thread", "block_shared", "tile"])
 @pytest.mark.parametrize("name", FUSABLE)
 def test_simulated_cuda_kernels_match_the_reference(name, strategy):
     results = check(fused(name), "cudasim", strategy, shapes=((3, 37), (2, 1)))
@@ -67,3 +67,9 @@ def test_bad_calls_get_clear_errors():
     with pytest.raises(RedalgebraError, match="float32 or float16"):
         k({"k": np.zeros((1, 2, 3), np.int64), "v": np.zeros((1, 2, 3), np.float32)},
           {"q": np.zeros(3), "scale": 1.0})
+
+
+def test_tile_strategy_on_rows_longer_than_the_registers_hold():
+    """More than THREADS * 32 elements: the row is processed in chunks and read again for the outputs."""
+    results = check(fused("safe_softmax"), "cudasim", "tile", shapes=((2, 1100),))
+    assert results[0].strategy == "tile_shared" and all(r.passed for r in results), results[0].line()

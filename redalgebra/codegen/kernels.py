@@ -272,17 +272,20 @@ class _Gen:
     def _tile_access(self):
         acc = self.lay.base_access()
         for name in self._register_names():
-            acc.scalar[name] = f"xs_{name}[i]"
+            acc.scalar[name] = f"xs_{name}_@I@"
         self.lay.state_access(acc, "", "o")
         return acc
 
+    def _unroll(self, template: list[str]) -> list[str]:
+        """The template once per tile slot, ``@I@`` replaced by the slot: registers, not local memory."""
+        return [ln.replace("@I@", str(i)) for i in range(self.spec.tile) for ln in template]
+
     def _tile_load(self, nt: int) -> list[str]:
-        tile = self.spec.tile
         ok = "l < length" + (" and keep[row, l] != 0" if self.spec.has_keep else "")
-        body = [f"l = base + i * {nt} + tid", f"okv[i] = 1 if {ok} else 0", "if l < length:"]
         inner = element_loads(self.lay, self.consts, self.counter)
-        inner += [f"xs_{n}[i] = e_{n}" for n in self._register_names()]
-        return [f"for i in range({tile}):"] + ["    " + ln for ln in body] + ["        " + ln for ln in inner]
+        inner += [f"xs_{n}_@I@ = e_{n}" for n in self._register_names()]
+        template = [f"l = base + @I@ * {nt} + tid", f"ok_@I@ = {ok}", "if l < length:"] + ["    " + ln for ln in inner]
+        return self._unroll(template)
 
     def _tile_state(self, nt: int) -> list[str]:
         """The tile's own state in ``o_*`` by the non-incremental form over the registers."""
@@ -293,7 +296,7 @@ class _Gen:
         fold = sp.Symbol("__fold", extended_real=True)
         for r in self.c.reductions:
             body = self.f.bodies[r.name]
-            inner = [f"l = base + i * {nt} + tid"]
+            inner = [f"l = base + @I@ * {nt} + tid"]
             if r.name in self.lay.topk_state:
                 pre, text = print_expr(body, acc, self.consts, None, self.counter)
                 inner += pre + [f"rt_topk_insert(o_{r.name}, oi_{r.name}, {text}, l)"]
@@ -306,14 +309,14 @@ class _Gen:
                 acc.scalar[fold.name] = f"o_{r.name}"
                 pre, text = print_expr(r.monoid.combine(fold, body), acc, self.consts, None, self.counter)
                 inner += pre + [f"o_{r.name} = {text}"]
-            lines += [f"for i in range({self.spec.tile}):", "    if okv[i] != 0:"] + ["        " + ln for ln in inner]
+            lines += self._unroll(["if ok_@I@:"] + ["    " + ln for ln in inner])
         return lines
 
     def _register_outputs(self, nt: int) -> list[str]:
         """Per-element outputs from the registers (the row was read once)."""
         acc = final_access(self.lay)
         sizes = self.c.sizes
-        body = [f"e_{n} = xs_{n}[i]" for n in self._register_names()]
+        body = [f"e_{n} = xs_{n}_@I@" for n in self._register_names()]
         for sym, expr in self.f.finalize.steps:
             if sym.name not in self.varying:
                 continue
@@ -321,16 +324,14 @@ class _Gen:
                 return []  # vector per-element outputs: read again from global memory
             pre, text = print_expr(expr, acc, self.consts, None, self.counter)
             body += pre + [f"out_{sym.name}[row, l] = {text}"]
-        return [f"for i in range({self.spec.tile}):", f"    l = i * {nt} + tid", "    if l < length:"] + \
-            ["        " + ln for ln in body]
+        return self._unroll([f"l = @I@ * {nt} + tid", "if l < length:"] + ["    " + ln for ln in body])
 
     def _body_tile(self, shuffles: bool = True) -> list[str]:
         nt, tile = self.spec.threads, self.spec.tile
         lines = self.shared_decls(str(nt // 32 if shuffles else nt))
         lines += ["tid = cuda.threadIdx.x", "lane = tid % 32", "warp = tid // 32", "row = cuda.blockIdx.x"]
         lines += self.alloc_state(("s", "o"))
-        lines += [f"xs_{n} = {self.local(str(tile))}" for n in self._register_names()]
-        lines += [f"okv = {self.local(str(tile), 'int32')}"]
+        lines += self._unroll([f"xs_{n}_@I@ = {self.consts.name(0.0)}" for n in self._register_names()])
         lines += self.row_setup() + self.init_state()
         chunk = self._tile_load(nt) + self._tile_state(nt) + self.merge()
         lines += [f"for base in range(0, length, {nt * tile}):"] + ["    " + ln for ln in chunk]

@@ -115,8 +115,14 @@ class Kernel:
         """Elements per thread per chunk: the whole row in registers when it fits in 32 per thread."""
         if not self.strategy.startswith("tile"):
             return 1
+        wide = any(r.monoid.k is not None or self.fused.cascade.sizes[r.name] is not None
+                   for r in self.fused.cascade.reductions)
+        most = 4 if wide else 32  # vector and top-k states already fill the registers
         need = -(-length // threads)
-        return need if need <= 32 else 8
+        tile = 1
+        while tile < min(need, most):  # powers of two: few distinct kernels to compile
+            tile *= 2
+        return tile if need <= most else min(8, most)
 
     @staticmethod
     def _size(sizes, name, got, who):

@@ -29,11 +29,15 @@ from redalgebra.runtime import compile  # noqa: E402
 
 
 def ours(name, strategies, make_inputs, nbytes, check=None):
-    """Rows for our kernels: ``make_inputs()`` gives (inputs, params) as torch CUDA tensors."""
+    """Rows for our kernels: ``make_inputs()`` gives (inputs, params) as torch CUDA tensors.
+
+    A strategy may carry its block size: ``tile@1024``.
+    """
     fused = derive(workloads.get(name).cascade)
     out = []
-    for strategy in strategies:
-        kernel = compile(fused, "cuda", strategy)
+    for spec in strategies:
+        strategy, _, threads = spec.partition("@")
+        kernel = compile(fused, "cuda", strategy, threads=int(threads) if threads else None)
         launches = []
         for _ in range(copies_for(nbytes)):
             inputs, params = make_inputs()
@@ -44,7 +48,7 @@ def ours(name, strategies, make_inputs, nbytes, check=None):
         else:
             err = float("nan")
         ms = median_ms(rotating([l.run for l in launches]))
-        out.append((f"redalgebra/{strategy}", ms, f"max rel err vs torch {err:.2e}"))
+        out.append((f"redalgebra/{spec}", ms, f"max rel err vs torch {err:.2e}"))
         del launches
         torch.cuda.empty_cache()
     return out
@@ -127,16 +131,18 @@ def case_decode(batch, heads, length, dim, strategies):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="gpu/results/h200/bench.csv")
-    ap.add_argument("--strategies", default="tile,warp,block")
+    ap.add_argument("--strategies", default="tile@1024,tile@256,tile,warp,block")
+    ap.add_argument("--cases", default="softmax,softmax16,decode")
     args = ap.parse_args()
     strategies = args.strategies.split(",")
     t0 = time.time()
     copy = copy_bandwidth()
     print(f"copy bandwidth {copy:.0f} GB/s", flush=True)
     rows = []
-    cases = [lambda: case_softmax(8192, 32768, "float32", strategies),
-             lambda: case_softmax(32768, 8192, "float16", strategies),
-             lambda: case_decode(16, 32, 4096, 128, strategies)]
+    known = {"softmax": lambda: case_softmax(8192, 32768, "float32", strategies),
+             "softmax16": lambda: case_softmax(32768, 8192, "float16", strategies),
+             "decode": lambda: case_decode(16, 32, 4096, 128, strategies)}
+    cases = [known[c] for c in args.cases.split(",")]
     for i, make in enumerate(cases, 1):
         case, shape, dtype, nbytes, flops, results = make()
         for system, ms, note in results:

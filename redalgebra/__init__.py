@@ -13,6 +13,7 @@ from .errors import (CascadeError, CascadeSyntaxError, EvaluationError, MonoidEr
                      RedalgebraError)
 from .ir import Cascade, CascadeBuilder, build_graph, evaluate, parse, reduction_dependencies
 from .plotting import draw
+from .runtime import compile  # noqa: A004 - the contract's name (DESIGN §4)
 
 __version__ = "0.1.0"
 
@@ -23,6 +24,8 @@ __all__ = [
     "Counterexample", "Proof", "monoids", "prove_distributes", "prove_equal", "prove_monoid", "user_monoid",
     # derive
     "Analysis", "FusedCascade", "analyze", "derive",
+    # runtime
+    "compile",
     # catalogue
     "workloads",
     # errors

@@ -26,7 +26,7 @@ class Spec:
     dtypes: tuple = ()           # ((input name, "float32" | "float16"), ...)
     has_keep: bool = False
     threads: int = 128
-    tile: int = 1                # elements per thread per chunk (the tile strategies)
+    tile: int = 1                # elements per thread per chunk (tile); staged elements (nonincremental)
 
     @property
     def size_of(self) -> dict:

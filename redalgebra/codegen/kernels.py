@@ -17,7 +17,11 @@ Strategies (DESIGN §3a and the paper's fusion levels):
   state into its running state once; when the row fits in the block's
   registers (``length <= THREADS * TILE``) the per-element outputs are written
   from the registers, so the row is read once; ``tile_shared`` is the same
-  with the shuffle-free merge.
+  with the shuffle-free merge;
+* ``nonincremental``: a block per row that stages the row's per-element scalars
+  in shared memory, then runs the reductions in sequence over it, each a plain
+  block reduction with its monoid — no corrections at all (the paper's
+  non-incremental form; only when the row fits on chip).
 
 Every skeleton is the same three pieces — the incremental loop, merges, and
 the outputs — around the printed programs; no kernel is written by hand for a
@@ -35,7 +39,8 @@ from .emit import (Layout, Spec, element_loads, emit_program, final_access, iden
 from .helpers import HELPER_CONSTANTS, HELPERS
 from .printer import Constants, print_expr
 
-STRATEGIES = {"cpu": ("row",), "cuda": ("thread", "warp", "block", "block_shared", "tile", "tile_shared")}
+STRATEGIES = {"cpu": ("row",),
+              "cuda": ("thread", "warp", "block", "block_shared", "tile", "tile_shared", "nonincremental")}
 FULL = "0xFFFFFFFF"
 
 
@@ -343,6 +348,108 @@ class _Gen:
             lines += ["else:"] + ["    " + ln for ln in self.outputs("tid == 0", "tid", str(nt), rows=False)]
         else:
             lines += self.outputs("tid == 0", "tid", str(nt))
+        return lines
+
+    # -- non-incremental ------------------------------------------------------------------------
+    def _body_nonincremental(self) -> list[str]:
+        import sympy as sp
+
+        nt, cap = self.spec.threads, self.spec.tile
+        names = self._register_names()
+        lines = [f"st_{n} = cuda.shared.array({cap}, float32)" for n in names]
+        lines += [f"st_ok = cuda.shared.array({cap}, int32)", f"red = cuda.shared.array({nt}, float32)"]
+        for r, size in self.lay.vector_state.items():
+            lines.append(f"fv_{r} = cuda.shared.array({size}, float32)")
+        lines += self.shared_decls(str(nt), "tk") if self.lay.topk_state else []
+        lines += ["tid = cuda.threadIdx.x", "row = cuda.blockIdx.x"] + self.alloc_state(("s", "o")) + self.row_setup()
+        ok = "1 if keep[row, l] != 0 else 0" if self.spec.has_keep else "1"
+        stage = element_loads(self.lay, self.consts, self.counter) + [f"st_{n}[l] = e_{n}" for n in names]
+        lines += [f"for l in range(tid, length, {nt}):"] + ["    " + ln for ln in stage + [f"st_ok[l] = {ok}"]]
+        lines.append("cuda.syncthreads()")
+        acc = self.lay.base_access()
+        for n in names:
+            acc.scalar[n] = f"st_{n}[l]"
+        for r in self.c.reductions:
+            if r.name in self.lay.vector_state:
+                acc.vector[r.name], acc.size[r.name] = f"fv_{r.name}[{{j}}]", self.lay.vector_state[r.name]
+            elif r.name in self.lay.topk_state:
+                acc.vector[r.name], acc.size[r.name] = f"s_{r.name}[{{j}}]", self.lay.topk_state[r.name]
+            else:
+                acc.scalar[r.name] = f"s_{r.name}"
+        a, b = sp.Symbol("__a", extended_real=True), sp.Symbol("__b", extended_real=True)
+        for r in self.c.reductions:
+            lines += self._staged_reduction(r, acc, a, b, nt)
+        final = final_access(self.lay)
+        final.vector.update({k: v for k, v in acc.vector.items() if k in self.lay.vector_state})
+        body = [f"e_{n} = st_{n}[l]" for n in names]
+        lines += self._outputs_with(final, body, nt)
+        return lines
+
+    def _staged_reduction(self, r, acc, a, b, nt) -> list[str]:
+        body = self.f.bodies[r.name]
+        ident = identity_value(self.lay, r.name, self.consts)
+        if r.name in self.lay.vector_state:
+            size = self.lay.vector_state[r.name]
+            acc.vector[a.name], acc.size[a.name] = "acc_v", size
+            acc.scalar[a.name] = "acc_v"
+            pre, text = print_expr(r.monoid.combine(a, body), acc, self.consts, "j", self.counter)
+            loop = [f"acc_v = {ident}", "for l in range(length):", "    if st_ok[l] != 0:"]
+            loop += ["        " + ln for ln in pre] + [f"        acc_v = {text}", f"fv_{r.name}[j] = acc_v"]
+            return [f"for j in range(tid, {size}, {nt}):"] + ["    " + ln for ln in loop] + ["cuda.syncthreads()"]
+        if r.name in self.lay.topk_state:
+            pre, text = print_expr(body, acc, self.consts, None, self.counter)
+            fold = [f"for j in range({self.lay.topk_state[r.name]}):", f"    s_{r.name}[j] = NEG_INF",
+                    f"    si_{r.name}[j] = -1", f"for l in range(tid, length, {nt}):", "    if st_ok[l] != 0:"]
+            fold += ["        " + ln for ln in pre] + [f"        rt_topk_insert(s_{r.name}, si_{r.name}, {text}, l)"]
+            return fold + self._staged_topk_tree(r.name, nt)
+        acc.scalar[a.name] = "part"
+        pre, text = print_expr(r.monoid.combine(a, body), acc, self.consts, None, self.counter)
+        fold = [f"part = {ident}", f"for l in range(tid, length, {nt}):", "    if st_ok[l] != 0:"]
+        fold += ["        " + ln for ln in pre] + [f"        part = {text}", "red[tid] = part", "cuda.syncthreads()"]
+        acc2 = self.lay.base_access()
+        acc2.scalar.update({a.name: "red[tid]", b.name: "red[tid + stride]"})
+        _, comb = print_expr(r.monoid.combine(a, b), acc2, self.consts, None, self.counter)
+        tree = [f"stride = {nt // 2}", "while stride > 0:", "    if tid < stride:", f"        red[tid] = {comb}",
+                "    cuda.syncthreads()", "    stride //= 2", f"s_{r.name} = red[0]", "cuda.syncthreads()"]
+        return fold + tree
+
+    def _staged_topk_tree(self, r: str, nt: int) -> list[str]:
+        size = self.lay.topk_state[r]
+        lines = [f"for j in range({size}):", f"    tk_{r}[tid, j] = s_{r}[j]", f"    tki_{r}[tid, j] = si_{r}[j]",
+                 "cuda.syncthreads()", f"stride = {nt // 2}", "while stride > 0:", "    if tid < stride:",
+                 f"        for j in range({size}):", f"            o_{r}[j] = tk_{r}[tid + stride, j]",
+                 f"            oi_{r}[j] = tki_{r}[tid + stride, j]",
+                 f"        rt_topk_merge(s_{r}, si_{r}, o_{r}, oi_{r})", f"        for j in range({size}):",
+                 f"            tk_{r}[tid, j] = s_{r}[j]", f"            tki_{r}[tid, j] = si_{r}[j]",
+                 "    cuda.syncthreads()", "    stride //= 2", f"for j in range({size}):",
+                 f"    s_{r}[j] = tk_{r}[0, j]", f"    si_{r}[j] = tki_{r}[0, j]", "cuda.syncthreads()"]
+        return lines
+
+    def _outputs_with(self, acc, element_prefix: list[str], nt: int) -> list[str]:
+        """Row outputs by thread 0 / strided, per-element outputs from the staged row."""
+        sizes = self.c.sizes
+        lines, element = [], list(element_prefix)
+        for sym, expr in self.f.finalize.steps:
+            name = sym.name
+            if name in self.varying:
+                j = None if sizes[name] is None else "j"
+                pre, text = print_expr(expr, acc, self.consts, j, self.counter)
+                if j is None:
+                    element += pre + [f"out_{name}[row, l] = {text}"]
+                else:
+                    element += pre + [f"for j in range({self.lay.size_const(sizes[name])}):",
+                                      f"    out_{name}[row, l, j] = {text}"]
+            elif sizes[name] is None:
+                pre, text = print_expr(expr, acc, self.consts, None, self.counter)
+                lines += ["if tid == 0:"] + ["    " + ln for ln in pre + [f"out_{name}[row] = {text}"]]
+            else:
+                pre, text = print_expr(expr, acc, self.consts, "j", self.counter)
+                lines += pre + [f"for j in range(tid, {self.lay.size_const(sizes[name])}, {nt}):",
+                                f"    out_{name}[row, j] = {text}"]
+        for r, size in self.lay.topk_state.items():
+            lines += [f"for j in range(tid, {size}, {nt}):", f"    out_{r}_index[row, j] = si_{r}[j]"]
+        if len(element) > len(element_prefix):
+            lines += [f"for l in range(tid, length, {nt}):"] + ["    " + ln for ln in element]
         return lines
 
     def _body_tile_shared(self) -> list[str]:

@@ -112,7 +112,13 @@ class Kernel:
         return spec, rows, length, reps
 
     def _tile(self, length: int, threads: int) -> int:
-        """Elements per thread per chunk: the whole row in registers when it fits in 32 per thread."""
+        """Elements per thread per chunk: the whole row in registers when it fits in 32 per thread.
+
+        For ``nonincremental``, the staging capacity: ``length`` rounded up to a multiple of 1024,
+        refused when the staged row does not fit in shared memory.
+        """
+        if self.strategy == "nonincremental":
+            return self._stage(length, threads)
         if not self.strategy.startswith("tile"):
             return 1
         wide = any(r.monoid.k is not None or self.fused.cascade.sizes[r.name] is not None
@@ -123,6 +129,15 @@ class Kernel:
         while tile < min(need, most):  # powers of two: few distinct kernels to compile
             tile *= 2
         return tile if need <= most else min(8, most)
+
+    def _stage(self, length: int, threads: int) -> int:
+        cap = -(-max(length, 1) // 1024) * 1024  # a multiple of 1024: few distinct kernels to compile
+        per = len([s for s in self.fused.cascade.inputs if s.size is None]) + len(self.fused.prologue.results) + 1
+        extra = threads + sum(r.monoid.k * threads * 2 for r in self.fused.cascade.reductions if r.monoid.k)
+        if (cap * per + extra) * 4 > SHARED_BYTES:
+            raise RedalgebraError(f"nonincremental: a row of {length} elements does not fit in shared memory "
+                                  f"({per} values per element); use the tile strategy, which merges incrementally")
+        return cap
 
     @staticmethod
     def _size(sizes, name, got, who):

@@ -15,7 +15,7 @@ def test_cpu_kernels_match_the_reference(name):
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
 
 
-@pytest.mark.parametrize("strategy", ["thread", "block_shared", "tile"])
+@pytest.mark.parametrize("strategy", ["thread", "block_shared", "tile", "nonincremental"])
 @pytest.mark.parametrize("name", FUSABLE)
 def test_simulated_cuda_kernels_match_the_reference(name, strategy):
     results = check(fused(name), "cudasim", strategy, shapes=((3, 37), (2, 1)))
@@ -73,3 +73,13 @@ def test_tile_strategy_on_rows_longer_than_the_registers_hold():
     """More than THREADS * 32 elements: the row is processed in chunks and read again for the outputs."""
     results = check(fused("safe_softmax"), "cudasim", "tile", shapes=((2, 1100),))
     assert results[0].strategy == "tile_shared" and all(r.passed for r in results), results[0].line()
+
+
+def test_nonincremental_fp8_rounds_at_the_final_scale_like_the_unfused_form():
+    results = check(fused("fp8_quant_gemm"), "cudasim", "nonincremental", shapes=((3, 40),))
+    assert results[0].tolerance == 1e-4 and results[0].passed, results[0].line()
+
+
+def test_nonincremental_refuses_rows_that_do_not_fit_on_chip():
+    with pytest.raises(RedalgebraError, match="does not fit in shared memory"):
+        check(fused("safe_softmax"), "cudasim", "nonincremental", shapes=((1, 20000),))

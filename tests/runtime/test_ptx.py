@@ -21,9 +21,10 @@ sizes = (("d", 128), ("e", 64), ("n", 64), ("r", 512))
 report = {}
 for name in workloads.names(fusable=True):
     f = derive(workloads.get(name).cascade)
-    for strategy in ("thread", "warp", "block", "block_shared", "tile", "tile_shared"):
+    for strategy in ("thread", "warp", "block", "block_shared", "tile", "tile_shared", "nonincremental"):
         spec = Spec(sizes, tuple((s.name, "float16" if s.size else "float32") for s in f.cascade.inputs), True,
-                    32 if strategy == "tile_shared" else 128, 8 if strategy.startswith("tile") else 1)
+                    32 if strategy == "tile_shared" else 128,
+                    8 if strategy.startswith("tile") else 2048 if strategy == "nonincremental" else 1)
         ptx = compile_ptx(f, strategy, spec)
         report[f"{name}/{strategy}"] = {"target": ".target sm_90" in ptx, "f64": f64_instructions(ptx)[:3]}
 print(json.dumps(report))
@@ -37,7 +38,7 @@ def test_every_cuda_variant_compiles_to_sm90_ptx_without_float64():
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(report) == 9 * 6
+    assert len(report) == 9 * 7
     for variant, facts in report.items():
         assert facts["target"], variant
         assert facts["f64"] == [], (variant, facts["f64"])

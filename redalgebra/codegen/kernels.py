@@ -40,7 +40,8 @@ from .helpers import HELPER_CONSTANTS, HELPERS
 from .printer import Constants, print_expr
 
 STRATEGIES = {"cpu": ("row",),
-              "cuda": ("thread", "warp", "block", "block_shared", "tile", "tile_shared", "nonincremental")}
+              "cuda": ("thread", "warp", "block", "block_shared", "tile", "tile_shared", "nonincremental", "split",
+                       "split_shared", "unfused")}
 FULL = "0xFFFFFFFF"
 
 
@@ -55,6 +56,8 @@ class KernelSource:
     outputs: tuple       # (name, kind, size constant or None); kind: row | element
     constants: dict
     threads: int
+    entries: tuple = ()  # multi-kernel strategies: (function name, argument names, grid), launched in order
+    scratch: tuple = ()  # multi-kernel strategies: (array name, dtype, "segments" | "rows", width or None)
 
 
 class _Gen:
@@ -385,26 +388,28 @@ class _Gen:
         lines += self._outputs_with(final, body, nt)
         return lines
 
-    def _staged_reduction(self, r, acc, a, b, nt) -> list[str]:
+    def _staged_reduction(self, r, acc, a, b, nt, guard: str = "st_ok[l] != 0", loads=(), vector_out=None) -> list[str]:
+        """One reduction as a plain block reduction: ``guard`` admits an element, ``loads`` reads it."""
         body = self.f.bodies[r.name]
         ident = identity_value(self.lay, r.name, self.consts)
+        visit = [f"if {guard}:"] + ["    " + ln for ln in loads]
         if r.name in self.lay.vector_state:
             size = self.lay.vector_state[r.name]
             acc.vector[a.name], acc.size[a.name] = "acc_v", size
             acc.scalar[a.name] = "acc_v"
             pre, text = print_expr(r.monoid.combine(a, body), acc, self.consts, "j", self.counter)
-            loop = [f"acc_v = {ident}", "for l in range(length):", "    if st_ok[l] != 0:"]
-            loop += ["        " + ln for ln in pre] + [f"        acc_v = {text}", f"fv_{r.name}[j] = acc_v"]
+            loop = [f"acc_v = {ident}", "for l in range(length):"] + ["    " + ln for ln in visit]
+            loop += ["        " + ln for ln in pre] + [f"        acc_v = {text}", f"{vector_out or f'fv_{r.name}[j]'} = acc_v"]
             return [f"for j in range(tid, {size}, {nt}):"] + ["    " + ln for ln in loop] + ["cuda.syncthreads()"]
         if r.name in self.lay.topk_state:
             pre, text = print_expr(body, acc, self.consts, None, self.counter)
             fold = [f"for j in range({self.lay.topk_state[r.name]}):", f"    s_{r.name}[j] = NEG_INF",
-                    f"    si_{r.name}[j] = -1", f"for l in range(tid, length, {nt}):", "    if st_ok[l] != 0:"]
+                    f"    si_{r.name}[j] = -1", f"for l in range(tid, length, {nt}):"] + ["    " + ln for ln in visit]
             fold += ["        " + ln for ln in pre] + [f"        rt_topk_insert(s_{r.name}, si_{r.name}, {text}, l)"]
             return fold + self._staged_topk_tree(r.name, nt)
         acc.scalar[a.name] = "part"
         pre, text = print_expr(r.monoid.combine(a, body), acc, self.consts, None, self.counter)
-        fold = [f"part = {ident}", f"for l in range(tid, length, {nt}):", "    if st_ok[l] != 0:"]
+        fold = [f"part = {ident}", f"for l in range(tid, length, {nt}):"] + ["    " + ln for ln in visit]
         fold += ["        " + ln for ln in pre] + [f"        part = {text}", "red[tid] = part", "cuda.syncthreads()"]
         acc2 = self.lay.base_access()
         acc2.scalar.update({a.name: "red[tid]", b.name: "red[tid + stride]"})
@@ -456,9 +461,15 @@ class _Gen:
         return self._body_tile(shuffles=False)
 
     # -- the module ----------------------------------------------------------------------------------
+    def kernels(self) -> list:
+        """``(name, args, grid, body)`` for each kernel; one ``kernel`` unless a strategy needs several."""
+        return [("kernel", self.args(), "rows", self.kernel_body())]
+
+    def scratch(self) -> tuple:
+        return ()
+
     def module(self) -> KernelSource:
-        body = self.kernel_body()
-        args = self.args()
+        kernels = self.kernels()  # printing the bodies registers the constants the header lists
         if self.backend == "cpu":
             header = ["from numba import njit, prange, float32, int32"]
             device, kernel = "njit(cache=False)", "njit(parallel=True, fastmath=False, cache=False)"
@@ -469,10 +480,12 @@ class _Gen:
                 f"strategy {self.strategy}.", "# Do not edit; regenerate with redalgebra.codegen.generate().",
                 "import math", "", "import numpy as np", *header, HELPER_CONSTANTS.strip(), *self.consts.lines()]
         text += [f"{k} = {v}" for k, v in sorted(self.lay.constants.items())]
-        text += [HELPERS.replace("{device}", device), "", f"@{kernel}", f"def kernel({', '.join(args)}):"]
-        text += ["    " + ln for ln in body]
-        return KernelSource("\n".join(text) + "\n", self.backend, self.strategy, args, self.output_specs(),
-                            dict(self.lay.constants), self.spec.threads)
+        text.append(HELPERS.replace("{device}", device))
+        for name, args, _, body in kernels:
+            text += ["", f"@{kernel}", f"def {name}({', '.join(args)}):"] + ["    " + ln for ln in body]
+        entries = tuple((n, a, g) for n, a, g, _ in kernels) if len(kernels) > 1 else ()
+        return KernelSource("\n".join(text) + "\n", self.backend, self.strategy, kernels[0][1], self.output_specs(),
+                            dict(self.lay.constants), self.spec.threads, entries, self.scratch())
 
 
 def generate(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None,
@@ -483,4 +496,7 @@ def generate(fused: FusedCascade, backend: str = "cpu", strategy: str | None = N
     strategy = strategy or STRATEGIES[backend][0]
     if strategy not in STRATEGIES[backend]:
         raise ValueError(f"strategy {strategy!r} is not available on {backend}; choose one of {STRATEGIES[backend]}")
-    return _Gen(fused, spec or Spec(), backend, strategy).module()
+    from .multikernel import MultiGen
+
+    gen = MultiGen if strategy in ("split", "split_shared", "unfused") else _Gen
+    return gen(fused, spec or Spec(), backend, strategy).module()

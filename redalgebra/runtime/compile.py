@@ -23,7 +23,8 @@ from .cache import load
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
 DEFAULT_STRATEGY = {"cpu": "row", "cuda": "tile", "cudasim": "tile_shared"}
-SIM_EQUIVALENT = {"warp": "block_shared", "block": "block_shared", "tile": "tile_shared"}  # no shuffles there
+SIM_EQUIVALENT = {"warp": "block_shared", "block": "block_shared", "tile": "tile_shared",  # no shuffles there
+                  "split": "split_shared"}
 
 
 def _is_device(a) -> bool:
@@ -105,7 +106,7 @@ class Kernel:
         for p in c.params:
             if p.size is not None:
                 self._size(sizes, p.size, np.shape(params[p.name])[-1], p.name)
-        shared = self.strategy in ("block_shared", "tile_shared")
+        shared = self.strategy in ("block_shared", "tile_shared", "split_shared")
         threads = fit_threads(self.fused, sizes, self.threads) if shared else self.threads
         spec = Spec(tuple(sorted((k, v) for k, v in sizes.items() if isinstance(k, str))), tuple(dtypes),
                     keep is not None, threads, self._tile(length, threads))
@@ -160,7 +161,7 @@ class Kernel:
 
     # -- call --------------------------------------------------------------------------------------
     def _arguments(self, inputs: dict, params: dict, keep):
-        """The generated module and the kernel's arguments in order (host outputs allocated)."""
+        """The generated module and every named kernel argument (host outputs and scratch allocated)."""
         if self.backend == "cpu":  # numba's CPU target has no float16 arrays: widen on the host
             inputs = {k: (np.asarray(v, np.float32) if np.asarray(v).dtype == np.float16 else v)
                       for k, v in inputs.items()}
@@ -168,19 +169,32 @@ class Kernel:
         src, module = self._module(spec)
         c = self.fused.cascade
         outs = self._outputs(src, rows, length, spec)
-        args = [inputs[s.name] for s in c.inputs] + [reps[s.name] for s in c.inputs]
-        args += [self._param(p, params[p.name], rows) for p in c.params]
-        args.append(np.zeros((1, 1), np.uint8) if keep is None else np.ascontiguousarray(np.asarray(keep), np.uint8))
-        args += [outs[name] for name, _, _ in src.outputs] + [rows, length]
-        return src, module, args, outs, rows
+        named = {s.name: inputs[s.name] for s in c.inputs}
+        named.update({f"rep_{s.name}": reps[s.name] for s in c.inputs})
+        named.update({p.name: self._param(p, params[p.name], rows) for p in c.params})
+        named["keep"] = np.zeros((1, 1), np.uint8) if keep is None else np.ascontiguousarray(np.asarray(keep), np.uint8)
+        named.update({f"out_{name.replace('.', '_')}": outs[name] for name, _, _ in src.outputs})
+        nseg, seglen = self._segments(length, src.threads)
+        named.update(rows=rows, length=length, nseg=nseg, seglen=seglen)
+        for name, dtype, layout, width in src.scratch:
+            shape = (rows, nseg) if layout == "segments" else (rows,)
+            named[name] = np.zeros(shape + (() if width is None else (src.constants[width],)), dtype)
+        return src, module, named, outs, rows
+
+    @staticmethod
+    def _segments(length: int, threads: int) -> tuple[int, int]:
+        """Segments of the split strategy: enough to fill the GPU, each several elements per thread."""
+        nseg = max(1, min(32, -(-length // (threads * 8))))
+        return nseg, -(-length // nseg)
 
     def __call__(self, inputs: dict, params: dict | None = None, keep=None) -> dict:
-        src, module, args, outs, rows = self._arguments(inputs, params or {}, keep)
+        src, module, named, outs, rows = self._arguments(inputs, params or {}, keep)
         if self.backend == "cpu":
-            module.kernel(*[np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a for a in args])
+            module.kernel(*[np.ascontiguousarray(named[a]) if isinstance(named[a], np.ndarray) else named[a]
+                            for a in src.args])
             return outs
         on_device = any(_is_device(inputs[s.name]) for s in self.fused.cascade.inputs)
-        launch = self._device_launch(src, module, args, rows)
+        launch = self._device_launch(src, module, named, rows)
         launch.run()
         return {name: arr if on_device else arr.copy_to_host() for name, arr in launch.outputs.items()}
 
@@ -188,17 +202,22 @@ class Kernel:
         """Everything but the launch done once — for timing: ``prepare(...).run()`` only launches."""
         if self.backend == "cpu":
             raise RedalgebraError("prepare() is for the CUDA back ends; call the kernel directly on the CPU")
-        src, module, args, _, rows = self._arguments(inputs, params or {}, keep)
-        return self._device_launch(src, module, args, rows)
+        src, module, named, _, rows = self._arguments(inputs, params or {}, keep)
+        return self._device_launch(src, module, named, rows)
 
-    def _device_launch(self, src, module, args, rows) -> "Launch":
+    def _device_launch(self, src, module, named, rows) -> "Launch":
         cuda = cuda_module(self.backend)
-        dev = [cuda.as_cuda_array(a) if _is_device(a) else (cuda.to_device(np.ascontiguousarray(a))
-               if isinstance(a, np.ndarray) else a) for a in args]
-        n_out = len(src.outputs)
-        outputs = {name: arr for (name, _, _), arr in zip(src.outputs, dev[-2 - n_out:-2])}
-        blocks, threads = self._grid(rows, src.threads)
-        return Launch(module.kernel[blocks, threads], tuple(dev), outputs)
+        dev = {k: cuda.as_cuda_array(a) if _is_device(a) else (cuda.to_device(np.ascontiguousarray(a))
+               if isinstance(a, np.ndarray) else a) for k, a in named.items()}
+        outputs = {name: dev[f"out_{name.replace('.', '_')}"] for name, _, _ in src.outputs}
+        entries = src.entries or (("kernel", src.args, "rows"),)
+        steps = []
+        for name, args, grid in entries:
+            blocks, threads = self._grid(rows, src.threads)
+            if grid == "rows_segments":
+                blocks = (rows, named["nseg"])
+            steps.append((getattr(module, name)[blocks, threads], tuple(dev[a] for a in args)))
+        return Launch(tuple(steps), outputs)
 
     def _outputs(self, src: KernelSource, rows, length, spec) -> dict:
         out = {}
@@ -221,17 +240,17 @@ class Kernel:
 
 @dataclass
 class Launch:
-    """A configured kernel with its device arguments; ``run()`` launches it (asynchronously)."""
+    """Configured kernels with their device arguments; ``run()`` launches them in order (asynchronously)."""
 
-    kernel: object
-    args: tuple
+    steps: tuple  # (configured kernel, arguments)
     outputs: dict
 
     def run(self) -> None:
         with warnings.catch_warnings():  # the simulator runs float32 scalars through NumPy in threads,
             warnings.simplefilter("ignore", RuntimeWarning)  # which warn on IEEE inf/nan (errstate is per thread)
             warnings.filterwarnings("ignore", message=".*under-utilization.*")  # small test grids, by design
-            self.kernel(*self.args)
+            for kernel, args in self.steps:
+                kernel(*args)
 
 
 def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None, threads: int | None = None) -> Kernel:

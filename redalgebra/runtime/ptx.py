@@ -12,8 +12,8 @@ from .backends import cuda_module
 from .cache import load
 
 
-def signature(fused: FusedCascade, spec: Spec, args: tuple):
-    """numba types of a generated kernel's arguments, from the cascade and the spec."""
+def signature(fused: FusedCascade, spec: Spec, args: tuple, scratch: tuple = ()):
+    """numba types of a generated kernel's arguments, from the cascade, the spec and the scratch arrays."""
     from numba import types
 
     c = fused.cascade
@@ -33,18 +33,26 @@ def signature(fused: FusedCascade, spec: Spec, args: tuple):
     for r in c.reductions:
         if r.monoid.k is not None:
             by_name[f"out_{r.name}_index"] = types.Array(types.int32, 2, "C")
-    by_name["rows"] = by_name["length"] = types.int64
+    for name, dtype, layout, width in scratch:
+        ndim = (2 if layout == "segments" else 1) + (width is not None)
+        by_name[name] = types.Array(types.int32 if dtype == "int32" else types.float32, ndim, "C")
+    for n in ("rows", "length", "nseg", "seglen"):
+        by_name[n] = types.int64
     return tuple(by_name[a] for a in args)
 
 
 def compile_ptx(fused: FusedCascade, strategy: str, spec: Spec, cc=(9, 0)) -> str:
-    """PTX of one generated CUDA kernel for compute capability ``cc`` (sm_90 by default)."""
+    """PTX of a generated CUDA strategy (every kernel of it) for compute capability ``cc``."""
     cuda = cuda_module("ptx")
     src = generate(fused, "cuda", strategy, spec)
     module = load(src.source)
+    entries = src.entries or (("kernel", src.args, "rows"),)
+    out = []
     with _target_device(cc):
-        ptx, _ = cuda.compile_ptx(module.kernel.py_func, signature(fused, spec, src.args), cc=cc)
-    return ptx
+        for name, args, _ in entries:
+            ptx, _ = cuda.compile_ptx(getattr(module, name).py_func, signature(fused, spec, args, src.scratch), cc=cc)
+            out.append(ptx)
+    return "\n".join(out)
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ def test_cpu_kernels_match_the_reference(name):
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
 
 
-@pytest.mark.parametrize("strategy", ["thread", "block_shared", "tile", "nonincremental"])
+@pytest.mark.parametrize("strategy", ["thread", "block_shared", "tile", "nonincremental", "split", "unfused"])
 @pytest.mark.parametrize("name", FUSABLE)
 def test_simulated_cuda_kernels_match_the_reference(name, strategy):
     results = check(fused(name), "cudasim", strategy, shapes=((3, 37), (2, 1)))

@@ -21,7 +21,8 @@ sizes = (("d", 128), ("e", 64), ("n", 64), ("r", 512))
 report = {}
 for name in workloads.names(fusable=True):
     f = derive(workloads.get(name).cascade)
-    for strategy in ("thread", "warp", "block", "block_shared", "tile", "tile_shared", "nonincremental"):
+    for strategy in ("thread", "warp", "block", "block_shared", "tile", "tile_shared", "nonincremental", "split",
+                     "unfused"):
         spec = Spec(sizes, tuple((s.name, "float16" if s.size else "float32") for s in f.cascade.inputs), True,
                     32 if strategy == "tile_shared" else 128,
                     8 if strategy.startswith("tile") else 2048 if strategy == "nonincremental" else 1)
@@ -38,7 +39,7 @@ def test_every_cuda_variant_compiles_to_sm90_ptx_without_float64():
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(report) == 9 * 7
+    assert len(report) == 9 * 9
     for variant, facts in report.items():
         assert facts["target"], variant
         assert facts["f64"] == [], (variant, facts["f64"])

@@ -23,7 +23,7 @@ class Spec:
     """Compile-time facts of one kernel: concrete sizes, input dtypes, masking, launch shape."""
 
     sizes: tuple = ()            # ((dimension name, int), ...)
-    dtypes: tuple = ()           # ((input name, "float32" | "float16"), ...)
+    dtypes: tuple = ()           # ((input name, "float32" | "float16" | "bfloat16"), ...)
     has_keep: bool = False
     threads: int = 128
     tile: int = 1                # elements per thread per chunk (tile); staged elements (nonincremental)
@@ -60,6 +60,10 @@ class Layout:
                 lay.scalar_state.append(r.name)
         return lay
 
+    def load(self, name: str) -> str:
+        """The function that widens one stored element of input ``name`` to float32."""
+        return "rt_bf16" if dict(self.spec.dtypes).get(name) == "bfloat16" else "float32"
+
     def size_const(self, size) -> str:
         if isinstance(size, int):
             self.constants[f"D_{size}"] = size
@@ -76,7 +80,7 @@ class Layout:
             if s.size is None:
                 acc.scalar[s.name] = f"e_{s.name}"
             else:
-                acc.vector[s.name] = f"float32({s.name}[rr_{s.name}, l, {{j}}])"
+                acc.vector[s.name] = f"{self.load(s.name)}({s.name}[rr_{s.name}, l, {{j}}])"
                 acc.size[s.name] = self.size_const(s.size)
         for p in c.params:
             if p.size is None:
@@ -173,7 +177,8 @@ def final_access(lay: Layout) -> Access:
 
 def element_loads(lay: Layout, consts: Constants, counter) -> list[str]:
     """Registers for one element ``l``: scalar inputs, then the prologue's atoms."""
-    lines = [f"e_{s.name} = float32({s.name}[rr_{s.name}, l])" for s in lay.fused.cascade.inputs if s.size is None]
+    lines = [f"e_{s.name} = {lay.load(s.name)}({s.name}[rr_{s.name}, l])"
+             for s in lay.fused.cascade.inputs if s.size is None]
     acc = lay.base_access()
     for sym, expr in lay.fused.prologue.steps:
         pre, text = print_expr(expr, acc, consts, None, counter)

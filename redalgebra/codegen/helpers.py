@@ -16,6 +16,20 @@ def rt_sqrt(x):
 
 
 @{device}
+def rt_bf16(u):
+    """The float32 value of bfloat16 bits (a uint16 or int16 element), decoded arithmetically."""
+    b = int32(u) & 0xFFFF
+    sign = -_FP8_ONE if b >= 0x8000 else _FP8_ONE
+    e = (b >> 7) & 0xFF
+    m = float32(b & 0x7F)
+    if e == 0xFF:
+        return sign * POS_INF if m == _FP8_ZERO else NAN
+    if e == 0:
+        return sign * m * _BF16_TINY
+    return sign * (_FP8_ONE + m * _BF16_MANT) * math.pow(_FP8_TWO, float32(e - 127))
+
+
+@{device}
 def rt_fp8(x):
     """Round a float32 to the nearest e4m3 value, ties to even, saturating at ±448 (nan stays nan)."""
     if x != x:
@@ -76,4 +90,6 @@ _FP8_TWO = np.float32(2.0)
 _FP8_HALF = np.float32(0.5)
 _FP8_MIN_EXP = np.float32(-6.0)
 _FP8_MANT = np.float32(3.0)
+_BF16_TINY = np.float32(2.0 ** -133)
+_BF16_MANT = np.float32(1.0 / 128.0)
 '''

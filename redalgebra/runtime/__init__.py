@@ -7,6 +7,6 @@ Owns: the source cache (:mod:`.cache`), back-end selection (:mod:`.backends`),
 May import: every layer below, numba and numba-cuda; never torch or matplotlib.
 """
 
-from .compile import Kernel, compile
+from .compile import BFloat16, Kernel, as_bfloat16, compile
 
-__all__ = ["Kernel", "compile"]
+__all__ = ["BFloat16", "Kernel", "as_bfloat16", "compile"]

@@ -18,9 +18,9 @@ import numpy as np
 from ..derive import FusedCascade
 from ..ir import evaluate
 from ..ir.reference import bind, check_keep, eval_expr, run_unfused
-from .compile import compile
+from .compile import BFloat16, as_bfloat16, bfloat16_to_float, compile
 
-TOLERANCE = {"float32": 1e-4, "float16": 1e-4}  # against the reference on the same (rounded) inputs
+TOLERANCE = {"float32": 1e-4, "float16": 1e-4, "bfloat16": 1e-4}  # against the reference on the same rounded inputs
 CAST_TOLERANCE = 0.1  # e4m3 keeps 3 mantissa bits: one rounding moves a value by up to 6.25 %
 SMALL_SIZES = {"d": 8, "r": 16, "e": 4, "n": 5}
 
@@ -55,7 +55,8 @@ def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="floa
     inputs = {}
     for s in c.inputs:
         shape = (rows, length) if s.size is None else (rows, length, sizes.get(s.size, s.size) if isinstance(s.size, str) else s.size)
-        inputs[s.name] = (rng.normal(size=shape) * 2).astype(dtype)
+        values = rng.normal(size=shape) * 2
+        inputs[s.name] = as_bfloat16(values.astype(np.float32)) if dtype == "bfloat16" else values.astype(dtype)
     params = {}
     for p in c.params:
         if p.size is None:
@@ -128,8 +129,10 @@ def check(fused: FusedCascade, backend: str, strategy: str | None = None, shapes
         for rows, length in shapes:
             inputs, params, keep = random_problem(fused, rows, length, rng, dtype, sizes)
             got = kernel(inputs, params, keep=keep)
-            want = evaluate(fused.cascade, {k: v.astype(np.float64) for k, v in inputs.items()}, params, keep=keep)
-            topk = picked_values(fused, inputs, params, keep) if any(r.monoid.k for r in fused.cascade.reductions) else None
+            exact = {k: (bfloat16_to_float(v.bits) if isinstance(v, BFloat16) else v).astype(np.float64)
+                     for k, v in inputs.items()}
+            want = evaluate(fused.cascade, exact, params, keep=keep)
+            topk = picked_values(fused, exact, params, keep) if any(r.monoid.k for r in fused.cascade.reductions) else None
             errors, structural = compare(got, want, topk)
             running = casts and kernel.strategy != "nonincremental"  # the staged form rounds at the final scale
             tol = CAST_TOLERANCE if running else TOLERANCE[dtype]

@@ -27,6 +27,35 @@ SIM_EQUIVALENT = {"warp": "block_shared", "block": "block_shared", "tile": "tile
                   "split": "split_shared"}
 
 
+@dataclass(frozen=True)
+class BFloat16:
+    """bfloat16 data as its 16-bit patterns (NumPy has no bfloat16): ``as_bfloat16(x)`` makes one."""
+
+    bits: object  # uint16/int16 NumPy array or device array
+
+    @property
+    def shape(self):
+        return tuple(self.bits.shape)
+
+
+def as_bfloat16(x) -> BFloat16:
+    """Mark ``x`` as bfloat16 input: a float array is rounded to bfloat16 (nearest, ties to even);
+    a 16-bit integer array (NumPy, or a device array such as ``tensor.view(torch.int16)``) is taken
+    as the bit patterns."""
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+        rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+        return BFloat16(np.where(np.isnan(x), 0x7FC0, rounded).astype(np.uint16))
+    if _dtype(x).itemsize != 2 or _dtype(x).kind not in "iu":
+        raise RedalgebraError(f"as_bfloat16 takes floats to round, or 16-bit integer bit patterns; got {_dtype(x)}")
+    return BFloat16(x)
+
+
+def bfloat16_to_float(bits: np.ndarray) -> np.ndarray:
+    """The float32 values of bfloat16 bit patterns (host side, for references)."""
+    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+
+
 def _is_device(a) -> bool:
     return hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray)
 
@@ -90,6 +119,8 @@ class Kernel:
         sizes, dtypes, reps = {}, [], {}
         for s in c.inputs:
             a = inputs[s.name]
+            bf16 = isinstance(a, BFloat16)
+            a = a.bits if bf16 else a
             want = 2 if s.size is None else 3
             if len(a.shape) != want or a.shape[1] != length:
                 raise EvaluationError(f"input {s.name} must be (rows, L{', size' if want == 3 else ''}) with L = "
@@ -100,9 +131,10 @@ class Kernel:
             if want == 3:
                 self._size(sizes, s.size, a.shape[2], s.name)
             dt = _dtype(a)
-            if dt not in _FLOAT_DTYPES:
-                raise EvaluationError(f"input {s.name} has dtype {dt}; the kernels read float32 or float16")
-            dtypes.append((s.name, _FLOAT_DTYPES[dt]))
+            if not bf16 and dt not in _FLOAT_DTYPES:
+                raise EvaluationError(f"input {s.name} has dtype {dt}; the kernels read float32, float16, or "
+                                      f"bfloat16 bit patterns wrapped with as_bfloat16()")
+            dtypes.append((s.name, "bfloat16" if bf16 else _FLOAT_DTYPES[dt]))
         for p in c.params:
             if p.size is not None:
                 self._size(sizes, p.size, np.shape(params[p.name])[-1], p.name)
@@ -163,13 +195,14 @@ class Kernel:
     def _arguments(self, inputs: dict, params: dict, keep):
         """The generated module and every named kernel argument (host outputs and scratch allocated)."""
         if self.backend == "cpu":  # numba's CPU target has no float16 arrays: widen on the host
-            inputs = {k: (np.asarray(v, np.float32) if np.asarray(v).dtype == np.float16 else v)
-                      for k, v in inputs.items()}
+            inputs = {k: (np.asarray(v, np.float32) if not isinstance(v, BFloat16) and np.asarray(v).dtype == np.float16
+                          else v) for k, v in inputs.items()}
         spec, rows, length, reps = self._layout(inputs, params, keep)
         src, module = self._module(spec)
         c = self.fused.cascade
         outs = self._outputs(src, rows, length, spec)
-        named = {s.name: inputs[s.name] for s in c.inputs}
+        named = {s.name: (inputs[s.name].bits if isinstance(inputs[s.name], BFloat16) else inputs[s.name])
+                 for s in c.inputs}
         named.update({f"rep_{s.name}": reps[s.name] for s in c.inputs})
         named.update({p.name: self._param(p, params[p.name], rows) for p in c.params})
         named["keep"] = np.zeros((1, 1), np.uint8) if keep is None else np.ascontiguousarray(np.asarray(keep), np.uint8)
@@ -193,7 +226,7 @@ class Kernel:
             module.kernel(*[np.ascontiguousarray(named[a]) if isinstance(named[a], np.ndarray) else named[a]
                             for a in src.args])
             return outs
-        on_device = any(_is_device(inputs[s.name]) for s in self.fused.cascade.inputs)
+        on_device = any(_is_device(getattr(inputs[s.name], "bits", inputs[s.name])) for s in self.fused.cascade.inputs)
         launch = self._device_launch(src, module, named, rows)
         launch.run()
         return {name: arr if on_device else arr.copy_to_host() for name, arr in launch.outputs.items()}

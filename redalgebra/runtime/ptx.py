@@ -20,7 +20,7 @@ def signature(fused: FusedCascade, spec: Spec, args: tuple, scratch: tuple = ())
     dtypes = dict(spec.dtypes)
     by_name = {}
     for s in c.inputs:
-        base = types.float16 if dtypes.get(s.name) == "float16" else types.float32
+        base = {"float16": types.float16, "bfloat16": types.uint16}.get(dtypes.get(s.name), types.float32)
         by_name[s.name] = types.Array(base, 2 if s.size is None else 3, "C")
         by_name[f"rep_{s.name}"] = types.int64
     for p in c.params:

@@ -11,7 +11,7 @@ from tests.catalogue import FUSABLE, fused
 
 @pytest.mark.parametrize("name", FUSABLE)
 def test_cpu_kernels_match_the_reference(name):
-    results = check(fused(name), "cpu", dtypes=("float32", "float16"))
+    results = check(fused(name), "cpu", dtypes=("float32", "float16", "bfloat16"))
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
 
 
@@ -83,3 +83,20 @@ def test_nonincremental_fp8_rounds_at_the_final_scale_like_the_unfused_form():
 def test_nonincremental_refuses_rows_that_do_not_fit_on_chip():
     with pytest.raises(RedalgebraError, match="does not fit in shared memory"):
         check(fused("safe_softmax"), "cudasim", "nonincremental", shapes=((1, 20000),))
+
+
+def test_every_bfloat16_bit_pattern_is_decoded_like_the_host():
+    from redalgebra import parse
+    from redalgebra.derive import derive
+    from redalgebra.runtime import as_bfloat16
+    from redalgebra.runtime.compile import bfloat16_to_float
+
+    bits = np.arange(2**16, dtype=np.uint16).reshape(-1, 1)
+    f = derive(parse("input x\nreduce s = sum(x)\nout y = s"))
+    got = compile(f, "cpu")({"x": as_bfloat16(bits)})["y"]
+    np.testing.assert_array_equal(got, bfloat16_to_float(bits)[:, 0])
+
+
+def test_bfloat16_inputs_on_the_simulator():
+    results = check(fused("moe_routing"), "cudasim", "tile", shapes=((3, 37),), dtypes=("bfloat16",))
+    assert results[0].passed, results[0].line()

@@ -23,7 +23,7 @@ for name in workloads.names(fusable=True):
     f = derive(workloads.get(name).cascade)
     for strategy in ("thread", "warp", "block", "block_shared", "tile", "tile_shared", "nonincremental", "split",
                      "unfused"):
-        spec = Spec(sizes, tuple((s.name, "float16" if s.size else "float32") for s in f.cascade.inputs), True,
+        spec = Spec(sizes, tuple((s.name, "float16" if s.size else "bfloat16") for s in f.cascade.inputs), True,
                     32 if strategy == "tile_shared" else 128,
                     8 if strategy.startswith("tile") else 2048 if strategy == "nonincremental" else 1)
         ptx = compile_ptx(f, strategy, spec)

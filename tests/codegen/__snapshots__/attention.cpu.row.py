@@ -14,6 +14,8 @@ _FP8_TWO = np.float32(2.0)
 _FP8_HALF = np.float32(0.5)
 _FP8_MIN_EXP = np.float32(-6.0)
 _FP8_MANT = np.float32(3.0)
+_BF16_TINY = np.float32(2.0 ** -133)
+_BF16_MANT = np.float32(1.0 / 128.0)
 _K0 = np.float32(0.0)
 D_d = 128
 D_e = 64
@@ -32,6 +34,20 @@ def rt_log(x):
 def rt_sqrt(x):
     """sqrt with sqrt of a negative = nan on every target (the simulator's math.sqrt raises)."""
     return math.sqrt(x) if x >= _FP8_ZERO else NAN
+
+
+@njit(cache=False)
+def rt_bf16(u):
+    """The float32 value of bfloat16 bits (a uint16 or int16 element), decoded arithmetically."""
+    b = int32(u) & 0xFFFF
+    sign = -_FP8_ONE if b >= 0x8000 else _FP8_ONE
+    e = (b >> 7) & 0xFF
+    m = float32(b & 0x7F)
+    if e == 0xFF:
+        return sign * POS_INF if m == _FP8_ZERO else NAN
+    if e == 0:
+        return sign * m * _BF16_TINY
+    return sign * (_FP8_ONE + m * _BF16_MANT) * math.pow(_FP8_TWO, float32(e - 127))
 
 
 @njit(cache=False)

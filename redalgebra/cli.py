@@ -99,17 +99,29 @@ def _cmd_laws(args) -> int:
 
 
 def _cmd_demo(args) -> int:
+    import shutil
+
+    from .derive.report import program_text
+    from .runtime.check import check
+
     names = workloads.names()
-    print(f"redalgebra demo: fusion analysis and derived incremental forms of {len(names)} catalogue cascades\n")
+    backend = "cuda" if shutil.which("nvidia-smi") else "cudasim"
+    print(f"redalgebra demo: fusion analysis, derived incremental forms and generated kernels ({backend}) "
+          f"of {len(names)} catalogue cascades\n")
+    failures = 0
     for i, name in enumerate(names, 1):
         w = workloads.get(name)
         print(f"[{i}/{len(names)}] " + analyze(w.cascade).text())
         if w.fusable:
-            from .derive.report import program_text
+            fused = derive(w.cascade)
             print("  incremental update (state _a, element -> _n):")
-            print(program_text(derive(w.cascade).update, "    "))
+            print(program_text(fused.update, "    "))
+            results = check(fused, backend, "tile", shapes=((3, 37),))
+            failures += sum(not r.passed for r in results)
+            print("  kernel: " + results[0].line())
         print()
-    return 0
+    print("notebooks and proofs: proofs/*.md; run `redalgebra check NAME --backend cpu|cudasim|cuda` for more")
+    return 1 if failures else 0
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -109,3 +109,4 @@ def test_demo_prints_verdicts_and_incremental_forms(capsys):
     code, out, _ = run(capsys, "demo")
     assert code == 0
     assert "attention: fusable" in out and "softplus_sum: NOT fusable" in out and "o_n = " in out
+    assert out.count("  kernel: ok") == len(workloads.names(fusable=True))

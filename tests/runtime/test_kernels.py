@@ -64,7 +64,7 @@ def test_bad_calls_get_clear_errors():
     with pytest.raises(RedalgebraError, match="v has size 4 but d = 3"):
         k({"k": np.zeros((1, 2, 3), np.float32), "v": np.zeros((1, 2, 4), np.float32)},
           {"q": np.zeros(3), "scale": 1.0})
-    with pytest.raises(RedalgebraError, match="float32 or float16"):
+    with pytest.raises(RedalgebraError, match="float32, float16, or bfloat16"):
         k({"k": np.zeros((1, 2, 3), np.int64), "v": np.zeros((1, 2, 3), np.float32)},
           {"q": np.zeros(3), "scale": 1.0})
 

@@ -14,13 +14,15 @@ special case: *identity* (the empty segment), *lift* (one element),
 *incremental update* ``merge(state, lift(e))`` — whose new term simplifies to
 :math:`F_i(e, D_{new})` — and *finalize* (the epilogue on the root state).
 
-**Guards.** A side whose dependency values are *degenerate* — at their
-monoid's identity (an empty or fully masked segment: ``m = -inf``, ``l = 0``)
-or at a zero of a denominator of :math:`H` (a zero abs-max in ``1/a``) —
-contributes :math:`0_i` and is skipped, never multiplied by NaN.  This is
-exact: such a side's every term has :math:`G = 0_i` or a correction of 0 in the
-limit.  The guard tests the dependency values, never :math:`H` itself, which
-can overflow in float32 although the corrected product does not.
+**Guards.** A side that is *empty* — a dependency at its monoid's identity
+where that value cannot arise from real elements (``m = -inf``: every score
+masked; ``l = 0`` for a strictly positive sum) — contributes :math:`0_i` and is
+skipped, never multiplied by NaN.  The guard tests the dependency values, never
+:math:`H` itself, which can overflow in float32 although the corrected product
+does not.  A dependency that can reach its identity on real elements (a sum
+that cancels to 0) guards nothing, and a zero of a denominator of :math:`H`
+(``1/a`` at a zero abs-max) is reported in the guards: skipping such a side
+would be wrong in general, so it yields NaN rather than a silently wrong value.
 """
 
 from __future__ import annotations
@@ -108,17 +110,20 @@ def _zero(monoid: Monoid) -> sp.Expr:
     return monoid.identity
 
 
+def _marks_empty(name: str, analysis: Analysis) -> bool:
+    """Whether ``name`` equals its monoid's identity only on an empty (or fully masked) segment.
+
+    True for an infinite identity (a max is -inf only when every score is -inf, which is masking) and
+    for a strictly signed result (a sum of exponentials is 0 only when there is no term).  A sum that
+    can cancel to 0 on real elements is not a test of emptiness, so it guards nothing.
+    """
+    identity = analysis[name].monoid.identity
+    return identity in (sp.oo, -sp.oo) or analysis.signs[name].sign in (">0", "<0")
+
+
 def _degenerate(ra: ReductionAnalysis, c: Cascade, analysis: Analysis, which: str) -> sp.Basic:
-    """The condition under which side ``which`` of reduction ``ra`` contributes nothing."""
-    rename = {c.symbols[d]: side(d, which) for d in ra.deps}
-    conds = [sp.Eq(side(d, which), _zero(analysis[d].monoid)) for d in ra.deps]
-    if ra.otimes is MUL:
-        _, den = sp.fraction(sp.together(ra.H))
-        closed = {sp.Symbol(f.name, real=True): f.symbol for f in analysis.signs.values()}
-        for factor in sp.Mul.make_args(den):
-            if factor.free_symbols & set(rename) and not factor.xreplace(closed).is_nonzero:
-                conds.append(sp.Eq(factor.xreplace(rename), 0))
-    return sp.Or(*conds)
+    """The condition under which side ``which`` of reduction ``ra`` is empty and contributes nothing."""
+    return sp.Or(*[sp.Eq(side(d, which), _zero(analysis[d].monoid)) for d in ra.deps if _marks_empty(d, analysis)])
 
 
 def _correction(ra: ReductionAnalysis, c: Cascade, which: str) -> Correction:
@@ -164,18 +169,22 @@ def _lift(analysis: Analysis, bodies: dict, c: Cascade) -> Program:
     return Program(tuple(steps), tuple(s for s, _ in steps))
 
 
+def _singular_denominators(ra: ReductionAnalysis, analysis: Analysis) -> bool:
+    closed = {sp.Symbol(f.name, real=True): f.symbol for f in analysis.signs.values()}
+    _, den = sp.fraction(sp.together(ra.H))
+    return any(f.free_symbols and not f.xreplace(closed).is_nonzero for f in sp.Mul.make_args(den))
+
+
 def _guards(analysis: Analysis) -> tuple[str, ...]:
     notes = ["the identity state is each reduction's 0 (max: -inf, sum: 0, top-k: -inf values, index -1)",
-             "a side whose dependency values are degenerate contributes 0_i: an empty or fully masked segment "
-             "(m = -inf) is skipped, never multiplied by NaN",
+             "an empty or fully masked side (a max of -inf, or a strictly positive sum equal to 0) contributes "
+             "0_i: it is skipped, never multiplied by NaN",
              "a length-1 segment is the lift of its element; masked elements leave the state unchanged"]
     for ra in analysis.reductions:
-        if ra.otimes is MUL and ra.deps:
-            _, den = sp.fraction(sp.together(ra.H))
-            if any(not f.xreplace({sp.Symbol(s.name, real=True): s.symbol for s in analysis.signs.values()})
-                   .is_nonzero for f in sp.Mul.make_args(den) if f.free_symbols):
-                notes.append(f"{ra.name}: H = {ra.H} is not invertible where its denominator vanishes; "
-                             f"such a side contributes 0_i")
+        if ra.otimes is MUL and ra.deps and _singular_denominators(ra, analysis):
+            notes.append(f"{ra.name}: H = {ra.H} is not invertible where its denominator vanishes; a segment "
+                         f"there makes the fused result NaN (loudly, not silently wrong): clamp the denominator, "
+                         f"as quantisers clamp the abs-max with max(a, eps)")
     if analysis.exact_in_reals_only:
         notes.append("casts (fp8) are the identity in real arithmetic: the fused forms are exact in ℝ but round "
                      "at a running scale in the incremental form, so they are not bitwise equal to the unfused one")

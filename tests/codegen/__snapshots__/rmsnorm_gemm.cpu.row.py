@@ -118,7 +118,7 @@ def kernel(x, g, w, rep_x, rep_g, rep_w, h, eps, keep, out_y, rows, length):
             e_g = float32(g[rr_g, l])
             n_ss = s_ss + (e_x*e_x)
             for j in range(D_n):
-                s_acc[j] = (_K0 if (s_ss == _K0) else s_acc[j]*rt_sqrt(p_eps*p_h + s_ss)*(_K1/rt_sqrt(p_eps*p_h + n_ss))) + (_K0 if (n_ss == _K0) else e_g*float32(w[rr_w, l, j])*e_x*(_K1/rt_sqrt(p_eps + n_ss/p_h)))
+                s_acc[j] = s_acc[j]*rt_sqrt(p_eps*p_h + s_ss)*(_K1/rt_sqrt(p_eps*p_h + n_ss)) + e_g*float32(w[rr_w, l, j])*e_x*(_K1/rt_sqrt(p_eps + n_ss/p_h))
             s_ss = n_ss
         for j in range(0, D_n, 1):
             out_y[row, j] = s_acc[j]

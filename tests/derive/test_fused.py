@@ -182,3 +182,25 @@ def test_causal_attention_matches_the_reference_row_by_row(rng):
     ev = Evaluator(f, inputs, params, keep=keep)
     got = ev.finalize(ev.segmented([0, 3, 7], rng=random.Random(0)))
     assert_matches(got, evaluate(f.cascade, inputs, params, keep=keep), ["y"])
+
+
+def test_a_segment_whose_sum_cancels_to_zero_is_not_mistaken_for_an_empty_one():
+    """s = Σx can be 0 on real elements: the merge must not skip such a segment as if it were empty."""
+    from redalgebra import parse
+
+    f = derive(parse("input x\nreduce s = sum(x)\nreduce r = sum(x * exp(s))\nout y = r"))
+    x = np.array([[1.0, -1.0, 3.0, 2.0]])
+    ev = Evaluator(f, {"x": x})
+    got = ev.finalize(ev.segmented([0, 2, 4]))["y"]  # the first segment sums to 0
+    np.testing.assert_allclose(got, evaluate(f.cascade, {"x": x})["y"], rtol=1e-12)
+
+
+def test_a_vanishing_denominator_gives_nan_not_a_silently_wrong_value():
+    from redalgebra import parse
+
+    f = derive(parse("input x\nreduce a = max(abs(x))\nreduce r = sum((x + 1) / a)\nout y = r"))
+    assert any("not invertible" in g for g in f.guards)
+    x = np.array([[0.0, 0.0, 2.0]])  # the first element alone has a = 0: H = 1/a is not invertible there
+    ev = Evaluator(f, {"x": x})
+    got = ev.finalize(ev.incremental())["y"]
+    assert np.isnan(got).all() or np.allclose(got, evaluate(f.cascade, {"x": x})["y"])

@@ -188,7 +188,7 @@ def test_a_segment_whose_sum_cancels_to_zero_is_not_mistaken_for_an_empty_one():
     """s = Σx can be 0 on real elements: the merge must not skip such a segment as if it were empty."""
     from redalgebra import parse
 
-    f = derive(parse("input x\nreduce s = sum(x)\nreduce r = sum(x * exp(s))\nout y = r"))
+    f = derive(parse("input x\nreduce s = sum(x)\nreduce r = sum(x**2 * exp(s))\nout y = r"))
     x = np.array([[1.0, -1.0, 3.0, 2.0]])
     ev = Evaluator(f, {"x": x})
     got = ev.finalize(ev.segmented([0, 2, 4]))["y"]  # the first segment sums to 0

@@ -37,9 +37,9 @@ def _cmd_analyze(args) -> int:
     cascade = workloads.load(args.target)
     analysis, structure = analyze(cascade), report(cascade)
     if args.json:
-        data = analysis.as_dict()
-        data.update(levels=structure.as_dict()["levels"], graph=structure.as_dict()["graph"])
-        for r, s in zip(data["reductions"], structure.as_dict()["reductions"]):
+        data, shape = analysis.as_dict(), structure.as_dict()
+        data.update(levels=shape["levels"], graph=shape["graph"])
+        for r, s in zip(data["reductions"], shape["reductions"]):
             r["laws"] = s["laws"]
         print(json.dumps(data, indent=2))
     else:

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field, replace
 import sympy as sp
 from sympy.core.relational import Relational
 
+from ..ir.nodes import SIGN_FLAGS
 from .proof import Counterexample, Proof
 
-_FLAGS = {">0": {"positive": True}, ">=0": {"nonnegative": True}, "<0": {"negative": True},
-          "<=0": {"nonpositive": True}, "!=0": {"nonzero": True}}
+_FLAGS = {**SIGN_FLAGS, "!=0": {"nonzero": True}}  # the param signs, and "nonzero" for laws
 _INTERIOR = {">0": ">0", ">=0": ">0", "<0": "<0", "<=0": "<0", "!=0": "!=0"}
 _POOL = [sp.Rational(n, d) for n, d in [(-3, 1), (-2, 1), (-3, 2), (-1, 1), (-1, 2), (-1, 3), (0, 1), (1, 3),
                                         (1, 2), (1, 1), (3, 2), (2, 1), (3, 1), (5, 1), (-7, 4), (7, 3)]]

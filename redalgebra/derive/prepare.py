@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 import sympy as sp
 
-from ..ir import Cascade, Input, Let, Output, Param, Reduction, build_graph
+from ..ir import Cascade, Input, Let, Output, Param, Reduction, build_graph, symbol
 from ..ir.functions import CASTS
 from ..ir.printer import reducer_text
 
@@ -76,10 +76,6 @@ class SignFact:
     reason: str
 
 
-_FLAGS = {">0": dict(positive=True), ">=0": dict(nonnegative=True), "<0": dict(negative=True),
-          "<=0": dict(nonpositive=True)}
-
-
 def sign_of(expr: sp.Expr) -> str | None:
     """The strongest sign SymPy's assumptions establish for ``expr``."""
     for sign, test in ((">0", "is_positive"), ("<0", "is_negative"), (">=0", "is_nonnegative"),
@@ -112,7 +108,7 @@ def sign_facts(c: Cascade) -> dict[str, SignFact]:
             reason = f"from {s.name} = {s.expr}"
         else:
             sign, reason = _reduction_sign(s, signed)
-        sym = sp.Symbol(s.name, real=True, **_FLAGS.get(sign, {}))
+        sym = symbol(s.name, sign)
         signed[s.symbol] = sym
         facts[s.name] = SignFact(s.name, sym, sign, reason)
     return facts

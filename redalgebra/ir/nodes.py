@@ -20,13 +20,13 @@ from .functions import Dot, VSum
 from .monoid import Monoid, reducer_name
 
 Size = Union[int, str, None]  # None: scalar; int or a dimension name: a vector
-_SIGNS = {">0": {"positive": True}, ">=0": {"nonnegative": True},
+SIGN_FLAGS = {">0": {"positive": True}, ">=0": {"nonnegative": True},
           "<0": {"negative": True}, "<=0": {"nonpositive": True}}
 
 
 def symbol(name: str, sign: str | None = None) -> sp.Symbol:
     """The SymPy symbol that stands for ``name`` in a cascade (always real)."""
-    return sp.Symbol(name, real=True, **_SIGNS.get(sign, {}))
+    return sp.Symbol(name, real=True, **SIGN_FLAGS.get(sign, {}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +50,8 @@ class Param:
     sign: str | None = None
 
     def __post_init__(self):
-        if self.sign is not None and self.sign not in _SIGNS:
-            raise CascadeError(f"param {self.name}: sign must be one of {sorted(_SIGNS)}, got {self.sign!r}")
+        if self.sign is not None and self.sign not in SIGN_FLAGS:
+            raise CascadeError(f"param {self.name}: sign must be one of {sorted(SIGN_FLAGS)}, got {self.sign!r}")
 
     @property
     def symbol(self) -> sp.Symbol:

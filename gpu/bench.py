@@ -1,17 +1,26 @@
-"""Validate, then time, the generated fused kernels against PyTorch on the GPU machine.
+"""Validate, autotune and time the generated fused kernels against PyTorch on the GPU machine.
 
-    python3 gpu/bench.py [--quick] [--out gpu/results/h200/bench.csv]
+    python3 gpu/bench.py [--cases softmax,decode,...] [--quick] [--out gpu/results/h200/bench.csv]
+    redalgebra bench [same options]          # runs this script
 
-Every case: our kernels (one row per strategy) and the baselines (PyTorch eager, the unfused
-sequence of ops; torch.compile of the same function; the library kernel where one exists),
-all timed in this one process, with the copy bandwidth measured first.
+For every case (workload × shape × dtype, from the paper's model families): the baselines — PyTorch
+eager (the unfused sequence of ops), ``torch.compile`` of the same function, the library kernel where
+one exists — and our generated kernels. Each of our candidate configurations (strategy, block size,
+tile, segments) is validated against a float64 reference on the GPU, then timed; the fastest valid
+one is the autotuner's choice, re-timed next to the baselines and written to ``autotune.json``
+(keyed by workload, shape, dtype and device). All times are medians of CUDA-event timed batches of back-to-back
+calls (``harness.median_ms``), in this one process, with the device-to-device copy bandwidth measured first; the CSV is rewritten after every case.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import sys
 import time
+import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,138 +30,420 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import Row, copies_for, copy_bandwidth, environment, median_ms, rotating, write_csv  # noqa: E402
+from harness import Progress, Row, copies_for, copy_bandwidth, environment, median_ms, rotating, write_csv  # noqa: E402
 
-from redalgebra import workloads  # noqa: E402
+from redalgebra import parse, workloads  # noqa: E402
 from redalgebra.derive import derive  # noqa: E402
-from redalgebra.runtime import compile  # noqa: E402
+from redalgebra.runtime import as_bfloat16, compile  # noqa: E402
+
+FP8_QUANT = """\
+# per-token FP8 (e4m3) quantisation alone: the scale from the row's abs-max, every element rounded
+input x
+reduce a = max(abs(x))
+out q = fp8(x * 448 / max(a, 1e-12))
+out s = max(a, 1e-12) / 448
+"""
+
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
-def ours(name, strategies, make_inputs, nbytes, check=None):
-    """Rows for our kernels: ``make_inputs()`` gives (inputs, params) as torch CUDA tensors.
+@dataclass
+class Case:
+    """One workload at one shape: its inputs (several copies, for rotation), baselines and reference."""
 
-    A strategy may carry its block size: ``tile@1024``.
-    """
-    fused = derive(workloads.get(name).cascade)
-    out = []
-    for spec in strategies:
-        strategy, _, threads = spec.partition("@")
-        kernel = compile(fused, "cuda", strategy, threads=int(threads) if threads else None)
-        launches = []
-        for _ in range(copies_for(nbytes)):
-            inputs, params = make_inputs()
-            launches.append(kernel.prepare(inputs, params))
-        if check is not None:
-            launches[0].run()
-            err = check(launches[0].outputs, inputs, params)
-        else:
-            err = float("nan")
-        ms = median_ms(rotating([l.run for l in launches]))
-        out.append((f"redalgebra/{spec}", ms, f"max rel err vs torch {err:.2e}"))
-        del launches
-        torch.cuda.empty_cache()
+    name: str
+    shape: str
+    dtype: str
+    fused: object
+    copies: list                      # [(inputs for our kernel, params, torch tensors for the baselines)]
+    baselines: list                   # [(system, function of the torch tensors, bytes it moves)]
+    reference: object                 # torch tensors -> {output: float64 tensor}
+    ours_bytes: int                   # bytes our kernel moves (inputs in their dtype, float32 outputs)
+    candidates: tuple                 # configurations: "strategy@threads[xTILE][sSEGMENTS]"
+    flops: float = 0.0
+    tol: float = 1e-4
+    outputs: tuple = ("y",)
+    reps: int = 10                    # timed batches (of ``batch`` calls each) per system
+    batch: int = 10
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def parse_config(text: str) -> dict:
+    strategy, _, rest = text.partition("@")
+    out = {"strategy": strategy}
+    if rest:
+        seg = None
+        if "s" in rest:
+            rest, seg = rest.split("s")
+        threads, _, tile = rest.partition("x")
+        out["threads"] = int(threads)
+        if tile:
+            out["tile"] = int(tile)
+        if seg:
+            out["segments"] = int(seg)
     return out
 
 
-def case_softmax(rows, length, dtype, strategies):
-    tdt = getattr(torch, dtype)
-    nbytes = rows * length * torch.finfo(tdt).bits // 8
-    xs = [torch.randn(rows, length, device="cuda", dtype=tdt) for _ in range(copies_for(nbytes))]
-
-    def eager(x):
-        m = x.amax(dim=1, keepdim=True)
-        e = torch.exp(x - m)
-        return e / e.sum(dim=1, keepdim=True)
-
-    compiled = torch.compile(eager)
-    results = [("torch.softmax", median_ms(rotating([lambda x=x: torch.softmax(x, dim=1) for x in xs])), ""),
-               ("eager", median_ms(rotating([lambda x=x: eager(x) for x in xs])), ""),
-               ("torch.compile", median_ms(rotating([lambda x=x: compiled(x) for x in xs])), "")]
-    it = iter(range(10**9))
-
-    def make():
-        return {"x": xs[next(it) % len(xs)]}, {}
-
-    def check(outs, inputs, params):
-        ref = torch.softmax(inputs["x"].float(), dim=1)
-        got = torch.as_tensor(outs["y"], device="cuda")
-        return float(((got - ref).abs().max() / ref.abs().max()).item())
-
-    if dtype == "float32" or dtype == "float16":
-        results += ours("safe_softmax", strategies, make, nbytes, check)
-    moved = rows * length * (torch.finfo(tdt).bits // 8 + 4)  # read input, write float32 output
-    return "safe_softmax", f"{rows}x{length}", dtype, moved, 0.0, results
+def randn(shape, dtype, scale=1.0):
+    return (torch.randn(*shape, device="cuda", dtype=torch.float32) * scale).to(TORCH_DTYPES[dtype])
 
 
-def case_decode(batch, heads, length, dim, strategies):
-    rows = batch * heads
-    nbytes = 2 * rows * length * dim * 2
-    kv = [(torch.randn(rows, length, dim, device="cuda", dtype=torch.float16),
-           torch.randn(rows, length, dim, device="cuda", dtype=torch.float16)) for _ in range(copies_for(nbytes))]
-    q = torch.randn(rows, dim, device="cuda", dtype=torch.float16)
+@functools.lru_cache(maxsize=None)
+def fused_of(name_or_text: str):
+    """The derived cascade of a catalogue name or of cascade text (derived once per run)."""
+    cascade = workloads.get(name_or_text).cascade if "\n" not in name_or_text else parse(name_or_text)
+    return derive(cascade)
+
+
+def ours_input(t: torch.Tensor):
+    """A torch tensor as our kernels take it (bfloat16 as bit patterns)."""
+    return as_bfloat16(t.view(torch.int16)) if t.dtype == torch.bfloat16 else t
+
+
+# -- cases ---------------------------------------------------------------------------------------------
+def softmax_eager(x):
+    m = x.amax(dim=-1, keepdim=True)
+    e = torch.exp(x - m)
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def case_softmax(rows, length, dtype, candidates, name="safe_softmax"):
+    nbytes = rows * length * SIZE[dtype]
+    copies = []
+    for _ in range(copies_for(nbytes)):
+        x = randn((rows, length), dtype, 3.0)
+        copies.append(({"x": ours_input(x)}, {}, (x,)))
+    compiled = compiled_fn("softmax", softmax_eager)
+    base = [("torch.softmax", lambda x: torch.softmax(x, dim=-1), 2 * nbytes),
+            ("eager", softmax_eager, 2 * nbytes), ("torch.compile", compiled, 2 * nbytes)]
+    return Case(name, f"{rows}x{length}", dtype, fused_of("safe_softmax"), copies, base,
+                lambda x: {"y": torch.softmax(x.double(), dim=-1)}, nbytes + rows * length * 4, candidates)
+
+
+def lse_eager(x):
+    m = x.amax(dim=-1, keepdim=True)
+    return (m + torch.log(torch.exp(x - m).sum(dim=-1, keepdim=True))).squeeze(-1)
+
+
+def case_logsumexp(rows, length, dtype, candidates):
+    nbytes = rows * length * SIZE[dtype]
+    copies = []
+    for _ in range(copies_for(nbytes)):
+        x = randn((rows, length), dtype, 3.0)
+        copies.append(({"x": ours_input(x)}, {}, (x,)))
+    base = [("torch.logsumexp", lambda x: torch.logsumexp(x, dim=-1), nbytes),
+            ("eager", lse_eager, nbytes), ("torch.compile", compiled_fn("lse", lse_eager), nbytes)]
+    return Case("logsumexp", f"{rows}x{length}", dtype, fused_of("logsumexp"), copies, base,
+                lambda x: {"y": torch.logsumexp(x.double(), dim=-1)}, nbytes + rows * 4, candidates)
+
+
+def attention_eager(q, k, v, scale):
+    return torch.softmax((q @ k.transpose(-1, -2)) * scale, dim=-1) @ v
+
+
+def sdpa_with(backend):
+    from torch.nn.attention import sdpa_kernel
+
+    def run(q, k, v, scale):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, scale=scale)
+    return run
+
+
+def case_attention(batch, heads, queries, length, dim, candidates, name, label):
+    """Attention with ``queries`` query rows per head (1: decode). Tensors (B, H, ·, D) in float16."""
+    from torch.nn.attention import SDPBackend
+
+    rows = batch * heads * queries
+    kv_bytes = 2 * batch * heads * length * dim * 2
     scale = dim ** -0.5
+    copies = []
+    for _ in range(copies_for(kv_bytes)):
+        q = randn((batch, heads, queries, dim), "float16")
+        k = randn((batch, heads, length, dim), "float16")
+        v = randn((batch, heads, length, dim), "float16")
+        inputs = {"k": k.view(batch * heads, length, dim), "v": v.view(batch * heads, length, dim)}
+        params = {"q": q.float().reshape(rows, dim).cpu().numpy(), "scale": np.float32(scale)}
+        copies.append((inputs, params, (q, k, v, scale)))
+    io = kv_bytes + rows * dim * 2 * 2
+    base = [("sdpa flash", sdpa_with(SDPBackend.FLASH_ATTENTION), io),
+            ("sdpa cudnn", sdpa_with(SDPBackend.CUDNN_ATTENTION), io),
+            ("eager", attention_eager, io), ("torch.compile", compiled_fn("attention", attention_eager), io)]
 
-    def sdpa(k, v):
-        return F.scaled_dot_product_attention(q.view(batch, heads, 1, dim), k.view(batch, heads, length, dim),
-                                              v.view(batch, heads, length, dim), scale=scale)
-
-    def eager(k, v):
-        s = torch.einsum("rd,rld->rl", q.float(), k.float()) * scale
-        p = torch.softmax(s, dim=1)
-        return torch.einsum("rl,rld->rd", p, v.float())
-
-    compiled = torch.compile(eager)
-    results = []
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    for label, backend in (("sdpa flash", SDPBackend.FLASH_ATTENTION), ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION)):
-        try:
-            with sdpa_kernel(backend):
-                results.append((label, median_ms(rotating([lambda k=k, v=v: sdpa(k, v) for k, v in kv])), ""))
-        except Exception as err:  # noqa: BLE001 - a backend that refuses the shape is reported, not fatal
-            results.append((label, float("nan"), f"unavailable: {type(err).__name__}"))
-    results += [("eager", median_ms(rotating([lambda k=k, v=v: eager(k, v) for k, v in kv])), ""),
-                ("torch.compile", median_ms(rotating([lambda k=k, v=v: compiled(k, v) for k, v in kv])), "")]
-    it = iter(range(10**9))
-
-    def make():
-        k, v = kv[next(it) % len(kv)]
-        return {"k": k, "v": v}, {"q": q.float().cpu().numpy(), "scale": scale}
-
-    def check(outs, inputs, params):
-        ref = eager(inputs["k"], inputs["v"])
-        got = torch.as_tensor(outs["y"], device="cuda")
-        return float(((got - ref).abs().max() / ref.abs().max()).item())
-
-    results += ours("decode_attention", strategies, make, nbytes, check)
+    def reference(q, k, v, scale):
+        s = (q.double() @ k.double().transpose(-1, -2)) * scale
+        return {"y": (torch.softmax(s, dim=-1) @ v.double()).reshape(rows, dim)}
     flops = 4.0 * rows * length * dim
-    return "decode_attention", f"B{batch} H{heads} L{length} D{dim}", "float16", nbytes, flops, results
+    shape = f"{label} B{batch} H{heads} L{length} D{dim}" + (f" Q{queries}" if queries > 1 else "")
+    wl = "decode_attention" if queries == 1 else "attention"
+    return Case(name, shape, "float16", fused_of(wl), copies, base, reference,
+                kv_bytes + rows * dim * 4 + rows * dim * 4, candidates, flops=flops,
+                reps=10 if queries == 1 else 3, batch=10 if queries == 1 else 2)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="gpu/results/h200/bench.csv")
-    ap.add_argument("--strategies", default="tile@1024,tile@256,tile,warp,block")
-    ap.add_argument("--cases", default="softmax,softmax16,decode")
-    args = ap.parse_args()
-    strategies = args.strategies.split(",")
+def mla_eager(qc, qr, c, kr, scale):
+    s = (qc @ c.transpose(-1, -2) + qr @ kr.transpose(-1, -2)) * scale
+    return torch.softmax(s, dim=-1) @ c
+
+
+def case_mla(batch, length, candidates, heads=128, rank=512, rope=64):
+    rows = batch * heads
+    kv_bytes = batch * length * (rank + rope) * 2
+    scale = (rank + rope) ** -0.5
+    copies = []
+    for _ in range(copies_for(kv_bytes)):
+        qc, qr = randn((batch, heads, rank), "float16", 0.2), randn((batch, heads, rope), "float16", 0.2)
+        c, kr = randn((batch, length, rank), "float16"), randn((batch, length, rope), "float16")
+        inputs = {"c": c, "kr": kr}
+        params = {"qc": qc.float().reshape(rows, rank).cpu().numpy(), "qr": qr.float().reshape(rows, rope).cpu().numpy(),
+                  "scale": np.float32(scale)}
+        copies.append((inputs, params, (qc, qr, c, kr, scale)))
+
+    def reference(qc, qr, c, kr, scale):
+        s = (qc.double() @ c.double().transpose(-1, -2) + qr.double() @ kr.double().transpose(-1, -2)) * scale
+        return {"y": (torch.softmax(s, dim=-1) @ c.double()).reshape(rows, rank)}
+    io = kv_bytes + rows * (rank + rope + rank) * 2
+    base = [("eager", mla_eager, io), ("torch.compile", compiled_fn("mla", mla_eager), io)]
+    flops = 2.0 * rows * length * (rank + rope + rank)
+    return Case("mla_decode", f"DeepSeek-R1 B{batch} H{heads} L{length} r{rank}+{rope}", "float16", fused_of("mla_decode"),
+                copies, base, reference, kv_bytes + rows * (rank + rope) * 4 + rows * rank * 4, candidates, flops=flops)
+
+
+def moe_eager(g, k):
+    p = torch.softmax(g.float(), dim=-1)
+    w, i = torch.topk(p, k, dim=-1)
+    return w / w.sum(dim=-1, keepdim=True), i
+
+
+def case_moe(tokens, experts, k, candidates, label):
+    text = workloads.get("moe_routing").text.replace("topk(8,", f"topk({k},")
+    nbytes = tokens * experts * 2
+    copies = []
+    for _ in range(copies_for(nbytes)):
+        g = randn((tokens, experts), "bfloat16", 2.0)
+        copies.append(({"g": ours_input(g)}, {}, (g,)))
+    out_bytes = tokens * k * 8
+    compiled = compiled_fn(f"moe{k}", lambda g: moe_eager(g, k))
+    base = [("eager (softmax, torch.topk)", lambda g: moe_eager(g, k), nbytes + out_bytes),
+            ("torch.compile", compiled, nbytes + out_bytes)]
+    return Case("moe_routing", f"{label} T{tokens} E{experts} top{k}", "bfloat16", fused_of(text), copies, base,
+                lambda g: {"w": moe_eager(g.double(), k)[0]}, nbytes + out_bytes, candidates, outputs=("w",))
+
+
+def fp8_quant_eager(x):
+    s = x.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12) / 448.0
+    return (x.float() / s).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), s
+
+
+def case_fp8_quant(rows, hidden, candidates):
+    nbytes = rows * hidden * 2
+    copies = []
+    for _ in range(copies_for(nbytes)):
+        x = randn((rows, hidden), "bfloat16")
+        copies.append(({"x": ours_input(x)}, {}, (x,)))
+    base = [("eager", fp8_quant_eager, nbytes + rows * hidden + rows * 4),
+            ("torch.compile", compiled_fn("fp8q", fp8_quant_eager), nbytes + rows * hidden + rows * 4)]
+
+    def reference(x):
+        return {"q": fp8_quant_eager(x)[0].double()}
+    # A value at a rounding boundary may land one e4m3 step away (the scale is 448/a here, x/(a/448)
+    # in torch): one step at the top of the range is 32 of 448, so errors are relative to 448.
+    return Case("fp8_quant", f"{rows}x{hidden}", "bfloat16", fused_of(FP8_QUANT), copies, base, reference,
+                nbytes + rows * hidden * 4 + rows * 4, candidates, tol=32 / 448, outputs=("q",))
+
+
+def case_fp8_gemm(m, hidden, n, candidates):
+    x = randn((m, hidden), "bfloat16")
+    w = randn((hidden, n), "float16", 0.05)
+    wq = w.t().contiguous().to(torch.float8_e4m3fn)           # (N, K) for _scaled_mm's column-major operand
+    sw = torch.ones(1, n, device="cuda", dtype=torch.float32)
+
+    def quant_mm(x, quant):
+        xq, sx = quant(x)
+        return torch._scaled_mm(xq, wq.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)
+    compiled_quant = compiled_fn("fp8q", fp8_quant_eager)
+    weight_bytes = hidden * n
+    base = [("eager quant + torch._scaled_mm", lambda x: quant_mm(x, fp8_quant_eager), weight_bytes + m * hidden * 2),
+            ("torch.compile quant + torch._scaled_mm", lambda x: quant_mm(x, compiled_quant), weight_bytes + m * hidden * 2)]
+    inputs = {"x": ours_input(x), "w": w.view(1, hidden, n)}
+
+    def reference(x):
+        xq, sx = fp8_quant_eager(x)
+        return {"y": (xq.double() @ w.double()) * sx.double()}
+    return Case("fp8_quant_gemm", f"M{m} K{hidden} N{n}", "bfloat16", fused_of("fp8_quant_gemm"), [(inputs, {}, (x,))],
+                base, reference, hidden * n * 2 + m * hidden * 2 + m * n * 4, candidates, flops=2.0 * m * hidden * n,
+                tol=0.1, note="our weights are float16 (the kernels read no fp8 bytes): twice the baseline's weight bytes")
+
+
+_COMPILED: dict = {}
+
+
+def compiled_fn(key, fn):
+    if key not in _COMPILED:
+        _COMPILED[key] = torch.compile(fn)
+    return _COMPILED[key]
+
+
+# -- the case list ---------------------------------------------------------------------------------
+LONG = ("tile@256", "tile@512", "tile@1024")
+DECODE = ("lanes@256x4", "lanes@256x8", "lanes@512x4", "split_lanes@128x8", "split_lanes@256x4")
+
+
+def all_cases(quick: bool) -> dict:
+    """Case groups by name; each value is a list of zero-argument builders."""
+    ablation = ("thread@128", "warp@128", "block@256", "tile@256", "split@256", "unfused@256")
+    c = {
+        "softmax": [lambda: case_softmax(8192, 32768, "float32", LONG),
+                    lambda: case_softmax(32768, 8192, "bfloat16", LONG)],
+        "logsumexp": [lambda: case_logsumexp(16384, 16384, "float32", LONG)],
+        "decode": [lambda b=b, l=l: case_attention(b, 32, 1, l, 128, DECODE, "decode_attention", "LLaMA")
+                   for b, l in ((16, 4096), (1, 65536), (4, 16384), (64, 1024), (64, 8192))],
+        "mla": [lambda b=b: case_mla(b, 4096, ("lanes@256x2", "lanes@256x4", "lanes@512x2", "split_lanes@256x2"))
+                for b in (4, 16)],
+        "prefill": [lambda: case_attention(8, 12, 512, 512, 64, ("lanes@128x4", "lanes@256x4"), "attention", "BERT-base"),
+                    lambda: case_attention(8, 16, 197, 197, 64, ("lanes@128x4",), "attention", "ViT-L"),
+                    lambda: case_attention(1, 64, 2048, 2048, 128, ("lanes@128x4",), "attention", "LLaMA-65B")],
+        "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("warp@128", "tile@32", "tile@64", "block@128"), lab)
+                for t, e, k, lab in ((16384, 128, 8, "Qwen3"), (4096, 128, 8, "Qwen3"), (32768, 128, 8, "Qwen3"),
+                                     (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]
+        + [lambda: case_moe(4096, 4096, 8, ("tile@128", "tile@256", "block@256"), "wide")],
+        "fp8": [lambda: case_fp8_quant(16384, 7168, LONG)],
+        "fp8gemm": [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("split_lanes@32x1",)) for m in (1, 16)],
+        "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")
+                     for L in (1024, 4096, 16384, 65536)],
+        "incremental": [lambda L=L: case_softmax(2**25 // L, L, "float32", ("tile@256", "nonincremental@256"),
+                                                 "softmax_incremental") for L in (512, 1024, 2048, 4096, 8192, 16384)],
+    }
+    if quick:
+        c = {k: v[:1] for k, v in c.items()}
+    return c
+
+
+# -- running ---------------------------------------------------------------------------------------
+class Runner:
+    def __init__(self, copy_gbps: float, tune_path: Path, retune: bool):
+        self.copy = copy_gbps
+        self.kernels: dict = {}
+        self.tune_path = tune_path
+        self.tuned = json.loads(tune_path.read_text()) if tune_path.exists() else {}
+        self.retune = retune
+        self.device = torch.cuda.get_device_name()
+
+    def kernel(self, case: Case, config: str):
+        key = (id(case.fused), config)  # fused_of returns one object per cascade: kernels compile once per run
+        if key not in self.kernels:
+            self.kernels[key] = compile(case.fused, "cuda", **parse_config(config))
+        return self.kernels[key]
+
+    def row(self, case, system, ms, nbytes, **kw) -> Row:
+        return Row(case.name, system, case.shape, case.dtype, ms, nbytes, case.flops, **kw).finish(self.copy)
+
+    def baselines(self, case: Case) -> list[Row]:
+        rows = []
+        for system, fn, nbytes in case.baselines:
+            try:
+                ms = median_ms(rotating([lambda t=t: fn(*t) for _, _, t in case.copies]), case.reps, batch=case.batch)
+                rows.append(self.row(case, system, ms, nbytes))
+            except Exception as err:  # noqa: BLE001 - a baseline that refuses the shape is reported, not fatal
+                rows.append(self.row(case, system, float("nan"), nbytes, note=f"unavailable: {type(err).__name__}: "
+                                     f"{str(err).splitlines()[0][:120] if str(err) else ''}"))
+        return rows
+
+    def validate(self, case: Case, launch) -> float:
+        launch.run()
+        torch.cuda.synchronize()
+        want = case.reference(*case.copies[0][2])
+        worst = 0.0
+        for name in case.outputs:
+            got = torch.as_tensor(launch.outputs[name], device="cuda").double()
+            ref = want[name].reshape(got.shape)
+            scale = ref.abs().max().clamp(min=1e-30)
+            worst = max(worst, float(((got - ref).abs().max() / scale).item()))
+        return worst
+
+    def ours(self, case: Case, config: str, kind: str, reps: int) -> Row:
+        system = f"redalgebra {config}" if kind == "candidate" else "redalgebra (tuned)"
+        try:
+            kernel = self.kernel(case, config)
+            launches = [kernel.prepare(inputs, params) for inputs, params, _ in case.copies]
+            err = self.validate(case, launches[0])
+            if not err <= case.tol:
+                return self.row(case, system, float("nan"), case.ours_bytes, kind=kind, config=config, valid="FAIL",
+                                max_err=err, note=f"max rel err {err:.2e} > {case.tol:.1e}: not timed")
+            ms = median_ms(rotating([l.run for l in launches]), reps, batch=case.batch)
+            return self.row(case, system, ms, case.ours_bytes, kind=kind, config=config, valid="ok", max_err=err,
+                            note=case.note)
+        except Exception as err:  # noqa: BLE001 - a configuration that fails is a result, reported as such
+            msg = str(err).strip().splitlines()[-1][:160] if str(err).strip() else type(err).__name__
+            print(f"    {config}: {type(err).__name__}: {msg}", file=sys.stderr, flush=True)
+            if "--traceback" in sys.argv:
+                traceback.print_exc()
+            return self.row(case, system, float("nan"), case.ours_bytes, kind=kind, config=config, valid="error",
+                            note=f"{type(err).__name__}: {msg}")
+
+    def run(self, case: Case) -> list[Row]:
+        rows = self.baselines(case)
+        key = f"{case.name}|{case.shape}|{case.dtype}|{self.device}"
+        known = self.tuned.get(key, {}).get("config")
+        candidates = (known,) if known and not self.retune else case.candidates
+        tried = [self.ours(case, cfg, "candidate", max(3, case.reps // 2)) for cfg in candidates]
+        rows += tried
+        good = [r for r in tried if r.valid == "ok" and r.ms == r.ms]
+        if good:
+            best = min(good, key=lambda r: r.ms)
+            rows.append(self.ours(case, best.config, "tuned", case.reps))
+            self.tuned[key] = {"config": best.config, "ms": round(best.ms, 5),
+                               "candidates": {r.config: round(r.ms, 5) for r in tried if r.ms == r.ms}}
+            self.tune_path.parent.mkdir(parents=True, exist_ok=True)
+            self.tune_path.write_text(json.dumps(self.tuned, indent=1, sort_keys=True) + "\n")
+        return rows
+
+
+def main(argv=None) -> int:
+    groups = list(all_cases(False))
+    ap = argparse.ArgumentParser(prog="redalgebra bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="gpu/results/h200/bench.csv", help="CSV written after every case")
+    ap.add_argument("--cases", default=",".join(groups), help=f"comma-separated groups of: {', '.join(groups)}")
+    ap.add_argument("--quick", action="store_true", help="the first shape of each group only")
+    ap.add_argument("--retune", action="store_true", help="try every candidate even where autotune.json has a choice")
+    ap.add_argument("--budget", type=float, default=560.0, help="seconds; cases past it are skipped")
+    ap.add_argument("--traceback", action="store_true", help="print the traceback of failing configurations")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("redalgebra bench needs a CUDA GPU (and PyTorch with CUDA); none is visible here.", file=sys.stderr)
+        return 2
+    cases = all_cases(args.quick)
+    unknown = [g for g in args.cases.split(",") if g not in cases]
+    if unknown:
+        print(f"unknown case group(s) {unknown}; choose from {groups}", file=sys.stderr)
+        return 2
+    builders = [(g, b) for g in args.cases.split(",") for b in cases[g]]
     t0 = time.time()
+    out = Path(args.out)
     copy = copy_bandwidth()
-    print(f"copy bandwidth {copy:.0f} GB/s", flush=True)
-    rows = []
-    known = {"softmax": lambda: case_softmax(8192, 32768, "float32", strategies),
-             "softmax16": lambda: case_softmax(32768, 8192, "float16", strategies),
-             "decode": lambda: case_decode(16, 32, 4096, 128, strategies)}
-    cases = [known[c] for c in args.cases.split(",")]
-    for i, make in enumerate(cases, 1):
-        case, shape, dtype, nbytes, flops, results = make()
-        for system, ms, note in results:
-            row = Row(case, system, shape, dtype, ms, nbytes, flops, note=note).finish(copy)
-            rows.append(row)
-            print(f"[{i}/{len(cases)}] {case:<18} {shape:<22} {dtype:<8} {system:<24} {ms:8.3f} ms "
-                  f"{row.gbps:7.0f} GB/s {100 * row.frac_copy:5.1f}% of copy  {note}", flush=True)
+    print(f"copy bandwidth {copy:.0f} GB/s (4 GiB device-to-device, read + write)", flush=True)
     meta = {**environment(), "copy_gbps": round(copy, 1)}
-    write_csv(rows, Path(args.out), meta)
-    print(f"wrote {args.out} in {time.time() - t0:.0f}s")
+    runner = Runner(copy, out.parent / "autotune.json", args.retune)
+    rows: list[Row] = []
+    progress = Progress(len(builders))
+    for group, build in builders:
+        if time.time() - t0 > args.budget:
+            print(f"skipped a {group} case: past the {args.budget:.0f}s budget", file=sys.stderr, flush=True)
+            progress.step("skipped")
+            continue
+        case = build()
+        for r in runner.run(case):
+            rows.append(r)
+            print(f"{r.case:<20} {r.shape:<36} {r.dtype:<8} {r.system:<40} {r.ms:9.4f} ms {r.gbps:7.0f} GB/s "
+                  f"{100 * r.frac_copy:5.1f}% {r.tflops:6.1f} TF/s {r.valid:<5} {r.note}", flush=True)
+        write_csv(rows, out, meta)
+        del case
+        torch.cuda.empty_cache()
+        progress.step(group)
+    progress.close()
+    print(f"wrote {out} ({len(rows)} rows) in {time.time() - t0:.0f}s")
     return 0
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import csv
 import statistics
-from dataclasses import asdict, dataclass, field
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -17,8 +19,14 @@ import torch
 L2_BYTES = 60 * 2**20
 
 
-def median_ms(fn, reps: int = 30, warmup: int = 3) -> float:
-    """Median time of ``fn()`` in milliseconds, by CUDA events around each call."""
+def median_ms(fn, reps: int = 10, warmup: int = 3, batch: int = 10) -> float:
+    """Median over ``reps`` of the CUDA-event time of ``batch`` calls of ``fn()`` back to back, per call.
+
+    Back to back, the host's launch work (0.1-0.2 ms for a numba launch, similar for a compiled
+    PyTorch graph; ``overhead.py`` measures it) overlaps the previous kernel, so the time is the
+    device's, as the CUDA profiler reports it; events around a single call would add the host's
+    launch latency to every system and hide the kernels' differences.
+    """
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -26,10 +34,11 @@ def median_ms(fn, reps: int = 30, warmup: int = 3) -> float:
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(batch):
+            fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / batch)
     return statistics.median(times)
 
 
@@ -48,16 +57,20 @@ def rotating(fns):
     return call
 
 
-def copy_bandwidth(nbytes: int = 2**31) -> float:
-    """Device-to-device copy in GB/s, counting bytes read and written."""
+def copy_bandwidth(nbytes: int = 2**32) -> float:
+    """Device-to-device copy of ``nbytes`` (4 GiB) in GB/s, counting bytes read and written."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
     dst = torch.empty_like(src)
-    ms = median_ms(lambda: dst.copy_(src), reps=20)
+    ms = median_ms(lambda: dst.copy_(src), reps=10, batch=2)
+    del src, dst
+    torch.cuda.empty_cache()
     return 2 * nbytes / ms / 1e6
 
 
 @dataclass
 class Row:
+    """One timed system on one case; ``kind`` is ``baseline``, ``candidate`` (autotuner) or ``tuned``."""
+
     case: str
     system: str
     shape: str
@@ -65,29 +78,30 @@ class Row:
     ms: float
     bytes: int
     flops: float = 0.0
+    kind: str = "baseline"
+    config: str = ""
+    valid: str = ""          # "ok", "FAIL", or "" where not checked
+    max_err: float = float("nan")
     gbps: float = 0.0
     frac_copy: float = 0.0
     tflops: float = 0.0
     note: str = ""
-    meta: dict = field(default_factory=dict)
 
     def finish(self, copy_gbps: float) -> "Row":
-        self.gbps = self.bytes / self.ms / 1e6
-        self.frac_copy = self.gbps / copy_gbps
-        self.tflops = self.flops / self.ms / 1e9 if self.flops else 0.0
+        ok = self.ms == self.ms and self.ms > 0
+        self.gbps = self.bytes / self.ms / 1e6 if ok else float("nan")
+        self.frac_copy = self.gbps / copy_gbps if ok else float("nan")
+        self.tflops = self.flops / self.ms / 1e9 if ok and self.flops else 0.0
         return self
 
 
 def write_csv(rows: list[Row], path: Path, meta: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:
-        fields = list(meta) + [k for k in asdict(rows[0]) if k != "meta"]
-        w = csv.DictWriter(fh, fieldnames=fields)
+        w = csv.DictWriter(fh, fieldnames=list(meta) + [f.name for f in fields(Row)])
         w.writeheader()
         for r in rows:
-            d = asdict(r)
-            d.pop("meta")
-            w.writerow({**meta, **d})
+            w.writerow({**meta, **asdict(r)})
 
 
 def environment() -> dict:
@@ -95,7 +109,35 @@ def environment() -> dict:
     try:
         import numba_cuda
         ncuda = numba_cuda.__version__
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - the version is informative only
         ncuda = "?"
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "numba": numba.__version__,
             "numba_cuda": ncuda}
+
+
+class Progress:
+    """A progress bar on stderr (tqdm when installed, else one line per step with elapsed time and ETA)."""
+
+    def __init__(self, total: int, what: str = "cases"):
+        self.total, self.done, self.t0, self.what = total, 0, time.time(), what
+        try:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, unit=what[:-1], file=sys.stderr, mininterval=0)
+        except ImportError:
+            self.bar = None
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.set_description(label[:40])
+            self.bar.update(1)
+            return
+        spent = time.time() - self.t0
+        eta = spent / self.done * (self.total - self.done)
+        filled = int(30 * self.done / self.total)
+        print(f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {self.what}  {spent:5.0f}s, "
+              f"about {eta:4.0f}s left  {label}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -27,6 +27,7 @@ class Spec:
     has_keep: bool = False
     threads: int = 128
     tile: int = 1                # elements per thread per chunk (tile); staged elements (nonincremental)
+    fast_exp: bool = False       # exp by the hardware's approximate ex2 (libdevice fast_expf), CUDA only
 
     @property
     def size_of(self) -> dict:
@@ -43,10 +44,13 @@ class Layout:
     vector_state: dict = field(default_factory=dict)   # reduction -> size constant
     topk_state: dict = field(default_factory=dict)     # reduction -> K constant
     constants: dict = field(default_factory=dict)      # constant name -> int value
+    # Lane mode: vectors shared by a warp's lanes (lane ``lane`` holds components ``lane + 32 t``);
+    # ``lane_sum`` is how a value is summed over the lanes (a format with ``{v}``), None otherwise.
+    lane_sum: str | None = None
 
     @classmethod
-    def of(cls, fused: FusedCascade, spec: Spec) -> "Layout":
-        lay = cls(fused, spec)
+    def of(cls, fused: FusedCascade, spec: Spec, lane_sum: str | None = None) -> "Layout":
+        lay = cls(fused, spec, lane_sum=lane_sum)
         sizes = fused.cascade.sizes
         for name, value in spec.sizes:
             lay.constants[f"D_{name}"] = value
@@ -72,9 +76,37 @@ class Layout:
             raise ValueError(f"no value given for the size {size!r}")
         return f"D_{size}"
 
+    @property
+    def lanes(self) -> bool:
+        return self.lane_sum is not None
+
+    # -- vectors of state: whole per thread, or shared by a warp's lanes -------------------------
+    def slots(self, size: str) -> str:
+        """The constant naming how many components of a vector of ``size`` one lane holds."""
+        name = "V_" + size[2:]
+        self.constants[name] = -(-self.constants[size] // 32)
+        return name
+
+    def state_length(self, size: str) -> str:
+        """The local-array length of one vector state: all of it, or one lane's slots."""
+        return self.slots(size) if self.lanes else size
+
+    def vector_loop(self, size: str, body: list[str]) -> list[str]:
+        """``body`` once per component ``j`` this thread holds (slot ``t`` in lane mode)."""
+        if not self.lanes:
+            return [f"for j in range({size}):"] + ["    " + ln for ln in body]
+        return [f"for t in range({self.slots(size)}):", "    j = lane + 32 * t", f"    if j < {size}:"] + [
+            "        " + ln for ln in body]
+
+    def state_ref(self, prefix: str, r: str, template: bool = False) -> str:
+        """The current component of the vector state ``prefix_r`` (a ``{j}``/``{t}`` template if asked)."""
+        index = "t" if self.lanes else "j"
+        return f"{prefix}_{r}[{{{index}}}]" if template else f"{prefix}_{r}[{index}]"
+
     # -- access tables -------------------------------------------------------------------------
     def base_access(self) -> Access:
-        acc = Access()
+        acc = Access(exp="fast_expf" if self.spec.fast_exp else "math.exp", lane_sum=self.lane_sum)
+
         c = self.fused.cascade
         for s in c.inputs:
             if s.size is None:
@@ -91,15 +123,21 @@ class Layout:
         for sym in self.fused.prologue.results:
             acc.scalar[sym.name] = f"e_{sym.name}"
         acc.scalar["element.index"] = "l"
+        if self.lanes:
+            split = set(acc.size.values()) | set(self.vector_state.values())  # never top-k lists: every lane has them
+            acc.slots = {size: self.slots(size) for size in split}
         return acc
 
     def state_access(self, acc: Access, suffix: str, prefix: str) -> None:
         """Map ``r_<suffix>`` (or plain ``r`` when suffix is empty) to the state named ``prefix_r``."""
         for r in self.fused.cascade.reductions:
             key = f"{r.name}_{suffix}" if suffix else r.name
-            if r.name in self.vector_state or r.name in self.topk_state:
+            if r.name in self.vector_state:
+                acc.vector[key] = self.state_ref(prefix, r.name, template=True)
+                acc.size[key] = self.vector_state[r.name]
+            elif r.name in self.topk_state:
                 acc.vector[key] = f"{prefix}_{r.name}[{{j}}]"
-                acc.size[key] = self.vector_state.get(r.name) or self.topk_state[r.name]
+                acc.size[key] = self.topk_state[r.name]
             else:
                 acc.scalar[key] = f"{prefix}_{r.name}"
 
@@ -123,8 +161,8 @@ def emit_program(program: Program, acc: Access, consts: Constants, lay: Layout, 
         if red is not None and red in lay.vector_state:
             size = lay.vector_state[red]
             pre, text = print_expr(expr, acc, consts, "j", counter)
-            lines += pre + [f"for j in range({size}):", f"    s_{red}[j] = {text}"]
-            acc.vector[name], acc.size[name] = f"s_{red}[{{j}}]", size  # updated in place
+            lines += pre + lay.vector_loop(size, [f"{lay.state_ref('s', red)} = {text}"])
+            acc.vector[name], acc.size[name] = lay.state_ref("s", red, template=True), size  # updated in place
             continue
         pre, text = print_expr(expr, acc, consts, None, counter)
         target = f"n_{red}" if red is not None else f"t_{name}"

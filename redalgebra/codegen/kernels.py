@@ -30,18 +30,25 @@ workload.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import re
 from dataclasses import dataclass
 
+import sympy as sp
+
 from ..derive import FusedCascade
+from ..ir.functions import Dot, VSum
 from .emit import (Layout, Spec, element_loads, emit_program, final_access, identity_value, merge_access,
                    update_access)
-from .helpers import HELPER_CONSTANTS, HELPERS
+from .helpers import HELPER_CONSTANTS, HELPERS, LANE_HELPERS
 from .printer import Constants, print_expr
 
 STRATEGIES = {"cpu": ("row",),
-              "cuda": ("thread", "warp", "block", "block_shared", "tile", "tile_shared", "nonincremental", "split",
-                       "split_shared", "unfused")}
+              "cuda": ("thread", "warp", "block", "block_shared", "tile", "tile_shared", "lanes", "lanes_shared",
+                       "nonincremental", "split", "split_shared", "split_lanes", "split_lanes_shared", "unfused")}
+LANE_SUM = {"lanes": "rt_lane_sum({v})", "lanes_shared": "rt_lane_sum_shared({v}, lane_red, tid)",
+            "split_lanes": "rt_lane_sum({v})", "split_lanes_shared": "rt_lane_sum_shared({v}, lane_red, tid)"}
 FULL = "0xFFFFFFFF"
 
 
@@ -63,7 +70,7 @@ class KernelSource:
 class _Gen:
     def __init__(self, fused: FusedCascade, spec: Spec, backend: str, strategy: str):
         self.f, self.spec, self.backend, self.strategy = fused, spec, backend, strategy
-        self.lay = Layout.of(fused, spec)
+        self.lay = Layout.of(fused, spec, LANE_SUM.get(strategy))
         self.consts = Constants()
         self.counter = itertools.count()
         self.c = fused.cascade
@@ -79,7 +86,7 @@ class _Gen:
         lines = []
         for p in prefixes:
             for r, size in self.lay.vector_state.items():
-                lines.append(f"{p}_{r} = {self.local(size)}")
+                lines.append(f"{p}_{r} = {self.local(self.lay.state_length(size))}")
             for r, size in self.lay.topk_state.items():
                 lines += [f"{p}_{r} = {self.local(size)}", f"{p}i_{r} = {self.local(size, 'int32')}"]
         return lines
@@ -89,7 +96,7 @@ class _Gen:
         for r in self.lay.scalar_state:
             lines.append(f"{p}_{r} = {identity_value(self.lay, r, self.consts)}")
         for r, size in self.lay.vector_state.items():
-            lines += [f"for j in range({size}):", f"    {p}_{r}[j] = {identity_value(self.lay, r, self.consts)}"]
+            lines += self.lay.vector_loop(size, [f"{self.lay.state_ref(p, r)} = {identity_value(self.lay, r, self.consts)}"])
         for r, size in self.lay.topk_state.items():
             lines += [f"for j in range({size}):", f"    {p}_{r}[j] = NEG_INF", f"    {p}i_{r}[j] = -1"]
         return lines
@@ -103,7 +110,12 @@ class _Gen:
                 return f"{name}[{idx}]"
             return f"{name}[{j}]" if j is not None else name
         lines = [f"{at(f'{dst}_{r}', dst_index)} = {at(f'{src}_{r}', src_index)}" for r in self.lay.scalar_state]
-        for r, size in {**self.lay.vector_state, **self.lay.topk_state}.items():
+        if self.lay.lanes:  # a lane's slots of each vector: local ``[t]``, shared ``[index, j]``
+            for r, size in self.lay.vector_state.items():
+                left = at(f"{dst}_{r}", dst_index, "j") if dst_index else self.lay.state_ref(dst, r)
+                right = at(f"{src}_{r}", src_index, "j") if src_index else self.lay.state_ref(src, r)
+                lines += self.lay.vector_loop(size, [f"{left} = {right}"])
+        for r, size in {**({} if self.lay.lanes else self.lay.vector_state), **self.lay.topk_state}.items():
             lines += [f"for j in range({size}):", f"    {at(f'{dst}_{r}', dst_index, 'j')} = {at(f'{src}_{r}', src_index, 'j')}"]
             if r in self.lay.topk_state:
                 lines.append(f"    {at(f'{dst}i_{r}', dst_index, 'j')} = {at(f'{src}i_{r}', src_index, 'j')}")
@@ -156,7 +168,11 @@ class _Gen:
             else:
                 const = self.lay.size_const(size)
                 pre, text = print_expr(expr, acc, self.consts, "j", self.counter)
-                strided += pre + [f"for j in range({start}, {const}, {step}):", f"    out_{name}[row, j] = {text}"]
+                if self.lay.lanes:  # the first warp's lanes hold the components
+                    loop = self.lay.vector_loop(const, pre + [f"out_{name}[row, j] = {text}"])
+                    strided += ["if warp == 0:"] + ["    " + ln for ln in loop]
+                else:
+                    strided += pre + [f"for j in range({start}, {const}, {step}):", f"    out_{name}[row, j] = {text}"]
         for r, size in self.lay.topk_state.items():
             strided += [f"for j in range({start}, {size}, {step}):", f"    out_{r}_index[row, j] = si_{r}[j]"]
         lines = []
@@ -288,31 +304,37 @@ class _Gen:
         """The template once per tile slot, ``@I@`` replaced by the slot: registers, not local memory."""
         return [ln.replace("@I@", str(i)) for i in range(self.spec.tile) for ln in template]
 
-    def _tile_load(self, nt: int) -> list[str]:
-        ok = "l < length" + (" and keep[row, l] != 0" if self.spec.has_keep else "")
+    def _slot_element(self, nt: int) -> str:
+        """The element of tile slot ``@I@``: thread ``tid`` of the block, or warp ``warp`` in lane mode."""
+        return f"base + @I@ * {nt // 32} + warp" if self.lay.lanes else f"base + @I@ * {nt} + tid"
+
+    def _tile_load(self, nt: int, hi: str = "length") -> list[str]:
+        ok = f"l < {hi}" + (" and keep[row, l] != 0" if self.spec.has_keep else "")
         inner = element_loads(self.lay, self.consts, self.counter)
         inner += [f"xs_{n}_@I@ = e_{n}" for n in self._register_names()]
-        template = [f"l = base + @I@ * {nt} + tid", f"ok_@I@ = {ok}", "if l < length:"] + ["    " + ln for ln in inner]
-        return self._unroll(template)
+        head = [f"l = {self._slot_element(nt)}", f"ok_@I@ = {ok}"]
+        if self.lay.lanes:  # every lane takes part in the lane sums: past the end, read the last element
+            at = [f"l = min({self._slot_element(nt)}, {hi} - 1)"]
+            partial, rest = _split_partial_dots(inner)
+            return self._unroll(head + [f"l = min(l, {hi} - 1)"] + partial) + self._unroll(at + rest)
+        return self._unroll(head + [f"if l < {hi}:"] + ["    " + ln for ln in inner])
 
     def _tile_state(self, nt: int) -> list[str]:
         """The tile's own state in ``o_*`` by the non-incremental form over the registers."""
-        import sympy as sp
-
         lines = self.init_state("o")
         acc = self._tile_access()
         fold = sp.Symbol("__fold", extended_real=True)
         for r in self.c.reductions:
             body = self.f.bodies[r.name]
-            inner = [f"l = base + @I@ * {nt} + tid"]
+            inner = [f"l = {self._slot_element(nt)}"]
             if r.name in self.lay.topk_state:
                 pre, text = print_expr(body, acc, self.consts, None, self.counter)
                 inner += pre + [f"rt_topk_insert(o_{r.name}, oi_{r.name}, {text}, l)"]
             elif r.name in self.lay.vector_state:
-                acc.vector[fold.name] = f"o_{r.name}[{{j}}]"
+                acc.vector[fold.name] = self.lay.state_ref("o", r.name, template=True)
                 acc.size[fold.name] = self.lay.vector_state[r.name]
                 pre, text = print_expr(r.monoid.combine(fold, body), acc, self.consts, "j", self.counter)
-                inner += pre + [f"for j in range({self.lay.vector_state[r.name]}):", f"    o_{r.name}[j] = {text}"]
+                inner += pre + self.lay.vector_loop(self.lay.vector_state[r.name], [f"{self.lay.state_ref('o', r.name)} = {text}"])
             else:
                 acc.scalar[fold.name] = f"o_{r.name}"
                 pre, text = print_expr(r.monoid.combine(fold, body), acc, self.consts, None, self.counter)
@@ -355,8 +377,6 @@ class _Gen:
 
     # -- non-incremental ------------------------------------------------------------------------
     def _body_nonincremental(self) -> list[str]:
-        import sympy as sp
-
         nt, cap = self.spec.threads, self.spec.tile
         names = self._register_names()
         lines = [f"st_{n} = cuda.shared.array({cap}, float32)" for n in names]
@@ -460,6 +480,47 @@ class _Gen:
     def _body_tile_shared(self) -> list[str]:
         return self._body_tile(shuffles=False)
 
+    # -- lanes: a warp per element, its lanes splitting the vectors -----------------------------------
+    def _body_lanes(self) -> list[str]:
+        """A block per row; each warp takes ``TILE`` elements at a time, its lanes splitting every vector.
+
+        The warp's lanes share each element's vector reads (coalesced), complete its dot products
+        with a lane sum (shuffles, or shared memory in ``lanes_shared``), fold the tile with the
+        non-incremental form and merge it into the running state; at the end the warps' states meet
+        in shared memory and every warp merges them in order.  Scalars are computed by every lane
+        alike; a vector state is spread over the lanes (``lane + 32 t``), so a 128-wide output
+        needs 4 registers per lane instead of 128.
+        """
+        nt = self.spec.threads
+        if nt % 32:
+            raise ValueError(f"the lanes strategy needs whole warps, got {nt} threads")
+        if self.varying and any(isinstance(a, (Dot, VSum)) for _, e in self.f.prologue.steps for a in sp.preorder_traversal(e)):
+            raise ValueError("the lanes strategy does not write per-element outputs of elements with dot products; "
+                             "use the tile strategy")
+        lines = self._lanes_head() + ["row = cuda.blockIdx.x"] + self.alloc_state(("s", "o"))
+        lines += self.row_setup() + self.init_state() + self._lanes_fold("0", "length")
+        return lines + self.outputs("tid == 0", "tid", str(nt))
+
+    def _body_lanes_shared(self) -> list[str]:
+        return self._body_lanes()
+
+    def _lanes_head(self) -> list[str]:
+        nt = self.spec.threads
+        lines = self.shared_decls(str(nt // 32))
+        if self.strategy.endswith("_shared"):
+            lines.append(f"lane_red = cuda.shared.array({nt}, float32)")
+        return lines + ["tid = cuda.threadIdx.x", "lane = tid % 32", "warp = tid // 32"]
+
+    def _lanes_fold(self, lo: str, hi: str) -> list[str]:
+        """Elements ``lo`` to ``hi`` folded by the warps, then the warps' states merged: every warp has the result."""
+        nt, nw = self.spec.threads, self.spec.threads // 32
+        chunk = self._tile_load(nt, hi) + self._tile_state(nt) + self.merge()
+        lines = [f"for base in range({lo}, {hi}, {nw * self.spec.tile}):"] + ["    " + ln for ln in chunk]
+        lines += self.copy_state("s", "sh", dst_index="warp") + ["cuda.syncthreads()"]
+        lines += self.copy_state("sh", "s", src_index="0")
+        step = self.copy_state("sh", "o", src_index="w") + self.merge()
+        return lines + [f"for w in range(1, {nw}):"] + ["    " + ln for ln in step]
+
     # -- the module ----------------------------------------------------------------------------------
     def kernels(self) -> list:
         """``(name, args, grid, body)`` for each kernel; one ``kernel`` unless a strategy needs several."""
@@ -474,18 +535,48 @@ class _Gen:
             header = ["from numba import njit, prange, float32, int32"]
             device, kernel = "njit(cache=False)", "njit(parallel=True, fastmath=False, cache=False)"
         else:
-            header = ["from numba import cuda, float32, int32"]
-            device, kernel = "cuda.jit(device=True)", "cuda.jit(fastmath=False)"
+            # launch bounds let the compiler fit the registers to the block (a 1024-thread block
+            # launches); the simulator takes no such option
+            header = ["from numba import config, cuda, float32, int32", "",
+                      f"BOUNDS = {{}} if config.ENABLE_CUDASIM else {{'launch_bounds': {self.spec.threads}}}"]
+            device, kernel = "cuda.jit(device=True)", "cuda.jit(fastmath=False, **BOUNDS)"
         text = [f"# Generated by redalgebra from the cascade {self.c.name!r}: backend {self.backend}, "
                 f"strategy {self.strategy}.", "# Do not edit; regenerate with redalgebra.codegen.generate().",
                 "import math", "", "import numpy as np", *header, HELPER_CONSTANTS.strip(), *self.consts.lines()]
         text += [f"{k} = {v}" for k, v in sorted(self.lay.constants.items())]
         text.append(HELPERS.replace("{device}", device))
+        if self.lay.lanes:
+            text.append(LANE_HELPERS.replace("{device}", device))
+        if self.spec.fast_exp:
+            text.insert(text.index("import math") + 1, "from numba.cuda.libdevice import fast_expf")
         for name, args, _, body in kernels:
             text += ["", f"@{kernel}", f"def {name}({', '.join(args)}):"] + ["    " + ln for ln in body]
         entries = tuple((n, a, g) for n, a, g, _ in kernels) if len(kernels) > 1 else ()
         return KernelSource("\n".join(text) + "\n", self.backend, self.strategy, kernels[0][1], self.output_specs(),
                             dict(self.lay.constants), self.spec.threads, entries, self.scratch())
+
+
+def _split_partial_dots(lines: list[str]) -> tuple[list[str], list[str]]:
+    """Lane mode: the per-lane partial dot products of one element (their loads), and the rest.
+
+    Every slot's loads are issued before any slot waits on a lane sum, so a warp has all of its
+    tile's reads in flight at once; each slot's accumulators get their own names (``_acc0_@I@``).
+    """
+    partial, rest, i = [], [], 0
+    while i < len(lines):
+        ln = lines[i]
+        if re.match(r"_acc\d+ = ", ln) and i + 1 < len(lines) and lines[i + 1].startswith("for _t"):
+            block = [ln, lines[i + 1]]
+            i += 2
+            while i < len(lines) and lines[i].startswith("    "):
+                block.append(lines[i])
+                i += 1
+            partial += block
+        else:
+            rest.append(ln)
+            i += 1
+    rename = functools.partial(re.sub, r"\b(_acc\d+)\b", r"\1_@I@")
+    return [rename(ln) for ln in partial], [rename(ln) for ln in rest]
 
 
 def generate(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None,
@@ -498,5 +589,5 @@ def generate(fused: FusedCascade, backend: str = "cpu", strategy: str | None = N
         raise ValueError(f"strategy {strategy!r} is not available on {backend}; choose one of {STRATEGIES[backend]}")
     from .multikernel import MultiGen
 
-    gen = MultiGen if strategy in ("split", "split_shared", "unfused") else _Gen
+    gen = MultiGen if strategy.startswith("split") or strategy == "unfused" else _Gen
     return gen(fused, spec or Spec(), backend, strategy).module()

@@ -77,13 +77,36 @@ class MultiGen(_Gen):
         cbody += self.outputs("tid == 0", "tid", str(nt))
         return [("partial", tuple(part), "rows_segments", body), ("combine", tuple(combine), "rows", cbody)]
 
+    def _kernels_split_lanes(self) -> list:
+        """``split`` whose blocks fold their segment as ``lanes`` does (a warp per element, lanes splitting vectors)."""
+        nt = self.spec.threads
+        part = self._common_args() + self._state_arrays("part") + ["rows", "length", "seglen"]
+        body = self._lanes_head() + ["row = cuda.blockIdx.x", "seg = cuda.blockIdx.y", "lo = seg * seglen",
+                                     "hi = min(lo + seglen, length)"]
+        body += self.alloc_state(("s", "o")) + self.row_setup() + self.init_state() + self._lanes_fold("lo", "hi")
+        body += self._write_segment_state(nt)
+        combine = self._common_args() + self._state_arrays("part") + self._out_args() + ["rows", "length", "nseg"]
+        cbody = ["tid = cuda.threadIdx.x", "lane = tid % 32", "warp = tid // 32", "row = cuda.blockIdx.x"]
+        cbody += self.alloc_state(("s", "o")) + self.row_setup() + self.init_state()
+        step = self.copy_state("part", "o", src_index="row, seg") + self.merge()  # every thread, its lane's slots
+        cbody += ["for seg in range(nseg):"] + ["    " + ln for ln in step]
+        cbody += self.outputs("tid == 0", "tid", str(nt))
+        return [("partial", tuple(part), "rows_segments", body), ("combine", tuple(combine), "rows", cbody)]
+
+    def _kernels_split_lanes_shared(self) -> list:
+        return self._kernels_split_lanes()
+
     def _write_segment_state(self, nt: int) -> list[str]:
         lines = ["if tid == 0:"] + [f"    part_{r}[row, seg] = s_{r}" for r in self.lay.scalar_state]
         for r, size in self.lay.topk_state.items():
             lines += [f"    for j in range({size}):", f"        part_{r}[row, seg, j] = s_{r}[j]",
                       f"        parti_{r}[row, seg, j] = si_{r}[j]"]
         for r, size in self.lay.vector_state.items():
-            lines += [f"for j in range(tid, {size}, {nt}):", f"    part_{r}[row, seg, j] = s_{r}[j]"]
+            if self.lay.lanes:  # the first warp's lanes hold the components
+                lines += ["if warp == 0:"] + ["    " + ln for ln in
+                                               self.lay.vector_loop(size, [f"part_{r}[row, seg, j] = {self.lay.state_ref('s', r)}"])]
+            else:
+                lines += [f"for j in range(tid, {size}, {nt}):", f"    part_{r}[row, seg, j] = s_{r}[j]"]
         return lines
 
     # -- unfused ---------------------------------------------------------------------------------

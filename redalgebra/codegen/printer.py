@@ -32,6 +32,13 @@ class Access:
     scalar: dict = field(default_factory=dict)
     vector: dict = field(default_factory=dict)
     size: dict = field(default_factory=dict)   # vector name -> size constant (text)
+    exp: str = "math.exp"                      # the exponential's function (a fast one on the GPU)
+    # Lane mode (the ``lanes`` strategy): a warp shares each vector, lane ``lane`` holding the
+    # components ``lane + 32 t``; ``slots`` maps a size constant to its slot count, templates may
+    # use ``{t}`` (the slot) besides ``{j}`` (the component), and ``lane_sum`` (a format with
+    # ``{v}``) sums a value over the warp's lanes, which completes a dot product.
+    slots: dict = field(default_factory=dict)
+    lane_sum: str | None = None
 
     def is_vector(self, expr: sp.Basic) -> bool:
         """True when ``expr`` has a vector symbol outside a dot/vsum (so it is itself a vector)."""
@@ -81,7 +88,7 @@ class KernelPrinter(StrPrinter):
         if name in self.access.vector:
             if self.j is None:
                 raise ValueError(f"vector {name} used where a scalar is needed")
-            return self.access.vector[name].format(j=self.j)
+            return self.access.vector[name].format(j=self.j, t=_slot_name(self.j))
         if name not in self.access.scalar:
             raise KeyError(f"no access rule for symbol {name!r}")
         return self.access.scalar[name]
@@ -156,7 +163,7 @@ class KernelPrinter(StrPrinter):
         raise NotImplementedError(f"no kernel rule for the function {name} in {expr}")
 
     def _print_exp(self, expr):
-        return f"math.exp({self._print(expr.args[0])})"
+        return f"{self.access.exp}({self._print(expr.args[0])})"
 
     def _print_log(self, expr):
         return f"rt_log({self._print(expr.args[0])})"
@@ -191,7 +198,13 @@ class KernelPrinter(StrPrinter):
         inner = KernelPrinter(self.access, self.constants, jj, self.temps)
         text = inner.doprint(body)
         self.pre += inner.pre
-        self.pre += [f"{acc} = {self._number(0)}", f"for {jj} in range({size}):", f"    {acc} += {text}"]
+        if self.access.lane_sum is None or size not in self.access.slots:
+            self.pre += [f"{acc} = {self._number(0)}", f"for {jj} in range({size}):", f"    {acc} += {text}"]
+            return acc
+        tt = _slot_name(jj)  # this lane's share of the components, then the sum over the lanes
+        self.pre += [f"{acc} = {self._number(0)}", f"for {tt} in range({self.access.slots[size]}):",
+                     f"    {jj} = lane + 32 * {tt}", f"    if {jj} < {size}:", f"        {acc} += {text}",
+                     f"{acc} = {self.access.lane_sum.format(v=acc)}"]
         return acc
 
     # -- guards ----------------------------------------------------------------------------------
@@ -213,6 +226,11 @@ class KernelPrinter(StrPrinter):
 
     def _print_Not(self, expr):
         return f"(not {self._print(expr.args[0])})"
+
+
+def _slot_name(j: str | None) -> str | None:
+    """The slot index that goes with the component index ``j`` in lane mode (``j`` → ``t``, ``_j0`` → ``_t0``)."""
+    return None if j is None else j.replace("j", "t")
 
 
 def print_expr(expr: sp.Expr, access: Access, constants: Constants, j: str | None = None, temps=None):

@@ -119,9 +119,11 @@ def compare(got: dict, want: dict, element_values: dict | None = None) -> tuple[
 
 
 def check(fused: FusedCascade, backend: str, strategy: str | None = None, shapes=((3, 37), (2, 1), (2, 130)),
-          dtypes=("float32",), seed: int = 0, sizes=None) -> list[CheckResult]:
-    """Run the generated kernel on random problems and compare with the reference."""
-    kernel = compile(fused, backend, strategy)
+          dtypes=("float32",), seed: int = 0, sizes=None, **options) -> list[CheckResult]:
+    """Run the generated kernel on random problems and compare with the reference.
+
+    ``options`` go to :func:`~redalgebra.runtime.compile` (``threads``, ``tile``, ``fast_exp``)."""
+    kernel = compile(fused, backend, strategy, **options)
     rng = np.random.default_rng(seed)
     casts = fused.exact_in_reals_only
     results = []

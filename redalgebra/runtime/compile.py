@@ -24,7 +24,8 @@ from .cache import load
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
 DEFAULT_STRATEGY = {"cpu": "row", "cuda": "tile", "cudasim": "tile_shared"}
 SIM_EQUIVALENT = {"warp": "block_shared", "block": "block_shared", "tile": "tile_shared",  # no shuffles there
-                  "split": "split_shared"}
+                  "split": "split_shared", "lanes": "lanes_shared",
+                  "split_lanes": "split_lanes_shared"}
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,9 @@ class Kernel:
     backend: str
     strategy: str
     threads: int = 128
+    tile: int | None = None      # elements per thread (per warp in ``lanes``) per chunk; None: chosen per row length
+    fast_exp: bool = False       # the hardware's approximate exp (real CUDA only)
+    segments: int | None = None  # split strategies: segments per row; None: chosen from the shape
     _compiled: dict = field(default_factory=dict, repr=False)
 
     def source(self, spec: Spec) -> KernelSource:
@@ -141,7 +145,7 @@ class Kernel:
         shared = self.strategy in ("block_shared", "tile_shared", "split_shared")
         threads = fit_threads(self.fused, sizes, self.threads) if shared else self.threads
         spec = Spec(tuple(sorted((k, v) for k, v in sizes.items() if isinstance(k, str))), tuple(dtypes),
-                    keep is not None, threads, self._tile(length, threads))
+                    keep is not None, threads, self._tile(length, threads), self.fast_exp)
         return spec, rows, length, reps
 
     def _tile(self, length: int, threads: int) -> int:
@@ -152,6 +156,10 @@ class Kernel:
         """
         if self.strategy == "nonincremental":
             return self._stage(length, threads)
+        if self.tile is not None:
+            return self.tile
+        if "lanes" in self.strategy:  # elements per warp per chunk: their loads in flight together
+            return 4
         if not self.strategy.startswith("tile"):
             return 1
         wide = any(r.monoid.k is not None or self.fused.cascade.sizes[r.name] is not None
@@ -207,17 +215,24 @@ class Kernel:
         named.update({p.name: self._param(p, params[p.name], rows) for p in c.params})
         named["keep"] = np.zeros((1, 1), np.uint8) if keep is None else np.ascontiguousarray(np.asarray(keep), np.uint8)
         named.update({f"out_{name.replace('.', '_')}": outs[name] for name, _, _ in src.outputs})
-        nseg, seglen = self._segments(length, src.threads)
+        nseg, seglen = self._segments(length, rows, src.threads, spec.tile)
         named.update(rows=rows, length=length, nseg=nseg, seglen=seglen)
         for name, dtype, layout, width in src.scratch:
             shape = (rows, nseg) if layout == "segments" else (rows,)
             named[name] = np.zeros(shape + (() if width is None else (src.constants[width],)), dtype)
         return src, module, named, outs, rows
 
-    @staticmethod
-    def _segments(length: int, threads: int) -> tuple[int, int]:
-        """Segments of the split strategy: enough to fill the GPU, each several elements per thread."""
-        nseg = max(1, min(32, -(-length // (threads * 8))))
+    def _segments(self, length: int, rows: int, threads: int, tile: int) -> tuple[int, int]:
+        """Segments of the split strategies: the requested count, or enough to fill the GPU with
+        several elements per thread (``split``) or several tiles per warp (``split_lanes``: about
+        four blocks per multiprocessor of an H200 over all rows)."""
+        if self.segments is not None:
+            nseg = self.segments
+        elif self.strategy.startswith("split_lanes"):
+            nseg = min(64, -(-528 // rows), -(-length // (threads // 32 * tile * 2)))
+        else:
+            nseg = min(32, -(-length // (threads * 8)))
+        nseg = max(1, min(nseg, length))
         return nseg, -(-length // nseg)
 
     def __call__(self, inputs: dict, params: dict | None = None, keep=None) -> dict:
@@ -286,7 +301,8 @@ class Launch:
                 kernel(*args)
 
 
-def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None, threads: int | None = None) -> Kernel:
+def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None, threads: int | None = None,
+            tile: int | None = None, fast_exp: bool | None = None, segments: int | None = None) -> Kernel:
     """A callable that runs ``fused`` with a generated kernel.
 
     Parameters
@@ -296,8 +312,19 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
         ``row`` on the CPU; ``thread``, ``warp``, ``block`` or ``block_shared`` on CUDA.
         Under the simulator, which has no warp operations, the shuffle-free
         ``block_shared`` is chosen for every request but ``thread``.
+        ``tile`` and ``tile_shared`` merge per tile of registers; ``lanes`` (``lanes_shared``) gives each
+        element to a warp whose lanes split the vectors (attention's head dimension); ``nonincremental``,
+        ``split``, ``unfused`` as in :mod:`redalgebra.codegen.kernels`.
     threads : int, optional
         Threads per block (default 128; 32 under the simulator, which runs a thread per OS thread).
+    tile : int, optional
+        Elements per thread (per warp in ``lanes``) per chunk; chosen from the row length when omitted.
+    fast_exp : bool, optional
+        Compute ``exp`` with the hardware's approximate ``ex2`` (libdevice ``fast_expf``, a few ulp
+        off; exact at 0 and -inf). Default: on for real CUDA, off elsewhere (the CPU and the simulator
+        have no such instruction).
+    segments : int, optional
+        Segments per row for the split strategies (blocks that fold a row's segments in parallel).
     """
     check_backend(backend)
     if not isinstance(fused, FusedCascade):
@@ -309,4 +336,11 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     if backend == "cudasim":
         strategy = SIM_EQUIVALENT.get(strategy, strategy)  # the simulator has no shuffles
     threads = threads or (32 if backend == "cudasim" else 128)
-    return Kernel(fused, backend, strategy, threads)
+    if tile is not None and (tile < 1 or tile & (tile - 1)):
+        raise RedalgebraError(f"tile must be a power of two, got {tile}")
+    fast_exp = backend == "cuda" if fast_exp is None else fast_exp
+    if fast_exp and backend != "cuda":
+        raise RedalgebraError(f"fast_exp is a CUDA instruction; the {backend} back end has none")
+    if segments is not None and segments < 1:
+        raise RedalgebraError(f"segments must be at least 1, got {segments}")
+    return Kernel(fused, backend, strategy, threads, tile, fast_exp, segments)

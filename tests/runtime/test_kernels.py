@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from redalgebra import RedalgebraError
+from redalgebra import RedalgebraError, derive, parse
+from redalgebra.codegen import Spec, generate
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import check
 from tests.catalogue import FUSABLE, fused
@@ -15,7 +16,8 @@ def test_cpu_kernels_match_the_reference(name):
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
 
 
-@pytest.mark.parametrize("strategy", ["thread", "block_shared", "tile", "nonincremental", "split", "unfused"])
+@pytest.mark.parametrize("strategy", ["thread", "block_shared", "tile", "nonincremental", "split", "unfused", "lanes",
+                                      "split_lanes"])
 @pytest.mark.parametrize("name", FUSABLE)
 def test_simulated_cuda_kernels_match_the_reference(name, strategy):
     results = check(fused(name), "cudasim", strategy, shapes=((3, 37), (2, 1)))
@@ -100,3 +102,25 @@ def test_every_bfloat16_bit_pattern_is_decoded_like_the_host():
 def test_bfloat16_inputs_on_the_simulator():
     results = check(fused("moe_routing"), "cudasim", "tile", shapes=((3, 37),), dtypes=("bfloat16",))
     assert results[0].passed, results[0].line()
+
+
+def test_lanes_split_vectors_across_lanes_at_odd_sizes_and_explicit_segments():
+    # 40 = one full slot and a partial one per lane; 3 segments of a 37-long row; 2 warps per block
+    sizes = {"d": 40, "e": 8, "n": 40, "r": 40}
+    for strategy, options in (("lanes", {"threads": 64, "tile": 2}), ("split_lanes", {"threads": 64, "segments": 3})):
+        results = check(fused("mla_decode"), "cudasim", strategy, shapes=((3, 37),), sizes=sizes, **options)
+        assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
+def test_lanes_and_fast_exp_options_are_checked():
+    f = fused("safe_softmax")
+    with pytest.raises(RedalgebraError, match="fast_exp"):
+        compile(f, "cudasim", "lanes", fast_exp=True)
+    with pytest.raises(RedalgebraError, match="power of two"):
+        compile(f, "cudasim", "lanes", tile=3)
+    with pytest.raises(RedalgebraError, match="segments"):
+        compile(f, "cudasim", "split_lanes", segments=0)
+    probs = derive(parse("input k[d]\nparam q[d]\nlet s = dot(q, k)\nreduce m = max(s)\n"
+                         "reduce l = sum(exp(s - m))\nout p = exp(s - m) / l\n"))
+    with pytest.raises(ValueError, match="per-element outputs"):
+        generate(probs, "cuda", "lanes", Spec((("d", 8),)))

@@ -12,8 +12,8 @@ _FP8_ZERO = np.float32(0.0)
 _FP8_ONE = np.float32(1.0)
 _FP8_TWO = np.float32(2.0)
 _FP8_HALF = np.float32(0.5)
-_FP8_MIN_EXP = np.float32(-6.0)
-_FP8_MANT = np.float32(3.0)
+_FP8_SCALE = np.ldexp(np.float32(1.0), np.arange(-5, 10)).astype(np.float32)  # 2^-5 .. 2^9
+_FP8_UNSCALE = np.ldexp(np.float32(1.0), -np.arange(-5, 10)).astype(np.float32)
 _BF16_TINY = np.float32(2.0 ** -133)
 _BF16_MANT = np.float32(1.0 / 128.0)
 _K0 = np.float32(0.0)
@@ -62,17 +62,13 @@ def rt_fp8(x):
     mag = abs(y)
     if mag == _FP8_ZERO:
         return y
-    e = math.floor(math.log2(mag))
-    if math.pow(_FP8_TWO, e) > mag:
-        e -= _FP8_ONE
-    if math.pow(_FP8_TWO, e + _FP8_ONE) <= mag:
-        e += _FP8_ONE
-    q = math.pow(_FP8_TWO, max(e, _FP8_MIN_EXP) - _FP8_MANT)
-    t = y / q
+    _, e = math.frexp(mag)  # mag = f 2^e with 1/2 <= f < 1: exact, no log2 or pow
+    shift = min(1 - e, 6) + 3  # 1/quantum is 2^shift, shift in [-5, 9] (subnormals: the quantum is 2^-9)
+    t = y * _FP8_SCALE[shift + 5]  # exact: a power of two
     r = math.floor(t + _FP8_HALF)
-    if r - t == _FP8_HALF and r - _FP8_TWO * math.floor(r / _FP8_TWO) != _FP8_ZERO:
+    if r - t == _FP8_HALF and r - _FP8_TWO * math.floor(r * _FP8_HALF) != _FP8_ZERO:
         r -= _FP8_ONE
-    return r * q
+    return r * _FP8_UNSCALE[shift + 5]
 
 
 @njit(cache=False)

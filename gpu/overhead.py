@@ -1,0 +1,82 @@
+"""How much of a timed launch is the host's launch overhead and how much the kernel itself.
+
+    python3 gpu/overhead.py
+
+For one generated kernel per case, three numbers: the CUDA-event time around one launch (what
+``bench.py`` reports), the event time of 50 launches back to back divided by 50 (the host's work
+overlaps the previous kernel), and the kernel's own duration from the CUDA profiler (CUPTI, through
+``torch.profiler``); plus the host time of one launch call.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import bench  # noqa: E402
+from harness import median_ms  # noqa: E402
+
+
+def back_to_back_ms(fn, n: int = 50) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / n
+
+
+def profiled_ms(fn, n: int = 20) -> float:
+    """Mean device duration of the kernels one call launches, from CUPTI."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+    total_us = sum(e.device_time_total for e in prof.key_averages() if e.device_time_total > 0)
+    return total_us / n / 1000
+
+
+def host_ms(fn, n: int = 50) -> float:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1000)
+        torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def main() -> int:
+    runner = bench.Runner(1.0, Path("/tmp/autotune.json"), True)
+    cases = [(lambda: bench.case_attention(16, 32, 1, 4096, 128, (), "decode_attention", "LLaMA"), "lanes@256x4"),
+             (lambda: bench.case_softmax(8192, 32768, "float32", ()), "tile@512"),
+             (lambda: bench.case_moe(16384, 128, 8, (), "Qwen3"), "warp@128"),
+             (lambda: bench.case_fp8_quant(16384, 7168, ()), "tile@512")]
+    for build, config in cases:
+        case = build()
+        launch = runner.kernel(case, config).prepare(*case.copies[0][:2])
+        base_name, base_fn, _ = case.baselines[-1]
+        tensors = case.copies[0][2]
+        for label, fn in ((f"redalgebra {config}", launch.run), (base_name, lambda: base_fn(*tensors))):
+            print(f"{case.name:<18} {label:<26} one launch {median_ms(fn):8.4f} ms   back to back "
+                  f"{back_to_back_ms(fn):8.4f} ms   profiler {profiled_ms(fn):8.4f} ms   host {host_ms(fn):8.4f} ms",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

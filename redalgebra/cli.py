@@ -120,8 +120,45 @@ def _cmd_demo(args) -> int:
             failures += sum(not r.passed for r in results)
             print("  kernel: " + results[0].line())
         print()
-    print("notebooks and proofs: proofs/*.md; run `redalgebra check NAME --backend cpu|cudasim|cuda` for more")
+    if REPO.joinpath("paper_figures", "figures.py").exists():
+        print("figures from the committed H200 results (gpu/results/h200/bench.csv):")
+        _script("paper_figures/figures.py").main(["--only", "speedup,levels,incremental,roofline"])
+    print("\nproofs: proofs/*.md; more kernels: `redalgebra check NAME --backend cpu|cudasim|cuda`")
+    print("notebooks: `.venv/bin/jupyter lab notebooks/` (01_safe_softmax ... 06_gpu_results)")
     return 1 if failures else 0
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _script(relative: str):
+    """A script of the repository checkout (``gpu/``, ``paper_figures/``), loaded as a module.
+
+    They live beside the package, not in it: the benchmark imports PyTorch, which only ``gpu/``
+    may, and both read and write the repository's result files.
+    """
+    import importlib.util
+
+    path = REPO / relative
+    if not path.exists():
+        raise RedalgebraError(f"{relative} is not here ({path}); run this command from a checkout of the "
+                              f"redalgebra repository (pip install -e .)")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cmd_bench(args) -> int:
+    try:
+        import torch  # noqa: F401 - only to say clearly what is missing
+    except ImportError:
+        raise RedalgebraError("redalgebra bench times against PyTorch on a CUDA GPU: install torch there") from None
+    return _script("gpu/bench.py").main(args.rest)
+
+
+def _cmd_figures(args) -> int:
+    return _script("paper_figures/figures.py").main(args.rest)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,11 +198,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_laws)
     p = sub.add_parser("demo", help="the main job: analyze and derive the catalogue")
     p.set_defaults(run=_cmd_demo)
+    p = sub.add_parser("bench", help="validate, autotune and time the kernels against PyTorch (GPU machine); "
+                       "options: `redalgebra bench --help`", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(run=_cmd_bench)
+    p = sub.add_parser("figures", help="draw the paper's figures (PNG, PDF) from the committed GPU results; "
+                       "options: `redalgebra figures --help`", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(run=_cmd_figures)
     return parser
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("bench", "figures"):  # their options belong to the scripts, which parse them
+        args = argparse.Namespace(run=_cmd_bench if argv[0] == "bench" else _cmd_figures, rest=argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return args.run(args)
     except NotFusableError as err:

@@ -127,7 +127,21 @@ class Analysis:
         return "\n".join(lines)
 
     def _repr_markdown_(self) -> str:
-        return "```\n" + self.text(verbose=True) + "\n```"
+        """A table in Jupyter: one row per reduction with ⊗, G and H in LaTeX; the proofs below."""
+        verdict = "fusable" if self.fusable else "**not fusable**"
+        rows = [f"**{self.cascade.name}**: {verdict}", "",
+                "| reduction | verdict | ⊗ | G | H | why not / counterexample |", "|---|---|---|---|---|---|"]
+        for r in self.reductions:
+            if not r.deps:
+                rows.append(f"| `{r.name} = {r.text}` | fusable as is | | | | |")
+            elif r.fusable:
+                rows.append(f"| `{r.name} = {r.text}` | fusable | {_SYMBOL[r.otimes.name]} | ${sp.latex(r.G)}$ | "
+                            f"${sp.latex(r.H)}$ | |")
+            else:
+                why = r.reason + (f"; counterexample: `{r.counterexample}`" if r.refuted is not None else "")
+                rows.append(f"| `{r.name} = {r.text}` | not fusable | | | | {why} |")
+        return "\n".join(rows) + "\n\n<details><summary>proofs</summary>\n\n```\n" + self.text(verbose=True) + \
+            "\n```\n</details>"
 
 
 _SYMBOL = {"mul": "×", "add": "+"}

@@ -103,7 +103,9 @@ class FusedCascade:
         return fused_text(self)
 
     def _repr_markdown_(self) -> str:
-        return "```\n" + self.text() + "\n```"
+        """Jupyter: the lift, update, merge and finalize formulas in LaTeX, then the guards."""
+        from .report import fused_latex
+        return fused_latex(self) + "\n\n" + "\n".join(f"- {g}" for g in self.guards)
 
 
 def _zero(monoid: Monoid) -> sp.Expr:

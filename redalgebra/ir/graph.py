@@ -39,13 +39,15 @@ def _order_key(g: nx.DiGraph):
     return lambda n: position[n]
 
 
-def reduction_dependencies(g: nx.DiGraph) -> dict[str, set[str]]:
+def reduction_dependencies(g) -> dict[str, set[str]]:
     r"""The dependency set :math:`D_i` of every reduction.
 
     :math:`D_i` holds the reductions that reduction :math:`i`'s body uses
     directly or through lets — not those reached only through another
     reduction, whose result already summarises them.
     """
+    if not isinstance(g, nx.DiGraph):  # a Cascade: its graph
+        g = build_graph(g)
     reductions = set(nodes_of_kind(g, "reduction"))
     deps = {}
     for r in reductions:

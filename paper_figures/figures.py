@@ -1,0 +1,230 @@
+"""The paper's figures, drawn from the committed GPU results only (no GPU needed).
+
+    python3 paper_figures/figures.py [--csv gpu/results/h200/bench.csv] [--out paper_figures/out]
+    redalgebra figures [same options]
+
+1. ``speedup``     — speedup over PyTorch eager per workload and shape, one bar per system;
+2. ``levels``      — the fusion-level ablation on safe softmax (thread / warp / block / tile /
+                     multi-block / unfused) across row lengths;
+3. ``incremental`` — incremental (tile) against non-incremental across row lengths, marking where
+                     the non-incremental form no longer fits on chip;
+4. ``roofline``    — achieved GB/s of every memory-bound kernel against the copy bandwidth.
+
+Each is written as PNG and PDF. The data layer (``load``, ``speedups``, ``series``) is separate
+from the drawing so that tests can check the numbers a figure shows against the CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from collections import OrderedDict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CSV = ROOT / "gpu" / "results" / "h200" / "bench.csv"
+ABLATION, INCREMENTAL = "softmax_levels", "softmax_incremental"
+COMPUTE_BOUND = {"attention", "mla_decode", "fp8_quant_gemm"}  # judged by FLOP/s, left out of the roofline
+OURS = "redalgebra (tuned)"
+
+
+def load(path: Path = DEFAULT_CSV) -> list[dict]:
+    """The benchmark rows, numbers as floats (NaN where a system did not run)."""
+    if not Path(path).exists():
+        raise FileNotFoundError(f"no benchmark results at {path}: run `redalgebra bench` on a GPU machine first")
+    rows = []
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            for key in ("ms", "gbps", "frac_copy", "tflops", "copy_gbps", "max_err", "bytes", "flops"):
+                r[key] = float(r[key]) if r.get(key) not in (None, "") else math.nan
+            rows.append(r)
+    if not rows:
+        raise ValueError(f"{path} has no rows")
+    return rows
+
+
+def _label(r: dict) -> str:
+    return f"{r['case']}\n{r['shape']} {r['dtype']}"
+
+
+def _is_eager(system: str) -> bool:
+    return system.startswith("eager")
+
+
+def speedups(rows: list[dict]) -> "OrderedDict[str, dict[str, float]]":
+    """``{case label: {system: eager time / system time}}`` for the main cases (not the ablations).
+
+    Our kernels appear once, as the autotuner's choice; a system that did not run is left out.
+    """
+    out: OrderedDict = OrderedDict()
+    for r in rows:
+        if r["case"] in (ABLATION, INCREMENTAL) or r["kind"] == "candidate":
+            continue
+        out.setdefault(_label(r), {})[r["system"]] = r["ms"]
+    result = OrderedDict()
+    for label, times in out.items():
+        eager = next((ms for s, ms in times.items() if _is_eager(s)), math.nan)
+        result[label] = {("eager" if _is_eager(s) else s): eager / ms for s, ms in times.items() if ms == ms and ms > 0}
+    return result
+
+
+def series(rows: list[dict], case: str, value: str = "gbps") -> "OrderedDict[str, list[tuple]]":
+    """``{system: [(row length, value, valid), ...]}`` for an ablation case, sorted by length.
+
+    ``valid`` is ``ok``, ``FAIL`` (the kernel ran but missed the float64 check) or ``error`` (it could
+    not be built for that length, e.g. a row that does not fit on chip).
+    """
+    out: OrderedDict = OrderedDict()
+    for r in rows:
+        if r["case"] != case or r["kind"] == "tuned":
+            continue
+        length = int(r["shape"].split("x")[1])
+        system = r["config"] or r["system"]
+        out.setdefault(system, []).append((length, r[value], r["valid"] or "ok"))
+    for pts in out.values():
+        pts.sort()
+    return out
+
+
+# -- drawing -------------------------------------------------------------------------------------
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, out: Path, name: str) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    for p in paths:
+        fig.savefig(p, bbox_inches="tight", dpi=130)
+    _plt().close(fig)
+    return paths
+
+
+def _subtitle(rows) -> str:
+    r = rows[0]
+    return f"{r['device']}, torch {r['torch']}, numba-cuda {r['numba_cuda']}; copy {r['copy_gbps']:.0f} GB/s"
+
+
+def draw_speedup(rows, out: Path) -> list[Path]:
+    plt = _plt()
+    data = speedups(rows)
+    systems = list(OrderedDict.fromkeys(s for v in data.values() for s in v))
+    systems.sort(key=lambda s: (s == OURS, s))  # ours last, on the right of each group
+    fig, ax = plt.subplots(figsize=(max(10, 0.55 * len(data)), 5.5))
+    width = 0.8 / len(systems)
+    cmap = plt.get_cmap("tab10")
+    for i, system in enumerate(systems):
+        xs = [k + (i - (len(systems) - 1) / 2) * width for k, v in enumerate(data.values()) if system in v]
+        ys = [v[system] for v in data.values() if system in v]
+        ax.bar(xs, ys, width, label=system, color="black" if system == OURS else cmap(i % 10))
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(data)))
+    ax.set_xticklabels(list(data), rotation=75, ha="right", fontsize=6)
+    ax.set_ylabel("speedup over PyTorch eager (log)")
+    ax.set_title("Fused cascades on the GPU: speedup over eager per workload and shape\n" + _subtitle(rows), fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(fig, out, "fig1_speedup")
+
+
+def _lines(ax, data, copy):
+    for system, pts in data.items():
+        good = [(x, y) for x, y, v in pts if v == "ok" and y == y]
+        if good:
+            ax.plot(*zip(*good), marker="o", label=system)
+        for x, _, v in pts:
+            if v != "ok":
+                ax.annotate("failed check" if v == "FAIL" else "does not fit", (x, 0.03 * copy), rotation=90,
+                            fontsize=6, ha="center", va="bottom", color="gray")
+                ax.plot([x], [0.02 * copy], marker="x", color="gray")
+    ax.axhline(copy, color="black", ls="--", lw=0.8, label="copy bandwidth")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("row length (elements)")
+    ax.set_ylabel("achieved GB/s (read + write)")
+    ax.set_ylim(0, 1.1 * copy)
+
+
+def draw_levels(rows, out: Path) -> list[Path]:
+    plt = _plt()
+    data = series(rows, ABLATION)
+    if not data:
+        raise ValueError(f"no {ABLATION} rows in the results")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    _lines(ax, data, rows[0]["copy_gbps"])
+    ax.set_title("Fusion levels on safe softmax (float32, 2^26 elements in all)\n" + _subtitle(rows), fontsize=9)
+    ax.legend(fontsize=7)
+    return _save(fig, out, "fig2_fusion_levels")
+
+
+def draw_incremental(rows, out: Path) -> list[Path]:
+    plt = _plt()
+    data = series(rows, INCREMENTAL)
+    if not data:
+        raise ValueError(f"no {INCREMENTAL} rows in the results")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    _lines(ax, data, rows[0]["copy_gbps"])
+    refused = [x for pts in data.values() for x, _, v in pts if v == "error"]
+    if refused:
+        ax.axvspan(min(refused) / 1.4, max(refused) * 1.4, color="gray", alpha=0.15,
+                   label="non-incremental row no longer fits in shared memory")
+    ax.set_title("Incremental (tile merges) against non-incremental (row staged on chip)\n" + _subtitle(rows),
+                 fontsize=9)
+    ax.legend(fontsize=7)
+    return _save(fig, out, "fig3_incremental")
+
+
+def draw_roofline(rows, out: Path) -> list[Path]:
+    plt = _plt()
+    copy = rows[0]["copy_gbps"]
+    memory = [r for r in rows if r["case"] not in COMPUTE_BOUND | {ABLATION, INCREMENTAL} and r["kind"] != "candidate"
+              and r["gbps"] == r["gbps"]]
+    labels = list(OrderedDict.fromkeys(_label(r) for r in memory))
+    fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(labels)), 5))
+    systems = list(OrderedDict.fromkeys(r["system"] for r in memory))
+    markers = "osD^v<>ph*"
+    for i, system in enumerate(systems):
+        pts = [(labels.index(_label(r)), r["gbps"]) for r in memory if r["system"] == system]
+        ax.scatter(*zip(*pts), marker=markers[i % len(markers)], s=60 if system == OURS else 30,
+                   color="black" if system == OURS else None, label=system, zorder=3)
+    ax.axhline(copy, color="black", ls="--", lw=0.8, label=f"copy {copy:.0f} GB/s")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=75, ha="right", fontsize=6)
+    ax.set_ylabel("achieved GB/s (bytes each system moves)")
+    ax.set_title("Memory-bound kernels against the copy bandwidth\n" + _subtitle(rows), fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(fig, out, "fig4_roofline")
+
+
+FIGURES = {"speedup": draw_speedup, "levels": draw_levels, "incremental": draw_incremental, "roofline": draw_roofline}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="redalgebra figures", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--csv", default=str(DEFAULT_CSV), help="benchmark results (default: the committed H200 run)")
+    ap.add_argument("--out", default=str(ROOT / "paper_figures" / "out"), help="directory for the PNG and PDF files")
+    ap.add_argument("--only", default=",".join(FIGURES), help=f"comma-separated subset of {', '.join(FIGURES)}")
+    args = ap.parse_args(argv)
+    try:
+        rows = load(Path(args.csv))
+    except (OSError, ValueError) as err:
+        print(f"redalgebra figures: {err}", file=sys.stderr)
+        return 2
+    unknown = [n for n in args.only.split(",") if n not in FIGURES]
+    if unknown:
+        print(f"redalgebra figures: unknown figure(s) {unknown}; choose from {list(FIGURES)}", file=sys.stderr)
+        return 2
+    for name in args.only.split(","):
+        for path in FIGURES[name](rows, Path(args.out)):
+            print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

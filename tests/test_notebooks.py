@@ -1,0 +1,33 @@
+"""Every notebook runs top to bottom (nbclient) and ends in its own asserts, each within two minutes."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="the notebooks extra (nbclient) is installed by make test")
+from nbclient import NotebookClient  # noqa: E402
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+
+def test_the_six_notebooks_are_there():
+    assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_and_its_checks_pass(path, tmp_path):
+    nb = nbformat.read(path, as_version=4)
+    assert "assert" in nb.cells[-1].source, "a notebook ends in its checks"
+    env_cache = os.environ.get("REDALGEBRA_CACHE")
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    start = time.time()
+    client.execute()  # raises CellExecutionError, with the cell and traceback, on any failure
+    assert time.time() - start < 120, f"{path.name} took {time.time() - start:.0f}s"
+    assert "all checks passed" in "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+    mimes = {m for c in nb.cells if c.cell_type == "code" for o in c.outputs for m in o.get("data", {})}
+    if path.name != "06_gpu_results.ipynb":
+        assert {"text/latex", "text/markdown"} <= mimes, "cascades and analyses display richly"
+    assert env_cache == os.environ.get("REDALGEBRA_CACHE")

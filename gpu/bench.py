@@ -288,7 +288,7 @@ def compiled_fn(key, fn):
 
 # -- the case list ---------------------------------------------------------------------------------
 LONG = ("tile@256", "tile@512", "tile@1024")
-DECODE = ("lanes@256x4", "lanes@256x8", "lanes@512x4", "split_lanes@128x8", "split_lanes@256x4")
+DECODE = ("lanes@256x4", "lanes@256x8", "lanes@512x8", "split_lanes@256x4", "split_lanes@512x4s16")
 
 
 def all_cases(quick: bool) -> dict:
@@ -300,11 +300,11 @@ def all_cases(quick: bool) -> dict:
         "logsumexp": [lambda: case_logsumexp(16384, 16384, "float32", LONG)],
         "decode": [lambda b=b, l=l: case_attention(b, 32, 1, l, 128, DECODE, "decode_attention", "LLaMA")
                    for b, l in ((16, 4096), (1, 65536), (4, 16384), (64, 1024), (64, 8192))],
-        "mla": [lambda b=b: case_mla(b, 4096, ("lanes@256x2", "lanes@256x4", "lanes@512x2", "split_lanes@256x2"))
+        "mla": [lambda b=b: case_mla(b, 4096, ("lanes@256x2", "lanes@512x2", "split_lanes@512x2"))
                 for b in (4, 16)],
-        "prefill": [lambda: case_attention(8, 12, 512, 512, 64, ("lanes@128x4", "lanes@256x4"), "attention", "BERT-base"),
-                    lambda: case_attention(8, 16, 197, 197, 64, ("lanes@128x4",), "attention", "ViT-L"),
-                    lambda: case_attention(1, 64, 2048, 2048, 128, ("lanes@128x4",), "attention", "LLaMA-65B")],
+        "prefill": [lambda: case_attention(8, 12, 512, 512, 64, ("lanes@256x4", "lanes@512x8"), "attention", "BERT-base"),
+                    lambda: case_attention(8, 16, 197, 197, 64, ("lanes@256x4",), "attention", "ViT-L"),
+                    lambda: case_attention(1, 64, 2048, 2048, 128, ("lanes@512x8",), "attention", "LLaMA-65B")],
         "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("warp@128", "tile@32", "tile@64", "block@128"), lab)
                 for t, e, k, lab in ((16384, 128, 8, "Qwen3"), (4096, 128, 8, "Qwen3"), (32768, 128, 8, "Qwen3"),
                                      (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]

@@ -95,8 +95,14 @@ class Layout:
         """``body`` once per component ``j`` this thread holds (slot ``t`` in lane mode)."""
         if not self.lanes:
             return [f"for j in range({size}):"] + ["    " + ln for ln in body]
-        return [f"for t in range({self.slots(size)}):", "    j = lane + 32 * t", f"    if j < {size}:"] + [
-            "        " + ln for ln in body]
+        head = [f"for t in range({self.slots(size)}):", "    j = lane + 32 * t"]
+        if self.whole_slots(size):  # no branch: a guard between a load and its use would expose its latency
+            return head + ["    " + ln for ln in body]
+        return head + [f"    if j < {size}:"] + ["        " + ln for ln in body]
+
+    def whole_slots(self, size: str) -> bool:
+        """Whether every lane's every slot holds a component (the size is a multiple of 32)."""
+        return self.constants[size] % 32 == 0
 
     def state_ref(self, prefix: str, r: str, template: bool = False) -> str:
         """The current component of the vector state ``prefix_r`` (a ``{j}``/``{t}`` template if asked)."""
@@ -126,6 +132,7 @@ class Layout:
         if self.lanes:
             split = set(acc.size.values()) | set(self.vector_state.values())  # never top-k lists: every lane has them
             acc.slots = {size: self.slots(size) for size in split}
+            acc.whole = {size for size in split if self.whole_slots(size)}
         return acc
 
     def state_access(self, acc: Access, suffix: str, prefix: str) -> None:
@@ -213,11 +220,11 @@ def final_access(lay: Layout) -> Access:
     return acc
 
 
-def element_loads(lay: Layout, consts: Constants, counter) -> list[str]:
-    """Registers for one element ``l``: scalar inputs, then the prologue's atoms."""
+def element_loads(lay: Layout, consts: Constants, counter, acc: Access | None = None) -> list[str]:
+    """Registers for one element ``l``: scalar inputs, then the prologue's atoms (read through ``acc``)."""
     lines = [f"e_{s.name} = {lay.load(s.name)}({s.name}[rr_{s.name}, l])"
              for s in lay.fused.cascade.inputs if s.size is None]
-    acc = lay.base_access()
+    acc = acc or lay.base_access()
     for sym, expr in lay.fused.prologue.steps:
         pre, text = print_expr(expr, acc, consts, None, counter)
         lines += pre + [f"e_{sym.name} = {text}"]

@@ -41,7 +41,7 @@ from ..derive import FusedCascade
 from ..ir.functions import Dot, VSum
 from .emit import (Layout, Spec, element_loads, emit_program, final_access, identity_value, merge_access,
                    update_access)
-from .helpers import HELPER_CONSTANTS, HELPERS, LANE_HELPERS
+from .helpers import CUDA_HELPERS, HELPER_CONSTANTS, HELPERS, LANE_HELPERS
 from .printer import Constants, print_expr
 
 STRATEGIES = {"cpu": ("row",),
@@ -297,8 +297,45 @@ class _Gen:
         acc = self.lay.base_access()
         for name in self._register_names():
             acc.scalar[name] = f"xs_{name}_@I@"
+        self._lane_registers(acc)
         self.lay.state_access(acc, "", "o")
         return acc
+
+    def _lane_registers(self, acc) -> None:
+        """Lane mode: vector inputs read from the slot's staged registers, vector params from the row's."""
+        if self.lay.lanes:
+            for s in self._staged_vectors():
+                acc.vector[s.name] = f"xv_{s.name}_@I@[{{t}}]"
+            for p in self.c.params:
+                if p.size is not None:
+                    acc.vector[p.name] = f"pv_{p.name}[{{t}}]"
+
+    def _staged_vectors(self) -> list:
+        """Lane mode: the vector inputs of an element (attention's keys and values), fetched together."""
+        exprs = list(self.f.bodies.values()) + [e for _, e in self.f.prologue.steps]
+        used = {sym.name for e in exprs for sym in e.free_symbols}
+        return [s for s in self.c.inputs if s.size is not None and s.name in used]
+
+    def _lane_params(self) -> list[str]:
+        """Lane mode: this lane's components of every vector param (constant along the axis), once per row."""
+        lines = []
+        for p in self.c.params:
+            if p.size is not None:
+                size = self.lay.size_const(p.size)
+                j = "lane + 32 * t" if self.lay.whole_slots(size) else f"min(lane + 32 * t, {size} - 1)"
+                lines += [f"pv_{p.name} = {self.local(self.lay.slots(size))}", f"for t in range({self.lay.slots(size)}):",
+                          f"    pv_{p.name}[t] = {p.name}[row, {j}]"]
+        return lines
+
+    def _stage_vectors(self) -> list[str]:
+        """Lane mode: this lane's components of the staged vectors of slot ``@I@``, into registers."""
+        lines = []
+        for s in self._staged_vectors():
+            size = self.lay.size_const(s.size)
+            j = "lane + 32 * t" if self.lay.whole_slots(size) else f"min(lane + 32 * t, {size} - 1)"
+            lines += [f"for t in range({self.lay.slots(size)}):",
+                      f"    xv_{s.name}_@I@[t] = {self.lay.load(s.name)}({s.name}[rr_{s.name}, l, {j}])"]
+        return lines
 
     def _unroll(self, template: list[str]) -> list[str]:
         """The template once per tile slot, ``@I@`` replaced by the slot: registers, not local memory."""
@@ -310,13 +347,16 @@ class _Gen:
 
     def _tile_load(self, nt: int, hi: str = "length") -> list[str]:
         ok = f"l < {hi}" + (" and keep[row, l] != 0" if self.spec.has_keep else "")
-        inner = element_loads(self.lay, self.consts, self.counter)
+        acc = self.lay.base_access()
+        self._lane_registers(acc)
+        inner = element_loads(self.lay, self.consts, self.counter, acc)
         inner += [f"xs_{n}_@I@ = e_{n}" for n in self._register_names()]
         head = [f"l = {self._slot_element(nt)}", f"ok_@I@ = {ok}"]
         if self.lay.lanes:  # every lane takes part in the lane sums: past the end, read the last element
             at = [f"l = min({self._slot_element(nt)}, {hi} - 1)"]
             partial, rest = _split_partial_dots(inner)
-            return self._unroll(head + [f"l = min(l, {hi} - 1)"] + partial) + self._unroll(at + rest)
+            fetch = head + [f"l = min(l, {hi} - 1)"] + self._stage_vectors() + partial
+            return self._unroll(fetch) + self._unroll(at + rest)
         return self._unroll(head + [f"if l < {hi}:"] + ["    " + ln for ln in inner])
 
     def _tile_state(self, nt: int) -> list[str]:
@@ -515,7 +555,10 @@ class _Gen:
         """Elements ``lo`` to ``hi`` folded by the warps, then the warps' states merged: every warp has the result."""
         nt, nw = self.spec.threads, self.spec.threads // 32
         chunk = self._tile_load(nt, hi) + self._tile_state(nt) + self.merge()
-        lines = [f"for base in range({lo}, {hi}, {nw * self.spec.tile}):"] + ["    " + ln for ln in chunk]
+        lines = self._lane_params()
+        lines += self._unroll([f"xv_{s.name}_@I@ = {self.local(self.lay.slots(self.lay.size_const(s.size)))}"
+                               for s in self._staged_vectors()])
+        lines += [f"for base in range({lo}, {hi}, {nw * self.spec.tile}):"] + ["    " + ln for ln in chunk]
         lines += self.copy_state("s", "sh", dst_index="warp") + ["cuda.syncthreads()"]
         lines += self.copy_state("sh", "s", src_index="0")
         step = self.copy_state("sh", "o", src_index="w") + self.merge()
@@ -545,6 +588,8 @@ class _Gen:
                 "import math", "", "import numpy as np", *header, HELPER_CONSTANTS.strip(), *self.consts.lines()]
         text += [f"{k} = {v}" for k, v in sorted(self.lay.constants.items())]
         text.append(HELPERS.replace("{device}", device))
+        if self.backend == "cuda":
+            text.append(CUDA_HELPERS)
         if self.lay.lanes:
             text.append(LANE_HELPERS.replace("{device}", device))
         if self.spec.fast_exp:

@@ -38,6 +38,7 @@ class Access:
     # use ``{t}`` (the slot) besides ``{j}`` (the component), and ``lane_sum`` (a format with
     # ``{v}``) sums a value over the warp's lanes, which completes a dot product.
     slots: dict = field(default_factory=dict)
+    whole: set = field(default_factory=set)    # sizes that are a multiple of 32: no guard on the last slot
     lane_sum: str | None = None
 
     def is_vector(self, expr: sp.Basic) -> bool:
@@ -202,9 +203,9 @@ class KernelPrinter(StrPrinter):
             self.pre += [f"{acc} = {self._number(0)}", f"for {jj} in range({size}):", f"    {acc} += {text}"]
             return acc
         tt = _slot_name(jj)  # this lane's share of the components, then the sum over the lanes
+        body = [f"    {acc} += {text}"] if size in self.access.whole else [f"    if {jj} < {size}:", f"        {acc} += {text}"]
         self.pre += [f"{acc} = {self._number(0)}", f"for {tt} in range({self.access.slots[size]}):",
-                     f"    {jj} = lane + 32 * {tt}", f"    if {jj} < {size}:", f"        {acc} += {text}",
-                     f"{acc} = {self.access.lane_sum.format(v=acc)}"]
+                     f"    {jj} = lane + 32 * {tt}"] + body + [f"{acc} = {self.access.lane_sum.format(v=acc)}"]
         return acc
 
     # -- guards ----------------------------------------------------------------------------------

@@ -57,3 +57,20 @@ def test_generated_sources_have_no_float64_literals():
             src = generate(fused(name), backend, strategy, Spec((("d", 8), ("e", 4), ("n", 5), ("r", 16)))).source
             body = "\n".join(ln for ln in src.splitlines() if "np.float32(" not in ln and not ln.lstrip().startswith(('"""', "#")))
             assert not float_literal.findall(body), (name, backend, float_literal.findall(body)[:3])
+
+
+def test_fast_exp_is_used_only_when_asked():
+    f = fused("safe_softmax")
+    fast = generate(f, "cuda", "tile", Spec(fast_exp=True)).source
+    accurate = generate(f, "cuda", "tile", Spec()).source
+    assert "fast_expf(" in fast and "math.exp(" not in fast.split("def kernel")[1]
+    assert "fast_expf" not in accurate and "math.exp(" in accurate
+
+
+def test_lane_mode_drops_the_component_guard_only_for_whole_slots():
+    f = fused("decode_attention")
+    whole = generate(f, "cuda", "lanes", Spec((("d", 128),))).source
+    partial = generate(f, "cuda", "lanes", Spec((("d", 40),))).source
+    assert "V_d = 4" in whole and "if j < D_d" not in whole and "if _j0 < D_d" not in whole
+    assert "V_d = 2" in partial and "if j < D_d" in partial and "if _j0 < D_d" in partial
+    assert "rt_lane_sum(_acc0_0)" in whole  # the dot product completed across the lanes

@@ -76,22 +76,22 @@ def rt_fp8(x):
 
 @cuda.jit(device=True)
 def rt_topk_insert(vals, idx, v, i):
-    """Insert (v, i) into a descending top-k list; ties go to the lower index; -inf means empty."""
+    """Insert (v, i) into a descending top-k list; ties go to the lower index; -inf means empty.
+
+    Bubbles the newcomer down with a compare-and-swap at every position: the positions are
+    constants once the loop is unrolled, so the list can live in registers (a search for the
+    position and a shift by it would index the list at run time, which puts it in local memory).
+    """
     if v == NEG_INF or v != v:
         return
-    k = vals.shape[0]
-    pos = k
-    for j in range(k):
+    for j in range(vals.shape[0]):
         if v > vals[j] or (v == vals[j] and (idx[j] < 0 or i < idx[j])):
-            pos = j
-            break
-    if pos == k:
-        return
-    for j in range(k - 1, pos, -1):
-        vals[j] = vals[j - 1]
-        idx[j] = idx[j - 1]
-    vals[pos] = v
-    idx[pos] = i
+            tv = vals[j]
+            ti = idx[j]
+            vals[j] = v
+            idx[j] = i
+            v = tv
+            i = ti
 
 
 @cuda.jit(device=True)
@@ -100,6 +100,15 @@ def rt_topk_merge(vals, idx, ovals, oidx):
     for j in range(ovals.shape[0]):
         if oidx[j] >= 0:
             rt_topk_insert(vals, idx, ovals[j], oidx[j])
+
+
+if not config.ENABLE_CUDASIM:  # on the GPU, bfloat16 is the high half of a float32: a bit cast, no arithmetic
+    from numba.cuda.libdevice import int_as_float as _int_as_float
+
+    @cuda.jit(device=True)
+    def rt_bf16(u):  # noqa: F811 - replaces the portable decoder above on real devices
+        """The float32 value of bfloat16 bits: the bits shifted into the high half, reinterpreted."""
+        return _int_as_float(int32((int32(u) & 0xFFFF) << 16))
 
 
 @cuda.jit(device=True)
@@ -141,20 +150,21 @@ def kernel(x, w, rep_x, rep_w, keep, out_y, rows, length):
     s_a = NEG_INF
     for t in range(V_n):
         j = lane + 32 * t
-        if j < D_n:
-            s_acc[t] = _K0
+        s_acc[t] = _K0
+    xv_w_0 = cuda.local.array(V_n, float32)
     for base in range(0, length, 4):
         l = base + 0 * 4 + warp
         ok_0 = l < length
         l = min(l, length - 1)
+        for t in range(V_n):
+            xv_w_0[t] = float32(w[rr_w, l, lane + 32 * t])
         l = min(base + 0 * 4 + warp, length - 1)
         e_x = float32(x[rr_x, l])
         xs_x_0 = e_x
         o_a = NEG_INF
         for t in range(V_n):
             j = lane + 32 * t
-            if j < D_n:
-                o_acc[t] = _K0
+            o_acc[t] = _K0
         if ok_0:
             l = base + 0 * 4 + warp
             o_a = max(o_a, abs(xs_x_0))
@@ -162,41 +172,34 @@ def kernel(x, w, rep_x, rep_w, keep, out_y, rows, length):
             l = base + 0 * 4 + warp
             for t in range(V_n):
                 j = lane + 32 * t
-                if j < D_n:
-                    o_acc[t] = o_acc[t] + float32(w[rr_w, l, j])*rt_fp8(_K1*xs_x_0/max(_K2, o_a))
+                o_acc[t] = o_acc[t] + xv_w_0[t]*rt_fp8(_K1*xs_x_0/max(_K2, o_a))
         n_a = max(s_a, o_a)
         t_c0 = (_K3/(max(_K2, n_a)))
         for t in range(V_n):
             j = lane + 32 * t
-            if j < D_n:
-                s_acc[t] = (_K0 if (s_a == NEG_INF) else s_acc[t]*t_c0*max(_K2, s_a)) + (_K0 if (o_a == NEG_INF) else o_acc[t]*t_c0*max(_K2, o_a))
+            s_acc[t] = (_K0 if (s_a == NEG_INF) else s_acc[t]*t_c0*max(_K2, s_a)) + (_K0 if (o_a == NEG_INF) else o_acc[t]*t_c0*max(_K2, o_a))
         s_a = n_a
     sh_a[warp] = s_a
     for t in range(V_n):
         j = lane + 32 * t
-        if j < D_n:
-            sh_acc[warp, j] = s_acc[t]
+        sh_acc[warp, j] = s_acc[t]
     cuda.syncthreads()
     s_a = sh_a[0]
     for t in range(V_n):
         j = lane + 32 * t
-        if j < D_n:
-            s_acc[t] = sh_acc[0, j]
+        s_acc[t] = sh_acc[0, j]
     for w in range(1, 4):
         o_a = sh_a[w]
         for t in range(V_n):
             j = lane + 32 * t
-            if j < D_n:
-                o_acc[t] = sh_acc[w, j]
+            o_acc[t] = sh_acc[w, j]
         n_a = max(s_a, o_a)
         t_c0 = (_K3/(max(_K2, n_a)))
         for t in range(V_n):
             j = lane + 32 * t
-            if j < D_n:
-                s_acc[t] = (_K0 if (s_a == NEG_INF) else s_acc[t]*t_c0*max(_K2, s_a)) + (_K0 if (o_a == NEG_INF) else o_acc[t]*t_c0*max(_K2, o_a))
+            s_acc[t] = (_K0 if (s_a == NEG_INF) else s_acc[t]*t_c0*max(_K2, s_a)) + (_K0 if (o_a == NEG_INF) else o_acc[t]*t_c0*max(_K2, o_a))
         s_a = n_a
     if warp == 0:
         for t in range(V_n):
             j = lane + 32 * t
-            if j < D_n:
-                out_y[row, j] = s_acc[t]*max(_K2, s_a)/_K1
+            out_y[row, j] = s_acc[t]*max(_K2, s_a)/_K1

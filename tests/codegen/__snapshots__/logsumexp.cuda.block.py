@@ -72,22 +72,22 @@ def rt_fp8(x):
 
 @cuda.jit(device=True)
 def rt_topk_insert(vals, idx, v, i):
-    """Insert (v, i) into a descending top-k list; ties go to the lower index; -inf means empty."""
+    """Insert (v, i) into a descending top-k list; ties go to the lower index; -inf means empty.
+
+    Bubbles the newcomer down with a compare-and-swap at every position: the positions are
+    constants once the loop is unrolled, so the list can live in registers (a search for the
+    position and a shift by it would index the list at run time, which puts it in local memory).
+    """
     if v == NEG_INF or v != v:
         return
-    k = vals.shape[0]
-    pos = k
-    for j in range(k):
+    for j in range(vals.shape[0]):
         if v > vals[j] or (v == vals[j] and (idx[j] < 0 or i < idx[j])):
-            pos = j
-            break
-    if pos == k:
-        return
-    for j in range(k - 1, pos, -1):
-        vals[j] = vals[j - 1]
-        idx[j] = idx[j - 1]
-    vals[pos] = v
-    idx[pos] = i
+            tv = vals[j]
+            ti = idx[j]
+            vals[j] = v
+            idx[j] = i
+            v = tv
+            i = ti
 
 
 @cuda.jit(device=True)
@@ -96,6 +96,15 @@ def rt_topk_merge(vals, idx, ovals, oidx):
     for j in range(ovals.shape[0]):
         if oidx[j] >= 0:
             rt_topk_insert(vals, idx, ovals[j], oidx[j])
+
+
+if not config.ENABLE_CUDASIM:  # on the GPU, bfloat16 is the high half of a float32: a bit cast, no arithmetic
+    from numba.cuda.libdevice import int_as_float as _int_as_float
+
+    @cuda.jit(device=True)
+    def rt_bf16(u):  # noqa: F811 - replaces the portable decoder above on real devices
+        """The float32 value of bfloat16 bits: the bits shifted into the high half, reinterpreted."""
+        return _int_as_float(int32((int32(u) & 0xFFFF) << 16))
 
 
 @cuda.jit(fastmath=False, **BOUNDS)

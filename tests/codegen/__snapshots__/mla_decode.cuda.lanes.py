@@ -74,22 +74,22 @@ def rt_fp8(x):
 
 @cuda.jit(device=True)
 def rt_topk_insert(vals, idx, v, i):
-    """Insert (v, i) into a descending top-k list; ties go to the lower index; -inf means empty."""
+    """Insert (v, i) into a descending top-k list; ties go to the lower index; -inf means empty.
+
+    Bubbles the newcomer down with a compare-and-swap at every position: the positions are
+    constants once the loop is unrolled, so the list can live in registers (a search for the
+    position and a shift by it would index the list at run time, which puts it in local memory).
+    """
     if v == NEG_INF or v != v:
         return
-    k = vals.shape[0]
-    pos = k
-    for j in range(k):
+    for j in range(vals.shape[0]):
         if v > vals[j] or (v == vals[j] and (idx[j] < 0 or i < idx[j])):
-            pos = j
-            break
-    if pos == k:
-        return
-    for j in range(k - 1, pos, -1):
-        vals[j] = vals[j - 1]
-        idx[j] = idx[j - 1]
-    vals[pos] = v
-    idx[pos] = i
+            tv = vals[j]
+            ti = idx[j]
+            vals[j] = v
+            idx[j] = i
+            v = tv
+            i = ti
 
 
 @cuda.jit(device=True)
@@ -98,6 +98,15 @@ def rt_topk_merge(vals, idx, ovals, oidx):
     for j in range(ovals.shape[0]):
         if oidx[j] >= 0:
             rt_topk_insert(vals, idx, ovals[j], oidx[j])
+
+
+if not config.ENABLE_CUDASIM:  # on the GPU, bfloat16 is the high half of a float32: a bit cast, no arithmetic
+    from numba.cuda.libdevice import int_as_float as _int_as_float
+
+    @cuda.jit(device=True)
+    def rt_bf16(u):  # noqa: F811 - replaces the portable decoder above on real devices
+        """The float32 value of bfloat16 bits: the bits shifted into the high half, reinterpreted."""
+        return _int_as_float(int32((int32(u) & 0xFFFF) << 16))
 
 
 @cuda.jit(device=True)
@@ -142,22 +151,31 @@ def kernel(c, kr, rep_c, rep_kr, qc, qr, scale, keep, out_y, rows, length):
     s_l = _K0
     for t in range(V_r):
         j = lane + 32 * t
-        if j < D_r:
-            s_o[t] = _K0
+        s_o[t] = _K0
+    pv_qc = cuda.local.array(V_r, float32)
+    for t in range(V_r):
+        pv_qc[t] = qc[row, lane + 32 * t]
+    pv_qr = cuda.local.array(V_e, float32)
+    for t in range(V_e):
+        pv_qr[t] = qr[row, lane + 32 * t]
+    xv_c_0 = cuda.local.array(V_r, float32)
+    xv_kr_0 = cuda.local.array(V_e, float32)
     for base in range(0, length, 4):
         l = base + 0 * 4 + warp
         ok_0 = l < length
         l = min(l, length - 1)
+        for t in range(V_r):
+            xv_c_0[t] = float32(c[rr_c, l, lane + 32 * t])
+        for t in range(V_e):
+            xv_kr_0[t] = float32(kr[rr_kr, l, lane + 32 * t])
         _acc0_0 = _K0
         for _t0 in range(V_r):
             _j0 = lane + 32 * _t0
-            if _j0 < D_r:
-                _acc0_0 += float32(c[rr_c, l, _j0])*qc[row, _j0]
+            _acc0_0 += xv_c_0[_t0]*pv_qc[_t0]
         _acc1_0 = _K0
         for _t1 in range(V_e):
             _j1 = lane + 32 * _t1
-            if _j1 < D_e:
-                _acc1_0 += float32(kr[rr_kr, l, _j1])*qr[row, _j1]
+            _acc1_0 += xv_kr_0[_t1]*pv_qr[_t1]
         l = min(base + 0 * 4 + warp, length - 1)
         _acc0_0 = rt_lane_sum(_acc0_0)
         _acc1_0 = rt_lane_sum(_acc1_0)
@@ -167,8 +185,7 @@ def kernel(c, kr, rep_c, rep_kr, qc, qr, scale, keep, out_y, rows, length):
         o_l = _K0
         for t in range(V_r):
             j = lane + 32 * t
-            if j < D_r:
-                o_o[t] = _K0
+            o_o[t] = _K0
         if ok_0:
             l = base + 0 * 4 + warp
             o_m = max(o_m, xs_s_0)
@@ -179,8 +196,7 @@ def kernel(c, kr, rep_c, rep_kr, qc, qr, scale, keep, out_y, rows, length):
             l = base + 0 * 4 + warp
             for t in range(V_r):
                 j = lane + 32 * t
-                if j < D_r:
-                    o_o[t] = o_o[t] + float32(c[rr_c, l, j])*math.exp(-o_m + xs_s_0)
+                o_o[t] = o_o[t] + xv_c_0[t]*math.exp(-o_m + xs_s_0)
         n_m = max(s_m, o_m)
         t_c0 = (s_m == NEG_INF)
         t_c1 = math.exp(s_m - n_m)
@@ -189,30 +205,26 @@ def kernel(c, kr, rep_c, rep_kr, qc, qr, scale, keep, out_y, rows, length):
         n_l = (_K0 if t_c0 else s_l*t_c1) + (_K0 if t_c2 else o_l*t_c3)
         for t in range(V_r):
             j = lane + 32 * t
-            if j < D_r:
-                s_o[t] = (_K0 if t_c0 else s_o[t]*t_c1) + (_K0 if t_c2 else o_o[t]*t_c3)
+            s_o[t] = (_K0 if t_c0 else s_o[t]*t_c1) + (_K0 if t_c2 else o_o[t]*t_c3)
         s_m = n_m
         s_l = n_l
     sh_m[warp] = s_m
     sh_l[warp] = s_l
     for t in range(V_r):
         j = lane + 32 * t
-        if j < D_r:
-            sh_o[warp, j] = s_o[t]
+        sh_o[warp, j] = s_o[t]
     cuda.syncthreads()
     s_m = sh_m[0]
     s_l = sh_l[0]
     for t in range(V_r):
         j = lane + 32 * t
-        if j < D_r:
-            s_o[t] = sh_o[0, j]
+        s_o[t] = sh_o[0, j]
     for w in range(1, 4):
         o_m = sh_m[w]
         o_l = sh_l[w]
         for t in range(V_r):
             j = lane + 32 * t
-            if j < D_r:
-                o_o[t] = sh_o[w, j]
+            o_o[t] = sh_o[w, j]
         n_m = max(s_m, o_m)
         t_c0 = (s_m == NEG_INF)
         t_c1 = math.exp(s_m - n_m)
@@ -221,12 +233,10 @@ def kernel(c, kr, rep_c, rep_kr, qc, qr, scale, keep, out_y, rows, length):
         n_l = (_K0 if t_c0 else s_l*t_c1) + (_K0 if t_c2 else o_l*t_c3)
         for t in range(V_r):
             j = lane + 32 * t
-            if j < D_r:
-                s_o[t] = (_K0 if t_c0 else s_o[t]*t_c1) + (_K0 if t_c2 else o_o[t]*t_c3)
+            s_o[t] = (_K0 if t_c0 else s_o[t]*t_c1) + (_K0 if t_c2 else o_o[t]*t_c3)
         s_m = n_m
         s_l = n_l
     if warp == 0:
         for t in range(V_r):
             j = lane + 32 * t
-            if j < D_r:
-                out_y[row, j] = s_o[t]/s_l
+            out_y[row, j] = s_o[t]/s_l

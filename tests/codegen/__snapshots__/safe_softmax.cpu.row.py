@@ -70,22 +70,22 @@ def rt_fp8(x):
 
 @njit(cache=False)
 def rt_topk_insert(vals, idx, v, i):
-    """Insert (v, i) into a descending top-k list; ties go to the lower index; -inf means empty."""
+    """Insert (v, i) into a descending top-k list; ties go to the lower index; -inf means empty.
+
+    Bubbles the newcomer down with a compare-and-swap at every position: the positions are
+    constants once the loop is unrolled, so the list can live in registers (a search for the
+    position and a shift by it would index the list at run time, which puts it in local memory).
+    """
     if v == NEG_INF or v != v:
         return
-    k = vals.shape[0]
-    pos = k
-    for j in range(k):
+    for j in range(vals.shape[0]):
         if v > vals[j] or (v == vals[j] and (idx[j] < 0 or i < idx[j])):
-            pos = j
-            break
-    if pos == k:
-        return
-    for j in range(k - 1, pos, -1):
-        vals[j] = vals[j - 1]
-        idx[j] = idx[j - 1]
-    vals[pos] = v
-    idx[pos] = i
+            tv = vals[j]
+            ti = idx[j]
+            vals[j] = v
+            idx[j] = i
+            v = tv
+            i = ti
 
 
 @njit(cache=False)

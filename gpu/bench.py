@@ -20,7 +20,7 @@ import json
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -67,7 +67,6 @@ class Case:
     reps: int = 10                    # timed batches (of ``batch`` calls each) per system
     batch: int = 10
     note: str = ""
-    extra: dict = field(default_factory=dict)
 
 
 def parse_config(text: str) -> dict:

@@ -35,7 +35,7 @@ SHAPES = {  # (rows, L): long enough to exercise every lane and warp, small enou
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="gpu/results/h200/validate.csv")
-    ap.add_argument("--strategies", default="thread,warp,block,block_shared,tile,nonincremental,split,unfused")
+    ap.add_argument("--strategies", default="thread,warp,block,block_shared,tile,lanes,nonincremental,split,split_lanes,unfused")
     args = ap.parse_args()
     rows_out, failures = [], 0
     names = workloads.names(fusable=True)

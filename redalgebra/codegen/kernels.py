@@ -18,6 +18,9 @@ Strategies (DESIGN §3a and the paper's fusion levels):
   registers (``length <= THREADS * TILE``) the per-element outputs are written
   from the registers, so the row is read once; ``tile_shared`` is the same
   with the shuffle-free merge;
+* ``lanes``: a block per row whose warps each take an element at a time, the
+  lanes splitting the element's vectors (attention's head dimension) —
+  see :mod:`.lanes`; ``split_lanes`` runs it per segment (:mod:`.multikernel`);
 * ``nonincremental``: a block per row that stages the row's per-element scalars
   in shared memory, then runs the reductions in sequence over it, each a plain
   block reduction with its monoid — no corrections at all (the paper's
@@ -30,18 +33,16 @@ workload.
 
 from __future__ import annotations
 
-import functools
 import itertools
-import re
 from dataclasses import dataclass
 
 import sympy as sp
 
 from ..derive import FusedCascade
-from ..ir.functions import Dot, VSum
 from .emit import (Layout, Spec, element_loads, emit_program, final_access, identity_value, merge_access,
                    update_access)
 from .helpers import CUDA_HELPERS, HELPER_CONSTANTS, HELPERS, LANE_HELPERS
+from .lanes import LaneSkeletons, split_partial_dots
 from .printer import Constants, print_expr
 
 STRATEGIES = {"cpu": ("row",),
@@ -67,7 +68,7 @@ class KernelSource:
     scratch: tuple = ()  # multi-kernel strategies: (array name, dtype, "segments" | "rows", width or None)
 
 
-class _Gen:
+class _Gen(LaneSkeletons):
     def __init__(self, fused: FusedCascade, spec: Spec, backend: str, strategy: str):
         self.f, self.spec, self.backend, self.strategy = fused, spec, backend, strategy
         self.lay = Layout.of(fused, spec, LANE_SUM.get(strategy))
@@ -301,42 +302,6 @@ class _Gen:
         self.lay.state_access(acc, "", "o")
         return acc
 
-    def _lane_registers(self, acc) -> None:
-        """Lane mode: vector inputs read from the slot's staged registers, vector params from the row's."""
-        if self.lay.lanes:
-            for s in self._staged_vectors():
-                acc.vector[s.name] = f"xv_{s.name}_@I@[{{t}}]"
-            for p in self.c.params:
-                if p.size is not None:
-                    acc.vector[p.name] = f"pv_{p.name}[{{t}}]"
-
-    def _staged_vectors(self) -> list:
-        """Lane mode: the vector inputs of an element (attention's keys and values), fetched together."""
-        exprs = list(self.f.bodies.values()) + [e for _, e in self.f.prologue.steps]
-        used = {sym.name for e in exprs for sym in e.free_symbols}
-        return [s for s in self.c.inputs if s.size is not None and s.name in used]
-
-    def _lane_params(self) -> list[str]:
-        """Lane mode: this lane's components of every vector param (constant along the axis), once per row."""
-        lines = []
-        for p in self.c.params:
-            if p.size is not None:
-                size = self.lay.size_const(p.size)
-                j = "lane + 32 * t" if self.lay.whole_slots(size) else f"min(lane + 32 * t, {size} - 1)"
-                lines += [f"pv_{p.name} = {self.local(self.lay.slots(size))}", f"for t in range({self.lay.slots(size)}):",
-                          f"    pv_{p.name}[t] = {p.name}[row, {j}]"]
-        return lines
-
-    def _stage_vectors(self) -> list[str]:
-        """Lane mode: this lane's components of the staged vectors of slot ``@I@``, into registers."""
-        lines = []
-        for s in self._staged_vectors():
-            size = self.lay.size_const(s.size)
-            j = "lane + 32 * t" if self.lay.whole_slots(size) else f"min(lane + 32 * t, {size} - 1)"
-            lines += [f"for t in range({self.lay.slots(size)}):",
-                      f"    xv_{s.name}_@I@[t] = {self.lay.load(s.name)}({s.name}[rr_{s.name}, l, {j}])"]
-        return lines
-
     def _unroll(self, template: list[str]) -> list[str]:
         """The template once per tile slot, ``@I@`` replaced by the slot: registers, not local memory."""
         return [ln.replace("@I@", str(i)) for i in range(self.spec.tile) for ln in template]
@@ -354,7 +319,7 @@ class _Gen:
         head = [f"l = {self._slot_element(nt)}", f"ok_@I@ = {ok}"]
         if self.lay.lanes:  # every lane takes part in the lane sums: past the end, read the last element
             at = [f"l = min({self._slot_element(nt)}, {hi} - 1)"]
-            partial, rest = _split_partial_dots(inner)
+            partial, rest = split_partial_dots(inner)
             fetch = head + [f"l = min(l, {hi} - 1)"] + self._stage_vectors() + partial
             return self._unroll(fetch) + self._unroll(at + rest)
         return self._unroll(head + [f"if l < {hi}:"] + ["    " + ln for ln in inner])
@@ -520,50 +485,6 @@ class _Gen:
     def _body_tile_shared(self) -> list[str]:
         return self._body_tile(shuffles=False)
 
-    # -- lanes: a warp per element, its lanes splitting the vectors -----------------------------------
-    def _body_lanes(self) -> list[str]:
-        """A block per row; each warp takes ``TILE`` elements at a time, its lanes splitting every vector.
-
-        The warp's lanes share each element's vector reads (coalesced), complete its dot products
-        with a lane sum (shuffles, or shared memory in ``lanes_shared``), fold the tile with the
-        non-incremental form and merge it into the running state; at the end the warps' states meet
-        in shared memory and every warp merges them in order.  Scalars are computed by every lane
-        alike; a vector state is spread over the lanes (``lane + 32 t``), so a 128-wide output
-        needs 4 registers per lane instead of 128.
-        """
-        nt = self.spec.threads
-        if nt % 32:
-            raise ValueError(f"the lanes strategy needs whole warps, got {nt} threads")
-        if self.varying and any(isinstance(a, (Dot, VSum)) for _, e in self.f.prologue.steps for a in sp.preorder_traversal(e)):
-            raise ValueError("the lanes strategy does not write per-element outputs of elements with dot products; "
-                             "use the tile strategy")
-        lines = self._lanes_head() + ["row = cuda.blockIdx.x"] + self.alloc_state(("s", "o"))
-        lines += self.row_setup() + self.init_state() + self._lanes_fold("0", "length")
-        return lines + self.outputs("tid == 0", "tid", str(nt))
-
-    def _body_lanes_shared(self) -> list[str]:
-        return self._body_lanes()
-
-    def _lanes_head(self) -> list[str]:
-        nt = self.spec.threads
-        lines = self.shared_decls(str(nt // 32))
-        if self.strategy.endswith("_shared"):
-            lines.append(f"lane_red = cuda.shared.array({nt}, float32)")
-        return lines + ["tid = cuda.threadIdx.x", "lane = tid % 32", "warp = tid // 32"]
-
-    def _lanes_fold(self, lo: str, hi: str) -> list[str]:
-        """Elements ``lo`` to ``hi`` folded by the warps, then the warps' states merged: every warp has the result."""
-        nt, nw = self.spec.threads, self.spec.threads // 32
-        chunk = self._tile_load(nt, hi) + self._tile_state(nt) + self.merge()
-        lines = self._lane_params()
-        lines += self._unroll([f"xv_{s.name}_@I@ = {self.local(self.lay.slots(self.lay.size_const(s.size)))}"
-                               for s in self._staged_vectors()])
-        lines += [f"for base in range({lo}, {hi}, {nw * self.spec.tile}):"] + ["    " + ln for ln in chunk]
-        lines += self.copy_state("s", "sh", dst_index="warp") + ["cuda.syncthreads()"]
-        lines += self.copy_state("sh", "s", src_index="0")
-        step = self.copy_state("sh", "o", src_index="w") + self.merge()
-        return lines + [f"for w in range(1, {nw}):"] + ["    " + ln for ln in step]
-
     # -- the module ----------------------------------------------------------------------------------
     def kernels(self) -> list:
         """``(name, args, grid, body)`` for each kernel; one ``kernel`` unless a strategy needs several."""
@@ -599,29 +520,6 @@ class _Gen:
         entries = tuple((n, a, g) for n, a, g, _ in kernels) if len(kernels) > 1 else ()
         return KernelSource("\n".join(text) + "\n", self.backend, self.strategy, kernels[0][1], self.output_specs(),
                             dict(self.lay.constants), self.spec.threads, entries, self.scratch())
-
-
-def _split_partial_dots(lines: list[str]) -> tuple[list[str], list[str]]:
-    """Lane mode: the per-lane partial dot products of one element (their loads), and the rest.
-
-    Every slot's loads are issued before any slot waits on a lane sum, so a warp has all of its
-    tile's reads in flight at once; each slot's accumulators get their own names (``_acc0_@I@``).
-    """
-    partial, rest, i = [], [], 0
-    while i < len(lines):
-        ln = lines[i]
-        if re.match(r"_acc\d+ = ", ln) and i + 1 < len(lines) and lines[i + 1].startswith("for _t"):
-            block = [ln, lines[i + 1]]
-            i += 2
-            while i < len(lines) and lines[i].startswith("    "):
-                block.append(lines[i])
-                i += 1
-            partial += block
-        else:
-            rest.append(ln)
-            i += 1
-    rename = functools.partial(re.sub, r"\b(_acc\d+)\b", r"\1_@I@")
-    return [rename(ln) for ln in partial], [rename(ln) for ln in rest]
 
 
 def generate(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None,

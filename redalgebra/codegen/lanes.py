@@ -45,13 +45,18 @@ class LaneSkeletons:
         used = {sym.name for e in exprs for sym in e.free_symbols}
         return [s for s in self.c.inputs if s.size is not None and s.name in used]
 
+    def _lane_component(self, size: str) -> str:
+        """Slot ``t``'s component of this lane, kept inside the vector when the last slot is partial
+        (a valid address to read; what it holds there is never written out)."""
+        return "lane + 32 * t" if self.lay.whole_slots(size) else f"min(lane + 32 * t, {size} - 1)"
+
     def _lane_params(self) -> list[str]:
         """Lane mode: this lane's components of every vector param (constant along the axis), once per row."""
         lines = []
         for p in self.c.params:
             if p.size is not None:
                 size = self.lay.size_const(p.size)
-                j = "lane + 32 * t" if self.lay.whole_slots(size) else f"min(lane + 32 * t, {size} - 1)"
+                j = self._lane_component(size)
                 lines += [f"pv_{p.name} = {self.local(self.lay.slots(size))}", f"for t in range({self.lay.slots(size)}):",
                           f"    pv_{p.name}[t] = {p.name}[row, {j}]"]
         return lines
@@ -61,7 +66,7 @@ class LaneSkeletons:
         lines = []
         for s in self._staged_vectors():
             size = self.lay.size_const(s.size)
-            j = "lane + 32 * t" if self.lay.whole_slots(size) else f"min(lane + 32 * t, {size} - 1)"
+            j = self._lane_component(size)
             lines += [f"for t in range({self.lay.slots(size)}):",
                       f"    xv_{s.name}_@I@[t] = {self.lay.load(s.name)}({s.name}[rr_{s.name}, l, {j}])"]
         return lines

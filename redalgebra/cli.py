@@ -150,10 +150,10 @@ def _script(relative: str):
 
 
 def _cmd_bench(args) -> int:
-    try:
-        import torch  # noqa: F401 - only to say clearly what is missing
-    except ImportError:
-        raise RedalgebraError("redalgebra bench times against PyTorch on a CUDA GPU: install torch there") from None
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:  # only gpu/ imports it; here we only say clearly what is missing
+        raise RedalgebraError("redalgebra bench times against PyTorch on a CUDA GPU: install torch there")
     return _script("gpu/bench.py").main(args.rest)
 
 

@@ -101,7 +101,7 @@ def rt_topk_merge(vals, idx, ovals, oidx):
 
 
 if not config.ENABLE_CUDASIM:  # on the GPU, bfloat16 is the high half of a float32: a bit cast, no arithmetic
-    from numba.cuda.libdevice import int_as_float as _int_as_float
+    _int_as_float = cuda.libdevice.int_as_float
 
     @cuda.jit(device=True)
     def rt_bf16(u):  # noqa: F811 - replaces the portable decoder above on real devices

@@ -118,12 +118,16 @@ def draw_speedup(rows, out: Path) -> list[Path]:
     systems = list(OrderedDict.fromkeys(s for v in data.values() for s in v))
     systems.sort(key=lambda s: (s == OURS, s))  # ours last, on the right of each group
     fig, ax = plt.subplots(figsize=(max(10, 0.55 * len(data)), 5.5))
-    width = 0.8 / len(systems)
+    width = 0.8 / max(len(v) for v in data.values())
     cmap = plt.get_cmap("tab10")
-    for i, system in enumerate(systems):
-        xs = [k + (i - (len(systems) - 1) / 2) * width for k, v in enumerate(data.values()) if system in v]
-        ys = [v[system] for v in data.values() if system in v]
-        ax.bar(xs, ys, width, label=system, color="black" if system == OURS else cmap(i % 10))
+    color = {s: "black" if s == OURS else cmap(i % 10) for i, s in enumerate(systems)}
+    labelled = set()
+    for k, values in enumerate(data.values()):
+        present = [s for s in systems if s in values]  # each group centred on its own bars
+        for i, system in enumerate(present):
+            ax.bar(k + (i - (len(present) - 1) / 2) * width, values[system], width, color=color[system],
+                   label=None if system in labelled else system)
+            labelled.add(system)
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_yscale("log")
     ax.set_xticks(range(len(data)))

@@ -2,10 +2,10 @@
 
     python3 gpu/overhead.py
 
-For one generated kernel per case, three numbers: the CUDA-event time around one launch (what
-``bench.py`` reports), the event time of 50 launches back to back divided by 50 (the host's work
-overlaps the previous kernel), and the kernel's own duration from the CUDA profiler (CUPTI, through
-``torch.profiler``); plus the host time of one launch call.
+For one generated kernel per case, and the case's compiled PyTorch function: the CUDA-event time
+around one launch (what a naive timing reports), the event time of batches of 10 launches back to back,
+per launch (the host's work overlaps the previous kernel; what ``bench.py`` reports), the kernels' own
+duration from the CUDA profiler (CUPTI, through ``torch.profiler``), and the host time of one call.
 """
 
 from __future__ import annotations
@@ -22,18 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import bench  # noqa: E402
 from harness import median_ms  # noqa: E402
-
-
-def back_to_back_ms(fn, n: int = 50) -> float:
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(n):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / n
 
 
 def profiled_ms(fn, n: int = 20) -> float:
@@ -72,8 +60,8 @@ def main() -> int:
         base_name, base_fn, _ = case.baselines[-1]
         tensors = case.copies[0][2]
         for label, fn in ((f"redalgebra {config}", launch.run), (base_name, lambda: base_fn(*tensors))):
-            print(f"{case.name:<18} {label:<26} one launch {median_ms(fn):8.4f} ms   back to back "
-                  f"{back_to_back_ms(fn):8.4f} ms   profiler {profiled_ms(fn):8.4f} ms   host {host_ms(fn):8.4f} ms",
+            print(f"{case.name:<18} {label:<26} one launch {median_ms(fn, reps=30, batch=1):8.4f} ms   back to back "
+                  f"{median_ms(fn, reps=5, batch=10):8.4f} ms   profiler {profiled_ms(fn):8.4f} ms   host {host_ms(fn):8.4f} ms",
                   flush=True)
     return 0
 

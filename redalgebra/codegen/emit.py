@@ -15,7 +15,7 @@ import sympy as sp
 
 from ..derive import FusedCascade
 from ..derive.program import Program, TopKMerge
-from .printer import Access, Constants, print_expr
+from .printer import Access, Constants, lane_loop, print_expr
 
 
 @dataclass(frozen=True)
@@ -95,10 +95,7 @@ class Layout:
         """``body`` once per component ``j`` this thread holds (slot ``t`` in lane mode)."""
         if not self.lanes:
             return [f"for j in range({size}):"] + ["    " + ln for ln in body]
-        head = [f"for t in range({self.slots(size)}):", "    j = lane + 32 * t"]
-        if self.whole_slots(size):  # no branch: a guard between a load and its use would expose its latency
-            return head + ["    " + ln for ln in body]
-        return head + [f"    if j < {size}:"] + ["        " + ln for ln in body]
+        return lane_loop("j", self.slots(size), size, self.whole_slots(size), body)
 
     def whole_slots(self, size: str) -> bool:
         """Whether every lane's every slot holds a component (the size is a multiple of 32)."""
@@ -112,7 +109,6 @@ class Layout:
     # -- access tables -------------------------------------------------------------------------
     def base_access(self) -> Access:
         acc = Access(exp="fast_expf" if self.spec.fast_exp else "math.exp", lane_sum=self.lane_sum)
-
         c = self.fused.cascade
         for s in c.inputs:
             if s.size is None:

@@ -202,10 +202,9 @@ class KernelPrinter(StrPrinter):
         if self.access.lane_sum is None or size not in self.access.slots:
             self.pre += [f"{acc} = {self._number(0)}", f"for {jj} in range({size}):", f"    {acc} += {text}"]
             return acc
-        tt = _slot_name(jj)  # this lane's share of the components, then the sum over the lanes
-        body = [f"    {acc} += {text}"] if size in self.access.whole else [f"    if {jj} < {size}:", f"        {acc} += {text}"]
-        self.pre += [f"{acc} = {self._number(0)}", f"for {tt} in range({self.access.slots[size]}):",
-                     f"    {jj} = lane + 32 * {tt}"] + body + [f"{acc} = {self.access.lane_sum.format(v=acc)}"]
+        # this lane's share of the components, then the sum over the lanes
+        loop = lane_loop(jj, self.access.slots[size], size, size in self.access.whole, [f"{acc} += {text}"])
+        self.pre += [f"{acc} = {self._number(0)}"] + loop + [f"{acc} = {self.access.lane_sum.format(v=acc)}"]
         return acc
 
     # -- guards ----------------------------------------------------------------------------------
@@ -227,6 +226,19 @@ class KernelPrinter(StrPrinter):
 
     def _print_Not(self, expr):
         return f"(not {self._print(expr.args[0])})"
+
+
+def lane_loop(j: str, slots: str, size: str, whole: bool, body: list[str]) -> list[str]:
+    """``body`` for every component ``j`` this lane holds, at slot ``t`` (``j = lane + 32 t``).
+
+    Unguarded when every slot holds a component (``whole``): a branch between a load and its use
+    would make the warp wait on each load alone.
+    """
+    t = _slot_name(j)
+    head = [f"for {t} in range({slots}):", f"    {j} = lane + 32 * {t}"]
+    if whole:
+        return head + ["    " + ln for ln in body]
+    return head + [f"    if {j} < {size}:"] + ["        " + ln for ln in body]
 
 
 def _slot_name(j: str | None) -> str | None:

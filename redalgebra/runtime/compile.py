@@ -309,12 +309,12 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     ----------
     backend : ``"cpu"`` | ``"cuda"`` | ``"cudasim"``
     strategy : str, optional
-        ``row`` on the CPU; ``thread``, ``warp``, ``block`` or ``block_shared`` on CUDA.
-        Under the simulator, which has no warp operations, the shuffle-free
-        ``block_shared`` is chosen for every request but ``thread``.
-        ``tile`` and ``tile_shared`` merge per tile of registers; ``lanes`` (``lanes_shared``) gives each
-        element to a warp whose lanes split the vectors (attention's head dimension); ``nonincremental``,
-        ``split``, ``unfused`` as in :mod:`redalgebra.codegen.kernels`.
+        ``row`` on the CPU; on CUDA one of ``codegen.STRATEGIES["cuda"]`` (default ``tile``):
+        ``thread``, ``warp``, ``block``; ``tile`` (merges per tile of registers); ``lanes`` (each
+        element to a warp whose lanes split the vectors: attention's head dimension);
+        ``nonincremental``; ``split`` and ``split_lanes`` (segments across blocks); ``unfused``.
+        Under the simulator, which has no warp operations, each is replaced by its shuffle-free
+        ``*_shared`` form (``warp`` and ``block`` by ``block_shared``).
     threads : int, optional
         Threads per block (default 128; 32 under the simulator, which runs a thread per OS thread).
     tile : int, optional

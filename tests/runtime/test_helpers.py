@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-from numba import float32, int32, njit  # noqa: F401 - names the helpers' source refers to
 
 from redalgebra.codegen.helpers import HELPER_CONSTANTS, HELPERS
 from redalgebra.ir.reference import round_e4m3

@@ -17,6 +17,8 @@ from functools import lru_cache
 
 import sympy as sp
 
+from ..errors import RedalgebraError
+
 from ..ir.monoid import MAX, MIN, Monoid
 from .proof import Proof
 from .prover import prove_equal
@@ -99,7 +101,7 @@ def prove_distributes(oplus: Monoid, otimes: Monoid, assumptions=None) -> Proof:
     ``assumptions`` constrain ``c`` (or ``a``, ``b``), e.g. ``{"c": ">=0"}``.
     """
     if otimes.op is None:
-        raise ValueError(f"⊗ must be a scalar monoid; {otimes.name} has tuple state")
+        raise RedalgebraError(f"⊗ must be a scalar monoid; {otimes.name} has tuple state")
     if oplus.k is not None:
         return _topk_distributes(oplus, otimes, assumptions)
     a, b, _, cond = _states(oplus)

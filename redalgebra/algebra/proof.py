@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
+from ..errors import RedalgebraError
+
 STATUSES = ("proved", "refuted", "unknown")
 
 
@@ -59,9 +61,9 @@ class Proof:
 
     def __post_init__(self):
         if self.status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+            raise RedalgebraError(f"status must be one of {STATUSES}, got {self.status!r}")
         if self.status == "refuted" and self.counterexample is None and not self.parts:
-            raise ValueError("a refuted proof carries its counterexample")
+            raise RedalgebraError("a refuted proof carries its counterexample")
 
     @classmethod
     def all_of(cls, claim: str, parts) -> "Proof":

@@ -29,6 +29,8 @@ import random
 from dataclasses import dataclass, field, replace
 
 import sympy as sp
+
+from ..errors import RedalgebraError
 from sympy.core.relational import Relational
 
 from ..ir.nodes import SIGN_FLAGS
@@ -57,11 +59,11 @@ def normalize_assumptions(assumptions) -> dict[str, str]:
         items = []
         for rel in assumptions:
             if not (isinstance(rel, Relational) and rel.lhs.is_Symbol and rel.rhs == 0):
-                raise ValueError(f"an assumption is a sign of one variable, like c >= 0; got {rel!r}")
+                raise RedalgebraError(f"an assumption is a sign of one variable, like c >= 0; got {rel!r}")
             items.append((rel.lhs.name, rel.rel_op + "0"))
     for name, key in items:
         if key not in _FLAGS:
-            raise ValueError(f"assumption on {name}: sign must be one of {sorted(_FLAGS)}, got {key!r}")
+            raise RedalgebraError(f"assumption on {name}: sign must be one of {sorted(_FLAGS)}, got {key!r}")
     return dict(items)
 
 
@@ -124,7 +126,7 @@ def prove_equal(lhs, rhs, *, claim: str, assumptions=None, conditions=(), seed: 
     variables = (lhs.free_symbols | rhs.free_symbols).union(*[g.free_symbols for g in conditions])
     unknown_names = set(assumed) - {v.name for v in variables}
     if unknown_names:
-        raise ValueError(f"assumptions name {sorted(unknown_names)}, which the identity does not use; "
+        raise RedalgebraError(f"assumptions name {sorted(unknown_names)}, which the identity does not use; "
                          f"its variables are {sorted(v.name for v in variables)}")
     base = Proof(claim, "unknown", lhs, rhs, describe(assumed))
     closure = {v: _signed(v, assumed.get(v.name)) for v in variables}

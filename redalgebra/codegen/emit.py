@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
+from ..errors import RedalgebraError
+
 from ..derive import FusedCascade
 from ..derive.program import Program, TopKMerge
 from .printer import Access, Constants, lane_loop, print_expr
@@ -28,6 +30,12 @@ class Spec:
     threads: int = 128
     tile: int = 1                # elements per thread per chunk (tile); staged elements (nonincremental)
     fast_exp: bool = False       # exp by the hardware's approximate ex2 (libdevice fast_expf), CUDA only
+    # the ``rows`` strategy (see codegen/strategies/rows.py):
+    group: int = 0               # threads per row (0: the whole block)
+    vec: int = 1                 # elements per wide load of the first input (16 bytes: 4 float32, 8 bf16/f16)
+    shifted: bool = False        # rows start off the 16-byte grid: each row's first chunk is partial
+    resident: bool = True        # the whole row fits in the registers (read once); else passes, read twice
+    out_dtypes: tuple = ()       # ((output name, "float32" | "bfloat16" | "float16" | "e4m3"), ...)
 
     @property
     def size_of(self) -> dict:
@@ -73,7 +81,7 @@ class Layout:
             self.constants[f"D_{size}"] = size
             return f"D_{size}"
         if f"D_{size}" not in self.constants:
-            raise ValueError(f"no value given for the size {size!r}")
+            raise RedalgebraError(f"no value given for the size {size!r}")
         return f"D_{size}"
 
     @property

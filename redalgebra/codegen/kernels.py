@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from ..errors import RedalgebraError
+
 from ..derive import FusedCascade
 from .emit import (Layout, Spec, element_loads, emit_program, final_access, identity_value, merge_access,
                    update_access)
@@ -45,9 +47,6 @@ from .helpers import CUDA_HELPERS, HELPER_CONSTANTS, HELPERS, LANE_HELPERS
 from .lanes import LaneSkeletons, split_partial_dots
 from .printer import Constants, print_expr
 
-STRATEGIES = {"cpu": ("row",),
-              "cuda": ("thread", "warp", "block", "block_shared", "tile", "tile_shared", "lanes", "lanes_shared",
-                       "nonincremental", "split", "split_shared", "split_lanes", "split_lanes_shared", "unfused")}
 LANE_SUM = {"lanes": "rt_lane_sum({v})", "lanes_shared": "rt_lane_sum_shared({v}, lane_red, tid)",
             "split_lanes": "rt_lane_sum({v})", "split_lanes_shared": "rt_lane_sum_shared({v}, lane_red, tid)"}
 FULL = "0xFFFFFFFF"
@@ -66,6 +65,8 @@ class KernelSource:
     threads: int
     entries: tuple = ()  # multi-kernel strategies: (function name, argument names, grid), launched in order
     scratch: tuple = ()  # multi-kernel strategies: (array name, dtype, "segments" | "rows", width or None)
+    out_dtypes: tuple = ()  # ((output name, stored dtype), ...) where not float32
+    spec: object = None     # the Spec it was generated for
 
 
 class _Gen(LaneSkeletons):
@@ -259,7 +260,7 @@ class _Gen(LaneSkeletons):
         """Every thread's state through shared memory, merged by a tree of syncthreads steps."""
         nt = self.spec.threads
         if nt & (nt - 1):
-            raise ValueError(f"shuffle-free merges need a power-of-two block size, got {nt}")
+            raise RedalgebraError(f"shuffle-free merges need a power-of-two block size, got {nt}")
         lines = self.copy_state("s", "sh", dst_index="tid") + ["cuda.syncthreads()", f"stride = {nt // 2}",
                                                                 "while stride > 0:"]
         step = ["if tid < stride:"]
@@ -524,13 +525,15 @@ class _Gen(LaneSkeletons):
 
 def generate(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None,
              spec: Spec | None = None) -> KernelSource:
-    """Kernel source for ``fused`` on ``backend`` (``cpu`` | ``cuda``) with ``strategy``."""
-    if backend not in STRATEGIES:
-        raise ValueError(f"unknown back end {backend!r}; choose one of {sorted(STRATEGIES)}")
-    strategy = strategy or STRATEGIES[backend][0]
-    if strategy not in STRATEGIES[backend]:
-        raise ValueError(f"strategy {strategy!r} is not available on {backend}; choose one of {STRATEGIES[backend]}")
-    from .multikernel import MultiGen
+    """Kernel source for ``fused`` on ``backend`` (``cpu`` | ``cuda`` | ``cudasim``) with a registered strategy.
 
-    gen = MultiGen if strategy.startswith("split") or strategy == "unfused" else _Gen
-    return gen(fused, spec or Spec(), backend, strategy).module()
+    ``cudasim`` prints for the CUDA simulator; a strategy with a simulator twin (``strategies.REGISTRY``)
+    must be asked for by the twin's name there.
+    """
+    from .strategies import REGISTRY, get
+
+    if backend not in ("cpu", "cuda", "cudasim"):
+        raise RedalgebraError(f"unknown back end {backend!r}; choose one of cpu, cuda, cudasim")
+    family = "cpu" if backend == "cpu" else "cuda"
+    strategy = strategy or next(n for n, s in REGISTRY.items() if s.backend == family)
+    return get(strategy, backend).build(fused, spec or Spec(), backend)

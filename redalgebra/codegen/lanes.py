@@ -24,6 +24,8 @@ import re
 
 import sympy as sp
 
+from ..errors import RedalgebraError
+
 from ..ir.functions import Dot, VSum
 
 
@@ -83,9 +85,9 @@ class LaneSkeletons:
         """
         nt = self.spec.threads
         if nt % 32:
-            raise ValueError(f"the lanes strategy needs whole warps, got {nt} threads")
+            raise RedalgebraError(f"the lanes strategy needs whole warps, got {nt} threads")
         if self.varying and any(isinstance(a, (Dot, VSum)) for _, e in self.f.prologue.steps for a in sp.preorder_traversal(e)):
-            raise ValueError("the lanes strategy does not write per-element outputs of elements with dot products; "
+            raise RedalgebraError("the lanes strategy does not write per-element outputs of elements with dot products; "
                              "use the tile strategy")
         lines = self._lanes_head() + ["row = cuda.blockIdx.x"] + self.alloc_state(("s", "o"))
         lines += self.row_setup() + self.init_state() + self._lanes_fold("0", "length")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import sympy as sp
 from sympy.printing.str import StrPrinter
 
+from ..errors import RedalgebraError
 from ..ir.functions import Dot, RoundE4M3, VSum
 
 _FUNCTIONS = {"exp": "math.exp", "log": "rt_log", "sqrt": "rt_sqrt"}
@@ -53,7 +54,7 @@ class Access:
         for s in sp.preorder_traversal(expr):
             if isinstance(s, sp.Symbol) and s.name in self.vector:
                 return self.size[s.name]
-        raise ValueError(f"{expr} is not a vector")
+        raise RedalgebraError(f"{expr} is not a vector")
 
 
 class Constants:
@@ -77,21 +78,23 @@ class KernelPrinter(StrPrinter):
 
     printmethod = "_kernelstr"  # not the classes' own _sympystr, which prints the text format
 
-    def __init__(self, access: Access, constants: Constants, j: str | None = None, temps=None):
+    def __init__(self, access: Access, constants: Constants, j: str | None = None, temps=None, tree: bool = False):
         super().__init__()
         self.access, self.constants, self.j = access, constants, j
-        self.pre: list[str] = []
+        self.pre: list = []  # text lines, or statements of codegen.tree when ``tree``
         self.temps = temps if temps is not None else iter(range(10**9))
+        self.tree = tree
 
     # -- atoms -----------------------------------------------------------------------------------
     def _print_Symbol(self, expr):
         name = expr.name
         if name in self.access.vector:
             if self.j is None:
-                raise ValueError(f"vector {name} used where a scalar is needed")
+                raise RedalgebraError(f"the vector {name} is used where a scalar is needed; wrap it in dot() or sum()")
             return self.access.vector[name].format(j=self.j, t=_slot_name(self.j))
         if name not in self.access.scalar:
-            raise KeyError(f"no access rule for symbol {name!r}")
+            raise RedalgebraError(f"the kernel generator cannot read {name!r} here (no access rule); this cascade "
+                                  f"uses it where the chosen strategy does not provide it")
         return self.access.scalar[name]
 
     def _number(self, value) -> str:
@@ -161,7 +164,7 @@ class KernelPrinter(StrPrinter):
         name = expr.func.__name__
         if name in _FUNCTIONS:
             return f"{_FUNCTIONS[name]}({self._print(expr.args[0])})"
-        raise NotImplementedError(f"no kernel rule for the function {name} in {expr}")
+        raise RedalgebraError(f"no kernel rule for the function {name} in {expr}")
 
     def _print_exp(self, expr):
         return f"{self.access.exp}({self._print(expr.args[0])})"
@@ -196,9 +199,13 @@ class KernelPrinter(StrPrinter):
     def _loop(self, op, body, size) -> str:
         n = next(self.temps)
         acc, jj = f"_acc{n}", f"_j{n}"
-        inner = KernelPrinter(self.access, self.constants, jj, self.temps)
+        inner = KernelPrinter(self.access, self.constants, jj, self.temps, self.tree)
         text = inner.doprint(body)
         self.pre += inner.pre
+        if self.tree:
+            from .tree import Assign, For
+            self.pre += [Assign(acc, self._number(0)), For(jj, "0", size, (Assign(acc, text, "+"),))]
+            return acc
         if self.access.lane_sum is None or size not in self.access.slots:
             self.pre += [f"{acc} = {self._number(0)}", f"for {jj} in range({size}):", f"    {acc} += {text}"]
             return acc
@@ -246,8 +253,9 @@ def _slot_name(j: str | None) -> str | None:
     return None if j is None else j.replace("j", "t")
 
 
-def print_expr(expr: sp.Expr, access: Access, constants: Constants, j: str | None = None, temps=None):
-    """``(pre_statements, text)`` of one expression."""
-    p = KernelPrinter(access, constants, j, temps)
+def print_expr(expr: sp.Expr, access: Access, constants: Constants, j: str | None = None, temps=None,
+               tree: bool = False):
+    """``(pre_statements, text)`` of one expression (statements of :mod:`.tree` when ``tree``)."""
+    p = KernelPrinter(access, constants, j, temps, tree)
     text = p.doprint(expr)
     return p.pre, text

@@ -16,12 +16,20 @@ candidate :math:`\otimes` of the catalogue (``mul``, then ``add``) is tried:
 The first candidate that passes all three is chosen; otherwise the reduction
 is not fusable and the analysis keeps each candidate's failed condition, its
 residual and a counterexample.
+
+Comparisons and ``where`` are prepared first (:func:`.prepare.abstract_conditions`):
+those that use no dependency become per-element atoms (``[pos == label]``), and
+a body whose condition uses a dependency (``sum(x * (x > m))``) is refused with
+its reason before any proof is tried.  Variables that only take integer values
+(``pos``, ``param n int``) and indicator atoms (0 or 1) are proved over the
+reals, which is sound; a point that gives them another value is not evidence,
+so a refutation there is reported as undecided.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import sympy as sp
@@ -29,7 +37,8 @@ import sympy as sp
 from ..algebra import Counterexample, Proof, prove_distributes, prove_equal
 from ..ir import ADD, MUL, Cascade, Monoid, build_graph, reduction_dependencies
 from ..ir.printer import CascadePrinter, reducer_text
-from .prepare import SignFact, bodies, element_atoms, has_casts, sign_facts, sign_of
+from .prepare import SignFact, abstract_conditions, bodies, element_atoms, has_casts, integer_symbols, sign_facts, \
+    sign_of
 
 CANDIDATES = (MUL, ADD)
 _ANCHOR_VALUES = (0, 1, 2)
@@ -189,7 +198,22 @@ def _anchors(F: sp.Expr, elems: list, deps: list, otimes: Monoid):
     return found
 
 
-def _separate(F, elems, deps, otimes, name):
+def _genuine(proof: Proof, integers: set, indicators: set) -> Proof:
+    """A refutation whose point gives an integer variable a fraction, or an indicator a value other than
+    0 or 1, is no evidence about the cascade: it becomes undecided."""
+    cx = proof.counterexample
+    if proof.status != "refuted" or cx is None:
+        return proof
+    bad = [k for k, v in cx.values.items()
+           if (k in integers and not sp.sympify(v).is_integer) or (k in indicators and v not in (0, 1))]
+    if not bad:
+        return proof
+    return replace(proof, status="unknown", counterexample=None,
+                   steps=proof.steps + (f"the sides differ at {cx}, but there {', '.join(bad)} take values "
+                                        f"they cannot (integers; indicators are 0 or 1): no counterexample",))
+
+
+def _separate(F, elems, deps, otimes, name, integers=frozenset(), indicators=frozenset()):
     """(G, H, proof) for ⊗, or (None, None, proof) when not separable."""
     anchors = _anchors(F, elems, deps, otimes)
     if not anchors:
@@ -202,6 +226,7 @@ def _separate(F, elems, deps, otimes, name):
     lhs, rhs = _combine(otimes, F, F0), _combine(otimes, F.xreplace(d0), F.xreplace(e0))
     at = ", ".join(f"{k} = {v}" for k, v in point.items())
     proof = prove_equal(lhs, rhs, claim=f"F_{name} is separable under {otimes.name} (anchored at {at})")
+    proof = _genuine(proof, integers, {s.name for s in indicators})
     if not proof.proved:
         return None, None, proof
     return G, H, proof
@@ -234,11 +259,11 @@ def _strict(f: SignFact) -> sp.Symbol:
     return sp.Symbol(f.name, real=True, **flags)
 
 
-def _try(otimes, r, F, elems, deps, facts) -> Attempt:
+def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), indicators=frozenset()) -> Attempt:
     dist, assumption = _distributes(r.monoid, otimes)
     if not dist.proved:
         return Attempt(otimes.name, "distributivity", (dist,))
-    G, H, sep = _separate(F, elems, deps, otimes, r.name)
+    G, H, sep = _separate(F, elems, deps, otimes, r.name, integers, indicators)
     if G is None:
         return Attempt(otimes.name, "separability", (dist, sep))
     rng = _range_proof(H, otimes, assumption, facts, [d.name for d in deps])
@@ -263,13 +288,18 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts) -> Reductio
     dep_syms = [c.symbols[d] for d in deps]
     if not (F.free_symbols & set(dep_syms)):
         return ReductionAnalysis(r.name, r.monoid, text, F, (), True)
-    elems = sorted(F.free_symbols - set(dep_syms) - {p.symbol for p in c.params}, key=sp.default_sort_key)
+    cond = abstract_conditions(F, set(dep_syms))
+    if cond.problem is not None:
+        return ReductionAnalysis(r.name, r.monoid, text, F, deps, False, reason=cond.problem)
+    algebra = cond.expr
+    elems = sorted(algebra.free_symbols - set(dep_syms) - {p.symbol for p in c.params}, key=sp.default_sort_key)
     attempts = []
     for otimes in CANDIDATES:
-        a = _try(otimes, r, F, elems, dep_syms, facts)
+        a = _try(otimes, r, algebra, elems, dep_syms, facts, integer_symbols(c), cond.indicators)
         attempts.append(a)
         if a.failed is None:
-            return ReductionAnalysis(r.name, r.monoid, text, F, deps, True, otimes, a.G, a.H, a.proofs,
+            G, H = a.G.xreplace(cond.atoms), a.H.xreplace(cond.atoms)  # atoms back to their conditionals
+            return ReductionAnalysis(r.name, r.monoid, text, F, deps, True, otimes, G, H, a.proofs,
                                      attempts=tuple(attempts))
     reason, refuted = _reason(attempts)
     return ReductionAnalysis(r.name, r.monoid, text, F, deps, False, reason=reason,

@@ -12,6 +12,13 @@
 * **Sign facts.** Each name gets a symbol carrying what can be inferred about
   its sign (a sum of exponentials is positive, a max of ``|x|`` is
   non-negative), with the reason in words.
+* **Conditionals.** ``pos`` is a per-element value like an input.  In a body
+  with dependencies, a comparison or ``where`` that uses no reduction result
+  (``pos == label``, ``where(pos <= qpos, s, -inf)``) is a per-element value
+  too, and becomes an atom ``[pos == label]``; one whose condition uses no
+  reduction result but whose values do is written as the indicator-weighted
+  sum ``[c]·a + (1 − [c])·b`` (exact for finite ``a``, ``b``).  A condition on
+  a reduction result (``x > m``) is refused: see :func:`abstract_conditions`.
 """
 
 from __future__ import annotations
@@ -22,8 +29,9 @@ import networkx as nx
 import sympy as sp
 
 from ..ir import Cascade, Input, Let, Output, Param, Reduction, build_graph, symbol
-from ..ir.functions import CASTS
-from ..ir.printer import reducer_text
+from ..ir.functions import CASTS, as_indicator, indicator
+from ..ir.nodes import POS
+from ..ir.printer import CascadePrinter, reducer_text
 
 
 def element_atoms(c: Cascade) -> list[str]:
@@ -133,3 +141,92 @@ def real_arithmetic(c: Cascade) -> Cascade:
             s = replace(s, expr=drop_casts(s.expr))
         stmts.append(s)
     return Cascade(tuple(stmts), name=f"{c.name} (real arithmetic)")
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """A body with its conditionals made algebra: ``expr`` in atoms, ``atoms`` maps each atom back."""
+
+    expr: sp.Expr | None
+    atoms: dict            # atom symbol -> the Piecewise it stands for
+    indicators: frozenset  # the atoms that are 1/0 indicators (so 0 or 1 at a genuine counterexample)
+    problem: str | None    # why the body is refused, None when it is not
+
+
+class _Refused(Exception):
+    pass
+
+
+def abstract_conditions(F: sp.Expr, deps: set) -> Conditions:
+    r"""``F`` with every comparison and ``where`` turned into something the separability test can prove.
+
+    * A conditional that uses no dependency is a per-element value (it may use ``pos``, inputs,
+      params): an atom such as ``[label == pos]``.  Proving separability for *every* real value of
+      the atom proves it for the values it takes, so this is sound.
+    * ``where(c, a, b)`` whose condition uses no dependency but whose values do becomes
+      :math:`[c]\,a + (1 - [c])\,b`, exact when ``a`` and ``b`` are finite.
+    * Otherwise the body is refused, with the reason: a condition on a reduction result
+      (``sum(x * (x > m))``) is not separable in general — which elements pass changes as ``m``
+      changes along the axis, and no correction of a partial result can tell which did — and a
+      ``where`` between a reduction-dependent value and an infinite one has no real-arithmetic form.
+    """
+    atoms: dict = {}
+    indicators: set = set()
+    try:
+        expr = _abstract(F, deps, atoms, indicators)
+    except _Refused as why:
+        return Conditions(None, atoms, frozenset(indicators), str(why))
+    return Conditions(expr, atoms, frozenset(indicators), None)
+
+
+def _abstract(e: sp.Basic, deps: set, atoms: dict, indicators: set) -> sp.Basic:
+    if not e.has(sp.Piecewise):
+        return e
+    if not isinstance(e, sp.Piecewise):
+        return e.func(*[_abstract(a, deps, atoms, indicators) for a in e.args])
+    if not (e.free_symbols & deps):
+        return _atom(e, atoms, indicators)
+    p = CascadePrinter()
+    for _, cond in e.args:
+        used = sorted(s.name for s in cond.free_symbols & deps)
+        if used:
+            raise _Refused(f"the condition {p.doprint(cond)} in {p.doprint(e)} uses the reduction result "
+                           f"{', '.join(used)}: a comparison with a reduction result is not separable in general "
+                           f"(which elements pass changes as {', '.join(used)} changes along the axis, and no "
+                           f"correction of a partial result can tell which did), so it is not fused")
+    if e.args[-1].cond != sp.true:
+        raise _Refused(f"{p.doprint(e)} has no value where every condition fails; write where(c, a, b)")
+    out = _finite(_abstract(e.args[-1].expr, deps, atoms, indicators), e, p)
+    for value, cond in reversed(e.args[:-1]):
+        w = _atom(indicator(cond), atoms, indicators)
+        out = w * _finite(_abstract(value, deps, atoms, indicators), e, p) + (1 - w) * out
+    return out
+
+
+def _finite(value: sp.Expr, e: sp.Piecewise, p: CascadePrinter) -> sp.Expr:
+    if value.has(sp.oo, -sp.oo, sp.zoo):
+        raise _Refused(f"{p.doprint(e)} chooses between a value that uses a reduction result and an infinite "
+                       f"one, which has no form in real arithmetic; mask the element before the reduction "
+                       f"instead, in a let: let s2 = where(cond, s, -inf)")
+    return value
+
+
+def _atom(e: sp.Piecewise, atoms: dict, indicators: set) -> sp.Symbol:
+    for sym, known in atoms.items():
+        if known == e:
+            return sym
+    cond = as_indicator(e)
+    text = CascadePrinter().doprint(e)
+    name = f"[{text[1:-1]}]" if cond is not None else text
+    while any(s.name == name for s in atoms):
+        name += "'"
+    sym = sp.Symbol(name, real=True)
+    atoms[sym] = e
+    if cond is not None:
+        indicators.add(sym)
+    return sym
+
+
+def integer_symbols(c: Cascade) -> set[str]:
+    """Names that only take integer values: ``pos`` and the integer params."""
+    return {POS.name} | {p.name for p in c.params if p.integer}

@@ -17,11 +17,17 @@ import sympy as sp
 
 from ..errors import CascadeError
 from .monoid import REDUCERS, Monoid, topk
-from .nodes import Cascade, Input, Let, Output, Param, Reduction
+from .nodes import POS, Cascade, Input, Let, Output, Param, Reduction
 
 
 class CascadeBuilder:
-    """Add statements in order; each method returns the new name's SymPy symbol."""
+    """Add statements in order; each method returns the new name's SymPy symbol.
+
+    ``pos`` (the element's index along the axis) is :attr:`pos`; conditionals are built with
+    :func:`~redalgebra.ir.functions.where` and :func:`~redalgebra.ir.functions.indicator`.
+    """
+
+    pos = POS
 
     def __init__(self, name: str = "cascade"):
         self.name = name
@@ -35,8 +41,8 @@ class CascadeBuilder:
     def input(self, name: str, size=None) -> sp.Symbol:
         return self._add(Input(name, size))
 
-    def param(self, name: str, size=None, sign: str | None = None) -> sp.Symbol:
-        return self._add(Param(name, size, sign))
+    def param(self, name: str, size=None, sign: str | None = None, integer: bool = False) -> sp.Symbol:
+        return self._add(Param(name, size, sign, integer))
 
     def let(self, name: str, expr) -> sp.Symbol:
         return self._add(Let(name, sp.sympify(expr, strict=True)))

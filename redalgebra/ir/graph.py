@@ -2,15 +2,16 @@
 
 Nodes are statement names with attributes ``kind`` (``input``, ``param``,
 ``let``, ``reduction``, ``output``), ``size`` and ``expr``; an edge ``u → v``
-means ``v`` uses ``u``.  Passes are functions of the graph that use NetworkX
-algorithms rather than walking it by hand.
+means ``v`` uses ``u``.  ``pos`` (the element's index) is not a statement and
+has no node: like the axis itself it is implicit.  Passes are functions of the
+graph that use NetworkX algorithms rather than walking it by hand.
 """
 
 from __future__ import annotations
 
 import networkx as nx
 
-from .nodes import Cascade, Input, Let, Output, Param, Reduction, expr_of
+from .nodes import POSITION, Cascade, Input, Let, Output, Param, Reduction, expr_of
 
 _KIND = {Input: "input", Param: "param", Let: "let", Reduction: "reduction", Output: "output"}
 
@@ -25,7 +26,7 @@ def build_graph(cascade: Cascade) -> nx.DiGraph:
             attrs["monoid"] = s.monoid.name
         g.add_node(s.name, **attrs)
         if attrs["expr"] is not None:
-            g.add_edges_from((sym.name, s.name) for sym in attrs["expr"].free_symbols)
+            g.add_edges_from((sym.name, s.name) for sym in attrs["expr"].free_symbols if sym.name != POSITION)
     return nx.freeze(g)
 
 

@@ -5,6 +5,13 @@ reduction axis), params (constant along it), lets (per-element prologue
 values), reductions and epilogue outputs — whose mathematics is SymPy.  A
 :class:`Cascade` validates itself on construction, so every cascade that
 exists is well formed.
+
+Besides the declared names, an expression may use :data:`POS`, the reserved
+symbol ``pos``: the element's index along the axis (0, 1, …, L - 1; an
+integer, per element).  It is not a statement; it varies along the axis like
+an input.  Comparisons and ``where`` are ``Piecewise`` values (see
+:func:`~redalgebra.ir.functions.indicator` and
+:func:`~redalgebra.ir.functions.where`).
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from typing import Union
 
 import networkx as nx
 import sympy as sp
+from sympy.core.relational import Relational
+from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 
 from ..errors import CascadeError
 from .functions import Dot, VSum
@@ -24,8 +33,16 @@ SIGN_FLAGS = {">0": {"positive": True}, ">=0": {"nonnegative": True},
           "<0": {"negative": True}, "<=0": {"nonpositive": True}}
 
 
-def symbol(name: str, sign: str | None = None) -> sp.Symbol:
-    """The SymPy symbol that stands for ``name`` in a cascade (always real)."""
+#: The reserved name of an element's index along the axis.
+POSITION = "pos"
+#: ``pos``: the element's index along the axis, a non-negative integer per element.
+POS = sp.Symbol(POSITION, integer=True, nonnegative=True)
+
+
+def symbol(name: str, sign: str | None = None, integer: bool = False) -> sp.Symbol:
+    """The SymPy symbol that stands for ``name`` in a cascade (always real; integer for ``int`` params)."""
+    if integer:
+        return sp.Symbol(name, integer=True, **SIGN_FLAGS.get(sign, {}))
     return sp.Symbol(name, real=True, **SIGN_FLAGS.get(sign, {}))
 
 
@@ -43,19 +60,27 @@ class Input:
 
 @dataclass(frozen=True, slots=True)
 class Param:
-    """A value constant along the axis, with an optional sign (``">0"``, ``">=0"``, ``"<0"``, ``"<=0"``)."""
+    """A value constant along the axis, with an optional sign (``">0"``, ``">=0"``, ``"<0"``, ``"<=0"``).
+
+    ``integer=True`` (``param label int`` in the text) makes it one integer per row, such as a class
+    label or a query's position; integer params are scalars.
+    """
 
     name: str
     size: Size = None
     sign: str | None = None
+    integer: bool = False
 
     def __post_init__(self):
         if self.sign is not None and self.sign not in SIGN_FLAGS:
             raise CascadeError(f"param {self.name}: sign must be one of {sorted(SIGN_FLAGS)}, got {self.sign!r}")
+        if self.integer and self.size is not None:
+            raise CascadeError(f"param {self.name}: an integer param is one integer per row, a scalar; "
+                               f"got the size [{self.size}] (declare 'param {self.name} int')")
 
     @property
     def symbol(self) -> sp.Symbol:
-        return symbol(self.name, self.sign)
+        return symbol(self.name, self.sign, self.integer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +137,17 @@ def expr_of(stmt: Statement) -> sp.Expr | None:
 def infer_size(expr: sp.Expr, sizes: dict[str, Size]) -> Size:
     """Size of ``expr`` given the sizes of its names; raises CascadeError on a mismatch."""
     if isinstance(expr, sp.Symbol):
-        return sizes[expr.name]
+        return None if expr == POS else sizes[expr.name]
     if expr.is_Number or expr in (sp.oo, -sp.oo) or not expr.args:
         return None
+    if isinstance(expr, Relational):
+        if any(infer_size(a, sizes) is not None for a in expr.args):
+            raise CascadeError(f"a comparison is between two scalars, got a vector in {expr}")
+        return None
+    if isinstance(expr, sp.Piecewise):
+        for _, cond in expr.args:
+            infer_size(cond, sizes)
+        return _common_size([infer_size(value, sizes) for value, _ in expr.args], expr)
     parts = [infer_size(a, sizes) for a in expr.args]
     if isinstance(expr, Dot):
         if parts[0] is None or parts[0] != parts[1]:
@@ -126,6 +159,10 @@ def infer_size(expr: sp.Expr, sizes: dict[str, Size]) -> Size:
         return None
     if isinstance(expr, sp.Pow) and parts[1] is not None:
         raise CascadeError(f"an exponent must be a scalar, got a vector in {expr}")
+    return _common_size(parts, expr)
+
+
+def _common_size(parts: list, expr: sp.Expr) -> Size:
     vectors = {p for p in parts if p is not None}
     if len(vectors) > 1:
         raise CascadeError(f"vectors of different sizes {sorted(map(str, vectors))} meet in {expr}")
@@ -198,10 +235,11 @@ class Cascade:
         return sizes
 
     def per_element(self) -> set[str]:
-        """Names whose value varies along the reduction axis: inputs, and lets and outputs built on them."""
+        """Names whose value varies along the reduction axis: inputs, and lets and outputs built on them
+        or on ``pos`` (which is not a statement, so not in the set)."""
         varying: set[str] = set()
         for s in self.statements:
-            if isinstance(s, Input) or (isinstance(s, (Let, Output)) and _names(s.expr) & varying):
+            if isinstance(s, Input) or (isinstance(s, (Let, Output)) and _names(s.expr) & (varying | {POSITION})):
                 varying.add(s.name)
         return varying
 
@@ -223,6 +261,9 @@ def _validate(c: Cascade) -> None:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise CascadeError(f"{c.name}: names defined more than once: {dupes}; each statement needs its own name")
+    if POSITION in names:
+        raise CascadeError(f"{c.name}: {POSITION!r} is reserved: it is the element's index along the axis "
+                           f"(0, 1, …); pick another name")
     table = {s.name: s for s in c.statements}
     graph = nx.DiGraph()
     graph.add_nodes_from(names)
@@ -230,10 +271,18 @@ def _validate(c: Cascade) -> None:
         e = expr_of(s)
         if e is None:
             continue
-        if e.has(sp.zoo, sp.nan, sp.I, sp.oo, -sp.oo):
+        if e.has(sp.zoo, sp.nan, sp.I):
             raise CascadeError(f"{c.name}: {s.name} = {e} is undefined or not real (a division by zero, "
-                               f"log(0) or the root of a negative constant)")
+                               f"log(0), inf - inf or the root of a negative constant)")
+        if isinstance(e, (Relational, BooleanAtom, BooleanFunction)):
+            raise CascadeError(f"{c.name}: {s.name} = {e} is a condition, not a number; use it in "
+                               f"where(cond, a, b), or as the 1/0 indicator(cond)")
         for sym in e.free_symbols:
+            if sym.name == POSITION:
+                if sym != POS:
+                    raise CascadeError(f"{c.name}: {s.name} uses a symbol 'pos' that is not the reserved position "
+                                       f"symbol; build it as redalgebra.ir.POS (a non-negative integer)")
+                continue
             if sym.name not in table:
                 raise CascadeError(f"{c.name}: {s.name} uses the undefined name {sym.name!r}; defined are {names}")
             if sym != table[sym.name].symbol:
@@ -254,7 +303,10 @@ def _validate(c: Cascade) -> None:
 
 def _validate_roles(c: Cascade) -> None:
     sizes = c.sizes  # raises on mismatched vector sizes
-    varying = c.per_element()
+    varying = c.per_element() | {POSITION}
+    if c.reductions and not c.inputs:
+        raise CascadeError(f"{c.name}: reduction {c.reductions[0].name} has no input to reduce; the inputs give "
+                           f"the axis its length (pos alone does not): declare an input")
     for r in c.reductions:
         if not _names(r.body) & varying:
             raise CascadeError(f"{c.name}: reduction {r.name} = {reducer_name(r.monoid)}({r.body}) uses no "

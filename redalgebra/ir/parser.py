@@ -8,10 +8,50 @@ a :class:`CascadeSyntaxError` carrying the line, the column and a caret.
 Grammar (one statement per line, ``#`` starts a comment)::
 
     input NAME ['[' DIM ']']
-    param NAME ['[' DIM ']'] [('>' | '>=' | '<' | '<=') 0]
+    param NAME ['[' DIM ']'] [int] [('>' | '>=' | '<' | '<=') 0]
     let NAME = EXPR
     reduce NAME = REDUCER '(' EXPR ')' | topk '(' INT ',' EXPR ')'
     out NAME = EXPR
+
+    EXPR := OR;  OR := AND ('or' AND)*;  AND := NOT ('and' NOT)*;  NOT := 'not' NOT | CMP
+    CMP  := SUM [('==' | '!=' | '<' | '<=' | '>' | '>=') SUM]      (no chains: a < b < c is an error)
+    SUM  := the arithmetic of + - * / ** and unary minus, calls, names, numbers, ( EXPR )
+
+Positions, integers and conditions
+----------------------------------
+``pos``
+    A reserved name: the element's index along the reduction axis, 0 for the
+    first element, ``L - 1`` for the last — the index in the whole row, not in
+    a segment or tile.  It is an integer per element, like an input; no
+    statement may be named ``pos``.
+``param NAME int``
+    An integer param: one integer per row (a class label, a query's
+    position), optionally signed (``param n int > 0``).  Integer params are
+    scalars.  Arithmetic on integers is real arithmetic (``qpos - pos`` is a
+    number); evaluators hold them as floats, exact up to 2**24 in float32.
+``a == b``, ``a != b``, ``a < b``, ``a <= b``, ``a > b``, ``a >= b``
+    A comparison binds more loosely than every arithmetic operator
+    (``x + 1 < y * 2`` compares the two sums).  Used as a number it is 1
+    where it holds and 0 where not (Iverson's bracket): ``sum(x * (pos ==
+    label))`` picks the label's logit.  IEEE rules apply: a comparison with
+    NaN is false, and ``0 * inf`` is NaN, so mask with ``where``, not by
+    multiplying an infinite value by 0.
+``and``, ``or``, ``not``
+    Combine conditions (``pos <= qpos and pos > qpos - w``: a sliding
+    window), binding more loosely than comparisons, ``not`` tightest and
+    ``or`` loosest.  Like a comparison, a combination used as a number is
+    its 1/0 indicator; a number used as a condition means ``!= 0``.
+``where(cond, a, b)``
+    ``a`` where ``cond`` holds, else ``b``; only the chosen value is used, so
+    ``where(pos <= qpos, s, -inf)`` masks a score.  ``cond`` is a comparison;
+    any other expression ``u`` means ``u != 0``.  ``a`` and ``b`` have one
+    size (scalars, or vectors of one size); a condition is a scalar.
+``inf``
+    The literal +∞ (``-inf`` for −∞), for masks and identities; an
+    expression that comes out undefined (``inf - inf``) is an error.
+
+Reserved names: the keywords, the functions and reducers, ``pos``, ``inf``,
+``int``, ``and``, ``or`` and ``not``.
 """
 
 from __future__ import annotations
@@ -23,18 +63,21 @@ from fractions import Fraction
 import sympy as sp
 
 from ..errors import CascadeError, CascadeSyntaxError
-from .functions import ELEMENTWISE, Dot, VSum
+from .functions import COMPARISONS, ELEMENTWISE, Dot, VSum, condition, is_condition, number, where
 from .monoid import REDUCERS, topk
-from .nodes import Cascade, Input, Let, Output, Param, Reduction, infer_size, symbol
+from .nodes import POS, POSITION, Cascade, Input, Let, Output, Param, Reduction
 
 KEYWORDS = ("input", "param", "let", "reduce", "out")
-FUNCTIONS = (*ELEMENTWISE, "dot", "max", "min")
+FUNCTIONS = (*ELEMENTWISE, "dot", "max", "min", "where")
 REDUCER_NAMES = (*REDUCERS, "topk")
+CONSTANTS = {POSITION: POS, "inf": sp.oo}
+LOGIC = ("and", "or", "not")
+RESERVED = (*KEYWORDS, *FUNCTIONS, *REDUCER_NAMES, *CONSTANTS, *LOGIC, "int")
 _TOKEN = re.compile(r"""
     (?P<ws>[ \t]+) | (?P<comment>\#.*) |
     (?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?) |
     (?P<name>[A-Za-z_][A-Za-z0-9_]*) |
-    (?P<op>\*\*|>=|<=|[-+*/()\[\],=<>^])
+    (?P<op>\*\*|>=|<=|==|!=|[-+*/()\[\],=<>^])
 """, re.VERBOSE)
 _BINARY = {"+": 10, "-": 10, "*": 20, "/": 20, "**": 40}
 _UNARY_MINUS = 30
@@ -94,7 +137,10 @@ class _LineParser:
 
     def new_name(self) -> Token:
         tok = self.expect(kind="name", what="a name")
-        if tok.text in KEYWORDS or tok.text in FUNCTIONS or tok.text in REDUCER_NAMES:
+        if tok.text == POSITION:
+            raise self.error(f"'{POSITION}' is reserved: it is the element's index along the axis (0, 1, …, L - 1) "
+                             f"and needs no declaration; pick another name", tok)
+        if tok.text in RESERVED:
             raise self.error(f"{tok.text!r} is a reserved word and cannot name a value; pick another name", tok)
         if tok.text in self.declared:
             raise self.error(f"{tok.text!r} is already defined above; each statement needs its own name", tok)
@@ -105,7 +151,44 @@ class _LineParser:
             raise self.error(f"unexpected {self.peek().text!r} after the end of the statement")
 
     # -- expressions -----------------------------------------------------
-    def expr(self, min_prec: int = 0) -> sp.Expr:
+    def value(self) -> sp.Basic:
+        """A full expression: a sum, or a condition (not yet a number) built with ``or``, ``and``, ``not``."""
+        left = self.conjunction()
+        while self.peek().text == "or":
+            self.take()
+            left = sp.Or(condition(left), condition(self.conjunction()))
+        return left
+
+    def conjunction(self) -> sp.Basic:
+        left = self.negation()
+        while self.peek().text == "and":
+            self.take()
+            left = sp.And(condition(left), condition(self.negation()))
+        return left
+
+    def negation(self) -> sp.Basic:
+        if self.peek().text == "not":
+            self.take()
+            return sp.Not(condition(self.negation()))
+        return self.comparison()
+
+    def comparison(self) -> sp.Basic:
+        """A sum, or a comparison of two sums."""
+        left = self.expr()
+        if self.peek().text not in COMPARISONS:
+            return left
+        op = self.take()
+        right = self.expr()
+        if self.peek().text in COMPARISONS:
+            raise self.error("chained comparisons are not supported; multiply two comparisons instead, "
+                             "like (a < b) * (b < c)")
+        return COMPARISONS[op.text](number(left), number(right))
+
+    def number_value(self) -> sp.Expr:
+        """A full expression used as a number: a comparison becomes its 1/0 indicator."""
+        return number(self.value())
+
+    def expr(self, min_prec: int = 0) -> sp.Basic:
         left = self.unary()
         while True:
             tok = self.peek()
@@ -116,24 +199,24 @@ class _LineParser:
                 return left
             self.take()
             right = self.expr(prec if tok.text == "**" else prec + 1)
-            left = _apply(tok.text, left, right)
+            left = _apply(tok.text, number(left), number(right))
 
-    def unary(self) -> sp.Expr:
+    def unary(self) -> sp.Basic:
         if self.peek().text == "-":
             self.take()
-            return -self.expr(_UNARY_MINUS)
+            return -number(self.expr(_UNARY_MINUS))
         if self.peek().text == "+":
             self.take()
-            return self.expr(_UNARY_MINUS)
+            return number(self.expr(_UNARY_MINUS))
         return self.primary()
 
-    def primary(self) -> sp.Expr:
+    def primary(self) -> sp.Basic:
         tok = self.take()
         if tok.kind == "number":
             f = Fraction(tok.text)
             return sp.Rational(f.numerator, f.denominator)
         if tok.text == "(":
-            inner = self.expr()
+            inner = self.value()
             self.expect(")", what="')' to close the parenthesis")
             return inner
         if tok.kind == "name":
@@ -143,8 +226,10 @@ class _LineParser:
         got = "the end of the line" if tok.kind == "end" else repr(tok.text)
         raise self.error(f"expected a number, a name or '(', got {got}", tok)
 
-    def lookup(self, tok: Token) -> sp.Symbol:
+    def lookup(self, tok: Token) -> sp.Expr:
         name = tok.text
+        if name in CONSTANTS:
+            return CONSTANTS[name]
         if name in self.declared:
             return self.declared[name]
         if name in FUNCTIONS or name in REDUCER_NAMES:
@@ -156,19 +241,20 @@ class _LineParser:
                              f"move its definition above this line", tok)
         raise self.error(f"undefined name {name!r}; defined so far: {sorted(self.declared) or 'nothing'}", tok)
 
-    def args(self) -> list[sp.Expr]:
+    def args(self) -> list[sp.Basic]:
+        """The arguments of a call as written: comparisons stay conditions (``where`` needs them)."""
         self.expect("(")
-        out = [self.expr()]
+        out = [self.value()]
         while self.peek().text == ",":
             self.take()
-            out.append(self.expr())
+            out.append(self.value())
         self.expect(")", what="',' or ')' in the argument list")
         return out
 
     def call(self, tok: Token) -> sp.Expr:
         name = tok.text
         if name == "sum" and self.in_output:
-            args = self.args()
+            args = [number(a) for a in self.args()]
             if len(args) != 1:
                 raise self.error(f"sum(v) in an out line takes one vector, got {len(args)} arguments", tok)
             return VSum(args[0])
@@ -177,6 +263,12 @@ class _LineParser:
         if name not in FUNCTIONS:
             raise self.error(f"unknown function {name!r}; known functions: {', '.join(FUNCTIONS)}", tok)
         args = self.args()
+        if name == "where":
+            if len(args) != 3:
+                raise self.error(f"where(cond, a, b) takes a condition, the value where it holds and the value "
+                                 f"where it does not; got {len(args)} arguments", tok)
+            return where(condition(args[0]), args[1], args[2])
+        args = [number(a) for a in args]
         if name in ELEMENTWISE:
             if len(args) != 1:
                 raise self.error(f"{name} takes one argument, got {len(args)}", tok)
@@ -219,25 +311,31 @@ class _LineParser:
 
     def stmt_param(self):
         name = self.new_name()
-        size, sign = self.size(), None
+        size, sign, integer = self.size(), None, False
+        if self.peek().text == "int":
+            tok = self.take()
+            if size is not None:
+                raise self.error(f"an integer param is one integer per row, a scalar; write 'param {name.text} int' "
+                                 f"without a size", tok)
+            integer = True
         if self.peek().text in (">", ">=", "<", "<="):
             op = self.take().text
             zero = self.take()
             if zero.kind != "number" or Fraction(zero.text) != 0:
                 raise self.error(f"a param's sign compares with 0, like 'param {name.text} {op} 0'", zero)
             sign = op + "0"
-        return name, Param(name.text, size, sign)
+        return name, Param(name.text, size, sign, integer)
 
     def stmt_let(self):
         name = self.new_name()
         self.expect("=")
-        return name, Let(name.text, self.expr())
+        return name, Let(name.text, self.number_value())
 
     def stmt_out(self):
         name = self.new_name()
         self.expect("=")
         self.in_output = True
-        return name, Output(name.text, self.expr())
+        return name, Output(name.text, self.number_value())
 
     def stmt_reduce(self):
         name = self.new_name()
@@ -251,14 +349,14 @@ class _LineParser:
             if not k.text.isdigit() or int(k.text) < 1:
                 raise self.error("k in topk(k, EXPR) must be a positive integer", k)
             self.expect(",", what="',' after k in topk(k, EXPR)")
-            body = self.expr()
+            body = self.number_value()
             self.expect(")", what="')' to close topk(k, EXPR)")
             monoid = topk(int(k.text))
         else:
             args = self.args()
             if len(args) != 1:
                 raise self.error(f"{red.text}(EXPR) reduces one expression over the axis, got {len(args)}", red)
-            body, monoid = args[0], REDUCERS[red.text]
+            body, monoid = number(args[0]), REDUCERS[red.text]
         return name, Reduction(name.text, monoid, body)
 
 

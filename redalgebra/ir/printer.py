@@ -9,12 +9,55 @@ from __future__ import annotations
 import sympy as sp
 from sympy.printing.str import StrPrinter
 
+from .functions import COMPARISONS, as_indicator
 from .monoid import reducer_name
 from .nodes import Cascade, Input, Let, Output, Param, Reduction
 
+_OPERATORS = {cls: op for op, cls in COMPARISONS.items()}
+
 
 class CascadePrinter(StrPrinter):
-    """SymPy's str printer with the function names of the cascade format."""
+    """SymPy's str printer with the function names of the cascade format.
+
+    Conditionals print as the parser reads them: an indicator
+    ``Piecewise((1, c), (0, True))`` as ``(c)``, any other ``Piecewise`` as
+    nested ``where(c, a, b)``, relations with ``== != < <= > >=`` combined by
+    ``and``/``or``/``not``, ``oo`` as ``inf``.
+    """
+
+    def _print_Infinity(self, expr):
+        return "inf"
+
+    def _print_NegativeInfinity(self, expr):
+        return "-inf"
+
+    def _print_Relational(self, expr):
+        op = _OPERATORS.get(type(expr), expr.rel_op)
+        return f"{self._print(expr.lhs)} {op} {self._print(expr.rhs)}"
+
+    def _print_And(self, expr):
+        return " and ".join(self._operand(a) for a in expr.args)
+
+    def _print_Or(self, expr):
+        return " or ".join(self._operand(a) for a in expr.args)
+
+    def _print_Not(self, expr):
+        return f"not ({self._print(expr.args[0])})"
+
+    def _operand(self, cond) -> str:
+        """A condition inside and/or: parenthesised unless it is a comparison."""
+        text = self._print(cond)
+        return text if cond.is_Relational else f"({text})"
+
+    def _print_Piecewise(self, expr):
+        cond = as_indicator(expr)
+        if cond is not None:
+            return f"({self._print(cond)})"
+        pairs = list(expr.args)
+        out = self._print(pairs[-1].expr) if pairs[-1].cond == True else "nan"  # noqa: E712 (SymPy's true)
+        for value, cond in reversed(pairs[:-1] if pairs[-1].cond == True else pairs):  # noqa: E712
+            out = f"where({self._print(cond)}, {self._print(value)}, {out})"
+        return out
 
     def _print_Abs(self, expr):
         return f"abs({self._print(expr.args[0])})"
@@ -48,7 +91,7 @@ def statement_text(s, p: CascadePrinter | None = None) -> str:
         return f"input {s.name}{_size(s.size)}"
     if isinstance(s, Param):
         sign = "" if s.sign is None else f" {s.sign[:-1]} 0"
-        return f"param {s.name}{_size(s.size)}{sign}"
+        return f"param {s.name}{_size(s.size)}{' int' if s.integer else ''}{sign}"
     if isinstance(s, Let):
         return f"let {s.name} = {p.doprint(s.expr)}"
     if isinstance(s, Reduction):

@@ -6,7 +6,11 @@ NumPy, using the results of the reductions before it.
 
 Array layout: a scalar input is ``(rows, L)``, a vector input ``(rows, L, d)``;
 a scalar param is a number or ``(rows,)``, a vector param ``(d,)`` or
-``(rows, d)``.  ``keep`` (``(rows, L)`` booleans) says which elements take part;
+``(rows, d)``; an integer param (``param label int``) is an integer or
+``(rows,)`` integers (a float that is not a whole number is an error).  ``pos``
+is ``arange(L)`` in every row.  Integers are held in the evaluation dtype, so
+they must be exact there (below 2**53 in float64, 2**24 in float32).
+Comparisons are 1.0 / 0.0 and ``where`` is ``np.where``.  ``keep`` (``(rows, L)`` booleans) says which elements take part;
 an element left out contributes the identity of every reduction, which is the
 same as a score of ``-inf`` in softmax-like cascades.  IEEE arithmetic is kept
 as is: a fully masked softmax row gives ``0/0 = nan``, and the derived forms
@@ -23,7 +27,7 @@ import sympy as sp
 from ..errors import EvaluationError
 from .functions import Dot, RoundE4M3, VSum
 from .monoid import Monoid
-from .nodes import Cascade, Input, Let, Output, Param, Reduction
+from .nodes import POSITION, Cascade, Input, Let, Output, Param, Reduction
 
 _UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum, "logaddexp": np.logaddexp}
 def round_e4m3(x: np.ndarray) -> np.ndarray:
@@ -42,7 +46,8 @@ _RULES = {
     sp.exp: np.exp, sp.log: np.log, sp.Abs: np.abs, RoundE4M3: round_e4m3,
     sp.Max: lambda *a: _fold(np.maximum, a), sp.Min: lambda *a: _fold(np.minimum, a),
     Dot: lambda a, b: np.sum(a * b, axis=-1, keepdims=True), VSum: lambda a: np.sum(a, axis=-1, keepdims=True),
-    sp.Eq: np.equal, sp.Ne: np.not_equal, sp.Or: lambda *a: _fold(np.logical_or, a),
+    sp.Eq: np.equal, sp.Ne: np.not_equal, sp.Lt: np.less, sp.Le: np.less_equal, sp.Gt: np.greater,
+    sp.Ge: np.greater_equal, sp.Or: lambda *a: _fold(np.logical_or, a),
     sp.And: lambda *a: _fold(np.logical_and, a), sp.Not: np.logical_not,
 }
 
@@ -140,8 +145,26 @@ def bind(c: Cascade, inputs: dict, params: dict, dtype=np.float64) -> tuple[dict
         _check_size(s, a.shape[2] if want == 3 else None, dims)
         env[s.name] = a if want == 3 else a[..., None]
     for s in c.params:
-        env[s.name] = _param(s, np.asarray(params[s.name], dtype=dtype), rows, dims)
+        value = _integers(s, params[s.name], dtype) if s.integer else np.asarray(params[s.name], dtype=dtype)
+        env[s.name] = _param(s, value, rows, dims)
+    env[POSITION] = _integers(None, np.arange(length), dtype)[None, :, None]
     return env, rows, length
+
+
+def _integers(s: Param | None, value, dtype) -> np.ndarray:
+    """Integer values held in ``dtype``: an error when they are not whole numbers or not exact in ``dtype``."""
+    what = "pos (the element index)" if s is None else f"param {s.name} (declared int)"
+    a = np.asarray(value)
+    if a.dtype.kind not in "iub":
+        a = np.asarray(value, dtype=np.float64)
+        if not (np.isfinite(a).all() and (a == np.round(a)).all()):
+            bad = a[~(np.isfinite(a) & (a == np.round(a)))].flat[0]
+            raise EvaluationError(f"{what} needs whole numbers, got {bad!r}; pass integers, e.g. a (rows,) int array")
+    held = a.astype(dtype)
+    if (held.astype(np.float64) != a.astype(np.float64)).any():
+        raise EvaluationError(f"{what} has values too large to be exact in {np.dtype(dtype).name} "
+                              f"(|value| up to {np.abs(a).max()}); evaluate in float64")
+    return held
 
 
 def _check_size(s, got, dims):
@@ -173,9 +196,15 @@ def check_keep(keep, rows: int, length: int):
 
 
 def run_unfused(cascade: Cascade, env: dict, keep=None, dtype=np.float64) -> dict:
-    """Every statement in order over bound arrays; returns ``env`` extended with lets, reductions, outputs."""
+    """Every statement in order over bound arrays; returns ``env`` extended with lets, reductions, outputs.
+
+    ``env["pos"]`` holds the elements' indices; it defaults to ``arange(L)``, so a caller running a
+    segment that starts at ``lo`` passes ``pos`` sliced from the row's.
+    """
     env = dict(env)
     rows, length = next(env[i.name].shape[:2] for i in cascade.inputs)
+    if POSITION not in env:
+        env[POSITION] = np.arange(length, dtype=dtype)[None, :, None]
     varying = cascade.per_element()
     with np.errstate(all="ignore"):
         for s in cascade.statements:

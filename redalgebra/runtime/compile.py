@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..codegen import STRATEGIES, KernelSource, Spec, generate
+from ..codegen import KernelSource, Problem, Spec, generate
+from ..codegen.strategies import for_target, get
 from ..derive import FusedCascade
 from ..errors import EvaluationError, RedalgebraError
 from .backends import check_backend, cuda_module
 from .cache import load
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
-DEFAULT_STRATEGY = {"cpu": "row", "cuda": "tile", "cudasim": "tile_shared"}
-SIM_EQUIVALENT = {"warp": "block_shared", "block": "block_shared", "tile": "tile_shared",  # no shuffles there
-                  "split": "split_shared", "lanes": "lanes_shared",
-                  "split_lanes": "split_lanes_shared"}
+DEFAULT_STRATEGY = {"cpu": "row", "cuda": "auto", "cudasim": "auto"}
+#: Stored dtypes of outputs and the NumPy arrays that hold them (bfloat16 as bit patterns, e4m3 as bytes).
+OUT_ARRAYS = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16, "e4m3": np.uint8}
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,28 @@ def bfloat16_to_float(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
 
 
+def e4m3_to_float(codes: np.ndarray) -> np.ndarray:
+    """The float32 values of FP8 e4m3 bytes (bias 7, no infinities, 0x7F/0xFF are NaN)."""
+    c = np.asarray(codes).astype(np.int32)
+    sign = np.where(c & 0x80, -1.0, 1.0)
+    e, m = (c >> 3) & 0xF, (c & 7).astype(np.float64)
+    mag = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7))
+    return np.where((c & 0x7F) == 0x7F, np.nan, sign * mag).astype(np.float32)
+
+
+def to_float(value) -> np.ndarray:
+    """A host output as float32 values: bfloat16 patterns and e4m3 bytes decoded, floats widened."""
+    if isinstance(value, BFloat16):
+        return bfloat16_to_float(value.bits)
+    value = np.asarray(value)
+    return e4m3_to_float(value) if value.dtype == np.uint8 else value.astype(np.float32)
+
+
+def _host(array: np.ndarray, stored: str | None):
+    """An output copied to the host, as the user receives it (bfloat16 wrapped, e4m3 as bytes)."""
+    return BFloat16(array) if stored == "bfloat16" else array
+
+
 def _is_device(a) -> bool:
     return hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray)
 
@@ -68,24 +90,6 @@ def _dtype(a) -> np.dtype:
     return np.dtype(a.dtype)
 
 
-SHARED_BYTES = 48 * 1024  # static shared memory a block may declare
-
-
-def fit_threads(fused: FusedCascade, sizes: dict, threads: int) -> int:
-    """Threads for ``block_shared`` (one state per thread in shared memory), halved until the states fit."""
-    floats = 0
-    for r in fused.cascade.reductions:
-        size = fused.cascade.sizes[r.name]
-        width = r.monoid.k if r.monoid.k is not None else (1 if size is None else sizes.get(size, size))
-        floats += width * (2 if r.monoid.k is not None else 1)
-    while threads > 32 and threads * floats * 4 > SHARED_BYTES:
-        threads //= 2
-    if threads * floats * 4 > SHARED_BYTES:
-        raise RedalgebraError(f"block_shared: {floats} state values per thread do not fit in shared memory even "
-                              f"with 32 threads; use the warp or block strategy")
-    return threads
-
-
 @dataclass
 class Kernel:
     """A compiled fused cascade; call it with inputs, params and an optional ``keep`` mask."""
@@ -93,23 +97,30 @@ class Kernel:
     fused: FusedCascade
     backend: str
     strategy: str
-    threads: int = 128
+    threads: int | None = None   # threads per block; None: the strategy's choice
     tile: int | None = None      # elements per thread (per warp in ``lanes``) per chunk; None: chosen per row length
     fast_exp: bool = False       # the hardware's approximate exp (real CUDA only)
     segments: int | None = None  # split strategies: segments per row; None: chosen from the shape
+    group: int | None = None     # rows: threads per row; None: chosen from the shape
+    out_dtype: str | None = None  # "float32": every output in float32; None: as the strategy writes them
     _compiled: dict = field(default_factory=dict, repr=False)
 
-    def source(self, spec: Spec) -> KernelSource:
-        gen_backend = "cpu" if self.backend == "cpu" else "cuda"
-        return generate(self.fused, gen_backend, self.strategy, spec)
+    def resolve(self, rows: int, length: int) -> str:
+        """The registered strategy ``rows`` rows of ``length`` run with (``auto`` chooses; the simulator's twin)."""
+        name = choose(self.fused, rows, length) if self.strategy == "auto" else self.strategy
+        return for_target(name, self.backend).name
 
-    def _module(self, spec: Spec):
-        if spec not in self._compiled:
-            src = self.source(spec)
+    def source(self, spec: Spec, strategy: str | None = None) -> KernelSource:
+        return generate(self.fused, self.backend, strategy or self.strategy, spec)
+
+    def _module(self, spec: Spec, strategy: str):
+        key = (strategy, spec)
+        if key not in self._compiled:
+            src = self.source(spec, strategy)
             if self.backend != "cpu":
                 cuda_module(self.backend)  # picks the simulator or real CUDA before the module imports numba.cuda
-            self._compiled[spec] = (src, load(src.source))
-        return self._compiled[spec]
+            self._compiled[key] = (src, load(src.source))
+        return self._compiled[key]
 
     # -- argument layout ---------------------------------------------------------------------------
     def _layout(self, inputs: dict, params: dict, keep):
@@ -142,43 +153,16 @@ class Kernel:
         for p in c.params:
             if p.size is not None:
                 self._size(sizes, p.size, np.shape(params[p.name])[-1], p.name)
-        shared = self.strategy in ("block_shared", "tile_shared", "split_shared")
-        threads = fit_threads(self.fused, sizes, self.threads) if shared else self.threads
-        spec = Spec(tuple(sorted((k, v) for k, v in sizes.items() if isinstance(k, str))), tuple(dtypes),
-                    keep is not None, threads, self._tile(length, threads), self.fast_exp)
-        return spec, rows, length, reps
-
-    def _tile(self, length: int, threads: int) -> int:
-        """Elements per thread per chunk: the whole row in registers when it fits in 32 per thread.
-
-        For ``nonincremental``, the staging capacity: ``length`` rounded up to a multiple of 1024,
-        refused when the staged row does not fit in shared memory.
-        """
-        if self.strategy == "nonincremental":
-            return self._stage(length, threads)
-        if self.tile is not None:
-            return self.tile
-        if "lanes" in self.strategy:  # elements per warp per chunk: their loads in flight together
-            return 4
-        if not self.strategy.startswith("tile"):
-            return 1
-        wide = any(r.monoid.k is not None or self.fused.cascade.sizes[r.name] is not None
-                   for r in self.fused.cascade.reductions)
-        most = 4 if wide else 32  # vector and top-k states already fill the registers
-        need = -(-length // threads)
-        tile = 1
-        while tile < min(need, most):  # powers of two: few distinct kernels to compile
-            tile *= 2
-        return tile if need <= most else min(8, most)
-
-    def _stage(self, length: int, threads: int) -> int:
-        cap = -(-max(length, 1) // 1024) * 1024  # a multiple of 1024: few distinct kernels to compile
-        per = len([s for s in self.fused.cascade.inputs if s.size is None]) + len(self.fused.prologue.results) + 1
-        extra = threads + sum(r.monoid.k * threads * 2 for r in self.fused.cascade.reductions if r.monoid.k)
-        if (cap * per + extra) * 4 > SHARED_BYTES:
-            raise RedalgebraError(f"nonincremental: a row of {length} elements does not fit in shared memory "
-                                  f"({per} values per element); use the tile strategy, which merges incrementally")
-        return cap
+        strategy = self.resolve(rows, length)
+        problem = Problem(rows, length, tuple(sorted((k, v) for k, v in sizes.items() if isinstance(k, str))),
+                          tuple(dtypes), keep is not None, *_alignment(inputs, c, length, reps),
+                          options=(("threads", self.threads), ("tile", self.tile), ("segments", self.segments),
+                                   ("fast_exp", self.fast_exp), ("group", self.group), ("out_dtype", self.out_dtype),
+                                   ("simulator", self.backend == "cudasim")))
+        policy = get(strategy).configure(self.fused, problem)
+        extra = {k: policy.pop(k) for k in list(policy) if k not in Spec.__dataclass_fields__}
+        spec = Spec(problem.sizes, problem.dtypes, keep is not None, **{"fast_exp": self.fast_exp, **policy})
+        return spec, rows, length, reps, strategy, extra
 
     @staticmethod
     def _size(sizes, name, got, who):
@@ -205,8 +189,8 @@ class Kernel:
         if self.backend == "cpu":  # numba's CPU target has no float16 arrays: widen on the host
             inputs = {k: (np.asarray(v, np.float32) if not isinstance(v, BFloat16) and np.asarray(v).dtype == np.float16
                           else v) for k, v in inputs.items()}
-        spec, rows, length, reps = self._layout(inputs, params, keep)
-        src, module = self._module(spec)
+        spec, rows, length, reps, strategy, extra = self._layout(inputs, params, keep)
+        src, module = self._module(spec, strategy)
         c = self.fused.cascade
         outs = self._outputs(src, rows, length, spec)
         named = {s.name: (inputs[s.name].bits if isinstance(inputs[s.name], BFloat16) else inputs[s.name])
@@ -215,25 +199,12 @@ class Kernel:
         named.update({p.name: self._param(p, params[p.name], rows) for p in c.params})
         named["keep"] = np.zeros((1, 1), np.uint8) if keep is None else np.ascontiguousarray(np.asarray(keep), np.uint8)
         named.update({f"out_{name.replace('.', '_')}": outs[name] for name, _, _ in src.outputs})
-        nseg, seglen = self._segments(length, rows, src.threads, spec.tile)
-        named.update(rows=rows, length=length, nseg=nseg, seglen=seglen)
+        nseg = extra.get("nseg", 1)
+        named.update(rows=rows, length=length, nseg=nseg, seglen=-(-length // nseg))
         for name, dtype, layout, width in src.scratch:
             shape = (rows, nseg) if layout == "segments" else (rows,)
             named[name] = np.zeros(shape + (() if width is None else (src.constants[width],)), dtype)
         return src, module, named, outs, rows
-
-    def _segments(self, length: int, rows: int, threads: int, tile: int) -> tuple[int, int]:
-        """Segments of the split strategies: the requested count, or enough to fill the GPU with
-        several elements per thread (``split``) or several tiles per warp (``split_lanes``: about
-        four blocks per multiprocessor of an H200 over all rows)."""
-        if self.segments is not None:
-            nseg = self.segments
-        elif self.strategy.startswith("split_lanes"):
-            nseg = min(64, -(-528 // rows), -(-length // (threads // 32 * tile * 2)))
-        else:
-            nseg = min(32, -(-length // (threads * 8)))
-        nseg = max(1, min(nseg, length))
-        return nseg, -(-length // nseg)
 
     def __call__(self, inputs: dict, params: dict | None = None, keep=None) -> dict:
         src, module, named, outs, rows = self._arguments(inputs, params or {}, keep)
@@ -244,7 +215,9 @@ class Kernel:
         on_device = any(_is_device(getattr(inputs[s.name], "bits", inputs[s.name])) for s in self.fused.cascade.inputs)
         launch = self._device_launch(src, module, named, rows)
         launch.run()
-        return {name: arr if on_device else arr.copy_to_host() for name, arr in launch.outputs.items()}
+        stored = dict(src.out_dtypes)
+        return {name: arr if on_device else _host(arr.copy_to_host(), stored.get(name))
+                for name, arr in launch.outputs.items()}
 
     def prepare(self, inputs: dict, params: dict | None = None, keep=None) -> "Launch":
         """Everything but the launch done once — for timing: ``prepare(...).run()`` only launches."""
@@ -259,12 +232,10 @@ class Kernel:
                if isinstance(a, np.ndarray) else a) for k, a in named.items()}
         outputs = {name: dev[f"out_{name.replace('.', '_')}"] for name, _, _ in src.outputs}
         entries = src.entries or (("kernel", src.args, "rows"),)
+        grids = get(src.strategy).grid(rows, src.spec or Spec(threads=src.threads), named)
         steps = []
         for name, args, grid in entries:
-            blocks, threads = self._grid(rows, src.threads)
-            if grid == "rows_segments":
-                blocks = (rows, named["nseg"])
-            steps.append((getattr(module, name)[blocks, threads], tuple(dev[a] for a in args)))
+            steps.append((getattr(module, name)[grids[grid]], tuple(dev[a] for a in args)))
         return Launch(tuple(steps), outputs)
 
     def _outputs(self, src: KernelSource, rows, length, spec) -> dict:
@@ -274,16 +245,9 @@ class Kernel:
             if kind == "index":
                 out[name] = np.zeros((rows, size if isinstance(size, int) else src.constants[size]), np.int32)
             else:
-                out[name] = np.zeros((rows, length, *width) if kind == "element" else (rows, *width), np.float32)
+                dtype = OUT_ARRAYS[dict(src.out_dtypes).get(name, "float32")]
+                out[name] = np.zeros((rows, length, *width) if kind == "element" else (rows, *width), dtype)
         return out
-
-    def _grid(self, rows, t):
-        if self.strategy == "thread":
-            return (rows + t - 1) // t, t
-        if self.strategy == "warp":
-            per = t // 32
-            return (rows + per - 1) // per, t
-        return rows, t
 
 
 @dataclass
@@ -302,45 +266,81 @@ class Launch:
 
 
 def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None, threads: int | None = None,
-            tile: int | None = None, fast_exp: bool | None = None, segments: int | None = None) -> Kernel:
+            tile: int | None = None, fast_exp: bool | None = None, segments: int | None = None,
+            group: int | None = None, out_dtype: str | None = None) -> Kernel:
     """A callable that runs ``fused`` with a generated kernel.
 
     Parameters
     ----------
     backend : ``"cpu"`` | ``"cuda"`` | ``"cudasim"``
     strategy : str, optional
-        ``row`` on the CPU; on CUDA one of ``codegen.STRATEGIES["cuda"]`` (default ``tile``):
-        ``thread``, ``warp``, ``block``; ``tile`` (merges per tile of registers); ``lanes`` (each
-        element to a warp whose lanes split the vectors: attention's head dimension);
-        ``nonincremental``; ``split`` and ``split_lanes`` (segments across blocks); ``unfused``.
-        Under the simulator, which has no warp operations, each is replaced by its shuffle-free
-        ``*_shared`` form (``warp`` and ``block`` by ``block_shared``).
+        A name of ``redalgebra.codegen.REGISTRY`` for the back end, or ``"auto"`` (the default on
+        CUDA and the simulator: chosen per shape by :func:`choose`); ``row`` on the CPU. Under the
+        simulator, which has no warp operations, a strategy with a shuffle-free twin runs as the twin.
     threads : int, optional
-        Threads per block (default 128; 32 under the simulator, which runs a thread per OS thread).
+        Threads per block; the strategy's choice when omitted.
     tile : int, optional
-        Elements per thread (per warp in ``lanes``) per chunk; chosen from the row length when omitted.
+        Elements (``rows``: chunks of 16 bytes) per thread per pass; chosen from the shape when omitted.
     fast_exp : bool, optional
-        Compute ``exp`` with the hardware's approximate ``ex2`` (libdevice ``fast_expf``, a few ulp
-        off; exact at 0 and -inf). Default: on for real CUDA, off elsewhere (the CPU and the simulator
-        have no such instruction).
+        Compute ``exp`` with the hardware's approximate ``ex2`` (a few ulp off; exact at 0 and -inf).
+        Default: on for real CUDA, off elsewhere (the CPU and the simulator have no such instruction).
     segments : int, optional
         Segments per row for the split strategies (blocks that fold a row's segments in parallel).
+    group : int, optional
+        ``rows``: threads per row (a power of two); chosen from the length when omitted.
+    out_dtype : None | ``"float32"``
+        Outputs in the input's dtype where the strategy writes it (``rows``: bfloat16 in, bfloat16
+        out; ``fp8(…)`` outputs as e4m3 bytes), or float32 for every output.
     """
     check_backend(backend)
     if not isinstance(fused, FusedCascade):
         raise RedalgebraError(f"compile() takes a FusedCascade (from redalgebra.derive), got {type(fused).__name__}")
     strategy = strategy or DEFAULT_STRATEGY[backend]
-    family = "cpu" if backend == "cpu" else "cuda"
-    if strategy not in STRATEGIES[family]:
-        raise RedalgebraError(f"strategy {strategy!r} is not available on {backend}; choose one of {STRATEGIES[family]}")
-    if backend == "cudasim":
-        strategy = SIM_EQUIVALENT.get(strategy, strategy)  # the simulator has no shuffles
-    threads = threads or (32 if backend == "cudasim" else 128)
-    if tile is not None and (tile < 1 or tile & (tile - 1)):
+    if strategy == "auto" and backend == "cpu":
+        strategy = "row"
+    if strategy != "auto":
+        get(strategy, backend)  # a clear error for a name that is not registered on this back end
+    for name, value in (("threads", threads), ("tile", tile), ("segments", segments), ("group", group)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise RedalgebraError(f"{name} must be a positive integer, got {value!r}")
+    if tile is not None and tile & (tile - 1):
         raise RedalgebraError(f"tile must be a power of two, got {tile}")
     fast_exp = backend == "cuda" if fast_exp is None else fast_exp
     if fast_exp and backend != "cuda":
         raise RedalgebraError(f"fast_exp is a CUDA instruction; the {backend} back end has none")
-    if segments is not None and segments < 1:
-        raise RedalgebraError(f"segments must be at least 1, got {segments}")
-    return Kernel(fused, backend, strategy, threads, tile, fast_exp, segments)
+    if out_dtype not in (None, "float32"):
+        raise RedalgebraError(f"out_dtype is None (the input's dtype where the strategy can) or 'float32', "
+                              f"got {out_dtype!r}")
+    return Kernel(fused, backend, strategy, threads, tile, fast_exp, segments, group, out_dtype)
+
+
+def choose(fused: FusedCascade, rows: int, length: int) -> str:
+    """``strategy="auto"``: the strategy for a shape, by the measured rules of ``gpu/README.md``.
+
+    Elements that are scalars: ``rows`` (the row in registers, 128-bit loads). Elements with vectors
+    (attention's keys and values): a warp per element, and segments across blocks (``split_lanes``)
+    when rows are long and too few to fill the GPU with one block each.
+    """
+    if any(s.size is not None for s in fused.cascade.inputs):
+        return "split_lanes" if length >= 2048 and rows < 4 * 132 else "lanes"
+    return "rows"
+
+
+def _alignment(inputs: dict, c, length: int, reps: dict) -> tuple[bool, bool, bool]:
+    """(every per-element array starts 16-byte aligned and is contiguous along the axis, every row
+    pitch is a multiple of 16 bytes, every array has one contiguous row of ``length`` per row)."""
+    vec_ok, pitch_ok, same = True, length % 16 == 0, True  # outputs: contiguous rows of ``length``
+    for s in c.inputs:
+        a = inputs[s.name]
+        a = a.bits if isinstance(a, BFloat16) else a
+        item = _dtype(a).itemsize
+        if _is_device(a):
+            face = a.__cuda_array_interface__
+            strides = face.get("strides") or (a.shape[1] * item * (1 if s.size is None else a.shape[2]), item)
+            ptr = face["data"][0]
+        else:  # copied to a fresh (aligned, contiguous) device array
+            strides, ptr = (length * item * (1 if s.size is None else a.shape[2]), item), 0
+        vec_ok &= ptr % 16 == 0 and strides[-1] == item
+        pitch_ok &= strides[0] % 16 == 0
+        same &= reps[s.name] == 1 and strides[0] == length * item
+    return vec_ok, pitch_ok and vec_ok, same and vec_ok

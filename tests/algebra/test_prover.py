@@ -4,6 +4,7 @@ import mpmath
 import pytest
 import sympy as sp
 
+from redalgebra import RedalgebraError
 from redalgebra.algebra import Proof, monoids, prove_distributes, prove_equal, prove_monoid, user_monoid
 from redalgebra.algebra.laws import prove_associative, prove_commutative, prove_identity
 
@@ -138,14 +139,14 @@ def test_proof_values_serialise_and_print():
     d = p.as_dict()
     assert d["status"] == "refuted" and d["counterexample"]["exact"] is True
     assert "counterexample at" in str(p) and str(p).startswith("[refuted]")
-    with pytest.raises(ValueError):
+    with pytest.raises(RedalgebraError):
         Proof("x", "maybe")
-    with pytest.raises(ValueError):
+    with pytest.raises(RedalgebraError):
         Proof("x", "refuted")
 
 
 def test_bad_assumptions_are_reported():
-    with pytest.raises(ValueError, match="sign must be one of"):
+    with pytest.raises(RedalgebraError, match="sign must be one of"):
         prove_distributes(monoids.max, monoids.mul, assumptions={"c": "positive"})
-    with pytest.raises(ValueError, match="does not use"):
+    with pytest.raises(RedalgebraError, match="does not use"):
         prove_distributes(monoids.max, monoids.mul, assumptions={"z": ">0"})

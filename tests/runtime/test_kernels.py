@@ -125,5 +125,5 @@ def test_lanes_and_fast_exp_options_are_checked():
         compile(f, "cudasim", "split_lanes", segments=0)
     probs = derive(parse("input k[d]\nparam q[d]\nlet s = dot(q, k)\nreduce m = max(s)\n"
                          "reduce l = sum(exp(s - m))\nout p = exp(s - m) / l\n"))
-    with pytest.raises(ValueError, match="per-element outputs"):
+    with pytest.raises(RedalgebraError, match="per-element outputs"):
         generate(probs, "cuda", "lanes", Spec((("d", 8),)))

@@ -1,0 +1,91 @@
+"""The registry of kernel strategies: one object per strategy, one module per family.
+
+A :class:`Strategy` names its back end, its simulator twin (the form the CUDA simulator runs, which
+has no warp shuffles), how it builds kernels, and its launch policy: from the facts of a call
+(:class:`Problem`: rows, length, sizes, dtypes, alignment, the caller's options) it fills in the
+compile-time :class:`~redalgebra.codegen.emit.Spec` and the grid. ``compile``, ``check``, the CLI's
+choices, the GPU scripts, the tests and the README's list all read :data:`REGISTRY`; a new strategy
+is one module that calls :func:`register`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ...errors import RedalgebraError
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a launch policy may look at: the shape of one call and the caller's options."""
+
+    rows: int
+    length: int
+    sizes: tuple = ()          # ((dimension, int), ...)
+    dtypes: tuple = ()         # ((input, "float32" | "float16" | "bfloat16"), ...)
+    has_keep: bool = False
+    vec_ok: bool = False       # every per-element array starts on a 16-byte boundary
+    pitch_ok: bool = False     # ... and every row does too (pitch a multiple of 16 bytes)
+    same_frame: bool = False   # every per-element array has pitch = length and one row per row
+    options: tuple = ()        # ((name, value), ...): threads, tile, segments, fast_exp, group, out_dtype
+
+    def option(self, name: str, default=None):
+        value = dict(self.options).get(name)
+        return default if value is None else value
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A way to map a fused cascade onto the hardware."""
+
+    name: str
+    backend: str                      # "cpu" | "cuda"
+    summary: str
+    build: Callable                   # (fused, spec, target) -> KernelSource; target "cpu" | "cuda" | "cudasim"
+    configure: Callable               # (fused, problem) -> dict of Spec fields
+    grid: Callable                    # (rows, spec, named arguments) -> {entry grid name: (blocks, threads)}
+    sim: str | None = None            # the strategy the simulator runs instead; None: this one as is
+    shared_states: bool = False       # every thread's state in shared memory (threads fitted to it)
+    writes_dtype: bool = False        # outputs in the input's dtype (else float32)
+    tags: tuple = field(default=())   # "lanes", "split", "staged", "multi": families, for tools and tests
+
+
+REGISTRY: dict[str, Strategy] = {}
+
+
+def register(strategy: Strategy) -> Strategy:
+    if strategy.name in REGISTRY:
+        raise RedalgebraError(f"a strategy named {strategy.name!r} is already registered")
+    REGISTRY[strategy.name] = strategy
+    return strategy
+
+
+def get(name: str, backend: str | None = None) -> Strategy:
+    """The strategy ``name`` (checked against ``backend``: ``cpu`` or ``cuda``/``cudasim``)."""
+    family = None if backend is None else ("cpu" if backend == "cpu" else "cuda")
+    choices = names(family) if family else tuple(REGISTRY)
+    if name not in REGISTRY or (family and REGISTRY[name].backend != family):
+        where = f" on {backend}" if backend else ""
+        raise RedalgebraError(f"strategy {name!r} is not available{where}; choose one of {', '.join(choices)}"
+                              + (" or auto" if family == "cuda" else ""))
+    return REGISTRY[name]
+
+
+def names(backend: str | None = None, real: bool = False) -> tuple:
+    """Registered names for ``backend`` (``cpu`` | ``cuda``); ``real``: only forms that run on a GPU as is
+    (not the simulator's shuffle-free twins)."""
+    twins = {s.sim for s in REGISTRY.values() if s.sim}
+    return tuple(n for n, s in REGISTRY.items() if (backend is None or s.backend == backend)
+                 and not (real and n in twins))
+
+
+def for_target(name: str, target: str) -> Strategy:
+    """The form of ``name`` that runs on ``target`` (the simulator's twin under ``cudasim``)."""
+    s = get(name, target)
+    return REGISTRY[s.sim] if target == "cudasim" and s.sim else s
+
+
+from . import legacy, rows  # noqa: E402,F401 - registration
+
+__all__ = ["Problem", "REGISTRY", "Strategy", "for_target", "get", "names", "register"]

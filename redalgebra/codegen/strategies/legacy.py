@@ -1,0 +1,132 @@
+"""The first generation of skeletons (:mod:`..kernels`, :mod:`..lanes`, :mod:`..multikernel`), registered.
+
+These build kernels as text lines and write float32 outputs; ``rows`` (its own module) is built on the
+statement tree. Their launch policies — block size, elements per thread, staging capacity, segments,
+the grid — live here, beside their names.
+"""
+
+from __future__ import annotations
+
+from ...errors import RedalgebraError
+from . import Problem, Strategy, register
+
+SHARED_BYTES = 48 * 1024  # static shared memory a block may declare
+
+
+def _build(name: str):
+    def build(fused, spec, target):
+        from ..kernels import _Gen
+        from ..multikernel import MultiGen
+
+        gen = MultiGen if name.startswith("split") or name == "unfused" else _Gen
+        return gen(fused, spec, "cpu" if target == "cpu" else "cuda", name).module()
+    return build
+
+
+def _wide(fused) -> bool:
+    return any(r.monoid.k is not None or fused.cascade.sizes[r.name] is not None for r in fused.cascade.reductions)
+
+
+def fit_threads(fused, sizes: dict, threads: int) -> int:
+    """Threads for a shared-state merge (one state per thread in shared memory), halved until they fit."""
+    floats = 0
+    for r in fused.cascade.reductions:
+        size = fused.cascade.sizes[r.name]
+        width = r.monoid.k if r.monoid.k is not None else (1 if size is None else sizes.get(size, size))
+        floats += width * (2 if r.monoid.k is not None else 1)
+    while threads > 32 and threads * floats * 4 > SHARED_BYTES:
+        threads //= 2
+    if threads * floats * 4 > SHARED_BYTES:
+        raise RedalgebraError(f"{floats} state values per thread do not fit in shared memory even with 32 threads; "
+                              f"use the warp or block strategy")
+    return threads
+
+
+def _tile(name: str, fused, p: Problem, threads: int) -> int:
+    """Elements per thread per chunk: the whole row in registers when it fits in 32 per thread."""
+    if p.option("tile"):
+        return p.option("tile")
+    if "lanes" in name:  # elements per warp per chunk: their loads in flight together
+        return 4
+    if not name.startswith("tile"):
+        return 1
+    most = 4 if _wide(fused) else 32  # vector and top-k states already fill the registers
+    need = -(-p.length // threads)
+    tile = 1
+    while tile < min(need, most):  # powers of two: few distinct kernels to compile
+        tile *= 2
+    return tile if need <= most else min(8, most)
+
+
+def _stage(fused, p: Problem, threads: int) -> int:
+    """The staging capacity of ``nonincremental``: the row rounded up to a multiple of 1024."""
+    cap = -(-max(p.length, 1) // 1024) * 1024
+    per = len([s for s in fused.cascade.inputs if s.size is None]) + len(fused.prologue.results) + 1
+    extra = threads + sum(r.monoid.k * threads * 2 for r in fused.cascade.reductions if r.monoid.k)
+    if (cap * per + extra) * 4 > SHARED_BYTES:
+        raise RedalgebraError(f"nonincremental: a row of {p.length} elements does not fit in shared memory "
+                              f"({per} values per element); use the tile or rows strategy, which merge incrementally")
+    return cap
+
+
+def _segments(name: str, p: Problem, threads: int, tile: int) -> int:
+    """Segments of the split strategies: the requested count, or enough to fill the GPU (about four
+    blocks per multiprocessor of an H200 over all rows for ``split_lanes``)."""
+    if p.option("segments"):
+        nseg = p.option("segments")
+    elif name.startswith("split_lanes"):
+        nseg = min(64, -(-528 // p.rows), -(-p.length // (threads // 32 * tile * 2)))
+    else:
+        nseg = min(32, -(-p.length // (threads * 8)))
+    return max(1, min(nseg, p.length))
+
+
+def _configure(name: str, shared: bool):
+    def configure(fused, p: Problem) -> dict:
+        threads = p.option("threads", 32 if p.option("simulator") else 128)
+        if shared:
+            threads = fit_threads(fused, dict(p.sizes), threads)
+        tile = _stage(fused, p, threads) if name == "nonincremental" else _tile(name, fused, p, threads)
+        out = dict(threads=threads, tile=tile)
+        if name.startswith("split"):
+            out["nseg"] = _segments(name, p, threads, tile)
+        return out
+    return configure
+
+
+def _grid(name: str):
+    def grid(rows, spec, named) -> dict:
+        t = spec.threads
+        blocks = {"thread": -(-rows // t), "warp": -(-rows // (t // 32))}.get(name, rows)
+        return {"rows": (blocks, t), "rows_segments": ((rows, named.get("nseg", 1)), t)}
+    return grid
+
+
+_LEGACY = (
+    ("row", "cpu", "numba.njit(parallel=True): one fused pass per row over prange", None, ()),
+    ("thread", "cuda", "a thread per row runs the incremental loop over the whole row", None, ()),
+    ("warp", "cuda", "a warp per row: strided incremental loops, then the derived merge over shuffles", "block_shared", ()),
+    ("block", "cuda", "a block per row: lanes, warps (shuffles), then the warps' states in shared memory",
+     "block_shared", ()),
+    ("block_shared", "cuda", "block without warp operations: every state in shared memory, a syncthreads tree",
+     None, ()),
+    ("tile", "cuda", "a block per row merging per tile of registers (scalar loads, float32 outputs)", "tile_shared", ()),
+    ("tile_shared", "cuda", "tile with the shuffle-free merge", None, ()),
+    ("lanes", "cuda", "a warp per element, its lanes splitting the vectors (attention's head dimension)",
+     "lanes_shared", ("lanes",)),
+    ("lanes_shared", "cuda", "lanes with lane sums through shared memory", None, ("lanes",)),
+    ("nonincremental", "cuda", "the row staged in shared memory, the reductions in sequence, no corrections",
+     None, ("staged",)),
+    ("split", "cuda", "segments across blocks, merged by a second kernel (FlashDecoding's structure)", "split_shared",
+     ("split", "multi")),
+    ("split_shared", "cuda", "split with the shuffle-free block merge", None, ("split", "multi")),
+    ("split_lanes", "cuda", "lanes per segment across blocks, merged by a second kernel", "split_lanes_shared",
+     ("lanes", "split", "multi")),
+    ("split_lanes_shared", "cuda", "split_lanes with lane sums through shared memory", None, ("lanes", "split", "multi")),
+    ("unfused", "cuda", "the baseline: a kernel per reduction, then the epilogue", None, ("multi",)),
+)
+
+for _name, _backend, _summary, _sim, _tags in _LEGACY:
+    register(Strategy(_name, _backend, _summary, _build(_name), _configure(_name, _name.endswith("_shared") and
+                      not _name.startswith(("lanes", "split_lanes"))), _grid(_name), _sim,
+                      shared_states=_name in ("block_shared", "tile_shared", "split_shared"), tags=_tags))

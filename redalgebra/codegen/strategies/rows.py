@@ -1,0 +1,349 @@
+"""``rows``: a group of threads per row, the row's elements in registers, moved 16 bytes at a time.
+
+The kernel of DESIGN §3a for cascades whose elements are scalars (softmax, logsumexp, cross-entropy,
+quantisers, routers):
+
+1. A group of ``G`` threads owns a row (``G`` = the block, or a fraction of it so that one block
+   takes several short rows). The row is cut into *chunks* of ``V`` elements, 16 bytes of the first
+   input (4 float32, 8 bfloat16/float16); thread ``t`` of the group takes chunks ``t, t + G, …``, so
+   the group's loads are coalesced and each is one 128-bit instruction. A row that does not start
+   on the 16-byte grid (an odd length) gets a partial first chunk (``shifted``), and the last chunk
+   may be partial: partial chunks are read element by element, any length and pitch work.
+2. Each thread holds ``TILE`` chunks in registers and reduces them with the non-incremental form —
+   every reduction in turn over the registers, dependencies taken from the thread's own partial
+   state, an element whose dependency is at an identity it cannot reach contributing ``0_i``. That
+   is the state of the thread's segment; rows longer than the group's registers are walked in
+   passes whose states are merged with the derived merge.
+3. The group's states meet by the derived merge over a butterfly of shuffles (every lane ends with
+   the row's state), then across the group's warps through shared memory and a second butterfly.
+4. Outputs: per-element outputs from the registers when the row was resident (read once), else
+   from a second pass; stored in the output's dtype (the input's by default, ``e4m3`` bytes for an
+   ``fp8(…)`` output) with one 128-bit (or 32-bit for bytes) store per chunk where aligned.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import sympy as sp
+
+from ...derive import FusedCascade
+from ...errors import RedalgebraError
+from ...ir.functions import RoundE4M3
+from ..emit import Layout, Spec
+from ..printer import Constants, print_expr
+from ..states import bind_program, merge_stmts, require_scalar_elements, states_of
+from ..tree import Assign, Barrier, Comment, For, If, Load, Store
+from . import Strategy, register
+
+#: Elements per 16 bytes, by stored dtype.
+VEC = {"float32": 4, "float16": 8, "bfloat16": 8}
+#: Widths of the stores of one chunk of ``V`` elements, by (output dtype, V): (width per store, stores).
+WIDE_STORES = {("float32", 4): 4, ("bfloat16", 8): 8, ("float16", 8): 8, ("e4m3", 4): 4, ("e4m3", 8): 4}
+
+
+class RowsKernel:
+    """Builds the statement tree of one ``rows`` kernel."""
+
+    def __init__(self, fused: FusedCascade, spec: Spec):
+        require_scalar_elements(fused, "rows")
+        self.f, self.spec, self.c = fused, spec, fused.cascade
+        self.lay = Layout.of(fused, spec)
+        self.consts = Constants()
+        self.counter = itertools.count()
+        self.states = states_of(fused, self.consts, self.lay.size_const)
+        self.group = spec.group or spec.threads
+        if spec.threads % self.group or self.group & (self.group - 1) or (self.group > 32 and self.group % 32):
+            raise RedalgebraError(f"rows: a group of {self.group} threads must be a power of two dividing the block "
+                                  f"of {spec.threads}")
+        self.vec, self.tile = spec.vec, spec.tile
+        self.dtypes = dict(spec.dtypes)
+        self.out_dtypes = dict(spec.out_dtypes)
+        self.scalars = [s.name for s in self.c.inputs]
+        self.varying = set(fused.per_element_outputs)
+        self.hoisted: dict = {}  # row constants of the per-element outputs: symbol name -> register
+
+    # -- access to one element's registers ---------------------------------------------------------
+    def element_access(self, i: int, c: int, prefix: str = "o"):
+        acc = self.lay.base_access()
+        for name in self.scalars + [s.name for s in self.f.prologue.results]:
+            acc.scalar[name] = f"e_{name}_{i}_{c}"
+        acc.scalar["element.index"] = acc.scalar["pos"] = f"(c0_{i} + {c})"
+        acc.scalar.update(self.hoisted)
+        if self.spec.fast_exp:
+            acc.exp = "fast_exp"
+        return bind_program(acc, self.f.update, self.states, {"": prefix})
+
+    # -- the pieces ----------------------------------------------------------------------------------
+    def setup(self) -> list:
+        g, rows_per_block = self.group, self.spec.threads // self.group
+        out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
+               Assign("gt", f"tid % {g}" if rows_per_block > 1 else "tid"),
+               Assign("grp", f"tid // {g}" if rows_per_block > 1 else "0"),
+               Assign("row", f"cuda.blockIdx.x * {rows_per_block} + grp"), Assign("live", "row < rows"),
+               Comment("a group past the last row still takes part in the shuffles, on the last row's data"),
+               Assign("row", "min(row, rows - 1)")]
+        out += [Assign(f"p_{p.name}", f"{p.name}[row]") for p in self.c.params if p.size is None]
+        out += [Assign(f"rr_{s}", f"row // rep_{s}") for s in self.scalars]
+        lo = f"-((row * length) % {self.vec})" if self.spec.shifted and self.vec > 1 else "0"
+        return out + [Assign("lo", lo), Assign("nch", f"(length - lo + {self.vec - 1}) // {self.vec}")]
+
+    def load_chunk(self, i: int, chunk: str) -> list:
+        """Chunk ``chunk`` into registers ``e_<input>_<i>_<c>``, its element flags in ``ok_<i>_<c>``."""
+        v = self.vec
+        out = [Assign(f"c0_{i}", f"lo + {v} * ({chunk})"), Assign(f"full_{i}", f"c0_{i} >= 0 and c0_{i} + {v} <= length")]
+        wide, narrow = [], []
+        for s in self.scalars:
+            regs = tuple(f"e_{s}_{i}_{c}" for c in range(v))
+            dtype = self.dtypes.get(s, "float32")
+            each = [If(f"c0_{i} + {c} >= 0 and c0_{i} + {c} < length",
+                       (Load((regs[c],), s, f"rr_{s}", f"c0_{i} + {c}", dtype),), (Assign(regs[c], self.consts.name(0.0)),))
+                    for c in range(v)]
+            narrow += each
+            wide += [Load(regs, s, f"rr_{s}", f"c0_{i}", dtype)] if VEC.get(dtype) == v else \
+                [Load((regs[c],), s, f"rr_{s}", f"c0_{i} + {c}", dtype) for c in range(v)]
+        out.append(If(f"full_{i}", tuple(wide), tuple(narrow)))
+        for c in range(v):
+            ok = f"c0_{i} + {c} >= 0 and c0_{i} + {c} < length"
+            if self.spec.has_keep:
+                ok = f"{ok} and keep[row, c0_{i} + {c}] != 0"
+            out.append(Assign(f"ok_{i}_{c}", ok))
+        for i_c in range(v):
+            acc = self.element_access(i, i_c)
+            for sym, expr in self.f.prologue.steps:
+                pre, text = print_expr(expr, acc, self.consts, None, self.counter, tree=True)
+                out += pre + [Assign(f"e_{sym.name}_{i}_{i_c}", text)]
+        return out
+
+    def segment_state(self) -> list:
+        """The registers' state in ``o_*`` by the non-incremental form, guarded at unreachable identities."""
+        out = []
+        for st in self.states.values():
+            out += st.init("o")
+        for r in self.c.reductions:
+            body = self.f.bodies[r.name]
+            if r.name in self.f.degenerate:
+                cond = self.f.degenerate[r.name].xreplace(
+                    {sp.Symbol(f"{d}_a", extended_real=True): sp.Symbol(d, extended_real=True) for d in self.states})
+                if cond != sp.false:
+                    body = sp.Piecewise((self.f.identity[r.name], cond), (body, True))
+            for i in range(self.tile):
+                for c in range(self.vec):
+                    acc = self.element_access(i, c)
+                    fold = self.states[r.name].fold("o", r.monoid, body, acc, self.consts, self.counter, f"(c0_{i} + {c})")
+                    out.append(If(f"ok_{i}_{c}", tuple(fold)))
+        return out
+
+    def merge(self) -> list:
+        """``s ← merge(s, o)`` by the derived merge program."""
+        acc = bind_program(self.lay.base_access(), self.f.merge, self.states, {"a": "s", "b": "o"})
+        if self.spec.fast_exp:
+            acc.exp = "fast_exp"
+        return merge_stmts(self.f.merge, acc, self.consts, self.states, self.counter)
+
+    def butterfly(self, width: int) -> list:
+        out = []
+        off = width // 2
+        while off >= 1:
+            for st in self.states.values():
+                out += st.shuffle("s", "o", str(off))
+            out += self.merge()
+            off //= 2
+        return out
+
+    def group_merge(self) -> list:
+        """Every thread of the group ends with the row's state in ``s_*``."""
+        g = self.group
+        out = self.butterfly(min(g, 32))
+        if g <= 32:
+            return out
+        per_group, warps = g // 32, self.spec.threads // 32
+        park, fetch = [], []
+        for st in self.states.values():
+            out += st.shared("sh", str(warps))
+            park += st.park("s", "sh", "warp")
+            fetch += st.fetch("sh", f"grp * {per_group} + lane % {per_group}", "s")
+        # every aligned run of ``per_group`` lanes holds the group's warps' states: a butterfly over it
+        return out + [If("lane == 0", tuple(park)), Barrier(), *fetch] + self.butterfly(per_group)
+
+    def passes(self, body_of_chunks) -> list:
+        """``body_of_chunks`` over this thread's chunks: once when resident, else a loop of passes."""
+        step = self.group * self.tile
+        if self.spec.resident:
+            return body_of_chunks("gt")
+        return [For("base", "0", "nch", tuple(body_of_chunks("base + gt")), str(step))]
+
+    def chunks(self, first: str) -> list:
+        out = []
+        for i in range(self.tile):
+            out += self.load_chunk(i, f"{first} + {self.group * i}")
+        return out
+
+    # -- outputs ---------------------------------------------------------------------------------------
+    def final_access(self):
+        acc = bind_program(self.lay.base_access(), self.f.finalize, self.states, {"": "s"})
+        if self.spec.fast_exp:
+            acc.exp = "fast_exp"
+        return acc
+
+    def row_outputs(self) -> list:
+        acc = self.final_access()
+        sizes, lead, vector = self.c.sizes, [], []
+        for sym, expr in self.f.finalize.steps:
+            if sym.name in self.varying:
+                continue
+            if sizes[sym.name] is None:
+                pre, text = print_expr(expr, acc, self.consts, None, self.counter, tree=True)
+                lead += pre + [Assign(f"out_{sym.name}[row]", text)]
+            else:
+                pre, text = print_expr(expr, acc, self.consts, "j", self.counter, tree=True)
+                vector += pre + [For("j", "gt", self.lay.size_const(sizes[sym.name]),
+                                     (Assign(f"out_{sym.name}[row, j]", text),), str(self.group))]
+        for r, st in self.states.items():
+            if hasattr(st, "index"):
+                vector.append(For("j", "gt", st.size, (Assign(f"out_{r}_index[row, j]", f"{st.index('s')}[j]"),),
+                                  str(self.group)))
+        return [If("live and gt == 0", tuple(lead))] * bool(lead) + ([If("live", tuple(vector))] if vector else [])
+
+    def element_outputs(self) -> tuple[list, list]:
+        """(row-invariant temporaries computed once, the per-chunk stores)."""
+        acc = self.final_access()
+        hoisted, exprs = self._hoist([(s, e) for s, e in self.f.finalize.steps if s.name in self.varying], acc)
+        stores = []
+        for i in range(self.tile):
+            wide, narrow = [], []
+            for sym, expr in exprs:
+                dtype = self.out_dtypes.get(sym.name, "float32")
+                if dtype == "e4m3" and isinstance(expr, RoundE4M3):
+                    expr = expr.args[0]  # the byte conversion rounds (to nearest even, saturating)
+                values = []
+                for c in range(self.vec):
+                    pre, text = print_expr(expr, self.element_access(i, c, "s"), self.consts, None, self.counter, tree=True)
+                    wide += pre + [Assign(f"y_{sym.name}_{c}", text)]
+                    narrow.append(If(f"c0_{i} + {c} >= 0 and c0_{i} + {c} < length",
+                                     tuple(pre + [Store(f"out_{sym.name}", "row", f"c0_{i} + {c}", (text,), dtype)])))
+                    values.append(f"y_{sym.name}_{c}")
+                width = WIDE_STORES.get((dtype, self.vec), 1)
+                wide += [Store(f"out_{sym.name}", "row", f"c0_{i} + {k}", tuple(values[k:k + width]), dtype)
+                         for k in range(0, self.vec, width)]
+            stores.append(If(f"full_{i}", tuple(wide), tuple(narrow)))
+        return hoisted, stores
+
+    def _hoist(self, steps, acc):
+        """Subexpressions of the per-element outputs that do not vary along the row, computed once."""
+        element = set(self.scalars) | {s.name for s in self.f.prologue.results} | {"pos", "element.index"}
+        found: dict = {}
+
+        def visit(e):
+            names = {s.name for s in e.free_symbols}
+            if e.args and not names & element and names and not e.is_Symbol:
+                if e not in found:
+                    found[e] = sp.Symbol(f"h{len(found)}", real=True)
+                return found[e]
+            return e.func(*[visit(a) for a in e.args]) if e.args else e
+
+        out = [(sym, visit(expr)) for sym, expr in steps]
+        hoisted = []
+        for value, name in found.items():
+            pre, text = print_expr(value, acc, self.consts, None, self.counter, tree=True)
+            hoisted += pre + [Assign(f"r_{name.name}", text)]
+            self.hoisted[name.name] = f"r_{name.name}"
+        return hoisted, out
+
+    # -- the kernel ----------------------------------------------------------------------------------
+    def body(self) -> list:
+        out = self.setup()
+        for st in self.states.values():
+            out += st.declare("s") + st.declare("o")
+        for st in self.states.values():
+            out += st.init("s")
+        # resident: the one segment's state is the row's (no merge with the empty running state)
+        fold = (lambda: self.copy_state("o", "s")) if self.spec.resident else self.merge
+        out += self.passes(lambda first: self.chunks(first) + self.segment_state() + fold())
+        out += self.group_merge()
+        out += self.row_outputs()
+        if self.varying:
+            hoisted, stores = self.element_outputs()
+            out += hoisted
+            if self.spec.resident:
+                out += [If("live", tuple(stores))]
+            else:
+                out += [If("live", tuple(self.passes(lambda first: self.chunks(first) + stores)))]
+        return out
+
+    def copy_state(self, src: str, dst: str) -> list:
+        return [stmt for st in self.states.values() for stmt in st.copy(src, dst)]
+
+
+# -- signature, launch policy, registration ------------------------------------------------------------
+def _args(fused) -> tuple:
+    c = fused.cascade
+    names = [s.name for s in c.inputs] + [f"rep_{s.name}" for s in c.inputs] + [p.name for p in c.params] + ["keep"]
+    names += [f"out_{o.name}" for o in c.outputs]
+    names += [f"out_{r.name}_index" for r in c.reductions if r.monoid.k is not None]
+    return tuple(names + ["rows", "length"])
+
+
+def _outputs(fused, k: RowsKernel) -> tuple:
+    c, varying = fused.cascade, set(fused.per_element_outputs)
+    specs = [(o.name, "element" if o.name in varying else "row",
+              None if c.sizes[o.name] is None else k.lay.size_const(c.sizes[o.name])) for o in c.outputs]
+    return tuple(specs + [(f"{r}.index", "index", st.size) for r, st in k.states.items() if hasattr(st, "index")])
+
+
+def build(fused: FusedCascade, spec: Spec, target: str):
+    from ..module import assemble
+
+    if target == "cpu":
+        raise RedalgebraError("the rows strategy is CUDA-only (a group of threads per row)")
+    k = RowsKernel(fused, spec)
+    tree = k.body()
+    return assemble(fused, spec, target, "rows", [("kernel", _args(fused), "rows", tree)], k.consts,
+                    k.lay.constants, _outputs(fused, k), {n: d for n, d in spec.out_dtypes if d != "float32"})
+
+
+def out_dtypes(fused: FusedCascade, dtypes: dict, want: str | None) -> tuple:
+    """Per-element outputs in the first input's dtype (``e4m3`` bytes for ``fp8(…)``), or ``want`` for all."""
+    first = dtypes.get(fused.cascade.inputs[0].name, "float32")
+    out = []
+    for sym, expr in fused.finalize.steps:
+        if sym.name in fused.per_element_outputs:
+            out.append((sym.name, want or ("e4m3" if isinstance(expr, RoundE4M3) else first)))
+    return tuple(out)
+
+
+def _pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def configure(fused: FusedCascade, p) -> dict:
+    """Group, block, chunks per thread and load width from the shape: the row in registers when it fits."""
+    require_scalar_elements(fused, "rows")
+    dtypes = dict(p.dtypes)
+    first = dtypes.get(fused.cascade.inputs[0].name, "float32")
+    wide = p.vec_ok and (p.pitch_ok or p.same_frame)
+    vec = VEC[first] if wide else 1
+    chunks = -(-p.length // vec) + (1 if wide and not p.pitch_ok else 0)
+    heavy = any(r.monoid.k is not None or fused.cascade.sizes[r.name] is not None for r in fused.cascade.reductions)
+    most = max(1, (16 if heavy else 32) // vec)            # chunks per thread that stay in registers
+    cap = 32 if p.option("simulator") else 1024  # the simulator runs a thread per OS thread
+    group = p.option("group") or min(cap, max(1 if heavy else 4, _pow2(-(-chunks // most))))
+    tile = p.option("tile") or min(most, _pow2(-(-chunks // group)))
+    threads = p.option("threads") or max(group, 64 if p.option("simulator") else 128 if heavy else 256)
+    if threads % group:
+        raise RedalgebraError(f"rows: {threads} threads per block do not hold whole groups of {group}")
+    return dict(threads=threads, group=group, tile=tile, vec=vec, shifted=wide and not p.pitch_ok,
+                resident=chunks <= group * tile, fast_exp=p.option("fast_exp", False),
+                out_dtypes=out_dtypes(fused, dtypes, p.option("out_dtype")))
+
+
+def grid(rows: int, spec: Spec, named) -> dict:
+    per = spec.threads // (spec.group or spec.threads)
+    return {"rows": (-(-rows // per), spec.threads)}
+
+
+register(Strategy("rows", "cuda", "a group of threads per row, the row in registers, 128-bit loads and stores, "
+                  "outputs in the input's dtype", build, configure, grid, writes_dtype=True))

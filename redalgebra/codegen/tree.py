@@ -1,0 +1,260 @@
+"""Kernels as statement trees, printed by one printer per back end.
+
+A kernel body is a tuple of small frozen statements — assignments, declarations, loops, branches,
+loads and stores of a stated width, shuffles, barriers, calls — built by a strategy from the
+derived programs (SymPy's ``codegen.ast`` is the model). Expressions inside statements are text
+already printed by :mod:`.printer`; the *structure* (which loop, which load width, which shuffle)
+is data, so a back end changes how a statement is spelled, never what the kernel does.
+
+Printers:
+
+* :class:`CudaPrinter` — Numba CUDA. Wide loads and stores become calls of the intrinsics of
+  ``redalgebra.runtime.intrinsics`` (one 128-bit instruction each); shuffles are ``cuda.shfl_*``.
+* :class:`SimPrinter` — the CUDA simulator, which has no warp operations: a shuffle becomes an
+  exchange through a shared-memory array and two barriers (every thread of the block reaches each
+  shuffle, which the tree's strategies guarantee); the intrinsics have Python stand-ins there.
+* :class:`CpuPrinter` — Numba CPU (``njit``): no threads, so no shuffles or barriers may appear.
+
+Unrolling is the builder's job (a Python loop that emits one statement per register), never a
+text substitution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import RedalgebraError
+
+FULL_MASK = "0xFFFFFFFF"
+
+
+# -- statements -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Assign:
+    """``target = value``; ``op`` makes it an augmented assignment (``+=``)."""
+
+    target: str
+    value: str
+    op: str = ""
+
+
+@dataclass(frozen=True)
+class Local:
+    """A per-thread array of ``length`` elements (registers when indexed only by constants)."""
+
+    name: str
+    length: str
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A block-wide shared array of the given shape (a tuple of size expressions)."""
+
+    name: str
+    shape: tuple
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class For:
+    """``for var in range(start, stop, step)`` with a body of statements."""
+
+    var: str
+    start: str
+    stop: str
+    body: tuple
+    step: str = "1"
+
+
+@dataclass(frozen=True)
+class While:
+    cond: str
+    body: tuple
+
+
+@dataclass(frozen=True)
+class If:
+    cond: str
+    body: tuple
+    orelse: tuple = ()
+
+
+@dataclass(frozen=True)
+class Load:
+    """``targets = array[index, col : col + width]`` in one instruction of ``width`` elements.
+
+    ``dtype`` is the stored type (``float32``, ``bfloat16``, ``float16``); the targets receive
+    float32. Width 1 is a plain (widened) scalar load.
+    """
+
+    targets: tuple
+    array: str
+    row: str
+    col: str
+    dtype: str = "float32"
+
+    @property
+    def width(self) -> int:
+        return len(self.targets)
+
+
+@dataclass(frozen=True)
+class Store:
+    """``array[row, col : col + width] = values`` in one instruction, narrowed to ``dtype``
+    (``float32``, ``bfloat16``, ``float16``, ``e4m3`` bytes)."""
+
+    array: str
+    row: str
+    col: str
+    values: tuple
+    dtype: str = "float32"
+
+    @property
+    def width(self) -> int:
+        return len(self.values)
+
+
+@dataclass(frozen=True)
+class Shuffle:
+    """``target = value`` read from lane ``lane ^ offset`` (``xor``) of the warp, for float32 or int32."""
+
+    target: str
+    value: str
+    offset: str
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """Every thread of the block waits here."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """A statement that is a call (a device helper that updates arrays in place)."""
+
+    fn: str
+    args: tuple
+
+
+@dataclass(frozen=True)
+class Comment:
+    text: str
+
+
+Stmt = Assign | Local | Shared | For | While | If | Load | Store | Shuffle | Barrier | Call | Comment
+
+_WIDE = {("float32", 4): "ld_f32x4", ("bfloat16", 8): "ld_b16x8", ("float16", 8): "ld_h16x8"}
+_WIDE_STORE = {("float32", 4): "st_f32x4", ("bfloat16", 8): "st_b16x8", ("float16", 8): "st_h16x8",
+               ("e4m3", 4): "st_e4m3x4"}
+_SCALAR_LOAD = {"float32": "float32({a}[{r}, {c}])", "float16": "float32({a}[{r}, {c}])",
+                "bfloat16": "ld_b16({a}, {r}, {c})"}
+_SCALAR_STORE = {"float32": "{a}[{r}, {c}] = {v}", "float16": "st_h16({a}, {r}, {c}, {v})",
+                 "bfloat16": "st_b16({a}, {r}, {c}, {v})", "e4m3": "{a}[{r}, {c}] = e4m3({v})"}
+#: Intrinsics a printed tree may call (imported by the generated module on the CUDA back ends).
+INTRINSICS = ("ld_f32x4", "ld_b16x8", "ld_h16x8", "st_f32x4", "st_b16x8", "st_h16x8", "st_e4m3x4", "ld_b16",
+              "st_b16", "st_h16", "e4m3", "fast_exp")
+
+
+class TreePrinter:
+    """Prints statements as indented Numba Python; subclasses spell what differs per back end."""
+
+    indent = "    "
+
+    def lines(self, stmts) -> list[str]:
+        out: list[str] = []
+        for s in stmts:
+            out += getattr(self, "_print_" + type(s).__name__)(s)
+        return out
+
+    def block(self, stmts) -> list[str]:
+        body = self.lines(stmts)
+        return [self.indent + ln for ln in body] if body else [self.indent + "pass"]
+
+    # -- structure --------------------------------------------------------------------------------
+    def _print_Assign(self, s: Assign):
+        return [f"{s.target} {s.op}= {s.value}"]
+
+    def _print_Comment(self, s: Comment):
+        return [f"# {s.text}"]
+
+    def _print_For(self, s: For):
+        rng = s.stop if (s.start, s.step) == ("0", "1") else f"{s.start}, {s.stop}" + (f", {s.step}" if s.step != "1" else "")
+        return [f"for {s.var} in range({rng}):"] + self.block(s.body)
+
+    def _print_While(self, s: While):
+        return [f"while {s.cond}:"] + self.block(s.body)
+
+    def _print_If(self, s: If):
+        out = [f"if {s.cond}:"] + self.block(s.body)
+        return out + (["else:"] + self.block(s.orelse) if s.orelse else [])
+
+    def _print_Call(self, s: Call):
+        return [f"{s.fn}({', '.join(s.args)})"]
+
+    # -- memory -----------------------------------------------------------------------------------
+    def _print_Load(self, s: Load):
+        if s.width == 1:
+            return [f"{s.targets[0]} = " + _SCALAR_LOAD[s.dtype].format(a=s.array, r=s.row, c=s.col)]
+        fn = _WIDE.get((s.dtype, s.width))
+        if fn is None:
+            raise RedalgebraError(f"no {s.width}-wide load of {s.dtype}")
+        return [f"{', '.join(s.targets)} = {fn}({s.array}, {s.row}, {s.col})"]
+
+    def _print_Store(self, s: Store):
+        if s.width == 1:
+            return [_SCALAR_STORE[s.dtype].format(a=s.array, r=s.row, c=s.col, v=s.values[0])]
+        fn = _WIDE_STORE.get((s.dtype, s.width))
+        if fn is None:
+            raise RedalgebraError(f"no {s.width}-wide store of {s.dtype}")
+        return [f"{fn}({s.array}, {s.row}, {s.col}, {', '.join(s.values)})"]
+
+    def _print_Local(self, s: Local):
+        return [f"{s.name} = cuda.local.array({s.length}, {s.dtype})"]
+
+    def _print_Shared(self, s: Shared):
+        shape = s.shape[0] if len(s.shape) == 1 else "(" + ", ".join(s.shape) + ")"
+        return [f"{s.name} = cuda.shared.array({shape}, {s.dtype})"]
+
+    def _print_Barrier(self, s: Barrier):
+        return ["cuda.syncthreads()"]
+
+    def _print_Shuffle(self, s: Shuffle):
+        return [f"{s.target} = cuda.shfl_xor_sync({FULL_MASK}, {s.value}, {s.offset})"]
+
+
+class CudaPrinter(TreePrinter):
+    """Numba CUDA on a real GPU (or its PTX compiler)."""
+
+
+class SimPrinter(TreePrinter):
+    """The CUDA simulator: shuffles exchange through ``shfl_f``/``shfl_i`` (one slot per thread)."""
+
+    def _print_Shuffle(self, s: Shuffle):
+        box = "shfl_i" if s.dtype == "int32" else "shfl_f"
+        return [f"{box}[tid] = {s.value}", "cuda.syncthreads()", f"{s.target} = {box}[tid ^ ({s.offset})]",
+                "cuda.syncthreads()"]
+
+
+class CpuPrinter(TreePrinter):
+    """Numba CPU: one thread per row, plain arrays, no warp or block operations."""
+
+    def _print_Local(self, s: Local):
+        return [f"{s.name} = np.empty({s.length}, np.{s.dtype})"]
+
+    def _refuse(self, s):
+        raise RedalgebraError(f"the CPU back end has no {type(s).__name__.lower()}s; this kernel is CUDA-only")
+
+    _print_Shared = _print_Barrier = _print_Shuffle = _refuse
+
+
+PRINTERS = {"cuda": CudaPrinter, "cudasim": SimPrinter, "cpu": CpuPrinter}
+
+
+def walk(stmts):
+    """Every statement of a tree, depth first."""
+    for s in stmts:
+        yield s
+        for child in ("body", "orelse"):
+            yield from walk(getattr(s, child, ()))

@@ -1,0 +1,445 @@
+"""Hardware intrinsics for generated CUDA kernels: the one module holding llvmlite IR and inline PTX.
+
+Owns the memory and conversion instructions that Numba CUDA does not expose: 128-bit global loads
+and stores (``ld.global[.nc].v4``, ``st.global.v4``), bfloat16 and float16 packing with
+round-to-nearest-even (``cvt.rn.bf16x2.f32``, ``cvt.rn.f16x2.f32``), FP8 e4m3 rounding
+(``cvt.rn.satfinite.e4m3x2.f32``, sm_89 and later) and ``ex2.approx.ftz.f32``. Each is a
+``numba.cuda`` intrinsic: its IR is emitted into the calling kernel, so it is always inlined and
+never a ``call``. Generated kernels import them by name.
+
+Arrays are 2-D, C-contiguous and in global memory (kernel arguments); an access names an element by
+``(row, col)``. **Alignment contract** (the caller's job; nothing is checked on the GPU, where a
+misaligned vector access faults): a vector of ``n`` bytes (16 for ``*x4``/``*x8``, 4 for
+``st_e4m3x4``, 2 for the 16-bit scalars) starts at an address that is a multiple of ``n``, i.e. the
+base pointer is ``n``-aligned (device allocations are 256-byte aligned), the row pitch is a multiple
+of ``n`` bytes and ``col`` is a multiple of ``n / itemsize``. Rows shorter than that fall back to
+scalar accesses for their tail.
+
+Bit conventions: bfloat16 is stored as its 16-bit pattern in ``uint16`` (or ``int16``) arrays; a
+float32 rounds to bfloat16/float16/e4m3 to nearest, ties to even; every NaN becomes the canonical
+NaN of the format (``0x7FFF`` for bfloat16 and float16, ``0x7F`` for e4m3); e4m3 saturates to
+±448. ``cvt.rn.*x2.f32 d, a, b`` puts ``a`` in the upper half, so the pairs are passed high first.
+
+Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` when numba is imported) the same names are
+plain Python functions with the same semantics, bit for bit for loads, stores and roundings
+(``ex2`` uses NumPy's float32 ``exp2`` and flushes subnormal results, as ``.ftz`` does); they also
+check the alignment contract and the bounds, which the GPU does not. The host-side rounding functions
+``bf16_bits``, ``f16_bits`` and ``e4m3_bits`` (NumPy, vectorized) are the simulator's and the
+tests' reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import config, types
+
+__all__ = ["LOG2E", "bf16_bits", "e4m3", "e4m3_bits", "ex2", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
+           "ld_f32x4", "ld_f32x4_nc", "ld_h16x8", "st_b16", "st_b16x8", "st_e4m3x4", "st_f32x4", "st_h16",
+           "st_h16x8"]
+
+SIMULATOR = bool(config.ENABLE_CUDASIM)
+LOG2E = np.float32(1.4426950408889634)
+_FLT_MIN = np.float32(2.0 ** -126)
+_E4M3_MAX = 448.0
+_B16_TYPES = (types.uint16, types.int16)  # bfloat16 patterns
+
+
+# --------------------------------------------------------------------------------------------------
+# Host rounding (NumPy): the reference of the simulator's stand-ins and of the tests
+# --------------------------------------------------------------------------------------------------
+def bf16_bits(x) -> np.ndarray:
+    """Round float32 values to bfloat16 bit patterns, to nearest, ties to even.
+
+    Parameters
+    ----------
+    x : array_like
+        Values, converted to float32 first.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``uint16`` patterns; overflow gives ±inf and every NaN gives ``0x7FFF``.
+    """
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return np.where((u & 0x7FFFFFFF) > 0x7F800000, 0x7FFF, rounded).astype(np.uint16)
+
+
+def f16_bits(x) -> np.ndarray:
+    """Round float32 values to float16 bit patterns, to nearest, ties to even (NaN gives ``0x7FFF``)."""
+    f = np.asarray(x, np.float32)
+    with np.errstate(over="ignore"):
+        bits = f.astype(np.float16).view(np.uint16)
+    return np.where(np.isnan(f), np.uint16(0x7FFF), bits).astype(np.uint16)
+
+
+def e4m3_bits(x) -> np.ndarray:
+    """Round float32 values to FP8 e4m3 bytes: to nearest, ties to even, saturating at ±448.
+
+    Parameters
+    ----------
+    x : array_like
+        Values, converted to float32 first.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``uint8`` codes ``s eeee mmm``; zero keeps its sign and every NaN gives ``0x7F``.
+    """
+    f = np.asarray(x, np.float32)
+    sign = ((f.view(np.uint32) >> 31) << 7).astype(np.uint8)
+    mag = np.minimum(np.abs(f).astype(np.float64), _E4M3_MAX)
+    mag = np.where(np.isnan(mag), 0.0, mag)
+    exponent = np.where(mag > 0, np.frexp(mag)[1] - 1, -6).clip(-6, 8)  # 2^exponent <= mag, subnormals at -6
+    steps = np.rint(np.ldexp(mag, 3 - exponent))  # mag in units of the quantum 2^(exponent-3), ties to even
+    code = (8 * (exponent + 6) + steps).astype(np.uint8)  # codes are monotonic: a carry moves to the exponent
+    return np.where(np.isnan(f), np.uint8(0x7F), sign | code).astype(np.uint8)
+
+
+# --------------------------------------------------------------------------------------------------
+# Simulator stand-ins (plain Python, same semantics)
+# --------------------------------------------------------------------------------------------------
+def _span(a, row, col, n, kinds):
+    """The ``n`` elements ``a[row, col:col+n]`` as a NumPy view, checking what the GPU does not."""
+    ary = getattr(a, "_ary", a)  # a simulator device array wraps a NumPy array
+    if ary.ndim != 2 or not ary.flags.c_contiguous or ary.dtype.name not in kinds:
+        raise TypeError(f"need a 2-D C-contiguous array of {'/'.join(kinds)}, got {ary.dtype} {ary.shape}")
+    if not (0 <= row < ary.shape[0] and 0 <= col and col + n <= ary.shape[1]):
+        raise IndexError(f"[{row}, {col}:{col + n}] is outside an array of shape {ary.shape}")
+    size = n * ary.itemsize
+    if (ary.ctypes.data + (row * ary.shape[1] + col) * ary.itemsize) % size:
+        raise ValueError(f"misaligned {8 * size}-bit access at [{row}, {col}]")
+    return ary[row, col:col + n]
+
+
+_F32, _B16, _F16, _U8 = ("float32",), ("uint16", "int16"), ("float16",), ("uint8", "int8")  # for the stand-ins
+
+
+def _sim_ld_f32x4(a, row, col):
+    return tuple(_span(a, row, col, 4, _F32))
+
+
+def _sim_ld_b16x8(a, row, col):
+    return tuple((_span(a, row, col, 8, _B16).view(np.uint16).astype(np.uint32) << 16).view(np.float32))
+
+
+def _sim_ld_h16x8(a, row, col):
+    return tuple(_span(a, row, col, 8, _F16).astype(np.float32))
+
+
+def _sim_st_f32x4(a, row, col, v0, v1, v2, v3):
+    _span(a, row, col, 4, _F32)[:] = np.array([v0, v1, v2, v3], np.float32)
+
+
+def _sim_st_b16x8(a, row, col, v0, v1, v2, v3, v4, v5, v6, v7):
+    out = _span(a, row, col, 8, _B16)
+    out[:] = bf16_bits(np.array([v0, v1, v2, v3, v4, v5, v6, v7], np.float32)).view(out.dtype)
+
+
+def _sim_st_h16x8(a, row, col, v0, v1, v2, v3, v4, v5, v6, v7):
+    _span(a, row, col, 8, _F16)[:] = f16_bits(np.array([v0, v1, v2, v3, v4, v5, v6, v7], np.float32)).view(np.float16)
+
+
+def _sim_ld_b16(a, row, col):
+    return (_span(a, row, col, 1, _B16).view(np.uint16).astype(np.uint32) << 16).view(np.float32)[0]
+
+
+def _sim_st_b16(a, row, col, v):
+    out = _span(a, row, col, 1, _B16)
+    out[:] = bf16_bits(np.float32(v)).view(out.dtype)
+
+
+def _sim_st_h16(a, row, col, v):
+    _span(a, row, col, 1, _F16)[:] = f16_bits(np.float32(v)).view(np.float16)
+
+
+def _sim_ex2(x):
+    x = np.float32(x)
+    if abs(x) < _FLT_MIN:  # .ftz: a subnormal argument is zero, a subnormal result is zero
+        x = np.float32(0)
+    with np.errstate(over="ignore", under="ignore"):
+        r = np.exp2(x)
+    return np.float32(0) if r < _FLT_MIN else r
+
+
+def _sim_fast_exp(x):
+    return _sim_ex2(np.float32(x) * LOG2E)
+
+
+def _sim_e4m3(x):
+    return e4m3_bits(np.float32(x))[()]
+
+
+def _sim_st_e4m3x4(a, row, col, v0, v1, v2, v3):
+    out = _span(a, row, col, 4, _U8)
+    out[:] = e4m3_bits(np.array([v0, v1, v2, v3], np.float32)).view(out.dtype)
+
+
+def _sim_ld_f32x4_nc(a, row, col):
+    return _sim_ld_f32x4(a, row, col)
+
+
+# --------------------------------------------------------------------------------------------------
+# CUDA: llvmlite IR and inline PTX
+# --------------------------------------------------------------------------------------------------
+if not SIMULATOR:
+    try:  # numba-cuda's own extension API (its typing is separate from numba's)
+        from numba.cuda.core.errors import TypingError
+        from numba.cuda.extending import intrinsic
+    except ImportError:  # pragma: no cover - older numba-cuda
+        from numba.core.errors import TypingError
+        from numba.core.extending import intrinsic
+
+
+def _device(stand_in):
+    """Decorator: the typer becomes an intrinsic named like it; under the simulator, ``stand_in``."""
+    def decorate(typer):
+        if SIMULATOR:
+            stand_in.__name__, stand_in.__qualname__, stand_in.__doc__ = typer.__name__, typer.__name__, typer.__doc__
+            return stand_in
+        return intrinsic(typer)
+    return decorate
+
+
+def _check(name, array, dtypes, *indices):
+    """Reject a call whose array is not 2-D C-contiguous of ``dtypes`` or whose indices are not integers."""
+    if not (isinstance(array, types.Array) and array.ndim == 2 and array.layout == "C" and array.dtype in dtypes):
+        raise TypingError(f"{name}: needs a 2-D C-contiguous array of {'/'.join(map(str, dtypes))}, got {array}")
+    if not all(isinstance(i, types.Integer) for i in indices):
+        raise TypingError(f"{name}: row and column must be integers, got {indices}")
+
+
+def _pointer(context, builder, sig, args, element):
+    """``&a[row, col]`` in the global address space, as a pointer to ``element`` (a vector or a scalar)."""
+    aty, rty, cty = sig.args[:3]
+    ary = context.make_array(aty)(context, builder, args[0])
+    row = context.cast(builder, args[1], rty, types.intp)
+    col = context.cast(builder, args[2], cty, types.intp)
+    flat = builder.add(builder.mul(row, builder.extract_value(ary.shape, 1)), col)
+    p = builder.gep(ary.data, [flat], inbounds=True)
+    return builder.addrspacecast(builder.bitcast(p, element.as_pointer()), element.as_pointer(1))
+
+
+def _asm(builder, result, text, constraints, operands):
+    """One inline PTX instruction without side effects (its only effect is its result)."""
+    fnty = ir.FunctionType(result, [o.type for o in operands])
+    return builder.call(ir.InlineAsm(fnty, text, constraints), operands)
+
+
+def _vector(builder, values):
+    """An LLVM vector of ``values`` (all of one type)."""
+    v = ir.Constant(ir.VectorType(values[0].type, len(values)), ir.Undefined)
+    for k, x in enumerate(values):
+        v = builder.insert_element(v, x, ir.IntType(32)(k))
+    return v
+
+
+def _elements(builder, vector):
+    return [builder.extract_element(vector, ir.IntType(32)(k)) for k in range(vector.type.count)]
+
+
+def _load(builder, pointer, align):
+    return builder.load(pointer, align=align)
+
+
+def _bf16_pair(builder, word):
+    """The two bfloat16 of a 32-bit word as float32: the low half (lower address) first."""
+    f32, i32 = ir.FloatType(), ir.IntType(32)
+    return [builder.bitcast(builder.shl(word, i32(16)), f32), builder.bitcast(builder.and_(word, i32(0xFFFF0000)), f32)]
+
+
+def _pack(builder, kind, lo, hi):
+    """Two float32 rounded to nearest even into one 32-bit word of ``kind`` (``bf16`` or ``f16``), ``lo`` low."""
+    return _asm(builder, ir.IntType(32), f"cvt.rn.{kind}x2.f32 $0, $1, $2;", "=r,f,f", [hi, lo])
+
+
+def _e4m3_pair(builder, lo, hi):
+    """Two float32 as e4m3 bytes in a 16-bit word, ``lo`` in the low byte."""
+    return _asm(builder, ir.IntType(16), "cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;", "=h,f,f", [hi, lo])
+
+
+def _ex2(builder, x):
+    return _asm(builder, ir.FloatType(), "ex2.approx.ftz.f32 $0, $1;", "=f,f", [x])
+
+
+def _store_sig(name, a, dtypes, row, col, count):
+    _check(name, a, dtypes, row, col)
+    return types.void(a, row, col, *([types.float32] * count))
+
+
+@_device(_sim_ld_f32x4)
+def ld_f32x4(typingctx, a, row, col):
+    """``a[row, col:col+4]`` of a float32 array with one 128-bit load (``ld.global.v4.f32``)."""
+    _check("ld_f32x4", a, (types.float32,), row, col)
+
+    def codegen(context, builder, sig, args):
+        v = _load(builder, _pointer(context, builder, sig, args, ir.VectorType(ir.FloatType(), 4)), 16)
+        return context.make_tuple(builder, sig.return_type, _elements(builder, v))
+    return types.UniTuple(types.float32, 4)(a, row, col), codegen
+
+
+@_device(_sim_ld_f32x4_nc)
+def ld_f32x4_nc(typingctx, a, row, col):
+    """``ld_f32x4`` through the read-only, non-coherent cache (``ld.global.nc.v4.f32``): ``a`` must not be
+    written during the kernel."""
+    _check("ld_f32x4_nc", a, (types.float32,), row, col)
+
+    def codegen(context, builder, sig, args):
+        v = _load(builder, _pointer(context, builder, sig, args, ir.VectorType(ir.FloatType(), 4)), 16)
+        v.set_metadata("invariant.load", builder.module.add_metadata([]))
+        return context.make_tuple(builder, sig.return_type, _elements(builder, v))
+    return types.UniTuple(types.float32, 4)(a, row, col), codegen
+
+
+@_device(_sim_ld_b16x8)
+def ld_b16x8(typingctx, a, row, col):
+    """Eight bfloat16 patterns ``a[row, col:col+8]`` (uint16/int16) with one 128-bit load, as float32."""
+    _check("ld_b16x8", a, _B16_TYPES, row, col)
+
+    def codegen(context, builder, sig, args):
+        words = _load(builder, _pointer(context, builder, sig, args, ir.VectorType(ir.IntType(32), 4)), 16)
+        values = [f for w in _elements(builder, words) for f in _bf16_pair(builder, w)]
+        return context.make_tuple(builder, sig.return_type, values)
+    return types.UniTuple(types.float32, 8)(a, row, col), codegen
+
+
+@_device(_sim_ld_h16x8)
+def ld_h16x8(typingctx, a, row, col):
+    """Eight float16 ``a[row, col:col+8]`` with one 128-bit load, widened exactly to float32."""
+    _check("ld_h16x8", a, (types.float16,), row, col)
+
+    def codegen(context, builder, sig, args):
+        words = _load(builder, _pointer(context, builder, sig, args, ir.VectorType(ir.IntType(32), 4)), 16)
+        halves = _elements(builder, builder.bitcast(words, ir.VectorType(ir.HalfType(), 8)))
+        values = [builder.fpext(h, ir.FloatType()) for h in halves]
+        return context.make_tuple(builder, sig.return_type, values)
+    return types.UniTuple(types.float32, 8)(a, row, col), codegen
+
+
+@_device(_sim_st_f32x4)
+def st_f32x4(typingctx, a, row, col, v0, v1, v2, v3):
+    """Store four float32 at ``a[row, col:col+4]`` with one 128-bit store (``st.global.v4.f32``)."""
+    sig = _store_sig("st_f32x4", a, (types.float32,), row, col, 4)
+
+    def codegen(context, builder, sig, args):
+        p = _pointer(context, builder, sig, args, ir.VectorType(ir.FloatType(), 4))
+        builder.store(_vector(builder, list(args[3:])), p, align=16)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@_device(_sim_st_b16x8)
+def st_b16x8(typingctx, a, row, col, v0, v1, v2, v3, v4, v5, v6, v7):
+    """Round eight float32 to bfloat16 (``cvt.rn.bf16x2.f32``) and store the patterns at
+    ``a[row, col:col+8]`` (uint16/int16) with one 128-bit store."""
+    sig = _store_sig("st_b16x8", a, _B16_TYPES, row, col, 8)
+
+    def codegen(context, builder, sig, args):
+        v = args[3:]
+        words = [_pack(builder, "bf16", v[k], v[k + 1]) for k in range(0, 8, 2)]
+        builder.store(_vector(builder, words), _pointer(context, builder, sig, args, ir.VectorType(ir.IntType(32), 4)),
+                      align=16)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@_device(_sim_st_h16x8)
+def st_h16x8(typingctx, a, row, col, v0, v1, v2, v3, v4, v5, v6, v7):
+    """Round eight float32 to float16 (``cvt.rn.f16x2.f32``) and store them at ``a[row, col:col+8]`` with
+    one 128-bit store."""
+    sig = _store_sig("st_h16x8", a, (types.float16,), row, col, 8)
+
+    def codegen(context, builder, sig, args):
+        v = args[3:]
+        words = [_pack(builder, "f16", v[k], v[k + 1]) for k in range(0, 8, 2)]
+        builder.store(_vector(builder, words), _pointer(context, builder, sig, args, ir.VectorType(ir.IntType(32), 4)),
+                      align=16)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@_device(_sim_ld_b16)
+def ld_b16(typingctx, a, row, col):
+    """The bfloat16 pattern ``a[row, col]`` (uint16/int16) as float32 (a 16-bit shift, exact)."""
+    _check("ld_b16", a, _B16_TYPES, row, col)
+
+    def codegen(context, builder, sig, args):
+        bits = _load(builder, _pointer(context, builder, sig, args, ir.IntType(16)), 2)
+        return _bf16_pair(builder, builder.zext(bits, ir.IntType(32)))[0]
+    return types.float32(a, row, col), codegen
+
+
+@_device(_sim_st_b16)
+def st_b16(typingctx, a, row, col, v):
+    """Round ``v`` to bfloat16 (``cvt.rn.bf16.f32``) and store the pattern at ``a[row, col]``."""
+    sig = _store_sig("st_b16", a, _B16_TYPES, row, col, 1)
+
+    def codegen(context, builder, sig, args):
+        bits = _asm(builder, ir.IntType(16), "cvt.rn.bf16.f32 $0, $1;", "=h,f", [args[3]])
+        builder.store(bits, _pointer(context, builder, sig, args, ir.IntType(16)), align=2)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@_device(_sim_st_h16)
+def st_h16(typingctx, a, row, col, v):
+    """Round ``v`` to float16 (``cvt.rn.f16.f32``) and store it at ``a[row, col]``."""
+    sig = _store_sig("st_h16", a, (types.float16,), row, col, 1)
+
+    def codegen(context, builder, sig, args):
+        bits = _asm(builder, ir.IntType(16), "cvt.rn.f16.f32 $0, $1;", "=h,f", [args[3]])
+        builder.store(bits, _pointer(context, builder, sig, args, ir.IntType(16)), align=2)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+def _float_sig(name, x):
+    if not isinstance(x, (types.Float, types.Integer)):
+        raise TypingError(f"{name}: needs a number, got {x}")
+
+
+@_device(_sim_ex2)
+def ex2(typingctx, x):
+    """``2**x`` in float32 with ``ex2.approx.ftz.f32`` (relative error about 2**-22; subnormals flush to zero)."""
+    _float_sig("ex2", x)
+
+    def codegen(context, builder, sig, args):
+        return _ex2(builder, args[0])
+    return types.float32(types.float32), codegen
+
+
+@_device(_sim_fast_exp)
+def fast_exp(typingctx, x):
+    """``e**x`` as ``ex2(x * log2(e))``, one rounded product: ``fast_exp(-inf) == 0``, ``fast_exp(0) == 1``."""
+    _float_sig("fast_exp", x)
+
+    def codegen(context, builder, sig, args):
+        return _ex2(builder, builder.fmul(args[0], ir.FloatType()(float(LOG2E))))
+    return types.float32(types.float32), codegen
+
+
+@_device(_sim_e4m3)
+def e4m3(typingctx, x):
+    """The FP8 e4m3 byte of ``x``: nearest, ties to even, saturating at ±448, NaN gives ``0x7F`` (sm_89+)."""
+    _float_sig("e4m3", x)
+
+    def codegen(context, builder, sig, args):
+        return builder.trunc(_e4m3_pair(builder, args[0], args[0]), ir.IntType(8))
+    return types.uint8(types.float32), codegen
+
+
+@_device(_sim_st_e4m3x4)
+def st_e4m3x4(typingctx, a, row, col, v0, v1, v2, v3):
+    """Round four float32 to e4m3 (as ``e4m3``) and store the bytes at ``a[row, col:col+4]`` (uint8/int8)
+    with one 32-bit store."""
+    sig = _store_sig("st_e4m3x4", a, (types.uint8, types.int8), row, col, 4)
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        lo = builder.zext(_e4m3_pair(builder, args[3], args[4]), i32)
+        hi = builder.zext(_e4m3_pair(builder, args[5], args[6]), i32)
+        word = builder.or_(lo, builder.shl(hi, i32(16)))
+        builder.store(word, _pointer(context, builder, sig, args, i32), align=4)
+        return context.get_dummy_value()
+    return sig, codegen

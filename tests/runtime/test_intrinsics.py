@@ -1,0 +1,382 @@
+"""The hardware intrinsics: their simulator stand-ins against exact references, their sm_90 PTX.
+
+This process runs the CUDA simulator (see conftest), so kernels here call the Python stand-ins; the
+real intrinsics are compiled to PTX in a subprocess. The references below are written independently
+of the module: rounding is done by search over the decoded values of the target format, in exact
+(float64) arithmetic, ties going to the even code.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from redalgebra.runtime import intrinsics as rt
+from redalgebra.runtime.intrinsics import (
+    bf16_bits, e4m3, e4m3_bits, ex2, f16_bits, fast_exp, ld_b16, ld_b16x8, ld_f32x4, ld_f32x4_nc, ld_h16x8, st_b16,
+    st_b16x8, st_e4m3x4, st_f32x4, st_h16, st_h16x8,
+)
+
+THREADS = 8  # simulator threads are Python threads: few of them, each looping over its vectors
+
+
+# ---------------------------------------------------------------------------------------------- references
+def _format_values(mant_bits, emin, codes):
+    """Magnitude of every non-negative code of a binary format with ``mant_bits`` stored bits and minimum
+    normal exponent ``emin`` (exponent field 0 = subnormal); the top exponent is decoded like any other."""
+    values = []
+    for c in codes:
+        e, m = c >> mant_bits, c & ((1 << mant_bits) - 1)
+        frac = m / (1 << mant_bits)
+        values.append(math.ldexp(frac, emin) if e == 0 else math.ldexp(1 + frac, emin + e - 1))
+    return np.array(values)
+
+
+def _nearest_code(mag, values):
+    """The code of ``values`` (ascending, exact) nearest to ``mag``; a tie goes to the even code."""
+    i = int(np.searchsorted(values, mag))
+    if i == 0:
+        return 0
+    if i == len(values):
+        return len(values) - 1
+    lo, hi = values[i - 1], values[i]
+    if mag - lo != hi - mag:
+        return i - 1 if mag - lo < hi - mag else i
+    return i - 1 if (i - 1) % 2 == 0 else i
+
+
+_BF16 = _format_values(7, -126, range(0x7F81))  # up to 2^128: the rounding target just past the largest finite
+_F16 = _format_values(10, -14, range(0x7C01))  # up to 2^16
+_E4M3 = _format_values(3, -6, range(0x7F))  # 0 .. 448; 0x7F is NaN
+
+
+def ref_bf16(x):
+    """bfloat16 pattern of float32 ``x``: nearest, ties to even, past the largest finite -> inf, NaN -> 0x7FFF."""
+    x = np.float32(x)
+    if np.isnan(x):
+        return 0x7FFF
+    code = 0x7F80 if np.isinf(x) else _nearest_code(abs(float(x)), _BF16)
+    return code | (0x8000 if np.signbit(x) else 0)
+
+
+def ref_f16(x):
+    """float16 pattern of float32 ``x``, the same way (0x7C00 is inf)."""
+    x = np.float32(x)
+    if np.isnan(x):
+        return 0x7FFF
+    code = 0x7C00 if np.isinf(x) else _nearest_code(abs(float(x)), _F16)
+    return code | (0x8000 if np.signbit(x) else 0)
+
+
+def ref_e4m3(x):
+    """e4m3 byte of float32 ``x``: magnitudes clamped to 448 first (saturation), nearest, ties to even."""
+    x = np.float32(x)
+    if np.isnan(x):
+        return 0x7F
+    return _nearest_code(min(abs(float(x)), 448.0), _E4M3) | (0x80 if np.signbit(x) else 0)
+
+
+def e4m3_value(code):
+    """The value of an e4m3 byte (NaN for 0x7F and 0xFF)."""
+    sign, mag = (-1.0 if code & 0x80 else 1.0), code & 0x7F
+    return math.nan if mag == 0x7F else sign * _E4M3[mag]
+
+
+def f32(bits):
+    return np.array(bits, np.uint32).view(np.float32)
+
+
+def tricky_bf16():
+    """float32 values at every kind of bfloat16 rounding decision."""
+    tops = np.array([0x0000, 0x0001, 0x0002, 0x007F, 0x3F80, 0x3F81, 0x4049, 0x7F7E, 0x7F7F], np.uint32)
+    lows = np.array([0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF], np.uint32)  # below, at, above the tie
+    grid = (tops[:, None] << 16 | lows[None, :]).ravel()
+    nan_inf = np.array([0x7F800000, 0x7F800001, 0x7F808000, 0x7FC00000, 0x7FFFFFFF, 0x7FBFFFFF], np.uint32)
+    bits = np.concatenate([grid, nan_inf])
+    bits = np.concatenate([bits, bits | 0x80000000])  # and their negatives (-0, -inf, -nan)
+    return np.concatenate([f32(bits), np.random.default_rng(1).standard_normal(200).astype(np.float32) * 50])
+
+
+def tricky_f16():
+    """float32 values at float16 ties, its subnormals, its overflow edge (65504 / 65520) and specials."""
+    ties = (_F16[1:] + _F16[:-1]) / 2
+    picks = np.concatenate([ties[:40], ties[1000:1040], ties[-40:], _F16[:20], _F16[-20:]])
+    edges = [65504, 65519.996, 65520, 65536, 1e30, 2.0 ** -24, 2.0 ** -25, 3 * 2.0 ** -26, 2.0 ** -26, 1e-30, 0.0,
+             np.inf, np.nan, 1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, 2049.0, 2051.0]
+    values = np.concatenate([picks, edges]).astype(np.float32)
+    values = np.concatenate([values, -values, np.random.default_rng(2).standard_normal(100).astype(np.float32)])
+    return values[: len(values) // 8 * 8]
+
+
+def tricky_e4m3():
+    """Every e4m3 value, every midpoint (ties), the saturation edge, tiny values and specials."""
+    mids = (_E4M3[1:] + _E4M3[:-1]) / 2
+    edges = [448, 449, 463.99, 464, 465, 480, 1e30, np.inf, np.nan, 2.0 ** -10, 3 * 2.0 ** -10, 2.0 ** -11, 1e-30,
+             2.0 ** -6 * 1.0625, 0.0]
+    values = np.concatenate([_E4M3, mids, edges, np.nextafter(mids, 0), np.nextafter(mids, 1000)]).astype(np.float32)
+    values = np.concatenate([values, -values, np.random.default_rng(3).standard_normal(100).astype(np.float32) * 40])
+    return values[: len(values) // 4 * 4]
+
+
+# ---------------------------------------------------------------------------------------------- kernels
+@cuda.jit
+def copy_f32x4(a, nc, out):
+    for r in range(a.shape[0]):
+        for c in range(4 * cuda.threadIdx.x, a.shape[1], 4 * cuda.blockDim.x):
+            x0, x1, x2, x3 = ld_f32x4_nc(a, r, c) if nc else ld_f32x4(a, r, c)
+            st_f32x4(out, r, c, x0, x1, x2, x3)
+
+
+@cuda.jit
+def widen16(a, bf16, out):
+    for r in range(a.shape[0]):
+        for c in range(8 * cuda.threadIdx.x, a.shape[1], 8 * cuda.blockDim.x):
+            v = ld_b16x8(a, r, c) if bf16 else ld_h16x8(a, r, c)
+            for k in range(8):
+                out[r, c + k] = v[k]
+
+
+@cuda.jit
+def narrow16(x, bf16, out):
+    for c in range(8 * cuda.threadIdx.x, x.shape[1], 8 * cuda.blockDim.x):
+        v0, v1, v2, v3, v4, v5, v6, v7 = ld_f32x4(x, 0, c) + ld_f32x4(x, 0, c + 4)
+        if bf16:
+            st_b16x8(out, 0, c, v0, v1, v2, v3, v4, v5, v6, v7)
+        else:
+            st_h16x8(out, 0, c, v0, v1, v2, v3, v4, v5, v6, v7)
+
+
+@cuda.jit
+def scalars16(x, bits, ob, oh, back):
+    for c in range(cuda.threadIdx.x, x.shape[1], cuda.blockDim.x):
+        st_b16(ob, 0, c, x[0, c])
+        st_h16(oh, 0, c, x[0, c])
+        back[0, c] = ld_b16(bits, 0, c)
+
+
+@cuda.jit
+def to_e4m3(x, scalar, packed):
+    for c in range(4 * cuda.threadIdx.x, x.shape[1], 4 * cuda.blockDim.x):
+        for k in range(4):
+            scalar[0, c + k] = e4m3(x[0, c + k])
+        st_e4m3x4(packed, 0, c, x[0, c], x[0, c + 1], x[0, c + 2], x[0, c + 3])
+
+
+@cuda.jit
+def exponentials(x, two, e):
+    for i in range(cuda.threadIdx.x, x.shape[0], cuda.blockDim.x):
+        two[i] = ex2(x[i])
+        e[i] = fast_exp(x[i])
+
+
+def row(values):
+    return np.ascontiguousarray(np.asarray(values, np.float32)[None, :])
+
+
+# ---------------------------------------------------------------------------------------------- loads
+@pytest.mark.parametrize("nc", [False, True])
+def test_f32x4_loads_and_stores_copy_every_bit(rng, nc):
+    a = rng.standard_normal((3, 32)).astype(np.float32)
+    a[0, :6] = [np.nan, -np.inf, np.inf, -0.0, 1e-45, f32(0x7FA00001)]  # payloads and signs travel untouched
+    out = np.zeros_like(a)
+    copy_f32x4[1, THREADS](a, nc, out)
+    np.testing.assert_array_equal(out.view(np.uint32), a.view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int16])
+def test_bf16_octets_decode_as_a_shift_of_the_pattern(rng, dtype):
+    bits = rng.integers(0, 1 << 16, (2, 64), dtype=np.uint32).astype(np.uint16)
+    bits[0, :8] = [0x7F80, 0xFF80, 0x7FC1, 0x0001, 0x8000, 0x3F80, 0x7F7F, 0x0080]  # inf, nan, subnormal, ...
+    out = np.zeros(bits.shape, np.float32)
+    widen16[1, THREADS](bits.view(dtype), True, out)
+    np.testing.assert_array_equal(out.view(np.uint32), bits.astype(np.uint32) << 16)
+    assert out[0, 0] == np.inf and out[0, 5] == 1.0 and np.isnan(out[0, 2])
+
+
+def test_f16_octets_widen_exactly(rng):
+    h = np.concatenate([rng.standard_normal(48), [6e-8, -6e-8, 65504, np.inf, -np.inf, np.nan, 0.0, -0.0]])
+    h = h.astype(np.float16).reshape(2, 28)
+    out = np.zeros(h.shape, np.float32)
+    with pytest.raises(ValueError, match="misaligned"):  # 28 halves = 56 bytes: row 1 is not 16-byte aligned
+        widen16[1, THREADS](h, False, out)
+    h = np.concatenate([h, np.ones((2, 4), np.float16)], axis=1)
+    out = np.zeros(h.shape, np.float32)
+    widen16[1, THREADS](h, False, out)
+    want = h.astype(np.float32)
+    assert ((out == want) | (np.isnan(out) & np.isnan(want))).all()
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(want))
+
+
+# ---------------------------------------------------------------------------------------------- rounding
+def test_bf16_stores_round_to_nearest_even_bit_exactly():
+    x = tricky_bf16()
+    want = np.array([ref_bf16(v) for v in x], np.uint16)
+    packed, single = np.zeros((1, len(x)), np.uint16), np.zeros((1, len(x)), np.uint16)
+    narrow16[1, THREADS](row(x), True, packed)
+    scalars16[1, THREADS](row(x), np.zeros((1, len(x)), np.uint16), single, np.zeros((1, len(x)), np.float16),
+                          np.zeros((1, len(x)), np.float32))
+    for got in (packed[0], single[0], bf16_bits(x)):
+        bad = got != want
+        assert not bad.any(), f"{x.view(np.uint32)[bad][:4]} -> {got[bad][:4]}, want {want[bad][:4]}"
+    truncated = (x.view(np.uint32) >> 16).astype(np.uint16)
+    assert (want == truncated + 1).sum() > 30 and (want == truncated).sum() > 30  # ties went both ways
+    assert (want == 0x7F80).sum() >= 4 and (want == 0x7FFF).sum() == np.isnan(x).sum() == 10  # up to inf; NaN canonical
+
+
+def test_f16_stores_round_to_nearest_even_bit_exactly():
+    x = tricky_f16()
+    want = np.array([ref_f16(v) for v in x], np.uint16)
+    packed, single = np.zeros((1, len(x)), np.float16), np.zeros((1, len(x)), np.float16)
+    narrow16[1, THREADS](row(x), False, packed)
+    scalars16[1, THREADS](row(x), np.zeros((1, len(x)), np.uint16), np.zeros((1, len(x)), np.uint16), single,
+                          np.zeros((1, len(x)), np.float32))
+    for got in (packed[0].view(np.uint16), single[0].view(np.uint16), f16_bits(x)):
+        bad = got != want
+        assert not bad.any(), f"{x[bad][:4]} -> {got[bad][:4]}, want {want[bad][:4]}"
+    assert {0x7BFF, 0x7C00, 0x0001, 0x8001, 0x7FFF} <= set(want.tolist())  # max finite, inf, subnormals, NaN
+
+
+def test_scalar_bf16_load_decodes_the_pattern(rng):
+    bits = rng.integers(0, 1 << 16, (1, 40), dtype=np.uint32).astype(np.uint16)
+    back = np.zeros(bits.shape, np.float32)
+    scalars16[1, THREADS](np.zeros(bits.shape, np.float32), bits, np.zeros_like(bits),
+                          np.zeros(bits.shape, np.float16), back)
+    np.testing.assert_array_equal(back.view(np.uint32), bits.astype(np.uint32) << 16)
+
+
+def test_e4m3_every_code_round_trips():
+    codes = np.arange(256)
+    values = np.array([e4m3_value(c) for c in codes], np.float32)
+    got = np.zeros((1, 256), np.uint8)
+    to_e4m3[1, THREADS](row(values), got, np.zeros((1, 256), np.uint8))
+    nan = np.isnan(values)
+    assert nan.sum() == 2 and (got[0, nan] == 0x7F).all()
+    np.testing.assert_array_equal(got[0, ~nan], codes[~nan])
+    assert values[0x7E] == 448 and values[0x01] == 2.0 ** -9 and values[0x08] == 2.0 ** -6
+
+
+def test_e4m3_rounds_ties_to_even_and_saturates():
+    x = tricky_e4m3()
+    want = np.array([ref_e4m3(v) for v in x], np.uint8)
+    scalar, packed = np.zeros((1, len(x)), np.uint8), np.zeros((1, len(x)), np.uint8)
+    to_e4m3[1, THREADS](row(x), scalar, packed)
+    for got in (scalar[0], packed[0], e4m3_bits(x)):
+        bad = got != want
+        assert not bad.any(), f"{x[bad][:4]} -> {got[bad][:4]}, want {want[bad][:4]}"
+    mids = (_E4M3[1:] + _E4M3[:-1]) / 2
+    assert {e4m3_bits(m)[()] % 2 for m in mids} == {0}  # every tie went to the even code
+    assert ref_e4m3(464.0) == ref_e4m3(1e30) == 0x7E and ref_e4m3(-np.inf) == 0xFE and ref_e4m3(-1e-30) == 0x80
+
+
+# ---------------------------------------------------------------------------------------------- exponentials
+def test_ex2_and_fast_exp():
+    x = np.array([0.0, -0.0, -np.inf, np.inf, np.nan, 1.0, -1.0, 0.5, 10.25, -20.5, 127.5, 128.0, -126.0, -127.0,
+                  -149.0, 1e-40, -87.0, 88.0], np.float32)
+    x = np.concatenate([x, np.linspace(-30, 30, 62, dtype=np.float32)])
+    two, e = np.zeros_like(x), np.zeros_like(x)
+    exponentials[1, THREADS](x, two, e)
+    assert two[0] == two[1] == e[0] == e[1] == two[15] == 1.0  # exactly one at 0 (and at a subnormal, ftz)
+    assert two[2] == e[2] == 0.0 and two[3] == e[3] == np.inf and np.isnan(two[4]) and np.isnan(e[4])
+    assert two[13] == two[14] == 0.0 and two[12] == np.float32(2.0 ** -126)  # .ftz: subnormal results flush
+    finite = np.isfinite(x) & (two > 0) & np.isfinite(two)
+    np.testing.assert_allclose(two[finite], np.exp2(x[finite].astype(np.float64)), rtol=2e-7)
+    ok = np.isfinite(x) & (np.abs(x) < 80)
+    np.testing.assert_allclose(e[ok], np.exp(x[ok].astype(np.float64)), rtol=2e-6)
+
+
+# ---------------------------------------------------------------------------------------------- the contract
+def test_stand_ins_enforce_the_alignment_and_bounds_contract():
+    a = np.zeros((2, 12), np.float32)
+    assert ld_f32x4(a, 1, 8) == (0.0, 0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="misaligned 128-bit"):
+        ld_f32x4(a, 0, 2)
+    with pytest.raises(IndexError):
+        ld_f32x4(a, 0, 12)
+    with pytest.raises(IndexError):
+        st_f32x4(a, 2, 0, 1, 2, 3, 4)
+    with pytest.raises(TypeError, match="float32"):
+        ld_f32x4(a.astype(np.float64), 0, 0)
+    with pytest.raises(ValueError, match="misaligned 32-bit"):
+        st_e4m3x4(np.zeros((1, 8), np.uint8), 0, 2, 1, 2, 3, 4)
+    with pytest.raises(TypeError):
+        ld_f32x4(a[:, ::2], 0, 0)  # not contiguous: the GPU's vector load would read the wrong elements
+
+
+def test_the_module_is_the_simulator_version_here():
+    assert rt.SIMULATOR and ld_f32x4.__name__ == "ld_f32x4" and "128-bit" in ld_f32x4.__doc__
+    assert set(rt.__all__) >= {"ld_f32x4", "ld_f32x4_nc", "ld_b16x8", "ld_h16x8", "st_f32x4", "st_b16x8",
+                               "st_h16x8", "ld_b16", "st_b16", "st_h16", "ex2", "fast_exp", "e4m3", "st_e4m3x4"}
+
+
+# ---------------------------------------------------------------------------------------------- PTX
+PTX_SCRIPT = r"""
+import json, re
+from numba import cuda, types
+from redalgebra.runtime.intrinsics import *
+
+def everything(f, b, h, e, of, ob, oh):
+    r = cuda.blockIdx.x
+    c = 8 * cuda.threadIdx.x
+    x0, x1, x2, x3 = ld_f32x4(f, r, c)
+    y0, y1, y2, y3 = ld_f32x4_nc(f, r, c + 4)
+    b0, b1, b2, b3, b4, b5, b6, b7 = ld_b16x8(b, r, c)
+    h0, h1, h2, h3, h4, h5, h6, h7 = ld_h16x8(h, r, c)
+    st_f32x4(of, r, c, ex2(b0), fast_exp(b1), b2 + h0, b3 + h1)
+    st_b16x8(ob, r, c, y0, y1, y2, y3, b4, b5, b6, b7)
+    st_h16x8(oh, r, c, x0, x1, x2, x3, h2, h3, h4, h5)
+    st_e4m3x4(e, r, c, x2, x3, h6, h7)
+    e[r, c + 4] = e4m3(b4)
+    st_b16(ob, r, c + 8, ld_b16(b, r, c + 8))
+    st_h16(oh, r, c + 8, y3)
+
+A = lambda t: types.Array(t, 2, "C")
+ptx, _ = cuda.compile_ptx(everything, (A(types.float32), A(types.int16), A(types.float16), A(types.uint8),
+                                       A(types.float32), A(types.uint16), A(types.float16)), cc=(9, 0))
+lines = [ln.strip() for ln in ptx.splitlines() if not ln.strip().startswith("//")]
+
+def count(pattern):
+    return sum(bool(re.search(pattern, ln)) for ln in lines)
+
+facts = {name: count(p) for name, p in {
+    "target": r"^\.target sm_90\b", "ld_v4_f32": r"^ld\.global\.v4\.f32", "ld_nc_v4_f32": r"^ld\.global\.nc\.v4\.f32",
+    "ld_v4_b32": r"^ld\.global(\.nc)?\.v4\.(u32|b32)", "st_v4_f32": r"^st\.global\.v4\.f32",
+    "st_v4_b32": r"^st\.global\.v4\.(u32|b32)", "st_b32": r"^st\.global\.(u32|b32)\b",
+    "cvt_bf16x2": r"^cvt\.rn\.bf16x2\.f32", "cvt_f16x2": r"^cvt\.rn\.f16x2\.f32", "cvt_bf16": r"^cvt\.rn\.bf16\.f32",
+    "cvt_f16": r"^cvt\.rn\.f16\.f32", "ex2": r"^ex2\.approx\.ftz\.f32", "e4m3x2": r"^cvt\.rn\.satfinite\.e4m3x2\.f32",
+    "scalar_f32": r"^(ld|st)\.global\.f32\b", "local": r"\.local\b", "call": r"^(@%p\d+\s+)?call\b",
+}.items()}
+
+def bad(a):
+    try:
+        cuda.compile_ptx(lambda x, o: ld_b16x8(x, 0, 0), (a, A(types.float32)), cc=(9, 0))
+    except Exception as err:
+        return str(err)
+    return ""
+
+x = re.search(r"^ld\.global\.v4\.f32\s+\{(%f\d+), (%f\d+), (%f\d+), (%f\d+)\}", "\n".join(lines), re.M).groups()
+y = re.search(r"^ld\.global\.nc\.v4\.f32\s+\{(%f\d+), (%f\d+), (%f\d+), (%f\d+)\}", "\n".join(lines), re.M).groups()
+# cvt.rn.*x2.f32 d, a, b puts a in the upper half: the element of the higher address comes first
+facts["high_first"] = [count(rf"^cvt\.rn\.{op} %\w+, {hi}, {lo};") for op, hi, lo in (
+    ("bf16x2.f32", y[1], y[0]), ("bf16x2.f32", y[3], y[2]), ("f16x2.f32", x[1], x[0]), ("f16x2.f32", x[3], x[2]),
+    ("satfinite.e4m3x2.f32", x[3], x[2]))]
+facts["rejects_float32"] = "ld_b16x8: needs a 2-D C-contiguous array" in bad(A(types.float32))
+print(json.dumps(facts))
+"""
+
+
+def test_real_intrinsics_compile_to_single_vector_instructions_in_sm90_ptx():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.run([sys.executable, "-c", PTX_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    want = {"target": 1, "ld_v4_f32": 1, "ld_nc_v4_f32": 1, "ld_v4_b32": 2, "st_v4_f32": 1, "st_v4_b32": 2,
+            "st_b32": 1, "cvt_bf16x2": 4, "cvt_f16x2": 4, "cvt_bf16": 1, "cvt_f16": 1, "ex2": 2, "e4m3x2": 3,
+            "scalar_f32": 0, "local": 0, "call": 0, "high_first": [1, 1, 1, 1, 1], "rejects_float32": True}
+    assert facts == want

@@ -18,12 +18,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from redalgebra import RedalgebraError, workloads  # noqa: E402
+from redalgebra.codegen.strategies import names as strategy_names  # noqa: E402
 from redalgebra.derive import derive  # noqa: E402
 from redalgebra.runtime.check import check  # noqa: E402
 
 SIZES = {"d": 128, "e": 64, "r": 512, "n": 256}
 SHAPES = {  # (rows, L): long enough to exercise every lane and warp, small enough for a float64 reference
-    "default": ((256, 4097), (64, 1), (33, 300), (16, 50000)),
+    "default": ((256, 4097), (64, 1), (33, 300), (16, 50000), (8, 50257), (40, 257), (4, 131072), (64, 8192)),
     "attention": ((128, 2049), (16, 1), (33, 300)),
     "decode_attention": ((32, 8191), (8, 1)),
     "mla_decode": ((64, 4096), (8, 3)),
@@ -35,15 +36,17 @@ SHAPES = {  # (rows, L): long enough to exercise every lane and warp, small enou
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="gpu/results/h200/validate.csv")
-    ap.add_argument("--strategies", default="thread,warp,block,block_shared,tile,lanes,nonincremental,split,split_lanes,unfused")
+    ap.add_argument("--strategies", default=",".join(strategy_names("cuda", real=True)))
+    ap.add_argument("--dtypes", default="float32,float16", help="input dtypes (bfloat16 too)")
+    ap.add_argument("--workloads", default="", help="comma-separated catalogue names (default: every fusable one)")
     args = ap.parse_args()
     rows_out, failures = [], 0
-    names = workloads.names(fusable=True)
+    names = [n for n in args.workloads.split(",") if n] or workloads.names(fusable=True)
     for i, name in enumerate(names, 1):
         fused = derive(workloads.get(name).cascade)
         for strategy in args.strategies.split(","):
             t0 = time.time()
-            for dtype in (("float32", "float16") if strategy == "block" else ("float32",)):
+            for dtype in args.dtypes.split(","):
                 try:
                     results = check(fused, "cuda", strategy, shapes=SHAPES.get(name, SHAPES["default"]),
                                     dtypes=(dtype,), sizes=SIZES)

@@ -133,6 +133,7 @@ class Layout:
         for sym in self.fused.prologue.results:
             acc.scalar[sym.name] = f"e_{sym.name}"
         acc.scalar["element.index"] = "l"
+        acc.scalar["pos"] = "l"  # the element's index in the whole row (integer params are scalar params above)
         if self.lanes:
             split = set(acc.size.values()) | set(self.vector_state.values())  # never top-k lists: every lane has them
             acc.slots = {size: self.slots(size) for size in split}

@@ -22,6 +22,7 @@ import random
 import numpy as np
 import sympy as sp
 
+from ..ir.nodes import POSITION
 from ..ir.reference import bind, check_keep, collect, eval_expr, reduce_axis, run_unfused
 from .fused import FusedCascade, combine
 from .program import Program, TopKMerge
@@ -78,6 +79,7 @@ class Evaluator:
             env[s.name] = self.elements[s.name][:, l:l + 1]
         for sym in self.fused.prologue.results:
             env[sym.name] = self.elements[sym.name][:, l:l + 1]
+        env[POSITION] = self.elements[POSITION][:, l:l + 1]  # the index in the whole row, not in a segment
         env["element.index"] = np.full((self.rows, 1, 1), l)
         return env
 
@@ -142,6 +144,7 @@ class Evaluator:
         env = dict(self.params)
         for s in self.fused.cascade.inputs:
             env[s.name] = self.elements[s.name][:, lo:hi]
+        env[POSITION] = self.elements[POSITION][:, lo:hi]
         keep = None if self.keep is None else self.keep[:, lo:hi]
         out = run_unfused(self.fused.cascade, env, keep, self.dtype)
         state = {name: np.asarray(out[name], dtype=self.dtype) for name in self.widths}
@@ -169,6 +172,7 @@ class Evaluator:
             env[s.name] = self.elements[s.name]
         for sym in self.fused.prologue.results:
             env[sym.name] = self.elements[sym.name]
+        env[POSITION] = self.elements[POSITION]
         run_program(self.fused.finalize, env, self.dtype)
         for o in self.fused.cascade.outputs:
             span = self.length if o.name in self.fused.per_element_outputs else 1

@@ -190,7 +190,9 @@ def _abstract(e: sp.Basic, deps: set, atoms: dict, indicators: set) -> sp.Basic:
     for _, cond in e.args:
         used = sorted(s.name for s in cond.free_symbols & deps)
         if used:
-            raise _Refused(f"the condition {p.doprint(cond)} in {p.doprint(e)} uses the reduction result "
+            where = (f"the comparison {p.doprint(cond)}" if as_indicator(e) is not None
+                     else f"the condition {p.doprint(cond)} of {p.doprint(e)}")
+            raise _Refused(f"{where} uses the reduction result "
                            f"{', '.join(used)}: a comparison with a reduction result is not separable in general "
                            f"(which elements pass changes as {', '.join(used)} changes along the axis, and no "
                            f"correction of a partial result can tell which did), so it is not fused")

@@ -45,6 +45,12 @@ _E4M3_MAX = 448.0
 _B16_TYPES = (types.uint16, types.int16)  # bfloat16 patterns
 
 
+def _f32(values):
+    """``values`` as float32, as the GPU converts arguments: overflow to inf silently."""
+    with np.errstate(over="ignore"):
+        return np.asarray(values, np.float32)
+
+
 # --------------------------------------------------------------------------------------------------
 # Host rounding (NumPy): the reference of the simulator's stand-ins and of the tests
 # --------------------------------------------------------------------------------------------------
@@ -61,14 +67,14 @@ def bf16_bits(x) -> np.ndarray:
     numpy.ndarray
         ``uint16`` patterns; overflow gives ±inf and every NaN gives ``0x7FFF``.
     """
-    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    u = _f32(x).view(np.uint32).astype(np.uint64)
     rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
     return np.where((u & 0x7FFFFFFF) > 0x7F800000, 0x7FFF, rounded).astype(np.uint16)
 
 
 def f16_bits(x) -> np.ndarray:
     """Round float32 values to float16 bit patterns, to nearest, ties to even (NaN gives ``0x7FFF``)."""
-    f = np.asarray(x, np.float32)
+    f = _f32(x)
     with np.errstate(over="ignore"):
         bits = f.astype(np.float16).view(np.uint16)
     return np.where(np.isnan(f), np.uint16(0x7FFF), bits).astype(np.uint16)
@@ -87,7 +93,7 @@ def e4m3_bits(x) -> np.ndarray:
     numpy.ndarray
         ``uint8`` codes ``s eeee mmm``; zero keeps its sign and every NaN gives ``0x7F``.
     """
-    f = np.asarray(x, np.float32)
+    f = _f32(x)
     sign = ((f.view(np.uint32) >> 31) << 7).astype(np.uint8)
     mag = np.minimum(np.abs(f).astype(np.float64), _E4M3_MAX)
     mag = np.where(np.isnan(mag), 0.0, mag)
@@ -116,6 +122,7 @@ def _span(a, row, col, n, kinds):
 _F32, _B16, _F16, _U8 = ("float32",), ("uint16", "int16"), ("float16",), ("uint8", "int8")  # for the stand-ins
 
 
+
 def _sim_ld_f32x4(a, row, col):
     return tuple(_span(a, row, col, 4, _F32))
 
@@ -129,16 +136,16 @@ def _sim_ld_h16x8(a, row, col):
 
 
 def _sim_st_f32x4(a, row, col, v0, v1, v2, v3):
-    _span(a, row, col, 4, _F32)[:] = np.array([v0, v1, v2, v3], np.float32)
+    _span(a, row, col, 4, _F32)[:] = _f32([v0, v1, v2, v3])
 
 
 def _sim_st_b16x8(a, row, col, v0, v1, v2, v3, v4, v5, v6, v7):
     out = _span(a, row, col, 8, _B16)
-    out[:] = bf16_bits(np.array([v0, v1, v2, v3, v4, v5, v6, v7], np.float32)).view(out.dtype)
+    out[:] = bf16_bits(_f32([v0, v1, v2, v3, v4, v5, v6, v7])).view(out.dtype)
 
 
 def _sim_st_h16x8(a, row, col, v0, v1, v2, v3, v4, v5, v6, v7):
-    _span(a, row, col, 8, _F16)[:] = f16_bits(np.array([v0, v1, v2, v3, v4, v5, v6, v7], np.float32)).view(np.float16)
+    _span(a, row, col, 8, _F16)[:] = f16_bits(_f32([v0, v1, v2, v3, v4, v5, v6, v7])).view(np.float16)
 
 
 def _sim_ld_b16(a, row, col):
@@ -147,15 +154,15 @@ def _sim_ld_b16(a, row, col):
 
 def _sim_st_b16(a, row, col, v):
     out = _span(a, row, col, 1, _B16)
-    out[:] = bf16_bits(np.float32(v)).view(out.dtype)
+    out[:] = bf16_bits(_f32(v)).view(out.dtype)
 
 
 def _sim_st_h16(a, row, col, v):
-    _span(a, row, col, 1, _F16)[:] = f16_bits(np.float32(v)).view(np.float16)
+    _span(a, row, col, 1, _F16)[:] = f16_bits(_f32(v)).view(np.float16)
 
 
 def _sim_ex2(x):
-    x = np.float32(x)
+    x = _f32(x)[()]
     if abs(x) < _FLT_MIN:  # .ftz: a subnormal argument is zero, a subnormal result is zero
         x = np.float32(0)
     with np.errstate(over="ignore", under="ignore"):
@@ -164,16 +171,17 @@ def _sim_ex2(x):
 
 
 def _sim_fast_exp(x):
-    return _sim_ex2(np.float32(x) * LOG2E)
+    with np.errstate(over="ignore"):
+        return _sim_ex2(_f32(x)[()] * LOG2E)
 
 
 def _sim_e4m3(x):
-    return e4m3_bits(np.float32(x))[()]
+    return e4m3_bits(_f32(x))[()]
 
 
 def _sim_st_e4m3x4(a, row, col, v0, v1, v2, v3):
     out = _span(a, row, col, 4, _U8)
-    out[:] = e4m3_bits(np.array([v0, v1, v2, v3], np.float32)).view(out.dtype)
+    out[:] = e4m3_bits(_f32([v0, v1, v2, v3])).view(out.dtype)
 
 
 def _sim_ld_f32x4_nc(a, row, col):
@@ -222,9 +230,9 @@ def _pointer(context, builder, sig, args, element):
 
 
 def _asm(builder, result, text, constraints, operands):
-    """One inline PTX instruction without side effects (its only effect is its result)."""
+    """One inline PTX instruction whose only effect is its result (``readnone``: LLVM may move or merge it)."""
     fnty = ir.FunctionType(result, [o.type for o in operands])
-    return builder.call(ir.InlineAsm(fnty, text, constraints), operands)
+    return builder.call(ir.InlineAsm(fnty, text, constraints), operands, attrs=("nounwind", "readnone"))
 
 
 def _vector(builder, values):
@@ -239,8 +247,12 @@ def _elements(builder, vector):
     return [builder.extract_element(vector, ir.IntType(32)(k)) for k in range(vector.type.count)]
 
 
-def _load(builder, pointer, align):
-    return builder.load(pointer, align=align)
+def _load128(context, builder, sig, args, element, invariant=False):
+    """The 16 bytes at ``&a[row, col]`` as one ``<4 x element>`` load; ``invariant`` makes it ``ld.global.nc``."""
+    v = builder.load(_pointer(context, builder, sig, args, ir.VectorType(element, 4)), align=16)
+    if invariant:  # NVPTX selects the non-coherent path for invariant loads from the global space
+        v.set_metadata("invariant.load", builder.module.add_metadata([]))
+    return v
 
 
 def _bf16_pair(builder, word):
@@ -255,7 +267,7 @@ def _pack(builder, kind, lo, hi):
 
 
 def _e4m3_pair(builder, lo, hi):
-    """Two float32 as e4m3 bytes in a 16-bit word, ``lo`` in the low byte."""
+    """Two float32 as e4m3 bytes of a 16-bit word, ``lo`` in the low byte (saturating, sm_89+)."""
     return _asm(builder, ir.IntType(16), "cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;", "=h,f,f", [hi, lo])
 
 
@@ -268,151 +280,140 @@ def _store_sig(name, a, dtypes, row, col, count):
     return types.void(a, row, col, *([types.float32] * count))
 
 
-@_device(_sim_ld_f32x4)
-def ld_f32x4(typingctx, a, row, col):
-    """``a[row, col:col+4]`` of a float32 array with one 128-bit load (``ld.global.v4.f32``)."""
-    _check("ld_f32x4", a, (types.float32,), row, col)
+def _number(name, x):
+    if not isinstance(x, (types.Float, types.Integer)):
+        raise TypingError(f"{name}: needs a number, got {x}")
+
+
+def _f32x4_load(name, invariant, a, row, col):
+    """Signature and code of a four-float32 load (plain or non-coherent)."""
+    _check(name, a, (types.float32,), row, col)
 
     def codegen(context, builder, sig, args):
-        v = _load(builder, _pointer(context, builder, sig, args, ir.VectorType(ir.FloatType(), 4)), 16)
+        v = _load128(context, builder, sig, args, ir.FloatType(), invariant)
         return context.make_tuple(builder, sig.return_type, _elements(builder, v))
     return types.UniTuple(types.float32, 4)(a, row, col), codegen
+
+
+def _packed_store(name, kind, dtypes, a, row, col):
+    """Signature and code of an eight-value store rounded pairwise to ``kind`` (``bf16`` or ``f16``)."""
+    def codegen(context, builder, sig, args):
+        v = args[3:]
+        words = _vector(builder, [_pack(builder, kind, v[k], v[k + 1]) for k in range(0, 8, 2)])
+        builder.store(words, _pointer(context, builder, sig, args, ir.VectorType(ir.IntType(32), 4)), align=16)
+        return context.get_dummy_value()
+    return _store_sig(name, a, dtypes, row, col, 8), codegen
+
+
+def _scalar_store(name, kind, dtypes, a, row, col):
+    """Signature and code of a one-value store rounded to ``kind`` (``bf16`` or ``f16``) with ``cvt.rn``."""
+    def codegen(context, builder, sig, args):
+        bits = _asm(builder, ir.IntType(16), f"cvt.rn.{kind}.f32 $0, $1;", "=h,f", [args[3]])
+        builder.store(bits, _pointer(context, builder, sig, args, ir.IntType(16)), align=2)
+        return context.get_dummy_value()
+    return _store_sig(name, a, dtypes, row, col, 1), codegen
+
+
+# --------------------------------------------------------------------------------------------------
+# The API: each name is an intrinsic on CUDA and its stand-in under the simulator
+# --------------------------------------------------------------------------------------------------
+@_device(_sim_ld_f32x4)
+def ld_f32x4(typingctx, a, row, col):
+    """``a[row, col:col+4]`` of a float32 array as a 4-tuple, one 128-bit load (``ld.global.v4.f32``)."""
+    return _f32x4_load("ld_f32x4", False, a, row, col)
 
 
 @_device(_sim_ld_f32x4_nc)
 def ld_f32x4_nc(typingctx, a, row, col):
-    """``ld_f32x4`` through the read-only, non-coherent cache (``ld.global.nc.v4.f32``): ``a`` must not be
-    written during the kernel."""
-    _check("ld_f32x4_nc", a, (types.float32,), row, col)
-
-    def codegen(context, builder, sig, args):
-        v = _load(builder, _pointer(context, builder, sig, args, ir.VectorType(ir.FloatType(), 4)), 16)
-        v.set_metadata("invariant.load", builder.module.add_metadata([]))
-        return context.make_tuple(builder, sig.return_type, _elements(builder, v))
-    return types.UniTuple(types.float32, 4)(a, row, col), codegen
+    """``ld_f32x4`` through the read-only, non-coherent cache (``ld.global.nc.v4.f32``, from an LLVM invariant
+    load): ``a`` must not be written while the kernel runs."""
+    return _f32x4_load("ld_f32x4_nc", True, a, row, col)
 
 
 @_device(_sim_ld_b16x8)
 def ld_b16x8(typingctx, a, row, col):
-    """Eight bfloat16 patterns ``a[row, col:col+8]`` (uint16/int16) with one 128-bit load, as float32."""
+    """The eight bfloat16 patterns ``a[row, col:col+8]`` (uint16/int16) as a float32 8-tuple, one 128-bit load
+    (``ld.global.v4.u32``); decoding is exact: the pattern shifted into the upper half."""
     _check("ld_b16x8", a, _B16_TYPES, row, col)
 
     def codegen(context, builder, sig, args):
-        words = _load(builder, _pointer(context, builder, sig, args, ir.VectorType(ir.IntType(32), 4)), 16)
-        values = [f for w in _elements(builder, words) for f in _bf16_pair(builder, w)]
-        return context.make_tuple(builder, sig.return_type, values)
+        words = _elements(builder, _load128(context, builder, sig, args, ir.IntType(32)))
+        return context.make_tuple(builder, sig.return_type, [f for w in words for f in _bf16_pair(builder, w)])
     return types.UniTuple(types.float32, 8)(a, row, col), codegen
 
 
 @_device(_sim_ld_h16x8)
 def ld_h16x8(typingctx, a, row, col):
-    """Eight float16 ``a[row, col:col+8]`` with one 128-bit load, widened exactly to float32."""
+    """The eight float16 ``a[row, col:col+8]`` as a float32 8-tuple (exact), one 128-bit load."""
     _check("ld_h16x8", a, (types.float16,), row, col)
 
     def codegen(context, builder, sig, args):
-        words = _load(builder, _pointer(context, builder, sig, args, ir.VectorType(ir.IntType(32), 4)), 16)
+        words = _load128(context, builder, sig, args, ir.IntType(32))
         halves = _elements(builder, builder.bitcast(words, ir.VectorType(ir.HalfType(), 8)))
-        values = [builder.fpext(h, ir.FloatType()) for h in halves]
-        return context.make_tuple(builder, sig.return_type, values)
+        return context.make_tuple(builder, sig.return_type, [builder.fpext(h, ir.FloatType()) for h in halves])
     return types.UniTuple(types.float32, 8)(a, row, col), codegen
 
 
 @_device(_sim_st_f32x4)
 def st_f32x4(typingctx, a, row, col, v0, v1, v2, v3):
-    """Store four float32 at ``a[row, col:col+4]`` with one 128-bit store (``st.global.v4.f32``)."""
-    sig = _store_sig("st_f32x4", a, (types.float32,), row, col, 4)
-
+    """Store four float32 at ``a[row, col:col+4]``, one 128-bit store (``st.global.v4.f32``)."""
     def codegen(context, builder, sig, args):
         p = _pointer(context, builder, sig, args, ir.VectorType(ir.FloatType(), 4))
         builder.store(_vector(builder, list(args[3:])), p, align=16)
         return context.get_dummy_value()
-    return sig, codegen
+    return _store_sig("st_f32x4", a, (types.float32,), row, col, 4), codegen
 
 
 @_device(_sim_st_b16x8)
 def st_b16x8(typingctx, a, row, col, v0, v1, v2, v3, v4, v5, v6, v7):
-    """Round eight float32 to bfloat16 (``cvt.rn.bf16x2.f32``) and store the patterns at
-    ``a[row, col:col+8]`` (uint16/int16) with one 128-bit store."""
-    sig = _store_sig("st_b16x8", a, _B16_TYPES, row, col, 8)
-
-    def codegen(context, builder, sig, args):
-        v = args[3:]
-        words = [_pack(builder, "bf16", v[k], v[k + 1]) for k in range(0, 8, 2)]
-        builder.store(_vector(builder, words), _pointer(context, builder, sig, args, ir.VectorType(ir.IntType(32), 4)),
-                      align=16)
-        return context.get_dummy_value()
-    return sig, codegen
+    """Round eight float32 to bfloat16 (``cvt.rn.bf16x2.f32``) and store their patterns at ``a[row, col:col+8]``
+    (uint16/int16), one 128-bit store."""
+    return _packed_store("st_b16x8", "bf16", _B16_TYPES, a, row, col)
 
 
 @_device(_sim_st_h16x8)
 def st_h16x8(typingctx, a, row, col, v0, v1, v2, v3, v4, v5, v6, v7):
-    """Round eight float32 to float16 (``cvt.rn.f16x2.f32``) and store them at ``a[row, col:col+8]`` with
-    one 128-bit store."""
-    sig = _store_sig("st_h16x8", a, (types.float16,), row, col, 8)
-
-    def codegen(context, builder, sig, args):
-        v = args[3:]
-        words = [_pack(builder, "f16", v[k], v[k + 1]) for k in range(0, 8, 2)]
-        builder.store(_vector(builder, words), _pointer(context, builder, sig, args, ir.VectorType(ir.IntType(32), 4)),
-                      align=16)
-        return context.get_dummy_value()
-    return sig, codegen
+    """Round eight float32 to float16 (``cvt.rn.f16x2.f32``) and store them at ``a[row, col:col+8]``, one
+    128-bit store."""
+    return _packed_store("st_h16x8", "f16", (types.float16,), a, row, col)
 
 
 @_device(_sim_ld_b16)
 def ld_b16(typingctx, a, row, col):
-    """The bfloat16 pattern ``a[row, col]`` (uint16/int16) as float32 (a 16-bit shift, exact)."""
+    """The bfloat16 pattern ``a[row, col]`` (uint16/int16) as float32, exactly."""
     _check("ld_b16", a, _B16_TYPES, row, col)
 
     def codegen(context, builder, sig, args):
-        bits = _load(builder, _pointer(context, builder, sig, args, ir.IntType(16)), 2)
+        bits = builder.load(_pointer(context, builder, sig, args, ir.IntType(16)), align=2)
         return _bf16_pair(builder, builder.zext(bits, ir.IntType(32)))[0]
     return types.float32(a, row, col), codegen
 
 
 @_device(_sim_st_b16)
 def st_b16(typingctx, a, row, col, v):
-    """Round ``v`` to bfloat16 (``cvt.rn.bf16.f32``) and store the pattern at ``a[row, col]``."""
-    sig = _store_sig("st_b16", a, _B16_TYPES, row, col, 1)
-
-    def codegen(context, builder, sig, args):
-        bits = _asm(builder, ir.IntType(16), "cvt.rn.bf16.f32 $0, $1;", "=h,f", [args[3]])
-        builder.store(bits, _pointer(context, builder, sig, args, ir.IntType(16)), align=2)
-        return context.get_dummy_value()
-    return sig, codegen
+    """Round ``v`` to bfloat16 (``cvt.rn.bf16.f32``) and store its pattern at ``a[row, col]`` (uint16/int16)."""
+    return _scalar_store("st_b16", "bf16", _B16_TYPES, a, row, col)
 
 
 @_device(_sim_st_h16)
 def st_h16(typingctx, a, row, col, v):
     """Round ``v`` to float16 (``cvt.rn.f16.f32``) and store it at ``a[row, col]``."""
-    sig = _store_sig("st_h16", a, (types.float16,), row, col, 1)
-
-    def codegen(context, builder, sig, args):
-        bits = _asm(builder, ir.IntType(16), "cvt.rn.f16.f32 $0, $1;", "=h,f", [args[3]])
-        builder.store(bits, _pointer(context, builder, sig, args, ir.IntType(16)), align=2)
-        return context.get_dummy_value()
-    return sig, codegen
-
-
-def _float_sig(name, x):
-    if not isinstance(x, (types.Float, types.Integer)):
-        raise TypingError(f"{name}: needs a number, got {x}")
+    return _scalar_store("st_h16", "f16", (types.float16,), a, row, col)
 
 
 @_device(_sim_ex2)
 def ex2(typingctx, x):
-    """``2**x`` in float32 with ``ex2.approx.ftz.f32`` (relative error about 2**-22; subnormals flush to zero)."""
-    _float_sig("ex2", x)
-
-    def codegen(context, builder, sig, args):
-        return _ex2(builder, args[0])
-    return types.float32(types.float32), codegen
+    """``2**x`` as float32 with ``ex2.approx.ftz.f32`` (relative error about 2**-22; subnormals flush to
+    zero; ``ex2(0) == 1``, ``ex2(-inf) == 0``)."""
+    _number("ex2", x)
+    return types.float32(types.float32), lambda context, builder, sig, args: _ex2(builder, args[0])
 
 
 @_device(_sim_fast_exp)
 def fast_exp(typingctx, x):
-    """``e**x`` as ``ex2(x * log2(e))``, one rounded product: ``fast_exp(-inf) == 0``, ``fast_exp(0) == 1``."""
-    _float_sig("fast_exp", x)
+    """``e**x`` as ``ex2(x * log2(e))``, the product rounded once to float32, so that ``fast_exp(0) == 1`` and
+    ``fast_exp(-inf) == 0`` exactly."""
+    _number("fast_exp", x)
 
     def codegen(context, builder, sig, args):
         return _ex2(builder, builder.fmul(args[0], ir.FloatType()(float(LOG2E))))
@@ -421,8 +422,9 @@ def fast_exp(typingctx, x):
 
 @_device(_sim_e4m3)
 def e4m3(typingctx, x):
-    """The FP8 e4m3 byte of ``x``: nearest, ties to even, saturating at ±448, NaN gives ``0x7F`` (sm_89+)."""
-    _float_sig("e4m3", x)
+    """The FP8 e4m3 byte (uint8) of ``x``: nearest, ties to even, saturating at ±448, NaN gives ``0x7F``
+    (``cvt.rn.satfinite.e4m3x2.f32``, sm_89 and later)."""
+    _number("e4m3", x)
 
     def codegen(context, builder, sig, args):
         return builder.trunc(_e4m3_pair(builder, args[0], args[0]), ir.IntType(8))
@@ -431,15 +433,12 @@ def e4m3(typingctx, x):
 
 @_device(_sim_st_e4m3x4)
 def st_e4m3x4(typingctx, a, row, col, v0, v1, v2, v3):
-    """Round four float32 to e4m3 (as ``e4m3``) and store the bytes at ``a[row, col:col+4]`` (uint8/int8)
-    with one 32-bit store."""
-    sig = _store_sig("st_e4m3x4", a, (types.uint8, types.int8), row, col, 4)
-
+    """Round four float32 as ``e4m3`` does and store the bytes at ``a[row, col:col+4]`` (uint8/int8), one
+    32-bit store (``col % 4 == 0``)."""
     def codegen(context, builder, sig, args):
         i32 = ir.IntType(32)
         lo = builder.zext(_e4m3_pair(builder, args[3], args[4]), i32)
         hi = builder.zext(_e4m3_pair(builder, args[5], args[6]), i32)
-        word = builder.or_(lo, builder.shl(hi, i32(16)))
-        builder.store(word, _pointer(context, builder, sig, args, i32), align=4)
+        builder.store(builder.or_(lo, builder.shl(hi, i32(16))), _pointer(context, builder, sig, args, i32), align=4)
         return context.get_dummy_value()
-    return sig, codegen
+    return _store_sig("st_e4m3x4", a, (types.uint8, types.int8), row, col, 4), codegen

@@ -12,7 +12,7 @@ from .backends import cuda_module
 from .cache import load
 
 
-def signature(fused: FusedCascade, spec: Spec, args: tuple, scratch: tuple = ()):
+def signature(fused: FusedCascade, spec: Spec, args: tuple, scratch: tuple = (), out_dtypes: tuple = ()):
     """numba types of a generated kernel's arguments, from the cascade, the spec and the scratch arrays."""
     from numba import types
 
@@ -27,9 +27,10 @@ def signature(fused: FusedCascade, spec: Spec, args: tuple, scratch: tuple = ())
         by_name[p.name] = types.Array(types.float32, 1 if p.size is None else 2, "C")
     by_name["keep"] = types.Array(types.uint8, 2, "C")
     varying, sizes = set(fused.per_element_outputs), c.sizes
+    stored = {"float16": types.float16, "bfloat16": types.uint16, "e4m3": types.uint8}
     for o in c.outputs:
         ndim = 1 + (o.name in varying) + (sizes[o.name] is not None)
-        by_name[f"out_{o.name}"] = types.Array(types.float32, ndim, "C")
+        by_name[f"out_{o.name}"] = types.Array(stored.get(dict(out_dtypes).get(o.name), types.float32), ndim, "C")
     for r in c.reductions:
         if r.monoid.k is not None:
             by_name[f"out_{r.name}_index"] = types.Array(types.int32, 2, "C")
@@ -50,7 +51,8 @@ def compile_ptx(fused: FusedCascade, strategy: str, spec: Spec, cc=(9, 0)) -> st
     out = []
     with _target_device(cc):
         for name, args, _ in entries:
-            ptx, _ = cuda.compile_ptx(getattr(module, name).py_func, signature(fused, spec, args, src.scratch), cc=cc)
+            sig = signature(fused, spec, args, src.scratch, src.out_dtypes)
+            ptx, _ = cuda.compile_ptx(getattr(module, name).py_func, sig, cc=cc)
             out.append(ptx)
     return "\n".join(out)
 

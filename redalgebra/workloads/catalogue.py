@@ -2,6 +2,8 @@
 
 Shapes are dicts: ``rows`` independent cascades, ``L`` the reduction axis, and
 the vector sizes the text names; ``model`` says where the shape comes from.
+Integer params (a label, a query's position) are one integer per row:
+:mod:`.masks` makes them for the attention layouts.
 """
 
 SAFE_SOFTMAX = """\
@@ -20,6 +22,16 @@ out y = m + log(s)
 """
 
 CROSS_ENTROPY = """\
+# softmax cross-entropy of one row of logits; the label is one integer per row (no one-hot row in memory)
+input x                        # logit
+param label int                # the target class, 0 <= label < L
+reduce m = max(x)
+reduce s = sum(exp(x - m))
+reduce t = sum(x * (pos == label))   # the target's logit: pos is the element's index along the axis
+out loss = log(s) + m - t
+"""
+
+CROSS_ENTROPY_ONEHOT = """\
 # loss of one row of logits against a one-hot label row
 input x                        # logit
 input t                        # one-hot label (1 at the target class)
@@ -39,6 +51,22 @@ let s = dot(q, k) * scale
 reduce m = max(s)
 reduce l = sum(exp(s - m))
 reduce o = sum(exp(s - m) * v)
+out y = o / l
+"""
+
+ALIBI_ATTENTION = """\
+# one query row of causal attention with ALiBi biases (Press et al., ICLR 2022), mask and bias written with pos
+input k[d]                     # key row
+input v[d]                     # value row
+param q[d]                     # the query
+param scale > 0                # 1/sqrt(d)
+param slope > 0                # the head's ALiBi slope
+param qpos int                 # the query's position: it sees the keys at pos <= qpos
+let s = dot(q, k) * scale - slope * (qpos - pos)
+let sc = where(pos <= qpos, s, -inf)
+reduce m = max(sc)
+reduce l = sum(exp(sc - m))
+reduce o = sum(exp(sc - m) * v)
 out y = o / l
 """
 
@@ -91,8 +119,12 @@ ENTRIES = [
          shapes=(dict(rows=8192, L=32768), dict(rows=32768, L=8192))),
     dict(name="logsumexp", text=LOGSUMEXP, description="log-sum-exp of a row",
          shapes=(dict(rows=16384, L=16384),)),
-    dict(name="cross_entropy", text=CROSS_ENTROPY, description="softmax cross-entropy against a one-hot label",
-         paper=False, shapes=(dict(rows=8192, L=32000, model="LLaMA vocabulary"),)),
+    dict(name="cross_entropy", text=CROSS_ENTROPY, description="softmax cross-entropy, the label an integer per row",
+         paper=False, shapes=(dict(rows=8192, L=32000, model="LLaMA-2 vocabulary"),
+                              dict(rows=8192, L=128256, model="LLaMA-3 vocabulary"))),
+    dict(name="cross_entropy_onehot", text=CROSS_ENTROPY_ONEHOT,
+         description="softmax cross-entropy against a one-hot label row (reads a second row)",
+         paper=False, shapes=(dict(rows=8192, L=32000, model="LLaMA-2 vocabulary"),)),
     dict(name="attention", text=ATTENTION, description="multi-head attention, one query row per cascade",
          shapes=(dict(rows=12 * 512, L=512, d=64, model="BERT-base"),
                  dict(rows=16 * 257, L=257, d=64, model="ViT-L"),
@@ -100,6 +132,10 @@ ENTRIES = [
     dict(name="decode_attention", text=ATTENTION, description="decode attention: one query, a long KV cache",
          shapes=(dict(rows=16 * 32, L=4096, d=128, model="B16 H32"),
                  dict(rows=1 * 32, L=65536, d=128, model="B1 H32 KV64K"))),
+    dict(name="alibi_attention", text=ALIBI_ATTENTION,
+         description="causal attention with ALiBi biases, the mask and bias in the cascade (pos, qpos)",
+         paper=False, shapes=(dict(rows=32 * 2048, L=2048, d=128, model="MPT-7B prefill"),
+                              dict(rows=16 * 32, L=4096, d=128, model="MPT-7B decode B16"))),
     dict(name="mla_decode", text=MLA_DECODE, description="DeepSeek MLA decode over a shared latent KV",
          shapes=(dict(rows=128, L=4096, r=512, e=64, model="DeepSeek-R1"),)),
     dict(name="moe_routing", text=MOE_ROUTING, description="softmax over experts, top-8, renormalised",

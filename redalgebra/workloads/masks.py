@@ -1,4 +1,5 @@
-"""Element masks (``keep`` arrays) for the catalogue's shapes."""
+"""Element masks (``keep`` arrays) for the catalogue's shapes, and the per-row integer params that write
+the same masks in a cascade (``param qpos int`` with ``where(pos <= qpos, s, -inf)``)."""
 
 from __future__ import annotations
 
@@ -14,3 +15,18 @@ def causal(queries: int, keys: int, heads: int = 1) -> np.ndarray:
     offset = keys - queries
     one_head = np.arange(keys)[None, :] <= np.arange(queries)[:, None] + offset
     return np.tile(one_head, (heads, 1))
+
+
+def query_positions(queries: int, keys: int, heads: int = 1) -> np.ndarray:
+    """``qpos`` per row, in the layout of :func:`causal`: query ``i`` is at position ``i + (keys - queries)``.
+
+    ``where(pos <= qpos, s, -inf)`` with these positions masks exactly what ``causal(queries, keys, heads)``
+    leaves out.
+    """
+    return np.tile(np.arange(queries) + (keys - queries), heads)
+
+
+def alibi_slopes(heads: int, queries: int = 1) -> np.ndarray:
+    """ALiBi's slope per row, head-major: head ``h`` (0-based) has ``2 ** (-8 (h + 1) / heads)``
+    (Press et al., ICLR 2022; exact for a power-of-two head count)."""
+    return np.repeat(2.0 ** (-8.0 * np.arange(1, heads + 1) / heads), queries)

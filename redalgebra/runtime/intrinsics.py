@@ -12,8 +12,8 @@ Arrays are 2-D, C-contiguous and in global memory (kernel arguments); an access 
 misaligned vector access faults): a vector of ``n`` bytes (16 for ``*x4``/``*x8``, 4 for
 ``st_e4m3x4``, 2 for the 16-bit scalars) starts at an address that is a multiple of ``n``, i.e. the
 base pointer is ``n``-aligned (device allocations are 256-byte aligned), the row pitch is a multiple
-of ``n`` bytes and ``col`` is a multiple of ``n / itemsize``. Rows shorter than that fall back to
-scalar accesses for their tail.
+of ``n`` bytes and ``col`` is a multiple of ``n / itemsize``. A row's tail too short for a vector
+takes the scalar accesses (``ld_b16``, ``st_b16``, ``st_h16``, ``e4m3``, plain indexing).
 
 Bit conventions: bfloat16 is stored as its 16-bit pattern in ``uint16`` (or ``int16``) arrays; a
 float32 rounds to bfloat16/float16/e4m3 to nearest, ties to even; every NaN becomes the canonical
@@ -21,11 +21,11 @@ NaN of the format (``0x7FFF`` for bfloat16 and float16, ``0x7F`` for e4m3); e4m3
 ±448. ``cvt.rn.*x2.f32 d, a, b`` puts ``a`` in the upper half, so the pairs are passed high first.
 
 Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` when numba is imported) the same names are
-plain Python functions with the same semantics, bit for bit for loads, stores and roundings
-(``ex2`` uses NumPy's float32 ``exp2`` and flushes subnormal results, as ``.ftz`` does); they also
-check the alignment contract and the bounds, which the GPU does not. The host-side rounding functions
-``bf16_bits``, ``f16_bits`` and ``e4m3_bits`` (NumPy, vectorized) are the simulator's and the
-tests' reference.
+plain Python functions with the same semantics, bit for bit for loads, stores and roundings (but for
+the payload of a widened float16 NaN; ``ex2`` is NumPy's float32 ``exp2`` with subnormal results
+flushed, as ``.ftz`` does). They also check the alignment contract and the bounds, which the GPU
+does not. The host functions ``bf16_bits``, ``f16_bits`` and ``e4m3_bits`` (NumPy, vectorized) do
+the stand-ins' rounding.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ _B16_TYPES = (types.uint16, types.int16)  # bfloat16 patterns
 
 def _f32(values):
     """``values`` as float32, as the GPU converts arguments: overflow to inf silently."""
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         return np.asarray(values, np.float32)
 
 
@@ -75,7 +75,7 @@ def bf16_bits(x) -> np.ndarray:
 def f16_bits(x) -> np.ndarray:
     """Round float32 values to float16 bit patterns, to nearest, ties to even (NaN gives ``0x7FFF``)."""
     f = _f32(x)
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # a signalling NaN is no error here
         bits = f.astype(np.float16).view(np.uint16)
     return np.where(np.isnan(f), np.uint16(0x7FFF), bits).astype(np.uint16)
 
@@ -94,13 +94,13 @@ def e4m3_bits(x) -> np.ndarray:
         ``uint8`` codes ``s eeee mmm``; zero keeps its sign and every NaN gives ``0x7F``.
     """
     f = _f32(x)
+    nan = np.isnan(f)
     sign = ((f.view(np.uint32) >> 31) << 7).astype(np.uint8)
-    mag = np.minimum(np.abs(f).astype(np.float64), _E4M3_MAX)
-    mag = np.where(np.isnan(mag), 0.0, mag)
+    mag = np.minimum(np.abs(np.where(nan, np.float32(0), f)).astype(np.float64), _E4M3_MAX)
     exponent = np.where(mag > 0, np.frexp(mag)[1] - 1, -6).clip(-6, 8)  # 2^exponent <= mag, subnormals at -6
     steps = np.rint(np.ldexp(mag, 3 - exponent))  # mag in units of the quantum 2^(exponent-3), ties to even
     code = (8 * (exponent + 6) + steps).astype(np.uint8)  # codes are monotonic: a carry moves to the exponent
-    return np.where(np.isnan(f), np.uint8(0x7F), sign | code).astype(np.uint8)
+    return np.where(nan, np.uint8(0x7F), sign | code).astype(np.uint8)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -162,16 +162,16 @@ def _sim_st_h16(a, row, col, v):
 
 
 def _sim_ex2(x):
-    x = _f32(x)[()]
-    if abs(x) < _FLT_MIN:  # .ftz: a subnormal argument is zero, a subnormal result is zero
-        x = np.float32(0)
-    with np.errstate(over="ignore", under="ignore"):
+    with np.errstate(all="ignore"):  # overflow to inf, NaN in and out: IEEE results, no warnings
+        x = _f32(x)[()]
+        if abs(x) < _FLT_MIN:  # .ftz: a subnormal argument is zero, a subnormal result is zero
+            x = np.float32(0)
         r = np.exp2(x)
-    return np.float32(0) if r < _FLT_MIN else r
+        return np.float32(0) if r < _FLT_MIN else r
 
 
 def _sim_fast_exp(x):
-    with np.errstate(over="ignore"):
+    with np.errstate(all="ignore"):
         return _sim_ex2(_f32(x)[()] * LOG2E)
 
 

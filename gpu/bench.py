@@ -291,7 +291,7 @@ def compiled_fn(key, fn):
 
 
 # -- the case list ---------------------------------------------------------------------------------
-LONG = ("rows", "rows@1024g1024", "rows@512g512", "tile@512")
+LONG = ("rows", "rows@512g512", "tile@512")
 DECODE = ("lanes@256x4", "lanes@256x8", "lanes@512x8", "split_lanes@256x4", "split_lanes@512x4s16")
 
 
@@ -309,10 +309,10 @@ def all_cases(quick: bool) -> dict:
         "prefill": [lambda: case_attention(8, 12, 512, 512, 64, ("lanes@256x4", "lanes@512x8"), "attention", "BERT-base"),
                     lambda: case_attention(8, 16, 197, 197, 64, ("lanes@256x4",), "attention", "ViT-L"),
                     lambda: case_attention(1, 64, 2048, 2048, 128, ("lanes@512x8",), "attention", "LLaMA-65B")],
-        "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("rows", "rows@128g4", "rows@128g16", "rows@256g32", "warp@128"), lab)
+        "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("rows", "rows@128g16", "warp@128"), lab)
                 for t, e, k, lab in ((16384, 128, 8, "Qwen3"), (4096, 128, 8, "Qwen3"), (32768, 128, 8, "Qwen3"),
                                      (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]
-        + [lambda: case_moe(4096, 4096, 8, ("rows", "rows@128g128", "rows@512g512", "tile@256"), "wide")],
+        + [lambda: case_moe(4096, 4096, 8, ("rows", "rows@512g512", "tile@256"), "wide")],
         "fp8": [lambda: case_fp8_quant(16384, 7168, LONG)],
         "fp8gemm": [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("split_lanes@32x1",)) for m in (1, 16)],
         "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from . import workloads
+from .codegen.strategies import names as strategy_names
 from .algebra import lookup, prove_monoid
 from .derive import analyze, derive
 from .derive.document import document
@@ -181,8 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="generate, compile and run kernels; compare with the float64 reference")
     p.add_argument("target", metavar="NAME|FILE")
     p.add_argument("--backend", choices=("cpu", "cudasim", "cuda"), default="cpu")
-    p.add_argument("--strategy", help="row (cpu); thread, warp, block, block_shared, tile, lanes, nonincremental, "
-                                      "split, split_lanes, unfused (cuda)")
+    p.add_argument("--strategy", choices=(*strategy_names(), "auto"), metavar="S",
+                   help=f"one of: {', '.join(strategy_names())}, auto (the default on cuda: chosen per shape)")
     p.add_argument("--dtype", action="append", choices=("float32", "float16", "bfloat16"), default=None,
                    help="input dtype (repeat for several; default float32)")
     p.add_argument("--json", action="store_true")

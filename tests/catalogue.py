@@ -19,14 +19,17 @@ def fused(name: str):
 
 
 def random_inputs(cascade, rows: int, length: int, rng, scale: float = 3.0, dtype=np.float64):
-    """Normal inputs of the cascade's layout; vector sizes 3, 4, …; params positive where signed."""
+    """Normal inputs of the cascade's layout; vector sizes 3, 4, …; params positive where signed;
+    integer params (a label, a query's position) one per row, in ``[0, length)``."""
     dims, inputs = {}, {}
     for s in cascade.inputs:
         shape = (rows, length) if s.size is None else (rows, length, dims.setdefault(s.size, 3 + len(dims)))
         inputs[s.name] = (rng.normal(size=shape) * scale).astype(dtype)
     params = {}
     for p in cascade.params:
-        if p.size is None:
+        if p.integer:
+            params[p.name] = rng.integers(0, length, size=rows)
+        elif p.size is None:
             params[p.name] = abs(rng.normal()) + 0.1
         else:
             params[p.name] = rng.normal(size=dims.setdefault(p.size, 3 + len(dims))).astype(dtype)

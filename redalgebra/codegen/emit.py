@@ -133,7 +133,9 @@ class Layout:
         for sym in self.fused.prologue.results:
             acc.scalar[sym.name] = f"e_{sym.name}"
         acc.scalar["element.index"] = "l"
-        acc.scalar["pos"] = "l"  # the element's index in the whole row (integer params are scalar params above)
+        # pos: the element's index in the whole row, as float32 (an int64 l would promote arithmetic to float64;
+        # exact below 2**24); integer params are read like the scalar params above
+        acc.scalar["pos"] = "float32(l)"
         if self.lanes:
             split = set(acc.size.values()) | set(self.vector_state.values())  # never top-k lists: every lane has them
             acc.slots = {size: self.slots(size) for size in split}

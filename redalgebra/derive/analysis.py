@@ -20,10 +20,11 @@ residual and a counterexample.
 Comparisons and ``where`` are prepared first (:func:`.prepare.abstract_conditions`):
 those that use no dependency become per-element atoms (``[pos == label]``), and
 a body whose condition uses a dependency (``sum(x * (x > m))``) is refused with
-its reason before any proof is tried.  Variables that only take integer values
-(``pos``, ``param n int``) and indicator atoms (0 or 1) are proved over the
-reals, which is sound; a point that gives them another value is not evidence,
-so a refutation there is reported as undecided.
+its reason before any proof is tried.  Atoms and variables that only take
+integer values (``pos``, ``param n int``) are proved over the reals, which is
+sound; a refutation counts only at a point the cascade can reach, so one found
+at an atom's value or a fractional ``pos`` is searched again with the
+conditionals written out (:func:`_genuine`), else reported as undecided.
 """
 
 from __future__ import annotations
@@ -198,22 +199,37 @@ def _anchors(F: sp.Expr, elems: list, deps: list, otimes: Monoid):
     return found
 
 
-def _genuine(proof: Proof, integers: set, indicators: set) -> Proof:
-    """A refutation whose point gives an integer variable a fraction, or an indicator a value other than
-    0 or 1, is no evidence about the cascade: it becomes undecided."""
+def _genuine(proof: Proof, integers: set, atoms: dict) -> Proof:
+    """A refutation only counts at a point the cascade can reach.
+
+    The identity is proved with conditionals as free atoms (sound: for every value, so for the values they
+    take), but a point that gives an atom a value on its own may be unreachable (``[pos == 3] = 5``), and one
+    that gives ``pos`` or an integer param a fraction is.  Such a refutation is searched again on the identity
+    with the atoms put back, over the variables themselves, integers at integers; failing that it is undecided.
+    """
     cx = proof.counterexample
     if proof.status != "refuted" or cx is None:
         return proof
-    bad = [k for k, v in cx.values.items()
-           if (k in integers and not sp.sympify(v).is_integer) or (k in indicators and v not in (0, 1))]
-    if not bad:
+    names = {s.name for s in atoms}
+    if not _bad_values(cx.values, integers) and not names & set(cx.values):
         return proof
+    lhs, rhs = proof.lhs.xreplace(atoms), proof.rhs.xreplace(atoms)
+    for seed in range(4):
+        retry = prove_equal(lhs, rhs, claim=proof.claim, seed=seed)
+        if retry.status == "refuted" and not _bad_values(retry.counterexample.values, integers):
+            return replace(proof, lhs=lhs, rhs=rhs, counterexample=retry.counterexample,
+                           steps=proof.steps + ("found again with the conditionals written out, at a point the "
+                                                "cascade can reach (integers at integers)",))
     return replace(proof, status="unknown", counterexample=None,
-                   steps=proof.steps + (f"the sides differ at {cx}, but there {', '.join(bad)} take values "
-                                        f"they cannot (integers; indicators are 0 or 1): no counterexample",))
+                   steps=proof.steps + (f"the sides differ {cx}, but that point gives a conditional or an integer a "
+                                        f"value it cannot take, and none was found with them written out",))
 
 
-def _separate(F, elems, deps, otimes, name, integers=frozenset(), indicators=frozenset()):
+def _bad_values(values: dict, integers: set) -> list[str]:
+    return [k for k, v in values.items() if k in integers and not sp.sympify(v).is_integer]
+
+
+def _separate(F, elems, deps, otimes, name, integers=frozenset(), atoms=None):
     """(G, H, proof) for ⊗, or (None, None, proof) when not separable."""
     anchors = _anchors(F, elems, deps, otimes)
     if not anchors:
@@ -226,7 +242,7 @@ def _separate(F, elems, deps, otimes, name, integers=frozenset(), indicators=fro
     lhs, rhs = _combine(otimes, F, F0), _combine(otimes, F.xreplace(d0), F.xreplace(e0))
     at = ", ".join(f"{k} = {v}" for k, v in point.items())
     proof = prove_equal(lhs, rhs, claim=f"F_{name} is separable under {otimes.name} (anchored at {at})")
-    proof = _genuine(proof, integers, {s.name for s in indicators})
+    proof = _genuine(proof, integers, atoms)
     if not proof.proved:
         return None, None, proof
     return G, H, proof
@@ -259,11 +275,11 @@ def _strict(f: SignFact) -> sp.Symbol:
     return sp.Symbol(f.name, real=True, **flags)
 
 
-def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), indicators=frozenset()) -> Attempt:
+def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None) -> Attempt:
     dist, assumption = _distributes(r.monoid, otimes)
     if not dist.proved:
         return Attempt(otimes.name, "distributivity", (dist,))
-    G, H, sep = _separate(F, elems, deps, otimes, r.name, integers, indicators)
+    G, H, sep = _separate(F, elems, deps, otimes, r.name, integers, atoms or {})
     if G is None:
         return Attempt(otimes.name, "separability", (dist, sep))
     rng = _range_proof(H, otimes, assumption, facts, [d.name for d in deps])
@@ -295,7 +311,7 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts) -> Reductio
     elems = sorted(algebra.free_symbols - set(dep_syms) - {p.symbol for p in c.params}, key=sp.default_sort_key)
     attempts = []
     for otimes in CANDIDATES:
-        a = _try(otimes, r, algebra, elems, dep_syms, facts, integer_symbols(c), cond.indicators)
+        a = _try(otimes, r, algebra, elems, dep_syms, facts, integer_symbols(c), cond.atoms)
         attempts.append(a)
         if a.failed is None:
             G, H = a.G.xreplace(cond.atoms), a.H.xreplace(cond.atoms)  # atoms back to their conditionals

@@ -149,7 +149,6 @@ class Conditions:
 
     expr: sp.Expr | None
     atoms: dict            # atom symbol -> the Piecewise it stands for
-    indicators: frozenset  # the atoms that are 1/0 indicators (so 0 or 1 at a genuine counterexample)
     problem: str | None    # why the body is refused, None when it is not
 
 
@@ -171,21 +170,20 @@ def abstract_conditions(F: sp.Expr, deps: set) -> Conditions:
       ``where`` between a reduction-dependent value and an infinite one has no real-arithmetic form.
     """
     atoms: dict = {}
-    indicators: set = set()
     try:
-        expr = _abstract(F, deps, atoms, indicators)
+        expr = _abstract(F, deps, atoms)
     except _Refused as why:
-        return Conditions(None, atoms, frozenset(indicators), str(why))
-    return Conditions(expr, atoms, frozenset(indicators), None)
+        return Conditions(None, atoms, str(why))
+    return Conditions(expr, atoms, None)
 
 
-def _abstract(e: sp.Basic, deps: set, atoms: dict, indicators: set) -> sp.Basic:
+def _abstract(e: sp.Basic, deps: set, atoms: dict) -> sp.Basic:
     if not e.has(sp.Piecewise):
         return e
     if not isinstance(e, sp.Piecewise):
-        return e.func(*[_abstract(a, deps, atoms, indicators) for a in e.args])
+        return e.func(*[_abstract(a, deps, atoms) for a in e.args])
     if not (e.free_symbols & deps):
-        return _atom(e, atoms, indicators)
+        return _atom(e, atoms)
     p = CascadePrinter()
     for _, cond in e.args:
         used = sorted(s.name for s in cond.free_symbols & deps)
@@ -198,10 +196,10 @@ def _abstract(e: sp.Basic, deps: set, atoms: dict, indicators: set) -> sp.Basic:
                            f"correction of a partial result can tell which did), so it is not fused")
     if e.args[-1].cond != sp.true:
         raise _Refused(f"{p.doprint(e)} has no value where every condition fails; write where(c, a, b)")
-    out = _finite(_abstract(e.args[-1].expr, deps, atoms, indicators), e, p)
+    out = _finite(_abstract(e.args[-1].expr, deps, atoms), e, p)
     for value, cond in reversed(e.args[:-1]):
-        w = _atom(indicator(cond), atoms, indicators)
-        out = w * _finite(_abstract(value, deps, atoms, indicators), e, p) + (1 - w) * out
+        w = _atom(indicator(cond), atoms)
+        out = w * _finite(_abstract(value, deps, atoms), e, p) + (1 - w) * out
     return out
 
 
@@ -213,7 +211,7 @@ def _finite(value: sp.Expr, e: sp.Piecewise, p: CascadePrinter) -> sp.Expr:
     return value
 
 
-def _atom(e: sp.Piecewise, atoms: dict, indicators: set) -> sp.Symbol:
+def _atom(e: sp.Piecewise, atoms: dict) -> sp.Symbol:
     for sym, known in atoms.items():
         if known == e:
             return sym
@@ -224,8 +222,6 @@ def _atom(e: sp.Piecewise, atoms: dict, indicators: set) -> sp.Symbol:
         name += "'"
     sym = sp.Symbol(name, real=True)
     atoms[sym] = e
-    if cond is not None:
-        indicators.add(sym)
     return sym
 
 

@@ -11,8 +11,12 @@ class FormulaPrinter(CascadePrinter):
     """The cascade printer, with guards written as Python conditional expressions."""
 
     def _print_Piecewise(self, expr):
-        (value, cond), (other, _) = expr.args[0], expr.args[-1]
-        return f"({self._print(value)} if {self._print(cond)} else {self._print(other)})"
+        pairs = list(expr.args)
+        last = pairs.pop() if pairs[-1].cond == True else None  # noqa: E712 (SymPy's true)
+        out = "nan" if last is None else self._print(last.expr)
+        for value, cond in reversed(pairs):
+            out = f"({self._print(value)} if {self._print(cond)} else {out})"
+        return out
 
     def _print_Equality(self, expr):
         return f"{self._print(expr.lhs)} == {self._print(expr.rhs)}"

@@ -41,6 +41,9 @@ Positions, integers and conditions
     window), binding more loosely than comparisons, ``not`` tightest and
     ``or`` loosest.  Like a comparison, a combination used as a number is
     its 1/0 indicator; a number used as a condition means ``!= 0``.
+    The two sides of a comparison, and a number used as a condition, are
+    free of conditionals: ``(a < b) == (c < d)`` is an error — say it with
+    ``and``, ``or``, ``not``.
 ``where(cond, a, b)``
     ``a`` where ``cond`` holds, else ``b``; only the chosen value is used, so
     ``where(pos <= qpos, s, -inf)`` masks a score.  ``cond`` is a comparison;
@@ -146,6 +149,17 @@ class _LineParser:
             raise self.error(f"{tok.text!r} is already defined above; each statement needs its own name", tok)
         return tok
 
+    def build(self, tok: Token, make):
+        """``make()``, with SymPy's refusal to build an undefined value (``max(x, inf - inf)``) as a syntax error."""
+        try:
+            return make()
+        except (TypeError, ValueError, ArithmeticError) as err:
+            raise self.error(f"this is undefined or not real (SymPy: {err}); check for inf - inf, 0 * inf "
+                             f"or a comparison with an undefined value", tok) from None
+        except RecursionError:
+            raise self.error("SymPy could not build this expression (its simplification recursed without end); "
+                             "write it in smaller pieces with let statements", tok) from None
+
     def end(self) -> None:
         if self.peek().kind != "end":
             raise self.error(f"unexpected {self.peek().text!r} after the end of the statement")
@@ -155,22 +169,32 @@ class _LineParser:
         """A full expression: a sum, or a condition (not yet a number) built with ``or``, ``and``, ``not``."""
         left = self.conjunction()
         while self.peek().text == "or":
-            self.take()
-            left = sp.Or(condition(left), condition(self.conjunction()))
+            op = self.take()
+            right = self.conjunction()
+            left = self.build(op, lambda: sp.Or(self.logical(left, op), self.logical(right, op)))
         return left
 
     def conjunction(self) -> sp.Basic:
         left = self.negation()
         while self.peek().text == "and":
-            self.take()
-            left = sp.And(condition(left), condition(self.negation()))
+            op = self.take()
+            right = self.negation()
+            left = self.build(op, lambda: sp.And(self.logical(left, op), self.logical(right, op)))
         return left
 
     def negation(self) -> sp.Basic:
         if self.peek().text == "not":
-            self.take()
-            return sp.Not(condition(self.negation()))
+            op = self.take()
+            inner = self.negation()
+            return self.build(op, lambda: sp.Not(self.logical(inner, op)))
         return self.comparison()
+
+    def logical(self, value, op: Token):
+        """An operand of and/or/not: a condition, or a number meaning ``!= 0``."""
+        if not is_condition(value):
+            self.numeric(value, op, f"a number as an operand of '{op.text}' means 'number != 0' and must be free "
+                                    f"of conditionals")
+        return condition(value)
 
     def comparison(self) -> sp.Basic:
         """A sum, or a comparison of two sums."""
@@ -180,9 +204,16 @@ class _LineParser:
         op = self.take()
         right = self.expr()
         if self.peek().text in COMPARISONS:
-            raise self.error("chained comparisons are not supported; multiply two comparisons instead, "
-                             "like (a < b) * (b < c)")
-        return COMPARISONS[op.text](number(left), number(right))
+            raise self.error("chained comparisons are not supported; combine two with 'and', like a < b and b < c")
+        for side in (left, right):
+            self.numeric(side, op, f"'{op.text}' compares two numbers")
+        return self.build(op, lambda: COMPARISONS[op.text](left, right))
+
+    def numeric(self, value, tok: Token, what: str) -> None:
+        """Refuse a condition where a number without conditions is needed (SymPy would fold it into ITE)."""
+        if is_condition(value) or value.has(sp.Piecewise):
+            raise self.error(f"{what}, not a comparison or a where: combine conditions with and, or, not "
+                             f"(like a < b and b < c)", tok)
 
     def number_value(self) -> sp.Expr:
         """A full expression used as a number: a comparison becomes its 1/0 indicator."""
@@ -199,12 +230,13 @@ class _LineParser:
                 return left
             self.take()
             right = self.expr(prec if tok.text == "**" else prec + 1)
-            left = _apply(tok.text, number(left), number(right))
+            left = self.build(tok, lambda: _apply(tok.text, number(left), number(right)))
 
     def unary(self) -> sp.Basic:
         if self.peek().text == "-":
-            self.take()
-            return -number(self.expr(_UNARY_MINUS))
+            tok = self.take()
+            inner = self.expr(_UNARY_MINUS)
+            return self.build(tok, lambda: -number(inner))
         if self.peek().text == "+":
             self.take()
             return number(self.expr(_UNARY_MINUS))
@@ -221,7 +253,7 @@ class _LineParser:
             return inner
         if tok.kind == "name":
             if self.peek().text == "(":
-                return self.call(tok)
+                return self.build(tok, lambda: self.call(tok))
             return self.lookup(tok)
         got = "the end of the line" if tok.kind == "end" else repr(tok.text)
         raise self.error(f"expected a number, a name or '(', got {got}", tok)
@@ -267,6 +299,9 @@ class _LineParser:
             if len(args) != 3:
                 raise self.error(f"where(cond, a, b) takes a condition, the value where it holds and the value "
                                  f"where it does not; got {len(args)} arguments", tok)
+            if not is_condition(args[0]):
+                self.numeric(args[0], tok, "a number as where's condition means 'number != 0' and must be free of "
+                                           "conditionals")
             return where(condition(args[0]), args[1], args[2])
         args = [number(a) for a in args]
         if name in ELEMENTWISE:

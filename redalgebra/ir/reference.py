@@ -158,8 +158,8 @@ def _integers(s: Param | None, value, dtype) -> np.ndarray:
     if a.dtype.kind not in "iub":
         a = np.asarray(value, dtype=np.float64)
         if not (np.isfinite(a).all() and (a == np.round(a)).all()):
-            bad = a[~(np.isfinite(a) & (a == np.round(a)))].flat[0]
-            raise EvaluationError(f"{what} needs whole numbers, got {bad!r}; pass integers, e.g. a (rows,) int array")
+            bad = float(a[~(np.isfinite(a) & (a == np.round(a)))].flat[0])
+            raise EvaluationError(f"{what} needs whole numbers, got {bad}; pass integers, e.g. a (rows,) int array")
     held = a.astype(dtype)
     if (held.astype(np.float64) != a.astype(np.float64)).any():
         raise EvaluationError(f"{what} has values too large to be exact in {np.dtype(dtype).name} "

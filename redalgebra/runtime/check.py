@@ -62,7 +62,9 @@ def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="floa
         inputs[s.name] = as_bfloat16(values.astype(np.float32)) if dtype == "bfloat16" else values.astype(dtype)
     params = {}
     for p in c.params:
-        if p.size is None:
+        if getattr(p, "integer", False):  # an index along the axis per row (a label, a query position)
+            params[p.name] = rng.integers(0, max(length, 1), size=rows)
+        elif p.size is None:
             params[p.name] = np.float32(abs(rng.normal()) + 0.1)
         else:
             params[p.name] = rng.normal(size=sizes.get(p.size, p.size) if isinstance(p.size, str) else p.size).astype(np.float32)

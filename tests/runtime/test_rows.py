@@ -1,0 +1,60 @@
+"""The rows strategy in the CUDA simulator: every scalar-element cascade, every dtype, odd lengths, passes."""
+
+import numpy as np
+import pytest
+
+from redalgebra import RedalgebraError, derive, parse
+from redalgebra.runtime import compile
+from redalgebra.runtime.check import check
+from redalgebra.runtime.compile import choose, e4m3_to_float
+from tests.catalogue import FUSABLE, fused
+
+SCALAR = [n for n in FUSABLE if not any(s.size for s in fused(n).cascade.inputs)]
+FP8_QUANT = """\
+input x
+reduce a = max(abs(x))
+out q = fp8(x * 448 / max(a, 1e-12))
+out s = max(a, 1e-12) / 448
+"""
+
+
+@pytest.mark.parametrize("name", SCALAR)
+def test_rows_matches_the_reference_in_every_input_dtype(name):
+    # 37: rows off the 16-byte grid (a partial first chunk); 1: a single element; 130: two partial chunks
+    results = check(fused(name), "cudasim", "rows", shapes=((3, 37), (2, 1), (2, 130)),
+                    dtypes=("float32", "bfloat16", "float16"))
+    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
+def test_rows_longer_than_the_registers_are_walked_in_passes_and_read_twice():
+    # 4 threads of 1 chunk each hold 16 of 131 elements: the row is folded in passes, merged by the derived merge
+    results = check(fused("safe_softmax"), "cudasim", "rows", shapes=((3, 131),), dtypes=("float32", "bfloat16"),
+                    group=4, tile=1, threads=8)
+    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+    kernel = compile(fused("safe_softmax"), "cudasim", "rows", group=4, tile=1, threads=8)
+    src = kernel.source(kernel._layout({"x": np.zeros((3, 131), np.float32)}, {}, None)[0], "rows").source
+    assert "for base in range(0, nch, 4):" in src
+
+
+def test_fp8_outputs_are_e4m3_bytes_that_decode_to_the_reference():
+    f = derive(parse(FP8_QUANT))
+    x = np.random.default_rng(1).normal(size=(5, 67)).astype(np.float32)
+    out = compile(f, "cudasim", "rows")({"x": x})
+    assert out["q"].dtype == np.uint8 and out["s"].dtype == np.float32
+    scale = np.abs(x).max(axis=1, keepdims=True) / 448
+    want = np.clip(x / scale, -448, 448)
+    got = e4m3_to_float(out["q"])
+    assert np.all(np.abs(got - want) <= np.abs(want) / 16 + 2.0 ** -9)  # half an e4m3 step (3 mantissa bits)
+    assert np.allclose(out["s"][:, 0] if out["s"].ndim > 1 else out["s"], scale[:, 0], rtol=1e-6)
+    results = check(f, "cudasim", "rows", shapes=((3, 37), (2, 1)), dtypes=("float32", "bfloat16"))
+    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+    wide = compile(f, "cudasim", "rows", out_dtype="float32")({"x": x})
+    assert wide["q"].dtype == np.float32
+
+
+def test_rows_refuses_elements_with_vectors_and_auto_sends_them_to_lanes():
+    with pytest.raises(RedalgebraError, match="use lanes or split_lanes"):
+        check(fused("decode_attention"), "cudasim", "rows", shapes=((2, 5),))
+    assert choose(fused("decode_attention"), 512, 4096) == "split_lanes"
+    assert choose(fused("attention"), 4096, 512) == "lanes"
+    assert choose(fused("safe_softmax"), 8, 50257) == "rows"

@@ -68,7 +68,8 @@ class RowsKernel:
         acc = self.lay.base_access()
         for name in self.scalars + [s.name for s in self.f.prologue.results]:
             acc.scalar[name] = f"e_{name}_{i}_{c}"
-        acc.scalar["element.index"] = acc.scalar["pos"] = f"(c0_{i} + {c})"
+        acc.scalar["element.index"] = f"(c0_{i} + {c})"
+        acc.scalar["pos"] = f"float32(c0_{i} + {c})"  # an int64 index would make the comparison float64
         acc.scalar.update(self.hoisted)
         if self.spec.fast_exp:
             acc.exp = "fast_exp"

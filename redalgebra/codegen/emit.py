@@ -239,5 +239,6 @@ def element_loads(lay: Layout, consts: Constants, counter, acc: Access | None = 
 
 
 def identity_value(lay: Layout, name: str, consts: Constants) -> str:
-    value = lay.fused.identity[name]
-    return "NEG_INF" if value == -sp.oo else "POS_INF" if value == sp.oo else consts.name(float(value))
+    from .states import identity_text  # the one spelling of an identity (states imports this module's printer)
+
+    return identity_text(lay.fused, name, consts)

@@ -69,6 +69,14 @@ class KernelSource:
     spec: object = None     # the Spec it was generated for
 
 
+def kernel_args(c) -> tuple:
+    """The argument names of a one-kernel module, in order: inputs, their row repeats, params, the mask,
+    outputs (top-k indices last), the shape."""
+    names = [s.name for s in c.inputs] + [f"rep_{s.name}" for s in c.inputs] + [p.name for p in c.params] + ["keep"]
+    names += [f"out_{o.name}" for o in c.outputs] + [f"out_{r.name}_index" for r in c.reductions if r.monoid.k]
+    return tuple(names + ["rows", "length"])
+
+
 class _Gen(LaneSkeletons):
     def __init__(self, fused: FusedCascade, spec: Spec, backend: str, strategy: str):
         self.f, self.spec, self.backend, self.strategy = fused, spec, backend, strategy
@@ -197,10 +205,7 @@ class _Gen(LaneSkeletons):
 
     # -- signature ---------------------------------------------------------------------------------
     def args(self) -> tuple:
-        names = [s.name for s in self.c.inputs] + [f"rep_{s.name}" for s in self.c.inputs]
-        names += [p.name for p in self.c.params] + ["keep"]
-        names += [f"out_{o.name}" for o in self.c.outputs] + [f"out_{r}_index" for r in self.lay.topk_state]
-        return tuple(names + ["rows", "length"])
+        return kernel_args(self.c)
 
     def output_specs(self) -> tuple:
         specs = []

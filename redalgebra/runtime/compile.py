@@ -105,9 +105,9 @@ class Kernel:
     out_dtype: str | None = None  # "float32": every output in float32; None: as the strategy writes them
     _compiled: dict = field(default_factory=dict, repr=False)
 
-    def resolve(self, rows: int, length: int) -> str:
+    def resolve(self, rows: int, length: int, sizes: dict | None = None) -> str:
         """The registered strategy ``rows`` rows of ``length`` run with (``auto`` chooses; the simulator's twin)."""
-        name = choose(self.fused, rows, length) if self.strategy == "auto" else self.strategy
+        name = choose(self.fused, rows, length, sizes) if self.strategy == "auto" else self.strategy
         return for_target(name, self.backend).name
 
     def source(self, spec: Spec, strategy: str | None = None) -> KernelSource:
@@ -153,7 +153,7 @@ class Kernel:
         for p in c.params:
             if p.size is not None:
                 self._size(sizes, p.size, np.shape(params[p.name])[-1], p.name)
-        strategy = self.resolve(rows, length)
+        strategy = self.resolve(rows, length, sizes)
         problem = Problem(rows, length, tuple(sorted((k, v) for k, v in sizes.items() if isinstance(k, str))),
                           tuple(dtypes), keep is not None, *_alignment(inputs, c, length, reps),
                           options=(("threads", self.threads), ("tile", self.tile), ("segments", self.segments),
@@ -314,16 +314,20 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     return Kernel(fused, backend, strategy, threads, tile, fast_exp, segments, group, out_dtype)
 
 
-def choose(fused: FusedCascade, rows: int, length: int) -> str:
-    """``strategy="auto"``: the strategy for a shape, by the measured rules of ``gpu/README.md``.
+def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = None) -> str:
+    """``strategy="auto"``: the strategy for a shape.
 
     Elements that are scalars: ``rows`` (the row in registers, 128-bit loads). Elements with vectors
-    (attention's keys and values): a warp per element, and segments across blocks (``split_lanes``)
-    when rows are long and too few to fill the GPU with one block each.
+    (attention's keys and values): segments across blocks (``split_lanes``) for long rows that are few
+    enough (decode), else a warp per element (``lanes``: prefill, and MLA's 576-wide latent rows). The
+    rule reproduces 9 of the 10 attention shapes of the H200 autotuner (``gpu/results/h200/autotune.json``;
+    decode at B4 × 16 K keys chose ``lanes``).
     """
-    if any(s.size is not None for s in fused.cascade.inputs):
-        return "split_lanes" if length >= 2048 and rows < 4 * 132 else "lanes"
-    return "rows"
+    vectors = [s for s in fused.cascade.inputs if s.size is not None]
+    if not vectors:
+        return "rows"
+    widest = max((sizes or {}).get(s.size, s.size if isinstance(s.size, int) else 0) for s in vectors)
+    return "split_lanes" if length >= 1024 and rows <= 4096 and widest <= 256 else "lanes"
 
 
 def _alignment(inputs: dict, c, length: int, reps: dict) -> tuple[bool, bool, bool]:

@@ -55,6 +55,7 @@ def test_fp8_outputs_are_e4m3_bytes_that_decode_to_the_reference():
 def test_rows_refuses_elements_with_vectors_and_auto_sends_them_to_lanes():
     with pytest.raises(RedalgebraError, match="use lanes or split_lanes"):
         check(fused("decode_attention"), "cudasim", "rows", shapes=((2, 5),))
-    assert choose(fused("decode_attention"), 512, 4096) == "split_lanes"
+    assert choose(fused("decode_attention"), 512, 4096, {"d": 128}) == "split_lanes"
+    assert choose(fused("mla_decode"), 2048, 4096, {"r": 512, "e": 64}) == "lanes"
     assert choose(fused("attention"), 4096, 512) == "lanes"
     assert choose(fused("safe_softmax"), 8, 50257) == "rows"

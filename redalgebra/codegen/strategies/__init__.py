@@ -10,7 +10,7 @@ is one module that calls :func:`register`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from ...errors import RedalgebraError
@@ -47,8 +47,6 @@ class Strategy:
     grid: Callable                    # (rows, spec, named arguments) -> {entry grid name: (blocks, threads)}
     sim: str | None = None            # the strategy the simulator runs instead; None: this one as is
     shared_states: bool = False       # every thread's state in shared memory (threads fitted to it)
-    writes_dtype: bool = False        # outputs in the input's dtype (else float32)
-    tags: tuple = field(default=())   # "lanes", "split", "staged", "multi": families, for tools and tests
 
 
 REGISTRY: dict[str, Strategy] = {}

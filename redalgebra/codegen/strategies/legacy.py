@@ -8,7 +8,7 @@ the grid — live here, beside their names.
 from __future__ import annotations
 
 from ...errors import RedalgebraError
-from . import Problem, Strategy, register
+from . import REGISTRY, Problem, Strategy, register
 
 SHARED_BYTES = 48 * 1024  # static shared memory a block may declare
 
@@ -81,10 +81,10 @@ def _segments(name: str, p: Problem, threads: int, tile: int) -> int:
     return max(1, min(nseg, p.length))
 
 
-def _configure(name: str, shared: bool):
+def _configure(name: str):
     def configure(fused, p: Problem) -> dict:
         threads = p.option("threads", 32 if p.option("simulator") else 128)
-        if shared:
+        if REGISTRY[name].shared_states:
             threads = fit_threads(fused, dict(p.sizes), threads)
         tile = _stage(fused, p, threads) if name == "nonincremental" else _tile(name, fused, p, threads)
         out = dict(threads=threads, tile=tile)
@@ -103,30 +103,27 @@ def _grid(name: str):
 
 
 _LEGACY = (
-    ("row", "cpu", "numba.njit(parallel=True): one fused pass per row over prange", None, ()),
-    ("thread", "cuda", "a thread per row runs the incremental loop over the whole row", None, ()),
-    ("warp", "cuda", "a warp per row: strided incremental loops, then the derived merge over shuffles", "block_shared", ()),
+    ("row", "cpu", "numba.njit(parallel=True): one fused pass per row over prange", None),
+    ("thread", "cuda", "a thread per row runs the incremental loop over the whole row", None),
+    ("warp", "cuda", "a warp per row: strided incremental loops, then the derived merge over shuffles", "block_shared"),
     ("block", "cuda", "a block per row: lanes, warps (shuffles), then the warps' states in shared memory",
-     "block_shared", ()),
+     "block_shared"),
     ("block_shared", "cuda", "block without warp operations: every state in shared memory, a syncthreads tree",
-     None, ()),
-    ("tile", "cuda", "a block per row merging per tile of registers (scalar loads, float32 outputs)", "tile_shared", ()),
-    ("tile_shared", "cuda", "tile with the shuffle-free merge", None, ()),
+     None),
+    ("tile", "cuda", "a block per row merging per tile of registers (scalar loads, float32 outputs)", "tile_shared"),
+    ("tile_shared", "cuda", "tile with the shuffle-free merge", None),
     ("lanes", "cuda", "a warp per element, its lanes splitting the vectors (attention's head dimension)",
-     "lanes_shared", ("lanes",)),
-    ("lanes_shared", "cuda", "lanes with lane sums through shared memory", None, ("lanes",)),
+     "lanes_shared"),
+    ("lanes_shared", "cuda", "lanes with lane sums through shared memory", None),
     ("nonincremental", "cuda", "the row staged in shared memory, the reductions in sequence, no corrections",
-     None, ("staged",)),
-    ("split", "cuda", "segments across blocks, merged by a second kernel (FlashDecoding's structure)", "split_shared",
-     ("split", "multi")),
-    ("split_shared", "cuda", "split with the shuffle-free block merge", None, ("split", "multi")),
-    ("split_lanes", "cuda", "lanes per segment across blocks, merged by a second kernel", "split_lanes_shared",
-     ("lanes", "split", "multi")),
-    ("split_lanes_shared", "cuda", "split_lanes with lane sums through shared memory", None, ("lanes", "split", "multi")),
-    ("unfused", "cuda", "the baseline: a kernel per reduction, then the epilogue", None, ("multi",)),
+     None),
+    ("split", "cuda", "segments across blocks, merged by a second kernel (FlashDecoding's structure)", "split_shared"),
+    ("split_shared", "cuda", "split with the shuffle-free block merge", None),
+    ("split_lanes", "cuda", "lanes per segment across blocks, merged by a second kernel", "split_lanes_shared"),
+    ("split_lanes_shared", "cuda", "split_lanes with lane sums through shared memory", None),
+    ("unfused", "cuda", "the baseline: a kernel per reduction, then the epilogue", None),
 )
 
-for _name, _backend, _summary, _sim, _tags in _LEGACY:
-    register(Strategy(_name, _backend, _summary, _build(_name), _configure(_name, _name.endswith("_shared") and
-                      not _name.startswith(("lanes", "split_lanes"))), _grid(_name), _sim,
-                      shared_states=_name in ("block_shared", "tile_shared", "split_shared"), tags=_tags))
+for _name, _backend, _summary, _sim in _LEGACY:
+    register(Strategy(_name, _backend, _summary, _build(_name), _configure(_name), _grid(_name), _sim,
+                      shared_states=_name in ("block_shared", "tile_shared", "split_shared")))

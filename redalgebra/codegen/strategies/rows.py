@@ -277,14 +277,6 @@ class RowsKernel:
 
 
 # -- signature, launch policy, registration ------------------------------------------------------------
-def _args(fused) -> tuple:
-    c = fused.cascade
-    names = [s.name for s in c.inputs] + [f"rep_{s.name}" for s in c.inputs] + [p.name for p in c.params] + ["keep"]
-    names += [f"out_{o.name}" for o in c.outputs]
-    names += [f"out_{r.name}_index" for r in c.reductions if r.monoid.k is not None]
-    return tuple(names + ["rows", "length"])
-
-
 def _outputs(fused, k: RowsKernel) -> tuple:
     c, varying = fused.cascade, set(fused.per_element_outputs)
     specs = [(o.name, "element" if o.name in varying else "row",
@@ -293,13 +285,14 @@ def _outputs(fused, k: RowsKernel) -> tuple:
 
 
 def build(fused: FusedCascade, spec: Spec, target: str):
+    from ..kernels import kernel_args
     from ..module import assemble
 
     if target == "cpu":
         raise RedalgebraError("the rows strategy is CUDA-only (a group of threads per row)")
     k = RowsKernel(fused, spec)
     tree = k.body()
-    return assemble(fused, spec, target, "rows", [("kernel", _args(fused), "rows", tree)], k.consts,
+    return assemble(fused, spec, target, "rows", [("kernel", kernel_args(fused.cascade), "rows", tree)], k.consts,
                     k.lay.constants, _outputs(fused, k), {n: d for n, d in spec.out_dtypes if d != "float32"})
 
 
@@ -347,4 +340,4 @@ def grid(rows: int, spec: Spec, named) -> dict:
 
 
 register(Strategy("rows", "cuda", "a group of threads per row, the row in registers, 128-bit loads and stores, "
-                  "outputs in the input's dtype", build, configure, grid, writes_dtype=True))
+                  "outputs in the input's dtype", build, configure, grid))

@@ -258,6 +258,33 @@ def case_fp8_quant(rows, hidden, candidates):
                 nbytes + rows * hidden * 4 + rows * 4, candidates, tol=32 / 448, outputs=("q",))
 
 
+def ce_eager(x, label):
+    return F.cross_entropy(x, label, reduction="none")
+
+
+def ce_upcast(x, label):
+    return F.cross_entropy(x.float(), label, reduction="none")
+
+
+def case_cross_entropy(rows, vocab, dtype, candidates, label):
+    """Softmax cross-entropy of ``rows`` rows of logits, the target an integer per row (no one-hot row)."""
+    nbytes = rows * vocab * SIZE[dtype]
+    copies = []
+    for _ in range(copies_for(nbytes)):
+        x = randn((rows, vocab), dtype, 2.0)
+        target = torch.randint(0, vocab, (rows,), device="cuda")
+        params = {"label": target.float().cpu().numpy()}  # exact: vocabularies are far below 2**24
+        copies.append(({"x": ours_input(x)}, params, (x, target)))
+    io = nbytes + rows * 8 + rows * SIZE[dtype]
+    base = [("F.cross_entropy", ce_eager, io), ("torch.compile", compiled_fn("ce", ce_eager), io),
+            ("torch.compile (float32 upcast)", compiled_fn("ce32", ce_upcast), io)]
+
+    def reference(x, target):
+        return {"loss": F.cross_entropy(x.double(), target, reduction="none")}
+    return Case("cross_entropy", f"{label} {rows}x{vocab}", dtype, fused_of("cross_entropy"), copies, base, reference,
+                nbytes + rows * 4 + rows * 4, candidates, outputs=("loss",), tol=1e-5)
+
+
 def case_fp8_gemm(m, hidden, n, candidates):
     x = randn((m, hidden), "bfloat16")
     w = randn((hidden, n), "float16", 0.05)
@@ -314,6 +341,8 @@ def all_cases(quick: bool) -> dict:
                                      (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]
         + [lambda: case_moe(4096, 4096, 8, ("rows", "rows@512g512", "tile@256"), "wide")],
         "fp8": [lambda: case_fp8_quant(16384, 7168, LONG)],
+        "ce": [lambda v=v, lab=lab: case_cross_entropy(8192, v, "bfloat16", ("rows", "rows@512g512"), lab)
+               for v, lab in ((32000, "LLaMA-2"), (128256, "LLaMA-3"))],
         "fp8gemm": [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("split_lanes@32x1",)) for m in (1, 16)],
         "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")
                      for L in (1024, 4096, 16384, 65536)],
@@ -427,6 +456,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="the first shape of each group only")
     ap.add_argument("--retune", action="store_true", help="try every candidate even where autotune.json has a choice")
     ap.add_argument("--budget", type=float, default=560.0, help="seconds; cases past it are skipped")
+    ap.add_argument("--pick", help="comma-separated indices of the shapes to run within each group, e.g. 0,2")
+    ap.add_argument("--configs", help="comma-separated configurations to try instead of each case's candidates "
+                    "(implies --retune), e.g. rows@256x4g256,rows@512x2g512")
     ap.add_argument("--traceback", action="store_true", help="print the traceback of failing configurations")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -437,13 +469,14 @@ def main(argv=None) -> int:
     if unknown:
         print(f"unknown case group(s) {unknown}; choose from {groups}", file=sys.stderr)
         return 2
-    builders = [(g, b) for g in args.cases.split(",") for b in cases[g]]
+    pick = None if args.pick is None else {int(i) for i in args.pick.split(",")}
+    builders = [(g, b) for g in args.cases.split(",") for i, b in enumerate(cases[g]) if pick is None or i in pick]
     t0 = time.time()
     out = Path(args.out)
     copy = copy_bandwidth()
     print(f"copy bandwidth {copy:.0f} GB/s (4 GiB device-to-device, read + write)", flush=True)
     meta = {**environment(), "copy_gbps": round(copy, 1)}
-    runner = Runner(copy, out.parent / "autotune.json", args.retune)
+    runner = Runner(copy, out.parent / "autotune.json", args.retune or bool(args.configs))
     rows: list[Row] = []
     progress = Progress(len(builders))
     for group, build in builders:
@@ -452,6 +485,8 @@ def main(argv=None) -> int:
             progress.step("skipped")
             continue
         case = build()
+        if args.configs:
+            case.candidates = tuple(args.configs.split(","))
         for r in runner.run(case):
             rows.append(r)
             print(f"{r.case:<20} {r.shape:<36} {r.dtype:<8} {r.system:<40} {r.ms:9.4f} ms {r.gbps:7.0f} GB/s "

@@ -36,6 +36,8 @@ class Spec:
     shifted: bool = False        # rows start off the 16-byte grid: each row's first chunk is partial
     resident: bool = True        # the whole row fits in the registers (read once); else passes, read twice
     out_dtypes: tuple = ()       # ((output name, "float32" | "bfloat16" | "float16" | "e4m3"), ...)
+    staged: bool = False         # resident rows: one reduction at a time, each reduced over the group by its
+    #                              monoid (top-k by repeated arg-max selection) instead of the derived merge
 
     @property
     def size_of(self) -> dict:

@@ -59,3 +59,17 @@ def test_rows_refuses_elements_with_vectors_and_auto_sends_them_to_lanes():
     assert choose(fused("mla_decode"), 2048, 4096, {"r": 512, "e": 64}) == "lanes"
     assert choose(fused("attention"), 4096, 512) == "lanes"
     assert choose(fused("safe_softmax"), 8, 50257) == "rows"
+
+
+@pytest.mark.parametrize("group,threads,length,dtype", [(16, 64, 200, "bfloat16"), (64, 128, 300, "float32")])
+def test_top_k_is_selected_over_the_group_with_its_indices(group, threads, length, dtype):
+    # staged reductions: softmax states all-reduced by their monoids, the top-8 chosen by 8 rounds of a
+    # group-wide arg-max; a group of 64 crosses warps (shared memory), two groups share a block
+    f = fused("moe_routing")
+    kernel = compile(f, "cudasim", "rows", group=group, threads=threads)
+    spec = kernel._layout({"g": np.zeros((5, length), np.float32)}, {}, None)[0]
+    assert spec.staged and spec.resident
+    assert "rt_topk_insert" not in kernel.source(spec, "rows").source.split("def kernel")[1]
+    results = check(f, "cudasim", "rows", shapes=((5, length), (2, 1)), dtypes=(dtype,),
+                    group=group, threads=threads)
+    assert all(r.passed for r in results), "\n".join(r.line() for r in results)

@@ -24,6 +24,7 @@ quantisers, routers):
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import sympy as sp
 
@@ -32,13 +33,15 @@ from ...errors import RedalgebraError
 from ...ir.functions import RoundE4M3
 from ..emit import Layout, Spec
 from ..printer import Constants, print_expr
-from ..states import bind_program, merge_stmts, require_scalar_elements, states_of
-from ..tree import Assign, Barrier, Comment, For, If, Load, Store
+from ..states import ScalarState, TopKState, bind_program, merge_stmts, require_scalar_elements, states_of
+from ..tree import Assign, Barrier, Comment, For, If, Load, Shared, Shuffle, Store
 from . import Strategy, register
 
 #: Elements per 16 bytes, by stored dtype.
 VEC = {"float32": 4, "float16": 8, "bfloat16": 8}
 #: Widths of the stores of one chunk of ``V`` elements, by (output dtype, V): (width per store, stores).
+#: Independent partial states per scalar reduction in a thread's fold (chains of dependent adds, maxes).
+ACC = 4
 WIDE_STORES = {("float32", 4): 4, ("bfloat16", 8): 8, ("float16", 8): 8, ("e4m3", 4): 4, ("e4m3", 8): 4}
 
 
@@ -69,7 +72,8 @@ class RowsKernel:
         for name in self.scalars + [s.name for s in self.f.prologue.results]:
             acc.scalar[name] = f"e_{name}_{i}_{c}"
         acc.scalar["element.index"] = f"(c0_{i} + {c})"
-        acc.scalar["pos"] = f"float32(c0_{i} + {c})"  # an int64 index would make the comparison float64
+        # float32 (an int64 index would make a comparison float64), converted once per chunk: exact below 2**24
+        acc.scalar["pos"] = f"(fc0_{i} + {self.consts.name(float(c))})" if c else f"fc0_{i}"
         acc.scalar.update(self.hoisted)
         if self.spec.fast_exp:
             acc.exp = "fast_exp"
@@ -90,9 +94,10 @@ class RowsKernel:
         return out + [Assign("lo", lo), Assign("nch", f"(length - lo + {self.vec - 1}) // {self.vec}")]
 
     def load_chunk(self, i: int, chunk: str) -> list:
-        """Chunk ``chunk`` into registers ``e_<input>_<i>_<c>``, its element flags in ``ok_<i>_<c>``."""
+        """Chunk ``chunk`` into registers ``e_<input>_<i>_<c>`` (zeros outside the row)."""
         v = self.vec
         out = [Assign(f"c0_{i}", f"lo + {v} * ({chunk})"), Assign(f"full_{i}", f"c0_{i} >= 0 and c0_{i} + {v} <= length")]
+        out.append(Assign(f"fc0_{i}", f"float32(c0_{i})"))  # for ``pos``; dropped by the compiler when unused
         wide, narrow = [], []
         for s in self.scalars:
             regs = tuple(f"e_{s}_{i}_{c}" for c in range(v))
@@ -104,11 +109,6 @@ class RowsKernel:
             wide += [Load(regs, s, f"rr_{s}", f"c0_{i}", dtype)] if VEC.get(dtype) == v else \
                 [Load((regs[c],), s, f"rr_{s}", f"c0_{i} + {c}", dtype) for c in range(v)]
         out.append(If(f"full_{i}", tuple(wide), tuple(narrow)))
-        for c in range(v):
-            ok = f"c0_{i} + {c} >= 0 and c0_{i} + {c} < length"
-            if self.spec.has_keep:
-                ok = f"{ok} and keep[row, c0_{i} + {c}] != 0"
-            out.append(Assign(f"ok_{i}_{c}", ok))
         for i_c in range(v):
             acc = self.element_access(i, i_c)
             for sym, expr in self.f.prologue.steps:
@@ -116,24 +116,63 @@ class RowsKernel:
                 out += pre + [Assign(f"e_{sym.name}_{i}_{i_c}", text)]
         return out
 
+    def ok(self, i: int, c: int) -> str:
+        """Whether register ``(i, c)`` holds an element of the row (and the mask keeps it)."""
+        ok = f"c0_{i} + {c} >= 0 and c0_{i} + {c} < length"
+        return f"{ok} and keep[row, c0_{i} + {c}] != 0" if self.spec.has_keep else ok
+
     def segment_state(self) -> list:
-        """The registers' state in ``o_*`` by the non-incremental form, guarded at unreachable identities."""
+        """The registers' state in ``o_*`` by the non-incremental form, guarded at unreachable identities.
+
+        Two copies of the folds: one for a thread whose chunks are all whole (no per-element test:
+        the common case, branch-free), one testing each element (a partial chunk, or a mask).
+        A reduction whose dependencies sit at an identity they cannot leave (``degenerate``, e.g. a
+        max of -inf) folds nothing: the test is made once per reduction, not per element.
+        Scalar states fold into ``ACC`` independent partial states (one chain of dependent
+        instructions each), combined by the monoid at the end.
+        """
+        whole = self.folds(guarded=False)
+        if self.spec.has_keep:
+            return self.folds(guarded=True)
+        allfull = " and ".join(f"full_{i}" for i in range(self.tile))
+        return [If(allfull, tuple(whole), tuple(self.folds(guarded=True)))]
+
+    def folds(self, guarded: bool) -> list:
         out = []
         for st in self.states.values():
             out += st.init("o")
+        elements = [(i, c) for i in range(self.tile) for c in range(self.vec)]
         for r in self.c.reductions:
-            body = self.f.bodies[r.name]
-            if r.name in self.f.degenerate:
-                cond = self.f.degenerate[r.name].xreplace(
-                    {sp.Symbol(f"{d}_a", extended_real=True): sp.Symbol(d, extended_real=True) for d in self.states})
-                if cond != sp.false:
-                    body = sp.Piecewise((self.f.identity[r.name], cond), (body, True))
-            for i in range(self.tile):
-                for c in range(self.vec):
-                    acc = self.element_access(i, c)
-                    fold = self.states[r.name].fold("o", r.monoid, body, acc, self.consts, self.counter, f"(c0_{i} + {c})")
-                    out.append(If(f"ok_{i}_{c}", tuple(fold)))
+            st, body = self.states[r.name], self.f.bodies[r.name]
+            split = type(st) is ScalarState and len(elements) > 1
+            lanes = min(ACC, len(elements)) if split else 1
+            stmts = []
+            if split:
+                stmts += [Assign(f"o{a}_{r.name}", st.identity) for a in range(1, lanes)]
+            for k, (i, c) in enumerate(elements):
+                acc = self.element_access(i, c)
+                prefix = f"o{k % lanes}" if k % lanes else "o"
+                fold = st.fold(prefix, r.monoid, body, acc, self.consts, self.counter, f"(c0_{i} + {c})")
+                stmts += [If(self.ok(i, c), tuple(fold))] if guarded else fold
+            for a in range(1, lanes):
+                acc = self.lay.base_access()
+                acc.scalar[f"__part{a}"] = f"o{a}_{r.name}"
+                stmts += st.fold("o", r.monoid, sp.Symbol(f"__part{a}", extended_real=True), acc, self.consts,
+                                 self.counter, "-1")
+            cond = self.degenerate(r.name)
+            if cond is not None:
+                pre, text = print_expr(cond, self.element_access(0, 0), self.consts, None, self.counter, tree=True)
+                stmts = pre + [If(f"not ({text})", tuple(stmts))]
+            out += stmts
         return out
+
+    def degenerate(self, name: str):
+        """The condition on the dependencies' states under which reduction ``name`` folds only its identity."""
+        if name not in self.f.degenerate:
+            return None
+        cond = self.f.degenerate[name].xreplace(
+            {sp.Symbol(f"{d}_a", extended_real=True): sp.Symbol(d, extended_real=True) for d in self.states})
+        return None if cond == sp.false else cond
 
     def merge(self) -> list:
         """``s ← merge(s, o)`` by the derived merge program."""
@@ -180,6 +219,96 @@ class RowsKernel:
             out += self.load_chunk(i, f"{first} + {self.group * i}")
         return out
 
+    # -- staged: one reduction at a time over a resident row ------------------------------------------
+    def staged(self) -> list:
+        """Every reduction in turn over the registers, its dependencies already the row's (``s_*``), then
+        reduced over the group by its own monoid: no derived merge, and a top-k is *selected* — ``k``
+        rounds of a group-wide arg-max, each removing its winner — rather than merged list by list."""
+        out = []
+        for r in self.c.reductions:
+            st = self.states[r.name]
+            out += self.select(r, st) if isinstance(st, TopKState) else self.staged_scalar(r, st)
+        return out
+
+    def each_element(self, make) -> list:
+        """``make(i, c, guarded)`` for every register: branch-free when the thread's chunks are whole."""
+        elements = [(i, c) for i in range(self.tile) for c in range(self.vec)]
+        guarded = [s for i, c in elements for s in make(i, c, True)]
+        if self.spec.has_keep:
+            return guarded
+        allfull = " and ".join(f"full_{i}" for i in range(self.tile))
+        return [If(allfull, tuple(s for i, c in elements for s in make(i, c, False)), tuple(guarded))]
+
+    def unless_degenerate(self, name: str, stmts: list) -> list:
+        cond = self.degenerate(name)
+        if cond is None:
+            return stmts
+        pre, text = print_expr(cond, self.element_access(0, 0, "s"), self.consts, None, self.counter, tree=True)
+        return pre + [If(f"not ({text})", tuple(stmts))]
+
+    def staged_scalar(self, r, st) -> list:
+        def fold(i, c, guarded):
+            acc = self.element_access(i, c, "s")  # dependencies: the row's states; the fold goes to o_<r>
+            stmts = st.fold("o", r.monoid, self.f.bodies[r.name], acc, self.consts, self.counter, f"(c0_{i} + {c})")
+            return [If(self.ok(i, c), tuple(stmts))] if guarded else stmts
+
+        a, b = sp.Symbol("__a", extended_real=True), sp.Symbol("__b", extended_real=True)
+        acc = self.lay.base_access()
+        acc.scalar.update({"__a": st.var("o"), "__b": f"x_{r.name}"})
+        pre, combine = print_expr(r.monoid.combine(a, b), acc, self.consts, None, self.counter, tree=True)
+        step = [*pre, Assign(st.var("o"), combine)]
+        out = st.init("o") + self.unless_degenerate(r.name, self.each_element(fold))
+        out += self.group_reduce([Shuffle(f"x_{r.name}", st.var("o"), "")], step,
+                                 [f"sh_{r.name}"], [st.var("o")], "float32")
+        return out + [Assign(st.var("s"), st.var("o"))]
+
+    def select(self, r, st) -> list:
+        k = r.monoid.k
+        vals = {(i, c): f"v_{r.name}_{i}_{c}" for i in range(self.tile) for c in range(self.vec)}
+
+        def value(i, c, guarded):
+            pre, text = print_expr(self.f.bodies[r.name], self.element_access(i, c, "s"), self.consts, None,
+                                   self.counter, tree=True)
+            stmts = [*pre, Assign(vals[i, c], text)]
+            return [If(self.ok(i, c), tuple(stmts), (Assign(vals[i, c], "NEG_INF"),))] if guarded else stmts
+
+        out = [Assign(v, "NEG_INF") for v in vals.values()]
+        out += self.unless_degenerate(r.name, self.each_element(value))
+        first, *rest = vals.items()
+        step = [If("ov > bv or (ov == bv and oi < bi)", (Assign("bv", "ov"), Assign("bi", "oi")))]
+        for j in range(k):
+            out += [Assign("bv", first[1]), Assign("bi", f"int32(c0_{first[0][0]} + {first[0][1]})")]
+            # registers in increasing element order: a strict > keeps the smallest index of equal values
+            out += [If(f"{v} > bv", (Assign("bv", v), Assign("bi", f"int32(c0_{i} + {c})"))) for (i, c), v in rest]
+            out += self.group_reduce([Shuffle("ov", "bv", ""), Shuffle("oi", "bi", "", "int32")], step,
+                                     [f"sh_{r.name}", f"shi_{r.name}"], ["bv", "bi"], ("float32", "int32"), reuse=True)
+            out += [Assign(f"{st.var('s')}[{j}]", "bv"), Assign(f"{st.index('s')}[{j}]", "bi if bv != NEG_INF else -1")]
+            out += [If(f"c0_{i} + {c} == bi", (Assign(v, "NEG_INF"),)) for (i, c), v in vals.items()]
+        return out
+
+    def group_reduce(self, shuffles: list, step: list, boxes: list, regs: list, dtypes, reuse: bool = False) -> list:
+        """All-reduce registers ``regs`` over the group: ``shuffles`` (their offset set here) bring the partner's
+        values, ``step`` combines them; across warps through shared arrays ``boxes`` and a barrier
+        (``reuse``: a second barrier, as the boxes are filled again by the next call)."""
+        dtypes = (dtypes,) * len(regs) if isinstance(dtypes, str) else dtypes
+
+        def butterfly(width):
+            out, off = [], width // 2
+            while off >= 1:
+                out += [replace(s, offset=str(off)) for s in shuffles] + step
+                off //= 2
+            return out
+
+        g = self.group
+        out = butterfly(min(g, 32))
+        if g <= 32:
+            return out
+        per_group, warps = g // 32, self.spec.threads // 32
+        out += [Shared(b, (str(warps),), d) for b, d in zip(boxes, dtypes)]
+        out += [If("lane == 0", tuple(Assign(f"{b}[warp]", v) for b, v in zip(boxes, regs))), Barrier()]
+        out += [Assign(v, f"{b}[grp * {per_group} + lane % {per_group}]") for b, v in zip(boxes, regs)]
+        return out + [Barrier()] * reuse + butterfly(per_group)
+
     # -- outputs ---------------------------------------------------------------------------------------
     def final_access(self):
         acc = bind_program(self.lay.base_access(), self.f.finalize, self.states, {"": "s"})
@@ -197,14 +326,25 @@ class RowsKernel:
                 pre, text = print_expr(expr, acc, self.consts, None, self.counter, tree=True)
                 lead += pre + [Assign(f"out_{sym.name}[row]", text)]
             else:
-                pre, text = print_expr(expr, acc, self.consts, "j", self.counter, tree=True)
-                vector += pre + [For("j", "gt", self.lay.size_const(sizes[sym.name]),
-                                     (Assign(f"out_{sym.name}[row, j]", text),), str(self.group))]
+                vector += self.spread(self.lay.size_const(sizes[sym.name]), lambda j: self.vector_store(sym, expr, acc, j))
         for r, st in self.states.items():
             if hasattr(st, "index"):
-                vector.append(For("j", "gt", st.size, (Assign(f"out_{r}_index[row, j]", f"{st.index('s')}[j]"),),
-                                  str(self.group)))
+                vector += self.spread(st.size, lambda j, r=r, st=st: [Assign(f"out_{r}_index[row, {j}]",
+                                                                            f"{st.index('s')}[{j}]")])
         return [If("live and gt == 0", tuple(lead))] * bool(lead) + ([If("live", tuple(vector))] if vector else [])
+
+    def vector_store(self, sym, expr, acc, j: str) -> list:
+        pre, text = print_expr(expr, acc, self.consts, j, self.counter, tree=True)
+        return pre + [Assign(f"out_{sym.name}[row, {j}]", text)]
+
+    def spread(self, size: str, store) -> list:
+        """``store(j)`` for ``j`` over a vector, spread over the group's threads. Unrolled (a constant
+        index each) when the size is small, so that per-thread arrays such as a top-k list are
+        promoted to registers rather than kept in local memory."""
+        n = self.lay.constants.get(size)
+        if n is None or n > 64:
+            return [For("j", "gt", size, tuple(store("j")), str(self.group))]
+        return [If(f"gt == {j % self.group}", tuple(store(str(j)))) for j in range(n)]
 
     def element_outputs(self) -> tuple[list, list]:
         """(row-invariant temporaries computed once, the per-chunk stores)."""
@@ -258,10 +398,15 @@ class RowsKernel:
             out += st.declare("s") + st.declare("o")
         for st in self.states.values():
             out += st.init("s")
-        # resident: the one segment's state is the row's (no merge with the empty running state)
-        fold = (lambda: self.copy_state("o", "s")) if self.spec.resident else self.merge
-        out += self.passes(lambda first: self.chunks(first) + self.segment_state() + fold())
-        out += self.group_merge()
+        if self.spec.staged:
+            if not self.spec.resident:
+                raise RedalgebraError("rows: staged reductions need the row in registers (resident)")
+            out += self.chunks("gt") + self.staged()
+        else:
+            # resident: the one segment's state is the row's (no merge with the empty running state)
+            fold = (lambda: self.copy_state("o", "s")) if self.spec.resident else self.merge
+            out += self.passes(lambda first: self.chunks(first) + self.segment_state() + fold())
+            out += self.group_merge()
         out += self.row_outputs()
         if self.varying:
             hoisted, stores = self.element_outputs()
@@ -322,15 +467,20 @@ def configure(fused: FusedCascade, p) -> dict:
     vec = VEC[first] if wide else 1
     chunks = -(-p.length // vec) + (1 if wide and not p.pitch_ok else 0)
     heavy = any(r.monoid.k is not None or fused.cascade.sizes[r.name] is not None for r in fused.cascade.reductions)
-    most = max(1, (16 if heavy else 32) // vec)            # chunks per thread that stay in registers
+    topk = any(r.monoid.k is not None for r in fused.cascade.reductions)
+    # chunks per thread that stay in registers; a top-k is selected by rounds over the group's registers,
+    # cheapest with one chunk per thread
+    most = max(1, (16 if heavy else 32) // vec)
     cap = 32 if p.option("simulator") else 1024  # the simulator runs a thread per OS thread
-    group = p.option("group") or min(cap, max(1 if heavy else 4, _pow2(-(-chunks // most))))
+    group = p.option("group") or min(cap, max(1 if heavy else 4, _pow2(-(-chunks // (1 if topk else most)))))
     tile = p.option("tile") or min(most, _pow2(-(-chunks // group)))
     threads = p.option("threads") or max(group, 64 if p.option("simulator") else 128 if heavy else 256)
     if threads % group:
         raise RedalgebraError(f"rows: {threads} threads per block do not hold whole groups of {group}")
+    resident = chunks <= group * tile
+    scalar = all(fused.cascade.sizes[r.name] is None or r.monoid.k is not None for r in fused.cascade.reductions)
     return dict(threads=threads, group=group, tile=tile, vec=vec, shifted=wide and not p.pitch_ok,
-                resident=chunks <= group * tile, fast_exp=p.option("fast_exp", False),
+                resident=resident, staged=topk and resident and scalar, fast_exp=p.option("fast_exp", False),
                 out_dtypes=out_dtypes(fused, dtypes, p.option("out_dtype")))
 
 

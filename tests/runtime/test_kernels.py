@@ -6,7 +6,7 @@ import pytest
 from redalgebra import RedalgebraError, derive, parse
 from redalgebra.codegen import Spec, generate
 from redalgebra.runtime import compile
-from redalgebra.runtime.check import check
+from redalgebra.runtime.check import check, compare
 from tests.catalogue import FUSABLE, fused
 
 
@@ -127,3 +127,12 @@ def test_lanes_and_fast_exp_options_are_checked():
                          "reduce l = sum(exp(s - m))\nout p = exp(s - m) / l\n"))
     with pytest.raises(RedalgebraError, match="per-element outputs"):
         generate(probs, "cuda", "lanes", Spec((("d", 8),)))
+
+
+def test_compare_holds_infinite_references_exactly():
+    # an empty row's max is -inf in the reference: a kernel giving a finite number there is wrong
+    want = {"m": np.array([[1.0], [-np.inf]])}
+    errors, ok = compare({"m": np.array([[1.0], [-np.inf]])}, want)
+    assert ok and errors["m"] == 0.0
+    errors, ok = compare({"m": np.array([[1.0], [-3e38]])}, want)
+    assert not ok and errors["m"] == "inf mismatch"

@@ -74,6 +74,53 @@ def _cmd_check(args) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
+#: Vector sizes of ``redalgebra ptx`` where ``--size`` does not give one (attention's head, MLA's latent rows).
+PTX_SIZES = {"d": 128, "e": 64, "n": 64, "r": 512}
+
+
+def _cmd_ptx(args) -> int:
+    from .runtime.compile import compile as compile_kernel
+    from .runtime.ptx import compile_ptx, facts_text, ptx_facts
+
+    fused = derive(workloads.load(args.target))
+    c = fused.cascade
+    for name, value in (("length", args.length), ("rows", args.rows)):
+        if value < 1:
+            raise RedalgebraError(f"--{name} must be a positive integer, got {value}")
+    sizes = dict(PTX_SIZES)
+    for item in args.size or []:
+        name, _, value = item.partition("=")
+        if not value.isdigit() or int(value) < 1:
+            raise RedalgebraError(f"--size takes NAME=VALUE with a positive integer value, got {item!r}")
+        sizes[name.strip()] = int(value)
+    dims = sorted({d for d in c.sizes.values() if isinstance(d, str)})
+    missing = [d for d in dims if d not in sizes]
+    if missing:
+        raise RedalgebraError(f"{c.name} has vector size{'s' * (len(missing) > 1)} {', '.join(missing)}: "
+                              f"give {' '.join(f'--size {d}=VALUE' for d in missing)}")
+    sizes = {d: sizes[d] for d in dims}
+    kernel = compile_kernel(fused, "cuda", args.strategy)  # checks the strategy; needs no GPU
+    strategy, spec, extra = kernel.spec_for(args.rows, args.length, {s.name: args.dtype for s in c.inputs}, sizes)
+    ptx = compile_ptx(fused, strategy, spec)
+    launch = [f"threads {spec.threads}", f"tile {spec.tile}"]
+    if spec.group:  # the rows strategy's policy
+        launch += [f"group {spec.group}", f"vec {spec.vec}", "resident" if spec.resident else "passes"]
+        launch += ["shifted"] * spec.shifted
+    launch += [f"segments {n}" for n in [extra.get("nseg")] if n] + ["fast_exp"] * spec.fast_exp
+    shape = ", ".join([f"{args.rows} rows × length {args.length}", f"{args.dtype} inputs"] +
+                      [f"{d}={v}" for d, v in sizes.items()])
+    head = [f"redalgebra ptx {c.name}: {shape}, sm_90",
+            f"strategy {strategy}{' (auto)' if args.strategy == 'auto' else ''}, {', '.join(launch)}",
+            *facts_text(ptx_facts(ptx))]
+    text = "".join(f"// {line}\n" for line in head) + ptx
+    if args.out:
+        Path(args.out).write_text(text)
+        print("".join(f"// {line}\n" for line in head) + f"// wrote {args.out}", end="\n")
+    else:
+        print(text)
+    return 0
+
+
 def _cmd_prove(args) -> int:
     if args.all == bool(args.target):
         raise RedalgebraError("give one NAME|FILE, or --all for the whole catalogue")
@@ -122,7 +169,7 @@ def _cmd_demo(args) -> int:
             print("  kernel: " + results[0].line())
         print()
     if REPO.joinpath("paper_figures", "figures.py").exists():
-        print("figures from the committed H200 results (gpu/results/h200/bench.csv):")
+        print("figures from the committed H200 results (gpu/results/h200/bench*.csv):")
         _script("paper_figures/figures.py").main(["--only", "speedup,levels,incremental,roofline"])
     print("\nproofs: proofs/*.md; more kernels: `redalgebra check NAME --backend cpu|cudasim|cuda`")
     print("notebooks: `.venv/bin/jupyter lab notebooks/` (01_safe_softmax ... 06_gpu_results)")
@@ -188,6 +235,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="input dtype (repeat for several; default float32)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=_cmd_check)
+    p = sub.add_parser("ptx", help="the sm_90 PTX of the generated CUDA kernel(s), with a summary; no GPU needed")
+    p.add_argument("target", metavar="NAME|FILE")
+    p.add_argument("--strategy", default="auto", metavar="S",
+                   help=f"one of: {', '.join(strategy_names('cuda'))}, auto (the default: chosen per shape, "
+                        f"as compile(..., backend='cuda') does)")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
+                   help="every input's dtype (default float32)")
+    p.add_argument("--length", type=int, default=4096, metavar="L", help="elements per row (default 4096)")
+    p.add_argument("--rows", type=int, default=1024, metavar="R", help="rows (default 1024)")
+    p.add_argument("--size", action="append", metavar="NAME=VALUE",
+                   help="a vector size (repeat; defaults " + ", ".join(f"{k}={v}" for k, v in PTX_SIZES.items()) + ")")
+    p.add_argument("--out", metavar="FILE", help="write the PTX to FILE (the summary still printed)")
+    p.set_defaults(run=_cmd_ptx)
     p = sub.add_parser("prove", help="write the proof document (Markdown) of a cascade or the catalogue")
     p.add_argument("target", metavar="NAME|FILE", nargs="?")
     p.add_argument("--all", action="store_true", help="every catalogue workload")
@@ -224,11 +284,14 @@ def main(argv=None) -> int:
     except RedalgebraError as err:
         print(f"redalgebra: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. piped into head (before OSError, of which it is one)
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 0
     except (OSError, UnicodeDecodeError) as err:
         print(f"redalgebra: error: {err}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # e.g. piped into head
-        return 0
 
 
 if __name__ == "__main__":

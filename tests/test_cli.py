@@ -110,3 +110,65 @@ def test_demo_prints_verdicts_and_incremental_forms(capsys):
     assert code == 0
     assert "attention: fusable" in out and "softplus_sum: NOT fusable" in out and "o_n = " in out
     assert out.count("  kernel: ok") == len(workloads.names(fusable=True))
+
+
+def _without_simulator() -> dict:
+    """The environment of a subprocess that may compile real CUDA (this process runs the simulator)."""
+    import os
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    return env
+
+
+@pytest.mark.slow
+def test_ptx_prints_the_summary_and_writes_the_ptx(tmp_path):
+    from redalgebra.runtime.ptx import facts_text, ptx_facts
+
+    out = tmp_path / "softmax.ptx"
+    done = subprocess.run([sys.executable, "-m", "redalgebra", "ptx", "safe_softmax", "--dtype", "bfloat16",
+                           "--out", str(out)], capture_output=True, text=True, env=_without_simulator())
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = done.stdout.splitlines()
+    text = out.read_text()
+    assert summary[0] == "// redalgebra ptx safe_softmax: 1024 rows × length 4096, bfloat16 inputs, sm_90"
+    assert summary[1].startswith("// strategy rows (auto), threads ") and "vec 8" in summary[1]
+    assert summary[-1] == f"// wrote {out}" and text.startswith("\n".join(summary[:-1]))
+    assert ".target sm_90" in text and ".visible .entry" in text
+    # the counts printed are ptx_facts of the PTX written (its comment lines count for nothing)
+    assert summary[2:-1] == [f"// {line}" for line in facts_text(ptx_facts(text))]
+    assert ptx_facts(text)["ld_global_128"] > 0
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["ptx", "no_such_thing"], "neither a workload"),
+    (["ptx", "safe_softmax", "--strategy", "row"], "strategy 'row' is not available on cuda"),
+    (["ptx", "safe_softmax", "--strategy", "fastest"], "choose one of thread"),
+    (["ptx", "attention", "--size", "d=wide"], "--size takes NAME=VALUE"),
+    (["ptx", "safe_softmax", "--rows", "0"], "--rows must be a positive integer"),
+])
+def test_ptx_bad_input_exits_2_with_a_message(capsys, argv, fragment):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and fragment in err and "Traceback" not in err
+
+
+def test_ptx_in_a_simulator_process_exits_2_with_a_message(capsys):
+    code, _, err = run(capsys, "ptx", "safe_softmax")  # this process has chosen (or will choose) the simulator
+    assert code == 2 and ("NUMBA_ENABLE_CUDASIM=1 is set" in err or "already uses the CUDA simulator" in err)
+    assert "Traceback" not in err
+
+
+def test_ptx_names_a_missing_vector_size(capsys, tmp_path):
+    path = tmp_path / "heads.casc"
+    path.write_text("input k[h]\nparam q[h]\nreduce m = max(dot(q, k))\nreduce l = sum(exp(dot(q, k) - m))\n"
+                    "out y = m + log(l)\n")
+    code, _, err = run(capsys, "ptx", str(path))
+    assert code == 2 and "give --size h=VALUE" in err
+
+
+def test_ptx_without_numba_cuda_exits_2_with_a_message():
+    script = ("import sys; sys.modules['numba.cuda'] = None\n"  # as if numba-cuda were not installed
+              "from redalgebra.cli import main; sys.exit(main(['ptx', 'safe_softmax']))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_without_simulator())
+    assert done.returncode == 2 and "needs numba-cuda" in done.stderr and "Traceback" not in done.stderr

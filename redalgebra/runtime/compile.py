@@ -153,16 +153,38 @@ class Kernel:
         for p in c.params:
             if p.size is not None:
                 self._size(sizes, p.size, np.shape(params[p.name])[-1], p.name)
+        strategy, spec, extra = self.spec_for(rows, length, dtypes, sizes, keep is not None,
+                                              _alignment(inputs, c, length, reps))
+        return spec, rows, length, reps, strategy, extra
+
+    def spec_for(self, rows: int, length: int, dtypes=(), sizes: dict | None = None, keep: bool = False,
+                 alignment: tuple | None = None) -> tuple[str, Spec, dict]:
+        """(strategy, compile-time Spec, launch-only values such as ``nseg``) of a call with ``rows`` rows
+        of ``length``: ``auto`` resolved and the strategy's launch policy applied, as a call would.
+
+        ``dtypes``: ``{input: "float32" | "float16" | "bfloat16"}`` (float32 where not given); ``sizes``:
+        the vector dimensions; ``alignment``: (vec_ok, pitch_ok, same_frame), by default that of fresh
+        aligned, contiguous device arrays (as host inputs are copied to). Used by calls and ``redalgebra ptx``.
+        """
+        c = self.fused.cascade
+        given = dict(dtypes)
+        dtypes = tuple((s.name, given.get(s.name, "float32")) for s in c.inputs)
+        sizes = dict(sizes or {})
+        missing = sorted({x.size for x in (*c.inputs, *c.params) if isinstance(x.size, str)} - set(sizes))
+        if missing:
+            raise EvaluationError(f"{c.name}: no value given for the vector size(s) {missing}")
+        if alignment is None:
+            alignment = _contiguous_alignment(c, length, dict(dtypes), sizes)
         strategy = self.resolve(rows, length, sizes)
         problem = Problem(rows, length, tuple(sorted((k, v) for k, v in sizes.items() if isinstance(k, str))),
-                          tuple(dtypes), keep is not None, *_alignment(inputs, c, length, reps),
+                          dtypes, keep, *alignment,
                           options=(("threads", self.threads), ("tile", self.tile), ("segments", self.segments),
                                    ("fast_exp", self.fast_exp), ("group", self.group), ("out_dtype", self.out_dtype),
                                    ("simulator", self.backend == "cudasim")))
         policy = get(strategy).configure(self.fused, problem)
         extra = {k: policy.pop(k) for k in list(policy) if k not in Spec.__dataclass_fields__}
-        spec = Spec(problem.sizes, problem.dtypes, keep is not None, **{"fast_exp": self.fast_exp, **policy})
-        return spec, rows, length, reps, strategy, extra
+        spec = Spec(problem.sizes, problem.dtypes, keep, **{"fast_exp": self.fast_exp, **policy})
+        return strategy, spec, extra
 
     @staticmethod
     def _size(sizes, name, got, who):
@@ -333,7 +355,7 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
 def _alignment(inputs: dict, c, length: int, reps: dict) -> tuple[bool, bool, bool]:
     """(every per-element array starts 16-byte aligned and is contiguous along the axis, every row
     pitch is a multiple of 16 bytes, every array has one contiguous row of ``length`` per row)."""
-    vec_ok, pitch_ok, same = True, length % 16 == 0, True  # outputs: contiguous rows of ``length``
+    arrays = {}
     for s in c.inputs:
         a = inputs[s.name]
         a = a.bits if isinstance(a, BFloat16) else a
@@ -341,10 +363,27 @@ def _alignment(inputs: dict, c, length: int, reps: dict) -> tuple[bool, bool, bo
         if _is_device(a):
             face = a.__cuda_array_interface__
             strides = face.get("strides") or (a.shape[1] * item * (1 if s.size is None else a.shape[2]), item)
-            ptr = face["data"][0]
+            arrays[s.name] = (face["data"][0], strides, item, reps[s.name])
         else:  # copied to a fresh (aligned, contiguous) device array
-            strides, ptr = (length * item * (1 if s.size is None else a.shape[2]), item), 0
+            arrays[s.name] = (0, (length * item * (1 if s.size is None else a.shape[2]), item), item, reps[s.name])
+    return _aligned(arrays, length)
+
+
+def _contiguous_alignment(c, length: int, dtypes: dict, sizes: dict) -> tuple[bool, bool, bool]:
+    """``_alignment`` of fresh, aligned, contiguous device arrays with one row per row."""
+    arrays = {}
+    for s in c.inputs:
+        item = 2 if dtypes.get(s.name) in ("float16", "bfloat16") else 4
+        width = 1 if s.size is None else (s.size if isinstance(s.size, int) else sizes[s.size])
+        arrays[s.name] = (0, (length * item * width, item), item, 1)
+    return _aligned(arrays, length)
+
+
+def _aligned(arrays: dict, length: int) -> tuple[bool, bool, bool]:
+    """The alignment facts of inputs given as ``{name: (address, strides, itemsize, rows repeated)}``."""
+    vec_ok, pitch_ok, same = True, length % 16 == 0, True  # outputs: contiguous rows of ``length``
+    for ptr, strides, item, rep in arrays.values():
         vec_ok &= ptr % 16 == 0 and strides[-1] == item
         pitch_ok &= strides[0] % 16 == 0
-        same &= reps[s.name] == 1 and strides[0] == length * item
+        same &= rep == 1 and strides[0] == length * item
     return vec_ok, pitch_ok and vec_ok, same and vec_ok

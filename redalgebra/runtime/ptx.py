@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from ..codegen import Spec, generate
 from ..derive import FusedCascade
+from ..errors import RedalgebraError
 from .backends import cuda_module
 from .cache import load
 
@@ -48,11 +49,17 @@ def compile_ptx(fused: FusedCascade, strategy: str, spec: Spec, cc=(9, 0)) -> st
     src = generate(fused, "cuda", strategy, spec)
     module = load(src.source)
     entries = src.entries or (("kernel", src.args, "rows"),)
+    from numba.cuda.cudadrv.error import CudaSupportError, NvvmSupportError
+
     out = []
     with _target_device(cc):
         for name, args, _ in entries:
             sig = signature(fused, spec, args, src.scratch, src.out_dtypes)
-            ptx, _ = cuda.compile_ptx(getattr(module, name).py_func, sig, cc=cc)
+            try:
+                ptx, _ = cuda.compile_ptx(getattr(module, name).py_func, sig, cc=cc)
+            except (NvvmSupportError, CudaSupportError) as err:
+                raise RedalgebraError(f"compiling PTX needs numba-cuda with libNVVM: pip install "
+                                      f"'redalgebra[cuda]' ({err})") from None
             out.append(ptx)
     return "\n".join(out)
 
@@ -82,3 +89,70 @@ def f64_instructions(ptx: str) -> list[str]:
     """PTX lines doing float64 arithmetic (conversions to print are allowed; math is not)."""
     return [ln.strip() for ln in ptx.splitlines()
             if re.search(r"\.f64\b", ln) and not ln.strip().startswith(("//", ".param", "ld.param"))]
+
+
+#: ``[@pred] ld|st.QUALIFIERS operands``: a memory instruction and its qualifiers.
+_MEMORY = re.compile(r"^\s*(?:@!?%\w+\s+)?(ld|st)((?:\.[\w:]+)+)\s")
+_SPACES = ("global", "shared", "local", "param", "const")
+_BITS = re.compile(r"^[bfsu](8|16|32|64)$")
+
+
+def memory_instructions(ptx: str) -> list[tuple[str, str, int, bool, str]]:
+    """Every load and store of the PTX as (``ld``|``st``, state space — ``generic`` when none is named,
+    bits moved, vector?, the instruction's opcode text)."""
+    out = []
+    for line in ptx.splitlines():
+        m = _MEMORY.match(line)
+        if not m:
+            continue
+        quals = m.group(2).split(".")[1:]
+        space = next((q for q in quals if q in _SPACES), "generic")
+        lanes = next((int(q[1:]) for q in quals if q in ("v2", "v4", "v8")), 1)
+        bits = next((int(_BITS.match(q).group(1)) for q in reversed(quals) if _BITS.match(q)), 0)
+        out.append((m.group(1), space, lanes * bits, lanes > 1, m.group(1) + m.group(2)))
+    return out
+
+
+def ptx_facts(ptx: str) -> dict:
+    """Counts that say how a kernel moves data and computes, for tests and ``redalgebra ptx``:
+
+    ``kernels`` (``.entry`` points); global loads and stores that move 128 bits at once
+    (``ld.global[.nc].v4.f32|u32``, ``st.global.v4``: ``ld_global_128``, ``st_global_128``), other
+    vector ones (``*_global_vector_narrow``), one element at a time (``*_global_scalar``), through the
+    read-only cache (``ld_global_nc``); ``ld_generic``/``st_generic`` (no state space: the compiler
+    could not prove the address global or shared); ``ld_local``, ``st_local`` and ``local_bytes``
+    (thread-private memory: arrays indexed at run time, spills; the bytes the kernels declare); ``f64`` (float64 arithmetic, :func:`f64_instructions`); ``ex2``
+    (``ex2.approx``); ``shfl_bfly`` (butterfly shuffles); ``sm_90`` (the target line).
+    """
+    ptx = re.sub(r"//[^\n]*", "", ptx)  # comments (such as the summary ``redalgebra ptx`` writes) count for nothing
+    facts = dict(kernels=len(re.findall(r"^\s*(?:\.visible\s+)?\.entry\b", ptx, re.M)),
+                 ld_global_128=0, ld_global_nc=0, ld_global_vector_narrow=0, ld_global_scalar=0,
+                 st_global_128=0, st_global_vector_narrow=0, st_global_scalar=0, ld_generic=0, st_generic=0,
+                 ld_local=0, st_local=0)
+    for op, space, bits, vector, text in memory_instructions(ptx):
+        if space in ("generic", "local"):
+            facts[f"{op}_{space}"] += 1
+        if space != "global":
+            continue
+        if vector:
+            facts[f"{op}_global_{'128' if bits == 128 else 'vector_narrow'}"] += 1
+        else:
+            facts[f"{op}_global_scalar"] += 1
+        if op == "ld" and ".nc" in text:
+            facts["ld_global_nc"] += 1
+    facts.update(local_bytes=sum(map(int, re.findall(r"^\s*\.local\b[^;\[]*\[(\d+)\]", ptx, re.M))), f64=len(f64_instructions(ptx)),
+                 ex2=len(re.findall(r"\bex2\.approx\b", ptx)), shfl_bfly=len(re.findall(r"\bshfl\.sync\.bfly\b", ptx)),
+                 sm_90=".target sm_90" in ptx)
+    return facts
+
+
+def facts_text(facts: dict) -> list[str]:
+    """:func:`ptx_facts` as a few lines of text (``redalgebra ptx`` prints them as PTX comments)."""
+    f = facts
+    return [f"{f['kernels']} kernel{'s' * (f['kernels'] != 1)}; global loads: {f['ld_global_128']} of 128 bits "
+            f"({f['ld_global_nc']} through the read-only cache), {f['ld_global_vector_narrow']} narrower vectors, "
+            f"{f['ld_global_scalar']} scalar",
+            f"global stores: {f['st_global_128']} of 128 bits, {f['st_global_vector_narrow']} narrower vectors, "
+            f"{f['st_global_scalar']} scalar; generic loads/stores: {f['ld_generic']}/{f['st_generic']}",
+            f".local: {f['local_bytes']} bytes, {f['ld_local']} loads, {f['st_local']} stores; f64 instructions: {f['f64']}; ex2.approx: {f['ex2']}; "
+            f"shfl.sync.bfly: {f['shfl_bfly']}"]

@@ -1,6 +1,9 @@
-"""Every real CUDA variant compiles to sm_90 PTX with float32 arithmetic only (no GPU needed).
+"""Real CUDA variants compile to sm_90 PTX with float32 arithmetic only, and the default kernels move data
+the way they claim to (no GPU needed).
 
-Runs in a subprocess: this test process uses the CUDA simulator, which cannot compile PTX.
+Runs in subprocesses: this test process uses the CUDA simulator, which cannot compile PTX. Every variant
+is configured by the launch policy a call on the GPU uses (``Kernel.spec_for``, ``auto`` resolved as
+``compile(..., backend="cuda")`` does), with the CUDA default ``fast_exp``.
 """
 
 import json
@@ -11,51 +14,132 @@ from pathlib import Path
 
 import pytest
 
+from redalgebra import workloads
+from redalgebra.codegen.strategies import names
+
 SCRIPT = r"""
 import json, sys
+from multiprocessing import get_context
 from redalgebra import workloads
-from redalgebra.codegen import Spec
 from redalgebra.derive import derive
-from redalgebra.runtime.ptx import compile_ptx, f64_instructions
-sizes = (("d", 128), ("e", 64), ("n", 64), ("r", 512))
-report = {}
-distinct = {workloads.get(n).text: n for n in reversed(workloads.names(fusable=True))}  # decode = attention's text
-for name in sorted(distinct.values()):
-    f = derive(workloads.get(name).cascade)
-    for strategy in sys.argv[1].split(","):
-        lanes = "lanes" in strategy
-        spec = Spec(sizes, tuple((s.name, "float16" if s.size else "bfloat16") for s in f.cascade.inputs), True,
-                    32 if strategy == "tile_shared" else 128,
-                    8 if strategy.startswith("tile") else 2048 if strategy == "nonincremental" else 4 if lanes else 1,
-                    fast_exp=lanes)
-        ptx = compile_ptx(f, strategy, spec)
-        report[f"{name}/{strategy}"] = {"target": ".target sm_90" in ptx, "f64": f64_instructions(ptx)[:3],
-                                        "ex2": "ex2.approx" in ptx, "butterfly": "shfl.sync.bfly" in ptx,
-                                        "exp": "exp(" in workloads.get(name).text, "dot": "dot(" in workloads.get(name).text}
-print(json.dumps(report))
+from redalgebra.runtime.compile import compile
+from redalgebra.runtime.ptx import compile_ptx, ptx_facts
+SIZES = {"d": 128, "e": 64, "n": 64, "r": 512}
+fused = {}
+
+def run(job):
+    key, name, strategy, rows, length, scalar_dtype, options = job
+    f = fused.setdefault(name, derive(workloads.get(name).cascade))
+    c = f.cascade
+    dtypes = {s.name: scalar_dtype if s.size is None else "float16" for s in c.inputs}
+    sizes = {d: SIZES[d] for d in c.sizes.values() if isinstance(d, str)}
+    resolved, spec, _ = compile(f, "cuda", strategy, **options).spec_for(rows, length, dtypes, sizes)
+    facts = ptx_facts(compile_ptx(f, resolved, spec))
+    return key, dict(facts, strategy=resolved, tile=spec.tile, vec=spec.vec, resident=spec.resident,
+                     shifted=spec.shifted, element_outputs=len(f.per_element_outputs))
+
+if __name__ == "__main__":
+    with get_context("fork").Pool(2) as pool:  # the jobs in order, to whichever worker is free
+        print(json.dumps(dict(pool.imap_unordered(run, json.loads(sys.argv[1])))))
 """
+
+# the first generation's real CUDA strategies (codegen/strategies/legacy.py; their simulator twins block_shared
+# and tile_shared run on GPUs too), each over a sample of cascades; rows (auto's choice for scalar elements) below
+LEGACY = ("thread", "warp", "block", "block_shared", "tile", "tile_shared", "nonincremental", "split", "unfused",
+          "lanes", "split_lanes")
+# exp and a dot product over vector inputs (keys and values); top-k with exp (a router); vector input, fp8
+# rounding and no exp; the lanes family also gets MLA's two vector inputs (576 wide rows, auto's lanes case)
+SAMPLE = ("decode_attention", "moe_routing", "fp8_quant_gemm")
+LANES_EXTRA = ("mla_decode",)
+SCALAR = [n for n in workloads.names(fusable=True)
+          if all(s.size is None for s in workloads.get(n).cascade.inputs)]
+# auto (rows) on every scalar cascade, resident and aligned; safe_softmax also in float32
+AUTO = [(name, 1024, 4096, "bfloat16") for name in SCALAR] + [("safe_softmax", 1024, 4096, "float32")]
+# rows over an odd row: off the 16-byte grid (a partial first chunk), walked in passes (read twice); a small
+# group and tile make it a row of many passes (the default's 32 unrolled elements per thread compile slowly)
+PASSES = {"safe_softmax": (64, 4095, "float32", {"group": 32, "tile": 2})}
+
+
+def _key(name, strategy, rows=512, length=2048, dtype="bfloat16"):
+    return f"{name}/{strategy}/{rows}x{length}/{dtype}"
+
+
+def _jobs() -> list:
+    """The slow ones (rows kernels: 3-15 s of CPU each, the legacy ones about 1 s) first, so that the two
+    workers finish together."""
+    jobs = [(_key(name, "auto", *shape), name, "auto", *shape, {}) for name, *shape in AUTO]
+    jobs += [(_key(name, "rows", *shape[:3]), name, "rows", *shape) for name, shape in PASSES.items()]
+    return jobs + [(_key(name, strategy), name, strategy, 512, 2048, "bfloat16", {})
+                   for strategy in LEGACY for name in SAMPLE + (LANES_EXTRA if "lanes" in strategy else ())]
+
+
+@pytest.fixture(scope="module")
+def report():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    jobs = _jobs()
+    # one subprocess with two compiling workers (the CI machine has two cores)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(jobs)], capture_output=True, text=True,
+                          env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(out) == sorted(key for key, *_ in jobs)
+    return out
+
+
+def test_the_sample_covers_every_real_cuda_strategy_and_every_scalar_cascade():
+    assert set(LEGACY) | {"rows"} == set(names("cuda", real=True)) | {"block_shared", "tile_shared"}
+    assert {"safe_softmax", "logsumexp", "cross_entropy", "moe_routing"} <= set(SCALAR)
+    texts = [workloads.get(n).text for n in SAMPLE]
+    assert any("exp(" in t and "dot(" in t for t in texts) and any("topk(" in t for t in texts)
+    assert any("exp(" not in t for t in texts)
 
 
 @pytest.mark.slow
-def test_every_cuda_variant_compiles_to_sm90_ptx_without_float64():
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    # two compilers at once (the CI machine has two cores), each with half of the strategies
-    halves = ("thread,warp,block,block_shared,tile,tile_shared", "nonincremental,split,unfused,lanes,split_lanes")
-    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, half], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for half in halves]
-    report = {}
-    for proc in procs:
-        out, err = proc.communicate(timeout=900)
-        assert proc.returncode == 0, err[-3000:]
-        report.update(json.loads(out.strip().splitlines()[-1]))
-    from redalgebra import workloads
-
-    distinct = len({workloads.get(n).text for n in workloads.names(fusable=True)})
-    assert len(report) == distinct * sum(len(h.split(",")) for h in halves)  # every distinct cascade × strategy
+def test_cuda_variants_compile_to_sm90_ptx_without_float64(report):
     for variant, facts in report.items():
-        assert facts["target"], variant
-        assert facts["f64"] == [], (variant, facts["f64"])
-        if variant.endswith("lanes"):  # ex2 where the cascade has an exp; dot products completed by shuffles
-            assert facts["ex2"] == facts["exp"], variant
-            assert facts["butterfly"] == facts["dot"], variant
+        name, strategy = variant.split("/")[:2]
+        text = workloads.get(name).text
+        assert facts["sm_90"], variant
+        assert facts["f64"] == 0, variant
+        assert facts["ld_generic"] == facts["st_generic"] == 0, variant  # every access known global or shared
+        # fast_exp is the CUDA default: ex2 exactly where the cascade has an exp
+        assert (facts["ex2"] > 0) == ("exp(" in text), variant
+        if strategy.endswith("lanes"):  # dot products completed by shuffles across the warp's lanes
+            assert (facts["shfl_bfly"] > 0) == ("dot(" in text), variant
+
+
+@pytest.mark.slow
+def test_auto_is_rows_with_128_bit_chunks_on_every_scalar_cascade(report):
+    runs = [(_key(name, "auto", *shape), name, *shape) for name, *shape in AUTO]
+    runs += [(_key(name, "rows", *shape[:3]), name, *shape[:3]) for name, shape in PASSES.items()]
+    for key, name, rows, length, dtype in runs:
+        facts = report[key]
+        c = workloads.get(name).cascade
+        assert facts["strategy"] == "rows" and facts["vec"] == 16 // (4 if dtype == "float32" else 2), key
+        assert facts["shifted"] == (length % 4 != 0) and facts["resident"] == ("/auto/" in key), key
+        # per pass, a chunk of 16 bytes is one 128-bit load per input and one 128-bit store per element output
+        passes = 1 if facts["resident"] or not facts["element_outputs"] else 2
+        assert facts["ld_global_128"] == passes * len(c.inputs) * facts["tile"], (key, facts)
+        assert facts["st_global_128"] == facts["element_outputs"] * facts["tile"], (key, facts)
+        assert facts["ld_global_vector_narrow"] == facts["st_global_vector_narrow"] == 0, key
+        # element by element: only the partial-chunk branch (one per element of a chunk) and the row's params
+        held = passes * len(c.inputs) * facts["tile"] * facts["vec"]
+        assert facts["ld_global_scalar"] <= held + len(c.params), (key, facts)
+        # every state in registers, top-k's too (no arrays indexed at run time, no spills)
+        assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0, key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_default_softmax_kernel_moves_its_data_128_bits_at_a_time(report, dtype):
+    facts = report[_key("safe_softmax", "auto", 1024, 4096, dtype)]
+    assert facts["strategy"] == "rows" and facts["resident"] and not facts["shifted"]
+    chunk = facts["tile"] * facts["vec"]  # elements a thread holds: tile chunks of 16 bytes
+    # one 128-bit load and one 128-bit store per chunk (ld.global.v4.f32|u32, st.global.v4.f32|u32)
+    assert facts["ld_global_128"] == facts["st_global_128"] == facts["tile"] > 0
+    assert facts["ld_global_vector_narrow"] == facts["st_global_vector_narrow"] == 0
+    # element-by-element loads and stores: the partial-chunk branch (one per element of a chunk), nothing more
+    assert facts["ld_global_scalar"] <= chunk and facts["st_global_scalar"] <= chunk
+    assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
+    assert facts["f64"] == 0 and facts["ex2"] > 0 and facts["sm_90"]

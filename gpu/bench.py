@@ -276,7 +276,7 @@ def case_cross_entropy(rows, vocab, dtype, candidates, label):
         params = {"label": target.float().cpu().numpy()}  # exact: vocabularies are far below 2**24
         copies.append(({"x": ours_input(x)}, params, (x, target)))
     io = nbytes + rows * 8 + rows * SIZE[dtype]
-    base = [("F.cross_entropy", ce_eager, io), ("torch.compile", compiled_fn("ce", ce_eager), io),
+    base = [("eager (F.cross_entropy)", ce_eager, io), ("torch.compile", compiled_fn("ce", ce_eager), io),
             ("torch.compile (float32 upcast)", compiled_fn("ce32", ce_upcast), io)]
 
     def reference(x, target):

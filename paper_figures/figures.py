@@ -1,6 +1,6 @@
 """The paper's figures, drawn from the committed GPU results only (no GPU needed).
 
-    python3 paper_figures/figures.py [--csv gpu/results/h200/bench.csv] [--out paper_figures/out]
+    python3 paper_figures/figures.py [--csv gpu/results/h200/bench.csv ...] [--out paper_figures/out]
     redalgebra figures [same options]
 
 1. ``speedup``     — speedup over PyTorch eager per workload and shape, one bar per system;
@@ -25,13 +25,29 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CSV = ROOT / "gpu" / "results" / "h200" / "bench.csv"
+#: The committed runs, oldest first: a case measured again in a later run (ours and its baselines, in one
+#: process) replaces the earlier run's rows of that case.
+DEFAULT_CSVS = (DEFAULT_CSV, DEFAULT_CSV.with_name("bench_rows.csv"), DEFAULT_CSV.with_name("bench_rows2.csv"))
 ABLATION, INCREMENTAL = "softmax_levels", "softmax_incremental"
 COMPUTE_BOUND = {"attention", "mla_decode", "fp8_quant_gemm"}  # judged by FLOP/s, left out of the roofline
 OURS = "redalgebra (tuned)"
 
 
-def load(path: Path = DEFAULT_CSV) -> list[dict]:
-    """The benchmark rows, numbers as floats (NaN where a system did not run)."""
+def load(*paths: Path) -> list[dict]:
+    """The benchmark rows, numbers as floats (NaN where a system did not run). Several files: each case
+    (workload, shape, dtype) is taken whole from the last file that has it, so every ratio still comes
+    from one run."""
+    paths = paths or DEFAULT_CSVS
+    merged: "OrderedDict[tuple, list]" = OrderedDict()
+    for path in paths:
+        cases: "OrderedDict[tuple, list]" = OrderedDict()
+        for r in _load_one(path):
+            cases.setdefault((r["case"], r["shape"], r["dtype"]), []).append(r)
+        merged.update(cases)
+    return [r for rows in merged.values() for r in rows]
+
+
+def _load_one(path: Path) -> list[dict]:
     if not Path(path).exists():
         raise FileNotFoundError(f"no benchmark results at {path}: run `redalgebra bench` on a GPU machine first")
     rows = []
@@ -211,12 +227,13 @@ FIGURES = {"speedup": draw_speedup, "levels": draw_levels, "incremental": draw_i
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="redalgebra figures", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--csv", default=str(DEFAULT_CSV), help="benchmark results (default: the committed H200 run)")
+    ap.add_argument("--csv", action="append", help="benchmark results; repeat for several runs, later ones replacing "
+                    "earlier ones case by case (default: the committed H200 runs)")
     ap.add_argument("--out", default=str(ROOT / "paper_figures" / "out"), help="directory for the PNG and PDF files")
     ap.add_argument("--only", default=",".join(FIGURES), help=f"comma-separated subset of {', '.join(FIGURES)}")
     args = ap.parse_args(argv)
     try:
-        rows = load(Path(args.csv))
+        rows = load(*[Path(p) for p in args.csv or DEFAULT_CSVS])
     except (OSError, ValueError) as err:
         print(f"redalgebra figures: {err}", file=sys.stderr)
         return 2

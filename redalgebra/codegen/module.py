@@ -8,7 +8,7 @@ statements call (numba, the intrinsics of ``redalgebra.runtime.intrinsics`` on t
 from __future__ import annotations
 
 from .helpers import HELPER_CONSTANTS, HELPERS
-from .tree import INTRINSICS, PRINTERS, Shared, Shuffle, walk
+from .tree import INTRINSICS, PRINTERS, SIM_SHUFFLE_SLOTS, Shared, Shuffle, walk
 
 
 def assemble(fused, spec, target: str, strategy: str, kernels: list, consts, constants: dict, outputs: tuple,
@@ -20,7 +20,9 @@ def assemble(fused, spec, target: str, strategy: str, kernels: list, consts, con
     bodies = []
     for name, args, _, tree in kernels:
         if target == "cudasim" and any(isinstance(s, Shuffle) for s in walk(tree)):  # the exchange boxes
-            tree = [Shared("shfl_f", (str(spec.threads),)), Shared("shfl_i", (str(spec.threads),), "int32"), *tree]
+            slots = str(SIM_SHUFFLE_SLOTS)
+            tree = [Shared("shfl_f", (slots, str(spec.threads))), Shared("shfl_i", (slots, str(spec.threads)), "int32"),
+                    *tree]
         bodies.append((name, args, printer.lines(tree)))
     if target == "cpu":
         header = ["from numba import njit, prange, float32, int32"]

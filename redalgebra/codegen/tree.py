@@ -228,13 +228,47 @@ class CudaPrinter(TreePrinter):
     """Numba CUDA on a real GPU (or its PTX compiler)."""
 
 
-class SimPrinter(TreePrinter):
-    """The CUDA simulator: shuffles exchange through ``shfl_f``/``shfl_i`` (one slot per thread)."""
+#: Shuffles exchanged together by the simulator (rows of its ``shfl_f``/``shfl_i`` boxes).
+SIM_SHUFFLE_SLOTS = 4
 
-    def _print_Shuffle(self, s: Shuffle):
-        box = "shfl_i" if s.dtype == "int32" else "shfl_f"
-        return [f"{box}[tid] = {s.value}", "cuda.syncthreads()", f"{s.target} = {box}[tid ^ ({s.offset})]",
-                "cuda.syncthreads()"]
+
+class SimPrinter(TreePrinter):
+    """The CUDA simulator: shuffles exchange through ``shfl_f``/``shfl_i`` (a slot per thread and per
+    shuffle of a batch). Consecutive independent shuffles share one pair of barriers — the simulator
+    runs a thread per OS thread, and its barriers are what makes a shuffle slow there."""
+
+    def lines(self, stmts) -> list[str]:
+        out: list[str] = []
+        batch: list[Shuffle] = []
+        for s in list(stmts) + [None]:
+            if isinstance(s, Shuffle) and self._joins(batch, s):
+                batch.append(s)
+                continue
+            out += self._exchange(batch)
+            batch = [s] if isinstance(s, Shuffle) else []
+            if s is not None and not isinstance(s, Shuffle):
+                out += getattr(self, "_print_" + type(s).__name__)(s)
+        return out
+
+    @staticmethod
+    def _joins(batch: list, s: Shuffle) -> bool:
+        import re
+
+        same = [b for b in batch if b.dtype == s.dtype]
+        reads_earlier = any(re.search(rf"\b{re.escape(b.target)}\b", s.value) for b in batch)
+        return bool(batch) and len(same) < SIM_SHUFFLE_SLOTS and not reads_earlier
+
+    @staticmethod
+    def _exchange(batch: list) -> list[str]:
+        if not batch:
+            return []
+        slots, put, get = {"float32": 0, "int32": 0}, [], []
+        for s in batch:
+            box, k = ("shfl_i" if s.dtype == "int32" else "shfl_f"), slots[s.dtype]
+            slots[s.dtype] += 1
+            put.append(f"{box}[{k}, tid] = {s.value}")
+            get.append(f"{s.target} = {box}[{k}, tid ^ ({s.offset})]")
+        return put + ["cuda.syncthreads()"] + get + ["cuda.syncthreads()"]
 
 
 class CpuPrinter(TreePrinter):

@@ -42,7 +42,7 @@ def test_printers_spell_the_same_tree_per_back_end():
     assert "a, b, c, d = ld_f32x4(x, row, 4 * i)" in cuda and "st_f32x4(y, row, 4 * i, a, b, c, d)" in cuda
     assert "o = cuda.shfl_xor_sync(0xFFFFFFFF, s, 16)" in cuda
     sim = "\n".join(SimPrinter().lines(tree))  # no shuffles in the simulator: an exchange through shared memory
-    assert "shfl_f[tid] = s" in sim and "o = shfl_f[tid ^ (16)]" in sim and "shfl_xor" not in sim
+    assert "shfl_f[0, tid] = s" in sim and "o = shfl_f[0, tid ^ (16)]" in sim and "shfl_xor" not in sim
     with pytest.raises(RedalgebraError, match="CPU back end has no shuffles"):
         CpuPrinter().lines(tree)
     with pytest.raises(RedalgebraError, match="no 3-wide load"):
@@ -56,3 +56,14 @@ def test_bfloat16_chunks_load_and_store_in_one_instruction_each():
     src = generate(fused("safe_softmax"), "cuda", "rows", spec).source
     assert src.count("= ld_b16x8(x, rr_x, c0_") == 2 and src.count("st_b16x8(out_y, row, c0_") == 2
     assert "_K" in src and "0.5 *" not in src  # constants are named float32 values
+
+
+def test_the_simulator_exchanges_independent_shuffles_together():
+    from redalgebra.codegen.tree import Shuffle, SimPrinter
+
+    tree = [Shuffle("om", "sm", "8"), Shuffle("ol", "sl", "8"), Shuffle("oi", "si", "8", "int32"),
+            Shuffle("x", "om + 1", "4")]  # reads the first one's result: a second exchange
+    sim = SimPrinter().lines(tree)
+    assert sim.count("cuda.syncthreads()") == 4
+    assert sim[:3] == ["shfl_f[0, tid] = sm", "shfl_f[1, tid] = sl", "shfl_i[0, tid] = si"]
+    assert "ol = shfl_f[1, tid ^ (8)]" in sim and "x = shfl_f[0, tid ^ (4)]" in sim

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from redalgebra import RedalgebraError, derive, parse
+from redalgebra import EvaluationError, RedalgebraError, derive, parse
 from redalgebra.codegen import Spec, generate
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import check, compare
@@ -136,3 +136,16 @@ def test_compare_holds_infinite_references_exactly():
     assert ok and errors["m"] == 0.0
     errors, ok = compare({"m": np.array([[1.0], [-3e38]])}, want)
     assert not ok and errors["m"] == "inf mismatch"
+
+
+def test_a_call_signature_is_laid_out_once_and_a_new_shape_gets_its_own_plan():
+    k = compile(fused("safe_softmax"), "cpu")
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        k({"x": rng.normal(size=(4, 33)).astype(np.float32)})
+    assert len(k._plans) == 1
+    y = k({"x": rng.normal(size=(2, 7)).astype(np.float32)})["y"]
+    assert len(k._plans) == 2 and y.shape == (2, 7)
+    with pytest.raises(EvaluationError, match="no value given"):  # a refused call is not planned
+        k({})
+    assert len(k._plans) == 2

@@ -4,9 +4,18 @@ Owns: the source cache (:mod:`.cache`), back-end selection (:mod:`.backends`),
 ``compile`` (:mod:`.compile`) and validation against the float64 reference
 (:mod:`.check`).
 
-May import: every layer below, numba and numba-cuda; never torch or matplotlib.
+May import: every layer below, numba and numba-cuda; torch only in :mod:`.tensors` (PyTorch
+tensors in and out, ``torch_op``), lazily and only when a caller uses it; never matplotlib.
 """
 
 from .compile import BFloat16, Kernel, as_bfloat16, compile
 
-__all__ = ["BFloat16", "Kernel", "as_bfloat16", "compile"]
+
+def torch_op(fused, name=None, strategy=None):
+    """The cascade as the PyTorch custom op ``torch.ops.redalgebra.<name>`` (see :mod:`.tensors`)."""
+    from .tensors import torch_op as make
+
+    return make(fused, name, strategy)
+
+
+__all__ = ["BFloat16", "Kernel", "as_bfloat16", "compile", "torch_op"]

@@ -264,6 +264,16 @@ class Kernel:
         return src, module, named, outs, rows
 
     def __call__(self, inputs: dict, params: dict | None = None, keep=None) -> dict:
+        """The outputs by name: NumPy arrays for host inputs, device arrays for device inputs, and torch
+        tensors (on the input's device, per-element outputs in its dtype) for torch tensors."""
+        if any(type(v).__module__.startswith("torch") for v in inputs.values()):
+            from .tensors import call
+
+            return call(self, inputs, params, keep)
+        return self.run(inputs, params, keep)
+
+    def run(self, inputs: dict, params: dict | None = None, keep=None) -> dict:
+        """The call on NumPy, :class:`BFloat16` or CUDA-array-interface inputs (no torch adaptation)."""
         src, module, named, outs, rows = self._arguments(inputs, params or {}, keep)
         if self.backend == "cpu":
             module.kernel(*[np.ascontiguousarray(named[a]) if isinstance(named[a], np.ndarray) else named[a]

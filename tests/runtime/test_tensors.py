@@ -1,0 +1,63 @@
+"""PyTorch tensors in and out of a kernel, and a cascade as a torch custom op (CPU; the simulator)."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import redalgebra as ra  # noqa: E402
+from redalgebra import RedalgebraError  # noqa: E402
+from tests.catalogue import fused  # noqa: E402
+
+X = torch.from_numpy(np.random.default_rng(5).normal(size=(5, 37)).astype(np.float32)) * 2
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cudasim"])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.float16, 2e-3), (torch.bfloat16, 8e-3)])
+def test_tensors_in_give_tensors_out_in_the_inputs_dtype(backend, dtype, tol):
+    x = X.to(dtype)
+    y = ra.compile(fused("safe_softmax"), backend)({"x": x})["y"]
+    assert isinstance(y, torch.Tensor) and y.dtype == dtype and y.shape == x.shape
+    want = torch.softmax(x.double(), -1)
+    assert (y.double() - want).abs().max() <= tol
+
+
+def test_params_are_tensors_and_row_outputs_are_float32():
+    k, v = torch.randn(3, 20, 8), torch.randn(3, 20, 8)
+    q, scale = torch.randn(3, 8), torch.tensor(0.35)
+    y = ra.compile(fused("decode_attention"), "cpu")({"k": k, "v": v}, {"q": q, "scale": scale})["y"]
+    want = torch.softmax(torch.einsum("rd,rld->rl", q, k) * scale, -1)
+    assert y.dtype == torch.float32 and torch.allclose(y, torch.einsum("rl,rld->rd", want, v), atol=1e-5)
+
+
+def test_the_op_returns_outputs_in_declaration_order_then_top_k_indices():
+    op = ra.torch_op(fused("moe_routing"))
+    w, index = op(X)
+    p = torch.softmax(X, -1)
+    top, picked = torch.topk(p, 8)
+    assert index.dtype == torch.int32 and torch.equal(index.long(), picked)
+    assert torch.allclose(w, top / top.sum(-1, keepdim=True), atol=1e-6)
+    assert ra.torch_op(fused("moe_routing")) is op  # registered once per cascade
+
+
+def test_the_op_runs_inside_a_full_graph_compile_with_an_integer_label():
+    op = ra.torch_op(fused("cross_entropy"))
+    label = torch.randint(0, 37, (5,))
+
+    def loss(logits, target):
+        return op(logits * 0.5, target).mean()
+
+    # aot_eager: the whole Dynamo and AOT-autograd path (fake tensors through the op's fake
+    # implementation, no graph break allowed) without the C++ compile of inductor (17 s here)
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    want = torch.nn.functional.cross_entropy(X * 0.5, label)
+    assert torch.allclose(compiled(X, label), want, atol=1e-5)
+
+
+def test_the_fake_implementation_agrees_with_the_op():
+    torch.library.opcheck(ra.torch_op(fused("safe_softmax")), (X,), test_utils=("test_schema", "test_faketensor"))
+
+
+def test_tensors_of_other_dtypes_get_a_message():
+    with pytest.raises(RedalgebraError, match="float32, float16 or bfloat16 tensors, got torch.float64"):
+        ra.compile(fused("safe_softmax"), "cpu")({"x": X.double()})

@@ -302,6 +302,12 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts) -> Reductio
     """The verdict for one reduction with body ``F`` and dependency names ``deps``."""
     text = reducer_text(r)
     dep_syms = [c.symbols[d] for d in deps]
+    lists = [d for d in deps if next(x for x in c.reductions if x.name == d).monoid.k is not None]
+    if lists:  # a top-k result is a list of k values: per element, a body would be a list too
+        return ReductionAnalysis(r.name, r.monoid, text, F, deps, False,
+                                 reason=f"its body reads the top-k list {', '.join(lists)} per element; a top-k "
+                                        f"result can be read by outputs (e.g. `out w = t / sum(t)`), not inside "
+                                        f"a later reduction")
     if not (F.free_symbols & set(dep_syms)):
         return ReductionAnalysis(r.name, r.monoid, text, F, (), True)
     cond = abstract_conditions(F, set(dep_syms))

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..derive import FusedCascade
+from ..errors import RedalgebraError
 from ..ir import evaluate
 from ..ir.reference import bind, check_keep, eval_expr, run_unfused
 from .compile import BFloat16, as_bfloat16, bfloat16_to_float, compile, to_float
@@ -64,8 +65,10 @@ def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="floa
     for p in c.params:
         if getattr(p, "integer", False):  # an index along the axis per row (a label, a query position)
             params[p.name] = rng.integers(0, max(length, 1), size=rows)
-        elif p.size is None:
-            params[p.name] = np.float32(abs(rng.normal()) + 0.1)
+        elif p.size is None:  # signs as declared; an undeclared sign is either sign
+            magnitude = abs(rng.normal()) + 0.1
+            sign = {">0": 1, ">=0": 1, "<0": -1, "<=0": -1}.get(p.sign, rng.choice((-1, 1)))
+            params[p.name] = np.float32(sign * magnitude)
         else:
             params[p.name] = rng.normal(size=sizes.get(p.size, p.size) if isinstance(p.size, str) else p.size).astype(np.float32)
     keep = None
@@ -133,6 +136,8 @@ def check(fused: FusedCascade, backend: str, strategy: str | None = None, shapes
     """Run the generated kernel on random problems and compare with the reference.
 
     ``options`` go to :func:`~redalgebra.runtime.compile` (``threads``, ``tile``, ``fast_exp``)."""
+    if not fused.cascade.outputs:
+        raise RedalgebraError(f"{fused.cascade.name}: nothing to compare — the cascade has no `out`")
     kernel = compile(fused, backend, strategy, **options)
     rng = np.random.default_rng(seed)
     casts = fused.exact_in_reals_only

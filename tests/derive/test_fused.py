@@ -214,3 +214,13 @@ def test_a_vanishing_denominator_gives_nan_not_a_silently_wrong_value():
     got = ev.finalize(ev.incremental())["y"]
     assert np.isfinite(evaluate(f.cascade, {"x": x})["y"]).all()  # the unfused value exists (a = 2 overall)
     assert np.isnan(got).all()  # the fused form says it cannot give it, rather than a wrong number
+
+
+def test_a_top_k_list_read_inside_a_later_reduction_is_refused_with_its_reason():
+    from redalgebra import NotFusableError, analyze, parse
+
+    c = parse("input g\nreduce t = topk(8, g)\nreduce s = sum(exp(g - t))\nout y = s\n", "topk_later")
+    verdict = analyze(c)["s"]
+    assert not verdict.fusable and "top-k list t" in verdict.reason
+    with pytest.raises(NotFusableError, match="not inside a later reduction"):
+        derive(c)

@@ -149,3 +149,18 @@ def test_a_call_signature_is_laid_out_once_and_a_new_shape_gets_its_own_plan():
     with pytest.raises(EvaluationError, match="no value given"):  # a refused call is not planned
         k({})
     assert len(k._plans) == 2
+
+
+def test_check_draws_params_with_their_declared_signs_and_either_sign_otherwise():
+    from redalgebra.runtime.check import random_problem
+
+    f = derive(parse("input x\nparam a < 0\nparam b >= 0\nparam c\nreduce s = sum(x * a * b * c)\nout y = s\n", "signs"))
+    rng = np.random.default_rng(0)
+    draws = [random_problem(f, 2, 5, rng)[1] for _ in range(40)]
+    assert all(d["a"] < 0 and d["b"] >= 0 for d in draws)
+    assert min(d["c"] for d in draws) < 0 < max(d["c"] for d in draws)
+
+
+def test_check_refuses_a_cascade_with_nothing_to_compare():
+    with pytest.raises(RedalgebraError, match="nothing to compare"):
+        check(derive(parse("input x\nreduce m = max(x)\n", "no_out")), "cpu")

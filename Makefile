@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(PY) -m redalgebra demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest --durations=10   # per-file progress; the slowest tests listed at the end
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

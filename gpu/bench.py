@@ -354,6 +354,30 @@ def all_cases(quick: bool) -> dict:
     return c
 
 
+def call_overhead(copy_gbps: float, calls: int = 2000) -> list[Row]:
+    """Host cost of one call on a small problem (softmax 64×1024 fp32): the wall clock of ``calls`` calls
+    back to back, per call, for our public call, ``torch.softmax`` and a compiled PyTorch function. The
+    kernels take a few microseconds, so the time is the host's (``ms`` holds it)."""
+    x = torch.randn(64, 1024, device="cuda")
+    kernel = compile(fused_of("safe_softmax"), "cuda")
+    compiled = compiled_fn("softmax", softmax_eager)
+    systems = [("redalgebra per call", lambda: kernel({"x": x})), ("redalgebra prepared launch", kernel.prepare({"x": x}).run),
+               ("torch.softmax", lambda: torch.softmax(x, dim=-1)), ("torch.compile", lambda: compiled(x))]
+    rows = []
+    for system, fn in systems:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) / calls * 1e3
+        rows.append(Row("call_overhead", system, "64x1024", "float32", ms, 2 * 64 * 1024 * 4,
+                        note="host wall clock per call, back to back").finish(copy_gbps))
+    return rows
+
+
 # -- running ---------------------------------------------------------------------------------------
 class Runner:
     def __init__(self, copy_gbps: float, tune_path: Path, retune: bool):
@@ -430,6 +454,18 @@ class Runner:
             return self.row(case, system, float("nan"), case.ours_bytes, kind=kind, config=config, valid="error",
                             note=f"{type(err).__name__}: {msg}")
 
+    def per_call(self, case: Case, config: str) -> Row:
+        """The public call ``kernel(inputs, params)`` back to back — layout, outputs, launch: what a user pays."""
+        system = "redalgebra per call"
+        try:
+            kernel = self.kernel(case, config)
+            fns = [lambda i=i, p=p: kernel(i, p) for i, p, _ in case.copies]
+            ms = median_ms(rotating(fns), max(3, case.reps // 2), batch=case.batch)
+            return self.row(case, system, ms, case.ours_bytes, kind="call", config=config, valid="ok")
+        except Exception as err:  # noqa: BLE001 - reported as a result
+            return self.row(case, system, float("nan"), case.ours_bytes, kind="call", config=config, valid="error",
+                            note=f"{type(err).__name__}: {str(err)[:160]}")
+
     def run(self, case: Case) -> list[Row]:
         rows = self.baselines(case)
         key = f"{case.name}|{case.shape}|{case.dtype}|{self.device}"
@@ -441,6 +477,7 @@ class Runner:
         if good:
             best = min(good, key=lambda r: r.ms)
             rows.append(self.ours(case, best.config, "tuned", case.reps))
+            rows.append(self.per_call(case, best.config))
             self.tuned[key] = {"config": best.config, "ms": round(best.ms, 5),
                                "candidates": {r.config: round(r.ms, 5) for r in tried if r.ms == r.ms}}
             self.tune_path.parent.mkdir(parents=True, exist_ok=True)
@@ -456,6 +493,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="the first shape of each group only")
     ap.add_argument("--retune", action="store_true", help="try every candidate even where autotune.json has a choice")
     ap.add_argument("--budget", type=float, default=560.0, help="seconds; cases past it are skipped")
+    ap.add_argument("--overhead", action="store_true", help="also the host cost of one call (case call_overhead)")
     ap.add_argument("--pick", help="comma-separated indices of the shapes to run within each group, e.g. 0,2")
     ap.add_argument("--configs", help="comma-separated configurations to try instead of each case's candidates "
                     "(implies --retune), e.g. rows@256x4g256,rows@512x2g512")
@@ -471,6 +509,8 @@ def main(argv=None) -> int:
         return 2
     pick = None if args.pick is None else {int(i) for i in args.pick.split(",")}
     builders = [(g, b) for g in args.cases.split(",") for i, b in enumerate(cases[g]) if pick is None or i in pick]
+    if args.overhead:
+        builders.append(("overhead", None))
     t0 = time.time()
     out = Path(args.out)
     copy = copy_bandwidth()
@@ -483,6 +523,13 @@ def main(argv=None) -> int:
         if time.time() - t0 > args.budget:
             print(f"skipped a {group} case: past the {args.budget:.0f}s budget", file=sys.stderr, flush=True)
             progress.step("skipped")
+            continue
+        if build is None:
+            for r in call_overhead(copy):
+                rows.append(r)
+                print(f"{r.case:<20} {r.system:<40} {1e3 * r.ms:8.1f} us per call (host)", flush=True)
+            write_csv(rows, out, meta)
+            progress.step(group)
             continue
         case = build()
         if args.configs:

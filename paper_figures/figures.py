@@ -30,6 +30,7 @@ DEFAULT_CSV = ROOT / "gpu" / "results" / "h200" / "bench.csv"
 DEFAULT_CSVS = (DEFAULT_CSV, DEFAULT_CSV.with_name("bench_rows.csv"), DEFAULT_CSV.with_name("bench_rows2.csv"))
 ABLATION, INCREMENTAL = "softmax_levels", "softmax_incremental"
 COMPUTE_BOUND = {"attention", "mla_decode", "fp8_quant_gemm"}  # judged by FLOP/s, left out of the roofline
+OVERHEAD = "call_overhead"  # host time per call, not a kernel: in no figure
 OURS = "redalgebra (tuned)"
 
 
@@ -76,7 +77,7 @@ def speedups(rows: list[dict]) -> "OrderedDict[str, dict[str, float]]":
     """
     out: OrderedDict = OrderedDict()
     for r in rows:
-        if r["case"] in (ABLATION, INCREMENTAL) or r["kind"] == "candidate":
+        if r["case"] in (ABLATION, INCREMENTAL, OVERHEAD) or r["kind"] == "candidate":
             continue
         out.setdefault(_label(r), {})[r["system"]] = r["ms"]
     result = OrderedDict()
@@ -203,7 +204,8 @@ def draw_incremental(rows, out: Path) -> list[Path]:
 def draw_roofline(rows, out: Path) -> list[Path]:
     plt = _plt()
     copy = rows[0]["copy_gbps"]
-    memory = [r for r in rows if r["case"] not in COMPUTE_BOUND | {ABLATION, INCREMENTAL} and r["kind"] != "candidate"
+    memory = [r for r in rows if r["case"] not in COMPUTE_BOUND | {ABLATION, INCREMENTAL, OVERHEAD}
+              and r["kind"] not in ("candidate", "call")
               and r["gbps"] == r["gbps"]]
     labels = list(OrderedDict.fromkeys(_label(r) for r in memory))
     fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(labels)), 5))

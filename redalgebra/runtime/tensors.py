@@ -53,7 +53,6 @@ def _input(t):
 
 def _param(t, rows: int, vector: bool):
     """A param tensor: on the GPU as it is when it has one row per row (float32), else via the host."""
-    torch = _torch()
     if not is_tensor(t):
         return t
     t = t.detach()
@@ -108,10 +107,15 @@ def call(kernel: Kernel, inputs: dict, params: dict | None = None, keep=None) ->
     return out
 
 
+def _text(fused: FusedCascade) -> str:
+    """The cascade's text: what makes two registrations the same op."""
+    return str(fused.cascade)  # the cascade in the text format
+
+
 def _op_name(fused: FusedCascade) -> str:
     base = re.sub(r"\W", "_", fused.cascade.name or "cascade")
     base = base if base[:1].isalpha() else f"c_{base}"
-    text = fused.cascade.text if hasattr(fused.cascade, "text") else str(fused.cascade)
+    text = _text(fused)
     name, n = base, 1
     while name in _OPS and _OPS[name][0] != text:
         n += 1
@@ -126,7 +130,7 @@ def torch_op(fused: FusedCascade, name: str | None = None, strategy: str | None 
     if not isinstance(fused, FusedCascade):
         raise RedalgebraError(f"torch_op takes a FusedCascade (from redalgebra.derive), got {type(fused).__name__}")
     c = fused.cascade
-    text = fused.cascade.text if hasattr(fused.cascade, "text") else str(fused.cascade)
+    text = _text(fused)
     name = name or _op_name(fused)
     if name in _OPS:
         if _OPS[name][0] != text:

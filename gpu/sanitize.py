@@ -35,21 +35,16 @@ Writes ``sanitize.csv`` (tool, strategy, workload, shape, dtype, masked, errors,
 from __future__ import annotations
 
 import argparse
-import csv
-import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import zlib
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -58,185 +53,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from redalgebra import RedalgebraError, workloads  # noqa: E402
 from redalgebra.codegen.strategies import names as strategy_names  # noqa: E402
-from redalgebra.derive import derive  # noqa: E402
 
-TOOLS = ("memcheck", "racecheck", "synccheck")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sanitize_cases import (  # noqa: E402
+    ROWS, SIZES, Case, compile_cost, cost, distinct_workloads, enumerate_cases, fused_of, kernel_of, plan, priority,
+    problem, runs_under, schedule)
+from sanitize_report import (  # noqa: E402
+    Log, PREFIX, Report, TOOLS, attribute, parse_log, result_rows, skipped_rows, summary_table, write_outputs)
+
 LENGTHS = (1, 7, 33, 257, 1001)          # one element, under a warp, a warp and one, odd past a block, 1000 + 1
 QUICK_LENGTHS = (7, 1001)
 DRY_LENGTHS = (1, 7, 33)                 # the simulator runs a thread per OS thread
-ROWS = 5                                 # not a multiple of the rows a block takes (warp: 4, rows: 2 … 64)
-FULLY_MASKED = (1, -1)                   # rows whose keep is all zeros (the others: 20 % of elements masked)
-SIZES = {"d": 16, "r": 48, "e": 8, "n": 5}        # lanes: a partial slot (16 < 32; 48 = 32 + 16)
-SIZES_FOR = {"alibi_attention": {"d": 32}}        # lanes without the component guard (a multiple of 32)
-BF16 = ("rows", "auto")                           # strategies also run with bfloat16 inputs
-#: Variants: options that reach paths the default policy does not take at these lengths, and whether they
-#: run with the mask only (each is a kernel of its own; ``segments`` is a launch argument, not compiled in).
-VARIANTS = {"rows": (("group=4+tile=1", True), ("group=128", True)),
-            "split": (("segments=3", False),), "split_lanes": (("segments=3", False),)}
 SANITIZER_PATHS = ("/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda/compute-sanitizer/compute-sanitizer")
 REPORTS_CHARS = 12_000_000                        # sanitize_reports.txt at most (files come back up to 16 MiB)
 STARTUP_S = 15.0                                  # estimated seconds to start a sanitized worker
 OUTPUTS = ("sanitize.csv", "sanitize.md", "sanitize_reports.txt")
-FIELDS = ("tool", "strategy", "workload", "shape", "dtype", "masked", "errors", "hazards", "status", "note")
-
-
-# -- cases ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Case:
-    """One kernel call: a cascade, a strategy (with a variant's options), a dtype, a shape, masked or not."""
-
-    workload: str
-    strategy: str
-    variant: str
-    dtype: str
-    masked: bool
-    rows: int
-    length: int
-
-    @property
-    def options(self) -> dict:
-        return {k: int(v) for k, v in (kv.split("=") for kv in self.variant.split("+") if kv)}
-
-    @property
-    def label(self) -> str:
-        return self.strategy + (f"@{self.variant}" if self.variant else "")
-
-    @property
-    def shape(self) -> str:
-        return f"{self.rows}x{self.length}"
-
-    @property
-    def cid(self) -> str:
-        return f"{self.workload}/{self.label}/{self.dtype}/{'masked' if self.masked else 'plain'}/{self.shape}"
-
-
-def distinct_workloads(names) -> list[str]:
-    """Catalogue names, the first of each distinct cascade text (decode_attention is attention's text)."""
-    seen, out = set(), []
-    for name in names:
-        text = workloads.get(name).text
-        if text not in seen:
-            seen.add(text)
-            out.append(name)
-    return out
-
-
-def enumerate_cases(names, strategies, lengths, rows: int = ROWS) -> list[Case]:
-    """Every workload × strategy × length: float32 plain and masked; bfloat16 masked (``rows``, ``auto``);
-    the strategy's variants (float32; masked only where each is a kernel of its own)."""
-    out = []
-    for w in names:
-        for s in strategies:
-            kinds = [("", "float32", False), ("", "float32", True)] + [("", "bfloat16", True)] * (s in BF16)
-            for variant, masked_only in VARIANTS.get(s, ()):
-                kinds += [(variant, "float32", True)] + [(variant, "float32", False)] * (not masked_only)
-            for variant, dtype, masked in kinds:
-                out += [Case(w, s, variant, dtype, masked, rows, n) for n in lengths]
-    return out
-
-
-@lru_cache(maxsize=None)
-def fused_of(name: str):
-    return derive(workloads.get(name).cascade)
-
-
-def problem(case: Case):
-    """Inputs, params and keep (None unmasked), the same for a case on any machine (seeded by its id)."""
-    from redalgebra.runtime.check import random_problem
-
-    rng = np.random.default_rng(zlib.crc32(case.cid.encode()))
-    sizes = {**SIZES, **SIZES_FOR.get(case.workload, {})}
-    inputs, params, keep = random_problem(fused_of(case.workload), case.rows, case.length, rng, case.dtype, sizes,
-                                          masked=case.masked)
-    if keep is not None:
-        for r in FULLY_MASKED:
-            if -case.rows <= r < case.rows:
-                keep[r] = False
-    return inputs, params, keep
-
-
-_KERNELS: dict = {}
-
-
-def kernel_of(case: Case, backend: str):
-    from redalgebra.runtime import compile
-
-    key = (case.workload, case.strategy, case.variant, backend)
-    if key not in _KERNELS:
-        _KERNELS[key] = compile(fused_of(case.workload), backend, case.strategy, **case.options)
-    return _KERNELS[key]
-
-
-# -- the plan: which kernel each case runs, grouped ----------------------------------------------------------
-@dataclass
-class Group:
-    """The cases that run one kernel (one compile per tool)."""
-
-    gid: str
-    workload: str
-    strategy: str           # the registered strategy that runs (``auto`` resolved)
-    kernels: int            # kernels in the module (split: 2, unfused: one per reduction + the epilogue)
-    lines: int              # lines of generated source (what compiling costs grows with)
-    shared: bool            # declares shared memory (racecheck has something to check)
-    sync: bool              # barriers or warp shuffles (synccheck has something to check)
-    cases: list = field(default_factory=list)
-
-
-def features(source: str) -> tuple[bool, bool]:
-    return "shared.array" in source, any(s in source for s in ("syncthreads", "syncwarp", "shfl_"))
-
-
-def plan(cases, backend: str) -> tuple[list[Group], dict]:
-    """Cases grouped by the kernel they run, in first-seen order; and ``{cid: reason}`` for refused cases."""
-    groups: dict = {}
-    refused = {}
-    for case in cases:
-        kernel = kernel_of(case, backend)
-        try:
-            inputs, params, keep = problem(case)
-            spec, *_, resolved, _extra = kernel._layout(inputs, params, keep)
-            key = (case.workload, resolved, spec)
-            if key not in groups:
-                src = kernel.source(spec, resolved)
-                gid = hashlib.sha1(repr(key).encode()).hexdigest()[:12]
-                groups[key] = Group(gid, case.workload, resolved, max(1, len(src.entries)), src.source.count("\n"),
-                                    *features(src.source))
-        except RedalgebraError as err:
-            refused[case.cid] = str(err)
-            continue
-        groups[key].cases.append(case)
-    return list(groups.values()), refused
-
-
-def runs_under(group: Group, tool: str, all_kernels: bool) -> bool:
-    if all_kernels or tool in ("memcheck", "initcheck", "none"):
-        return True
-    return group.shared if tool == "racecheck" else group.sync
-
-
-def priority(group: Group) -> tuple:
-    """Plain float32 kernels first, then masked, the variants, bfloat16: what a short budget leaves out comes last."""
-    c = group.cases[0]
-    return c.dtype != "float32", bool(c.variant), c.masked
-
-
-def compile_cost(group: Group, compile_s: float) -> float:
-    """Estimated seconds to compile and load the group's kernel: ``compile_s`` per 900 lines of generated
-    source, at least 15 % of it (numba-cuda's NVVM on the development machine, 2026-11-30: 0.1–1.5 s at
-    150–300 lines, 4.6 s at 450, 6.5 s at 550, 8–12 s at 800–1050; the GPU machine also runs ptxas)."""
-    return compile_s * max(0.15, group.lines / 900)
-
-
-def cost(group: Group, compile_s: float, case_s: float) -> float:
-    return compile_cost(group, compile_s) + len(group.cases) * case_s
-
-
-def schedule(costs, jobs: int) -> float:
-    """Makespan of the longest-first greedy assignment of ``costs`` to ``jobs`` workers."""
-    loads = [0.0] * max(jobs, 1)
-    for c in sorted(costs, reverse=True):
-        loads[loads.index(min(loads))] += c
-    return max(loads)
 
 
 # -- one case -------------------------------------------------------------------------------------------------
@@ -265,27 +96,12 @@ def run_case(case: Case, backend: str) -> dict:
 
 
 def verify(case, kernel, resolved, inputs, params, keep, raw):
-    """(passed, per-output errors, tolerance) against the float64 reference on the same rounded inputs."""
-    from redalgebra.ir import evaluate
-    from redalgebra.runtime.check import CAST_TOLERANCE, STORE_ROUNDING, TOLERANCE, compare, picked_values
-    from redalgebra.runtime.compile import BFloat16, bfloat16_to_float, to_float
+    """(passed, per-output errors, tolerance) against the float64 reference on the same rounded inputs
+    (``check.judge``: infinite reference values, such as a fully masked row's, must match exactly)."""
+    from redalgebra.runtime.check import judge
 
-    fused = kernel.fused
-    stored = {k: ("bfloat16" if isinstance(v, BFloat16) else str(np.asarray(v).dtype)) for k, v in raw.items()}
-    got = {k: (v if k.endswith(".index") else to_float(v)) for k, v in raw.items()}
-    exact = {k: (bfloat16_to_float(v.bits) if isinstance(v, BFloat16) else v).astype(np.float64)
-             for k, v in inputs.items()}
-    want = evaluate(fused.cascade, exact, params, keep=keep)
-    topk = picked_values(fused, exact, params, keep) if any(r.monoid.k for r in fused.cascade.reductions) else None
-    errors, structural = compare(got, want, topk)
-    for k, g in got.items():  # compare() measures finite entries: a fully masked row's ±inf must be there too
-        w = np.asarray(want[k], np.float64)
-        if not k.endswith(".index") and not np.array_equal(np.asarray(g, np.float64)[np.isinf(w)], w[np.isinf(w)]):
-            errors[k], structural = "inf mismatch", False
-    tol = CAST_TOLERANCE if fused.exact_in_reals_only and resolved != "nonincremental" else TOLERANCE[case.dtype]
-    tols = {k: tol + STORE_ROUNDING.get(stored[k], 0.0) for k in errors}
-    passed = structural and all(v <= tols[k] for k, v in errors.items() if isinstance(v, float))
-    return passed, errors, max(tols.values(), default=tol)
+    running = kernel.fused.exact_in_reals_only and resolved != "nonincremental"
+    return judge(kernel.fused, raw, inputs, params, keep, case.dtype, running)
 
 
 def _cuda_failure(err: Exception) -> bool:
@@ -345,66 +161,6 @@ def work(queue: Path, results: Path, backend: str, deadline: float, log: str | N
                 if record["status"] == "cuda-error":
                     return 3
     return 0
-
-
-# -- sanitizer logs ----------------------------------------------------------------------------------------------
-ERROR_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) errors?")
-RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)")
-MODULE = re.compile(r"ra_[0-9a-f]{32}")
-PREFIX = "========= "
-NOT_REPORTS = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY", "Target application")
-
-
-@dataclass
-class Report:
-    offset: int        # byte offset of its first line in the log
-    severity: str      # "error" | "warning"
-    module: str | None  # the generated module of the kernel it names (ra_<hash>)
-    text: str
-
-
-@dataclass
-class Log:
-    errors: int | None                       # ERROR SUMMARY (None: the log has none: the process died first)
-    race: tuple | None                       # (hazards displayed, errors, warnings) from racecheck
-    reports: list
-
-
-def parse_log(text: str) -> Log:
-    """Reports (a line ``========= X`` with X not indented starts one; indented lines continue it) and summaries."""
-    reports, offset, open_ = [], 0, False
-    for line in text.splitlines(keepends=True):
-        body = line[len(PREFIX):] if line.startswith(PREFIX) else ""
-        if body[:1].strip() and not body.startswith(NOT_REPORTS):
-            warn = body.lower().startswith(("warning", "warn:"))
-            reports.append(Report(offset, "warning" if warn else "error", None, line))
-            open_ = True
-        elif body[:1] == " " and open_:
-            reports[-1].text += line  # a continuation of the report just above
-        else:
-            open_ = False
-        offset += len(line.encode())
-    for r in reports:
-        found = MODULE.search(r.text)
-        r.module = found.group(0) if found else None
-    errors = ERROR_SUMMARY.findall(text)
-    race = RACE_SUMMARY.findall(text)
-    return Log(int(errors[-1]) if errors else None, tuple(map(int, race[-1])) if race else None, reports)
-
-
-def attribute(reports, done: list[dict]) -> tuple[dict, list]:
-    """``{cid: [reports]}``: each report goes to the first case, in run order, that ran its kernel and by whose
-    end the log had reached the report (else the last case that ran its kernel); a record without
-    ``modules`` (the case a worker died in) may have run any kernel. Reports no case ran the kernel of: apart."""
-    placed, loose = defaultdict(list), []
-    for rep in reports:
-        cands = [d for d in done if d.get("modules") is None or rep.module in d["modules"]] if rep.module else done
-        if not cands:
-            loose.append(rep)
-            continue
-        after = [d for d in cands if d.get("log_at") is not None and d["log_at"] > rep.offset]
-        placed[(after or cands)[0 if after else -1]["cid"]].append(rep)
-    return placed, loose
 
 
 # -- the driver -------------------------------------------------------------------------------------------------
@@ -600,83 +356,6 @@ def _tail(path: Path, n: int = 400) -> str:
         return " | ".join(path.read_text(errors="replace").strip().splitlines()[-6:])[-n:]
     except OSError:
         return ""
-
-
-# -- results ------------------------------------------------------------------------------------------------------
-def result_rows(tool: str, cases, records: dict, placed: dict, refused: dict, not_run: str = "") -> list[dict]:
-    rows = []
-    for c in cases:
-        r = records.get(c.cid)
-        reports = placed.get(c.cid, [])
-        errors = sum(rep.severity == "error" for rep in reports)
-        hazards = len(reports) if tool == "racecheck" else ""
-        if c.cid in refused:
-            status, note = "n/a", refused[c.cid]
-        elif r is None:
-            status, note = "not-run", not_run or "the time budget ran out before it"
-        else:
-            status, note = r["status"], r.get("note", "")
-            if r.get("resolved") and r["resolved"] != c.strategy:
-                note = f"ran as {r['resolved']}" + (f"; {note}" if note else "")
-        if reports:
-            note = reports[0].text.splitlines()[0][len(PREFIX):].strip() + (f"; {note}" if note else "")
-            if errors:
-                status = "errors" if status == "ok" else f"errors+{status}"
-            elif status == "ok":
-                status = "hazards"  # racecheck warnings only
-        rows.append(dict(tool=tool, strategy=c.label, workload=c.workload, shape=c.shape, dtype=c.dtype,
-                         masked=c.masked, errors=errors, hazards=hazards, status=status, note=" ".join(note.split())[:300]))
-    return rows
-
-
-def skipped_rows(tool: str, groups) -> list[dict]:
-    """Cases a tool has nothing to check in (no shared memory for racecheck, no barrier for synccheck)."""
-    why = "no shared memory in the kernel" if tool == "racecheck" else "no barrier or shuffle in the kernel"
-    return [dict(tool=tool, strategy=c.label, workload=c.workload, shape=c.shape, dtype=c.dtype, masked=c.masked,
-                 errors="", hazards="", status="skip", note=why) for g in groups for c in g.cases]
-
-
-def summary_table(rows) -> list[str]:
-    """Per tool × strategy (variants folded in): cases, ok, sanitizer errors, hazards, wrong results, the rest."""
-    agg = defaultdict(Counter)
-    for r in rows:
-        a = agg[(r["tool"], r["strategy"].split("@")[0])]
-        a["cases"] += r["status"] != "skip"
-        a["skip"] += r["status"] == "skip"
-        a["ok"] += r["status"] == "ok"
-        a["errors"] += int(r["errors"] or 0)
-        a["hazards"] += int(r["hazards"] or 0)
-        a["wrong"] += "wrong" in r["status"]
-        a["n/a"] += r["status"] == "n/a"
-        a["other"] += r["status"].split("+")[-1] in ("crash", "hang", "cuda-error", "error", "not-run", "unattributed",
-                                                     "unverified")
-    head = ["tool", "strategy", "cases", "ok", "errors", "hazards", "wrong", "n/a", "crash/other", "skipped"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for (tool, strategy), a in sorted(agg.items(), key=lambda kv: (TOOLS.index(kv[0][0]) if kv[0][0] in TOOLS else 9,
-                                                                     kv[0][1])):
-        lines.append(f"| {tool} | {strategy} | {a['cases']} | {a['ok']} | {a['errors']} | {a['hazards']} | "
-                     f"{a['wrong']} | {a['n/a']} | {a['other']} | {a['skip']} |")
-    return lines
-
-
-def write_outputs(out: Path, rows, header: list[str], reports_text: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "sanitize.csv").open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(rows)
-    bad = [r for r in rows if r["status"] not in ("ok", "skip", "n/a")]
-    md = header + ["", *summary_table(rows), "",
-                   f"{len(bad)} case(s) not ok" + (":" if bad else "."), ""]
-    md += [f"- {r['tool']} {r['strategy']} {r['workload']} {r['shape']} {r['dtype']}"
-           f"{' masked' if r['masked'] else ''}: **{r['status']}** {r['note']}" for r in bad[:60]]
-    if len(bad) > 60:
-        md.append(f"- … and {len(bad) - 60} more in sanitize.csv")
-    na = Counter(r["note"] for r in rows if r["status"] == "n/a")
-    if na:
-        md += ["", "Refused by the strategy (n/a):", ""] + [f"- {n} ({k} cases)" for n, k in na.most_common()]
-    (out / "sanitize.md").write_text("\n".join(md) + "\n")
-    (out / "sanitize_reports.txt").write_text(reports_text)
 
 
 # -- main ---------------------------------------------------------------------------------------------------------

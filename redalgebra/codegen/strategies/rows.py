@@ -131,11 +131,7 @@ class RowsKernel:
         Scalar states fold into ``ACC`` independent partial states (one chain of dependent
         instructions each), combined by the monoid at the end.
         """
-        whole = self.folds(guarded=False)
-        if self.spec.has_keep:
-            return self.folds(guarded=True)
-        allfull = " and ".join(f"full_{i}" for i in range(self.tile))
-        return [If(allfull, tuple(whole), tuple(self.folds(guarded=True)))]
+        return self.whole_or_tested(self.folds)
 
     def folds(self, guarded: bool) -> list:
         out = []
@@ -230,14 +226,18 @@ class RowsKernel:
             out += self.select(r, st) if isinstance(st, TopKState) else self.staged_scalar(r, st)
         return out
 
-    def each_element(self, make) -> list:
-        """``make(i, c, guarded)`` for every register: branch-free when the thread's chunks are whole."""
-        elements = [(i, c) for i in range(self.tile) for c in range(self.vec)]
-        guarded = [s for i, c in elements for s in make(i, c, True)]
+    def whole_or_tested(self, make) -> list:
+        """``make(guarded)`` twice: untested when every chunk of the thread is whole, tested otherwise
+        (a partial chunk) — and only tested under a mask."""
         if self.spec.has_keep:
-            return guarded
+            return make(True)
         allfull = " and ".join(f"full_{i}" for i in range(self.tile))
-        return [If(allfull, tuple(s for i, c in elements for s in make(i, c, False)), tuple(guarded))]
+        return [If(allfull, tuple(make(False)), tuple(make(True)))]
+
+    def each_element(self, make) -> list:
+        """``make(i, c, guarded)`` for every register, as :meth:`whole_or_tested`."""
+        elements = [(i, c) for i in range(self.tile) for c in range(self.vec)]
+        return self.whole_or_tested(lambda guarded: [s for i, c in elements for s in make(i, c, guarded)])
 
     def unless_degenerate(self, name: str, stmts: list) -> list:
         cond = self.degenerate(name)

@@ -18,7 +18,7 @@ from .derive import analyze, derive
 from .derive.document import document
 from .derive.report import fused_json, fused_latex
 from .errors import NotFusableError, RedalgebraError
-from .report import report
+from .report import glossary, report
 
 
 def _cmd_list(args) -> int:
@@ -156,14 +156,15 @@ def _cmd_demo(args) -> int:
     backend = "cuda" if shutil.which("nvidia-smi") else "cudasim"
     print(f"redalgebra demo: fusion analysis, derived incremental forms and generated kernels ({backend}) "
           f"of {len(names)} catalogue cascades\n")
+    print("The words used below:\n" + glossary(indent="  ") + "\n")
     failures = 0
     for i, name in enumerate(names, 1):
         w = workloads.get(name)
         print(f"[{i}/{len(names)}] " + analyze(w.cascade).text())
         if w.fusable:
             fused = derive(w.cascade)
-            print("  incremental update (state _a, element -> _n):")
-            print(program_text(fused.update, "    "))
+            print("  incremental update (state _a and one more element -> state _n):")
+            print(program_text(fused.update, "    ", cascade=w.cascade))
             results = check(fused, backend, "tile", shapes=((3, 37),))
             failures += sum(not r.passed for r in results)
             print("  kernel: " + results[0].line())
@@ -230,7 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", metavar="NAME|FILE")
     p.add_argument("--backend", choices=("cpu", "cudasim", "cuda"), default="cpu")
     p.add_argument("--strategy", choices=(*strategy_names(), "auto"), metavar="S",
-                   help=f"one of: {', '.join(strategy_names())}, auto (the default on cuda: chosen per shape)")
+                   help=f"on cpu: {', '.join(strategy_names('cpu'))}; on cuda and cudasim: "
+                        f"{', '.join(strategy_names('cuda'))} (the simulator runs the shuffle-free twin "
+                        f"of one that has it); or auto (the default on cuda: chosen per shape)")
     p.add_argument("--dtype", action="append", choices=("float32", "float16", "bfloat16"), default=None,
                    help="input dtype (repeat for several; default float32)")
     p.add_argument("--json", action="store_true")

@@ -6,11 +6,34 @@ Shared by the CLI and notebooks; the fusion analysis proper lives in
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
+
 from .algebra import Proof, monoid_laws
 from .ir import Cascade, build_graph, reduction_dependencies, reduction_levels
 from .ir.monoid import reducer_name
 from .ir.printer import CascadePrinter, reducer_text
+
+
+#: The words of the analysis and the derived forms, for a reader who has not read the paper (the README has the
+#: same paragraph; ``redalgebra demo`` prints it first).
+GLOSSARY = (
+    "A cascade is a chain of reductions over one axis of a row, where a later reduction reads the final "
+    "result of an earlier one (safe softmax: m = max(x), then l = sum(exp(x - m)), which needs m). A reduction "
+    "r = ⊕ F(e, D) (⊕ is sum, max, …) over the elements e that reads earlier results D fuses into one pass when F splits as "
+    "F(e, D) = G(e) ⊗ H(D): G reads only the element, H only the dependencies, and ⊗ is the operation that "
+    "joins them (for softmax's sum, ⊗ = ×, G = exp(x), H = exp(-m)). ⊗ must distribute over the reduction and "
+    "H must be invertible; each is proved, not looked up. Then a partial result computed with an old m is "
+    "corrected to a new one by ⊗ H(new) ⊗ H(old)⁻¹ (here × exp(m_old - m_new)). The fused kernel keeps one "
+    "small state per segment of the row (a value per reduction): lift is the state of a single element; merge "
+    "combines the states of two segments, applying the corrections (the paper's Eq. 11); update is a merge "
+    "with one more element (the \"online\" loop, O(1) memory); finalize computes the outputs from the state of "
+    "the whole row.")
+
+
+def glossary(width: int = 100, indent: str = "") -> str:
+    """:data:`GLOSSARY` wrapped to ``width`` columns."""
+    return textwrap.fill(GLOSSARY, width, initial_indent=indent, subsequent_indent=indent)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -172,3 +173,31 @@ def test_ptx_without_numba_cuda_exits_2_with_a_message():
               "from redalgebra.cli import main; sys.exit(main(['ptx', 'safe_softmax']))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_without_simulator())
     assert done.returncode == 2 and "needs numba-cuda" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_check_help_lists_every_registered_strategy_by_back_end(capsys):
+    from redalgebra.codegen.strategies import names
+
+    with pytest.raises(SystemExit):
+        main(["check", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "on cpu: " + ", ".join(names("cpu")) in text
+    assert "on cuda and cudasim: " + ", ".join(names("cuda")) in text and "or auto" in text
+    assert set(names()) == set(names("cpu")) | set(names("cuda"))
+
+
+def test_derive_names_temporaries_apart_from_the_cascades_names(capsys):
+    code, out, _ = run(capsys, "derive", "mla_decode")  # an input named c: temporaries are not c0, c1, ...
+    assert code == 0 and "c*t1" in out and not re.search(r"\bc\d\b", out)
+    assert "lift (the state of a segment of one element)" in out
+
+
+def test_numbers_print_as_a_reader_writes_them_and_proofs_show_no_tautologies(capsys):
+    code, out, _ = run(capsys, "derive", "fp8_quant_gemm")
+    assert code == 0 and "max(1e-12, a)" in out and "1000000000000" not in out
+    code, out, _ = run(capsys, "laws", "logaddexp")
+    assert "both sides evaluate to log(exp(a) + exp(b) + exp(c))" in out and "simplify(lhs - rhs)" not in out
+    for line in out.splitlines():  # no "X = X"
+        claim = line.partition(":  ")[2]
+        lhs, eq, rhs = claim.partition(" = ")
+        assert not (eq and lhs.strip() == rhs.strip()), line

@@ -39,9 +39,9 @@ class Counterexample:
 
     def __str__(self) -> str:
         at = ", ".join(f"{k} = {v}" for k, v in self.values.items())
-        how = "exactly" if self.exact else "at 50 digits"
+        how = "in exact arithmetic" if self.exact else "when evaluated to 50 significant digits"
         note = "" if self.lhs.is_real and self.rhs.is_real else "; a side is not real there"
-        return f"at {at}: lhs = {self.lhs}, rhs = {self.rhs} (differ {how}{note})"
+        return f"at {at}: lhs = {self.lhs}, rhs = {self.rhs} (the sides differ {how}{note})"
 
 
 @dataclass(frozen=True)
@@ -97,12 +97,13 @@ class Proof:
     def _lines(self, depth: int) -> list[str]:
         pad = "  " * depth
         head = f"{pad}[{self.status}] {self.claim}"
+        same = self.lhs is not None and self.lhs == self.rhs  # SymPy's evaluation already made them one
         if self.lhs is not None:
-            head += f":  {self.lhs} = {self.rhs}"
+            head += f":  both sides evaluate to {self.lhs}" if same else f":  {self.lhs} = {self.rhs}"
         lines = [head]
         if self.assumptions:
             lines.append(f"{pad}  assuming {', '.join(self.assumptions)}")
-        lines += [f"{pad}  - {s}" for s in self.steps]
+        lines += [f"{pad}  - {s}" for s in self.steps if not (same and s.startswith("simplify(lhs - rhs) = 0"))]
         if self.residual is not None and self.status == "unknown":
             lines.append(f"{pad}  residual: {self.residual}")
         if self.counterexample is not None:

@@ -19,11 +19,13 @@ from .report import program_text
 def _proof_md(p: Proof, depth: int = 0) -> list[str]:
     pad = "  " * depth
     lines = [f"{pad}- **{p.status}** — {p.claim}"]
+    same = p.lhs is not None and p.lhs == p.rhs  # SymPy's evaluation already made the two sides one
     if p.lhs is not None:
-        lines.append(f"{pad}  $${sp.latex(p.lhs)} = {sp.latex(p.rhs)}$$")
+        lines.append(f"{pad}  both sides evaluate to $${sp.latex(p.lhs)}$$" if same else
+                     f"{pad}  $${sp.latex(p.lhs)} = {sp.latex(p.rhs)}$$")
     if p.assumptions:
         lines.append(f"{pad}  - assuming {', '.join(p.assumptions)}")
-    lines += [f"{pad}  - {s}" for s in p.steps]
+    lines += [f"{pad}  - {s}" for s in p.steps if not (same and s.startswith("simplify(lhs - rhs) = 0"))]
     if p.residual is not None and p.status == "unknown":
         lines.append(f"{pad}  - residual: `{p.residual}`")
     if p.counterexample is not None:
@@ -63,10 +65,10 @@ def document(cascade: Cascade, title: str | None = None) -> str:
         fused = derive(cascade)
     except NotFusableError:
         return "\n".join(out).rstrip() + "\n"
+    forms = {k: program_text(getattr(fused, k), "", cascade=fused.cascade) for k in ("update", "merge", "finalize")}
     out += ["## Derived forms", "", "Incremental update (state `_a`, element → `_n`):", "", "```",
-            program_text(fused.update, ""), "```", "", "Merge of two segment states (the paper's Eq. 11):", "",
-            "```", program_text(fused.merge, ""), "```", "", "Finalize:", "", "```",
-            program_text(fused.finalize, ""), "```", ""]
+            forms["update"], "```", "", "Merge of two segment states (the paper's Eq. 11):", "",
+            "```", forms["merge"], "```", "", "Finalize:", "", "```", forms["finalize"], "```", ""]
     if fused.corrections:
         out += ["### Stable corrections", ""]
         for name, corr in fused.corrections.items():

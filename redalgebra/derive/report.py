@@ -25,9 +25,23 @@ class FormulaPrinter(CascadePrinter):
         return " or ".join(self._print(a) for a in expr.args)
 
 
-def program_text(program: Program, indent: str = "    ") -> str:
+def program_text(program: Program, indent: str = "    ", cascade=None) -> str:
+    """The program's assignments, one a line; given the cascade, temporaries are renamed so that none reads
+    as one of its names (``c1`` beside an input ``c`` becomes ``t1``)."""
     p = FormulaPrinter()
-    return "\n".join(f"{indent}{sym} = {p.doprint(expr)}" for sym, expr in program.steps)
+    rename = _temporaries(program, cascade)
+    return "\n".join(f"{indent}{rename.get(sym, sym)} = {p.doprint(expr.xreplace(rename))}"
+                     for sym, expr in program.steps)
+
+
+def _temporaries(program: Program, cascade) -> dict:
+    temps = [sym for sym, _ in program.steps if sym not in program.results]
+    if cascade is None or not temps:
+        return {}
+    taken = {s.name for s in cascade.statements}
+    prefix = next((pre for pre in ("c", "t", "u", "tmp") if not any(n.startswith(pre) for n in taken)), "tmp_")
+    return {sym: sym.func(f"{prefix}{sym.name[1:]}", **sym.assumptions0) for sym in temps
+            if sym.name.startswith("c") and sym.name[1:].isdigit()}
 
 
 def fused_text(f) -> str:
@@ -36,14 +50,17 @@ def fused_text(f) -> str:
         f"{r.name} ({r.monoid.name}, identity {f.identity[r.name]})" for r in f.reductions)]
     if f.prologue.steps:
         lines += ["", "prologue (per element):", program_text(f.prologue)]
-    lines += ["", "lift (the state of one element e):", program_text(f.lift),
-              "", "incremental update (state _a, element e -> _n):", program_text(f.update),
-              "", "merge (states _a, _b -> _n), the paper's Eq. 11:", program_text(f.merge),
-              "", "finalize:", program_text(f.finalize)]
+    c = f.cascade
+    lines += ["", "lift (the state of a segment of one element):", program_text(f.lift, cascade=c),
+              "", "incremental update (state _a and one more element -> state _n):", program_text(f.update, cascade=c),
+              "", "merge (states _a and _b of two segments -> state _n), the paper's Eq. 11:",
+              program_text(f.merge, cascade=c), "", "finalize:", program_text(f.finalize, cascade=c)]
     if f.corrections:
         lines += ["", "corrections, stable form = H(D_new) ⊗ H(D_old)⁻¹:"]
         for name, corr in f.corrections.items():
-            lines.append(f"    c_{name} = {p.doprint(corr.stable)}   [{corr.proof.status}: equals {p.doprint(corr.raw)}]")
+            how = ("stable as derived, no rewrite needed" if corr.stable == corr.raw else
+                   f"{corr.proof.status}: equals {p.doprint(corr.raw)}")
+            lines.append(f"    c_{name} = {p.doprint(corr.stable)}   [{how}]")
     lines += ["", "non-incremental form (segment staged on chip, reductions in sequence, no corrections):"]
     lines += [f"    {r.name} = {r.text}" for r in f.reductions]
     lines += ["", "edge guards:"] + [f"    - {g}" for g in f.guards]

@@ -7,6 +7,7 @@ of the parser (tested as a property).
 from __future__ import annotations
 
 import sympy as sp
+from sympy.printing.precedence import precedence
 from sympy.printing.str import StrPrinter
 
 from .functions import COMPARISONS, as_indicator
@@ -59,6 +60,17 @@ class CascadePrinter(StrPrinter):
             out = f"where({self._print(cond)}, {self._print(value)}, {out})"
         return out
 
+    def _print_Rational(self, expr):
+        """A power-of-ten fraction as a reader writes it (``1e-12``, not ``1/1000000000000``); the parser
+        reads it back exactly."""
+        return _scientific(expr.p, expr.q) or super()._print_Rational(expr)
+
+    def _print_Mul(self, expr):
+        coeff, rest = expr.as_coeff_Mul()
+        if coeff.is_Rational and not coeff.is_Integer and _scientific(coeff.p, coeff.q):  # 1e-12*x, not x/10**12
+            return f"{self._print(coeff)}*{self.parenthesize(rest, precedence(expr))}"
+        return super()._print_Mul(expr)
+
     def _print_Abs(self, expr):
         return f"abs({self._print(expr.args[0])})"
 
@@ -70,6 +82,28 @@ class CascadePrinter(StrPrinter):
 
     def _print_Min(self, expr):
         return "min(" + ", ".join(self._print(a) for a in expr.args) + ")"
+
+
+def _scientific(p: int, q: int) -> str | None:
+    """``p/q`` in scientific notation when it is a short finite decimal (six digits at most) with
+    ``q >= 10**4``, else None."""
+    a, b = _multiplicity(2, q), _multiplicity(5, q)
+    if q < 10**4 or q != 2**a * 5**b:
+        return None
+    k = max(a, b)
+    digits = str(abs(p) * 10**k // q).rstrip("0")
+    exponent = len(str(abs(p) * 10**k // q)) - 1 - k
+    if len(digits) > 6:
+        return None
+    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+    return f"{'-' * (p < 0)}{mantissa}e{exponent}"
+
+
+def _multiplicity(prime: int, n: int) -> int:
+    count = 0
+    while n % prime == 0:
+        n, count = n // prime, count + 1
+    return count
 
 
 def _size(size) -> str:

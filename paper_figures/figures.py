@@ -77,7 +77,7 @@ def speedups(rows: list[dict]) -> "OrderedDict[str, dict[str, float]]":
     """
     out: OrderedDict = OrderedDict()
     for r in rows:
-        if r["case"] in (ABLATION, INCREMENTAL, OVERHEAD) or r["kind"] == "candidate":
+        if r["case"] in (ABLATION, INCREMENTAL, OVERHEAD) or r["kind"] in ("candidate", "call"):
             continue
         out.setdefault(_label(r), {})[r["system"]] = r["ms"]
     result = OrderedDict()
@@ -150,26 +150,43 @@ def draw_speedup(rows, out: Path) -> list[Path]:
     ax.set_xticks(range(len(data)))
     ax.set_xticklabels(list(data), rotation=75, ha="right", fontsize=6)
     ax.set_ylabel("speedup over PyTorch eager (log)")
-    ax.set_title("Fused cascades on the GPU: speedup over eager per workload and shape\n" + _subtitle(rows), fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title("Speedup over PyTorch eager per workload and shape (log scale; above the line: faster than eager;"
+                 " redalgebra in black)\n" + _subtitle(rows), fontsize=9)
+    ax.grid(axis="y", which="both", alpha=0.2)
+    _legend_outside(ax)
     return _save(fig, out, "fig1_speedup")
 
 
+#: How a point that was not timed is marked: its own legend entry, no text over the plot.
+_NOT_TIMED = {"FAIL": ("X", "ran, missed its float64 check: not timed"),
+              "error": ("s", "not built: the row does not fit on chip")}
+
+
 def _lines(ax, data, copy):
+    """One line per system (GB/s against row length); points that were not timed marked at the foot of the
+    axis in the system's colour, explained once in the legend."""
+    marked = set()
     for system, pts in data.items():
         good = [(x, y) for x, y, v in pts if v == "ok" and y == y]
-        if good:
-            ax.plot(*zip(*good), marker="o", label=system)
+        line, = ax.plot(*zip(*good), marker="o", label=system) if good else ax.plot([], [], label=system)
         for x, _, v in pts:
             if v != "ok":
-                ax.annotate("failed check" if v == "FAIL" else "does not fit", (x, 0.03 * copy), rotation=90,
-                            fontsize=6, ha="center", va="bottom", color="gray")
-                ax.plot([x], [0.02 * copy], marker="x", color="gray")
-    ax.axhline(copy, color="black", ls="--", lw=0.8, label="copy bandwidth")
+                marker, _ = _NOT_TIMED.get(v, _NOT_TIMED["FAIL"])
+                ax.plot([x], [0.04 * copy], marker=marker, ms=8, mfc="none", mew=1.5, color=line.get_color(), ls="")
+                marked.add(v if v in _NOT_TIMED else "FAIL")
+    for v in sorted(marked):
+        marker, text = _NOT_TIMED[v]
+        ax.plot([], [], marker=marker, ms=8, mfc="none", mew=1.5, color="gray", ls="", label=text)
+    ax.axhline(copy, color="black", ls="--", lw=0.8, label=f"copy bandwidth ({copy:.0f} GB/s)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("row length (elements)")
-    ax.set_ylabel("achieved GB/s (read + write)")
+    ax.set_ylabel("achieved GB/s (read + write; higher is better)")
     ax.set_ylim(0, 1.1 * copy)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _legend_outside(ax):
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
 def draw_levels(rows, out: Path) -> list[Path]:
@@ -177,10 +194,11 @@ def draw_levels(rows, out: Path) -> list[Path]:
     data = series(rows, ABLATION)
     if not data:
         raise ValueError(f"no {ABLATION} rows in the results")
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
     _lines(ax, data, rows[0]["copy_gbps"])
-    ax.set_title("Fusion levels on safe softmax (float32, 2^26 elements in all)\n" + _subtitle(rows), fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("Safe softmax at each fusion level: achieved bandwidth against row length\n"
+                 "(float32, 2^26 elements in all; config@N = threads per block)\n" + _subtitle(rows), fontsize=9)
+    _legend_outside(ax)
     return _save(fig, out, "fig2_fusion_levels")
 
 
@@ -189,15 +207,15 @@ def draw_incremental(rows, out: Path) -> list[Path]:
     data = series(rows, INCREMENTAL)
     if not data:
         raise ValueError(f"no {INCREMENTAL} rows in the results")
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
     _lines(ax, data, rows[0]["copy_gbps"])
     refused = [x for pts in data.values() for x, _, v in pts if v == "error"]
     if refused:
         ax.axvspan(min(refused) / 1.4, max(refused) * 1.4, color="gray", alpha=0.15,
                    label="non-incremental row no longer fits in shared memory")
-    ax.set_title("Incremental (tile merges) against non-incremental (row staged on chip)\n" + _subtitle(rows),
-                 fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("Safe softmax, incremental (tile, rows) against non-incremental (row staged on chip):\n"
+                 "achieved bandwidth against row length (float32)\n" + _subtitle(rows), fontsize=9)
+    _legend_outside(ax)
     return _save(fig, out, "fig3_incremental")
 
 
@@ -218,9 +236,13 @@ def draw_roofline(rows, out: Path) -> list[Path]:
     ax.axhline(copy, color="black", ls="--", lw=0.8, label=f"copy {copy:.0f} GB/s")
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=75, ha="right", fontsize=6)
-    ax.set_ylabel("achieved GB/s (bytes each system moves)")
-    ax.set_title("Memory-bound kernels against the copy bandwidth\n" + _subtitle(rows), fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_yscale("log")  # the routers move kilobytes per row: tens of GB/s beside thousands
+    ax.set_ylim(min(r["gbps"] for r in memory) / 2, 2 * max(copy, max(r["gbps"] for r in memory)))
+    ax.grid(axis="y", which="both", alpha=0.2)
+    ax.set_ylabel("achieved GB/s, log scale (bytes each system moves)")
+    ax.set_title("Memory-bound kernels: achieved bandwidth of each system against the copy bandwidth (log scale)\n"
+                 + _subtitle(rows), fontsize=9)
+    _legend_outside(ax)
     return _save(fig, out, "fig4_roofline")
 
 

@@ -236,7 +236,7 @@ def draw_roofline(rows, out: Path) -> list[Path]:
     ax.axhline(copy, color="black", ls="--", lw=0.8, label=f"copy {copy:.0f} GB/s")
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=75, ha="right", fontsize=6)
-    ax.set_yscale("log")  # the routers move kilobytes per row: tens of GB/s beside thousands
+    ax.set_yscale("log")  # the routers: a few MB per launch-bound call, 10-250 GB/s beside thousands
     ax.set_ylim(min(r["gbps"] for r in memory) / 2, 2 * max(copy, max(r["gbps"] for r in memory)))
     ax.grid(axis="y", which="both", alpha=0.2)
     ax.set_ylabel("achieved GB/s, log scale (bytes each system moves)")

@@ -77,10 +77,10 @@ def test_analyze_json_reports_fusability_with_the_contract_fields(capsys):
     assert code == 0 and data["fusable"] is True
     l = next(r for r in data["reductions"] if r["name"] == "l")
     assert l["otimes"] == "mul" and l["G"] == "exp(s)" and l["H"] == "exp(-m)" and l["laws"]["status"] == "proved"
-    code, out, _ = run(capsys, "analyze", "variance_two_pass", "--json")
+    code, out, _ = run(capsys, "analyze", "abs_deviation", "--json")
     data = json.loads(out)
     assert code == 0 and data["fusable"] is False  # exit 0 whether fusable or not
-    v = next(r for r in data["reductions"] if r["name"] == "v")
+    v = next(r for r in data["reductions"] if r["name"] == "d")
     assert v["fusable"] is False and v["reason"] and v["counterexample"]["values"]
 
 

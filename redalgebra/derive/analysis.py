@@ -36,8 +36,9 @@ from functools import lru_cache
 import sympy as sp
 
 from ..algebra import Counterexample, Proof, prove_distributes, prove_equal
-from ..ir import ADD, MUL, Cascade, Monoid, build_graph, reduction_dependencies
+from ..ir import ADD, MUL, Cascade, Monoid, Reduction, build_graph, reduction_dependencies
 from ..ir.printer import CascadePrinter, reducer_text
+from .multiterm import MultiTerm, split
 from .prepare import SignFact, abstract_conditions, bodies, element_atoms, has_casts, integer_symbols, sign_facts, \
     sign_of
 
@@ -75,6 +76,13 @@ class ReductionAnalysis:
     counterexample: Counterexample | None = None
     refuted: Proof | None = None   # the refuted condition the counterexample breaks
     attempts: tuple = field(default=())
+    terms: MultiTerm | None = None  # a multi-term separable sum: its terms (then otimes, G, H are None)
+    centered: bool = False          # a centred partial sum of a multi-term one (its merge is Chan's formula)
+
+    @property
+    def kind(self) -> str:
+        """``"single"`` (one separable term, or no dependencies), ``"multi-term"`` or ``"centered"``."""
+        return "multi-term" if self.terms is not None else "centered" if self.centered else "single"
 
     @property
     def H_inverse(self) -> sp.Expr | None:
@@ -91,7 +99,10 @@ class ReductionAnalysis:
                 "counterexample": None if self.counterexample is None else
                 dict(self.counterexample.as_dict(), claim=self.refuted.claim),
                 "proofs": [q.as_dict() for q in self.proofs],
-                "attempts": [{"otimes": a.otimes, "failed": a.failed} for a in self.attempts]}
+                "attempts": [{"otimes": a.otimes, "failed": a.failed} for a in self.attempts],
+                "kind": self.kind,
+                "terms": None if self.terms is None else self.terms.as_list(),
+                "numerics": None if self.terms is None else self.terms.note}
 
 
 @dataclass(frozen=True)
@@ -124,6 +135,14 @@ class Analysis:
             head = f"  {r.name} = {r.text}"
             if not r.deps:
                 lines.append(f"{head}: no dependencies, fusable as is")
+            elif r.centered:
+                lines.append(f"{head}: a centred partial sum (deviations from the running mean of "
+                             f"{', '.join(r.deps)}), merged by Chan's formula")
+            elif r.terms is not None:
+                lines.append(f"{head}: multi-term separable, {len(r.terms.terms)} terms c_t({', '.join(r.deps)})·"
+                             f"sum(E_t), one partial sum each:")
+                lines += [f"      {t.describe()}" for t in r.terms.terms]
+                lines.append(f"      numerics: {r.terms.note}")
             elif r.fusable:
                 lines.append(f"{head}: ⊗ = {_SYMBOL[r.otimes.name]}, G = {p.doprint(r.G)}, H({', '.join(r.deps)}) = "
                              f"{p.doprint(r.H)}")
@@ -144,6 +163,11 @@ class Analysis:
         for r in self.reductions:
             if not r.deps:
                 rows.append(f"| `{r.name} = {r.text}` | fusable as is | | | | |")
+            elif r.centered:
+                rows.append(f"| `{r.name} = {r.text}` | fusable, centred (Chan) | | | | |")
+            elif r.terms is not None:
+                terms = " + ".join(f"$({sp.latex(t.coefficient)})\\sum {sp.latex(t.E)}$" for t in r.terms.terms)
+                rows.append(f"| `{r.name} = {r.text}` | fusable, multi-term | | {terms} | | {r.terms.note} |")
             elif r.fusable:
                 rows.append(f"| `{r.name} = {r.text}` | fusable | {_SYMBOL[r.otimes.name]} | ${sp.latex(r.G)}$ | "
                             f"${sp.latex(r.H)}$ | |")
@@ -298,8 +322,9 @@ def _reason(attempts) -> tuple[str, Proof | None]:
     return "; ".join(parts), (refuted[0].proofs[-1] if refuted else None)
 
 
-def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts) -> ReductionAnalysis:
-    """The verdict for one reduction with body ``F`` and dependency names ``deps``."""
+def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts, multi: bool = True) -> ReductionAnalysis:
+    """The verdict for one reduction with body ``F`` and dependency names ``deps``; a sum that is not one
+    separable term is split into several (``multi``, see :mod:`.multiterm`)."""
     text = reducer_text(r)
     dep_syms = [c.symbols[d] for d in deps]
     lists = [d for d in deps if next(x for x in c.reductions if x.name == d).monoid.k is not None]
@@ -324,10 +349,34 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts) -> Reductio
             return ReductionAnalysis(r.name, r.monoid, text, F, deps, True, otimes, G, H, a.proofs,
                                      attempts=tuple(attempts))
     reason, refuted = _reason(attempts)
+    if multi and r.monoid is ADD:
+        terms, why = _multi_term(r, algebra, elems, dep_syms, cond.atoms, c, facts, deps)
+        if terms is not None:
+            return ReductionAnalysis(r.name, r.monoid, text, F, deps, True, proofs=(terms.proof,),
+                                     attempts=tuple(attempts), terms=terms)
+        reason = f"{reason}; {why}"
     return ReductionAnalysis(r.name, r.monoid, text, F, deps, False, reason=reason,
                              counterexample=None if refuted is None else refuted.counterexample,
                              refuted=refuted, proofs=tuple(p for a in attempts for p in a.proofs),
                              attempts=tuple(attempts))
+
+
+def _multi_term(r, algebra, elems, dep_syms, atoms, c: Cascade, facts, deps):
+    """The body as a sum of separable terms (:func:`.multiterm.split`), or the reason it is not one."""
+    sizes = c.sizes
+    scalars = {c.symbols[n] for n in [s.name for s in c.inputs] + element_atoms(c) if sizes[n] is None}
+
+    def sub(E):
+        used = tuple(d for d in deps if c.symbols[d] in E.free_symbols)
+        part = Reduction(f"{r.name}[term]", ADD, E)
+        return analyze_reduction(part, E, used, c, facts, multi=False)
+
+    if algebra.has(sp.oo, -sp.oo, sp.zoo):
+        return None, "it is not multi-term separable either: the body is infinite somewhere"
+    terms, why = split(r.name, algebra, elems, dep_syms, atoms, scalars, sub)
+    if terms is None:
+        return None, why if why.startswith("it is not") else f"it is not multi-term separable either: {why}"
+    return terms, None
 
 
 def analyze(cascade: Cascade) -> Analysis:

@@ -53,7 +53,14 @@ def document(cascade: Cascade, title: str | None = None) -> str:
         if not r.deps:
             out += ["No dependencies: fusable as is.", ""]
             continue
-        if r.fusable:
+        if r.terms is not None:
+            out += [f"Multi-term separable: {r.name} = " + " + ".join(
+                rf"$\left({sp.latex(t.coefficient)}\right) \sum {sp.latex(t.E)}$" for t in r.terms.terms) + ".", ""]
+            out += [f"- term: `{t.describe()}`" for t in r.terms.terms] + ["", f"Numerics: {r.terms.note}.", ""]
+            for t in r.terms.terms:
+                if t.analysis is not None:
+                    out += [f"Term `sum({t.E})`:", ""] + [ln for q in t.analysis.proofs for ln in _proof_md(q)] + [""]
+        elif r.fusable:
             otimes = r"\times" if r.otimes.name == "mul" else "+"
             out += [rf"$\otimes = {otimes}$, $G = {sp.latex(r.G)}$, $H = {sp.latex(r.H)}$", ""]
         else:
@@ -65,6 +72,8 @@ def document(cascade: Cascade, title: str | None = None) -> str:
         fused = derive(cascade)
     except NotFusableError:
         return "\n".join(out).rstrip() + "\n"
+    if fused.rewrite is not None:
+        out += _rewrite_md(fused)
     forms = {k: program_text(getattr(fused, k), "", cascade=fused.cascade) for k in ("update", "merge", "finalize")}
     out += ["## Derived forms", "", "Incremental update (state `_a`, element → `_n`):", "", "```",
             forms["update"], "```", "", "Merge of two segment states (the paper's Eq. 11):", "",
@@ -78,3 +87,18 @@ def document(cascade: Cascade, title: str | None = None) -> str:
             out.append("")
     out += ["## Edge guards", ""] + [f"- {g}" for g in fused.guards]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _rewrite_md(fused) -> list[str]:
+    """The state cascade of a multi-term fusion: one partial sum per term, and the proofs of the rewrite."""
+    rw = fused.rewrite
+    out = ["## Rewrite into partial sums", "",
+           "Each multi-term sum becomes one partial reduction per term and a `let` combining them; the state "
+           "below is what the kernels keep.", "", "```", to_text(fused.cascade).rstrip(), "```", ""]
+    for name, proofs in rw.proofs.items():
+        for p in proofs:
+            out += _proof_md(p)
+    out += [""]
+    if fused.analysis.reductions:
+        out += ["State analysis:", "", "```", fused.analysis.text(), "```", ""]
+    return out

@@ -27,16 +27,18 @@ would be wrong in general, so it yields NaN rather than a silently wrong value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy as sp
 
 from ..algebra import Proof, prove_equal
 from ..errors import NotFusableError
-from ..ir import ADD, MUL, Cascade, Monoid
+from ..ir import ADD, MUL, Cascade, Monoid, build_graph, reduction_dependencies
+from ..ir.printer import CascadePrinter, reducer_text
 from ..ir.functions import CASTS
-from .analysis import Analysis, ReductionAnalysis, analyze
-from .prepare import element_atoms, inline, outputs
+from .analysis import Analysis, ReductionAnalysis, analyze, analyze_reduction
+from .multiterm import combination_proof, merge_proof, rewrite
+from .prepare import bodies, element_atoms, has_casts, inline, outputs, sign_facts
 from .program import Program, TopKMerge, build
 from .rules import stabilize
 
@@ -86,6 +88,11 @@ class FusedCascade:
     bodies: dict               # reduction -> F_i as written (casts kept), lets inlined
     naive: dict                # reduction -> (G, H): the one-pass (⊕ G) ⊗ H form
     guards: tuple              # the edge cases and how they are handled, in words
+    # A multi-term sum (see .multiterm) is fused as partial sums: ``cascade`` is then the state cascade
+    # (one partial reduction per term, the sum itself a let), ``source`` the cascade as written.
+    source: Cascade | None = None
+    source_analysis: Analysis | None = None
+    rewrite: object = None     # the .multiterm.Rewrite, None when nothing was rewritten
 
     @property
     def reductions(self) -> tuple:
@@ -196,6 +203,9 @@ def _guards(analysis: Analysis) -> tuple[str, ...]:
 def derive(cascade: Cascade) -> FusedCascade:
     """Derive the fused forms of ``cascade``.
 
+    A multi-term sum is first rewritten into one partial reduction per term (:func:`.multiterm.rewrite`);
+    the returned ``FusedCascade.cascade`` is then that state cascade and ``.source`` the cascade as written.
+
     Raises
     ------
     NotFusableError
@@ -206,12 +216,84 @@ def derive(cascade: Cascade) -> FusedCascade:
         bad = [r for r in analysis.reductions if not r.fusable]
         raise NotFusableError(f"{cascade.name} is not fusable: " +
                               "; ".join(f"{r.name}: {r.reason}" for r in bad), analysis)
+    if not any(ra.terms is not None for ra in analysis.reductions):
+        return _derive(cascade, analysis, {})
+    atoms = set(element_atoms(cascade))
+    rw = rewrite(cascade, analysis, lambda r: inline(r.body, cascade, atoms))
+    state = _state_analysis(rw, analysis)
+    for name in rw.partials:
+        rw.proofs[name] = (combination_proof(name, rw, cascade.symbols),)
+    for name, spec in rw.centered.items():
+        rw.proofs[name] = (merge_proof(spec, None),)
+    fused = _derive(rw.cascade, state, rw.centered)
+    return replace(fused, source=cascade, source_analysis=analysis, rewrite=rw,
+                   guards=fused.guards + _multi_guards(rw))
+
+
+def _state_analysis(rw, analysis: Analysis) -> Analysis:
+    """The analysis of the state cascade, reusing the proofs of the source: kept reductions and the partial sums
+    of terms keep their verdicts; a reduction whose dependencies changed (it reads a multi-term result) is
+    analysed again; a centred sum is fused by its own merge."""
+    c = rw.cascade
+    deps = reduction_dependencies(build_graph(c))
+    facts = sign_facts(c)
+    F = bodies(c)
+    position = {s.name: i for i, s in enumerate(c.statements)}
+    out = []
+    for r in c.reductions:
+        d = tuple(sorted(deps[r.name], key=position.__getitem__))
+        if r.name in rw.centered:
+            out.append(ReductionAnalysis(r.name, r.monoid, reducer_text(r), F[r.name], d, True, centered=True))
+            continue
+        known = rw.sub_analysis.get(r.name)
+        if known is None and r.name in {x.name for x in analysis.cascade.reductions}:
+            known = analysis[r.name]
+        if known is not None and tuple(known.deps) == d:
+            out.append(replace(known, name=r.name, text=reducer_text(r)))
+            continue
+        if not d:
+            out.append(ReductionAnalysis(r.name, r.monoid, reducer_text(r), F[r.name], (), True))
+            continue
+        again = analyze_reduction(r, F[r.name], d, c, facts, multi=False)
+        if not again.fusable:
+            raise NotFusableError(f"{c.name}: the partial sum {r.name} of the multi-term rewrite is not fusable: "
+                                  f"{again.reason}", analysis)
+        out.append(again)
+    return Analysis(c, tuple(out), facts, has_casts(c))
+
+
+def _multi_guards(rw) -> tuple:
+    notes = []
+    for name, pieces in rw.partials.items():
+        parts = ", ".join(p for _, p in pieces)
+        notes.append(f"{name} is a multi-term sum: its partial sums {parts} are the state, and {name} = "
+                     f"{CascadePrinter().doprint(rw.combination[name])} (an empty segment, count = 0, gives 0)")
+    for name, spec in rw.centered.items():
+        notes.append(f"{name} = sum({CascadePrinter().doprint(rw.cascade[name].body)}) is a centred sum: a side with "
+                     f"{spec.count} = 0 is skipped, and the deviations are shifted to the merged mean (Chan)")
+    return tuple(notes)
+
+
+def _centered_term(name: str, spec, which: str) -> sp.Expr:
+    """Side ``which``'s centred sum about the merged means, 0 for an empty side."""
+    shifted = spec.shift(side, which)
+    return sp.Piecewise((sp.Integer(0), sp.Eq(side(spec.count, which), 0)), (shifted, True))
+
+
+def _derive(cascade: Cascade, analysis: Analysis, centered: dict) -> FusedCascade:
     c = cascade
     atoms = element_atoms(c)
     bodies = {r.name: inline(r.body, c, set(atoms)) for r in c.reductions}
-    corrections = {ra.name: {w: _correction(ra, c, w) for w in "ab"} for ra in analysis.reductions if ra.deps}
+    corrections = {ra.name: {w: _correction(ra, c, w) for w in "ab"} for ra in analysis.reductions
+                   if ra.deps and ra.name not in centered}
     merge, update = [], []
     for ra in analysis.reductions:
+        if ra.name in centered:
+            spec = centered[ra.name]
+            left = _centered_term(ra.name, spec, "a")
+            merge.append((side(ra.name, "n"), left + _centered_term(ra.name, spec, "b")))
+            update.append((side(ra.name, "n"), left + _new_term(ra, bodies[ra.name], c, analysis)))
+            continue
         corr = corrections.get(ra.name, {})
         left = _guarded_term(ra, c, analysis, "a", corr)
         merge.append((side(ra.name, "n"), _join(ra, left, _guarded_term(ra, c, analysis, "b", corr),
@@ -231,7 +313,7 @@ def derive(cascade: Cascade) -> FusedCascade:
         corrections={n: v["a"] for n, v in corrections.items()},
         degenerate={ra.name: _degenerate(ra, c, analysis, "a") for ra in analysis.reductions if ra.deps},
         bodies=bodies,
-        naive={ra.name: (ra.G, ra.H) for ra in analysis.reductions if ra.deps},
+        naive={ra.name: (ra.G, ra.H) for ra in analysis.reductions if ra.deps and ra.name not in centered},
         guards=_guards(analysis))
 
 

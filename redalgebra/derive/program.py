@@ -86,5 +86,10 @@ def _inline_trivial(temps, reduced):
                    and not isinstance(e, sp.logic.boolalg.Boolean) and sp.count_ops(e) <= 1}
         if not trivial:
             return temps, reduced
+        for _ in range(len(trivial)):  # a trivial value may use another trivial temporary (c1 = c0*s)
+            resolved = {t: e.xreplace(trivial) for t, e in trivial.items()}
+            if resolved == trivial:
+                break
+            trivial = resolved
         temps = [(t, e.xreplace(trivial)) for t, e in temps if t not in trivial]
         reduced = [e.xreplace(trivial) for e in reduced]

@@ -46,7 +46,8 @@ def _temporaries(program: Program, cascade) -> dict:
 
 def fused_text(f) -> str:
     p = FormulaPrinter()
-    lines = [f.analysis.text(), "", "state: " + ", ".join(
+    lines = [f.analysis.text()] if f.source is None else multi_term_text(f)
+    lines += ["", "state: " + ", ".join(
         f"{r.name} ({r.monoid.name}, identity {f.identity[r.name]})" for r in f.reductions)]
     if f.prologue.steps:
         lines += ["", "prologue (per element):", program_text(f.prologue)]
@@ -65,6 +66,21 @@ def fused_text(f) -> str:
     lines += [f"    {r.name} = {r.text}" for r in f.reductions]
     lines += ["", "edge guards:"] + [f"    - {g}" for g in f.guards]
     return "\n".join(lines)
+
+
+def multi_term_text(f) -> list[str]:
+    """The analysis as written, then the rewrite of its multi-term sums into partial sums, with the proofs."""
+    rw = f.rewrite
+    lines = [f.source_analysis.text(), "", "rewritten into partial sums, one per term (the state cascade):"]
+    lines += ["    " + ln for ln in to_text(f.cascade).rstrip().splitlines()]
+    lines += ["", "proofs of the rewrite:"]
+    for name, ra in ((r.name, r) for r in f.source_analysis.reductions if r.terms is not None):
+        lines.append(f"    [{ra.terms.proof.status}] {ra.terms.proof.claim}")
+        lines += [f"    [{q.status}] {q.claim}" for q in rw.proofs.get(name, ())]
+    for name in rw.centered:
+        lines += [f"    [{q.status}] {q.claim}" for q in rw.proofs.get(name, ())]
+    lines += ["", f.analysis.text()]
+    return lines
 
 
 def fused_latex(f) -> str:

@@ -308,9 +308,12 @@ def _validate_roles(c: Cascade) -> None:
         raise CascadeError(f"{c.name}: reduction {c.reductions[0].name} has no input to reduce; the inputs give "
                            f"the axis its length (pos alone does not): declare an input")
     for r in c.reductions:
+        if r.body.is_Number and r.monoid.name == "add" and r.body.is_finite and r.body != 0:
+            continue  # sum(1): a count of the (unmasked) elements, sum(2): twice the count
         if not _names(r.body) & varying:
             raise CascadeError(f"{c.name}: reduction {r.name} = {reducer_name(r.monoid)}({r.body}) uses no "
                                f"per-element input, "
-                               f"so it is constant along the axis; reduce an expression of an input")
+                               f"so it is constant along the axis; reduce an expression of an input (a count of "
+                               f"the elements is sum(1))")
         if r.monoid.k is not None and infer_size(r.body, sizes) is not None:
             raise CascadeError(f"{c.name}: topk reduction {r.name} needs a scalar body, got a vector")

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..errors import RedalgebraError
 from ..ir import Cascade, parse
 from . import masks
-from .catalogue import ENTRIES, NOT_FUSABLE
+from .catalogue import ENTRIES, MULTI_TERM, NOT_FUSABLE
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Workload:
         return parse(self.text, self.name)
 
 
-CATALOGUE = {e["name"]: Workload(**e) for e in ENTRIES + NOT_FUSABLE}
+CATALOGUE = {e["name"]: Workload(**e) for e in ENTRIES + MULTI_TERM + NOT_FUSABLE}
 
 
 def names(fusable: bool | None = None) -> list[str]:

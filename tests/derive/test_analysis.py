@@ -16,7 +16,10 @@ def test_catalogue_cascades_fuse_with_every_proof_proved(name):
     assert a.fusable
     for r in a.reductions:
         assert r.fusable and all(p.proved for p in r.proofs)
-        if r.deps:
+        if r.terms is not None:  # a multi-term sum: every term with dependencies is a single separable term
+            assert all(t.analysis is None or (t.analysis.otimes is not None and all(p.proved for p in t.analysis.proofs))
+                       for t in r.terms.terms)
+        elif r.deps:
             assert r.otimes is not None and r.G is not None and r.H is not None
 
 

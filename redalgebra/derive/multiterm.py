@@ -1,0 +1,423 @@
+r"""Multi-term separability for sums: :math:`F(e, D) = \sum_t c_t(D)\, E_t(e, D)`.
+
+A sum whose body is not one separable product may still be a *sum* of them:
+two-pass variance :math:`\sum (x - s/n)^2 = \sum x^2 - 2\tfrac{s}{n}\sum x + \tfrac{s^2}{n^2}\sum 1`,
+softmax entropy :math:`\sum e^{x-m}(x - m) = \sum x e^{x-m} - m \sum e^{x-m}`.  Expanding
+:math:`F` (products and integer powers multiplied out; ``exp(x - m)`` is kept whole) and
+collecting the additive terms by their factors that use an element value gives terms
+:math:`c_t(D) \cdot E_t(e, D)` where the coefficient :math:`c_t` uses only reduction results
+and params.  Each :math:`E_t` becomes a partial reduction ``sum(E_t)``, fused by the
+single-term analysis (``x·exp(x - m)`` is :math:`\times`-separable with :math:`H = e^{-m}`),
+a term without element values is a count (``sum(1)``), and the reduction becomes the
+combination :math:`\sum_t c_t(D) P_t`, proved equal to :math:`\sum_l F(e_l, D)` by proving
+:math:`\sum_t c_t E_t = F` symbolically.
+
+**Stable moments.**  Summing :math:`\sum x^2` and :math:`\sum x` separately and combining
+them at the end is :math:`E[x^2] - E[x]^2`: catastrophic cancellation in float32 when the
+mean is large against the spread.  A degree-2 term whose linear parts are also terms
+(:math:`x^2` beside :math:`x`; :math:`xy` beside :math:`x` and :math:`y`; :math:`x w` beside
+:math:`w`) is therefore kept *centred*: the partial reduction is the sum of products of
+deviations from the segment's own running mean :math:`K_u = P_u / \mathrm{count}`,
+
+.. math::
+    C = \sum (u_i - K_i)(u_j - K_j) \quad\text{or}\quad C = \sum (u - K_u)\, R,
+
+and two segments merge by the binomial shift of the deviations to the merged mean
+(:math:`\delta_X = K(X) - K(A \cup B)`),
+
+.. math::
+    C(A \cup B) = C(A) + C(B) + n_A \delta^i_A \delta^j_A + n_B \delta^i_B \delta^j_B
+    \quad\text{or}\quad C(A) + C(B) + \delta_A P_R(A) + \delta_B P_R(B),
+
+which is Chan's parallel algorithm (and, with one element on the right, Welford's update):
+derived here from the deviation form and proved equal to the power-sum definition.  The
+combination is then rewritten around :math:`C` (:math:`\sum x^2 = C + P_x^2/n`) and the
+remaining power-sum part factored, so that ``v = C + n·(s/n_count - s/n)**2`` never subtracts
+two large numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+from ..algebra import Proof, prove_equal
+from ..ir import ADD, Cascade, Let, Reduction
+from ..ir.nodes import POSITION, infer_size
+from ..ir.printer import CascadePrinter
+
+_printer = CascadePrinter()
+
+
+def _show(e) -> str:
+    return _printer.doprint(e)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One term ``c_t(D) · E_t``: ``E_t`` is the body of a partial reduction (1: a count)."""
+
+    E: sp.Expr                 # element part, conditionals as written (may use reduction results)
+    coefficient: sp.Expr       # uses reduction results and params only
+    analysis: object = None    # the single-term ReductionAnalysis of sum(E_t) when E_t uses a reduction
+    center: tuple = ()         # symbols whose deviation from the running mean the term is kept in
+    rest: sp.Expr = sp.Integer(1)  # the other factor R of a centred ``(u - K)·R`` (1 for a covariance)
+
+    @property
+    def count(self) -> bool:
+        return self.E == 1
+
+    def describe(self) -> str:
+        if self.count:
+            body = "count (sum(1))"
+        else:
+            body = f"sum({_show(self.E)})"
+        extra = ""
+        a = self.analysis
+        if a is not None and a.otimes is not None:
+            extra = f" [⊗ = {'×' if a.otimes.name == 'mul' else '+'}, G = {_show(a.G)}, H = {_show(a.H)}]"
+        if self.center:
+            dev = "·".join(f"({_show(u)} - mean {_show(u)})" for u in self.center)
+            if self.rest != 1:
+                dev += f"·{_show(self.rest)}"
+            extra += f" [kept centred: sum({dev}), Chan/Welford merge]"
+        return f"({_show(self.coefficient)})·{body}{extra}"
+
+
+@dataclass(frozen=True)
+class MultiTerm:
+    """The terms of a multi-term separable sum, and the proof that they add up to its body."""
+
+    terms: tuple
+    proof: Proof
+    note: str
+
+    def describe(self) -> str:
+        return " + ".join(t.describe() for t in self.terms)
+
+    def as_list(self) -> list:
+        out = []
+        for t in self.terms:
+            a = t.analysis
+            out.append({"E": _show(t.E), "coefficient": _show(t.coefficient), "count": t.count,
+                        "otimes": None if a is None or a.otimes is None else a.otimes.name,
+                        "G": _show(t.E if a is None or a.G is None else a.G),
+                        "H": None if a is None or a.H is None else _show(a.H),
+                        "centered": [str(u) for u in t.center]})
+        return out
+
+
+def _expand(F: sp.Expr) -> sp.Expr:
+    """Products and integer powers multiplied out; ``exp(a + b)`` and ``log`` left whole."""
+    return sp.expand(F, power_exp=False, power_base=False, log=False)
+
+
+def split(name: str, F: sp.Expr, elems: list, deps: list, atoms: dict, scalars: set, sub) -> tuple:
+    """``(MultiTerm, None)`` when ``F`` is a sum of separable terms, else ``(None, why)``.
+
+    ``elems``: the per-element symbols of ``F`` (inputs, element atoms, conditional atoms); ``deps``: the
+    reduction results; ``atoms``: conditional atoms → their Piecewise; ``scalars``: per-element scalar
+    symbols that may be centred; ``sub(E)``: the single-term analysis of ``sum(E)``.
+    """
+    elem_set = set(elems)
+    groups: dict = {}
+    for term in sp.Add.make_args(_expand(F)):
+        coef, part = [], []
+        for f in sp.Mul.make_args(term):
+            (part if f.free_symbols & elem_set else coef).append(f)
+        E = sp.Mul(*part)
+        groups[E] = groups.get(E, sp.Integer(0)) + sp.Mul(*coef)
+    groups = {E: sp.factor_terms(c) for E, c in groups.items() if sp.simplify(c) != 0}
+    if not groups:
+        return None, "F expands to 0"
+    one = len(groups) == 1
+    terms = []
+    for E, c in groups.items():
+        written = E.xreplace(atoms)
+        analysis = None
+        if E.free_symbols & set(deps):
+            analysis = None if one and c == 1 else sub(written)  # F itself: already known not to separate
+            if analysis is None or not analysis.fusable and one:
+                mixed = [f for f in sp.Mul.make_args(E) if f.free_symbols & elem_set and f.free_symbols & set(deps)]
+                what = " and ".join(_show(f.xreplace(atoms)) for f in mixed) or _show(written)
+                return None, (f"it is not multi-term separable either: expanding F gives one term, and {what} "
+                              f"mixes element values with reduction results in a way no product or sum of "
+                              f"products separates (abs, a log or root of a difference, a quotient by one are "
+                              f"not polynomial in it)")
+            if not analysis.fusable:
+                return None, (f"the term {_show(written)} of F (after expanding and collecting by the factors of "
+                              f"the elements) is itself not separable: {analysis.reason}")
+        terms.append(Term(written, c, analysis))
+    terms = _centre(terms, scalars)
+    total = sum((t.coefficient * t.E for t in terms), sp.Integer(0))
+    F_written = F.xreplace(atoms)
+    proof = prove_equal(total, F_written, claim=f"F_{name} is the sum of its {len(terms)} separable terms")
+    if not proof.proved:
+        return None, f"the expansion into terms could not be proved equal to F ({proof.status})"
+    return MultiTerm(tuple(terms), proof, _note(terms)), None
+
+
+def _centre(terms: list, scalars: set) -> list:
+    """Mark degree-2 terms whose linear parts are terms too: they are kept as centred sums."""
+    keys = {t.E for t in terms}
+    out = []
+    for t in terms:
+        if t.analysis is not None or t.count or t.E.free_symbols - _all_symbols(terms):
+            out.append(t)
+            continue
+        powers = t.E.as_powers_dict()
+        us = [u for u, k in powers.items() if u in scalars and k in (1, 2)]
+        factors = [u for u in us for _ in range(int(powers[u]))]
+        if len(factors) == 2 and sp.Mul(*factors) == t.E and any(sp.simplify(t.E / u) in keys for u in factors):
+            out.append(Term(t.E, t.coefficient, None, tuple(factors), sp.Integer(1)))
+            continue
+        single = [u for u in us if powers[u] == 1 and sp.simplify(t.E / u) in keys and sp.simplify(t.E / u) != 1]
+        if single:
+            u = single[0]
+            out.append(Term(t.E, t.coefficient, None, (u,), sp.simplify(t.E / u)))
+            continue
+        out.append(t)
+    return out
+
+
+def _all_symbols(terms) -> set:
+    return set().union(*(t.E.free_symbols for t in terms))
+
+
+def _note(terms) -> str:
+    centred = [t for t in terms if t.center]
+    loose = [t for t in terms if not t.center and t.coefficient.free_symbols]
+    parts = []
+    if centred:
+        parts.append("the degree-2 terms are kept as sums of deviations from the running mean, merged by "
+                     "Chan's formula (Welford's update): no E[x²] − E[x]² cancellation")
+    if len(terms) > 1 and loose and not centred:
+        parts.append("CAUTION: the partial sums are combined once, at the end; where the terms are large and "
+                     "nearly cancel (a result far from 0 relative to the spread of the elements, e.g. |m| ≫ the "
+                     "spread of x) float32 loses digits that the unfused two-pass form keeps")
+    return "; ".join(parts) if parts else "one term: exact up to rounding, as the single-term fusion"
+
+
+# --------------------------------------------------------------------------------------------------
+# The rewrite: one partial reduction per term, the reduction itself a let of them.
+
+@dataclass(frozen=True)
+class Centered:
+    """A centred partial reduction ``C = sum(Π (u - P_u/count) · R)`` and the reductions it uses."""
+
+    name: str
+    center: tuple          # element symbols u
+    sums: tuple            # names of the reductions P_u = sum(u), in the order of ``center``
+    count: str             # name of the count reduction
+    rest: sp.Expr          # R
+    rest_sum: str | None   # name of P_R = sum(R) (None when R = 1)
+    power_sum: str         # name of nothing: the body Π u · R as text, for reports
+
+    def body(self, symbols: dict) -> sp.Expr:
+        n = symbols[self.count]
+        out = self.rest
+        for u, s in zip(self.center, self.sums):
+            out = out * (u - symbols[s] / n)
+        return out
+
+    def shift(self, sym, X: str) -> sp.Expr:
+        """What side ``X``'s ``C`` becomes about the merged means (``sym(name, side)`` gives state symbols)."""
+        nX, nN = sym(self.count, X), sym(self.count, "n")
+        deltas = [sym(s, X) / nX - sym(s, "n") / nN for s in self.sums]
+        if len(deltas) == 2:
+            return sym(self.name, X) + nX * deltas[0] * deltas[1]
+        return sym(self.name, X) + deltas[0] * sym(self.rest_sum, X)
+
+    def in_power_sums(self, sym, X: str, P) -> sp.Expr:
+        """``C`` on side ``X`` written in power sums: ``P`` is the symbol of sum(Π u · R) there."""
+        n = sym(self.count, X)
+        if len(self.sums) == 2:
+            return P - sym(self.sums[0], X) * sym(self.sums[1], X) / n
+        return P - sym(self.sums[0], X) * sym(self.rest_sum, X) / n
+
+
+@dataclass
+class Rewrite:
+    """The state cascade and what each new reduction is."""
+
+    cascade: Cascade
+    centered: dict = field(default_factory=dict)     # name -> Centered
+    partials: dict = field(default_factory=dict)     # multi-term name -> tuple of (Term, partial name)
+    sub_analysis: dict = field(default_factory=dict)  # partial name -> single-term analysis
+    combination: dict = field(default_factory=dict)  # multi-term name -> its let expression
+    proofs: dict = field(default_factory=dict)       # multi-term name -> proofs of the rewrite
+
+
+def _fresh(base: str, taken: set) -> str:
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}{k}"
+    taken.add(name)
+    return name
+
+
+def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
+    """Each multi-term reduction replaced by its partial reductions and a let combining them.
+
+    ``inline_body(r)``: a reduction's body in element atoms (lets that use reductions inlined), used to
+    reuse an existing reduction with the same body (``sum(x)`` is both ``s`` and a term of the variance).
+    """
+    taken = {s.name for s in c.statements}
+    stmts: list = []
+    known: dict = {}   # body -> name of a sum reduction already in stmts
+    out = Rewrite(c)
+    symbols = dict(c.symbols)
+    sizes = {**c.sizes, POSITION: None}
+
+    def reduction(body: sp.Expr, base: str, sub=None) -> str:
+        if body in known:
+            return known[body]
+        name = _fresh(base, taken)
+        r = Reduction(name, ADD, body)
+        stmts.append(r)
+        symbols[name] = r.symbol
+        known[body] = name
+        if sub is not None:
+            out.sub_analysis[name] = sub
+        return name
+
+    for s in c.statements:
+        ra = analysis[s.name] if isinstance(s, Reduction) else None
+        if ra is None or getattr(ra, "terms", None) is None:
+            stmts.append(s)
+            if isinstance(s, Reduction) and s.monoid is ADD:
+                known.setdefault(inline_body(s), s.name)
+            continue
+        mt = ra.terms
+        pieces, combination, plain = [], sp.Integer(0), sp.Integer(0)
+        k = iter(range(1, 1000))
+        count_name = None
+        for t in mt.terms:
+            if t.center:
+                sums = tuple(reduction(u, f"{s.name}_{next(k)}") for u in t.center)
+                count_name = reduction(sp.Integer(1), "count" if "count" not in taken else f"{s.name}_count")
+                cname = _fresh(f"{s.name}_{next(k)}", taken)
+                # A vector state is updated in place by the kernels, so the centred sum, which reads the old
+                # sum(R) of each side, must come before it: a vector sum(R) defined earlier gets a copy after.
+                vector = infer_size(t.rest, sizes) is not None
+                rest_sum = None if t.rest == 1 else (known.get(t.rest) if not vector else None)
+                if t.rest != 1 and rest_sum is None:
+                    rest_sum = _fresh(f"{s.name}_{next(k)}", taken)
+                spec = Centered(cname, t.center, sums, count_name, t.rest, rest_sum, _show(t.E))
+                symbols[cname] = sp.Symbol(cname, real=True)
+                if rest_sum is not None and rest_sum not in symbols:
+                    symbols[rest_sum] = sp.Symbol(rest_sum, real=True)
+                r = Reduction(cname, ADD, spec.body(symbols))
+                stmts.append(r)
+                if rest_sum is not None and rest_sum not in {x.name for x in stmts}:
+                    stmts.append(Reduction(rest_sum, ADD, t.rest))
+                    known.setdefault(t.rest, rest_sum)
+                out.centered[cname] = spec
+                pieces.append((t, cname))
+                n = symbols[count_name]
+                mean_part = t.rest * sp.Mul(*[symbols[x] for x in sums]) / n
+                if t.rest != 1:
+                    mean_part = symbols[sums[0]] * symbols[rest_sum] / n
+                combination += t.coefficient * symbols[cname]
+                plain += t.coefficient * mean_part
+                continue
+            if t.count:
+                name = reduction(sp.Integer(1), "count" if "count" not in taken else f"{s.name}_count")
+            else:
+                name = reduction(t.E, f"{s.name}_{next(k)}", t.analysis)
+            pieces.append((t, name))
+            plain += t.coefficient * symbols[name]
+        out.partials[s.name] = tuple(pieces)
+        # the power-sum part, factored: the variance's s**2/count - 2*s**2/n + count*s**2/n**2 is
+        # s**2*(count - n)**2/(count*n**2), which never subtracts two large numbers
+        tidy = _factor(plain) if count_name is not None else plain
+        if sp.count_ops(tidy) > 3 * sp.count_ops(plain) + 10:
+            tidy = plain
+        expr = combination + tidy
+        guard = _empty_guard(expr, stmts, symbols, c, analysis)
+        if guard is not None:
+            expr = sp.Piecewise((sp.Integer(0), guard), (expr, True))
+        stmts.append(Let(s.name, expr))
+        out.combination[s.name] = expr
+    out.cascade = Cascade(tuple(stmts), name=c.name, source=None)
+    return out
+
+
+def _factor(expr: sp.Expr) -> sp.Expr:
+    """``expr`` factored as a rational function of its symbols, roots and functions kept whole (factoring
+    through ``sqrt`` would need signs: ``sqrt(h)*sqrt(h*eps + v)`` is ``sqrt(h*(h*eps + v))`` only for h >= 0)."""
+    opaque = {}
+
+    def hide(e):
+        if e.is_Atom:
+            return e
+        if (e.is_Pow and not e.exp.is_Integer) or isinstance(e, sp.Function) or isinstance(e, sp.Piecewise):
+            return opaque.setdefault(e, sp.Dummy(f"g{len(opaque)}"))
+        return e.func(*[hide(a) for a in e.args])
+
+    hidden = hide(expr)
+    back = {d: e for e, d in opaque.items()}
+    return sp.factor(sp.together(hidden)).xreplace(back)
+
+
+def _empty_guard(expr, stmts, symbols, c, analysis):
+    """``count == 0`` when the combination is not finite on an empty segment (a max of -inf, a division by the
+    count) — there the sum is 0 — else None.  A count is added to the state when one is needed."""
+    risky = any(isinstance(s, Reduction) and s.monoid.identity in (sp.oo, -sp.oo) and s.symbol in expr.free_symbols
+                for s in stmts)
+    counts = [s for s in stmts if isinstance(s, Reduction) and s.body == 1 and s.monoid is ADD]
+    _, den = sp.fraction(sp.together(expr))
+    risky |= any(s.symbol in den.free_symbols for s in counts)
+    if not risky:
+        return None
+    if not counts:
+        taken = {s.name for s in stmts} | {s.name for s in c.statements}
+        r = Reduction(_fresh("count", taken), ADD, sp.Integer(1))
+        # the count goes right after the last input-free prefix: before the first reduction that needs it
+        stmts.insert(next(i for i, s in enumerate(stmts) if isinstance(s, Reduction)), r)
+        symbols[r.name] = r.symbol
+        counts = [r]
+    return sp.Eq(counts[0].symbol, 0)
+
+
+def merge_proof(spec: Centered, sym) -> Proof:
+    """The centred merge equals the power-sum definition on the union (Chan's formula, derived)."""
+    P = {X: sp.Symbol(f"P_{X}", real=True) for X in "ab"}
+    n = {X: sp.Symbol(f"{spec.count}_{X}", positive=True) for X in "ab"}
+    sums = {(s, X): sp.Symbol(f"{s}_{X}", real=True) for s in spec.sums + ((spec.rest_sum,) if spec.rest_sum else ())
+            for X in "ab"}
+
+    def plain(name, X):
+        if name == spec.count:
+            return n[X] if X in "ab" else n["a"] + n["b"]
+        if name == spec.name:
+            return spec.in_power_sums(plain, X, P[X] if X in "ab" else P["a"] + P["b"])
+        return sums[(name, X)] if X in "ab" else sums[(name, "a")] + sums[(name, "b")]
+
+    merged = spec.shift(plain, "a") + spec.shift(plain, "b")
+    union = spec.in_power_sums(plain, "n", P["a"] + P["b"])
+    return prove_equal(merged, union, claim=f"the merge of {spec.name} (deviations shifted to the merged mean) "
+                                            f"equals sum({spec.power_sum}) - its mean part on the union")
+
+
+def combination_proof(name: str, rw: Rewrite, source_symbols: dict) -> Proof:
+    """The let equals Σ_t c_t · P_t with every centred sum written in power sums."""
+    state = {s.name: s.symbol for s in rw.cascade.statements}
+    expr = rw.combination[name]
+    if isinstance(expr, sp.Piecewise):
+        expr = expr.args[-1].expr
+    target = sp.Integer(0)
+    subs = {}
+    for t, pname in rw.partials[name]:
+        P = sp.Symbol(f"sum({_show(t.E)})", real=True) if pname in rw.centered else state[pname]
+        target += t.coefficient * P
+        if pname in rw.centered:
+            spec = rw.centered[pname]
+            subs[state[pname]] = spec.in_power_sums(lambda nm, X: state[nm], "", P)
+    return prove_equal(expr.xreplace(subs), target,
+                       claim=f"{name} = Σ_t c_t·sum(E_t), with the centred sums written in power sums")
+
+
+__all__ = ["Centered", "MultiTerm", "Rewrite", "Term", "combination_proof", "merge_proof", "rewrite", "split"]

@@ -1,0 +1,160 @@
+"""Multi-term separability: sums of separable terms are split into partial sums, proved, and fused."""
+
+import random
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from redalgebra import NotFusableError, parse
+from redalgebra.derive import Evaluator, analyze, derive, random_bounds
+from redalgebra.ir import evaluate
+from redalgebra.workloads.catalogue import COVARIANCE, LAYERNORM_GEMM, SOFTMAX_ENTROPY, VARIANCE_TWO_PASS
+
+EXP_MINUS_MAX = "input x\nreduce m = max(x)\nreduce v = sum(exp(x) - m)\nout y = v\n"
+CASCADES = {"variance": VARIANCE_TWO_PASS, "covariance": COVARIANCE, "entropy": SOFTMAX_ENTROPY,
+            "exp_minus_max": EXP_MINUS_MAX, "layernorm_gemm": LAYERNORM_GEMM}
+#: the multi-term reduction of each cascade and the element parts E_t of its terms
+TERMS = {"variance": ("v", {"x**2", "x", "1"}), "covariance": ("c", {"x*y", "x", "y", "1"}),
+         "entropy": ("t", {"x*exp(-m + x)", "exp(-m + x)"}), "exp_minus_max": ("v", {"exp(x)", "1"}),
+         "layernorm_gemm": ("acc", {"w*x", "w"})}
+
+
+def problem(c, rows, length, rng, scale=2.0, offset=0.0):
+    inputs = {s.name: offset + scale * rng.normal(size=(rows, length) if s.size is None else (rows, length, 3))
+              for s in c.inputs}
+    params = {p.name: (float(length) if p.name in ("n", "h") else abs(rng.normal()) + 0.1) for p in c.params}
+    keep = rng.random((rows, length)) > 0.2
+    keep[-1] = False  # a fully masked row: every sum is 0, the reference's value
+    return inputs, params, keep
+
+
+@pytest.mark.parametrize("name", CASCADES)
+def test_analyze_names_the_terms_and_proves_their_sum_equals_the_body(name):
+    a = analyze(parse(CASCADES[name], name))
+    red, expected = TERMS[name]
+    r = a[red]
+    assert a.fusable and r.fusable and r.kind == "multi-term"
+    assert {str(t.E) for t in r.terms.terms} == expected
+    assert r.terms.proof.proved
+    total = sum(t.coefficient * t.E for t in r.terms.terms)
+    assert sp.simplify(total - r.F) == 0  # independent of the prover: the terms add up to the body
+    text = a.text()
+    assert "multi-term separable" in text and all(f"sum({e})" in text for e in expected - {"1"})
+    data = a.as_dict()["reductions"]
+    assert {t["E"] for t in next(d for d in data if d["name"] == red)["terms"]} == expected
+
+
+def test_variance_and_covariance_keep_the_degree_two_term_centred():
+    for name, red in (("variance", "v"), ("covariance", "c")):
+        r = analyze(parse(CASCADES[name]))[red]
+        centred = [t for t in r.terms.terms if t.center]
+        assert len(centred) == 1 and len(centred[0].center) == 2
+        assert "Chan" in r.terms.note and "CAUTION" not in r.terms.note
+    entropy = analyze(parse(SOFTMAX_ENTROPY))["t"]
+    assert not any(t.center for t in entropy.terms.terms) and "CAUTION" in entropy.terms.note
+    assert all(t.analysis.otimes.name == "mul" and t.analysis.H == sp.exp(-sp.Symbol("m", real=True))
+               for t in entropy.terms.terms)
+
+
+@pytest.mark.parametrize("name", CASCADES)
+def test_the_rewrite_and_the_centred_merges_are_proved(name):
+    f = derive(parse(CASCADES[name], name))
+    assert f.source is not None and f.rewrite is not None
+    proofs = [p for ps in f.rewrite.proofs.values() for p in ps]
+    assert proofs and all(p.proved for p in proofs)
+    assert {o.name for o in f.cascade.outputs} == {o.name for o in f.source.outputs}
+    for ra in f.analysis.reductions:
+        assert ra.fusable and ra.kind in ("single", "centered")
+
+
+@pytest.mark.parametrize("name", CASCADES)
+def test_every_derived_form_matches_the_reference_of_the_cascade_as_written(name):
+    f = derive(parse(CASCADES[name], name))
+    rng = np.random.default_rng(7)
+    inputs, params, keep = problem(f.source, 3, 23, rng)
+    want = evaluate(f.source, inputs, params, keep=keep)
+    ev = Evaluator(f, inputs, params, keep=keep)
+    r = random.Random(3)
+    forms = {"incremental": ev.finalize(ev.incremental()),
+             "nonincremental": ev.finalize(ev.nonincremental()),
+             "segmented": ev.finalize(ev.segmented(random_bounds(23, r), rng=r)),
+             "staged segments": ev.finalize(ev.segmented(random_bounds(23, r), "nonincremental", rng=r))}
+    for form, got in forms.items():
+        for o in f.source.outputs:
+            np.testing.assert_allclose(got[o.name], want[o.name], rtol=1e-9, atol=1e-9, err_msg=f"{form}: {o.name}")
+
+
+def test_float32_centred_variance_keeps_digits_the_naive_power_sums_lose():
+    f = derive(parse(VARIANCE_TWO_PASS))
+    rng = np.random.default_rng(1)
+    x = 1e4 + rng.normal(size=(2, 4000))  # mean 10^4, spread 1: E[x²] − E[x]² cancels 8 digits
+    params = {"n": 4000.0}
+    want = evaluate(f.source, {"x": x}, params)["var"]
+    ev = Evaluator(f, {"x": x}, params, dtype=np.float32)
+    derived = ev.finalize(ev.segmented(random_bounds(4000, random.Random(0)), "incremental"))["var"]
+    x32 = x.astype(np.float32)
+    n = np.float32(4000)
+    s, sq = x32.sum(axis=1), (x32 * x32).sum(axis=1)
+    naive = (sq - 2 * (s / n) * s + n * (s / n) ** 2) / n  # the three partial sums combined at the end
+    derived_err = np.max(np.abs(derived - want) / want)
+    naive_err = np.max(np.abs(naive - want) / want)
+    assert derived_err < 1e-3, derived_err
+    assert naive_err > 100 * derived_err and naive_err > 1e-2, (naive_err, derived_err)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("input x\nreduce m = max(x)\nreduce d = sum(abs(x - m))\nout y = d", "abs("),
+    ("input x\nreduce m = max(x)\nreduce p = sum(log(1 + exp(x - m)))\nout y = p", "log("),
+    ("input x\nparam n > 0\nreduce s = sum(x)\nreduce d = sum(1 / (x - s / n))\nout y = d", "1/("),
+])
+def test_bodies_that_are_not_multi_term_separable_are_refused_with_the_reason(text, why):
+    with pytest.raises(NotFusableError) as info:
+        derive(parse(text))
+    message = str(info.value)
+    assert "not multi-term separable either" in message and why in message
+
+
+def test_a_term_that_does_not_separate_is_named():
+    a = analyze(parse("input x\nreduce m = max(x)\nreduce d = sum(x + log(1 + exp(x - m)))\nout y = d"))
+    assert not a["d"].fusable and "log(exp(-m + x) + 1)" in a["d"].reason and "is itself not separable" in a["d"].reason
+
+
+def test_one_term_with_a_coefficient_that_may_vanish_fuses_as_a_partial_sum():
+    """sum(exp(x) * m): H = m is not invertible at m = 0, but m · sum(exp(x)) needs no inverse."""
+    f = derive(parse("input x\nreduce m = max(x)\nreduce v = sum(exp(x) * m)\nout y = v"))
+    assert [str(t.E) for t in f.source_analysis["v"].terms.terms] == ["exp(x)"]
+    x = np.array([[0.0, -1.0, 0.5], [-2.0, 0.0, -1.0]])  # the second row's max is 0
+    ev = Evaluator(f, {"x": x})
+    want = evaluate(f.source, {"x": x}, {})["y"]
+    np.testing.assert_allclose(ev.finalize(ev.incremental())["y"], want, rtol=1e-12)
+
+
+def test_single_term_cascades_are_not_rewritten():
+    f = derive(parse("input x\nreduce m = max(x)\nreduce l = sum(exp(x - m))\nout y = m + log(l)"))
+    assert f.source is None and f.rewrite is None
+
+
+def test_a_count_is_a_sum_of_one():
+    c = parse("input x\nreduce n = sum(1)\nreduce s = sum(x)\nout mean = s / n")
+    keep = np.array([[True, False, True, True], [False] * 4])
+    got = evaluate(c, {"x": np.arange(8.0).reshape(2, 4)}, {}, keep=keep)
+    assert got["n"].tolist() == [3.0, 0.0] and got["mean"][0] == pytest.approx((0 + 2 + 3) / 3)
+
+
+@pytest.mark.parametrize("name", ["variance", "layernorm_gemm", "entropy"])
+def test_cpu_kernel_agrees_with_the_reference_of_the_cascade_as_written(name):
+    pytest.importorskip("numba")
+    from redalgebra.runtime import compile as compile_kernel
+
+    f = derive(parse(CASCADES[name], name))
+    kernel = compile_kernel(f, "cpu")
+    rng = np.random.default_rng(5)
+    inputs, params, keep = problem(f.source, 3, 37, rng)
+    inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
+    params = {k: np.float32(v) for k, v in params.items()}
+    got = kernel(inputs, params, keep=keep)
+    want = evaluate(f.source, {k: v.astype(np.float64) for k, v in inputs.items()}, params, keep=keep)
+    for o in f.source.outputs:
+        np.testing.assert_allclose(np.asarray(got[o.name], np.float64), want[o.name], rtol=1e-4,
+                                   atol=1e-4 * np.nanmax(np.abs(want[o.name])))

@@ -27,7 +27,7 @@ from redalgebra.runtime.cache import load  # noqa: E402
 def resources(kernel, launch) -> str:
     """ptxas's resource numbers of every compiled kernel behind ``launch``."""
     out = []
-    for configured, _ in launch.steps:
+    for configured, _, _ in launch.steps:
         disp = configured.dispatcher
         regs = disp.get_regs_per_thread()
         local = disp.get_local_mem_per_thread()

@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     src = next(iter(kernel._compiled.values()))[0]
     print(f"{case.name} {case.shape} {case.dtype} {args.config}: strategy {src.strategy}, spec {src.spec}, "
           f"max rel err {err:.2e}")
-    for i, (configured, _) in enumerate(launch.steps):
+    for i, (configured, _, _) in enumerate(launch.steps):
         dispatcher = getattr(configured, "dispatcher", configured)
         print(f"  kernel {i}: {resources(dispatcher)}")
         if args.sass:

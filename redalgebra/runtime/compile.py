@@ -105,6 +105,7 @@ class Kernel:
     out_dtype: str | None = None  # "float32": every output in float32; None: as the strategy writes them
     _compiled: dict = field(default_factory=dict, repr=False)
     _plans: dict = field(default_factory=dict, repr=False)  # call signature -> _layout's result
+    _calls: dict = field(default_factory=dict, repr=False)  # torch call signature -> prepared call (tensors.py)
 
     def resolve(self, rows: int, length: int, sizes: dict | None = None) -> str:
         """The registered strategy ``rows`` rows of ``length`` run with (``auto`` chooses; the simulator's twin)."""
@@ -300,10 +301,14 @@ class Kernel:
         outputs = {name: dev[f"out_{name.replace('.', '_')}"] for name, _, _ in src.outputs}
         entries = src.entries or (("kernel", src.args, "rows"),)
         grids = get(src.strategy).grid(rows, src.spec or Spec(threads=src.threads), named)
-        steps = []
-        for name, args, grid in entries:
-            steps.append((getattr(module, name)[grids[grid]], tuple(dev[a] for a in args)))
-        return Launch(tuple(steps), outputs)
+        steps = tuple((getattr(module, name)[grids[grid]], tuple(args), tuple(dev[a] for a in args))
+                      for name, args, grid in entries)
+        driver = ()
+        if self.backend == "cuda":  # launched through the driver with arguments packed once
+            from .driver import DriverStep
+
+            driver = tuple(DriverStep(kernel, args, names) for kernel, names, args in steps)
+        return Launch(steps, outputs, driver)
 
     def _outputs(self, src: KernelSource, rows, length, spec, on_device: bool = False) -> dict:
         """Output arrays: on the host (copied to the device with the call), or — when the inputs are on
@@ -326,14 +331,20 @@ class Kernel:
 class Launch:
     """Configured kernels with their device arguments; ``run()`` launches them in order (asynchronously)."""
 
-    steps: tuple  # (configured kernel, arguments)
+    steps: tuple  # (configured kernel, argument names, arguments)
     outputs: dict
+    driver: tuple = ()  # real CUDA: a DriverStep per step (launched by the driver, arguments packed once)
 
-    def run(self) -> None:
+    def run(self, stream: int = 0) -> None:
+        """Launch every step on ``stream`` (a CUDA stream handle; 0: the default stream)."""
+        if self.driver:
+            for step in self.driver:
+                step.launch(stream)
+            return
         with warnings.catch_warnings():  # the simulator runs float32 scalars through NumPy in threads,
             warnings.simplefilter("ignore", RuntimeWarning)  # which warn on IEEE inf/nan (errstate is per thread)
             warnings.filterwarnings("ignore", message=".*under-utilization.*")  # small test grids, by design
-            for kernel, args in self.steps:
+            for kernel, _, args in self.steps:
                 kernel(*args)
 
 

@@ -90,21 +90,158 @@ def _output(value, want, device):
 
 
 def call(kernel: Kernel, inputs: dict, params: dict | None = None, keep=None) -> dict:
-    """Run ``kernel`` on torch tensors; the outputs as tensors on the first input's device."""
+    """Run ``kernel`` on torch tensors; the outputs as tensors on the first input's device.
+
+    CUDA tensors on the current device take the prepared path (:class:`_Call`): after the first call
+    of a signature, a call allocates its outputs from torch's caching allocator, binds pointers and
+    launches on torch's current stream.
+    """
+    params = params or {}
+    if kernel.backend == "cuda":
+        key = _signature(kernel, inputs, params, keep)
+        if key is not None:
+            prepared = kernel._calls.get(key)
+            if prepared is None:
+                if len(kernel._calls) >= 256:
+                    kernel._calls.clear()
+                prepared = kernel._calls[key] = _Call(kernel, inputs, params, keep)
+            return prepared(inputs, params, keep)
+    return _slow_call(kernel, inputs, params, keep)
+
+
+def _slow_call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
+    """Through ``Kernel.run``: CPU tensors (as NumPy), and what the prepared path does not take."""
     torch = _torch()
     c = kernel.fused.cascade
-    params = params or {}
     first = inputs[c.inputs[0].name]
     rows = max(int(t.shape[0]) for t in inputs.values() if is_tensor(t) and t.dim() >= 1)
     got = kernel.run({k: _input(v) if is_tensor(v) else v for k, v in inputs.items()},
-                 {p.name: _param(params[p.name], rows, p.size is not None) for p in c.params if p.name in params},
-                 keep.cpu().numpy() if is_tensor(keep) else keep)
+                     {p.name: _param(params[p.name], rows, p.size is not None) for p in c.params if p.name in params},
+                     keep.cpu().numpy() if is_tensor(keep) else keep)
     per_element = out_dtypes(kernel.fused, first.dtype)
     out = {}
     for name, value in got.items():
         want = torch.int32 if name.endswith(".index") else per_element.get(name, torch.float32)
         out[name] = _output(value, want, first.device)
     return out
+
+
+def _signature(kernel: Kernel, inputs: dict, params: dict, keep):
+    """What the prepared path depends on, as a key; None for a call it does not take (host or other-device
+    tensors, a missing argument: ``Kernel.run`` handles those, with its messages)."""
+    torch = _torch()
+    c = kernel.fused.cascade
+    try:
+        device = torch.cuda.current_device()
+        parts = []
+        for s in c.inputs:
+            t = inputs[s.name]
+            if not is_tensor(t) or not t.is_cuda or t.device.index != device:
+                return None
+            parts.append((t.dtype, tuple(t.shape), t.stride(), t.data_ptr() % 16))
+        for p in c.params:
+            v = params[p.name]
+            if is_tensor(v):
+                parts.append((v.device, v.dtype, tuple(v.shape), v.stride()))
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                parts.append(float)
+            else:
+                parts.append((type(v), np.shape(v)))
+        if keep is not None:
+            parts.append((keep.device, keep.dtype, tuple(keep.shape)) if is_tensor(keep) else ("host", np.shape(keep)))
+    except (KeyError, TypeError, AttributeError):
+        return None
+    return device, tuple(parts)
+
+
+_STORED = {"float32": "float32", "float16": "float16", "uint16": "bfloat16", "uint8": "float8_e4m3fn",
+           "int32": "int32"}
+
+
+class _Call:
+    """A torch call prepared for one signature: the kernels as driver launches with their parameters
+    packed, what to allocate per call, and how each pointer is found. The first call of a signature
+    builds it through ``Kernel``'s own layout (all its checks and messages) and compiles the kernels."""
+
+    def __init__(self, kernel: Kernel, inputs: dict, params: dict, keep):
+        torch = _torch()
+        c = kernel.fused.cascade
+        self.kernel = kernel
+        first = inputs[c.inputs[0].name]
+        self.device = first.device
+        rows = max(int(t.shape[0]) for t in inputs.values())
+        host_params = {p.name: _param(params[p.name], rows, p.size is not None) for p in c.params}
+        host_keep = keep.cpu().numpy() if is_tensor(keep) else keep
+        src, module, named, outs, rows = kernel._arguments({k: _input(v) for k, v in inputs.items()},
+                                                           host_params, host_keep)
+        launch = kernel._device_launch(src, module, named, rows)
+        self.steps = launch.driver
+        self.rows = rows
+        self.inputs = tuple(s.name for s in c.inputs)
+        per_element = out_dtypes(kernel.fused, first.dtype)
+        self.outputs = []
+        for name, _, _ in src.outputs:
+            arr = outs[name]
+            stored = getattr(torch, _STORED[np.dtype(arr.dtype).name])
+            want = torch.int32 if name.endswith(".index") else per_element.get(name, torch.float32)
+            self.outputs.append((name, f"out_{name.replace('.', '_')}", tuple(arr.shape), stored, want))
+        self.scratch = tuple((name, named[name].shape, getattr(torch, np.dtype(named[name].dtype).name))
+                             for name, *_ in src.scratch)
+        self.params = tuple((p, params[p.name]) for p in c.params)
+        self.numbers: dict = {}  # (param, value) -> its (rows,) device tensor
+        # torch's current stream on the device: the raw handle where torch exposes it (no Stream object)
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        self.stream = raw or (lambda index: torch.cuda.current_stream(index).cuda_stream)
+        # without a mask the kernels read a 1x1 placeholder, kept alive here; a mask is bound per call
+        self.placeholder = [a for _, names, args in launch.steps for n, a in zip(names, args) if n == "keep"]
+
+    def _param(self, p, value):
+        torch = _torch()
+        if is_tensor(value) and value.is_cuda and value.dim() == (2 if p.size is not None else 1) \
+                and value.shape[0] == self.rows:
+            return value.detach().float().contiguous()
+        if p.size is None and isinstance(value, (int, float)):
+            t = self.numbers.get((p.name, value))
+            if t is None:
+                if len(self.numbers) >= 64:
+                    self.numbers.clear()
+                t = self.numbers[(p.name, value)] = torch.full((self.rows,), float(value), dtype=torch.float32,
+                                                                device=self.device)
+            return t
+        if is_tensor(value):
+            value = value.detach().cpu().numpy()
+        return torch.from_numpy(self.kernel._param(p, value, self.rows)).to(self.device)
+
+    def __call__(self, inputs: dict, params: dict, keep) -> dict:
+        torch = _torch()
+        pointers, alive = {}, []
+        for name in self.inputs:
+            pointers[name] = inputs[name].data_ptr()
+        for p, _ in self.params:
+            t = self._param(p, params[p.name])
+            alive.append(t)
+            pointers[p.name] = t.data_ptr()
+        if keep is not None:
+            k = keep if is_tensor(keep) else torch.from_numpy(np.asarray(keep))
+            k = (k.view(torch.uint8) if k.dtype == torch.bool else k.to(torch.uint8)).to(self.device).contiguous()
+            alive.append(k)
+            pointers["keep"] = k.data_ptr()
+        out = {}
+        for name, arg, shape, stored, _ in self.outputs:
+            out[name] = torch.empty(shape, dtype=stored, device=self.device)
+            pointers[arg] = out[name].data_ptr()
+        for name, shape, dtype in self.scratch:
+            t = torch.zeros(shape, dtype=dtype, device=self.device)
+            alive.append(t)
+            pointers[name] = t.data_ptr()
+        stream = self.stream(self.device.index)
+        for step in self.steps:
+            step.bind(pointers)
+            step.launch(stream)
+        for name, _, _, stored, want in self.outputs:
+            if stored != want:  # a strategy that writes float32 where torch's convention is the input's dtype
+                out[name] = out[name].to(want)
+        return out
 
 
 def _text(fused: FusedCascade) -> str:

@@ -1,0 +1,121 @@
+"""Kernel launches through the CUDA driver with arguments packed once.
+
+numba's launch path converts every argument on every call (typing, overload lookup, a device-array
+object per array): 0.15–0.2 ms of host time, far more than a small kernel runs. A :class:`DriverStep`
+does that work once — the overload compiled for the argument types, its ``CUfunction``, the grid,
+and the parameter buffer in numba's kernel ABI — and a launch is one ``cuLaunchKernel`` call. Only
+array data pointers may change between launches (:meth:`DriverStep.bind`); everything else (shapes,
+strides, scalars) is fixed by the call signature the step was built for.
+
+numba's kernel ABI (``numba.cuda.dispatcher._Kernel._prepare_args``): an array argument is expanded
+to ``meminfo, parent, nitems, itemsize, data, shape[ndim], strides[ndim]`` (pointer-sized each);
+scalars are passed as their C type. Each field is a separate kernel parameter.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+
+from ..errors import RedalgebraError
+
+_SCALARS = {"int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32, "int64": ctypes.c_int64,
+            "uint8": ctypes.c_uint8, "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64,
+            "float32": ctypes.c_float, "float64": ctypes.c_double, "bool": ctypes.c_bool}
+
+
+@lru_cache(maxsize=1)
+def _libcuda():
+    """The driver's ``cuLaunchKernel`` and ``cuKernelGetFunction`` through ctypes (loaded once)."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as err:  # pragma: no cover - machines without a driver never build a step
+        raise RedalgebraError(f"the CUDA driver (libcuda.so.1) cannot be loaded: {err}") from err
+    launch = lib.cuLaunchKernel
+    launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    launch.restype = ctypes.c_int
+    function = lib.cuKernelGetFunction
+    function.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+    function.restype = ctypes.c_int
+    name = lib.cuGetErrorString
+    name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    name.restype = ctypes.c_int
+    return launch, function, name
+
+
+def _check(code: int, what: str) -> None:
+    if code:
+        text = ctypes.c_char_p()
+        _libcuda()[2](code, ctypes.byref(text))
+        raise RedalgebraError(f"{what} failed: CUDA error {code} ({(text.value or b'?').decode()})")
+
+
+def pack(ty, value) -> tuple[list, ctypes.c_void_p | None]:
+    """``value`` of numba type ``ty`` as kernel parameters (ctypes objects), and the data-pointer field
+    of an array (None for a scalar). ``value``: an object with the CUDA array interface, or a number."""
+    from numba.core import types
+
+    if isinstance(ty, types.Array):
+        face = value.__cuda_array_interface__
+        shape = tuple(face["shape"])
+        item = ty.dtype.bitwidth // 8
+        strides = face.get("strides")
+        if strides is None:  # C-contiguous
+            strides, step = [], item
+            for n in reversed(shape):
+                strides.insert(0, step)
+                step *= n
+        size = 1
+        for n in shape:
+            size *= n
+        data = ctypes.c_void_p(face["data"][0])
+        fields = [ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_int64(size), ctypes.c_int64(item), data]
+        fields += [ctypes.c_int64(n) for n in shape] + [ctypes.c_int64(s) for s in strides]
+        return fields, data
+    kind = "bool" if ty == types.boolean else str(ty)
+    if kind not in _SCALARS:
+        raise RedalgebraError(f"no driver-level packing for kernel arguments of type {ty}")
+    return [_SCALARS[kind](value)], None
+
+
+class DriverStep:
+    """One configured numba kernel as a ``cuLaunchKernel`` call with its parameters packed.
+
+    ``configured``: ``module.kernel[grid, block]``; ``args``: its arguments (CUDA-array-interface objects
+    and numbers); ``names``: a name per argument, by which :meth:`bind` rebinds an array's data pointer.
+    """
+
+    __slots__ = ("function", "grid", "block", "shared", "fields", "params", "pointers")
+
+    def __init__(self, configured, args, names):
+        dispatcher = configured.dispatcher
+        argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
+        overload = dispatcher.compile(argtypes)  # the overload a numba launch would select
+        kernel = int(overload._codelibrary.get_cufunc().handle)
+        launch, get_function, _ = _libcuda()
+        function = ctypes.c_void_p()
+        _check(get_function(ctypes.byref(function), kernel), "cuKernelGetFunction")
+        self.function = function.value
+        self.grid, self.block = tuple(configured.griddim), tuple(configured.blockdim)
+        self.shared = int(configured.sharedmem)
+        self.fields, self.pointers = [], {}
+        for name, ty, value in zip(names, argtypes, args):
+            fields, data = pack(ty, value)
+            self.fields += fields
+            if data is not None:
+                self.pointers.setdefault(name, []).append(data)
+        self.params = (ctypes.c_void_p * len(self.fields))(*[ctypes.addressof(f) for f in self.fields])
+
+    def bind(self, pointers: dict) -> None:
+        """Point the named array arguments at new data (same shape, strides and dtype)."""
+        for name, fields in self.pointers.items():
+            ptr = pointers.get(name)
+            if ptr is not None:
+                for field in fields:
+                    field.value = ptr
+
+    def launch(self, stream: int = 0) -> None:
+        """Launch on ``stream`` (a ``CUstream`` handle; 0: the legacy default stream), asynchronously."""
+        code = _libcuda()[0](self.function, *self.grid, *self.block, self.shared, stream, self.params, None)
+        if code:
+            _check(code, "cuLaunchKernel")

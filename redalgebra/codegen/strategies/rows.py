@@ -65,6 +65,7 @@ class RowsKernel:
         self.scalars = [s.name for s in self.c.inputs]
         self.varying = set(fused.per_element_outputs)
         self.hoisted: dict = {}  # row constants of the per-element outputs: symbol name -> register
+        self.cached: dict = {}   # staged: per-element terms computed once -> their symbol (registers t<n>_<i>_<c>)
 
     # -- access to one element's registers ---------------------------------------------------------
     def element_access(self, i: int, c: int, prefix: str = "o"):
@@ -75,6 +76,7 @@ class RowsKernel:
         # float32 (an int64 index would make a comparison float64), converted once per chunk: exact below 2**24
         acc.scalar["pos"] = f"(fc0_{i} + {self.consts.name(float(c))})" if c else f"fc0_{i}"
         acc.scalar.update(self.hoisted)
+        acc.scalar.update({t.name: f"{t.name[2:]}_{i}_{c}" for t in self.cached.values()})
         if self.spec.fast_exp:
             acc.exp = "fast_exp"
         return bind_program(acc, self.f.update, self.states, {"": prefix})
@@ -137,30 +139,34 @@ class RowsKernel:
         out = []
         for st in self.states.values():
             out += st.init("o")
-        elements = [(i, c) for i in range(self.tile) for c in range(self.vec)]
         for r in self.c.reductions:
-            st, body = self.states[r.name], self.f.bodies[r.name]
-            split = type(st) is ScalarState and len(elements) > 1
-            lanes = min(ACC, len(elements)) if split else 1
-            stmts = []
-            if split:
-                stmts += [Assign(f"o{a}_{r.name}", st.identity) for a in range(1, lanes)]
-            for k, (i, c) in enumerate(elements):
-                acc = self.element_access(i, c)
-                prefix = f"o{k % lanes}" if k % lanes else "o"
-                fold = st.fold(prefix, r.monoid, body, acc, self.consts, self.counter, f"(c0_{i} + {c})")
-                stmts += [If(self.ok(i, c), tuple(fold))] if guarded else fold
-            for a in range(1, lanes):
-                acc = self.lay.base_access()
-                acc.scalar[f"__part{a}"] = f"o{a}_{r.name}"
-                stmts += st.fold("o", r.monoid, sp.Symbol(f"__part{a}", extended_real=True), acc, self.consts,
-                                 self.counter, "-1")
+            stmts = self.fold_reduction(r, self.f.bodies[r.name], guarded, "o")
             cond = self.degenerate(r.name)
             if cond is not None:
                 pre, text = print_expr(cond, self.element_access(0, 0), self.consts, None, self.counter, tree=True)
                 stmts = pre + [If(f"not ({text})", tuple(stmts))]
             out += stmts
         return out
+
+    def fold_reduction(self, r, body, guarded: bool, deps: str) -> list:
+        """``o_<r> ← o_<r> ⊕ body`` over every register, the dependencies read from the ``deps`` states; a
+        scalar state folds into ``ACC`` independent partial states, combined by the monoid at the end."""
+        st = self.states[r.name]
+        elements = [(i, c) for i in range(self.tile) for c in range(self.vec)]
+        split = type(st) is ScalarState and len(elements) > 1
+        lanes = min(ACC, len(elements)) if split else 1
+        stmts = [Assign(f"o{a}_{r.name}", st.identity) for a in range(1, lanes)]
+        for k, (i, c) in enumerate(elements):
+            acc = self.element_access(i, c, deps)
+            prefix = f"o{k % lanes}" if k % lanes else "o"
+            fold = st.fold(prefix, r.monoid, body, acc, self.consts, self.counter, f"(c0_{i} + {c})")
+            stmts += [If(self.ok(i, c), tuple(fold))] if guarded else fold
+        for a in range(1, lanes):
+            acc = self.lay.base_access()
+            acc.scalar[f"__part{a}"] = f"o{a}_{r.name}"
+            stmts += st.fold("o", r.monoid, sp.Symbol(f"__part{a}", extended_real=True), acc, self.consts,
+                             self.counter, "-1")
+        return stmts
 
     def degenerate(self, name: str):
         """The condition on the dependencies' states under which reduction ``name`` folds only its identity."""
@@ -219,11 +225,57 @@ class RowsKernel:
     def staged(self) -> list:
         """Every reduction in turn over the registers, its dependencies already the row's (``s_*``), then
         reduced over the group by its own monoid: no derived merge, and a top-k is *selected* — ``k``
-        rounds of a group-wide arg-max, each removing its winner — rather than merged list by list."""
+        rounds of a group-wide arg-max, each removing its winner — rather than merged list by list.
+
+        A per-element subexpression of a reduction's body that a later body or a per-element output
+        also computes (softmax's ``exp(x - m)``, in ``l``'s body and in ``y``) is computed once per
+        element into a register (``t<n>_<i>_<c>``) and read there: one ``exp`` per element, not two.
+        Later expressions are the same expressions over the same final states, so the values are
+        bit for bit those the later expression would compute.
+        """
+        later = [self.f.bodies[r.name] for r in self.c.reductions]
+        later += [e for s, e in self.f.finalize.steps if s.name in self.varying]
         out = []
-        for r in self.c.reductions:
+        for n, r in enumerate(self.c.reductions):
             st = self.states[r.name]
-            out += self.select(r, st) if isinstance(st, TopKState) else self.staged_scalar(r, st)
+            body = later[n]
+            shared = self.common_terms(body, later[n + 1:])
+            for term in shared:
+                out += self.cache_term(term)
+            later = [e.xreplace(self.cached) for e in later]
+            body = later[n]
+            out += self.select(r, st, body) if isinstance(st, TopKState) else self.staged_scalar(r, st, body)
+        return out
+
+    def element_names(self) -> set:
+        """Names whose value varies along the row: the inputs, the prologue's results, positions, cached terms."""
+        return (set(self.scalars) | {s.name for s in self.f.prologue.results} | {"pos", "element.index"}
+                | {t.name for t in self.cached.values()})
+
+    def common_terms(self, body, others) -> list:
+        """The largest per-element subexpressions of ``body`` that occur in one of ``others``."""
+        element = self.element_names()
+        inside = set()
+        for e in others:
+            inside.update(sp.preorder_traversal(e))
+        found, walk = [], sp.preorder_traversal(body)
+        for node in walk:
+            if node.is_Atom or not ({s.name for s in node.free_symbols} & element):
+                continue
+            if node in inside:
+                found.append(node)
+                walk.skip()
+        return found
+
+    def cache_term(self, term) -> list:
+        """``t<n>_<i>_<c> = term`` for every register (unguarded: every later use finds it defined)."""
+        sym = sp.Symbol(f"__t{len(self.cached)}", real=True)
+        out = []
+        for i in range(self.tile):
+            for c in range(self.vec):
+                pre, text = print_expr(term, self.element_access(i, c, "s"), self.consts, None, self.counter, tree=True)
+                out += pre + [Assign(f"{sym.name[2:]}_{i}_{c}", text)]
+        self.cached[term] = sym
         return out
 
     def whole_or_tested(self, make) -> list:
@@ -246,28 +298,25 @@ class RowsKernel:
         pre, text = print_expr(cond, self.element_access(0, 0, "s"), self.consts, None, self.counter, tree=True)
         return pre + [If(f"not ({text})", tuple(stmts))]
 
-    def staged_scalar(self, r, st) -> list:
-        def fold(i, c, guarded):
-            acc = self.element_access(i, c, "s")  # dependencies: the row's states; the fold goes to o_<r>
-            stmts = st.fold("o", r.monoid, self.f.bodies[r.name], acc, self.consts, self.counter, f"(c0_{i} + {c})")
-            return [If(self.ok(i, c), tuple(stmts))] if guarded else stmts
-
+    def staged_scalar(self, r, st, body) -> list:
         a, b = sp.Symbol("__a", extended_real=True), sp.Symbol("__b", extended_real=True)
         acc = self.lay.base_access()
         acc.scalar.update({"__a": st.var("o"), "__b": f"x_{r.name}"})
         pre, combine = print_expr(r.monoid.combine(a, b), acc, self.consts, None, self.counter, tree=True)
         step = [*pre, Assign(st.var("o"), combine)]
-        out = st.init("o") + self.unless_degenerate(r.name, self.each_element(fold))
+        # dependencies: the row's states (s_*); the fold goes to o_<r>
+        out = st.init("o") + self.unless_degenerate(
+            r.name, self.whole_or_tested(lambda guarded: self.fold_reduction(r, body, guarded, "s")))
         out += self.group_reduce([Shuffle(f"x_{r.name}", st.var("o"), "")], step,
                                  [f"sh_{r.name}"], [st.var("o")], "float32")
         return out + [Assign(st.var("s"), st.var("o"))]
 
-    def select(self, r, st) -> list:
+    def select(self, r, st, body) -> list:
         k = r.monoid.k
         vals = {(i, c): f"v_{r.name}_{i}_{c}" for i in range(self.tile) for c in range(self.vec)}
 
         def value(i, c, guarded):
-            pre, text = print_expr(self.f.bodies[r.name], self.element_access(i, c, "s"), self.consts, None,
+            pre, text = print_expr(body, self.element_access(i, c, "s"), self.consts, None,
                                    self.counter, tree=True)
             stmts = [*pre, Assign(vals[i, c], text)]
             return [If(self.ok(i, c), tuple(stmts), (Assign(vals[i, c], "NEG_INF"),))] if guarded else stmts
@@ -349,7 +398,8 @@ class RowsKernel:
     def element_outputs(self) -> tuple[list, list]:
         """(row-invariant temporaries computed once, the per-chunk stores)."""
         acc = self.final_access()
-        hoisted, exprs = self._hoist([(s, e) for s, e in self.f.finalize.steps if s.name in self.varying], acc)
+        hoisted, exprs = self._hoist([(s, e.xreplace(self.cached)) for s, e in self.f.finalize.steps
+                                      if s.name in self.varying], acc)
         stores = []
         for i in range(self.tile):
             wide, narrow = [], []
@@ -372,7 +422,7 @@ class RowsKernel:
 
     def _hoist(self, steps, acc):
         """Subexpressions of the per-element outputs that do not vary along the row, computed once."""
-        element = set(self.scalars) | {s.name for s in self.f.prologue.results} | {"pos", "element.index"}
+        element = self.element_names()
         found: dict = {}
 
         def visit(e):
@@ -480,7 +530,7 @@ def configure(fused: FusedCascade, p) -> dict:
     resident = chunks <= group * tile
     scalar = all(fused.cascade.sizes[r.name] is None or r.monoid.k is not None for r in fused.cascade.reductions)
     return dict(threads=threads, group=group, tile=tile, vec=vec, shifted=wide and not p.pitch_ok,
-                resident=resident, staged=topk and resident and scalar, fast_exp=p.option("fast_exp", False),
+                resident=resident, staged=resident and scalar, fast_exp=p.option("fast_exp", False),
                 out_dtypes=out_dtypes(fused, dtypes, p.option("out_dtype")))
 
 

@@ -138,7 +138,7 @@ def judge(fused: FusedCascade, raw: dict, inputs: dict, params: dict, keep, dtyp
     got = {k: (v if k.endswith(".index") else to_float(v)) for k, v in raw.items()}
     exact = {k: (bfloat16_to_float(v.bits) if isinstance(v, BFloat16) else v).astype(np.float64)
              for k, v in inputs.items()}
-    want = evaluate(fused.cascade, exact, params, keep=keep)
+    want = evaluate(fused.source or fused.cascade, exact, params, keep=keep)  # the cascade as written
     topk = picked_values(fused, exact, params, keep) if any(r.monoid.k for r in fused.cascade.reductions) else None
     errors, structural = compare(got, want, topk)
     tol = CAST_TOLERANCE if running else TOLERANCE[dtype]

@@ -83,14 +83,6 @@ def check_calls():
     for how, value in (("device float", label.float()), ("device int64", label), ("host", label.cpu()),
                        ("number", 17)):
         same(f"cross_entropy label as {how}", ce({"x": x}, {"label": value}), _slow_call(ce, {"x": x}, {"label": value}, None))
-    for label, fn in (("call", lambda: soft({"x": x})), ("torch_op", lambda: op(x))):
-        profile = cProfile.Profile()
-        profile.enable()
-        for _ in range(2000):
-            fn()
-        profile.disable()
-        print(f"-- host profile of 2000 calls ({label}), by own time:")
-        pstats.Stats(profile).sort_stats("tottime").print_stats(14)
     moe = ra.compile(ra.derive(ra.workloads.get("moe_routing").cascade), "cuda")
     g = torch.randn(4096, 128, device=dev, dtype=torch.bfloat16)
     same("moe_routing bf16 (weights, indices)", moe({"g": g}), _slow_call(moe, {"g": g}, {}, None))
@@ -171,6 +163,14 @@ def timings(rows_out):
         us = host_us(fn)
         print(f"host per call, softmax 64x1024 fp32: {system:<40} {us:8.1f} us", flush=True)
         rows_out.append(dict(case="host per call", shape="64x1024", dtype="float32", system=system, us=round(us, 2)))
+    for label, fn in (("call", lambda: soft({"x": x})), ("torch_op", lambda: op(x))):
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(2000):
+            fn()
+        profile.disable()
+        print(f"-- host profile of 2000 calls ({label}), by own time:")
+        pstats.Stats(profile).sort_stats("tottime").print_stats(14)
     moe = ra.compile(ra.derive(ra.workloads.get("moe_routing").cascade), "cuda")
     g = torch.randn(16384, 128, device="cuda", dtype=torch.bfloat16)
     moe_c = torch.compile(lambda t: torch.topk(torch.softmax(t.float(), -1), 8, -1))

@@ -27,7 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CSV = ROOT / "gpu" / "results" / "h200" / "bench.csv"
 #: The committed runs, oldest first: a case measured again in a later run (ours and its baselines, in one
 #: process) replaces the earlier run's rows of that case.
-DEFAULT_CSVS = (DEFAULT_CSV, DEFAULT_CSV.with_name("bench_rows.csv"), DEFAULT_CSV.with_name("bench_rows2.csv"))
+#: Every committed run, oldest first: a case measured again later is replaced whole by the later run.
+DEFAULT_CSVS = (DEFAULT_CSV, *(DEFAULT_CSV.with_name(f"{name}.csv") for name in
+                               ("bench_rows", "bench_rows2", "bench_short_rows", "bench_rows3", "bench_rows4",
+                                "bench_rows5")))
 ABLATION, INCREMENTAL = "softmax_levels", "softmax_incremental"
 COMPUTE_BOUND = {"attention", "mla_decode", "fp8_quant_gemm"}  # judged by FLOP/s, left out of the roofline
 OVERHEAD = "call_overhead"  # host time per call, not a kernel: in no figure

@@ -107,6 +107,14 @@ class Kernel:
     _plans: dict = field(default_factory=dict, repr=False)  # call signature -> _layout's result
     _calls: dict = field(default_factory=dict, repr=False)  # torch call signature -> prepared call (tensors.py)
 
+    @property
+    def names(self) -> tuple:
+        """(input names, param declarations) in declaration order, computed once (calls read them)."""
+        if not hasattr(self, "_names"):
+            c = self.fused.cascade
+            self._names = (tuple(s.name for s in c.inputs), tuple(c.params))
+        return self._names
+
     def resolve(self, rows: int, length: int, sizes: dict | None = None) -> str:
         """The registered strategy ``rows`` rows of ``length`` run with (``auto`` chooses; the simulator's twin)."""
         name = choose(self.fused, rows, length, sizes) if self.strategy == "auto" else self.strategy

@@ -7,6 +7,8 @@ The one module of the package that imports torch (optional: only here, and only 
   input's device. CUDA tensors go to the kernel without a copy; CPU tensors are viewed as NumPy.
 * :func:`torch_op` registers a cascade as the custom op ``redalgebra::<name>`` with a fake (meta)
   implementation, so it runs inside ``torch.compile(fullgraph=True)`` graphs without graph breaks.
+  It computes forward values only: an input that requires grad (with grad mode on) is refused with a
+  message, never silently given no gradient.
   The op takes the cascade's inputs, then its params, each in declaration order, as tensors; it
   returns its outputs in declaration order (then the indices of each top-k), one tensor when there
   is one. CPU tensors run on the CPU back end, CUDA tensors on the CUDA one.
@@ -128,27 +130,28 @@ def _slow_call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
 
 def _signature(kernel: Kernel, inputs: dict, params: dict, keep):
     """What the prepared path depends on, as a key; None for a call it does not take (host or other-device
-    tensors, a missing argument: ``Kernel.run`` handles those, with its messages)."""
+    tensors, a missing argument: ``Kernel.run`` handles those, with its messages). Cheap: it runs on
+    every call."""
     torch = _torch()
-    c = kernel.fused.cascade
+    names, specs = kernel.names
     try:
         device = torch.cuda.current_device()
         parts = []
-        for s in c.inputs:
-            t = inputs[s.name]
-            if not is_tensor(t) or not t.is_cuda or t.device.index != device:
+        for name in names:
+            t = inputs[name]
+            if not isinstance(t, torch.Tensor) or t.get_device() != device:
                 return None
-            parts.append((t.dtype, tuple(t.shape), t.stride(), t.data_ptr() % 16))
-        for p in c.params:
+            parts.append((t.dtype, t.shape, t.stride(), t.data_ptr() % 16))
+        for p in specs:
             v = params[p.name]
-            if is_tensor(v):
-                parts.append((v.device, v.dtype, tuple(v.shape), v.stride()))
+            if isinstance(v, torch.Tensor):
+                parts.append((v.device, v.dtype, v.shape, v.stride()))
             elif isinstance(v, (int, float)) and not isinstance(v, bool):
                 parts.append(float)
             else:
                 parts.append((type(v), np.shape(v)))
         if keep is not None:
-            parts.append((keep.device, keep.dtype, tuple(keep.shape)) if is_tensor(keep) else ("host", np.shape(keep)))
+            parts.append((keep.device, keep.dtype, keep.shape) if is_tensor(keep) else ("host", np.shape(keep)))
     except (KeyError, TypeError, AttributeError):
         return None
     return device, tuple(parts)
@@ -279,16 +282,22 @@ def torch_op(fused: FusedCascade, name: str | None = None, strategy: str | None 
     schema = "(" + ", ".join(f"Tensor {a}" for a in args) + f") -> {returns}"
     kernels: dict = {}
 
+    n_in = len(c.inputs)
+    returned = [o.name for o in c.outputs] + [f"{r.name}.index" for r in c.reductions if r.monoid.k is not None]
+
     def run(*tensors):
-        inputs = dict(zip(args[:len(c.inputs)], tensors[:len(c.inputs)]))
-        params = dict(zip(args[len(c.inputs):], tensors[len(c.inputs):]))
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            raise RedalgebraError(f"redalgebra::{name} has no backward (the kernels compute forward values "
+                                  f"only); an input requires grad: call it under torch.no_grad() or on "
+                                  f"detached tensors")
+        inputs = dict(zip(args[:n_in], tensors[:n_in]))
+        params = dict(zip(args[n_in:], tensors[n_in:]))
         backend = "cuda" if tensors[0].is_cuda else "cpu"
-        if backend not in kernels:
-            kernels[backend] = compile(fused, backend, strategy if backend == "cuda" else None)
-        got = call(kernels[backend], inputs, params)
-        result = tuple(got[o.name] for o in c.outputs) + tuple(
-            got[f"{r.name}.index"] for r in c.reductions if r.monoid.k is not None)
-        result = tuple(t.contiguous() for t in result)
+        kernel = kernels.get(backend)
+        if kernel is None:
+            kernel = kernels[backend] = compile(fused, backend, strategy if backend == "cuda" else None)
+        got = call(kernel, inputs, params)
+        result = tuple(got[o].contiguous() for o in returned)
         return result[0] if len(result) == 1 else result
 
     def fake(*tensors):
@@ -303,10 +312,26 @@ def torch_op(fused: FusedCascade, name: str | None = None, strategy: str | None 
                 result.append(first.new_empty(shapes[f"{r.name}.index"], dtype=torch.int32))
         return result[0] if len(result) == 1 else tuple(result)
 
-    op = torch.library.custom_op(f"redalgebra::{name}", run, mutates_args=(), schema=schema)
-    op.register_fake(fake)
+    # torch.library's low-level registration: a call costs a few microseconds of dispatch, where
+    # ``torch.library.custom_op`` adds an autograd wrapper and output checks (about 8 us more per call)
+    lib = _library()
+    lib.define(name + schema)
+    for key in ("CPU", "CUDA"):
+        lib.impl(name, run, key)
+    torch.library.register_fake(f"redalgebra::{name}", fake, lib=lib)
+    op = getattr(torch.ops.redalgebra, name)
     _OPS[name] = (text, op)
     return op
+
+
+_LIBRARY: list = []
+
+
+def _library():
+    """The ``redalgebra`` op namespace (one ``torch.library.Library`` fragment, kept alive here)."""
+    if not _LIBRARY:
+        _LIBRARY.append(_torch().library.Library("redalgebra", "FRAGMENT"))
+    return _LIBRARY[0]
 
 
 def _output_shapes(fused: FusedCascade, tensors) -> dict:

@@ -61,3 +61,12 @@ def test_the_fake_implementation_agrees_with_the_op():
 def test_tensors_of_other_dtypes_get_a_message():
     with pytest.raises(RedalgebraError, match="float32, float16 or bfloat16 tensors, got torch.float64"):
         ra.compile(fused("safe_softmax"), "cpu")({"x": X.double()})
+
+
+def test_the_op_refuses_inputs_that_need_a_gradient_it_cannot_give():
+    op = ra.torch_op(fused("safe_softmax"))
+    x = X.clone().requires_grad_()
+    with pytest.raises(ra.RedalgebraError, match="no backward"):
+        op(x)
+    with torch.no_grad():
+        assert torch.allclose(op(x), torch.softmax(X, -1), atol=1e-6)

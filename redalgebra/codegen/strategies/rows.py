@@ -525,6 +525,12 @@ def configure(fused: FusedCascade, p) -> dict:
     group = p.option("group") or min(cap, max(1 if heavy else 4, _pow2(-(-chunks // (1 if topk else most)))))
     tile = p.option("tile") or min(most, _pow2(-(-chunks // group)))
     threads = p.option("threads") or max(group, 64 if p.option("simulator") else 128 if heavy else 256)
+    if not fused.per_element_outputs and not topk and group > 128 and not p.option("group"):
+        # nothing is written per element, so the row is read once whether it is resident or walked in
+        # passes: blocks of one 128-thread group (more rows in flight, no block-wide barriers) measured
+        # best on the H200 (cross-entropy 8192 x 32000 bf16: 0.265 ms against 0.362 ms resident at 1024)
+        group, tile = 128, p.option("tile") or most
+        threads = p.option("threads") or 128
     if threads % group:
         raise RedalgebraError(f"rows: {threads} threads per block do not hold whole groups of {group}")
     resident = chunks <= group * tile

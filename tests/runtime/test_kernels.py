@@ -20,7 +20,10 @@ def test_cpu_kernels_match_the_reference(name):
                                       "split_lanes"])
 @pytest.mark.parametrize("name", FUSABLE)
 def test_simulated_cuda_kernels_match_the_reference(name, strategy):
-    results = check(fused(name), "cudasim", strategy, shapes=((3, 37), (2, 1)))
+    # the lanes family simulates a warp per element (an OS thread per lane): a shorter row keeps it to
+    # seconds; odd vector sizes, partial slots and segments have their own test below
+    shapes = ((2, 19), (2, 1)) if strategy.endswith("lanes") else ((3, 37), (2, 1))
+    results = check(fused(name), "cudasim", strategy, shapes=shapes)
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
 
 

@@ -21,9 +21,9 @@ out s = max(a, 1e-12) / 448
 @pytest.mark.parametrize("name", SCALAR)
 def test_rows_matches_the_reference_in_every_input_dtype(name):
     # 37: rows off the 16-byte grid (a partial first chunk); 1: a single element; 130: two partial chunks.
-    # The router (many shuffles, each a shared-memory exchange in the simulator) skips float16, whose
-    # loads and stores are those of every other cascade here.
-    dtypes = ("float32", "bfloat16") if name == "moe_routing" else ("float32", "bfloat16", "float16")
+    # The router (many shuffles, each a shared-memory exchange in the simulator) runs in bfloat16 only,
+    # its input type in practice: float32 and float16 loads and stores are those of every other cascade.
+    dtypes = ("bfloat16",) if name == "moe_routing" else ("float32", "bfloat16", "float16")
     results = check(fused(name), "cudasim", "rows", shapes=((3, 37), (2, 1), (2, 130)), dtypes=dtypes)
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
 
@@ -72,6 +72,30 @@ def test_top_k_is_selected_over_the_group_with_its_indices(group, threads, lengt
     spec = kernel._layout({"g": np.zeros((3, length), np.float32)}, {}, None)[0]
     assert spec.staged and spec.resident
     assert "rt_topk_insert" not in kernel.source(spec, "rows").source.split("def kernel")[1]
-    results = check(f, "cudasim", "rows", shapes=((3, length),), dtypes=(dtype,),
+    results = check(f, "cudasim", "rows", shapes=((2, length),), dtypes=(dtype,),
                     group=group, threads=threads)
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
+@pytest.mark.parametrize("name,shared", [("safe_softmax", "exp(-s_m + e_x_"), ("moe_routing", "exp(e_g_")])
+def test_staged_rows_compute_a_term_shared_with_later_expressions_once_per_element(name, shared):
+    # softmax: exp(x - m) is l's body and y's numerator; the router: exp(g - m) is s's body and inside t's
+    kernel = compile(fused(name), "cudasim", "rows")
+    spec = kernel._layout({kernel.names[0][0]: np.zeros((3, 64), np.float32)}, {}, None)[0]
+    body = kernel.source(spec, "rows").source.split("def kernel")[1]
+    elements = spec.tile * spec.vec
+    assert spec.staged and spec.resident
+    assert body.count("exp(") == elements, body.count("exp(")  # one per register, nowhere else
+    assert body.count(shared) == elements
+
+
+def test_long_rows_with_nothing_written_per_element_run_in_small_blocks_walking_the_row():
+    # a row read once either way: one 128-thread group per block, in passes; softmax (which writes every
+    # element) keeps its row resident so that it is read once
+    ce = compile(fused("cross_entropy"), "cuda")
+    _, spec, _ = ce.spec_for(8192, 32000, {"x": "bfloat16"})
+    assert (spec.group, spec.threads, spec.resident) == (128, 128, False)
+    _, spec, _ = ce.spec_for(8192, 512, {"x": "bfloat16"})  # short rows: several per block, resident
+    assert spec.group < 128 and spec.resident
+    _, spec, _ = compile(fused("safe_softmax"), "cuda").spec_for(8192, 32000, {"x": "bfloat16"})
+    assert spec.resident and spec.staged and spec.group == 1024

@@ -101,7 +101,7 @@ def _cmd_ptx(args) -> int:
     sizes = {d: sizes[d] for d in dims}
     kernel = compile_kernel(fused, "cuda", args.strategy)  # checks the strategy; needs no GPU
     strategy, spec, extra = kernel.spec_for(args.rows, args.length, {s.name: args.dtype for s in c.inputs}, sizes)
-    ptx = compile_ptx(fused, strategy, spec)
+    ptx = compile_ptx(kernel.fused, strategy, spec)  # the cascade under the generated code's names
     launch = [f"threads {spec.threads}", f"tile {spec.tile}"]
     if spec.group:  # the rows strategy's policy
         launch += [f"group {spec.group}", f"vec {spec.vec}", "resident" if spec.resident else "passes"]

@@ -77,7 +77,7 @@ def run_case(case: Case, backend: str) -> dict:
     inputs, params, keep = problem(case)
     t0 = time.time()
     try:
-        spec, *_, resolved, _extra = kernel._layout(inputs, params, keep)
+        spec, *_, resolved, _extra = kernel.layout(inputs, params, keep)
         fresh = (resolved, spec) not in kernel._compiled
         raw = kernel(inputs, params, keep=keep)
     except RedalgebraError as err:
@@ -101,7 +101,7 @@ def verify(case, kernel, resolved, inputs, params, keep, raw):
     from redalgebra.runtime.check import judge
 
     running = kernel.fused.exact_in_reals_only and resolved != "nonincremental"
-    return judge(kernel.fused, raw, inputs, params, keep, case.dtype, running)
+    return judge(kernel.user or kernel.fused, raw, inputs, params, keep, case.dtype, running)
 
 
 def _cuda_failure(err: Exception) -> bool:

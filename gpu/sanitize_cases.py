@@ -137,7 +137,7 @@ def plan(cases, backend: str) -> tuple[list[Group], dict]:
         kernel = kernel_of(case, backend)
         try:
             inputs, params, keep = problem(case)
-            spec, *_, resolved, _extra = kernel._layout(inputs, params, keep)
+            spec, *_, resolved, _extra = kernel.layout(inputs, params, keep)
             key = (case.workload, resolved, spec)
             if key not in groups:
                 src = kernel.source(spec, resolved)

@@ -113,8 +113,8 @@ class LaneSkeletons:
         lines += [f"for base in range({lo}, {hi}, {nw * self.spec.tile}):"] + ["    " + ln for ln in chunk]
         lines += self.copy_state("s", "sh", dst_index="warp") + ["cuda.syncthreads()"]
         lines += self.copy_state("sh", "s", src_index="0")
-        step = self.copy_state("sh", "o", src_index="w") + self.merge()
-        return lines + [f"for w in range(1, {nw}):"] + ["    " + ln for ln in step]
+        step = self.copy_state("sh", "o", src_index="wsrc") + self.merge()
+        return lines + [f"for wsrc in range(1, {nw}):"] + ["    " + ln for ln in step]
 
 
 def split_partial_dots(lines: list[str]) -> tuple[list[str], list[str]]:

@@ -10,7 +10,9 @@ sizes, input dtypes, masking), then cached.
 
 from __future__ import annotations
 
+import re
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -104,8 +106,45 @@ class Kernel:
     group: int | None = None     # rows: threads per row; None: chosen from the shape
     out_dtype: str | None = None  # "float32": every output in float32; None: as the strategy writes them
     _compiled: dict = field(default_factory=dict, repr=False)
+    #: user name -> the name in the generated code, for names that could collide with the generator's
+    #: (``fused`` is then the cascade derived under the generated names; calls map names both ways)
+    rename: dict = field(default_factory=dict, repr=False)
+    user: FusedCascade | None = field(default=None, repr=False)  # the cascade as given, when renamed
     _plans: dict = field(default_factory=dict, repr=False)  # call signature -> _layout's result
     _calls: dict = field(default_factory=dict, repr=False)  # torch call signature -> prepared call (tensors.py)
+
+    def to_generated(self, d):
+        """A dict keyed by user names, keyed by the generated code's names."""
+        if not self.rename or not d:
+            return d
+        return {self.rename.get(k, k): v for k, v in d.items()}
+
+    @contextmanager
+    def user_messages(self):
+        """Errors raised inside speak of the user's names, not the generated code's."""
+        try:
+            yield
+        except RedalgebraError as err:
+            if not self.rename:
+                raise
+            back = {v: k for k, v in self.rename.items()}
+            message = re.sub(r"\bu\d+\b", lambda m: back.get(m.group(), m.group()), str(err))
+            try:
+                renamed = type(err)(message)
+            except TypeError:  # an error type with more arguments
+                renamed = RedalgebraError(message)
+            raise renamed from None
+
+    def to_user(self, d: dict) -> dict:
+        """Outputs keyed by the generated code's names (``NAME.index`` too), keyed by the user's names."""
+        if not self.rename:
+            return d
+        back = {v: k for k, v in self.rename.items()}
+        out = {}
+        for key, value in d.items():
+            head, dot, tail = key.partition(".")
+            out[back.get(head, head) + dot + tail] = value
+        return out
 
     @property
     def names(self) -> tuple:
@@ -133,6 +172,11 @@ class Kernel:
         return self._compiled[key]
 
     # -- argument layout ---------------------------------------------------------------------------
+    def layout(self, inputs: dict, params: dict | None = None, keep=None):
+        """(Spec, rows, length, repetitions, strategy, launch values) of a call with inputs and params keyed
+        by the user's names: what the call would compile and launch (the tools' view of a call)."""
+        return self._layout(self.to_generated(inputs), self.to_generated(params or {}), keep)
+
     def _layout(self, inputs: dict, params: dict, keep):
         c = self.fused.cascade
         missing = [s.name for s in c.inputs if s.name not in inputs] + [p.name for p in c.params if p.name not in params]
@@ -188,9 +232,9 @@ class Kernel:
         aligned, contiguous device arrays (as host inputs are copied to). Used by calls and ``redalgebra ptx``.
         """
         c = self.fused.cascade
-        given = dict(dtypes)
+        given = self.to_generated(dict(dtypes))
         dtypes = tuple((s.name, given.get(s.name, "float32")) for s in c.inputs)
-        sizes = dict(sizes or {})
+        sizes = dict(self.to_generated(dict(sizes or {})))
         missing = sorted({x.size for x in (*c.inputs, *c.params) if isinstance(x.size, str)} - set(sizes))
         if missing:
             raise EvaluationError(f"{c.name}: no value given for the vector size(s) {missing}")
@@ -283,7 +327,11 @@ class Kernel:
 
     def run(self, inputs: dict, params: dict | None = None, keep=None) -> dict:
         """The call on NumPy, :class:`BFloat16` or CUDA-array-interface inputs (no torch adaptation)."""
-        src, module, named, outs, rows = self._arguments(inputs, params or {}, keep)
+        with self.user_messages():
+            return self.to_user(self._run(self.to_generated(inputs), self.to_generated(params or {}), keep))
+
+    def _run(self, inputs: dict, params: dict, keep) -> dict:
+        src, module, named, outs, rows = self._arguments(inputs, params, keep)
         if self.backend == "cpu":
             module.kernel(*[np.ascontiguousarray(named[a]) if isinstance(named[a], np.ndarray) else named[a]
                             for a in src.args])
@@ -299,8 +347,12 @@ class Kernel:
         """Everything but the launch done once — for timing: ``prepare(...).run()`` only launches."""
         if self.backend == "cpu":
             raise RedalgebraError("prepare() is for the CUDA back ends; call the kernel directly on the CPU")
-        src, module, named, _, rows = self._arguments(inputs, params or {}, keep)
-        return self._device_launch(src, module, named, rows)
+        with self.user_messages():
+            src, module, named, _, rows = self._arguments(self.to_generated(inputs), self.to_generated(params or {}),
+                                                          keep)
+        launch = self._device_launch(src, module, named, rows)
+        launch.outputs = self.to_user(launch.outputs)
+        return launch
 
     def _device_launch(self, src, module, named, rows) -> "Launch":
         cuda = cuda_module(self.backend)
@@ -402,7 +454,11 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     if out_dtype not in (None, "float32"):
         raise RedalgebraError(f"out_dtype is None (the input's dtype where the strategy can) or 'float32', "
                               f"got {out_dtype!r}")
-    return Kernel(fused, backend, strategy, threads, tile, fast_exp, segments, group, out_dtype)
+    from ..codegen.names import generated_names
+
+    generated, rename = generated_names(fused)  # names the generated code could confuse with its own, renamed
+    return Kernel(generated, backend, strategy, threads, tile, fast_exp, segments, group, out_dtype,
+                  rename=rename, user=fused if rename else None)
 
 
 def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = None) -> str:

@@ -98,7 +98,13 @@ def call(kernel: Kernel, inputs: dict, params: dict | None = None, keep=None) ->
     of a signature, a call allocates its outputs from torch's caching allocator, binds pointers and
     launches on torch's current stream.
     """
-    params = params or {}
+    if not kernel.rename:  # the common case, kept free of the translation (it runs on every call)
+        return _call(kernel, inputs, params or {}, keep)
+    with kernel.user_messages():
+        return _call(kernel, kernel.to_generated(inputs), kernel.to_generated(params or {}), keep)
+
+
+def _call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
     if kernel.backend == "cuda":
         key = _signature(kernel, inputs, params, keep)
         if key is not None:
@@ -107,8 +113,8 @@ def call(kernel: Kernel, inputs: dict, params: dict | None = None, keep=None) ->
                 if len(kernel._calls) >= 256:
                     kernel._calls.clear()
                 prepared = kernel._calls[key] = _Call(kernel, inputs, params, keep)
-            return prepared(inputs, params, keep)
-    return _slow_call(kernel, inputs, params, keep)
+            return kernel.to_user(prepared(inputs, params, keep))
+    return kernel.to_user(_slow_call(kernel, inputs, params, keep))
 
 
 def _slow_call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
@@ -117,7 +123,7 @@ def _slow_call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
     c = kernel.fused.cascade
     first = inputs[c.inputs[0].name]
     rows = max(int(t.shape[0]) for t in inputs.values() if is_tensor(t) and t.dim() >= 1)
-    got = kernel.run({k: _input(v) if is_tensor(v) else v for k, v in inputs.items()},
+    got = kernel._run({k: _input(v) if is_tensor(v) else v for k, v in inputs.items()},
                      {p.name: _param(params[p.name], rows, p.size is not None) for p in c.params if p.name in params},
                      keep.cpu().numpy() if is_tensor(keep) else keep)
     per_element = out_dtypes(kernel.fused, first.dtype)

@@ -1,0 +1,99 @@
+"""Any name the text format accepts compiles: names the generated code could confuse with its own are
+renamed in the kernels and mapped back at the call."""
+
+import ast
+
+import numpy as np
+import pytest
+
+import redalgebra as ra
+from redalgebra.codegen.names import BARE, PREFIXES, generated_names, unsafe
+from redalgebra.runtime import compile
+from redalgebra.runtime.check import check
+from tests.catalogue import fused
+
+HOSTILE = """\
+input lambda
+input rep_x
+input keep
+param row
+reduce m = max(lambda)
+reduce m_a = sum(exp(lambda - m) * keep)
+out out_y = m_a * row
+out y = exp(lambda - m) * rep_x / m_a
+"""
+
+
+def test_names_that_collide_are_found_and_safe_ones_kept():
+    c = ra.parse(HOSTILE)
+    # a keyword; the broadcast factor's and the mask's argument names; the row index; a merge side's symbol
+    assert unsafe(c) == ["lambda", "rep_x", "keep", "row", "m_a"]
+    f, mapping = generated_names(fused("safe_softmax"))
+    assert mapping == {} and f is fused("safe_softmax")  # catalogue names are used as they are
+
+
+@pytest.mark.parametrize("backend,strategy", [("cpu", "row"), ("cudasim", "rows"), ("cudasim", "split"),
+                                              ("cudasim", "tile")])
+def test_a_cascade_of_colliding_names_compiles_and_matches_the_reference(backend, strategy):
+    results = check(ra.derive(ra.parse(HOSTILE)), backend, strategy, shapes=((3, 37), (2, 1)))
+    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
+def test_calls_speak_the_users_names():
+    kernel = compile(ra.derive(ra.parse(HOSTILE)), "cpu")
+    assert set(kernel.rename) == {"lambda", "rep_x", "keep", "row", "m_a"}
+    x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
+    out = kernel({"lambda": x, "rep_x": np.ones_like(x), "keep": np.ones_like(x)}, {"row": 2.0})
+    assert set(out) == {"out_y", "y"}
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(out["y"], e / e.sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(out["out_y"], 2 * e.sum(1), rtol=1e-5)
+    with pytest.raises(ra.RedalgebraError, match="no value given for .*'lambda'"):
+        kernel({"rep_x": x, "keep": x}, {"row": 1.0})  # messages name the user's names too
+
+
+def _identifiers(source: str, entries) -> set:
+    """Module-level names and every name inside the kernels (helper functions' locals are their own)."""
+    out = set()
+    for top in ast.parse(source).body:
+        if isinstance(top, ast.FunctionDef):
+            out.add(top.name)
+            if top.name not in entries:
+                continue
+        for node in ast.walk(top):
+            if isinstance(node, ast.Name):
+                out.add(node.id)
+            elif isinstance(node, ast.arg):
+                out.add(node.arg)
+            elif isinstance(node, ast.FunctionDef):
+                out.add(node.name)
+            elif isinstance(node, ast.alias):
+                out.add(node.asname or node.name.split(".")[0])
+    return out
+
+
+@pytest.mark.parametrize("name", ["safe_softmax", "moe_routing", "decode_attention", "fp8_quant_gemm"])
+def test_the_generators_own_names_are_the_ones_listed(name):
+    """Every identifier of generated kernels that is not a user name is in BARE or starts with a prefix of
+    PREFIXES: a generator change that adds a name fails here until the lists (and so the renaming) know it."""
+    f = fused(name)
+    c = f.cascade
+    declared = {s.name for s in c.statements if hasattr(s, "name")} | {d for d in c.sizes.values() if isinstance(d, str)}
+    sizes = {d: 8 for d in c.sizes.values() if isinstance(d, str)}
+    missing = set()
+    for backend, strategies in (("cpu", ("row",)), ("cuda", ("rows", "thread", "tile", "split", "unfused", "lanes",
+                                                              "split_lanes", "nonincremental", "block_shared"))):
+        for strategy in strategies:
+            for keep in (False, True):
+                try:
+                    k = compile(f, backend, strategy)
+                    resolved, spec, _ = k.spec_for(4, 37, {s.name: "bfloat16" for s in c.inputs}, sizes, keep)
+                    src = k.source(spec, resolved)
+                except ra.RedalgebraError:  # a strategy that does not take this cascade
+                    continue
+                for ident in _identifiers(src.source, {e[0] for e in src.entries} or {"kernel"}) - declared:
+                    stem = ident.split("_")[0] if "_" in ident.lstrip("_") else None
+                    if ident.startswith("_") or (stem is not None and stem in PREFIXES) or ident in BARE:
+                        continue
+                    missing.add((ident, strategy))
+    assert not missing, sorted(missing)

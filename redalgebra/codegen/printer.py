@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import sympy as sp
 from sympy.printing.str import StrPrinter
 
@@ -64,7 +65,16 @@ class Constants:
         self.names: dict[str, str] = {}
 
     def name(self, value: float) -> str:
-        key = repr(float(value))
+        """The constant's name; its value is what float32 makes of ``value`` (1e400 is inf, 1e-400 is 0)."""
+        try:
+            value = float(value)
+        except OverflowError:  # an integer beyond float64 (10**400)
+            value = float("inf") if value > 0 else float("-inf")
+        with np.errstate(over="ignore", under="ignore"):
+            value = float(np.float32(value))
+        # the shortest text of the float32 value (1e-12, not 9.99999996e-13)
+        key = str(np.float32(value)) if np.isfinite(value) else {"inf": "np.inf", "-inf": "-np.inf"}.get(
+            repr(value), "np.nan")
         if key not in self.names:
             self.names[key] = f"_K{len(self.names)}"
         return self.names[key]
@@ -135,7 +145,8 @@ class KernelPrinter(StrPrinter):
         for f in sp.Mul.make_args(expr):
             if f.is_Pow and f.exp.is_Integer and f.exp < 0:
                 den.append(f.base if f.exp == -1 else sp.Pow(f.base, -f.exp, evaluate=False))
-            elif f.is_Rational and not f.is_Integer:
+            elif f.is_Rational and not f.is_Integer and max(abs(f.p), f.q) <= 2**24:
+                # p/q as a division of exact float32 integers, as the reference divides (x/7, not x*0.142857…)
                 num.append(sp.Integer(f.p)) if f.p != 1 else None
                 den.append(sp.Integer(f.q))
             else:

@@ -74,3 +74,14 @@ def test_lane_mode_drops_the_component_guard_only_for_whole_slots():
     assert "V_d = 4" in whole and "if j < D_d" not in whole and "if _j0 < D_d" not in whole
     assert "V_d = 2" in partial and "if j < D_d" in partial and "if _j0 < D_d" in partial
     assert "rt_lane_sum(_acc0_0)" in whole  # the dot product completed across the lanes
+
+
+def test_constants_are_what_float32_makes_of_them():
+    # beyond float32's range: infinite (and beyond float64's: no OverflowError), below it: zero
+    for expr, want in ((x * sp.Integer(10) ** 400, "np.inf"), (x * sp.Rational(1, 10**400), "0.0"),
+                       (x - sp.Integer(10) ** 39, "-np.inf"), (x * sp.Float(1e-12), "1e-12")):
+        _, out, consts = text(expr)
+        assert {line.split("(", 1)[1].rstrip(")") for line in consts.lines()} == {want}, (expr, consts.lines())
+    # a ratio of integers that float32 cannot hold is one constant (1 + 1e-400 is 1.0), not inf/inf
+    _, out, consts = text((1 + sp.Rational(1, 10**400)) * x)
+    assert "/" not in out and {line.split("(", 1)[1].rstrip(")") for line in consts.lines()} == {"1.0"}

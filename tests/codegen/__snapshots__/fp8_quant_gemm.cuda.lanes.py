@@ -188,11 +188,11 @@ def kernel(x, w, rep_x, rep_w, keep, out_y, rows, length):
     for t in range(V_n):
         j = lane + 32 * t
         s_acc[t] = sh_acc[0, j]
-    for w in range(1, 4):
-        o_a = sh_a[w]
+    for wsrc in range(1, 4):
+        o_a = sh_a[wsrc]
         for t in range(V_n):
             j = lane + 32 * t
-            o_acc[t] = sh_acc[w, j]
+            o_acc[t] = sh_acc[wsrc, j]
         n_a = max(s_a, o_a)
         t_c0 = (_K3/(max(_K2, n_a)))
         for t in range(V_n):

@@ -166,9 +166,9 @@ def kernel(x, rep_x, keep, out_y, rows, length):
     cuda.syncthreads()
     s_m = sh_m[0]
     s_s = sh_s[0]
-    for w in range(1, 4):
-        o_m = sh_m[w]
-        o_s = sh_s[w]
+    for wsrc in range(1, 4):
+        o_m = sh_m[wsrc]
+        o_s = sh_s[wsrc]
         n_m = max(s_m, o_m)
         n_s = (_K0 if (s_m == NEG_INF) else s_s*math.exp(s_m - n_m)) + (_K0 if (o_m == NEG_INF) else o_s*math.exp(o_m - n_m))
         s_m = n_m

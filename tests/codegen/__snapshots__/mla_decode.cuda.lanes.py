@@ -219,12 +219,12 @@ def kernel(c, kr, rep_c, rep_kr, qc, qr, scale, keep, out_y, rows, length):
     for t in range(V_r):
         j = lane + 32 * t
         s_o[t] = sh_o[0, j]
-    for w in range(1, 4):
-        o_m = sh_m[w]
-        o_l = sh_l[w]
+    for wsrc in range(1, 4):
+        o_m = sh_m[wsrc]
+        o_l = sh_l[wsrc]
         for t in range(V_r):
             j = lane + 32 * t
-            o_o[t] = sh_o[w, j]
+            o_o[t] = sh_o[wsrc, j]
         n_m = max(s_m, o_m)
         t_c0 = (s_m == NEG_INF)
         t_c1 = math.exp(s_m - n_m)

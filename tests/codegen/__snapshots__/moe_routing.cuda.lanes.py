@@ -203,12 +203,12 @@ def kernel(g, rep_g, keep, out_w, out_t_index, rows, length):
     for j in range(K_t):
         s_t[j] = sh_t[0, j]
         si_t[j] = shi_t[0, j]
-    for w in range(1, 4):
-        o_m = sh_m[w]
-        o_s = sh_s[w]
+    for wsrc in range(1, 4):
+        o_m = sh_m[wsrc]
+        o_s = sh_s[wsrc]
         for j in range(K_t):
-            o_t[j] = sh_t[w, j]
-            oi_t[j] = shi_t[w, j]
+            o_t[j] = sh_t[wsrc, j]
+            oi_t[j] = shi_t[wsrc, j]
         n_m = max(s_m, o_m)
         t_c0 = (s_m == NEG_INF)
         t_c1 = s_s*math.exp(s_m - n_m)

@@ -191,11 +191,11 @@ def kernel(x, g, w, rep_x, rep_g, rep_w, h, eps, keep, out_y, rows, length):
     for t in range(V_n):
         j = lane + 32 * t
         s_acc[t] = sh_acc[0, j]
-    for w in range(1, 4):
-        o_ss = sh_ss[w]
+    for wsrc in range(1, 4):
+        o_ss = sh_ss[wsrc]
         for t in range(V_n):
             j = lane + 32 * t
-            o_acc[t] = sh_acc[w, j]
+            o_acc[t] = sh_acc[wsrc, j]
         n_ss = s_ss + o_ss
         t_c0 = (_K1/rt_sqrt(p_eps*p_h + n_ss))
         for t in range(V_n):

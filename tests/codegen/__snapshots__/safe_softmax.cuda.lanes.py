@@ -166,9 +166,9 @@ def kernel(x, rep_x, keep, out_y, rows, length):
     cuda.syncthreads()
     s_m = sh_m[0]
     s_l = sh_l[0]
-    for w in range(1, 4):
-        o_m = sh_m[w]
-        o_l = sh_l[w]
+    for wsrc in range(1, 4):
+        o_m = sh_m[wsrc]
+        o_l = sh_l[wsrc]
         n_m = max(s_m, o_m)
         n_l = (_K0 if (s_m == NEG_INF) else s_l*math.exp(s_m - n_m)) + (_K0 if (o_m == NEG_INF) else o_l*math.exp(o_m - n_m))
         s_m = n_m

@@ -66,6 +66,15 @@ def check_calls():
             same(f"softmax {dtype} {rows}x{L}", soft({"x": x}), _slow_call(soft, {"x": x}, {}, None))
             x2 = torch.randn(rows, L, device=dev).to(dtype)  # the same signature, other pointers
             same(f"softmax {dtype} {rows}x{L} second tensor", soft({"x": x2}), _slow_call(soft, {"x": x2}, {}, None))
+    x = torch.randn(64, 1024, device=dev)
+    y = torch.empty(64, 1024, device=dev)
+    got = soft({"x": x}, out={"y": y})
+    same("softmax into out= (in place)", {"y": y}, _slow_call(soft, {"x": x}, {}, None))
+    if got["y"] is not y:
+        FAILURES.append("out= not returned as given")
+    yb = torch.empty(64, 2048, device=dev)[:, ::2]  # strided: written through a copy
+    soft({"x": x}, out={"y": yb})
+    same("softmax into a strided out=", {"y": yb.contiguous()}, _slow_call(soft, {"x": x}, {}, None))
     base = torch.randn(64, 3000, device=dev)
     view = base[::2, 7:7 + 2048]  # a strided view: pitch 6000 floats, start not 16-byte aligned
     same("softmax strided view", soft({"x": view}), _slow_call(soft, {"x": view}, {}, None))

@@ -292,7 +292,7 @@ class Kernel:
         return np.ascontiguousarray(a)
 
     # -- call --------------------------------------------------------------------------------------
-    def _arguments(self, inputs: dict, params: dict, keep):
+    def _arguments(self, inputs: dict, params: dict, keep, out=None):
         """The generated module and every named kernel argument (host outputs and scratch allocated)."""
         if self.backend == "cpu":  # numba's CPU target has no float16 arrays: widen on the host
             inputs = {k: (np.asarray(v, np.float32) if not isinstance(v, BFloat16) and np.asarray(v).dtype == np.float16
@@ -302,7 +302,7 @@ class Kernel:
         c = self.fused.cascade
         on_device = self.backend != "cpu" and any(_is_device(getattr(inputs[s.name], "bits", inputs[s.name]))
                                                   for s in c.inputs)
-        outs = self._outputs(src, rows, length, spec, on_device)
+        outs = self._outputs(src, rows, length, spec, on_device, out)
         named = {s.name: (inputs[s.name].bits if isinstance(inputs[s.name], BFloat16) else inputs[s.name])
                  for s in c.inputs}
         named.update({f"rep_{s.name}": reps[s.name] for s in c.inputs})
@@ -316,22 +316,26 @@ class Kernel:
             named[name] = np.zeros(shape + (() if width is None else (src.constants[width],)), dtype)
         return src, module, named, outs, rows
 
-    def __call__(self, inputs: dict, params: dict | None = None, keep=None) -> dict:
+    def __call__(self, inputs: dict, params: dict | None = None, keep=None, out: dict | None = None) -> dict:
         """The outputs by name: NumPy arrays for host inputs, device arrays for device inputs, and torch
-        tensors (on the input's device, per-element outputs in its dtype) for torch tensors."""
+        tensors (on the input's device, per-element outputs in its dtype) for torch tensors.
+
+        ``out``: ``{output name: array}`` to write some outputs into (the shape and dtype the call would
+        return, contiguous, where the inputs are); they are returned as given, written."""
         if any(type(v).__module__.startswith("torch") for v in inputs.values()):
             from .tensors import call
 
-            return call(self, inputs, params, keep)
-        return self.run(inputs, params, keep)
+            return call(self, inputs, params, keep, out)
+        return self.run(inputs, params, keep, out)
 
-    def run(self, inputs: dict, params: dict | None = None, keep=None) -> dict:
+    def run(self, inputs: dict, params: dict | None = None, keep=None, out: dict | None = None) -> dict:
         """The call on NumPy, :class:`BFloat16` or CUDA-array-interface inputs (no torch adaptation)."""
         with self.user_messages():
-            return self.to_user(self._run(self.to_generated(inputs), self.to_generated(params or {}), keep))
+            return self.to_user(self._run(self.to_generated(inputs), self.to_generated(params or {}), keep,
+                                          self.to_generated(out)))
 
-    def _run(self, inputs: dict, params: dict, keep) -> dict:
-        src, module, named, outs, rows = self._arguments(inputs, params, keep)
+    def _run(self, inputs: dict, params: dict, keep, out=None) -> dict:
+        src, module, named, outs, rows = self._arguments(inputs, params, keep, out)
         if self.backend == "cpu":
             module.kernel(*[np.ascontiguousarray(named[a]) if isinstance(named[a], np.ndarray) else named[a]
                             for a in src.args])
@@ -339,9 +343,16 @@ class Kernel:
         on_device = any(_is_device(getattr(inputs[s.name], "bits", inputs[s.name])) for s in self.fused.cascade.inputs)
         launch = self._device_launch(src, module, named, rows)
         launch.run()
-        stored = dict(src.out_dtypes)
-        return {name: arr if on_device else _host(arr.copy_to_host(), stored.get(name))
-                for name, arr in launch.outputs.items()}
+        stored, given = dict(src.out_dtypes), out or {}
+        if on_device:
+            return launch.outputs
+        result = {}
+        for name, arr in launch.outputs.items():
+            mine = given.get(name)
+            host = arr.copy_to_host(mine.bits if isinstance(mine, BFloat16) else mine) if mine is not None \
+                else arr.copy_to_host()
+            result[name] = mine if isinstance(mine, BFloat16) else _host(host, stored.get(name))
+        return result
 
     def prepare(self, inputs: dict, params: dict | None = None, keep=None) -> "Launch":
         """Everything but the launch done once — for timing: ``prepare(...).run()`` only launches."""
@@ -370,9 +381,46 @@ class Kernel:
             driver = tuple(DriverStep(kernel, args, names) for kernel, names, args in steps)
         return Launch(steps, outputs, driver)
 
-    def _outputs(self, src: KernelSource, rows, length, spec, on_device: bool = False) -> dict:
+    def _outputs(self, src: KernelSource, rows, length, spec, on_device: bool = False, out=None) -> dict:
         """Output arrays: on the host (copied to the device with the call), or — when the inputs are on
-        the device — allocated there, never passing through the host (the kernels write every entry)."""
+        the device — allocated there, never passing through the host (the kernels write every entry).
+        ``out``: arrays the caller gives for some outputs (checked, then written in place)."""
+        shapes = self.output_shapes(src, rows, length)
+        given = self._given_outputs(out, shapes, on_device)
+        if not on_device:
+            return {name: given[name] if name in given else np.zeros(shape, dtype)
+                    for name, (shape, dtype) in shapes.items()}
+        cuda = cuda_module(self.backend)
+        return {name: given[name] if name in given else cuda.device_array(shape, dtype)
+                for name, (shape, dtype) in shapes.items()}
+
+    def _given_outputs(self, out, shapes: dict, on_device: bool) -> dict:
+        """The caller's output arrays, each checked against what the kernel writes."""
+        if not out:
+            return {}
+        unknown = sorted(set(out) - set(shapes))
+        if unknown:
+            raise EvaluationError(f"out: no output named {unknown}; the outputs are {sorted(shapes)}")
+        given = {}
+        for name, array in out.items():
+            array = array.bits if isinstance(array, BFloat16) else array
+            shape, dtype = shapes[name][0], np.dtype(shapes[name][1])
+            where = "a device array" if on_device else "a NumPy array"
+            if on_device != _is_device(array) or (not on_device and not isinstance(array, np.ndarray)):
+                raise EvaluationError(f"out[{name!r}] must be {where} (like the inputs), got {type(array).__name__}")
+            got = _dtype(array)
+            same_kind = got == dtype or (got.itemsize == dtype.itemsize and got.kind in "iu" and dtype.kind in "iu")
+            strides = (array.__cuda_array_interface__.get("strides") if on_device else
+                       (None if array.flags.c_contiguous else array.strides))
+            if tuple(array.shape) != shape or not same_kind or strides not in (None, _c_strides(shape, got.itemsize)):
+                stored = {np.dtype(np.uint16): "bfloat16 bit patterns", np.dtype(np.uint8): "e4m3 bytes"}.get(dtype, dtype)
+                raise EvaluationError(f"out[{name!r}] must be a contiguous {shape} array of {stored}, got "
+                                      f"{got} {tuple(array.shape)}" + ("" if strides is None else " (strided)"))
+            given[name] = array
+        return given
+
+    def output_shapes(self, src: KernelSource, rows: int, length: int) -> dict:
+        """``{output: (shape, NumPy dtype)}`` of what the kernels write (bfloat16 as uint16, e4m3 as uint8)."""
         shapes = {}
         for name, kind, size in src.outputs:
             width = () if size is None else (src.constants[size],)
@@ -381,10 +429,7 @@ class Kernel:
             else:
                 dtype = OUT_ARRAYS[dict(src.out_dtypes).get(name, "float32")]
                 shapes[name] = ((rows, length, *width) if kind == "element" else (rows, *width), dtype)
-        if not on_device:
-            return {name: np.zeros(shape, dtype) for name, (shape, dtype) in shapes.items()}
-        cuda = cuda_module(self.backend)
-        return {name: cuda.device_array(shape, dtype) for name, (shape, dtype) in shapes.items()}
+        return shapes
 
 
 @dataclass
@@ -475,6 +520,15 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
         return "rows"
     widest = max((sizes or {}).get(s.size, s.size if isinstance(s.size, int) else 0) for s in vectors)
     return "split_lanes" if length >= 1024 and rows <= 4096 and widest <= 256 else "lanes"
+
+
+def _c_strides(shape: tuple, itemsize: int) -> tuple:
+    """The byte strides of a C-contiguous array."""
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= n
+    return tuple(strides)
 
 
 def _signature(c, inputs: dict, params: dict, keep):

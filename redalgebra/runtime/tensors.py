@@ -91,20 +91,24 @@ def _output(value, want, device):
     return t.to(want) if t.dtype != want else t
 
 
-def call(kernel: Kernel, inputs: dict, params: dict | None = None, keep=None) -> dict:
+def call(kernel: Kernel, inputs: dict, params: dict | None = None, keep=None, out: dict | None = None) -> dict:
     """Run ``kernel`` on torch tensors; the outputs as tensors on the first input's device.
 
     CUDA tensors on the current device take the prepared path (:class:`_Call`): after the first call
     of a signature, a call allocates its outputs from torch's caching allocator, binds pointers and
     launches on torch's current stream.
+
+    ``out``: ``{output name: tensor}`` to write into — the dtype and shape the call would return, on the
+    inputs' device; the prepared path writes contiguous ones in place, others receive a copy.
     """
     if not kernel.rename:  # the common case, kept free of the translation (it runs on every call)
-        return _call(kernel, inputs, params or {}, keep)
+        return _call(kernel, inputs, params or {}, keep, out)
     with kernel.user_messages():
-        return _call(kernel, kernel.to_generated(inputs), kernel.to_generated(params or {}), keep)
+        return kernel.to_user(_call(kernel, kernel.to_generated(inputs), kernel.to_generated(params or {}), keep,
+                                    kernel.to_generated(out)))
 
 
-def _call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
+def _call(kernel: Kernel, inputs: dict, params: dict, keep, out) -> dict:
     if kernel.backend == "cuda":
         key = _signature(kernel, inputs, params, keep)
         if key is not None:
@@ -113,8 +117,25 @@ def _call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
                 if len(kernel._calls) >= 256:
                     kernel._calls.clear()
                 prepared = kernel._calls[key] = _Call(kernel, inputs, params, keep)
-            return kernel.to_user(prepared(inputs, params, keep))
-    return kernel.to_user(_slow_call(kernel, inputs, params, keep))
+            return prepared(inputs, params, keep, out)
+    return _into(_slow_call(kernel, inputs, params, keep), out)
+
+
+def _into(results: dict, out) -> dict:
+    """``results`` with the caller's ``out`` tensors written (copied into) and returned in their place."""
+    if not out:
+        return results
+    for name, given in out.items():
+        if name not in results:
+            raise RedalgebraError(f"out: no output named {name!r}; the outputs are {sorted(results)}")
+        got = results[name]
+        if not is_tensor(given) or given.shape != got.shape or given.dtype != got.dtype or given.device != got.device:
+            raise RedalgebraError(f"out[{name!r}] must be a {got.dtype} tensor of shape {tuple(got.shape)} on "
+                                  f"{got.device}, got {getattr(given, 'dtype', type(given).__name__)} "
+                                  f"{tuple(getattr(given, 'shape', ()))}")
+        given.copy_(got)
+        results[name] = given
+    return results
 
 
 def _slow_call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
@@ -221,9 +242,12 @@ class _Call:
             value = value.detach().cpu().numpy()
         return torch.from_numpy(self.kernel._param(p, value, self.rows)).to(self.device)
 
-    def __call__(self, inputs: dict, params: dict, keep) -> dict:
+    def __call__(self, inputs: dict, params: dict, keep, given=None) -> dict:
         torch = _torch()
         pointers, alive = {}, []
+        given = given or {}
+        if given.keys() - {name for name, *_ in self.outputs}:
+            _into({name: None for name, *_ in self.outputs}, given)  # raises, naming the outputs
         for name in self.inputs:
             pointers[name] = inputs[name].data_ptr()
         for p, _ in self.params:
@@ -235,9 +259,16 @@ class _Call:
             k = (k.view(torch.uint8) if k.dtype == torch.bool else k.to(torch.uint8)).to(self.device).contiguous()
             alive.append(k)
             pointers["keep"] = k.data_ptr()
-        out = {}
+        out, late = {}, {}
         for name, arg, shape, stored, _ in self.outputs:
-            out[name] = torch.empty(shape, dtype=stored, device=self.device)
+            mine = given.get(name)
+            if mine is not None and is_tensor(mine) and mine.dtype == stored and mine.shape == shape \
+                    and mine.device == self.device and mine.is_contiguous():
+                out[name] = mine  # written in place
+            else:
+                out[name] = torch.empty(shape, dtype=stored, device=self.device)
+                if mine is not None:
+                    late[name] = mine  # checked and copied into after the launch
             pointers[arg] = out[name].data_ptr()
         for name, shape, dtype in self.scratch:
             t = torch.zeros(shape, dtype=dtype, device=self.device)
@@ -250,7 +281,7 @@ class _Call:
         for name, _, _, stored, want in self.outputs:
             if stored != want:  # a strategy that writes float32 where torch's convention is the input's dtype
                 out[name] = out[name].to(want)
-        return out
+        return _into(out, late) if late else out
 
 
 def _text(fused: FusedCascade) -> str:

@@ -49,3 +49,22 @@ def test_inputs_of_different_lengths_name_both():
         compile(fused("decode_attention"), "cpu")(
             {"k": np.zeros((6, 40, 4), np.float32), "v": np.zeros((6, 39, 4), np.float32)},
             {"q": np.zeros(4, np.float32), "scale": 1.0})
+
+
+def test_outputs_are_written_into_arrays_given_as_out():
+    f = fused("safe_softmax")
+    x = np.random.default_rng(3).normal(size=(4, 33)).astype(np.float32)
+    want = np.exp(x - x.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    for backend in ("cpu", "cudasim"):
+        y = np.full((4, 33), np.nan, np.float32)
+        got = compile(f, backend)({"x": x}, out={"y": y})
+        assert got["y"] is y
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-7)
+    kernel = compile(f, "cpu")
+    with pytest.raises(EvaluationError, match=r"out\['y'\] must be a contiguous \(4, 33\) array of float32"):
+        kernel({"x": x}, out={"y": np.zeros((4, 33), np.float64)})
+    with pytest.raises(EvaluationError, match="out: no output named"):
+        kernel({"x": x}, out={"z": np.zeros((4, 33), np.float32)})
+    with pytest.raises(EvaluationError, match="strided"):
+        kernel({"x": x}, out={"y": np.zeros((4, 66), np.float32)[:, ::2]})

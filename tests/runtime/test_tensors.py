@@ -70,3 +70,16 @@ def test_the_op_refuses_inputs_that_need_a_gradient_it_cannot_give():
         op(x)
     with torch.no_grad():
         assert torch.allclose(op(x), torch.softmax(X, -1), atol=1e-6)
+
+
+def test_outputs_are_written_into_the_tensors_given_as_out():
+    kernel = ra.compile(fused("moe_routing"), "cpu")
+    w, index = torch.empty(5, 8), torch.empty(5, 8, dtype=torch.int32)
+    got = kernel({"g": X}, out={"w": w, "t.index": index})
+    assert got["w"] is w and got["t.index"] is index
+    top, picked = torch.topk(torch.softmax(X, -1), 8)
+    assert torch.allclose(w, top / top.sum(-1, keepdim=True), atol=1e-6) and torch.equal(index.long(), picked)
+    with pytest.raises(RedalgebraError, match=r"out\['w'\] must be a torch.float32 tensor of shape \(5, 8\)"):
+        kernel({"g": X}, out={"w": torch.empty(5, 7)})
+    with pytest.raises(RedalgebraError, match="no output named 'v'"):
+        kernel({"g": X}, out={"v": w})

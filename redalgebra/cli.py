@@ -13,11 +13,12 @@ from pathlib import Path
 
 from . import workloads
 from .codegen.strategies import names as strategy_names
-from .algebra import lookup, prove_monoid
+from .algebra import budget, lookup, prove_monoid
 from .derive import analyze, derive
 from .derive.document import document
 from .derive.report import fused_json, fused_latex
 from .errors import NotFusableError, RedalgebraError
+from .ir.parser import decode_error
 from .report import glossary, report
 
 
@@ -210,6 +211,22 @@ def _cmd_figures(args) -> int:
     return _script("paper_figures/figures.py").main(args.rest)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e6:
+        raise argparse.ArgumentTypeError(f"a positive number of seconds, got {text!r}")
+    return value
+
+
+def _budget_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget", type=_seconds, metavar="SECONDS",
+                   help=f"time for the analysis and for the derivation (default {budget.DEFAULT_SECONDS:g} s each); "
+                        f"a reduction not decided in time is reported not fusable, reason 'unknown'")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="redalgebra", description="Fuse cascaded reductions, with proofs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -220,12 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", metavar="NAME|FILE", help="a catalogue name or a cascade text file")
     p.add_argument("--json", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true", help="print every proof in full")
+    _budget_option(p)
     p.set_defaults(run=_cmd_analyze)
     p = sub.add_parser("derive", help="the fused, incremental and merge formulas of a cascade")
     p.add_argument("target", metavar="NAME|FILE")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--latex", action="store_true")
+    _budget_option(p)
     p.set_defaults(run=_cmd_derive)
     p = sub.add_parser("check", help="generate, compile and run kernels; compare with the float64 reference")
     p.add_argument("target", metavar="NAME|FILE")
@@ -237,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", action="append", choices=("float32", "float16", "bfloat16"), default=None,
                    help="input dtype (repeat for several; default float32)")
     p.add_argument("--json", action="store_true")
+    _budget_option(p)
     p.set_defaults(run=_cmd_check)
     p = sub.add_parser("ptx", help="the sm_90 PTX of the generated CUDA kernel(s), with a summary; no GPU needed")
     p.add_argument("target", metavar="NAME|FILE")
@@ -279,6 +299,8 @@ def main(argv=None) -> int:
         args = argparse.Namespace(run=_cmd_bench if argv[0] == "bench" else _cmd_figures, rest=argv[1:])
     else:
         args = build_parser().parse_args(argv)
+    if getattr(args, "budget", None):
+        budget.DEFAULT_SECONDS = args.budget
     try:
         return args.run(args)
     except NotFusableError as err:
@@ -292,7 +314,10 @@ def main(argv=None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return 0
-    except (OSError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:
+        print(f"redalgebra: error: {decode_error(err)}", file=sys.stderr)
+        return 2
+    except OSError as err:
         print(f"redalgebra: error: {err}", file=sys.stderr)
         return 2
 

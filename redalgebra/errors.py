@@ -35,12 +35,20 @@ class CascadeSyntaxError(RedalgebraError):
         self.width = max(1, width)
         super().__init__(str(self))
 
+    #: Characters of the source line echoed around the offending column (a long line is clipped).
+    ECHO = 100
+
     def __str__(self) -> str:
         head = f"line {self.line}, column {self.column}: {self.message}"
         if not self.source_line:
             return head
-        caret = " " * (self.column - 1) + "^" * self.width
-        return f"{head}\n    {self.source_line}\n    {caret}"
+        start = max(0, self.column - 1 - self.ECHO // 2) if len(self.source_line) > self.ECHO else 0
+        text = "".join(ch if ch.isprintable() else "\N{REPLACEMENT CHARACTER}"
+                       for ch in self.source_line[start:start + self.ECHO])
+        width = max(1, min(self.width, len(text) - (self.column - 1 - start)))
+        before, after = ("…" if start else ""), ("…" if start + self.ECHO < len(self.source_line) else "")
+        caret = " " * (len(before) + self.column - 1 - start) + "^" * width
+        return f"{head}\n    {before}{text}{after}\n    {caret}"
 
 
 class CascadeError(RedalgebraError):
@@ -61,3 +69,19 @@ class NotFusableError(RedalgebraError):
     def __init__(self, message: str, analysis=None):
         self.analysis = analysis
         super().__init__(message)
+
+
+class LimitError(CascadeSyntaxError):
+    """Input exceeds one of the parser's limits (nesting depth, literal size, statements, sizes).
+
+    The message names the limit, its value and what was received; the position is where the parser
+    stopped.  The limits are in :mod:`redalgebra.ir.limits`.
+    """
+
+
+class BudgetExhausted(RedalgebraError):
+    """A computation ran past its time budget (see :mod:`redalgebra.algebra.budget`).
+
+    The prover and the analysis turn it into an ``"unknown"`` verdict; it reaches a caller only from
+    work that has no such verdict to give (the derivation of formulas).
+    """

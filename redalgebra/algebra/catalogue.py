@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import sympy as sp
 
 from ..errors import MonoidError
+from ..ir.limits import MAX_TOPK
 from ..ir.monoid import ADD, LOGADDEXP, MAX, MIN, MUL, Monoid, topk
 
 _A, _B = sp.symbols("a b", real=True)
@@ -59,6 +60,9 @@ def lookup(name: str) -> Monoid:
         return BY_NAME[key]
     for prefix in ("topk(", "topk", "top"):
         digits = key.removeprefix(prefix).rstrip(")")
-        if key.startswith(prefix) and digits.isdigit() and int(digits) > 0:
+        if key.startswith(prefix) and digits.isascii() and digits.isdigit():
+            if len(digits) > len(str(MAX_TOPK)) or not 0 < int(digits) <= MAX_TOPK:
+                raise MonoidError(f"k of topk(K) is a positive integer of at most {MAX_TOPK} (the limit MAX_TOPK); "
+                                  f"got {digits if len(digits) <= 20 else f'{digits[:10]}… ({len(digits)} digits)'}")
             return topk(int(digits))
     raise MonoidError(f"unknown monoid {name!r}; known: {', '.join(sorted(BY_NAME))}, topk(K)")

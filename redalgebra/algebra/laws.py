@@ -13,13 +13,12 @@ and min commutes with the network.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import sympy as sp
 
 from ..errors import RedalgebraError
 
 from ..ir.monoid import MAX, MIN, Monoid
+from .budget import cache_decided
 from .proof import Proof
 from .prover import prove_equal
 
@@ -119,7 +118,7 @@ def _topk_distributes(oplus: Monoid, otimes: Monoid, assumptions) -> Proof:
     return Proof(proof.claim, proof.status, parts=proof.parts, method="reduction to max and min", steps=(step,))
 
 
-@lru_cache(maxsize=None)
+@cache_decided
 def monoid_laws(m: Monoid) -> Proof:
     """``prove_monoid(m)``, computed once per monoid and process."""
     return prove_monoid(m)

@@ -77,6 +77,11 @@ class Proof:
     def proved(self) -> bool:
         return self.status == "proved"
 
+    @property
+    def exhausted(self) -> bool:
+        """True when undecided because a time budget ran out: more time might decide it (never cache it)."""
+        return self.method == "budget" or any(p.exhausted for p in self.parts)
+
     def failed_parts(self) -> list["Proof"]:
         return [p for p in self.parts if p.status != "proved"]
 

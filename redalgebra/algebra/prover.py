@@ -34,6 +34,8 @@ from ..errors import RedalgebraError
 from sympy.core.relational import Relational
 
 from ..ir.nodes import SIGN_FLAGS
+from ..errors import BudgetExhausted
+from .budget import PROOF_SECONDS, budget, check
 from .proof import Counterexample, Proof
 
 _FLAGS = {**SIGN_FLAGS, "!=0": {"nonzero": True}}  # the param signs, and "nonzero" for laws
@@ -95,24 +97,43 @@ def confirm(lhs: sp.Expr, rhs: sp.Expr, point: dict) -> Counterexample | None:
     return Counterexample(dict(sorted(point.items())), lv, rv, False) if sp.Abs(num) > sp.Rational(1, 10**40) else None
 
 
-def _search(lhs, rhs, variables, assumptions, conditions, rng) -> Counterexample | None:
+def _search(lhs, rhs, variables, assumptions, conditions, rng, sampling=None) -> Counterexample | None:
+    """A confirmed counterexample at random rational points drawn under ``assumptions`` and kept only when they
+    also meet ``sampling`` (the symbols' own signs as well)."""
+    sampling = assumptions if sampling is None else sampling
     names = sorted(v.name for v in variables)
     for _ in range(SAMPLES):
+        check()
         point = {n: rng.choice([p for p in _POOL if _ACCEPT[assumptions.get(n)](p)]) for n in names}
-        if all(_evaluate(g, point) > 0 for g in conditions):
-            found = confirm(lhs, rhs, point)
-            if found is not None:
-                return found
+        if not all(_ACCEPT[sampling.get(n)](v) for n, v in point.items()):
+            continue
+        found = _try_point(lhs, rhs, point, conditions)
+        if found is not None:
+            return found
     return None
 
 
-def prove_equal(lhs, rhs, *, claim: str, assumptions=None, conditions=(), seed: int = 0) -> Proof:
+def _try_point(lhs, rhs, point, conditions) -> Counterexample | None:
+    """A confirmed counterexample at ``point``, or None (also where a side cannot be evaluated there:
+    ``max(log(-2), …)`` is not real, which is no evidence either way)."""
+    try:
+        if all(bool(_evaluate(g, point) > 0) for g in conditions):
+            return confirm(lhs, rhs, point)
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+    return None
+
+
+def prove_equal(lhs, rhs, *, claim: str, assumptions=None, conditions=(), seed: int = 0,
+                budget_s: float | None = None) -> Proof:
     """Prove ``lhs = rhs`` for all real values of the free symbols (subject to ``assumptions``).
 
     Parameters
     ----------
     lhs, rhs : sympy.Expr
-        The two sides; their free symbols are the universally quantified variables.
+        The two sides; their free symbols are the universally quantified variables.  Two symbols
+        with one name and different assumptions are two variables; a symbol's own sign assumption
+        (``positive=True``) is an assumption of the proof.
     claim : str
         A short name for the identity ("max is associative").
     assumptions : dict or relational(s), optional
@@ -120,29 +141,107 @@ def prove_equal(lhs, rhs, *, claim: str, assumptions=None, conditions=(), seed: 
     conditions : sequence of sympy.Expr
         Extra strict conditions ``g > 0`` restricting the variables (sortedness
         of a top-k state); proofs hold on their closure.
+    budget_s : float, optional
+        Seconds this proof may take (default :data:`~.budget.PROOF_SECONDS`); past them, and on any
+        exception inside the prover, the verdict is ``"unknown"`` with the reason.
     """
-    lhs, rhs = sp.sympify(lhs), sp.sympify(rhs)
+    lhs, rhs = sp.sympify(lhs, strict=True), sp.sympify(rhs, strict=True)
+    conditions = [sp.sympify(g, strict=True) for g in conditions]
     assumed = normalize_assumptions(assumptions)
+    lhs, rhs, conditions, renamed = _distinct_names(lhs, rhs, conditions)
     variables = (lhs.free_symbols | rhs.free_symbols).union(*[g.free_symbols for g in conditions])
     unknown_names = set(assumed) - {v.name for v in variables}
     if unknown_names:
         raise RedalgebraError(f"assumptions name {sorted(unknown_names)}, which the identity does not use; "
-                         f"its variables are {sorted(v.name for v in variables)}")
+                              f"its variables are {sorted(v.name for v in variables)}")
+    if set(assumed) & set(renamed):
+        raise RedalgebraError(f"assumptions name {sorted(set(assumed) & set(renamed))}, but the identity has two "
+                              f"symbols of that name with different assumptions; give them different names")
+    # a symbol's own sign (Symbol("s", positive=True)) only restricts where counterexamples are sought;
+    # the proofs themselves hold for every real value, which is stronger
+    own = {v.name: _own_sign(v) for v in variables if _own_sign(v) is not None}
+    sampling = {**own, **assumed}
     base = Proof(claim, "unknown", lhs, rhs, describe(assumed))
+    if renamed:
+        base = replace(base, steps=(f"symbols of one name with different assumptions are different variables: "
+                                    f"{', '.join(f'{k} -> {v}' for k, v in renamed.items())}",))
+    try:
+        with budget(PROOF_SECONDS if budget_s is None else budget_s, f"the proof of «{claim}»"):
+            return _prove(base, lhs, rhs, variables, assumed, conditions, seed, sampling)
+    except BudgetExhausted as err:
+        return replace(base, method="budget", steps=base.steps + (f"{err}; undecided",))
+    except Exception as err:  # noqa: BLE001 - any failure inside the prover is an undecided proof, with its reason
+        return replace(base, method="error",
+                       steps=base.steps + (f"the prover stopped on {type(err).__name__}: {str(err)[:300]}; "
+                                           f"undecided",))
+
+
+def _prove(base: Proof, lhs, rhs, variables, assumed, conditions, seed, sampling) -> Proof:
     closure = {v: _signed(v, assumed.get(v.name)) for v in variables}
     diff = sp.simplify((lhs - rhs).xreplace(closure))
+    check()
     if diff == 0:
         return replace(base, status="proved", method="simplify",
-                       steps=("simplify(lhs - rhs) = 0 with the variables real" +
-                              (" and signed as assumed" if assumed else ""),))
-    cx = _search(lhs, rhs, variables, assumed, conditions, random.Random(seed))
+                       steps=base.steps + ("simplify(lhs - rhs) = 0 with the variables real" +
+                                           (" and signed as assumed" if assumed else ""),))
+    cx = _search(lhs, rhs, variables, assumed, conditions, random.Random(seed), sampling)
     if cx is not None:
         return replace(base, status="refuted", method="search", counterexample=cx,
-                       steps=("a rational point where the two sides differ",))
+                       steps=base.steps + ("a rational point where the two sides differ",))
+    jumps = _jumps(lhs, rhs, *conditions)
+    if jumps:
+        return replace(base, method="simplify", residual=diff,
+                       steps=base.steps + (f"simplify(lhs - rhs) did not reach 0 and no counterexample was found; "
+                                           f"the case analysis is not tried, because it argues on open branches "
+                                           f"and {', '.join(jumps)} jump(s) at points it would not see",))
     if lhs.has(sp.Max, sp.Min, sp.Abs) or rhs.has(sp.Max, sp.Min, sp.Abs):
-        return _case_analysis(base, lhs, rhs, variables, assumed, conditions, seed)
+        return _case_analysis(base, lhs, rhs, variables, assumed, conditions, seed, sampling)
     return replace(base, method="simplify", residual=diff,
-                   steps=("simplify(lhs - rhs) did not reach 0; no counterexample was found by search",))
+                   steps=base.steps + ("simplify(lhs - rhs) did not reach 0; no counterexample was found by search",))
+
+
+#: Functions with jumps: the case analysis (which assumes continuity) is never applied to them.
+DISCONTINUOUS = (sp.sign, sp.Heaviside, sp.floor, sp.ceiling, sp.frac, sp.Piecewise, sp.Mod, sp.KroneckerDelta,
+                 sp.DiracDelta)
+
+
+def _jumps(*exprs) -> list[str]:
+    found = set()
+    for e in exprs:
+        found |= {type(a).__name__ for a in e.atoms(*DISCONTINUOUS)}
+        if e.atoms(Relational) or e.has(sp.ITE):
+            found.add("a comparison")
+    return sorted(found)
+
+
+def _own_sign(v: sp.Symbol) -> str | None:
+    """The sign a symbol carries itself (``Symbol("s", positive=True)`` -> ``">0"``)."""
+    for key, test in ((">0", v.is_positive), ("<0", v.is_negative), (">=0", v.is_nonnegative),
+                      ("<=0", v.is_nonpositive), ("!=0", v.is_nonzero if v.is_real else None)):
+        if test:
+            return key
+    return None
+
+
+def _distinct_names(lhs, rhs, conditions):
+    """Symbols that share a name but not their assumptions get distinct names (``a``, ``a__2``)."""
+    symbols = (lhs.free_symbols | rhs.free_symbols).union(*[g.free_symbols for g in conditions])
+    by_name: dict[str, list] = {}
+    for s in sorted(symbols, key=sp.default_sort_key):
+        by_name.setdefault(s.name, []).append(s)
+    taken = set(by_name)
+    rule, renamed = {}, {}
+    for name, group in by_name.items():
+        for i, s in enumerate(group[1:], 2):
+            new = f"{name}__{i}"
+            while new in taken:
+                new += "_"
+            taken.add(new)
+            rule[s] = (sp.Dummy if isinstance(s, sp.Dummy) else sp.Symbol)(new, **s.assumptions0)
+            renamed[name] = new
+    if not rule:
+        return lhs, rhs, list(conditions), {}
+    return lhs.xreplace(rule), rhs.xreplace(rule), [g.xreplace(rule) for g in conditions], renamed
 
 
 # -- case analysis ------------------------------------------------------------------------------
@@ -227,7 +326,7 @@ def _without_abs(expr: sp.Expr) -> sp.Expr:
     return expr.replace(lambda e: isinstance(e, sp.Abs), lambda e: sp.Max(e.args[0], -e.args[0]))
 
 
-def _case_analysis(base: Proof, lhs, rhs, variables, assumed, conditions, seed) -> Proof:
+def _case_analysis(base: Proof, lhs, rhs, variables, assumed, conditions, seed, sampling) -> Proof:
     global _SLACKS
     _SLACKS = itertools.count(1)
     interior = {v: _signed(v, _INTERIOR.get(assumed.get(v.name))) for v in variables}
@@ -238,17 +337,18 @@ def _case_analysis(base: Proof, lhs, rhs, variables, assumed, conditions, seed) 
     tally = {"zero": 0, "empty": 0}
     rng = random.Random(seed)
     stack = [start] if start is not None else []
-    steps = ["case split on which argument of each max/min wins (abs(u) = max(u, -u)), innermost first; "
+    steps = list(base.steps) + ["case split on which argument of each max/min wins (abs(u) = max(u, -u)), innermost first; "
              "branch conditions removed by substituting a positive slack for a variable"]
     visited = 0
     while stack:
+        check()
         branch = stack.pop()
         visited += 1
         if visited > MAX_BRANCHES:
             return replace(base, method="cases", steps=tuple(steps + [f"gave up after {MAX_BRANCHES} branches"]))
         node = _innermost(sp.Add(branch.lhs, branch.rhs, evaluate=False))
         if node is None:
-            verdict = _leaf(base, branch, lhs, rhs, assumed, rng, tally)
+            verdict = _leaf(base, branch, lhs, rhs, sampling, rng, tally)
             if verdict is not None:
                 return replace(verdict, steps=tuple(steps + list(verdict.steps)))
             continue
@@ -269,7 +369,7 @@ def _case_analysis(base: Proof, lhs, rhs, variables, assumed, conditions, seed) 
     return replace(base, status="proved", method="cases", steps=tuple(steps))
 
 
-def _leaf(base, branch: _Branch, lhs, rhs, assumed, rng, tally) -> Proof | None:
+def _leaf(base, branch: _Branch, lhs, rhs, sampling, rng, tally) -> Proof | None:
     """None when the branch is closed; otherwise the refuted or unknown verdict."""
     diff = sp.simplify(branch.lhs - branch.rhs)
     if diff == 0:
@@ -279,9 +379,14 @@ def _leaf(base, branch: _Branch, lhs, rhs, assumed, rng, tally) -> Proof | None:
     for _ in range(SAMPLES // 4):
         at = {s: rng.choice([p for p in _POOL if p != 0 and (not s.is_positive or p > 0)
                              and (not s.is_negative or p < 0)]) for s in current}
-        if all(g.xreplace(at) > 0 for g in branch.conds):
-            point = {n: e.xreplace(at) for n, e in branch.back.items()}
-            cx = confirm(lhs, rhs, point)
+        check()
+        try:
+            inside = all(bool(g.xreplace(at) > 0) for g in branch.conds)
+        except (TypeError, ValueError, ArithmeticError):
+            continue
+        point = {n: e.xreplace(at) for n, e in branch.back.items()} if inside else {}
+        if inside and all(_ACCEPT[sampling.get(n)](v) for n, v in point.items() if v.is_Rational):
+            cx = _try_point(lhs, rhs, point, ())
             if cx is not None:
                 return replace(base, status="refuted", method="cases", counterexample=cx,
                                steps=("in the branch " + "; ".join(branch.path) + f", lhs - rhs = {diff}",))

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-
 import sympy as sp
 
 from ..algebra import Counterexample, Proof, prove_distributes, prove_equal
+from ..algebra import budget as _budget
+from ..errors import BudgetExhausted
 from ..ir import ADD, MUL, Cascade, Monoid, Reduction, build_graph, reduction_dependencies
 from ..ir.printer import CascadePrinter, reducer_text
 from .multiterm import MultiTerm, split
@@ -181,7 +181,7 @@ class Analysis:
 _SYMBOL = {"mul": "×", "add": "+"}
 
 
-@lru_cache(maxsize=None)
+@_budget.cache_decided
 def _distributes(oplus: Monoid, otimes: Monoid) -> tuple[Proof, str | None]:
     """Distributivity bare, else with c >= 0: the proof and the assumption it needed."""
     bare = prove_distributes(oplus, otimes)
@@ -204,23 +204,35 @@ def _anchors(F: sp.Expr, elems: list, deps: list, otimes: Monoid):
     found = []
     for values in itertools.product(_ANCHOR_VALUES, repeat=len(elems) + len(deps)):
         point = dict(zip(elems + deps, values))
-        F0 = sp.simplify(F.xreplace(point))
-        if F0.free_symbols & set(elems + deps) or F0.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
+        try:
+            candidate = _anchor(F, elems, deps, otimes, point)
+        except (TypeError, ValueError, ArithmeticError):  # SymPy refuses max(zoo, m): log(0) at this anchor
+            candidate = None
+        if candidate is None:
             continue
-        if F0.is_real is False or F0.is_finite is False or (otimes is MUL and not F0.is_nonzero):
-            continue
-        G = sp.simplify(F.xreplace({d: point[d] for d in deps}))
-        H = sp.simplify(_quotient(otimes, F.xreplace({e: point[e] for e in elems}), F0))
-        # constants (params, numbers) of G belong to H: G = 448·w·x → G = w·x, H = 448/max(ε, a)
-        const, G = G.as_independent(*elems, as_Add=otimes is ADD)
-        H = sp.simplify(_combine(otimes, H, const))
-        if G.has(sp.zoo, sp.nan) or H.has(sp.zoo, sp.nan):
-            continue
-        found.append((sp.count_ops(G) + sp.count_ops(H), sum(v != 0 for v in values), point, F0, G, H))
+        found.append(candidate)
         if len(found) >= 6:
             break
     found.sort(key=lambda t: (t[0], t[1]))
     return found
+
+
+def _anchor(F, elems, deps, otimes, point):
+    """(cost, nonzeros, point, F0, G, H) for one anchor point, or None when it is not a valid anchor."""
+    values = tuple(point.values())
+    F0 = sp.simplify(F.xreplace(point))
+    if F0.free_symbols & set(elems + deps) or F0.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
+        return None
+    if F0.is_real is False or F0.is_finite is False or (otimes is MUL and not F0.is_nonzero):
+        return None
+    G = sp.simplify(F.xreplace({d: point[d] for d in deps}))
+    H = sp.simplify(_quotient(otimes, F.xreplace({e: point[e] for e in elems}), F0))
+    # constants (params, numbers) of G belong to H: G = 448·w·x → G = w·x, H = 448/max(ε, a)
+    const, G = G.as_independent(*elems, as_Add=otimes is ADD)
+    H = sp.simplify(_combine(otimes, H, const))
+    if G.has(sp.zoo, sp.nan) or H.has(sp.zoo, sp.nan):
+        return None
+    return sp.count_ops(G) + sp.count_ops(H), sum(v != 0 for v in values), point, F0, G, H
 
 
 def _genuine(proof: Proof, integers: set, atoms: dict) -> Proof:
@@ -379,14 +391,39 @@ def _multi_term(r, algebra, elems, dep_syms, atoms, c: Cascade, facts, deps):
     return terms, None
 
 
-def analyze(cascade: Cascade) -> Analysis:
-    """Decide, with proofs, whether and how each reduction of ``cascade`` fuses."""
-    F = bodies(cascade)
+def analyze(cascade: Cascade, budget_s: float | None = None) -> Analysis:
+    """Decide, with proofs, whether and how each reduction of ``cascade`` fuses.
+
+    The analysis runs under a time budget (``budget_s`` seconds, default
+    :data:`redalgebra.algebra.budget.DEFAULT_SECONDS`): a reduction it has not decided when the budget
+    runs out, and one whose analysis fails inside SymPy, is reported not fusable with the reason
+    ("unknown: ..."), never a hang or a traceback.
+    """
+    seconds = _budget.DEFAULT_SECONDS if budget_s is None else budget_s
     deps = reduction_dependencies(build_graph(cascade))
-    facts = sign_facts(cascade)
-    reds = tuple(analyze_reduction(r, F[r.name], tuple(sorted(deps[r.name], key=_order(cascade))), cascade, facts)
-                 for r in cascade.reductions)
-    return Analysis(cascade, reds, facts, has_casts(cascade))
+    with _budget.budget(seconds, f"the analysis of {cascade.name}"):
+        try:
+            F, facts = bodies(cascade), sign_facts(cascade)
+        except BudgetExhausted as err:
+            return Analysis(cascade, tuple(_undecided(r, None, (), cascade, err) for r in cascade.reductions), {},
+                            False)
+        reds = []
+        for r in cascade.reductions:
+            d = tuple(sorted(deps[r.name], key=_order(cascade)))
+            try:
+                reds.append(analyze_reduction(r, F[r.name], d, cascade, facts))
+            except (BudgetExhausted, Exception) as err:  # noqa: BLE001 - an undecided verdict, with its reason
+                reds.append(_undecided(r, F[r.name], d, cascade, err))
+    return Analysis(cascade, tuple(reds), facts, has_casts(cascade))
+
+
+def _undecided(r: Reduction, F, deps, c: Cascade, err: Exception) -> ReductionAnalysis:
+    """A reduction the analysis could not decide: not fusable, the reason saying why it is unknown."""
+    if isinstance(err, BudgetExhausted):
+        why = f"unknown: {err} (give more time with analyze(..., budget_s=...) or `--budget SECONDS`)"
+    else:
+        why = f"unknown: the analysis stopped on {type(err).__name__}: {str(err)[:300]}"
+    return ReductionAnalysis(r.name, r.monoid, reducer_text(r), r.body if F is None else F, deps, False, reason=why)
 
 
 def _order(c: Cascade):

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 import sympy as sp
 
 from ..algebra import Proof, prove_equal
+from ..algebra import budget as _budget
 from ..errors import NotFusableError
 from ..ir import ADD, MUL, Cascade, Monoid, build_graph, reduction_dependencies
 from ..ir.printer import CascadePrinter, reducer_text
@@ -212,6 +213,11 @@ def derive(cascade: Cascade) -> FusedCascade:
         When some reduction is not fusable; ``.analysis`` says which and why.
     """
     analysis = analyze(cascade)
+    with _budget.budget(_budget.DEFAULT_SECONDS, f"the derivation of {cascade.name}"):
+        return _derive_fusable(cascade, analysis)
+
+
+def _derive_fusable(cascade: Cascade, analysis: Analysis) -> FusedCascade:
     if not analysis.fusable:
         bad = [r for r in analysis.reductions if not r.fusable]
         raise NotFusableError(f"{cascade.name} is not fusable: " +

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from ..errors import MonoidError
+from .limits import MAX_TOPK
 
 _A, _B = sp.symbols("a b", real=True)
 
@@ -111,6 +112,8 @@ def topk(k: int) -> Monoid:
     """The top-k monoid: state is the k largest values (descending) with their indices."""
     if not isinstance(k, int) or isinstance(k, bool):
         raise MonoidError(f"topk needs an integer k, got {k!r}")
+    if not 1 <= k <= MAX_TOPK:
+        raise MonoidError(f"topk needs 1 <= k <= {MAX_TOPK} (the limit MAX_TOPK), got k={k}")
     return Monoid(f"top{k}", None, sp.S.NegativeInfinity, k=k, special=(-sp.oo,))
 
 

@@ -65,7 +65,8 @@ from fractions import Fraction
 
 import sympy as sp
 
-from ..errors import CascadeError, CascadeSyntaxError
+from ..errors import CascadeError, CascadeSyntaxError, LimitError
+from . import limits
 from .functions import COMPARISONS, ELEMENTWISE, Dot, VSum, condition, is_condition, number, where
 from .monoid import REDUCERS, topk
 from .nodes import POS, POSITION, Cascade, Input, Let, Output, Param, Reduction
@@ -77,8 +78,8 @@ CONSTANTS = {POSITION: POS, "inf": sp.oo}
 LOGIC = ("and", "or", "not")
 RESERVED = (*KEYWORDS, *FUNCTIONS, *REDUCER_NAMES, *CONSTANTS, *LOGIC, "int")
 _TOKEN = re.compile(r"""
-    (?P<ws>[ \t]+) | (?P<comment>\#.*) |
-    (?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?) |
+    (?P<ws>[ \t\f\v]+) | (?P<comment>\#.*) |
+    (?P<number>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?) |
     (?P<name>[A-Za-z_][A-Za-z0-9_]*) |
     (?P<op>\*\*|>=|<=|==|!=|[-+*/()\[\],=<>^])
 """, re.VERBOSE)
@@ -116,6 +117,7 @@ class _LineParser:
         self.declared = declared  # name -> Symbol, statements above this line
         self.later = later        # name -> line number, for statements below
         self.in_output = False
+        self.depth = 0
 
     # -- token helpers ---------------------------------------------------
     def error(self, message: str, tok: Token | None = None) -> CascadeSyntaxError:
@@ -149,16 +151,49 @@ class _LineParser:
             raise self.error(f"{tok.text!r} is already defined above; each statement needs its own name", tok)
         return tok
 
+    def limit(self, message: str, tok: Token | None = None) -> LimitError:
+        tok = tok or self.peek()
+        return LimitError(message, self.line_no, tok.column, self.line, max(1, min(len(tok.text), 40)))
+
+    def deeper(self, tok: Token) -> None:
+        """One more level of nesting; past ``MAX_DEPTH`` a LimitError (the caller undoes it with ``self.depth -= 1``)."""
+        self.depth += 1
+        if self.depth > limits.MAX_DEPTH:
+            raise self.limit(f"the expression is nested more than {limits.MAX_DEPTH} deep (parentheses, calls, "
+                             f"signs and powers; the limit MAX_DEPTH); write it in pieces with let statements", tok)
+
     def build(self, tok: Token, make):
         """``make()``, with SymPy's refusal to build an undefined value (``max(x, inf - inf)``) as a syntax error."""
         try:
-            return make()
+            return self.bounded(tok, make())
         except (TypeError, ValueError, ArithmeticError) as err:
             raise self.error(f"this is undefined or not real (SymPy: {err}); check for inf - inf, 0 * inf "
                              f"or a comparison with an undefined value", tok) from None
         except RecursionError:
             raise self.error("SymPy could not build this expression (its simplification recursed without end); "
                              "write it in smaller pieces with let statements", tok) from None
+
+    def bounded(self, tok: Token, value):
+        """``value``, after checking that the constant it carries has at most ``MAX_NUMBER_BITS`` bits."""
+        coeff = value if value.is_Rational else next((a for a in value.args[:1] if a.is_Rational), None) \
+            if isinstance(value, (sp.Add, sp.Mul)) else None
+        if coeff is not None and max(coeff.p.bit_length(), coeff.q.bit_length()) > limits.MAX_NUMBER_BITS:
+            raise self.limit(f"a constant here has more than {limits.MAX_NUMBER_BITS} bits (about "
+                             f"{int(limits.MAX_NUMBER_BITS * 0.30103)} digits; the limit MAX_NUMBER_BITS)", tok)
+        return value
+
+    def power(self, tok: Token, base, exponent) -> None:
+        """Refuse a numeric power past ``MAX_POWER``, and a constant power too large to compute, before SymPy tries."""
+        if not exponent.is_Number or exponent in (sp.oo, -sp.oo):
+            return
+        if abs(exponent) > limits.MAX_POWER:
+            raise self.limit(f"the power {_short(exponent)} is larger than {limits.MAX_POWER} in size (the limit "
+                             f"MAX_POWER)", tok)
+        if base.is_Rational and base.p != 0:
+            bits = max(base.p.bit_length(), base.q.bit_length()) - 1
+            if bits * abs(exponent) > limits.MAX_NUMBER_BITS:
+                raise self.limit(f"this power of a constant has more than {limits.MAX_NUMBER_BITS} bits (the limit "
+                                 f"MAX_NUMBER_BITS)", tok)
 
     def end(self) -> None:
         if self.peek().kind != "end":
@@ -167,6 +202,13 @@ class _LineParser:
     # -- expressions -----------------------------------------------------
     def value(self) -> sp.Basic:
         """A full expression: a sum, or a condition (not yet a number) built with ``or``, ``and``, ``not``."""
+        self.deeper(self.peek())
+        try:
+            return self.disjunction()
+        finally:
+            self.depth -= 1
+
+    def disjunction(self) -> sp.Basic:
         left = self.conjunction()
         while self.peek().text == "or":
             op = self.take()
@@ -185,7 +227,11 @@ class _LineParser:
     def negation(self) -> sp.Basic:
         if self.peek().text == "not":
             op = self.take()
-            inner = self.negation()
+            self.deeper(op)
+            try:
+                inner = self.negation()
+            finally:
+                self.depth -= 1
             return self.build(op, lambda: sp.Not(self.logical(inner, op)))
         return self.comparison()
 
@@ -229,24 +275,34 @@ class _LineParser:
             if prec is None or prec < min_prec:
                 return left
             self.take()
-            right = self.expr(prec if tok.text == "**" else prec + 1)
+            if tok.text == "**":
+                self.deeper(tok)
+                try:
+                    right = self.expr(prec)
+                finally:
+                    self.depth -= 1
+                self.power(tok, number(left), number(right))
+            else:
+                right = self.expr(prec + 1)
             left = self.build(tok, lambda: _apply(tok.text, number(left), number(right)))
 
     def unary(self) -> sp.Basic:
-        if self.peek().text == "-":
-            tok = self.take()
+        if self.peek().text not in ("-", "+"):
+            return self.primary()
+        tok = self.take()
+        self.deeper(tok)
+        try:
             inner = self.expr(_UNARY_MINUS)
-            return self.build(tok, lambda: -number(inner))
-        if self.peek().text == "+":
-            self.take()
-            return number(self.expr(_UNARY_MINUS))
-        return self.primary()
+        finally:
+            self.depth -= 1
+        if tok.text == "+":
+            return number(inner)
+        return self.build(tok, lambda: -number(inner))
 
     def primary(self) -> sp.Basic:
         tok = self.take()
         if tok.kind == "number":
-            f = Fraction(tok.text)
-            return sp.Rational(f.numerator, f.denominator)
+            return self.literal(tok)
         if tok.text == "(":
             inner = self.value()
             self.expect(")", what="')' to close the parenthesis")
@@ -257,6 +313,20 @@ class _LineParser:
             return self.lookup(tok)
         got = "the end of the line" if tok.kind == "end" else repr(tok.text)
         raise self.error(f"expected a number, a name or '(', got {got}", tok)
+
+    def literal(self, tok: Token) -> sp.Rational:
+        """A numeric literal, exactly; its digits and exponent checked before Python converts it."""
+        mantissa, _, exponent = tok.text.lower().partition("e")
+        digits = len(mantissa.replace(".", "").lstrip("0"))
+        if digits > limits.MAX_DIGITS:
+            raise self.limit(f"this number has {digits} digits, more than {limits.MAX_DIGITS} (the limit MAX_DIGITS)",
+                             tok)
+        if exponent and len(exponent.lstrip("+-").lstrip("0")) > 6 or exponent and \
+                abs(int(exponent)) > limits.MAX_EXPONENT:
+            raise self.limit(f"the exponent of {_short(tok.text)} is larger than {limits.MAX_EXPONENT} in size (the "
+                             f"limit MAX_EXPONENT; float64 ends near 1e308, float32 near 3e38)", tok)
+        f = Fraction(tok.text)
+        return self.bounded(tok, sp.Rational(f.numerator, f.denominator))
 
     def lookup(self, tok: Token) -> sp.Expr:
         name = tok.text
@@ -324,13 +394,19 @@ class _LineParser:
         self.take()
         tok = self.take()
         if tok.kind == "number" and tok.text.isdigit() and int(tok.text) > 0:
-            size = int(tok.text)
+            size = self.count(tok, limits.MAX_VECTOR, "a vector's length", "MAX_VECTOR")
         elif tok.kind == "name":
             size = tok.text
         else:
             raise self.error("a vector size is a positive integer or a dimension name, like [d] or [64]", tok)
         self.expect("]", what="']' to close the size")
         return size
+
+    def count(self, tok: Token, most: int, what: str, name: str) -> int:
+        """A positive integer token, at most ``most``."""
+        if len(tok.text) > len(str(most)) or int(tok.text) > most:
+            raise self.limit(f"{what} is {_short(tok.text)}, more than {most} (the limit {name})", tok)
+        return int(tok.text)
 
     def statement(self):
         head = self.expect(kind="name", what="a statement")
@@ -386,13 +462,19 @@ class _LineParser:
             self.expect(",", what="',' after k in topk(k, EXPR)")
             body = self.number_value()
             self.expect(")", what="')' to close topk(k, EXPR)")
-            monoid = topk(int(k.text))
+            monoid = topk(self.count(k, limits.MAX_TOPK, "k of topk(k, EXPR)", "MAX_TOPK"))
         else:
             args = self.args()
             if len(args) != 1:
                 raise self.error(f"{red.text}(EXPR) reduces one expression over the axis, got {len(args)}", red)
             body, monoid = number(args[0]), REDUCERS[red.text]
         return name, Reduction(name.text, monoid, body)
+
+
+def _short(value) -> str:
+    text = str(value) if not isinstance(value, sp.Rational) or value.q == 1 and value.p.bit_length() < 200 \
+        else f"a number of about {max(value.p.bit_length(), value.q.bit_length()) * 0.30103:.0f} digits"
+    return text if len(text) <= 40 else text[:20] + "…" + text[-8:] + f" ({len(text)} characters)"
 
 
 def _apply(op: str, a: sp.Expr, b: sp.Expr) -> sp.Expr:
@@ -417,36 +499,128 @@ def _declared_later(lines: list[str]) -> dict[str, int]:
     return found
 
 
+def split_lines(text: str) -> list[str]:
+    """Lines broken at ``\\n``, ``\\r\\n`` and ``\\r`` only (not at ``\\v``, ``\\f`` or U+2028, as
+    ``str.splitlines`` does), so that line numbers are those of an editor."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
 def parse(text: str, name: str = "cascade") -> Cascade:
     """Parse cascade text into a validated :class:`Cascade`.
+
+    A leading byte-order mark is ignored.  The text's size and nesting are bounded by
+    :mod:`redalgebra.ir.limits`.
 
     Raises
     ------
     CascadeSyntaxError
-        With line, column and a caret, for any malformed or invalid statement.
+        With line, column and a caret, for any malformed or invalid statement
+        (:class:`~redalgebra.errors.LimitError` for one past a limit).
     """
     if not isinstance(text, str):
         raise TypeError(f"parse() takes the cascade text as a str, got {type(text).__name__}")
-    lines = text.splitlines()
+    lines = split_lines(text.removeprefix("\ufeff"))
     later = _declared_later(lines)
-    statements, declared = [], {}
+    statements, declared, heads, shape = [], {}, [], {}
     for no, line in enumerate(lines, 1):
+        if len(line) > limits.MAX_LINE_CHARS:
+            raise LimitError(f"line {no} has {len(line)} characters, more than {limits.MAX_LINE_CHARS} (the limit "
+                             f"MAX_LINE_CHARS); split the expression with let statements", no,
+                             limits.MAX_LINE_CHARS + 1, line[:limits.MAX_LINE_CHARS + 20])
         tokens = tokenize(line, no)
         if tokens[0].kind == "end":
             continue
         p = _LineParser(tokens, no, line, declared, later)
         head, (name_tok, stmt) = p.statement()
         p.end()
-        try:
-            Cascade((*statements, stmt), name=name)
-        except CascadeError as err:
-            msg = str(err).removeprefix(f"{name}: ")
-            raise CascadeSyntaxError(msg, no, name_tok.column, line, len(name_tok.text)) from None
+        _count(statements, stmt, no, line, name_tok)
+        _inlined(stmt, shape, no, line, name_tok)
         statements.append(stmt)
+        heads.append((no, line, name_tok))
         declared[stmt.name] = stmt.symbol
     if not statements:
         raise CascadeSyntaxError("the cascade is empty; it needs at least an input and a reduction", 1, 1, "")
-    if not any(isinstance(s, Reduction) for s in statements):
+    try:
+        cascade = Cascade(tuple(statements), name=name, source=text)
+    except CascadeError:
+        _locate(statements, heads, name)
+        raise
+    if not cascade.reductions:
         raise CascadeSyntaxError("the cascade has no reduce statement; add 'reduce NAME = REDUCER(EXPR)'",
                                  len(lines), 1, lines[-1] if lines else "")
-    return Cascade(tuple(statements), name=name, source=text)
+    return cascade
+
+
+def _locate(statements, heads, name) -> None:
+    """The first statement that makes the cascade invalid, as a syntax error at its line (only on failure:
+    validating each prefix is quadratic in the number of statements)."""
+    for i, (no, line, name_tok) in enumerate(heads):
+        try:
+            Cascade(tuple(statements[:i + 1]), name=name)
+        except CascadeError as err:
+            msg = str(err).removeprefix(f"{name}: ")
+            raise CascadeSyntaxError(msg, no, name_tok.column, line, len(name_tok.text)) from None
+
+
+def _count(statements, stmt, no, line, tok) -> None:
+    if len(statements) >= limits.MAX_STATEMENTS:
+        raise LimitError(f"more than {limits.MAX_STATEMENTS} statements (the limit MAX_STATEMENTS)", no, tok.column,
+                         line, len(tok.text))
+    if isinstance(stmt, Reduction) and sum(isinstance(s, Reduction) for s in statements) >= limits.MAX_REDUCTIONS:
+        raise LimitError(f"more than {limits.MAX_REDUCTIONS} reductions (the limit MAX_REDUCTIONS)", no, tok.column,
+                         line, len(tok.text))
+
+
+def _inlined(stmt, shape: dict, no, line, tok) -> None:
+    """Depth and numeric power of the statement with the lets it uses written out, as the analysis sees it."""
+    expr = stmt.expr if isinstance(stmt, (Let, Reduction, Output)) else None
+    if expr is None:
+        return
+    depth, power = _measure(expr, shape, {})
+    shape[stmt.name] = (depth, power)
+    if depth > limits.MAX_INLINED_DEPTH:
+        raise LimitError(f"with the lets it uses written out, {stmt.name} is nested {depth} deep, more than "
+                         f"{limits.MAX_INLINED_DEPTH} (the limit MAX_INLINED_DEPTH)", no, tok.column, line,
+                         len(tok.text))
+    if power > limits.MAX_POWER:
+        raise LimitError(f"with the lets it uses written out, {stmt.name} raises a value to a power of about "
+                         f"{power:.3g}, more than {limits.MAX_POWER} (the limit MAX_POWER)", no, tok.column, line,
+                         len(tok.text))
+
+
+def _measure(expr, shape: dict, memo: dict) -> tuple[int, float]:
+    if expr in memo:
+        return memo[expr]
+    if expr.is_Symbol:
+        out = shape.get(expr.name, (0, 1.0))
+    elif not expr.args:
+        out = (0, 1.0)
+    else:
+        parts = [_measure(a, shape, memo) for a in expr.args]
+        depth, power = 1 + max(d for d, _ in parts), max(p for _, p in parts)
+        if isinstance(expr, sp.Pow) and expr.exp.is_Number and expr.exp.is_finite:
+            power = parts[0][1] * max(1.0, float(abs(expr.exp)))
+        out = (depth, power)
+    memo[expr] = out
+    return out
+
+
+def decode_error(err: UnicodeDecodeError) -> CascadeSyntaxError:
+    """A decoding error of cascade text as a syntax error at its line and column (not a byte offset)."""
+    data = err.object if isinstance(err.object, (bytes, bytearray)) else b""
+    before = split_lines(bytes(data[:err.start]).decode("utf-8", errors="replace") + "\n")
+    last = before[-1] if before else ""
+    line = bytes(data[err.start:]).split(b"\n")[0].decode("utf-8", errors="replace")
+    return CascadeSyntaxError(f"the text is not valid {err.encoding or 'UTF-8'}: byte "
+                              f"0x{data[err.start]:02x} ({err.reason})" if err.start < len(data) else
+                              f"the text is not valid UTF-8 ({err.reason})",
+                              len(before), len(last) + 1, (last + line).rstrip("\r"), 1)
+
+
+def decode(data: bytes) -> str:
+    """Cascade text from bytes: UTF-8, a leading byte-order mark dropped; else a CascadeSyntaxError."""
+    try:
+        return bytes(data).decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as err:
+        raise decode_error(err) from None

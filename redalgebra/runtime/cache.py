@@ -4,53 +4,121 @@ Files live in a per-user directory (``$REDALGEBRA_CACHE`` or
 ``~/.cache/redalgebra/kernels``), named by the SHA-256 of their content.  A
 file is imported only when its content hashes to its name, so nothing planted
 in the directory is ever imported.
+
+Whatever sits under a file's name is only ever read when it is a regular file
+(checked without following links, opened without blocking), so a directory, a
+FIFO, a device or a link there is replaced by the genuine file — or, when it
+cannot be replaced, bypassed by writing to a private temporary folder.  A cache
+folder that cannot be created or written is replaced by that temporary folder,
+with a warning, once per process.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import sys
 import tempfile
 import types
+import warnings
 from pathlib import Path
 
 from ..errors import RedalgebraError
 
+_FALLBACK: list[Path] = []  # the private temporary folder, made on first need
+
 
 def cache_dir() -> Path:
+    """The configured cache folder, created when missing (it may still be unwritable: see :func:`write`)."""
     root = os.environ.get("REDALGEBRA_CACHE") or Path.home() / ".cache" / "redalgebra" / "kernels"
     path = Path(root)
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as err:
+        return _fallback(f"the cache folder {path} cannot be created ({err})")
     return path
+
+
+def _fallback(why: str) -> Path:
+    if not _FALLBACK:
+        _FALLBACK.append(Path(tempfile.mkdtemp(prefix="redalgebra-kernels-")))
+        warnings.warn(f"{why}; generated kernels go to {_FALLBACK[0]} for this process", RuntimeWarning,
+                      stacklevel=3)
+    return _FALLBACK[0]
 
 
 def digest(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
+def _read_regular(path: Path) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file that can be read now; None for anything else
+    (missing, a directory, a FIFO, a device, a link, unreadable), never blocking."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped between lstat and open
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _put(folder: Path, name: str, data: bytes) -> Path:
+    """Write ``data`` to ``folder/name`` atomically (raises OSError when the folder or the name refuses it)."""
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, folder / name)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return folder / name
+
+
 def write(source: str) -> Path:
-    """The path of a file holding ``source`` (written atomically when missing)."""
-    name = f"ra_{digest(source)[:32]}.py"
-    path = cache_dir() / name
-    if not path.exists() or _hash_of(path) != digest(source):
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(source)
-        os.replace(tmp, path)
-    return path
+    """The path of a regular file holding ``source`` (written atomically when missing or wrong)."""
+    name, data = f"ra_{digest(source)[:32]}.py", source.encode()
+    folder = cache_dir()
+    if _read_regular(folder / name) == data:
+        return folder / name
+    try:
+        return _put(folder, name, data)
+    except OSError as err:
+        if folder == (_FALLBACK[0] if _FALLBACK else None):
+            raise RedalgebraError(f"cannot write the generated kernel {folder / name}: {err}") from None
+        backup = _fallback(f"cannot write the cache file {folder / name} ({err})")
+        if _read_regular(backup / name) == data:
+            return backup / name
+        return _put(backup, name, data)
 
 
-def _hash_of(path: Path) -> str:
-    return digest(path.read_text())
+def _hash_of(path: Path) -> str | None:
+    data = _read_regular(path)
+    return None if data is None else hashlib.sha256(data).hexdigest()
 
 
 def load(source: str):
     """Import the module holding ``source``; the text executed is the one checked against its hash."""
     path = write(source)
-    text = path.read_text()
-    if digest(text) != digest(source) or not path.stem.endswith(digest(text)[:32]):
+    data = _read_regular(path)
+    if data is None or data != source.encode() or not path.stem.endswith(digest(source)[:32]):
         raise RedalgebraError(f"cached kernel {path} does not hash to its name; refusing to import it")
+    text = data.decode()
     name = path.stem
     if name in sys.modules:
         return sys.modules[name]

@@ -155,6 +155,12 @@ def _slow_call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
     return out
 
 
+def _current_device(torch) -> int:
+    """torch's current CUDA device (its raw getter where torch exposes one: this runs on every call)."""
+    raw = getattr(torch._C, "_cuda_getDevice", None)
+    return raw() if raw is not None and torch.cuda.is_initialized() else torch.cuda.current_device()
+
+
 def _signature(kernel: Kernel, inputs: dict, params: dict, keep):
     """What the prepared path depends on, as a key; None for a call it does not take (host or other-device
     tensors, a missing argument: ``Kernel.run`` handles those, with its messages). Cheap: it runs on
@@ -162,7 +168,7 @@ def _signature(kernel: Kernel, inputs: dict, params: dict, keep):
     torch = _torch()
     names, specs = kernel.names
     try:
-        device = torch.cuda.current_device()
+        device = _current_device(torch)
         parts = []
         for name in names:
             t = inputs[name]
@@ -199,6 +205,7 @@ class _Call:
         self.kernel = kernel
         first = inputs[c.inputs[0].name]
         self.device = first.device
+        self.index = first.device.index
         rows = max(int(t.shape[0]) for t in inputs.values())
         host_params = {p.name: _param(params[p.name], rows, p.size is not None) for p in c.params}
         host_keep = keep.cpu().numpy() if is_tensor(keep) else keep
@@ -274,7 +281,7 @@ class _Call:
             t = torch.zeros(shape, dtype=dtype, device=self.device)
             alive.append(t)
             pointers[name] = t.data_ptr()
-        stream = self.stream(self.device.index)
+        stream = self.stream(self.index)
         for step in self.steps:
             step.bind(pointers)
             step.launch(stream)

@@ -299,8 +299,8 @@ def main(argv=None) -> int:
         args = argparse.Namespace(run=_cmd_bench if argv[0] == "bench" else _cmd_figures, rest=argv[1:])
     else:
         args = build_parser().parse_args(argv)
-    if getattr(args, "budget", None):
-        budget.DEFAULT_SECONDS = args.budget
+    default = budget.DEFAULT_SECONDS
+    budget.DEFAULT_SECONDS = getattr(args, "budget", None) or default
     try:
         return args.run(args)
     except NotFusableError as err:
@@ -320,6 +320,8 @@ def main(argv=None) -> int:
     except OSError as err:
         print(f"redalgebra: error: {err}", file=sys.stderr)
         return 2
+    finally:
+        budget.DEFAULT_SECONDS = default
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """The monoid catalogue and the prover.
 
 Owns: the catalogue (:mod:`.catalogue`), proof values (:mod:`.proof`), the
-identity prover (:mod:`.prover`) and the laws of monoids and distributivity
-(:mod:`.laws`).
+identity prover (:mod:`.prover`), the laws of monoids and distributivity
+(:mod:`.laws`) and the time budgets that turn a long computation into an
+"unknown" verdict (:mod:`.budget`).
 
 May import: :mod:`redalgebra.ir`, sympy, numpy; never numba, torch or
 matplotlib.

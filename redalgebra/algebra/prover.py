@@ -190,6 +190,11 @@ def _prove(base: Proof, lhs, rhs, variables, assumed, conditions, seed, sampling
                        steps=base.steps + ("a rational point where the two sides differ",))
     jumps = _jumps(lhs, rhs, *conditions)
     if jumps:
+        cx = _at_jumps(lhs, rhs, variables, sampling, conditions, random.Random(seed))
+        if cx is not None:
+            return replace(base, status="refuted", method="search", counterexample=cx,
+                           steps=base.steps + (f"a point where a function with a jump ({', '.join(jumps)}) jumps, "
+                                               f"and the two sides differ",))
         return replace(base, method="simplify", residual=diff,
                        steps=base.steps + (f"simplify(lhs - rhs) did not reach 0 and no counterexample was found; "
                                            f"the case analysis is not tried, because it argues on open branches "
@@ -212,6 +217,39 @@ def _jumps(*exprs) -> list[str]:
         if e.atoms(Relational) or e.has(sp.ITE):
             found.add("a comparison")
     return sorted(found)
+
+
+def _at_jumps(lhs, rhs, variables, sampling, conditions, rng) -> Counterexample | None:
+    """Search the points where ``sign``/``Heaviside``/``Piecewise`` arguments vanish: one variable solved for,
+    the others drawn from the pool.  A jump sits on a set of measure zero that random points miss."""
+    points = set()
+    for atom in (lhs.atoms(sp.sign, sp.Heaviside) | rhs.atoms(sp.sign, sp.Heaviside)):
+        points.add(atom.args[0])
+    for rel in (lhs.atoms(Relational) | rhs.atoms(Relational)):
+        points.add(rel.lhs - rel.rhs)
+    names = sorted(v.name for v in variables)
+    for u in sorted(points, key=sp.default_sort_key)[:8]:
+        u = u.replace(lambda e: isinstance(e, sp.Abs), lambda e: e.args[0])
+        for v in sorted(u.free_symbols & variables, key=sp.default_sort_key):
+            check()
+            try:
+                roots = [r for r in sp.solve(u, v) if r.is_real is not False][:4]
+            except Exception:  # noqa: BLE001 - SymPy cannot solve it: no point from this argument
+                continue
+            for root in roots:
+                for _ in range(8):
+                    point = {n: rng.choice([p for p in _POOL if _ACCEPT[sampling.get(n)](p)]) for n in names}
+                    try:
+                        value = sp.nsimplify(_evaluate(root, point), rational=True) if not root.is_Rational else root
+                    except Exception:  # noqa: BLE001
+                        continue
+                    if not (value.is_Rational and _ACCEPT[sampling.get(v.name)](value)):
+                        continue
+                    point[v.name] = value
+                    found = _try_point(lhs, rhs, point, conditions)
+                    if found is not None:
+                        return found
+    return None
 
 
 def _own_sign(v: sp.Symbol) -> str | None:

@@ -1,8 +1,9 @@
 """The frozen IR of cascades.
 
 Owns: monoid values (:mod:`.monoid`), statements and :class:`Cascade`
-(:mod:`.nodes`), the text-format parser and printer, the builder, the
-dependency graph (:mod:`.graph`) and the float64 reference evaluator.
+(:mod:`.nodes`), the text-format parser and printer, the parser's limits
+(:mod:`.limits`: bounded work for any text), the builder, the dependency
+graph (:mod:`.graph`) and the float64 reference evaluator.
 
 May import: sympy, networkx, numpy and :mod:`redalgebra.errors`; never numba,
 torch or matplotlib (drawing lives in :mod:`redalgebra.plotting`).

@@ -1,0 +1,356 @@
+"""Hostile and extreme input: bounded work, an answer within seconds, never a traceback or a hang.
+
+Each input that once crashed or hung is kept here (the parser's limits, the prover's traps, the cache's
+planted files, positions), and a Hypothesis grammar of cascades — hostile names, deep nesting, huge and
+tiny literals — runs through parse → analyze → derive → check on the CPU under a time budget.
+"""
+
+import os
+import time
+
+import pytest
+import sympy as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from redalgebra import RedalgebraError, analyze, parse
+from redalgebra.algebra import budget, monoids, prove_distributes, prove_equal, prove_identity, user_monoid
+from redalgebra.cli import main
+from redalgebra.derive import derive
+from redalgebra.errors import CascadeSyntaxError, LimitError
+from redalgebra.ir import limits
+from redalgebra.ir.parser import RESERVED, decode
+from redalgebra.runtime import cache
+
+X = "input x\n"
+
+
+def chain(n: int, step: str) -> str:
+    return X + "".join(f"let a{i} = {step.format(p='x' if i == 0 else f'a{i - 1}')}\n" for i in range(n)) + \
+        f"reduce s = sum(a{n - 1})\n"
+
+
+# -- the parser's limits: each a LimitError naming the limit, at a line and column -------------------------------
+
+LIMITED = {
+    "5,000 parentheses": (X + "reduce s = sum(" + "(" * 5000 + "x" + ")" * 5000 + ")\n", "MAX_LINE_CHARS"),
+    "300 parentheses": (X + "reduce s = sum(" + "(" * 300 + "x" + ")" * 300 + ")\n", "MAX_DEPTH"),
+    "5,000 unary minuses": (X + "reduce s = sum(" + "-" * 5000 + "x)\n", "MAX_DEPTH"),
+    "exp nested 500 deep": (X + "reduce s = sum(" + "exp(" * 500 + "x" + ")" * 500 + ")\n", "MAX_DEPTH"),
+    "x**x**… 2,000 deep": (X + "reduce s = sum(" + "x**" * 2000 + "x)\n", "MAX_DEPTH"),
+    "not nested 100 deep": (X + "reduce s = sum(where(" + "not " * 100 + "x > 0, x, 0))\n", "MAX_DEPTH"),
+    "a 5,000-digit literal": (X + "reduce s = sum(x * " + "9" * 5000 + ")\n", "MAX_DIGITS"),
+    "2**2**2**2**2": (X + "reduce s = sum(x * 2**2**2**2**2)\n", "MAX_POWER"),
+    "10**10**10": (X + "reduce s = sum(x * 10**10**10)\n", "MAX_POWER"),
+    "2**1000 five times": (X + "reduce s = sum(x * " + " * ".join(["2**1000"] * 5) + ")\n", "MAX_NUMBER_BITS"),
+    "3**1000": (X + "reduce s = sum(x * 3**1000 * 3**1000 * 3**1000)\n", "MAX_NUMBER_BITS"),
+    "1e9999999": (X + "reduce s = sum(x * 1e9999999)\n", "MAX_EXPONENT"),
+    "1e999999999": (X + "reduce s = sum(x * 1e999999999)\n", "MAX_EXPONENT"),
+    "1e-999999999": (X + "reduce s = sum(x * 1e-999999999)\n", "MAX_EXPONENT"),
+    "(x - m + 1)**2000": (X + "reduce m = max(x)\nreduce s = sum((x - m + 1)**2000)\n", "MAX_POWER"),
+    "powers through lets": (X + "let a = x**40\nlet b = a**40\nreduce s = sum(b)\n", "MAX_POWER"),
+    "input k[1000000000000]": ("input k[1000000000000]\nreduce s = sum(dot(k, k))\n", "MAX_VECTOR"),
+    "topk(1000000000, x)": (X + "reduce t = topk(1000000000, x)\n", "MAX_TOPK"),
+    "10,000 lets in a chain": (chain(10_000, "{p} + 1"), "MAX_INLINED_DEPTH"),
+    "10,000 lets side by side": (X + "".join(f"let a{i} = x * {i + 1}\n" for i in range(10_000)) +
+                                 "reduce s = sum(a9999)\n", "MAX_STATEMENTS"),
+    "500 dependent reductions": (X + "reduce r0 = max(x)\n" +
+                                 "".join(f"reduce r{i} = sum(x - r{i - 1})\n" for i in range(1, 500)), "MAX_REDUCTIONS"),
+    "a 1 MB line": (X + "reduce s = sum(" + " + ".join(f"x*{i}" for i in range(1, 120_000)) + ")\n", "MAX_LINE_CHARS"),
+}
+
+
+@pytest.mark.parametrize("label", list(LIMITED))
+def test_each_limit_is_an_error_naming_it_and_the_place(label):
+    text, limit = LIMITED[label]
+    start = time.perf_counter()
+    with pytest.raises(LimitError, match=f"the limit {limit}") as info:
+        parse(text)
+    assert time.perf_counter() - start < 5
+    err = info.value
+    assert err.line >= 1 and err.column >= 1
+    assert len(str(err)) < 1_000  # a long line is echoed clipped around the column
+
+
+def test_the_limits_leave_room_for_real_cascades():
+    c = parse(X + "let b = x * 1e300 + 1e-300\nreduce m = max(b**1000)\nreduce s = sum(exp(b - m) * 2**1000)\n"
+              "out y = s\n")
+    assert len(c.reductions) == 2
+    parse(chain(150, "exp({p})"))
+    parse(X + "".join(f"let a{i} = x * {i + 1}\n" for i in range(900)) + "reduce s = sum(a899)\n")
+
+
+def test_limit_errors_exit_2_with_the_limit_in_the_message(tmp_path, capsys):
+    path = tmp_path / "deep.casc"
+    path.write_text(LIMITED["exp nested 500 deep"][0])
+    assert main(["analyze", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "MAX_DEPTH" in err and "line 2, column" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("monoid", ["topk(" + "9" * 5000 + ")", "topk(²)", "top٣", "topk(0)", "topk(1025)"])
+def test_laws_of_a_hostile_topk_exit_2(monoid, capsys):
+    assert main(["laws", monoid]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("redalgebra: error:") and len(err) < 300
+
+
+# -- the analysis: undecided within its budget, never a traceback --------------------------------------------------
+
+def test_a_log_that_is_zoo_at_an_anchor_is_analysed(capsys, tmp_path):
+    path = tmp_path / "zoo.casc"
+    path.write_text(X + "reduce m = max(x)\nreduce l = sum(max(log(x), m))\nout y = l\n")
+    assert main(["analyze", str(path)]) == 0
+    assert "l = sum(max(m, log(x))): not fusable" in capsys.readouterr().out
+    assert main(["derive", str(path)]) == 1
+
+
+def test_an_analysis_past_its_budget_is_unknown_not_a_hang():
+    c = parse(X + "reduce m = max(x)\nreduce s = sum((x - m + 1)**1000)\n")
+    start = time.perf_counter()
+    a = analyze(c, budget_s=1)
+    assert time.perf_counter() - start < 6
+    assert not a.fusable and a["s"].reason.startswith("unknown: the time budget of 1 s")
+    assert analyze(parse(X + "reduce m = max(x)\nreduce s = sum(exp(x - m))\n")).fusable  # nothing cached
+
+
+def test_the_cli_budget_option(tmp_path, capsys):
+    path = tmp_path / "slow.casc"
+    path.write_text(X + "reduce m = max(x)\nreduce s = sum((x - m + 1)**1000)\nout y = s\n")
+    assert main(["analyze", str(path), "--budget", "0.5"]) == 0
+    assert "unknown: the time budget of 0.5 s" in capsys.readouterr().out
+    assert budget.DEFAULT_SECONDS == 30.0  # restored after the command
+
+
+# -- the prover: traps come back refuted or unknown; exceptions are unknown with the reason ------------------------
+
+a, b, c = sp.symbols("a b c", real=True)
+
+
+def test_jumps_are_searched_and_never_argued_by_continuity():
+    trap = prove_equal(sp.Heaviside(sp.Abs(a - sp.Rational(1, 7)), 0), 1, claim="H(|a - 1/7|) = 1")
+    assert trap.status == "refuted" and trap.counterexample.values == {"a": sp.Rational(1, 7)}
+    x, y = sp.symbols("x y")
+    m = user_monoid("signed", sp.Lambda((x, y), (x + y) * sp.sign(sp.Abs(x + y + sp.Rational(1, 7)))), 0)
+    assert prove_identity(m).status == "refuted"
+    true = prove_equal(sp.Heaviside(a, sp.S.Half) + sp.Heaviside(-a, sp.S.Half), 1, claim="a true one")
+    assert true.status == "unknown" and "jump" in true.steps[-1]
+
+
+def test_symbols_of_one_name_and_different_assumptions_are_two_variables():
+    positive = sp.Symbol("a", positive=True)
+    proof = prove_equal(sp.sqrt(positive ** 2), a, claim="sqrt(a+**2) = a")
+    assert proof.status == "refuted" and "a -> a__2" in proof.steps[0]
+
+
+def test_errors_inside_sympy_are_unknown_with_the_reason(monkeypatch):
+    x, y = sp.symbols("x y")
+    power = user_monoid("pow", sp.Lambda((x, y), x ** y), 1)
+    assert prove_distributes(monoids.max, power, assumptions={"c": ">=0"}).status in ("refuted", "unknown")
+    proof = prove_equal(sp.log(sp.Max(a, b)), sp.Max(sp.log(a), sp.log(b)), claim="log max")
+    assert proof.status in ("refuted", "unknown")
+
+    from redalgebra.algebra import prover
+
+    def broken(expr, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(prover.sp, "simplify", broken)
+    proof = prove_equal(a + b, b + a + 0 * c, claim="with a broken simplify")
+    assert proof.status == "unknown" and "RecursionError" in proof.steps[-1]
+
+
+def test_a_proof_past_its_budget_is_unknown():
+    proof = prove_equal(sp.expand((a + b + 1) ** 60), (a + b + 1) ** 60 + c - c + sp.Max(a, b) - sp.Max(b, a),
+                        claim="slow", budget_s=0.05)
+    assert proof.status in ("proved", "unknown")
+    if proof.status == "unknown":
+        assert proof.exhausted and "time budget of 0.05 s" in proof.steps[-1]
+
+
+# -- the cache: whatever sits in a file's place, check goes on -------------------------------------------------------
+
+SOURCE = "VALUE = 'genuine'\n"
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("REDALGEBRA_CACHE", str(tmp_path))
+    monkeypatch.setattr(cache, "_FALLBACK", [])
+    name = f"ra_{cache.digest(SOURCE)[:32]}"
+    monkeypatch.delitem(__import__("sys").modules, name, raising=False)
+    return tmp_path / f"{name}.py"
+
+
+@pytest.mark.parametrize("planted", ["fifo", "directory", "invalid utf-8", "link to a fifo"])
+def test_anything_but_a_regular_file_is_replaced_or_bypassed(folder, planted, tmp_path):
+    if planted == "fifo":
+        os.mkfifo(folder)
+    elif planted == "directory":
+        folder.mkdir()
+    elif planted == "invalid utf-8":
+        folder.write_bytes(b"\xff\xfe\x00 not python")
+    else:
+        os.mkfifo(tmp_path / "pipe")
+        folder.symlink_to(tmp_path / "pipe")
+    with pytest.warns(RuntimeWarning, match="temporary|go to") if planted == "directory" else _nothing():
+        module = cache.load(SOURCE)
+    assert module.VALUE == "genuine"
+    assert cache._read_regular(module.__file__) == SOURCE.encode()
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_an_unusable_cache_folder_falls_back_to_a_temporary_one(tmp_path, monkeypatch, folder):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("REDALGEBRA_CACHE", str(blocker / "kernels"))  # cannot be created
+    with pytest.warns(RuntimeWarning, match="cannot be created"):
+        assert cache.load(SOURCE).VALUE == "genuine"
+
+
+def test_an_unwritable_cache_folder_falls_back_to_a_temporary_one(folder, monkeypatch):
+    real = cache.tempfile.mkstemp
+
+    def refuse(dir=None, **kwargs):
+        if str(dir) == str(folder.parent):
+            raise PermissionError(13, "Permission denied", str(dir))
+        return real(dir=dir, **kwargs)
+
+    monkeypatch.setattr(cache.tempfile, "mkstemp", refuse)
+    with pytest.warns(RuntimeWarning, match="cannot write the cache file"):
+        module = cache.load(SOURCE)
+    assert module.VALUE == "genuine" and not module.__file__.startswith(str(folder.parent))
+
+
+# -- positions ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("odd", ["\v", "\f", "\u2028", "\x1c", "\x85"])
+def test_only_newlines_break_lines(odd):
+    with pytest.raises(CascadeSyntaxError) as info:
+        parse(f"input x\nreduce s = sum(x{odd}+ q)\n")
+    assert info.value.line == 2
+    assert "\u2028" not in str(info.value) and "\x85" not in str(info.value)
+
+
+def test_carriage_returns_and_a_byte_order_mark():
+    assert parse("\ufeffinput x\r\nreduce s = sum(x)\rout y = s\n").outputs[0].name == "y"
+    with pytest.raises(CascadeSyntaxError) as info:
+        parse("input x\r\n\rreduce s = sum(q)\n")
+    assert (info.value.line, info.value.column) == (3, 16)
+
+
+def test_decoding_errors_have_a_line_and_column(tmp_path, capsys):
+    data = "input x\nreduce s = sum(x é ".encode() + b"\xff)\n"
+    with pytest.raises(CascadeSyntaxError) as info:
+        decode(data)
+    assert (info.value.line, info.value.column) == (2, 20)
+    path = tmp_path / "bad.casc"
+    path.write_bytes(data)
+    assert main(["analyze", str(path)]) == 2
+    assert "line 2, column 20: the text is not valid utf-8" in capsys.readouterr().err
+
+
+# -- the fuzzer ---------------------------------------------------------------------------------------------------
+
+HOSTILE = ["lambda", "None", "True", "class", "import", "rep_x", "keep", "out_y", "l", "row", "math", "np",
+           "float32", "NEG_INF", "_K0", "p_s", "s", "__import__", "self", "print", "i", "j", "L", "_", "exp_",
+           "max_", "Dot", "oo", "zoo", "nan", "E", "I", "pi", "S", "Symbol", "x" * 200]
+NUMBERS = ["0", "1", "0.5", "2", "1e300", "1e-300", "1e400", "1e-400", "3e38", "1e-45", "9" * 60, "0." + "0" * 60 + "1",
+           "123456789.987654321", "7e-3"]
+names = st.one_of(st.sampled_from(HOSTILE), st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True)) \
+    .filter(lambda n: n not in RESERVED)
+
+
+def expressions(leaves, depth: int):
+    leaf = st.one_of(st.sampled_from(leaves), st.sampled_from(NUMBERS), st.just("pos"))
+    if depth == 0:
+        return leaf
+    sub = expressions(leaves, depth - 1)
+    return st.one_of(
+        leaf,
+        st.tuples(sub, st.sampled_from(["+", "-", "*", "/"]), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        st.tuples(sub, st.sampled_from(["2", "3", "0.5", "-1", "1e400", "1000"])).map(lambda t: f"({t[0]})**{t[1]}"),
+        st.tuples(st.sampled_from(["exp", "log", "sqrt", "abs", "-"]), sub).map(lambda t: f"{t[0]}({t[1]})"),
+        st.tuples(st.sampled_from(["max", "min"]), sub, sub).map(lambda t: f"{t[0]}({t[1]}, {t[2]})"),
+        st.tuples(sub, sub, sub).map(lambda t: f"where({t[0]} < {t[1]}, {t[2]}, 0)"),
+        st.tuples(st.integers(1, 70), sub).map(lambda t: "(" * t[0] + t[1] + ")" * t[0]),
+    )
+
+
+@st.composite
+def cascades(draw):
+    """Cascade text: one or two scalar inputs, maybe a signed param, lets, up to three reductions, an output."""
+    taken = draw(st.lists(names, min_size=9, max_size=9, unique=True))
+    inputs = taken[:draw(st.integers(1, 2))]
+    lines = [f"input {n}" for n in inputs]
+    known = list(inputs)
+    if draw(st.booleans()):
+        lines.append(f"param {taken[2]}" + draw(st.sampled_from(["", " > 0", " >= 0", " < 0"])))
+        known.append(taken[2])
+    for name in taken[3:3 + draw(st.integers(0, 2))]:
+        lines.append(f"let {name} = {draw(expressions(known, 2))}")
+        known.append(name)
+    results = []
+    for name in taken[5:5 + draw(st.integers(1, 3))]:
+        reducer = draw(st.sampled_from(["sum", "max", "min", "prod", "logsumexp", "topk(2, "]))
+        x = draw(st.sampled_from(inputs))
+        body = draw(st.one_of(expressions(known, 2), expressions(known, 1).map(lambda e: f"{x} * ({e})"),
+                              st.sampled_from([f"exp({x} - {r})" for r in results] + [f"({x} - {r})**2" for r in results]
+                                              + [f"{x} / {r}" for r in results] or [x])))
+        lines.append(f"reduce {name} = {reducer}({body})" if reducer[-1] != " " else f"reduce {name} = {reducer}{body})")
+        known.append(name)
+        if reducer[0] != "t":
+            results.append(name)
+    lines.append(f"out {taken[8]} = {draw(expressions(results or ['1'], 1))}")
+    return "\n".join(lines) + "\n"
+
+
+def _through(text: str, backend: str | None) -> str:
+    """parse → analyze → derive (→ check): how far it got; only RedalgebraError may stop it."""
+    try:
+        cascade = parse(text, "fuzz")
+        analyze(cascade, budget_s=2)
+        fused = derive(cascade)
+        if backend is None:
+            return "derived"
+        from redalgebra.runtime.check import check
+        check(fused, backend, shapes=((2, 5),))
+        return "checked"
+    except RedalgebraError as err:
+        str(err)  # the message itself must be printable
+        return type(err).__name__
+
+
+@pytest.fixture
+def short_budgets(monkeypatch):
+    monkeypatch.setattr(budget, "DEFAULT_SECONDS", 2.0)
+    monkeypatch.setattr(budget, "PROOF_SECONDS", 1.0)
+
+
+FUZZ = settings(max_examples=30, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
+                                       HealthCheck.function_scoped_fixture])
+
+
+@FUZZ
+@given(text=cascades())
+def test_fuzz_parse_analyze_derive(short_budgets, text):
+    start = time.perf_counter()
+    _through(text, None)
+    assert time.perf_counter() - start < 15, text
+
+
+@settings(FUZZ, max_examples=4)
+@given(text=cascades())
+def test_fuzz_through_a_cpu_check(short_budgets, text, tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("REDALGEBRA_CACHE", str(tmp_path_factory.getbasetemp() / "fuzz-kernels"))
+    start = time.perf_counter()
+    _through(text, "cpu")
+    assert time.perf_counter() - start < 60, text

@@ -29,7 +29,7 @@ BARE = frozenset("""
 """.split())
 #: What comes before the first underscore of the generator's other identifiers (``s_m``, ``e_x_0_1``).
 PREFIXES = frozenset("""
-    D K NEG POS V acc c0 e fast fc0 full fv lane ld n o o1 o2 o3 oi ok out p part parti pv r red redi
+    D K NEG POS V acc c0 e fast fc0 full fv lane ld max min n o o1 o2 o3 oi ok out p part parti pv r red redi
     reduce rep rr rt s sh shfl shi si st t t0 tk tki v x xs xv y
 """.split())
 

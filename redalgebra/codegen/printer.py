@@ -192,11 +192,11 @@ class KernelPrinter(StrPrinter):
             out = f"{name}({out}, {self._print(a)})"
         return out
 
-    def _print_Max(self, expr):
-        return self._binary_fold("max", expr.args)
+    def _print_Max(self, expr):  # NaN-propagating, as the reference's max (Python's max drops a NaN)
+        return self._binary_fold("rt_max", expr.args)
 
     def _print_Min(self, expr):
-        return self._binary_fold("min", expr.args)
+        return self._binary_fold("rt_min", expr.args)
 
     def _print_RoundE4M3(self, expr):
         return f"rt_fp8({self._print(expr.args[0])})"

@@ -154,7 +154,7 @@ _SCALAR_STORE = {"float32": "{a}[{r}, {c}] = {v}", "float16": "st_h16({a}, {r}, 
                  "bfloat16": "st_b16({a}, {r}, {c}, {v})", "e4m3": "{a}[{r}, {c}] = e4m3({v})"}
 #: Intrinsics a printed tree may call (imported by the generated module on the CUDA back ends).
 INTRINSICS = ("ld_f32x4", "ld_b16x8", "ld_h16x8", "st_f32x4", "st_b16x8", "st_h16x8", "st_e4m3x4", "ld_b16",
-              "st_b16", "st_h16", "e4m3", "fast_exp")
+              "st_b16", "st_h16", "e4m3", "fast_exp", "max_nan", "min_nan")
 
 
 class TreePrinter:

@@ -35,8 +35,8 @@ from llvmlite import ir
 from numba import config, types
 
 __all__ = ["LOG2E", "bf16_bits", "e4m3", "e4m3_bits", "ex2", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
-           "ld_f32x4", "ld_f32x4_nc", "ld_h16x8", "st_b16", "st_b16x8", "st_e4m3x4", "st_f32x4", "st_h16",
-           "st_h16x8"]
+           "ld_f32x4", "ld_f32x4_nc", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x8", "st_e4m3x4",
+           "st_f32x4", "st_h16", "st_h16x8"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 LOG2E = np.float32(1.4426950408889634)
@@ -173,6 +173,16 @@ def _sim_ex2(x):
 def _sim_fast_exp(x):
     with np.errstate(all="ignore"):
         return _sim_ex2(_f32(x)[()] * LOG2E)
+
+
+def _sim_max_nan(a, b):
+    a, b = _f32(a)[()], _f32(b)[()]
+    return a if a > b or a != a else b
+
+
+def _sim_min_nan(a, b):
+    a, b = _f32(a)[()], _f32(b)[()]
+    return a if a < b or a != a else b
 
 
 def _sim_e4m3(x):
@@ -418,6 +428,28 @@ def fast_exp(typingctx, x):
     def codegen(context, builder, sig, args):
         return _ex2(builder, builder.fmul(args[0], ir.FloatType()(float(LOG2E))))
     return types.float32(types.float32), codegen
+
+
+def _nan_minmax(name, op, a, b):
+    _number(name, a)
+    _number(name, b)
+
+    def codegen(context, builder, sig, args):
+        return _asm(builder, ir.FloatType(), f"{op}.NaN.f32 $0, $1, $2;", "=f,f,f", list(args))
+    return types.float32(types.float32, types.float32), codegen
+
+
+@_device(_sim_max_nan)
+def max_nan(typingctx, a, b):
+    """The larger of two float32, NaN when either is NaN (``max.NaN.f32``, sm_80 and later), as NumPy's
+    ``maximum`` and the reference's ``max`` reductions; Python's ``max`` (and numba's) drops a NaN."""
+    return _nan_minmax("max_nan", "max", a, b)
+
+
+@_device(_sim_min_nan)
+def min_nan(typingctx, a, b):
+    """The smaller of two float32, NaN when either is NaN (``min.NaN.f32``, sm_80 and later)."""
+    return _nan_minmax("min_nan", "min", a, b)
 
 
 @_device(_sim_e4m3)

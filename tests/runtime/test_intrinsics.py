@@ -19,7 +19,8 @@ from numba import cuda
 
 from redalgebra.runtime import intrinsics as rt
 from redalgebra.runtime.intrinsics import (
-    bf16_bits, e4m3, e4m3_bits, ex2, f16_bits, fast_exp, ld_b16, ld_b16x8, ld_f32x4, ld_f32x4_nc, ld_h16x8, st_b16,
+    bf16_bits, e4m3, e4m3_bits, ex2, f16_bits, fast_exp, ld_b16, ld_b16x8, ld_f32x4, ld_f32x4_nc, ld_h16x8, max_nan,
+    min_nan, st_b16,
     st_b16x8, st_e4m3x4, st_f32x4, st_h16, st_h16x8,
 )
 
@@ -293,6 +294,14 @@ def test_ex2_and_fast_exp():
     np.testing.assert_allclose(e[ok], np.exp(x[ok].astype(np.float64)), rtol=2e-6)
 
 
+def test_max_nan_and_min_nan_propagate_nan_from_either_side():
+    nan, inf = np.float32(np.nan), np.float32(np.inf)
+    for a, b in ((nan, 1.0), (1.0, nan), (-inf, nan), (nan, nan)):
+        assert np.isnan(max_nan(a, b)) and np.isnan(min_nan(a, b))
+    assert max_nan(np.float32(-inf), np.float32(2.0)) == 2.0 and min_nan(np.float32(inf), np.float32(-3.0)) == -3.0
+    assert max_nan(np.float32(1.5), np.float32(-2.0)) == 1.5 and min_nan(np.float32(1.5), np.float32(-2.0)) == -2.0
+
+
 # ---------------------------------------------------------------------------------------------- the contract
 def test_stand_ins_enforce_the_alignment_and_bounds_contract():
     a = np.zeros((2, 12), np.float32)
@@ -337,6 +346,7 @@ def everything(f, b, h, e, of, ob, oh):
     e[r, c + 4] = e4m3(b4)
     st_b16(ob, r, c + 8, ld_b16(b, r, c + 8))
     st_h16(oh, r, c + 8, y3)
+    of[r, c + 8] = max_nan(x0, y0) + min_nan(x1, y1)
 
 A = lambda t: types.Array(t, 2, "C")
 ptx, _ = cuda.compile_ptx(everything, (A(types.float32), A(types.int16), A(types.float16), A(types.uint8),
@@ -353,6 +363,7 @@ facts = {name: count(p) for name, p in {
     "cvt_bf16x2": r"^cvt\.rn\.bf16x2\.f32", "cvt_f16x2": r"^cvt\.rn\.f16x2\.f32", "cvt_bf16": r"^cvt\.rn\.bf16\.f32",
     "cvt_f16": r"^cvt\.rn\.f16\.f32", "ex2": r"^ex2\.approx\.ftz\.f32", "e4m3x2": r"^cvt\.rn\.satfinite\.e4m3x2\.f32",
     "scalar_f32": r"^(ld|st)\.global\.f32\b", "local": r"\.local\b", "call": r"^(@%p\d+\s+)?call\b",
+    "max_nan": r"^max\.NaN\.f32 %f\d+, %f\d+, %f\d+;", "min_nan": r"^min\.NaN\.f32 %f\d+, %f\d+, %f\d+;",
 }.items()}
 
 def bad(a):
@@ -381,5 +392,6 @@ def test_real_intrinsics_compile_to_single_vector_instructions_in_sm90_ptx():
     facts = json.loads(proc.stdout.strip().splitlines()[-1])
     want = {"target": 1, "ld_v4_f32": 1, "ld_nc_v4_f32": 1, "ld_v4_b32": 2, "st_v4_f32": 1, "st_v4_b32": 2,
             "st_b32": 1, "cvt_bf16x2": 4, "cvt_f16x2": 4, "cvt_bf16": 1, "cvt_f16": 1, "ex2": 2, "e4m3x2": 3,
-            "scalar_f32": 0, "local": 0, "call": 0, "high_first": [1, 1, 1, 1, 1], "rejects_float32": True}
+            "scalar_f32": 1, "local": 0, "call": 0, "high_first": [1, 1, 1, 1, 1], "rejects_float32": True,
+            "max_nan": 1, "min_nan": 1}
     assert facts == want

@@ -25,6 +25,18 @@ D_n = 64
 D_r = 512
 
 @cuda.jit(device=True)
+def rt_max(a, b):
+    """The larger of a and b, NaN when either is NaN (as NumPy's maximum; Python's max drops a NaN)."""
+    return a if a > b or a != a else b
+
+
+@cuda.jit(device=True)
+def rt_min(a, b):
+    """The smaller of a and b, NaN when either is NaN."""
+    return a if a < b or a != a else b
+
+
+@cuda.jit(device=True)
 def rt_log(x):
     """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
     if x > _FP8_ZERO:
@@ -130,7 +142,7 @@ def kernel(k, v, rep_k, rep_v, q, scale, keep, out_y, rows, length):
         for _j0 in range(D_d):
             _acc0 += float32(k[rr_k, l, _j0])*q[row, _j0]
         e_s = p_scale*_acc0
-        n_m = max(s_m, e_s)
+        n_m = rt_max(s_m, e_s)
         t_c0 = (n_m == NEG_INF)
         t_c1 = math.exp(-n_m + e_s)
         t_c2 = (s_m == NEG_INF)
@@ -146,7 +158,7 @@ def kernel(k, v, rep_k, rep_v, q, scale, keep, out_y, rows, length):
         o_l = cuda.shfl_down_sync(0xFFFFFFFF, s_l, off)
         for j in range(D_d):
             o_o[j] = cuda.shfl_down_sync(0xFFFFFFFF, s_o[j], off)
-        n_m = max(s_m, o_m)
+        n_m = rt_max(s_m, o_m)
         t_c0 = (s_m == NEG_INF)
         t_c1 = math.exp(s_m - n_m)
         t_c2 = (o_m == NEG_INF)
@@ -180,7 +192,7 @@ def kernel(k, v, rep_k, rep_v, q, scale, keep, out_y, rows, length):
             o_l = cuda.shfl_down_sync(0xFFFFFFFF, s_l, off)
             for j in range(D_d):
                 o_o[j] = cuda.shfl_down_sync(0xFFFFFFFF, s_o[j], off)
-            n_m = max(s_m, o_m)
+            n_m = rt_max(s_m, o_m)
             t_c0 = (s_m == NEG_INF)
             t_c1 = math.exp(s_m - n_m)
             t_c2 = (o_m == NEG_INF)

@@ -26,6 +26,18 @@ D_n = 64
 D_r = 512
 
 @njit(cache=False)
+def rt_max(a, b):
+    """The larger of a and b, NaN when either is NaN (as NumPy's maximum; Python's max drops a NaN)."""
+    return a if a > b or a != a else b
+
+
+@njit(cache=False)
+def rt_min(a, b):
+    """The smaller of a and b, NaN when either is NaN."""
+    return a if a < b or a != a else b
+
+
+@njit(cache=False)
 def rt_log(x):
     """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
     if x > _FP8_ZERO:
@@ -110,10 +122,10 @@ def kernel(x, w, rep_x, rep_w, keep, out_y, rows, length):
             s_acc[j] = _K0
         for l in range(0, length, 1):
             e_x = float32(x[rr_x, l])
-            n_a = max(s_a, abs(e_x))
-            t_c0 = (_K2/(max(_K1, n_a)))
+            n_a = rt_max(s_a, abs(e_x))
+            t_c0 = (_K2/(rt_max(_K1, n_a)))
             for j in range(D_n):
-                s_acc[j] = (_K0 if (s_a == NEG_INF) else s_acc[j]*t_c0*max(_K1, s_a)) + (_K0 if (n_a == NEG_INF) else float32(w[rr_w, l, j])*rt_fp8(_K3*t_c0*e_x))
+                s_acc[j] = (_K0 if (s_a == NEG_INF) else s_acc[j]*t_c0*rt_max(_K1, s_a)) + (_K0 if (n_a == NEG_INF) else float32(w[rr_w, l, j])*rt_fp8(_K3*t_c0*e_x))
             s_a = n_a
         for j in range(0, D_n, 1):
-            out_y[row, j] = s_acc[j]*max(_K1, s_a)/_K3
+            out_y[row, j] = s_acc[j]*rt_max(_K1, s_a)/_K3

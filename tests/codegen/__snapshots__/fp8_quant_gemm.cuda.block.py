@@ -28,6 +28,18 @@ D_n = 64
 D_r = 512
 
 @cuda.jit(device=True)
+def rt_max(a, b):
+    """The larger of a and b, NaN when either is NaN (as NumPy's maximum; Python's max drops a NaN)."""
+    return a if a > b or a != a else b
+
+
+@cuda.jit(device=True)
+def rt_min(a, b):
+    """The smaller of a and b, NaN when either is NaN."""
+    return a if a < b or a != a else b
+
+
+@cuda.jit(device=True)
 def rt_log(x):
     """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
     if x > _FP8_ZERO:
@@ -127,20 +139,20 @@ def kernel(x, w, rep_x, rep_w, keep, out_y, rows, length):
         s_acc[j] = _K0
     for l in range(tid, length, 128):
         e_x = float32(x[rr_x, l])
-        n_a = max(s_a, abs(e_x))
-        t_c0 = (_K2/(max(_K1, n_a)))
+        n_a = rt_max(s_a, abs(e_x))
+        t_c0 = (_K2/(rt_max(_K1, n_a)))
         for j in range(D_n):
-            s_acc[j] = (_K0 if (s_a == NEG_INF) else s_acc[j]*t_c0*max(_K1, s_a)) + (_K0 if (n_a == NEG_INF) else float32(w[rr_w, l, j])*rt_fp8(_K3*t_c0*e_x))
+            s_acc[j] = (_K0 if (s_a == NEG_INF) else s_acc[j]*t_c0*rt_max(_K1, s_a)) + (_K0 if (n_a == NEG_INF) else float32(w[rr_w, l, j])*rt_fp8(_K3*t_c0*e_x))
         s_a = n_a
     off = 16
     while off > 0:
         o_a = cuda.shfl_down_sync(0xFFFFFFFF, s_a, off)
         for j in range(D_n):
             o_acc[j] = cuda.shfl_down_sync(0xFFFFFFFF, s_acc[j], off)
-        n_a = max(s_a, o_a)
-        t_c0 = (_K2/(max(_K1, n_a)))
+        n_a = rt_max(s_a, o_a)
+        t_c0 = (_K2/(rt_max(_K1, n_a)))
         for j in range(D_n):
-            s_acc[j] = (_K0 if (s_a == NEG_INF) else s_acc[j]*t_c0*max(_K1, s_a)) + (_K0 if (o_a == NEG_INF) else o_acc[j]*t_c0*max(_K1, o_a))
+            s_acc[j] = (_K0 if (s_a == NEG_INF) else s_acc[j]*t_c0*rt_max(_K1, s_a)) + (_K0 if (o_a == NEG_INF) else o_acc[j]*t_c0*rt_max(_K1, o_a))
         s_a = n_a
         off //= 2
     if lane == 0:
@@ -162,10 +174,10 @@ def kernel(x, w, rep_x, rep_w, keep, out_y, rows, length):
             o_a = cuda.shfl_down_sync(0xFFFFFFFF, s_a, off)
             for j in range(D_n):
                 o_acc[j] = cuda.shfl_down_sync(0xFFFFFFFF, s_acc[j], off)
-            n_a = max(s_a, o_a)
-            t_c0 = (_K2/(max(_K1, n_a)))
+            n_a = rt_max(s_a, o_a)
+            t_c0 = (_K2/(rt_max(_K1, n_a)))
             for j in range(D_n):
-                s_acc[j] = (_K0 if (s_a == NEG_INF) else s_acc[j]*t_c0*max(_K1, s_a)) + (_K0 if (o_a == NEG_INF) else o_acc[j]*t_c0*max(_K1, o_a))
+                s_acc[j] = (_K0 if (s_a == NEG_INF) else s_acc[j]*t_c0*rt_max(_K1, s_a)) + (_K0 if (o_a == NEG_INF) else o_acc[j]*t_c0*rt_max(_K1, o_a))
             s_a = n_a
             off //= 2
         if lane == 0:
@@ -177,4 +189,4 @@ def kernel(x, w, rep_x, rep_w, keep, out_y, rows, length):
     for j in range(D_n):
         s_acc[j] = sh_acc[0, j]
     for j in range(tid, D_n, 128):
-        out_y[row, j] = s_acc[j]*max(_K1, s_a)/_K3
+        out_y[row, j] = s_acc[j]*rt_max(_K1, s_a)/_K3

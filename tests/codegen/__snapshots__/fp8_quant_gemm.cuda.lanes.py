@@ -29,6 +29,18 @@ D_r = 512
 V_n = 2
 
 @cuda.jit(device=True)
+def rt_max(a, b):
+    """The larger of a and b, NaN when either is NaN (as NumPy's maximum; Python's max drops a NaN)."""
+    return a if a > b or a != a else b
+
+
+@cuda.jit(device=True)
+def rt_min(a, b):
+    """The smaller of a and b, NaN when either is NaN."""
+    return a if a < b or a != a else b
+
+
+@cuda.jit(device=True)
 def rt_log(x):
     """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
     if x > _FP8_ZERO:
@@ -167,17 +179,17 @@ def kernel(x, w, rep_x, rep_w, keep, out_y, rows, length):
             o_acc[t] = _K0
         if ok_0:
             l = base + 0 * 4 + warp
-            o_a = max(o_a, abs(xs_x_0))
+            o_a = rt_max(o_a, abs(xs_x_0))
         if ok_0:
             l = base + 0 * 4 + warp
             for t in range(V_n):
                 j = lane + 32 * t
-                o_acc[t] = o_acc[t] + xv_w_0[t]*rt_fp8(_K1*xs_x_0/max(_K2, o_a))
-        n_a = max(s_a, o_a)
-        t_c0 = (_K3/(max(_K2, n_a)))
+                o_acc[t] = o_acc[t] + xv_w_0[t]*rt_fp8(_K1*xs_x_0/rt_max(_K2, o_a))
+        n_a = rt_max(s_a, o_a)
+        t_c0 = (_K3/(rt_max(_K2, n_a)))
         for t in range(V_n):
             j = lane + 32 * t
-            s_acc[t] = (_K0 if (s_a == NEG_INF) else s_acc[t]*t_c0*max(_K2, s_a)) + (_K0 if (o_a == NEG_INF) else o_acc[t]*t_c0*max(_K2, o_a))
+            s_acc[t] = (_K0 if (s_a == NEG_INF) else s_acc[t]*t_c0*rt_max(_K2, s_a)) + (_K0 if (o_a == NEG_INF) else o_acc[t]*t_c0*rt_max(_K2, o_a))
         s_a = n_a
     sh_a[warp] = s_a
     for t in range(V_n):
@@ -193,13 +205,13 @@ def kernel(x, w, rep_x, rep_w, keep, out_y, rows, length):
         for t in range(V_n):
             j = lane + 32 * t
             o_acc[t] = sh_acc[wsrc, j]
-        n_a = max(s_a, o_a)
-        t_c0 = (_K3/(max(_K2, n_a)))
+        n_a = rt_max(s_a, o_a)
+        t_c0 = (_K3/(rt_max(_K2, n_a)))
         for t in range(V_n):
             j = lane + 32 * t
-            s_acc[t] = (_K0 if (s_a == NEG_INF) else s_acc[t]*t_c0*max(_K2, s_a)) + (_K0 if (o_a == NEG_INF) else o_acc[t]*t_c0*max(_K2, o_a))
+            s_acc[t] = (_K0 if (s_a == NEG_INF) else s_acc[t]*t_c0*rt_max(_K2, s_a)) + (_K0 if (o_a == NEG_INF) else o_acc[t]*t_c0*rt_max(_K2, o_a))
         s_a = n_a
     if warp == 0:
         for t in range(V_n):
             j = lane + 32 * t
-            out_y[row, j] = s_acc[t]*max(_K2, s_a)/_K1
+            out_y[row, j] = s_acc[t]*rt_max(_K2, s_a)/_K1

@@ -25,6 +25,18 @@ D_n = 64
 D_r = 512
 
 @cuda.jit(device=True)
+def rt_max(a, b):
+    """The larger of a and b, NaN when either is NaN (as NumPy's maximum; Python's max drops a NaN)."""
+    return a if a > b or a != a else b
+
+
+@cuda.jit(device=True)
+def rt_min(a, b):
+    """The smaller of a and b, NaN when either is NaN."""
+    return a if a < b or a != a else b
+
+
+@cuda.jit(device=True)
 def rt_log(x):
     """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
     if x > _FP8_ZERO:
@@ -120,7 +132,7 @@ def kernel(x, rep_x, keep, out_y, rows, length):
     s_s = _K0
     for l in range(tid, length, 128):
         e_x = float32(x[rr_x, l])
-        n_m = max(s_m, e_x)
+        n_m = rt_max(s_m, e_x)
         n_s = (_K0 if (s_m == NEG_INF) else s_s*math.exp(s_m - n_m)) + (_K0 if (n_m == NEG_INF) else math.exp(-n_m + e_x))
         s_m = n_m
         s_s = n_s
@@ -128,7 +140,7 @@ def kernel(x, rep_x, keep, out_y, rows, length):
     while off > 0:
         o_m = cuda.shfl_down_sync(0xFFFFFFFF, s_m, off)
         o_s = cuda.shfl_down_sync(0xFFFFFFFF, s_s, off)
-        n_m = max(s_m, o_m)
+        n_m = rt_max(s_m, o_m)
         n_s = (_K0 if (s_m == NEG_INF) else s_s*math.exp(s_m - n_m)) + (_K0 if (o_m == NEG_INF) else o_s*math.exp(o_m - n_m))
         s_m = n_m
         s_s = n_s
@@ -148,7 +160,7 @@ def kernel(x, rep_x, keep, out_y, rows, length):
         while off > 0:
             o_m = cuda.shfl_down_sync(0xFFFFFFFF, s_m, off)
             o_s = cuda.shfl_down_sync(0xFFFFFFFF, s_s, off)
-            n_m = max(s_m, o_m)
+            n_m = rt_max(s_m, o_m)
             n_s = (_K0 if (s_m == NEG_INF) else s_s*math.exp(s_m - n_m)) + (_K0 if (o_m == NEG_INF) else o_s*math.exp(o_m - n_m))
             s_m = n_m
             s_s = n_s

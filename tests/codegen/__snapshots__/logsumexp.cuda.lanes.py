@@ -25,6 +25,18 @@ D_n = 64
 D_r = 512
 
 @cuda.jit(device=True)
+def rt_max(a, b):
+    """The larger of a and b, NaN when either is NaN (as NumPy's maximum; Python's max drops a NaN)."""
+    return a if a > b or a != a else b
+
+
+@cuda.jit(device=True)
+def rt_min(a, b):
+    """The smaller of a and b, NaN when either is NaN."""
+    return a if a < b or a != a else b
+
+
+@cuda.jit(device=True)
 def rt_log(x):
     """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
     if x > _FP8_ZERO:
@@ -153,11 +165,11 @@ def kernel(x, rep_x, keep, out_y, rows, length):
         o_s = _K0
         if ok_0:
             l = base + 0 * 4 + warp
-            o_m = max(o_m, xs_x_0)
+            o_m = rt_max(o_m, xs_x_0)
         if ok_0:
             l = base + 0 * 4 + warp
             o_s = o_s + math.exp(-o_m + xs_x_0)
-        n_m = max(s_m, o_m)
+        n_m = rt_max(s_m, o_m)
         n_s = (_K0 if (s_m == NEG_INF) else s_s*math.exp(s_m - n_m)) + (_K0 if (o_m == NEG_INF) else o_s*math.exp(o_m - n_m))
         s_m = n_m
         s_s = n_s
@@ -169,7 +181,7 @@ def kernel(x, rep_x, keep, out_y, rows, length):
     for wsrc in range(1, 4):
         o_m = sh_m[wsrc]
         o_s = sh_s[wsrc]
-        n_m = max(s_m, o_m)
+        n_m = rt_max(s_m, o_m)
         n_s = (_K0 if (s_m == NEG_INF) else s_s*math.exp(s_m - n_m)) + (_K0 if (o_m == NEG_INF) else o_s*math.exp(o_m - n_m))
         s_m = n_m
         s_s = n_s

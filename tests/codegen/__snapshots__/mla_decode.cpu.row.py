@@ -23,6 +23,18 @@ D_n = 64
 D_r = 512
 
 @njit(cache=False)
+def rt_max(a, b):
+    """The larger of a and b, NaN when either is NaN (as NumPy's maximum; Python's max drops a NaN)."""
+    return a if a > b or a != a else b
+
+
+@njit(cache=False)
+def rt_min(a, b):
+    """The smaller of a and b, NaN when either is NaN."""
+    return a if a < b or a != a else b
+
+
+@njit(cache=False)
 def rt_log(x):
     """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
     if x > _FP8_ZERO:
@@ -115,7 +127,7 @@ def kernel(c, kr, rep_c, rep_kr, qc, qr, scale, keep, out_y, rows, length):
             for _j1 in range(D_e):
                 _acc1 += float32(kr[rr_kr, l, _j1])*qr[row, _j1]
             e_s = p_scale*(_acc0 + _acc1)
-            n_m = max(s_m, e_s)
+            n_m = rt_max(s_m, e_s)
             t_c0 = (n_m == NEG_INF)
             t_c1 = math.exp(-n_m + e_s)
             t_c2 = (s_m == NEG_INF)

@@ -27,6 +27,18 @@ V_e = 2
 V_r = 16
 
 @cuda.jit(device=True)
+def rt_max(a, b):
+    """The larger of a and b, NaN when either is NaN (as NumPy's maximum; Python's max drops a NaN)."""
+    return a if a > b or a != a else b
+
+
+@cuda.jit(device=True)
+def rt_min(a, b):
+    """The smaller of a and b, NaN when either is NaN."""
+    return a if a < b or a != a else b
+
+
+@cuda.jit(device=True)
 def rt_log(x):
     """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
     if x > _FP8_ZERO:
@@ -188,7 +200,7 @@ def kernel(c, kr, rep_c, rep_kr, qc, qr, scale, keep, out_y, rows, length):
             o_o[t] = _K0
         if ok_0:
             l = base + 0 * 4 + warp
-            o_m = max(o_m, xs_s_0)
+            o_m = rt_max(o_m, xs_s_0)
         if ok_0:
             l = base + 0 * 4 + warp
             o_l = o_l + math.exp(-o_m + xs_s_0)
@@ -197,7 +209,7 @@ def kernel(c, kr, rep_c, rep_kr, qc, qr, scale, keep, out_y, rows, length):
             for t in range(V_r):
                 j = lane + 32 * t
                 o_o[t] = o_o[t] + xv_c_0[t]*math.exp(-o_m + xs_s_0)
-        n_m = max(s_m, o_m)
+        n_m = rt_max(s_m, o_m)
         t_c0 = (s_m == NEG_INF)
         t_c1 = math.exp(s_m - n_m)
         t_c2 = (o_m == NEG_INF)
@@ -225,7 +237,7 @@ def kernel(c, kr, rep_c, rep_kr, qc, qr, scale, keep, out_y, rows, length):
         for t in range(V_r):
             j = lane + 32 * t
             o_o[t] = sh_o[wsrc, j]
-        n_m = max(s_m, o_m)
+        n_m = rt_max(s_m, o_m)
         t_c0 = (s_m == NEG_INF)
         t_c1 = math.exp(s_m - n_m)
         t_c2 = (o_m == NEG_INF)

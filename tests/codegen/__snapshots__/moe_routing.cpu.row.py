@@ -25,6 +25,18 @@ D_r = 512
 K_t = 8
 
 @njit(cache=False)
+def rt_max(a, b):
+    """The larger of a and b, NaN when either is NaN (as NumPy's maximum; Python's max drops a NaN)."""
+    return a if a > b or a != a else b
+
+
+@njit(cache=False)
+def rt_min(a, b):
+    """The smaller of a and b, NaN when either is NaN."""
+    return a if a < b or a != a else b
+
+
+@njit(cache=False)
 def rt_log(x):
     """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
     if x > _FP8_ZERO:
@@ -111,7 +123,7 @@ def kernel(g, rep_g, keep, out_w, out_t_index, rows, length):
             si_t[j] = -1
         for l in range(0, length, 1):
             e_g = float32(g[rr_g, l])
-            n_m = max(e_g, s_m)
+            n_m = rt_max(e_g, s_m)
             t_c0 = (n_m == NEG_INF)
             t_c1 = math.exp(e_g - n_m)
             t_c2 = (s_m == NEG_INF)

@@ -27,6 +27,18 @@ D_r = 512
 K_t = 8
 
 @cuda.jit(device=True)
+def rt_max(a, b):
+    """The larger of a and b, NaN when either is NaN (as NumPy's maximum; Python's max drops a NaN)."""
+    return a if a > b or a != a else b
+
+
+@cuda.jit(device=True)
+def rt_min(a, b):
+    """The smaller of a and b, NaN when either is NaN."""
+    return a if a < b or a != a else b
+
+
+@cuda.jit(device=True)
 def rt_log(x):
     """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
     if x > _FP8_ZERO:
@@ -131,7 +143,7 @@ def kernel(g, rep_g, keep, out_w, out_t_index, rows, length):
         si_t[j] = -1
     for l in range(tid, length, 128):
         e_g = float32(g[rr_g, l])
-        n_m = max(e_g, s_m)
+        n_m = rt_max(e_g, s_m)
         t_c0 = (n_m == NEG_INF)
         t_c1 = math.exp(e_g - n_m)
         t_c2 = (s_m == NEG_INF)
@@ -151,7 +163,7 @@ def kernel(g, rep_g, keep, out_w, out_t_index, rows, length):
         for j in range(K_t):
             o_t[j] = cuda.shfl_down_sync(0xFFFFFFFF, s_t[j], off)
             oi_t[j] = cuda.shfl_down_sync(0xFFFFFFFF, si_t[j], off)
-        n_m = max(s_m, o_m)
+        n_m = rt_max(s_m, o_m)
         t_c0 = (s_m == NEG_INF)
         t_c1 = s_s*math.exp(s_m - n_m)
         t_c2 = (o_m == NEG_INF)
@@ -196,7 +208,7 @@ def kernel(g, rep_g, keep, out_w, out_t_index, rows, length):
             for j in range(K_t):
                 o_t[j] = cuda.shfl_down_sync(0xFFFFFFFF, s_t[j], off)
                 oi_t[j] = cuda.shfl_down_sync(0xFFFFFFFF, si_t[j], off)
-            n_m = max(s_m, o_m)
+            n_m = rt_max(s_m, o_m)
             t_c0 = (s_m == NEG_INF)
             t_c1 = s_s*math.exp(s_m - n_m)
             t_c2 = (o_m == NEG_INF)

@@ -28,6 +28,18 @@ K_t = 8
 V_8 = 1
 
 @cuda.jit(device=True)
+def rt_max(a, b):
+    """The larger of a and b, NaN when either is NaN (as NumPy's maximum; Python's max drops a NaN)."""
+    return a if a > b or a != a else b
+
+
+@cuda.jit(device=True)
+def rt_min(a, b):
+    """The smaller of a and b, NaN when either is NaN."""
+    return a if a < b or a != a else b
+
+
+@cuda.jit(device=True)
 def rt_log(x):
     """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
     if x > _FP8_ZERO:
@@ -168,14 +180,14 @@ def kernel(g, rep_g, keep, out_w, out_t_index, rows, length):
             oi_t[j] = -1
         if ok_0:
             l = base + 0 * 4 + warp
-            o_m = max(o_m, xs_g_0)
+            o_m = rt_max(o_m, xs_g_0)
         if ok_0:
             l = base + 0 * 4 + warp
             o_s = o_s + math.exp(xs_g_0 - o_m)
         if ok_0:
             l = base + 0 * 4 + warp
             rt_topk_insert(o_t, oi_t, math.exp(xs_g_0 - o_m)/o_s, l)
-        n_m = max(s_m, o_m)
+        n_m = rt_max(s_m, o_m)
         t_c0 = (s_m == NEG_INF)
         t_c1 = s_s*math.exp(s_m - n_m)
         t_c2 = (o_m == NEG_INF)
@@ -209,7 +221,7 @@ def kernel(g, rep_g, keep, out_w, out_t_index, rows, length):
         for j in range(K_t):
             o_t[j] = sh_t[wsrc, j]
             oi_t[j] = shi_t[wsrc, j]
-        n_m = max(s_m, o_m)
+        n_m = rt_max(s_m, o_m)
         t_c0 = (s_m == NEG_INF)
         t_c1 = s_s*math.exp(s_m - n_m)
         t_c2 = (o_m == NEG_INF)

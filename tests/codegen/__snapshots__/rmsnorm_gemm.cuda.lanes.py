@@ -27,6 +27,18 @@ D_r = 512
 V_n = 2
 
 @cuda.jit(device=True)
+def rt_max(a, b):
+    """The larger of a and b, NaN when either is NaN (as NumPy's maximum; Python's max drops a NaN)."""
+    return a if a > b or a != a else b
+
+
+@cuda.jit(device=True)
+def rt_min(a, b):
+    """The smaller of a and b, NaN when either is NaN."""
+    return a if a < b or a != a else b
+
+
+@cuda.jit(device=True)
 def rt_log(x):
     """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
     if x > _FP8_ZERO:

@@ -23,6 +23,18 @@ D_n = 64
 D_r = 512
 
 @njit(cache=False)
+def rt_max(a, b):
+    """The larger of a and b, NaN when either is NaN (as NumPy's maximum; Python's max drops a NaN)."""
+    return a if a > b or a != a else b
+
+
+@njit(cache=False)
+def rt_min(a, b):
+    """The smaller of a and b, NaN when either is NaN."""
+    return a if a < b or a != a else b
+
+
+@njit(cache=False)
 def rt_log(x):
     """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
     if x > _FP8_ZERO:
@@ -104,7 +116,7 @@ def kernel(x, rep_x, keep, out_y, rows, length):
         s_l = _K0
         for l in range(0, length, 1):
             e_x = float32(x[rr_x, l])
-            n_m = max(s_m, e_x)
+            n_m = rt_max(s_m, e_x)
             n_l = (_K0 if (s_m == NEG_INF) else s_l*math.exp(s_m - n_m)) + (_K0 if (n_m == NEG_INF) else math.exp(-n_m + e_x))
             s_m = n_m
             s_l = n_l

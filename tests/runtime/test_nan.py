@@ -1,0 +1,29 @@
+"""A NaN in the input is propagated as the float64 reference propagates it, wherever it sits in the row."""
+
+import numpy as np
+import pytest
+
+import redalgebra as ra
+from redalgebra.runtime.compile import to_float
+from tests.catalogue import fused
+
+MAX_ONLY = "input x\nreduce m = max(x)\nreduce n = min(x)\nout y = m - n\n"
+FP8 = "input x\nreduce a = max(abs(x))\nout q = fp8(x * 448 / max(a, 1e-12))\nout s = max(a, 1e-12) / 448\n"
+
+
+@pytest.mark.parametrize("backend,strategy", [("cpu", "row"), ("cudasim", "rows"), ("cudasim", "tile"),
+                                              ("cudasim", "split")])
+@pytest.mark.parametrize("cascade", ["safe_softmax", "logsumexp", "max_only", "fp8"])
+def test_a_nan_anywhere_in_a_row_gives_the_references_nans(backend, strategy, cascade):
+    f = {"max_only": lambda: ra.derive(ra.parse(MAX_ONLY)), "fp8": lambda: ra.derive(ra.parse(FP8))}.get(
+        cascade, lambda: fused(cascade))()
+    kernel = ra.compile(f, backend, strategy)
+    for pos in (0, 17, 36):  # first (the running max still -inf), middle, last
+        x = np.random.default_rng(pos).normal(size=(3, 37)).astype(np.float32)
+        x[1, pos] = np.nan
+        got = kernel({"x": x})
+        want = ra.evaluate(f.cascade, {"x": x.astype(np.float64)}, {})
+        for name, value in got.items():
+            g, w = to_float(value).astype(np.float64), np.asarray(want[name])
+            assert np.array_equal(np.isnan(g), np.isnan(w)), (pos, name, g, w)
+            assert np.isnan(w[1]).all() and not np.isnan(w[[0, 2]]).any()  # the row with the NaN, only it

@@ -113,7 +113,7 @@ def memory_instructions(ptx: str) -> list[tuple[str, str, int, bool, str]]:
     return out
 
 
-def ptx_facts(ptx: str) -> dict:
+def ptx_facts(ptx: str, assemble: bool = True) -> dict:
     """Counts that say how a kernel moves data and computes, for tests and ``redalgebra ptx``:
 
     ``kernels`` (``.entry`` points); global loads and stores that move 128 bits at once
@@ -122,7 +122,8 @@ def ptx_facts(ptx: str) -> dict:
     read-only cache (``ld_global_nc``); ``ld_generic``/``st_generic`` (no state space: the compiler
     could not prove the address global or shared); ``ld_local``, ``st_local`` and ``local_bytes``
     (thread-private memory: arrays indexed at run time, spills; the bytes the kernels declare); ``f64`` (float64 arithmetic, :func:`f64_instructions`); ``ex2``
-    (``ex2.approx``); ``shfl_bfly`` (butterfly shuffles); ``sm_90`` (the target line).
+    (``ex2.approx``); ``shfl_bfly`` (butterfly shuffles); ``sm_90`` (the target line); with ``assemble``,
+    ptxas's ``registers``, ``spill_stores``, ``spill_loads`` and ``stack_bytes`` (:func:`ptxas_facts`).
     """
     ptx = re.sub(r"//[^\n]*", "", ptx)  # comments (such as the summary ``redalgebra ptx`` writes) count for nothing
     facts = dict(kernels=len(re.findall(r"^\s*(?:\.visible\s+)?\.entry\b", ptx, re.M)),
@@ -143,7 +144,47 @@ def ptx_facts(ptx: str) -> dict:
     facts.update(local_bytes=sum(map(int, re.findall(r"^\s*\.local\b[^;\[]*\[(\d+)\]", ptx, re.M))), f64=len(f64_instructions(ptx)),
                  ex2=len(re.findall(r"\bex2\.approx\b", ptx)), shfl_bfly=len(re.findall(r"\bshfl\.sync\.bfly\b", ptx)),
                  sm_90=".target sm_90" in ptx)
+    if assemble:
+        facts.update(ptxas_facts(ptx) or {})
     return facts
+
+
+def ptxas_facts(ptx: str, arch: str = "sm_90") -> dict | None:
+    """What ptxas says of the kernels once assembled for ``arch`` — without a GPU, through nvJitLink (which
+    numba-cuda's CUDA 13 wheels bring): ``registers`` (the most any kernel uses: it bounds how many blocks
+    fit on a multiprocessor), ``spill_stores``/``spill_loads`` and ``stack_bytes`` (summed over kernels).
+    Assembling also checks the inline PTX of the intrinsics, which NVVM passes through unread.
+    None where nvJitLink is not installed; a :class:`RedalgebraError` with ptxas's log if it refuses."""
+    try:
+        from cuda.bindings import nvjitlink
+    except ImportError:  # pragma: no cover - every supported install has it
+        return None
+    text = ""
+    # a strategy of several kernels gives one PTX module each (each with its own .version): one at a time
+    for module in re.split(r"(?m)^(?=\s*\.version\b)", re.sub(r"//[^\n]*", "", ptx)):
+        if ".entry" not in module:
+            continue
+        code = module.encode()
+        handle = nvjitlink.create(3, [f"-arch={arch}", "-O3", "-verbose"])
+        try:
+            try:
+                nvjitlink.add_data(handle, nvjitlink.InputType.PTX, code, len(code), "kernel.ptx")
+                nvjitlink.complete(handle)
+            except Exception as err:  # noqa: BLE001 - nvJitLink reports through its log
+                log = bytearray(nvjitlink.get_error_log_size(handle))
+                nvjitlink.get_error_log(handle, log)
+                raise RedalgebraError(f"ptxas refused the generated PTX: {err}\n"
+                                      f"{log.decode(errors='replace')[-2000:]}") from None
+            log = bytearray(nvjitlink.get_info_log_size(handle))
+            nvjitlink.get_info_log(handle, log)
+        finally:
+            nvjitlink.destroy(handle)
+        text += log.decode(errors="replace")
+    spills = [tuple(map(int, m)) for m in re.findall(
+        r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", text)]
+    return dict(registers=max(map(int, re.findall(r"Used (\d+) registers", text)), default=0),
+                stack_bytes=sum(s[0] for s in spills), spill_stores=sum(s[1] for s in spills),
+                spill_loads=sum(s[2] for s in spills))
 
 
 def facts_text(facts: dict) -> list[str]:
@@ -155,4 +196,6 @@ def facts_text(facts: dict) -> list[str]:
             f"global stores: {f['st_global_128']} of 128 bits, {f['st_global_vector_narrow']} narrower vectors, "
             f"{f['st_global_scalar']} scalar; generic loads/stores: {f['ld_generic']}/{f['st_generic']}",
             f".local: {f['local_bytes']} bytes, {f['ld_local']} loads, {f['st_local']} stores; f64 instructions: {f['f64']}; ex2.approx: {f['ex2']}; "
-            f"shfl.sync.bfly: {f['shfl_bfly']}"]
+            f"shfl.sync.bfly: {f['shfl_bfly']}"] + (
+        [f"ptxas (sm_90): {f['registers']} registers per thread at most, {f['spill_stores']}/{f['spill_loads']} bytes "
+         f"spilled (stores/loads), {f['stack_bytes']} bytes of stack"] if "registers" in f else [])

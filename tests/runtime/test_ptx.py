@@ -104,6 +104,7 @@ def test_cuda_variants_compile_to_sm90_ptx_without_float64(report):
         name, strategy = variant.split("/")[:2]
         text = workloads.get(name).text
         assert facts["sm_90"], variant
+        assert facts["registers"] > 0, variant  # ptxas assembled it (the intrinsics' inline PTX included)
         assert facts["f64"] == 0, variant
         assert facts["ld_generic"] == facts["st_generic"] == 0, variant  # every access known global or shared
         # fast_exp is the CUDA default: ex2 exactly where the cascade has an exp
@@ -129,8 +130,9 @@ def test_auto_is_rows_with_128_bit_chunks_on_the_scalar_cascades(report):
         # element by element: only the partial-chunk branch (one per element of a chunk) and the row's params
         held = passes * len(c.inputs) * facts["tile"] * facts["vec"]
         assert facts["ld_global_scalar"] <= held + len(c.params), (key, facts)
-        # every state in registers, top-k's too (no arrays indexed at run time, no spills)
+        # every state in registers, top-k's too (no arrays indexed at run time, no spills), by PTX and by ptxas
         assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0, key
+        assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, (key, facts)
 
 
 @pytest.mark.slow

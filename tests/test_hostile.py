@@ -114,6 +114,19 @@ def test_an_analysis_past_its_budget_is_unknown_not_a_hang():
     assert analyze(parse(X + "reduce m = max(x)\nreduce s = sum(exp(x - m))\n")).fusable  # nothing cached
 
 
+def test_budgets_hold_in_a_worker_thread_too():
+    import threading
+
+    c = parse(X + "reduce m = max(x)\nreduce s = sum((x - m + 1)**1000)\n")
+    found = {}
+    worker = threading.Thread(target=lambda: found.update(a=analyze(c, budget_s=0.5)))
+    start = time.perf_counter()
+    worker.start()
+    worker.join(timeout=20)
+    assert not worker.is_alive() and time.perf_counter() - start < 6
+    assert found["a"]["s"].reason.startswith("unknown: the time budget of 0.5 s for the analysis")
+
+
 def test_the_cli_budget_option(tmp_path, capsys):
     path = tmp_path / "slow.casc"
     path.write_text(X + "reduce m = max(x)\nreduce s = sum((x - m + 1)**1000)\nout y = s\n")

@@ -173,7 +173,7 @@ def _lift(analysis: Analysis, bodies: dict, c: Cascade) -> Program:
     lifted = {}
     steps = []
     for ra in analysis.reductions:
-        value = sp.simplify(bodies[ra.name].xreplace(lifted))
+        value = _budget.simplified(bodies[ra.name].xreplace(lifted))
         lifted[c.symbols[ra.name]] = value
         steps.append((side(ra.name, "n"), value))
     return Program(tuple(steps), tuple(s for s, _ in steps))

@@ -9,6 +9,8 @@ real cascade needs more.
 
 from __future__ import annotations
 
+#: Characters in the whole text (comments and blank lines included).
+MAX_TEXT_CHARS = 10_000_000
 #: Characters on one line.
 MAX_LINE_CHARS = 10_000
 #: Statements (input, param, let, reduce, out) in one cascade.

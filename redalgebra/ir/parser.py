@@ -520,6 +520,9 @@ def parse(text: str, name: str = "cascade") -> Cascade:
     """
     if not isinstance(text, str):
         raise TypeError(f"parse() takes the cascade text as a str, got {type(text).__name__}")
+    if len(text) > limits.MAX_TEXT_CHARS:
+        raise LimitError(f"the text has {len(text)} characters, more than {limits.MAX_TEXT_CHARS} (the limit "
+                         f"MAX_TEXT_CHARS)", 1, 1, "")
     lines = split_lines(text.removeprefix("\ufeff"))
     later = _declared_later(lines)
     statements, declared, heads, shape = [], {}, [], {}

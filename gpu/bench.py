@@ -71,9 +71,12 @@ class Case:
 
 
 def parse_config(text: str) -> dict:
-    """``strategy[@threads[xTILE][sSEGMENTS][gGROUP]]``; ``rows`` and ``auto`` alone choose from the shape."""
+    """``strategy[@threads[xTILE][sSEGMENTS][gGROUP][mBLOCKS]]``; ``rows`` and ``auto`` alone choose from the shape."""
     strategy, _, rest = text.partition("@")
     out = {"strategy": strategy}
+    if "m" in rest:  # launch bounds: blocks per multiprocessor, e.g. rows@256x4g256m4
+        rest, blocks = rest.split("m")
+        out["min_blocks"] = int(blocks)
     if "g" in rest:
         rest, group = rest.split("g")
         out["group"] = int(group)

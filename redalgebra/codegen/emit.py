@@ -38,6 +38,13 @@ class Spec:
     out_dtypes: tuple = ()       # ((output name, "float32" | "bfloat16" | "float16" | "e4m3"), ...)
     staged: bool = False         # resident rows: one reduction at a time, each reduced over the group by its
     #                              monoid (top-k by repeated arg-max selection) instead of the derived merge
+    min_blocks: int = 0          # launch bounds: fit the registers so that this many blocks share a
+    #                              multiprocessor (0: the compiler's choice for the block size alone)
+
+    @property
+    def launch_bounds(self) -> str:
+        """numba's ``launch_bounds`` for this kernel: the block size, and the blocks per multiprocessor if asked."""
+        return f"({self.threads}, {self.min_blocks})" if self.min_blocks else str(self.threads)
 
     @property
     def size_of(self) -> dict:

@@ -105,6 +105,7 @@ class Kernel:
     segments: int | None = None  # split strategies: segments per row; None: chosen from the shape
     group: int | None = None     # rows: threads per row; None: chosen from the shape
     out_dtype: str | None = None  # "float32": every output in float32; None: as the strategy writes them
+    min_blocks: int | None = None  # launch bounds: blocks per multiprocessor the registers must allow
     _compiled: dict = field(default_factory=dict, repr=False)
     #: user name -> the name in the generated code, for names that could collide with the generator's
     #: (``fused`` is then the cascade derived under the generated names; calls map names both ways)
@@ -248,7 +249,8 @@ class Kernel:
                                    ("simulator", self.backend == "cudasim")))
         policy = get(strategy).configure(self.fused, problem)
         extra = {k: policy.pop(k) for k in list(policy) if k not in Spec.__dataclass_fields__}
-        spec = Spec(problem.sizes, problem.dtypes, keep, **{"fast_exp": self.fast_exp, **policy})
+        spec = Spec(problem.sizes, problem.dtypes, keep, **{"fast_exp": self.fast_exp, **policy,
+                                                             "min_blocks": self.min_blocks or 0})
         return strategy, spec, extra
 
     @staticmethod
@@ -455,7 +457,7 @@ class Launch:
 
 def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None, threads: int | None = None,
             tile: int | None = None, fast_exp: bool | None = None, segments: int | None = None,
-            group: int | None = None, out_dtype: str | None = None) -> Kernel:
+            group: int | None = None, out_dtype: str | None = None, min_blocks: int | None = None) -> Kernel:
     """A callable that runs ``fused`` with a generated kernel.
 
     Parameters
@@ -479,6 +481,9 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     out_dtype : None | ``"float32"``
         Outputs in the input's dtype where the strategy writes it (``rows``: bfloat16 in, bfloat16
         out; ``fp8(…)`` outputs as e4m3 bytes), or float32 for every output.
+    min_blocks : int, optional
+        CUDA launch bounds: registers limited so that this many blocks fit on a multiprocessor (more
+        rows in flight, at the risk of spills: ``redalgebra ptx`` shows registers and spills).
     """
     check_backend(backend)
     if not isinstance(fused, FusedCascade):
@@ -488,7 +493,8 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
         strategy = "row"
     if strategy != "auto":
         get(strategy, backend)  # a clear error for a name that is not registered on this back end
-    for name, value in (("threads", threads), ("tile", tile), ("segments", segments), ("group", group)):
+    for name, value in (("threads", threads), ("tile", tile), ("segments", segments), ("group", group),
+                        ("min_blocks", min_blocks)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise RedalgebraError(f"{name} must be a positive integer, got {value!r}")
     if tile is not None and tile & (tile - 1):
@@ -502,7 +508,7 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     from ..codegen.names import generated_names
 
     generated, rename = generated_names(fused)  # names the generated code could confuse with its own, renamed
-    return Kernel(generated, backend, strategy, threads, tile, fast_exp, segments, group, out_dtype,
+    return Kernel(generated, backend, strategy, threads, tile, fast_exp, segments, group, out_dtype, min_blocks,
                   rename=rename, user=fused if rename else None)
 
 

@@ -85,7 +85,7 @@ class DriverStep:
     and numbers); ``names``: a name per argument, by which :meth:`bind` rebinds an array's data pointer.
     """
 
-    __slots__ = ("function", "grid", "block", "shared", "fields", "params", "pointers")
+    __slots__ = ("function", "grid", "block", "shared", "fields", "params", "pointers", "_launch", "_fixed")
 
     def __init__(self, configured, args, names):
         dispatcher = configured.dispatcher
@@ -105,6 +105,8 @@ class DriverStep:
             if data is not None:
                 self.pointers.setdefault(name, []).append(data)
         self.params = (ctypes.c_void_p * len(self.fields))(*[ctypes.addressof(f) for f in self.fields])
+        self._launch = launch
+        self._fixed = (self.function, *self.grid, *self.block, self.shared)  # the arguments before the stream
 
     def bind(self, pointers: dict) -> None:
         """Point the named array arguments at new data (same shape, strides and dtype)."""
@@ -116,6 +118,6 @@ class DriverStep:
 
     def launch(self, stream: int = 0) -> None:
         """Launch on ``stream`` (a ``CUstream`` handle; 0: the legacy default stream), asynchronously."""
-        code = _libcuda()[0](self.function, *self.grid, *self.block, self.shared, stream, self.params, None)
+        code = self._launch(*self._fixed, stream, self.params, None)
         if code:
             _check(code, "cuLaunchKernel")

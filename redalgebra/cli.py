@@ -91,7 +91,7 @@ def _cmd_ptx(args) -> int:
     sizes = dict(PTX_SIZES)
     for item in args.size or []:
         name, _, value = item.partition("=")
-        if not value.isdigit() or int(value) < 1:
+        if not (value.isascii() and value.isdigit() and len(value) < 10 and int(value) > 0):
             raise RedalgebraError(f"--size takes NAME=VALUE with a positive integer value, got {item!r}")
         sizes[name.strip()] = int(value)
     dims = sorted({d for d in c.sizes.values() if isinstance(d, str)})

@@ -317,15 +317,15 @@ class _LineParser:
     def literal(self, tok: Token) -> sp.Rational:
         """A numeric literal, exactly; its digits and exponent checked before Python converts it."""
         mantissa, _, exponent = tok.text.lower().partition("e")
-        digits = len(mantissa.replace(".", "").lstrip("0"))
+        digits = len(mantissa.replace(".", ""))  # leading zeros too: Python converts the digits as written
         if digits > limits.MAX_DIGITS:
             raise self.limit(f"this number has {digits} digits, more than {limits.MAX_DIGITS} (the limit MAX_DIGITS)",
                              tok)
-        if exponent and len(exponent.lstrip("+-").lstrip("0")) > 6 or exponent and \
-                abs(int(exponent)) > limits.MAX_EXPONENT:
+        size = exponent.lstrip("+-").lstrip("0") or "0"
+        if len(size) > 6 or int(size) > limits.MAX_EXPONENT:
             raise self.limit(f"the exponent of {_short(tok.text)} is larger than {limits.MAX_EXPONENT} in size (the "
                              f"limit MAX_EXPONENT; float64 ends near 1e308, float32 near 3e38)", tok)
-        f = Fraction(tok.text)
+        f = Fraction(mantissa) * Fraction(10) ** (-int(size) if exponent.startswith("-") else int(size))
         return self.bounded(tok, sp.Rational(f.numerator, f.denominator))
 
     def lookup(self, tok: Token) -> sp.Expr:
@@ -393,7 +393,7 @@ class _LineParser:
             return None
         self.take()
         tok = self.take()
-        if tok.kind == "number" and tok.text.isdigit() and int(tok.text) > 0:
+        if tok.kind == "number" and tok.text.isdigit() and tok.text.strip("0"):
             size = self.count(tok, limits.MAX_VECTOR, "a vector's length", "MAX_VECTOR")
         elif tok.kind == "name":
             size = tok.text
@@ -404,9 +404,10 @@ class _LineParser:
 
     def count(self, tok: Token, most: int, what: str, name: str) -> int:
         """A positive integer token, at most ``most``."""
-        if len(tok.text) > len(str(most)) or int(tok.text) > most:
-            raise self.limit(f"{what} is {_short(tok.text)}, more than {most} (the limit {name})", tok)
-        return int(tok.text)
+        digits = tok.text.lstrip("0")
+        if len(digits) > len(str(most)) or int(digits) > most:
+            raise self.limit(f"{what} is {_short(digits)}, more than {most} (the limit {name})", tok)
+        return int(digits)
 
     def statement(self):
         head = self.expect(kind="name", what="a statement")
@@ -432,7 +433,7 @@ class _LineParser:
         if self.peek().text in (">", ">=", "<", "<="):
             op = self.take().text
             zero = self.take()
-            if zero.kind != "number" or Fraction(zero.text) != 0:
+            if zero.kind != "number" or self.literal(zero) != 0:
                 raise self.error(f"a param's sign compares with 0, like 'param {name.text} {op} 0'", zero)
             sign = op + "0"
         return name, Param(name.text, size, sign, integer)
@@ -457,7 +458,7 @@ class _LineParser:
         if red.text == "topk":
             self.expect("(")
             k = self.expect(kind="number", what="the integer k of topk(k, EXPR)")
-            if not k.text.isdigit() or int(k.text) < 1:
+            if not k.text.isdigit() or not k.text.strip("0"):
                 raise self.error("k in topk(k, EXPR) must be a positive integer", k)
             self.expect(",", what="',' after k in topk(k, EXPR)")
             body = self.number_value()

@@ -77,6 +77,13 @@ def _ours(frame) -> bool:
     return frame is not None and frame.f_code.co_filename.startswith(_PACKAGE)
 
 
+def _callback(frame) -> bool:
+    """Whether ``frame`` is a finalizer or a weak-reference or GC callback: an exception raised there is only
+    printed as "ignored", and it would leave a cache half updated; the next signal comes soon."""
+    return frame is not None and (frame.f_code.co_filename.endswith("weakref.py")
+                                  or frame.f_code.co_name in ("__del__", "remove", "_remove", "gc_callback"))
+
+
 def _on_alarm(signum, frame):
     state = _state()
     entry = state.earliest()
@@ -84,8 +91,8 @@ def _on_alarm(signum, frame):
         return
     if time.monotonic() >= entry[0]:
         signal.setitimer(signal.ITIMER_REAL, RETRY_S)  # again, in case library code swallows the exception
-        if entry[3] and _ours(frame):
-            return  # our own code, handling the first one: it calls check() where it matters
+        if entry[3] and _ours(frame) or _callback(frame):
+            return  # our own code, handling the first one (it calls check() where it matters), or a callback
         entry[3] = True
         raise _exhausted(entry)
     _arm(state)

@@ -160,6 +160,11 @@ def test_symbols_of_one_name_and_different_assumptions_are_two_variables():
     assert proof.status == "refuted" and "a -> a__2" in proof.steps[0]
 
 
+def test_strings_are_refused_not_evaluated():
+    with pytest.raises(RedalgebraError, match="SymPy expression or a number, got str"):
+        prove_equal("__import__('os').getpid()", 1, claim="a string")
+
+
 def test_errors_inside_sympy_are_unknown_with_the_reason(monkeypatch):
     x, y = sp.symbols("x y")
     power = user_monoid("pow", sp.Lambda((x, y), x ** y), 1)

@@ -145,8 +145,8 @@ def prove_equal(lhs, rhs, *, claim: str, assumptions=None, conditions=(), seed: 
         Seconds this proof may take (default :data:`~.budget.PROOF_SECONDS`); past them, and on any
         exception inside the prover, the verdict is ``"unknown"`` with the reason.
     """
-    lhs, rhs = sp.sympify(lhs, strict=True), sp.sympify(rhs, strict=True)
-    conditions = [sp.sympify(g, strict=True) for g in conditions]
+    lhs, rhs = _expression(lhs, "lhs"), _expression(rhs, "rhs")
+    conditions = [_expression(g, "a condition") for g in conditions]
     assumed = normalize_assumptions(assumptions)
     lhs, rhs, conditions, renamed = _distinct_names(lhs, rhs, conditions)
     variables = (lhs.free_symbols | rhs.free_symbols).union(*[g.free_symbols for g in conditions])
@@ -174,6 +174,19 @@ def prove_equal(lhs, rhs, *, claim: str, assumptions=None, conditions=(), seed: 
         return replace(base, method="error",
                        steps=base.steps + (f"the prover stopped on {type(err).__name__}: {str(err)[:300]}; "
                                            f"undecided",))
+
+
+def _expression(value, what: str) -> sp.Expr:
+    """A SymPy expression from an expression or a number; strings are refused (SymPy would evaluate them)."""
+    try:
+        value = sp.sympify(value, strict=True)
+    except sp.SympifyError:
+        raise RedalgebraError(f"{what} of an identity is a SymPy expression or a number, got {type(value).__name__} "
+                              f"{str(value)[:60]!r}; build it from sympy.Symbol(..., real=True)") from None
+    if not isinstance(value, sp.Expr):
+        raise RedalgebraError(f"{what} of an identity is a SymPy expression, got a {type(value).__name__}: "
+                              f"{str(value)[:60]}")
+    return value
 
 
 def _prove(base: Proof, lhs, rhs, variables, assumed, conditions, seed, sampling) -> Proof:

@@ -84,6 +84,15 @@ def test_the_limits_leave_room_for_real_cascades():
     parse(X + "".join(f"let a{i} = x * {i + 1}\n" for i in range(900)) + "reduce s = sum(a899)\n")
 
 
+def test_cascades_built_without_the_parser_meet_the_same_limits():
+    from redalgebra.ir import MAX, Cascade, Input, Reduction
+
+    x = sp.Symbol("x", real=True)
+    for body, limit in [(x ** (10 ** 10), "MAX_POWER"), (x * 2 ** 5000, "MAX_NUMBER_BITS")]:
+        with pytest.raises(RedalgebraError, match=limit):
+            Cascade((Input("x"), Reduction("s", MAX, body)))
+
+
 def test_limit_errors_exit_2_with_the_limit_in_the_message(tmp_path, capsys):
     path = tmp_path / "deep.casc"
     path.write_text(LIMITED["exp nested 500 deep"][0])

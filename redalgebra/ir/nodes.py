@@ -25,6 +25,7 @@ from sympy.core.relational import Relational
 from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 
 from ..errors import CascadeError
+from . import limits
 from .functions import Dot, VSum
 from .monoid import Monoid, reducer_name
 
@@ -277,6 +278,7 @@ def _validate(c: Cascade) -> None:
         if isinstance(e, (Relational, BooleanAtom, BooleanFunction)):
             raise CascadeError(f"{c.name}: {s.name} = {e} is a condition, not a number; use it in "
                                f"where(cond, a, b), or as the 1/0 indicator(cond)")
+        _check_sizes(c, s.name, e)
         for sym in e.free_symbols:
             if sym.name == POSITION:
                 if sym != POS:
@@ -299,6 +301,18 @@ def _validate(c: Cascade) -> None:
         if position[u] > position[v]:
             raise CascadeError(f"{c.name}: {v} uses {u} before it is defined; move {u} above {v}")
     _validate_roles(c)
+
+
+def _check_sizes(c: Cascade, name: str, e: sp.Expr) -> None:
+    """The parser's limits on constants and powers (:mod:`.limits`), for cascades built without it."""
+    for n in e.atoms(sp.Rational):
+        if max(n.p.bit_length(), n.q.bit_length()) > limits.MAX_NUMBER_BITS:
+            raise CascadeError(f"{c.name}: {name} holds a constant of more than {limits.MAX_NUMBER_BITS} bits (the "
+                               f"limit MAX_NUMBER_BITS)")
+    for p in e.atoms(sp.Pow):
+        if p.exp.is_Number and p.exp.is_finite and abs(p.exp) > limits.MAX_POWER:
+            raise CascadeError(f"{c.name}: {name} raises a value to the power {str(p.exp)[:30]}, larger than "
+                               f"{limits.MAX_POWER} in size (the limit MAX_POWER)")
 
 
 def _validate_roles(c: Cascade) -> None:

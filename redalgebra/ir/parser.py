@@ -55,6 +55,16 @@ Positions, integers and conditions
 
 Reserved names: the keywords, the functions and reducers, ``pos``, ``inf``,
 ``int``, ``and``, ``or`` and ``not``.
+
+Bounded work
+------------
+Lines end at ``\\n``, ``\\r\\n`` or ``\\r`` (nothing else), and a leading
+byte-order mark is ignored.  The size of the text, of a line, of a literal
+(digits, exponent) and of every constant built from literals, the nesting
+depth (also with lets written out), numeric powers, the number of statements
+and reductions, vector lengths and top-k's ``k`` are bounded by
+:mod:`.limits`, each checked before the work it bounds: past one, a
+:class:`~redalgebra.errors.LimitError` names the limit and the place.
 """
 
 from __future__ import annotations

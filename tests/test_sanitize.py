@@ -73,7 +73,7 @@ def test_verify_reports_garbage_also_in_fully_masked_rows(S):
     fused = S.fused_of("logsumexp")
     inputs, params, keep = S.problem(case)
     want = evaluate(fused.cascade, {k: v.astype(np.float64) for k, v in inputs.items()}, params, keep=keep)
-    kernel = SimpleNamespace(fused=fused)
+    kernel = SimpleNamespace(fused=fused, user=None)
     raw = {k: np.asarray(v, np.float32) for k, v in want.items()}
     assert S.verify(case, kernel, "rows", inputs, params, keep, raw)[0]
     assert np.isneginf(raw["y"][1]).all()                       # an empty row's log-sum-exp

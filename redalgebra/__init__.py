@@ -9,8 +9,8 @@ from . import workloads
 from .algebra import (Counterexample, Proof, monoids, prove_distributes, prove_equal, prove_monoid,
                       user_monoid)
 from .derive import Analysis, FusedCascade, analyze, derive
-from .errors import (CascadeError, CascadeSyntaxError, EvaluationError, MonoidError, NotFusableError,
-                     RedalgebraError)
+from .errors import (BudgetExhausted, CascadeError, CascadeSyntaxError, EvaluationError, LimitError, MonoidError,
+                     NotFusableError, RedalgebraError)
 from .ir import Cascade, CascadeBuilder, build_graph, evaluate, parse, reduction_dependencies
 from .plotting import draw
 from .runtime import as_bfloat16, compile, torch_op  # noqa: A004 - compile: the contract's name (DESIGN §4)
@@ -29,5 +29,6 @@ __all__ = [
     # catalogue
     "workloads",
     # errors
-    "CascadeError", "CascadeSyntaxError", "EvaluationError", "MonoidError", "NotFusableError", "RedalgebraError",
+    "BudgetExhausted", "CascadeError", "CascadeSyntaxError", "EvaluationError", "LimitError", "MonoidError",
+    "NotFusableError", "RedalgebraError",
 ]

@@ -37,7 +37,7 @@ from ..algebra import Counterexample, Proof, prove_distributes, prove_equal
 from ..algebra import budget as _budget
 from ..errors import BudgetExhausted
 from ..ir import ADD, MUL, Cascade, Monoid, Reduction, build_graph, reduction_dependencies
-from ..ir.printer import CascadePrinter, reducer_text
+from ..ir.printer import CascadePrinter, latex, reducer_text
 from .multiterm import MultiTerm, split
 from .prepare import SignFact, abstract_conditions, bodies, element_atoms, has_casts, integer_symbols, sign_facts, \
     sign_of
@@ -166,11 +166,11 @@ class Analysis:
             elif r.centered:
                 rows.append(f"| `{r.name} = {r.text}` | fusable, centred (Chan) | | | | |")
             elif r.terms is not None:
-                terms = " + ".join(f"$({sp.latex(t.coefficient)})\\sum {sp.latex(t.E)}$" for t in r.terms.terms)
+                terms = " + ".join(f"$({latex(t.coefficient)})\\sum {latex(t.E)}$" for t in r.terms.terms)
                 rows.append(f"| `{r.name} = {r.text}` | fusable, multi-term | | {terms} | | {r.terms.note} |")
             elif r.fusable:
-                rows.append(f"| `{r.name} = {r.text}` | fusable | {_SYMBOL[r.otimes.name]} | ${sp.latex(r.G)}$ | "
-                            f"${sp.latex(r.H)}$ | |")
+                rows.append(f"| `{r.name} = {r.text}` | fusable | {_SYMBOL[r.otimes.name]} | ${latex(r.G)}$ | "
+                            f"${latex(r.H)}$ | |")
             else:
                 why = r.reason + (f"; counterexample: `{r.counterexample}`" if r.refuted is not None else "")
                 rows.append(f"| `{r.name} = {r.text}` | not fusable | | | | {why} |")

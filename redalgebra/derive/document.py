@@ -6,11 +6,10 @@ test regenerates them and fails when the committed files are stale.
 
 from __future__ import annotations
 
-import sympy as sp
-
 from ..algebra import Proof, monoid_laws
 from ..errors import NotFusableError
 from ..ir import Cascade, build_graph, reduction_levels, to_text
+from ..ir.printer import latex
 from .analysis import analyze
 from .fused import derive
 from .report import program_text
@@ -21,8 +20,8 @@ def _proof_md(p: Proof, depth: int = 0) -> list[str]:
     lines = [f"{pad}- **{p.status}** — {p.claim}"]
     same = p.lhs is not None and p.lhs == p.rhs  # SymPy's evaluation already made the two sides one
     if p.lhs is not None:
-        lines.append(f"{pad}  both sides evaluate to $${sp.latex(p.lhs)}$$" if same else
-                     f"{pad}  $${sp.latex(p.lhs)} = {sp.latex(p.rhs)}$$")
+        lines.append(f"{pad}  both sides evaluate to $${latex(p.lhs)}$$" if same else
+                     f"{pad}  $${latex(p.lhs)} = {latex(p.rhs)}$$")
     if p.assumptions:
         lines.append(f"{pad}  - assuming {', '.join(p.assumptions)}")
     lines += [f"{pad}  - {s}" for s in p.steps if not (same and s.startswith("simplify(lhs - rhs) = 0"))]
@@ -55,14 +54,14 @@ def document(cascade: Cascade, title: str | None = None) -> str:
             continue
         if r.terms is not None:
             out += [f"Multi-term separable: {r.name} = " + " + ".join(
-                rf"$\left({sp.latex(t.coefficient)}\right) \sum {sp.latex(t.E)}$" for t in r.terms.terms) + ".", ""]
+                rf"$\left({latex(t.coefficient)}\right) \sum {latex(t.E)}$" for t in r.terms.terms) + ".", ""]
             out += [f"- term: `{t.describe()}`" for t in r.terms.terms] + ["", f"Numerics: {r.terms.note}.", ""]
             for t in r.terms.terms:
                 if t.analysis is not None:
                     out += [f"Term `sum({t.E})`:", ""] + [ln for q in t.analysis.proofs for ln in _proof_md(q)] + [""]
         elif r.fusable:
             otimes = r"\times" if r.otimes.name == "mul" else "+"
-            out += [rf"$\otimes = {otimes}$, $G = {sp.latex(r.G)}$, $H = {sp.latex(r.H)}$", ""]
+            out += [rf"$\otimes = {otimes}$, $G = {latex(r.G)}$, $H = {latex(r.H)}$", ""]
         else:
             out += [f"Not fusable: {r.reason}.", ""]
         for p in r.proofs:
@@ -81,7 +80,7 @@ def document(cascade: Cascade, title: str | None = None) -> str:
     if fused.corrections:
         out += ["### Stable corrections", ""]
         for name, corr in fused.corrections.items():
-            out += [f"`{name}`: ${sp.latex(corr.raw)} \\;\\to\\; {sp.latex(corr.stable)}$ "
+            out += [f"`{name}`: ${latex(corr.raw)} \\;\\to\\; {latex(corr.stable)}$ "
                     f"(rules: {', '.join(corr.rules) or 'none needed'})", ""]
             out += _proof_md(corr.proof)
             out.append("")

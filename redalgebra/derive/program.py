@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from ..ir.printer import latex
+
 
 class TopKMerge(sp.Function):
     """``topk(k; left, right)``: the k largest of two descending lists, indices riding along.
@@ -46,7 +48,7 @@ class Program:
         return "\n".join(f"{sym} = {sp.sstr(expr)}" for sym, expr in self.steps)
 
     def latex(self) -> str:
-        rows = [rf"{sp.latex(sym)} &\leftarrow {sp.latex(expr)}" for sym, expr in self.steps]
+        rows = [rf"{latex(sym)} &\leftarrow {latex(expr)}" for sym, expr in self.steps]
         return r"\begin{aligned}" + r" \\ ".join(rows) + r"\end{aligned}"
 
 

@@ -93,7 +93,9 @@ class Monoid:
         if self.op is None:
             return rf"$\mathrm{{top}}_{{{self.k}}}$ (tuple state: values and indices)"
         a, b = self.op.variables
-        return rf"$a \oplus b = {sp.latex(self.op(*self.op.variables))},\ 0 = {sp.latex(self.identity)}$"
+        from .printer import latex  # the printer imports this module
+
+        return rf"$a \oplus b = {latex(self.op(*self.op.variables))},\ 0 = {latex(self.identity)}$"
 
 
 def _lam(expr) -> sp.Lambda:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sympy as sp
 from sympy.printing.precedence import precedence
+from sympy.printing.latex import LatexPrinter as SympyLatexPrinter
 from sympy.printing.str import StrPrinter
 
 from .functions import COMPARISONS, as_indicator
@@ -84,6 +85,32 @@ class CascadePrinter(StrPrinter):
         return "min(" + ", ".join(self._print(a) for a in expr.args) + ")"
 
 
+class LatexPrinter(SympyLatexPrinter):
+    """SymPy's LaTeX with power-of-ten fractions as a reader writes them (``10^{-12}``, ``2.5 \\cdot 10^{-5}``,
+    not ``\\frac{1}{1000000000000}``)."""
+
+    def _print_Rational(self, expr):
+        text = _scientific(expr.p, expr.q)
+        if text is None:
+            return super()._print_Rational(expr)
+        mantissa, exponent = text.split("e")
+        sign = "-" if mantissa.startswith("-") else ""
+        mantissa = mantissa.lstrip("-")
+        power = f"10^{{{int(exponent)}}}"
+        return f"{sign}{power}" if mantissa == "1" else f"{sign}{mantissa} \\cdot {power}"
+
+    def _print_Mul(self, expr):
+        coeff, rest = expr.as_coeff_Mul()
+        if coeff.is_Rational and not coeff.is_Integer and _scientific(coeff.p, coeff.q):  # 10^{-12} x, not x/10^12
+            return f"{self._print(coeff)}\\, {self.parenthesize(rest, precedence(expr))}"
+        return super()._print_Mul(expr)
+
+
+def latex(expr) -> str:
+    """``expr`` in LaTeX, numbers as a reader writes them (every LaTeX the package shows goes through here)."""
+    return LatexPrinter().doprint(expr)
+
+
 def _scientific(p: int, q: int) -> str | None:
     """``p/q`` in scientific notation when it is a short finite decimal (six digits at most) with
     ``q >= 10**4``, else None."""
@@ -148,10 +175,10 @@ def to_latex(c: Cascade) -> str:
     rows = []
     for s in c.statements:
         if isinstance(s, Let):
-            rows.append(rf"{sp.latex(s.symbol)} &= {sp.latex(s.expr)}")
+            rows.append(rf"{latex(s.symbol)} &= {latex(s.expr)}")
         elif isinstance(s, Reduction):
             op = ops.get(s.monoid.name, rf"\operatorname{{top}}_{{{s.monoid.k}}}" if s.monoid.k else s.monoid.name)
-            rows.append(rf"{sp.latex(s.symbol)} &= {op}\, {sp.latex(s.body)}")
+            rows.append(rf"{latex(s.symbol)} &= {op}\, {latex(s.body)}")
         elif isinstance(s, Output):
-            rows.append(rf"{sp.latex(s.symbol)} &= {sp.latex(s.expr)}")
+            rows.append(rf"{latex(s.symbol)} &= {latex(s.expr)}")
     return r"$\begin{aligned}" + r" \\ ".join(rows) + r"\end{aligned}$"

@@ -28,7 +28,8 @@ GLOSSARY = (
     "small state per segment of the row (a value per reduction): lift is the state of a single element; merge "
     "combines the states of two segments, applying the corrections (the paper's Eq. 11); update is a merge "
     "with one more element (the \"online\" loop, O(1) memory); finalize computes the outputs from the state of "
-    "the whole row.")
+    "the whole row. A sum whose F is a sum of such products, F = Σ_t c_t(D) · E_t(e) (a variance, an "
+    "entropy), is multi-term: it fuses with one partial sum per term, combined at the end.")
 
 
 def glossary(width: int = 100, indent: str = "") -> str:

@@ -201,3 +201,14 @@ def test_numbers_print_as_a_reader_writes_them_and_proofs_show_no_tautologies(ca
         claim = line.partition(":  ")[2]
         lhs, eq, rhs = claim.partition(" = ")
         assert not (eq and lhs.strip() == rhs.strip()), line
+
+
+def test_a_state_side_that_reads_as_a_declared_name_is_written_apart():
+    from redalgebra import derive, parse
+
+    f = derive(parse("input x\nreduce m = max(x)\nreduce m_a = sum(exp(x - m))\nout y = exp(x - m) / m_a\n"))
+    text = f.text()
+    merge = text.split("merge (")[1].split("finalize:")[0]
+    assert "m[a]" in merge and "max(m[a], m_b)" in merge  # m's side a, apart from the reduction m_a
+    assert "m_a_a" in merge  # the reduction m_a's own side keeps its name
+    assert "/m_a" in text.split("finalize:")[1]  # the finalize reads the user's m_a as written

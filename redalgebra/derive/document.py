@@ -73,7 +73,8 @@ def document(cascade: Cascade, title: str | None = None) -> str:
         return "\n".join(out).rstrip() + "\n"
     if fused.rewrite is not None:
         out += _rewrite_md(fused)
-    forms = {k: program_text(getattr(fused, k), "", cascade=fused.cascade) for k in ("update", "merge", "finalize")}
+    forms = {k: program_text(getattr(fused, k), "", cascade=fused.cascade, sides=k != "finalize")
+             for k in ("update", "merge", "finalize")}
     out += ["## Derived forms", "", "Incremental update (state `_a`, element → `_n`):", "", "```",
             forms["update"], "```", "", "Merge of two segment states (the paper's Eq. 11):", "",
             "```", forms["merge"], "```", "", "Finalize:", "", "```", forms["finalize"], "```", ""]

@@ -25,23 +25,33 @@ class FormulaPrinter(CascadePrinter):
         return " or ".join(self._print(a) for a in expr.args)
 
 
-def program_text(program: Program, indent: str = "    ", cascade=None) -> str:
+def program_text(program: Program, indent: str = "    ", cascade=None, sides: bool = True) -> str:
     """The program's assignments, one a line; given the cascade, temporaries are renamed so that none reads
-    as one of its names (``c1`` beside an input ``c`` becomes ``t1``)."""
+    as one of its names (``c1`` beside an input ``c`` becomes ``t1``), and so is a state's side that reads as
+    a declared name (``m_a`` beside a reduction ``m_a`` becomes ``m[a]``; ``sides``: the program has sides)."""
     p = FormulaPrinter()
-    rename = _temporaries(program, cascade)
+    rename = _temporaries(program, cascade, sides)
     return "\n".join(f"{indent}{rename.get(sym, sym)} = {p.doprint(expr.xreplace(rename))}"
                      for sym, expr in program.steps)
 
 
-def _temporaries(program: Program, cascade) -> dict:
-    temps = [sym for sym, _ in program.steps if sym not in program.results]
-    if cascade is None or not temps:
+def _temporaries(program: Program, cascade, sides: bool = True) -> dict:
+    if cascade is None:
         return {}
     taken = {s.name for s in cascade.statements}
+    temps = [sym for sym, _ in program.steps if sym not in program.results]
     prefix = next((pre for pre in ("c", "t", "u", "tmp") if not any(n.startswith(pre) for n in taken)), "tmp_")
-    return {sym: sym.func(f"{prefix}{sym.name[1:]}", **sym.assumptions0) for sym in temps
-            if sym.name.startswith("c") and sym.name[1:].isdigit()}
+    rename = {sym: sym.func(f"{prefix}{sym.name[1:]}", **sym.assumptions0) for sym in temps
+              if sym.name.startswith("c") and sym.name[1:].isdigit()}
+    # a side of a state (m_a, m_b, m_n) that reads like a name the cascade declares: written m[a]
+    if sides:
+        symbols = {sym for sym, _ in program.steps} | {s for _, e in program.steps for s in e.free_symbols}
+        reductions = {s.name for s in cascade.statements if type(s).__name__ == "Reduction"}
+        for sym in symbols:
+            stem, _, side = sym.name.rpartition("_")
+            if side in ("a", "b", "n") and stem in reductions and sym.name in taken:
+                rename[sym] = sym.func(f"{stem}[{side}]", **sym.assumptions0)
+    return rename
 
 
 def fused_text(f) -> str:
@@ -55,7 +65,7 @@ def fused_text(f) -> str:
     lines += ["", "lift (the state of a segment of one element):", program_text(f.lift, cascade=c),
               "", "incremental update (state _a and one more element -> state _n):", program_text(f.update, cascade=c),
               "", "merge (states _a and _b of two segments -> state _n), the paper's Eq. 11:",
-              program_text(f.merge, cascade=c), "", "finalize:", program_text(f.finalize, cascade=c)]
+              program_text(f.merge, cascade=c), "", "finalize:", program_text(f.finalize, cascade=c, sides=False)]
     if f.corrections:
         lines += ["", "corrections, stable form = H(D_new) ⊗ H(D_old)⁻¹:"]
         for name, corr in f.corrections.items():

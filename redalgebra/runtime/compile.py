@@ -23,6 +23,7 @@ from ..derive import FusedCascade
 from ..errors import EvaluationError, RedalgebraError
 from .backends import check_backend, cuda_module
 from .cache import load
+from .driver import c_strides
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
 DEFAULT_STRATEGY = {"cpu": "row", "cuda": "auto", "cudasim": "auto"}
@@ -414,7 +415,7 @@ class Kernel:
             same_kind = got == dtype or (got.itemsize == dtype.itemsize and got.kind in "iu" and dtype.kind in "iu")
             strides = (array.__cuda_array_interface__.get("strides") if on_device else
                        (None if array.flags.c_contiguous else array.strides))
-            if tuple(array.shape) != shape or not same_kind or strides not in (None, _c_strides(shape, got.itemsize)):
+            if tuple(array.shape) != shape or not same_kind or strides not in (None, c_strides(shape, got.itemsize)):
                 stored = {np.dtype(np.uint16): "bfloat16 bit patterns", np.dtype(np.uint8): "e4m3 bytes"}.get(dtype, dtype)
                 raise EvaluationError(f"out[{name!r}] must be a contiguous {shape} array of {stored}, got "
                                       f"{got} {tuple(array.shape)}" + ("" if strides is None else " (strided)"))
@@ -526,15 +527,6 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
         return "rows"
     widest = max((sizes or {}).get(s.size, s.size if isinstance(s.size, int) else 0) for s in vectors)
     return "split_lanes" if length >= 1024 and rows <= 4096 and widest <= 256 else "lanes"
-
-
-def _c_strides(shape: tuple, itemsize: int) -> tuple:
-    """The byte strides of a C-contiguous array."""
-    strides, step = [], itemsize
-    for n in reversed(shape):
-        strides.insert(0, step)
-        step *= n
-    return tuple(strides)
 
 
 def _signature(c, inputs: dict, params: dict, keep):

@@ -50,6 +50,15 @@ def _check(code: int, what: str) -> None:
         raise RedalgebraError(f"{what} failed: CUDA error {code} ({(text.value or b'?').decode()})")
 
 
+def c_strides(shape: tuple, itemsize: int) -> tuple:
+    """The byte strides of a C-contiguous array of ``shape``."""
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= n
+    return tuple(strides)
+
+
 def pack(ty, value) -> tuple[list, ctypes.c_void_p | None]:
     """``value`` of numba type ``ty`` as kernel parameters (ctypes objects), and the data-pointer field
     of an array (None for a scalar). ``value``: an object with the CUDA array interface, or a number."""
@@ -59,12 +68,7 @@ def pack(ty, value) -> tuple[list, ctypes.c_void_p | None]:
         face = value.__cuda_array_interface__
         shape = tuple(face["shape"])
         item = ty.dtype.bitwidth // 8
-        strides = face.get("strides")
-        if strides is None:  # C-contiguous
-            strides, step = [], item
-            for n in reversed(shape):
-                strides.insert(0, step)
-                step *= n
+        strides = face.get("strides") or c_strides(shape, item)  # None: C-contiguous
         size = 1
         for n in shape:
             size *= n

@@ -71,9 +71,12 @@ class Case:
 
 
 def parse_config(text: str) -> dict:
-    """``strategy[@threads[xTILE][sSEGMENTS][gGROUP][mBLOCKS]]``; ``rows`` and ``auto`` alone choose from the shape."""
+    """``strategy[@threads[xTILE][sSEGMENTS][gGROUP][mBLOCKS][p]]`` (``p``: persistent blocks); ``rows`` and
+    ``auto`` alone choose from the shape."""
     strategy, _, rest = text.partition("@")
     out = {"strategy": strategy}
+    if rest.endswith("p"):
+        rest, out["persistent"] = rest[:-1], True
     if "m" in rest:  # launch bounds: blocks per multiprocessor, e.g. rows@256x4g256m4
         rest, blocks = rest.split("m")
         out["min_blocks"] = int(blocks)

@@ -106,7 +106,8 @@ def _cmd_ptx(args) -> int:
     launch = [f"threads {spec.threads}", f"tile {spec.tile}"]
     if spec.group:  # the rows strategy's policy
         launch += [f"group {spec.group}", f"vec {spec.vec}", "resident" if spec.resident else "passes"]
-        launch += ["shifted"] * spec.shifted + ["staged"] * spec.staged
+        launch += ["shifted"] * spec.shifted + ["staged"] * spec.staged + ["persistent"] * spec.persistent
+        launch += [f"{spec.min_blocks} blocks per SM"] * bool(spec.min_blocks)
     launch += [f"segments {n}" for n in [extra.get("nseg")] if n] + ["fast_exp"] * spec.fast_exp
     shape = ", ".join([f"{args.rows} rows × length {args.length}", f"{args.dtype} inputs"] +
                       [f"{d}={v}" for d, v in sizes.items()])

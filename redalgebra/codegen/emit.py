@@ -40,6 +40,8 @@ class Spec:
     #                              monoid (top-k by repeated arg-max selection) instead of the derived merge
     min_blocks: int = 0          # launch bounds: fit the registers so that this many blocks share a
     #                              multiprocessor (0: the compiler's choice for the block size alone)
+    persistent: bool = False     # rows: each block walks rows (blockIdx, + gridDim, …) and the grid is capped at
+    #                              multiprocessors × min_blocks: no block launched per row
 
     @property
     def launch_bounds(self) -> str:

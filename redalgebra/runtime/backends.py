@@ -36,6 +36,12 @@ def cuda_module(backend: str):
     return cuda
 
 
+def multiprocessors(cuda) -> int:
+    """The current device's multiprocessor count (the simulator's stand-in device may not say: 1)."""
+    count = getattr(cuda.get_current_device(), "MULTIPROCESSOR_COUNT", None)
+    return int(count) if count else 1
+
+
 def check_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise RedalgebraError(f"unknown back end {backend!r}; choose one of {', '.join(BACKENDS)}")

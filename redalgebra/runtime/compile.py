@@ -21,7 +21,7 @@ from ..codegen import KernelSource, Problem, Spec, generate
 from ..codegen.strategies import for_target, get
 from ..derive import FusedCascade
 from ..errors import EvaluationError, RedalgebraError
-from .backends import check_backend, cuda_module
+from .backends import check_backend, cuda_module, multiprocessors
 from .cache import load
 from .driver import c_strides
 
@@ -107,6 +107,7 @@ class Kernel:
     group: int | None = None     # rows: threads per row; None: chosen from the shape
     out_dtype: str | None = None  # "float32": every output in float32; None: as the strategy writes them
     min_blocks: int | None = None  # launch bounds: blocks per multiprocessor the registers must allow
+    persistent: bool | None = None  # rows: blocks walk rows on a grid of multiprocessors x min_blocks; None: chosen
     _compiled: dict = field(default_factory=dict, repr=False)
     #: user name -> the name in the generated code, for names that could collide with the generator's
     #: (``fused`` is then the cascade derived under the generated names; calls map names both ways)
@@ -247,11 +248,12 @@ class Kernel:
                           dtypes, keep, *alignment,
                           options=(("threads", self.threads), ("tile", self.tile), ("segments", self.segments),
                                    ("fast_exp", self.fast_exp), ("group", self.group), ("out_dtype", self.out_dtype),
-                                   ("simulator", self.backend == "cudasim")))
+                                   ("simulator", self.backend == "cudasim"), ("persistent", self.persistent)))
         policy = get(strategy).configure(self.fused, problem)
         extra = {k: policy.pop(k) for k in list(policy) if k not in Spec.__dataclass_fields__}
-        spec = Spec(problem.sizes, problem.dtypes, keep, **{"fast_exp": self.fast_exp, **policy,
-                                                             "min_blocks": self.min_blocks or 0})
+        if self.min_blocks:  # the caller's launch bounds over the policy's
+            policy["min_blocks"] = self.min_blocks
+        spec = Spec(problem.sizes, problem.dtypes, keep, **{"fast_exp": self.fast_exp, **policy})
         return strategy, spec, extra
 
     @staticmethod
@@ -325,10 +327,11 @@ class Kernel:
 
         ``out``: ``{output name: array}`` to write some outputs into (the shape and dtype the call would
         return, contiguous, where the inputs are); they are returned as given, written."""
-        if any(type(v).__module__.startswith("torch") for v in inputs.values()):
-            from .tensors import call
+        for v in inputs.values():  # a plain loop: this runs on every call
+            if type(v).__module__.startswith("torch"):
+                from .tensors import call
 
-            return call(self, inputs, params, keep, out)
+                return call(self, inputs, params, keep, out)
         return self.run(inputs, params, keep, out)
 
     def run(self, inputs: dict, params: dict | None = None, keep=None, out: dict | None = None) -> dict:
@@ -374,7 +377,11 @@ class Kernel:
                if isinstance(a, np.ndarray) else a) for k, a in named.items()}
         outputs = {name: dev[f"out_{name.replace('.', '_')}"] for name, _, _ in src.outputs}
         entries = src.entries or (("kernel", src.args, "rows"),)
-        grids = get(src.strategy).grid(rows, src.spec or Spec(threads=src.threads), named)
+        spec = src.spec or Spec(threads=src.threads)
+        grids = get(src.strategy).grid(rows, spec, named)
+        if spec.persistent:  # the kernel walks its rows by gridDim: as many blocks as are resident at once
+            cap = multiprocessors(cuda) * max(1, spec.min_blocks)
+            grids = {k: (min(blocks, cap), threads) for k, (blocks, threads) in grids.items()}
         steps = tuple((getattr(module, name)[grids[grid]], tuple(args), tuple(dev[a] for a in args))
                       for name, args, grid in entries)
         driver = ()
@@ -458,7 +465,8 @@ class Launch:
 
 def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None, threads: int | None = None,
             tile: int | None = None, fast_exp: bool | None = None, segments: int | None = None,
-            group: int | None = None, out_dtype: str | None = None, min_blocks: int | None = None) -> Kernel:
+            group: int | None = None, out_dtype: str | None = None, min_blocks: int | None = None,
+            persistent: bool | None = None) -> Kernel:
     """A callable that runs ``fused`` with a generated kernel.
 
     Parameters
@@ -485,6 +493,9 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     min_blocks : int, optional
         CUDA launch bounds: registers limited so that this many blocks fit on a multiprocessor (more
         rows in flight, at the risk of spills: ``redalgebra ptx`` shows registers and spills).
+    persistent : bool, optional
+        ``rows``: launch only as many blocks as fit on the GPU at once (multiprocessors × ``min_blocks``),
+        each walking rows, instead of a block per row; chosen from the shape when omitted.
     """
     check_backend(backend)
     if not isinstance(fused, FusedCascade):
@@ -509,8 +520,10 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     from ..codegen.names import generated_names
 
     generated, rename = generated_names(fused)  # names the generated code could confuse with its own, renamed
+    if persistent is not None and not isinstance(persistent, bool):
+        raise RedalgebraError(f"persistent must be True, False or None, got {persistent!r}")
     return Kernel(generated, backend, strategy, threads, tile, fast_exp, segments, group, out_dtype, min_blocks,
-                  rename=rename, user=fused if rename else None)
+                  persistent, rename=rename, user=fused if rename else None)
 
 
 def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = None) -> str:

@@ -252,11 +252,13 @@ class _Call:
     def __call__(self, inputs: dict, params: dict, keep, given=None) -> dict:
         torch = _torch()
         pointers, alive = {}, []
-        given = given or {}
-        unknown = sorted(given.keys() - {name for name, *_ in self.outputs})
-        if unknown:
-            raise RedalgebraError(f"out: no output named {unknown}; the outputs are "
-                                  f"{sorted(name for name, *_ in self.outputs)}")
+        if given:
+            unknown = sorted(given.keys() - {name for name, *_ in self.outputs})
+            if unknown:
+                raise RedalgebraError(f"out: no output named {unknown}; the outputs are "
+                                      f"{sorted(name for name, *_ in self.outputs)}")
+        else:
+            given = {}
         for name in self.inputs:
             pointers[name] = inputs[name].data_ptr()
         for p, _ in self.params:

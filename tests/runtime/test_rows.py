@@ -99,3 +99,44 @@ def test_long_rows_with_nothing_written_per_element_run_in_small_blocks_walking_
     assert spec.group < 128 and spec.resident
     _, spec, _ = compile(fused("safe_softmax"), "cuda").spec_for(8192, 32000, {"x": "bfloat16"})
     assert spec.resident and spec.staged and spec.group == 1024
+
+
+RMS = """\
+input x
+reduce s = sum(x * x)
+out y = x / sqrt(s + 1e-6)
+"""
+
+
+@pytest.mark.parametrize("text,group,threads", [("safe_softmax", 64, 128), (RMS, 64, 64)])
+def test_persistent_blocks_walk_every_row(text, group, threads):
+    # the simulator reports one multiprocessor: one block walks all 7 rows; groups of 64 meet through shared
+    # memory (the RMS cascade has one reduction, so only the barrier closing each row keeps its box from being
+    # refilled early); with two groups per block the last run holds a row past the end
+    f = fused(text) if "\n" not in text else derive(parse(text))
+    kernel = compile(f, "cudasim", "rows", group=group, threads=threads, persistent=True)
+    spec = kernel._layout({"x": np.zeros((7, 100), np.float32)}, {}, None)[0]
+    assert spec.persistent and "for run in range(cuda.blockIdx.x" in kernel.source(spec, "rows").source
+    results = check(f, "cudasim", "rows", shapes=((7, 100), (1, 3)), dtypes=("float32", "bfloat16"),
+                    group=group, threads=threads, persistent=True)
+    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
+def test_persistent_blocks_are_chosen_for_many_16_bit_rows_of_8_to_32_kb():
+    softmax = compile(fused("safe_softmax"), "cuda")
+    _, spec, _ = softmax.spec_for(32768, 8192, {"x": "bfloat16"})  # 16 KB rows: two chunks per thread
+    assert spec.persistent and (spec.group, spec.threads, spec.tile, spec.min_blocks) == (512, 512, 2, 4)
+    _, spec, _ = softmax.spec_for(65536, 4096, {"x": "float16"})  # 8 KB: a block of 256 per row, 8 blocks per SM
+    assert spec.persistent and (spec.group, spec.threads, spec.tile, spec.min_blocks) == (256, 256, 2, 8)
+    for rows, length, dtype in ((8192, 8192, "float32"), (65536, 1000, "bfloat16"), (64, 8192, "bfloat16"),
+                                (4096, 32768, "bfloat16")):
+        assert not softmax.spec_for(rows, length, {"x": dtype})[1].persistent  # float32; short; few rows; 64 KB
+    forced = compile(fused("safe_softmax"), "cuda", group=256)  # the caller's launch shape is kept
+    assert not forced.spec_for(32768, 8192, {"x": "bfloat16"})[1].persistent
+    assert not compile(fused("logsumexp"), "cuda").spec_for(32768, 8192, {"x": "bfloat16"})[1].persistent
+
+
+def test_a_thread_holds_as_many_chunks_as_its_share_of_the_row():
+    # 257 float32 off the 16-byte grid: 66 chunks over 16 threads are 5 each, not 8
+    _, spec, _ = compile(fused("safe_softmax"), "cuda").spec_for(65536, 257, {"x": "float32"})
+    assert (spec.group, spec.tile) == (16, 5)

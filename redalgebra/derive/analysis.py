@@ -56,6 +56,7 @@ class Attempt:
     G: sp.Expr | None = None
     H: sp.Expr | None = None
     assumption: str | None = None
+    deferred: bool = False    # H may be 0 where the state is not empty: kept as ⊕G, H applied at the end
 
 
 @dataclass(frozen=True)
@@ -78,11 +79,17 @@ class ReductionAnalysis:
     attempts: tuple = field(default=())
     terms: MultiTerm | None = None  # a multi-term separable sum: its terms (then otimes, G, H are None)
     centered: bool = False          # a centred partial sum of a multi-term one (its merge is Chan's formula)
+    #: ⊗ = × with an H that may be 0 on a non-empty segment (``max(x * a)`` with ``a = max(abs(x))``, 0 on a
+    #: row of zeros): no correction H(D_new)/H(D_old) exists there, so the state keeps ⊕G and the result is
+    #: H(D) ⊗ ⊕G, formed once the dependencies are final (distributivity, as proved)
+    deferred: bool = False
 
     @property
     def kind(self) -> str:
-        """``"single"`` (one separable term, or no dependencies), ``"multi-term"`` or ``"centered"``."""
-        return "multi-term" if self.terms is not None else "centered" if self.centered else "single"
+        """``"single"`` (one separable term, or no dependencies), ``"multi-term"``, ``"centered"`` or
+        ``"deferred"``."""
+        return ("multi-term" if self.terms is not None else "centered" if self.centered else
+                "deferred" if self.deferred else "single")
 
     @property
     def H_inverse(self) -> sp.Expr | None:
@@ -145,7 +152,8 @@ class Analysis:
                 lines.append(f"      numerics: {r.terms.note}")
             elif r.fusable:
                 lines.append(f"{head}: ⊗ = {_SYMBOL[r.otimes.name]}, G = {p.doprint(r.G)}, H({', '.join(r.deps)}) = "
-                             f"{p.doprint(r.H)}")
+                             f"{p.doprint(r.H)}" + ("; H may be 0 on a non-empty segment, so the state keeps "
+                                                    f"{r.monoid.name}(G) and H is applied at the end" if r.deferred else ""))
             else:
                 lines.append(f"{head}: not fusable — {r.reason}")
                 if r.refuted is not None:
@@ -169,8 +177,8 @@ class Analysis:
                 terms = " + ".join(f"$({latex(t.coefficient)})\\sum {latex(t.E)}$" for t in r.terms.terms)
                 rows.append(f"| `{r.name} = {r.text}` | fusable, multi-term | | {terms} | | {r.terms.note} |")
             elif r.fusable:
-                rows.append(f"| `{r.name} = {r.text}` | fusable | {_SYMBOL[r.otimes.name]} | ${latex(r.G)}$ | "
-                            f"${latex(r.H)}$ | |")
+                rows.append(f"| `{r.name} = {r.text}` | fusable{', deferred H' if r.deferred else ''} | "
+                            f"{_SYMBOL[r.otimes.name]} | ${latex(r.G)}$ | ${latex(r.H)}$ | |")
             else:
                 why = r.reason + (f"; counterexample: `{r.counterexample}`" if r.refuted is not None else "")
                 rows.append(f"| `{r.name} = {r.text}` | not fusable | | | | {why} |")
@@ -295,7 +303,7 @@ def _range_proof(H: sp.Expr, otimes: Monoid, assumption: str | None, facts: dict
     if assumption == ">=0":
         need.append(("H >= 0", bool(H.xreplace(closed).is_nonnegative)))
     if otimes is MUL:
-        need.append(("H != 0 away from degenerate states", bool(H.xreplace(strict).is_nonzero)))
+        need.append((NONZERO, bool(H.xreplace(strict).is_nonzero)))
     else:
         need.append(("H finite away from degenerate states", bool(H.xreplace(strict).is_finite)))
     claim = f"H = {H} satisfies " + " and ".join(n for n, _ in need)
@@ -305,9 +313,16 @@ def _range_proof(H: sp.Expr, otimes: Monoid, assumption: str | None, facts: dict
                  assumptions=tuple(n for n, ok in need if not ok))
 
 
-def _strict(f: SignFact) -> sp.Symbol:
-    flags = {">0": dict(positive=True), ">=0": dict(positive=True), "<0": dict(negative=True),
-             "<=0": dict(negative=True)}.get(f.sign, {})
+NONZERO = "H != 0 away from degenerate states"
+
+
+def _strict(f: SignFact, sound: bool = False) -> sp.Symbol:
+    """A reduction result away from its degenerate (empty) states. A ``>= 0`` one is taken as positive for
+    the correction's range (where it is 0 the reference divides 0 by 0 too, or H is deferred: see
+    :func:`may_vanish`); ``sound``: as it is, non-negative (``max(abs(x))`` over a row of zeros is 0)."""
+    weak = dict(nonnegative=True) if sound else dict(positive=True)
+    weak_neg = dict(nonpositive=True) if sound else dict(negative=True)
+    flags = {">0": dict(positive=True), ">=0": weak, "<0": dict(negative=True), "<=0": weak_neg}.get(f.sign, {})
     return sp.Symbol(f.name, real=True, **flags)
 
 
@@ -319,9 +334,26 @@ def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None) -> 
     if G is None:
         return Attempt(otimes.name, "separability", (dist, sep))
     rng = _range_proof(H, otimes, assumption, facts, [d.name for d in deps])
+    # H may be 0 on a non-empty segment (a factor that is >= 0, or of unknown sign, not a pole): then no
+    # correction H(D_new)/H(D_old) exists, but none is needed if the state keeps ⊕G and H is applied once
+    defer = otimes is MUL and r.monoid.k is None and may_vanish(H, facts, deps)
     if not rng.proved:
+        if defer and rng.assumptions == (NONZERO,):
+            return Attempt(otimes.name, None, (dist, sep, rng), G, H, assumption, deferred=True)
         return Attempt(otimes.name, "range of H", (dist, sep, rng), G, H, assumption)
-    return Attempt(otimes.name, None, (dist, sep, rng), G, H, assumption)
+    return Attempt(otimes.name, None, (dist, sep, rng), G, H, assumption, deferred=defer)
+
+
+def may_vanish(H: sp.Expr, facts: dict, deps) -> bool:
+    """Whether H can be 0 at a non-empty state through a factor of its numerator (``a`` for ``a = max(abs(x))``
+    over a row of zeros, or a dependency of unknown sign). A dependency in H's denominator is a pole
+    there, not a zero: the reference itself is NaN (0/0) where it vanishes, and the correction form keeps
+    the range that dividing by it is for (a max-normalised sum of squares), so such H are not deferred."""
+    _, den = sp.fraction(sp.together(H))
+    if den.free_symbols & set(deps):
+        return False
+    sound = {f.symbol.func(f.name, real=True): _strict(f, sound=True) for f in facts.values()}
+    return not H.xreplace(sound).is_nonzero
 
 
 def _reason(attempts) -> tuple[str, Proof | None]:
@@ -354,12 +386,17 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts, multi: bool
     elems = sorted(algebra.free_symbols - set(dep_syms) - {p.symbol for p in c.params}, key=sp.default_sort_key)
     attempts = []
     for otimes in CANDIDATES:
-        a = _try(otimes, r, algebra, elems, dep_syms, facts, integer_symbols(c), cond.atoms)
-        attempts.append(a)
-        if a.failed is None:
-            G, H = a.G.xreplace(cond.atoms), a.H.xreplace(cond.atoms)  # atoms back to their conditionals
-            return ReductionAnalysis(r.name, r.monoid, text, F, deps, True, otimes, G, H, a.proofs,
-                                     attempts=tuple(attempts))
+        attempts.append(_try(otimes, r, algebra, elems, dep_syms, facts, integer_symbols(c), cond.atoms))
+        if attempts[-1].failed is None and not attempts[-1].deferred:
+            break
+    # a ⊗ with a correction first; a deferred one (H applied at the end) when no other separates F
+    chosen = [a for a in attempts if a.failed is None]
+    if chosen:
+        a = min(chosen, key=lambda a: a.deferred)
+        otimes = next(o for o in CANDIDATES if o.name == a.otimes)
+        G, H = a.G.xreplace(cond.atoms), a.H.xreplace(cond.atoms)  # atoms back to their conditionals
+        return ReductionAnalysis(r.name, r.monoid, text, F, deps, True, otimes, G, H, a.proofs,
+                                 attempts=tuple(attempts), deferred=a.deferred)
     reason, refuted = _reason(attempts)
     if multi and r.monoid is ADD:
         terms, why = _multi_term(r, algebra, elems, dep_syms, cond.atoms, c, facts, deps)
@@ -414,6 +451,11 @@ def analyze(cascade: Cascade, budget_s: float | None = None) -> Analysis:
                 reds.append(analyze_reduction(r, F[r.name], d, cascade, facts))
             except (BudgetExhausted, Exception) as err:  # noqa: BLE001 - an undecided verdict, with its reason
                 reds.append(_undecided(r, F[r.name], d, cascade, err))
+    # a deferred result is formed only at the end, so a later reduction that reads it would compare with
+    # its emptiness guard: there the correction form is kept where its range was proved (H != 0 taken
+    # away from empty states, as before deferral existed)
+    read = {d for r in cascade.reductions for d in deps[r.name]}
+    reds = [replace(r, deferred=False) if r.deferred and r.name in read and r.proofs[-1].proved else r for r in reds]
     return Analysis(cascade, tuple(reds), facts, has_casts(cascade))
 
 

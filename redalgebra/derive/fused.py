@@ -37,7 +37,7 @@ from ..errors import NotFusableError
 from ..ir import ADD, MUL, Cascade, Monoid, build_graph, reduction_dependencies
 from ..ir.printer import CascadePrinter, reducer_text
 from ..ir.functions import CASTS
-from .analysis import Analysis, ReductionAnalysis, analyze, analyze_reduction
+from .analysis import Analysis, ReductionAnalysis, may_vanish, analyze, analyze_reduction
 from .multiterm import combination_proof, merge_proof, rewrite
 from .prepare import bodies, element_atoms, has_casts, inline, outputs, sign_facts
 from .program import Program, TopKMerge, build
@@ -191,6 +191,12 @@ def _guards(analysis: Analysis) -> tuple[str, ...]:
              "0_i: it is skipped, never multiplied by NaN",
              "a length-1 segment is the lift of its element; masked elements leave the state unchanged"]
     for ra in analysis.reductions:
+        if ra.otimes is MUL and ra.deps and not ra.deferred and ra.monoid.k is None and \
+                may_vanish(ra.H, analysis.signs, [analysis.cascade.symbols[d] for d in ra.deps]):
+            notes.append(f"{ra.name}: H = {ra.H} may be 0 on a non-empty segment, where the correction divides 0 by "
+                         f"0: the fused result is NaN there (loudly, not silently wrong); it is kept in this form "
+                         f"because a later reduction reads {ra.name} (read only by outputs, it would be formed "
+                         f"from its G alone at the end)")
         if ra.otimes is MUL and ra.deps and _singular_denominators(ra, analysis):
             notes.append(f"{ra.name}: H = {ra.H} is not invertible where its denominator vanishes; a segment "
                          f"there makes the fused result NaN (loudly, not silently wrong): clamp the denominator, "
@@ -222,7 +228,7 @@ def _derive_fusable(cascade: Cascade, analysis: Analysis) -> FusedCascade:
         bad = [r for r in analysis.reductions if not r.fusable]
         raise NotFusableError(f"{cascade.name} is not fusable: " +
                               "; ".join(f"{r.name}: {r.reason}" for r in bad), analysis)
-    if not any(ra.terms is not None for ra in analysis.reductions):
+    if not any(ra.terms is not None or ra.deferred for ra in analysis.reductions):
         return _derive(cascade, analysis, {})
     atoms = set(element_atoms(cascade))
     rw = rewrite(cascade, analysis, lambda r: inline(r.body, cascade, atoms))
@@ -274,6 +280,10 @@ def _multi_guards(rw) -> tuple:
         parts = ", ".join(p for _, p in pieces)
         notes.append(f"{name} is a multi-term sum: its partial sums {parts} are the state, and {name} = "
                      f"{CascadePrinter().doprint(rw.combination[name])} (an empty segment, count = 0, gives 0)")
+    for name, g in rw.deferred.items():
+        notes.append(f"{name}: H may be 0 on a non-empty segment, where no correction H(D_new)/H(D_old) exists: the "
+                     f"state keeps {g} = {CascadePrinter().doprint(rw.cascade[g].body)} reduced alone and "
+                     f"{name} = {CascadePrinter().doprint(rw.combination[name])} once the dependencies are final")
     for name, spec in rw.centered.items():
         notes.append(f"{name} = sum({CascadePrinter().doprint(rw.cascade[name].body)}) is a centred sum: a side with "
                      f"{spec.count} = 0 is skipped, and the deviations are shifted to the merged mean (Chan)")

@@ -247,6 +247,7 @@ class Rewrite:
     sub_analysis: dict = field(default_factory=dict)  # partial name -> single-term analysis
     combination: dict = field(default_factory=dict)  # multi-term name -> its let expression
     proofs: dict = field(default_factory=dict)       # multi-term name -> proofs of the rewrite
+    deferred: dict = field(default_factory=dict)     # deferred name -> the reduction of its G (see analysis)
 
 
 def _fresh(base: str, taken: set) -> str:
@@ -285,6 +286,21 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
 
     for s in c.statements:
         ra = analysis[s.name] if isinstance(s, Reduction) else None
+        if ra is not None and ra.deferred:
+            # r = ⊕(G ⊗ H(D)) = H(D) ⊗ ⊕G: the state keeps ⊕G; an empty one stays the identity
+            g = _fresh(f"{s.name}_g", taken)
+            part = Reduction(g, s.monoid, ra.G)
+            stmts.append(part)
+            symbols[g] = part.symbol
+            expr = ra.H * part.symbol
+            guard = _empty_guard(expr, stmts, symbols, c, analysis)  # a -inf dependency times ⊕G: count == 0
+            if guard is not None:
+                expr = sp.Piecewise((s.monoid.identity, guard), (expr, True))
+            stmts.append(Let(s.name, expr))
+            out.deferred[s.name] = g
+            out.combination[s.name] = expr
+            out.proofs[s.name] = tuple(ra.proofs[:2])  # distributivity and separability
+            continue
         if ra is None or getattr(ra, "terms", None) is None:
             stmts.append(s)
             if isinstance(s, Reduction) and s.monoid is ADD:

@@ -81,13 +81,14 @@ def fused_text(f) -> str:
 def multi_term_text(f) -> list[str]:
     """The analysis as written, then the rewrite of its multi-term sums into partial sums, with the proofs."""
     rw = f.rewrite
-    lines = [f.source_analysis.text(), "", "rewritten into partial sums, one per term (the state cascade):"]
+    what = "partial sums, one per term" if rw.partials or rw.centered else "the reductions of G alone"
+    lines = [f.source_analysis.text(), "", f"rewritten into {what} (the state cascade):"]
     lines += ["    " + ln for ln in to_text(f.cascade).rstrip().splitlines()]
     lines += ["", "proofs of the rewrite:"]
     for name, ra in ((r.name, r) for r in f.source_analysis.reductions if r.terms is not None):
         lines.append(f"    [{ra.terms.proof.status}] {ra.terms.proof.claim}")
         lines += [f"    [{q.status}] {q.claim}" for q in rw.proofs.get(name, ())]
-    for name in rw.centered:
+    for name in (*rw.centered, *rw.deferred):
         lines += [f"    [{q.status}] {q.claim}" for q in rw.proofs.get(name, ())]
     lines += ["", f.analysis.text()]
     return lines

@@ -26,3 +26,19 @@ def test_a_nan_anywhere_in_a_row_gives_the_references_nans(backend, strategy, ca
             g, w = to_float(value).astype(np.float64), np.asarray(want[name])
             assert np.array_equal(np.isnan(g), np.isnan(w)), (pos, name, g, w)
             assert np.isnan(w[1]).all() and not np.isnan(w[[0, 2]]).any()  # the row with the NaN, only it
+
+
+ABSMAX_MAX = "input x\nreduce a = max(abs(x))\nreduce b = max(x * a)\nreduce s = sum(x * a)\nout y = b\nout z = s\n"
+
+
+@pytest.mark.parametrize("backend,strategy", [("cpu", "row"), ("cudasim", "tile"), ("cudasim", "rows")])
+def test_a_factor_that_is_zero_on_a_row_of_zeros_gives_the_references_zero(backend, strategy):
+    # a = max|x| is 0 on the zero row: b = max(x·a) and s = sum(x·a) are 0 there (were NaN: a_n/a_a = 0/0)
+    f = ra.derive(ra.parse(ABSMAX_MAX))
+    x = np.random.default_rng(0).normal(size=(3, 37)).astype(np.float32)
+    x[1] = 0.0
+    got = ra.compile(f, backend, strategy)({"x": x})
+    want = ra.evaluate(f.source, {"x": x.astype(np.float64)}, {})
+    for name in ("y", "z"):
+        np.testing.assert_allclose(to_float(got[name]).ravel(), np.ravel(want[name]), rtol=1e-5, atol=1e-6)
+    assert to_float(got["y"]).ravel()[1] == 0.0

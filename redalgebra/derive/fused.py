@@ -33,8 +33,8 @@ import sympy as sp
 
 from ..algebra import Proof, prove_equal
 from ..algebra import budget as _budget
-from ..errors import NotFusableError
-from ..ir import ADD, MUL, Cascade, Monoid, build_graph, reduction_dependencies
+from ..errors import NotFusableError, RedalgebraError
+from ..ir import ADD, MUL, Cascade, Monoid, Reduction, build_graph, reduction_dependencies
 from ..ir.printer import CascadePrinter, reducer_text
 from ..ir.functions import CASTS
 from .analysis import Analysis, ReductionAnalysis, may_vanish, analyze, analyze_reduction
@@ -131,9 +131,65 @@ def _marks_empty(name: str, analysis: Analysis) -> bool:
     return identity in (sp.oo, -sp.oo) or analysis.signs[name].sign in (">0", "<0")
 
 
+def _inexact_empty(d: str, analysis: Analysis) -> bool:
+    """Whether ``d`` marks emptiness only by a value its elements could also round to (a strictly signed
+    sum such as ``sum(exp(x))``); an infinite identity or an element count (``sum(1)``) marks it exactly."""
+    r = analysis[d]
+    count = r.monoid is ADD and next(x for x in analysis.cascade.reductions if x.name == d).body == 1
+    return _marks_empty(d, analysis) and r.monoid.identity not in (sp.oo, -sp.oo) and not count
+
+
+def _exact_empty(name: str, analysis: Analysis) -> str | None:
+    """A reduction before ``name`` (or ``name`` itself) whose identity is infinite: it is at its identity exactly
+    when the segment is empty (or fully masked), whatever the values — every reduction of a row runs over
+    the same elements. A strictly signed sum is not such a test: ``sum(exp(x))`` underflows to 0 on a
+    non-empty float32 segment at x = -110."""
+    for r in analysis.reductions:
+        if r.monoid.identity in (sp.oo, -sp.oo) and r.monoid.k is None:
+            return r.name
+        if r.name == name:
+            return None
+    return None
+
+
 def _degenerate(ra: ReductionAnalysis, c: Cascade, analysis: Analysis, which: str) -> sp.Basic:
-    """The condition under which side ``which`` of reduction ``ra`` is empty and contributes nothing."""
-    return sp.Or(*[sp.Eq(side(d, which), _zero(analysis[d].monoid)) for d in ra.deps if _marks_empty(d, analysis)])
+    """The condition under which side ``which`` of reduction ``ra`` is empty and contributes nothing: a dependency
+    at its infinite identity, or — for a strictly signed sum, which float32 can round to 0 on elements — the
+    emptiness of an earlier reduction with an infinite identity, else of the element count."""
+    tests = set()
+    for d in ra.deps:
+        if not _marks_empty(d, analysis):
+            continue
+        if _inexact_empty(d, analysis):
+            d = _exact_empty(ra.name, analysis) or COUNT
+        tests.add(sp.Eq(side(d, which), _zero(analysis[d].monoid)))
+    return sp.Or(*sorted(tests, key=sp.default_sort_key))
+
+
+#: The element count a state gets when an emptiness test needs it (see :func:`_degenerate`).
+COUNT = "count"
+
+
+def _needs_count(analysis: Analysis) -> bool:
+    """Whether some reduction's emptiness test falls back on an element count the cascade does not have."""
+    if any(r.name == COUNT and r.monoid is ADD and r.body == 1 for r in analysis.cascade.reductions):
+        return False
+    return any(_inexact_empty(d, analysis) and _exact_empty(ra.name, analysis) is None
+               for ra in analysis.reductions for d in ra.deps)
+
+
+def _with_count(cascade: Cascade) -> Cascade:
+    """``cascade`` with ``reduce count = sum(1)`` before its first reduction (a count already there is reused)."""
+    names = {s.name for s in cascade.statements}
+    if COUNT in names:
+        if any(r.name == COUNT and r.monoid is ADD and r.body == 1 for r in cascade.reductions):
+            return cascade
+        raise RedalgebraError(f"{cascade.name}: the name {COUNT!r} is taken, and its emptiness tests need an element "
+                              f"count under that name: rename it")
+    stmts = list(cascade.statements)
+    first = next(i for i, st in enumerate(stmts) if isinstance(st, Reduction))
+    stmts.insert(first, Reduction(COUNT, ADD, sp.Integer(1)))
+    return Cascade(tuple(stmts), name=cascade.name, source=None)
 
 
 def _correction(ra: ReductionAnalysis, c: Cascade, which: str) -> Correction:
@@ -201,6 +257,12 @@ def _guards(analysis: Analysis) -> tuple[str, ...]:
             notes.append(f"{ra.name}: H = {ra.H} is not invertible where its denominator vanishes; a segment "
                          f"there makes the fused result NaN (loudly, not silently wrong): clamp the denominator, "
                          f"as quantisers clamp the abs-max with max(a, eps)")
+    signed = sorted({d for ra in analysis.reductions for d in ra.deps if _inexact_empty(d, analysis)})
+    if signed:
+        notes.append(f"{', '.join(signed)}: a strictly signed sum is not an emptiness test (float32 rounds sum(exp(x)) to "
+                     f"0 on elements at x = -110): a side is empty when an earlier max/min is at its infinite "
+                     f"identity, else when the element count is 0; a sum rounded to 0 on elements gives what float32 "
+                     f"makes of it (NaN, inf), never a silent 0")
     if analysis.exact_in_reals_only:
         notes.append("casts (fp8) are the identity in real arithmetic: the fused forms are exact in ℝ but round "
                      "at a running scale in the incremental form, so they are not bitwise equal to the unfused one")
@@ -228,6 +290,9 @@ def _derive_fusable(cascade: Cascade, analysis: Analysis) -> FusedCascade:
         bad = [r for r in analysis.reductions if not r.fusable]
         raise NotFusableError(f"{cascade.name} is not fusable: " +
                               "; ".join(f"{r.name}: {r.reason}" for r in bad), analysis)
+    if _needs_count(analysis):  # an element count joins the state: emptiness is tested on it, not on a 0 sum
+        counted = _with_count(cascade)
+        return replace(_derive_fusable(counted, analyze(counted)), source=cascade, source_analysis=analysis)
     if not any(ra.terms is not None or ra.deferred for ra in analysis.reductions):
         return _derive(cascade, analysis, {})
     atoms = set(element_atoms(cascade))

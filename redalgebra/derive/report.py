@@ -56,7 +56,13 @@ def _temporaries(program: Program, cascade, sides: bool = True) -> dict:
 
 def fused_text(f) -> str:
     p = FormulaPrinter()
-    lines = [f.analysis.text()] if f.source is None else multi_term_text(f)
+    if f.source is None:
+        lines = [f.analysis.text()]
+    elif f.rewrite is None:  # only an element count added to the state
+        lines = [f.source_analysis.text(), "", "an element count joins the state (the cascade as fused):"]
+        lines += ["    " + ln for ln in to_text(f.cascade).rstrip().splitlines()] + ["", f.analysis.text()]
+    else:
+        lines = multi_term_text(f)
     lines += ["", "state: " + ", ".join(
         f"{r.name} ({r.monoid.name}, identity {f.identity[r.name]})" for r in f.reductions)]
     if f.prologue.steps:

@@ -42,3 +42,22 @@ def test_a_factor_that_is_zero_on_a_row_of_zeros_gives_the_references_zero(backe
     for name in ("y", "z"):
         np.testing.assert_allclose(to_float(got[name]).ravel(), np.ravel(want[name]), rtol=1e-5, atol=1e-6)
     assert to_float(got["y"]).ravel()[1] == 0.0
+
+
+UNDERFLOW = "input x\nreduce s = sum(exp(x))\nreduce t = sum(x / s)\nout y = t * s\n"
+
+
+@pytest.mark.parametrize("backend,strategy", [("cpu", "row"), ("cudasim", "tile")])
+def test_a_sum_that_float32_rounds_to_zero_is_not_taken_for_an_empty_row(backend, strategy):
+    # exp(-110) is 0 in float32: s is 0 on a row of 5 elements; the reference (float64) gives y = -550.
+    # float32 cannot hold s, so the kernel cannot give -550 either, but it must not give a silent 0 (the
+    # emptiness test on s == 0 did): an element count says the row is not empty, and y is NaN, as the
+    # unfused float32 computation gives
+    f = ra.derive(ra.parse(UNDERFLOW))
+    assert "count" in {r.name for r in f.cascade.reductions} and f.source is not None
+    x = np.full((2, 5), -110.0, np.float32)
+    x[0] = np.linspace(0, 1, 5)  # an ordinary row beside it: y = sum(x) = 2.5
+    got = to_float(ra.compile(f, backend, strategy)({"x": x})["y"]).ravel()
+    want = np.ravel(ra.evaluate(f.source, {"x": x.astype(np.float64)}, {})["y"])
+    assert np.isclose(got[0], want[0], rtol=1e-5) and want[1] == pytest.approx(-550.0)
+    assert np.isnan(got[1])

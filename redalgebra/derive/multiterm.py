@@ -150,6 +150,13 @@ def split(name: str, F: sp.Expr, elems: list, deps: list, atoms: dict, scalars: 
                               f"the elements) is itself not separable: {analysis.reason}")
         terms.append(Term(written, c, analysis))
     terms = _centre(terms, scalars)
+    steep = _unstable_degree(terms, scalars)
+    if steep:
+        return None, (f"expanding F gives power sums up to degree {steep[0]} (sum({_show(steep[1])})) "
+                      f"combined with powers of reduction results: in float32 they cancel catastrophically when a "
+                      f"result is large against the spread of the elements (for (x - m)**6, an error of 1e29 on a "
+                      f"row of one element), and only degree-2 terms have a stable (centred, Chan) form here; run "
+                      f"it unfused (strategy 'unfused')")
     total = sum((t.coefficient * t.E for t in terms), sp.Integer(0))
     F_written = F.xreplace(atoms)
     proof = prove_equal(total, F_written, claim=f"F_{name} is the sum of its {len(terms)} separable terms")
@@ -179,6 +186,22 @@ def _centre(terms: list, scalars: set) -> list:
             continue
         out.append(t)
     return out
+
+
+def _unstable_degree(terms: list, scalars: set) -> tuple | None:
+    """(degree, E) of the highest-degree (>= 3) power sum of a combination whose coefficients use reduction
+    results; None when there is none (such a combination cancels catastrophically in float32, and no
+    centred form is derived for it)."""
+    if len(terms) < 2 or not any(t.coefficient.free_symbols for t in terms):
+        return None
+    worst = (0, None)
+    for t in terms:
+        if t.center or t.count:
+            continue
+        used = sorted(t.E.free_symbols & scalars, key=sp.default_sort_key)
+        if used and t.E.is_polynomial(*used):
+            worst = max(worst, (sp.Poly(t.E, *used).total_degree(), t.E), key=lambda w: w[0])
+    return worst if worst[0] >= 3 else None
 
 
 def _all_symbols(terms) -> set:

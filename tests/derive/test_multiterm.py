@@ -189,3 +189,14 @@ def test_a_pole_is_not_deferred():
     # what keeps the sum of squares in range, so the correction form stays
     f = derive(parse("input x\nreduce a = max(abs(x))\nreduce s = sum((x / a) ** 2)\nout y = a * sqrt(s)"))
     assert f.analysis["s"].kind == "single" and "s" in f.corrections
+
+
+@pytest.mark.parametrize("power", [3, 6, 40])
+def test_powers_of_a_difference_above_two_are_refused_as_float32_would_cancel_them(power):
+    # (x - m)**k expands into power sums up to x**k combined with powers of m: one element at 1e5 gave an
+    # error of 1e29 in float32 where the answer is 0; degree 2 has its centred form (the variance)
+    text = f"input x\nreduce m = max(x)\nreduce s = sum((x - m)**{power})\nout y = s"
+    with pytest.raises(NotFusableError) as info:
+        derive(parse(text))
+    assert f"power sums up to degree {power}" in str(info.value) and "cancel catastrophically" in str(info.value)
+    derive(parse(text.replace(f"**{power}", "**2")))  # the centred degree-2 form still fuses

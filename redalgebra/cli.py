@@ -14,7 +14,7 @@ from pathlib import Path
 from . import workloads
 from .codegen.strategies import names as strategy_names
 from .algebra import budget, lookup, prove_monoid
-from .derive import analyze, derive
+from .derive import analyze, derive, unfused
 from .derive.document import document
 from .derive.report import fused_json, fused_latex
 from .errors import NotFusableError, RedalgebraError
@@ -65,7 +65,9 @@ def _cmd_derive(args) -> int:
 def _cmd_check(args) -> int:
     from .runtime.check import check
 
-    fused = derive(workloads.load(args.target))
+    cascade = workloads.load(args.target)
+    # the unfused baseline runs any cascade; every other strategy needs the fused forms
+    fused = unfused(cascade) if args.strategy == "unfused" else derive(cascade)
     results = check(fused, args.backend, args.strategy, dtypes=tuple(args.dtype or ["float32"]))
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))

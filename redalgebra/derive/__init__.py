@@ -11,9 +11,9 @@ never numba, torch or matplotlib.
 """
 
 from .analysis import Analysis, ReductionAnalysis, analyze
-from .fused import FusedCascade, derive
+from .fused import FusedCascade, derive, unfused
 from .numeric import Evaluator, random_bounds
 from .prepare import real_arithmetic
 
 __all__ = ["Analysis", "Evaluator", "FusedCascade", "ReductionAnalysis", "analyze", "derive", "random_bounds",
-           "real_arithmetic"]
+           "real_arithmetic", "unfused"]

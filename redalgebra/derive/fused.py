@@ -398,4 +398,32 @@ def _derive(cascade: Cascade, analysis: Analysis, centered: dict) -> FusedCascad
         guards=_guards(analysis))
 
 
-__all__ = ["Correction", "FusedCascade", "combine", "derive", "index_symbol", "side"]
+def unfused(cascade: Cascade) -> FusedCascade:
+    """The forms a baseline of one kernel per reduction needs (prologue, bodies, finalize), for any cascade,
+    fusable or not: ``derive`` when it fuses, else forms without merge, update or corrections, which only
+    the ``unfused`` strategy runs (``compile`` refuses the others with the reason the cascade does not fuse)."""
+    try:
+        return derive(cascade)
+    except NotFusableError as err:
+        if err.analysis is None:
+            raise
+        analysis = err.analysis
+    c = cascade
+    atoms = element_atoms(c)
+    bodies = {r.name: inline(r.body, c, set(atoms)) for r in c.reductions}
+    outs = outputs(c)
+    varying = c.per_element()
+    nothing = Program((), ())
+    return FusedCascade(
+        cascade=c, analysis=analysis,
+        prologue=Program(tuple((c.symbols[a], c[a].expr) for a in atoms), tuple(c.symbols[a] for a in atoms)),
+        identity={r.name: _zero(r.monoid) for r in c.reductions}, lift=nothing, merge=nothing, update=nothing,
+        finalize=Program(tuple((c.symbols[o.name], outs[o.name]) for o in c.outputs),
+                         tuple(c.symbols[o.name] for o in c.outputs)),
+        per_element_outputs=tuple(o.name for o in c.outputs if o.name in varying), corrections={}, degenerate={},
+        bodies=bodies, naive={},
+        guards=(f"not fusable ({'; '.join(f'{r.name}: {r.reason}' for r in analysis.reductions if not r.fusable)}): "
+                f"only the unfused strategy, a kernel per reduction, runs it",))
+
+
+__all__ = ["Correction", "FusedCascade", "combine", "derive", "index_symbol", "side", "unfused"]

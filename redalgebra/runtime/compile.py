@@ -20,7 +20,7 @@ import numpy as np
 from ..codegen import KernelSource, Problem, Spec, generate
 from ..codegen.strategies import for_target, get
 from ..derive import FusedCascade
-from ..errors import EvaluationError, RedalgebraError
+from ..errors import EvaluationError, NotFusableError, RedalgebraError
 from .backends import check_backend, cuda_module, multiprocessors
 from .cache import load
 from .driver import c_strides
@@ -501,6 +501,12 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     if not isinstance(fused, FusedCascade):
         raise RedalgebraError(f"compile() takes a FusedCascade (from redalgebra.derive), got {type(fused).__name__}")
     strategy = strategy or DEFAULT_STRATEGY[backend]
+    if not fused.analysis.fusable:  # the forms of derive.unfused: a kernel per reduction is all that runs them
+        if strategy == "auto" and backend != "cpu":
+            strategy = "unfused"
+        if strategy != "unfused":
+            raise NotFusableError(f"{fused.cascade.name} is not fusable, so only strategy 'unfused' (a kernel per "
+                                  f"reduction, on cuda or cudasim) runs it: {fused.guards[0]}", fused.analysis)
     if strategy == "auto" and backend == "cpu":
         strategy = "row"
     if strategy != "auto":

@@ -167,3 +167,23 @@ def test_check_draws_params_with_their_declared_signs_and_either_sign_otherwise(
 def test_check_refuses_a_cascade_with_nothing_to_compare():
     with pytest.raises(RedalgebraError, match="nothing to compare"):
         check(derive(parse("input x\nreduce m = max(x)\n", "no_out")), "cpu")
+
+
+def test_cascades_that_do_not_fuse_run_unfused_and_only_unfused():
+    # the baseline of one kernel per reduction needs no fused form: it runs abs_deviation (not separable)
+    # and (x - m)**6 (refused: float32 would cancel its power sums), checked against the reference
+    from redalgebra.derive import unfused
+    from redalgebra.errors import NotFusableError
+
+    for text in ("input x\nreduce m = max(x)\nreduce d = sum(abs(x - m))\nout y = d",
+                 "input x\nreduce m = max(x)\nreduce s = sum((x - m)**6)\nout y = s"):
+        f = unfused(parse(text))
+        assert not f.analysis.fusable and "only the unfused strategy" in f.guards[0]
+        results = check(f, "cudasim", "unfused", shapes=((3, 37), (2, 1)))
+        assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+        assert compile(f, "cudasim").strategy == "unfused"  # auto
+        with pytest.raises(NotFusableError, match="only strategy 'unfused'"):
+            compile(f, "cudasim", "tile")
+        with pytest.raises(NotFusableError, match="only strategy 'unfused'"):
+            compile(f, "cpu")
+    assert unfused(parse("input x\nreduce m = max(x)\nout y = m")).analysis.fusable  # a fusable one: derive's forms

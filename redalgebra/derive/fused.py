@@ -241,11 +241,35 @@ def _singular_denominators(ra: ReductionAnalysis, analysis: Analysis) -> bool:
     return any(f.free_symbols and not f.xreplace(closed).is_nonzero for f in sp.Mul.make_args(den))
 
 
-def _guards(analysis: Analysis) -> tuple[str, ...]:
+#: The largest finite float32.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _range_notes(c: Cascade, bodies: dict) -> list[str]:
+    """Sums of powers of the elements that leave float32's range for large elements (a documented limit:
+    the unfused float32 computation overflows there too; the float64 reference does not)."""
+    scalars = [c.symbols[s.name] for s in c.inputs if c.sizes[s.name] is None]
+    notes = []
+    for r in c.reductions:
+        body = bodies[r.name]
+        used = sorted(body.free_symbols & set(scalars), key=sp.default_sort_key)
+        if r.monoid is not ADD or not used or not body.is_polynomial(*used):
+            continue
+        poly = sp.Poly(body, *used)
+        k = max(poly.degree(v) for v in used)  # a power of one element (x**2), not a product of two inputs
+        if k >= 2:
+            notes.append(f"{r.name} = sum({CascadePrinter().doprint(r.body)}) grows as the elements to the power {k}: in "
+                         f"float32 it overflows once they exceed about {FLOAT32_MAX ** (1 / k):.1e} (less by a factor "
+                         f"L^(1/{k}) for rows of L), as the unfused float32 form does; scale the inputs first")
+    return notes
+
+
+def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
     notes = ["the identity state is each reduction's 0 (max: -inf, sum: 0, top-k: -inf values, index -1)",
-             "an empty or fully masked side (a max of -inf, or a strictly positive sum equal to 0) contributes "
+             "an empty or fully masked side (an earlier max at -inf, or an element count of 0) contributes "
              "0_i: it is skipped, never multiplied by NaN",
              "a length-1 segment is the lift of its element; masked elements leave the state unchanged"]
+    notes += _range_notes(analysis.cascade, bodies)
     for ra in analysis.reductions:
         if ra.otimes is MUL and ra.deps and not ra.deferred and ra.monoid.k is None and \
                 may_vanish(ra.H, analysis.signs, [analysis.cascade.symbols[d] for d in ra.deps]):
@@ -395,7 +419,7 @@ def _derive(cascade: Cascade, analysis: Analysis, centered: dict) -> FusedCascad
         degenerate={ra.name: _degenerate(ra, c, analysis, "a") for ra in analysis.reductions if ra.deps},
         bodies=bodies,
         naive={ra.name: (ra.G, ra.H) for ra in analysis.reductions if ra.deps and ra.name not in centered},
-        guards=_guards(analysis))
+        guards=_guards(analysis, bodies))
 
 
 def unfused(cascade: Cascade) -> FusedCascade:

@@ -200,3 +200,10 @@ def test_powers_of_a_difference_above_two_are_refused_as_float32_would_cancel_th
         derive(parse(text))
     assert f"power sums up to degree {power}" in str(info.value) and "cancel catastrophically" in str(info.value)
     derive(parse(text.replace(f"**{power}", "**2")))  # the centred degree-2 form still fuses
+
+
+def test_a_sum_of_squares_says_where_float32_overflows():
+    f = derive(parse("input x\nreduce s = sum(x * x)\nout y = x / sqrt(s)"))
+    note = next(g for g in f.guards if g.startswith("s = sum("))
+    assert "1.8e+19" in note and "overflows" in note
+    assert not any("grows as" in g for g in derive(parse("input x\ninput w\nreduce s = sum(x * w)\nout y = s")).guards)

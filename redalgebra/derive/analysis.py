@@ -296,6 +296,13 @@ def _range_proof(H: sp.Expr, otimes: Monoid, assumption: str | None, facts: dict
     """Sign inference: H meets the distributivity assumption and is invertible on non-degenerate states."""
     strict = {f.symbol.func(f.name, real=True): _strict(f) for f in facts.values()}
     closed = {sp.Symbol(f.name, real=True): f.symbol for f in facts.values()}
+    # a symbol the cascade divides by is not 0 where the cascade is defined (the reference is inf or NaN
+    # there too): a temperature t of exp((x - m) / t) needs no declared sign for H = exp(-m/t) to be positive
+    divisors = {e.base for e in sp.preorder_traversal(H) if e.is_Pow and e.exp.is_negative and e.base.is_Symbol}
+    for v in divisors:
+        known = strict.get(v, v)
+        if v.is_real and known.is_nonzero is None and v.name not in deps:
+            strict[v] = closed[v] = sp.Symbol(v.name, real=True, nonzero=True)
     used = [facts[d] for d in deps] + [f for f in facts.values() if f.sign and f.name not in deps
                                        and sp.Symbol(f.name, real=True) in H.free_symbols]
     steps = tuple(f"{f.name}: {f.sign or 'sign unknown'} ({f.reason})" for f in used)

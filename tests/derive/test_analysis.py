@@ -94,3 +94,13 @@ def test_json_has_the_contract_fields():
         assert {"name", "fusable", "otimes", "G", "H", "reason", "counterexample"} <= set(r)
     bad = next(r for r in d["reductions"] if r["name"] == "d")
     assert bad["reason"] and bad["counterexample"]["values"] and bad["counterexample"]["claim"]
+
+
+def test_a_temperature_divided_by_needs_no_declared_sign():
+    # H = exp(-m/t) is positive for every t != 0, and where t = 0 the cascade itself divides by 0
+    a = analyze(parse("input x\nparam t\nreduce m = max(x)\nreduce s = sum(exp((x - m) / t))\nout y = s"))
+    assert a.fusable and str(a["s"].H) == "exp(-m/t)"
+    # a factor of unknown sign that is not divided by is not assumed away from 0: H = t·m may vanish, so
+    # the sum keeps sum(x) and is multiplied by t·m at the end, never corrected by a quotient of them
+    f = derive(parse("input x\nparam t\nreduce m = max(x)\nreduce s = sum(x * t * m)\nout y = s"))
+    assert "s" not in f.corrections and f.rewrite is not None

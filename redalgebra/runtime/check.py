@@ -53,13 +53,22 @@ class CheckResult:
 
 
 def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="float32", sizes=None, masked=True):
-    """Inputs, params and a keep mask (some masked elements, the last row fully masked)."""
+    """Inputs, params and a keep mask (some masked elements, the last row fully masked).
+
+    With three rows or more, the first row is all zeros (signed: -0.0 and 0.0 alternate), where a result
+    such as ``max(abs(x))`` is 0 on a non-empty row; the second holds a tie for its largest value and a
+    subnormal float32 (1e-40)."""
     sizes = {**SMALL_SIZES, **(sizes or {})}
     c = fused.cascade
     inputs = {}
     for s in c.inputs:
         shape = (rows, length) if s.size is None else (rows, length, sizes.get(s.size, s.size) if isinstance(s.size, str) else s.size)
         values = rng.normal(size=shape) * 2
+        if rows >= 3 and length >= 2:
+            values[0] = np.where(np.arange(length) % 2, 0.0, -0.0).reshape((length,) + (1,) * (values.ndim - 2))
+            flat = values[1].reshape(length, -1)
+            flat[-1] = flat[int(np.argmax(flat[:, 0]))]  # a tie for the largest value
+            flat[0, 0] = 1e-40
         inputs[s.name] = as_bfloat16(values.astype(np.float32)) if dtype == "bfloat16" else values.astype(dtype)
     params = {}
     for p in c.params:

@@ -187,3 +187,13 @@ def test_cascades_that_do_not_fuse_run_unfused_and_only_unfused():
         with pytest.raises(NotFusableError, match="only strategy 'unfused'"):
             compile(f, "cpu")
     assert unfused(parse("input x\nreduce m = max(x)\nout y = m")).analysis.fusable  # a fusable one: derive's forms
+
+
+def test_check_problems_hold_a_row_of_signed_zeros_a_tie_and_a_subnormal():
+    from redalgebra.runtime.check import random_problem
+
+    inputs, _, keep = random_problem(fused("safe_softmax"), 3, 37, np.random.default_rng(0))
+    x = inputs["x"]
+    assert not x[0].any() and np.signbit(x[0]).sum() == 19  # -0.0 at even positions
+    assert x[1, -1] == x[1].max() and (x[1] == x[1].max()).sum() >= 2 and x[1, 0] == np.float32(1e-40)
+    assert not keep[-1].any()  # the last row fully masked

@@ -33,7 +33,7 @@ import sympy as sp
 
 from ..algebra import Proof, prove_equal
 from ..algebra import budget as _budget
-from ..errors import NotFusableError, RedalgebraError
+from ..errors import NotFusableError
 from ..ir import ADD, MUL, Cascade, Monoid, Reduction, build_graph, reduction_dependencies
 from ..ir.printer import CascadePrinter, reducer_text
 from ..ir.functions import CASTS
@@ -134,22 +134,25 @@ def _marks_empty(name: str, analysis: Analysis) -> bool:
 def _inexact_empty(d: str, analysis: Analysis) -> bool:
     """Whether ``d`` marks emptiness only by a value its elements could also round to (a strictly signed
     sum such as ``sum(exp(x))``); an infinite identity or an element count (``sum(1)``) marks it exactly."""
-    r = analysis[d]
-    count = r.monoid is ADD and next(x for x in analysis.cascade.reductions if x.name == d).body == 1
-    return _marks_empty(d, analysis) and r.monoid.identity not in (sp.oo, -sp.oo) and not count
+    return (_marks_empty(d, analysis) and analysis[d].monoid.identity not in (sp.oo, -sp.oo)
+            and not _is_count(d, analysis.cascade))
 
 
 def _exact_empty(name: str, analysis: Analysis) -> str | None:
-    """A reduction before ``name`` (or ``name`` itself) whose identity is infinite: it is at its identity exactly
-    when the segment is empty (or fully masked), whatever the values — every reduction of a row runs over
-    the same elements. A strictly signed sum is not such a test: ``sum(exp(x))`` underflows to 0 on a
-    non-empty float32 segment at x = -110."""
+    """A reduction before ``name`` whose identity is infinite, or an element count: it is at its identity
+    exactly when the segment is empty (or fully masked), whatever the values — every reduction of a row
+    runs over the same elements. A strictly signed sum is not such a test: ``sum(exp(x))`` underflows to
+    0 on a non-empty float32 segment at x = -110."""
     for r in analysis.reductions:
-        if r.monoid.identity in (sp.oo, -sp.oo) and r.monoid.k is None:
-            return r.name
         if r.name == name:
             return None
+        if r.monoid.identity in (sp.oo, -sp.oo) and r.monoid.k is None or _is_count(r.name, analysis.cascade):
+            return r.name
     return None
+
+
+def _is_count(name: str, c: Cascade) -> bool:
+    return any(r.name == name and r.monoid is ADD and r.body == 1 for r in c.reductions)
 
 
 def _degenerate(ra: ReductionAnalysis, c: Cascade, analysis: Analysis, which: str) -> sp.Basic:
@@ -161,34 +164,24 @@ def _degenerate(ra: ReductionAnalysis, c: Cascade, analysis: Analysis, which: st
         if not _marks_empty(d, analysis):
             continue
         if _inexact_empty(d, analysis):
-            d = _exact_empty(ra.name, analysis) or COUNT
+            d = _exact_empty(ra.name, analysis)  # present: _derive_fusable adds a count where none is
         tests.add(sp.Eq(side(d, which), _zero(analysis[d].monoid)))
     return sp.Or(*sorted(tests, key=sp.default_sort_key))
 
 
-#: The element count a state gets when an emptiness test needs it (see :func:`_degenerate`).
-COUNT = "count"
-
-
 def _needs_count(analysis: Analysis) -> bool:
-    """Whether some reduction's emptiness test falls back on an element count the cascade does not have."""
-    if any(r.name == COUNT and r.monoid is ADD and r.body == 1 for r in analysis.cascade.reductions):
-        return False
+    """Whether some reduction's emptiness test needs an element count the cascade does not have."""
     return any(_inexact_empty(d, analysis) and _exact_empty(ra.name, analysis) is None
                for ra in analysis.reductions for d in ra.deps)
 
 
 def _with_count(cascade: Cascade) -> Cascade:
-    """``cascade`` with ``reduce count = sum(1)`` before its first reduction (a count already there is reused)."""
+    """``cascade`` with ``reduce count = sum(1)`` (a fresh name if ``count`` is taken) before its first reduction."""
     names = {s.name for s in cascade.statements}
-    if COUNT in names:
-        if any(r.name == COUNT and r.monoid is ADD and r.body == 1 for r in cascade.reductions):
-            return cascade
-        raise RedalgebraError(f"{cascade.name}: the name {COUNT!r} is taken, and its emptiness tests need an element "
-                              f"count under that name: rename it")
+    name = next(n for n in (f"count{k}" if k else "count" for k in range(len(names) + 1)) if n not in names)
     stmts = list(cascade.statements)
     first = next(i for i, st in enumerate(stmts) if isinstance(st, Reduction))
-    stmts.insert(first, Reduction(COUNT, ADD, sp.Integer(1)))
+    stmts.insert(first, Reduction(name, ADD, sp.Integer(1)))
     return Cascade(tuple(stmts), name=cascade.name, source=None)
 
 

@@ -435,13 +435,47 @@ def _multi_term(r, algebra, elems, dep_syms, atoms, c: Cascade, facts, deps):
     return terms, None
 
 
-def analyze(cascade: Cascade, budget_s: float | None = None) -> Analysis:
+def _verdicts(cascade: Cascade, F: dict, facts: dict, deps: dict) -> list:
+    reds = []
+    for r in cascade.reductions:
+        d = tuple(sorted(deps[r.name], key=_order(cascade)))
+        try:
+            reds.append(analyze_reduction(r, F[r.name], d, cascade, facts))
+        except (BudgetExhausted, Exception) as err:  # noqa: BLE001 - an undecided verdict, with its reason
+            reds.append(_undecided(r, F[r.name], d, cascade, err))
+    return reds
+
+
+def _with_hint(r: ReductionAnalysis, c: Cascade, deps: dict) -> ReductionAnalysis:
+    """A refused reduction whose body uses a scalar param of no declared sign: the declaration under which
+    the analysis (the same proofs) fuses it, named in the reason."""
+    if r.fusable or r.reason is None or r.reason.startswith("unknown"):
+        return r
+    unsigned = [p for p in c.params if p.sign is None and p.size is None and not p.integer
+                and p.symbol in r.F.free_symbols]
+    for p in unsigned:
+        for sign in (">0", "<0"):
+            old, new = p.symbol, replace(p, sign=sign).symbol
+            stmts = tuple(replace(s, sign=sign) if s is p else
+                          replace(s, body=s.body.xreplace({old: new})) if isinstance(s, Reduction) else
+                          replace(s, expr=s.expr.xreplace({old: new})) if hasattr(s, "expr") and
+                          not isinstance(s, Reduction) else s for s in c.statements)
+            signed = Cascade(stmts, name=c.name, source=None)
+            verdicts = _verdicts(signed, bodies(signed), sign_facts(signed), deps)
+            if all(v.fusable for v in verdicts if v.name == r.name):
+                return replace(r, reason=f"{r.reason}; it fuses when the sign of {p.name} is declared: "
+                                         f"`param {p.name} {sign[0]} 0`")
+    return r
+
+
+def analyze(cascade: Cascade, budget_s: float | None = None, hints: bool = True) -> Analysis:
     """Decide, with proofs, whether and how each reduction of ``cascade`` fuses.
 
     The analysis runs under a time budget (``budget_s`` seconds, default
     :data:`redalgebra.algebra.budget.DEFAULT_SECONDS`): a reduction it has not decided when the budget
     runs out, and one whose analysis fails inside SymPy, is reported not fusable with the reason
-    ("unknown: ..."), never a hang or a traceback.
+    ("unknown: ..."), never a hang or a traceback. ``hints``: for a refused reduction whose body uses a
+    param of no declared sign, try each sign and name the declaration that makes it fuse.
     """
     seconds = _budget.DEFAULT_SECONDS if budget_s is None else budget_s
     deps = reduction_dependencies(build_graph(cascade))
@@ -451,13 +485,11 @@ def analyze(cascade: Cascade, budget_s: float | None = None) -> Analysis:
         except BudgetExhausted as err:
             return Analysis(cascade, tuple(_undecided(r, None, (), cascade, err) for r in cascade.reductions), {},
                             False)
-        reds = []
-        for r in cascade.reductions:
-            d = tuple(sorted(deps[r.name], key=_order(cascade)))
-            try:
-                reds.append(analyze_reduction(r, F[r.name], d, cascade, facts))
-            except (BudgetExhausted, Exception) as err:  # noqa: BLE001 - an undecided verdict, with its reason
-                reds.append(_undecided(r, F[r.name], d, cascade, err))
+        reds = _verdicts(cascade, F, facts, deps)
+        try:
+            reds = [_with_hint(r, cascade, deps) for r in reds] if hints else reds
+        except BudgetExhausted:
+            pass  # the verdicts stand without hints
     # a deferred result is formed only at the end, so a later reduction that reads it would compare with
     # its emptiness guard: there the correction form is kept where its range was proved (H != 0 taken
     # away from empty states, as before deferral existed)

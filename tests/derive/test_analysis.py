@@ -104,3 +104,13 @@ def test_a_temperature_divided_by_needs_no_declared_sign():
     # the sum keeps sum(x) and is multiplied by t·m at the end, never corrected by a quotient of them
     f = derive(parse("input x\nparam t\nreduce m = max(x)\nreduce s = sum(x * t * m)\nout y = s"))
     assert "s" not in f.corrections and f.rewrite is not None
+
+
+def test_a_refusal_that_a_declared_sign_would_lift_names_the_declaration():
+    # max(exp(x - m) * t): × distributes over max only for t >= 0, which an undeclared t is not known to be
+    a = analyze(parse("input x\nparam t\nreduce m = max(x)\nreduce s = max(exp(x - m) * t)\nout y = s"))
+    assert not a.fusable and "`param t > 0`" in a["s"].reason
+    assert analyze(parse("input x\nparam t > 0\nreduce m = max(x)\nreduce s = max(exp(x - m) * t)\nout y = s")).fusable
+    # nothing to declare: no hint
+    b = analyze(parse("input x\nreduce m = max(x)\nreduce p = sum(log(1 + exp(x - m)))\nout y = p"))
+    assert "declared" not in b["p"].reason

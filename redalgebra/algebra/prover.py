@@ -33,6 +33,7 @@ import sympy as sp
 from ..errors import RedalgebraError
 from sympy.core.relational import Relational
 
+from ..ir.functions import RoundHalfEven
 from ..ir.nodes import SIGN_FLAGS
 from ..errors import BudgetExhausted
 from .budget import PROOF_SECONDS, budget, check
@@ -219,8 +220,8 @@ def _prove(base: Proof, lhs, rhs, variables, assumed, conditions, seed, sampling
 
 
 #: Functions with jumps: the case analysis (which assumes continuity) is never applied to them.
-DISCONTINUOUS = (sp.sign, sp.Heaviside, sp.floor, sp.ceiling, sp.frac, sp.Piecewise, sp.Mod, sp.KroneckerDelta,
-                 sp.DiracDelta)
+DISCONTINUOUS = (sp.sign, sp.Heaviside, sp.floor, sp.ceiling, sp.frac, RoundHalfEven, sp.Piecewise, sp.Mod,
+                 sp.KroneckerDelta, sp.DiracDelta)
 
 
 def _jumps(*exprs) -> list[str]:

@@ -3,10 +3,12 @@
 * Every number becomes a named ``np.float32`` module constant (``_K0 = np.float32(448.0)``):
   a Python float literal is float64 and would promote the whole expression,
   and an integer times a float32 is float64 in numba.
-* ``exp`` becomes ``math.exp`` (numba picks the float32 overload); ``log`` and
-  ``sqrt`` become helpers with IEEE edge results on every target (the
-  simulator's ``math.log(0)`` raises); ``abs``, ``max``, ``min`` stay builtins;
-  guards become conditional expressions.
+* ``exp``, ``tanh`` and ``erf`` become ``math.*`` (numba picks the float32
+  overload); ``log``, ``log1p`` and ``sqrt`` become helpers with IEEE edge
+  results on every target (the simulator's ``math.log(0)`` raises), ``floor``
+  and ``round`` helpers that return a float32 (numba's ``math.floor`` returns
+  an integer); ``sigmoid`` is printed as ``1/(1 + exp(-x))``; ``abs``,
+  ``max``, ``min`` stay builtins; guards become conditional expressions.
 * Symbols are looked up in an access table: a state variable, a register, an
   element read from global memory (``k[rr, l, j]``), a param (``q[row, j]``).
   A vector symbol is printed at the current component index; ``dot`` and
@@ -22,9 +24,10 @@ import sympy as sp
 from sympy.printing.str import StrPrinter
 
 from ..errors import RedalgebraError
-from ..ir.functions import Dot, RoundE4M3, VSum
+from ..ir.functions import Dot, RoundE4M3, Sigmoid, VSum
 
-_FUNCTIONS = {"exp": "math.exp", "log": "rt_log", "sqrt": "rt_sqrt"}
+_FUNCTIONS = {"exp": "math.exp", "log": "rt_log", "Log1p": "rt_log1p", "sqrt": "rt_sqrt", "tanh": "math.tanh",
+              "erf": "math.erf", "floor": "rt_floor", "RoundHalfEven": "rt_round"}
 
 
 @dataclass
@@ -197,6 +200,9 @@ class KernelPrinter(StrPrinter):
 
     def _print_Min(self, expr):
         return self._binary_fold("rt_min", expr.args)
+
+    def _print_Sigmoid(self, expr):  # with the target's exponential (the GPU's fast one)
+        return self._print(Sigmoid.quotient(expr.args[0]))
 
     def _print_RoundE4M3(self, expr):
         return f"rt_fp8({self._print(expr.args[0])})"

@@ -11,7 +11,11 @@
   bitwise.
 * **Sign facts.** Each name gets a symbol carrying what can be inferred about
   its sign (a sum of exponentials is positive, a max of ``|x|`` is
-  non-negative), with the reason in words.
+  non-negative), with the reason in words.  They are SymPy's assumptions,
+  which the functions state for themselves: ``sigmoid`` is positive, ``tanh``,
+  ``erf`` and ``log1p`` of a positive value are positive, ``floor`` and
+  ``round`` of a non-negative one non-negative (``round(-0.3)`` is 0, so
+  nothing is claimed to be negative that may be 0).
 * **Conditionals.** ``pos`` is a per-element value like an input.  In a body
   with dependencies, a comparison or ``where`` that uses no reduction result
   (``pos == label``, ``where(pos <= qpos, s, -inf)``) is a per-element value

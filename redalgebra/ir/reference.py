@@ -19,13 +19,14 @@ must agree with that (or document their guard).
 
 from __future__ import annotations
 
+import math
 from functools import reduce as _fold
 
 import numpy as np
 import sympy as sp
 
 from ..errors import EvaluationError
-from .functions import Dot, RoundE4M3, VSum
+from .functions import Dot, Log1p, RoundE4M3, RoundHalfEven, Sigmoid, VSum
 from .monoid import Monoid
 from .nodes import POSITION, Cascade, Input, Let, Output, Param, Reduction
 
@@ -42,8 +43,13 @@ def round_e4m3(x: np.ndarray) -> np.ndarray:
     return (np.round(x / quantum) * quantum).astype(dtype)
 
 
+#: ``math.erf`` over an array (NumPy has no erf, and SciPy is not a dependency), accurate in float64.
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
 _RULES = {
-    sp.exp: np.exp, sp.log: np.log, sp.Abs: np.abs, RoundE4M3: round_e4m3,
+    sp.exp: np.exp, sp.log: np.log, Log1p: np.log1p, sp.Abs: np.abs, RoundE4M3: round_e4m3,
+    sp.tanh: np.tanh, Sigmoid: lambda a: 1 / (1 + np.exp(-a)), sp.erf: lambda a: _erf(a).astype(np.result_type(a)),
+    sp.floor: np.floor, RoundHalfEven: np.rint,
     sp.Max: lambda *a: _fold(np.maximum, a), sp.Min: lambda *a: _fold(np.minimum, a),
     Dot: lambda a, b: np.sum(a * b, axis=-1, keepdims=True), VSum: lambda a: np.sum(a, axis=-1, keepdims=True),
     sp.Eq: np.equal, sp.Ne: np.not_equal, sp.Lt: np.less, sp.Le: np.less_equal, sp.Gt: np.greater,

@@ -127,7 +127,8 @@ COMPARE = ["==", "!=", "<", "<=", ">", ">="]
 
 
 def _compound(children):
-    unary = st.tuples(st.sampled_from(["exp", "log", "sqrt", "abs", "-"]), children).map(
+    unary = st.tuples(st.sampled_from(["exp", "log", "sqrt", "abs", "tanh", "sigmoid", "erf", "log1p", "floor", "round",
+                                       "-"]), children).map(
         lambda t: f"-({t[1]})" if t[0] == "-" else f"{t[0]}({t[1]})")
     binary = st.tuples(children, st.sampled_from(["+", "-", "*", "/"]), children).map(lambda t: f"({t[0]} {t[1]} {t[2]})")
     power = st.tuples(children, st.integers(-3, 3)).map(lambda t: f"({t[0]}) ** {t[1]}")

@@ -14,6 +14,7 @@ _FP8_TWO = np.float32(2.0)
 _FP8_HALF = np.float32(0.5)
 _FP8_SCALE = np.ldexp(np.float32(1.0), np.arange(-5, 10)).astype(np.float32)  # 2^-5 .. 2^9
 _FP8_UNSCALE = np.ldexp(np.float32(1.0), -np.arange(-5, 10)).astype(np.float32)
+_INTEGRAL = np.float32(2.0 ** 23)  # from 2**23 on, every float32 is an integer
 _BF16_TINY = np.float32(2.0 ** -133)
 _BF16_MANT = np.float32(1.0 / 128.0)
 _K0 = np.float32(0.0)
@@ -46,6 +47,39 @@ def rt_log(x):
 def rt_sqrt(x):
     """sqrt with sqrt of a negative = nan on every target (the simulator's math.sqrt raises)."""
     return math.sqrt(x) if x >= _FP8_ZERO else NAN
+
+
+@njit(cache=False)
+def rt_log1p(x):
+    """log1p with IEEE results at the edges (log1p(-1) = -inf, below -1 nan) on every target (the simulator's
+    math.log1p raises)."""
+    if x > -_FP8_ONE:
+        return math.log1p(x)
+    return NEG_INF if x == -_FP8_ONE else NAN
+
+
+@njit(cache=False)
+def rt_floor(x):
+    """floor as a float32 (numba's math.floor returns an integer), -0 kept as in NumPy; nan and ±inf stay
+    (the simulator's math.floor raises on them)."""
+    if not abs(x) < _INTEGRAL:  # nan, ±inf, or so large that it is an integer already
+        return x
+    return math.copysign(float32(math.floor(x)), x)
+
+
+@njit(cache=False)
+def rt_round(x):
+    """x rounded to the nearest integer, ties to even (NumPy's rint), as a float32 with the sign of x (a
+    negative x rounds to -0, not 0); nan and ±inf stay."""
+    # from floor(x) and the fraction x - floor(x), both exact: floor(x + 1/2) would round the largest
+    # float32 below 1/2 up, as x + 1/2 rounds to 1
+    if not abs(x) < _INTEGRAL:
+        return x
+    f = float32(math.floor(x))
+    d = x - f
+    if d > _FP8_HALF or (d == _FP8_HALF and f - _FP8_TWO * float32(math.floor(f * _FP8_HALF)) != _FP8_ZERO):
+        f += _FP8_ONE
+    return math.copysign(f, x)
 
 
 @njit(cache=False)

@@ -50,9 +50,10 @@ def test_each_function_fuses_and_its_cpu_kernel_matches_the_reference(name):
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
 
 
-@pytest.mark.parametrize("strategy", ["rows", "tile"])
-def test_every_function_on_the_cuda_simulator(strategy):
-    results = check(ra.derive(ra.parse(ALL, "all")), "cudasim", strategy, shapes=((2, 37),))
+def test_every_function_on_the_cuda_simulator():
+    # the rows kernels print through the statement tree, the others through the text skeletons: one each
+    # would double the time; the printer's function table is shared, and the H200 ran both (rows, tile)
+    results = check(ra.derive(ra.parse(ALL, "all")), "cudasim", "rows", shapes=((2, 37),))
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
 
 

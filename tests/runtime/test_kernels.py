@@ -175,11 +175,11 @@ def test_cascades_that_do_not_fuse_run_unfused_and_only_unfused():
     from redalgebra.derive import unfused
     from redalgebra.errors import NotFusableError
 
-    for text in ("input x\nreduce m = max(x)\nreduce d = sum(abs(x - m))\nout y = d",
-                 "input x\nreduce m = max(x)\nreduce s = sum((x - m)**6)\nout y = s"):
+    for text, shapes in (("input x\nreduce m = max(x)\nreduce d = sum(abs(x - m))\nout y = d", ((3, 37),)),
+                         ("input x\nreduce m = max(x)\nreduce s = sum((x - m)**6)\nout y = s", ((2, 1),))):
         f = unfused(parse(text))
         assert not f.analysis.fusable and "only the unfused strategy" in f.guards[0]
-        results = check(f, "cudasim", "unfused", shapes=((3, 37), (2, 1)))
+        results = check(f, "cudasim", "unfused", shapes=shapes)
         assert all(r.passed for r in results), "\n".join(r.line() for r in results)
         assert compile(f, "cudasim").strategy == "unfused"  # auto
         with pytest.raises(NotFusableError, match="only strategy 'unfused'"):

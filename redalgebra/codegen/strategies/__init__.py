@@ -28,7 +28,8 @@ class Problem:
     vec_ok: bool = False       # every per-element array starts on a 16-byte boundary
     pitch_ok: bool = False     # ... and every row does too (pitch a multiple of 16 bytes)
     same_frame: bool = False   # every per-element array has pitch = length and one row per row
-    options: tuple = ()        # ((name, value), ...): threads, tile, segments, fast_exp, group, out_dtype
+    options: tuple = ()        # ((name, value), ...): threads, tile, segments, fast_exp, group, out_dtype,
+    #                            simulator, persistent (None: the policy chooses)
 
     def option(self, name: str, default=None):
         value = dict(self.options).get(name)

@@ -36,7 +36,7 @@ import sympy as sp
 from ..algebra import Counterexample, Proof, prove_distributes, prove_equal
 from ..algebra import budget as _budget
 from ..errors import BudgetExhausted
-from ..ir import ADD, MUL, Cascade, Monoid, Reduction, build_graph, reduction_dependencies
+from ..ir import ADD, MUL, Cascade, Input, Monoid, Reduction, build_graph, reduction_dependencies
 from ..ir.printer import CascadePrinter, latex, reducer_text
 from .multiterm import MultiTerm, split
 from .prepare import SignFact, abstract_conditions, bodies, element_atoms, has_casts, integer_symbols, sign_facts, \
@@ -447,24 +447,30 @@ def _verdicts(cascade: Cascade, F: dict, facts: dict, deps: dict) -> list:
 
 
 def _with_hint(r: ReductionAnalysis, c: Cascade, deps: dict) -> ReductionAnalysis:
-    """A refused reduction whose body uses a scalar param of no declared sign: the declaration under which
-    the analysis (the same proofs) fuses it, named in the reason."""
+    """A refused reduction whose body uses a scalar param or input of no declared sign: the declaration
+    under which the analysis (the same proofs) fuses it, named in the reason."""
     if r.fusable or r.reason is None or r.reason.startswith("unknown"):
         return r
-    unsigned = [p for p in c.params if p.sign is None and p.size is None and not p.integer
-                and p.symbol in r.F.free_symbols]
+    unsigned = [s for s in (*c.params, *c.inputs) if s.sign is None and s.size is None
+                and not getattr(s, "integer", False) and s.symbol in r.F.free_symbols]
     for p in unsigned:
-        for sign in (">0", "<0"):
+        kind = "input" if isinstance(p, Input) else "param"
+        for sign in ((">=0", "<=0") if kind == "input" else (">0", "<0")):
             old, new = p.symbol, replace(p, sign=sign).symbol
-            stmts = tuple(replace(s, sign=sign) if s is p else
-                          replace(s, body=s.body.xreplace({old: new})) if isinstance(s, Reduction) else
-                          replace(s, expr=s.expr.xreplace({old: new})) if hasattr(s, "expr") and
-                          not isinstance(s, Reduction) else s for s in c.statements)
-            signed = Cascade(stmts, name=c.name, source=None)
-            verdicts = _verdicts(signed, bodies(signed), sign_facts(signed), deps)
+            try:
+                stmts = tuple(replace(s, sign=sign) if s is p else
+                              replace(s, body=s.body.xreplace({old: new})) if isinstance(s, Reduction) else
+                              replace(s, expr=s.expr.xreplace({old: new})) if hasattr(s, "expr") else s
+                              for s in c.statements)
+                signed = Cascade(stmts, name=c.name, source=None)
+                verdicts = _verdicts(signed, bodies(signed), sign_facts(signed), deps)
+            except BudgetExhausted:
+                raise
+            except Exception:  # noqa: BLE001 - SymPy refusing the declared form: no hint from this sign
+                continue
             if all(v.fusable for v in verdicts if v.name == r.name):
                 return replace(r, reason=f"{r.reason}; it fuses when the sign of {p.name} is declared: "
-                                         f"`param {p.name} {sign[0]} 0`")
+                                         f"`{kind} {p.name} {sign[:-1]} 0`")
     return r
 
 

@@ -112,7 +112,7 @@ def sign_facts(c: Cascade) -> dict[str, SignFact]:
     signed: dict[sp.Symbol, sp.Symbol] = {}
     for s in c.statements:
         if isinstance(s, Input):
-            sign, reason = None, "an input: any real"
+            sign, reason = s.sign, ("declared" if s.sign else "an input: any real")
         elif isinstance(s, Param):
             sign, reason = s.sign, ("declared" if s.sign else "a param: any real")
         elif isinstance(s, (Let, Output)):

@@ -38,8 +38,8 @@ class CascadeBuilder:
         self._statements.append(stmt)
         return stmt.symbol
 
-    def input(self, name: str, size=None) -> sp.Symbol:
-        return self._add(Input(name, size))
+    def input(self, name: str, size=None, sign: str | None = None) -> sp.Symbol:
+        return self._add(Input(name, size, sign))
 
     def param(self, name: str, size=None, sign: str | None = None, integer: bool = False) -> sp.Symbol:
         return self._add(Param(name, size, sign, integer))

@@ -49,14 +49,22 @@ def symbol(name: str, sign: str | None = None, integer: bool = False) -> sp.Symb
 
 @dataclass(frozen=True, slots=True)
 class Input:
-    """A per-element input: a scalar (``size=None``) or a vector of ``size``."""
+    """A per-element input: a scalar (``size=None``) or a vector of ``size``; a scalar may declare its sign
+    (``input x >= 0``), which the analysis may use and ``check`` draws by (kernels do not check it)."""
 
     name: str
     size: Size = None
+    sign: str | None = None
+
+    def __post_init__(self):
+        if self.sign is not None and self.sign not in SIGN_FLAGS:
+            raise CascadeError(f"input {self.name}: sign must be one of {sorted(SIGN_FLAGS)}, got {self.sign!r}")
+        if self.sign is not None and self.size is not None:
+            raise CascadeError(f"input {self.name}: a sign is declared for a scalar input, not a vector")
 
     @property
     def symbol(self) -> sp.Symbol:
-        return symbol(self.name)
+        return symbol(self.name, self.sign)
 
 
 @dataclass(frozen=True, slots=True)

@@ -429,24 +429,30 @@ class _LineParser:
 
     def stmt_input(self):
         name = self.new_name()
-        return name, Input(name.text, self.size())
+        size = self.size()
+        return name, Input(name.text, size, self.sign("input", name.text))
+
+    def sign(self, kind: str, name: str) -> str | None:
+        """An optional sign declaration, ``> 0``, ``>= 0``, ``< 0`` or ``<= 0``."""
+        if self.peek().text not in (">", ">=", "<", "<="):
+            return None
+        op = self.take().text
+        zero = self.take()
+        if zero.kind != "number" or self.literal(zero) != 0:
+            raise self.error(f"{'an' if kind == 'input' else 'a'} {kind}'s sign compares with 0, like "
+                             f"'{kind} {name} {op} 0'", zero)
+        return op + "0"
 
     def stmt_param(self):
         name = self.new_name()
-        size, sign, integer = self.size(), None, False
+        size, integer = self.size(), False
         if self.peek().text == "int":
             tok = self.take()
             if size is not None:
                 raise self.error(f"an integer param is one integer per row, a scalar; write 'param {name.text} int' "
                                  f"without a size", tok)
             integer = True
-        if self.peek().text in (">", ">=", "<", "<="):
-            op = self.take().text
-            zero = self.take()
-            if zero.kind != "number" or self.literal(zero) != 0:
-                raise self.error(f"a param's sign compares with 0, like 'param {name.text} {op} 0'", zero)
-            sign = op + "0"
-        return name, Param(name.text, size, sign, integer)
+        return name, Param(name.text, size, self.sign("param", name.text), integer)
 
     def stmt_let(self):
         name = self.new_name()

@@ -148,10 +148,10 @@ def reducer_text(r: Reduction, p: CascadePrinter | None = None) -> str:
 def statement_text(s, p: CascadePrinter | None = None) -> str:
     """One statement in the text format."""
     p = p or CascadePrinter()
+    sign = "" if getattr(s, "sign", None) is None else f" {s.sign[:-1]} 0"
     if isinstance(s, Input):
-        return f"input {s.name}{_size(s.size)}"
+        return f"input {s.name}{_size(s.size)}{sign}"
     if isinstance(s, Param):
-        sign = "" if s.sign is None else f" {s.sign[:-1]} 0"
         return f"param {s.name}{_size(s.size)}{' int' if s.integer else ''}{sign}"
     if isinstance(s, Let):
         return f"let {s.name} = {p.doprint(s.expr)}"

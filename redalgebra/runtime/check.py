@@ -64,11 +64,14 @@ def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="floa
     for s in c.inputs:
         shape = (rows, length) if s.size is None else (rows, length, sizes.get(s.size, s.size) if isinstance(s.size, str) else s.size)
         values = rng.normal(size=shape) * 2
+        if s.sign is not None:  # as declared: strictly so for > 0 and < 0
+            values = (np.abs(values) + (0.01 if s.sign[1] != "=" else 0.0)) * (1 if s.sign[0] == ">" else -1)
         if rows >= 3 and length >= 2:
-            values[0] = np.where(np.arange(length) % 2, 0.0, -0.0).reshape((length,) + (1,) * (values.ndim - 2))
+            if s.sign not in (">0", "<0"):  # zeros are out of a strictly signed input's domain
+                values[0] = np.where(np.arange(length) % 2, 0.0, -0.0).reshape((length,) + (1,) * (values.ndim - 2))
             flat = values[1].reshape(length, -1)
             flat[-1] = flat[int(np.argmax(flat[:, 0]))]  # a tie for the largest value
-            flat[0, 0] = 1e-40
+            flat[0, 0] = -1e-40 if (s.sign or ">")[0] == "<" else 1e-40
         inputs[s.name] = as_bfloat16(values.astype(np.float32)) if dtype == "bfloat16" else values.astype(dtype)
     params = {}
     for p in c.params:

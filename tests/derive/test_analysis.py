@@ -1,7 +1,7 @@
 import pytest
 import sympy as sp
 
-from redalgebra import NotFusableError, parse, workloads
+from redalgebra import NotFusableError, RedalgebraError, parse, workloads
 from redalgebra.derive import analyze, derive
 from tests.catalogue import FUSABLE, NOT_FUSABLE
 
@@ -114,3 +114,13 @@ def test_a_refusal_that_a_declared_sign_would_lift_names_the_declaration():
     # nothing to declare: no hint
     b = analyze(parse("input x\nreduce m = max(x)\nreduce p = sum(log(1 + exp(x - m)))\nout y = p"))
     assert "declared" not in b["p"].reason
+
+
+def test_an_input_may_declare_its_sign_and_a_refusal_names_that_declaration():
+    text = "input x{}\nreduce m = max(x)\nreduce s = max(x * m)\nout y = s"
+    refused = analyze(parse(text.format("")))
+    assert not refused.fusable and "`input x >= 0`" in refused["s"].reason  # × distributes over max for m >= 0
+    c = parse(text.format(" >= 0"))
+    assert analyze(c).fusable and str(c).startswith("input x >= 0\n") and parse(str(c)) == c
+    with pytest.raises(RedalgebraError, match="a sign is declared for a scalar input"):
+        parse("input k[4] >= 0\nreduce s = sum(k)\nout y = s")

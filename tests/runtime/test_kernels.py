@@ -197,3 +197,11 @@ def test_check_problems_hold_a_row_of_signed_zeros_a_tie_and_a_subnormal():
     assert not x[0].any() and np.signbit(x[0]).sum() == 19  # -0.0 at even positions
     assert x[1, -1] == x[1].max() and (x[1] == x[1].max()).sum() >= 2 and x[1, 0] == np.float32(1e-40)
     assert not keep[-1].any()  # the last row fully masked
+
+
+def test_check_draws_inputs_with_their_declared_signs():
+    from redalgebra.runtime.check import random_problem
+
+    f = derive(parse("input x > 0\ninput z <= 0\nreduce s = sum(x * z)\nout y = s"))
+    inputs, _, _ = random_problem(f, 3, 37, np.random.default_rng(1))
+    assert (inputs["x"] > 0).all() and (inputs["z"] <= 0).all()

@@ -78,6 +78,10 @@ def check_calls():
     base = torch.randn(64, 3000, device=dev)
     view = base[::2, 7:7 + 2048]  # a strided view: pitch 6000 floats, start not 16-byte aligned
     same("softmax strided view", soft({"x": view}), _slow_call(soft, {"x": view}, {}, None))
+    aligned = base[:, :2048].to(torch.bfloat16)[:, :1024]  # 16-byte aligned rows of a wider bf16 tensor
+    same("softmax bf16 aligned strided view", soft({"x": aligned}), _slow_call(soft, {"x": aligned}, {}, None))
+    wide = torch.randn(1, 1024, device=dev).expand(8, 1024)  # a broadcast: row stride 0
+    same("softmax broadcast view", soft({"x": wide}), _slow_call(soft, {"x": wide}, {}, None))
     keep = torch.rand(40, 999, device=dev) > 0.3
     keep[3] = False
     x = torch.randn(40, 999, device=dev)

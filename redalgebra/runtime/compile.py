@@ -214,6 +214,10 @@ class Kernel:
             if want == 3:
                 self._size(sizes, s.size, a.shape[2], s.name)
             dt = _dtype(a)
+            if _is_device(a) and self.backend == "cuda" and not _c_contiguous(a, dt.itemsize):
+                raise EvaluationError(f"input {s.name} is a device array that is not C-contiguous (strides "
+                                      f"{a.__cuda_array_interface__.get('strides')}): the kernels index rows by their "
+                                      f"length; pass a contiguous copy (cupy.ascontiguousarray, .copy())")
             if not bf16 and dt not in _FLOAT_DTYPES:
                 raise EvaluationError(f"input {s.name} has dtype {dt}; the kernels read float32, float16, or "
                                       f"bfloat16 bit patterns wrapped with as_bfloat16()")
@@ -585,6 +589,17 @@ def _alignment(inputs: dict, c, length: int, reps: dict) -> tuple[bool, bool, bo
         else:  # copied to a fresh (aligned, contiguous) device array
             arrays[s.name] = (0, (length * item * (1 if s.size is None else a.shape[2]), item), item, reps[s.name])
     return _aligned(arrays, length)
+
+
+def _c_contiguous(a, item: int) -> bool:
+    """Whether numba types a device array as C-contiguous: no stride of 0 (a broadcast), and C strides but
+    for dimensions of size 1 (numba's dummyarray rules)."""
+    face = a.__cuda_array_interface__
+    strides = face.get("strides")
+    if strides is None:
+        return True
+    shape = tuple(face["shape"])
+    return 0 not in strides and all(n == 1 or got == want for n, got, want in zip(shape, strides, c_strides(shape, item)))
 
 
 def _contiguous_alignment(c, length: int, dtypes: dict, sizes: dict) -> tuple[bool, bool, bool]:

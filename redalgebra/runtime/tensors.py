@@ -110,6 +110,9 @@ def call(kernel: Kernel, inputs: dict, params: dict | None = None, keep=None, ou
 
 def _call(kernel: Kernel, inputs: dict, params: dict, keep, out) -> dict:
     if kernel.backend == "cuda":
+        for name, t in inputs.items():  # the kernels index rows by their length: a view is copied on the device
+            if is_tensor(t) and t.is_cuda and (not t.is_contiguous() or 0 in t.stride()):
+                inputs = {**inputs, name: t.contiguous()}
         key = _signature(kernel, inputs, params, keep)
         if key is not None:
             prepared = kernel._calls.get(key)

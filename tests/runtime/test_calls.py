@@ -68,3 +68,21 @@ def test_outputs_are_written_into_arrays_given_as_out():
         kernel({"x": x}, out={"z": np.zeros((4, 33), np.float32)})
     with pytest.raises(EvaluationError, match="strided"):
         kernel({"x": x}, out={"y": np.zeros((4, 66), np.float32)[:, ::2]})
+
+
+def test_device_arrays_that_numba_would_not_type_c_contiguous_are_recognised():
+    # on real CUDA such an input is refused by name (torch views are copied on the device first): the
+    # kernels' loads index rows by their length. numba's rules: a stride of 0 is a broadcast, never
+    # contiguous; a dimension of size 1 may have any other stride
+    from types import SimpleNamespace
+
+    from redalgebra.runtime.compile import _c_contiguous
+
+    def dev(shape, strides):
+        return SimpleNamespace(__cuda_array_interface__={"shape": shape, "strides": strides})
+
+    assert _c_contiguous(dev((4, 8), None), 4) and _c_contiguous(dev((4, 8), (32, 4)), 4)
+    assert _c_contiguous(dev((1, 8), (999, 4)), 4)
+    assert not _c_contiguous(dev((4, 8), (64, 4)), 4)  # a slice of wider rows
+    assert not _c_contiguous(dev((1, 8), (0, 4)), 4) and not _c_contiguous(dev((4, 8), (0, 4)), 4)  # broadcasts
+    assert not _c_contiguous(dev((4, 8), (4, 16)), 4)  # a transposed view

@@ -446,7 +446,7 @@ def _verdicts(cascade: Cascade, F: dict, facts: dict, deps: dict) -> list:
     return reds
 
 
-def _with_hint(r: ReductionAnalysis, c: Cascade, deps: dict) -> ReductionAnalysis:
+def _with_hint(r: ReductionAnalysis, c: Cascade) -> ReductionAnalysis:
     """A refused reduction whose body uses a scalar param or input of no declared sign: the declaration
     under which the analysis (the same proofs) fuses it, named in the reason."""
     if r.fusable or r.reason is None or r.reason.startswith("unknown"):
@@ -463,12 +463,12 @@ def _with_hint(r: ReductionAnalysis, c: Cascade, deps: dict) -> ReductionAnalysi
                               replace(s, expr=s.expr.xreplace({old: new})) if hasattr(s, "expr") else s
                               for s in c.statements)
                 signed = Cascade(stmts, name=c.name, source=None)
-                verdicts = _verdicts(signed, bodies(signed), sign_facts(signed), deps)
+                again = analyze_reduction(signed[r.name], bodies(signed)[r.name], r.deps, signed, sign_facts(signed))
             except BudgetExhausted:
                 raise
             except Exception:  # noqa: BLE001 - SymPy refusing the declared form: no hint from this sign
                 continue
-            if all(v.fusable for v in verdicts if v.name == r.name):
+            if again.fusable:
                 return replace(r, reason=f"{r.reason}; it fuses when the sign of {p.name} is declared: "
                                          f"`{kind} {p.name} {sign[:-1]} 0`")
     return r
@@ -493,7 +493,7 @@ def analyze(cascade: Cascade, budget_s: float | None = None, hints: bool = True)
                             False)
         reds = _verdicts(cascade, F, facts, deps)
         try:
-            reds = [_with_hint(r, cascade, deps) for r in reds] if hints else reds
+            reds = [_with_hint(r, cascade) for r in reds] if hints else reds
         except BudgetExhausted:
             pass  # the verdicts stand without hints
     # a deferred result is formed only at the end, so a later reduction that reads it would compare with

@@ -112,7 +112,8 @@ def _call(kernel: Kernel, inputs: dict, params: dict, keep, out) -> dict:
     if kernel.backend == "cuda":
         for name, t in inputs.items():  # the kernels index rows by their length: a view is copied on the device
             if is_tensor(t) and t.is_cuda and (not t.is_contiguous() or 0 in t.stride()):
-                inputs = {**inputs, name: t.contiguous()}
+                # clone, not .contiguous(): torch calls a size-1 dimension of stride 0 contiguous, numba does not
+                inputs = {**inputs, name: t.clone(memory_format=_torch().contiguous_format)}
         key = _signature(kernel, inputs, params, keep)
         if key is not None:
             prepared = kernel._calls.get(key)

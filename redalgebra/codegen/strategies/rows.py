@@ -43,8 +43,6 @@ from . import Strategy, register
 
 #: Elements per 16 bytes, by stored dtype.
 VEC = {"float32": 4, "float16": 8, "bfloat16": 8}
-#: Bytes per element of a stored dtype.
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 #: Persistent blocks (each walking many rows) for 16-bit rows of the first input within these bytes, when
 #: there are at least this many rows (measured on the H200: gpu/README.md).
 PERSISTENT_ROW_BYTES = (8 * 1024, 32 * 1024)
@@ -565,7 +563,7 @@ def configure(fused: FusedCascade, p) -> dict:
     persistent, min_blocks = p.option("persistent"), 0
     if persistent is None:
         persistent = (not p.option("simulator") and staged and bool(fused.per_element_outputs) and not topk
-                      and ITEMSIZE.get(first) == 2 and PERSISTENT_ROW_BYTES[0] <= p.length * 2 <= PERSISTENT_ROW_BYTES[1]
+                      and VEC.get(first) == 8 and PERSISTENT_ROW_BYTES[0] <= p.length * 2 <= PERSISTENT_ROW_BYTES[1]
                       and p.rows >= PERSISTENT_ROWS and not any(p.option(k) for k in ("group", "threads", "tile")))
         if persistent:
             # 16-bit rows of 8-32 KB (H200, softmax): bf16 32768 x 8192 0.376 -> 0.305 ms, 65536 x 4096

@@ -106,7 +106,9 @@ def _cmd_ptx(args) -> int:
     strategy, spec, extra = kernel.spec_for(args.rows, args.length, {s.name: args.dtype for s in c.inputs}, sizes)
     ptx = compile_ptx(kernel.fused, strategy, spec)  # the cascade under the generated code's names
     launch = [f"threads {spec.threads}", f"tile {spec.tile}"]
-    if spec.group:  # the rows strategy's policy
+    if strategy == "vrows":  # lanes per element vector, components per load
+        launch += [f"group {spec.group}", f"vec {spec.vec}"]
+    elif spec.group:  # the rows strategy's policy
         launch += [f"group {spec.group}", f"vec {spec.vec}", "resident" if spec.resident else "passes"]
         launch += ["shifted"] * spec.shifted + ["staged"] * spec.staged + ["persistent"] * spec.persistent
         launch += [f"{spec.min_blocks} blocks per SM"] * bool(spec.min_blocks)

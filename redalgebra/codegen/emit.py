@@ -42,6 +42,7 @@ class Spec:
     #                              multiprocessor (0: the compiler's choice for the block size alone)
     persistent: bool = False     # rows: each block walks rows (blockIdx, + gridDim, …) and the grid is capped at
     #                              multiprocessors × min_blocks: no block launched per row
+    segments: int = 1            # vrows: blocks per row (> 1: a partial kernel per segment, then a combine kernel)
 
     @property
     def launch_bounds(self) -> str:

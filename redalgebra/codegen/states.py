@@ -104,8 +104,63 @@ class VectorState(ScalarState):
     def fold(self, prefix, monoid, body, acc, consts, counter, element) -> list:
         fold = sp.Symbol("__fold", extended_real=True)
         acc.vector[fold.name], acc.size[fold.name] = f"{self.var(prefix)}[{{j}}]", self.size
-        pre, text = print_expr(monoid.combine(fold, body), acc, consts, "j", counter, tree=True)
+        return self.assign(prefix, monoid.combine(fold, body), acc, consts, counter)
+
+    def assign(self, prefix: str, expr: sp.Expr, acc: Access, consts: Constants, counter) -> list:
+        """Every component of ``prefix_r`` set to ``expr`` at that component."""
+        pre, text = print_expr(expr, acc, consts, "j", counter, tree=True)
         return pre + self._each(Assign(f"{self.var(prefix)}[j]", text))
+
+
+class ComponentState(VectorState):
+    """``count`` components of a vector, each a named scalar (``s_o_3``): the share of a vector one lane holds
+    when a group of lanes splits it (``vrows``). Every statement is unrolled, each component printed at its
+    own index, so nothing is a per-thread array (no local memory, whatever the compiler unrolls)."""
+
+    def __init__(self, name: str, identity: str, count: int):
+        super().__init__(name, identity, str(count))
+        self.count = count
+
+    def comp(self, prefix: str, c) -> str:
+        return f"{prefix}_{self.name}_{c}"
+
+    def _each(self, make) -> list:
+        return [s for c in range(self.count) for s in make(c)]
+
+    def declare(self, prefix: str) -> list:
+        return []
+
+    def init(self, prefix: str) -> list:
+        return self._each(lambda c: [Assign(self.comp(prefix, c), self.identity)])
+
+    def copy(self, src: str, dst: str) -> list:
+        return self._each(lambda c: [Assign(self.comp(dst, c), self.comp(src, c))])
+
+    def shuffle(self, src: str, dst: str, offset: str) -> list:
+        return self._each(lambda c: [Shuffle(self.comp(dst, c), self.comp(src, c), offset)])
+
+    def shared(self, box: str, count: str) -> list:
+        return [Shared(f"{box}_{self.name}", (count, str(self.count)))]
+
+    def park(self, prefix: str, box: str, slot: str) -> list:
+        return self._each(lambda c: [Assign(f"{box}_{self.name}[{slot}, {c}]", self.comp(prefix, c))])
+
+    def fetch(self, box: str, slot: str, dst: str) -> list:
+        return self._each(lambda c: [Assign(self.comp(dst, c), f"{box}_{self.name}[{slot}, {c}]")])
+
+    def bind(self, acc: Access, key: str, prefix: str) -> None:
+        acc.vector[key], acc.size[key] = self.comp(prefix, "{j}"), self.size
+
+    def fold(self, prefix, monoid, body, acc, consts, counter, element) -> list:
+        fold = sp.Symbol("__fold", extended_real=True)
+        acc.vector[fold.name], acc.size[fold.name] = self.comp(prefix, "{j}"), self.size
+        return self.assign(prefix, monoid.combine(fold, body), acc, consts, counter)
+
+    def assign(self, prefix, expr, acc, consts, counter) -> list:
+        def one(c):
+            pre, text = print_expr(expr, acc, consts, str(c), counter, tree=True)
+            return pre + [Assign(self.comp(prefix, c), text)]
+        return self._each(one)
 
 
 class TopKState(VectorState):
@@ -181,8 +236,7 @@ def merge_stmts(program: Program, acc: Access, consts: Constants, states: dict, 
         red = name[:-2] if name in results else None
         state = states.get(red)
         if isinstance(state, VectorState):  # updated in place: later steps read the new components
-            pre, text = print_expr(expr, acc, consts, "j", counter, tree=True)
-            out += pre + state._each(Assign(f"{state.var('s')}[j]", text))
+            out += state.assign("s", expr, acc, consts, counter)
             state.bind(acc, name, "s")
             continue
         pre, text = print_expr(expr, acc, consts, None, counter, tree=True)
@@ -211,8 +265,8 @@ def require_scalar_elements(fused: FusedCascade, strategy: str) -> None:
     vectors = [s.name for s in fused.cascade.inputs if s.size is not None]
     if vectors:
         raise RedalgebraError(f"the {strategy} strategy holds scalar elements in registers; {fused.cascade.name} has "
-                              f"per-element vectors ({', '.join(vectors)}): use lanes or split_lanes")
+                              f"per-element vectors ({', '.join(vectors)}): use vrows (or lanes)")
 
 
-__all__ = ["ScalarState", "TopKState", "VectorState", "bind_program", "identity_text", "merge_stmts",
+__all__ = ["ComponentState", "ScalarState", "TopKState", "VectorState", "bind_program", "identity_text", "merge_stmts",
            "require_scalar_elements", "states_of"]

@@ -90,7 +90,7 @@ class Load:
 
     targets: tuple
     array: str
-    row: str
+    row: str | tuple  # a tuple indexes the leading dimensions of a 3-D array: ("rr_k", "l")
     col: str
     dtype: str = "float32"
 
@@ -148,10 +148,11 @@ Stmt = Assign | Local | Shared | For | While | If | Load | Store | Shuffle | Bar
 _WIDE = {("float32", 4): "ld_f32x4", ("bfloat16", 8): "ld_b16x8", ("float16", 8): "ld_h16x8"}
 _WIDE_STORE = {("float32", 4): "st_f32x4", ("bfloat16", 8): "st_b16x8", ("float16", 8): "st_h16x8",
                ("e4m3", 4): "st_e4m3x4"}
+# ``{r}`` indexes (``rr, l`` for a 3-D array), ``{rt}`` is the row as an intrinsic takes it (``(rr, l)``)
 _SCALAR_LOAD = {"float32": "float32({a}[{r}, {c}])", "float16": "float32({a}[{r}, {c}])",
-                "bfloat16": "ld_b16({a}, {r}, {c})"}
-_SCALAR_STORE = {"float32": "{a}[{r}, {c}] = {v}", "float16": "st_h16({a}, {r}, {c}, {v})",
-                 "bfloat16": "st_b16({a}, {r}, {c}, {v})", "e4m3": "{a}[{r}, {c}] = e4m3({v})"}
+                "bfloat16": "ld_b16({a}, {rt}, {c})"}
+_SCALAR_STORE = {"float32": "{a}[{r}, {c}] = {v}", "float16": "st_h16({a}, {rt}, {c}, {v})",
+                 "bfloat16": "st_b16({a}, {rt}, {c}, {v})", "e4m3": "{a}[{r}, {c}] = e4m3({v})"}
 #: Intrinsics a printed tree may call (imported by the generated module on the CUDA back ends).
 INTRINSICS = ("ld_f32x4", "ld_b16x8", "ld_h16x8", "st_f32x4", "st_b16x8", "st_h16x8", "st_e4m3x4", "ld_b16",
               "st_b16", "st_h16", "e4m3", "fast_exp", "max_nan", "min_nan")
@@ -195,20 +196,22 @@ class TreePrinter:
 
     # -- memory -----------------------------------------------------------------------------------
     def _print_Load(self, s: Load):
+        r, rt = _rows(s.row)
         if s.width == 1:
-            return [f"{s.targets[0]} = " + _SCALAR_LOAD[s.dtype].format(a=s.array, r=s.row, c=s.col)]
+            return [f"{s.targets[0]} = " + _SCALAR_LOAD[s.dtype].format(a=s.array, r=r, rt=rt, c=s.col)]
         fn = _WIDE.get((s.dtype, s.width))
         if fn is None:
             raise RedalgebraError(f"no {s.width}-wide load of {s.dtype}")
-        return [f"{', '.join(s.targets)} = {fn}({s.array}, {s.row}, {s.col})"]
+        return [f"{', '.join(s.targets)} = {fn}({s.array}, {rt}, {s.col})"]
 
     def _print_Store(self, s: Store):
+        r, rt = _rows(s.row)
         if s.width == 1:
-            return [_SCALAR_STORE[s.dtype].format(a=s.array, r=s.row, c=s.col, v=s.values[0])]
+            return [_SCALAR_STORE[s.dtype].format(a=s.array, r=r, rt=rt, c=s.col, v=s.values[0])]
         fn = _WIDE_STORE.get((s.dtype, s.width))
         if fn is None:
             raise RedalgebraError(f"no {s.width}-wide store of {s.dtype}")
-        return [f"{fn}({s.array}, {s.row}, {s.col}, {', '.join(s.values)})"]
+        return [f"{fn}({s.array}, {rt}, {s.col}, {', '.join(s.values)})"]
 
     def _print_Local(self, s: Local):
         return [f"{s.name} = cuda.local.array({s.length}, {s.dtype})"]
@@ -222,6 +225,14 @@ class TreePrinter:
 
     def _print_Shuffle(self, s: Shuffle):
         return [f"{s.target} = cuda.shfl_xor_sync({FULL_MASK}, {s.value}, {s.offset})"]
+
+
+def _rows(row) -> tuple[str, str]:
+    """A Load's or Store's row as an index (``r``; ``r, l``) and as the intrinsics take it (``r``; ``(r, l)``):
+    a tuple indexes the leading dimensions of an array of more than two."""
+    if isinstance(row, tuple):
+        return ", ".join(row), f"({', '.join(row)})"
+    return row, row
 
 
 class CudaPrinter(TreePrinter):

@@ -7,8 +7,10 @@ round-to-nearest-even (``cvt.rn.bf16x2.f32``, ``cvt.rn.f16x2.f32``), FP8 e4m3 ro
 ``numba.cuda`` intrinsic: its IR is emitted into the calling kernel, so it is always inlined and
 never a ``call``. Generated kernels import them by name.
 
-Arrays are 2-D, C-contiguous and in global memory (kernel arguments); an access names an element by
-``(row, col)``. **Alignment contract** (the caller's job; nothing is checked on the GPU, where a
+Arrays are C-contiguous and in global memory (kernel arguments); an access names an element by
+``(row, col)``, where ``row`` indexes the leading dimensions: an integer for a 2-D array, a tuple of
+``ndim - 1`` integers for more (``ld_b16x8(k, (r, l), c)`` reads ``k[r, l, c:c+8]`` of a 3-D array, as
+attention's keys are laid out). **Alignment contract** (the caller's job; nothing is checked on the GPU, where a
 misaligned vector access faults): a vector of ``n`` bytes (16 for ``*x4``/``*x8``, 4 for
 ``st_e4m3x4``, 2 for the 16-bit scalars) starts at an address that is a multiple of ``n``, i.e. the
 base pointer is ``n``-aligned (device allocations are 256-byte aligned), the row pitch is a multiple
@@ -107,16 +109,19 @@ def e4m3_bits(x) -> np.ndarray:
 # Simulator stand-ins (plain Python, same semantics)
 # --------------------------------------------------------------------------------------------------
 def _span(a, row, col, n, kinds):
-    """The ``n`` elements ``a[row, col:col+n]`` as a NumPy view, checking what the GPU does not."""
+    """The ``n`` elements ``a[row, col:col+n]`` as a NumPy view (``row`` an integer or a tuple indexing the
+    leading dimensions), checking what the GPU does not."""
     ary = getattr(a, "_ary", a)  # a simulator device array wraps a NumPy array
-    if ary.ndim != 2 or not ary.flags.c_contiguous or ary.dtype.name not in kinds:
-        raise TypeError(f"need a 2-D C-contiguous array of {'/'.join(kinds)}, got {ary.dtype} {ary.shape}")
-    if not (0 <= row < ary.shape[0] and 0 <= col and col + n <= ary.shape[1]):
-        raise IndexError(f"[{row}, {col}:{col + n}] is outside an array of shape {ary.shape}")
+    lead = tuple(int(r) for r in row) if isinstance(row, tuple) else (int(row),)
+    if ary.ndim != len(lead) + 1 or not ary.flags.c_contiguous or ary.dtype.name not in kinds:
+        raise TypeError(f"need a {len(lead) + 1}-D C-contiguous array of {'/'.join(kinds)}, got {ary.dtype} {ary.shape}")
+    if not (all(0 <= r < d for r, d in zip(lead, ary.shape)) and 0 <= col and col + n <= ary.shape[-1]):
+        raise IndexError(f"[{', '.join(map(str, lead))}, {col}:{col + n}] is outside an array of shape {ary.shape}")
     size = n * ary.itemsize
-    if (ary.ctypes.data + (row * ary.shape[1] + col) * ary.itemsize) % size:
-        raise ValueError(f"misaligned {8 * size}-bit access at [{row}, {col}]")
-    return ary[row, col:col + n]
+    flat = int(np.ravel_multi_index(lead + (col,), ary.shape))
+    if (ary.ctypes.data + flat * ary.itemsize) % size:
+        raise ValueError(f"misaligned {8 * size}-bit access at [{', '.join(map(str, lead))}, {col}]")
+    return ary[lead + (slice(col, col + n),)]
 
 
 _F32, _B16, _F16, _U8 = ("float32",), ("uint16", "int16"), ("float16",), ("uint8", "int8")  # for the stand-ins
@@ -220,21 +225,36 @@ def _device(stand_in):
     return decorate
 
 
-def _check(name, array, dtypes, *indices):
-    """Reject a call whose array is not 2-D C-contiguous of ``dtypes`` or whose indices are not integers."""
-    if not (isinstance(array, types.Array) and array.ndim == 2 and array.layout == "C" and array.dtype in dtypes):
-        raise TypingError(f"{name}: needs a 2-D C-contiguous array of {'/'.join(map(str, dtypes))}, got {array}")
-    if not all(isinstance(i, types.Integer) for i in indices):
-        raise TypingError(f"{name}: row and column must be integers, got {indices}")
+def _lead(row) -> int:
+    """How many leading dimensions ``row`` indexes: 1 for an integer, ``n`` for a tuple of ``n`` integers."""
+    if isinstance(row, types.Integer):
+        return 1
+    if isinstance(row, types.BaseTuple) and all(isinstance(t, types.Integer) for t in row.types):
+        return len(row.types)
+    return 0
+
+
+def _check(name, array, dtypes, row, col):
+    """Reject a call whose array is not C-contiguous of ``dtypes`` with ``row`` indexing all but its last
+    dimension, or whose indices are not integers."""
+    if not (isinstance(array, types.Array) and array.layout == "C" and array.dtype in dtypes):
+        raise TypingError(f"{name}: needs a C-contiguous array of {'/'.join(map(str, dtypes))}, got {array}")
+    if _lead(row) != array.ndim - 1 or not isinstance(col, types.Integer):
+        raise TypingError(f"{name}: a {array.ndim}-D array takes a row of {array.ndim - 1} integer(s) and an integer "
+                          f"column, got {row}, {col}")
 
 
 def _pointer(context, builder, sig, args, element):
     """``&a[row, col]`` in the global address space, as a pointer to ``element`` (a vector or a scalar)."""
     aty, rty, cty = sig.args[:3]
     ary = context.make_array(aty)(context, builder, args[0])
-    row = context.cast(builder, args[1], rty, types.intp)
-    col = context.cast(builder, args[2], cty, types.intp)
-    flat = builder.add(builder.mul(row, builder.extract_value(ary.shape, 1)), col)
+    if isinstance(rty, types.BaseTuple):  # (r0, r1, …): the leading dimensions, row-major
+        lead = [context.cast(builder, builder.extract_value(args[1], k), t, types.intp) for k, t in enumerate(rty.types)]
+    else:
+        lead = [context.cast(builder, args[1], rty, types.intp)]
+    flat = lead[0]
+    for k, r in enumerate(lead[1:] + [context.cast(builder, args[2], cty, types.intp)], start=1):
+        flat = builder.add(builder.mul(flat, builder.extract_value(ary.shape, k)), r)
     p = builder.gep(ary.data, [flat], inbounds=True)
     return builder.addrspacecast(builder.bitcast(p, element.as_pointer()), element.as_pointer(1))
 

@@ -241,7 +241,8 @@ class _Call:
         if is_tensor(value) and value.is_cuda and value.dim() == (2 if p.size is not None else 1) \
                 and value.shape[0] == self.rows:
             return value.detach().float().contiguous()
-        if p.size is None and isinstance(value, (int, float)):
+        if p.size is None and isinstance(value, (int, float, np.integer, np.floating)):
+            value = float(value)  # np.float32(0.5) and 0.5: one cached tensor
             t = self.numbers.get((p.name, value))
             if t is None:
                 if len(self.numbers) >= 64:

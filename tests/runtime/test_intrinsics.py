@@ -320,6 +320,19 @@ def test_stand_ins_enforce_the_alignment_and_bounds_contract():
         ld_f32x4(a[:, ::2], 0, 0)  # not contiguous: the GPU's vector load would read the wrong elements
 
 
+def test_a_3d_array_is_indexed_by_a_tuple_of_its_leading_dimensions():
+    k = np.arange(2 * 3 * 8, dtype=np.float32).reshape(2, 3, 8)
+    assert ld_f32x4(k, (1, 2), 4) == tuple(k[1, 2, 4:8])
+    st_f32x4(k, (0, 1), 0, 9, 9, 9, 9)
+    assert (k[0, 1, :4] == 9).all() and k[0, 1, 4] == 12 and k[0, 0, 3] == 3
+    with pytest.raises(IndexError):
+        ld_f32x4(k, (2, 0), 0)
+    with pytest.raises(TypeError, match="need a 2-D .* got float32 \\(2, 3, 8\\)"):
+        ld_f32x4(k, 1, 0)  # one integer names a row of a 2-D array only
+    with pytest.raises(ValueError, match="misaligned 128-bit access at \\[1, 2, 2\\]"):
+        ld_f32x4(k, (1, 2), 2)
+
+
 def test_the_module_is_the_simulator_version_here():
     assert rt.SIMULATOR and ld_f32x4.__name__ == "ld_f32x4" and "128-bit" in ld_f32x4.__doc__
     assert set(rt.__all__) >= {"ld_f32x4", "ld_f32x4_nc", "ld_b16x8", "ld_h16x8", "st_f32x4", "st_b16x8",
@@ -332,9 +345,11 @@ import json, re
 from numba import cuda, types
 from redalgebra.runtime.intrinsics import *
 
-def everything(f, b, h, e, of, ob, oh):
+def everything(f, b, h, e, of, ob, oh, k):
     r = cuda.blockIdx.x
     c = 8 * cuda.threadIdx.x
+    k0, k1, k2, k3, k4, k5, k6, k7 = ld_h16x8(k, (r, 2), c)  # a 3-D array: the leading dimensions as a tuple
+    of[r, c + 9] = k0 + k7
     x0, x1, x2, x3 = ld_f32x4(f, r, c)
     y0, y1, y2, y3 = ld_f32x4_nc(f, r, c + 4)
     b0, b1, b2, b3, b4, b5, b6, b7 = ld_b16x8(b, r, c)
@@ -350,7 +365,8 @@ def everything(f, b, h, e, of, ob, oh):
 
 A = lambda t: types.Array(t, 2, "C")
 ptx, _ = cuda.compile_ptx(everything, (A(types.float32), A(types.int16), A(types.float16), A(types.uint8),
-                                       A(types.float32), A(types.uint16), A(types.float16)), cc=(9, 0))
+                                       A(types.float32), A(types.uint16), A(types.float16),
+                                       types.Array(types.float16, 3, "C")), cc=(9, 0))
 lines = [ln.strip() for ln in ptx.splitlines() if not ln.strip().startswith("//")]
 
 def count(pattern):
@@ -379,7 +395,9 @@ y = re.search(r"^ld\.global\.nc\.v4\.f32\s+\{(%f\d+), (%f\d+), (%f\d+), (%f\d+)\
 facts["high_first"] = [count(rf"^cvt\.rn\.{op} %\w+, {hi}, {lo};") for op, hi, lo in (
     ("bf16x2.f32", y[1], y[0]), ("bf16x2.f32", y[3], y[2]), ("f16x2.f32", x[1], x[0]), ("f16x2.f32", x[3], x[2]),
     ("satfinite.e4m3x2.f32", x[3], x[2]))]
-facts["rejects_float32"] = "ld_b16x8: needs a 2-D C-contiguous array" in bad(A(types.float32))
+facts["rejects_float32"] = "ld_b16x8: needs a C-contiguous array of uint16/int16" in bad(A(types.float32))
+# a 3-D array indexed by one integer row: refused while typing, not a wrong address
+facts["rejects_one_row_of_3d"] = "takes a row of 2 integer(s)" in bad(types.Array(types.uint16, 3, "C"))
 print(json.dumps(facts))
 """
 
@@ -390,8 +408,9 @@ def test_real_intrinsics_compile_to_single_vector_instructions_in_sm90_ptx():
     proc = subprocess.run([sys.executable, "-c", PTX_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     facts = json.loads(proc.stdout.strip().splitlines()[-1])
-    want = {"target": 1, "ld_v4_f32": 1, "ld_nc_v4_f32": 1, "ld_v4_b32": 2, "st_v4_f32": 1, "st_v4_b32": 2,
+    want = {"target": 1, "ld_v4_f32": 1, "ld_nc_v4_f32": 1, "ld_v4_b32": 3, "st_v4_f32": 1, "st_v4_b32": 2,
             "st_b32": 1, "cvt_bf16x2": 4, "cvt_f16x2": 4, "cvt_bf16": 1, "cvt_f16": 1, "ex2": 2, "e4m3x2": 3,
-            "scalar_f32": 1, "local": 0, "call": 0, "high_first": [1, 1, 1, 1, 1], "rejects_float32": True,
+            "scalar_f32": 2, "local": 0, "call": 0, "high_first": [1, 1, 1, 1, 1], "rejects_float32": True,
+            "rejects_one_row_of_3d": True,
             "max_nan": 1, "min_nan": 1}
     assert facts == want

@@ -36,7 +36,8 @@ def run(job):
     resolved, spec, _ = compile(f, "cuda", strategy, **options).spec_for(rows, length, dtypes, sizes)
     facts = ptx_facts(compile_ptx(f, resolved, spec))
     return key, dict(facts, strategy=resolved, tile=spec.tile, vec=spec.vec, resident=spec.resident,
-                     shifted=spec.shifted, element_outputs=len(f.per_element_outputs))
+                     shifted=spec.shifted, element_outputs=len(f.per_element_outputs), group=spec.group,
+                     segments=spec.segments)
 
 if __name__ == "__main__":
     with get_context("fork").Pool(2) as pool:  # the jobs in order, to whichever worker is free
@@ -58,6 +59,9 @@ SCALAR = [n for n in workloads.names(fusable=True)
 # selection), softmax entropy (a multi-term sum); safe_softmax also in float32
 AUTO_SAMPLE = ("safe_softmax", "cross_entropy", "moe_routing", "softmax_entropy")
 AUTO = [(name, 1024, 4096, "bfloat16") for name in AUTO_SAMPLE] + [("safe_softmax", 1024, 4096, "float32")]
+# auto on the vector cascades (vrows): decode attention split into segments (a partial and a combine kernel), MLA's
+# two vector inputs of different lengths (the 64-wide rope key held by 8 of the 32 lanes)
+VECTOR_AUTO = [("decode_attention", 512, 2048, "bfloat16"), ("mla_decode", 64, 4096, "bfloat16")]
 # rows over an odd row: off the 16-byte grid (a partial first chunk), walked in passes (read twice); a small
 # group and tile make it a row of many passes (the default's 32 unrolled elements per thread compile slowly)
 PASSES = {"safe_softmax": (64, 4095, "float32", {"group": 32, "tile": 2})}
@@ -70,7 +74,7 @@ def _key(name, strategy, rows=512, length=2048, dtype="bfloat16"):
 def _jobs() -> list:
     """The slow ones (rows kernels: 3-15 s of CPU each, the legacy ones about 1 s) first, so that the two
     workers finish together."""
-    jobs = [(_key(name, "auto", *shape), name, "auto", *shape, {}) for name, *shape in AUTO]
+    jobs = [(_key(name, "auto", *shape), name, "auto", *shape, {}) for name, *shape in AUTO + VECTOR_AUTO]
     jobs += [(_key(name, "rows", *shape[:3]), name, "rows", *shape) for name, shape in PASSES.items()]
     return jobs + [(_key(name, strategy), name, strategy, 512, 2048, "bfloat16", {})
                    for strategy in LEGACY for name in SAMPLE + (LANES_EXTRA if "lanes" in strategy else ())]
@@ -91,7 +95,7 @@ def report():
 
 
 def test_the_sample_covers_every_real_cuda_strategy_and_the_scalar_cascades_kinds():
-    assert set(LEGACY) | {"rows"} == set(names("cuda", real=True)) | {"block_shared", "tile_shared"}
+    assert set(LEGACY) | {"rows", "vrows"} == set(names("cuda", real=True)) | {"block_shared", "tile_shared"}
     assert set(AUTO_SAMPLE) <= set(SCALAR)
     texts = [workloads.get(n).text for n in SAMPLE]
     assert any("exp(" in t and "dot(" in t for t in texts) and any("topk(" in t for t in texts)
@@ -148,3 +152,20 @@ def test_default_softmax_kernel_moves_its_data_128_bits_at_a_time(report, dtype)
     assert facts["ld_global_scalar"] <= chunk and facts["st_global_scalar"] <= chunk
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
     assert facts["f64"] == 0 and facts["ex2"] > 0 and facts["sm_90"]
+
+
+@pytest.mark.slow
+def test_auto_on_vector_elements_is_vrows_reading_16_bytes_per_lane(report):
+    for name, rows, length, dtype in VECTOR_AUTO:
+        facts = report[_key(name, "auto", rows, length, dtype)]
+        c = workloads.get(name).cascade
+        assert facts["strategy"] == "vrows" and facts["vec"] == 8, facts
+        # each lane reads its 16-byte chunks of every vector input of every element in flight: one 128-bit load
+        # each (MLA's 512-wide latent row is two chunks per lane at 32 lanes, its rope key one), none narrower
+        chunks = {n: -(-length_ // (8 * facts["group"])) for n, length_ in (("d", 128), ("r", 512), ("e", 64))}
+        per_element = sum(chunks[s.size] for s in c.inputs if s.size is not None)
+        assert facts["ld_global_128"] == per_element * facts["tile"], (name, facts)
+        assert facts["ld_global_vector_narrow"] == 0 and facts["shfl_bfly"] > 0
+        assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0, name
+        assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, (name, facts)
+    assert report[_key("decode_attention", "auto", 512, 2048)]["segments"] == 2  # 512 rows: two blocks per row keep the GPU busy

@@ -56,12 +56,10 @@ def test_fp8_outputs_are_e4m3_bytes_that_decode_to_the_reference():
     assert wide["q"].dtype == np.float32
 
 
-def test_rows_refuses_elements_with_vectors_and_auto_sends_them_to_lanes():
-    with pytest.raises(RedalgebraError, match="use lanes or split_lanes"):
+def test_rows_refuses_elements_with_vectors_and_auto_sends_them_to_vrows():
+    with pytest.raises(RedalgebraError, match="use vrows"):
         check(fused("decode_attention"), "cudasim", "rows", shapes=((2, 5),))
-    assert choose(fused("decode_attention"), 512, 4096, {"d": 128}) == "split_lanes"
-    assert choose(fused("mla_decode"), 2048, 4096, {"r": 512, "e": 64}) == "lanes"
-    assert choose(fused("attention"), 4096, 512) == "lanes"
+    assert choose(fused("attention"), 4096, 512) == "vrows"
     assert choose(fused("safe_softmax"), 8, 50257) == "rows"
 
 

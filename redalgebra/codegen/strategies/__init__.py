@@ -85,6 +85,6 @@ def for_target(name: str, target: str) -> Strategy:
     return REGISTRY[s.sim] if target == "cudasim" and s.sim else s
 
 
-from . import legacy, rows  # noqa: E402,F401 - registration
+from . import legacy, rows, vrows  # noqa: E402,F401 - registration
 
 __all__ = ["Problem", "REGISTRY", "Strategy", "for_target", "get", "names", "register"]

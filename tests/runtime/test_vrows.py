@@ -1,0 +1,79 @@
+"""The vrows strategy in the CUDA simulator: vector elements split over a group of lanes, 16 bytes per lane."""
+
+import numpy as np
+import pytest
+
+from redalgebra import RedalgebraError, derive, parse
+from redalgebra.runtime import compile
+from redalgebra.runtime.check import check
+from redalgebra.runtime.compile import choose
+from tests.catalogue import fused
+
+# a bias per key (a scalar input beside the vectors), a position, the value row summed in the finalize (a lane
+# sum of the final state) and a dot product of the state with the query
+USER = """\
+input k[d]
+input v[d]
+input b
+param q[d]
+param t > 0
+let s = (dot(q, k) + b - pos / 64) / t
+reduce m = max(s)
+reduce l = sum(exp(s - m))
+reduce o = sum(exp(s - m) * v)
+out y = o / l
+out total = sum(o) / l
+out agree = sum(o * q) / l
+"""
+
+
+def _spec(f, rows, length, dtype, sizes, **options):
+    dtypes = {s.name: dtype for s in f.cascade.inputs}
+    return compile(f, "cudasim", "vrows", **options).spec_for(rows, length, dtypes, sizes)[1]
+
+
+@pytest.mark.parametrize("d,dtype,group,vec,segments", [
+    (128, "bfloat16", 16, 8, 3),  # decode's shape: a 256-byte row over 16 lanes, two elements per warp
+    (40, "float16", 8, 8, 2),     # 5 chunks over 8 lanes: lanes 5-7 hold nothing
+    (12, "bfloat16", 16, 1, 3),   # rows of 24 bytes, off the 16-byte grid: element by element
+    (8, "float32", 2, 4, 1),      # two lanes per element, 16 elements per warp: one step covers the row
+])
+def test_vrows_matches_the_reference_for_any_vector_length(d, dtype, group, vec, segments):
+    # (the simulator runs a thread per OS thread and a shuffle as two barriers: small shapes keep this fast)
+    f = fused("decode_attention")
+    spec = _spec(f, 2, 37, dtype, {"d": d})
+    # few rows: split into segments (a partial and a combine kernel), two block steps or more each
+    assert (spec.group, spec.vec, spec.segments) == (group, vec, segments)
+    for nseg in (None, 1) if d == 128 else (None,):  # decode's shape also as one block per row
+        results = check(f, "cudasim", "vrows", shapes=((2, 37),), dtypes=(dtype,), sizes={"d": d}, segments=nseg)
+        assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
+def test_vrows_runs_two_vector_inputs_of_different_lengths_and_gemv_like_cascades():
+    for name, sizes in (("mla_decode", {"r": 64, "e": 16}), ("rmsnorm_gemm", {"n": 40}), ("fp8_quant_gemm", {"n": 24})):
+        results = check(fused(name), "cudasim", "vrows", shapes=((2, 37),), dtypes=("bfloat16",), sizes=sizes)
+        assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
+def test_a_users_cascade_with_scalar_inputs_positions_and_lane_sums_in_the_outputs():
+    f = derive(parse(USER))
+    assert choose(f, 4, 100, {"d": 24}) == "vrows"
+    results = check(f, "cudasim", "vrows", shapes=((2, 45),), dtypes=("float32", "bfloat16"), sizes={"d": 24})
+    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
+def test_vrows_refuses_what_it_cannot_hold_by_name():
+    with pytest.raises(RedalgebraError, match="none: use rows"):
+        check(fused("safe_softmax"), "cudasim", "vrows", shapes=((2, 5),))
+    per_element = derive(parse("input k[d]\nparam q[d]\nlet s = dot(q, k)\nreduce m = max(s)\nout p = exp(s - m)\n"))
+    with pytest.raises(RedalgebraError, match="per-element outputs"):
+        compile(per_element, "cudasim", "vrows")({"k": np.zeros((1, 4, 8), np.float32)}, {"q": np.zeros(8)})
+    with pytest.raises(RedalgebraError, match="not available on cpu"):
+        compile(fused("decode_attention"), "cpu", "vrows")
+
+
+def test_auto_sends_vector_elements_to_vrows_unless_it_cannot_hold_them():
+    assert choose(fused("decode_attention"), 512, 4096, {"d": 128}) == "vrows"
+    assert choose(fused("mla_decode"), 2048, 4096, {"r": 512, "e": 64}) == "vrows"
+    per_element = derive(parse("input k[d]\nparam q[d]\nlet s = dot(q, k)\nreduce m = max(s)\nout p = exp(s - m)\n"))
+    assert choose(per_element, 4096, 512, {"d": 64}) == "lanes"

@@ -330,7 +330,7 @@ def compiled_fn(key, fn):
 
 # -- the case list ---------------------------------------------------------------------------------
 LONG = ("rows", "rows@512g512", "tile@512")
-DECODE = ("lanes@256x4", "lanes@256x8", "lanes@512x8", "split_lanes@256x4", "split_lanes@512x4s16")
+DECODE = ("vrows", "vrows@128x2", "vrows@256x4", "split_lanes@256x4")
 
 
 def all_cases(quick: bool) -> dict:
@@ -342,7 +342,7 @@ def all_cases(quick: bool) -> dict:
         "logsumexp": [lambda: case_logsumexp(16384, 16384, "float32", LONG)],
         "decode": [lambda b=b, l=l: case_attention(b, 32, 1, l, 128, DECODE, "decode_attention", "LLaMA")
                    for b, l in ((16, 4096), (1, 65536), (4, 16384), (64, 1024), (64, 8192))],
-        "mla": [lambda b=b: case_mla(b, 4096, ("lanes@256x2", "lanes@512x2", "split_lanes@512x2"))
+        "mla": [lambda b=b: case_mla(b, 4096, ("vrows", "vrows@256x2", "lanes@512x2"))
                 for b in (4, 16)],
         "prefill": [lambda: case_attention(8, 12, 512, 512, 64, ("lanes@256x4", "lanes@512x8"), "attention", "BERT-base"),
                     lambda: case_attention(8, 16, 197, 197, 64, ("lanes@256x4",), "attention", "ViT-L"),

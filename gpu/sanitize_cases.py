@@ -17,11 +17,12 @@ ROWS = 5                                 # not a multiple of the rows a block ta
 FULLY_MASKED = (1, -1)                   # rows whose keep is all zeros (the others: 20 % of elements masked)
 SIZES = {"d": 16, "r": 48, "e": 8, "n": 5}        # lanes: a partial slot (16 < 32; 48 = 32 + 16)
 SIZES_FOR = {"alibi_attention": {"d": 32}}        # lanes without the component guard (a multiple of 32)
-BF16 = ("rows", "auto")                           # strategies also run with bfloat16 inputs
+BF16 = ("rows", "vrows", "auto")                  # strategies also run with bfloat16 inputs
 #: Variants: options that reach paths the default policy does not take at these lengths, and whether they
 #: run with the mask only (each is a kernel of its own; ``segments`` is a launch argument, not compiled in).
 VARIANTS = {"rows": (("group=4+tile=1", True), ("group=128", True)),
-            "split": (("segments=3", False),), "split_lanes": (("segments=3", False),)}
+            "split": (("segments=3", False),), "split_lanes": (("segments=3", False),),
+            "vrows": (("segments=3", False), ("segments=1+threads=256", True))}
 
 # -- cases ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import numpy as np
 from ..codegen import KernelSource, Problem, Spec, generate
 from ..codegen.strategies import for_target, get
 from ..codegen.strategies.vrows import refusal as vrows_refusal
+from ..codegen.strategies.vrows import too_wide as vrows_too_wide
 from ..derive import FusedCascade
 from ..errors import EvaluationError, NotFusableError, RedalgebraError
 from .backends import check_backend, cuda_module, multiprocessors
@@ -543,13 +544,14 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     Elements that are scalars: ``rows`` (the row in registers, 128-bit loads). Elements with vectors
     (attention's keys and values): ``vrows`` (a group of lanes per element, 128-bit loads, segments across
     blocks when the rows are few; its launch policy chooses from the shape), which ran every decode shape of
-    the H200 bench at 97-106 % of copy bandwidth; where it cannot (a top-k, per-element outputs) segments
+    the H200 bench at 97-106 % of copy bandwidth; where it cannot (a top-k, per-element outputs, vectors too
+    wide for a lane's registers such as a 7168-wide weight row) segments
     across blocks (``split_lanes``) for long rows that are few enough, else a warp per element (``lanes``).
     """
     vectors = [s for s in fused.cascade.inputs if s.size is not None]
     if not vectors:
         return "rows"
-    if vrows_refusal(fused) is None:
+    if vrows_refusal(fused) is None and not vrows_too_wide(fused, sizes or {}):
         return "vrows"
     widest = max((sizes or {}).get(s.size, s.size if isinstance(s.size, int) else 0) for s in vectors)
     return "split_lanes" if length >= 1024 and rows <= 4096 and widest <= 256 else "lanes"

@@ -77,3 +77,10 @@ def test_auto_sends_vector_elements_to_vrows_unless_it_cannot_hold_them():
     assert choose(fused("mla_decode"), 2048, 4096, {"r": 512, "e": 64}) == "vrows"
     per_element = derive(parse("input k[d]\nparam q[d]\nlet s = dot(q, k)\nreduce m = max(s)\nout p = exp(s - m)\n"))
     assert choose(per_element, 4096, 512, {"d": 64}) == "lanes"
+
+
+def test_vectors_too_wide_for_a_lanes_registers_are_refused_and_auto_goes_elsewhere():
+    f = fused("fp8_quant_gemm")  # a 7168-wide weight row per element: 224 components per lane at 32 lanes
+    with pytest.raises(RedalgebraError, match="would hold 224 components"):
+        compile(f, "cudasim", "vrows").spec_for(16, 7168, {"x": "bfloat16", "w": "bfloat16"}, {"n": 7168})
+    assert choose(f, 16, 7168, {"n": 7168}) != "vrows" and choose(f, 16, 7168, {"n": 64}) == "vrows"

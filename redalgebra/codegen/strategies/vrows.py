@@ -43,6 +43,9 @@ from . import Problem, Strategy, register
 
 #: Components per 16 bytes, by stored dtype.
 VEC = {"float32": 4, "float16": 8, "bfloat16": 8}
+#: Components of its vector inputs one lane may hold (at 32 lanes per element: vectors of about 1500 in all).
+#: Wider elements (a 7168-wide weight row) would need hundreds of registers per lane: other strategies.
+MOST_PER_LANE = 48
 #: Blocks that keep an H200 busy (about four per multiprocessor): few rows are split into segments up to this.
 BUSY_BLOCKS = 528
 
@@ -54,8 +57,14 @@ def _pow2(n: int) -> int:
     return p
 
 
+def too_wide(fused: FusedCascade, sizes: dict) -> bool:
+    """Whether the vector inputs are too wide for registers even at 32 lanes per element."""
+    widths = [s.size if isinstance(s.size, int) else sizes.get(s.size, 0) for s in fused.cascade.inputs if s.size]
+    return sum(-(-w // 32) for w in widths) > MOST_PER_LANE
+
+
 def refusal(fused: FusedCascade) -> str | None:
-    """Why ``vrows`` cannot build this cascade's kernel (None: it can)."""
+    """Why ``vrows`` cannot build this cascade's kernel at any size (None: it can)."""
     c = fused.cascade
     if not any(s.size is not None for s in c.inputs):
         return f"the vrows strategy is for elements with vectors; {c.name} has none: use rows"
@@ -444,6 +453,10 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     vec = kinds.pop() if wide else 1
     chunks = max(-(-length_of(s) // vec) for s in vectors)
     group = p.option("group") or min(32, _pow2(chunks))
+    held = sum(-(-(-(-length_of(s) // vec)) // group) * vec for s in vectors)
+    if held > MOST_PER_LANE:
+        raise RedalgebraError(f"vrows: each lane would hold {held} components of {c.name}'s vectors per element "
+                              f"(at most {MOST_PER_LANE}); use lanes or split_lanes")
     threads = p.option("threads") or (64 if p.option("simulator") else 128)
     tile = p.option("tile") or (2 if p.option("simulator") else 4 if -(-chunks // group) * vec <= 16 else 2)
     per_step = threads // group * tile

@@ -490,7 +490,9 @@ def finish(args, driver: Driver, cases, groups, refused, by_tool, wall: float) -
                     placed[cid] += reps
                 loose += lo
                 texts += worker_text(w, log)
-                rows += unattributed_rows(tool, w, log, lo)
+                if driver.ran.get(w.name) or not all(NO_CUDA in r.text for r in lo):
+                    rows += unattributed_rows(tool, w, log, lo)
+                # else: a worker that found the queue empty and exited before touching CUDA, which the tool reports
                 unverified(log, driver.ran.get(w.name, []))
         mine = {c.cid for g in by_tool[tool] for c in g.cases}
         ran = [c for c in cases if c.cid in mine or c.cid in refused]
@@ -532,6 +534,10 @@ def worker_text(w: Worker, log: Log) -> list[str]:
     """A worker's reports and, when it failed, its stderr, for sanitize_reports.txt."""
     head = f"### {w.name} {w.tool} (exit {w.proc.returncode}; ERROR SUMMARY {log.errors}; racecheck {log.race})"
     return [head] + [r.text for r in log.reports] + ([f"stderr: {_tail(w.stderr, 3000)}"] if w.proc.returncode else [])
+
+
+#: What the tool says of a process that ends without a CUDA call (a worker that found the queue empty).
+NO_CUDA = "Target application terminated before first instrumented API call"
 
 
 def unattributed_rows(tool: str, w: Worker, log: Log, loose) -> list[dict]:

@@ -39,8 +39,9 @@ def test_cases_cover_every_real_strategy_and_distinct_cascade_at_every_length(S)
                      if (c.workload, c.strategy, c.variant, c.dtype) == (w, s, "", "float32")}
             assert plain == {(m, n) for m in (False, True) for n in S.LENGTHS}
     bf16 = [c for c in cases if c.dtype == "bfloat16"]
-    assert {c.strategy for c in bf16} == {"rows", "auto"} and all(c.masked and not c.variant for c in bf16)
+    assert {c.strategy for c in bf16} == {"rows", "vrows", "auto"} and all(c.masked and not c.variant for c in bf16)
     assert {c.variant for c in cases if c.strategy == "rows"} == {"", "group=4+tile=1", "group=128"}
+    assert {c.variant for c in cases if c.strategy == "vrows"} == {"", "segments=3", "segments=1+threads=256"}
     assert len({c.cid for c in cases}) == len(cases)  # ids are unique
     assert all(c.rows == 5 for c in cases)
 

@@ -71,12 +71,15 @@ class Case:
 
 
 def parse_config(text: str) -> dict:
-    """``strategy[@threads[xTILE][sSEGMENTS][gGROUP][mBLOCKS][p]]`` (``p``: persistent blocks); ``rows`` and
+    """``strategy[@threads[xTILE][sSEGMENTS][gGROUP][mBLOCKS][bBATCH][p]]`` (``p``: persistent blocks); ``rows`` and
     ``auto`` alone choose from the shape."""
     strategy, _, rest = text.partition("@")
     out = {"strategy": strategy}
     if rest.endswith("p"):
         rest, out["persistent"] = rest[:-1], True
+    if "b" in rest:  # columns: rows per block, e.g. columns@128x16b8
+        rest, batch = rest.split("b")
+        out["batch"] = int(batch)
     if "m" in rest:  # launch bounds: blocks per multiprocessor, e.g. rows@256x4g256m4
         rest, blocks = rest.split("m")
         out["min_blocks"] = int(blocks)
@@ -319,6 +322,29 @@ def case_fp8_gemm(m, hidden, n, candidates):
                 tol=0.1, note="our weights are float16 (the kernels read no fp8 bytes): twice the baseline's weight bytes")
 
 
+def rmsnorm_gemm_eager(x, g, w, eps):
+    xf = x.float()
+    return ((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * g) @ w
+
+
+def case_rmsnorm_gemm(m, hidden, n, candidates):
+    """RMSNorm then a GEMM (LLaMA-7B's q projection: hidden 4096), bfloat16; the weights shared by the tokens."""
+    x, g, w = randn((m, hidden), "bfloat16"), randn((hidden,), "bfloat16"), randn((hidden, n), "bfloat16", 0.02)
+    eps = 1e-5
+    io = hidden * n * 2 + m * hidden * 2 + m * n * 2
+    base = [("eager", lambda x: rmsnorm_gemm_eager(x, g, w, eps), io),
+            ("torch.compile", lambda x: compiled_fn("rmsnorm_gemm", rmsnorm_gemm_eager)(x, g, w, eps), io)]
+    inputs = {"x": ours_input(x), "g": ours_input(g.view(1, hidden)), "w": ours_input(w.view(1, hidden, n))}
+    params = {"h": np.float32(hidden), "eps": np.float32(eps)}
+
+    def reference(x):
+        xd = x.double()
+        return {"y": (xd / torch.sqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * g.double()) @ w.double()}
+    return Case("rmsnorm_gemm", f"LLaMA-7B M{m} K{hidden} N{n}", "bfloat16", fused_of("rmsnorm_gemm"),
+                [(inputs, params, (x,))], base, reference, hidden * n * 2 + m * hidden * 2 + m * n * 4, candidates,
+                flops=2.0 * m * hidden * n)
+
+
 _COMPILED: dict = {}
 
 
@@ -354,7 +380,10 @@ def all_cases(quick: bool) -> dict:
         "fp8": [lambda: case_fp8_quant(16384, 7168, LONG)],
         "ce": [lambda v=v, lab=lab: case_cross_entropy(8192, v, "bfloat16", ("rows", "rows@512g512"), lab)
                for v, lab in ((32000, "LLaMA-2"), (128256, "LLaMA-3"))],
-        "fp8gemm": [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("split_lanes@32x1",)) for m in (1, 16)],
+        "fp8gemm": [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns", "columns@128x16b4", "columns@256", "columns@128x32"))
+                    for m in (1, 16)],
+        "normgemm": [lambda m=m: case_rmsnorm_gemm(m, 4096, 4096, ("columns", "columns@128x16b4", "columns@256"))
+                     for m in (1, 16)],
         "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")
                      for L in (1024, 4096, 16384, 65536)],
         "incremental": [lambda L=L: case_softmax(2**25 // L, L, "float32", ("rows", "tile@256", "nonincremental@256"),

@@ -42,7 +42,8 @@ class Spec:
     #                              multiprocessor (0: the compiler's choice for the block size alone)
     persistent: bool = False     # rows: each block walks rows (blockIdx, + gridDim, …) and the grid is capped at
     #                              multiprocessors × min_blocks: no block launched per row
-    segments: int = 1            # vrows: blocks per row (> 1: a partial kernel per segment, then a combine kernel)
+    segments: int = 1            # vrows, columns: blocks per row (> 1: a partial kernel per segment, then a combine)
+    batch: int = 1               # columns: rows processed together by a block (they share its vector reads)
 
     @property
     def launch_bounds(self) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..codegen import KernelSource, Problem, Spec, generate
 from ..codegen.strategies import for_target, get
+from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.vrows import refusal as vrows_refusal
 from ..codegen.strategies.vrows import too_wide as vrows_too_wide
 from ..derive import FusedCascade
@@ -110,6 +111,7 @@ class Kernel:
     out_dtype: str | None = None  # "float32": every output in float32; None: as the strategy writes them
     min_blocks: int | None = None  # launch bounds: blocks per multiprocessor the registers must allow
     persistent: bool | None = None  # rows: blocks walk rows on a grid of multiprocessors x min_blocks; None: chosen
+    batch: int | None = None     # columns: rows a block processes together; None: chosen from the shape
     _compiled: dict = field(default_factory=dict, repr=False)
     #: user name -> the name in the generated code, for names that could collide with the generator's
     #: (``fused`` is then the cascade derived under the generated names; calls map names both ways)
@@ -159,9 +161,9 @@ class Kernel:
             self._names = (tuple(s.name for s in c.inputs), tuple(c.params))
         return self._names
 
-    def resolve(self, rows: int, length: int, sizes: dict | None = None) -> str:
+    def resolve(self, rows: int, length: int, sizes: dict | None = None, reps: dict | None = None) -> str:
         """The registered strategy ``rows`` rows of ``length`` run with (``auto`` chooses; the simulator's twin)."""
-        name = choose(self.fused, rows, length, sizes) if self.strategy == "auto" else self.strategy
+        name = choose(self.fused, rows, length, sizes, reps) if self.strategy == "auto" else self.strategy
         return for_target(name, self.backend).name
 
     def source(self, spec: Spec, strategy: str | None = None) -> KernelSource:
@@ -228,17 +230,19 @@ class Kernel:
             if p.size is not None:
                 self._size(sizes, p.size, np.shape(params[p.name])[-1], p.name)
         strategy, spec, extra = self.spec_for(rows, length, dtypes, sizes, keep is not None,
-                                              _alignment(inputs, c, length, reps))
+                                              _alignment(inputs, c, length, reps), reps)
         return spec, rows, length, reps, strategy, extra
 
     def spec_for(self, rows: int, length: int, dtypes=(), sizes: dict | None = None, keep: bool = False,
-                 alignment: tuple | None = None) -> tuple[str, Spec, dict]:
+                 alignment: tuple | None = None, reps: dict | None = None) -> tuple[str, Spec, dict]:
         """(strategy, compile-time Spec, launch-only values such as ``nseg``) of a call with ``rows`` rows
         of ``length``: ``auto`` resolved and the strategy's launch policy applied, as a call would.
 
         ``dtypes``: ``{input: "float32" | "float16" | "bfloat16"}`` (float32 where not given); ``sizes``:
         the vector dimensions; ``alignment``: (vec_ok, pitch_ok, same_frame), by default that of fresh
-        aligned, contiguous device arrays (as host inputs are copied to). Used by calls and ``redalgebra ptx``.
+        aligned, contiguous device arrays (as host inputs are copied to); ``reps``: ``{input: rows sharing each
+        of its rows}`` (1 where not given; a weight given once for all rows has ``rows``). Used by calls and
+        ``redalgebra ptx``.
         """
         c = self.fused.cascade
         given = self.to_generated(dict(dtypes))
@@ -249,11 +253,12 @@ class Kernel:
             raise EvaluationError(f"{c.name}: no value given for the vector size(s) {missing}")
         if alignment is None:
             alignment = _contiguous_alignment(c, length, dict(dtypes), sizes)
-        strategy = self.resolve(rows, length, sizes)
+        reps = {s.name: (reps or {}).get(s.name, 1) for s in c.inputs}
+        strategy = self.resolve(rows, length, sizes, reps)
         problem = Problem(rows, length, tuple(sorted((k, v) for k, v in sizes.items() if isinstance(k, str))),
-                          dtypes, keep, *alignment,
+                          dtypes, keep, *alignment, tuple(sorted(reps.items())),
                           options=(("threads", self.threads), ("tile", self.tile), ("segments", self.segments),
-                                   ("fast_exp", self.fast_exp), ("group", self.group), ("out_dtype", self.out_dtype),
+                                   ("fast_exp", self.fast_exp), ("group", self.group), ("batch", self.batch), ("out_dtype", self.out_dtype),
                                    ("simulator", self.backend == "cudasim"), ("persistent", self.persistent)))
         policy = get(strategy).configure(self.fused, problem)
         extra = {k: policy.pop(k) for k in list(policy) if k not in Spec.__dataclass_fields__}
@@ -472,7 +477,7 @@ class Launch:
 def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None, threads: int | None = None,
             tile: int | None = None, fast_exp: bool | None = None, segments: int | None = None,
             group: int | None = None, out_dtype: str | None = None, min_blocks: int | None = None,
-            persistent: bool | None = None) -> Kernel:
+            persistent: bool | None = None, batch: int | None = None) -> Kernel:
     """A callable that runs ``fused`` with a generated kernel.
 
     Parameters
@@ -502,6 +507,9 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     persistent : bool, optional
         ``rows``: launch only as many blocks as fit on the GPU at once (multiprocessors × ``min_blocks``),
         each walking rows, instead of a block per row; chosen from the shape when omitted.
+    batch : int, optional
+        ``columns``: rows a block processes together (they share its reads of the vector inputs; it must
+        divide how many rows share each vector row); chosen from the shape when omitted.
     """
     check_backend(backend)
     if not isinstance(fused, FusedCascade):
@@ -518,7 +526,7 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     if strategy != "auto":
         get(strategy, backend)  # a clear error for a name that is not registered on this back end
     for name, value in (("threads", threads), ("tile", tile), ("segments", segments), ("group", group),
-                        ("min_blocks", min_blocks)):
+                        ("min_blocks", min_blocks), ("batch", batch)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise RedalgebraError(f"{name} must be a positive integer, got {value!r}")
     if tile is not None and tile & (tile - 1):
@@ -535,14 +543,17 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     if persistent is not None and not isinstance(persistent, bool):
         raise RedalgebraError(f"persistent must be True, False or None, got {persistent!r}")
     return Kernel(generated, backend, strategy, threads, tile, fast_exp, segments, group, out_dtype, min_blocks,
-                  persistent, rename=rename, user=fused if rename else None)
+                  persistent, batch, rename=rename, user=fused if rename else None)
 
 
-def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = None) -> str:
+def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = None, reps: dict | None = None) -> str:
     """``strategy="auto"``: the strategy for a shape.
 
-    Elements that are scalars: ``rows`` (the row in registers, 128-bit loads). Elements with vectors
-    (attention's keys and values): ``vrows`` (a group of lanes per element, 128-bit loads, segments across
+    Elements that are scalars: ``rows`` (the row in registers, 128-bit loads). Elements with vector inputs that
+    rows share (a weight matrix given once for all tokens: ``reps``) or that are too wide for a lane's
+    registers, and whose components are independent (no dot product): ``columns`` (the scalar reductions
+    first, then column tiles of a batch of rows reading each weight once, FP8 rounded at the final scale).
+    Other elements with vectors (attention's keys and values): ``vrows`` (a group of lanes per element, 128-bit loads, segments across
     blocks when the rows are few; its launch policy chooses from the shape), which ran every decode shape of
     the H200 bench at 97-106 % of copy bandwidth; where it cannot (a top-k, per-element outputs, vectors too
     wide for a lane's registers such as a 7168-wide weight row) segments
@@ -551,7 +562,11 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     vectors = [s for s in fused.cascade.inputs if s.size is not None]
     if not vectors:
         return "rows"
-    if vrows_refusal(fused) is None and not vrows_too_wide(fused, sizes or {}):
+    shared = min((reps or {}).get(s.name, 1) for s in vectors)
+    wide = vrows_too_wide(fused, sizes or {})
+    if columns_refusal(fused) is None and (shared > 1 or wide):
+        return "columns"
+    if vrows_refusal(fused) is None and not wide:
         return "vrows"
     widest = max((sizes or {}).get(s.size, s.size if isinstance(s.size, int) else 0) for s in vectors)
     return "split_lanes" if length >= 1024 and rows <= 4096 and widest <= 256 else "lanes"

@@ -28,6 +28,7 @@ class Problem:
     vec_ok: bool = False       # every per-element array starts on a 16-byte boundary
     pitch_ok: bool = False     # ... and every row does too (pitch a multiple of 16 bytes)
     same_frame: bool = False   # every per-element array has pitch = length and one row per row
+    reps: tuple = ()           # ((input, rows that share each of its rows), ...): a weight given once has rep = rows
     options: tuple = ()        # ((name, value), ...): threads, tile, segments, fast_exp, group, out_dtype,
     #                            simulator, persistent (None: the policy chooses)
 
@@ -48,6 +49,8 @@ class Strategy:
     grid: Callable                    # (rows, spec, named arguments) -> {entry grid name: (blocks, threads)}
     sim: str | None = None            # the strategy the simulator runs instead; None: this one as is
     shared_states: bool = False       # every thread's state in shared memory (threads fitted to it)
+    final_scales: bool = False        # every reduction folded with its dependencies final (level order): a cast
+    #                                   such as fp8 rounds at the row's final scale, as the unfused form does
 
 
 REGISTRY: dict[str, Strategy] = {}
@@ -85,6 +88,6 @@ def for_target(name: str, target: str) -> Strategy:
     return REGISTRY[s.sim] if target == "cudasim" and s.sim else s
 
 
-from . import legacy, rows, vrows  # noqa: E402,F401 - registration
+from . import columns, legacy, rows, vrows  # noqa: E402,F401 - registration
 
 __all__ = ["Problem", "REGISTRY", "Strategy", "for_target", "get", "names", "register"]

@@ -126,4 +126,5 @@ _LEGACY = (
 
 for _name, _backend, _summary, _sim in _LEGACY:
     register(Strategy(_name, _backend, _summary, _build(_name), _configure(_name), _grid(_name), _sim,
-                      shared_states=_name in ("block_shared", "tile_shared", "split_shared")))
+                      shared_states=_name in ("block_shared", "tile_shared", "split_shared"),
+                      final_scales=_name == "nonincremental"))

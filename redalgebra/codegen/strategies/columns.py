@@ -1,0 +1,407 @@
+"""``columns``: rows that share their vector inputs, processed together, the scalar reductions first.
+
+FP8 quantisation + GEMM and RMSNorm + GEMM are cascades over a token's hidden dimension whose elements
+are a scalar (the activation ``x``) and a weight row ``w[n]`` that every token shares. Run row by row,
+each token re-reads all the weights; and the fused form rounds at a *running* scale, so FP8 outputs
+differ from quantising at the row's absmax. This strategy takes the *level order* instead:
+
+1. **The scalar reductions first** (``max(abs(x))``, ``sum(x**2)``, LayerNorm's statistics): they read
+   only the small per-token operand, so a first kernel computes them exactly — the ``rows`` kernel of
+   the cascade's scalar part — and writes one value per row.
+2. **The vector reductions with their dependencies final**: every body is a scalar factor times a
+   vector input (``fp8(x * 448 / max(a, 1e-12)) * w``), summed. A block takes a batch of ``BM`` rows
+   and ``CB`` chunks of 16 bytes of the columns; per step it stages the factors of ``KT`` elements for
+   its rows in shared memory, then each thread reads its chunk of ``w`` for ``KT / KS`` elements (one
+   128-bit load each, all in flight) and adds ``factor × w`` into ``BM × vec`` registers. The weights
+   are read once per batch of rows, not once per row. No correction, no rescaling: with the scale
+   final, the FP8 rounding is the reference's, so the result is the unfused result up to float32
+   summation order.
+3. The ``KS`` threads that split a chunk's elements meet in shared memory; few blocks split the axis
+   into segments across blocks, summed in order by a third kernel that finalizes and stores.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+
+import sympy as sp
+
+from ...derive import FusedCascade
+from ...errors import RedalgebraError
+from ...ir.functions import Dot, VSum
+from ...ir.nodes import Cascade, Input, Let, Output, Param, Reduction
+from ..emit import Layout, Spec
+from ..printer import Constants, print_expr
+from ..tree import Assign, Barrier, For, If, Load, Shared, Store
+from . import Problem, Strategy, register
+
+VEC = {"float32": 4, "float16": 8, "bfloat16": 8}
+#: Accumulators a thread holds per vector reduction (rows of the batch × columns of its chunk).
+ACCUMULATORS = 64
+#: Blocks that keep an H200 busy (about four per multiprocessor); fewer are made up with segments.
+BUSY_BLOCKS = 528
+#: Elements of the axis each thread reads per step (its loads in flight).
+UNROLL = 4
+
+
+def _vectors(expr, names) -> set:
+    return {s.name for s in expr.free_symbols} & names
+
+
+def refusal(fused: FusedCascade) -> str | None:
+    """Why ``columns`` cannot build this cascade's kernels (None: it can)."""
+    c = fused.cascade
+    vin = {s.name for s in c.inputs if s.size is not None}
+    if not vin:
+        return f"the columns strategy is for elements with vector inputs shared by rows; {c.name} has none: use rows"
+    if fused.per_element_outputs:
+        return f"columns writes row outputs only; {c.name} has per-element outputs: use lanes or tile"
+    for r in c.reductions:
+        if r.monoid.k is not None:
+            return f"columns does not hold top-k states ({c.name}); use lanes"
+    for e in [e for _, e in fused.prologue.steps] + list(fused.bodies.values()):
+        if any(isinstance(a, (Dot, VSum)) for a in sp.preorder_traversal(e)):
+            return f"columns needs the components independent; {c.name} has a dot product: use vrows"
+    if any(_vectors(e, vin) for _, e in fused.prologue.steps):
+        return f"columns: a per-element let of {c.name} reads a vector; use vrows or lanes"
+    sizes = {c.sizes[s] for s in vin} | {c.sizes[r.name] for r in c.reductions if c.sizes[r.name] is not None}
+    if len(sizes) != 1:
+        return f"columns needs one vector length; {c.name} has {sorted(map(str, sizes))}: use vrows or lanes"
+    vred = {r.name for r in c.reductions if c.sizes[r.name] is not None}
+    for r in c.reductions:
+        body = fused.bodies[r.name]
+        if r.name not in vred:
+            continue
+        if r.monoid.name != "add":
+            return f"columns sums its vector reductions; {r.name} is a {r.monoid.name}: use vrows or lanes"
+        if _vectors(body, vred):
+            return f"columns: the vector reduction {r.name} reads another vector reduction; use vrows or lanes"
+        factor, vector = split_body(body, vin)
+        if vector is None:
+            return (f"columns needs each vector reduction's body as a scalar times a vector input; {r.name} = "
+                    f"{body}: use vrows or lanes")
+    return None
+
+
+def split_body(body, vector_inputs: set):
+    """``(factor, vector input symbol)`` with ``body = factor * vector``, or ``(None, None)``."""
+    syms = [s for s in body.free_symbols if s.name in vector_inputs]
+    if len(syms) != 1:
+        return None, None
+    factor, rest = body.as_independent(syms[0], as_Add=False)
+    return (factor, rest) if rest == syms[0] else (None, None)
+
+
+def scalar_part(fused: FusedCascade) -> FusedCascade | None:
+    """The cascade's scalar reductions as a cascade of their own (outputs ``pre_<r>``), derived; None if none."""
+    return _scalar_part(fused.cascade)
+
+
+@functools.lru_cache(maxsize=64)
+def _scalar_part(c: Cascade) -> FusedCascade | None:
+    from ...derive import derive
+
+    scal = [r for r in c.reductions if c.sizes[r.name] is None]
+    if not scal:
+        return None
+    keep, stmts = set(), []
+    for s in c.statements:
+        if isinstance(s, (Input, Param)) and s.size is None:
+            stmts.append(s)
+            keep.add(s.name)
+        elif isinstance(s, Let) and {x.name for x in s.expr.free_symbols} - {"pos"} <= keep:
+            stmts.append(s)
+            keep.add(s.name)
+        elif isinstance(s, Reduction) and c.sizes[s.name] is None:
+            stmts.append(s)
+            keep.add(s.name)
+    stmts += [Output(f"pre_{r.name}", r.symbol) for r in scal]
+    return derive(Cascade(tuple(stmts), name=f"{c.name}_scalars"))
+
+
+class ColumnsKernel:
+    """Builds the kernels of a ``columns`` module: scalars (a rows kernel), the column tiles, their combine."""
+
+    def __init__(self, fused: FusedCascade, spec: Spec):
+        reason = refusal(fused)
+        if reason is not None:
+            raise RedalgebraError(reason)
+        self.f, self.spec, self.c = fused, spec, fused.cascade
+        c = self.c
+        self.lay = Layout.of(fused, spec)
+        self.pre = self._prepass_kernel()  # first: the module's constants are its table, shared from here on
+        self.consts, self.counter = (self.pre.consts, self.pre.counter) if self.pre else (Constants(), itertools.count())
+        self.vin = [s.name for s in c.inputs if s.size is not None]
+        self.sin = [s.name for s in c.inputs if s.size is None]
+        self.scalar_reds = [r.name for r in c.reductions if c.sizes[r.name] is None]
+        self.vector_reds = [r.name for r in c.reductions if c.sizes[r.name] is not None]
+        size = next(c.sizes[s] for s in self.vin)
+        self.n_const = self.lay.size_const(size)
+        self.n = self.lay.constants[self.n_const]
+        self.factors = {r: split_body(fused.bodies[r], set(self.vin)) for r in self.vector_reds}
+        self.dtypes = dict(spec.dtypes)
+        self.vec, self.cb, self.bm, self.kt = spec.vec, spec.group, spec.batch, spec.tile
+        self.ks = spec.threads // self.cb
+        if spec.threads % self.cb or self.kt % self.ks:
+            raise RedalgebraError(f"columns: {spec.threads} threads hold whole groups of {self.cb} column chunks, "
+                                  f"and a step of {self.kt} elements whole rounds of {self.ks}")
+
+    def print(self, expr, acc, j=None):
+        return print_expr(expr, acc, self.consts, j, self.counter, tree=True)
+
+    def base(self):
+        acc = self.lay.base_access()
+        if self.spec.fast_exp:
+            acc.exp = "fast_exp"
+        return acc
+
+    # -- 1. the scalar reductions ---------------------------------------------------------------
+    def _prepass_kernel(self):
+        """The ``rows`` kernel of the cascade's scalar part: a block per row walking it (the small operand)."""
+        from .rows import RowsKernel
+
+        sub = scalar_part(self.f)
+        if sub is None:
+            return None
+        names = {s.name for s in sub.cascade.inputs}
+        spec = Spec(self.spec.sizes, tuple((k, v) for k, v in self.spec.dtypes if k in names), self.spec.has_keep,
+                    threads=self.spec.threads, group=self.spec.threads, tile=2, vec=1, resident=False,
+                    fast_exp=self.spec.fast_exp)
+        return RowsKernel(sub, spec)
+
+    def prepass(self):
+        from ..kernels import kernel_args
+
+        if self.pre is None:
+            return None
+        return ("scalars", kernel_args(self.pre.c), "scalars", self.pre.body())
+
+    # -- 2. the column tiles ----------------------------------------------------------------------
+    def row_scalars(self, acc, row: str) -> list:
+        """Statements binding, for ``row``, the scalar params and the scalar reductions' final values."""
+        out = []
+        for p in self.c.params:
+            if p.size is None:
+                out.append(Assign(f"p_{p.name}", f"{p.name}[{row}]"))
+        for r in self.scalar_reds:
+            out.append(Assign(f"f_{r}", f"out_pre_{r}[{row}]"))
+            acc.scalar[r] = f"f_{r}"
+        return out
+
+    def stage(self) -> list:
+        """The factors of the step's ``KT`` elements for the batch's rows, into shared ``sf_<r>[m, i]``."""
+        acc = self.base()
+        body = [Assign("m", f"idx // {self.kt}"), Assign("i", f"idx % {self.kt}"), Assign("l", "base + i"),
+                Assign("row", f"min(r0 + m, rows - 1)")]
+        body += self.row_scalars(acc, "row")
+        ok = "l < hi and r0 + m < rows" + (" and keep[row, min(l, length - 1)] != 0" if self.spec.has_keep else "")
+        inside = [Assign("lc", "min(l, hi - 1)")]
+        for s in self.sin:
+            inside.append(Assign(f"rr_{s}", f"row // rep_{s}"))
+            inside.append(Load((f"e_{s}",), s, f"rr_{s}", "lc", self.dtypes.get(s, "float32")))
+        acc.scalar["pos"] = "float32(lc)"
+        acc.scalar["element.index"] = "lc"
+        for sym, expr in self.f.prologue.steps:
+            pre, text = self.print(expr, acc)
+            inside += pre + [Assign(f"e_{sym.name}", text)]
+        zero = self.consts.name(0.0)
+        for r in self.vector_reds:
+            factor, _ = self.factors[r]
+            pre, text = self.print(factor, acc)
+            inside += pre + [Assign(f"sf_{r}[m, i]", text)]
+        body.append(If(ok, tuple(inside), tuple(Assign(f"sf_{r}[m, i]", zero) for r in self.vector_reds)))
+        return [For("idx", "tid", str(self.bm * self.kt), tuple(body), str(self.spec.threads))]
+
+    def accumulate(self) -> list:
+        """This thread's chunk of every vector input for its ``KT / KS`` elements of the step, times the factors."""
+        out, v = [], self.vec
+        vectors = sorted({str(self.factors[r][1]) for r in self.vector_reds})
+        for u in range(self.kt // self.ks):
+            out.append(Assign(f"l{u}", f"min(base + kt + {u * self.ks}, hi - 1)"))
+            for x in vectors:
+                regs = tuple(f"w_{x}_{u}_{c}" for c in range(v))
+                load = Load(regs, x, (f"rw_{x}", f"l{u}"), "col0", self.dtypes.get(x, "float32"))
+                out.append(If("colok", (load,), tuple(Assign(r_, self.consts.name(0.0)) for r_ in regs)))
+        for u in range(self.kt // self.ks):
+            for r in self.vector_reds:
+                x = str(self.factors[r][1])
+                for m in range(self.bm):
+                    out.append(Assign(f"s_{m}", f"sf_{r}[{m}, kt + {u * self.ks}]"))
+                    out += [Assign(f"a_{r}_{m}_{c}", f"s_{m} * w_{x}_{u}_{c}", "+") for c in range(v)]
+        return out
+
+    def meet(self) -> list:
+        """The ``KS`` threads of a chunk sum their accumulators in order; thread ``kt`` keeps rows ``kt, kt + KS, …``."""
+        out, v = [], self.vec
+        width = self.cb * v
+        out.append(Shared("red", (str(self.ks), str(self.bm), str(width))))
+        for r in self.vector_reds:
+            out += [Assign(f"red[kt, {m}, ct * {v} + {c}]", f"a_{r}_{m}_{c}") for m in range(self.bm) for c in range(v)]
+            out.append(Barrier())
+            for mi in range(-(-self.bm // self.ks)):
+                keep = []
+                for c in range(v):
+                    total = f"t_{r}_{mi}_{c}"
+                    keep.append(Assign(total, f"red[0, kt + {mi * self.ks}, ct * {v} + {c}]"))
+                    keep.append(For("k", "1", str(self.ks),
+                                    (Assign(total, f"red[k, kt + {mi * self.ks}, ct * {v} + {c}]", "+"),)))
+                out.append(If(f"kt + {mi * self.ks} < {self.bm}", tuple(keep)))
+            out.append(Barrier())
+        return out
+
+    def finish(self, row: str, col: str, total, acc) -> list:
+        """The outputs of ``row`` at column ``col`` from the vector totals (``total(r)``: text) and the scalars."""
+        for r in self.vector_reds:
+            acc.vector[r] = total(r)
+        for p in self.c.params:
+            if p.size is not None:
+                acc.vector[p.name] = f"{p.name}[{row}, {col}]"
+        out, outs = [], {o.name for o in self.c.outputs}
+        for sym, expr in self.f.finalize.steps:
+            vector = self.c.sizes.get(sym.name) is not None
+            pre, text = self.print(expr, acc, "0" if vector else None)
+            if sym.name in outs:
+                if vector:
+                    out += pre + [Store(f"out_{sym.name}", row, col, (text,), "float32")]
+                else:  # a row output: written by the first column's thread
+                    out += [If(f"{col} == 0", tuple(pre + [Assign(f"out_{sym.name}[{row}]", text)]))]
+            else:
+                out += pre + [Assign(f"t_{sym.name}", text)]
+            acc.scalar[sym.name] = f"out_{sym.name}[{row}]" if sym.name in outs and not vector else f"t_{sym.name}"
+        return out
+
+    def tiles(self) -> list:
+        v, segmented = self.vec, self.spec.segments > 1
+        out = [Assign("tid", "cuda.threadIdx.x"), Assign("ct", f"tid % {self.cb}"), Assign("kt", f"tid // {self.cb}"),
+               Assign("col0", f"(cuda.blockIdx.x * {self.cb} + ct) * {v}"), Assign("colok", f"col0 < {self.n}"),
+               Assign("r0", f"cuda.blockIdx.y * {self.bm}"), Assign("seg", "cuda.blockIdx.z"),
+               Assign("lo", "seg * seglen"), Assign("hi", "min(lo + seglen, length)")]
+        for x in self.vin:  # a batch shares its weight row (the policy makes the batch divide the repeat)
+            out.append(Assign(f"rw_{x}", f"min(r0, rows - 1) // rep_{x}"))
+        out += [Shared(f"sf_{r}", (str(self.bm), str(self.kt))) for r in self.vector_reds]
+        zero = self.consts.name(0.0)
+        out += [Assign(f"a_{r}_{m}_{c}", zero) for r in self.vector_reds for m in range(self.bm) for c in range(v)]
+        step = self.stage() + [Barrier()] + self.accumulate() + [Barrier()]
+        out.append(For("base", "lo", "hi", tuple(step), str(self.kt)))
+        out += self.meet()
+        for mi in range(-(-self.bm // self.ks)):
+            m, row = f"kt + {mi * self.ks}", f"r0 + kt + {mi * self.ks}"
+            cols = []
+            for c in range(v):
+                col = f"col0 + {c}"
+                if segmented:
+                    stmts = [Assign(f"part_{r}[{row}, seg, {col}]", f"t_{r}_{mi}_{c}") for r in self.vector_reds]
+                else:
+                    acc = self.base()
+                    stmts = self.row_scalars(acc, row) + self.finish(row, col, lambda r: f"t_{r}_{mi}_{c}", acc)
+                cols.append(If(f"{col} < {self.n}", tuple(stmts)))
+            out.append(If(f"{m} < {self.bm} and {row} < rows", tuple(cols)))
+        return out
+
+    # -- 3. the segments' sums ------------------------------------------------------------------
+    def combine(self) -> list:
+        acc = self.base()
+        out = [Assign("tid", "cuda.threadIdx.x"), Assign("col", f"cuda.blockIdx.x * {self.spec.threads} + tid"),
+               Assign("row", "cuda.blockIdx.y")]
+        body = self.row_scalars(acc, "row")
+        for r in self.vector_reds:
+            body += [Assign(f"t_{r}", f"part_{r}[row, 0, col]"),
+                     For("seg", "1", "nseg", (Assign(f"t_{r}", f"part_{r}[row, seg, col]", "+"),))]
+        body += self.finish("row", "col", lambda r: f"t_{r}", acc)
+        return out + [If(f"col < {self.n}", tuple(body))]
+
+    def kernels(self) -> list:
+        from ..kernels import kernel_args
+
+        args = list(kernel_args(self.c))
+        common = [a for a in args if a not in ("rows", "length")]
+        pre = [f"out_pre_{r}" for r in self.scalar_reds]
+        part = [f"part_{r}" for r in self.vector_reds] if self.spec.segments > 1 else []
+        out = []
+        first = self.prepass()
+        if first is not None:
+            out.append(first)
+        out.append(("tiles", tuple(common + pre + part + ["rows", "length", "seglen"]), "tiles", self.tiles()))
+        if part:
+            out.append(("combine", tuple(common + pre + part + ["rows", "length", "nseg"]), "combine", self.combine()))
+        return out
+
+    def scratch(self) -> tuple:
+        out = tuple((f"out_pre_{r}", "float32", "rows", None) for r in self.scalar_reds)
+        if self.spec.segments > 1:
+            out += tuple((f"part_{r}", "float32", "segments", self.n_const) for r in self.vector_reds)
+        return out
+
+
+# -- registration ----------------------------------------------------------------------------------------
+def build(fused: FusedCascade, spec: Spec, target: str):
+    from dataclasses import replace
+
+    from ..module import assemble
+
+    if target == "cpu":
+        raise RedalgebraError("the columns strategy is CUDA-only")
+    k = ColumnsKernel(fused, spec)
+    kernels = k.kernels()
+    c = fused.cascade
+    outputs = tuple((o.name, "row", None if c.sizes[o.name] is None else k.lay.size_const(c.sizes[o.name]))
+                    for o in c.outputs)
+    constants = {**(k.pre.lay.constants if k.pre else {}), **k.lay.constants}
+    src = assemble(fused, spec, target, "columns", kernels, k.consts, constants, outputs, {})
+    return replace(src, scratch=k.scratch(), entries=tuple((n, a, g) for n, a, g, _ in kernels))
+
+
+def configure(fused: FusedCascade, p: Problem) -> dict:
+    """Chunks of 16 bytes of the columns per block (32, or fewer for narrow vectors), 128 threads, a batch of rows
+    as large as the accumulators allow that divides how often the vector inputs repeat, segments to fill the GPU."""
+    reason = refusal(fused)
+    if reason is not None:
+        raise RedalgebraError(reason)
+    c = fused.cascade
+    sizes, dtypes, reps = dict(p.sizes), dict(p.dtypes), dict(p.reps)
+    vectors = [s for s in c.inputs if s.size is not None]
+    n = vectors[0].size if isinstance(vectors[0].size, int) else sizes[vectors[0].size]
+    kinds = {VEC[dtypes.get(s.name, "float32")] for s in vectors}
+    item = 16 // max(kinds)
+    vec = kinds.pop() if p.vec_ok and len(kinds) == 1 and n * item % 16 == 0 else 1
+    threads = p.option("threads") or (64 if p.option("simulator") else 128)
+    chunks = -(-n // vec)
+    cb = p.option("group") or min(32, 1 << max(0, math.ceil(math.log2(chunks))))
+    cb = min(cb, threads)
+    ks = threads // cb
+    share = 0
+    for s in vectors:  # rows that read the same vector row: a batch must not straddle two
+        share = math.gcd(share, reps.get(s.name, 1))
+    most = max(1, ACCUMULATORS // vec)
+    batch = 1
+    if share >= p.rows:  # one vector row for all rows: any batch
+        while batch * 2 <= min(most, p.rows):
+            batch *= 2
+    else:
+        while batch * 2 <= min(most, share) and share % (batch * 2) == 0:
+            batch *= 2
+    batch = p.option("batch") or batch
+    tile = p.option("tile") or ks * UNROLL
+    blocks = -(-chunks // cb) * -(-p.rows // batch)
+    nseg = p.option("segments")
+    if nseg is None:
+        nseg = min(-(-BUSY_BLOCKS // blocks), max(1, -(-p.length // (4 * tile))))
+    nseg = max(1, min(int(nseg), max(p.length, 1)))
+    return dict(threads=threads, group=cb, vec=vec, tile=tile, batch=batch, segments=nseg, nseg=nseg,
+                fast_exp=p.option("fast_exp", False))
+
+
+def grid(rows: int, spec: Spec, named) -> dict:
+    # the vector length: the last dimension of a vector input (the only 3-D arguments besides the scratch)
+    n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
+    chunks = -(-n // spec.vec)
+    return {"scalars": (rows, spec.threads),
+            "tiles": ((-(-chunks // spec.group), -(-rows // spec.batch), spec.segments), spec.threads),
+            "combine": ((-(-n // spec.threads), rows), spec.threads)}
+
+
+register(Strategy("columns", "cuda", "rows sharing their vector inputs together: the scalar reductions first, then "
+                  "column tiles of a batch of rows reading each vector element once, exact FP8 scales", build,
+                  configure, grid, final_scales=True))

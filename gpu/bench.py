@@ -380,9 +380,9 @@ def all_cases(quick: bool) -> dict:
         "fp8": [lambda: case_fp8_quant(16384, 7168, LONG)],
         "ce": [lambda v=v, lab=lab: case_cross_entropy(8192, v, "bfloat16", ("rows", "rows@512g512"), lab)
                for v, lab in ((32000, "LLaMA-2"), (128256, "LLaMA-3"))],
-        "fp8gemm": [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns", "columns@128x16b4", "columns@256", "columns@128x32"))
+        "fp8gemm": [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns", "columns@128s38", "columns@256"))
                     for m in (1, 16)],
-        "normgemm": [lambda m=m: case_rmsnorm_gemm(m, 4096, 4096, ("columns", "columns@128x16b4", "columns@256"))
+        "normgemm": [lambda m=m: case_rmsnorm_gemm(m, 4096, 4096, ("columns", "columns@128s38", "columns@256"))
                      for m in (1, 16)],
         "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")
                      for L in (1024, 4096, 16384, 65536)],

@@ -76,6 +76,7 @@ def _jobs() -> list:
     workers finish together."""
     jobs = [(_key(name, "auto", *shape), name, "auto", *shape, {}) for name, *shape in AUTO + VECTOR_AUTO]
     jobs += [(_key(name, "rows", *shape[:3]), name, "rows", *shape) for name, shape in PASSES.items()]
+    jobs += [(_key("fp8_quant_gemm", "columns", 16, 4096), "fp8_quant_gemm", "columns", 16, 4096, "bfloat16", {})]
     return jobs + [(_key(name, strategy), name, strategy, 512, 2048, "bfloat16", {})
                    for strategy in LEGACY for name in SAMPLE + (LANES_EXTRA if "lanes" in strategy else ())]
 
@@ -95,7 +96,7 @@ def report():
 
 
 def test_the_sample_covers_every_real_cuda_strategy_and_the_scalar_cascades_kinds():
-    assert set(LEGACY) | {"rows", "vrows"} == set(names("cuda", real=True)) | {"block_shared", "tile_shared"}
+    assert set(LEGACY) | {"rows", "vrows", "columns"} == set(names("cuda", real=True)) | {"block_shared", "tile_shared"}
     assert set(AUTO_SAMPLE) <= set(SCALAR)
     texts = [workloads.get(n).text for n in SAMPLE]
     assert any("exp(" in t and "dot(" in t for t in texts) and any("topk(" in t for t in texts)
@@ -169,3 +170,15 @@ def test_auto_on_vector_elements_is_vrows_reading_16_bytes_per_lane(report):
         assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0, name
         assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, (name, facts)
     assert report[_key("decode_attention", "auto", 512, 2048)]["segments"] == 2  # 512 rows: two blocks per row keep the GPU busy
+
+
+@pytest.mark.slow
+def test_columns_reads_each_weight_chunk_128_bits_at_a_time(report):
+    facts = report[_key("fp8_quant_gemm", "columns", 16, 4096)]
+    # the scalars' kernel, the column tiles (UNROLL elements' chunks in flight), the segments' sum
+    from redalgebra.codegen.strategies.columns import UNROLL
+
+    assert facts["strategy"] == "columns" and facts["vec"] == 8
+    assert facts["ld_global_128"] == UNROLL and facts["ld_global_vector_narrow"] == 0
+    assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
+    assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts

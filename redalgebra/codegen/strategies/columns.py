@@ -42,8 +42,12 @@ VEC = {"float32": 4, "float16": 8, "bfloat16": 8}
 ACCUMULATORS = 64
 #: Blocks that keep an H200 busy (about four per multiprocessor); fewer are made up with segments.
 BUSY_BLOCKS = 528
-#: Elements of the axis each thread reads per step (its loads in flight).
-UNROLL = 4
+#: Elements of the axis each thread reads per inner step (its loads in flight).
+UNROLL = 8
+#: Elements per thread per pass of the scalar reductions' kernel.
+PREPASS_TILE = 16
+#: Shared memory for the staged factors (float32, rows of the batch × elements of the span).
+STAGE_BYTES = 16 * 1024
 
 
 def _vectors(expr, names) -> set:
@@ -144,9 +148,10 @@ class ColumnsKernel:
         self.dtypes = dict(spec.dtypes)
         self.vec, self.cb, self.bm, self.kt = spec.vec, spec.group, spec.batch, spec.tile
         self.ks = spec.threads // self.cb
-        if spec.threads % self.cb or self.kt % self.ks:
+        self.step = self.ks * UNROLL  # elements of one inner step: UNROLL per thread, all loads in flight
+        if spec.threads % self.cb or self.kt % self.step:
             raise RedalgebraError(f"columns: {spec.threads} threads hold whole groups of {self.cb} column chunks, "
-                                  f"and a step of {self.kt} elements whole rounds of {self.ks}")
+                                  f"and a span of {self.kt} elements whole steps of {self.step}")
 
     def print(self, expr, acc, j=None):
         return print_expr(expr, acc, self.consts, j, self.counter, tree=True)
@@ -166,8 +171,10 @@ class ColumnsKernel:
         if sub is None:
             return None
         names = {s.name for s in sub.cascade.inputs}
+        # 16 elements per thread per pass, their loads in flight: a 7168-wide row in 4 passes (with 2 per thread,
+        # 28 passes of one load's latency each made the FP8 GEMM's one-token call wait on this kernel)
         spec = Spec(self.spec.sizes, tuple((k, v) for k, v in self.spec.dtypes if k in names), self.spec.has_keep,
-                    threads=self.spec.threads, group=self.spec.threads, tile=2, vec=1, resident=False,
+                    threads=self.spec.threads, group=self.spec.threads, tile=PREPASS_TILE, vec=1, resident=False,
                     fast_exp=self.spec.fast_exp)
         return RowsKernel(sub, spec)
 
@@ -215,20 +222,21 @@ class ColumnsKernel:
         return [For("idx", "tid", str(self.bm * self.kt), tuple(body), str(self.spec.threads))]
 
     def accumulate(self) -> list:
-        """This thread's chunk of every vector input for its ``KT / KS`` elements of the step, times the factors."""
+        """This thread's chunk of every vector input for its ``UNROLL`` elements of an inner step (index ``sub``
+        within the span), times the factors."""
         out, v = [], self.vec
         vectors = sorted({str(self.factors[r][1]) for r in self.vector_reds})
-        for u in range(self.kt // self.ks):
-            out.append(Assign(f"l{u}", f"min(base + kt + {u * self.ks}, hi - 1)"))
+        for u in range(UNROLL):
+            out.append(Assign(f"l{u}", f"min(base + sub + kt + {u * self.ks}, hi - 1)"))
             for x in vectors:
                 regs = tuple(f"w_{x}_{u}_{c}" for c in range(v))
                 load = Load(regs, x, (f"rw_{x}", f"l{u}"), "col0", self.dtypes.get(x, "float32"))
                 out.append(If("colok", (load,), tuple(Assign(r_, self.consts.name(0.0)) for r_ in regs)))
-        for u in range(self.kt // self.ks):
+        for u in range(UNROLL):
             for r in self.vector_reds:
                 x = str(self.factors[r][1])
                 for m in range(self.bm):
-                    out.append(Assign(f"s_{m}", f"sf_{r}[{m}, kt + {u * self.ks}]"))
+                    out.append(Assign(f"s_{m}", f"sf_{r}[{m}, sub + kt + {u * self.ks}]"))
                     out += [Assign(f"a_{r}_{m}_{c}", f"s_{m} * w_{x}_{u}_{c}", "+") for c in range(v)]
         return out
 
@@ -283,8 +291,10 @@ class ColumnsKernel:
         out += [Shared(f"sf_{r}", (str(self.bm), str(self.kt))) for r in self.vector_reds]
         zero = self.consts.name(0.0)
         out += [Assign(f"a_{r}_{m}_{c}", zero) for r in self.vector_reds for m in range(self.bm) for c in range(v)]
-        step = self.stage() + [Barrier()] + self.accumulate() + [Barrier()]
-        out.append(For("base", "lo", "hi", tuple(step), str(self.kt)))
+        # the span's factors staged once, then inner steps without barriers (warps stream their loads freely)
+        inner = For("sub", "0", f"min({self.kt}, hi - base)", tuple(self.accumulate()), str(self.step))
+        span = self.stage() + [Barrier(), inner, Barrier()]
+        out.append(For("base", "lo", "hi", tuple(span), str(self.kt)))
         out += self.meet()
         for mi in range(-(-self.bm // self.ks)):
             m, row = f"kt + {mi * self.ks}", f"r0 + kt + {mi * self.ks}"
@@ -383,12 +393,17 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
         while batch * 2 <= min(most, share) and share % (batch * 2) == 0:
             batch *= 2
     batch = p.option("batch") or batch
-    tile = p.option("tile") or ks * UNROLL
+    step = ks * UNROLL
     blocks = -(-chunks // cb) * -(-p.rows // batch)
     nseg = p.option("segments")
     if nseg is None:
-        nseg = min(-(-BUSY_BLOCKS // blocks), max(1, -(-p.length // (4 * tile))))
+        nseg = min(-(-BUSY_BLOCKS // blocks), max(1, -(-p.length // (4 * step))))
     nseg = max(1, min(int(nseg), max(p.length, 1)))
+    # the span staged at once: the whole segment when its factors fit the shared memory, whole inner steps
+    most_span = max(step, STAGE_BYTES // (4 * batch) // step * step)
+    tile = p.option("tile") or min(most_span, -(-(-(-p.length // nseg)) // step) * step)
+    if tile % step:
+        raise RedalgebraError(f"columns: the staged span (tile) must be a multiple of {step} elements, got {tile}")
     return dict(threads=threads, group=cb, vec=vec, tile=tile, batch=batch, segments=nseg, nseg=nseg,
                 fast_exp=p.option("fast_exp", False))
 

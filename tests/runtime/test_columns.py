@@ -1,0 +1,78 @@
+"""The columns strategy in the CUDA simulator: rows sharing a weight matrix, the scalar reductions first."""
+
+import numpy as np
+import pytest
+
+from redalgebra import RedalgebraError, derive, parse
+from redalgebra.runtime import compile
+from redalgebra.runtime.check import check
+from redalgebra.runtime.compile import as_bfloat16, bfloat16_to_float, choose
+from tests.catalogue import fused
+
+
+def _problem(name, rows, length, n, dtype, seed=0, shared=True):
+    rng = np.random.default_rng(seed)
+    c = fused(name).cascade
+    inputs = {}
+    for s in c.inputs:
+        a = rng.normal(size=(rows, length) if s.size is None else (1 if shared else rows, length, n)).astype(np.float32)
+        inputs[s.name] = as_bfloat16(a) if dtype == "bfloat16" else a
+    params = {p.name: np.float32(length if p.name == "h" else 1e-5) for p in c.params}
+    return inputs, params
+
+
+def _reference(name, inputs, params, keep, rows):
+    wide = {k: np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64) for k, v in inputs.items()}
+    wide = {k: np.broadcast_to(v, (rows,) + v.shape[1:]) for k, v in wide.items()}
+    from redalgebra import evaluate
+    return evaluate(fused(name).cascade, wide, params, keep)
+
+
+@pytest.mark.parametrize("name,rows,length,n,dtype,segments,masked", [
+    ("fp8_quant_gemm", 5, 300, 24, "bfloat16", 3, True),   # a batch of 4 and one of 1; 3 segments; a mask
+    ("rmsnorm_gemm", 6, 70, 40, "bfloat16", None, False),  # two scalar inputs per element (x, g)
+    ("layernorm_gemm", 4, 45, 16, "float32", 2, True),     # three scalar reductions first, two vector sums
+])
+def test_columns_matches_the_reference_at_the_float32_tolerance(name, rows, length, n, dtype, segments, masked):
+    inputs, params = _problem(name, rows, length, n, dtype)
+    keep = np.random.default_rng(1).random((rows, length)) > 0.2 if masked else None
+    if keep is not None:
+        keep[-1] = False  # a fully masked row
+    kernel = compile(fused(name), "cudasim", "columns", segments=segments)
+    out = kernel(inputs, params, keep)
+    ref = _reference(name, inputs, params, keep, rows)["y"]
+    # no cast tolerance for the FP8 cascade: the scale is final before any element is rounded
+    scale = np.nanmax(np.abs(ref))
+    assert np.array_equal(np.isnan(out["y"]), np.isnan(ref))
+    assert np.nanmax(np.abs(out["y"] - ref)) <= 1e-5 * scale
+    spec = kernel.spec_for(rows, length, {s.name: dtype for s in fused(name).cascade.inputs}, {"n": n},
+                           reps={s.name: rows for s in fused(name).cascade.inputs if s.size is not None})[1]
+    assert spec.batch == 4  # a power of two up to the rows (the simulator's accumulators allow it)
+
+
+def test_fp8_rounds_at_the_rows_final_scale_where_a_running_scale_does_not():
+    # the largest |x| last: a running absmax rounds the earlier elements at smaller scales
+    rows, length, n = 2, 64, 8
+    x = np.tile(np.linspace(0.1, 3.0, length, dtype=np.float32), (rows, 1)) * np.array([[1.0], [-1.0]], np.float32)
+    w = np.random.default_rng(2).normal(size=(1, length, n)).astype(np.float32)
+    ref = _reference("fp8_quant_gemm", {"x": x, "w": w}, {}, None, rows)["y"]
+    exact = compile(fused("fp8_quant_gemm"), "cudasim", "columns")({"x": x, "w": w})["y"]
+    running = compile(fused("fp8_quant_gemm"), "cudasim", "vrows")({"x": x, "w": np.repeat(w, rows, 0)})["y"]
+    scale = np.abs(ref).max()
+    assert np.abs(exact - ref).max() <= 1e-5 * scale < np.abs(running - ref).max()
+    results = check(fused("fp8_quant_gemm"), "cudasim", "columns", shapes=((3, 37),), dtypes=("float32",),
+                    sizes={"n": 8})
+    assert all(r.passed and r.tolerance < 1e-3 and not r.note for r in results), "\n".join(r.line() for r in results)
+
+
+def test_auto_takes_columns_for_a_shared_weight_and_refuses_coupled_components():
+    f = fused("fp8_quant_gemm")
+    assert choose(f, 16, 7168, {"n": 7168}, {"x": 1, "w": 16}) == "columns"
+    assert choose(f, 16, 7168, {"n": 7168}) == "columns"  # too wide for vrows even unshared
+    assert choose(f, 16, 7168, {"n": 64}) == "vrows"     # a row's own narrow weights: vrows
+    assert choose(fused("decode_attention"), 64, 4096, {"d": 128}, {"k": 64, "v": 64}) == "vrows"  # a dot product
+    with pytest.raises(RedalgebraError, match="dot product: use vrows"):
+        compile(fused("decode_attention"), "cudasim", "columns").spec_for(4, 64, sizes={"d": 8})
+    odd = derive(parse("input x\ninput w[n]\nreduce o = sum(x * w * w)\nout y = o\n"))
+    with pytest.raises(RedalgebraError, match="a scalar times a vector input"):
+        compile(odd, "cudasim", "columns").spec_for(4, 64, sizes={"n": 8})

@@ -282,7 +282,11 @@ def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
                      f"makes of it (NaN, inf), never a silent 0")
     if analysis.exact_in_reals_only:
         notes.append("casts (fp8) are the identity in real arithmetic: the fused forms are exact in ℝ but round "
-                     "at a running scale in the incremental form, so they are not bitwise equal to the unfused one")
+                     "at a running scale in the incremental form, so they are not bitwise equal to the unfused one; "
+                     "the level order keeps the cast's scale final and is exact: when the reductions the cast "
+                     "depends on read only the small per-row operand (an activation row, which fits on chip), they "
+                     "are computed first and the large operand is streamed once, rounded at the final scale (the "
+                     "columns and nonincremental strategies; auto takes columns for a weight shared by the rows)")
     return tuple(notes)
 
 

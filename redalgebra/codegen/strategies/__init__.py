@@ -88,6 +88,6 @@ def for_target(name: str, target: str) -> Strategy:
     return REGISTRY[s.sim] if target == "cudasim" and s.sim else s
 
 
-from . import columns, legacy, rows, vrows  # noqa: E402,F401 - registration
+from . import legacy, rows, vrows, columns  # noqa: E402,F401,I001 - registration, in the order the lists show
 
 __all__ = ["Problem", "REGISTRY", "Strategy", "for_target", "get", "names", "register"]

@@ -10,7 +10,7 @@ Grammar (one statement per line, ``#`` starts a comment)::
     input NAME ['[' DIM ']']
     param NAME ['[' DIM ']'] [int] [('>' | '>=' | '<' | '<=') 0]
     let NAME = EXPR
-    reduce NAME = REDUCER '(' EXPR ')' | topk '(' INT ',' EXPR ')'
+    reduce NAME = REDUCER '(' EXPR ')' | topk '(' INT ',' EXPR ')' | mean '(' EXPR ')'
     out NAME = EXPR
 
     EXPR := OR;  OR := AND ('or' AND)*;  AND := NOT ('and' NOT)*;  NOT := 'not' NOT | CMP
@@ -79,14 +79,15 @@ from ..errors import CascadeError, CascadeSyntaxError, LimitError
 from . import limits
 from .functions import COMPARISONS, ELEMENTWISE, Dot, VSum, condition, is_condition, number, where
 from .monoid import REDUCERS, topk
-from .nodes import POS, POSITION, Cascade, Input, Let, Output, Param, Reduction
+from .nodes import POS, POSITION, Cascade, Input, Let, Output, Param, Reduction, symbol
 
 KEYWORDS = ("input", "param", "let", "reduce", "out")
 FUNCTIONS = (*ELEMENTWISE, "dot", "max", "min", "where")
-REDUCER_NAMES = (*REDUCERS, "topk")
+REDUCER_NAMES = (*REDUCERS, "topk", "mean")
 CONSTANTS = {POSITION: POS, "inf": sp.oo}
 LOGIC = ("and", "or", "not")
-RESERVED = (*KEYWORDS, *FUNCTIONS, *REDUCER_NAMES, *CONSTANTS, *LOGIC, "int")
+# "mean" only means the reducer after 'reduce NAME =': still a name elsewhere (cascades written before it existed)
+RESERVED = (*KEYWORDS, *FUNCTIONS, *(r for r in REDUCER_NAMES if r != "mean"), *CONSTANTS, *LOGIC, "int")
 _TOKEN = re.compile(r"""
     (?P<ws>[ \t\f\v]+) | (?P<comment>\#.*) |
     (?P<number>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?) |
@@ -484,8 +485,26 @@ class _LineParser:
             args = self.args()
             if len(args) != 1:
                 raise self.error(f"{red.text}(EXPR) reduces one expression over the axis, got {len(args)}", red)
+            if red.text == "mean":
+                return name, self.mean(name, number(args[0]))
             body, monoid = number(args[0]), REDUCERS[red.text]
         return name, Reduction(name.text, monoid, body)
+
+    def mean(self, name: Token, body: sp.Expr) -> list:
+        """``reduce m = mean(e)`` as the statements it means: ``reduce m_sum = sum(e)``, ``reduce m_count = sum(1)``
+        (the elements the mask keeps) and ``let m = m_sum / m_count``; the cascade prints back in that form."""
+        taken = set(self.declared) | set(self.later)
+
+        def fresh(base: str) -> str:
+            out, k = base, 1
+            while out in taken:
+                out, k = f"{base}{k}", k + 1
+            taken.add(out)
+            return out
+        total, count = fresh(f"{name.text}_sum"), fresh(f"{name.text}_count")
+        ADD = REDUCERS["sum"]
+        return [Reduction(total, ADD, body), Reduction(count, ADD, sp.Integer(1)),
+                Let(name.text, symbol(total) / symbol(count))]
 
 
 def _short(value) -> str:
@@ -552,13 +571,14 @@ def parse(text: str, name: str = "cascade") -> Cascade:
         if tokens[0].kind == "end":
             continue
         p = _LineParser(tokens, no, line, declared, later)
-        head, (name_tok, stmt) = p.statement()
+        head, (name_tok, stmts) = p.statement()
         p.end()
-        _count(statements, stmt, no, line, name_tok)
-        _inlined(stmt, shape, no, line, name_tok)
-        statements.append(stmt)
-        heads.append((no, line, name_tok))
-        declared[stmt.name] = stmt.symbol
+        for stmt in stmts if isinstance(stmts, list) else [stmts]:  # mean(…) is three statements
+            _count(statements, stmt, no, line, name_tok)
+            _inlined(stmt, shape, no, line, name_tok)
+            statements.append(stmt)
+            heads.append((no, line, name_tok))
+            declared[stmt.name] = stmt.symbol
     if not statements:
         raise CascadeSyntaxError("the cascade is empty; it needs at least an input and a reduction", 1, 1, "")
     try:

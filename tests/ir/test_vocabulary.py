@@ -182,3 +182,33 @@ def test_misuse_is_a_syntax_error_with_a_message(text, message):
     with pytest.raises(ra.CascadeSyntaxError) as err:
         ra.parse(text)
     assert message in str(err.value)
+
+
+MEAN = """\
+input x
+reduce mu = mean(x)
+reduce var = mean((x - mu)**2)
+out rstd = 1 / sqrt(var + 1e-5)
+out centred = (x - mu) * rstd
+"""
+
+
+def test_mean_is_a_sum_over_a_count_of_the_kept_elements_through_the_pipeline():
+    c = ra.parse(MEAN)
+    names = [s.name for s in c.statements]
+    assert names[:4] == ["x", "mu_sum", "mu_count", "mu"] and "var" in names
+    assert ra.parse(to_text(c)) == c  # it prints as what it means and reads back the same
+    x = np.random.default_rng(3).normal(2.0, 1.5, size=(4, 33))
+    keep = np.random.default_rng(4).random((4, 33)) > 0.3
+    ref = ra.evaluate(c, {"x": x}, {}, keep)
+    for r in range(4):
+        k = x[r][keep[r]]
+        assert math.isclose(ref["rstd"][r], 1 / math.sqrt(k.var() + 1e-5), rel_tol=1e-12)
+    fused = ra.derive(c)
+    results = check(fused, "cpu", dtypes=("float32", "bfloat16"))
+    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+    # only after 'reduce NAME =' is mean the reducer: it still names a value, and its parts avoid taken names
+    other = ra.parse("input x\nreduce m = mean(x)\nlet m_sum = x * 2\nreduce s = sum(m_sum - m)\nout mean = s\n")
+    assert [s.name for s in other.reductions][:2] == ["m_sum1", "m_count"]
+    with pytest.raises(ra.CascadeSyntaxError, match="reduces one expression"):
+        ra.parse("input x\nreduce m = mean(x, x)\nout y = m\n")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from redalgebra import EvaluationError, RedalgebraError, derive, parse
+from redalgebra import EvaluationError, RedalgebraError, analyze, derive, parse, workloads
 from redalgebra.codegen import Spec, generate
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import check, compare
@@ -16,17 +16,41 @@ def test_cpu_kernels_match_the_reference(name):
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
 
 
-# not "thread": its body is the CPU row kernel's (codegen/kernels.py, _body_thread and _body_row), checked on
-# every cascade above, its CUDA printing by the others here, and its PTX by test_ptx
+@pytest.mark.parametrize("name", FUSABLE)
+def test_simulated_default_kernels_match_the_reference(name):
+    # what a CUDA user gets: auto (rows, vrows or columns), every cascade
+    results = check(fused(name), "cudasim", "auto", shapes=((3, 37), (2, 1)))
+    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
+# The first-generation strategies, each on the cascades that reach every kind of code they print: vectors with a dot
+# product and exp (decode attention), a top-k (the router), fp8 rounding of a vector sum (FP8 + GEMM), positions and
+# an integer param (cross-entropy), multi-term partial sums with a count and Chan's merge (LayerNorm + GEMM, softmax
+# entropy). Not "thread": its body is the CPU row kernel's (codegen/kernels.py, _body_thread and _body_row), checked
+# on every cascade above, its CUDA printing by the others here, and its PTX by test_ptx.
+LEGACY_SAMPLE = ("decode_attention", "moe_routing", "fp8_quant_gemm", "cross_entropy", "layernorm_gemm",
+                 "softmax_entropy")
+
+
 @pytest.mark.parametrize("strategy", ["block_shared", "tile", "nonincremental", "split", "unfused", "lanes",
                                       "split_lanes"])
-@pytest.mark.parametrize("name", FUSABLE)
+@pytest.mark.parametrize("name", LEGACY_SAMPLE)
 def test_simulated_cuda_kernels_match_the_reference(name, strategy):
     # the lanes family simulates a warp per element (an OS thread per lane): a shorter row keeps it to
     # seconds; odd vector sizes, partial slots and segments have their own test below
     shapes = ((2, 19), (2, 1)) if strategy.endswith("lanes") else ((3, 37), (2, 1))
     results = check(fused(name), "cudasim", strategy, shapes=shapes)
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
+def test_the_legacy_sample_reaches_every_kind_of_cascade():
+    texts = [fused(n).cascade for n in LEGACY_SAMPLE]
+    assert set(LEGACY_SAMPLE) <= set(FUSABLE)
+    assert any(r.monoid.k for c in texts for r in c.reductions)                      # top-k
+    assert any(s.size for c in texts for s in c.inputs)                              # vectors
+    assert any(p.integer for c in texts for p in c.params)                           # positions, an integer param
+    assert any(fused(n).exact_in_reals_only for n in LEGACY_SAMPLE)                  # fp8
+    assert any(r.terms for n in LEGACY_SAMPLE for r in analyze(workloads.get(n).cascade).reductions)  # multi-term
 
 
 def test_the_check_itself_fails_on_a_wrong_kernel(monkeypatch):

@@ -20,6 +20,7 @@ import numpy as np
 from ..codegen import KernelSource, Problem, Spec, generate
 from ..codegen.strategies import for_target, get
 from ..codegen.strategies.columns import refusal as columns_refusal
+from ..codegen.strategies.columns import scalars_fuse as columns_scalars_fuse
 from ..codegen.strategies.vrows import refusal as vrows_refusal
 from ..codegen.strategies.vrows import too_wide as vrows_too_wide
 from ..derive import FusedCascade
@@ -515,12 +516,17 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     if not isinstance(fused, FusedCascade):
         raise RedalgebraError(f"compile() takes a FusedCascade (from redalgebra.derive), got {type(fused).__name__}")
     strategy = strategy or DEFAULT_STRATEGY[backend]
-    if not fused.analysis.fusable:  # the forms of derive.unfused: a kernel per reduction is all that runs them
+    if not fused.analysis.fusable:  # the forms of derive.unfused: no fused form, so no one-pass strategy
+        # the level order needs none: columns computes the scalar reductions first (when they fuse among
+        # themselves) and streams the rest with them final, as the unfused form does
+        level_order = backend != "cpu" and columns_refusal(fused) is None and columns_scalars_fuse(fused)
         if strategy == "auto" and backend != "cpu":
-            strategy = "unfused"
-        if strategy != "unfused":
+            strategy = "columns" if level_order else "unfused"
+        if strategy not in ("unfused", "columns") or (strategy == "columns" and not level_order):
             raise NotFusableError(f"{fused.cascade.name} is not fusable, so only strategy 'unfused' (a kernel per "
-                                  f"reduction, on cuda or cudasim) runs it: {fused.guards[0]}", fused.analysis)
+                                  f"reduction, on cuda or cudasim) runs it"
+                                  + (", or 'columns' (the level order)" if level_order else "")
+                                  + f": {fused.guards[0]}", fused.analysis)
     if strategy == "auto" and backend == "cpu":
         strategy = "row"
     if strategy != "auto":

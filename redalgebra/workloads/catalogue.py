@@ -114,6 +114,56 @@ reduce acc = sum(x / sqrt(ss / h + eps) * g * w)
 out y = acc
 """
 
+LAYERNORM = """\
+# LayerNorm of a row: its statistics written with mean, then the normalised, scaled and shifted row
+input x
+input g                        # the LayerNorm weight of this hidden index
+input b                        # and its bias
+param eps > 0
+reduce mu = mean(x)
+reduce var = mean((x - mu)**2)   # three terms; x**2 kept centred (Chan's merge)
+out y = (x - mu) / sqrt(var + eps) * g + b
+"""
+
+SOFTCAP_ATTENTION = """\
+# one query row of attention with Gemma-2's logit soft-capping: cap * tanh(s / cap) bounds every score
+input k[d]                     # key row
+input v[d]                     # value row
+param q[d]                     # the query
+param scale > 0                # 1/sqrt(d)
+param cap > 0                  # 50 in Gemma-2
+let s = cap * tanh(dot(q, k) * scale / cap)
+reduce m = max(s)
+reduce l = sum(exp(s - m))
+reduce o = sum(exp(s - m) * v)
+out y = o / l
+"""
+
+CROSS_ENTROPY_SMOOTHED = """\
+# cross-entropy with label smoothing: eps of the target's weight spread over the n classes,
+# loss = logsumexp(x) - (1 - eps) x[label] - eps * mean(x)
+input x
+param label int                # the target class, 0 <= label < L
+param eps >= 0                 # the smoothing (0.1 is common)
+param n > 0                    # the classes (the row length)
+reduce m = max(x)
+reduce l = sum(exp(x - m))
+reduce t = sum(x * (pos == label))
+reduce s = sum(x)
+out loss = m + log(l) - (1 - eps) * t - eps * s / n
+"""
+
+INT8_QUANT_GEMM = """\
+# int8 absmax quantisation of an activation row feeding a GEMM (W8A8-style), the scale in the epilogue:
+# round(x * 127 / a) is no product or sum of G(x) and H(a), so it does not fuse; the level order (columns)
+# still runs it in two passes, the absmax first, the weights read once
+input x                        # activation
+input w[n]                     # weight row of this hidden index
+reduce a = max(abs(x))
+reduce acc = sum(round(x * 127 / max(a, 1e-12)) * w)
+out y = acc * max(a, 1e-12) / 127
+"""
+
 ENTRIES = [
     dict(name="safe_softmax", text=SAFE_SOFTMAX, description="softmax with max subtraction (two reductions)",
          shapes=(dict(rows=8192, L=32768), dict(rows=32768, L=8192))),
@@ -125,6 +175,9 @@ ENTRIES = [
     dict(name="cross_entropy_onehot", text=CROSS_ENTROPY_ONEHOT,
          description="softmax cross-entropy against a one-hot label row (reads a second row)",
          paper=False, shapes=(dict(rows=8192, L=32000, model="LLaMA-2 vocabulary"),)),
+    dict(name="cross_entropy_smoothed", text=CROSS_ENTROPY_SMOOTHED, paper=False,
+         description="softmax cross-entropy with label smoothing, the label an integer per row",
+         shapes=(dict(rows=8192, L=128256, model="LLaMA-3 vocabulary"),)),
     dict(name="attention", text=ATTENTION, description="multi-head attention, one query row per cascade",
          shapes=(dict(rows=12 * 512, L=512, d=64, model="BERT-base"),
                  dict(rows=16 * 257, L=257, d=64, model="ViT-L"),
@@ -136,6 +189,9 @@ ENTRIES = [
          description="causal attention with ALiBi biases, the mask and bias in the cascade (pos, qpos)",
          paper=False, shapes=(dict(rows=32 * 2048, L=2048, d=128, model="MPT-7B prefill"),
                               dict(rows=16 * 32, L=4096, d=128, model="MPT-7B decode B16"))),
+    dict(name="softcap_attention", text=SOFTCAP_ATTENTION, paper=False,
+         description="Gemma-2 decode attention with logit soft-capping (cap * tanh(s / cap))",
+         shapes=(dict(rows=8 * 16, L=8192, d=256, model="Gemma-2-27B decode B8"),)),
     dict(name="mla_decode", text=MLA_DECODE, description="DeepSeek MLA decode over a shared latent KV",
          shapes=(dict(rows=128, L=4096, r=512, e=64, model="DeepSeek-R1"),)),
     dict(name="moe_routing", text=MOE_ROUTING, description="softmax over experts, top-8, renormalised",
@@ -218,6 +274,9 @@ MULTI_TERM = [
     dict(name="layernorm_gemm", text=LAYERNORM_GEMM, paper=False,
          description="LayerNorm followed by a GEMM: variance and a centred x*w term",
          shapes=(dict(rows=16, L=4096, n=4096, model="LLaMA-7B width"),)),
+    dict(name="layernorm", text=LAYERNORM, paper=False,
+         description="LayerNorm written with mean: the variance's three terms, the normalised row per element",
+         shapes=(dict(rows=8192, L=4096, model="LLaMA-7B width"),)),
 ]
 
 NOT_FUSABLE = [
@@ -225,4 +284,8 @@ NOT_FUSABLE = [
          paper=False, expect=dict(reduction="d", failed={"mul": "separability", "add": "distributivity"})),
     dict(name="softplus_sum", text=SOFTPLUS_SUM, description="sum of softplus(x - max) (not fusable)",
          paper=False, expect=dict(reduction="p", failed={"mul": "separability", "add": "distributivity"})),
+    dict(name="int8_quant_gemm", text=INT8_QUANT_GEMM, paper=False,
+         description="int8 absmax quantisation + GEMM (not fusable: rounding; runs in the level order)",
+         shapes=(dict(rows=16, L=4096, n=4096, model="LLaMA-7B width"),),
+         expect=dict(reduction="acc", failed={"mul": "separability", "add": "distributivity"})),
 ]

@@ -24,8 +24,8 @@ def _problem(name, rows, length, n, dtype, seed=0, shared=True):
 def _reference(name, inputs, params, keep, rows):
     wide = {k: np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64) for k, v in inputs.items()}
     wide = {k: np.broadcast_to(v, (rows,) + v.shape[1:]) for k, v in wide.items()}
-    from redalgebra import evaluate
-    return evaluate(fused(name).cascade, wide, params, keep)
+    from redalgebra import evaluate, workloads
+    return evaluate(workloads.get(name).cascade, wide, params, keep)
 
 
 @pytest.mark.parametrize("name,rows,length,n,dtype,segments,masked", [
@@ -76,3 +76,19 @@ def test_auto_takes_columns_for_a_shared_weight_and_refuses_coupled_components()
     odd = derive(parse("input x\ninput w[n]\nreduce o = sum(x * w * w)\nout y = o\n"))
     with pytest.raises(RedalgebraError, match="a scalar times a vector input"):
         compile(odd, "cudasim", "columns").spec_for(4, 64, sizes={"n": 8})
+
+
+def test_a_cascade_that_does_not_fuse_runs_in_the_level_order():
+    # int8 rounding does not separate (no fused form), but the absmax reads only x: columns computes it first
+    from redalgebra.derive import unfused
+    from redalgebra import workloads
+
+    f = unfused(workloads.get("int8_quant_gemm").cascade)
+    kernel = compile(f, "cudasim")
+    assert kernel.resolve(3, 40, {"n": 16}) == "columns"
+    rng = np.random.default_rng(5)
+    x, w = rng.normal(size=(3, 40)).astype(np.float32), rng.normal(size=(1, 40, 16)).astype(np.float32)
+    ref = _reference("int8_quant_gemm", {"x": x, "w": w}, {}, None, 3)["y"]
+    assert np.abs(kernel({"x": x, "w": w})["y"] - ref).max() <= 1e-5 * np.abs(ref).max()
+    with pytest.raises(RedalgebraError, match="or 'columns'"):
+        compile(f, "cudasim", "tile")

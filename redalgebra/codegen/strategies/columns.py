@@ -103,9 +103,18 @@ def scalar_part(fused: FusedCascade) -> FusedCascade | None:
     return _scalar_part(fused.cascade)
 
 
+def scalars_fuse(fused: FusedCascade) -> bool:
+    """Whether the scalar reductions fuse among themselves (their kernel is a one-pass ``rows`` kernel). The
+    cascade as a whole need not fuse: the level order runs ``int8`` quantisation + GEMM, whose rounding does not
+    separate, exactly as the unfused form."""
+    sub = scalar_part(fused)
+    return sub is None or sub.analysis.fusable
+
+
 @functools.lru_cache(maxsize=64)
 def _scalar_part(c: Cascade) -> FusedCascade | None:
-    from ...derive import derive
+    from ...derive import derive, unfused
+    from ...errors import NotFusableError
 
     scal = [r for r in c.reductions if c.sizes[r.name] is None]
     if not scal:
@@ -122,7 +131,11 @@ def _scalar_part(c: Cascade) -> FusedCascade | None:
             stmts.append(s)
             keep.add(s.name)
     stmts += [Output(f"pre_{r.name}", r.symbol) for r in scal]
-    return derive(Cascade(tuple(stmts), name=f"{c.name}_scalars"))
+    sub = Cascade(tuple(stmts), name=f"{c.name}_scalars")
+    try:
+        return derive(sub)
+    except NotFusableError:
+        return unfused(sub)  # scalars_fuse says no; the kernel refuses it by name
 
 
 class ColumnsKernel:
@@ -170,6 +183,9 @@ class ColumnsKernel:
         sub = scalar_part(self.f)
         if sub is None:
             return None
+        if not sub.analysis.fusable:
+            raise RedalgebraError(f"columns: the scalar reductions of {self.c.name} do not fuse among themselves "
+                                  f"({sub.guards[0]}); use unfused")
         names = {s.name for s in sub.cascade.inputs}
         # 16 elements per thread per pass, their loads in flight: a 7168-wide row in 4 passes (with 2 per thread,
         # 28 passes of one load's latency each made the FP8 GEMM's one-token call wait on this kernel)

@@ -66,15 +66,16 @@ def _cmd_check(args) -> int:
     from .runtime.check import check
 
     cascade = workloads.load(args.target)
-    # the unfused baseline runs any cascade, and so does the level order (columns) where it applies: on a cascade
-    # that does not fuse, auto takes one of them (compile says which, or why neither); the rest need fused forms
+    # the unfused baseline runs any cascade, and so does the level order (levels on the CPU, columns where it applies
+    # on CUDA): on a cascade that does not fuse, auto takes one (compile says which, or why none); the rest need
+    # fused forms
     if args.strategy == "unfused":
         fused = unfused(cascade)
     else:
         try:
             fused = derive(cascade)
         except NotFusableError:
-            if args.backend == "cpu" or args.strategy not in (None, "auto", "columns"):
+            if args.strategy not in (None, "auto", "columns", "levels"):
                 raise
             fused = unfused(cascade)
     results = check(fused, args.backend, args.strategy, dtypes=tuple(args.dtype or ["float32"]))

@@ -225,6 +225,38 @@ class _Gen(LaneSkeletons):
         body += self.outputs("True", "0", "1")
         return ["for row in prange(rows):"] + ["    " + ln for ln in body]
 
+    def _body_levels(self) -> list[str]:
+        """CPU, the level order: every reduction in turn over the row, its dependencies final. No correction and no
+        running scale: an ``fp8(…)`` cast rounds at the row's final scale, and a cascade that does not fuse runs as
+        its unfused form does (a pass per reduction)."""
+        a = sp.Symbol("__a", extended_real=True)
+        body = self.alloc_state() + self.row_setup()
+        for r in self.c.reductions:
+            name, ident = r.name, identity_value(self.lay, r.name, self.consts)
+            acc = final_access(self.lay)  # the earlier reductions, final; this one's state is the fold's left side
+            element = element_loads(self.lay, self.consts, self.counter)
+            if name in self.lay.topk_state:
+                size = self.lay.topk_state[name]
+                body += [f"for j in range({size}):", f"    s_{name}[j] = NEG_INF", f"    si_{name}[j] = -1"]
+                pre, text = print_expr(self.f.bodies[name], acc, self.consts, None, self.counter)
+                element += pre + [f"rt_topk_insert(s_{name}, si_{name}, {text}, l)"]
+            elif name in self.lay.vector_state:
+                size = self.lay.vector_state[name]
+                acc.vector[a.name], acc.size[a.name] = f"s_{name}[{{j}}]", size
+                body += [f"for j in range({size}):", f"    s_{name}[j] = {ident}"]
+                pre, text = print_expr(r.monoid.combine(a, self.f.bodies[name]), acc, self.consts, "j", self.counter)
+                element += [f"for j in range({size}):"] + ["    " + ln for ln in pre + [f"s_{name}[j] = {text}"]]
+            else:
+                acc.scalar[a.name] = f"s_{name}"
+                body.append(f"s_{name} = {ident}")
+                pre, text = print_expr(r.monoid.combine(a, self.f.bodies[name]), acc, self.consts, None, self.counter)
+                element += pre + [f"s_{name} = {text}"]
+            if self.spec.has_keep:
+                element = ["if keep[row, l] != 0:"] + ["    " + ln for ln in element]
+            body += ["for l in range(length):"] + ["    " + ln for ln in element]
+        body += self.outputs("True", "0", "1")
+        return ["for row in prange(rows):"] + ["    " + ln for ln in body]
+
     def _body_thread(self) -> list[str]:
         lines = ["row = cuda.grid(1)", "if row < rows:"]
         body = self.alloc_state() + self.row_setup() + self.init_state() + self.incremental("0", "1")

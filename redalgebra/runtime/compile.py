@@ -30,7 +30,7 @@ from .cache import load
 from .driver import c_strides
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
-DEFAULT_STRATEGY = {"cpu": "row", "cuda": "auto", "cudasim": "auto"}
+DEFAULT_STRATEGY = {"cpu": "auto", "cuda": "auto", "cudasim": "auto"}
 #: Stored dtypes of outputs and the NumPy arrays that hold them (bfloat16 as bit patterns, e4m3 as bytes).
 OUT_ARRAYS = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16, "e4m3": np.uint8}
 
@@ -485,9 +485,11 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     ----------
     backend : ``"cpu"`` | ``"cuda"`` | ``"cudasim"``
     strategy : str, optional
-        A name of ``redalgebra.codegen.REGISTRY`` for the back end, or ``"auto"`` (the default on
-        CUDA and the simulator: chosen per shape by :func:`choose`); ``row`` on the CPU. Under the
-        simulator, which has no warp operations, a strategy with a shuffle-free twin runs as the twin.
+        A name of ``redalgebra.codegen.REGISTRY`` for the back end, or ``"auto"`` (the default: on CUDA and
+        the simulator chosen per shape by :func:`choose`; on the CPU ``row``, the one-pass fused kernel, or
+        ``levels``, a pass per reduction, for a cascade with a cast, whose one-pass form rounds at a running
+        scale, or one that does not fuse). Under the simulator, which has no warp operations, a strategy with a
+        shuffle-free twin runs as the twin.
     threads : int, optional
         Threads per block; the strategy's choice when omitted.
     tile : int, optional
@@ -518,17 +520,18 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     strategy = strategy or DEFAULT_STRATEGY[backend]
     if not fused.analysis.fusable:  # the forms of derive.unfused: no fused form, so no one-pass strategy
         # the level order needs none: columns computes the scalar reductions first (when they fuse among
-        # themselves) and streams the rest with them final, as the unfused form does
+        # themselves) and streams the rest with them final, as the unfused form does; levels on the CPU
         level_order = backend != "cpu" and columns_refusal(fused) is None and columns_scalars_fuse(fused)
-        if strategy == "auto" and backend != "cpu":
-            strategy = "columns" if level_order else "unfused"
-        if strategy not in ("unfused", "columns") or (strategy == "columns" and not level_order):
-            raise NotFusableError(f"{fused.cascade.name} is not fusable, so only strategy 'unfused' (a kernel per "
-                                  f"reduction, on cuda or cudasim) runs it"
-                                  + (", or 'columns' (the level order)" if level_order else "")
-                                  + f": {fused.guards[0]}", fused.analysis)
+        if strategy == "auto":
+            strategy = "levels" if backend == "cpu" else "columns" if level_order else "unfused"
+        allowed = ("levels",) if backend == "cpu" else ("unfused", "columns") if level_order else ("unfused",)
+        if strategy not in allowed:
+            raise NotFusableError(f"{fused.cascade.name} is not fusable, so only {' or '.join(map(repr, allowed))} "
+                                  f"(a pass per reduction{', or the level order' if 'columns' in allowed else ''}) "
+                                  f"runs it on {backend}: {fused.guards[0]}", fused.analysis)
     if strategy == "auto" and backend == "cpu":
-        strategy = "row"
+        # a cast (fp8) rounds at a running scale in the one-pass form: the level order rounds at the final one
+        strategy = "levels" if fused.exact_in_reals_only else "row"
     if strategy != "auto":
         get(strategy, backend)  # a clear error for a name that is not registered on this back end
     for name, value in (("threads", threads), ("tile", tile), ("segments", segments), ("group", group),
@@ -556,8 +559,8 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     """``strategy="auto"``: the strategy for a shape.
 
     Elements that are scalars: ``rows`` (the row in registers, 128-bit loads). Elements with vector inputs that
-    rows share (a weight matrix given once for all tokens: ``reps``) or that are too wide for a lane's
-    registers, and whose components are independent (no dot product): ``columns`` (the scalar reductions
+    rows share (a weight matrix given once for all tokens: ``reps``), that are too wide for a lane's
+    registers, or that meet a cast (fp8), and whose components are independent (no dot product): ``columns`` (the scalar reductions
     first, then column tiles of a batch of rows reading each weight once, FP8 rounded at the final scale).
     Other elements with vectors (attention's keys and values): ``vrows`` (a group of lanes per element, 128-bit loads, segments across
     blocks when the rows are few; its launch policy chooses from the shape), which ran every decode shape of
@@ -570,7 +573,8 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
         return "rows"
     shared = min((reps or {}).get(s.name, 1) for s in vectors)
     wide = vrows_too_wide(fused, sizes or {})
-    if columns_refusal(fused) is None and (shared > 1 or wide):
+    # a cast (fp8) rounds at a running scale in a one-pass kernel: the level order rounds at the final one
+    if columns_refusal(fused) is None and (shared > 1 or wide or fused.exact_in_reals_only):
         return "columns"
     if vrows_refusal(fused) is None and not wide:
         return "vrows"

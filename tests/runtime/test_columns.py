@@ -69,7 +69,8 @@ def test_auto_takes_columns_for_a_shared_weight_and_refuses_coupled_components()
     f = fused("fp8_quant_gemm")
     assert choose(f, 16, 7168, {"n": 7168}, {"x": 1, "w": 16}) == "columns"
     assert choose(f, 16, 7168, {"n": 7168}) == "columns"  # too wide for vrows even unshared
-    assert choose(f, 16, 7168, {"n": 64}) == "vrows"     # a row's own narrow weights: vrows
+    assert choose(f, 16, 7168, {"n": 64}) == "columns"   # narrow, a row's own weights: still exact fp8
+    assert choose(fused("rmsnorm_gemm"), 16, 4096, {"n": 64}) == "vrows"  # no cast: a row's own narrow weights
     assert choose(fused("decode_attention"), 64, 4096, {"d": 128}, {"k": 64, "v": 64}) == "vrows"  # a dot product
     with pytest.raises(RedalgebraError, match="dot product: use vrows"):
         compile(fused("decode_attention"), "cudasim", "columns").spec_for(4, 64, sizes={"d": 8})
@@ -92,3 +93,25 @@ def test_a_cascade_that_does_not_fuse_runs_in_the_level_order():
     assert np.abs(kernel({"x": x, "w": w})["y"] - ref).max() <= 1e-5 * np.abs(ref).max()
     with pytest.raises(RedalgebraError, match="or 'columns'"):
         compile(f, "cudasim", "tile")
+
+
+def test_the_cpu_takes_the_level_order_for_casts_and_for_cascades_that_do_not_fuse():
+    # fp8 at the final scale on the CPU too (the one-pass row kernel rounds at a running one)
+    rows, length, n = 2, 64, 8
+    x = np.tile(np.linspace(0.1, 3.0, length, dtype=np.float32), (rows, 1))
+    w = np.random.default_rng(2).normal(size=(rows, length, n)).astype(np.float32)
+    ref = _reference("fp8_quant_gemm", {"x": x, "w": w}, {}, None, rows)["y"]
+    auto = compile(fused("fp8_quant_gemm"), "cpu")
+    assert auto.strategy == "levels"
+    one_pass = compile(fused("fp8_quant_gemm"), "cpu", "row")({"x": x, "w": w})["y"]
+    scale = np.abs(ref).max()
+    assert np.abs(auto({"x": x, "w": w})["y"] - ref).max() <= 1e-5 * scale < np.abs(one_pass - ref).max()
+    assert compile(fused("safe_softmax"), "cpu").strategy == "row"
+    from redalgebra import workloads
+    from redalgebra.derive import unfused
+
+    for name in workloads.names(fusable=False):  # every cascade runs on the CPU: a pass per reduction
+        results = check(unfused(workloads.get(name).cascade), "cpu", shapes=((3, 37), (2, 1)))
+        assert all(r.passed and r.strategy == "levels" for r in results), "\n".join(r.line() for r in results)
+    with pytest.raises(RedalgebraError, match="only 'levels'"):
+        compile(unfused(workloads.get("abs_deviation").cascade), "cpu", "row")

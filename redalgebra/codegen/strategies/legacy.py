@@ -104,6 +104,8 @@ def _grid(name: str):
 
 _LEGACY = (
     ("row", "cpu", "numba.njit(parallel=True): one fused pass per row over prange", None),
+    ("levels", "cpu", "the level order: a pass per reduction, its dependencies final (exact casts; any cascade)",
+     None),
     ("thread", "cuda", "a thread per row runs the incremental loop over the whole row", None),
     ("warp", "cuda", "a warp per row: strided incremental loops, then the derived merge over shuffles", "block_shared"),
     ("block", "cuda", "a block per row: lanes, warps (shuffles), then the warps' states in shared memory",
@@ -127,4 +129,4 @@ _LEGACY = (
 for _name, _backend, _summary, _sim in _LEGACY:
     register(Strategy(_name, _backend, _summary, _build(_name), _configure(_name), _grid(_name), _sim,
                       shared_states=_name in ("block_shared", "tile_shared", "split_shared"),
-                      final_scales=_name == "nonincremental"))
+                      final_scales=_name in ("nonincremental", "levels")))

@@ -49,9 +49,8 @@ if __name__ == "__main__":
 LEGACY = ("thread", "warp", "block", "block_shared", "tile", "tile_shared", "nonincremental", "split", "unfused",
           "lanes", "split_lanes")
 # exp and a dot product over vector inputs (keys and values); top-k with exp (a router); vector input, fp8
-# rounding and no exp; the lanes family also gets MLA's two vector inputs (576 wide rows, auto's lanes case)
+# rounding and no exp (MLA's two vector inputs of different lengths: auto's vrows, VECTOR_AUTO below)
 SAMPLE = ("decode_attention", "moe_routing", "fp8_quant_gemm")
-LANES_EXTRA = ("mla_decode",)
 SCALAR = [n for n in workloads.names(fusable=True)
           if all(s.size is None for s in workloads.get(n).cascade.inputs)]
 # auto (rows) on a sample of the scalar cascades, resident and aligned (rows kernels compile in 3-15 s
@@ -78,7 +77,7 @@ def _jobs() -> list:
     jobs += [(_key(name, "rows", *shape[:3]), name, "rows", *shape) for name, shape in PASSES.items()]
     jobs += [(_key("fp8_quant_gemm", "columns", 16, 4096), "fp8_quant_gemm", "columns", 16, 4096, "bfloat16", {})]
     return jobs + [(_key(name, strategy), name, strategy, 512, 2048, "bfloat16", {})
-                   for strategy in LEGACY for name in SAMPLE + (LANES_EXTRA if "lanes" in strategy else ())]
+                   for strategy in LEGACY for name in SAMPLE]
 
 
 @pytest.fixture(scope="module")

@@ -18,16 +18,18 @@ out s = max(a, 1e-12) / 448
 """
 
 
-@pytest.mark.parametrize("name", SCALAR)
+@pytest.mark.parametrize("name", ["safe_softmax", "cross_entropy", "softmax_entropy"])
 def test_rows_matches_the_reference_in_every_input_dtype(name):
-    # 37: rows off the 16-byte grid (a partial first chunk); 1: a single element; 130: two partial chunks.
-    # The router (many shuffles, each a shared-memory exchange in the simulator) runs in bfloat16 only,
-    # its input type in practice; float16 differs from bfloat16 only in the loads and stores, not in the
-    # cascade's code, so softmax alone runs it.
-    dtypes = (("bfloat16",) if name == "moe_routing" else ("float32", "bfloat16", "float16") if name == "safe_softmax"
-              else ("float32", "bfloat16"))
-    results = check(fused(name), "cudasim", "rows", shapes=((3, 37), (2, 1), (2, 130)), dtypes=dtypes)
+    # every scalar cascade runs rows under auto (test_kernels, float32 and bfloat16, L = 37 and 1); here rows of
+    # 130 (two partial chunks) and float16, which differs from bfloat16 only in the loads and stores, on a
+    # per-element output (softmax), positions (cross-entropy) and multi-term partial sums (entropy)
+    dtypes = ("float32", "bfloat16", "float16") if name == "safe_softmax" else ("float32", "bfloat16")
+    results = check(fused(name), "cudasim", "rows", shapes=((2, 130),), dtypes=dtypes)
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
+def test_every_scalar_cascade_runs_rows_under_auto():
+    assert all(choose(fused(n), 64, 4096) == "rows" for n in SCALAR)
 
 
 def test_rows_longer_than_the_registers_are_walked_in_passes_and_read_twice():

@@ -34,6 +34,15 @@ SIGN_FLAGS = {">0": {"positive": True}, ">=0": {"nonnegative": True},
           "<0": {"negative": True}, "<=0": {"nonpositive": True}}
 
 
+def implied_sign(op: str, c) -> str | None:
+    """The sign (a key of ``SIGN_FLAGS``) that ``x op c`` implies, or None: ``> 1`` gives ``>0``, ``>= 0.5`` too,
+    ``<= -2`` gives ``<0``, ``> -1`` nothing."""
+    c = sp.Number(c)
+    if op in (">", ">="):
+        return ">0" if c > 0 or (c == 0 and op == ">") else ">=0" if c == 0 else None
+    return "<0" if c < 0 or (c == 0 and op == "<") else "<=0" if c == 0 else None
+
+
 #: The reserved name of an element's index along the axis.
 POSITION = "pos"
 #: ``pos``: the element's index along the axis, a non-negative integer per element.
@@ -79,10 +88,19 @@ class Param:
     size: Size = None
     sign: str | None = None
     integer: bool = False
+    #: ``(op, c)`` for a bound other than 0 (``param n > 1``): what ``check`` draws from; the analysis uses the
+    #: sign it implies (``sign``: ``n > 1`` is ``> 0``, ``n > -1`` none), which is sound and may be weaker
+    bound: tuple | None = None
 
     def __post_init__(self):
         if self.sign is not None and self.sign not in SIGN_FLAGS:
             raise CascadeError(f"param {self.name}: sign must be one of {sorted(SIGN_FLAGS)}, got {self.sign!r}")
+        if self.bound is not None:
+            op, c = self.bound
+            if op not in (">", ">=", "<", "<=") or not (sp.Number(c).is_finite and c != 0):
+                raise CascadeError(f"param {self.name}: a bound is (op, a nonzero number), got {self.bound!r}")
+            if self.sign is not None and self.sign != implied_sign(op, c):
+                raise CascadeError(f"param {self.name}: the sign {self.sign} is not the one {op} {c} implies")
         if self.integer and self.size is not None:
             raise CascadeError(f"param {self.name}: an integer param is one integer per row, a scalar; "
                                f"got the size [{self.size}] (declare 'param {self.name} int')")

@@ -8,7 +8,7 @@ a :class:`CascadeSyntaxError` carrying the line, the column and a caret.
 Grammar (one statement per line, ``#`` starts a comment)::
 
     input NAME ['[' DIM ']']
-    param NAME ['[' DIM ']'] [int] [('>' | '>=' | '<' | '<=') 0]
+    param NAME ['[' DIM ']'] [int] [('>' | '>=' | '<' | '<=') NUMBER]    (a bound other than 0: scalars)
     let NAME = EXPR
     reduce NAME = REDUCER '(' EXPR ')' | topk '(' INT ',' EXPR ')' | mean '(' EXPR ')'
     out NAME = EXPR
@@ -79,7 +79,7 @@ from ..errors import CascadeError, CascadeSyntaxError, LimitError
 from . import limits
 from .functions import COMPARISONS, ELEMENTWISE, Dot, VSum, condition, is_condition, number, where
 from .monoid import REDUCERS, topk
-from .nodes import POS, POSITION, Cascade, Input, Let, Output, Param, Reduction, symbol
+from .nodes import POS, POSITION, Cascade, Input, Let, Output, Param, Reduction, implied_sign, symbol
 
 KEYWORDS = ("input", "param", "let", "reduce", "out")
 FUNCTIONS = (*ELEMENTWISE, "dot", "max", "min", "where")
@@ -453,7 +453,22 @@ class _LineParser:
                 raise self.error(f"an integer param is one integer per row, a scalar; write 'param {name.text} int' "
                                  f"without a size", tok)
             integer = True
-        return name, Param(name.text, size, self.sign("param", name.text), integer)
+        if self.peek().text not in (">", ">=", "<", "<="):
+            return name, Param(name.text, size, None, integer)
+        op = self.take().text
+        negative = self.peek().text == "-"
+        if negative:
+            self.take()
+        tok = self.take()
+        if tok.kind != "number":
+            raise self.error(f"a param's bound is a number, like 'param {name.text} {op} 0' or "
+                             f"'param {name.text} {op} 1'", tok)
+        c = -self.literal(tok) if negative else self.literal(tok)
+        if c == 0:
+            return name, Param(name.text, size, op + "0", integer)
+        if size is not None:
+            raise self.error(f"a bound other than 0 is for a scalar param, not the vector {name.text}", tok)
+        return name, Param(name.text, size, implied_sign(op, c), integer, (op, c))
 
     def stmt_let(self):
         name = self.new_name()

@@ -145,6 +145,18 @@ def reducer_text(r: Reduction, p: CascadePrinter | None = None) -> str:
     return f"{reducer_name(r.monoid)}({p.doprint(r.body)})"
 
 
+def _decimal(c) -> str:
+    """A bound as the decimal literal it was read from (its denominator divides a power of ten), exactly."""
+    from decimal import Decimal, localcontext
+
+    c = sp.Rational(c)
+    if c.q == 1:
+        return str(c.p)
+    with localcontext() as ctx:
+        ctx.prec = len(str(c.p)) + len(str(c.q)) + 10
+        return format(Decimal(c.p) / Decimal(c.q), "f")
+
+
 def statement_text(s, p: CascadePrinter | None = None) -> str:
     """One statement in the text format."""
     p = p or CascadePrinter()
@@ -152,6 +164,8 @@ def statement_text(s, p: CascadePrinter | None = None) -> str:
     if isinstance(s, Input):
         return f"input {s.name}{_size(s.size)}{sign}"
     if isinstance(s, Param):
+        if s.bound is not None:
+            sign = f" {s.bound[0]} {_decimal(s.bound[1])}"
         return f"param {s.name}{_size(s.size)}{' int' if s.integer else ''}{sign}"
     if isinstance(s, Let):
         return f"let {s.name} = {p.doprint(s.expr)}"

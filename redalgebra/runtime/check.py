@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import sympy as sp
 
 from ..codegen.strategies import get as get_strategy
 from ..derive import FusedCascade
@@ -78,10 +79,19 @@ def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="floa
     for p in c.params:
         if getattr(p, "integer", False):  # an index along the axis per row (a label, a query position)
             params[p.name] = rng.integers(0, max(length, 1), size=rows)
+            if p.bound is not None:  # moved inside the declared bound
+                op, c = p.bound
+                edge = int(sp.floor(c)) + 1 if op == ">" else int(sp.ceiling(c)) if op == ">=" else \
+                    int(sp.ceiling(c)) - 1 if op == "<" else int(sp.floor(c))
+                params[p.name] = (np.maximum if op[0] == ">" else np.minimum)(params[p.name], edge)
         elif p.size is None:  # signs as declared; an undeclared sign is either sign
             magnitude = abs(rng.normal()) + 0.1
             sign = {">0": 1, ">=0": 1, "<0": -1, "<=0": -1}.get(p.sign, rng.choice((-1, 1)))
             params[p.name] = np.float32(sign * magnitude)
+            if p.bound is not None:  # inside the declared bound: c plus or minus a margin (strictly for > and <)
+                op, c = p.bound
+                step = abs(magnitude) + (0.01 if len(op) == 1 else 0.0)
+                params[p.name] = np.float32(float(c) + step if op[0] == ">" else float(c) - step)
         else:
             params[p.name] = rng.normal(size=sizes.get(p.size, p.size) if isinstance(p.size, str) else p.size).astype(np.float32)
     keep = None

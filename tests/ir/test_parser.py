@@ -68,7 +68,7 @@ def test_round_trip_through_the_text_printer(name):
     ("input x\nreduce t = topk(0, x)", 2, 17, "positive integer"),
     ("input x\nreduce t = topk(x, x)", 2, 17, "the integer k"),
     ("input x[d]\nreduce t = topk(2, x)", 2, 8, "needs a scalar body"),
-    ("param a > 1\ninput x", 1, 11, "compares with 0"),
+    ("param a > b\ninput x", 1, 11, "bound is a number"),
     ("input x[0]", 1, 9, "positive integer or a dimension name"),
     ("input x\nreduce m = max(x) x", 2, 19, "after the end of the statement"),
     ("input x\nreduce m = max(x) +", 2, 19, "after the end of the statement"),

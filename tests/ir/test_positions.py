@@ -79,7 +79,7 @@ def test_printed_text_keeps_the_spelling():
     ("input where", 1, 7, "reserved word"),
     ("input and", 1, 7, "reserved word"),
     ("input x\nparam q[d] int\nreduce m = max(x)", 2, 12, "an integer param is one integer per row"),
-    ("input x\nparam n int > 1\nreduce m = max(x)", 2, 15, "compares with 0"),
+    ("input x\nparam n int > m\nreduce m = max(x)", 2, 15, "bound is a number"),
     ("input x\nreduce m = max(x < 1 < 2)", 2, 22, "chained comparisons"),
     ("input x\nreduce m = max(where(x > 0, x))", 2, 16, "where(cond, a, b) takes"),
     ("input x\nreduce m = max(x ! 2)", 2, 18, "unexpected character '!'"),

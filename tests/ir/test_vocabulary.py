@@ -212,3 +212,26 @@ def test_mean_is_a_sum_over_a_count_of_the_kept_elements_through_the_pipeline():
     assert [s.name for s in other.reductions][:2] == ["m_sum1", "m_count"]
     with pytest.raises(ra.CascadeSyntaxError, match="reduces one expression"):
         ra.parse("input x\nreduce m = mean(x, x)\nout y = m\n")
+
+
+def test_param_bounds_other_than_zero_are_read_printed_and_drawn_inside():
+    from redalgebra.runtime.check import random_problem
+
+    text = ("input x\nparam n > 1\nparam c >= 0.5\nparam t < -2\nparam k int > 2\nreduce s = sum(x)\n"
+            "reduce v = sum((x - s / n)**2)\nout var = v / (n - 1) + c / t\nout kk = k\n")
+    c = ra.parse(text)
+    params = {p.name: p for p in c.params}
+    assert params["n"].bound == (">", 1) and params["n"].sign == ">0"   # the analysis knows n > 0
+    assert params["t"].sign == "<0" and params["c"].sign == ">0" and params["k"].integer
+    assert ra.parse(to_text(c)) == c and "param c >= 0.5" in to_text(c)
+    assert ra.parse("input x\nparam m > -1\nreduce s = sum(x)\nout y = s\n").params[0].sign is None
+    fused = ra.derive(c)
+    for seed in range(5):
+        _, drawn, _ = random_problem(fused, 4, 7, np.random.default_rng(seed))
+        assert drawn["n"] > 1 and drawn["c"] >= 0.5 and drawn["t"] < -2 and (drawn["k"] > 2).all()
+    results = check(fused, "cpu")
+    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+    with pytest.raises(ra.CascadeSyntaxError, match="for a scalar param"):
+        ra.parse("input x\nparam q[d] > 1\nreduce s = sum(x)\nout y = s\n")
+    with pytest.raises(ra.CascadeSyntaxError, match="bound is a number"):
+        ra.parse("input x\nparam n > y\nreduce s = sum(x)\nout y = s\n")

@@ -44,9 +44,9 @@ def test_vrows_matches_the_reference_for_any_vector_length(d, dtype, group, vec,
     spec = _spec(f, 2, 37, dtype, {"d": d})
     # few rows: split into segments (a partial and a combine kernel), two block steps or more each
     assert (spec.group, spec.vec, spec.segments) == (group, vec, segments)
-    for nseg in (None, 1) if d == 128 else (None,):  # decode's shape also as one block per row
-        results = check(f, "cudasim", "vrows", shapes=((2, 37),), dtypes=(dtype,), sizes={"d": d}, segments=nseg)
-        assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+    # (one block per row, no combine kernel: the float32 case below, whose step covers its row)
+    results = check(f, "cudasim", "vrows", shapes=((2, 37),), dtypes=(dtype,), sizes={"d": d})
+    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
 
 
 def test_vrows_runs_two_vector_inputs_of_different_lengths_and_gemv_like_cascades():

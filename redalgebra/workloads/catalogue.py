@@ -262,8 +262,7 @@ reduce acc = sum((x - s / h) / sqrt(v / h + eps) * w)
 out y = acc
 """
 
-# Sums of several separable terms (derive/multiterm.py), fused with one partial sum per term.  COVARIANCE is
-# kept as text for the tests and notebooks, not as a catalogue entry (it is the variance's case in two inputs).
+# Sums of several separable terms (derive/multiterm.py), fused with one partial sum per term.
 MULTI_TERM = [
     dict(name="variance_two_pass", text=VARIANCE_TWO_PASS, paper=False,
          description="two-pass variance: three terms, x**2 kept centred (Welford/Chan)",
@@ -274,6 +273,9 @@ MULTI_TERM = [
     dict(name="layernorm_gemm", text=LAYERNORM_GEMM, paper=False,
          description="LayerNorm followed by a GEMM: variance and a centred x*w term",
          shapes=(dict(rows=16, L=4096, n=4096, model="LLaMA-7B width"),)),
+    dict(name="covariance", text=COVARIANCE, paper=False,
+         description="covariance of two rows: four terms, x*y kept centred (Chan's co-moment merge)",
+         shapes=(dict(rows=4096, L=4096),)),
     dict(name="layernorm", text=LAYERNORM, paper=False,
          description="LayerNorm written with mean: the variance's three terms, the normalised row per element",
          shapes=(dict(rows=8192, L=4096, model="LLaMA-7B width"),)),

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from redalgebra import RedalgebraError, derive, parse
+from redalgebra import RedalgebraError, derive, evaluate, parse
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import check
 from redalgebra.runtime.compile import as_bfloat16, bfloat16_to_float, choose
@@ -115,3 +115,23 @@ def test_the_cpu_takes_the_level_order_for_casts_and_for_cascades_that_do_not_fu
         assert all(r.passed and r.strategy == "levels" for r in results), "\n".join(r.line() for r in results)
     with pytest.raises(RedalgebraError, match="only 'levels'"):
         compile(unfused(workloads.get("abs_deviation").cascade), "cpu", "row")
+
+
+def test_row_outputs_read_later_masked_weights_and_what_columns_refuses():
+    # a row output that a later output reads (computed by every thread, not read back from memory); a NaN weight
+    # at an element the mask drops (the reference skips it); a batch that two weight rows would straddle
+    f = derive(parse("input x\ninput w[n]\nreduce a = max(abs(x))\nreduce acc = sum(x / max(a, 1e-12) * w)\n"
+                     "out sc = max(a, 1e-12)\nout y = acc * sc\n"))
+    rng = np.random.default_rng(6)
+    x, w = rng.normal(size=(3, 20)).astype(np.float32), rng.normal(size=(1, 20, 8)).astype(np.float32)
+    keep = np.ones((3, 20), bool)
+    keep[:, 5] = False
+    w[0, 5, :] = np.nan
+    out = compile(f, "cudasim", "columns", segments=1)({"x": x, "w": w}, {}, keep)
+    ref = evaluate(f.cascade, {"x": x.astype(np.float64), "w": np.broadcast_to(w, (3, 20, 8)).astype(np.float64)},
+                   {}, keep)
+    assert not np.isnan(out["y"]).any() and np.abs(out["y"] - ref["y"]).max() <= 1e-5 * np.abs(ref["y"]).max()
+    with pytest.raises(RedalgebraError, match="divides how many rows share"):
+        compile(f, "cudasim", "columns", batch=4).spec_for(3, 20, sizes={"n": 8})  # a weight row per row
+    vsum = derive(parse("input x\ninput w[n]\nreduce acc = sum(x * w)\nout t = sum(acc)\n"))
+    assert choose(vsum, 16, 64, {"n": 8}, {"x": 1, "w": 16}) == "vrows"  # the finalize's sum(v) couples components

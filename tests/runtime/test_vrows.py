@@ -10,7 +10,7 @@ from redalgebra.runtime.compile import choose
 from tests.catalogue import fused
 
 # a bias per key (a scalar input beside the vectors), a position, the value row summed in the finalize (a lane
-# sum of the final state) and a dot product of the state with the query
+# sum of the final state), a dot product of the state with the query, and a row output read by later outputs
 USER = """\
 input k[d]
 input v[d]
@@ -21,8 +21,9 @@ let s = (dot(q, k) + b - pos / 64) / t
 reduce m = max(s)
 reduce l = sum(exp(s - m))
 reduce o = sum(exp(s - m) * v)
-out y = o / l
-out total = sum(o) / l
+out inv = 1 / l
+out y = o * inv
+out total = sum(o) * inv
 out agree = sum(o * q) / l
 """
 

@@ -46,8 +46,9 @@ BUSY_BLOCKS = 528
 UNROLL = 8
 #: Elements per thread per pass of the scalar reductions' kernel.
 PREPASS_TILE = 16
-#: Shared memory for the staged factors (float32, rows of the batch × elements of the span).
-STAGE_BYTES = 16 * 1024
+#: Shared memory for the staged factors of all vector reductions (float32, rows of the batch × elements of the
+#: span); with the 32 KB where the threads of a chunk meet, under the 48 KB a block may declare statically.
+STAGE_BYTES = 12 * 1024
 
 
 def _vectors(expr, names) -> set:
@@ -65,9 +66,9 @@ def refusal(fused: FusedCascade) -> str | None:
     for r in c.reductions:
         if r.monoid.k is not None:
             return f"columns does not hold top-k states ({c.name}); use lanes"
-    for e in [e for _, e in fused.prologue.steps] + list(fused.bodies.values()):
+    for e in [e for _, e in fused.prologue.steps] + list(fused.bodies.values()) + [e for _, e in fused.finalize.steps]:
         if any(isinstance(a, (Dot, VSum)) for a in sp.preorder_traversal(e)):
-            return f"columns needs the components independent; {c.name} has a dot product: use vrows"
+            return f"columns needs the components independent; {c.name} has a dot product or a sum(v): use vrows"
     if any(_vectors(e, vin) for _, e in fused.prologue.steps):
         return f"columns: a per-element let of {c.name} reads a vector; use vrows or lanes"
     sizes = {c.sizes[s] for s in vin} | {c.sizes[r.name] for r in c.reductions if c.sizes[r.name] is not None}
@@ -234,7 +235,10 @@ class ColumnsKernel:
             factor, _ = self.factors[r]
             pre, text = self.print(factor, acc)
             inside += pre + [Assign(f"sf_{r}[m, i]", text)]
-        body.append(If(ok, tuple(inside), tuple(Assign(f"sf_{r}[m, i]", zero) for r in self.vector_reds)))
+        flag = [Assign("sk[m, i]", "1")] if self.spec.has_keep else []
+        unflag = [Assign("sk[m, i]", "0")] if self.spec.has_keep else []
+        body.append(If(ok, tuple(inside + flag), tuple([Assign(f"sf_{r}[m, i]", zero) for r in self.vector_reds]
+                                                       + unflag)))
         return [For("idx", "tid", str(self.bm * self.kt), tuple(body), str(self.spec.threads))]
 
     def accumulate(self) -> list:
@@ -242,18 +246,24 @@ class ColumnsKernel:
         within the span), times the factors."""
         out, v = [], self.vec
         vectors = sorted({str(self.factors[r][1]) for r in self.vector_reds})
+        zero = self.consts.name(0.0)
         for u in range(UNROLL):
-            out.append(Assign(f"l{u}", f"min(base + sub + kt + {u * self.ks}, hi - 1)"))
+            out.append(Assign(f"l{u}", f"base + sub + kt + {u * self.ks}"))
             for x in vectors:
                 regs = tuple(f"w_{x}_{u}_{c}" for c in range(v))
-                load = Load(regs, x, (f"rw_{x}", f"l{u}"), "col0", self.dtypes.get(x, "float32"))
-                out.append(If("colok", (load,), tuple(Assign(r_, self.consts.name(0.0)) for r_ in regs)))
+                load = Load(regs, x, (f"rw_{x}", f"min(l{u}, hi - 1)"), "col0", self.dtypes.get(x, "float32"))
+                out.append(If("colok", (load,), tuple(Assign(r_, zero) for r_ in regs)))
+                # past the range: the weights of the clamped element are not this one's (an inf there times the
+                # factor's 0 would be NaN)
+                out.append(If(f"l{u} >= hi", tuple(Assign(r_, zero) for r_ in regs)))
         for u in range(UNROLL):
             for r in self.vector_reds:
                 x = str(self.factors[r][1])
                 for m in range(self.bm):
                     out.append(Assign(f"s_{m}", f"sf_{r}[{m}, sub + kt + {u * self.ks}]"))
-                    out += [Assign(f"a_{r}_{m}_{c}", f"s_{m} * w_{x}_{u}_{c}", "+") for c in range(v)]
+                    fma = [Assign(f"a_{r}_{m}_{c}", f"s_{m} * w_{x}_{u}_{c}", "+") for c in range(v)]
+                    # a masked element adds nothing, whatever its weights hold (the reference skips it)
+                    out += [If(f"sk[{m}, sub + kt + {u * self.ks}] != 0", tuple(fma))] if self.spec.has_keep else fma
         return out
 
     def meet(self) -> list:
@@ -286,25 +296,27 @@ class ColumnsKernel:
         for sym, expr in self.f.finalize.steps:
             vector = self.c.sizes.get(sym.name) is not None
             pre, text = self.print(expr, acc, "0" if vector else None)
+            if vector:
+                out += pre + [Store(f"out_{sym.name}", row, col, (text,), "float32")]
+                continue
+            # a scalar: every thread computes it (later steps read the register); the first column writes it out
+            out += pre + [Assign(f"t_{sym.name}", text)]
             if sym.name in outs:
-                if vector:
-                    out += pre + [Store(f"out_{sym.name}", row, col, (text,), "float32")]
-                else:  # a row output: written by the first column's thread
-                    out += [If(f"{col} == 0", tuple(pre + [Assign(f"out_{sym.name}[{row}]", text)]))]
-            else:
-                out += pre + [Assign(f"t_{sym.name}", text)]
-            acc.scalar[sym.name] = f"out_{sym.name}[{row}]" if sym.name in outs and not vector else f"t_{sym.name}"
+                out.append(If(f"{col} == 0", (Assign(f"out_{sym.name}[{row}]", f"t_{sym.name}"),)))
+            acc.scalar[sym.name] = f"t_{sym.name}"
         return out
 
     def tiles(self) -> list:
         v, segmented = self.vec, self.spec.segments > 1
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("ct", f"tid % {self.cb}"), Assign("kt", f"tid // {self.cb}"),
-               Assign("col0", f"(cuda.blockIdx.x * {self.cb} + ct) * {v}"), Assign("colok", f"col0 < {self.n}"),
-               Assign("r0", f"cuda.blockIdx.y * {self.bm}"), Assign("seg", "cuda.blockIdx.z"),
+               Assign("col0", f"(cuda.blockIdx.y * {self.cb} + ct) * {v}"), Assign("colok", f"col0 < {self.n}"),
+               Assign("r0", f"cuda.blockIdx.x * {self.bm}"), Assign("seg", "cuda.blockIdx.z"),
                Assign("lo", "seg * seglen"), Assign("hi", "min(lo + seglen, length)")]
         for x in self.vin:  # a batch shares its weight row (the policy makes the batch divide the repeat)
             out.append(Assign(f"rw_{x}", f"min(r0, rows - 1) // rep_{x}"))
         out += [Shared(f"sf_{r}", (str(self.bm), str(self.kt))) for r in self.vector_reds]
+        if self.spec.has_keep:  # which staged elements the mask keeps
+            out.append(Shared("sk", (str(self.bm), str(self.kt)), "int32"))
         zero = self.consts.name(0.0)
         out += [Assign(f"a_{r}_{m}_{c}", zero) for r in self.vector_reds for m in range(self.bm) for c in range(v)]
         # the span's factors staged once, then inner steps without barriers (warps stream their loads freely)
@@ -329,8 +341,8 @@ class ColumnsKernel:
     # -- 3. the segments' sums ------------------------------------------------------------------
     def combine(self) -> list:
         acc = self.base()
-        out = [Assign("tid", "cuda.threadIdx.x"), Assign("col", f"cuda.blockIdx.x * {self.spec.threads} + tid"),
-               Assign("row", "cuda.blockIdx.y")]
+        out = [Assign("tid", "cuda.threadIdx.x"), Assign("col", f"cuda.blockIdx.y * {self.spec.threads} + tid"),
+               Assign("row", "cuda.blockIdx.x")]
         body = self.row_scalars(acc, "row")
         for r in self.vector_reds:
             body += [Assign(f"t_{r}", f"part_{r}[row, 0, col]"),
@@ -408,7 +420,12 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     else:
         while batch * 2 <= min(most, share) and share % (batch * 2) == 0:
             batch *= 2
-    batch = p.option("batch") or batch
+    if p.option("batch"):
+        want = p.option("batch")
+        if want & (want - 1) or want > most or (share < p.rows and share % want):
+            raise RedalgebraError(f"columns: a batch of {want} rows must be a power of two of at most {most} that "
+                                  f"divides how many rows share each vector row ({share})")
+        batch = want
     step = ks * UNROLL
     blocks = -(-chunks // cb) * -(-p.rows // batch)
     nseg = p.option("segments")
@@ -416,7 +433,8 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
         nseg = min(-(-BUSY_BLOCKS // blocks), max(1, -(-p.length // (4 * step))))
     nseg = max(1, min(int(nseg), max(p.length, 1)))
     # the span staged at once: the whole segment when its factors fit the shared memory, whole inner steps
-    most_span = max(step, STAGE_BYTES // (4 * batch) // step * step)
+    nvec = sum(1 for r in c.reductions if c.sizes[r.name] is not None)
+    most_span = max(step, STAGE_BYTES // (4 * batch * nvec) // step * step)
     tile = p.option("tile") or min(most_span, -(-(-(-p.length // nseg)) // step) * step)
     if tile % step:
         raise RedalgebraError(f"columns: the staged span (tile) must be a multiple of {step} elements, got {tile}")
@@ -429,8 +447,9 @@ def grid(rows: int, spec: Spec, named) -> dict:
     n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
     chunks = -(-n // spec.vec)
     return {"scalars": (rows, spec.threads),
-            "tiles": ((-(-chunks // spec.group), -(-rows // spec.batch), spec.segments), spec.threads),
-            "combine": ((-(-n // spec.threads), rows), spec.threads)}
+            # rows on x (up to 2**31 - 1 blocks), the columns on y (65535 blocks of 16-byte chunks: ample)
+            "tiles": ((-(-rows // spec.batch), -(-chunks // spec.group), spec.segments), spec.threads),
+            "combine": ((rows, -(-n // spec.threads)), spec.threads)}
 
 
 register(Strategy("columns", "cuda", "rows sharing their vector inputs together: the scalar reductions first, then "

@@ -58,9 +58,10 @@ def _pow2(n: int) -> int:
 
 
 def too_wide(fused: FusedCascade, sizes: dict) -> bool:
-    """Whether the vector inputs are too wide for registers even at 32 lanes per element."""
+    """Whether the vector inputs are too wide for registers even at 32 lanes per element, counted as
+    :func:`configure` counts them (whole 16-byte chunks per lane) at the widest chunk any dtype gives."""
     widths = [s.size if isinstance(s.size, int) else sizes.get(s.size, 0) for s in fused.cascade.inputs if s.size]
-    return sum(-(-w // 32) for w in widths) > MOST_PER_LANE
+    return max(sum(-(-(-(-w // vec)) // 32) * vec for w in widths) for vec in (1, 4, 8)) > MOST_PER_LANE
 
 
 def refusal(fused: FusedCascade) -> str | None:
@@ -342,11 +343,12 @@ class VRowsKernel:
         outs = {o.name for o in self.c.outputs}
         for sym, expr in steps:
             size = self.c.sizes.get(sym.name)
-            if size is None:
+            if size is None:  # every thread computes it (later steps read the register, never the global store)
                 p, text = self.print(expr, acc)
-                target = f"out_{sym.name}[row]" if sym.name in outs else f"t_{sym.name}"
-                (lead if sym.name in outs else pre).extend(p + [Assign(target, text)])
-                acc.scalar[sym.name] = target
+                pre += p + [Assign(f"t_{sym.name}", text)]
+                if sym.name in outs:
+                    lead.append(Assign(f"out_{sym.name}[row]", f"t_{sym.name}"))
+                acc.scalar[sym.name] = f"t_{sym.name}"
                 continue
             if sym.name not in outs:
                 raise RedalgebraError(f"vrows: the vector {sym.name} of the finalize is not an output; use lanes")

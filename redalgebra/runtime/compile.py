@@ -564,7 +564,7 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     first, then column tiles of a batch of rows reading each weight once, FP8 rounded at the final scale).
     Other elements with vectors (attention's keys and values): ``vrows`` (a group of lanes per element, 128-bit loads, segments across
     blocks when the rows are few; its launch policy chooses from the shape), which ran every decode shape of
-    the H200 bench at 97-106 % of copy bandwidth; where it cannot (a top-k, per-element outputs, vectors too
+    the H200 bench at 94-106 % of copy bandwidth; where it cannot (a top-k, per-element outputs, vectors too
     wide for a lane's registers such as a 7168-wide weight row) segments
     across blocks (``split_lanes``) for long rows that are few enough, else a warp per element (``lanes``).
     """

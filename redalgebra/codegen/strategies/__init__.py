@@ -55,6 +55,19 @@ class Strategy:
 
 REGISTRY: dict[str, Strategy] = {}
 
+#: Components of 16 bytes (one 128-bit load), by stored dtype.
+VEC = {"float32": 4, "float16": 8, "bfloat16": 8}
+#: Blocks that keep an H200 busy (about four per multiprocessor): few rows are split into segments up to this.
+BUSY_BLOCKS = 528
+
+
+def pow2(n: int) -> int:
+    """The smallest power of two at least ``n`` (1 for ``n <= 1``)."""
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
 
 def register(strategy: Strategy) -> Strategy:
     if strategy.name in REGISTRY:
@@ -90,4 +103,4 @@ def for_target(name: str, target: str) -> Strategy:
 
 from . import legacy, rows, vrows, columns  # noqa: E402,F401,I001 - registration, in the order the lists show
 
-__all__ = ["Problem", "REGISTRY", "Strategy", "for_target", "get", "names", "register"]
+__all__ = ["BUSY_BLOCKS", "Problem", "REGISTRY", "VEC", "Strategy", "for_target", "get", "names", "pow2", "register"]

@@ -35,13 +35,10 @@ from ...ir.nodes import Cascade, Input, Let, Output, Param, Reduction
 from ..emit import Layout, Spec
 from ..printer import Constants, print_expr
 from ..tree import Assign, Barrier, For, If, Load, Shared, Store
-from . import Problem, Strategy, register
+from . import BUSY_BLOCKS, VEC, Problem, Strategy, pow2, register
 
-VEC = {"float32": 4, "float16": 8, "bfloat16": 8}
 #: Accumulators a thread holds per vector reduction (rows of the batch × columns of its chunk).
 ACCUMULATORS = 64
-#: Blocks that keep an H200 busy (about four per multiprocessor); fewer are made up with segments.
-BUSY_BLOCKS = 528
 #: Elements of the axis each thread reads per inner step (its loads in flight).
 UNROLL = 8
 #: Elements per thread per pass of the scalar reductions' kernel.
@@ -406,7 +403,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     vec = kinds.pop() if p.vec_ok and len(kinds) == 1 and n * item % 16 == 0 else 1
     threads = p.option("threads") or (64 if p.option("simulator") else 128)
     chunks = -(-n // vec)
-    cb = p.option("group") or min(32, 1 << max(0, math.ceil(math.log2(chunks))))
+    cb = p.option("group") or min(32, pow2(chunks))
     cb = min(cb, threads)
     ks = threads // cb
     share = 0

@@ -39,10 +39,8 @@ from ..emit import Layout, Spec
 from ..printer import Constants, print_expr
 from ..states import ScalarState, TopKState, bind_program, merge_stmts, require_scalar_elements, states_of
 from ..tree import Assign, Barrier, Comment, For, If, Load, Shared, Shuffle, Store
-from . import Strategy, register
+from . import VEC, Strategy, pow2, register
 
-#: Elements per 16 bytes, by stored dtype.
-VEC = {"float32": 4, "float16": 8, "bfloat16": 8}
 #: Persistent blocks (each walking many rows) for 16-bit rows of the first input within these bytes, when
 #: there are at least this many rows (measured on the H200: gpu/README.md).
 PERSISTENT_ROW_BYTES = (8 * 1024, 32 * 1024)
@@ -523,13 +521,6 @@ def out_dtypes(fused: FusedCascade, dtypes: dict, want: str | None) -> tuple:
     return tuple(out)
 
 
-def _pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
-
-
 def configure(fused: FusedCascade, p) -> dict:
     """Group, block, chunks per thread and load width from the shape: the row in registers when it fits."""
     require_scalar_elements(fused, "rows")
@@ -544,7 +535,7 @@ def configure(fused: FusedCascade, p) -> dict:
     # cheapest with one chunk per thread
     most = max(1, (16 if heavy else 32) // vec)
     cap = 32 if p.option("simulator") else 1024  # the simulator runs a thread per OS thread
-    group = p.option("group") or min(cap, max(1 if heavy else 4, _pow2(-(-chunks // (1 if topk else most)))))
+    group = p.option("group") or min(cap, max(1 if heavy else 4, pow2(-(-chunks // (1 if topk else most)))))
     # any number of chunks per thread: a power of two would leave up to half the registers empty (a row
     # of 257 float32 in groups of 16: 8 chunks for 5; measured 81.8 against 50.2 us on the H200)
     tile = p.option("tile") or min(most, -(-chunks // group))
@@ -570,7 +561,7 @@ def configure(fused: FusedCascade, p) -> dict:
             # 0.438 -> 0.283 ms, 8192 x 16384 0.214 -> 0.179 ms; float32 rows gained nothing (16384 x 8192:
             # 0.267 -> 0.279 ms). Two chunks per thread, the block as large as that needs, registers capped
             # so that 2048 threads stay resident, the grid as many blocks as fit
-            group = threads = min(1024, _pow2(-(-chunks // 2)))
+            group = threads = min(1024, pow2(-(-chunks // 2)))
             tile = -(-chunks // group)
             min_blocks = 2048 // threads
     return dict(threads=threads, group=group, tile=tile, vec=vec, shifted=wide and not p.pitch_ok,

@@ -39,22 +39,11 @@ from ..emit import Layout, Spec
 from ..printer import Constants, print_expr
 from ..states import ComponentState, ScalarState, bind_program, merge_stmts, identity_text
 from ..tree import Assign, Barrier, For, If, Load, Shuffle, Store
-from . import Problem, Strategy, register
+from . import BUSY_BLOCKS, VEC, Problem, Strategy, pow2, register
 
-#: Components per 16 bytes, by stored dtype.
-VEC = {"float32": 4, "float16": 8, "bfloat16": 8}
 #: Components of its vector inputs one lane may hold (at 32 lanes per element: vectors of about 1500 in all).
 #: Wider elements (a 7168-wide weight row) would need hundreds of registers per lane: other strategies.
 MOST_PER_LANE = 48
-#: Blocks that keep an H200 busy (about four per multiprocessor): few rows are split into segments up to this.
-BUSY_BLOCKS = 528
-
-
-def _pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
 
 
 def too_wide(fused: FusedCascade, sizes: dict) -> bool:
@@ -454,7 +443,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     wide = p.vec_ok and len(kinds) == 1 and all(length_of(s) * item[s.name] % 16 == 0 for s in vectors)
     vec = kinds.pop() if wide else 1
     chunks = max(-(-length_of(s) // vec) for s in vectors)
-    group = p.option("group") or min(32, _pow2(chunks))
+    group = p.option("group") or min(32, pow2(chunks))
     held = sum(-(-(-(-length_of(s) // vec)) // group) * vec for s in vectors)
     if held > MOST_PER_LANE:
         raise RedalgebraError(f"vrows: each lane would hold {held} components of {c.name}'s vectors per element "

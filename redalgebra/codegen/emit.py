@@ -44,6 +44,7 @@ class Spec:
     #                              multiprocessors × min_blocks: no block launched per row
     segments: int = 1            # vrows, columns: blocks per row (> 1: a partial kernel per segment, then a combine)
     batch: int = 1               # columns: rows processed together by a block (they share its vector reads)
+    shared: int = 0              # bytes of dynamic shared memory per block (mma: the staged tiles)
 
     @property
     def launch_bounds(self) -> str:

@@ -21,6 +21,7 @@ from ..codegen import KernelSource, Problem, Spec, generate
 from ..codegen.strategies import for_target, get
 from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns import scalars_fuse as columns_scalars_fuse
+from ..codegen.strategies.mma import applicable as mma_applicable
 from ..codegen.strategies.vrows import refusal as vrows_refusal
 from ..codegen.strategies.vrows import too_wide as vrows_too_wide
 from ..derive import FusedCascade
@@ -162,9 +163,11 @@ class Kernel:
             self._names = (tuple(s.name for s in c.inputs), tuple(c.params))
         return self._names
 
-    def resolve(self, rows: int, length: int, sizes: dict | None = None, reps: dict | None = None) -> str:
-        """The registered strategy ``rows`` rows of ``length`` run with (``auto`` chooses; the simulator's twin)."""
-        name = choose(self.fused, rows, length, sizes, reps) if self.strategy == "auto" else self.strategy
+    def resolve(self, rows: int, length: int, sizes: dict | None = None, reps: dict | None = None,
+                problem: Problem | None = None) -> str:
+        """The registered strategy ``rows`` rows of ``length`` run with (``auto`` chooses; the simulator's twin).
+        ``problem``: the call's dtypes and alignment, for strategies that depend on them (the tensor cores)."""
+        name = choose(self.fused, rows, length, sizes, reps, problem) if self.strategy == "auto" else self.strategy
         return for_target(name, self.backend).name
 
     def source(self, spec: Spec, strategy: str | None = None) -> KernelSource:
@@ -255,12 +258,12 @@ class Kernel:
         if alignment is None:
             alignment = _contiguous_alignment(c, length, dict(dtypes), sizes)
         reps = {s.name: (reps or {}).get(s.name, 1) for s in c.inputs}
-        strategy = self.resolve(rows, length, sizes, reps)
         problem = Problem(rows, length, tuple(sorted((k, v) for k, v in sizes.items() if isinstance(k, str))),
                           dtypes, keep, *alignment, tuple(sorted(reps.items())),
                           options=(("threads", self.threads), ("tile", self.tile), ("segments", self.segments),
                                    ("fast_exp", self.fast_exp), ("group", self.group), ("batch", self.batch), ("out_dtype", self.out_dtype),
                                    ("simulator", self.backend == "cudasim"), ("persistent", self.persistent)))
+        strategy = self.resolve(rows, length, sizes, reps, problem)
         policy = get(strategy).configure(self.fused, problem)
         extra = {k: policy.pop(k) for k in list(policy) if k not in Spec.__dataclass_fields__}
         if self.min_blocks:  # the caller's launch bounds over the policy's
@@ -555,8 +558,18 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
                   persistent, batch, rename=rename, user=fused if rename else None)
 
 
-def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = None, reps: dict | None = None) -> str:
+#: Rows that must share a vector row for ``auto`` to take the tensor cores (a warp's 16 rows of its tile).
+MMA_ROWS = 16
+
+
+def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = None, reps: dict | None = None,
+           problem: Problem | None = None) -> str:
     """``strategy="auto"``: the strategy for a shape.
+
+    Elements with 16-bit vector inputs that at least :data:`MMA_ROWS` rows share (prefill attention's keys and
+    values, shared by a head's queries), whose dot products multiply a vector param by a vector input and whose
+    vector sums are a factor times a vector input: ``mma`` (the products on the tensor cores; ``problem`` gives
+    the dtypes and alignment it needs).
 
     Elements that are scalars: ``rows`` (the row in registers, 128-bit loads). Elements with vector inputs that
     rows share (a weight matrix given once for all tokens: ``reps``), that are too wide for a lane's
@@ -572,6 +585,8 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     if not vectors:
         return "rows"
     shared = min((reps or {}).get(s.name, 1) for s in vectors)
+    if problem is not None and shared >= MMA_ROWS and mma_applicable(fused, problem) is None:
+        return "mma"
     wide = vrows_too_wide(fused, sizes or {})
     # a cast (fp8) rounds at a running scale in a one-pass kernel: the level order rounds at the final one
     if columns_refusal(fused) is None and (shared > 1 or wide or fused.exact_in_reals_only):

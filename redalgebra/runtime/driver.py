@@ -40,7 +40,15 @@ def _libcuda():
     name = lib.cuGetErrorString
     name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     name.restype = ctypes.c_int
-    return launch, function, name
+    attribute = lib.cuFuncSetAttribute
+    attribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    attribute.restype = ctypes.c_int
+    return launch, function, name, attribute
+
+
+#: ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``: a block may use more than 48 KB only when asked.
+_MAX_DYNAMIC_SHARED = 8
+_STATIC_LIMIT = 48 * 1024
 
 
 def _check(code: int, what: str) -> None:
@@ -96,12 +104,14 @@ class DriverStep:
         argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
         overload = dispatcher.compile(argtypes)  # the overload a numba launch would select
         kernel = int(overload._codelibrary.get_cufunc().handle)
-        launch, get_function, _ = _libcuda()
+        launch, get_function, _, set_attribute = _libcuda()
         function = ctypes.c_void_p()
         _check(get_function(ctypes.byref(function), kernel), "cuKernelGetFunction")
         self.function = function.value
         self.grid, self.block = tuple(configured.griddim), tuple(configured.blockdim)
         self.shared = int(configured.sharedmem)
+        if self.shared > _STATIC_LIMIT:  # dynamic shared memory beyond 48 KB (up to 227 KB on Hopper)
+            _check(set_attribute(self.function, _MAX_DYNAMIC_SHARED, self.shared), "cuFuncSetAttribute")
         self.fields, self.pointers = [], {}
         for name, ty, value in zip(names, argtypes, args):
             fields, data = pack(ty, value)

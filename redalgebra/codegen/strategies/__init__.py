@@ -51,6 +51,7 @@ class Strategy:
     shared_states: bool = False       # every thread's state in shared memory (threads fitted to it)
     final_scales: bool = False        # every reduction folded with its dependencies final (level order): a cast
     #                                   such as fp8 rounds at the row's final scale, as the unfused form does
+    rounds_products: bool = False     # factors enter tensor-core products in the vector inputs' 16-bit type
 
 
 REGISTRY: dict[str, Strategy] = {}
@@ -101,6 +102,6 @@ def for_target(name: str, target: str) -> Strategy:
     return REGISTRY[s.sim] if target == "cudasim" and s.sim else s
 
 
-from . import legacy, rows, vrows, columns  # noqa: E402,F401,I001 - registration, in the order the lists show
+from . import legacy, rows, vrows, columns, mma  # noqa: E402,F401,I001 - registration, in the order the lists show
 
 __all__ = ["BUSY_BLOCKS", "Problem", "REGISTRY", "VEC", "Strategy", "for_target", "get", "names", "pow2", "register"]

@@ -1,0 +1,568 @@
+"""``mma``: rows that share their element vectors, with the products on the tensor cores.
+
+Prefill attention is a cascade over the keys whose elements are a key row ``k`` and a value row ``v``
+that every query of a head shares. Row by row, each query re-reads all of them and computes its dot
+products on the CUDA cores; here a block takes ``BM = 64`` rows of one group (the rows that share a
+vector row: ``Problem.reps``) and walks the axis in tiles of ``BN = 64`` elements:
+
+1. **Staging.** Each tile of every vector input is copied to shared memory by ``cp.async`` (16 bytes
+   per copy, zeros past the row's end), two tiles in flight: the next tile loads while this one
+   computes. Rows are padded by 16 bytes, so the eight rows an ``ldmatrix`` reads fall in distinct banks.
+2. **Scores.** Every dot product ``dot(q, k)`` of a vector param and a vector input is a 16-row by
+   64-element tile per warp, ``Q · Kᵀ`` by ``mma.sync.m16n8k16`` (float32 accumulators): the param's
+   rows are the A fragments, held in registers for the whole row; the staged tile gives the B
+   fragments by ``ldmatrix``. A float32 param is split into its 16-bit value and the residual
+   (``q = hi + lo``); the residual's product is added only when some residual of the block is not
+   zero, so a query given in the inputs' 16-bit type costs one product, any other is still exact to
+   the 16-bit type's square (2^-16 relative for bfloat16, 2^-22 for float16).
+3. **The derived update, per tile.** Each thread holds 32 scores: rows ``g`` and ``g + 8`` of its
+   warp's 16, elements ``8 j + 2 t`` and ``+ 1``. The per-element lets are computed on them; then,
+   reduction by reduction in dependency order, the tile's terms with the *new* dependencies
+   (``F_i(e, D_new)``) are reduced over the thread's elements and the 4 lanes of a row (two xor
+   shuffles) and joined to the old state times its correction — the derived incremental update,
+   applied to a tile at once (the merge of the old state with the tile's, whose correction is 1).
+4. **Vector reductions as products.** A vector reduction whose body is a scalar factor times a vector
+   input (``exp(s - m) * v``) has its old value scaled by the correction in the accumulators, then
+   adds ``P · V``: the factors of the tile, rounded to the vector input's 16-bit type, are the A
+   fragments (the accumulator layout of the scores is the A layout of the next product, so they
+   never leave the registers), the staged tile the B fragments by a transposing ``ldmatrix``.
+5. Finalize per row, every thread its own components; outputs in the output dtypes.
+
+**Rounding.** The factors ``P`` enter the product in the vector input's 16-bit type (as FlashAttention
+does): a relative error of at most 2^-9 per factor for bfloat16, 2^-12 for float16, on top of the
+float32 sums. ``check`` allows that rounding once more (``Strategy.rounds_products``).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import sympy as sp
+
+from ...derive import FusedCascade
+from ...errors import RedalgebraError
+from ...ir.functions import Dot, VSum
+from ..emit import Layout, Spec
+from ..printer import Constants, print_expr
+from ..states import identity_text
+from ..tree import Assign, Barrier, Call, For, If, Shuffle, Store
+from . import Problem, Strategy, register
+from .columns import split_body
+
+#: Rows of a block (16 per warp) and elements per tile.
+BM, BN = 64, 64
+WARPS = BM // 16
+THREADS = 32 * WARPS
+#: Tiles of the vector inputs in flight (one computing, one loading).
+STAGES = 2
+#: The widest vector a warp's accumulators hold (16 rows × 128 columns: 64 float32 per thread per vector).
+MOST_COMPONENTS = 128
+#: The vector types the tensor cores take, and the name of their instructions.
+KINDS = {"bfloat16": "bf16", "float16": "f16"}
+
+
+def _dots(exprs) -> dict:
+    found = {}
+    for e in exprs:
+        for node in sp.preorder_traversal(e):
+            if isinstance(node, Dot) and node not in found:
+                found[node] = sp.Symbol(f"__dot{len(found)}", real=True)
+    return found
+
+
+def refusal(fused: FusedCascade) -> str | None:
+    """Why ``mma`` cannot build this cascade's kernel at any size (None: it can)."""
+    c = fused.cascade
+    vin = {s.name for s in c.inputs if s.size is not None}
+    vpar = {p.name for p in c.params if p.size is not None}
+    if not vin:
+        return f"the mma strategy is for elements with vector inputs shared by rows; {c.name} has none: use rows"
+    if fused.per_element_outputs:
+        return f"mma writes row outputs only; {c.name} has per-element outputs: use lanes or tile"
+    if fused.rewrite is not None and any(ra.deps and ra.name not in fused.corrections for ra in fused.reductions):
+        return f"mma applies multiplicative corrections; {c.name} has centred (Welford) terms: use vrows"
+    vred = {r.name for r in c.reductions if c.sizes[r.name] is not None}
+    exprs = [e for _, e in fused.prologue.steps] + list(fused.bodies.values())
+    for e in exprs:
+        for node in sp.preorder_traversal(e):
+            if isinstance(node, VSum):
+                return f"mma: a component sum ({node}) has no product form; use vrows"
+            if isinstance(node, Dot):
+                names = {a.name for a in node.args if isinstance(a, sp.Symbol)}
+                if len(names & vpar) != 1 or len(names & vin) != 1:
+                    return f"mma multiplies a vector param by a vector input; {node} is not such a product: use vrows"
+    for e in [e for _, e in fused.finalize.steps]:
+        if any(isinstance(a, (Dot, VSum)) for a in sp.preorder_traversal(e)):
+            return f"mma: a dot product in the finalize of {c.name}; use vrows"
+        if {s.name for s in e.free_symbols} & (vpar | vin):
+            return f"mma: the finalize of {c.name} reads a vector param or input; use vrows"
+    dots = _dots(exprs)
+    for r in c.reductions:
+        if r.monoid.k is not None:
+            return f"mma does not hold top-k states ({c.name}); use lanes"
+        body = fused.bodies[r.name].xreplace(dots)
+        loose = {s.name for s in body.free_symbols} & (vin | vpar)
+        if r.name not in vred:
+            if r.monoid.name not in ("add", "max", "min"):
+                return f"mma reduces scalars by add, max or min; {r.name} is a {r.monoid.name}: use vrows"
+            if loose or {s.name for s in body.free_symbols} & vred:
+                return f"mma: the scalar reduction {r.name} reads a vector beyond a dot product; use vrows"
+            continue
+        if r.monoid.name != "add":
+            return f"mma sums its vector reductions; {r.name} is a {r.monoid.name}: use vrows"
+        factor, vector = split_body(body, vin)
+        if vector is None or {s.name for s in factor.free_symbols} & (vin | vpar | vred):
+            return (f"mma needs each vector reduction's body as a scalar factor times a vector input; {r.name} = "
+                    f"{fused.bodies[r.name]}: use vrows")
+        ra = fused.analysis[r.name]
+        if ra.deps and ra.otimes.name != "mul":
+            return f"mma scales its vector reductions; {r.name}'s correction is additive: use vrows"
+    for sym, e in fused.prologue.steps:
+        if {s.name for s in e.xreplace(dots).free_symbols} & (vin | vpar):
+            return f"mma: the per-element let {sym.name} reads a vector beyond a dot product; use vrows"
+    return None
+
+
+def shared_plan(fused: FusedCascade, sizes: dict):
+    """The dynamic shared memory, in 16-bit units: ``(pitch, base, param tiles, bytes)``. ``STAGES`` tiles of every
+    vector input, then for every dot product its param's rows of the block as 16-bit values and as residuals
+    (``BM`` rows each). Every row is padded by 8 values (16 bytes): the 8 rows an ``ldmatrix`` reads then fall in
+    distinct banks."""
+    c = fused.cascade
+
+    def length(x):
+        return x.size if isinstance(x.size, int) else sizes[x.size]
+    pitch, base, at = {}, {}, 0
+    for x in c.inputs:
+        if x.size is not None:
+            pitch[x.name], base[x.name] = length(x) + 8, at
+            at += STAGES * BN * pitch[x.name]
+    params, tiles = {p.name: p for p in c.params}, []
+    for dot in _dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values())):
+        p = next(params[a.name] for a in dot.args if a.name in params)
+        tiles.append(at)
+        at += 2 * BM * (length(p) + 8)
+    return pitch, base, tiles, 2 * at
+
+
+class MmaKernel:
+    """Builds the statement tree of an ``mma`` kernel."""
+
+    def __init__(self, fused: FusedCascade, spec: Spec):
+        reason = refusal(fused)
+        if reason is not None:
+            raise RedalgebraError(reason)
+        self.f, self.spec, self.c = fused, spec, fused.cascade
+        c = self.c
+        self.lay = Layout.of(fused, spec)
+        self.consts = Constants()
+        self.counter = itertools.count()
+        self.dtypes = dict(spec.dtypes)
+        self.vin = [s.name for s in c.inputs if s.size is not None]
+        self.sin = [s.name for s in c.inputs if s.size is None]
+        kinds = {self.dtypes.get(x, "float32") for x in self.vin}
+        if len(kinds) != 1 or not kinds <= set(KINDS):
+            raise RedalgebraError(f"mma: the tensor cores take bfloat16 or float16 vectors of one type; {c.name}'s are "
+                                  f"{', '.join(sorted(kinds))}: use vrows")
+        self.kind = KINDS[kinds.pop()]
+        self.size = {}
+        for x in (*c.inputs, *c.params):
+            if x.size is not None:
+                self.size[x.name] = self.lay.constants[self.lay.size_const(x.size)]
+        for r in c.reductions:
+            if c.sizes[r.name] is not None:
+                self.size[r.name] = self.lay.constants[self.lay.size_const(c.sizes[r.name])]
+        for x in self.vin:
+            if self.size[x] % 16 or self.size[x] > MOST_COMPONENTS:
+                raise RedalgebraError(f"mma: vectors of a multiple of 16 components, at most {MOST_COMPONENTS}; "
+                                      f"{x} has {self.size[x]}: use vrows")
+        exprs = [e for _, e in fused.prologue.steps] + [fused.bodies[r.name] for r in c.reductions]
+        self.dots = _dots(exprs)
+        self.dot_list = list(self.dots)
+        self.prologue = [(s, e.xreplace(self.dots)) for s, e in fused.prologue.steps]
+        self.bodies = {r.name: fused.bodies[r.name].xreplace(self.dots) for r in c.reductions}
+        self.scal = [r for r in c.reductions if c.sizes[r.name] is None]
+        self.vred = [r for r in c.reductions if c.sizes[r.name] is not None]
+        self.factors = {}
+        for r in self.vred:
+            factor, vector = split_body(self.bodies[r.name], set(self.vin))
+            self.factors[r.name] = (factor, vector.name)
+        self.pitch, self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes))
+        self.nt = BN // 8
+
+    # -- names ---------------------------------------------------------------------------------------
+    def param_of(self, dot) -> str:
+        return next(a.name for a in dot.args if a.name in self.size and a.name not in self.vin)
+
+    def input_of(self, dot) -> str:
+        return next(a.name for a in dot.args if a.name in self.vin)
+
+    @staticmethod
+    def slots():
+        """The thread's elements of a tile: ``(j, i)`` = n-tile ``j``, accumulator ``i`` (row half ``i >> 1``)."""
+        return [(j, i) for j in range(BN // 8) for i in range(4)]
+
+    def print(self, expr, acc, j=None):
+        return print_expr(expr, acc, self.consts, j, self.counter, tree=True)
+
+    def identity(self, name: str) -> str:
+        return identity_text(self.f, name, self.consts)
+
+    def access(self, h: int, j: int | None = None, i: int | None = None, deps: str = "n"):
+        """Names for row half ``h`` (and its element ``(j, i)``); reduction symbols read the ``deps`` side."""
+        acc = self.lay.base_access()
+        acc.exp = "fast_exp" if self.spec.fast_exp else "math.exp"
+        for p in self.c.params:
+            if p.size is None:
+                acc.scalar[p.name] = f"p_{p.name}_{h}"
+        for r in self.c.reductions:
+            if self.c.sizes[r.name] is None:
+                acc.scalar[r.name] = f"{deps}_{r.name}_{h}"
+                acc.scalar[f"{r.name}_a"] = f"s_{r.name}_{h}"
+                acc.scalar[f"{r.name}_n"] = f"n_{r.name}_{h}"
+            else:
+                acc.vector[r.name] = f"o_{r.name}_{{j}}"
+        if j is not None:
+            b = i & 1
+            for x in self.sin:
+                acc.scalar[x] = f"e_{x}_{j}_{i}"
+            for sym, _ in self.prologue:
+                acc.scalar[sym.name] = f"e_{sym.name}_{j}_{i}"
+            for n, sym in enumerate(self.dots.values()):
+                acc.scalar[sym.name] = f"sc{n}_{j}_{i}"
+            acc.scalar["element.index"] = f"(lt + {8 * j + b})"
+            acc.scalar["pos"] = f"float32(lt + {8 * j + b})"
+        return acc
+
+    def side(self, cond, which: str):
+        """A degenerate condition (in ``_a`` symbols) read on side ``which`` (``a``: old, ``n``: new)."""
+        return cond.xreplace({sp.Symbol(f"{d}_a", extended_real=True): sp.Symbol(f"{d}_{which}", extended_real=True)
+                              for d in (r.name for r in self.c.reductions)})
+
+    # -- pieces -----------------------------------------------------------------------------------------
+    def setup(self) -> list:
+        c, first = self.c, self.vin[0]
+        out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
+               Assign("g", "lane >> 2"), Assign("t", "lane & 3"),
+               Assign("sm", "cuda.shared.array(0, uint16)"), Assign("smw", "cuda.shared.array(0, uint32)"),
+               Assign("R", f"rep_{first}"), Assign("ntr", f"(R + {BM - 1}) // {BM}"),
+               Assign("grp", "cuda.blockIdx.x // ntr"), Assign("rt", "cuda.blockIdx.x - grp * ntr"),
+               Assign("end", "grp * R + R")]
+        for h in range(2):
+            out += [Assign(f"row_{h}", f"grp * R + rt * {BM} + 16 * warp + g + {8 * h}"),
+                    Assign(f"ok_{h}", f"row_{h} < end"), Assign(f"rc_{h}", f"min(row_{h}, end - 1)")]
+            out += [Assign(f"p_{p.name}_{h}", f"{p.name}[rc_{h}]") for p in c.params if p.size is None]
+        out += [Assign(f"rr_{x}", f"rc_0 // rep_{x}") for x in self.vin]
+        out += [Assign("krow", "(lane & 7) + 8 * (lane >> 4)"), Assign("kcol", "8 * ((lane >> 3) & 1)"),
+                Assign("vrow", "(lane & 7) + 8 * ((lane >> 3) & 1)"), Assign("vcol", "8 * (lane >> 4)")]
+        return out
+
+    def params(self) -> list:
+        """Every dot's param rows into shared memory: the 16-bit values, then the residuals, and ``split``: whether
+        any residual of the block is not zero. Each thread writes the words of its own A fragments."""
+        pack, unpack = f"pack_{self.kind}x2", f"unpack_{self.kind}x2"
+        out = [Assign("inexact", "0")]
+        for n, dot in enumerate(self.dot_list):
+            p = self.param_of(dot)
+            pq = self.size[p] + 8
+            for ks in range(self.size[p] // 16):
+                for r in range(4):
+                    h, col = r & 1, f"{16 * ks + 8 * (r >> 1)} + 2 * t"
+                    at = f"({self.qtile[n]} + (16 * warp + g + {8 * h}) * {pq} + {col}) // 2"
+                    out += [Assign("v0", f"{p}[rc_{h}, {col}]"), Assign("v1", f"{p}[rc_{h}, {col} + 1]"),
+                            Assign("w", f"{pack}(v0, v1)"), Assign("u0, u1", f"{unpack}(w)"),
+                            Assign("d0", "v0 - u0"), Assign("d1", "v1 - u1"),
+                            Assign("d0", "d0 if d0 == d0 else float32(0)"), Assign("d1", "d1 if d1 == d1 else float32(0)"),
+                            If("d0 != 0 or d1 != 0", (Assign("inexact", "1"),)),
+                            Assign(f"smw[{at}]", "w"), Assign(f"smw[{at} + {BM * pq // 2}]", f"{pack}(d0, d1)")]
+        return out + [Assign("split", "cuda.syncthreads_or(inexact)")]
+
+    def issue(self, tile: str, stage: str) -> list:
+        """``cp.async`` copies of tile ``tile`` of every vector input into stage ``stage``, then a commit."""
+        out = []
+        for x in self.vin:
+            per_row = self.size[x] // 8
+            total = BN * per_row
+            for u in range(-(-total // THREADS)):
+                q = f"tid + {u * THREADS}"
+                copy = [Assign("cq", q), Assign("ce", f"cq // {per_row}"), Assign("cc", f"8 * (cq % {per_row})"),
+                        Assign("cl", f"{tile} * {BN} + ce"),
+                        Call("cp_async16", ("sm", f"{self.base[x]} + {stage} * {BN * self.pitch[x]} + ce * {self.pitch[x]} + cc",
+                                            x, f"(rr_{x}, min(cl, length - 1))", "cc", "16 if cl < length else 0"))]
+                out += copy if (u + 1) * THREADS <= total else [If(f"{q} < {total}", tuple(copy))]
+        return out + [Call("cp_commit", ())]
+
+    def mma(self, target: str, a: str, b: str, c: str) -> Assign:
+        return Assign(target, f"mma_{self.kind}({a}, {b}, {c})")
+
+    def scores(self) -> list:
+        """``sc{n}_{j}_{i}``: the tile's dot products, on the tensor cores."""
+        zero = self.consts.name(0.0)
+        out = []
+        for n, dot in enumerate(self.dot_list):
+            p, x = self.param_of(dot), self.input_of(dot)
+            out += [Assign(f"sc{n}_{j}_{i}", zero) for j, i in self.slots()]
+            ksteps, pq = self.size[p] // 16, self.size[p] + 8
+
+            def products(tile):
+                body = []
+                for ks in range(ksteps):
+                    body.append(Assign("a0, a1, a2, a3", f"ldsm_x4(sm, {tile} + (16 * warp + (lane & 15)) * {pq} + "
+                                                         f"{16 * ks} + 8 * (lane >> 4))"))
+                    for jp in range(BN // 16):
+                        body.append(Assign("k0, k1, k2, k3", f"ldsm_x4(sm, xb_{x} + ({16 * jp} + krow) * {self.pitch[x]} + "
+                                                             f"{16 * ks} + kcol)"))
+                        for half, bw in ((0, "k0, k1"), (1, "k2, k3")):
+                            j = 2 * jp + half
+                            acc = ", ".join(f"sc{n}_{j}_{i}" for i in range(4))
+                            body.append(self.mma(acc, "a0, a1, a2, a3", bw, acc))
+                return body
+            out += products(str(self.qtile[n]))
+            out.append(If("split", tuple(products(str(self.qtile[n] + BM * pq)))))
+        return out
+
+    def ok(self, j: int, i: int) -> str:
+        """Whether element ``(j, i)`` of the tile counts (in the row, not masked): a test, not a register (a predicate
+        per element would not fit the predicate registers)."""
+        ok = f"lt + {8 * j + (i & 1)} < length"
+        if self.spec.has_keep:
+            ok += f" and keep[rc_{i >> 1}, lt + {8 * j + (i & 1)}] != 0"
+        return ok
+
+    def elements(self) -> list:
+        """The per-element inputs and lets of the thread's 32 elements (``lt``: its first element's position)."""
+        out = [Assign("lt", "kb + 2 * t")]
+        for j, i in self.slots():
+            h, at = i >> 1, f"min(lt + {8 * j + (i & 1)}, length - 1)"
+            for x in self.sin:
+                dt = self.dtypes.get(x, "float32")
+                read = f"ld_b16({x}, rc_{h} // rep_{x}, {at})" if dt == "bfloat16" else f"{x}[rc_{h} // rep_{x}, {at}]"
+                out.append(Assign(f"e_{x}_{j}_{i}", f"float32({read})" if dt == "float16" else read))
+            acc = self.access(h, j, i)
+            for sym, expr in self.prologue:
+                pre, text = self.print(expr, acc)
+                out += pre + [Assign(f"e_{sym.name}_{j}_{i}", text)]
+        return out
+
+    def left(self, r, h: int):
+        """The old state's side of the join: ``0_r`` when degenerate, else ``r_a ⊗ c_r`` (text), or None when ``r``
+        has no dependencies (the state as is)."""
+        ra = self.f.analysis[r.name]
+        if not ra.deps:
+            return None
+        corr = self.f.corrections[r.name].stable
+        value = sp.Symbol(f"{r.name}_a", extended_real=True) if self.c.sizes[r.name] is None else sp.Integer(1)
+        term = value * corr if ra.otimes.name == "mul" else value + corr
+        cond = self.f.degenerate.get(r.name, sp.false)
+        ident = self.f.identity[r.name] if self.c.sizes[r.name] is None else sp.Integer(0)
+        expr = term if cond == sp.false else sp.Piecewise((ident, cond), (term, True))
+        return self.print(expr, self.access(h))
+
+    def new_term(self, r, body):
+        """``F_r(e, D_new)``, the identity where the new dependencies are degenerate."""
+        cond = self.f.degenerate.get(r.name, sp.false)
+        if not self.f.analysis[r.name].deps or cond == sp.false:
+            return body
+        ident = self.f.identity[r.name] if self.c.sizes[r.name] is None else sp.Integer(0)
+        return sp.Piecewise((ident, self.side(cond, "n")), (body, True))
+
+    def shares(self, r) -> str | None:
+        """The vector reduction whose factor is this sum's term (attention's ``l`` and ``o``: ``exp(s - m)``): the
+        term is then computed once per element, kept for the product."""
+        if r.monoid.name != "add":
+            return None
+        term = self.new_term(r, self.bodies[r.name])
+        return next((v.name for v in self.vred if self.new_term(v, self.factors[v.name][0]) == term
+                     and v.name not in self.kept), None)
+
+    def scalar_update(self, r) -> list:
+        out = []
+        fold = sp.Symbol("__fold", extended_real=True)
+        term = self.new_term(r, self.bodies[r.name])
+        ident = self.identity(r.name)
+        kept = self.shares(r)
+        for h in range(2):
+            out.append(Assign(f"tr_{h}", ident))
+        for j, i in self.slots():
+            h = i >> 1
+            acc = self.access(h, j, i)
+            acc.scalar[fold.name] = f"tr_{h}"
+            if kept is None:
+                pre, text = self.print(r.monoid.combine(fold, term), acc)
+                out.append(If(self.ok(j, i), tuple(pre + [Assign(f"tr_{h}", text)])))
+                continue
+            pre, text = self.print(term, acc)
+            pf = f"pf_{kept}_{j}_{i}"
+            out += [Assign(pf, self.consts.name(0.0)), If(self.ok(j, i), tuple(pre + [Assign(pf, text)])),
+                    Assign(f"tr_{h}", pf, "+")]
+        if kept is not None:
+            self.kept.add(kept)
+        other = sp.Symbol("__other", extended_real=True)
+        for off in (1, 2):
+            for h in range(2):
+                acc = self.access(h)
+                acc.scalar[fold.name], acc.scalar[other.name] = f"tr_{h}", f"tx_{h}"
+                pre, text = self.print(r.monoid.combine(fold, other), acc)
+                out += [Shuffle(f"tx_{h}", f"tr_{h}", str(off))] + pre + [Assign(f"tr_{h}", text)]
+        for h in range(2):
+            left = self.left(r, h)
+            acc = self.access(h)
+            acc.scalar[fold.name], acc.scalar[other.name] = "tl", f"tr_{h}"
+            pre, text = self.print(r.monoid.combine(fold, other), acc)
+            head = [Assign("tl", f"s_{r.name}_{h}")] if left is None else left[0] + [Assign("tl", left[1])]
+            out += head + pre + [Assign(f"n_{r.name}_{h}", text)]
+        return out
+
+    def vector_update(self, r) -> list:
+        factor, x = self.factors[r.name]
+        dv = self.size[r.name]
+        out = []
+        for h in range(2):
+            left = self.left(r, h)
+            if left is not None:
+                out += left[0] + [Assign(f"cf_{h}", left[1])]
+                out += [Assign(f"o_{r.name}_{j}_{i}", f"cf_{h}", "*") for j in range(dv // 8) for i in (2 * h, 2 * h + 1)]
+        term = self.new_term(r, factor)
+        zero = self.consts.name(0.0)
+        for j, i in self.slots() if r.name not in self.kept else ():  # else computed with the sum that shares it
+            pre, text = self.print(term, self.access(i >> 1, j, i))
+            out.append(Assign(f"pf_{r.name}_{j}_{i}", zero))
+            out.append(If(self.ok(j, i), tuple(pre + [Assign(f"pf_{r.name}_{j}_{i}", text)])))
+        pack = f"pack_{self.kind}x2"
+        for kk in range(BN // 16):
+            words = []
+            for r_ in range(4):
+                j, i0 = 2 * kk + (r_ >> 1), 2 * (r_ & 1)
+                words.append(f"{pack}(pf_{r.name}_{j}_{i0}, pf_{r.name}_{j}_{i0 + 1})")
+            for r_, w in enumerate(words):
+                out.append(Assign(f"pa_{r_}", w))
+            a = "pa_0, pa_1, pa_2, pa_3"
+            for np_ in range(dv // 16):
+                out.append(Assign("v0, v1, v2, v3", f"ldsm_x4_t(sm, xb_{x} + ({16 * kk} + vrow) * {self.pitch[x]} + "
+                                                    f"{16 * np_} + vcol)"))
+                for half, bw in ((0, "v0, v1"), (1, "v2, v3")):
+                    j = 2 * np_ + half
+                    acc = ", ".join(f"o_{r.name}_{j}_{i}" for i in range(4))
+                    out.append(self.mma(acc, a, bw, acc))
+        return out
+
+    def tile(self) -> list:
+        out = [Assign(f"xb_{x}", f"{self.base[x]} + st * {BN * self.pitch[x]}") for x in self.vin]
+        out += [Assign("kb", f"it * {BN}")] + self.scores() + self.elements()
+        self.kept = set()
+        for r in self.scal:
+            out += self.scalar_update(r)
+        for r in self.vred:
+            out += self.vector_update(r)
+        out += [Assign(f"s_{r.name}_{h}", f"n_{r.name}_{h}") for r in self.scal for h in range(2)]
+        return out
+
+    def loop(self) -> list:
+        out = []
+        for r in self.scal:
+            out += [Assign(f"s_{r.name}_{h}", self.identity(r.name)) for h in range(2)]
+        zero = self.consts.name(0.0)
+        for r in self.vred:
+            out += [Assign(f"o_{r.name}_{j}_{i}", zero) for j in range(self.size[r.name] // 8) for i in range(4)]
+        out += [Assign("ntile", f"(length + {BN - 1}) // {BN}")] + self.issue("0", "0")
+        step = [If("it + 1 < ntile", tuple(self.issue("it + 1", "(it + 1) % 2") + [Call("cp_wait1", ())]),
+                   (Call("cp_wait0", ()),)), Barrier(), Assign("st", "it % 2")] + self.tile() + [Barrier()]
+        return out + [For("it", "0", "ntile", tuple(step))]
+
+    def outputs(self) -> list:
+        out = []
+        outs = {o.name for o in self.c.outputs}
+        for h in range(2):
+            acc = self.access(h, deps="s")
+            stores = []
+            for sym, expr in self.f.finalize.steps:
+                size = self.c.sizes.get(sym.name)
+                if size is None:
+                    pre, text = self.print(expr, acc)
+                    out += pre + [Assign(f"y_{sym.name}_{h}", text)]
+                    acc.scalar[sym.name] = f"y_{sym.name}_{h}"
+                    if sym.name in outs:
+                        stores.append(If("t == 0", (Assign(f"out_{sym.name}[row_{h}]", f"y_{sym.name}_{h}"),)))
+                    continue
+                if sym.name not in outs:
+                    raise RedalgebraError(f"mma: the vector {sym.name} of the finalize is not an output; use vrows")
+                n = self.lay.constants[self.lay.size_const(size)]
+                if n != self.size.get(next(iter(r.name for r in self.vred)), n):
+                    raise RedalgebraError(f"mma: the vector output {sym.name} is not as long as the vector state")
+                for j in range(n // 8):
+                    for b in range(2):
+                        pre, text = self.print(expr, acc, f"{j}_{2 * h + b}")
+                        value = f"y_{sym.name}_{j}_{b}"
+                        out += pre + [Assign(value, text)]
+                        stores.append(Store(f"out_{sym.name}", f"row_{h}", f"{8 * j + b} + 2 * t", (value,)))
+            out.append(If(f"ok_{h}", tuple(stores)))
+        return out
+
+    def kernel(self) -> list:
+        return self.setup() + self.params() + self.loop() + self.outputs()
+
+
+# -- registration ------------------------------------------------------------------------------------------
+def build(fused: FusedCascade, spec: Spec, target: str):
+    from ..kernels import kernel_args
+    from ..module import assemble
+
+    if target == "cpu":
+        raise RedalgebraError("the mma strategy is CUDA-only (the tensor cores)")
+    k = MmaKernel(fused, spec)
+    c = fused.cascade
+    outputs = tuple((o.name, "row", None if c.sizes[o.name] is None else k.lay.size_const(c.sizes[o.name]))
+                    for o in c.outputs)
+    return assemble(fused, spec, target, "mma", [("kernel", kernel_args(c), "rows", k.kernel())], k.consts,
+                    k.lay.constants, outputs, {})
+
+
+def applicable(fused: FusedCascade, p: Problem) -> str | None:
+    """Why ``mma`` does not suit this call (None: it does): the cascade's form, then the types and sizes."""
+    reason = refusal(fused)
+    if reason is not None:
+        return reason
+    c, dtypes, sizes = fused.cascade, dict(p.dtypes), dict(p.sizes)
+    vin = [s for s in c.inputs if s.size is not None]
+    kinds = {dtypes.get(s.name, "float32") for s in vin}
+    if len(kinds) != 1 or not kinds <= set(KINDS):
+        return f"mma: the tensor cores take bfloat16 or float16 vectors of one type, got {', '.join(sorted(kinds))}"
+    for s in vin:
+        n = s.size if isinstance(s.size, int) else sizes.get(s.size, 0)
+        if n % 16 or n > MOST_COMPONENTS:
+            return f"mma: vectors of a multiple of 16 components, at most {MOST_COMPONENTS}; {s.name} has {n}"
+    if not p.vec_ok:  # (with a multiple of 16 components, every element's vector then starts on one too)
+        return "mma: the vector inputs must start on 16-byte boundaries (cp.async copies 16 bytes)"
+    reps = dict(p.reps)
+    if len({reps.get(s.name, 1) for s in vin}) != 1:
+        return "mma: every vector input must be shared by the same rows"
+    return None
+
+
+def configure(fused: FusedCascade, p: Problem) -> dict:
+    """128 threads (four warps of 16 rows), tiles of 64 elements, exp by ``ex2.approx`` unless asked otherwise: its
+    2^-22 relative error is far below the 16-bit rounding of the factors that enter the products."""
+    reason = applicable(fused, p)
+    if reason is not None:
+        raise RedalgebraError(reason)
+    for name in ("threads", "tile", "segments", "group", "batch"):
+        if p.option(name) not in (None, {"threads": THREADS, "tile": BN, "batch": BM}.get(name)):
+            raise RedalgebraError(f"mma: {name} is fixed by the instruction shapes (threads {THREADS}, tile {BN}, "
+                                  f"batch {BM}, one segment)")
+    return dict(threads=THREADS, tile=BN, batch=BM, vec=8, segments=1, fast_exp=p.option("fast_exp", True),
+                shared=shared_plan(fused, dict(p.sizes))[-1])
+
+
+def grid(rows: int, spec: Spec, named) -> dict:
+    vectors = [k for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_"))]
+    shared = {int(named[f"rep_{x}"]) for x in vectors}
+    if len(shared) != 1:
+        raise RedalgebraError(f"mma: every vector input must be shared by the same rows, got {sorted(shared)}")
+    rep = shared.pop()
+    # a block per 64 rows of a group (the rows sharing a vector row), the whole grid on x
+    return {"rows": (rows // rep * -(-rep // BM), THREADS, 0, spec.shared)}
+
+
+register(Strategy("mma", "cuda", "rows sharing their element vectors in tiles of 64 by 64: dot products and "
+                  "vector sums on the tensor cores (mma.sync), cp.async staging, the derived update per tile",
+                  build, configure, grid, rounds_products=True))

@@ -286,7 +286,7 @@ class MmaKernel:
             for u in range(-(-total // THREADS)):
                 q = f"tid + {u * THREADS}"
                 copy = [Assign("cq", q), Assign("ce", f"cq // {per_row}"), Assign("cc", f"8 * (cq % {per_row})"),
-                        Assign("cl", f"{tile} * {BN} + ce"),
+                        Assign("cl", f"({tile}) * {BN} + ce"),
                         Call("cp_async16", ("sm", f"{self.base[x]} + {stage} * {BN * self.pitch[x]} + ce * {self.pitch[x]} + cc",
                                             x, f"(rr_{x}, min(cl, length - 1))", "cc", "16 if cl < length else 0"))]
                 out += copy if (u + 1) * THREADS <= total else [If(f"{q} < {total}", tuple(copy))]

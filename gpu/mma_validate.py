@@ -26,6 +26,12 @@ from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE  # noqa: E402
 from redalgebra.runtime.compile import as_bfloat16, bfloat16_to_float  # noqa: E402
 
 # (workload, groups, rows per group, L, d, dtype, masked, query exact in 16 bits)
+SMALL = [  # for compute-sanitizer (each access checked: slow): partial tiles and row blocks, masks, both types
+    ("attention", 2, 70, 130, 64, "float16", True, False),
+    ("attention", 1, 64, 64, 128, "bfloat16", False, True),
+    ("alibi_attention", 2, 20, 77, 32, "bfloat16", True, True),
+    ("softcap_attention", 1, 16, 1, 16, "float16", False, False),
+]
 CASES = [
     ("attention", 4, 64, 512, 64, "float16", False, True),
     ("attention", 2, 100, 1001, 128, "bfloat16", False, True),
@@ -68,10 +74,11 @@ def problem(name, groups, R, L, d, dtype, masked, exact, rng):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="gpu/results/h200/mma_validate.csv")
+    ap.add_argument("--small", action="store_true", help="the small cases, for compute-sanitizer")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     failures, rows_out = 0, []
-    for name, groups, R, L, d, dtype, masked, exact in CASES:
+    for name, groups, R, L, d, dtype, masked, exact in SMALL if args.small else CASES:
         fused = derive(workloads.get(name).cascade)
         inputs, params, keep = problem(name, groups, R, L, d, dtype, masked, exact, rng)
         t0 = time.time()

@@ -124,7 +124,8 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
     read-only cache (``ld_global_nc``); ``ld_generic``/``st_generic`` (no state space: the compiler
     could not prove the address global or shared); ``ld_local``, ``st_local`` and ``local_bytes``
     (thread-private memory: arrays indexed at run time, spills; the bytes the kernels declare); ``f64`` (float64 arithmetic, :func:`f64_instructions`); ``ex2``
-    (``ex2.approx``); ``shfl_bfly`` (butterfly shuffles); ``sm_90`` (the target line); with ``assemble``,
+    (``ex2.approx``); ``shfl_bfly`` (butterfly shuffles); ``sm_90`` (the target line); the tensor cores'
+    ``mma`` (``mma.sync``), ``ldmatrix`` and ``cp_async`` (16-byte copies to shared memory); with ``assemble``,
     ptxas's ``registers``, ``spill_stores``, ``spill_loads`` and ``stack_bytes`` (:func:`ptxas_facts`).
     """
     ptx = re.sub(r"//[^\n]*", "", ptx)  # comments (such as the summary ``redalgebra ptx`` writes) count for nothing
@@ -145,7 +146,9 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
             facts["ld_global_nc"] += 1
     facts.update(local_bytes=sum(map(int, re.findall(r"^\s*\.local\b[^;\[]*\[(\d+)\]", ptx, re.M))), f64=len(f64_instructions(ptx)),
                  ex2=len(re.findall(r"\bex2\.approx\b", ptx)), shfl_bfly=len(re.findall(r"\bshfl\.sync\.bfly\b", ptx)),
-                 sm_90=".target sm_90" in ptx)
+                 sm_90=".target sm_90" in ptx, mma=len(re.findall(r"\bmma\.sync\.aligned\b", ptx)),
+                 ldmatrix=len(re.findall(r"\bldmatrix\.sync\.aligned\b", ptx)),
+                 cp_async=len(re.findall(r"\bcp\.async\.cg\.shared\.global\b", ptx)))
     if assemble:
         facts.update(ptxas_facts(ptx) or {})
     return facts

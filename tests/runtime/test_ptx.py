@@ -76,6 +76,7 @@ def _jobs() -> list:
     jobs = [(_key(name, "auto", *shape), name, "auto", *shape, {}) for name, *shape in AUTO + VECTOR_AUTO]
     jobs += [(_key(name, "rows", *shape[:3]), name, "rows", *shape) for name, shape in PASSES.items()]
     jobs += [(_key("fp8_quant_gemm", "columns", 16, 4096), "fp8_quant_gemm", "columns", 16, 4096, "bfloat16", {})]
+    jobs += [(_key("attention", "mma", 4096, 512), "attention", "mma", 4096, 512, "bfloat16", {})]
     return jobs + [(_key(name, strategy), name, strategy, 512, 2048, "bfloat16", {})
                    for strategy in LEGACY for name in SAMPLE]
 
@@ -95,7 +96,7 @@ def report():
 
 
 def test_the_sample_covers_every_real_cuda_strategy_and_the_scalar_cascades_kinds():
-    assert set(LEGACY) | {"rows", "vrows", "columns"} == set(names("cuda", real=True)) | {"block_shared", "tile_shared"}
+    assert set(LEGACY) | {"rows", "vrows", "columns", "mma"} == set(names("cuda", real=True)) | {"block_shared", "tile_shared"}
     assert set(AUTO_SAMPLE) <= set(SCALAR)
     texts = [workloads.get(n).text for n in SAMPLE]
     assert any("exp(" in t and "dot(" in t for t in texts) and any("topk(" in t for t in texts)
@@ -179,5 +180,18 @@ def test_columns_reads_each_weight_chunk_128_bits_at_a_time(report):
 
     assert facts["strategy"] == "columns" and facts["vec"] == 8
     assert facts["ld_global_128"] == UNROLL and facts["ld_global_vector_narrow"] == 0
+    assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
+    assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
+
+
+@pytest.mark.slow
+def test_mma_multiplies_on_the_tensor_cores_with_operands_staged_by_cp_async(report):
+    facts = report[_key("attention", "mma", 4096, 512)]
+    # d = 128 in tiles of 64: per k-step of 16, 8 products of 16x8 for the scores (and 8 for the query's residual,
+    # behind a branch), per 16 keys 16 products of P·V; the operands by ldmatrix; each thread copies 8 chunks of
+    # 16 bytes of the key tile and 8 of the value tile, for the first tile and in the loop
+    assert facts["strategy"] == "mma" and facts["mma"] == 8 * 8 * 2 + 4 * 16
+    assert facts["ldmatrix"] > 0 and facts["cp_async"] == 2 * 2 * 8
+    assert facts["ex2"] >= 32  # one exp per score, shared by the row sum and the product's factor
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts

@@ -3,20 +3,21 @@
 Prefill attention is a cascade over the keys whose elements are a key row ``k`` and a value row ``v``
 that every query of a head shares. Row by row, each query re-reads all of them and computes its dot
 products on the CUDA cores; here a block takes ``BM = 64`` rows of one group (the rows that share a
-vector row: ``Problem.reps``) and walks the axis in tiles of ``BN = 64`` elements:
+vector row: ``Problem.reps``; 16 rows in the simulator) and walks the axis in tiles of ``BN = 64`` elements:
 
 1. **Staging.** Each tile of every vector input is copied to shared memory by ``cp.async`` (16 bytes
    per copy, zeros past the row's end), two tiles in flight: the next tile loads while this one
    computes. Rows are padded by 16 bytes, so the eight rows an ``ldmatrix`` reads fall in distinct banks.
 2. **Scores.** Every dot product ``dot(q, k)`` of a vector param and a vector input is a 16-row by
    64-element tile per warp, ``Q · Kᵀ`` by ``mma.sync.m16n8k16`` (float32 accumulators): the param's
-   rows are the A fragments, held in registers for the whole row; the staged tile gives the B
-   fragments by ``ldmatrix``. A float32 param is split into its 16-bit value and the residual
+   rows, staged in shared memory once per block, are the A fragments and the staged tile the B
+   fragments, both by ``ldmatrix`` (a param held in registers instead would spill at d = 128: the
+   accumulators of ``P · V`` take 64 registers per thread). A float32 param is split into its 16-bit value and the residual
    (``q = hi + lo``); the residual's product is added only when some residual of the block is not
    zero, so a query given in the inputs' 16-bit type costs one product, any other is still exact to
    the 16-bit type's square (2^-16 relative for bfloat16, 2^-22 for float16).
 3. **The derived update, per tile.** Each thread holds 32 scores: rows ``g`` and ``g + 8`` of its
-   warp's 16, elements ``8 j + 2 t`` and ``+ 1``. The per-element lets are computed on them; then,
+   warp's 16, elements ``8 j + 2 t`` and ``+ 1`` (``g = lane >> 2``, ``t = lane & 3``). The per-element lets are computed on them; then,
    reduction by reduction in dependency order, the tile's terms with the *new* dependencies
    (``F_i(e, D_new)``) are reduced over the thread's elements and the 4 lanes of a row (two xor
    shuffles) and joined to the old state times its correction — the derived incremental update,
@@ -49,10 +50,10 @@ from ..tree import Assign, Barrier, Call, For, If, Shuffle, Store
 from . import Problem, Strategy, register
 from .columns import split_body
 
-#: Rows of a block (16 per warp) and elements per tile.
-BM, BN = 64, 64
-WARPS = BM // 16
-THREADS = 32 * WARPS
+#: Elements per tile; threads of a block on the GPU (four warps of 16 rows: 64 rows) and in the simulator (one
+#: warp: its barriers are what makes a simulated kernel slow).
+BN = 64
+THREADS, SIM_THREADS = 128, 32
 #: Tiles of the vector inputs in flight (one computing, one loading).
 STAGES = 2
 #: The widest vector a warp's accumulators hold (16 rows × 128 columns: 64 float32 per thread per vector).
@@ -123,10 +124,10 @@ def refusal(fused: FusedCascade) -> str | None:
     return None
 
 
-def shared_plan(fused: FusedCascade, sizes: dict):
+def shared_plan(fused: FusedCascade, sizes: dict, rows: int):
     """The dynamic shared memory, in 16-bit units: ``(pitch, base, param tiles, bytes)``. ``STAGES`` tiles of every
     vector input, then for every dot product its param's rows of the block as 16-bit values and as residuals
-    (``BM`` rows each). Every row is padded by 8 values (16 bytes): the 8 rows an ``ldmatrix`` reads then fall in
+    (``rows`` of the block each). Every row is padded by 8 values (16 bytes): the 8 rows an ``ldmatrix`` reads then fall in
     distinct banks."""
     c = fused.cascade
 
@@ -141,7 +142,7 @@ def shared_plan(fused: FusedCascade, sizes: dict):
     for dot in _dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values())):
         p = next(params[a.name] for a in dot.args if a.name in params)
         tiles.append(at)
-        at += 2 * BM * (length(p) + 8)
+        at += 2 * rows * (length(p) + 8)
     return pitch, base, tiles, 2 * at
 
 
@@ -187,7 +188,11 @@ class MmaKernel:
         for r in self.vred:
             factor, vector = split_body(self.bodies[r.name], set(self.vin))
             self.factors[r.name] = (factor, vector.name)
-        self.pitch, self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes))
+        self.threads = spec.threads
+        self.bm = spec.batch  # rows of the block: 16 per warp
+        if spec.threads % 32 or self.bm != spec.threads // 2:
+            raise RedalgebraError(f"mma: a block of {spec.threads} threads takes {spec.threads // 2} rows (16 per warp)")
+        self.pitch, self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm)
         self.nt = BN // 8
 
     # -- names ---------------------------------------------------------------------------------------
@@ -229,7 +234,7 @@ class MmaKernel:
             for sym, _ in self.prologue:
                 acc.scalar[sym.name] = f"e_{sym.name}_{j}_{i}"
             for n, sym in enumerate(self.dots.values()):
-                acc.scalar[sym.name] = f"sc{n}_{j}_{i}"
+                acc.scalar[sym.name] = f"sc_{n}_{j}_{i}"
             acc.scalar["element.index"] = f"(lt + {8 * j + b})"
             acc.scalar["pos"] = f"float32(lt + {8 * j + b})"
         return acc
@@ -243,14 +248,14 @@ class MmaKernel:
     def setup(self) -> list:
         c, first = self.c, self.vin[0]
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
-               Assign("g", "lane >> 2"), Assign("t", "lane & 3"),
+               Assign("lg", "lane >> 2"), Assign("t", "lane & 3"),
                Assign("sm", "cuda.shared.array(0, uint16)"), Assign("smw", "cuda.shared.array(0, uint32)"),
-               Assign("R", f"rep_{first}"), Assign("ntr", f"(R + {BM - 1}) // {BM}"),
+               Assign("grows", f"rep_{first}"), Assign("ntr", f"(grows + {self.bm - 1}) // {self.bm}"),
                Assign("grp", "cuda.blockIdx.x // ntr"), Assign("rt", "cuda.blockIdx.x - grp * ntr"),
-               Assign("end", "grp * R + R")]
+               Assign("gend", "grp * grows + grows")]
         for h in range(2):
-            out += [Assign(f"row_{h}", f"grp * R + rt * {BM} + 16 * warp + g + {8 * h}"),
-                    Assign(f"ok_{h}", f"row_{h} < end"), Assign(f"rc_{h}", f"min(row_{h}, end - 1)")]
+            out += [Assign(f"row_{h}", f"grp * grows + rt * {self.bm} + 16 * warp + lg + {8 * h}"),
+                    Assign(f"ok_{h}", f"row_{h} < gend"), Assign(f"rc_{h}", f"min(row_{h}, gend - 1)")]
             out += [Assign(f"p_{p.name}_{h}", f"{p.name}[rc_{h}]") for p in c.params if p.size is None]
         out += [Assign(f"rr_{x}", f"rc_0 // rep_{x}") for x in self.vin]
         out += [Assign("krow", "(lane & 7) + 8 * (lane >> 4)"), Assign("kcol", "8 * ((lane >> 3) & 1)"),
@@ -268,13 +273,13 @@ class MmaKernel:
             for ks in range(self.size[p] // 16):
                 for r in range(4):
                     h, col = r & 1, f"{16 * ks + 8 * (r >> 1)} + 2 * t"
-                    at = f"({self.qtile[n]} + (16 * warp + g + {8 * h}) * {pq} + {col}) // 2"
+                    at = f"({self.qtile[n]} + (16 * warp + lg + {8 * h}) * {pq} + {col}) // 2"
                     out += [Assign("v0", f"{p}[rc_{h}, {col}]"), Assign("v1", f"{p}[rc_{h}, {col} + 1]"),
-                            Assign("w", f"{pack}(v0, v1)"), Assign("u0, u1", f"{unpack}(w)"),
+                            Assign("qw", f"{pack}(v0, v1)"), Assign("u0, u1", f"{unpack}(qw)"),
                             Assign("d0", "v0 - u0"), Assign("d1", "v1 - u1"),
                             Assign("d0", "d0 if d0 == d0 else float32(0)"), Assign("d1", "d1 if d1 == d1 else float32(0)"),
                             If("d0 != 0 or d1 != 0", (Assign("inexact", "1"),)),
-                            Assign(f"smw[{at}]", "w"), Assign(f"smw[{at} + {BM * pq // 2}]", f"{pack}(d0, d1)")]
+                            Assign(f"smw[{at}]", "qw"), Assign(f"smw[{at} + {self.bm * pq // 2}]", f"{pack}(d0, d1)")]
         return out + [Assign("split", "cuda.syncthreads_or(inexact)")]
 
     def issue(self, tile: str, stage: str) -> list:
@@ -283,25 +288,25 @@ class MmaKernel:
         for x in self.vin:
             per_row = self.size[x] // 8
             total = BN * per_row
-            for u in range(-(-total // THREADS)):
-                q = f"tid + {u * THREADS}"
+            for u in range(-(-total // self.threads)):
+                q = f"tid + {u * self.threads}"
                 copy = [Assign("cq", q), Assign("ce", f"cq // {per_row}"), Assign("cc", f"8 * (cq % {per_row})"),
                         Assign("cl", f"({tile}) * {BN} + ce"),
                         Call("cp_async16", ("sm", f"{self.base[x]} + {stage} * {BN * self.pitch[x]} + ce * {self.pitch[x]} + cc",
                                             x, f"(rr_{x}, min(cl, length - 1))", "cc", "16 if cl < length else 0"))]
-                out += copy if (u + 1) * THREADS <= total else [If(f"{q} < {total}", tuple(copy))]
+                out += copy if (u + 1) * self.threads <= total else [If(f"{q} < {total}", tuple(copy))]
         return out + [Call("cp_commit", ())]
 
     def mma(self, target: str, a: str, b: str, c: str) -> Assign:
         return Assign(target, f"mma_{self.kind}({a}, {b}, {c})")
 
     def scores(self) -> list:
-        """``sc{n}_{j}_{i}``: the tile's dot products, on the tensor cores."""
+        """``sc_{n}_{j}_{i}``: the tile's dot products, on the tensor cores."""
         zero = self.consts.name(0.0)
         out = []
         for n, dot in enumerate(self.dot_list):
             p, x = self.param_of(dot), self.input_of(dot)
-            out += [Assign(f"sc{n}_{j}_{i}", zero) for j, i in self.slots()]
+            out += [Assign(f"sc_{n}_{j}_{i}", zero) for j, i in self.slots()]
             ksteps, pq = self.size[p] // 16, self.size[p] + 8
 
             def products(tile):
@@ -314,11 +319,11 @@ class MmaKernel:
                                                              f"{16 * ks} + kcol)"))
                         for half, bw in ((0, "k0, k1"), (1, "k2, k3")):
                             j = 2 * jp + half
-                            acc = ", ".join(f"sc{n}_{j}_{i}" for i in range(4))
+                            acc = ", ".join(f"sc_{n}_{j}_{i}" for i in range(4))
                             body.append(self.mma(acc, "a0, a1, a2, a3", bw, acc))
                 return body
             out += products(str(self.qtile[n]))
-            out.append(If("split", tuple(products(str(self.qtile[n] + BM * pq)))))
+            out.append(If("split", tuple(products(str(self.qtile[n] + self.bm * pq)))))
         return out
 
     def ok(self, j: int, i: int) -> str:
@@ -545,12 +550,15 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     reason = applicable(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
-    for name in ("threads", "tile", "segments", "group", "batch"):
-        if p.option(name) not in (None, {"threads": THREADS, "tile": BN, "batch": BM}.get(name)):
-            raise RedalgebraError(f"mma: {name} is fixed by the instruction shapes (threads {THREADS}, tile {BN}, "
-                                  f"batch {BM}, one segment)")
-    return dict(threads=THREADS, tile=BN, batch=BM, vec=8, segments=1, fast_exp=p.option("fast_exp", True),
-                shared=shared_plan(fused, dict(p.sizes))[-1])
+    threads = p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
+    if threads not in (32, 64, 128, 256):
+        raise RedalgebraError(f"mma: blocks of 32, 64, 128 or 256 threads (16 rows per warp), got {threads}")
+    for name, fixed in (("tile", BN), ("segments", 1), ("group", None), ("batch", threads // 2)):
+        if p.option(name) not in (None, fixed):
+            raise RedalgebraError(f"mma: the {name} is fixed by the instruction shapes (tiles of {BN} elements, "
+                                  f"16 rows per warp, one segment)")
+    return dict(threads=threads, tile=BN, batch=threads // 2, vec=8, segments=1, fast_exp=p.option("fast_exp", True),
+                shared=shared_plan(fused, dict(p.sizes), threads // 2)[-1])
 
 
 def grid(rows: int, spec: Spec, named) -> dict:
@@ -560,7 +568,7 @@ def grid(rows: int, spec: Spec, named) -> dict:
         raise RedalgebraError(f"mma: every vector input must be shared by the same rows, got {sorted(shared)}")
     rep = shared.pop()
     # a block per 64 rows of a group (the rows sharing a vector row), the whole grid on x
-    return {"rows": (rows // rep * -(-rep // BM), THREADS, 0, spec.shared)}
+    return {"rows": (rows // rep * -(-rep // spec.batch), spec.threads, 0, spec.shared)}
 
 
 register(Strategy("mma", "cuda", "rows sharing their element vectors in tiles of 64 by 64: dot products and "

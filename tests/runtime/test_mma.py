@@ -1,0 +1,106 @@
+"""The mma strategy in the CUDA simulator: rows sharing their keys, the products on the (simulated) tensor cores.
+
+The simulator runs the kernel as the GPU does, with the warp-collective stand-ins of ``ldmatrix`` and
+``mma.sync`` computing each warp's fragments from all its lanes, in blocks of one warp (16 rows).
+"""
+
+import numpy as np
+import pytest
+
+from redalgebra import RedalgebraError, derive, evaluate, parse, workloads
+from redalgebra.codegen import Problem
+from redalgebra.runtime import compile
+from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE
+from redalgebra.runtime.compile import as_bfloat16, bfloat16_to_float, choose
+from tests.catalogue import fused
+
+
+def _problem(name, groups, R, L, d, dtype, masked, query16, seed=0):
+    rng = np.random.default_rng(seed)
+    c = workloads.get(name).cascade
+    inputs = {}
+    for s in c.inputs:
+        a = rng.normal(size=(groups, L, d)).astype(np.float32)
+        inputs[s.name] = as_bfloat16(a) if dtype == "bfloat16" else a.astype(np.float16)
+    params = {}
+    for p in c.params:
+        if p.size is not None:
+            q = rng.normal(size=(groups * R, d)).astype(np.float32)
+            params[p.name] = q.astype(np.float16).astype(np.float32) if query16 else q
+        else:
+            params[p.name] = {"scale": np.float32(d ** -0.5), "qpos": np.float32(L // 2)}.get(p.name, np.float32(0.3))
+    keep = None
+    if masked:
+        keep = rng.random((groups * R, L)) > 0.3
+        keep[1] = False  # a fully masked row: the reference's NaN (0/0), not a wrong number
+    return inputs, params, keep
+
+
+@pytest.mark.parametrize("name,groups,R,L,d,dtype,masked,query16", [
+    # three tiles (the last partial), rows past the group's end, a mask, a float32 query (its residual's product)
+    ("attention", 1, 20, 130, 16, "float16", True, False),
+    # two groups sharing keys, positions and where (ALiBi's causal mask and bias), bfloat16
+    ("alibi_attention", 2, 16, 70, 32, "bfloat16", False, True),
+])
+def test_mma_matches_the_reference(name, groups, R, L, d, dtype, masked, query16):
+    inputs, params, keep = _problem(name, groups, R, L, d, dtype, masked, query16)
+    kernel = compile(fused(name), "cudasim", "mma")
+    out = kernel(inputs, params, keep)["y"]
+    wide = {k: np.repeat(np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64), R, 0)
+            for k, v in inputs.items()}
+    ref = evaluate(workloads.get(name).cascade, wide, params, keep)["y"]
+    assert np.array_equal(np.isnan(out), np.isnan(ref))
+    fin = np.isfinite(ref)
+    err = np.abs(out - ref)[fin].max() / np.abs(ref[fin]).max()
+    # the factors enter P·V rounded to the keys' 16-bit type (as FlashAttention's): one such rounding allowed
+    assert err <= TOLERANCE[dtype] + STORE_ROUNDING[dtype]
+
+
+def test_a_float32_query_is_not_rounded_to_16_bits():
+    # scores only (no P·V): a query rounded to float16 would move them by about 2^-12; its residual's product
+    # (added when some residual of the block is not zero) keeps them at float32 accuracy
+    f = derive(parse("input k[d]\nparam q[d]\nreduce m = max(dot(q, k))\nreduce n = min(dot(q, k))\nout y = m - n"))
+    rng = np.random.default_rng(3)
+    k = rng.normal(size=(1, 40, 16)).astype(np.float16)
+    q = rng.normal(size=(16, 16)).astype(np.float32)
+    out = compile(f, "cudasim", "mma")({"k": k}, {"q": q})["y"]
+    s = q.astype(np.float64) @ k[0].astype(np.float64).T
+    want = s.max(1) - s.min(1)
+    rounded = q.astype(np.float16).astype(np.float64) @ k[0].astype(np.float64).T
+    assert np.abs(out - want).max() <= 1e-5 * np.abs(want).max() < np.abs(rounded.max(1) - rounded.min(1) - want).max()
+
+
+def test_auto_takes_the_tensor_cores_for_shared_16bit_keys():
+    f = fused("attention")
+    sizes = {"d": 128}
+
+    def problem(dtype="float16", reps=512, vec_ok=True, d=128):
+        return Problem(4096, 512, (("d", d),), (("k", dtype), ("v", dtype)), False, vec_ok, vec_ok, False,
+                       (("k", reps), ("v", reps)))
+    reps = {"k": 512, "v": 512}
+    assert choose(f, 4096, 512, sizes, reps, problem()) == "mma"
+    assert choose(f, 4096, 512, sizes, reps, problem("float32")) == "vrows"  # no float32 tensor-core product
+    assert choose(f, 4096, 512, sizes, {"k": 4, "v": 4}, problem(reps=4)) == "vrows"  # few rows share a key
+    assert choose(f, 4096, 512, {"d": 24}, reps, problem(d=24)) == "vrows"  # not a multiple of 16
+    assert choose(f, 4096, 512, sizes, reps, problem(vec_ok=False)) == "vrows"  # cp.async needs 16-byte rows
+    spec = compile(f, "cuda").spec_for(4096, 512, {"k": "float16", "v": "float16"}, sizes, reps=reps)
+    assert spec[0] == "mma" and spec[1].threads == 128 and spec[1].batch == 64
+    assert spec[1].shared == 2 * (2 * 64 * 2 * 136 + 2 * 64 * 136)  # K and V twice, the query and its residual
+
+
+@pytest.mark.parametrize("text,match", [
+    ("input k[d]\nparam q[d]\nreduce m = max(dot(q, k))\nreduce t = topk(2, dot(q, k))\nout y = m", "top-k"),
+    ("input k[d]\ninput v[d]\nreduce s = sum(dot(k, v))\nout y = s", "vector param by a vector input"),
+    ("input k[d]\nparam q[d]\nreduce o = sum(k * k)\nreduce s = sum(dot(q, k))\nout y = s", "scalar factor times"),
+    ("input k[d]\nparam q[d]\nlet s = dot(q, k)\nreduce m = max(s)\nout y = exp(s - m)", "per-element outputs"),
+])
+def test_mma_refuses_what_it_cannot_build_with_a_message(text, match):
+    f = derive(parse(text))
+    with pytest.raises(RedalgebraError, match=match):
+        compile(f, "cudasim", "mma").spec_for(64, 64, {"k": "float16", "v": "float16"}, {"d": 16},
+                                              reps={"k": 64, "v": 64})
+
+
+def test_mma_refuses_float32_vectors():
+    with pytest.raises(RedalgebraError, match="bfloat16 or float16"):
+        compile(fused("attention"), "cudasim", "mma").spec_for(64, 64, {}, {"d": 16})

@@ -360,6 +360,7 @@ def compiled_fn(key, fn):
 # -- the case list ---------------------------------------------------------------------------------
 LONG = ("rows", "rows@512g512", "tile@512")
 DECODE = ("vrows", "vrows@128x2", "vrows@256x4", "split_lanes@256x4")
+PREFILL = ("mma@128g16", "mma@128g32")  # 16 or 32 rows per warp (32: each key fragment serves two row tiles)
 
 
 def all_cases(quick: bool) -> dict:
@@ -373,10 +374,10 @@ def all_cases(quick: bool) -> dict:
                    for b, l in ((16, 4096), (1, 65536), (4, 16384), (64, 1024), (64, 8192))],
         "mla": [lambda b=b: case_mla(b, 4096, ("vrows", "vrows@256x2", "lanes@512x2"))
                 for b in (4, 16)],
-        "prefill": [lambda: case_attention(8, 12, 512, 512, 64, ("mma",), "attention", "BERT-base"),
-                    lambda: case_attention(8, 16, 197, 197, 64, ("mma",), "attention", "ViT-L"),
-                    lambda: case_attention(1, 64, 2048, 2048, 128, ("mma",), "attention", "LLaMA-65B"),
-                    lambda: case_attention(1, 64, 4096, 4096, 128, ("mma",), "attention", "LLaMA-65B")],
+        "prefill": [lambda: case_attention(8, 12, 512, 512, 64, PREFILL, "attention", "BERT-base"),
+                    lambda: case_attention(8, 16, 197, 197, 64, PREFILL, "attention", "ViT-L"),
+                    lambda: case_attention(1, 64, 2048, 2048, 128, PREFILL, "attention", "LLaMA-65B"),
+                    lambda: case_attention(1, 64, 4096, 4096, 128, PREFILL, "attention", "LLaMA-65B")],
         "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("rows", "rows@128g16", "warp@128"), lab)
                 for t, e, k, lab in ((16384, 128, 8, "Qwen3"), (4096, 128, 8, "Qwen3"), (32768, 128, 8, "Qwen3"),
                                      (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]

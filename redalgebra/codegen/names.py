@@ -27,7 +27,7 @@ BARE = frozenset("""
     lane length live lo math max min nch njit np nseg off oi ov part partial prange range red row rows
     seg seglen stride t tid u warp wsrc uint16 uint32
     a0 a1 a2 a3 cc ce cl cq d0 d1 gend grows rt inexact it k0 k1 k2 k3 kb kcol krow lg lt ntile ntr qw sm smw split st tl
-    u0 u1 v0 v1 v2 v3 vcol vrow
+    u0 u1 v0 v1 v2 v3 vcol vrow a0 a1
 """.split())
 #: What comes before the first underscore of the generator's other identifiers (``s_m``, ``e_x_0_1``).
 PREFIXES = frozenset("""

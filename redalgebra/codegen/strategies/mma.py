@@ -189,9 +189,10 @@ class MmaKernel:
             factor, vector = split_body(self.bodies[r.name], set(self.vin))
             self.factors[r.name] = (factor, vector.name)
         self.threads = spec.threads
-        self.bm = spec.batch  # rows of the block: 16 per warp
-        if spec.threads % 32 or self.bm != spec.threads // 2:
-            raise RedalgebraError(f"mma: a block of {spec.threads} threads takes {spec.threads // 2} rows (16 per warp)")
+        self.mt = max(1, spec.group // 16)  # row tiles of 16 per warp: they share each key and value fragment
+        self.bm = spec.batch  # rows of the block
+        if spec.threads % 32 or self.bm != spec.threads // 32 * 16 * self.mt or self.mt > 2:
+            raise RedalgebraError(f"mma: a block of {spec.threads} threads takes 16 or 32 rows per warp, got {self.bm}")
         self.pitch, self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm)
         self.nt = BN // 8
 
@@ -202,10 +203,15 @@ class MmaKernel:
     def input_of(self, dot) -> str:
         return next(a.name for a in dot.args if a.name in self.vin)
 
-    @staticmethod
-    def slots():
-        """The thread's elements of a tile: ``(j, i)`` = n-tile ``j``, accumulator ``i`` (row half ``i >> 1``)."""
-        return [(j, i) for j in range(BN // 8) for i in range(4)]
+    def slots(self):
+        """The thread's elements of a tile: ``(m, j, i)`` = row tile ``m`` of the warp, n-tile ``j``, accumulator
+        ``i``; the thread's row ``2 m + (i >> 1)``."""
+        return [(m, j, i) for m in range(self.mt) for j in range(BN // 8) for i in range(4)]
+
+    @property
+    def rows(self):
+        """The thread's rows: two per row tile (``g`` and ``g + 8`` of it)."""
+        return range(2 * self.mt)
 
     def print(self, expr, acc, j=None):
         return print_expr(expr, acc, self.consts, j, self.counter, tree=True)
@@ -213,8 +219,9 @@ class MmaKernel:
     def identity(self, name: str) -> str:
         return identity_text(self.f, name, self.consts)
 
-    def access(self, h: int, j: int | None = None, i: int | None = None, deps: str = "n"):
-        """Names for row half ``h`` (and its element ``(j, i)``); reduction symbols read the ``deps`` side."""
+    def access(self, h: int, m: int | None = None, j: int | None = None, i: int | None = None, deps: str = "n"):
+        """Names for the thread's row ``h`` (and its element ``(m, j, i)``); reduction symbols read the ``deps``
+        side."""
         acc = self.lay.base_access()
         acc.exp = "fast_exp" if self.spec.fast_exp else "math.exp"
         for p in self.c.params:
@@ -228,13 +235,13 @@ class MmaKernel:
             else:
                 acc.vector[r.name] = f"o_{r.name}_{{j}}"
         if j is not None:
-            b = i & 1
+            b, e = i & 1, f"{m}_{j}_{i}"
             for x in self.sin:
-                acc.scalar[x] = f"e_{x}_{j}_{i}"
+                acc.scalar[x] = f"e_{x}_{e}"
             for sym, _ in self.prologue:
-                acc.scalar[sym.name] = f"e_{sym.name}_{j}_{i}"
+                acc.scalar[sym.name] = f"e_{sym.name}_{e}"
             for n, sym in enumerate(self.dots.values()):
-                acc.scalar[sym.name] = f"sc_{n}_{j}_{i}"
+                acc.scalar[sym.name] = f"sc_{n}_{e}"
             acc.scalar["element.index"] = f"(lt + {8 * j + b})"
             acc.scalar["pos"] = f"float32(lt + {8 * j + b})"
         return acc
@@ -253,8 +260,8 @@ class MmaKernel:
                Assign("grows", f"rep_{first}"), Assign("ntr", f"(grows + {self.bm - 1}) // {self.bm}"),
                Assign("grp", "cuda.blockIdx.x // ntr"), Assign("rt", "cuda.blockIdx.x - grp * ntr"),
                Assign("gend", "grp * grows + grows")]
-        for h in range(2):
-            out += [Assign(f"row_{h}", f"grp * grows + rt * {self.bm} + 16 * warp + lg + {8 * h}"),
+        for h in self.rows:
+            out += [Assign(f"row_{h}", f"grp * grows + rt * {self.bm} + {16 * self.mt} * warp + lg + {8 * h}"),
                     Assign(f"ok_{h}", f"row_{h} < gend"), Assign(f"rc_{h}", f"min(row_{h}, gend - 1)")]
             out += [Assign(f"p_{p.name}_{h}", f"{p.name}[rc_{h}]") for p in c.params if p.size is None]
         out += [Assign(f"rr_{x}", f"rc_0 // rep_{x}") for x in self.vin]
@@ -270,10 +277,9 @@ class MmaKernel:
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)
             pq = self.size[p] + 8
-            for ks in range(self.size[p] // 16):
-                for r in range(4):
-                    h, col = r & 1, f"{16 * ks + 8 * (r >> 1)} + 2 * t"
-                    at = f"({self.qtile[n]} + (16 * warp + lg + {8 * h}) * {pq} + {col}) // 2"
+            for ks, m, r in itertools.product(range(self.size[p] // 16), range(self.mt), range(4)):
+                    h, col = 2 * m + (r & 1), f"{16 * ks + 8 * (r >> 1)} + 2 * t"
+                    at = f"({self.qtile[n]} + ({16 * self.mt} * warp + lg + {8 * h}) * {pq} + {col}) // 2"
                     out += [Assign("v0", f"{p}[rc_{h}, {col}]"), Assign("v1", f"{p}[rc_{h}, {col} + 1]"),
                             Assign("qw", f"{pack}(v0, v1)"), Assign("u0, u1", f"{unpack}(qw)"),
                             Assign("d0", "v0 - u0"), Assign("d1", "v1 - u1"),
@@ -306,47 +312,49 @@ class MmaKernel:
         out = []
         for n, dot in enumerate(self.dot_list):
             p, x = self.param_of(dot), self.input_of(dot)
-            out += [Assign(f"sc_{n}_{j}_{i}", zero) for j, i in self.slots()]
+            out += [Assign(f"sc_{n}_{m}_{j}_{i}", zero) for m, j, i in self.slots()]
             ksteps, pq = self.size[p] // 16, self.size[p] + 8
 
             def products(tile):
                 body = []
                 for ks in range(ksteps):
-                    body.append(Assign("a0, a1, a2, a3", f"ldsm_x4(sm, {tile} + (16 * warp + (lane & 15)) * {pq} + "
-                                                         f"{16 * ks} + 8 * (lane >> 4))"))
+                    for m in range(self.mt):  # the A fragments of each row tile, then each key fragment used by all
+                        body.append(Assign(f"a{m}_0, a{m}_1, a{m}_2, a{m}_3",
+                                           f"ldsm_x4(sm, {tile} + ({16 * self.mt} * warp + {16 * m} + (lane & 15)) * "
+                                           f"{pq} + {16 * ks} + 8 * (lane >> 4))"))
                     for jp in range(BN // 16):
                         body.append(Assign("k0, k1, k2, k3", f"ldsm_x4(sm, xb_{x} + ({16 * jp} + krow) * {self.pitch[x]} + "
                                                              f"{16 * ks} + kcol)"))
-                        for half, bw in ((0, "k0, k1"), (1, "k2, k3")):
+                        for m, (half, bw) in itertools.product(range(self.mt), ((0, "k0, k1"), (1, "k2, k3"))):
                             j = 2 * jp + half
-                            acc = ", ".join(f"sc_{n}_{j}_{i}" for i in range(4))
-                            body.append(self.mma(acc, "a0, a1, a2, a3", bw, acc))
+                            acc = ", ".join(f"sc_{n}_{m}_{j}_{i}" for i in range(4))
+                            body.append(self.mma(acc, f"a{m}_0, a{m}_1, a{m}_2, a{m}_3", bw, acc))
                 return body
             out += products(str(self.qtile[n]))
             out.append(If("split", tuple(products(str(self.qtile[n] + self.bm * pq)))))
         return out
 
-    def ok(self, j: int, i: int) -> str:
+    def ok(self, m: int, j: int, i: int) -> str:
         """Whether element ``(j, i)`` of the tile counts (in the row, not masked): a test, not a register (a predicate
         per element would not fit the predicate registers)."""
         ok = f"lt + {8 * j + (i & 1)} < length"
         if self.spec.has_keep:
-            ok += f" and keep[rc_{i >> 1}, lt + {8 * j + (i & 1)}] != 0"
+            ok += f" and keep[rc_{2 * m + (i >> 1)}, lt + {8 * j + (i & 1)}] != 0"
         return ok
 
     def elements(self) -> list:
         """The per-element inputs and lets of the thread's 32 elements (``lt``: its first element's position)."""
         out = [Assign("lt", "kb + 2 * t")]
-        for j, i in self.slots():
-            h, at = i >> 1, f"min(lt + {8 * j + (i & 1)}, length - 1)"
+        for m, j, i in self.slots():
+            h, at = 2 * m + (i >> 1), f"min(lt + {8 * j + (i & 1)}, length - 1)"
             for x in self.sin:
                 dt = self.dtypes.get(x, "float32")
                 read = f"ld_b16({x}, rc_{h} // rep_{x}, {at})" if dt == "bfloat16" else f"{x}[rc_{h} // rep_{x}, {at}]"
-                out.append(Assign(f"e_{x}_{j}_{i}", f"float32({read})" if dt == "float16" else read))
-            acc = self.access(h, j, i)
+                out.append(Assign(f"e_{x}_{m}_{j}_{i}", f"float32({read})" if dt == "float16" else read))
+            acc = self.access(h, m, j, i)
             for sym, expr in self.prologue:
                 pre, text = self.print(expr, acc)
-                out += pre + [Assign(f"e_{sym.name}_{j}_{i}", text)]
+                out += pre + [Assign(f"e_{sym.name}_{m}_{j}_{i}", text)]
         return out
 
     def left(self, r, h: int):
@@ -386,30 +394,30 @@ class MmaKernel:
         term = self.new_term(r, self.bodies[r.name])
         ident = self.identity(r.name)
         kept = self.shares(r)
-        for h in range(2):
+        for h in self.rows:
             out.append(Assign(f"tr_{h}", ident))
-        for j, i in self.slots():
-            h = i >> 1
-            acc = self.access(h, j, i)
+        for m, j, i in self.slots():
+            h = 2 * m + (i >> 1)
+            acc = self.access(h, m, j, i)
             acc.scalar[fold.name] = f"tr_{h}"
             if kept is None:
                 pre, text = self.print(r.monoid.combine(fold, term), acc)
-                out.append(If(self.ok(j, i), tuple(pre + [Assign(f"tr_{h}", text)])))
+                out.append(If(self.ok(m, j, i), tuple(pre + [Assign(f"tr_{h}", text)])))
                 continue
             pre, text = self.print(term, acc)
-            pf = f"pf_{kept}_{j}_{i}"
-            out += [Assign(pf, self.consts.name(0.0)), If(self.ok(j, i), tuple(pre + [Assign(pf, text)])),
+            pf = f"pf_{kept}_{m}_{j}_{i}"
+            out += [Assign(pf, self.consts.name(0.0)), If(self.ok(m, j, i), tuple(pre + [Assign(pf, text)])),
                     Assign(f"tr_{h}", pf, "+")]
         if kept is not None:
             self.kept.add(kept)
         other = sp.Symbol("__other", extended_real=True)
         for off in (1, 2):
-            for h in range(2):
+            for h in self.rows:
                 acc = self.access(h)
                 acc.scalar[fold.name], acc.scalar[other.name] = f"tr_{h}", f"tx_{h}"
                 pre, text = self.print(r.monoid.combine(fold, other), acc)
                 out += [Shuffle(f"tx_{h}", f"tr_{h}", str(off))] + pre + [Assign(f"tr_{h}", text)]
-        for h in range(2):
+        for h in self.rows:
             left = self.left(r, h)
             acc = self.access(h)
             acc.scalar[fold.name], acc.scalar[other.name] = "tl", f"tr_{h}"
@@ -422,33 +430,31 @@ class MmaKernel:
         factor, x = self.factors[r.name]
         dv = self.size[r.name]
         out = []
-        for h in range(2):
+        for h in self.rows:
             left = self.left(r, h)
             if left is not None:
+                m, hh = divmod(h, 2)
                 out += left[0] + [Assign(f"cf_{h}", left[1])]
-                out += [Assign(f"o_{r.name}_{j}_{i}", f"cf_{h}", "*") for j in range(dv // 8) for i in (2 * h, 2 * h + 1)]
+                out += [Assign(f"o_{r.name}_{m}_{j}_{i}", f"cf_{h}", "*") for j in range(dv // 8)
+                        for i in (2 * hh, 2 * hh + 1)]
         term = self.new_term(r, factor)
         zero = self.consts.name(0.0)
-        for j, i in self.slots() if r.name not in self.kept else ():  # else computed with the sum that shares it
-            pre, text = self.print(term, self.access(i >> 1, j, i))
-            out.append(Assign(f"pf_{r.name}_{j}_{i}", zero))
-            out.append(If(self.ok(j, i), tuple(pre + [Assign(f"pf_{r.name}_{j}_{i}", text)])))
+        for m, j, i in self.slots() if r.name not in self.kept else ():  # else computed with the sum that shares it
+            pre, text = self.print(term, self.access(2 * m + (i >> 1), m, j, i))
+            out.append(Assign(f"pf_{r.name}_{m}_{j}_{i}", zero))
+            out.append(If(self.ok(m, j, i), tuple(pre + [Assign(f"pf_{r.name}_{m}_{j}_{i}", text)])))
         pack = f"pack_{self.kind}x2"
         for kk in range(BN // 16):
-            words = []
-            for r_ in range(4):
+            for m, r_ in itertools.product(range(self.mt), range(4)):  # the scores' layout is the A fragments'
                 j, i0 = 2 * kk + (r_ >> 1), 2 * (r_ & 1)
-                words.append(f"{pack}(pf_{r.name}_{j}_{i0}, pf_{r.name}_{j}_{i0 + 1})")
-            for r_, w in enumerate(words):
-                out.append(Assign(f"pa_{r_}", w))
-            a = "pa_0, pa_1, pa_2, pa_3"
+                out.append(Assign(f"pa{m}_{r_}", f"{pack}(pf_{r.name}_{m}_{j}_{i0}, pf_{r.name}_{m}_{j}_{i0 + 1})"))
             for np_ in range(dv // 16):
                 out.append(Assign("v0, v1, v2, v3", f"ldsm_x4_t(sm, xb_{x} + ({16 * kk} + vrow) * {self.pitch[x]} + "
                                                     f"{16 * np_} + vcol)"))
-                for half, bw in ((0, "v0, v1"), (1, "v2, v3")):
+                for m, (half, bw) in itertools.product(range(self.mt), ((0, "v0, v1"), (1, "v2, v3"))):
                     j = 2 * np_ + half
-                    acc = ", ".join(f"o_{r.name}_{j}_{i}" for i in range(4))
-                    out.append(self.mma(acc, a, bw, acc))
+                    acc = ", ".join(f"o_{r.name}_{m}_{j}_{i}" for i in range(4))
+                    out.append(self.mma(acc, f"pa{m}_0, pa{m}_1, pa{m}_2, pa{m}_3", bw, acc))
         return out
 
     def tile(self) -> list:
@@ -459,16 +465,17 @@ class MmaKernel:
             out += self.scalar_update(r)
         for r in self.vred:
             out += self.vector_update(r)
-        out += [Assign(f"s_{r.name}_{h}", f"n_{r.name}_{h}") for r in self.scal for h in range(2)]
+        out += [Assign(f"s_{r.name}_{h}", f"n_{r.name}_{h}") for r in self.scal for h in self.rows]
         return out
 
     def loop(self) -> list:
         out = []
         for r in self.scal:
-            out += [Assign(f"s_{r.name}_{h}", self.identity(r.name)) for h in range(2)]
+            out += [Assign(f"s_{r.name}_{h}", self.identity(r.name)) for h in self.rows]
         zero = self.consts.name(0.0)
         for r in self.vred:
-            out += [Assign(f"o_{r.name}_{j}_{i}", zero) for j in range(self.size[r.name] // 8) for i in range(4)]
+            out += [Assign(f"o_{r.name}_{m}_{j}_{i}", zero) for m in range(self.mt)
+                    for j in range(self.size[r.name] // 8) for i in range(4)]
         out += [Assign("ntile", f"(length + {BN - 1}) // {BN}")] + self.issue("0", "0")
         step = [If("it + 1 < ntile", tuple(self.issue("it + 1", "(it + 1) % 2") + [Call("cp_wait1", ())]),
                    (Call("cp_wait0", ()),)), Barrier(), Assign("st", "it % 2")] + self.tile() + [Barrier()]
@@ -477,7 +484,8 @@ class MmaKernel:
     def outputs(self) -> list:
         out = []
         outs = {o.name for o in self.c.outputs}
-        for h in range(2):
+        for h in self.rows:
+            m, hh = divmod(h, 2)
             acc = self.access(h, deps="s")
             stores = []
             for sym, expr in self.f.finalize.steps:
@@ -496,7 +504,7 @@ class MmaKernel:
                     raise RedalgebraError(f"mma: the vector output {sym.name} is not as long as the vector state")
                 for j in range(n // 8):
                     for b in range(2):
-                        pre, text = self.print(expr, acc, f"{j}_{2 * h + b}")
+                        pre, text = self.print(expr, acc, f"{m}_{j}_{2 * hh + b}")
                         value = f"y_{sym.name}_{j}_{b}"
                         out += pre + [Assign(value, text)]
                         stores.append(Store(f"out_{sym.name}", f"row_{h}", f"{8 * j + b} + 2 * t", (value,)))
@@ -553,12 +561,16 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     threads = p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
     if threads not in (32, 64, 128, 256):
         raise RedalgebraError(f"mma: blocks of 32, 64, 128 or 256 threads (16 rows per warp), got {threads}")
-    for name, fixed in (("tile", BN), ("segments", 1), ("group", None), ("batch", threads // 2)):
+    per_warp = p.option("group") or 16
+    if per_warp not in (16, 32):
+        raise RedalgebraError(f"mma: 16 or 32 rows per warp (the group), got {per_warp}")
+    bm = threads // 32 * per_warp
+    for name, fixed in (("tile", BN), ("segments", 1), ("batch", bm)):
         if p.option(name) not in (None, fixed):
             raise RedalgebraError(f"mma: the {name} is fixed by the instruction shapes (tiles of {BN} elements, "
-                                  f"16 rows per warp, one segment)")
-    return dict(threads=threads, tile=BN, batch=threads // 2, vec=8, segments=1, fast_exp=p.option("fast_exp", True),
-                shared=shared_plan(fused, dict(p.sizes), threads // 2)[-1])
+                                  f"{per_warp} rows per warp, one segment)")
+    return dict(threads=threads, tile=BN, batch=bm, group=per_warp, vec=8, segments=1,
+                fast_exp=p.option("fast_exp", True), shared=shared_plan(fused, dict(p.sizes), bm)[-1])
 
 
 def grid(rows: int, spec: Spec, named) -> dict:

@@ -36,15 +36,16 @@ def _problem(name, groups, R, L, d, dtype, masked, query16, seed=0):
     return inputs, params, keep
 
 
-@pytest.mark.parametrize("name,groups,R,L,d,dtype,masked,query16", [
+@pytest.mark.parametrize("name,groups,R,L,d,dtype,masked,query16,per_warp", [
     # three tiles (the last partial), rows past the group's end, a mask, a float32 query (its residual's product)
-    ("attention", 1, 20, 130, 16, "float16", True, False),
-    # two groups sharing keys, positions and where (ALiBi's causal mask and bias), bfloat16
-    ("alibi_attention", 2, 16, 70, 32, "bfloat16", False, True),
+    ("attention", 1, 20, 130, 16, "float16", True, False, 16),
+    # positions and where (ALiBi's causal mask and bias), bfloat16, two row tiles per warp sharing each key
+    # fragment (the second one partly past the group's 20 rows)
+    ("alibi_attention", 1, 20, 40, 16, "bfloat16", False, True, 32),
 ])
-def test_mma_matches_the_reference(name, groups, R, L, d, dtype, masked, query16):
+def test_mma_matches_the_reference(name, groups, R, L, d, dtype, masked, query16, per_warp):
     inputs, params, keep = _problem(name, groups, R, L, d, dtype, masked, query16)
-    kernel = compile(fused(name), "cudasim", "mma")
+    kernel = compile(fused(name), "cudasim", "mma", group=per_warp)
     out = kernel(inputs, params, keep)["y"]
     wide = {k: np.repeat(np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64), R, 0)
             for k, v in inputs.items()}

@@ -32,15 +32,18 @@ class Counterexample:
     lhs: sp.Expr
     rhs: sp.Expr
     exact: bool
+    domain: str = ""  # where the point lies outside the states a cascade reaches: which relation it breaks
 
     def as_dict(self) -> dict:
-        return {"values": {str(k): str(v) for k, v in self.values.items()},
-                "lhs": str(self.lhs), "rhs": str(self.rhs), "exact": self.exact}
+        out = {"values": {str(k): str(v) for k, v in self.values.items()},
+               "lhs": str(self.lhs), "rhs": str(self.rhs), "exact": self.exact}
+        return {**out, "domain": self.domain} if self.domain else out
 
     def __str__(self) -> str:
         at = ", ".join(f"{k} = {v}" for k, v in self.values.items())
         how = "in exact arithmetic" if self.exact else "when evaluated to 50 significant digits"
         note = "" if self.lhs.is_real and self.rhs.is_real else "; a side is not real there"
+        note += f"; {self.domain}" if self.domain else ""
         return f"at {at}: lhs = {self.lhs}, rhs = {self.rhs} (the sides differ {how}{note})"
 
 

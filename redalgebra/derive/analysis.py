@@ -273,8 +273,58 @@ def _bad_values(values: dict, integers: set) -> list[str]:
     return [k for k, v in values.items() if k in integers and not sp.sympify(v).is_integer]
 
 
-def _separate(F, elems, deps, otimes, name, integers=frozenset(), atoms=None):
-    """(G, H, proof) for ⊗, or (None, None, proof) when not separable."""
+def bounds(c: Cascade, deps, F: sp.Expr) -> list:
+    """What every state the cascade reaches satisfies between an element and the reductions it is part of, as pairs
+    ``(upper, lower)`` with ``upper >= lower``: a max is at least the element's term, a min at most, a sum of
+    non-negative terms at least each term (a count at least 1), a sum of non-positive ones at most. Only those over
+    ``F``'s own symbols."""
+    terms = bodies(c)
+    out = []
+    for d in deps:
+        r = next(x for x in c.reductions if x.name == d)
+        body, m = terms[d], c.symbols[d]
+        if r.monoid.k is not None or not body.free_symbols | {m} <= F.free_symbols:
+            continue
+        if r.monoid.name == "max" or (r.monoid is ADD and body.is_nonnegative):
+            out.append((m, body))
+        elif r.monoid.name == "min" or (r.monoid is ADD and body.is_nonpositive):
+            out.append((body, m))
+    return out
+
+
+def relations(c: Cascade, deps, F: sp.Expr) -> list:
+    """:func:`bounds` as conditions ``g > 0`` (on their closure ``g >= 0``): counterexamples are sought where they hold
+    (``m = 3, x = 5`` is no state of ``m = max(x)``)."""
+    return [hi - lo for hi, lo in bounds(c, deps, F)]
+
+
+def within_bounds(F: sp.Expr, c: Cascade, deps) -> tuple[sp.Expr, Proof | None]:
+    """``F`` with what :func:`bounds` decides written out — ``abs(m - x)`` is ``m - x`` and ``max(x, m)`` is ``m`` where
+    ``m = max(x)`` — and the proof that the two agree on those states (``m = x + u``, ``u >= 0``); ``(F, None)``
+    when nothing changes. Σ|x − max| is then ``L·max − Σx``: multi-term separable."""
+    rules = {}
+    for hi, lo in bounds(c, deps, F):
+        rules[sp.Abs(hi - lo)] = hi - lo
+        rules[sp.Abs(lo - hi)] = hi - lo
+        rules[sp.Max(hi, lo)] = hi
+        rules[sp.Min(hi, lo)] = lo
+    G = F.xreplace(rules)
+    if G == F:
+        return F, None
+    gap = sp.Symbol("u__gap", real=True)
+    moved = {hi: lo + gap for hi, lo in bounds(c, deps, F) if isinstance(hi, sp.Symbol) and hi not in lo.free_symbols}
+    if not moved:  # a lower bound that is the reduction (a min): write it as the upper one minus the gap
+        moved = {lo: hi - gap for hi, lo in bounds(c, deps, F) if isinstance(lo, sp.Symbol) and lo not in hi.free_symbols}
+    proof = prove_equal(F.xreplace(moved), G.xreplace(moved), assumptions={gap.name: ">=0"} if moved else None,
+                        claim=f"{sp.sstr(F)} = {sp.sstr(G)} on the states the cascade reaches")
+    if not proof.proved or len(moved) != 1:
+        return F, None
+    return G, proof
+
+
+def _separate(F, elems, deps, otimes, name, integers=frozenset(), atoms=None, within=()):
+    """(G, H, proof) for ⊗, or (None, None, proof) when not separable. ``within``: the relations of the states the
+    cascade reaches (:func:`relations`), where a counterexample is sought first."""
     anchors = _anchors(F, elems, deps, otimes)
     if not anchors:
         return None, None, Proof(f"{name} is ⊗-separable", "unknown", F, F,
@@ -285,7 +335,15 @@ def _separate(F, elems, deps, otimes, name, integers=frozenset(), atoms=None):
     d0 = {d: point[d] for d in deps}
     lhs, rhs = _combine(otimes, F, F0), _combine(otimes, F.xreplace(d0), F.xreplace(e0))
     at = ", ".join(f"{k} = {v}" for k, v in point.items())
-    proof = prove_equal(lhs, rhs, claim=f"F_{name} is separable under {otimes.name} (anchored at {at})")
+    claim = f"F_{name} is separable under {otimes.name} (anchored at {at})"
+    proof = prove_equal(lhs, rhs, claim=claim, conditions=within)
+    if within and proof.status not in ("proved", "refuted"):  # none where the cascade goes: say where one is
+        wide = prove_equal(lhs, rhs, claim=claim)
+        if wide.status == "refuted":
+            broken = ", ".join(f"{sp.sstr(g)} >= 0" for g in within)
+            proof = replace(wide, counterexample=replace(
+                wide.counterexample, domain=f"outside the states the cascade reaches ({broken} fails there; none "
+                                            f"was found where it holds)"))
     proof = _genuine(proof, integers, atoms)
     if not proof.proved:
         return None, None, proof
@@ -333,11 +391,11 @@ def _strict(f: SignFact, sound: bool = False) -> sp.Symbol:
     return sp.Symbol(f.name, real=True, **flags)
 
 
-def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None) -> Attempt:
+def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None, within=()) -> Attempt:
     dist, assumption = _distributes(r.monoid, otimes)
     if not dist.proved:
         return Attempt(otimes.name, "distributivity", (dist,))
-    G, H, sep = _separate(F, elems, deps, otimes, r.name, integers, atoms or {})
+    G, H, sep = _separate(F, elems, deps, otimes, r.name, integers, atoms or {}, within)
     if G is None:
         return Attempt(otimes.name, "separability", (dist, sep))
     rng = _range_proof(H, otimes, assumption, facts, [d.name for d in deps])
@@ -386,14 +444,17 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts, multi: bool
                                         f"a later reduction")
     if not (F.free_symbols & set(dep_syms)):
         return ReductionAnalysis(r.name, r.monoid, text, F, (), True)
+    written, domain = F, None
+    if multi:  # on the states the cascade reaches (a max at least each term), abs and max of the two are decided
+        F, domain = within_bounds(F, c, deps)
     cond = abstract_conditions(F, set(dep_syms))
     if cond.problem is not None:
         return ReductionAnalysis(r.name, r.monoid, text, F, deps, False, reason=cond.problem)
     algebra = cond.expr
     elems = sorted(algebra.free_symbols - set(dep_syms) - {p.symbol for p in c.params}, key=sp.default_sort_key)
-    attempts = []
+    attempts, within = [], relations(c, deps, algebra)
     for otimes in CANDIDATES:
-        attempts.append(_try(otimes, r, algebra, elems, dep_syms, facts, integer_symbols(c), cond.atoms))
+        attempts.append(_try(otimes, r, algebra, elems, dep_syms, facts, integer_symbols(c), cond.atoms, within))
         if attempts[-1].failed is None and not attempts[-1].deferred:
             break
     # a ⊗ with a correction first; a deferred one (H applied at the end) when no other separates F
@@ -402,14 +463,15 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts, multi: bool
         a = min(chosen, key=lambda a: a.deferred)
         otimes = next(o for o in CANDIDATES if o.name == a.otimes)
         G, H = a.G.xreplace(cond.atoms), a.H.xreplace(cond.atoms)  # atoms back to their conditionals
-        return ReductionAnalysis(r.name, r.monoid, text, F, deps, True, otimes, G, H, a.proofs,
-                                 attempts=tuple(attempts), deferred=a.deferred)
+        return ReductionAnalysis(r.name, r.monoid, text, written, deps, True, otimes, G, H,
+                                 (domain,) * bool(domain) + a.proofs, attempts=tuple(attempts), deferred=a.deferred)
     reason, refuted = _reason(attempts)
     if multi and r.monoid is ADD:
         terms, why = _multi_term(r, algebra, elems, dep_syms, cond.atoms, c, facts, deps)
         if terms is not None:
-            return ReductionAnalysis(r.name, r.monoid, text, F, deps, True, proofs=(terms.proof,),
-                                     attempts=tuple(attempts), terms=terms)
+            return ReductionAnalysis(r.name, r.monoid, text, written, deps, True,
+                                     proofs=(domain,) * bool(domain) + (terms.proof,), attempts=tuple(attempts),
+                                     terms=terms)
         reason = f"{reason}; {why}"
     return ReductionAnalysis(r.name, r.monoid, text, F, deps, False, reason=reason,
                              counterexample=None if refuted is None else refuted.counterexample,

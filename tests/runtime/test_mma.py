@@ -105,3 +105,15 @@ def test_mma_refuses_what_it_cannot_build_with_a_message(text, match):
 def test_mma_refuses_float32_vectors():
     with pytest.raises(RedalgebraError, match="bfloat16 or float16"):
         compile(fused("attention"), "cudasim", "mma").spec_for(64, 64, {}, {"d": 16})
+
+
+def test_grouped_query_heads_share_one_kv_head():
+    # GQA: 2 KV heads, each read by 2 query heads of 12 positions: 24 rows share each key row (consecutive rows)
+    inputs, params, _ = _problem("attention", 2, 24, 30, 16, "float16", False, True, seed=5)
+    out = compile(fused("attention"), "cudasim", "mma")(inputs, params)["y"]
+    k, v = (inputs[n].astype(np.float64) for n in ("k", "v"))
+    q = params["q"].astype(np.float64).reshape(2, 24, 16)  # (kv head, its query heads x positions, d)
+    s = np.einsum("hqd,hld->hql", q, k) * float(params["scale"])
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = (np.einsum("hql,hld->hqd", p, v) / p.sum(-1, keepdims=True)).reshape(48, 16)
+    assert np.abs(out - want).max() <= (TOLERANCE["float16"] + STORE_ROUNDING["float16"]) * np.abs(want).max()

@@ -257,7 +257,8 @@ class Kernel:
             raise EvaluationError(f"{c.name}: no value given for the vector size(s) {missing}")
         if alignment is None:
             alignment = _contiguous_alignment(c, length, dict(dtypes), sizes)
-        reps = {s.name: (reps or {}).get(s.name, 1) for s in c.inputs}
+        reps = dict(self.to_generated(dict(reps or {})))  # the user's names, as the generated cascade has them
+        reps = {s.name: reps.get(s.name, 1) for s in c.inputs}
         problem = Problem(rows, length, tuple(sorted((k, v) for k, v in sizes.items() if isinstance(k, str))),
                           dtypes, keep, *alignment, tuple(sorted(reps.items())),
                           options=(("threads", self.threads), ("tile", self.tile), ("segments", self.segments),

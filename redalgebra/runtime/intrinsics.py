@@ -281,6 +281,8 @@ def _sim_ldsm(transposed):
     def ldsm(s, idx):
         if int(idx) % 8:
             raise ValueError(f"ldmatrix: the row address (16-bit index {idx}) must be 16-byte aligned")
+        if not 0 <= int(idx) <= _shared_flat(s).view(np.uint16).size - 8:
+            raise IndexError(f"ldmatrix: the row at 16-bit index {idx} is outside the shared array")
 
         def combine(slots):
             out = []

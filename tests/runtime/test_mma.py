@@ -117,3 +117,29 @@ def test_grouped_query_heads_share_one_kv_head():
     p = np.exp(s - s.max(-1, keepdims=True))
     want = (np.einsum("hql,hld->hqd", p, v) / p.sum(-1, keepdims=True)).reshape(48, 16)
     assert np.abs(out - want).max() <= (TOLERANCE["float16"] + STORE_ROUNDING["float16"]) * np.abs(want).max()
+
+
+def test_float16_factors_must_be_softmax_like_and_auto_falls_back():
+    # exp(s) without the max subtracted overflows float16 above s = 11: refused for float16, taken for bfloat16
+    f = derive(parse("input k[d]\ninput v[d]\nparam q[d]\nlet s = dot(q, k)\nreduce l = sum(exp(s))\n"
+                     "reduce o = sum(exp(s) * v)\nout y = o / l\n"))
+    reps = {"k": 64, "v": 64}
+    with pytest.raises(RedalgebraError, match="float16 products need"):
+        compile(f, "cudasim", "mma").spec_for(256, 64, {"k": "float16", "v": "float16"}, {"d": 16}, reps=reps)
+    assert compile(f, "cuda").spec_for(256, 64, {"k": "float16", "v": "float16"}, {"d": 16}, reps=reps)[0] == "vrows"
+    assert compile(f, "cuda").spec_for(256, 64, {"k": "bfloat16", "v": "bfloat16"}, {"d": 16}, reps=reps)[0] == "mma"
+    # softmax's factor is proved in (0, 1] with the row's largest at 1 (m = s + u, u >= 0): float16 is taken
+    a = fused("attention")
+    assert compile(a, "cuda").spec_for(256, 64, {"k": "float16", "v": "float16"}, {"d": 16}, reps=reps)[0] == "mma"
+
+
+def test_shared_memory_beyond_a_block_is_refused_and_two_value_lengths_build():
+    f = derive(parse("input k[d]\ninput v[d]\ninput w[e]\nparam q[d]\nlet s = dot(q, k)\nreduce m = max(s)\n"
+                     "reduce l = sum(exp(s - m))\nreduce o = sum(exp(s - m) * v)\nreduce o2 = sum(exp(s - m) * w)\n"
+                     "out y = o / l\nout y2 = o2 / l\n"))
+    reps = {"k": 512, "v": 512, "w": 512}
+    dt = {"k": "bfloat16", "v": "bfloat16", "w": "bfloat16"}
+    name, spec, _ = compile(f, "cuda").spec_for(4096, 512, dt, {"d": 64, "e": 32}, reps=reps)
+    assert name == "mma" and "o2_0_3_3" in compile(f, "cuda").source(spec, "mma").source
+    with pytest.raises(RedalgebraError, match="bytes of shared memory"):  # 128 wide, 32 rows per warp, 8 warps
+        compile(f, "cuda", "mma", threads=256, group=32).spec_for(4096, 512, dt, {"d": 128, "e": 128}, reps=reps)

@@ -14,8 +14,10 @@ vector row: ``Problem.reps``; 16 rows in the simulator) and walks the axis in ti
    fragments, both by ``ldmatrix`` (a param held in registers instead would spill at d = 128: the
    accumulators of ``P · V`` take 64 registers per thread). A float32 param is split into its 16-bit value and the residual
    (``q = hi + lo``); the residual's product is added only when some residual of the block is not
-   zero, so a query given in the inputs' 16-bit type costs one product, any other is still exact to
-   the 16-bit type's square (2^-16 relative for bfloat16, 2^-22 for float16).
+   zero, so a query given in the inputs' 16-bit type costs one product, any other keeps about twice
+   the type's bits (2^-16 relative for bfloat16; 2^-22 for float16 components above about 2^-3, fewer
+   below, where the float16 residual is subnormal). A float16 query beyond ±65504 has no such split
+   (its scores are NaN), nor does a −inf key component beside a query with a residual.
 3. **The derived update, per tile.** Each thread holds 32 scores: rows ``g`` and ``g + 8`` of its
    warp's 16, elements ``8 j + 2 t`` and ``+ 1`` (``g = lane >> 2``, ``t = lane & 3``). The per-element lets are computed on them; then,
    reduction by reduction in dependency order, the tile's terms with the *new* dependencies
@@ -31,7 +33,14 @@ vector row: ``Problem.reps``; 16 rows in the simulator) and walks the axis in ti
 
 **Rounding.** The factors ``P`` enter the product in the vector input's 16-bit type (as FlashAttention
 does): a relative error of at most 2^-9 per factor for bfloat16, 2^-12 for float16, on top of the
-float32 sums. ``check`` allows that rounding once more (``Strategy.rounds_products``).
+float32 sums. ``check`` allows that rounding once more (``Strategy.rounds_products``). Float16 has
+the range to hold them only when they lie in [0, 1] with each row's largest at 1 — softmax's
+``exp(s - max(s))``, proved from the bounds of the states (``max(s) >= s``); other factors are refused
+for float16 inputs (bfloat16's range is float32's).
+
+**Masked values.** A masked element's factor is 0, but its value row still enters the product: a NaN
+or inf there makes the rows that mask it NaN (0 · NaN), as PyTorch's masked attention does; the
+reference and the other strategies skip it.
 """
 
 from __future__ import annotations
@@ -54,6 +63,8 @@ from .columns import split_body
 #: warp: its barriers are what makes a simulated kernel slow).
 BN = 64
 THREADS, SIM_THREADS = 128, 32
+#: Dynamic shared memory a Hopper block may opt into (227 KB).
+SHARED_LIMIT = 232448
 #: Tiles of the vector inputs in flight (one computing, one loading).
 STAGES = 2
 #: The widest vector a warp's accumulators hold (16 rows × 128 columns: 64 float32 per thread per vector).
@@ -92,7 +103,13 @@ def refusal(fused: FusedCascade) -> str | None:
                 names = {a.name for a in node.args if isinstance(a, sp.Symbol)}
                 if len(names & vpar) != 1 or len(names & vin) != 1:
                     return f"mma multiplies a vector param by a vector input; {node} is not such a product: use vrows"
-    for e in [e for _, e in fused.finalize.steps]:
+    outs = {o.name for o in c.outputs}
+    for sym, e in fused.finalize.steps:
+        if c.sizes.get(sym.name) is not None:
+            read = {r.name for r in c.reductions if c.sizes[r.name] is not None} & {s.name for s in e.free_symbols}
+            if sym.name not in outs or any(c.sizes[r] != c.sizes[sym.name] for r in read) or not read:
+                return (f"mma: the vector {sym.name} of the finalize must be an output read from vector sums of its "
+                        f"own length; use vrows")
         if any(isinstance(a, (Dot, VSum)) for a in sp.preorder_traversal(e)):
             return f"mma: a dot product in the finalize of {c.name}; use vrows"
         if {s.name for s in e.free_symbols} & (vpar | vin):
@@ -319,7 +336,7 @@ class MmaKernel:
                 body = []
                 for ks in range(ksteps):
                     for m in range(self.mt):  # the A fragments of each row tile, then each key fragment used by all
-                        body.append(Assign(f"a{m}_0, a{m}_1, a{m}_2, a{m}_3",
+                        body.append(Assign(f"fa_{m}_0, fa_{m}_1, fa_{m}_2, fa_{m}_3",
                                            f"ldsm_x4(sm, {tile} + ({16 * self.mt} * warp + {16 * m} + (lane & 15)) * "
                                            f"{pq} + {16 * ks} + 8 * (lane >> 4))"))
                     for jp in range(BN // 16):
@@ -328,7 +345,7 @@ class MmaKernel:
                         for m, (half, bw) in itertools.product(range(self.mt), ((0, "k0, k1"), (1, "k2, k3"))):
                             j = 2 * jp + half
                             acc = ", ".join(f"sc_{n}_{m}_{j}_{i}" for i in range(4))
-                            body.append(self.mma(acc, f"a{m}_0, a{m}_1, a{m}_2, a{m}_3", bw, acc))
+                            body.append(self.mma(acc, f"fa_{m}_0, fa_{m}_1, fa_{m}_2, fa_{m}_3", bw, acc))
                 return body
             out += products(str(self.qtile[n]))
             out.append(If("split", tuple(products(str(self.qtile[n] + self.bm * pq)))))
@@ -447,14 +464,14 @@ class MmaKernel:
         for kk in range(BN // 16):
             for m, r_ in itertools.product(range(self.mt), range(4)):  # the scores' layout is the A fragments'
                 j, i0 = 2 * kk + (r_ >> 1), 2 * (r_ & 1)
-                out.append(Assign(f"pa{m}_{r_}", f"{pack}(pf_{r.name}_{m}_{j}_{i0}, pf_{r.name}_{m}_{j}_{i0 + 1})"))
+                out.append(Assign(f"pa_{m}_{r_}", f"{pack}(pf_{r.name}_{m}_{j}_{i0}, pf_{r.name}_{m}_{j}_{i0 + 1})"))
             for np_ in range(dv // 16):
                 out.append(Assign("v0, v1, v2, v3", f"ldsm_x4_t(sm, xb_{x} + ({16 * kk} + vrow) * {self.pitch[x]} + "
                                                     f"{16 * np_} + vcol)"))
                 for m, (half, bw) in itertools.product(range(self.mt), ((0, "v0, v1"), (1, "v2, v3"))):
                     j = 2 * np_ + half
                     acc = ", ".join(f"o_{r.name}_{m}_{j}_{i}" for i in range(4))
-                    out.append(self.mma(acc, f"pa{m}_0, pa{m}_1, pa{m}_2, pa{m}_3", bw, acc))
+                    out.append(self.mma(acc, f"pa_{m}_0, pa_{m}_1, pa_{m}_2, pa_{m}_3", bw, acc))
         return out
 
     def tile(self) -> list:
@@ -497,11 +514,7 @@ class MmaKernel:
                     if sym.name in outs:
                         stores.append(If("t == 0", (Assign(f"out_{sym.name}[row_{h}]", f"y_{sym.name}_{h}"),)))
                     continue
-                if sym.name not in outs:
-                    raise RedalgebraError(f"mma: the vector {sym.name} of the finalize is not an output; use vrows")
-                n = self.lay.constants[self.lay.size_const(size)]
-                if n != self.size.get(next(iter(r.name for r in self.vred)), n):
-                    raise RedalgebraError(f"mma: the vector output {sym.name} is not as long as the vector state")
+                n = self.lay.constants[self.lay.size_const(size)]  # (refusal: an output, from sums of its length)
                 for j in range(n // 8):
                     for b in range(2):
                         pre, text = self.print(expr, acc, f"{m}_{j}_{2 * hh + b}")
@@ -549,7 +562,43 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     reps = dict(p.reps)
     if len({reps.get(s.name, 1) for s in vin}) != 1:
         return "mma: every vector input must be shared by the same rows"
+    threads, per_warp = _block(p)
+    need = shared_plan(fused, sizes, threads // 32 * per_warp)[-1]
+    if need > SHARED_LIMIT:
+        return (f"mma: the staged tiles and params need {need} bytes of shared memory, more than a block has "
+                f"({SHARED_LIMIT}); use vrows")
+    if kinds == {"float16"}:
+        for r in c.reductions:
+            if c.sizes[r.name] is not None and not _unit_factor(fused, r):
+                return (f"mma: float16 products need each vector sum's factors in [0, 1] with the row's largest at 1 "
+                        f"(softmax's exp(s - max(s))), or float16 over- or underflows; {r.name}'s are not shown to be: "
+                        f"give bfloat16 inputs or use vrows")
     return None
+
+
+def _block(p: Problem) -> tuple[int, int]:
+    """(threads, rows per warp) of a call: the caller's, else 128 threads (32 in the simulator) and 16 rows."""
+    threads = p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
+    return threads, p.option("group") or 16
+
+
+def _unit_factor(fused: FusedCascade, r) -> bool:
+    """Whether the factor ``f`` of vector sum ``r`` (``f · v``) lies in (0, 1] on every state the cascade reaches, 1 at
+    its bound: with each bounding dependency written as ``m = e + u`` (``u >= 0``, :func:`~redalgebra.derive.analysis.
+    bounds`), ``f`` is 1 at ``u = 0``, positive, and does not grow with ``u`` — ``exp(s - m)`` with ``m = max(s)``."""
+    from ...derive.analysis import bounds
+
+    c = fused.cascade
+    factor, _ = split_body(fused.bodies[r.name], {s.name for s in c.inputs if s.size is not None})
+    if factor is None:
+        return False
+    gap = sp.Symbol("u__gap", nonnegative=True)
+    moved = {hi: lo + gap for hi, lo in bounds(c, fused.analysis[r.name].deps, factor) if isinstance(hi, sp.Symbol)}
+    if len(moved) != 1:
+        return False
+    f = factor.xreplace(moved)
+    return (sp.simplify(f.subs(gap, 0) - 1) == 0 and bool(f.is_positive)
+            and bool(sp.simplify(sp.diff(f, gap)).is_nonpositive))
 
 
 def configure(fused: FusedCascade, p: Problem) -> dict:
@@ -558,10 +607,9 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     reason = applicable(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
-    threads = p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
+    threads, per_warp = _block(p)
     if threads not in (32, 64, 128, 256):
         raise RedalgebraError(f"mma: blocks of 32, 64, 128 or 256 threads (16 rows per warp), got {threads}")
-    per_warp = p.option("group") or 16
     if per_warp not in (16, 32):
         raise RedalgebraError(f"mma: 16 or 32 rows per warp (the group), got {per_warp}")
     bm = threads // 32 * per_warp

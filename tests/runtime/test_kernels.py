@@ -209,12 +209,13 @@ def test_check_refuses_a_cascade_with_nothing_to_compare():
 
 
 def test_cascades_that_do_not_fuse_run_unfused_and_only_unfused():
-    # the baseline of one kernel per reduction needs no fused form: it runs abs_deviation (not separable)
-    # and (x - m)**6 (refused: float32 would cancel its power sums), checked against the reference
+    # the baseline of one kernel per reduction needs no fused form: it runs the mean absolute deviation (not
+    # separable) and (x - m)**6 (refused: float32 would cancel its power sums), checked against the reference
     from redalgebra.derive import unfused
     from redalgebra.errors import NotFusableError
 
-    for text, shapes in (("input x\nreduce m = max(x)\nreduce d = sum(abs(x - m))\nout y = d", ((3, 37),)),
+    for text, shapes in (("input x\nparam n > 0\nreduce s = sum(x)\nreduce d = sum(abs(x - s / n))\nout y = d",
+                          ((3, 37),)),
                          ("input x\nreduce m = max(x)\nreduce s = sum((x - m)**6)\nout y = s", ((2, 1),))):
         f = unfused(parse(text))
         assert not f.analysis.fusable and "only the unfused strategy" in f.guards[0]

@@ -182,6 +182,8 @@ def check(fused: FusedCascade, backend: str, strategy: str | None = None, shapes
     if not fused.cascade.outputs:
         raise RedalgebraError(f"{fused.cascade.name}: nothing to compare — the cascade has no `out`")
     kernel = compile(fused, backend, strategy, **options)
+    if strategy == "mma" and sizes is None:  # the tensor cores take vectors of a multiple of 16 components
+        sizes = {name: 16 for name in SMALL_SIZES}
     rng = np.random.default_rng(seed)
     casts = fused.exact_in_reals_only
     results = []

@@ -143,3 +143,20 @@ def test_shared_memory_beyond_a_block_is_refused_and_two_value_lengths_build():
     assert name == "mma" and "o2_0_3_3" in compile(f, "cuda").source(spec, "mma").source
     with pytest.raises(RedalgebraError, match="bytes of shared memory"):  # 128 wide, 32 rows per warp, 8 warps
         compile(f, "cuda", "mma", threads=256, group=32).spec_for(4096, 512, dt, {"d": 128, "e": 128}, reps=reps)
+
+
+def test_a_causal_mask_written_in_the_cascade_skips_the_tiles_no_row_sees():
+    # where(pos <= qpos, s, -inf) adds nothing where it is false (every body is its identity at -inf, checked
+    # symbolically): tiles past every row's qpos are skipped whole; the rows see keys 0 … qpos, as the reference
+    from redalgebra.codegen.strategies.mma import MmaKernel
+
+    f = fused("alibi_attention")
+    kernel = compile(f, "cudasim", "mma")
+    inputs, params, _ = _problem("alibi_attention", 1, 40, 150, 16, "float16", False, True, seed=9)
+    params["qpos"] = np.arange(40, dtype=np.float32) + 5  # causal: row r sees keys 0 … r + 5 (tiles 1, 2: none)
+    out = kernel(inputs, params)["y"]
+    wide = {k: np.repeat(v.astype(np.float64), 40, 0) for k, v in inputs.items()}
+    ref = evaluate(workloads.get("alibi_attention").cascade, wide, params)["y"]
+    assert np.abs(out - ref).max() <= (TOLERANCE["float16"] + STORE_ROUNDING["float16"]) * np.abs(ref).max()
+    spec = kernel.spec_for(40, 150, {"k": "float16", "v": "float16"}, {"d": 16}, reps={"k": 40, "v": 40})[1]
+    assert MmaKernel(f, spec).gate is not None and MmaKernel(fused("attention"), spec).gate is None

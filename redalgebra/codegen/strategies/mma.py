@@ -30,6 +30,11 @@ vector row: ``Problem.reps``; 16 rows in the simulator) and walks the axis in ti
    fragments (the accumulator layout of the scores is the A layout of the next product, so they
    never leave the registers), the staged tile the B fragments by a transposing ``ldmatrix``.
 5. Finalize per row, every thread its own components; outputs in the output dtypes.
+6. **Tiles no row sees are skipped.** A let ``where(C, s, -inf)`` whose condition reads only positions and
+   the row's params (a causal mask, a sliding window), and at ``-inf`` of which every body is its
+   reduction's identity (checked symbolically, :func:`gate`), gates the tiles: each thread tests ``C`` on
+   its elements, the block meets at a barrier, and a tile false everywhere is not computed — causal
+   attention computes the tiles on and below the diagonal only.
 
 **Rounding.** The factors ``P`` enter the product in the vector input's 16-bit type (as FlashAttention
 does): a relative error of at most 2^-9 per factor for bfloat16, 2^-12 for float16, on top of the
@@ -141,6 +146,36 @@ def refusal(fused: FusedCascade) -> str | None:
     return None
 
 
+def gate(fused: FusedCascade, prologue, bodies, factors):
+    """``(let, condition)`` when an element whose condition is false adds nothing to any reduction, else None.
+
+    A causal mask or a sliding window is written ``let sc = where(pos <= qpos, s, -inf)``: the condition reads
+    only positions and the row's params, and with ``sc = -inf`` every body is its reduction's identity
+    (``max(-inf)``, ``exp(-inf - m) = 0``, ``0 · v``), which is checked symbolically here. A tile whose condition
+    is false for every row of the block and every element is then skipped whole (causal attention: the tiles
+    above the diagonal)."""
+    c = fused.cascade
+    free = {p.name for p in c.params if p.size is None} | {"pos"}
+    for sym, expr in prologue:
+        if not (isinstance(expr, sp.Piecewise) and len(expr.args) == 2 and expr.args[1].expr == -sp.oo
+                and expr.args[1].cond == sp.true):
+            continue
+        cond = expr.args[0].cond
+        if not {s_.name for s_ in cond.free_symbols} <= free:
+            continue
+        empty = sym.xreplace({sym: -sp.oo})
+        ok = True
+        for r in c.reductions:
+            body = factors[r.name][0] if r.name in factors else bodies[r.name]
+            ident = sp.Integer(0) if r.name in factors else fused.identity[r.name]
+            if sp.simplify(body.xreplace({sym: empty})) != ident:
+                ok = False
+                break
+        if ok:
+            return sym, cond
+    return None
+
+
 def shared_plan(fused: FusedCascade, sizes: dict, rows: int):
     """The dynamic shared memory, in 16-bit units: ``(pitch, base, param tiles, bytes)``. ``STAGES`` tiles of every
     vector input, then for every dot product its param's rows of the block as 16-bit values and as residuals
@@ -212,6 +247,7 @@ class MmaKernel:
             raise RedalgebraError(f"mma: a block of {spec.threads} threads takes 16 or 32 rows per warp, got {self.bm}")
         self.pitch, self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm)
         self.nt = BN // 8
+        self.gate = gate(fused, self.prologue, self.bodies, self.factors)
 
     # -- names ---------------------------------------------------------------------------------------
     def param_of(self, dot) -> str:
@@ -495,8 +531,21 @@ class MmaKernel:
                     for j in range(self.size[r.name] // 8) for i in range(4)]
         out += [Assign("ntile", f"(length + {BN - 1}) // {BN}")] + self.issue("0", "0")
         step = [If("it + 1 < ntile", tuple(self.issue("it + 1", "(it + 1) % 2") + [Call("cp_wait1", ())]),
-                   (Call("cp_wait0", ()),)), Barrier(), Assign("st", "it % 2")] + self.tile() + [Barrier()]
+                   (Call("cp_wait0", ()),)), Barrier(), Assign("st", "it % 2")]
+        if self.gate is None:
+            step += self.tile() + [Barrier()]
+        else:  # a tile that no row of the block sees (above a causal diagonal) is skipped whole
+            step += self.live() + [If("live", tuple(self.tile())), Barrier()]
         return out + [For("it", "0", "ntile", tuple(step))]
+
+    def live(self) -> list:
+        """``live``: whether the gate's condition holds for some element of the tile and row of the block."""
+        _, cond = self.gate
+        out = [Assign("kb", f"it * {BN}"), Assign("lt", "kb + 2 * t"), Assign("seen", "0")]
+        for m, j, i in self.slots():
+            pre, text = self.print(cond, self.access(2 * m + (i >> 1), m, j, i))
+            out += pre + [If(text, (Assign("seen", "1"),))]
+        return out + [Assign("live", "cuda.syncthreads_or(seen)")]
 
     def outputs(self) -> list:
         out = []

@@ -161,17 +161,41 @@ def attention_eager(q, k, v, scale):
     return torch.softmax((q @ k.transpose(-1, -2)) * scale, dim=-1) @ v
 
 
-def sdpa_with(backend):
+def causal_eager(q, k, v, scale):
+    s = (q @ k.transpose(-1, -2)) * scale
+    above = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1)
+    return torch.softmax(s.masked_fill(above, float("-inf")), dim=-1) @ v
+
+
+def sdpa_with(backend, causal=False):
     from torch.nn.attention import sdpa_kernel
 
     def run(q, k, v, scale):
         with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, scale=scale)
+            return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
     return run
 
 
-def case_attention(batch, heads, queries, length, dim, candidates, name, label):
-    """Attention with ``queries`` query rows per head (1: decode). Tensors (B, H, ·, D) in float16."""
+#: Causal prefill written in the cascade: the query at position qpos sees the keys at pos <= qpos (the mma
+#: strategy skips the tiles above the diagonal: the mask reads only positions and a row param).
+CAUSAL_ATTENTION = """\
+input k[d]
+input v[d]
+param q[d]
+param scale > 0
+param qpos int
+let s = dot(q, k) * scale
+let sc = where(pos <= qpos, s, -inf)
+reduce m = max(sc)
+reduce l = sum(exp(sc - m))
+reduce o = sum(exp(sc - m) * v)
+out y = o / l
+"""
+
+
+def case_attention(batch, heads, queries, length, dim, candidates, name, label, dtype="float16", causal=False):
+    """Attention with ``queries`` query rows per head (1: decode). Tensors (B, H, ·, D) in ``dtype``; ``causal``:
+    the last ``queries`` positions of ``length`` (prefill: all), each seeing the keys up to its own."""
     from torch.nn.attention import SDPBackend
 
     rows = batch * heads * queries
@@ -179,30 +203,37 @@ def case_attention(batch, heads, queries, length, dim, candidates, name, label):
     scale = dim ** -0.5
     copies = []
     for _ in range(copies_for(kv_bytes)):
-        q = randn((batch, heads, queries, dim), "float16")
-        k = randn((batch, heads, length, dim), "float16")
-        v = randn((batch, heads, length, dim), "float16")
-        inputs = {"k": k.view(batch * heads, length, dim), "v": v.view(batch * heads, length, dim)}
+        q = randn((batch, heads, queries, dim), dtype)
+        k = randn((batch, heads, length, dim), dtype)
+        v = randn((batch, heads, length, dim), dtype)
+        inputs = {"k": ours_input(k.view(batch * heads, length, dim)), "v": ours_input(v.view(batch * heads, length, dim))}
         # the query as a model has it, on the device (a host array would be copied on every call)
         params = {"q": q.float().reshape(rows, dim), "scale": np.float32(scale)}
+        if causal:  # rows in the order (batch, head, query): query i sits at position length - queries + i
+            qpos = torch.arange(length - queries, length, device="cuda", dtype=torch.float32)
+            params["qpos"] = qpos.repeat(batch * heads)
         copies.append((inputs, params, (q, k, v, scale)))
     io = kv_bytes + rows * dim * 2 * 2
-    base = [("sdpa flash", sdpa_with(SDPBackend.FLASH_ATTENTION), io),
-            ("sdpa cudnn", sdpa_with(SDPBackend.CUDNN_ATTENTION), io),
-            ("eager", attention_eager, io), ("torch.compile", compiled_fn("attention", attention_eager), io)]
+    eager = causal_eager if causal else attention_eager
+    base = [("sdpa flash", sdpa_with(SDPBackend.FLASH_ATTENTION, causal), io),
+            ("sdpa cudnn", sdpa_with(SDPBackend.CUDNN_ATTENTION, causal), io),
+            ("eager", eager, io), ("torch.compile", compiled_fn("causal" if causal else "attention", eager), io)]
 
     def reference(q, k, v, scale):
         s = (q.double() @ k.double().transpose(-1, -2)) * scale
+        if causal:
+            above = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1 + length - queries)
+            s = s.masked_fill(above, float("-inf"))
         return {"y": (torch.softmax(s, dim=-1) @ v.double()).reshape(rows, dim)}
-    flops = 4.0 * rows * length * dim
+    flops = 4.0 * rows * length * dim / (2 if causal else 1)
     shape = f"{label} B{batch} H{heads} L{length} D{dim}" + (f" Q{queries}" if queries > 1 else "")
-    wl = "decode_attention" if queries == 1 else "attention"
-    return Case(name, shape, "float16", fused_of(wl), copies, base, reference,
+    wl = CAUSAL_ATTENTION if causal else "decode_attention" if queries == 1 else "attention"
+    return Case(name, shape, dtype, fused_of(wl), copies, base, reference,
                 kv_bytes + rows * dim * 4 + rows * dim * 4, candidates, flops=flops,
                 reps=10 if queries == 1 else 3, batch=10 if queries == 1 else 2,
                 # prefill runs on the tensor cores, which take the softmax factors in float16 (as SDPA does): one
                 # more rounding of 2^-11 relative per factor (check.STORE_ROUNDING), allowed as ``check`` does
-                tol=1e-4 if queries == 1 else 1e-4 + 2.0 ** -11)
+                tol=1e-4 if queries == 1 else 1e-4 + (2.0 ** -8 if dtype == "bfloat16" else 2.0 ** -11))
 
 
 def mla_eager(qc, qr, c, kr, scale):
@@ -378,6 +409,10 @@ def all_cases(quick: bool) -> dict:
                     lambda: case_attention(8, 16, 197, 197, 64, PREFILL, "attention", "ViT-L"),
                     lambda: case_attention(1, 64, 2048, 2048, 128, PREFILL, "attention", "LLaMA-65B"),
                     lambda: case_attention(1, 64, 4096, 4096, 128, PREFILL, "attention", "LLaMA-65B")],
+        "prefill_causal": [lambda L=L: case_attention(1, 64, L, L, 128, ("mma",), "causal_attention", "LLaMA-65B",
+                                                      causal=True) for L in (2048, 4096)],
+        "prefill_bf16": [lambda: case_attention(1, 64, 2048, 2048, 128, ("mma",), "attention", "LLaMA-65B",
+                                                "bfloat16")],
         "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("rows", "rows@128g16", "warp@128"), lab)
                 for t, e, k, lab in ((16384, 128, 8, "Qwen3"), (4096, 128, 8, "Qwen3"), (32768, 128, 8, "Qwen3"),
                                      (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]

@@ -34,7 +34,7 @@ DEFAULT_CSVS = (DEFAULT_CSV, *(DEFAULT_CSV.with_name(f"{name}.csv") for name in
                                 "bench_rows5", "bench_decode2", "bench_rows6", "bench_rows7", "bench_vrows",
                                 "bench_columns3", "bench_moe_wide", "bench_prefill_mma1")))
 ABLATION, INCREMENTAL = "softmax_levels", "softmax_incremental"
-COMPUTE_BOUND = {"attention", "mla_decode", "fp8_quant_gemm"}  # judged by FLOP/s, left out of the roofline
+COMPUTE_BOUND = {"attention", "causal_attention", "mla_decode", "fp8_quant_gemm"}  # judged by FLOP/s, left out of the roofline
 OVERHEAD = "call_overhead"  # host time per call, not a kernel: in no figure
 OURS = "redalgebra (tuned)"
 

@@ -12,14 +12,16 @@ vector row: ``Problem.reps``; 16 rows in the simulator) and walks the axis in ti
    64-element tile per warp, ``Q · Kᵀ`` by ``mma.sync.m16n8k16`` (float32 accumulators): the param's
    rows, staged in shared memory once per block, are the A fragments and the staged tile the B
    fragments, both by ``ldmatrix`` (a param held in registers instead would spill at d = 128: the
-   accumulators of ``P · V`` take 64 registers per thread). A float32 param is split into its 16-bit value and the residual
-   (``q = hi + lo``); the residual's product is added only when some residual of the block is not
+   accumulators of ``P · V`` take 64 registers per thread). A float32 param is split into its 16-bit
+   value and the residual (``q = hi + lo``); the residual's product is added only when some residual of the block is not
    zero, so a query given in the inputs' 16-bit type costs one product, any other keeps about twice
    the type's bits (2^-16 relative for bfloat16; 2^-22 for float16 components above about 2^-3, fewer
    below, where the float16 residual is subnormal). A float16 query beyond ±65504 has no such split
    (its scores are NaN), nor does a −inf key component beside a query with a residual.
-3. **The derived update, per tile.** Each thread holds 32 scores: rows ``g`` and ``g + 8`` of its
-   warp's 16, elements ``8 j + 2 t`` and ``+ 1`` (``g = lane >> 2``, ``t = lane & 3``). The per-element lets are computed on them; then,
+3. **The derived update, per tile.** Each thread holds 32 scores per row tile of 16: rows ``g`` and
+   ``g + 8`` of it, elements ``8 j + 2 t`` and ``+ 1`` (``g = lane >> 2``, ``t = lane & 3``); a warp takes
+   one row tile or two (``group`` 16 or 32 rows: then each key and value fragment serves both, at twice
+   the registers). The per-element lets are computed on them; then,
    reduction by reduction in dependency order, the tile's terms with the *new* dependencies
    (``F_i(e, D_new)``) are reduced over the thread's elements and the 4 lanes of a row (two xor
    shuffles) and joined to the old state times its correction — the derived incremental update,
@@ -29,7 +31,8 @@ vector row: ``Problem.reps``; 16 rows in the simulator) and walks the axis in ti
    adds ``P · V``: the factors of the tile, rounded to the vector input's 16-bit type, are the A
    fragments (the accumulator layout of the scores is the A layout of the next product, so they
    never leave the registers), the staged tile the B fragments by a transposing ``ldmatrix``.
-5. Finalize per row, every thread its own components; outputs in the output dtypes.
+5. Finalize per row, every thread its own components, written in float32 (a call on 16-bit tensors
+   returns the input's dtype, as the other row-output strategies do).
 6. **Tiles no row sees are skipped.** A let ``where(C, s, -inf)`` whose condition reads only positions and
    the row's params (a causal mask, a sliding window), and at ``-inf`` of which every body is its
    reduction's identity (checked symbolically, :func:`gate`), gates the tiles: each thread tests ``C`` on

@@ -158,6 +158,10 @@ class Analysis:
                 lines.append(f"{head}: not fusable — {r.reason}")
                 if r.refuted is not None:
                     lines.append(f"      counterexample to «{r.refuted.claim}»: {r.counterexample}")
+            within = [q for q in r.proofs if q.claim.endswith(WITHIN)]
+            if r.fusable and within:  # the verdict read F where the states keep it (|m - x| = m - x)
+                lines.append(f"      on the states the cascade reaches (bounds of its reductions): "
+                             f"{within[0].claim.removesuffix(WITHIN)} [{within[0].status}]")
             if verbose:
                 for q in r.proofs:
                     lines += ["      " + ln for ln in str(q).splitlines()]
@@ -298,6 +302,10 @@ def relations(c: Cascade, deps, F: sp.Expr) -> list:
     return [hi - lo for hi, lo in bounds(c, deps, F)]
 
 
+#: The end of the claim of :func:`within_bounds`'s proofs.
+WITHIN = " on the states the cascade reaches"
+
+
 def within_bounds(F: sp.Expr, c: Cascade, deps) -> tuple[sp.Expr, Proof | None]:
     """``F`` with what :func:`bounds` decides written out — ``abs(m - x)`` is ``m - x`` and ``max(x, m)`` is ``m`` where
     ``m = max(x)`` — and the proof that the two agree on those states (``m = x + u``, ``u >= 0``); ``(F, None)``
@@ -316,7 +324,7 @@ def within_bounds(F: sp.Expr, c: Cascade, deps) -> tuple[sp.Expr, Proof | None]:
     if not moved:  # a lower bound that is the reduction (a min): write it as the upper one minus the gap
         moved = {lo: hi - gap for hi, lo in bounds(c, deps, F) if isinstance(lo, sp.Symbol) and lo not in hi.free_symbols}
     proof = prove_equal(F.xreplace(moved), G.xreplace(moved), assumptions={gap.name: ">=0"} if moved else None,
-                        claim=f"{sp.sstr(F)} = {sp.sstr(G)} on the states the cascade reaches")
+                        claim=f"{sp.sstr(F)} = {sp.sstr(G)}{WITHIN}")
     if not proof.proved or len(moved) != 1:
         return F, None
     return G, proof

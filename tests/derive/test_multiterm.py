@@ -243,3 +243,8 @@ def test_counterexamples_respect_what_the_states_satisfy(text, inside):
     assert cx is not None and not cx.domain
     assert inside({k.name if hasattr(k, "name") else str(k): v for k, v in cx.values.items()})
     assert cx.lhs.is_real and cx.rhs.is_real
+
+
+def test_the_analysis_says_what_the_states_decided():
+    a = analyze(parse("input x\nreduce m = max(x)\nreduce d = sum(abs(x - m))\nout y = d\n"))
+    assert "on the states the cascade reaches" in a.text() and "= m - x [proved]" in a.text()

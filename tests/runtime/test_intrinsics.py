@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from numba import cuda
+from numba import cuda, uint16
 
 from redalgebra.runtime import intrinsics as rt
 from redalgebra.runtime.intrinsics import (
@@ -333,10 +333,50 @@ def test_a_3d_array_is_indexed_by_a_tuple_of_its_leading_dimensions():
         ld_f32x4(k, (1, 2), 2)
 
 
+@cuda.jit
+def _tensor_core_tile(a, b, out, outt, words):
+    """A 16x16 by 16x16 product two ways: K-major B (``ldsm_x4``) and row-major B (``ldsm_x4_t``), staged by cp.async."""
+    sm = cuda.shared.array(0, uint16)
+    lane = cuda.threadIdx.x
+    if lane < 16:
+        for half in range(2):
+            rt.cp_async16(sm, lane * 24 + 8 * half, a, lane, 8 * half, 16)
+            rt.cp_async16(sm, 384 + lane * 24 + 8 * half, b, lane, 8 * half, 16)
+    rt.cp_commit()
+    rt.cp_wait0()
+    cuda.syncthreads()
+    a0, a1, a2, a3 = rt.ldsm_x4(sm, (lane & 15) * 24 + (lane >> 4) * 8)
+    k0, k1, k2, k3 = rt.ldsm_x4(sm, 384 + ((lane & 7) + 8 * (lane >> 4)) * 24 + ((lane >> 3) & 1) * 8)
+    v0, v1, v2, v3 = rt.ldsm_x4_t(sm, 384 + ((lane & 7) + 8 * ((lane >> 3) & 1)) * 24 + 8 * (lane >> 4))
+    z = np.float32(0)
+    g, t = lane >> 2, lane & 3
+    for n, (b0, b1, dst) in enumerate(((k0, k1, out), (k2, k3, out), (v0, v1, outt), (v2, v3, outt))):
+        d = rt.mma_bf16(a0, a1, a2, a3, b0, b1, z, z, z, z)
+        col = 8 * (n & 1) + 2 * t
+        dst[g, col], dst[g, col + 1], dst[g + 8, col], dst[g + 8, col + 1] = d[0], d[1], d[2], d[3]
+    w = rt.pack_bf16x2(np.float32(1.5), np.float32(-2.25))
+    lo, hi = rt.unpack_bf16x2(w)
+    words[lane, 0], words[lane, 1] = lo, hi
+
+
+def test_tensor_core_stand_ins_follow_the_ptx_fragment_layouts():
+    # integers are exact in bfloat16 and in the float32 accumulators: A·Bᵀ from the K-major fragments, A·B from
+    # the transposed ones; cp.async fills shared memory, pack/unpack round-trip
+    rng = np.random.default_rng(3)
+    a, b = (rng.integers(-4, 5, (16, 16)).astype(np.float32) for _ in range(2))
+    out, outt, words = np.zeros((16, 16), np.float32), np.zeros((16, 16), np.float32), np.zeros((32, 2), np.float32)
+    _tensor_core_tile[1, 32, 0, 2 * 2 * 16 * 24](bf16_bits(a), bf16_bits(b), out, outt, words)
+    np.testing.assert_array_equal(out, a @ b.T)
+    np.testing.assert_array_equal(outt, a @ b)
+    assert (words == [1.5, -2.25]).all()
+
+
 def test_the_module_is_the_simulator_version_here():
     assert rt.SIMULATOR and ld_f32x4.__name__ == "ld_f32x4" and "128-bit" in ld_f32x4.__doc__
     assert set(rt.__all__) >= {"ld_f32x4", "ld_f32x4_nc", "ld_b16x8", "ld_h16x8", "st_f32x4", "st_b16x8",
-                               "st_h16x8", "ld_b16", "st_b16", "st_h16", "ex2", "fast_exp", "e4m3", "st_e4m3x4"}
+                               "st_h16x8", "ld_b16", "st_b16", "st_h16", "ex2", "fast_exp", "e4m3", "st_e4m3x4",
+                               "cp_async16", "cp_commit", "cp_wait0", "cp_wait1", "ldsm_x4", "ldsm_x4_t", "mma_bf16",
+                               "mma_f16", "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2"}
 
 
 # ---------------------------------------------------------------------------------------------- PTX

@@ -18,6 +18,7 @@ import pytest
 from numba import cuda, uint16
 
 from redalgebra.runtime import intrinsics as rt
+from redalgebra.runtime import tensor_cores as tc
 from redalgebra.runtime.intrinsics import (
     bf16_bits, e4m3, e4m3_bits, ex2, f16_bits, fast_exp, ld_b16, ld_b16x8, ld_f32x4, ld_f32x4_nc, ld_h16x8, max_nan,
     min_nan, st_b16,
@@ -340,22 +341,22 @@ def _tensor_core_tile(a, b, out, outt, words):
     lane = cuda.threadIdx.x
     if lane < 16:
         for half in range(2):
-            rt.cp_async16(sm, lane * 24 + 8 * half, a, lane, 8 * half, 16)
-            rt.cp_async16(sm, 384 + lane * 24 + 8 * half, b, lane, 8 * half, 16)
-    rt.cp_commit()
-    rt.cp_wait0()
+            tc.cp_async16(sm, lane * 24 + 8 * half, a, lane, 8 * half, 16)
+            tc.cp_async16(sm, 384 + lane * 24 + 8 * half, b, lane, 8 * half, 16)
+    tc.cp_commit()
+    tc.cp_wait0()
     cuda.syncthreads()
-    a0, a1, a2, a3 = rt.ldsm_x4(sm, (lane & 15) * 24 + (lane >> 4) * 8)
-    k0, k1, k2, k3 = rt.ldsm_x4(sm, 384 + ((lane & 7) + 8 * (lane >> 4)) * 24 + ((lane >> 3) & 1) * 8)
-    v0, v1, v2, v3 = rt.ldsm_x4_t(sm, 384 + ((lane & 7) + 8 * ((lane >> 3) & 1)) * 24 + 8 * (lane >> 4))
+    a0, a1, a2, a3 = tc.ldsm_x4(sm, (lane & 15) * 24 + (lane >> 4) * 8)
+    k0, k1, k2, k3 = tc.ldsm_x4(sm, 384 + ((lane & 7) + 8 * (lane >> 4)) * 24 + ((lane >> 3) & 1) * 8)
+    v0, v1, v2, v3 = tc.ldsm_x4_t(sm, 384 + ((lane & 7) + 8 * ((lane >> 3) & 1)) * 24 + 8 * (lane >> 4))
     z = np.float32(0)
     g, t = lane >> 2, lane & 3
     for n, (b0, b1, dst) in enumerate(((k0, k1, out), (k2, k3, out), (v0, v1, outt), (v2, v3, outt))):
-        d = rt.mma_bf16(a0, a1, a2, a3, b0, b1, z, z, z, z)
+        d = tc.mma_bf16(a0, a1, a2, a3, b0, b1, z, z, z, z)
         col = 8 * (n & 1) + 2 * t
         dst[g, col], dst[g, col + 1], dst[g + 8, col], dst[g + 8, col + 1] = d[0], d[1], d[2], d[3]
-    w = rt.pack_bf16x2(np.float32(1.5), np.float32(-2.25))
-    lo, hi = rt.unpack_bf16x2(w)
+    w = tc.pack_bf16x2(np.float32(1.5), np.float32(-2.25))
+    lo, hi = tc.unpack_bf16x2(w)
     words[lane, 0], words[lane, 1] = lo, hi
 
 
@@ -374,9 +375,10 @@ def test_tensor_core_stand_ins_follow_the_ptx_fragment_layouts():
 def test_the_module_is_the_simulator_version_here():
     assert rt.SIMULATOR and ld_f32x4.__name__ == "ld_f32x4" and "128-bit" in ld_f32x4.__doc__
     assert set(rt.__all__) >= {"ld_f32x4", "ld_f32x4_nc", "ld_b16x8", "ld_h16x8", "st_f32x4", "st_b16x8",
-                               "st_h16x8", "ld_b16", "st_b16", "st_h16", "ex2", "fast_exp", "e4m3", "st_e4m3x4",
-                               "cp_async16", "cp_commit", "cp_wait0", "cp_wait1", "ldsm_x4", "ldsm_x4_t", "mma_bf16",
-                               "mma_f16", "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2"}
+                               "st_h16x8", "ld_b16", "st_b16", "st_h16", "ex2", "fast_exp", "e4m3", "st_e4m3x4"}
+    assert tc.SIMULATOR and set(tc.__all__) == {"cp_async16", "cp_commit", "cp_wait0", "cp_wait1", "ldsm_x4",
+                                                "ldsm_x4_t", "mma_bf16", "mma_f16", "pack_bf16x2", "pack_f16x2",
+                                                "unpack_bf16x2", "unpack_f16x2"}
 
 
 # ---------------------------------------------------------------------------------------------- PTX

@@ -11,7 +11,6 @@ positions, soft-capping). Prints one line per case and exits 1 on any failure.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from pathlib import Path
@@ -19,11 +18,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from redalgebra import derive, evaluate, workloads  # noqa: E402
 from redalgebra.runtime import compile  # noqa: E402
 from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE  # noqa: E402
 from redalgebra.runtime.compile import as_bfloat16, bfloat16_to_float  # noqa: E402
+from validate import finish  # noqa: E402
 
 # (workload, groups, rows per group, L, d, dtype, masked, query exact in 16 bits)
 SMALL = [  # for compute-sanitizer (each access checked: slow): partial tiles and row blocks, masks, both types
@@ -102,13 +103,7 @@ def main() -> int:
             print(line, flush=True)
             rows_out.append(dict(workload=name, groups=groups, R=R, L=L, d=d, dtype=dtype, masked=masked,
                                  query16=exact, output=o, error=f"{err:.3e}", tolerance=tol, passed=ok))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows_out[0]))
-        w.writeheader()
-        w.writerows(rows_out)
-    print(f"{len(rows_out) - failures}/{len(rows_out)} passed")
-    return 1 if failures else 0
+    return finish(rows_out, failures, Path(args.out))
 
 
 if __name__ == "__main__":

@@ -63,13 +63,17 @@ def main() -> int:
                                                          for k, v in r.errors.items())))
                     print(r.line(), flush=True)
             print(f"[{i}/{len(names)}] {name}/{strategy}: {time.time() - t0:.1f}s", flush=True)
-    out = Path(args.out)
+    return finish(rows_out, failures, Path(args.out))
+
+
+def finish(rows: list[dict], failures: int, out: Path) -> int:
+    """Write the result rows as CSV, say how many passed; the exit status (1 on any failure)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows_out[0]))
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
-        w.writerows(rows_out)
-    print(f"{len(rows_out) - failures}/{len(rows_out)} passed; wrote {out}")
+        w.writerows(rows)
+    print(f"{len(rows) - failures}/{len(rows)} passed; wrote {out}")
     return 1 if failures else 0
 
 

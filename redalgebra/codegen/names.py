@@ -26,8 +26,8 @@ BARE = frozenset("""
     BOUNDS NAN abs base bi bv combine config cuda e4m3 epilogue float32 grp gt hi int32 j keep kernel l
     lane length live lo math max min nch njit np nseg off oi ov part partial prange range red row rows
     seg seglen stride t tid u warp wsrc uint16 uint32
-    cc ce cl cq d0 d1 gend grows rt inexact live seen it k0 k1 k2 k3 kb kcol krow lg lt ntile ntr qw sm smw split st tl
-    u0 u1 v0 v1 v2 v3 vcol vrow
+    cc ce cl cq d0 d1 gend grows rt inexact live seen it b0 b1 b2 b3 kb kcol krow lg lt ntile ntr qw sm smw split st tl
+    u0 u1 v0 v1 vcol vrow
 """.split())
 #: What comes before the first underscore of the generator's other identifiers (``s_m``, ``e_x_0_1``).
 PREFIXES = frozenset("""

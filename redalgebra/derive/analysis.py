@@ -29,6 +29,7 @@ conditionals written out (:func:`_genuine`), else reported as undecided.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field, replace
 import sympy as sp
@@ -282,7 +283,7 @@ def bounds(c: Cascade, deps, F: sp.Expr) -> list:
     ``(upper, lower)`` with ``upper >= lower``: a max is at least the element's term, a min at most, a sum of
     non-negative terms at least each term (a count at least 1), a sum of non-positive ones at most. Only those over
     ``F``'s own symbols."""
-    terms = bodies(c)
+    terms = _bodies(c)
     out = []
     for d in deps:
         r = next(x for x in c.reductions if x.name == d)
@@ -294,6 +295,12 @@ def bounds(c: Cascade, deps, F: sp.Expr) -> list:
         elif r.monoid.name == "min" or (r.monoid is ADD and body.is_nonpositive):
             out.append((body, m))
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _bodies(c: Cascade) -> dict:
+    """:func:`bodies`, once per cascade: every reduction with dependencies asks for its dependencies' terms."""
+    return bodies(c)
 
 
 def relations(c: Cascade, deps, F: sp.Expr) -> list:
@@ -311,7 +318,8 @@ def within_bounds(F: sp.Expr, c: Cascade, deps) -> tuple[sp.Expr, Proof | None]:
     ``m = max(x)`` — and the proof that the two agree on those states (``m = x + u``, ``u >= 0``); ``(F, None)``
     when nothing changes. Σ|x − max| is then ``L·max − Σx``: multi-term separable."""
     rules = {}
-    for hi, lo in bounds(c, deps, F):
+    pairs = bounds(c, deps, F)
+    for hi, lo in pairs:
         rules[sp.Abs(hi - lo)] = hi - lo
         rules[sp.Abs(lo - hi)] = hi - lo
         rules[sp.Max(hi, lo)] = hi
@@ -320,9 +328,9 @@ def within_bounds(F: sp.Expr, c: Cascade, deps) -> tuple[sp.Expr, Proof | None]:
     if G == F:
         return F, None
     gap = sp.Symbol("u__gap", real=True)
-    moved = {hi: lo + gap for hi, lo in bounds(c, deps, F) if isinstance(hi, sp.Symbol) and hi not in lo.free_symbols}
+    moved = {hi: lo + gap for hi, lo in pairs if isinstance(hi, sp.Symbol) and hi not in lo.free_symbols}
     if not moved:  # a lower bound that is the reduction (a min): write it as the upper one minus the gap
-        moved = {lo: hi - gap for hi, lo in bounds(c, deps, F) if isinstance(lo, sp.Symbol) and lo not in hi.free_symbols}
+        moved = {lo: hi - gap for hi, lo in pairs if isinstance(lo, sp.Symbol) and lo not in hi.free_symbols}
     proof = prove_equal(F.xreplace(moved), G.xreplace(moved), assumptions={gap.name: ">=0"} if moved else None,
                         claim=f"{sp.sstr(F)} = {sp.sstr(G)}{WITHIN}")
     if not proof.proved or len(moved) != 1:

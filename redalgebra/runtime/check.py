@@ -182,8 +182,9 @@ def check(fused: FusedCascade, backend: str, strategy: str | None = None, shapes
     if not fused.cascade.outputs:
         raise RedalgebraError(f"{fused.cascade.name}: nothing to compare — the cascade has no `out`")
     kernel = compile(fused, backend, strategy, **options)
-    if strategy == "mma" and sizes is None:  # the tensor cores take vectors of a multiple of 16 components
-        sizes = {name: 16 for name in SMALL_SIZES}
+    if sizes is None and kernel.strategy != "auto":  # small vectors, rounded up to what the strategy takes
+        step = get_strategy(kernel.strategy).vector_multiple
+        sizes = {name: -(-n // step) * step for name, n in SMALL_SIZES.items()}
     rng = np.random.default_rng(seed)
     casts = fused.exact_in_reals_only
     results = []

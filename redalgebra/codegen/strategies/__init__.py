@@ -52,6 +52,7 @@ class Strategy:
     final_scales: bool = False        # every reduction folded with its dependencies final (level order): a cast
     #                                   such as fp8 rounds at the row's final scale, as the unfused form does
     rounds_products: bool = False     # factors enter tensor-core products in the vector inputs' 16-bit type
+    vector_multiple: int = 1          # vectors must have a multiple of this many components (the tensor cores: 16)
 
 
 REGISTRY: dict[str, Strategy] = {}

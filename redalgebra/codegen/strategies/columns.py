@@ -23,7 +23,6 @@ differ from quantising at the row's absmax. This strategy takes the *level order
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 
 import sympy as sp
@@ -32,10 +31,10 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ...ir.functions import Dot, VSum
 from ...ir.nodes import Cascade, Input, Let, Output, Param, Reduction
-from ..emit import Layout, Spec
-from ..printer import Constants, print_expr
+from ..emit import Spec
 from ..tree import Assign, Barrier, For, If, Load, Shared, Store
 from . import BUSY_BLOCKS, VEC, Problem, Strategy, pow2, register
+from .base import TreeKernel
 
 #: Accumulators a thread holds per vector reduction (rows of the batch × columns of its chunk).
 ACCUMULATORS = 64
@@ -136,18 +135,15 @@ def _scalar_part(c: Cascade) -> FusedCascade | None:
         return unfused(sub)  # scalars_fuse says no; the kernel refuses it by name
 
 
-class ColumnsKernel:
+class ColumnsKernel(TreeKernel):
     """Builds the kernels of a ``columns`` module: scalars (a rows kernel), the column tiles, their combine."""
 
     def __init__(self, fused: FusedCascade, spec: Spec):
-        reason = refusal(fused)
-        if reason is not None:
-            raise RedalgebraError(reason)
-        self.f, self.spec, self.c = fused, spec, fused.cascade
+        super().__init__(fused, spec, refusal)
         c = self.c
-        self.lay = Layout.of(fused, spec)
         self.pre = self._prepass_kernel()  # first: the module's constants are its table, shared from here on
-        self.consts, self.counter = (self.pre.consts, self.pre.counter) if self.pre else (Constants(), itertools.count())
+        if self.pre:
+            self.consts, self.counter = self.pre.consts, self.pre.counter
         self.vin = [s.name for s in c.inputs if s.size is not None]
         self.sin = [s.name for s in c.inputs if s.size is None]
         self.scalar_reds = [r.name for r in c.reductions if c.sizes[r.name] is None]
@@ -163,9 +159,6 @@ class ColumnsKernel:
         if spec.threads % self.cb or self.kt % self.step:
             raise RedalgebraError(f"columns: {spec.threads} threads hold whole groups of {self.cb} column chunks, "
                                   f"and a span of {self.kt} elements whole steps of {self.step}")
-
-    def print(self, expr, acc, j=None):
-        return print_expr(expr, acc, self.consts, j, self.counter, tree=True)
 
     def base(self):
         acc = self.lay.base_access()
@@ -215,7 +208,7 @@ class ColumnsKernel:
         """The factors of the step's ``KT`` elements for the batch's rows, into shared ``sf_<r>[m, i]``."""
         acc = self.base()
         body = [Assign("m", f"idx // {self.kt}"), Assign("i", f"idx % {self.kt}"), Assign("l", "base + i"),
-                Assign("row", f"min(r0 + m, rows - 1)")]
+                Assign("row", "min(r0 + m, rows - 1)")]
         body += self.row_scalars(acc, "row")
         ok = "l < hi and r0 + m < rows" + (" and keep[row, min(l, length - 1)] != 0" if self.spec.has_keep else "")
         inside = [Assign("lc", "min(l, hi - 1)")]

@@ -27,7 +27,6 @@ rows ``blockIdx, blockIdx + gridDim, …``, rather than one block launched per r
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import replace
 
 import sympy as sp
@@ -35,11 +34,12 @@ import sympy as sp
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ...ir.functions import RoundE4M3
-from ..emit import Layout, Spec
-from ..printer import Constants, print_expr
+from ..emit import Spec
+from ..printer import print_expr
 from ..states import ScalarState, TopKState, bind_program, merge_stmts, require_scalar_elements, states_of
 from ..tree import Assign, Barrier, Comment, For, If, Load, Shared, Shuffle, Store
 from . import VEC, Strategy, pow2, register
+from .base import TreeKernel
 
 #: Persistent blocks (each walking many rows) for 16-bit rows of the first input within these bytes, when
 #: there are at least this many rows (measured on the H200: gpu/README.md).
@@ -51,15 +51,12 @@ ACC = 4
 WIDE_STORES = {("float32", 4): 4, ("bfloat16", 8): 8, ("float16", 8): 8, ("e4m3", 4): 4, ("e4m3", 8): 4}
 
 
-class RowsKernel:
+class RowsKernel(TreeKernel):
     """Builds the statement tree of one ``rows`` kernel."""
 
     def __init__(self, fused: FusedCascade, spec: Spec):
         require_scalar_elements(fused, "rows")
-        self.f, self.spec, self.c = fused, spec, fused.cascade
-        self.lay = Layout.of(fused, spec)
-        self.consts = Constants()
-        self.counter = itertools.count()
+        super().__init__(fused, spec)
         self.states = states_of(fused, self.consts, self.lay.size_const)
         self.group = spec.group or spec.threads
         if spec.threads % self.group or self.group & (self.group - 1) or (self.group > 32 and self.group % 32):

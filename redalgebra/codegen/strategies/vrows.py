@@ -28,18 +28,17 @@ nothing; inputs off the 16-byte grid are read element by element.
 
 from __future__ import annotations
 
-import itertools
 
 import sympy as sp
 
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ...ir.functions import Dot, VSum
-from ..emit import Layout, Spec
-from ..printer import Constants, print_expr
+from ..emit import Spec
 from ..states import ComponentState, ScalarState, bind_program, merge_stmts, identity_text
 from ..tree import Assign, Barrier, For, If, Load, Shuffle, Store
 from . import BUSY_BLOCKS, VEC, Problem, Strategy, pow2, register
+from .base import TreeKernel, named_nodes
 
 #: Components of its vector inputs one lane may hold (at 32 lanes per element: vectors of about 1500 in all).
 #: Wider elements (a 7168-wide weight row) would need hundreds of registers per lane: other strategies.
@@ -72,30 +71,17 @@ def refusal(fused: FusedCascade) -> str | None:
     return None
 
 
-class VRowsKernel:
+class VRowsKernel(TreeKernel):
     """Builds the statement trees of a ``vrows`` module (one kernel, or partial + combine when split)."""
 
     def __init__(self, fused: FusedCascade, spec: Spec):
-        self.f, self.spec, self.c = fused, spec, fused.cascade
+        super().__init__(fused, spec, refusal)
         c = self.c
-        reason = refusal(fused)
-        if reason is not None:
-            raise RedalgebraError(reason)
-        self.lay = Layout.of(fused, spec)
-        self.consts = Constants()
-        self.counter = itertools.count()
         self.g, self.vec, self.tile = spec.group, spec.vec, spec.tile
         if spec.threads % 32 or self.g > 32 or self.g & (self.g - 1):
             raise RedalgebraError(f"vrows: groups of {self.g} lanes in blocks of {spec.threads} threads: the group "
                                   f"must be a power of two of at most 32 and the block whole warps")
         self.groups = spec.threads // self.g
-        self.size = {}  # vector name (input, param, state) -> its length
-        for x in (*c.inputs, *c.params):
-            if x.size is not None:
-                self.size[x.name] = self.lay.constants[self.lay.size_const(x.size)]
-        for r in c.reductions:
-            if c.sizes[r.name] is not None:
-                self.size[r.name] = self.lay.constants[self.lay.size_const(c.sizes[r.name])]
         self.states = {}
         for r in c.reductions:
             ident = identity_text(fused, r.name, self.consts)
@@ -132,12 +118,7 @@ class VRowsKernel:
 
     @staticmethod
     def _lane_sums(exprs) -> dict:
-        found = {}
-        for e in exprs:
-            for node in sp.preorder_traversal(e):
-                if isinstance(node, (Dot, VSum)) and node not in found:
-                    found[node] = sp.Symbol(f"__ls{len(found)}", real=True)
-        return found
+        return named_nodes(exprs, (Dot, VSum), "__ls")
 
     # -- access -------------------------------------------------------------------------------------
     def access(self, i: int | None, prefix: str):
@@ -162,9 +143,6 @@ class VRowsKernel:
             acc.scalar["element.index"] = f"l_{i}"
             acc.scalar["pos"] = f"float32(l_{i})"
         return bind_program(acc, self.f.update, self.states, {"": prefix})
-
-    def print(self, expr, acc, j: str | None = None):
-        return print_expr(expr, acc, self.consts, j, self.counter, tree=True)
 
     # -- pieces ---------------------------------------------------------------------------------------
     def threads_setup(self) -> list:

@@ -1,7 +1,8 @@
-"""The ``mma`` strategy (tensor cores) on the GPU against the float64 reference, with rows sharing their keys.
+"""The tensor-core strategies (``mma``, ``wgmma``) on the GPU against the float64 reference, rows sharing their keys.
 
 Run on the GPU machine:
     python3 gpu/mma_validate.py --out gpu/results/h200/mma_validate.csv
+    python3 gpu/mma_validate.py --strategy wgmma --out gpu/results/h200/wgmma_validate.csv
 Each case: ``groups`` groups of ``R`` rows sharing one key/value row per element (a head's queries over its
 K/V), odd lengths and row counts (partial tiles), masks with a fully masked row, bfloat16 and float16, a query
 that is not exact in 16 bits (the residual product), and the catalogue's attention variants (ALiBi with
@@ -76,6 +77,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="gpu/results/h200/mma_validate.csv")
     ap.add_argument("--small", action="store_true", help="the small cases, for compute-sanitizer")
+    ap.add_argument("--strategy", default="mma", choices=("mma", "wgmma"))
+    ap.add_argument("--threads", type=int, help="threads per block (the strategy's default if not given)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     failures, rows_out = 0, []
@@ -83,7 +86,7 @@ def main() -> int:
         fused = derive(workloads.get(name).cascade)
         inputs, params, keep = problem(name, groups, R, L, d, dtype, masked, exact, rng)
         t0 = time.time()
-        kernel = compile(fused, "cuda", "mma")
+        kernel = compile(fused, "cuda", args.strategy, threads=args.threads)
         out = kernel(inputs, params, keep)
         wide = {k: np.repeat(np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64), R, 0)
                 for k, v in inputs.items()}
@@ -101,7 +104,7 @@ def main() -> int:
                     f"{'masked' if masked else '      '} {'q16' if exact else 'q32'} {o}: err {err:.2e} (tol {tol:.1e}) "
                     f"nan-agree {same_nan}  {time.time() - t0:.1f} s")
             print(line, flush=True)
-            rows_out.append(dict(workload=name, groups=groups, R=R, L=L, d=d, dtype=dtype, masked=masked,
+            rows_out.append(dict(strategy=args.strategy, workload=name, groups=groups, R=R, L=L, d=d, dtype=dtype, masked=masked,
                                  query16=exact, output=o, error=f"{err:.3e}", tolerance=tol, passed=ok))
     return finish(rows_out, failures, Path(args.out))
 

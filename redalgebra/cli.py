@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -125,7 +126,8 @@ def _cmd_ptx(args) -> int:
     launch += [f"segments {n}" for n in [extra.get("nseg")] if n] + ["fast_exp"] * spec.fast_exp
     shape = ", ".join([f"{args.rows} rows × length {args.length}", f"{args.dtype} inputs"] +
                       [f"{d}={v}" for d, v in sizes.items()])
-    head = [f"redalgebra ptx {c.name}: {shape}, sm_90",
+    target = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.M)
+    head = [f"redalgebra ptx {c.name}: {shape}, {target.group(1) if target else 'sm_90'}",
             f"strategy {strategy}{' (auto)' if args.strategy == 'auto' else ''}, {', '.join(launch)}",
             *facts_text(ptx_facts(ptx))]
     text = "".join(f"// {line}\n" for line in head) + ptx
@@ -273,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _budget_option(p)
     p.set_defaults(run=_cmd_check)
-    p = sub.add_parser("ptx", help="the sm_90 PTX of the generated CUDA kernel(s), with a summary; no GPU needed")
+    p = sub.add_parser("ptx", help="the sm_90 PTX (sm_90a for wgmma) of the generated CUDA kernel(s), with a summary; no GPU needed")
     p.add_argument("target", metavar="NAME|FILE")
     p.add_argument("--strategy", default="auto", metavar="S",
                    help=f"one of: {', '.join(strategy_names('cuda'))}, auto (the default: chosen per shape, "

@@ -7,6 +7,8 @@ one afterwards is an error that says how to proceed, not a silent fallback.
 
 from __future__ import annotations
 
+import functools
+
 import os
 import sys
 
@@ -34,6 +36,23 @@ def cuda_module(backend: str):
     if backend == "cuda" and not cuda.is_available():
         raise RedalgebraError("no CUDA GPU is available here; use backend='cudasim' (or 'cpu')")
     return cuda
+
+
+def device_capability(backend: str):
+    """The current GPU's compute capability ``(major, minor)`` on the ``cuda`` back end, else None."""
+    if backend != "cuda":
+        return None
+    return _capability()
+
+
+@functools.lru_cache(maxsize=1)
+def _capability():
+    from numba import cuda
+
+    try:
+        return tuple(cuda.get_current_device().compute_capability)
+    except Exception:  # noqa: BLE001 - no driver or no device (building PTX offline): no capability to go by
+        return None
 
 
 def multiprocessors(cuda) -> int:

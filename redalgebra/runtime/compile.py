@@ -22,11 +22,12 @@ from ..codegen.strategies import for_target, get
 from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns import scalars_fuse as columns_scalars_fuse
 from ..codegen.strategies.mma import applicable as mma_applicable
+from ..codegen.strategies.wgmma import applicable as wgmma_applicable
 from ..codegen.strategies.vrows import refusal as vrows_refusal
 from ..codegen.strategies.vrows import too_wide as vrows_too_wide
 from ..derive import FusedCascade
 from ..errors import EvaluationError, NotFusableError, RedalgebraError
-from .backends import check_backend, cuda_module, multiprocessors
+from .backends import check_backend, cuda_module, device_capability, multiprocessors
 from .cache import load
 from .driver import c_strides
 
@@ -263,7 +264,8 @@ class Kernel:
                           dtypes, keep, *alignment, tuple(sorted(reps.items())),
                           options=(("threads", self.threads), ("tile", self.tile), ("segments", self.segments),
                                    ("fast_exp", self.fast_exp), ("group", self.group), ("batch", self.batch), ("out_dtype", self.out_dtype),
-                                   ("simulator", self.backend == "cudasim"), ("persistent", self.persistent)))
+                                   ("simulator", self.backend == "cudasim"), ("persistent", self.persistent),
+                                   ("cc", device_capability(self.backend))))
         strategy = self.resolve(rows, length, sizes, reps, problem)
         policy = get(strategy).configure(self.fused, problem)
         extra = {k: policy.pop(k) for k in list(policy) if k not in Spec.__dataclass_fields__}
@@ -570,7 +572,7 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     Elements with 16-bit vector inputs that at least :data:`MMA_ROWS` rows share (prefill attention's keys and
     values, shared by a head's queries), whose dot products multiply a vector param by a vector input and whose
     vector sums are a factor times a vector input: ``mma`` (the products on the tensor cores; ``problem`` gives
-    the dtypes and alignment it needs).
+    the dtypes and alignment it needs), ``wgmma`` on an sm_90 GPU (Hopper's warpgroup instructions).
 
     Elements that are scalars: ``rows`` (the row in registers, 128-bit loads). Elements with vector inputs that
     rows share (a weight matrix given once for all tokens: ``reps``), that are too wide for a lane's
@@ -587,7 +589,8 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
         return "rows"
     shared = min((reps or {}).get(s.name, 1) for s in vectors)
     if problem is not None and shared >= MMA_ROWS and mma_applicable(fused, problem) is None:
-        return "mma"
+        hopper = tuple(problem.option("cc") or ())[:2] == (9, 0)
+        return "wgmma" if hopper and wgmma_applicable(fused, problem) is None else "mma"
     wide = vrows_too_wide(fused, sizes or {})
     # a cast (fp8) rounds at a running scale in a one-pass kernel: the level order rounds at the final one
     if columns_refusal(fused) is None and (shared > 1 or wide or fused.exact_in_reals_only):

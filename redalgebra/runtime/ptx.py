@@ -43,8 +43,12 @@ def signature(fused: FusedCascade, spec: Spec, args: tuple, scratch: tuple = (),
     return tuple(by_name[a] for a in args)
 
 
-def compile_ptx(fused: FusedCascade, strategy: str, spec: Spec, cc=(9, 0)) -> str:
-    """PTX of a generated CUDA strategy (every kernel of it) for compute capability ``cc``."""
+def compile_ptx(fused: FusedCascade, strategy: str, spec: Spec, cc=None) -> str:
+    """PTX of a generated CUDA strategy (every kernel of it) for compute capability ``cc`` (the strategy's:
+    sm_90, or sm_90a for Hopper's arch-specific instructions)."""
+    from ..codegen.strategies import get
+
+    cc = cc or get(strategy).cc
     cuda = cuda_module("ptx")
     src = generate(fused, "cuda", strategy, spec)
     module = load(src.source)
@@ -125,7 +129,7 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
     could not prove the address global or shared); ``ld_local``, ``st_local`` and ``local_bytes``
     (thread-private memory: arrays indexed at run time, spills; the bytes the kernels declare); ``f64`` (float64 arithmetic, :func:`f64_instructions`); ``ex2``
     (``ex2.approx``); ``shfl_bfly`` (butterfly shuffles); ``sm_90`` (the target line); the tensor cores'
-    ``mma`` (``mma.sync``), ``ldmatrix`` and ``cp_async`` (16-byte copies to shared memory); with ``assemble``,
+    ``mma`` (``mma.sync``), ``wgmma`` (``wgmma.mma_async``), ``ldmatrix`` and ``cp_async`` (16-byte copies to shared memory); with ``assemble``,
     ptxas's ``registers``, ``spill_stores``, ``spill_loads`` and ``stack_bytes`` (:func:`ptxas_facts`).
     """
     ptx = re.sub(r"//[^\n]*", "", ptx)  # comments (such as the summary ``redalgebra ptx`` writes) count for nothing
@@ -147,6 +151,7 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
     facts.update(local_bytes=sum(map(int, re.findall(r"^\s*\.local\b[^;\[]*\[(\d+)\]", ptx, re.M))), f64=len(f64_instructions(ptx)),
                  ex2=len(re.findall(r"\bex2\.approx\b", ptx)), shfl_bfly=len(re.findall(r"\bshfl\.sync\.bfly\b", ptx)),
                  sm_90=".target sm_90" in ptx, mma=len(re.findall(r"\bmma\.sync\.aligned\b", ptx)),
+                 wgmma=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
                  ldmatrix=len(re.findall(r"\bldmatrix\.sync\.aligned\b", ptx)),
                  cp_async=len(re.findall(r"\bcp\.async\.cg\.shared\.global\b", ptx)))
     if assemble:
@@ -154,8 +159,9 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
     return facts
 
 
-def ptxas_facts(ptx: str, arch: str = "sm_90") -> dict | None:
-    """What ptxas says of the kernels once assembled for ``arch`` — without a GPU, through nvJitLink (which
+def ptxas_facts(ptx: str, arch: str | None = None) -> dict | None:
+    """What ptxas says of the kernels once assembled for ``arch`` (the PTX's target: sm_90 or sm_90a) — without a
+    GPU, through nvJitLink (which
     numba-cuda's CUDA 13 wheels bring): ``registers`` (the most any kernel uses: it bounds how many blocks
     fit on a multiprocessor), ``spill_stores``/``spill_loads`` and ``stack_bytes`` (summed over kernels).
     Assembling also checks the inline PTX of the intrinsics, which NVVM passes through unread.
@@ -165,6 +171,8 @@ def ptxas_facts(ptx: str, arch: str = "sm_90") -> dict | None:
     except ImportError:  # pragma: no cover - every supported install has it
         return None
     text = ""
+    target = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.M)
+    arch = arch or (target.group(1) if target else "sm_90")
     # a strategy of several kernels gives one PTX module each (each with its own .version): one at a time
     for module in re.split(r"(?m)^(?=\s*\.version\b)", re.sub(r"//[^\n]*", "", ptx)):
         if ".entry" not in module:
@@ -202,5 +210,5 @@ def facts_text(facts: dict) -> list[str]:
             f"{f['st_global_scalar']} scalar; generic loads/stores: {f['ld_generic']}/{f['st_generic']}",
             f".local: {f['local_bytes']} bytes, {f['ld_local']} loads, {f['st_local']} stores; f64 instructions: {f['f64']}; ex2.approx: {f['ex2']}; "
             f"shfl.sync.bfly: {f['shfl_bfly']}"] + (
-        [f"ptxas (sm_90): {f['registers']} registers per thread at most, {f['spill_stores']}/{f['spill_loads']} bytes "
+        [f"ptxas: {f['registers']} registers per thread at most, {f['spill_stores']}/{f['spill_loads']} bytes "
          f"spilled (stores/loads), {f['stack_bytes']} bytes of stack"] if "registers" in f else [])

@@ -31,7 +31,9 @@ if not SIMULATOR:
     from .intrinsics import TypingError
 
 __all__ = ["cp_async16", "cp_commit", "cp_wait0", "cp_wait1", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
-           "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2"]
+           "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
+           "wgmma_ss_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_hold",
+           "fence_async"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -303,3 +305,255 @@ unpack_bf16x2 = _unpacker("unpack_bf16x2", "bf16")
 unpack_bf16x2.__doc__ = "The two bfloat16 of a word as float32 (low half first), exactly."
 unpack_f16x2 = _unpacker("unpack_f16x2", "f16")
 unpack_f16x2.__doc__ = "The two float16 of a word as float32 (low half first), exactly."
+
+
+# --------------------------------------------------------------------------------------------------
+# Hopper (sm_90a): wgmma, operands in 128-byte-swizzled shared memory described by 64-bit descriptors
+# --------------------------------------------------------------------------------------------------
+#: The 128-byte swizzle: the 16-byte chunk ``c`` of the 128-byte row ``r`` of an 8-row atom (1024 bytes, 1024-aligned)
+#: lies at chunk ``c ^ (r & 7)`` — a function of the shared-memory address alone (bits 4-6 xor bits 7-9).
+SWIZZLE_ATOM = 1024
+
+
+def swizzled(byte_address: int) -> int:
+    """Where the 128-byte swizzle puts the byte at ``byte_address`` (of a 1024-aligned layout)."""
+    return byte_address ^ ((byte_address >> 3) & 0x70)
+
+
+def _sim_swizzle_pad(s):
+    return 0  # the simulator's shared arrays start at address 0
+
+
+def _sim_wgmma_desc(s, idx, lbo, sbo):
+    return _shared_flat(s).view(np.uint16), 2 * int(idx), int(lbo), int(sbo)
+
+
+def _desc_read(desc, byte_address):
+    flat, _, _, _ = desc
+    at = swizzled(byte_address)
+    if at % 2 or not 0 <= at // 2 < flat.size:
+        raise IndexError(f"wgmma: operand byte {at} is outside the shared array ({flat.size} 16-bit values)")
+    return flat[at // 2]
+
+
+def _k_major(desc, rows, first=0, k=16):
+    """Rows ``first ..`` of the ``k``-wide operand a K-major 128B-swizzled descriptor gives: row ``r`` at
+    ``(r // 8) SBO + (r % 8) 128`` (a thread reads only its warp's rows: a simulated block may be one warp)."""
+    _, start, _, sbo = desc
+    return np.array([[_desc_read(desc, start + (r // 8) * sbo + (r % 8) * 128 + 2 * kk) for kk in range(k)]
+                     for r in range(first, first + rows)], np.uint16)
+
+
+def _mn_major(desc, n, k=16):
+    """The ``k × n`` operand an MN-major (transposed) 128B-swizzled descriptor gives: ``n`` in 64-value blocks LBO
+    apart, ``k`` in rows of 128 bytes, eight rows an atom, atoms SBO apart."""
+    _, start, lbo, sbo = desc
+    return np.array([[_desc_read(desc, start + (c // 64) * lbo + (kk // 8) * sbo + (kk % 8) * 128 + 2 * (c % 64))
+                      for c in range(n)] for kk in range(k)], np.uint16)
+
+
+def _sim_halves(kind):
+    if kind == "bf16":
+        return lambda bits: (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return lambda bits: bits.view(np.float16).astype(np.float64)
+
+
+def _wgmma_place():
+    """``(warp of the warpgroup, g, t)`` of the calling simulated thread."""
+    import threading
+
+    tid = threading.current_thread().thread_id
+    lane = tid % 32
+    return (tid // 32) % 4, lane >> 2, lane & 3
+
+
+def _sim_wgmma_ss(kind):
+    widen = _sim_halves(kind)
+
+    def wgmma(acc, da, db, scale_d):
+        w, g, t = _wgmma_place()
+        a = widen(_k_major(da, 16, 16 * w))
+        d = a @ widen(_k_major(db, 8 * len(acc))).T
+        return tuple(tuple(np.float32(d[g + 8 * (i >> 1), 8 * j + 2 * t + (i & 1)] + (float(c) if scale_d else 0.0))
+                           for i, c in enumerate(tile)) for j, tile in enumerate(acc))
+    return wgmma
+
+
+def _sim_wgmma_rs(kind):
+    widen = _sim_halves(kind)
+    unpack = _sim_unpack(kind)
+
+    def wgmma(acc, a0, a1, a2, a3, db):
+        b = widen(_mn_major(db, 8 * len(acc)))
+
+        def combine(slots):  # the warp's 16 rows: its A fragments (mma.sync's layout) times B
+            A = np.zeros((16, 16))
+            for lane, words in enumerate(slots):
+                g, t = lane >> 2, lane & 3
+                for r in range(4):
+                    A[g + 8 * (r & 1), 2 * t + 8 * (r >> 1):2 * t + 8 * (r >> 1) + 2] = unpack(words[r])
+            D = A @ b
+            return [D] * 32
+        d = _warp_collective((a0, a1, a2, a3), combine)
+        _, g, t = _wgmma_place()
+        return tuple(tuple(np.float32(d[g + 8 * (i >> 1), 8 * j + 2 * t + (i & 1)] + float(c)) for i, c in enumerate(tile))
+                     for j, tile in enumerate(acc))
+    return wgmma
+
+
+@_device(_sim_swizzle_pad)
+def swizzle_pad(typingctx, s):
+    """The 16-bit values to skip from ``s[0]`` (dynamic shared memory) to the next 1024-byte boundary: where a
+    128B-swizzled layout may start (the swizzle is a function of the address)."""
+    _check_shared("swizzle_pad", s, types.int64)
+
+    def codegen(context, builder, sig, args):
+        address = _shared_address(context, builder, sig.args[0], args[0], types.int64, ir.Constant(ir.IntType(64), 0))
+        i32 = ir.IntType(32)
+        gap = builder.and_(builder.sub(i32(SWIZZLE_ATOM), builder.and_(address, i32(SWIZZLE_ATOM - 1))),
+                           i32(SWIZZLE_ATOM - 1))
+        return builder.sext(builder.lshr(gap, i32(1)), ir.IntType(64))
+    return types.int64(s), codegen
+
+
+@_device(_sim_wgmma_desc)
+def wgmma_desc(typingctx, s, idx, lbo, sbo):
+    """The 64-bit matrix descriptor of a 128B-swizzled operand starting at ``s[idx]``: start address, leading and
+    stride byte offsets (``lbo``, ``sbo``), swizzle mode 1 (PTX ISA, "Matrix Descriptor Format"). K-major operands
+    (rows of 128 bytes along K, eight rows an atom ``sbo`` apart; a k16 step is 32 bytes further); MN-major ones
+    (transposed: 64 values of N per 128-byte row, rows along K, atoms ``sbo`` apart, N blocks ``lbo`` apart)."""
+    _check_shared("wgmma_desc", s, idx)
+    for v in (lbo, sbo):
+        if not isinstance(v, types.Integer):
+            raise TypingError(f"wgmma_desc: byte offsets are integers, got {v}")
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        address = builder.zext(_shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1]), i64)
+        lo, so = (context.cast(builder, v, t, types.int64) for v, t in zip(args[2:], sig.args[2:]))
+        field = builder.lshr(builder.and_(address, i64(0x3FFFF)), i64(4))
+        field = builder.or_(field, builder.shl(builder.lshr(builder.and_(lo, i64(0x3FFFF)), i64(4)), i64(16)))
+        field = builder.or_(field, builder.shl(builder.lshr(builder.and_(so, i64(0x3FFFF)), i64(4)), i64(32)))
+        return builder.or_(field, i64(1 << 62))
+    return types.int64(s, idx, lbo, sbo), codegen
+
+
+def _acc_type(name, acc):
+    """Accumulators come in n8 tiles: a tuple of N / 8 tuples of 4 float32 (a flat tuple of more than 30 names is
+    built through a list in Python 3.11's bytecode, which numba's interpreter does not always take back)."""
+    ok = (isinstance(acc, types.UniTuple) and 1 <= acc.count <= 32 and isinstance(acc.dtype, types.UniTuple)
+          and acc.dtype.count == 4 and acc.dtype.dtype == types.float32)
+    if not ok:
+        raise TypingError(f"{name}: the accumulators are a tuple of N / 8 tuples of 4 float32, got {acc}")
+    return acc
+
+
+def _flat(builder, value, count):
+    return [builder.extract_value(builder.extract_value(value, j), i) for j in range(count) for i in range(4)]
+
+
+def _tiles(context, builder, acc_t, values):
+    tile = acc_t.dtype
+    return context.make_tuple(builder, acc_t, [context.make_tuple(builder, tile, values[4 * j:4 * j + 4])
+                                               for j in range(acc_t.count)])
+
+
+def _wgmma_call(context, builder, sig, args, text, words):
+    """The wgmma ``text`` with the accumulators as tied ``=f`` operands, then ``words`` (i32 A registers and scale,
+    i64 descriptors) as operands."""
+    acc_t = sig.args[0]
+    n = 4 * acc_t.count
+    f32, i32 = ir.FloatType(), ir.IntType(32)
+    ops = _flat(builder, args[0], acc_t.count) + words
+    cons = ["=f"] * n + [str(k) for k in range(n)] + ["r" if o.type == i32 else "l" for o in words]
+    out = _side_effect(builder, text, ",".join(cons), ops, ir.LiteralStructType([f32] * n))
+    return _tiles(context, builder, acc_t, [builder.extract_value(out, k) for k in range(n)])
+
+
+def _wgmma_ss(name, kind):
+    def typer(typingctx, acc, da, db, scale_d):
+        _acc_type(name, acc)
+
+        def codegen(context, builder, sig, args):
+            n = 8 * sig.args[0].count
+            regs = ", ".join(f"${k}" for k in range(n // 2))
+            at = n  # after the outputs and their tied inputs
+            descs = [context.cast(builder, v, t, types.int64) for v, t in zip(args[1:3], sig.args[1:3])]
+            scale = context.cast(builder, args[3], sig.args[3], types.int32)
+            text = ("{\n.reg .pred p;\n"
+                    f"setp.ne.b32 p, ${at + 2}, 0;\n"
+                    f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{regs}}}, ${at}, ${at + 1}, p, 1, 1, 0, 0;\n}}")
+            return _wgmma_call(context, builder, sig, args, text, descs + [scale])
+        return acc(acc, types.int64, types.int64, types.int32), codegen
+    typer.__name__ = typer.__qualname__ = name
+    return _device(_sim_wgmma_ss(kind))(typer)
+
+
+def _wgmma_rs(name, kind):
+    def typer(typingctx, acc, a0, a1, a2, a3, db):
+        _acc_type(name, acc)
+
+        def codegen(context, builder, sig, args):
+            n = 8 * sig.args[0].count
+            regs = ", ".join(f"${k}" for k in range(n // 2))
+            at = n  # after the outputs and their tied inputs
+            words = [context.cast(builder, v, t, types.uint32) for v, t in zip(args[1:5], sig.args[1:5])]
+            desc = context.cast(builder, args[5], sig.args[5], types.int64)
+            text = ("{\n.reg .pred p;\n"
+                    f"setp.ne.b32 p, ${at + 5}, 0;\n"
+                    f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{regs}}}, "
+                    f"{{${at}, ${at + 1}, ${at + 2}, ${at + 3}}}, ${at + 4}, p, 1, 1, 1;\n}}")
+            return _wgmma_call(context, builder, sig, args, text, words + [desc, ir.Constant(ir.IntType(32), 1)])
+        return acc(acc, types.uint32, types.uint32, types.uint32, types.uint32, types.int64), codegen
+    typer.__name__ = typer.__qualname__ = name
+    return _device(_sim_wgmma_rs(kind))(typer)
+
+
+wgmma_ss_bf16 = _wgmma_ss("wgmma_ss_bf16", "bf16")
+wgmma_ss_bf16.__doc__ = """``acc = A·Bᵀ (+ acc if scale_d)``: ``wgmma.mma_async.m64nNk16`` (N = 2 × the accumulators)
+on bfloat16 operands in shared memory, both K-major (descriptors ``da``: 64 rows, ``db``: N rows). Warpgroup-wide and
+asynchronous: between ``wgmma_fence`` and ``wgmma_commit``; read the accumulators after ``wgmma_wait0`` and
+``wgmma_hold``. The accumulators are N / 8 tiles of 4: warp ``w``'s tile ``j``, value ``i`` is row
+``16 w + g + 8 (i >> 1)``, column ``8 j + 2 t + (i & 1)`` (``mma.sync``'s accumulators, n8 tile by n8 tile)."""
+wgmma_ss_f16 = _wgmma_ss("wgmma_ss_f16", "f16")
+wgmma_ss_f16.__doc__ = "``wgmma_ss_bf16`` on float16 operands."
+wgmma_rs_bf16 = _wgmma_rs("wgmma_rs_bf16", "bf16")
+wgmma_rs_bf16.__doc__ = """``acc += A·B``: ``wgmma.mma_async.m64nNk16`` with A in registers (each warp its 16 rows in
+``mma.sync``'s A layout: four words) and B ``16 × N`` in shared memory, MN-major (transposed: a row-major ``[k][n]``
+tile such as a value tile, descriptor ``db``)."""
+wgmma_rs_f16 = _wgmma_rs("wgmma_rs_f16", "f16")
+wgmma_rs_f16.__doc__ = "``wgmma_rs_bf16`` on float16 operands."
+
+
+def _sim_hold(acc):
+    return acc
+
+
+def _void(name, text, doc):
+    f = _wait(name, text)
+    f.__doc__ = doc
+    return f
+
+
+wgmma_fence = _void("wgmma_fence", "wgmma.fence.sync.aligned;",
+                    "Orders the registers' earlier writes before the wgmmas that read them (``wgmma.fence``).")
+wgmma_commit = _void("wgmma_commit", "wgmma.commit_group.sync.aligned;", "Closes a group of wgmmas.")
+wgmma_wait0 = _void("wgmma_wait0", "wgmma.wait_group.sync.aligned 0;", "Waits for every group of wgmmas.")
+fence_async = _void("fence_async", "fence.proxy.async.shared::cta;",
+                    "Makes this thread's shared-memory writes (stores, cp.async) visible to wgmma's operand reads.")
+
+
+@_device(_sim_hold)
+def wgmma_hold(typingctx, acc):
+    """The accumulators, through an empty instruction that reads and writes them: after ``wgmma_wait0``, it keeps
+    their uses from moving above the wait (their values are the wgmma's only once it completes)."""
+    _acc_type("wgmma_hold", acc)
+
+    def codegen(context, builder, sig, args):
+        n = 4 * sig.args[0].count
+        f32 = ir.FloatType()
+        cons = ",".join(["=f"] * n + [str(k) for k in range(n)])
+        out = builder.call(ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([f32] * n), [f32] * n), "", cons,
+                                        side_effect=True), _flat(builder, args[0], sig.args[0].count))
+        return _tiles(context, builder, sig.args[0], [builder.extract_value(out, k) for k in range(n)])
+    return acc(acc), codegen

@@ -53,6 +53,7 @@ class Strategy:
     #                                   such as fp8 rounds at the row's final scale, as the unfused form does
     rounds_products: bool = False     # factors enter tensor-core products in the vector inputs' 16-bit type
     vector_multiple: int = 1          # vectors must have a multiple of this many components (the tensor cores: 16)
+    cc: tuple = (9, 0)                # the compute capability its PTX is built for (wgmma: sm_90a, (9, 0, "a"))
 
 
 REGISTRY: dict[str, Strategy] = {}
@@ -103,6 +104,6 @@ def for_target(name: str, target: str) -> Strategy:
     return REGISTRY[s.sim] if target == "cudasim" and s.sim else s
 
 
-from . import legacy, rows, vrows, columns, mma  # noqa: E402,F401,I001 - registration, in the order the lists show
+from . import legacy, rows, vrows, columns, mma, wgmma  # noqa: E402,F401,I001 - registration, in the order the lists show
 
 __all__ = ["BUSY_BLOCKS", "Problem", "REGISTRY", "VEC", "Strategy", "for_target", "get", "names", "pow2", "register"]

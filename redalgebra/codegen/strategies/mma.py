@@ -312,17 +312,35 @@ class MmaKernel(TreeKernel):
         out = [Assign("inexact", "0")]
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)
-            pq = self.size[p] + 8
             for ks, m, r in itertools.product(range(self.size[p] // 16), range(self.mt), range(4)):
-                    h, col = 2 * m + (r & 1), f"{16 * ks + 8 * (r >> 1)} + 2 * t"
-                    at = f"({self.qtile[n]} + ({16 * self.mt} * warp + lg + {8 * h}) * {pq} + {col}) // 2"
+                    h, c0 = 2 * m + (r & 1), 16 * ks + 8 * (r >> 1)
+                    col = f"{c0} + 2 * t"
+                    at, lo = self.param_word(n, p, m, h, c0)
                     out += [Assign("v0", f"{p}[rc_{h}, {col}]"), Assign("v1", f"{p}[rc_{h}, {col} + 1]"),
                             Assign("qw", f"{pack}(v0, v1)"), Assign("u0, u1", f"{unpack}(qw)"),
                             Assign("d0", "v0 - u0"), Assign("d1", "v1 - u1"),
                             Assign("d0", "d0 if d0 == d0 else float32(0)"), Assign("d1", "d1 if d1 == d1 else float32(0)"),
                             If("d0 != 0 or d1 != 0", (Assign("inexact", "1"),)),
-                            Assign(f"smw[{at}]", "qw"), Assign(f"smw[{at} + {self.bm * pq // 2}]", f"{pack}(d0, d1)")]
-        return out + [Assign("split", "cuda.syncthreads_or(inexact)")]
+                            Assign(f"smw[{at}]", "qw"), Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")]
+        return out + self.landed() + [Assign("split", "cuda.syncthreads_or(inexact)")]
+
+    def param_word(self, n: int, p: str, m: int, h: int, c0: int) -> tuple[str, int]:
+        """(the 32-bit word of shared memory where the thread's row ``h`` (row tile ``m``) of dot ``n``'s param ``p``
+        keeps components ``c0 + 2 t`` and ``+ 1``, how many words further its residual is)."""
+        pq = self.size[p] + 8
+        return f"({self.qtile[n]} + ({16 * self.mt} * warp + lg + {8 * h}) * {pq} + {c0} + 2 * t) // 2", self.bm * pq // 2
+
+    def landed(self) -> list:
+        """What makes this thread's shared-memory writes readable by the products, before the block's barrier."""
+        return []
+
+    def stage_base(self, x: str, stage: str) -> str:
+        """The 16-bit index of shared memory where stage ``stage`` of vector input ``x``'s tiles begins."""
+        return f"{self.base[x]} + {stage} * {BN * self.pitch[x]}"
+
+    def stage_index(self, x: str, stage: str, element: str, column: str) -> str:
+        """... and where component ``column`` (a multiple of 8) of its element ``element`` lies."""
+        return f"{self.stage_base(x, stage)} + {element} * {self.pitch[x]} + {column}"
 
     def issue(self, tile: str, stage: str) -> list:
         """``cp.async`` copies of tile ``tile`` of every vector input into stage ``stage``, then a commit."""
@@ -334,7 +352,7 @@ class MmaKernel(TreeKernel):
                 q = f"tid + {u * self.threads}"
                 copy = [Assign("cq", q), Assign("ce", f"cq // {per_row}"), Assign("cc", f"8 * (cq % {per_row})"),
                         Assign("cl", f"({tile}) * {BN} + ce"),
-                        Call("cp_async16", ("sm", f"{self.base[x]} + {stage} * {BN * self.pitch[x]} + ce * {self.pitch[x]} + cc",
+                        Call("cp_async16", ("sm", self.stage_index(x, stage, "ce", "cc"),
                                             x, f"(rr_{x}, min(cl, length - 1))", "cc", "16 if cl < length else 0"))]
                 out += copy if (u + 1) * self.threads <= total else [If(f"{q} < {total}", tuple(copy))]
         return out + [Call("cp_commit", ())]
@@ -482,18 +500,31 @@ class MmaKernel(TreeKernel):
             pre, text = self.print(term, self.access(2 * m + (i >> 1), m, j, i))
             out.append(Assign(f"pf_{r.name}_{m}_{j}_{i}", zero))
             out.append(If(self.ok(m, j, i), tuple(pre + [Assign(f"pf_{r.name}_{m}_{j}_{i}", text)])))
+        return out + self.sum_products(r, x, dv)
+
+    def factor_words(self, r, kk: int, m: int, name: str) -> list:
+        """``{name}_0..3``: the A fragment of row tile ``m`` and keys ``16 kk ..`` of ``r``'s factors, rounded to the
+        vector's 16-bit type (the scores' accumulator layout is the A fragments' layout)."""
         pack = f"pack_{self.kind}x2"
+        out = []
+        for r_ in range(4):
+            j, i0 = 2 * kk + (r_ >> 1), 2 * (r_ & 1)
+            out.append(Assign(f"{name}_{r_}", f"{pack}(pf_{r.name}_{m}_{j}_{i0}, pf_{r.name}_{m}_{j}_{i0 + 1})"))
+        return out
+
+    def sum_products(self, r, x: str, dv: int) -> list:
+        """``o_r += P · V`` for the tile: the factors as A fragments, the staged tile by transposing ``ldmatrix``."""
+        out = []
         for kk in range(BN // 16):
-            for m, r_ in itertools.product(range(self.mt), range(4)):  # the scores' layout is the A fragments'
-                j, i0 = 2 * kk + (r_ >> 1), 2 * (r_ & 1)
-                out.append(Assign(f"pa_{m}_{r_}", f"{pack}(pf_{r.name}_{m}_{j}_{i0}, pf_{r.name}_{m}_{j}_{i0 + 1})"))
+            for m in range(self.mt):
+                out += self.factor_words(r, kk, m, f"pa_{m}")
             for np_ in range(dv // 16):
                 out += self.products(f"ldsm_x4_t(sm, xb_{x} + ({16 * kk} + vrow) * {self.pitch[x]} + {16 * np_} + vcol)",
                                      2 * np_, f"o_{r.name}", "pa")
         return out
 
     def tile(self) -> list:
-        out = [Assign(f"xb_{x}", f"{self.base[x]} + st * {BN * self.pitch[x]}") for x in self.vin]
+        out = [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
         out += [Assign("kb", f"it * {BN}")] + self.scores() + self.elements()
         self.kept = set()
         for r in self.scal:
@@ -513,7 +544,7 @@ class MmaKernel(TreeKernel):
                     for j in range(self.size[r.name] // 8) for i in range(4)]
         out += [Assign("ntile", f"(length + {BN - 1}) // {BN}")] + self.issue("0", "0")
         step = [If("it + 1 < ntile", tuple(self.issue("it + 1", "(it + 1) % 2") + [Call("cp_wait1", ())]),
-                   (Call("cp_wait0", ()),)), Barrier(), Assign("st", "it % 2")]
+                   (Call("cp_wait0", ()),))] + self.landed() + [Barrier(), Assign("st", "it % 2")]
         if self.gate is None:
             step += self.tile() + [Barrier()]
         else:  # a tile that no row of the block sees (above a causal diagonal) is skipped whole
@@ -560,51 +591,57 @@ class MmaKernel(TreeKernel):
 
 
 # -- registration ------------------------------------------------------------------------------------------
-def build(fused: FusedCascade, spec: Spec, target: str):
+def build(fused: FusedCascade, spec: Spec, target: str, kernel=None, name: str = "mma"):
+    """The module of ``kernel`` (a :class:`MmaKernel` class; this one by default) for ``target``."""
     from ..kernels import kernel_args
     from ..module import assemble
 
     if target == "cpu":
-        raise RedalgebraError("the mma strategy is CUDA-only (the tensor cores)")
-    k = MmaKernel(fused, spec)
+        raise RedalgebraError(f"the {name} strategy is CUDA-only (the tensor cores)")
+    k = (kernel or MmaKernel)(fused, spec)
     c = fused.cascade
     outputs = tuple((o.name, "row", None if c.sizes[o.name] is None else k.lay.size_const(c.sizes[o.name]))
                     for o in c.outputs)
-    return assemble(fused, spec, target, "mma", [("kernel", kernel_args(c), "rows", k.kernel())], k.consts,
+    return assemble(fused, spec, target, name, [("kernel", kernel_args(c), "rows", k.kernel())], k.consts,
                     k.lay.constants, outputs, {})
 
 
-def applicable(fused: FusedCascade, p: Problem) -> str | None:
-    """Why ``mma`` does not suit this call (None: it does): the cascade's form, then the types and sizes."""
+def applicable(fused: FusedCascade, p: Problem, name: str = "mma", shared=None) -> str | None:
+    """Why ``mma`` does not suit this call (None: it does): the cascade's form, then the types and sizes.
+    ``shared(fused, problem)``: the bytes of shared memory the call's block needs (``mma``'s plan by default)."""
     reason = refusal(fused)
     if reason is not None:
-        return reason
+        return reason if name == "mma" else reason.replace("mma", name, 1)
     c, dtypes, sizes = fused.cascade, dict(p.dtypes), dict(p.sizes)
     vin = [s for s in c.inputs if s.size is not None]
     kinds = {dtypes.get(s.name, "float32") for s in vin}
     if len(kinds) != 1 or not kinds <= set(KINDS):
-        return f"mma: the tensor cores take bfloat16 or float16 vectors of one type, got {', '.join(sorted(kinds))}"
+        return f"{name}: the tensor cores take bfloat16 or float16 vectors of one type, got {', '.join(sorted(kinds))}"
     for s in vin:
         n = s.size if isinstance(s.size, int) else sizes.get(s.size, 0)
         if n % 16 or n > MOST_COMPONENTS:
-            return f"mma: vectors of a multiple of 16 components, at most {MOST_COMPONENTS}; {s.name} has {n}"
+            return f"{name}: vectors of a multiple of 16 components, at most {MOST_COMPONENTS}; {s.name} has {n}"
     if not p.vec_ok:  # (with a multiple of 16 components, every element's vector then starts on one too)
-        return "mma: the vector inputs must start on 16-byte boundaries (cp.async copies 16 bytes)"
+        return f"{name}: the vector inputs must start on 16-byte boundaries (cp.async copies 16 bytes)"
     reps = dict(p.reps)
     if len({reps.get(s.name, 1) for s in vin}) != 1:
-        return "mma: every vector input must be shared by the same rows"
-    threads, per_warp = _block(p)
-    need = shared_plan(fused, sizes, threads // 32 * per_warp)[-1]
+        return f"{name}: every vector input must be shared by the same rows"
+    need = (shared or _shared_bytes)(fused, p)
     if need > SHARED_LIMIT:
-        return (f"mma: the staged tiles and params need {need} bytes of shared memory, more than a block has "
+        return (f"{name}: the staged tiles and params need {need} bytes of shared memory, more than a block has "
                 f"({SHARED_LIMIT}); use vrows")
     if kinds == {"float16"}:
         for r in c.reductions:
             if c.sizes[r.name] is not None and not _unit_factor(fused, r):
-                return (f"mma: float16 products need each vector sum's factors in [0, 1] with the row's largest at 1 "
+                return (f"{name}: float16 products need each vector sum's factors in [0, 1] with the row's largest at 1 "
                         f"(softmax's exp(s - max(s))), or float16 over- or underflows; {r.name}'s are not shown to be: "
                         f"give bfloat16 inputs or use vrows")
     return None
+
+
+def _shared_bytes(fused: FusedCascade, p: Problem) -> int:
+    threads, per_warp = _block(p)
+    return shared_plan(fused, dict(p.sizes), threads // 32 * per_warp)[-1]
 
 
 def _block(p: Problem) -> tuple[int, int]:

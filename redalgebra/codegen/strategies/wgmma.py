@@ -1,0 +1,193 @@
+"""``wgmma``: the ``mma`` kernel with its products on Hopper's warpgroup instructions (sm_90a).
+
+Same cascades, same tiles, same derived update per tile as :mod:`.mma`; what changes is how the products are
+computed. ``mma.sync`` takes every operand through the registers: each warp reads the whole key and value tile
+from shared memory by ``ldmatrix`` (about 14 FLOP per byte of shared memory), which caps it near half the tensor
+cores' rate. ``wgmma.mma_async`` reads its operands from shared memory itself, a 64-row tile per warpgroup (four
+warps of 16 rows):
+
+1. **Layout.** Tiles are staged in the 128-byte-swizzled layout the instruction reads: rows of 64 values (128
+   bytes), the 16-byte chunk ``c`` of row ``r`` at chunk ``c ^ (r & 7)``, eight rows an atom of 1024 bytes; a
+   vector longer than 64 components is blocks of 64 columns one after the other. ``cp.async`` writes each 16-byte
+   chunk at its swizzled place; the params (queries) are written there by the threads. The layout starts on a
+   1024-byte boundary of shared memory (``swizzle_pad``), as the swizzle is a function of the address.
+2. **Scores** ``Q · Kᵀ``: ``wgmma_ss`` with both operands in shared memory, K-major (the query rows and the key
+   rows, components contiguous), one instruction per 16 components, ``m64n64k16``: the 64 × 64 score tile of the
+   warpgroup in float32 accumulators laid out as ``mma.sync``'s, n8 tile by n8 tile — so the per-element code
+   and the derived update of :mod:`.mma` apply unchanged.
+3. **Vector sums** ``P · V``: ``wgmma_rs`` with the factors in registers (the scores' accumulator layout is the A
+   fragments' layout, as for ``mma.sync``) and the value tile in shared memory read *transposed* (MN-major: keys
+   along K, components along N), one instruction per 16 keys, ``m64nDk16``.
+4. **Order.** Shared-memory writes are made visible to the instruction's reads by ``fence.proxy.async`` before
+   the block's barrier; ``wgmma.fence`` orders the registers' writes (the scaled accumulators, the factors) before
+   the products; each chain of products is committed and waited for, and its accumulators passed through an
+   empty instruction so that no use moves above the wait.
+
+The simulator runs the same kernel with one warp (16 rows): the stand-ins of the instructions compute each thread's
+accumulators from the descriptors, decoding the swizzled layout as the hardware does. ``gpu/wgmma_check.py`` checks
+the layouts on exact integers, on the GPU and in the simulator.
+
+Rounding is :mod:`.mma`'s: the factors enter ``P · V`` in the vector input's 16-bit type.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ...derive import FusedCascade
+from ...errors import RedalgebraError
+from ..emit import Spec
+from ..tree import Assign, Call, If
+from . import Problem, Strategy, register
+from . import mma
+from .mma import BN, MmaKernel, _dots
+
+#: Threads of a block: one warpgroup (64 rows) on the GPU, one warp (16 rows) in the simulator.
+THREADS, SIM_THREADS = 128, 32
+#: 16-bit values in a 128-byte row of the swizzled layout; bytes of an atom (eight rows).
+ROW, ATOM = 64, 1024
+
+
+def _blocks(n: int) -> int:
+    return -(-n // ROW)
+
+
+def shared_plan(fused: FusedCascade, sizes: dict, rows: int):
+    """The dynamic shared memory, in 16-bit units from the first 1024-byte boundary: ``(base, param tiles, bytes)``.
+    ``STAGES`` tiles of every vector input (``BN`` rows, ``ceil(n / 64)`` blocks of 64 columns), then for every dot
+    product its param's rows of the block as 16-bit values and as residuals; 1024 bytes more to reach the boundary."""
+    c = fused.cascade
+
+    def length(x):
+        return x.size if isinstance(x.size, int) else sizes[x.size]
+    base, at = {}, 0
+    for x in c.inputs:
+        if x.size is not None:
+            base[x.name] = at
+            at += mma.STAGES * _blocks(length(x)) * BN * ROW
+    params, tiles = {p.name: p for p in c.params}, []
+    for dot in _dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values())):
+        p = next(params[a.name] for a in dot.args if a.name in params)
+        tiles.append(at)
+        at += 2 * _blocks(length(p)) * rows * ROW
+    return base, tiles, 2 * at + ATOM
+
+
+class WgmmaKernel(MmaKernel):
+    """Builds the statement tree of a ``wgmma`` kernel: :class:`~.mma.MmaKernel` with other products."""
+
+    def __init__(self, fused: FusedCascade, spec: Spec):
+        super().__init__(fused, spec)
+        if self.mt != 1:
+            raise RedalgebraError("wgmma: 16 rows per warp (a warpgroup's 64-row tile is four warps of 16 rows)")
+        self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm)
+
+    def setup(self) -> list:
+        return super().setup() + [Assign("sb", "swizzle_pad(sm)")]
+
+    def landed(self) -> list:
+        return [Call("fence_async", ())]
+
+    # -- the swizzled layout --------------------------------------------------------------------------------
+    def stage_base(self, x: str, stage: str) -> str:
+        return f"sb + {self.base[x]} + {stage} * {_blocks(self.size[x]) * BN * ROW}"
+
+    def stage_index(self, x: str, stage: str, element: str, column: str) -> str:
+        return (f"{self.stage_base(x, stage)} + ({column} // {ROW}) * {BN * ROW} + {element} * {ROW} + "
+                f"(({column} & {ROW - 1}) ^ (({element} & 7) << 3))")
+
+    def param_word(self, n: int, p: str, m: int, h: int, c0: int) -> tuple[str, int]:
+        # row 16 warp + lg + 8 h of the block: its row within an atom is lg (lg < 8)
+        at = self.qtile[n] + (c0 // ROW) * self.bm * ROW
+        return (f"(sb + {at} + (16 * warp + lg + {8 * h}) * {ROW} + ((lg ^ {(c0 % ROW) // 8}) << 3) + 2 * t) // 2",
+                _blocks(self.size[p]) * self.bm * ROW // 2)
+
+    # -- products -------------------------------------------------------------------------------------------
+    @staticmethod
+    def tiles(prefix: str, count: int) -> str:
+        """The accumulators ``{prefix}_{j}_{i}`` as the instructions take them: ``count`` n8 tiles of 4."""
+        return "(" + " ".join("(" + ", ".join(f"{prefix}_{j}_{i}" for i in range(4)) + ")," for j in range(count)) + ")"
+
+    def wait(self, acc: str) -> list:
+        return [Call("wgmma_commit", ()), Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
+
+    def scores(self) -> list:
+        """``sc_{n}_0_{j}_{i}``: the tile's dot products, a warpgroup's 64 rows by ``wgmma_ss`` per 16 components."""
+        out = []
+        zero = self.consts.name(0.0)
+        for n, dot in enumerate(self.dot_list):
+            p, x = self.param_of(dot), self.input_of(dot)
+            acc = self.tiles(f"sc_{n}_0", BN // 8)
+            out += [Assign(f"sc_{n}_0_{j}_{i}", zero) for _, j, i in self.slots()]
+
+            def chain(tile, first):
+                body = []
+                for ks in range(self.size[p] // 16):
+                    a = f"sb + {tile + (ks // 4) * self.bm * ROW + (ks % 4) * 16} + {ROW * ROW} * (warp // 4)"
+                    b = f"xb_{x} + {(ks // 4) * BN * ROW + (ks % 4) * 16}"
+                    body.append(Assign(acc, f"wgmma_ss_{self.kind}({acc}, wgmma_desc(sm, {a}, 16, {ATOM}), "
+                                            f"wgmma_desc(sm, {b}, 16, {ATOM}), {0 if first and ks == 0 else 1})"))
+                return body
+            lo = self.qtile[n] + _blocks(self.size[p]) * self.bm * ROW
+            out += [Call("wgmma_fence", ())] + chain(self.qtile[n], True) + [If("split", tuple(chain(lo, False)))]
+            out += self.wait(acc)
+        return out
+
+    def sum_products(self, r, x: str, dv: int) -> list:
+        """``o_r += P · V``: the factors as A fragments in registers, the value tile read transposed by ``wgmma_rs``
+        per 16 keys (components in blocks of 64 values ``BN`` rows apart)."""
+        out = []
+        for kk in range(BN // 16):
+            out += self.factor_words(r, kk, 0, f"pa_{kk}")
+        acc = self.tiles(f"o_{r.name}_0", dv // 8)
+        out.append(Call("wgmma_fence", ()))
+        for kk in range(BN // 16):
+            words = ", ".join(f"pa_{kk}_{i}" for i in range(4))
+            out.append(Assign(acc, f"wgmma_rs_{self.kind}({acc}, {words}, wgmma_desc(sm, xb_{x} + {16 * kk * ROW}, "
+                                   f"{BN * ROW * 2}, {ATOM}))"))
+        return out + self.wait(acc)
+
+
+# -- registration ------------------------------------------------------------------------------------------
+def _threads(p: Problem) -> int:
+    return p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
+
+
+def _shared_bytes(fused: FusedCascade, p: Problem) -> int:
+    return shared_plan(fused, dict(p.sizes), _threads(p) // 32 * 16)[-1]
+
+
+def applicable(fused: FusedCascade, p: Problem) -> str | None:
+    """Why ``wgmma`` does not suit this call (None: it does): :func:`.mma.applicable`'s reasons, then the device."""
+    reason = mma.applicable(fused, p, "wgmma", _shared_bytes)
+    if reason is not None:
+        return reason
+    cc = p.option("cc")
+    if not p.option("simulator") and cc is not None and tuple(cc)[:2] != (9, 0):
+        return f"wgmma: Hopper's warpgroup instructions need an sm_90 GPU; this one is sm_{cc[0]}{cc[1]}: use mma"
+    return None
+
+
+def configure(fused: FusedCascade, p: Problem) -> dict:
+    """One warpgroup of 128 threads (64 rows; two warpgroups with ``threads=256``), tiles of 64 elements, exp by
+    ``ex2.approx`` unless asked otherwise (as :func:`.mma.configure`)."""
+    reason = applicable(fused, p)
+    if reason is not None:
+        raise RedalgebraError(reason)
+    threads = _threads(p)
+    allowed = (32, 64, 128, 256) if p.option("simulator") else (128, 256)
+    if threads not in allowed:
+        raise RedalgebraError(f"wgmma: blocks of {', '.join(map(str, allowed))} threads (whole warpgroups), got {threads}")
+    bm = threads // 32 * 16
+    for name, fixed in (("tile", BN), ("segments", 1), ("batch", bm), ("group", 16)):
+        if p.option(name) not in (None, fixed):
+            raise RedalgebraError(f"wgmma: the {name} is fixed by the instruction shapes (tiles of {BN} elements, "
+                                  f"16 rows per warp, one segment)")
+    return dict(threads=threads, tile=BN, batch=bm, group=16, vec=8, segments=1,
+                fast_exp=p.option("fast_exp", True), shared=_shared_bytes(fused, p))
+
+
+register(Strategy("wgmma", "cuda", "mma's tiles on Hopper's warpgroup instructions (sm_90a): operands from "
+                  "128-byte-swizzled shared memory by descriptors, P·V with the factors in registers",
+                  functools.partial(mma.build, kernel=WgmmaKernel, name="wgmma"), configure, mma.grid,
+                  rounds_products=True, vector_multiple=16, cc=(9, 0, "a")))

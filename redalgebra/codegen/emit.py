@@ -45,6 +45,7 @@ class Spec:
     segments: int = 1            # vrows, columns: blocks per row (> 1: a partial kernel per segment, then a combine)
     batch: int = 1               # columns: rows processed together by a block (they share its vector reads)
     shared: int = 0              # bytes of dynamic shared memory per block (mma: the staged tiles)
+    stages: int = 2              # mma, wgmma: tiles of the vector inputs in shared memory (stages - 1 loading ahead)
 
     @property
     def launch_bounds(self) -> str:

@@ -38,6 +38,8 @@ class Access:
     vector: dict = field(default_factory=dict)
     size: dict = field(default_factory=dict)   # vector name -> size constant (text)
     exp: str = "math.exp"                      # the exponential's function (a fast one on the GPU)
+    div: str | None = None                     # a function to divide by (None: ``/``): ``div_full`` where an IEEE
+    #                                            division's slow-path call would serialize Hopper's wgmma
     # Lane mode (the ``lanes`` strategy): a warp shares each vector, lane ``lane`` holding the
     # components ``lane + 32 t``; ``slots`` maps a size constant to its slot count, templates may
     # use ``{t}`` (the slot) besides ``{j}`` (the component), and ``lane_sum`` (a format with
@@ -158,6 +160,8 @@ class KernelPrinter(StrPrinter):
         if not den:
             return top
         bottom = "*".join(self.parenthesize(f, 50) for f in den)
+        if self.access.div:
+            return f"{self.access.div}({top}, {bottom})"
         return f"{top}/({bottom})" if len(den) > 1 else f"{top}/{self.parenthesize(den[0], 60)}"
 
     def _print_Pow(self, expr):

@@ -40,7 +40,7 @@ import numpy as np
 from llvmlite import ir
 from numba import config, types
 
-__all__ = ["LOG2E", "bf16_bits", "e4m3", "e4m3_bits", "ex2", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8", "ld_f32x4",
+__all__ = ["LOG2E", "bf16_bits", "div_full", "e4m3", "e4m3_bits", "ex2", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8", "ld_f32x4",
            "ld_f32x4_nc", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x8", "st_e4m3x4", "st_f32x4", "st_h16",
            "st_h16x8"]
 
@@ -182,6 +182,11 @@ def _sim_ex2(x):
 def _sim_fast_exp(x):
     with np.errstate(all="ignore"):
         return _sim_ex2(_f32(x)[()] * LOG2E)
+
+
+def _sim_div_full(a, b):
+    with np.errstate(all="ignore"):
+        return _f32(_f32(a)[()] / _f32(b)[()])[()]
 
 
 def _sim_max_nan(a, b):
@@ -452,6 +457,20 @@ def fast_exp(typingctx, x):
     def codegen(context, builder, sig, args):
         return _ex2(builder, builder.fmul(args[0], ir.FloatType()(float(LOG2E))))
     return types.float32(types.float32), codegen
+
+
+@_device(_sim_div_full)
+def div_full(typingctx, a, b):
+    """``a / b`` in float32 by ``div.full.f32``: within 2 ulp over the full range, no slow path (an IEEE division's
+    slow path is a subroutine call, and a call anywhere in a kernel serializes Hopper's wgmma); ``x / 0`` is ±inf,
+    ``0 / 0`` NaN."""
+    _number("div_full", a)
+    _number("div_full", b)
+
+    def codegen(context, builder, sig, args):
+        x, y = (context.cast(builder, v, t, types.float32) for v, t in zip(args, sig.args))
+        return _asm(builder, ir.FloatType(), "div.full.f32 $0, $1, $2;", "=f,f,f", [x, y])
+    return types.float32(a, b), codegen
 
 
 def _nan_minmax(name, op, a, b):

@@ -196,6 +196,8 @@ def ptxas_facts(ptx: str, arch: str | None = None) -> dict | None:
     spills = [tuple(map(int, m)) for m in re.findall(
         r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", text)]
     return dict(registers=max(map(int, re.findall(r"Used (\d+) registers", text)), default=0),
+                # "wgmma.mma_async instructions are serialized due to ..." (a call, a fence the compiler had to add)
+                wgmma_serialized=len(re.findall(r"\(C75\d\d\)[^\n]*wgmma[^\n]*serialized", text)),
                 stack_bytes=sum(s[0] for s in spills), spill_stores=sum(s[1] for s in spills),
                 spill_loads=sum(s[2] for s in spills))
 
@@ -211,4 +213,6 @@ def facts_text(facts: dict) -> list[str]:
             f".local: {f['local_bytes']} bytes, {f['ld_local']} loads, {f['st_local']} stores; f64 instructions: {f['f64']}; ex2.approx: {f['ex2']}; "
             f"shfl.sync.bfly: {f['shfl_bfly']}"] + (
         [f"ptxas: {f['registers']} registers per thread at most, {f['spill_stores']}/{f['spill_loads']} bytes "
-         f"spilled (stores/loads), {f['stack_bytes']} bytes of stack"] if "registers" in f else [])
+         f"spilled (stores/loads), {f['stack_bytes']} bytes of stack"] if "registers" in f else []) + (
+        [f"ptxas: wgmma serialized ({f['wgmma_serialized']} warning(s): a call or a compiler-inserted fence)"]
+        if f.get("wgmma_serialized") else [])

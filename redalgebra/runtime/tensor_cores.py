@@ -2,7 +2,7 @@
 
 ``cp_async16`` copies 16 bytes from global to
 shared memory without passing through registers (``cp.async.cg``; a source size of 0 fills zeros), grouped
-by ``cp_commit`` and awaited by ``cp_wait0``/``cp_wait1``; ``ldsm_x4``/``ldsm_x4_t`` load four 8×8 matrices
+by ``cp_commit`` and awaited by ``cp_wait0`` … ``cp_wait3`` (all but the newest 0 … 3 groups complete); ``ldsm_x4``/``ldsm_x4_t`` load four 8×8 matrices
 of 16-bit values from shared memory into the warp's fragments (``ldmatrix``, plain or transposed; lane ``l``
 gives the address of row ``l % 8`` of matrix ``l // 8``); ``mma_bf16``/``mma_f16`` multiply-accumulate a
 16×16 by 16×8 tile into float32 (``mma.sync.aligned.m16n8k16.row.col``). With ``g = lane >> 2`` and
@@ -30,7 +30,7 @@ from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _bf16_pair, _check, 
 if not SIMULATOR:
     from .intrinsics import TypingError
 
-__all__ = ["cp_async16", "cp_commit", "cp_wait0", "cp_wait1", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
+__all__ = ["cp_async16", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_hold",
            "fence_async"]
@@ -207,6 +207,8 @@ def _wait(name, text):
 cp_commit = _wait("cp_commit", "cp.async.commit_group;")
 cp_wait0 = _wait("cp_wait0", "cp.async.wait_group 0;")
 cp_wait1 = _wait("cp_wait1", "cp.async.wait_group 1;")
+cp_wait2 = _wait("cp_wait2", "cp.async.wait_group 2;")
+cp_wait3 = _wait("cp_wait3", "cp.async.wait_group 3;")
 
 
 def _ldsm(name, transposed):
@@ -545,15 +547,20 @@ fence_async = _void("fence_async", "fence.proxy.async.shared::cta;",
 
 @_device(_sim_hold)
 def wgmma_hold(typingctx, acc):
-    """The accumulators, through an empty instruction that reads and writes them: after ``wgmma_wait0``, it keeps
-    their uses from moving above the wait (their values are the wgmma's only once it completes)."""
-    _acc_type("wgmma_hold", acc)
+    """The registers, through an empty instruction that reads and writes them, ordered with the other wgmma
+    instructions: after ``wgmma_wait0`` it keeps the accumulators' uses from moving above the wait (their values are
+    the wgmma's only once it completes); before ``wgmma_fence`` it keeps the writes of an operand (accumulators
+    scaled, A fragments packed) from moving below the fence. Tiles of 4 float32 or of 4 words (uint32)."""
+    words = (isinstance(acc, types.UniTuple) and isinstance(acc.dtype, types.UniTuple) and acc.dtype.count == 4
+             and acc.dtype.dtype == types.uint32 and 1 <= acc.count <= 32)
+    if not words:
+        _acc_type("wgmma_hold", acc)
 
     def codegen(context, builder, sig, args):
         n = 4 * sig.args[0].count
-        f32 = ir.FloatType()
-        cons = ",".join(["=f"] * n + [str(k) for k in range(n)])
-        out = builder.call(ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([f32] * n), [f32] * n), "", cons,
+        reg, letter = (ir.IntType(32), "r") if words else (ir.FloatType(), "f")
+        cons = ",".join([f"={letter}"] * n + [str(k) for k in range(n)])
+        out = builder.call(ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([reg] * n), [reg] * n), "", cons,
                                         side_effect=True), _flat(builder, args[0], sig.args[0].count))
         return _tiles(context, builder, sig.args[0], [builder.extract_value(out, k) for k in range(n)])
     return acc(acc), codegen

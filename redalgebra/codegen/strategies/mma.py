@@ -74,8 +74,8 @@ BN = 64
 THREADS, SIM_THREADS = 128, 32
 #: Dynamic shared memory a Hopper block may opt into (227 KB).
 SHARED_LIMIT = 232448
-#: Tiles of the vector inputs in flight (one computing, one loading).
-STAGES = 2
+#: Tiles of the vector inputs in shared memory by default (one computing, one loading); at most MOST_STAGES.
+STAGES, MOST_STAGES = 2, 4
 #: The widest vector a warp's accumulators hold (16 rows × 128 columns: 64 float32 per thread per vector).
 MOST_COMPONENTS = 128
 #: The vector types the tensor cores take, and the name of their instructions.
@@ -175,8 +175,8 @@ def gate(fused: FusedCascade, prologue, bodies, factors):
     return None
 
 
-def shared_plan(fused: FusedCascade, sizes: dict, rows: int):
-    """The dynamic shared memory, in 16-bit units: ``(pitch, base, param tiles, bytes)``. ``STAGES`` tiles of every
+def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int = STAGES):
+    """The dynamic shared memory, in 16-bit units: ``(pitch, base, param tiles, bytes)``. ``stages`` tiles of every
     vector input, then for every dot product its param's rows of the block as 16-bit values and as residuals
     (``rows`` of the block each). Every row is padded by 8 values (16 bytes): the 8 rows an ``ldmatrix`` reads then fall in
     distinct banks."""
@@ -188,7 +188,7 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int):
     for x in c.inputs:
         if x.size is not None:
             pitch[x.name], base[x.name] = length(x) + 8, at
-            at += STAGES * BN * pitch[x.name]
+            at += stages * BN * pitch[x.name]
     params, tiles = {p.name: p for p in c.params}, []
     for dot in _dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values())):
         p = next(params[a.name] for a in dot.args if a.name in params)
@@ -231,7 +231,10 @@ class MmaKernel(TreeKernel):
         self.bm = spec.batch  # rows of the block
         if spec.threads % 32 or self.bm != spec.threads // 32 * 16 * self.mt or self.mt > 2:
             raise RedalgebraError(f"mma: a block of {spec.threads} threads takes 16 or 32 rows per warp, got {self.bm}")
-        self.pitch, self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm)
+        self.stages = spec.stages
+        if not 2 <= self.stages <= MOST_STAGES:
+            raise RedalgebraError(f"mma: 2 to {MOST_STAGES} stages of tiles, got {self.stages}")
+        self.pitch, self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm, self.stages)
         self.nt = BN // 8
         self.gate = gate(fused, self.prologue, self.bodies, self.factors)
 
@@ -294,13 +297,14 @@ class MmaKernel(TreeKernel):
                Assign("lg", "lane >> 2"), Assign("t", "lane & 3"),
                Assign("sm", "cuda.shared.array(0, uint16)"), Assign("smw", "cuda.shared.array(0, uint32)"),
                Assign("grows", f"rep_{first}"), Assign("ntr", f"(grows + {self.bm - 1}) // {self.bm}"),
-               Assign("grp", "cuda.blockIdx.x // ntr"), Assign("rt", "cuda.blockIdx.x - grp * ntr"),
+               # 32-bit divisions: a 64-bit one is a subroutine call, and any call serializes Hopper's wgmma
+               Assign("grp", "uint32(cuda.blockIdx.x) // uint32(ntr)"), Assign("rt", "cuda.blockIdx.x - grp * ntr"),
                Assign("gend", "grp * grows + grows")]
         for h in self.rows:
             out += [Assign(f"row_{h}", f"grp * grows + rt * {self.bm} + {16 * self.mt} * warp + lg + {8 * h}"),
                     Assign(f"ok_{h}", f"row_{h} < gend"), Assign(f"rc_{h}", f"min(row_{h}, gend - 1)")]
             out += [Assign(f"p_{p.name}_{h}", f"{p.name}[rc_{h}]") for p in c.params if p.size is None]
-        out += [Assign(f"rr_{x}", f"rc_0 // rep_{x}") for x in self.vin]
+        out += [Assign(f"rr_{x}", f"uint32(rc_0) // uint32(rep_{x})") for x in self.vin]
         out += [Assign("krow", "(lane & 7) + 8 * (lane >> 4)"), Assign("kcol", "8 * ((lane >> 3) & 1)"),
                 Assign("vrow", "(lane & 7) + 8 * ((lane >> 3) & 1)"), Assign("vcol", "8 * (lane >> 4)")]
         return out
@@ -338,24 +342,39 @@ class MmaKernel(TreeKernel):
         """The 16-bit index of shared memory where stage ``stage`` of vector input ``x``'s tiles begins."""
         return f"{self.base[x]} + {stage} * {BN * self.pitch[x]}"
 
-    def stage_index(self, x: str, stage: str, element: str, column: str) -> str:
-        """... and where component ``column`` (a multiple of 8) of its element ``element`` lies."""
-        return f"{self.stage_base(x, stage)} + {element} * {self.pitch[x]} + {column}"
+    def stage_offset(self, x: str, element: str, column: str) -> str:
+        """... and how far from there component ``column`` (a multiple of 8) of its element ``element`` lies."""
+        return f"{element} * {self.pitch[x]} + {column}"
+
+    def copies(self):
+        """``(x, u, guard)``: the thread's ``u``-th 16-byte copy of a tile of vector input ``x`` (``guard``: the test that
+        it exists, for the last of a tile not a multiple of the block)."""
+        for x in self.vin:
+            total = BN * (self.size[x] // 8)
+            for u in range(-(-total // self.threads)):
+                yield x, u, None if (u + 1) * self.threads <= total else f"tid + {u * self.threads} < {total}"
+
+    def copy_setup(self) -> list:
+        """What each copy needs that does not change from tile to tile, once: ``ce_{x}_{u}`` (its element of the tile),
+        ``cc_{x}_{u}`` (its first component), ``so_{x}_{u}`` (its place in a stage)."""
+        out = []
+        for x, u, _ in self.copies():
+            per_row, at = self.size[x] // 8, f"{x}_{u}"
+            out += [Assign(f"ce_{at}", f"(tid + {u * self.threads}) // {per_row}"),
+                    Assign(f"cc_{at}", f"8 * ((tid + {u * self.threads}) % {per_row})"),
+                    Assign(f"so_{at}", self.stage_offset(x, f"ce_{at}", f"cc_{at}"))]
+        return out
 
     def issue(self, tile: str, stage: str) -> list:
-        """``cp.async`` copies of tile ``tile`` of every vector input into stage ``stage``, then a commit."""
+        """``cp.async`` copies of tile ``tile`` of every vector input into stage ``stage`` (zeros past the row's end)."""
         out = []
-        for x in self.vin:
-            per_row = self.size[x] // 8
-            total = BN * per_row
-            for u in range(-(-total // self.threads)):
-                q = f"tid + {u * self.threads}"
-                copy = [Assign("cq", q), Assign("ce", f"cq // {per_row}"), Assign("cc", f"8 * (cq % {per_row})"),
-                        Assign("cl", f"({tile}) * {BN} + ce"),
-                        Call("cp_async16", ("sm", self.stage_index(x, stage, "ce", "cc"),
-                                            x, f"(rr_{x}, min(cl, length - 1))", "cc", "16 if cl < length else 0"))]
-                out += copy if (u + 1) * self.threads <= total else [If(f"{q} < {total}", tuple(copy))]
-        return out + [Call("cp_commit", ())]
+        for x, u, guard in self.copies():
+            at = f"{x}_{u}"
+            copy = [Assign("cl", f"({tile}) * {BN} + ce_{at}"),
+                    Call("cp_async16", ("sm", f"{self.stage_base(x, stage)} + so_{at}", x, f"(rr_{x}, min(cl, length - 1))",
+                                        f"cc_{at}", "16 if cl < length else 0"))]
+            out += copy if guard is None else [If(guard, tuple(copy))]
+        return out
 
     def products(self, load: str, j0: int, acc: str, a: str) -> list:
         """``load`` (an ``ldmatrix`` of the B fragments of n-tiles ``j0`` and ``j0 + 1``), then the products of every
@@ -406,7 +425,8 @@ class MmaKernel(TreeKernel):
             h, at = 2 * m + (i >> 1), f"min(lt + {8 * j + (i & 1)}, length - 1)"
             for x in self.sin:
                 dt = self.dtypes.get(x, "float32")
-                read = f"ld_b16({x}, rc_{h} // rep_{x}, {at})" if dt == "bfloat16" else f"{x}[rc_{h} // rep_{x}, {at}]"
+                rr = f"uint32(rc_{h}) // uint32(rep_{x})"
+                read = f"ld_b16({x}, {rr}, {at})" if dt == "bfloat16" else f"{x}[{rr}, {at}]"
                 out.append(Assign(f"e_{x}_{m}_{j}_{i}", f"float32({read})" if dt == "float16" else read))
             acc = self.access(h, m, j, i)
             for sym, expr in self.prologue:
@@ -542,9 +562,14 @@ class MmaKernel(TreeKernel):
         for r in self.vred:
             out += [Assign(f"o_{r.name}_{m}_{j}_{i}", zero) for m in range(self.mt)
                     for j in range(self.size[r.name] // 8) for i in range(4)]
-        out += [Assign("ntile", f"(length + {BN - 1}) // {BN}")] + self.issue("0", "0")
-        step = [If("it + 1 < ntile", tuple(self.issue("it + 1", "(it + 1) % 2") + [Call("cp_wait1", ())]),
-                   (Call("cp_wait0", ()),))] + self.landed() + [Barrier(), Assign("st", "it % 2")]
+        # a commit group per tile (empty past the last), ``stages - 1`` tiles loading ahead of the one computed
+        ahead = self.stages - 1
+        out += self.copy_setup() + [Assign("ntile", f"(length + {BN - 1}) // {BN}")]
+        for s_ in range(ahead):
+            out += [If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ())]
+        step = [If(f"it + {ahead} < ntile", tuple(self.issue(f"it + {ahead}", f"(it + {ahead}) % {self.stages}"))),
+                Call("cp_commit", ()), Call(f"cp_wait{ahead}", ())]
+        step += self.landed() + [Barrier(), Assign("st", f"it % {self.stages}")]
         if self.gate is None:
             step += self.tile() + [Barrier()]
         else:  # a tile that no row of the block sees (above a causal diagonal) is skipped whole

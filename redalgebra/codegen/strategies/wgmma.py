@@ -52,9 +52,9 @@ def _blocks(n: int) -> int:
     return -(-n // ROW)
 
 
-def shared_plan(fused: FusedCascade, sizes: dict, rows: int):
+def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int):
     """The dynamic shared memory, in 16-bit units from the first 1024-byte boundary: ``(base, param tiles, bytes)``.
-    ``STAGES`` tiles of every vector input (``BN`` rows, ``ceil(n / 64)`` blocks of 64 columns), then for every dot
+    ``stages`` tiles of every vector input (``BN`` rows, ``ceil(n / 64)`` blocks of 64 columns), then for every dot
     product its param's rows of the block as 16-bit values and as residuals; 1024 bytes more to reach the boundary."""
     c = fused.cascade
 
@@ -64,7 +64,7 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int):
     for x in c.inputs:
         if x.size is not None:
             base[x.name] = at
-            at += mma.STAGES * _blocks(length(x)) * BN * ROW
+            at += stages * _blocks(length(x)) * BN * ROW
     params, tiles = {p.name: p for p in c.params}, []
     for dot in _dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values())):
         p = next(params[a.name] for a in dot.args if a.name in params)
@@ -80,10 +80,15 @@ class WgmmaKernel(MmaKernel):
         super().__init__(fused, spec)
         if self.mt != 1:
             raise RedalgebraError("wgmma: 16 rows per warp (a warpgroup's 64-row tile is four warps of 16 rows)")
-        self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm)
+        self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm, self.stages)
 
     def setup(self) -> list:
         return super().setup() + [Assign("sb", "swizzle_pad(sm)")]
+
+    def access(self, *args, **kwargs):
+        acc = super().access(*args, **kwargs)
+        acc.div = "div_full"  # no subroutine call (an IEEE division's slow path) to serialize the wgmmas
+        return acc
 
     def landed(self) -> list:
         return [Call("fence_async", ())]
@@ -92,9 +97,8 @@ class WgmmaKernel(MmaKernel):
     def stage_base(self, x: str, stage: str) -> str:
         return f"sb + {self.base[x]} + {stage} * {_blocks(self.size[x]) * BN * ROW}"
 
-    def stage_index(self, x: str, stage: str, element: str, column: str) -> str:
-        return (f"{self.stage_base(x, stage)} + ({column} // {ROW}) * {BN * ROW} + {element} * {ROW} + "
-                f"(({column} & {ROW - 1}) ^ (({element} & 7) << 3))")
+    def stage_offset(self, x: str, element: str, column: str) -> str:
+        return f"({column} // {ROW}) * {BN * ROW} + {element} * {ROW} + (({column} & {ROW - 1}) ^ (({element} & 7) << 3))"
 
     def param_word(self, n: int, p: str, m: int, h: int, c0: int) -> tuple[str, int]:
         # row 16 warp + lg + 8 h of the block: its row within an atom is lg (lg < 8)
@@ -118,7 +122,6 @@ class WgmmaKernel(MmaKernel):
         for n, dot in enumerate(self.dot_list):
             p, x = self.param_of(dot), self.input_of(dot)
             acc = self.tiles(f"sc_{n}_0", BN // 8)
-            out += [Assign(f"sc_{n}_0_{j}_{i}", zero) for _, j, i in self.slots()]
 
             def chain(tile, first):
                 body = []
@@ -129,18 +132,26 @@ class WgmmaKernel(MmaKernel):
                                             f"wgmma_desc(sm, {b}, 16, {ATOM}), {0 if first and ks == 0 else 1})"))
                 return body
             lo = self.qtile[n] + _blocks(self.size[p]) * self.bm * ROW
-            out += [Call("wgmma_fence", ())] + chain(self.qtile[n], True) + [If("split", tuple(chain(lo, False)))]
-            out += self.wait(acc)
+            out += [Call("wgmma_fence", ())] + chain(self.qtile[n], True) + self.wait(acc)
+            out.append(If("split", tuple([Call("wgmma_fence", ())] + chain(lo, False) + self.wait(acc))))
         return out
+
+    def loop(self) -> list:
+        # the scores' accumulators exist before the first tile (each tile's first product ignores them: scale 0)
+        zero = self.consts.name(0.0)
+        return [Assign(f"sc_{n}_0_{j}_{i}", zero) for n in range(len(self.dot_list)) for _, j, i in self.slots()] + \
+            super().loop()
 
     def sum_products(self, r, x: str, dv: int) -> list:
         """``o_r += P · V``: the factors as A fragments in registers, the value tile read transposed by ``wgmma_rs``
-        per 16 keys (components in blocks of 64 values ``BN`` rows apart)."""
+        per 16 keys (components in blocks of 64 values ``BN`` rows apart). The scaled accumulators and the packed
+        factors pass through ``wgmma_hold`` before the fence, so that their writes stay before it."""
         out = []
         for kk in range(BN // 16):
             out += self.factor_words(r, kk, 0, f"pa_{kk}")
         acc = self.tiles(f"o_{r.name}_0", dv // 8)
-        out.append(Call("wgmma_fence", ()))
+        words = self.tiles("pa", BN // 16)
+        out += [Assign(acc, f"wgmma_hold({acc})"), Assign(words, f"wgmma_hold({words})"), Call("wgmma_fence", ())]
         for kk in range(BN // 16):
             words = ", ".join(f"pa_{kk}_{i}" for i in range(4))
             out.append(Assign(acc, f"wgmma_rs_{self.kind}({acc}, {words}, wgmma_desc(sm, xb_{x} + {16 * kk * ROW}, "
@@ -153,8 +164,24 @@ def _threads(p: Problem) -> int:
     return p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
 
 
+#: Shared memory of a multiprocessor, and what each block resident there reserves besides its own (bytes).
+SM_SHARED, RESERVED = 233472, 1024
+
+
+def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
+    """``(stages, bytes)``: as many tiles in flight (up to :data:`~.mma.MOST_STAGES`) as fit beside the params when two
+    blocks of one warpgroup share a multiprocessor (one block's element-wise work then overlaps the other's
+    products), or one block of two warpgroups; at least two."""
+    sizes, rows = dict(p.sizes), _threads(p) // 32 * 16
+    fixed = shared_plan(fused, sizes, rows, 0)[-1]
+    per = shared_plan(fused, sizes, rows, 1)[-1] - fixed
+    blocks = 2 if _threads(p) <= THREADS else 1
+    stages = max(mma.STAGES, min(mma.MOST_STAGES, (SM_SHARED // blocks - RESERVED - fixed) // per))
+    return stages, fixed + stages * per
+
+
 def _shared_bytes(fused: FusedCascade, p: Problem) -> int:
-    return shared_plan(fused, dict(p.sizes), _threads(p) // 32 * 16)[-1]
+    return _stages(fused, p)[1]
 
 
 def applicable(fused: FusedCascade, p: Problem) -> str | None:
@@ -165,6 +192,14 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     cc = p.option("cc")
     if not p.option("simulator") and cc is not None and tuple(cc)[:2] != (9, 0):
         return f"wgmma: Hopper's warpgroup instructions need an sm_90 GPU; this one is sm_{cc[0]}{cc[1]}: use mma"
+    threads = _threads(p)
+    allowed = (32, 64, 128, 256) if p.option("simulator") else (128, 256)
+    if threads not in allowed:
+        return f"wgmma: blocks of {', '.join(map(str, allowed))} threads (whole warpgroups), got {threads}"
+    for name, fixed in (("tile", BN), ("segments", 1), ("batch", threads // 32 * 16), ("group", 16)):
+        if p.option(name) not in (None, fixed):
+            return (f"wgmma: the {name} is fixed by the instruction shapes (tiles of {BN} elements, 16 rows per warp, "
+                    f"one segment)")
     return None
 
 
@@ -175,16 +210,10 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     if reason is not None:
         raise RedalgebraError(reason)
     threads = _threads(p)
-    allowed = (32, 64, 128, 256) if p.option("simulator") else (128, 256)
-    if threads not in allowed:
-        raise RedalgebraError(f"wgmma: blocks of {', '.join(map(str, allowed))} threads (whole warpgroups), got {threads}")
     bm = threads // 32 * 16
-    for name, fixed in (("tile", BN), ("segments", 1), ("batch", bm), ("group", 16)):
-        if p.option(name) not in (None, fixed):
-            raise RedalgebraError(f"wgmma: the {name} is fixed by the instruction shapes (tiles of {BN} elements, "
-                                  f"16 rows per warp, one segment)")
+    stages, shared = _stages(fused, p)
     return dict(threads=threads, tile=BN, batch=bm, group=16, vec=8, segments=1,
-                fast_exp=p.option("fast_exp", True), shared=_shared_bytes(fused, p))
+                fast_exp=p.option("fast_exp", True), shared=shared, stages=stages)
 
 
 register(Strategy("wgmma", "cuda", "mma's tiles on Hopper's warpgroup instructions (sm_90a): operands from "

@@ -47,11 +47,11 @@ def device_capability(backend: str):
 
 @functools.lru_cache(maxsize=1)
 def _capability():
-    from numba import cuda
-
     try:
+        from numba import cuda
+
         return tuple(cuda.get_current_device().compute_capability)
-    except Exception:  # noqa: BLE001 - no driver or no device (building PTX offline): no capability to go by
+    except Exception:  # noqa: BLE001 - no numba-cuda, driver or device (building PTX offline): nothing to go by
         return None
 
 

@@ -376,9 +376,13 @@ def test_the_module_is_the_simulator_version_here():
     assert rt.SIMULATOR and ld_f32x4.__name__ == "ld_f32x4" and "128-bit" in ld_f32x4.__doc__
     assert set(rt.__all__) >= {"ld_f32x4", "ld_f32x4_nc", "ld_b16x8", "ld_h16x8", "st_f32x4", "st_b16x8",
                                "st_h16x8", "ld_b16", "st_b16", "st_h16", "ex2", "fast_exp", "e4m3", "st_e4m3x4"}
-    assert tc.SIMULATOR and set(tc.__all__) == {"cp_async16", "cp_commit", "cp_wait0", "cp_wait1", "ldsm_x4",
-                                                "ldsm_x4_t", "mma_bf16", "mma_f16", "pack_bf16x2", "pack_f16x2",
-                                                "unpack_bf16x2", "unpack_f16x2"}
+    assert tc.SIMULATOR and set(tc.__all__) == {"cp_async16", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2",
+                                                "cp_wait3", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
+                                                "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2",
+                                                "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16", "wgmma_ss_f16",
+                                                "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
+                                                "wgmma_wait0", "wgmma_hold", "fence_async"}
+    assert "div_full" in rt.__all__ and rt.div_full(1.0, 3.0) == np.float32(1.0) / np.float32(3.0)
 
 
 # ---------------------------------------------------------------------------------------------- PTX

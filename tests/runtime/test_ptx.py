@@ -77,6 +77,7 @@ def _jobs() -> list:
     jobs += [(_key(name, "rows", *shape[:3]), name, "rows", *shape) for name, shape in PASSES.items()]
     jobs += [(_key("fp8_quant_gemm", "columns", 16, 4096), "fp8_quant_gemm", "columns", 16, 4096, "bfloat16", {})]
     jobs += [(_key("attention", "mma", 4096, 512), "attention", "mma", 4096, 512, "bfloat16", {})]
+    jobs += [(_key("attention", "wgmma", 4096, 512), "attention", "wgmma", 4096, 512, "bfloat16", {})]
     return jobs + [(_key(name, strategy), name, strategy, 512, 2048, "bfloat16", {})
                    for strategy in LEGACY for name in SAMPLE]
 
@@ -96,7 +97,7 @@ def report():
 
 
 def test_the_sample_covers_every_real_cuda_strategy_and_the_scalar_cascades_kinds():
-    assert set(LEGACY) | {"rows", "vrows", "columns", "mma"} == set(names("cuda", real=True)) | {"block_shared", "tile_shared"}
+    assert set(LEGACY) | {"rows", "vrows", "columns", "mma", "wgmma"} == set(names("cuda", real=True)) | {"block_shared", "tile_shared"}
     assert set(AUTO_SAMPLE) <= set(SCALAR)
     texts = [workloads.get(n).text for n in SAMPLE]
     assert any("exp(" in t and "dot(" in t for t in texts) and any("topk(" in t for t in texts)
@@ -193,5 +194,17 @@ def test_mma_multiplies_on_the_tensor_cores_with_operands_staged_by_cp_async(rep
     assert facts["strategy"] == "mma" and facts["mma"] == 8 * 8 * 2 + 4 * 16
     assert facts["ldmatrix"] > 0 and facts["cp_async"] == 2 * 2 * 8
     assert facts["ex2"] >= 32  # one exp per score, shared by the row sum and the product's factor
+    assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
+    assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
+
+
+@pytest.mark.slow
+def test_wgmma_multiplies_by_warpgroups_without_serializing(report):
+    facts = report[_key("attention", "wgmma", 4096, 512)]
+    # d = 128: per tile 8 k-steps of Q·Kᵀ (and 8 for the query's residual, behind its own fence and wait), 4 key
+    # steps of P·V; ptxas serializes every wgmma of a kernel that calls a subroutine (a 64-bit division, an IEEE
+    # division's slow path) or where it had to add a fence: none of that here
+    assert facts["strategy"] == "wgmma" and facts["wgmma"] == 8 + 8 + 4 and facts["mma"] == 0
+    assert facts["wgmma_serialized"] == 0, facts
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts

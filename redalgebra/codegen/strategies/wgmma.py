@@ -118,7 +118,6 @@ class WgmmaKernel(MmaKernel):
     def scores(self) -> list:
         """``sc_{n}_0_{j}_{i}``: the tile's dot products, a warpgroup's 64 rows by ``wgmma_ss`` per 16 components."""
         out = []
-        zero = self.consts.name(0.0)
         for n, dot in enumerate(self.dot_list):
             p, x = self.param_of(dot), self.input_of(dot)
             acc = self.tiles(f"sc_{n}_0", BN // 8)

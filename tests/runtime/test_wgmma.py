@@ -1,0 +1,86 @@
+"""The wgmma strategy in the CUDA simulator: mma's tiles on Hopper's warpgroup instructions.
+
+The stand-ins of ``wgmma`` decode the 128-byte-swizzled shared memory from the descriptors as the hardware does
+(``gpu/wgmma_check.py`` checks the same layouts on exact integers on the GPU, and here in the simulator); a
+simulated block is one warp (16 rows), whose accumulators each thread computes from its own rows.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from redalgebra import RedalgebraError, evaluate, workloads
+from redalgebra.codegen import Problem
+from redalgebra.runtime import compile
+from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE
+from redalgebra.runtime.compile import bfloat16_to_float, choose
+from tests.catalogue import fused
+from tests.runtime.test_mma import _problem
+
+CHECK = Path(__file__).resolve().parents[2] / "gpu" / "wgmma_check.py"
+
+
+@pytest.mark.parametrize("name,R,L,d,dtype,masked,query16", [
+    # three tiles (the last partial), a mask with a fully masked row, a float32 query (the residual's own chain)
+    ("attention", 20, 130, 16, "float16", True, False),
+    # the gate (a causal mask and ALiBi written with positions): tiles no row sees skipped; bfloat16
+    ("alibi_attention", 20, 40, 16, "bfloat16", False, True),
+    # 80 components: a second block of 64 columns, partly used, in every swizzled tile
+    ("attention", 16, 70, 80, "bfloat16", False, False),
+])
+def test_wgmma_matches_the_reference(name, R, L, d, dtype, masked, query16):
+    inputs, params, keep = _problem(name, 1, R, L, d, dtype, masked, query16)
+    kernel = compile(fused(name), "cudasim", "wgmma")
+    out = kernel(inputs, params, keep)["y"]
+    wide = {k: np.repeat(np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64), R, 0)
+            for k, v in inputs.items()}
+    ref = evaluate(workloads.get(name).cascade, wide, params, keep)["y"]
+    assert np.array_equal(np.isnan(out), np.isnan(ref))
+    fin = np.isfinite(ref)
+    err = np.abs(out - ref)[fin].max() / np.abs(ref[fin]).max()
+    # the factors enter P·V rounded to the values' 16-bit type (as mma's): one such rounding allowed
+    assert err <= TOLERANCE[dtype] + STORE_ROUNDING[dtype]
+
+
+def test_the_swizzled_layouts_give_exact_integer_products():
+    spec = importlib.util.spec_from_file_location("gpu_wgmma_check", CHECK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for kind in ("bf16", "f16"):
+        good, line = module.run(kind)
+        assert good, line
+
+
+def _attention_problem(cc, **options):
+    sizes, dtypes = (("d", 128),), (("k", "float16"), ("v", "float16"))
+    base = dict(threads=None, tile=None, segments=None, group=None, batch=None, simulator=False, cc=cc)
+    return Problem(4096, 2048, sizes, dtypes, False, True, True, True, (("k", 64), ("v", 64)),
+                   tuple({**base, **options}.items()))
+
+
+def test_auto_takes_wgmma_on_hopper_only_and_mma_where_its_options_do_not_apply():
+    f = fused("attention")
+    reps = {"k": 64, "v": 64}
+    assert choose(f, 4096, 2048, {"d": 128}, reps, _attention_problem((9, 0))) == "wgmma"
+    assert choose(f, 4096, 2048, {"d": 128}, reps, _attention_problem((8, 0))) == "mma"
+    assert choose(f, 4096, 2048, {"d": 128}, reps, _attention_problem((10, 0))) == "mma"  # no wgmma after sm_90
+    assert choose(f, 4096, 2048, {"d": 128}, reps, _attention_problem((9, 0), group=32)) == "mma"
+
+
+def test_wgmma_refuses_with_a_message():
+    from redalgebra.codegen.strategies.wgmma import configure
+
+    with pytest.raises(RedalgebraError, match="need an sm_90 GPU; this one is sm_80: use mma"):
+        configure(fused("attention"), _attention_problem((8, 0)))
+    with pytest.raises(RedalgebraError, match="whole warpgroups"):
+        configure(fused("attention"), _attention_problem((9, 0), threads=64))
+    with pytest.raises(RedalgebraError, match="the tensor cores take bfloat16 or float16"):
+        compile(fused("attention"), "cudasim", "wgmma")(*_float32_call())
+
+
+def _float32_call():
+    rng = np.random.default_rng(1)
+    return ({"k": rng.normal(size=(1, 64, 16)).astype(np.float32), "v": rng.normal(size=(1, 64, 16)).astype(np.float32)},
+            {"q": rng.normal(size=(16, 16)).astype(np.float32), "scale": np.float32(0.25)})

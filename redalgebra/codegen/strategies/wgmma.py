@@ -183,6 +183,19 @@ def _shared_bytes(fused: FusedCascade, p: Problem) -> int:
     return _stages(fused, p)[1]
 
 
+@functools.lru_cache(maxsize=1)
+def _targets_sm90a() -> bool:
+    """Whether the installed numba-cuda builds for ``sm_90a`` on a cc 9.0 GPU (0.30 does; older releases are not
+    known to)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major, minor = (int(x) for x in version("numba-cuda").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
+        return False
+    return (major, minor) >= (0, 30)
+
+
 def applicable(fused: FusedCascade, p: Problem) -> str | None:
     """Why ``wgmma`` does not suit this call (None: it does): :func:`.mma.applicable`'s reasons, then the device."""
     reason = mma.applicable(fused, p, "wgmma", _shared_bytes)
@@ -191,6 +204,8 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     cc = p.option("cc")
     if not p.option("simulator") and cc is not None and tuple(cc)[:2] != (9, 0):
         return f"wgmma: Hopper's warpgroup instructions need an sm_90 GPU; this one is sm_{cc[0]}{cc[1]}: use mma"
+    if not p.option("simulator") and not _targets_sm90a():
+        return "wgmma: numba-cuda 0.30 or later is needed to build sm_90a kernels: pip install -U numba-cuda; use mma"
     threads = _threads(p)
     allowed = (32, 64, 128, 256) if p.option("simulator") else (128, 256)
     if threads not in allowed:

@@ -84,13 +84,16 @@ class ReductionAnalysis:
     #: row of zeros): no correction H(D_new)/H(D_old) exists there, so the state keeps ⊕G and the result is
     #: H(D) ⊗ ⊕G, formed once the dependencies are final (distributivity, as proved)
     deferred: bool = False
+    #: ⊗ = power for a product: ``prod(G(e) ** H(D))`` with ``G >= 0`` is ``exp(H(D) · sum(log G))``, so the state
+    #: keeps the sum of logs (no overflow where the product of the G would) and H is applied at the end
+    power: bool = False
 
     @property
     def kind(self) -> str:
-        """``"single"`` (one separable term, or no dependencies), ``"multi-term"``, ``"centered"`` or
-        ``"deferred"``."""
+        """``"single"`` (one separable term, or no dependencies), ``"multi-term"``, ``"centered"``, ``"deferred"``
+        or ``"power"``."""
         return ("multi-term" if self.terms is not None else "centered" if self.centered else
-                "deferred" if self.deferred else "single")
+                "deferred" if self.deferred else "power" if self.power else "single")
 
     @property
     def H_inverse(self) -> sp.Expr | None:
@@ -151,6 +154,9 @@ class Analysis:
                              f"sum(E_t), one partial sum each:")
                 lines += [f"      {t.describe()}" for t in r.terms.terms]
                 lines.append(f"      numerics: {r.terms.note}")
+            elif r.power:
+                lines.append(f"{head}: ⊗ = power, G = {p.doprint(r.G)} >= 0, H({', '.join(r.deps)}) = {p.doprint(r.H)}: "
+                             f"prod(G^H) = exp(H · sum(log G)), the state keeps sum(log G)")
             elif r.fusable:
                 lines.append(f"{head}: ⊗ = {_SYMBOL[r.otimes.name]}, G = {p.doprint(r.G)}, H({', '.join(r.deps)}) = "
                              f"{p.doprint(r.H)}" + ("; H may be 0 on a non-empty segment, so the state keeps "
@@ -181,6 +187,9 @@ class Analysis:
             elif r.terms is not None:
                 terms = " + ".join(f"$({latex(t.coefficient)})\\sum {latex(t.E)}$" for t in r.terms.terms)
                 rows.append(f"| `{r.name} = {r.text}` | fusable, multi-term | | {terms} | | {r.terms.note} |")
+            elif r.power:
+                rows.append(f"| `{r.name} = {r.text}` | fusable, exp(H · Σ log G) | power | ${latex(r.G)}$ | "
+                            f"${latex(r.H)}$ | |")
             elif r.fusable:
                 rows.append(f"| `{r.name} = {r.text}` | fusable{', deferred H' if r.deferred else ''} | "
                             f"{_SYMBOL[r.otimes.name]} | ${latex(r.G)}$ | ${latex(r.H)}$ | |")
@@ -482,6 +491,13 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts, multi: bool
         return ReductionAnalysis(r.name, r.monoid, text, written, deps, True, otimes, G, H,
                                  (domain,) * bool(domain) + a.proofs, attempts=tuple(attempts), deferred=a.deferred)
     reason, refuted = _reason(attempts)
+    if r.monoid is MUL:
+        G, H, proofs, why = _power(algebra, elems, dep_syms, facts)
+        if G is not None:
+            return ReductionAnalysis(r.name, r.monoid, text, written, deps, True, None, G.xreplace(cond.atoms),
+                                     H.xreplace(cond.atoms), (domain,) * bool(domain) + proofs,
+                                     attempts=tuple(attempts), power=True)
+        reason = f"{reason}; ⊗ = power: {why}"
     if multi and r.monoid is ADD:
         terms, why = _multi_term(r, algebra, elems, dep_syms, cond.atoms, c, facts, deps)
         if terms is not None:
@@ -493,6 +509,39 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts, multi: bool
                              counterexample=None if refuted is None else refuted.counterexample,
                              refuted=refuted, proofs=tuple(p for a in attempts for p in a.proofs),
                              attempts=tuple(attempts))
+
+
+def _power(F: sp.Expr, elems, dep_syms, facts: dict):
+    """``(G, H, proofs, None)`` when a product's body is ``G(e) ** H(D)`` with ``G >= 0`` (declared signs), else
+    ``(None, None, (), why)``. The exponent may be a product of an element part and a dependency part
+    (``x ** (w / W)``: ``G = x ** w``, ``H = 1 / W``). Then ``prod(G^H) = exp(H · sum(log G))``: proved for ``G > 0``
+    on two elements (which extends to any number by induction on the sum); at ``G = 0`` both sides are ``0^H``
+    (``log 0 = -inf``: 0 for ``H > 0``, inf for ``H < 0``), and ``H = 0`` is guarded (``0^0 = 1``)."""
+    if not F.is_Pow:
+        return None, None, (), f"the body {F} is not a power G(e) ** H({', '.join(map(str, dep_syms))})"
+    base, ex = F.as_base_exp()
+    rest, H = ex.as_independent(*dep_syms, as_Add=False)
+    G = base ** rest if rest != 1 else base
+    if G.free_symbols & set(dep_syms) or H.free_symbols & set(elems) or not H.free_symbols & set(dep_syms):
+        return None, None, (), f"{F} is not G(e) ** H(D) with the elements in G and the dependencies in H"
+    closed = {sp.Symbol(f.name, real=True): f.symbol for f in facts.values()}
+    if not G.xreplace(closed).is_nonnegative:
+        return None, None, (), (f"G = {G} is not shown to be >= 0 (declare the signs of what it reads, e.g. "
+                                f"`input x >= 0`): a negative G makes G^H complex where H is not an integer")
+    known = {sp.Symbol(f.name, real=True): f"{f.sign} ({f.reason})" for f in facts.values() if f.sign}
+    steps = [f"{v}: {known.get(v) or ('>= 0 (declared)' if v.is_nonnegative else 'any sign')}"
+             for v in sorted(G.free_symbols, key=sp.default_sort_key)]
+    sign = Proof(f"G = {G} >= 0", "proved", method="sign inference", steps=tuple(steps))
+    a, b = sp.symbols("a b", positive=True)
+    h = sp.Symbol("h", real=True)
+    lhs, rhs = a ** h * b ** h, sp.exp(h * (sp.log(a) + sp.log(b)))
+    ok = sp.simplify(sp.powsimp(sp.expand_power_base(rhs, force=False), force=False) - lhs) == 0 or \
+        sp.simplify(sp.expand_log(sp.log(lhs), force=False) - sp.log(rhs).expand(force=False)) == 0
+    law = Proof("a^h · b^h = exp(h · (log a + log b)) for a, b > 0: prod(G^H) = exp(H · sum(log G))",
+                "proved" if ok else "unknown", lhs=lhs, rhs=rhs, method="symbolic (SymPy simplify)")
+    if not ok:
+        return None, None, (), "the power law could not be proved"
+    return G, H, (sign, law), None
 
 
 def _multi_term(r, algebra, elems, dep_syms, atoms, c: Cascade, facts, deps):

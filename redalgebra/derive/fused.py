@@ -314,7 +314,7 @@ def _derive_fusable(cascade: Cascade, analysis: Analysis) -> FusedCascade:
     if _needs_count(analysis):  # an element count joins the state: emptiness is tested on it, not on a 0 sum
         counted = _with_count(cascade)
         return replace(_derive_fusable(counted, analyze(counted)), source=cascade, source_analysis=analysis)
-    if not any(ra.terms is not None or ra.deferred for ra in analysis.reductions):
+    if not any(ra.terms is not None or ra.deferred or ra.power for ra in analysis.reductions):
         return _derive(cascade, analysis, {})
     atoms = set(element_atoms(cascade))
     rw = rewrite(cascade, analysis, lambda r: inline(r.body, cascade, atoms))
@@ -366,6 +366,10 @@ def _multi_guards(rw) -> tuple:
         parts = ", ".join(p for _, p in pieces)
         notes.append(f"{name} is a multi-term sum: its partial sums {parts} are the state, and {name} = "
                      f"{CascadePrinter().doprint(rw.combination[name])} (an empty segment, count = 0, gives 0)")
+    for name, g in rw.powers.items():
+        notes.append(f"{name} = prod(G^H) is computed as exp(H · {g}) with {g} = sum(log G) (G >= 0, proved): the "
+                     f"state keeps the sum of logs, which does not overflow where the product of the G would; "
+                     f"H = 0 gives 1 (0^0 = 1)")
     for name, g in rw.deferred.items():
         notes.append(f"{name}: H may be 0 on a non-empty segment, where no correction H(D_new)/H(D_old) exists: the "
                      f"state keeps {g} = {CascadePrinter().doprint(rw.cascade[g].body)} reduced alone and "

@@ -271,6 +271,7 @@ class Rewrite:
     combination: dict = field(default_factory=dict)  # multi-term name -> its let expression
     proofs: dict = field(default_factory=dict)       # multi-term name -> proofs of the rewrite
     deferred: dict = field(default_factory=dict)     # deferred name -> the reduction of its G (see analysis)
+    powers: dict = field(default_factory=dict)       # product name -> the reduction of its sum(log G)
 
 
 def _fresh(base: str, taken: set) -> str:
@@ -323,6 +324,21 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
             out.deferred[s.name] = g
             out.combination[s.name] = expr
             out.proofs[s.name] = tuple(ra.proofs[:2])  # distributivity and separability
+            continue
+        if ra is not None and ra.power:
+            # r = prod(G^H(D)) = exp(H(D) · sum(log G)) for G >= 0: the state keeps the sum of logs (a product of the
+            # G would overflow where the G^H do not); H = 0 gives 1, as 0^0 = 1 in the reference
+            g = _fresh(f"{s.name}_log", taken)
+            part = Reduction(g, ADD, sp.log(ra.G))
+            stmts.append(part)
+            symbols[g] = part.symbol
+            # an empty segment is the empty product, 1, whatever H is there (1/W with W = 0: NaN)
+            expr = sp.Piecewise((sp.Integer(1), _empty(stmts, symbols, c) | sp.Eq(ra.H, 0)),
+                                (sp.exp(ra.H * part.symbol), True))
+            stmts.append(Let(s.name, expr))
+            out.powers[s.name] = g
+            out.combination[s.name] = expr
+            out.proofs[s.name] = tuple(ra.proofs)
             continue
         if ra is None or getattr(ra, "terms", None) is None:
             stmts.append(s)
@@ -411,6 +427,12 @@ def _empty_guard(expr, stmts, symbols, c, analysis):
     risky |= any(s.symbol in den.free_symbols for s in counts)
     if not risky:
         return None
+    return _empty(stmts, symbols, c)
+
+
+def _empty(stmts, symbols, c):
+    """``count == 0``: the segment is empty; a count is added to the state when there is none."""
+    counts = [s for s in stmts if isinstance(s, Reduction) and s.body == 1 and s.monoid is ADD]
     if not counts:
         taken = {s.name for s in stmts} | {s.name for s in c.statements}
         r = Reduction(_fresh("count", taken), ADD, sp.Integer(1))

@@ -29,7 +29,8 @@ GLOSSARY = (
     "combines the states of two segments, applying the corrections (the paper's Eq. 11); update is a merge "
     "with one more element (the \"online\" loop, O(1) memory); finalize computes the outputs from the state of "
     "the whole row. A sum whose F is a sum of such products, F = Σ_t c_t(D) · E_t(e) (a variance, an "
-    "entropy), is multi-term: it fuses with one partial sum per term, combined at the end.")
+    "entropy), is multi-term: it fuses with one partial sum per term, combined at the end. A product of powers, "
+    "F = G(e)^H(D) with G >= 0 (a weighted geometric mean), fuses with ⊗ = power as exp(H · sum(log G)).")
 
 
 def glossary(width: int = 100, indent: str = "") -> str:

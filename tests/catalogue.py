@@ -19,12 +19,16 @@ def fused(name: str):
 
 
 def random_inputs(cascade, rows: int, length: int, rng, scale: float = 3.0, dtype=np.float64):
-    """Normal inputs of the cascade's layout; vector sizes 3, 4, …; params positive where signed;
-    integer params (a label, a query's position) one per row, in ``[0, length)``."""
+    """Normal inputs of the cascade's layout (their magnitudes, signed as declared: ``input x >= 0``); vector sizes
+    3, 4, …; params positive where signed; integer params (a label, a query's position) one per row, in
+    ``[0, length)``."""
     dims, inputs = {}, {}
     for s in cascade.inputs:
         shape = (rows, length) if s.size is None else (rows, length, dims.setdefault(s.size, 3 + len(dims)))
-        inputs[s.name] = (rng.normal(size=shape) * scale).astype(dtype)
+        x = rng.normal(size=shape) * scale
+        sign = getattr(s, "sign", None)
+        x = abs(x) if sign in (">=0", ">0") else -abs(x) if sign in ("<=0", "<0") else x
+        inputs[s.name] = x.astype(dtype)
     params = {}
     for p in cascade.params:
         if p.integer:

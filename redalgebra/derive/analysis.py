@@ -104,7 +104,7 @@ class ReductionAnalysis:
     def as_dict(self) -> dict:
         p = CascadePrinter()
         return {"name": self.name, "reduction": self.text, "depends_on": list(self.deps), "fusable": self.fusable,
-                "otimes": None if self.otimes is None else self.otimes.name,
+                "otimes": "power" if self.power else None if self.otimes is None else self.otimes.name,
                 "G": None if self.G is None else p.doprint(self.G), "H": None if self.H is None else p.doprint(self.H),
                 "reason": self.reason,
                 "counterexample": None if self.counterexample is None else

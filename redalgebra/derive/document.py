@@ -59,6 +59,9 @@ def document(cascade: Cascade, title: str | None = None) -> str:
             for t in r.terms.terms:
                 if t.analysis is not None:
                     out += [f"Term `sum({t.E})`:", ""] + [ln for q in t.analysis.proofs for ln in _proof_md(q)] + [""]
+        elif r.power:
+            out += [rf"$\otimes$ = power, $G = {latex(r.G)} \ge 0$, $H = {latex(r.H)}$: "
+                    rf"$\prod G^H = \exp\left(H \sum \log G\right)$", ""]
         elif r.fusable:
             otimes = r"\times" if r.otimes.name == "mul" else "+"
             out += [rf"$\otimes = {otimes}$, $G = {latex(r.G)}$, $H = {latex(r.H)}$", ""]
@@ -93,7 +96,8 @@ def _rewrite_md(fused) -> list[str]:
     """The state cascade of a multi-term fusion: one partial sum per term, and the proofs of the rewrite."""
     rw = fused.rewrite
     out = ["## Rewrite into partial sums", "",
-           "Each multi-term sum becomes one partial reduction per term and a `let` combining them; the state "
+           "Each multi-term sum becomes one partial reduction per term (a product of powers, a sum of logs) and a "
+           "`let` combining them; the state "
            "below is what the kernels keep.", "", "```", to_text(fused.cascade).rstrip(), "```", ""]
     for name, proofs in rw.proofs.items():
         for p in proofs:

@@ -333,7 +333,7 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
             stmts.append(part)
             symbols[g] = part.symbol
             # an empty segment is the empty product, 1, whatever H is there (1/W with W = 0: NaN)
-            expr = sp.Piecewise((sp.Integer(1), _empty(stmts, symbols, c) | sp.Eq(ra.H, 0)),
+            expr = sp.Piecewise((sp.Integer(1), _empty(stmts, symbols, c, f"{s.name}_count") | sp.Eq(ra.H, 0)),
                                 (sp.exp(ra.H * part.symbol), True))
             stmts.append(Let(s.name, expr))
             out.powers[s.name] = g
@@ -430,12 +430,12 @@ def _empty_guard(expr, stmts, symbols, c, analysis):
     return _empty(stmts, symbols, c)
 
 
-def _empty(stmts, symbols, c):
-    """``count == 0``: the segment is empty; a count is added to the state when there is none."""
+def _empty(stmts, symbols, c, base: str = "count"):
+    """``count == 0``: the segment is empty; a count (named from ``base``) is added to the state when there is none."""
     counts = [s for s in stmts if isinstance(s, Reduction) and s.body == 1 and s.monoid is ADD]
     if not counts:
         taken = {s.name for s in stmts} | {s.name for s in c.statements}
-        r = Reduction(_fresh("count", taken), ADD, sp.Integer(1))
+        r = Reduction(_fresh(base, taken), ADD, sp.Integer(1))
         # the count goes right after the last input-free prefix: before the first reduction that needs it
         stmts.insert(next(i for i, s in enumerate(stmts) if isinstance(s, Reduction)), r)
         symbols[r.name] = r.symbol

@@ -10,7 +10,7 @@ Grammar (one statement per line, ``#`` starts a comment)::
     input NAME ['[' DIM ']']
     param NAME ['[' DIM ']'] [int] [('>' | '>=' | '<' | '<=') NUMBER]    (a bound other than 0: scalars)
     let NAME = EXPR
-    reduce NAME = REDUCER '(' EXPR ')' | topk '(' INT ',' EXPR ')' | mean '(' EXPR ')'
+    reduce NAME = REDUCER '(' EXPR ')' | topk '(' INT ',' EXPR ')' | mean '(' EXPR ')' | argmax '(' EXPR ')'
     out NAME = EXPR
 
     EXPR := OR;  OR := AND ('or' AND)*;  AND := NOT ('and' NOT)*;  NOT := 'not' NOT | CMP
@@ -83,11 +83,12 @@ from .nodes import POS, POSITION, Cascade, Input, Let, Output, Param, Reduction,
 
 KEYWORDS = ("input", "param", "let", "reduce", "out")
 FUNCTIONS = (*ELEMENTWISE, "dot", "max", "min", "where")
-REDUCER_NAMES = (*REDUCERS, "topk", "mean")
+REDUCER_NAMES = (*REDUCERS, "topk", "mean", "argmax")
 CONSTANTS = {POSITION: POS, "inf": sp.oo}
 LOGIC = ("and", "or", "not")
-# "mean" only means the reducer after 'reduce NAME =': still a name elsewhere (cascades written before it existed)
-RESERVED = (*KEYWORDS, *FUNCTIONS, *(r for r in REDUCER_NAMES if r != "mean"), *CONSTANTS, *LOGIC, "int")
+# "mean" and "argmax" only mean reducers after 'reduce NAME =': still names elsewhere (cascades written before them)
+RESERVED = (*KEYWORDS, *FUNCTIONS, *(r for r in REDUCER_NAMES if r not in ("mean", "argmax")), *CONSTANTS, *LOGIC,
+            "int")
 _TOKEN = re.compile(r"""
     (?P<ws>[ \t\f\v]+) | (?P<comment>\#.*) |
     (?P<number>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?) |
@@ -502,6 +503,8 @@ class _LineParser:
                 raise self.error(f"{red.text}(EXPR) reduces one expression over the axis, got {len(args)}", red)
             if red.text == "mean":
                 return name, self.mean(name, number(args[0]))
+            if red.text == "argmax":  # the top-1: its index is the result NAME.index (ties to the lower index)
+                return name, Reduction(name.text, topk(1), number(args[0]))
             body, monoid = number(args[0]), REDUCERS[red.text]
         return name, Reduction(name.text, monoid, body)
 

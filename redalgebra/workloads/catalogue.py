@@ -241,6 +241,15 @@ reduce c = sum((x - sx / n) * (y - sy / n))
 out cov = c / n
 """
 
+GEOMETRIC_MEAN = """\
+# weighted geometric mean of positive values, as defined: prod(x^(w/W)) with W the total weight
+input x >= 0
+input w >= 0                   # the weights
+reduce W = sum(w)
+reduce g = prod(x ** (w / W))
+out mean = g
+"""
+
 SOFTMAX_ENTROPY = """\
 # entropy of softmax(x), written naturally: H = log(l) - sum(p * (x - m)) / l with p = exp(x - m)
 input x
@@ -279,6 +288,9 @@ MULTI_TERM = [
     dict(name="layernorm", text=LAYERNORM, paper=False,
          description="LayerNorm written with mean: the variance's three terms, the normalised row per element",
          shapes=(dict(rows=8192, L=4096, model="LLaMA-7B width"),)),
+    dict(name="geometric_mean", text=GEOMETRIC_MEAN, paper=False,
+         description="weighted geometric mean: a product of powers, fused as exp(H · sum(log G)) (⊗ = power)",
+         shapes=(dict(rows=4096, L=4096),)),
 ]
 
 NOT_FUSABLE = [

@@ -566,8 +566,8 @@ class MmaKernel(TreeKernel):
         ahead = self.stages - 1
         out += self.copy_setup() + [Assign("ntile", f"(length + {BN - 1}) // {BN}")]
         for s_ in range(ahead):
-            out += [If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ())]
-        step = [If(f"it + {ahead} < ntile", tuple(self.issue(f"it + {ahead}", f"(it + {ahead}) % {self.stages}"))),
+            out += [If(f"{s_} < ntile", tuple(self.loads(str(s_), str(s_)))), Call("cp_commit", ())]
+        step = [If(f"it + {ahead} < ntile", tuple(self.loads(f"it + {ahead}", f"(it + {ahead}) % {self.stages}"))),
                 Call("cp_commit", ()), Call(f"cp_wait{ahead}", ())]
         step += self.landed() + [Barrier(), Assign("st", f"it % {self.stages}")]
         if self.gate is None:
@@ -576,10 +576,18 @@ class MmaKernel(TreeKernel):
             step += self.live() + [If("live", tuple(self.tile())), Barrier()]
         return out + [For("it", "0", "ntile", tuple(step))]
 
-    def live(self) -> list:
-        """``live``: whether the gate's condition holds for some element of the tile and row of the block."""
+    def loads(self, tile: str, stage: str) -> list:
+        """The copies of tile ``tile`` into stage ``stage``; with a gate, only when some row of the block sees the
+        tile (a causal mask: the key and value tiles above the diagonal are not read at all)."""
+        if self.gate is None:
+            return self.issue(tile, stage)
+        return self.live(tile) + [If("live", tuple(self.issue(tile, stage)))]
+
+    def live(self, tile: str = "it") -> list:
+        """``live``: whether the gate's condition holds for some element of tile ``tile`` and row of the block (sets
+        ``kb`` and ``lt`` for that tile)."""
         _, cond = self.gate
-        out = [Assign("kb", f"it * {BN}"), Assign("lt", "kb + 2 * t"), Assign("seen", "0")]
+        out = [Assign("kb", f"({tile}) * {BN}"), Assign("lt", "kb + 2 * t"), Assign("seen", "0")]
         for m, j, i in self.slots():
             pre, text = self.print(cond, self.access(2 * m + (i >> 1), m, j, i))
             out += pre + [If(text, (Assign("seen", "1"),))]

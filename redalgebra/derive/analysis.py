@@ -84,9 +84,13 @@ class ReductionAnalysis:
     #: row of zeros): no correction H(D_new)/H(D_old) exists there, so the state keeps ⊕G and the result is
     #: H(D) ⊗ ⊕G, formed once the dependencies are final (distributivity, as proved)
     deferred: bool = False
-    #: ⊗ = power for a product: ``prod(G(e) ** H(D))`` with ``G >= 0`` is ``exp(H(D) · sum(log G))``, so the state
-    #: keeps the sum of logs (no overflow where the product of the G would) and H is applied at the end
-    power: bool = False
+    #: a ⊗ beyond the catalogue's monoids (:data:`ROUTES`), e.g. ``"power"``: ``prod(G(e) ** H(D))`` with ``G >= 0`` is
+    #: ``exp(H(D) · sum(log G))``, so the state keeps the sum of logs and H is applied at the end
+    route: str | None = None
+
+    @property
+    def power(self) -> bool:
+        return self.route == "power"
 
     @property
     def kind(self) -> str:
@@ -491,13 +495,15 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts, multi: bool
         return ReductionAnalysis(r.name, r.monoid, text, written, deps, True, otimes, G, H,
                                  (domain,) * bool(domain) + a.proofs, attempts=tuple(attempts), deferred=a.deferred)
     reason, refuted = _reason(attempts)
-    if r.monoid is MUL:
-        G, H, proofs, why = _power(algebra, elems, dep_syms, facts)
+    for route in ROUTES.values():
+        if r.monoid is not route.reducer:
+            continue
+        G, H, proofs, why = route.find(algebra, elems, dep_syms, facts)
         if G is not None:
             return ReductionAnalysis(r.name, r.monoid, text, written, deps, True, None, G.xreplace(cond.atoms),
                                      H.xreplace(cond.atoms), (domain,) * bool(domain) + proofs,
-                                     attempts=tuple(attempts), power=True)
-        reason = f"{reason}; ⊗ = power: {why}"
+                                     attempts=tuple(attempts), route=route.name)
+        reason = f"{reason}; ⊗ = {route.name}: {why}"
     if multi and r.monoid is ADD:
         terms, why = _multi_term(r, algebra, elems, dep_syms, cond.atoms, c, facts, deps)
         if terms is not None:
@@ -542,6 +548,25 @@ def _power(F: sp.Expr, elems, dep_syms, facts: dict):
     if not ok:
         return None, None, (), "the power law could not be proved"
     return G, H, (sign, law), None
+
+
+@dataclass(frozen=True)
+class Route:
+    """A ⊗ beyond the monoids of :data:`CANDIDATES`, tried on a reduction by ``reducer`` whose body neither separates.
+
+    ``find(F, elems, dep_syms, facts)`` gives ``(G, H, proofs, None)`` when ``F = G(e) ⊗ H(D)`` is proved, else
+    ``(None, None, (), why)``; the state then keeps ``partial_monoid(partial(G))`` (named ``<reduction>_<suffix>``)
+    and the reduction's value is ``combine(H, that state)``, or ``empty`` on an empty segment and where ``H = 0``
+    (power: ``G^0 = 1``), written by :func:`.multiterm.rewrite`. A new ⊗ is one entry of :data:`ROUTES`."""
+
+    name: str
+    reducer: Monoid
+    find: object
+    partial_monoid: Monoid
+    partial: object      # G -> the partial reduction's body
+    combine: object      # (H, partial symbol) -> the reduction's value
+    empty: sp.Expr
+    suffix: str = "part"
 
 
 def _multi_term(r, algebra, elems, dep_syms, atoms, c: Cascade, facts, deps):
@@ -646,3 +671,7 @@ def _order(c: Cascade):
 
 
 __all__ = ["Analysis", "Attempt", "ReductionAnalysis", "analyze", "analyze_reduction", "element_atoms", "sign_of"]
+
+
+#: The routes tried after × and + (see :class:`Route`): ⊗ = power for products.
+ROUTES = {"power": Route("power", MUL, _power, ADD, sp.log, lambda H, part: sp.exp(H * part), sp.Integer(1), "log")}

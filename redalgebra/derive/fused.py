@@ -314,7 +314,7 @@ def _derive_fusable(cascade: Cascade, analysis: Analysis) -> FusedCascade:
     if _needs_count(analysis):  # an element count joins the state: emptiness is tested on it, not on a 0 sum
         counted = _with_count(cascade)
         return replace(_derive_fusable(counted, analyze(counted)), source=cascade, source_analysis=analysis)
-    if not any(ra.terms is not None or ra.deferred or ra.power for ra in analysis.reductions):
+    if not any(ra.terms is not None or ra.deferred or ra.route for ra in analysis.reductions):
         return _derive(cascade, analysis, {})
     atoms = set(element_atoms(cascade))
     rw = rewrite(cascade, analysis, lambda r: inline(r.body, cascade, atoms))

@@ -325,16 +325,19 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
             out.combination[s.name] = expr
             out.proofs[s.name] = tuple(ra.proofs[:2])  # distributivity and separability
             continue
-        if ra is not None and ra.power:
-            # r = prod(G^H(D)) = exp(H(D) · sum(log G)) for G >= 0: the state keeps the sum of logs (a product of the
-            # G would overflow where the G^H do not); H = 0 gives 1, as 0^0 = 1 in the reference
-            g = _fresh(f"{s.name}_log", taken)
-            part = Reduction(g, ADD, sp.log(ra.G))
+        if ra is not None and ra.route is not None:
+            # a ⊗ of analysis.ROUTES: power's r = prod(G^H(D)) = exp(H(D) · sum(log G)) for G >= 0 keeps the sum of
+            # logs (a product of the G would overflow where the G^H do not); H = 0 gives 1, as 0^0 = 1
+            from .analysis import ROUTES
+
+            route = ROUTES[ra.route]
+            g = _fresh(f"{s.name}_{route.suffix}", taken)
+            part = Reduction(g, route.partial_monoid, route.partial(ra.G))
             stmts.append(part)
             symbols[g] = part.symbol
-            # an empty segment is the empty product, 1, whatever H is there (1/W with W = 0: NaN)
-            expr = sp.Piecewise((sp.Integer(1), _empty(stmts, symbols, c, f"{s.name}_count") | sp.Eq(ra.H, 0)),
-                                (sp.exp(ra.H * part.symbol), True))
+            # an empty segment is the reduction's identity, whatever H is there (1/W with W = 0: NaN)
+            expr = sp.Piecewise((route.empty, _empty(stmts, symbols, c, f"{s.name}_count") | sp.Eq(ra.H, 0)),
+                                (route.combine(ra.H, part.symbol), True))
             stmts.append(Let(s.name, expr))
             out.powers[s.name] = g
             out.combination[s.name] = expr

@@ -24,7 +24,7 @@ from ..ir.parser import parse, tokenize
 #: Identifiers without an underscore that the generated modules define or their kernels use.
 BARE = frozenset("""
     BOUNDS NAN abs base bi bv combine config cuda e4m3 epilogue float32 grp gt hi int32 j keep kernel l
-    lane length live lo math max min nch njit np nseg off oi ov part partial prange range red row rows
+    lane length live lo math max min nch njit np nseg off oi ov part partial pick prange range red row rows
     seg seglen stride t tid u warp wsrc uint16 uint32
     cc ce cl cq d0 d1 gend grows rt inexact live seen it b0 b1 b2 b3 kb kcol krow lg lt ntile ntr qw sm smw split st tl
     u0 u1 v0 v1 vcol vrow sb

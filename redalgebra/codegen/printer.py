@@ -40,6 +40,9 @@ class Access:
     exp: str = "math.exp"                      # the exponential's function (a fast one on the GPU)
     div: str | None = None                     # a function to divide by (None: ``/``): ``div_full`` where an IEEE
     #                                            division's slow-path call would serialize Hopper's wgmma
+    select: str | None = None                  # a branch-free select ``f(c, a, b)`` for conditionals, with ``&``/``|``
+    #                                            for and/or (None: Python's conditional expressions): both sides are
+    #                                            evaluated, so only where both are safe to compute (registers only)
     # Lane mode (the ``lanes`` strategy): a warp shares each vector, lane ``lane`` holding the
     # components ``lane + 32 t``; ``slots`` maps a size constant to its slot count, templates may
     # use ``{t}`` (the slot) besides ``{j}`` (the component), and ``lane_sum`` (a format with
@@ -239,7 +242,10 @@ class KernelPrinter(StrPrinter):
     def _print_Piecewise(self, expr):
         out = self._print(expr.args[-1][0])
         for value, cond in reversed(expr.args[:-1]):
-            out = f"({self._print(value)} if {self._print(cond)} else {out})"
+            if self.access.select:
+                out = f"{self.access.select}({self._print(cond)}, {self._print(value)}, {out})"
+            else:
+                out = f"({self._print(value)} if {self._print(cond)} else {out})"
         return out
 
     def _print_Relational(self, expr):
@@ -247,10 +253,10 @@ class KernelPrinter(StrPrinter):
         return f"({self._print(expr.lhs)} {op} {self._print(expr.rhs)})"
 
     def _print_Or(self, expr):
-        return "(" + " or ".join(self._print(a) for a in expr.args) + ")"
+        return "(" + (" | " if self.access.select else " or ").join(self._print(a) for a in expr.args) + ")"
 
     def _print_And(self, expr):
-        return "(" + " and ".join(self._print(a) for a in expr.args) + ")"
+        return "(" + (" & " if self.access.select else " and ").join(self._print(a) for a in expr.args) + ")"
 
     def _print_Not(self, expr):
         return f"(not {self._print(expr.args[0])})"

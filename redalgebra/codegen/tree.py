@@ -155,7 +155,7 @@ _SCALAR_STORE = {"float32": "{a}[{r}, {c}] = {v}", "float16": "st_h16({a}, {rt},
                  "bfloat16": "st_b16({a}, {rt}, {c}, {v})", "e4m3": "{a}[{r}, {c}] = e4m3({v})"}
 #: Intrinsics a printed tree may call (imported by the generated module on the CUDA back ends).
 INTRINSICS = ("ld_f32x4", "ld_b16x8", "ld_h16x8", "st_f32x4", "st_b16x8", "st_h16x8", "st_e4m3x4", "ld_b16",
-              "st_b16", "st_h16", "e4m3", "fast_exp", "max_nan", "min_nan", "div_full")
+              "st_b16", "st_h16", "e4m3", "fast_exp", "max_nan", "min_nan", "div_full", "pick")
 #: ... and those of ``redalgebra.runtime.tensor_cores``.
 TENSOR_CORES = ("cp_async16", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
                 "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",

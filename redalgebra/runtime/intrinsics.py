@@ -40,7 +40,7 @@ import numpy as np
 from llvmlite import ir
 from numba import config, types
 
-__all__ = ["LOG2E", "bf16_bits", "div_full", "e4m3", "e4m3_bits", "ex2", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8", "ld_f32x4",
+__all__ = ["LOG2E", "bf16_bits", "div_full", "pick", "e4m3", "e4m3_bits", "ex2", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8", "ld_f32x4",
            "ld_f32x4_nc", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x8", "st_e4m3x4", "st_f32x4", "st_h16",
            "st_h16x8"]
 
@@ -187,6 +187,10 @@ def _sim_fast_exp(x):
 def _sim_div_full(a, b):
     with np.errstate(all="ignore"):
         return _f32(_f32(a)[()] / _f32(b)[()])[()]
+
+
+def _sim_pick(c, a, b):
+    return a if c else b
 
 
 def _sim_max_nan(a, b):
@@ -487,6 +491,24 @@ def max_nan(typingctx, a, b):
     """The larger of two float32, NaN when either is NaN (``max.NaN.f32``, sm_80 and later), as NumPy's
     ``maximum`` and the reference's ``max`` reductions; Python's ``max`` (and numba's) drops a NaN."""
     return _nan_minmax("max_nan", "max", a, b)
+
+
+@_device(_sim_pick)
+def pick(typingctx, c, a, b):
+    """``a if c else b`` without a branch (an LLVM ``select``): both are evaluated, so both must be safe to compute.
+    A Python conditional expression is three blocks of numba's IR, and numba's passes grow with blocks × names."""
+    if not isinstance(c, types.Boolean) and not isinstance(c, types.Integer):
+        raise TypingError(f"pick: the condition must be a boolean, got {c}")
+    if not (isinstance(a, (types.Integer, types.Float)) and isinstance(b, (types.Integer, types.Float))):
+        raise TypingError(f"pick: two numbers, got {a}, {b}")
+
+    rt = typingctx.unify_pairs(a, b)
+
+    def codegen(context, builder, sig, args):
+        cond = context.cast(builder, args[0], sig.args[0], types.boolean)
+        x, y = (context.cast(builder, v, t, sig.return_type) for v, t in zip(args[1:], sig.args[1:]))
+        return builder.select(cond, x, y)
+    return rt(c, a, b), codegen
 
 
 @_device(_sim_min_nan)

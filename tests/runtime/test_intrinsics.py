@@ -383,6 +383,7 @@ def test_the_module_is_the_simulator_version_here():
                                                 "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
                                                 "wgmma_wait0", "wgmma_hold", "fence_async"}
     assert "div_full" in rt.__all__ and rt.div_full(1.0, 3.0) == np.float32(1.0) / np.float32(3.0)
+    assert rt.pick(True, 1.5, 2.5) == 1.5 and rt.pick(False, 1.5, 2.5) == 2.5
 
 
 # ---------------------------------------------------------------------------------------------- PTX

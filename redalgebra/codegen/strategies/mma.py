@@ -263,6 +263,7 @@ class MmaKernel(TreeKernel):
         side."""
         acc = self.lay.base_access()
         acc.exp = "fast_exp" if self.spec.fast_exp else "math.exp"
+        acc.select = "pick"  # every operand is a register: conditionals as selects, not blocks of numba's IR
         for p in self.c.params:
             if p.size is None:
                 acc.scalar[p.name] = f"p_{p.name}_{h}"
@@ -323,8 +324,9 @@ class MmaKernel(TreeKernel):
                     out += [Assign("v0", f"{p}[rc_{h}, {col}]"), Assign("v1", f"{p}[rc_{h}, {col} + 1]"),
                             Assign("qw", f"{pack}(v0, v1)"), Assign("u0, u1", f"{unpack}(qw)"),
                             Assign("d0", "v0 - u0"), Assign("d1", "v1 - u1"),
-                            Assign("d0", "d0 if d0 == d0 else float32(0)"), Assign("d1", "d1 if d1 == d1 else float32(0)"),
-                            If("d0 != 0 or d1 != 0", (Assign("inexact", "1"),)),
+                            # branch-free (a conditional is three blocks of numba's IR, 32 of them per param row)
+                            Assign("d0", "pick(d0 == d0, d0, float32(0))"), Assign("d1", "pick(d1 == d1, d1, float32(0))"),
+                            Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)"),
                             Assign(f"smw[{at}]", "qw"), Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")]
         return out + self.landed() + [Assign("split", "cuda.syncthreads_or(inexact)")]
 
@@ -372,7 +374,7 @@ class MmaKernel(TreeKernel):
             at = f"{x}_{u}"
             copy = [Assign("cl", f"({tile}) * {BN} + ce_{at}"),
                     Call("cp_async16", ("sm", f"{self.stage_base(x, stage)} + so_{at}", x, f"(rr_{x}, min(cl, length - 1))",
-                                        f"cc_{at}", "16 if cl < length else 0"))]
+                                        f"cc_{at}", "pick(cl < length, 16, 0)"))]
             out += copy if guard is None else [If(guard, tuple(copy))]
         return out
 
@@ -413,9 +415,10 @@ class MmaKernel(TreeKernel):
     def ok(self, m: int, j: int, i: int) -> str:
         """Whether element ``(j, i)`` of the tile counts (in the row, not masked): a test, not a register (a predicate
         per element would not fit the predicate registers)."""
-        ok = f"lt + {8 * j + (i & 1)} < length"
-        if self.spec.has_keep:
-            ok += f" and keep[rc_{2 * m + (i >> 1)}, lt + {8 * j + (i & 1)}] != 0"
+        at = f"lt + {8 * j + (i & 1)}"
+        ok = f"({at} < length)"
+        if self.spec.has_keep:  # the mask read at a clamped position, so that both tests are computed (no branch)
+            ok += f" & (keep[rc_{2 * m + (i >> 1)}, min({at}, length - 1)] != 0)"
         return ok
 
     def elements(self) -> list:
@@ -479,12 +482,12 @@ class MmaKernel(TreeKernel):
             acc.scalar[fold.name] = f"tr_{h}"
             if kept is None:
                 pre, text = self.print(r.monoid.combine(fold, term), acc)
-                out.append(If(self.ok(m, j, i), tuple(pre + [Assign(f"tr_{h}", text)])))
+                out += pre + [Assign(f"tr_{h}", f"pick({self.ok(m, j, i)}, {text}, tr_{h})")]
                 continue
             pre, text = self.print(term, acc)
             pf = f"pf_{kept}_{m}_{j}_{i}"
-            out += [Assign(pf, self.consts.name(0.0)), If(self.ok(m, j, i), tuple(pre + [Assign(pf, text)])),
-                    Assign(f"tr_{h}", pf, "+")]
+            out += pre + [Assign(pf, f"pick({self.ok(m, j, i)}, {text}, {self.consts.name(0.0)})"),
+                          Assign(f"tr_{h}", pf, "+")]
         if kept is not None:
             self.kept.add(kept)
         other = sp.Symbol("__other", extended_real=True)
@@ -518,8 +521,7 @@ class MmaKernel(TreeKernel):
         zero = self.consts.name(0.0)
         for m, j, i in self.slots() if r.name not in self.kept else ():  # else computed with the sum that shares it
             pre, text = self.print(term, self.access(2 * m + (i >> 1), m, j, i))
-            out.append(Assign(f"pf_{r.name}_{m}_{j}_{i}", zero))
-            out.append(If(self.ok(m, j, i), tuple(pre + [Assign(f"pf_{r.name}_{m}_{j}_{i}", text)])))
+            out += pre + [Assign(f"pf_{r.name}_{m}_{j}_{i}", f"pick({self.ok(m, j, i)}, {text}, {zero})")]
         return out + self.sum_products(r, x, dv)
 
     def factor_words(self, r, kk: int, m: int, name: str) -> list:

@@ -123,13 +123,14 @@ class WgmmaKernel(MmaKernel):
             acc = self.tiles(f"sc_{n}_0", BN // 8)
 
             def chain(tile, first):
-                body = []
+                # one assignment of the nested products: each reassignment of 32 names would cost numba's SSA pass
+                value = acc
                 for ks in range(self.size[p] // 16):
                     a = f"sb + {tile + (ks // 4) * self.bm * ROW + (ks % 4) * 16} + {ROW * ROW} * (warp // 4)"
                     b = f"xb_{x} + {(ks // 4) * BN * ROW + (ks % 4) * 16}"
-                    body.append(Assign(acc, f"wgmma_ss_{self.kind}({acc}, wgmma_desc(sm, {a}, 16, {ATOM}), "
-                                            f"wgmma_desc(sm, {b}, 16, {ATOM}), {0 if first and ks == 0 else 1})"))
-                return body
+                    value = (f"wgmma_ss_{self.kind}({value}, wgmma_desc(sm, {a}, 16, {ATOM}), "
+                             f"wgmma_desc(sm, {b}, 16, {ATOM}), {0 if first and ks == 0 else 1})")
+                return [Assign(acc, value)]
             lo = self.qtile[n] + _blocks(self.size[p]) * self.bm * ROW
             out += [Call("wgmma_fence", ())] + chain(self.qtile[n], True) + self.wait(acc)
             out.append(If("split", tuple([Call("wgmma_fence", ())] + chain(lo, False) + self.wait(acc))))
@@ -151,11 +152,12 @@ class WgmmaKernel(MmaKernel):
         acc = self.tiles(f"o_{r.name}_0", dv // 8)
         words = self.tiles("pa", BN // 16)
         out += [Assign(acc, f"wgmma_hold({acc})"), Assign(words, f"wgmma_hold({words})"), Call("wgmma_fence", ())]
+        value = acc
         for kk in range(BN // 16):
             words = ", ".join(f"pa_{kk}_{i}" for i in range(4))
-            out.append(Assign(acc, f"wgmma_rs_{self.kind}({acc}, {words}, wgmma_desc(sm, xb_{x} + {16 * kk * ROW}, "
-                                   f"{BN * ROW * 2}, {ATOM}))"))
-        return out + self.wait(acc)
+            value = (f"wgmma_rs_{self.kind}({value}, {words}, wgmma_desc(sm, xb_{x} + {16 * kk * ROW}, {BN * ROW * 2}, "
+                     f"{ATOM}))")
+        return out + [Assign(acc, value)] + self.wait(acc)
 
 
 # -- registration ------------------------------------------------------------------------------------------

@@ -74,8 +74,9 @@ def renamed_text(c, mapping: dict) -> str:
 
 def generated_names(fused):
     """``(fused, {user name: generated name})``: ``fused`` itself and ``{}`` when every name is safe,
-    else the cascade as written with its unsafe names renamed, derived again."""
-    from ..derive import derive
+    else the cascade as written with its unsafe names renamed, derived again (the unfused baseline's forms where it
+    does not fuse: ``unfused`` derives when it can)."""
+    from ..derive import unfused
 
     source = fused.source or fused.cascade
     bad = unsafe(source)
@@ -89,4 +90,4 @@ def generated_names(fused):
             k += 1
         mapping[name] = f"u{k}"
     renamed = parse(renamed_text(source, mapping), name=source.name)
-    return derive(renamed), mapping
+    return unfused(renamed), mapping

@@ -216,6 +216,8 @@ def test_cascades_that_do_not_fuse_run_unfused_and_only_unfused():
 
     for text, shapes in (("input x\nparam n > 0\nreduce s = sum(x)\nreduce d = sum(abs(x - s / n))\nout y = d",
                           ((3, 37),)),
+                         # with mean: its reductions mu_sum and mu_count are renamed for the kernels (mu_ is taken)
+                         ("input x\nreduce mu = mean(x)\nreduce d = sum(abs(x - mu))\nout y = d", ((3, 37),)),
                          ("input x\nreduce m = max(x)\nreduce s = sum((x - m)**6)\nout y = s", ((2, 1),))):
         f = unfused(parse(text))
         assert not f.analysis.fusable and "only the unfused strategy" in f.guards[0]

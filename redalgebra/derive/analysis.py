@@ -89,15 +89,11 @@ class ReductionAnalysis:
     route: str | None = None
 
     @property
-    def power(self) -> bool:
-        return self.route == "power"
-
-    @property
     def kind(self) -> str:
         """``"single"`` (one separable term, or no dependencies), ``"multi-term"``, ``"centered"``, ``"deferred"``
         or ``"power"``."""
         return ("multi-term" if self.terms is not None else "centered" if self.centered else
-                "deferred" if self.deferred else "power" if self.power else "single")
+                "deferred" if self.deferred else self.route or "single")
 
     @property
     def H_inverse(self) -> sp.Expr | None:
@@ -108,7 +104,7 @@ class ReductionAnalysis:
     def as_dict(self) -> dict:
         p = CascadePrinter()
         return {"name": self.name, "reduction": self.text, "depends_on": list(self.deps), "fusable": self.fusable,
-                "otimes": "power" if self.power else None if self.otimes is None else self.otimes.name,
+                "otimes": self.route or (None if self.otimes is None else self.otimes.name),
                 "G": None if self.G is None else p.doprint(self.G), "H": None if self.H is None else p.doprint(self.H),
                 "reason": self.reason,
                 "counterexample": None if self.counterexample is None else
@@ -158,9 +154,9 @@ class Analysis:
                              f"sum(E_t), one partial sum each:")
                 lines += [f"      {t.describe()}" for t in r.terms.terms]
                 lines.append(f"      numerics: {r.terms.note}")
-            elif r.power:
-                lines.append(f"{head}: ⊗ = power, G = {p.doprint(r.G)} >= 0, H({', '.join(r.deps)}) = {p.doprint(r.H)}: "
-                             f"prod(G^H) = exp(H · sum(log G)), the state keeps sum(log G)")
+            elif r.route:
+                lines.append(f"{head}: ⊗ = {r.route}, G = {p.doprint(r.G)}, H({', '.join(r.deps)}) = {p.doprint(r.H)}: "
+                             f"{ROUTES[r.route].text}")
             elif r.fusable:
                 lines.append(f"{head}: ⊗ = {_SYMBOL[r.otimes.name]}, G = {p.doprint(r.G)}, H({', '.join(r.deps)}) = "
                              f"{p.doprint(r.H)}" + ("; H may be 0 on a non-empty segment, so the state keeps "
@@ -191,8 +187,8 @@ class Analysis:
             elif r.terms is not None:
                 terms = " + ".join(f"$({latex(t.coefficient)})\\sum {latex(t.E)}$" for t in r.terms.terms)
                 rows.append(f"| `{r.name} = {r.text}` | fusable, multi-term | | {terms} | | {r.terms.note} |")
-            elif r.power:
-                rows.append(f"| `{r.name} = {r.text}` | fusable, exp(H · Σ log G) | power | ${latex(r.G)}$ | "
+            elif r.route:
+                rows.append(f"| `{r.name} = {r.text}` | fusable, {ROUTES[r.route].text} | {r.route} | ${latex(r.G)}$ | "
                             f"${latex(r.H)}$ | |")
             elif r.fusable:
                 rows.append(f"| `{r.name} = {r.text}` | fusable{', deferred H' if r.deferred else ''} | "
@@ -567,6 +563,7 @@ class Route:
     combine: object      # (H, partial symbol) -> the reduction's value
     empty: sp.Expr
     suffix: str = "part"
+    text: str = ""       # what the fused form is, for the reports
 
 
 def _multi_term(r, algebra, elems, dep_syms, atoms, c: Cascade, facts, deps):
@@ -673,5 +670,15 @@ def _order(c: Cascade):
 __all__ = ["Analysis", "Attempt", "ReductionAnalysis", "analyze", "analyze_reduction", "element_atoms", "sign_of"]
 
 
+def _log_of_power(G: sp.Expr) -> sp.Expr:
+    """``log G`` without forming ``G``: ``e · log b`` for ``G = b ** e`` (``x ** w`` overflows float32 where its log does
+    not: 10 ** 50), 0 where ``e = 0`` (``0 ** 0 = 1``)."""
+    if G.is_Pow:
+        base, e = G.as_base_exp()
+        return sp.Piecewise((sp.Integer(0), sp.Eq(e, 0)), (e * sp.log(base), True))
+    return sp.log(G)
+
+
 #: The routes tried after × and + (see :class:`Route`): ⊗ = power for products.
-ROUTES = {"power": Route("power", MUL, _power, ADD, sp.log, lambda H, part: sp.exp(H * part), sp.Integer(1), "log")}
+ROUTES = {"power": Route("power", MUL, _power, ADD, _log_of_power, lambda H, part: sp.exp(H * part), sp.Integer(1),
+                         "log", "G >= 0: prod(G^H) = exp(H · sum(log G)), the state keeps sum(log G)")}

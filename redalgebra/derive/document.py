@@ -59,9 +59,10 @@ def document(cascade: Cascade, title: str | None = None) -> str:
             for t in r.terms.terms:
                 if t.analysis is not None:
                     out += [f"Term `sum({t.E})`:", ""] + [ln for q in t.analysis.proofs for ln in _proof_md(q)] + [""]
-        elif r.power:
-            out += [rf"$\otimes$ = power, $G = {latex(r.G)} \ge 0$, $H = {latex(r.H)}$: "
-                    rf"$\prod G^H = \exp\left(H \sum \log G\right)$", ""]
+        elif r.route:
+            from .analysis import ROUTES
+
+            out += [rf"$\otimes$ = {r.route}, $G = {latex(r.G)}$, $H = {latex(r.H)}$: {ROUTES[r.route].text}", ""]
         elif r.fusable:
             otimes = r"\times" if r.otimes.name == "mul" else "+"
             out += [rf"$\otimes = {otimes}$, $G = {latex(r.G)}$, $H = {latex(r.H)}$", ""]

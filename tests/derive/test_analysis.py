@@ -19,7 +19,7 @@ def test_catalogue_cascades_fuse_with_every_proof_proved(name):
         if r.terms is not None:  # a multi-term sum: every term with dependencies is a single separable term
             assert all(t.analysis is None or (t.analysis.otimes is not None and all(p.proved for p in t.analysis.proofs))
                        for t in r.terms.terms)
-        elif r.power:  # ⊗ = power (a product of powers): no monoid ⊗, G and H as found
+        elif r.route:  # a ⊗ of analysis.ROUTES (power: a product of powers): no monoid ⊗, G and H as found
             assert r.otimes is None and r.G is not None and r.H is not None
         elif r.deps:
             assert r.otimes is not None and r.G is not None and r.H is not None

@@ -32,7 +32,8 @@ def test_a_power_body_is_found_with_its_proofs():
 def test_the_state_keeps_the_sum_of_logs_and_guards_the_empty_segment():
     f = derive(parse(GEOMEAN))
     text = str(f.cascade)
-    assert "reduce g_log = sum(log(x**w))" in text and "exp(g_log/W)" in text
+    # the log of x**w as w*log(x): x**w itself overflows float32 where its log does not (10**50)
+    assert "reduce g_log = sum(where(w == 0, 0, w*log(x)))" in text and "exp(g_log/W)" in text
     assert any("sum of logs" in g for g in f.guards)
 
 
@@ -69,4 +70,16 @@ def test_an_exponent_of_params_and_a_count():
     x = rng.uniform(0.5, 2.0, (3, 40)).astype(np.float32)
     ref = evaluate(c, {"x": x.astype(np.float64)}, {"p": 2.0})["y"]
     out = compile(derive(c), "cpu")({"x": x}, {"p": np.float32(2.0)})["y"]
+    np.testing.assert_allclose(out, ref, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cudasim"])
+def test_large_weights_do_not_overflow_the_power_of_an_element(backend):
+    # x**w is 1e50 or 1e-60 (not a float32) while every x**(w/W) is x: the state adds w*log(x), never forms x**w
+    c = parse(GEOMEAN)
+    x = np.array([[10.0, 10.0], [0.1, 0.1]], np.float32)
+    w = np.array([[50.0, 30.0], [60.0, 10.0]], np.float32)
+    ref = evaluate(c, {"x": x.astype(np.float64), "w": w.astype(np.float64)})["y"]
+    out = compile(derive(c), backend)({"x": x, "w": w})["y"]
+    np.testing.assert_allclose(ref, x[:, 0].astype(np.float64), rtol=1e-12)
     np.testing.assert_allclose(out, ref, rtol=1e-5)

@@ -84,3 +84,17 @@ def _float32_call():
     rng = np.random.default_rng(1)
     return ({"k": rng.normal(size=(1, 64, 16)).astype(np.float32), "v": rng.normal(size=(1, 64, 16)).astype(np.float32)},
             {"q": rng.normal(size=(16, 16)).astype(np.float32), "scale": np.float32(0.25)})
+
+
+@pytest.mark.parametrize("strategy", ["mma", "wgmma"])
+def test_a_masked_key_far_above_the_others_changes_nothing(strategy):
+    # its score is 960 above the row's maximum: the exponential of the element that does not count must not be taken
+    # where it would raise (the simulator's math.exp) — on the GPU both sides of a select are computed, and it is inf
+    R, L, d = 16, 40, 16
+    k, v = np.zeros((1, L, d), np.float16), np.ones((1, L, d), np.float16)
+    k[0, 5] = 60.0
+    keep = np.ones((R, L), bool)
+    keep[:, 5] = False
+    params = {"q": np.ones((R, d), np.float32), "scale": np.float32(1.0)}
+    out = compile(fused("attention"), "cudasim", strategy)({"k": k, "v": v}, params, keep)["y"]
+    np.testing.assert_array_equal(out, np.ones((R, d), np.float32))

@@ -200,8 +200,11 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int = STAGE
 class MmaKernel(TreeKernel):
     """Builds the statement tree of an ``mma`` kernel."""
 
-    def __init__(self, fused: FusedCascade, spec: Spec):
+    def __init__(self, fused: FusedCascade, spec: Spec, target: str = "cuda"):
         super().__init__(fused, spec, refusal)
+        # on the GPU, conditionals as selects (no blocks of numba's IR per element: numba's SSA pass grew with them);
+        # the simulator keeps branches, as its Python math.exp raises where the unused side would overflow
+        self.selects = target == "cuda"
         c = self.c
         self.dtypes = dict(spec.dtypes)
         self.vin = [s.name for s in c.inputs if s.size is not None]
@@ -263,7 +266,7 @@ class MmaKernel(TreeKernel):
         side."""
         acc = self.lay.base_access()
         acc.exp = "fast_exp" if self.spec.fast_exp else "math.exp"
-        acc.select = "pick"  # every operand is a register: conditionals as selects, not blocks of numba's IR
+        acc.select = "pick" if self.selects else None  # every operand a register: conditionals as selects
         for p in self.c.params:
             if p.size is None:
                 acc.scalar[p.name] = f"p_{p.name}_{h}"
@@ -482,12 +485,11 @@ class MmaKernel(TreeKernel):
             acc.scalar[fold.name] = f"tr_{h}"
             if kept is None:
                 pre, text = self.print(r.monoid.combine(fold, term), acc)
-                out += pre + [Assign(f"tr_{h}", f"pick({self.ok(m, j, i)}, {text}, tr_{h})")]
+                out += self.chosen(f"tr_{h}", pre, text, m, j, i, None)
                 continue
             pre, text = self.print(term, acc)
             pf = f"pf_{kept}_{m}_{j}_{i}"
-            out += pre + [Assign(pf, f"pick({self.ok(m, j, i)}, {text}, {self.consts.name(0.0)})"),
-                          Assign(f"tr_{h}", pf, "+")]
+            out += self.chosen(pf, pre, text, m, j, i, self.consts.name(0.0)) + [Assign(f"tr_{h}", pf, "+")]
         if kept is not None:
             self.kept.add(kept)
         other = sp.Symbol("__other", extended_real=True)
@@ -506,6 +508,16 @@ class MmaKernel(TreeKernel):
             out += head + pre + [Assign(f"n_{r.name}_{h}", text)]
         return out
 
+    def chosen(self, target: str, pre: list, text: str, m: int, j: int, i: int, otherwise: str | None) -> list:
+        """``target = text`` (after ``pre``) where element ``(m, j, i)`` counts, else ``otherwise`` (None: ``target`` kept):
+        a select on the GPU (both computed: every operand is a register, the elements past the end read zero-filled
+        tiles and clamped inputs), a branch in the simulator."""
+        ok = self.ok(m, j, i)
+        if self.selects:
+            return pre + [Assign(target, f"pick({ok}, {text}, {target if otherwise is None else otherwise})")]
+        head = [] if otherwise is None else [Assign(target, otherwise)]
+        return head + [If(ok, tuple(pre + [Assign(target, text)]))]
+
     def vector_update(self, r) -> list:
         factor, x = self.factors[r.name]
         dv = self.size[r.name]
@@ -521,7 +533,7 @@ class MmaKernel(TreeKernel):
         zero = self.consts.name(0.0)
         for m, j, i in self.slots() if r.name not in self.kept else ():  # else computed with the sum that shares it
             pre, text = self.print(term, self.access(2 * m + (i >> 1), m, j, i))
-            out += pre + [Assign(f"pf_{r.name}_{m}_{j}_{i}", f"pick({self.ok(m, j, i)}, {text}, {zero})")]
+            out += self.chosen(f"pf_{r.name}_{m}_{j}_{i}", pre, text, m, j, i, zero)
         return out + self.sum_products(r, x, dv)
 
     def factor_words(self, r, kk: int, m: int, name: str) -> list:
@@ -633,7 +645,7 @@ def build(fused: FusedCascade, spec: Spec, target: str, kernel=None, name: str =
 
     if target == "cpu":
         raise RedalgebraError(f"the {name} strategy is CUDA-only (the tensor cores)")
-    k = (kernel or MmaKernel)(fused, spec)
+    k = (kernel or MmaKernel)(fused, spec, target)
     c = fused.cascade
     outputs = tuple((o.name, "row", None if c.sizes[o.name] is None else k.lay.size_const(c.sizes[o.name]))
                     for o in c.outputs)

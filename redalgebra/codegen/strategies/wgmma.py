@@ -76,8 +76,8 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int):
 class WgmmaKernel(MmaKernel):
     """Builds the statement tree of a ``wgmma`` kernel: :class:`~.mma.MmaKernel` with other products."""
 
-    def __init__(self, fused: FusedCascade, spec: Spec):
-        super().__init__(fused, spec)
+    def __init__(self, fused: FusedCascade, spec: Spec, target: str = "cuda"):
+        super().__init__(fused, spec, target)
         if self.mt != 1:
             raise RedalgebraError("wgmma: 16 rows per warp (a warpgroup's 64-row tile is four warps of 16 rows)")
         self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm, self.stages)

@@ -217,3 +217,12 @@ def test_a_state_side_that_reads_as_a_declared_name_is_written_apart():
     assert "m[a]" in merge and "max(m[a], m_b)" in merge  # m's side a, apart from the reduction m_a
     assert "m_a_a" in merge  # the reduction m_a's own side keeps its name
     assert "/m_a" in text.split("finalize:")[1]  # the finalize reads the user's m_a as written
+
+
+def test_check_on_the_simulator_with_bfloat16_from_a_fresh_process():
+    # the problems' bfloat16 rounding imports the intrinsics, which import numba.cuda: the simulator must be chosen
+    # first, or the process is on real CUDA and the simulator refused ("already uses real CUDA")
+    done = subprocess.run([sys.executable, "-m", "redalgebra", "check", "safe_softmax", "--backend", "cudasim",
+                           "--dtype", "bfloat16"], capture_output=True, text=True, env=_without_simulator(), timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("ok ") == 3 and "cudasim" in done.stdout

@@ -21,6 +21,7 @@ from ..derive import FusedCascade
 from ..errors import RedalgebraError
 from ..ir import evaluate
 from ..ir.reference import bind, check_keep, eval_expr, run_unfused
+from .backends import cuda_module
 from .compile import BFloat16, as_bfloat16, bfloat16_to_float, compile, to_float
 
 TOLERANCE = {"float32": 1e-4, "float16": 1e-4, "bfloat16": 1e-4}  # against the reference on the same rounded inputs
@@ -182,6 +183,8 @@ def check(fused: FusedCascade, backend: str, strategy: str | None = None, shapes
     if not fused.cascade.outputs:
         raise RedalgebraError(f"{fused.cascade.name}: nothing to compare — the cascade has no `out`")
     kernel = compile(fused, backend, strategy, **options)
+    if backend != "cpu":  # the simulator or real CUDA chosen before the problems' bfloat16 rounding imports numba.cuda
+        cuda_module(backend)
     if sizes is None and kernel.strategy != "auto":  # small vectors, rounded up to what the strategy takes
         step = get_strategy(kernel.strategy).vector_multiple
         sizes = {name: -(-n // step) * step for name, n in SMALL_SIZES.items()}

@@ -8,7 +8,6 @@ one afterwards is an error that says how to proceed, not a silent fallback.
 from __future__ import annotations
 
 import functools
-
 import os
 import sys
 

@@ -123,11 +123,12 @@ def tokenize(line: str, line_no: int) -> list[Token]:
 class _LineParser:
     """Parses the tokens of one statement line against the names declared so far."""
 
-    def __init__(self, tokens, line_no, line, declared, later):
+    def __init__(self, tokens, line_no, line, declared, later, argmaxes=None):
         self.tokens, self.i = tokens, 0
         self.line_no, self.line = line_no, line
         self.declared = declared  # name -> Symbol, statements above this line
         self.later = later        # name -> line number, for statements below
+        self.argmaxes = set() if argmaxes is None else argmaxes  # names of argmax reductions (their index is the result)
         self.in_output = False
         self.depth = 0
 
@@ -344,6 +345,9 @@ class _LineParser:
         name = tok.text
         if name in CONSTANTS:
             return CONSTANTS[name]
+        if name in self.argmaxes:  # its symbol is the largest value: reading it as the index would be silently wrong
+            raise self.error(f"{name} is an argmax: its result is the index {name}.index, which an expression cannot "
+                             f"read; for the largest value write max(...)", tok)
         if name in self.declared:
             return self.declared[name]
         if name in FUNCTIONS or name in REDUCER_NAMES:
@@ -504,6 +508,7 @@ class _LineParser:
             if red.text == "mean":
                 return name, self.mean(name, number(args[0]))
             if red.text == "argmax":  # the top-1: its index is the result NAME.index (ties to the lower index)
+                self.argmaxes.add(name.text)
                 return name, Reduction(name.text, topk(1), number(args[0]))
             body, monoid = number(args[0]), REDUCERS[red.text]
         return name, Reduction(name.text, monoid, body)
@@ -579,7 +584,7 @@ def parse(text: str, name: str = "cascade") -> Cascade:
                          f"MAX_TEXT_CHARS)", 1, 1, "")
     lines = split_lines(text.removeprefix("\ufeff"))
     later = _declared_later(lines)
-    statements, declared, heads, shape = [], {}, [], {}
+    statements, declared, heads, shape, argmaxes = [], {}, [], {}, set()
     for no, line in enumerate(lines, 1):
         if len(line) > limits.MAX_LINE_CHARS:
             raise LimitError(f"line {no} has {len(line)} characters, more than {limits.MAX_LINE_CHARS} (the limit "
@@ -588,7 +593,7 @@ def parse(text: str, name: str = "cascade") -> Cascade:
         tokens = tokenize(line, no)
         if tokens[0].kind == "end":
             continue
-        p = _LineParser(tokens, no, line, declared, later)
+        p = _LineParser(tokens, no, line, declared, later, argmaxes)
         head, (name_tok, stmts) = p.statement()
         p.end()
         for stmt in stmts if isinstance(stmts, list) else [stmts]:  # mean(…) is three statements

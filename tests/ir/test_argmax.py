@@ -44,3 +44,11 @@ def test_kernels_return_the_index(backend):
     got = compile(derive(parse(GREEDY)), backend)({"x": x}, {}, keep)
     want = np.argmax(np.where(keep, x, -np.inf), axis=1)
     assert np.asarray(got["i.index"])[:, 0].tolist() == want.tolist()
+
+
+def test_an_argmax_cannot_be_read_as_a_value_it_is_not():
+    # NAME would be the largest value, not the index a reader of `argmax` expects: refused, with the way to each
+    from redalgebra.errors import CascadeSyntaxError
+
+    with pytest.raises(CascadeSyntaxError, match=r"i is an argmax: its result is the index i.index.*max\(\.\.\.\)"):
+        parse("input x\nreduce i = argmax(x)\nout y = i + 1\n")

@@ -20,6 +20,8 @@ compute the warp's result from all lanes' operands, as the PTX ISA defines it.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -472,19 +474,28 @@ def _wgmma_call(context, builder, sig, args, text, words):
     return _tiles(context, builder, acc_t, [builder.extract_value(out, k) for k in range(n)])
 
 
+def _wgmma_text(kind: str, n: int, a: str, b: str, scale: str, transposes: str) -> str:
+    """The inline PTX of a ``wgmma.mma_async.m64n{n}k16``: the ``n / 2`` accumulators as ``$0 …`` (tied to the inputs
+    that follow them), then the operands; ``a``, ``b`` and ``scale`` name operands ``{k}`` counted after those (the
+    A descriptor or registers, the B descriptor, the scale-d flag, set into a predicate), ``transposes`` the
+    immediates after the two scales (``0, 0`` for two K-major descriptors; ``1`` for B transposed beside registers)."""
+    at = n  # the operands' first number: after the outputs and their tied inputs
+    op = lambda text: re.sub(r"\{(\d+)\}", lambda m: f"${at + int(m.group(1))}", text)  # noqa: E731
+    regs = ", ".join(f"${k}" for k in range(n // 2))
+    return ("{\n.reg .pred p;\n"
+            f"setp.ne.b32 p, {op(scale)}, 0;\n"
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{regs}}}, {op(a)}, {op(b)}, p, 1, 1, "
+            f"{transposes};\n}}")
+
+
 def _wgmma_ss(name, kind):
     def typer(typingctx, acc, da, db, scale_d):
         _acc_type(name, acc)
 
         def codegen(context, builder, sig, args):
-            n = 8 * sig.args[0].count
-            regs = ", ".join(f"${k}" for k in range(n // 2))
-            at = n  # after the outputs and their tied inputs
             descs = [context.cast(builder, v, t, types.int64) for v, t in zip(args[1:3], sig.args[1:3])]
             scale = context.cast(builder, args[3], sig.args[3], types.int32)
-            text = ("{\n.reg .pred p;\n"
-                    f"setp.ne.b32 p, ${at + 2}, 0;\n"
-                    f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{regs}}}, ${at}, ${at + 1}, p, 1, 1, 0, 0;\n}}")
+            text = _wgmma_text(kind, 8 * sig.args[0].count, "{0}", "{1}", "{2}", "0, 0")
             return _wgmma_call(context, builder, sig, args, text, descs + [scale])
         return acc(acc, types.int64, types.int64, types.int32), codegen
     typer.__name__ = typer.__qualname__ = name
@@ -496,15 +507,9 @@ def _wgmma_rs(name, kind):
         _acc_type(name, acc)
 
         def codegen(context, builder, sig, args):
-            n = 8 * sig.args[0].count
-            regs = ", ".join(f"${k}" for k in range(n // 2))
-            at = n  # after the outputs and their tied inputs
             words = [context.cast(builder, v, t, types.uint32) for v, t in zip(args[1:5], sig.args[1:5])]
             desc = context.cast(builder, args[5], sig.args[5], types.int64)
-            text = ("{\n.reg .pred p;\n"
-                    f"setp.ne.b32 p, ${at + 5}, 0;\n"
-                    f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{regs}}}, "
-                    f"{{${at}, ${at + 1}, ${at + 2}, ${at + 3}}}, ${at + 4}, p, 1, 1, 1;\n}}")
+            text = _wgmma_text(kind, 8 * sig.args[0].count, "{{0}, {1}, {2}, {3}}", "{4}", "{5}", "1")
             return _wgmma_call(context, builder, sig, args, text, words + [desc, ir.Constant(ir.IntType(32), 1)])
         return acc(acc, types.uint32, types.uint32, types.uint32, types.uint32, types.int64), codegen
     typer.__name__ = typer.__qualname__ = name

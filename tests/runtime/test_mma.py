@@ -44,8 +44,13 @@ def _problem(name, groups, R, L, d, dtype, masked, query16, seed=0):
     ("alibi_attention", 1, 20, 40, 16, "bfloat16", False, True, 32),
 ])
 def test_mma_matches_the_reference(name, groups, R, L, d, dtype, masked, query16, per_warp):
+    assert_matches_the_reference("mma", name, groups, R, L, d, dtype, masked, query16, group=per_warp)
+
+
+def assert_matches_the_reference(strategy, name, groups, R, L, d, dtype, masked, query16, **options):
+    """The tensor-core strategy's output against the float64 reference, NaN where it is NaN."""
     inputs, params, keep = _problem(name, groups, R, L, d, dtype, masked, query16)
-    kernel = compile(fused(name), "cudasim", "mma", group=per_warp)
+    kernel = compile(fused(name), "cudasim", strategy, **options)
     out = kernel(inputs, params, keep)["y"]
     wide = {k: np.repeat(np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64), R, 0)
             for k, v in inputs.items()}

@@ -11,13 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from redalgebra import RedalgebraError, evaluate, workloads
+from redalgebra import RedalgebraError
 from redalgebra.codegen import Problem
 from redalgebra.runtime import compile
-from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE
-from redalgebra.runtime.compile import bfloat16_to_float, choose
+from redalgebra.runtime.compile import choose
 from tests.catalogue import fused
-from tests.runtime.test_mma import _problem
+from tests.runtime.test_mma import assert_matches_the_reference
 
 CHECK = Path(__file__).resolve().parents[2] / "gpu" / "wgmma_check.py"
 
@@ -31,17 +30,7 @@ CHECK = Path(__file__).resolve().parents[2] / "gpu" / "wgmma_check.py"
     ("attention", 16, 70, 80, "bfloat16", False, False),
 ])
 def test_wgmma_matches_the_reference(name, R, L, d, dtype, masked, query16):
-    inputs, params, keep = _problem(name, 1, R, L, d, dtype, masked, query16)
-    kernel = compile(fused(name), "cudasim", "wgmma")
-    out = kernel(inputs, params, keep)["y"]
-    wide = {k: np.repeat(np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64), R, 0)
-            for k, v in inputs.items()}
-    ref = evaluate(workloads.get(name).cascade, wide, params, keep)["y"]
-    assert np.array_equal(np.isnan(out), np.isnan(ref))
-    fin = np.isfinite(ref)
-    err = np.abs(out - ref)[fin].max() / np.abs(ref[fin]).max()
-    # the factors enter P·V rounded to the values' 16-bit type (as mma's): one such rounding allowed
-    assert err <= TOLERANCE[dtype] + STORE_ROUNDING[dtype]
+    assert_matches_the_reference("wgmma", name, 1, R, L, d, dtype, masked, query16)
 
 
 def test_the_swizzled_layouts_give_exact_integer_products():

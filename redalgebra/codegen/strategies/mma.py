@@ -60,119 +60,21 @@ import sympy as sp
 
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
-from ...ir.functions import Dot, VSum
 from ..emit import Spec
 from ..states import identity_text
 from ..tree import Assign, Barrier, Call, For, If, Shuffle, Store
 from . import Problem, Strategy, register
-from .base import TreeKernel, named_nodes
+from .base import TreeKernel
 from .columns import split_body
+from .products import KINDS, MOST_COMPONENTS, dots, gate, refusal
+from .products import applicable as form_and_call
 
 #: Elements per tile; threads of a block on the GPU (four warps of 16 rows: 64 rows) and in the simulator (one
 #: warp: its barriers are what makes a simulated kernel slow).
 BN = 64
 THREADS, SIM_THREADS = 128, 32
-#: Dynamic shared memory a Hopper block may opt into (227 KB).
-SHARED_LIMIT = 232448
 #: Tiles of the vector inputs in shared memory by default (one computing, one loading); at most MOST_STAGES.
 STAGES, MOST_STAGES = 2, 4
-#: The widest vector a warp's accumulators hold (16 rows × 128 columns: 64 float32 per thread per vector).
-MOST_COMPONENTS = 128
-#: The vector types the tensor cores take, and the name of their instructions.
-KINDS = {"bfloat16": "bf16", "float16": "f16"}
-
-
-def _dots(exprs) -> dict:
-    return named_nodes(exprs, (Dot,), "__dot")
-
-
-def refusal(fused: FusedCascade) -> str | None:
-    """Why ``mma`` cannot build this cascade's kernel at any size (None: it can)."""
-    c = fused.cascade
-    vin = {s.name for s in c.inputs if s.size is not None}
-    vpar = {p.name for p in c.params if p.size is not None}
-    if not vin:
-        return f"the mma strategy is for elements with vector inputs shared by rows; {c.name} has none: use rows"
-    if fused.per_element_outputs:
-        return f"mma writes row outputs only; {c.name} has per-element outputs: use lanes or tile"
-    if fused.rewrite is not None and any(ra.deps and ra.name not in fused.corrections for ra in fused.reductions):
-        return f"mma applies multiplicative corrections; {c.name} has centred (Welford) terms: use vrows"
-    vred = {r.name for r in c.reductions if c.sizes[r.name] is not None}
-    exprs = [e for _, e in fused.prologue.steps] + list(fused.bodies.values())
-    for e in exprs:
-        for node in sp.preorder_traversal(e):
-            if isinstance(node, VSum):
-                return f"mma: a component sum ({node}) has no product form; use vrows"
-            if isinstance(node, Dot):
-                names = {a.name for a in node.args if isinstance(a, sp.Symbol)}
-                if len(names & vpar) != 1 or len(names & vin) != 1:
-                    return f"mma multiplies a vector param by a vector input; {node} is not such a product: use vrows"
-    outs = {o.name for o in c.outputs}
-    for sym, e in fused.finalize.steps:
-        if c.sizes.get(sym.name) is not None:
-            read = {r.name for r in c.reductions if c.sizes[r.name] is not None} & {s.name for s in e.free_symbols}
-            if sym.name not in outs or any(c.sizes[r] != c.sizes[sym.name] for r in read) or not read:
-                return (f"mma: the vector {sym.name} of the finalize must be an output read from vector sums of its "
-                        f"own length; use vrows")
-        if any(isinstance(a, (Dot, VSum)) for a in sp.preorder_traversal(e)):
-            return f"mma: a dot product in the finalize of {c.name}; use vrows"
-        if {s.name for s in e.free_symbols} & (vpar | vin):
-            return f"mma: the finalize of {c.name} reads a vector param or input; use vrows"
-    dots = _dots(exprs)
-    for r in c.reductions:
-        if r.monoid.k is not None:
-            return f"mma does not hold top-k states ({c.name}); use lanes"
-        body = fused.bodies[r.name].xreplace(dots)
-        loose = {s.name for s in body.free_symbols} & (vin | vpar)
-        if r.name not in vred:
-            if r.monoid.name not in ("add", "max", "min"):
-                return f"mma reduces scalars by add, max or min; {r.name} is a {r.monoid.name}: use vrows"
-            if loose or {s.name for s in body.free_symbols} & vred:
-                return f"mma: the scalar reduction {r.name} reads a vector beyond a dot product; use vrows"
-            continue
-        if r.monoid.name != "add":
-            return f"mma sums its vector reductions; {r.name} is a {r.monoid.name}: use vrows"
-        factor, vector = split_body(body, vin)
-        if vector is None or {s.name for s in factor.free_symbols} & (vin | vpar | vred):
-            return (f"mma needs each vector reduction's body as a scalar factor times a vector input; {r.name} = "
-                    f"{fused.bodies[r.name]}: use vrows")
-        ra = fused.analysis[r.name]
-        if ra.deps and ra.otimes.name != "mul":
-            return f"mma scales its vector reductions; {r.name}'s correction is additive: use vrows"
-    for sym, e in fused.prologue.steps:
-        if {s.name for s in e.xreplace(dots).free_symbols} & (vin | vpar):
-            return f"mma: the per-element let {sym.name} reads a vector beyond a dot product; use vrows"
-    return None
-
-
-def gate(fused: FusedCascade, prologue, bodies, factors):
-    """``(let, condition)`` when an element whose condition is false adds nothing to any reduction, else None.
-
-    A causal mask or a sliding window is written ``let sc = where(pos <= qpos, s, -inf)``: the condition reads
-    only positions and the row's params, and with ``sc = -inf`` every body is its reduction's identity
-    (``max(-inf)``, ``exp(-inf - m) = 0``, ``0 · v``), which is checked symbolically here. A tile whose condition
-    is false for every row of the block and every element is then skipped whole (causal attention: the tiles
-    above the diagonal)."""
-    c = fused.cascade
-    free = {p.name for p in c.params if p.size is None} | {"pos"}
-    for sym, expr in prologue:
-        if not (isinstance(expr, sp.Piecewise) and len(expr.args) == 2 and expr.args[1].expr == -sp.oo
-                and expr.args[1].cond == sp.true):
-            continue
-        cond = expr.args[0].cond
-        if not {s_.name for s_ in cond.free_symbols} <= free:
-            continue
-        empty = sym.xreplace({sym: -sp.oo})
-        ok = True
-        for r in c.reductions:
-            body = factors[r.name][0] if r.name in factors else bodies[r.name]
-            ident = sp.Integer(0) if r.name in factors else fused.identity[r.name]
-            if sp.simplify(body.xreplace({sym: empty})) != ident:
-                ok = False
-                break
-        if ok:
-            return sym, cond
-    return None
 
 
 def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int = STAGES):
@@ -190,7 +92,7 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int = STAGE
             pitch[x.name], base[x.name] = length(x) + 8, at
             at += stages * BN * pitch[x.name]
     params, tiles = {p.name: p for p in c.params}, []
-    for dot in _dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values())):
+    for dot in dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values())):
         p = next(params[a.name] for a in dot.args if a.name in params)
         tiles.append(at)
         at += 2 * rows * (length(p) + 8)
@@ -219,7 +121,7 @@ class MmaKernel(TreeKernel):
                 raise RedalgebraError(f"mma: vectors of a multiple of 16 components, at most {MOST_COMPONENTS}; "
                                       f"{x} has {self.size[x]}: use vrows")
         exprs = [e for _, e in fused.prologue.steps] + [fused.bodies[r.name] for r in c.reductions]
-        self.dots = _dots(exprs)
+        self.dots = dots(exprs)
         self.dot_list = list(self.dots)
         self.prologue = [(s, e.xreplace(self.dots)) for s, e in fused.prologue.steps]
         self.bodies = {r.name: fused.bodies[r.name].xreplace(self.dots) for r in c.reductions}
@@ -653,37 +555,9 @@ def build(fused: FusedCascade, spec: Spec, target: str, kernel=None, name: str =
                     k.lay.constants, outputs, {})
 
 
-def applicable(fused: FusedCascade, p: Problem, name: str = "mma", shared=None) -> str | None:
-    """Why ``mma`` does not suit this call (None: it does): the cascade's form, then the types and sizes.
-    ``shared(fused, problem)``: the bytes of shared memory the call's block needs (``mma``'s plan by default)."""
-    reason = refusal(fused)
-    if reason is not None:
-        return reason if name == "mma" else reason.replace("mma", name, 1)
-    c, dtypes, sizes = fused.cascade, dict(p.dtypes), dict(p.sizes)
-    vin = [s for s in c.inputs if s.size is not None]
-    kinds = {dtypes.get(s.name, "float32") for s in vin}
-    if len(kinds) != 1 or not kinds <= set(KINDS):
-        return f"{name}: the tensor cores take bfloat16 or float16 vectors of one type, got {', '.join(sorted(kinds))}"
-    for s in vin:
-        n = s.size if isinstance(s.size, int) else sizes.get(s.size, 0)
-        if n % 16 or n > MOST_COMPONENTS:
-            return f"{name}: vectors of a multiple of 16 components, at most {MOST_COMPONENTS}; {s.name} has {n}"
-    if not p.vec_ok:  # (with a multiple of 16 components, every element's vector then starts on one too)
-        return f"{name}: the vector inputs must start on 16-byte boundaries (cp.async copies 16 bytes)"
-    reps = dict(p.reps)
-    if len({reps.get(s.name, 1) for s in vin}) != 1:
-        return f"{name}: every vector input must be shared by the same rows"
-    need = (shared or _shared_bytes)(fused, p)
-    if need > SHARED_LIMIT:
-        return (f"{name}: the staged tiles and params need {need} bytes of shared memory, more than a block has "
-                f"({SHARED_LIMIT}); use vrows")
-    if kinds == {"float16"}:
-        for r in c.reductions:
-            if c.sizes[r.name] is not None and not _unit_factor(fused, r):
-                return (f"{name}: float16 products need each vector sum's factors in [0, 1] with the row's largest at 1 "
-                        f"(softmax's exp(s - max(s))), or float16 over- or underflows; {r.name}'s are not shown to be: "
-                        f"give bfloat16 inputs or use vrows")
-    return None
+def applicable(fused: FusedCascade, p: Problem) -> str | None:
+    """Why ``mma`` does not suit this call (None: it does): :func:`.products.applicable` with ``mma``'s shared memory."""
+    return form_and_call(fused, p, "mma", _shared_bytes)
 
 
 def _shared_bytes(fused: FusedCascade, p: Problem) -> int:
@@ -695,25 +569,6 @@ def _block(p: Problem) -> tuple[int, int]:
     """(threads, rows per warp) of a call: the caller's, else 128 threads (32 in the simulator) and 16 rows."""
     threads = p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
     return threads, p.option("group") or 16
-
-
-def _unit_factor(fused: FusedCascade, r) -> bool:
-    """Whether the factor ``f`` of vector sum ``r`` (``f · v``) lies in (0, 1] on every state the cascade reaches, 1 at
-    its bound: with each bounding dependency written as ``m = e + u`` (``u >= 0``, :func:`~redalgebra.derive.analysis.
-    bounds`), ``f`` is 1 at ``u = 0``, positive, and does not grow with ``u`` — ``exp(s - m)`` with ``m = max(s)``."""
-    from ...derive.analysis import bounds
-
-    c = fused.cascade
-    factor, _ = split_body(fused.bodies[r.name], {s.name for s in c.inputs if s.size is not None})
-    if factor is None:
-        return False
-    gap = sp.Symbol("u__gap", nonnegative=True)
-    moved = {hi: lo + gap for hi, lo in bounds(c, fused.analysis[r.name].deps, factor) if isinstance(hi, sp.Symbol)}
-    if len(moved) != 1:
-        return False
-    f = factor.xreplace(moved)
-    return (sp.simplify(f.subs(gap, 0) - 1) == 0 and bool(f.is_positive)
-            and bool(sp.simplify(sp.diff(f, gap)).is_nonpositive))
 
 
 def configure(fused: FusedCascade, p: Problem) -> dict:

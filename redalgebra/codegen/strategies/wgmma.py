@@ -40,7 +40,9 @@ from ..emit import Spec
 from ..tree import Assign, Call, If
 from . import Problem, Strategy, register
 from . import mma
-from .mma import BN, MmaKernel, _dots
+from .mma import BN, MmaKernel
+from .products import applicable as form_and_call
+from .products import dots
 
 #: Threads of a block: one warpgroup (64 rows) on the GPU, one warp (16 rows) in the simulator.
 THREADS, SIM_THREADS = 128, 32
@@ -66,7 +68,7 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int):
             base[x.name] = at
             at += stages * _blocks(length(x)) * BN * ROW
     params, tiles = {p.name: p for p in c.params}, []
-    for dot in _dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values())):
+    for dot in dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values())):
         p = next(params[a.name] for a in dot.args if a.name in params)
         tiles.append(at)
         at += 2 * _blocks(length(p)) * rows * ROW
@@ -199,8 +201,8 @@ def _targets_sm90a() -> bool:
 
 
 def applicable(fused: FusedCascade, p: Problem) -> str | None:
-    """Why ``wgmma`` does not suit this call (None: it does): :func:`.mma.applicable`'s reasons, then the device."""
-    reason = mma.applicable(fused, p, "wgmma", _shared_bytes)
+    """Why ``wgmma`` does not suit this call (None: it does): :func:`.products.applicable`'s reasons, then the device."""
+    reason = form_and_call(fused, p, "wgmma", _shared_bytes)
     if reason is not None:
         return reason
     cc = p.option("cc")

@@ -1,0 +1,172 @@
+"""Which cascades and calls the tensor-core strategies (:mod:`.mma`, :mod:`.wgmma`) take.
+
+Both build the same kernel from the same forms: rows that share their element vectors, dot products of a vector
+param and a vector input, vector sums of a factor times a vector input, scalar reductions by add, max or min.
+:func:`refusal` says why a cascade has another form, :func:`applicable` why a call does not suit (types, sizes,
+alignment, shared memory, float16's range), :func:`gate` finds the condition that lets whole tiles be skipped
+(a causal mask), :func:`dots` names the products.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ...derive import FusedCascade
+from ...ir.functions import Dot, VSum
+from . import Problem
+from .base import named_nodes
+from .columns import split_body
+
+#: The vector types the tensor cores take, and the name of their instructions.
+KINDS = {"bfloat16": "bf16", "float16": "f16"}
+
+#: The widest vector a warp's accumulators hold (16 rows × 128 columns: 64 float32 per thread per vector).
+MOST_COMPONENTS = 128
+
+#: Dynamic shared memory a Hopper block may opt into (227 KB).
+SHARED_LIMIT = 232448
+
+def dots(exprs) -> dict:
+    """The dot products of ``exprs``, each named (``__dot0``, …): the products a kernel computes on the tensor cores."""
+    return named_nodes(exprs, (Dot,), "__dot")
+
+
+def refusal(fused: FusedCascade, name: str = "mma") -> str | None:
+    """Why the tensor-core strategy ``name`` cannot build this cascade's kernel at any size (None: it can)."""
+    c = fused.cascade
+    vin = {s.name for s in c.inputs if s.size is not None}
+    vpar = {p.name for p in c.params if p.size is not None}
+    if not vin:
+        return f"the {name} strategy is for elements with vector inputs shared by rows; {c.name} has none: use rows"
+    if fused.per_element_outputs:
+        return f"{name} writes row outputs only; {c.name} has per-element outputs: use lanes or tile"
+    if fused.rewrite is not None and any(ra.deps and ra.name not in fused.corrections for ra in fused.reductions):
+        return f"{name} applies multiplicative corrections; {c.name} has centred (Welford) terms: use vrows"
+    vred = {r.name for r in c.reductions if c.sizes[r.name] is not None}
+    exprs = [e for _, e in fused.prologue.steps] + list(fused.bodies.values())
+    for e in exprs:
+        for node in sp.preorder_traversal(e):
+            if isinstance(node, VSum):
+                return f"{name}: a component sum ({node}) has no product form; use vrows"
+            if isinstance(node, Dot):
+                names = {a.name for a in node.args if isinstance(a, sp.Symbol)}
+                if len(names & vpar) != 1 or len(names & vin) != 1:
+                    return f"{name} multiplies a vector param by a vector input; {node} is not such a product: use vrows"
+    outs = {o.name for o in c.outputs}
+    for sym, e in fused.finalize.steps:
+        if c.sizes.get(sym.name) is not None:
+            read = {r.name for r in c.reductions if c.sizes[r.name] is not None} & {s.name for s in e.free_symbols}
+            if sym.name not in outs or any(c.sizes[r] != c.sizes[sym.name] for r in read) or not read:
+                return (f"{name}: the vector {sym.name} of the finalize must be an output read from vector sums of its "
+                        f"own length; use vrows")
+        if any(isinstance(a, (Dot, VSum)) for a in sp.preorder_traversal(e)):
+            return f"{name}: a dot product in the finalize of {c.name}; use vrows"
+        if {s.name for s in e.free_symbols} & (vpar | vin):
+            return f"{name}: the finalize of {c.name} reads a vector param or input; use vrows"
+    found = dots(exprs)
+    for r in c.reductions:
+        if r.monoid.k is not None:
+            return f"{name} does not hold top-k states ({c.name}); use lanes"
+        body = fused.bodies[r.name].xreplace(found)
+        loose = {s.name for s in body.free_symbols} & (vin | vpar)
+        if r.name not in vred:
+            if r.monoid.name not in ("add", "max", "min"):
+                return f"{name} reduces scalars by add, max or min; {r.name} is a {r.monoid.name}: use vrows"
+            if loose or {s.name for s in body.free_symbols} & vred:
+                return f"{name}: the scalar reduction {r.name} reads a vector beyond a dot product; use vrows"
+            continue
+        if r.monoid.name != "add":
+            return f"{name} sums its vector reductions; {r.name} is a {r.monoid.name}: use vrows"
+        factor, vector = split_body(body, vin)
+        if vector is None or {s.name for s in factor.free_symbols} & (vin | vpar | vred):
+            return (f"{name} needs each vector reduction's body as a scalar factor times a vector input; {r.name} = "
+                    f"{fused.bodies[r.name]}: use vrows")
+        ra = fused.analysis[r.name]
+        if ra.deps and ra.otimes.name != "mul":
+            return f"{name} scales its vector reductions; {r.name}'s correction is additive: use vrows"
+    for sym, e in fused.prologue.steps:
+        if {s.name for s in e.xreplace(found).free_symbols} & (vin | vpar):
+            return f"{name}: the per-element let {sym.name} reads a vector beyond a dot product; use vrows"
+    return None
+
+
+def gate(fused: FusedCascade, prologue, bodies, factors):
+    """``(let, condition)`` when an element whose condition is false adds nothing to any reduction, else None.
+
+    A causal mask or a sliding window is written ``let sc = where(pos <= qpos, s, -inf)``: the condition reads
+    only positions and the row's params, and with ``sc = -inf`` every body is its reduction's identity
+    (``max(-inf)``, ``exp(-inf - m) = 0``, ``0 · v``), which is checked symbolically here. A tile whose condition
+    is false for every row of the block and every element is then skipped whole (causal attention: the tiles
+    above the diagonal)."""
+    c = fused.cascade
+    free = {p.name for p in c.params if p.size is None} | {"pos"}
+    for sym, expr in prologue:
+        if not (isinstance(expr, sp.Piecewise) and len(expr.args) == 2 and expr.args[1].expr == -sp.oo
+                and expr.args[1].cond == sp.true):
+            continue
+        cond = expr.args[0].cond
+        if not {s_.name for s_ in cond.free_symbols} <= free:
+            continue
+        empty = sym.xreplace({sym: -sp.oo})
+        ok = True
+        for r in c.reductions:
+            body = factors[r.name][0] if r.name in factors else bodies[r.name]
+            ident = sp.Integer(0) if r.name in factors else fused.identity[r.name]
+            if sp.simplify(body.xreplace({sym: empty})) != ident:
+                ok = False
+                break
+        if ok:
+            return sym, cond
+    return None
+
+
+def applicable(fused: FusedCascade, p: Problem, name: str, shared) -> str | None:
+    """Why the tensor-core strategy ``name`` does not suit this call (None: it does): the cascade's form, then the
+    types and sizes; ``shared(fused, problem)``: the bytes of shared memory the strategy's block needs."""
+    reason = refusal(fused, name)
+    if reason is not None:
+        return reason
+    c, dtypes, sizes = fused.cascade, dict(p.dtypes), dict(p.sizes)
+    vin = [s for s in c.inputs if s.size is not None]
+    kinds = {dtypes.get(s.name, "float32") for s in vin}
+    if len(kinds) != 1 or not kinds <= set(KINDS):
+        return f"{name}: the tensor cores take bfloat16 or float16 vectors of one type, got {', '.join(sorted(kinds))}"
+    for s in vin:
+        n = s.size if isinstance(s.size, int) else sizes.get(s.size, 0)
+        if n % 16 or n > MOST_COMPONENTS:
+            return f"{name}: vectors of a multiple of 16 components, at most {MOST_COMPONENTS}; {s.name} has {n}"
+    if not p.vec_ok:  # (with a multiple of 16 components, every element's vector then starts on one too)
+        return f"{name}: the vector inputs must start on 16-byte boundaries (cp.async copies 16 bytes)"
+    reps = dict(p.reps)
+    if len({reps.get(s.name, 1) for s in vin}) != 1:
+        return f"{name}: every vector input must be shared by the same rows"
+    need = shared(fused, p)
+    if need > SHARED_LIMIT:
+        return (f"{name}: the staged tiles and params need {need} bytes of shared memory, more than a block has "
+                f"({SHARED_LIMIT}); use vrows")
+    if kinds == {"float16"}:
+        for r in c.reductions:
+            if c.sizes[r.name] is not None and not unit_factor(fused, r):
+                return (f"{name}: float16 products need each vector sum's factors in [0, 1] with the row's largest at 1 "
+                        f"(softmax's exp(s - max(s))), or float16 over- or underflows; {r.name}'s are not shown to be: "
+                        f"give bfloat16 inputs or use vrows")
+    return None
+
+
+def unit_factor(fused: FusedCascade, r) -> bool:
+    """Whether the factor ``f`` of vector sum ``r`` (``f · v``) lies in (0, 1] on every state the cascade reaches, 1 at
+    its bound: with each bounding dependency written as ``m = e + u`` (``u >= 0``, :func:`~redalgebra.derive.analysis.
+    bounds`), ``f`` is 1 at ``u = 0``, positive, and does not grow with ``u`` — ``exp(s - m)`` with ``m = max(s)``."""
+    from ...derive.analysis import bounds
+
+    c = fused.cascade
+    factor, _ = split_body(fused.bodies[r.name], {s.name for s in c.inputs if s.size is not None})
+    if factor is None:
+        return False
+    gap = sp.Symbol("u__gap", nonnegative=True)
+    moved = {hi: lo + gap for hi, lo in bounds(c, fused.analysis[r.name].deps, factor) if isinstance(hi, sp.Symbol)}
+    if len(moved) != 1:
+        return False
+    f = factor.xreplace(moved)
+    return (sp.simplify(f.subs(gap, 0) - 1) == 0 and bool(f.is_positive)
+            and bool(sp.simplify(sp.diff(f, gap)).is_nonpositive))

@@ -32,7 +32,7 @@ from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _bf16_pair, _check, 
 if not SIMULATOR:
     from .intrinsics import TypingError
 
-__all__ = ["cp_async16", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
+__all__ = ["cp_async16", "cp_async16_at", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_hold",
            "fence_async"]
@@ -51,6 +51,22 @@ def _sim_cp_async16(s, sidx, a, row, col, nbytes):
         raise IndexError(f"cp_async16: shared index {sidx} is misaligned or outside {dst.size} 16-bit values")
     src = _span(a, row, col, 8, _B16 + _F16).view(np.uint16)
     dst[int(sidx):int(sidx) + 8] = src if int(nbytes) == 16 else 0
+
+
+def _sim_cp_async16_at(s, sidx, a, offset, nbytes):
+    dst = _shared_flat(s).view(np.uint16)
+    if int(sidx) % 8 or not 0 <= int(sidx) <= dst.size - 8:
+        raise IndexError(f"cp_async16_at: shared index {sidx} is misaligned or outside {dst.size} 16-bit values")
+    ary = getattr(a, "_ary", a)
+    if not ary.flags.c_contiguous or ary.dtype.name not in _B16 + _F16:
+        raise TypeError(f"cp_async16_at: need a C-contiguous array of 16-bit values, got {ary.dtype} {ary.shape}")
+    flat, at = ary.reshape(-1).view(np.uint16), int(offset)
+    if int(nbytes) == 16:
+        if at % 8 or not 0 <= at <= flat.size - 8:
+            raise IndexError(f"cp_async16_at: element {at} is misaligned or outside an array of {flat.size}")
+        dst[int(sidx):int(sidx) + 8] = flat[at:at + 8]
+    else:
+        dst[int(sidx):int(sidx) + 8] = 0
 
 
 def _sim_nothing():
@@ -195,6 +211,29 @@ def cp_async16(typingctx, s, sidx, a, row, col, nbytes):
     return types.void(s, sidx, a, row, col, nbytes), codegen
 
 
+@_device(_sim_cp_async16_at)
+def cp_async16_at(typingctx, s, sidx, a, offset, nbytes):
+    """``cp_async16`` from element ``offset`` of ``a`` counted in row-major order (any number of dimensions): the
+    address is ``a``'s data plus ``2 offset`` bytes, so successive copies a constant number of elements apart differ
+    by a constant, which the instruction takes as an immediate offset (no index arithmetic per copy)."""
+    _check_shared("cp_async16_at", s, sidx)
+    if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype in _B16_TYPES + (types.float16,)):
+        raise TypingError(f"cp_async16_at: needs a C-contiguous array of 16-bit values, got {a}")
+    for v, what in ((offset, "element offset"), (nbytes, "source size")):
+        if not isinstance(v, types.Integer):
+            raise TypingError(f"cp_async16_at: the {what} must be an integer, got {v}")
+
+    def codegen(context, builder, sig, args):
+        dst = _shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        ary = context.make_array(sig.args[2])(context, builder, args[2])
+        p = builder.gep(ary.data, [context.cast(builder, args[3], sig.args[3], types.intp)], inbounds=True)
+        src = builder.addrspacecast(builder.bitcast(p, ir.IntType(16).as_pointer()), ir.IntType(16).as_pointer(1))
+        size = context.cast(builder, args[4], sig.args[4], types.int32)
+        _side_effect(builder, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r", [dst, src, size])
+        return context.get_dummy_value()
+    return types.void(s, sidx, a, offset, nbytes), codegen
+
+
 def _wait(name, text):
     @_device(_sim_nothing)
     def waiter(typingctx):
@@ -328,8 +367,21 @@ def _sim_swizzle_pad(s):
     return 0  # the simulator's shared arrays start at address 0
 
 
+class _SimDesc(tuple):
+    """A descriptor in the simulator: ``(shared array, byte address, lbo, sbo)``. Adding ``n`` moves the address by
+    ``n`` 16-byte units, as adding to a real descriptor's address field does."""
+
+    def __add__(self, n):
+        if not isinstance(n, (int, np.integer)):
+            return NotImplemented
+        flat, at, lbo, sbo = self
+        return _SimDesc((flat, at + 16 * int(n), lbo, sbo))
+
+    __radd__ = __add__
+
+
 def _sim_wgmma_desc(s, idx, lbo, sbo):
-    return _shared_flat(s).view(np.uint16), 2 * int(idx), int(lbo), int(sbo)
+    return _SimDesc((_shared_flat(s).view(np.uint16), 2 * int(idx), int(lbo), int(sbo)))
 
 
 def _desc_read(desc, byte_address):
@@ -423,7 +475,8 @@ def swizzle_pad(typingctx, s):
 @_device(_sim_wgmma_desc)
 def wgmma_desc(typingctx, s, idx, lbo, sbo):
     """The 64-bit matrix descriptor of a 128B-swizzled operand starting at ``s[idx]``: start address, leading and
-    stride byte offsets (``lbo``, ``sbo``), swizzle mode 1 (PTX ISA, "Matrix Descriptor Format"). K-major operands
+    stride byte offsets (``lbo``, ``sbo``), swizzle mode 1 (PTX ISA, "Matrix Descriptor Format"). Adding ``n`` to a
+    descriptor moves its start ``16 n`` bytes (the address field's unit; shared addresses stay below its 256 KB). K-major operands
     (rows of 128 bytes along K, eight rows an atom ``sbo`` apart; a k16 step is 32 bytes further); MN-major ones
     (transposed: 64 values of N per 128-byte row, rows along K, atoms ``sbo`` apart, N blocks ``lbo`` apart)."""
     _check_shared("wgmma_desc", s, idx)

@@ -342,7 +342,7 @@ def _tensor_core_tile(a, b, out, outt, words):
     if lane < 16:
         for half in range(2):
             tc.cp_async16(sm, lane * 24 + 8 * half, a, lane, 8 * half, 16)
-            tc.cp_async16(sm, 384 + lane * 24 + 8 * half, b, lane, 8 * half, 16)
+            tc.cp_async16_at(sm, 384 + lane * 24 + 8 * half, b, 16 * lane + 8 * half, 16)  # by flat offset
     tc.cp_commit()
     tc.cp_wait0()
     cuda.syncthreads()
@@ -372,11 +372,23 @@ def test_tensor_core_stand_ins_follow_the_ptx_fragment_layouts():
     assert (words == [1.5, -2.25]).all()
 
 
+def test_cp_async16_at_reads_by_flat_offset_and_fills_zeros():
+    a = np.arange(2 * 3 * 16, dtype=np.uint16).reshape(2, 3, 16)
+    sm = np.full(32, 7, np.uint16)
+    tc.cp_async16_at(sm, 8, a, 40, 16)  # element 40 in row-major order is a[0, 2, 8]
+    tc.cp_async16_at(sm, 16, a, 40, 0)  # a source size of 0 reads nothing and writes zeros
+    assert (sm[8:16] == a[0, 2, 8:16]).all() and (sm[16:24] == 0).all() and (sm[:8] == 7).all()
+    with pytest.raises(IndexError, match="misaligned or outside"):
+        tc.cp_async16_at(sm, 0, a, 92, 16)  # 96 elements: 92 + 8 is past the end
+    with pytest.raises(IndexError, match="misaligned or outside"):
+        tc.cp_async16_at(sm, 0, a, 4, 16)
+
+
 def test_the_module_is_the_simulator_version_here():
     assert rt.SIMULATOR and ld_f32x4.__name__ == "ld_f32x4" and "128-bit" in ld_f32x4.__doc__
     assert set(rt.__all__) >= {"ld_f32x4", "ld_f32x4_nc", "ld_b16x8", "ld_h16x8", "st_f32x4", "st_b16x8",
                                "st_h16x8", "ld_b16", "st_b16", "st_h16", "ex2", "fast_exp", "e4m3", "st_e4m3x4"}
-    assert tc.SIMULATOR and set(tc.__all__) == {"cp_async16", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2",
+    assert tc.SIMULATOR and set(tc.__all__) == {"cp_async16", "cp_async16_at", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2",
                                                 "cp_wait3", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
                                                 "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2",
                                                 "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16", "wgmma_ss_f16",

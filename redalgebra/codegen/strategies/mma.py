@@ -142,6 +142,7 @@ class MmaKernel(TreeKernel):
         self.pitch, self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm, self.stages)
         self.nt = BN // 8
         self.gate = gate(fused, self.prologue, self.bodies, self.factors)
+        self.whole, self.kept = False, set()
 
     # -- names ---------------------------------------------------------------------------------------
     def param_of(self, dot) -> str:
@@ -270,7 +271,25 @@ class MmaKernel(TreeKernel):
             out += [Assign(f"ce_{at}", f"(tid + {u * self.threads}) // {per_row}"),
                     Assign(f"cc_{at}", f"8 * ((tid + {u * self.threads}) % {per_row})"),
                     Assign(f"so_{at}", self.stage_offset(x, f"ce_{at}", f"cc_{at}"))]
+        for x in self.vin:
+            if self.regular(x):  # the flat element offset of the thread's first copy in tile 0
+                out.append(Assign(f"gb_{x}", f"(rr_{x} * {x}.shape[1] + ce_{x}_0) * {self.size[x]} + cc_{x}_0"))
         return out
+
+    def stage_step(self, x: str, rows: int) -> int | None:
+        """How far (16-bit units) in a stage a copy ``rows`` elements after another lies, when that is the same for
+        every copy (None: it is not)."""
+        return rows * self.pitch[x]
+
+    def regular(self, x: str) -> tuple[int, int] | None:
+        """``(rows, step)`` when the thread's copies of a tile of ``x`` are all needed, all of one column, ``rows``
+        elements and ``step`` units of a stage apart (then a full tile's copies are one address plus constants)."""
+        per_row = self.size[x] // 8
+        if self.threads % per_row or (BN * per_row) % self.threads:
+            return None
+        rows = self.threads // per_row
+        step = self.stage_step(x, rows)
+        return None if step is None else (rows, step)
 
     def issue(self, tile: str, stage: str) -> list:
         """``cp.async`` copies of tile ``tile`` of every vector input into stage ``stage`` (zeros past the row's end)."""
@@ -281,7 +300,17 @@ class MmaKernel(TreeKernel):
                     Call("cp_async16", ("sm", f"{self.stage_base(x, stage)} + so_{at}", x, f"(rr_{x}, min(cl, length - 1))",
                                         f"cc_{at}", "pick(cl < length, 16, 0)"))]
             out += copy if guard is None else [If(guard, tuple(copy))]
-        return out
+        if not all(self.regular(x) for x in self.vin):
+            return out
+        # a tile inside the row: no clamp, no test, one address per input and constant steps (immediate offsets)
+        full = []
+        for x in self.vin:
+            rows, step = self.regular(x)
+            full.append(Assign(f"ga_{x}", f"gb_{x} + ({tile}) * {BN * self.size[x]}"))
+            full += [Call("cp_async16_at", ("sm", f"{self.stage_base(x, stage)} + so_{x}_0 + {u * step}", x,
+                                            f"ga_{x} + {u * rows * self.size[x]}", "16"))
+                     for u in range(BN // rows)]
+        return [If(f"({tile}) * {BN} + {BN} <= length", tuple(full), tuple(out))]
 
     def products(self, load: str, j0: int, acc: str, a: str) -> list:
         """``load`` (an ``ldmatrix`` of the B fragments of n-tiles ``j0`` and ``j0 + 1``), then the products of every
@@ -321,14 +350,15 @@ class MmaKernel(TreeKernel):
         """Whether element ``(j, i)`` of the tile counts (in the row, not masked): a test, not a register (a predicate
         per element would not fit the predicate registers)."""
         at = f"lt + {8 * j + (i & 1)}"
-        ok = f"({at} < length)"
+        # in a whole tile every element is in the row; else 32 bits (``rem``: the row's elements from ``lt`` on)
+        tests = [] if self.whole else [f"({8 * j + (i & 1)} < rem)"]
         if self.spec.has_keep:  # the mask read at a clamped position, so that both tests are computed (no branch)
-            ok += f" & (keep[rc_{2 * m + (i >> 1)}, min({at}, length - 1)] != 0)"
-        return ok
+            tests.append(f"(keep[rc_{2 * m + (i >> 1)}, min({at}, length - 1)] != 0)")
+        return " & ".join(tests) or None
 
     def elements(self) -> list:
         """The per-element inputs and lets of the thread's 32 elements (``lt``: its first element's position)."""
-        out = [Assign("lt", "kb + 2 * t")]
+        out = [Assign("lt", "kb + 2 * t"), Assign("rem", f"int32(min(length - lt, {BN}))")]
         for m, j, i in self.slots():
             h, at = 2 * m + (i >> 1), f"min(lt + {8 * j + (i & 1)}, length - 1)"
             for x in self.sin:
@@ -379,22 +409,30 @@ class MmaKernel(TreeKernel):
         term = self.new_term(r, self.bodies[r.name])
         ident = self.identity(r.name)
         kept = self.shares(r)
+        # two partial folds per row, over the even and the odd n8 tiles: two chains of dependent instructions in
+        # flight instead of one (the monoids are commutative: the tile's terms are reduced in any order anyway)
         for h in self.rows:
-            out.append(Assign(f"tr_{h}", ident))
+            out += [Assign(f"tr_{h}", ident), Assign(f"tq_{h}", ident)]
         for m, j, i in self.slots():
             h = 2 * m + (i >> 1)
+            into = f"{'tq' if j & 1 else 'tr'}_{h}"
             acc = self.access(h, m, j, i)
-            acc.scalar[fold.name] = f"tr_{h}"
+            acc.scalar[fold.name] = into
             if kept is None:
                 pre, text = self.print(r.monoid.combine(fold, term), acc)
-                out += self.chosen(f"tr_{h}", pre, text, m, j, i, None)
+                out += self.chosen(into, pre, text, m, j, i, None)
                 continue
             pre, text = self.print(term, acc)
             pf = f"pf_{kept}_{m}_{j}_{i}"
-            out += self.chosen(pf, pre, text, m, j, i, self.consts.name(0.0)) + [Assign(f"tr_{h}", pf, "+")]
+            out += self.chosen(pf, pre, text, m, j, i, self.consts.name(0.0)) + [Assign(into, pf, "+")]
         if kept is not None:
             self.kept.add(kept)
         other = sp.Symbol("__other", extended_real=True)
+        for h in self.rows:
+            acc = self.access(h)
+            acc.scalar[fold.name], acc.scalar[other.name] = f"tr_{h}", f"tq_{h}"
+            pre, text = self.print(r.monoid.combine(fold, other), acc)
+            out += pre + [Assign(f"tr_{h}", text)]
         for off in (1, 2):
             for h in self.rows:
                 acc = self.access(h)
@@ -415,6 +453,8 @@ class MmaKernel(TreeKernel):
         a select on the GPU (both computed: every operand is a register, the elements past the end read zero-filled
         tiles and clamped inputs), a branch in the simulator."""
         ok = self.ok(m, j, i)
+        if ok is None:
+            return pre + [Assign(target, text)]
         if self.selects:
             return pre + [Assign(target, f"pick({ok}, {text}, {target if otherwise is None else otherwise})")]
         head = [] if otherwise is None else [Assign(target, otherwise)]
@@ -436,7 +476,7 @@ class MmaKernel(TreeKernel):
         for m, j, i in self.slots() if r.name not in self.kept else ():  # else computed with the sum that shares it
             pre, text = self.print(term, self.access(2 * m + (i >> 1), m, j, i))
             out += self.chosen(f"pf_{r.name}_{m}_{j}_{i}", pre, text, m, j, i, zero)
-        return out + self.sum_products(r, x, dv)
+        return out
 
     def factor_words(self, r, kk: int, m: int, name: str) -> list:
         """``{name}_0..3``: the A fragment of row tile ``m`` and keys ``16 kk ..`` of ``r``'s factors, rounded to the
@@ -459,14 +499,25 @@ class MmaKernel(TreeKernel):
                                      2 * np_, f"o_{r.name}", "pa")
         return out
 
-    def tile(self) -> list:
-        out = [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
-        out += [Assign("kb", f"it * {BN}")] + self.scores() + self.elements()
-        self.kept = set()
+    def updates(self, whole: bool) -> list:
+        """The tile's element-wise work: its elements, each scalar reduction's update, each vector reduction's scaled
+        accumulators and factors. ``whole``: every element of the tile is in the row (no test per element)."""
+        self.whole, self.kept = whole, set()
+        out = self.elements()
         for r in self.scal:
             out += self.scalar_update(r)
         for r in self.vred:
             out += self.vector_update(r)
+        self.whole = False
+        return out
+
+    def tile(self) -> list:
+        out = [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
+        out += [Assign("kb", f"it * {BN}")] + self.scores()
+        # every tile but a row's last is whole: its element-wise work without a test (two selects) per element
+        out.append(If(f"kb + {BN} <= length", tuple(self.updates(True)), tuple(self.updates(False))))
+        for r in self.vred:
+            out += self.sum_products(r, self.factors[r.name][1], self.size[r.name])
         out += [Assign(f"s_{r.name}_{h}", f"n_{r.name}_{h}") for r in self.scal for h in self.rows]
         return out
 
@@ -483,9 +534,11 @@ class MmaKernel(TreeKernel):
         out += self.copy_setup() + [Assign("ntile", f"(length + {BN - 1}) // {BN}")]
         for s_ in range(ahead):
             out += [If(f"{s_} < ntile", tuple(self.loads(str(s_), str(s_)))), Call("cp_commit", ())]
-        step = [If(f"it + {ahead} < ntile", tuple(self.loads(f"it + {ahead}", f"(it + {ahead}) % {self.stages}"))),
+        # the stage as an unsigned remainder (a signed one is five instructions more)
+        stage = f"uint32(it + {ahead}) % uint32({self.stages})"
+        step = [If(f"it + {ahead} < ntile", tuple(self.loads(f"it + {ahead}", stage))),
                 Call("cp_commit", ()), Call(f"cp_wait{ahead}", ())]
-        step += self.landed() + [Barrier(), Assign("st", f"it % {self.stages}")]
+        step += self.landed() + [Barrier(), Assign("st", f"uint32(it) % uint32({self.stages})")]
         if self.gate is None:
             step += self.tile() + [Barrier()]
         else:  # a tile that no row of the block sees (above a causal diagonal) is skipped whole

@@ -102,6 +102,10 @@ class WgmmaKernel(MmaKernel):
     def stage_offset(self, x: str, element: str, column: str) -> str:
         return f"({column} // {ROW}) * {BN * ROW} + {element} * {ROW} + (({column} & {ROW - 1}) ^ (({element} & 7) << 3))"
 
+    def stage_step(self, x: str, rows: int) -> int | None:
+        # rows apart by a multiple of 8: the same row within an atom, the same swizzle
+        return rows * ROW if rows % 8 == 0 else None
+
     def param_word(self, n: int, p: str, m: int, h: int, c0: int) -> tuple[str, int]:
         # row 16 warp + lg + 8 h of the block: its row within an atom is lg (lg < 8)
         at = self.qtile[n] + (c0 // ROW) * self.bm * ROW
@@ -124,25 +128,37 @@ class WgmmaKernel(MmaKernel):
             p, x = self.param_of(dot), self.input_of(dot)
             acc = self.tiles(f"sc_{n}_0", BN // 8)
 
-            def chain(tile, first):
-                # one assignment of the nested products: each reassignment of 32 names would cost numba's SSA pass
+            def chain(desc, first):
+                # one assignment of the nested products: each reassignment of 32 names would cost numba's SSA pass;
+                # each operand's descriptor is its tile's plus the step's offset (16-byte units of the address field)
                 value = acc
                 for ks in range(self.size[p] // 16):
-                    a = f"sb + {tile + (ks // 4) * self.bm * ROW + (ks % 4) * 16} + {ROW * ROW} * (warp // 4)"
-                    b = f"xb_{x} + {(ks // 4) * BN * ROW + (ks % 4) * 16}"
-                    value = (f"wgmma_ss_{self.kind}({value}, wgmma_desc(sm, {a}, 16, {ATOM}), "
-                             f"wgmma_desc(sm, {b}, 16, {ATOM}), {0 if first and ks == 0 else 1})")
+                    a = ((ks // 4) * self.bm * ROW + (ks % 4) * 16) // 8
+                    b = ((ks // 4) * BN * ROW + (ks % 4) * 16) // 8
+                    value = (f"wgmma_ss_{self.kind}({value}, {desc} + {a}, dk_{x} + {b}, "
+                             f"{0 if first and ks == 0 else 1})")
                 return [Assign(acc, value)]
+            out += [Assign(f"dk_{x}", f"wgmma_desc(sm, xb_{x}, 16, {ATOM})"), Call("wgmma_fence", ())]
+            out += chain(f"dq_{n}", True) + self.wait(acc)
+            out.append(If("split", tuple([Call("wgmma_fence", ())] + chain(f"dl_{n}", False) + self.wait(acc))))
+        return out
+
+    def descriptors(self) -> list:
+        """``dq_{n}``, ``dl_{n}``: the descriptors of dot ``n``'s param tile of the warpgroup (values, residuals),
+        the same for every tile."""
+        out = []
+        for n, dot in enumerate(self.dot_list):
+            p = self.param_of(dot)
             lo = self.qtile[n] + _blocks(self.size[p]) * self.bm * ROW
-            out += [Call("wgmma_fence", ())] + chain(self.qtile[n], True) + self.wait(acc)
-            out.append(If("split", tuple([Call("wgmma_fence", ())] + chain(lo, False) + self.wait(acc))))
+            for name, at in ((f"dq_{n}", self.qtile[n]), (f"dl_{n}", lo)):
+                out.append(Assign(name, f"wgmma_desc(sm, sb + {at} + {ROW * ROW} * (warp // 4), 16, {ATOM})"))
         return out
 
     def loop(self) -> list:
         # the scores' accumulators exist before the first tile (each tile's first product ignores them: scale 0)
         zero = self.consts.name(0.0)
         return [Assign(f"sc_{n}_0_{j}_{i}", zero) for n in range(len(self.dot_list)) for _, j, i in self.slots()] + \
-            super().loop()
+            self.descriptors() + super().loop()
 
     def sum_products(self, r, x: str, dv: int) -> list:
         """``o_r += P · V``: the factors as A fragments in registers, the value tile read transposed by ``wgmma_rs``
@@ -157,9 +173,9 @@ class WgmmaKernel(MmaKernel):
         value = acc
         for kk in range(BN // 16):
             words = ", ".join(f"pa_{kk}_{i}" for i in range(4))
-            value = (f"wgmma_rs_{self.kind}({value}, {words}, wgmma_desc(sm, xb_{x} + {16 * kk * ROW}, {BN * ROW * 2}, "
-                     f"{ATOM}))")
-        return out + [Assign(acc, value)] + self.wait(acc)
+            value = f"wgmma_rs_{self.kind}({value}, {words}, dv_{x} + {16 * kk * ROW // 8})"
+        return [Assign(f"dv_{x}", f"wgmma_desc(sm, xb_{x}, {BN * ROW * 2}, {ATOM})")] + out + [Assign(acc, value)] + \
+            self.wait(acc)
 
 
 # -- registration ------------------------------------------------------------------------------------------

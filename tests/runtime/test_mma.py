@@ -42,6 +42,8 @@ def _problem(name, groups, R, L, d, dtype, masked, query16, seed=0):
     # positions and where (ALiBi's causal mask and bias), bfloat16, two row tiles per warp sharing each key
     # fragment (the second one partly past the group's 20 rows)
     ("alibi_attention", 1, 20, 40, 16, "bfloat16", False, True, 32),
+    # gated blocks are taken longest first across groups: two groups of two row tiles (the second partial)
+    ("alibi_attention", 2, 20, 40, 16, "float16", False, True, 16),
 ])
 def test_mma_matches_the_reference(name, groups, R, L, d, dtype, masked, query16, per_warp):
     assert_matches_the_reference("mma", name, groups, R, L, d, dtype, masked, query16, group=per_warp)

@@ -189,7 +189,8 @@ class MmaKernel(TreeKernel):
             for n, sym in enumerate(self.dots.values()):
                 acc.scalar[sym.name] = f"sc_{n}_{e}"
             acc.scalar["element.index"] = f"(lt + {8 * j + b})"
-            acc.scalar["pos"] = f"float32(lt + {8 * j + b})"
+            # float32 (as the other strategies), converted once per tile (``lf``): exact below 2**24
+            acc.scalar["pos"] = f"(lf + {self.consts.name(float(8 * j + b))})" if 8 * j + b else "lf"
         return acc
 
     def side(self, cond, which: str):
@@ -205,8 +206,14 @@ class MmaKernel(TreeKernel):
                Assign("sm", "cuda.shared.array(0, uint16)"), Assign("smw", "cuda.shared.array(0, uint32)"),
                Assign("grows", f"rep_{first}"), Assign("ntr", f"(grows + {self.bm - 1}) // {self.bm}"),
                # 32-bit divisions: a 64-bit one is a subroutine call, and any call serializes Hopper's wgmma
-               Assign("grp", "uint32(cuda.blockIdx.x) // uint32(ntr)"), Assign("rt", "cuda.blockIdx.x - grp * ntr"),
-               Assign("gend", "grp * grows + grows")]
+               Assign("grp", "uint32(cuda.blockIdx.x) // uint32(ntr)"), Assign("rt", "cuda.blockIdx.x - grp * ntr")]
+        if self.gate is not None:
+            # gated tiles (a causal mask): the row tiles that see the most tiles first, across all groups, so that
+            # the last blocks to start are the short ones
+            out += [Assign("ngrp", "uint32(rows) // uint32(grows)"),
+                    Assign("bt", "uint32(cuda.blockIdx.x) // uint32(ngrp)"),
+                    Assign("grp", "uint32(cuda.blockIdx.x) - bt * ngrp"), Assign("rt", "ntr - 1 - bt")]
+        out.append(Assign("gend", "grp * grows + grows"))
         for h in self.rows:
             out += [Assign(f"row_{h}", f"grp * grows + rt * {self.bm} + {16 * self.mt} * warp + lg + {8 * h}"),
                     Assign(f"ok_{h}", f"row_{h} < gend"), Assign(f"rc_{h}", f"min(row_{h}, gend - 1)")]
@@ -358,7 +365,7 @@ class MmaKernel(TreeKernel):
 
     def elements(self) -> list:
         """The per-element inputs and lets of the thread's 32 elements (``lt``: its first element's position)."""
-        out = [Assign("lt", "kb + 2 * t"), Assign("rem", f"int32(min(length - lt, {BN}))")]
+        out = [Assign("lt", "kb + 2 * t"), Assign("lf", "float32(lt)"), Assign("rem", f"int32(min(length - lt, {BN}))")]
         for m, j, i in self.slots():
             h, at = 2 * m + (i >> 1), f"min(lt + {8 * j + (i & 1)}, length - 1)"
             for x in self.sin:
@@ -556,7 +563,8 @@ class MmaKernel(TreeKernel):
         """``live``: whether the gate's condition holds for some element of tile ``tile`` and row of the block (sets
         ``kb`` and ``lt`` for that tile)."""
         _, cond = self.gate
-        out = [Assign("kb", f"({tile}) * {BN}"), Assign("lt", "kb + 2 * t"), Assign("seen", "0")]
+        out = [Assign("kb", f"({tile}) * {BN}"), Assign("lt", "kb + 2 * t"), Assign("lf", "float32(lt)"),
+               Assign("seen", "0")]
         for m, j, i in self.slots():
             pre, text = self.print(cond, self.access(2 * m + (i >> 1), m, j, i))
             out += pre + [If(text, (Assign("seen", "1"),))]

@@ -1,11 +1,11 @@
 """One benchmark case with one configuration, launched a few times: for ``ncu`` and the kernel's resources.
 
     python3 gpu/kernel_profile.py GROUP INDEX CONFIG [--runs 3] [--sass DIR]
-    ncu --section SpeedOfLight --section Occupancy --section WarpStateStats -k regex:ra_ -c 1 \
-        python3 gpu/kernel_profile.py softmax 1 rows
+    ncu --kernel-name-base mangled -k regex:ZN[0-9]+ra_ -c 1 --section SpeedOfLight --section Occupancy \
+        --section WarpStateStats python3 gpu/kernel_profile.py softmax 1 rows
 
-(``-k regex:ra_``: the generated kernels' mangled names start with their module, ``ra_<hash>``; a looser
-pattern such as ``kernel`` matches PyTorch's kernels that build the inputs first.)
+(``-k``: the generated kernels' *mangled* names start with their module, ``_ZN<n>ra_<hash>``; their demangled names
+are ``kernel[...]``, and a pattern such as ``kernel`` matches PyTorch's kernels that build the inputs first.)
 
 GROUP and INDEX pick a case of ``bench.py`` (``softmax 1`` is the bfloat16 softmax), CONFIG is bench's
 configuration syntax. Prints each kernel's registers, local and shared memory per thread; with

@@ -64,7 +64,7 @@ class KernelSource:
     constants: dict
     threads: int
     entries: tuple = ()  # multi-kernel strategies: (function name, argument names, grid), launched in order
-    scratch: tuple = ()  # multi-kernel strategies: (array name, dtype, "segments" | "rows", width or None)
+    scratch: tuple = ()  # multi-kernel strategies: (array name, dtype, "segments" | "rows" | "tiles", width or None)
     out_dtypes: tuple = ()  # ((output name, stored dtype), ...) where not float32
     spec: object = None     # the Spec it was generated for
 

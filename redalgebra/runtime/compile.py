@@ -335,7 +335,9 @@ class Kernel:
         nseg = extra.get("nseg", 1)
         named.update(rows=rows, length=length, nseg=nseg, seglen=-(-length // nseg))
         for name, dtype, layout, width in src.scratch:
-            shape = (rows, nseg) if layout == "segments" else (rows,)
+            # "tiles": a value per element, the row padded to whole tiles of 64 elements
+            shape = (rows, nseg) if layout == "segments" else (rows, -(-length // 64) * 64) if layout == "tiles" \
+                else (rows,)
             named[name] = np.zeros(shape + (() if width is None else (src.constants[width],)), dtype)
         return src, module, named, outs, rows
 

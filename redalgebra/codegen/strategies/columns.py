@@ -154,6 +154,11 @@ class ColumnsKernel(TreeKernel):
         self.factors = {r: split_body(fused.bodies[r], set(self.vin)) for r in self.vector_reds}
         self.dtypes = dict(spec.dtypes)
         self.vec, self.cb, self.bm, self.kt = spec.vec, spec.group, spec.batch, spec.tile
+        self.check_launch()
+
+    def check_launch(self) -> None:
+        """Refuse a launch shape the tiles kernel cannot take."""
+        spec = self.spec
         self.ks = spec.threads // self.cb
         self.step = self.ks * UNROLL  # elements of one inner step: UNROLL per thread, all loads in flight
         if spec.threads % self.cb or self.kt % self.step:
@@ -364,20 +369,21 @@ class ColumnsKernel(TreeKernel):
 
 
 # -- registration ----------------------------------------------------------------------------------------
-def build(fused: FusedCascade, spec: Spec, target: str):
+def build(fused: FusedCascade, spec: Spec, target: str, kernel=None, name: str = "columns"):
+    """The module of ``kernel`` (a :class:`ColumnsKernel` class; this one by default) for ``target``."""
     from dataclasses import replace
 
     from ..module import assemble
 
     if target == "cpu":
-        raise RedalgebraError("the columns strategy is CUDA-only")
-    k = ColumnsKernel(fused, spec)
+        raise RedalgebraError(f"the {name} strategy is CUDA-only")
+    k = (kernel or ColumnsKernel)(fused, spec)
     kernels = k.kernels()
     c = fused.cascade
     outputs = tuple((o.name, "row", None if c.sizes[o.name] is None else k.lay.size_const(c.sizes[o.name]))
                     for o in c.outputs)
     constants = {**(k.pre.lay.constants if k.pre else {}), **k.lay.constants}
-    src = assemble(fused, spec, target, "columns", kernels, k.consts, constants, outputs, {})
+    src = assemble(fused, spec, target, name, kernels, k.consts, constants, outputs, {})
     return replace(src, scratch=k.scratch(), entries=tuple((n, a, g) for n, a, g, _ in kernels))
 
 

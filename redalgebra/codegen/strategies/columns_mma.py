@@ -1,0 +1,273 @@
+"""``columns_mma``: the ``columns`` level order with the column tiles' products on the tensor cores.
+
+``columns`` streams a weight matrix ``w`` (every element of the axis a row ``w[k, :]`` of ``n`` columns that all
+rows share) once per batch of rows and sums ``factor × w`` on the CUDA cores: 64 fused multiply-adds per 16-byte
+chunk of weights at a batch of 16 tokens, so FP8 quantisation + GEMM at M = 16 is bound by the FP32 units, not by
+the memory. Here the same sums are a matrix product ``F · W`` (``F[m, k]`` the factors of row ``m``, element ``k``)
+on ``mma.sync.m16n8k16``:
+
+1. **The scalar reductions first** — the ``rows`` kernel of the cascade's scalar part, as ``columns`` (the FP8
+   scale is then the row's final absmax).
+2. **The factors**, one kernel: ``F[m, k]`` in the weights' 16-bit type, zero past the row's end (and where a mask
+   drops the element), the rows padded to a whole number of 64-element tiles. An FP8 factor is exact in either
+   16-bit type (e4m3 has 4 significant bits and exponents -9 … 8), so the products are exact and only the float32
+   summation order differs from the unfused reference; any other factor is rounded to the weights' type, as
+   FlashAttention rounds its probabilities (``Strategy.rounds_products``).
+3. **The product.** A block takes 16 rows, 64 columns and a segment of the axis; tiles of 64 elements of ``F``
+   (16 × 64) and ``w`` (64 × 64) are staged by ``cp.async``, four in flight (rows padded by 16 bytes: the rows an
+   ``ldmatrix`` reads fall in distinct banks); each warp takes 16-element slices of a tile, the A fragments by
+   ``ldmatrix``, the B fragments by the transposing ``ldmatrix`` (``w`` is row-major along the columns), eight
+   products per slice; the warps' partial sums meet in shared memory at the end.
+4. **The segments' sums** and the outputs: ``columns``' third kernel (or the tiles kernel itself when the axis is
+   one segment).
+
+**Masked and non-finite weights.** A masked element's factor is 0, but its weight row still enters the product: an
+inf or NaN there makes the outputs that mask it NaN (0 · inf), where the reference skips the element (as the
+``mma`` strategy's masked values).
+"""
+
+from __future__ import annotations
+
+from ...derive import FusedCascade
+from ...errors import RedalgebraError
+from ...ir.functions import RoundE4M3
+from ..emit import Spec
+from ..tree import Assign, Barrier, Call, For, If, Load, Store
+from . import BUSY_BLOCKS, Problem, Strategy, register
+from .columns import ColumnsKernel, build as columns_build, refusal as columns_refusal, split_body
+from .products import KINDS
+
+#: Rows of a block (the m16 of the instruction), columns of a block, elements of a tile, tiles in flight.
+BM, BC, BK, STAGES = 16, 64, 64, 4
+#: Threads of a block on the GPU (a warp per 16-element slice of a tile) and in the simulator (one warp).
+THREADS, SIM_THREADS = 128, 32
+#: 16-bit units of a staged row: 64 values and 16 bytes of padding.
+PITCH = BK + 8
+
+
+def refusal(fused: FusedCascade, dtypes: dict | None = None) -> str | None:
+    """Why ``columns_mma`` cannot build this cascade (None: it can): ``columns``' reasons, then one vector reduction
+    over a 16-bit vector input whose factor fits that type's range."""
+    reason = columns_refusal(fused)
+    if reason is not None:
+        return reason.replace("columns", "columns_mma", 1)
+    c = fused.cascade
+    vred = [r for r in c.reductions if c.sizes[r.name] is not None]
+    if len(vred) != 1:
+        return f"columns_mma sums one vector reduction on the tensor cores; {c.name} has {len(vred)}: use columns"
+    vin = {s.name for s in c.inputs if s.size is not None}
+    factor, vector = split_body(fused.bodies[vred[0].name], vin)
+    kind = (dtypes or {}).get(vector.name)
+    if dtypes is not None and kind not in KINDS:
+        return (f"columns_mma: the tensor cores take bfloat16 or float16 weights; {vector.name} is "
+                f"{kind or 'float32'}: use columns")
+    if kind == "float16" and not isinstance(factor, RoundE4M3):
+        # float16 tops out at 65504: an FP8 factor (|f| <= 448) fits, another may not
+        return (f"columns_mma: with float16 weights only FP8 factors (fp8(...)) are known to fit float16's range; "
+                f"{vred[0].name}'s is {factor}: use columns or bfloat16 weights")
+    return None
+
+
+class ColumnsMmaKernel(ColumnsKernel):
+    """Builds the kernels of a ``columns_mma`` module: ``columns``' scalars and combine, the factors, the products."""
+
+    def check_launch(self) -> None:
+        spec = self.spec
+        if spec.threads not in (32, 64, 128) or (spec.batch, spec.tile, spec.group) != (BM, BK, BC // 8):
+            raise RedalgebraError(f"columns_mma: blocks of 32, 64 or 128 threads taking {BM} rows, {BC} columns and "
+                                  f"tiles of {BK} elements (the instruction shapes)")
+        self.red = next(r for r in self.vector_reds)
+        factor, vector = self.factors[self.red]
+        self.factor, self.x = factor, vector.name
+        kind = self.dtypes.get(self.x)
+        if kind not in KINDS:
+            raise RedalgebraError(refusal(self.f, self.dtypes) or "columns_mma: 16-bit weights")
+        self.kind = KINDS[kind]
+        self.warps = spec.threads // 32
+
+    # -- 2. the factors -------------------------------------------------------------------------------
+    def factor_kernel(self) -> list:
+        """``fac[row, k]``: the factor of every element, in the weights' 16-bit type; 0 past the row's end (the
+        padding to whole tiles) and where the mask drops the element."""
+        acc = self.base()
+        out = [Assign("tid", "cuda.threadIdx.x"), Assign("row", "cuda.blockIdx.x"),
+               Assign("k", f"cuda.blockIdx.y * {self.spec.threads} + tid")]
+        body = self.row_scalars(acc, "row")
+        inside = [Assign("lc", "k")]
+        for s in self.sin:
+            inside += [Assign(f"rr_{s}", f"row // rep_{s}"), Load((f"e_{s}",), s, f"rr_{s}", "lc",
+                                                                  self.dtypes.get(s, "float32"))]
+        acc.scalar["pos"] = "float32(lc)"
+        acc.scalar["element.index"] = "lc"
+        for sym, expr in self.f.prologue.steps:
+            pre, text = self.print(expr, acc)
+            inside += pre + [Assign(f"e_{sym.name}", text)]
+        pre, text = self.print(self.factor, acc)
+        inside += pre + [Assign("fv", text)]
+        ok = "k < length" + (" and keep[row, k] != 0" if self.spec.has_keep else "")
+        body.append(If(ok, tuple(inside), (Assign("fv", self.consts.name(0.0)),)))
+        store = "bfloat16" if self.kind == "bf16" else "float16"
+        body.append(Store("fac", "row", "k", ("fv",), store))
+        return out + [If("k < fac.shape[1]", tuple(body))]
+
+    # -- 3. the products ------------------------------------------------------------------------------
+    def issue(self, tile: str, stage: str) -> list:
+        """``cp.async`` of tile ``tile`` of the factors (16 rows) and the weights (64 elements × 64 columns) into
+        ``stage``: zeros past the segment's end and past the last column."""
+        t = self.spec.threads
+        base = f"{stage} * {(BM + BK) * PITCH}"
+        out = [Assign("kt0", f"lo + ({tile}) * {BK}")]
+        for u in range(-(-BM * (BK // 8) // t)):
+            q = f"(tid + {u * t})"
+            out += [Assign("fr", f"{q} // {BK // 8}"), Assign("fk", f"kt0 + 8 * ({q} % {BK // 8})"),
+                    Call("cp_async16", ("sm", f"{base} + fr * {PITCH} + 8 * ({q} % {BK // 8})", "fac",
+                                        "min(r0 + fr, rows - 1)", "fk", "pick(fk < hi, 16, 0)"))]
+        for u in range(BK * (BC // 8) // t):
+            q = f"(tid + {u * t})"
+            out += [Assign("wk", f"kt0 + {q} // {BC // 8}"), Assign("wc", f"c0 + 8 * ({q} % {BC // 8})"),
+                    Call("cp_async16", ("sm", f"{base} + {BM * PITCH} + ({q} // {BC // 8}) * {PITCH} + "
+                                              f"8 * ({q} % {BC // 8})", self.x,
+                                        "(rw, min(wk, length - 1))", f"min(wc, {self.n - 8})",
+                                        "pick(wk < hi and wc < " + str(self.n) + ", 16, 0)"))]
+        return out
+
+    def products(self) -> list:
+        """This warp's 16-element slices of the staged tile: A by ``ldmatrix``, B by the transposing ``ldmatrix``."""
+        out = []
+        mma = f"mma_{self.kind}"
+        for sl in range(BK // 16 // self.warps):
+            k0 = f"16 * (warp + {sl * self.warps})"
+            out.append(Assign("a0, a1, a2, a3", f"ldsm_x4(sm, sa + (lane & 15) * {PITCH} + {k0} + 8 * (lane >> 4))"))
+            for np_ in range(BC // 16):
+                out.append(Assign("b0, b1, b2, b3", f"ldsm_x4_t(sm, sa + {BM * PITCH} + ({k0} + vrow) * {PITCH} + "
+                                                    f"{16 * np_} + vcol)"))
+                for half in (0, 1):
+                    regs = ", ".join(f"c_{2 * np_ + half}_{i}" for i in range(4))
+                    out.append(Assign(regs, f"{mma}(a0, a1, a2, a3, b{2 * half}, b{2 * half + 1}, {regs})"))
+        return out
+
+    def tiles(self) -> list:
+        t, ahead = self.spec.threads, STAGES - 1
+        segmented = self.spec.segments > 1
+        out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
+               Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
+               Assign("vrow", "(lane & 7) + 8 * ((lane >> 3) & 1)"), Assign("vcol", "8 * (lane >> 4)"),
+               Assign("sm", "cuda.shared.array(0, uint16)"), Assign("smf", "cuda.shared.array(0, float32)"),
+               Assign("r0", f"cuda.blockIdx.x * {BM}"), Assign("c0", f"cuda.blockIdx.y * {BC}"),
+               Assign("rw", f"min(r0, rows - 1) // rep_{self.x}"),
+               # segments of whole tiles: a tile never straddles two segments (nor the factors' padding)
+               Assign("segl", f"((length + nseg - 1) // nseg + {BK - 1}) // {BK} * {BK}"),
+               Assign("lo", "cuda.blockIdx.z * segl"), Assign("hi", "min(lo + segl, length)"),
+               Assign("ntile", f"max(hi - lo + {BK - 1}, 0) // {BK}")]
+        zero = self.consts.name(0.0)
+        out += [Assign(f"c_{j}_{i}", zero) for j in range(BC // 8) for i in range(4)]
+        for s_ in range(ahead):
+            out += [If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ())]
+        step = [If(f"it + {ahead} < ntile", tuple(self.issue(f"it + {ahead}", f"(it + {ahead}) % {STAGES}"))),
+                Call("cp_commit", ()), Call(f"cp_wait{ahead}", ()), Barrier(),
+                Assign("sa", f"(it % {STAGES}) * {(BM + BK) * PITCH}")] + self.products() + [Barrier()]
+        out.append(For("it", "0", "ntile", tuple(step)))
+        out += [Call("cp_wait0", ()), Barrier()]
+        # the warps' partial sums meet in shared memory (over the stages, now free): warp w's at w * BM * BC
+        for j in range(BC // 8):
+            for i in range(4):
+                at = f"warp * {BM * BC} + (lg + {8 * (i >> 1)}) * {BC} + {8 * j} + 2 * tq + {i & 1}"
+                out.append(Assign(f"smf[{at}]", f"c_{j}_{i}"))
+        out.append(Barrier())
+        for u in range(BM * BC // t):
+            e = f"(tid + {u * t})"
+            row, col = f"r0 + {e} // {BC}", f"c0 + {e} % {BC}"
+            total = [Assign("tot", f"smf[{e}]")] + [Assign("tot", f"smf[{w * BM * BC} + {e}]", "+")
+                                                     for w in range(1, self.warps)]
+            if segmented:
+                stmts = [Assign(f"part_{self.red}[{row}, cuda.blockIdx.z, {col}]", "tot")]
+            else:
+                acc = self.base()
+                stmts = self.row_scalars(acc, row) + self.finish(row, col, lambda r: "tot", acc)
+            out.append(If(f"{row} < rows and {col} < {self.n}", tuple(total + stmts)))
+        return out
+
+    def kernels(self) -> list:
+        from ..kernels import kernel_args
+
+        args = list(kernel_args(self.c))
+        common = [a for a in args if a not in ("rows", "length")]
+        pre = [f"out_pre_{r}" for r in self.scalar_reds]
+        part = [f"part_{self.red}"] if self.spec.segments > 1 else []
+        out = []
+        first = self.prepass()
+        if first is not None:
+            out.append(first)
+        out.append(("factors", tuple(common + pre + ["fac", "rows", "length"]), "factors", self.factor_kernel()))
+        out.append(("tiles", tuple(common + pre + ["fac"] + part + ["rows", "length", "nseg"]), "tiles", self.tiles()))
+        if part:
+            out.append(("combine", tuple(common + pre + part + ["rows", "length", "nseg"]), "combine", self.combine()))
+        return out
+
+    def scratch(self) -> tuple:
+        fac = ("fac", "uint16" if self.kind == "bf16" else "float16", "tiles", None)
+        return super().scratch() + (fac,)
+
+
+# -- registration ----------------------------------------------------------------------------------------
+def build(fused: FusedCascade, spec: Spec, target: str):
+    return columns_build(fused, spec, target, kernel=ColumnsMmaKernel, name="columns_mma")
+
+
+def shared_bytes() -> int:
+    """Dynamic shared memory of the tiles kernel: the stages (the warps' partial sums reuse them)."""
+    return max(STAGES * (BM + BK) * PITCH * 2, 4 * BM * BC * 4)
+
+
+def configure(fused: FusedCascade, p: Problem) -> dict:
+    """128 threads (32 in the simulator), 16 rows by 64 columns by tiles of 64 elements per block, segments of the
+    axis across blocks until the GPU is busy (at least four tiles each)."""
+    reason = refusal(fused, dict(p.dtypes))
+    if reason is not None:
+        raise RedalgebraError(reason)
+    c = fused.cascade
+    n = next(s.size if isinstance(s.size, int) else dict(p.sizes)[s.size] for s in c.inputs if s.size is not None)
+    if n % 8:
+        raise RedalgebraError(f"columns_mma: the weight rows are read 16 bytes at a time: {n} columns is not a "
+                              f"multiple of 8; use columns")
+    if not p.vec_ok:  # (with a multiple of 8 columns, every weight row then starts on one too)
+        raise RedalgebraError("columns_mma: the weights must start on a 16-byte boundary (cp.async); use columns")
+    reps = dict(p.reps)
+    share = min(reps.get(s.name, 1) for s in c.inputs if s.size is not None)
+    if share < p.rows and share % BM:
+        raise RedalgebraError(f"columns_mma: a block's {BM} rows share one weight matrix; here each is shared by "
+                              f"{share} rows (not a multiple of {BM}): use columns")
+    threads = p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
+    for name, fixed in (("tile", BK), ("batch", BM), ("group", BC // 8)):
+        if p.option(name) not in (None, fixed):
+            raise RedalgebraError(f"columns_mma: the {name} is fixed by the instruction shapes ({BM} rows, {BC} "
+                                  f"columns, tiles of {BK} elements)")
+    blocks = -(-p.rows // BM) * -(-n // BC)
+    tiles = -(-p.length // BK)
+    nseg = p.option("segments") or max(1, min(-(-2 * BUSY_BLOCKS // blocks), tiles // 4))
+    return dict(threads=threads, group=BC // 8, vec=8, tile=BK, batch=BM, segments=int(nseg), nseg=int(nseg),
+                fast_exp=p.option("fast_exp", False), shared=shared_bytes())
+
+
+def grid(rows: int, spec: Spec, named) -> dict:
+    n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
+    fac = named["fac"].shape[1]
+    return {"scalars": (rows, spec.threads),
+            "factors": ((rows, -(-fac // spec.threads)), spec.threads),
+            "tiles": ((-(-rows // BM), -(-n // BC), spec.segments), spec.threads, 0, spec.shared),
+            "combine": ((rows, -(-n // spec.threads)), spec.threads)}
+
+
+register(Strategy("columns_mma", "cuda", "columns' level order with the products F·W on the tensor cores (mma.sync): "
+                  "the factors in the weights' 16-bit type (FP8 ones exactly), tiles staged by cp.async", build,
+                  configure, grid, final_scales=True, rounds_products=True, vector_multiple=8))
+
+
+def exact_factors(fused: FusedCascade) -> bool:
+    """Whether every vector reduction's factor is exact in a 16-bit type (an FP8 cast): the products then round
+    nothing."""
+    c = fused.cascade
+    vin = {s.name for s in c.inputs if s.size is not None}
+    return all(isinstance(split_body(fused.bodies[r.name], vin)[0], RoundE4M3)
+               for r in c.reductions if c.sizes[r.name] is not None)
+

@@ -1,0 +1,53 @@
+"""The columns_mma strategy in the CUDA simulator: the level order with F · W on the tensor cores' stand-ins."""
+
+import numpy as np
+import pytest
+
+from redalgebra import RedalgebraError
+from redalgebra.runtime import compile
+from tests.catalogue import fused
+from tests.runtime.test_columns import _problem, _reference
+
+
+@pytest.mark.parametrize("name,rows,length,n,dtype,segments,masked,tol", [
+    # FP8 factors are exact in bfloat16: only the float32 summation order differs (the float32 tolerance).
+    # Two blocks of rows (the second of one row), 40 of a block's 64 columns, two segments (a tile each, the second
+    # partial) summed by the combine kernel, a mask with a fully masked row
+    ("fp8_quant_gemm", 17, 100, 40, "bfloat16", 2, True, 1e-5),
+    # one partial tile, two blocks of columns (the second 8 wide), float16 weights
+    ("fp8_quant_gemm", 3, 37, 72, "float16", 1, False, 1e-5),
+    # RMSNorm's factors are rounded to bfloat16 before the product (2^-9 each, as FlashAttention's probabilities)
+    ("rmsnorm_gemm", 5, 70, 40, "bfloat16", None, False, 2 ** -9 + 1e-5),
+])
+def test_columns_mma_matches_the_reference(name, rows, length, n, dtype, segments, masked, tol):
+    inputs, params = _problem(name, rows, length, n, "bfloat16" if dtype == "bfloat16" else "float32")
+    if dtype == "float16":
+        inputs = {k: v.astype(np.float16) for k, v in inputs.items()}
+    keep = np.random.default_rng(1).random((rows, length)) > 0.2 if masked else None
+    if keep is not None:
+        keep[-1] = False
+    kernel = compile(fused(name), "cudasim", "columns_mma", segments=segments)
+    out = kernel(inputs, params, keep)["y"]
+    ref = _reference(name, {k: (v.astype(np.float32) if v.dtype == np.float16 else v) if hasattr(v, "dtype") else v
+                            for k, v in inputs.items()}, params, keep, rows)["y"]
+    scale = np.nanmax(np.abs(ref))
+    assert np.array_equal(np.isnan(out), np.isnan(ref))
+    assert np.nanmax(np.abs(out - ref)) <= tol * scale
+    if keep is not None:
+        assert (out[-1] == 0).all()  # nothing kept: the sum is empty
+
+
+def test_columns_mma_refuses_what_it_cannot_take():
+    inputs, params = _problem("fp8_quant_gemm", 4, 64, 16, "float32")
+    with pytest.raises(RedalgebraError, match="bfloat16 or float16 weights"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma")(inputs, params)
+    inputs, params = _problem("rmsnorm_gemm", 4, 64, 16, "float32")
+    inputs = {k: v.astype(np.float16) for k, v in inputs.items()}
+    with pytest.raises(RedalgebraError, match="only FP8 factors"):
+        compile(fused("rmsnorm_gemm"), "cudasim", "columns_mma")(inputs, params)
+    inputs, params = _problem("fp8_quant_gemm", 4, 64, 16, "bfloat16", shared=False)  # a weight matrix per row
+    with pytest.raises(RedalgebraError, match="share one weight matrix"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma")(inputs, params)
+    inputs, params = _problem("fp8_quant_gemm", 4, 64, 12, "bfloat16")
+    with pytest.raises(RedalgebraError, match="multiple of 8"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma")(inputs, params)

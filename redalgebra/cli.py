@@ -114,7 +114,9 @@ def _cmd_ptx(args) -> int:
                               f"give {' '.join(f'--size {d}=VALUE' for d in missing)}")
     sizes = {d: sizes[d] for d in dims}
     kernel = compile_kernel(fused, "cuda", args.strategy)  # checks the strategy; needs no GPU
-    strategy, spec, extra = kernel.spec_for(args.rows, args.length, {s.name: args.dtype for s in c.inputs}, sizes)
+    reps = {s.name: args.rows for s in c.inputs if s.size is not None} if args.shared else None
+    strategy, spec, extra = kernel.spec_for(args.rows, args.length, {s.name: args.dtype for s in c.inputs}, sizes,
+                                            reps=reps)
     ptx = compile_ptx(kernel.fused, strategy, spec)  # the cascade under the generated code's names
     launch = [f"threads {spec.threads}", f"tile {spec.tile}"]
     if strategy == "vrows":  # lanes per element vector, components per load
@@ -286,6 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=int, default=1024, metavar="R", help="rows (default 1024)")
     p.add_argument("--size", action="append", metavar="NAME=VALUE",
                    help="a vector size (repeat; defaults " + ", ".join(f"{k}={v}" for k, v in PTX_SIZES.items()) + ")")
+    p.add_argument("--shared", action="store_true",
+                   help="the vector inputs are given once for all rows (a weight matrix every token reads)")
     p.add_argument("--out", metavar="FILE", help="write the PTX to FILE (the summary still printed)")
     p.set_defaults(run=_cmd_ptx)
     p = sub.add_parser("prove", help="write the proof document (Markdown) of a cascade or the catalogue")

@@ -21,6 +21,8 @@ from ..codegen import KernelSource, Problem, Spec, generate
 from ..codegen.strategies import for_target, get
 from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns import scalars_fuse as columns_scalars_fuse
+from ..codegen.strategies.columns_mma import applicable as columns_mma_applicable
+from ..codegen.strategies.columns_mma import exact_factors as columns_exact
 from ..codegen.strategies.mma import applicable as mma_applicable
 from ..codegen.strategies.wgmma import applicable as wgmma_applicable
 from ..codegen.strategies.vrows import refusal as vrows_refusal
@@ -579,7 +581,10 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     Elements that are scalars: ``rows`` (the row in registers, 128-bit loads). Elements with vector inputs that
     rows share (a weight matrix given once for all tokens: ``reps``), that are too wide for a lane's
     registers, or that meet a cast (fp8), and whose components are independent (no dot product): ``columns`` (the scalar reductions
-    first, then column tiles of a batch of rows reading each weight once, FP8 rounded at the final scale).
+    first, then column tiles of a batch of rows reading each weight once, FP8 rounded at the final scale);
+    ``columns_mma`` (the same level order, the products on the tensor cores) where the factors are FP8 values (exact
+    in the weights' 16-bit type) and the call suits it — a factor it would round (RMSNorm's) stays on ``columns``
+    unless asked for.
     Other elements with vectors (attention's keys and values): ``vrows`` (a group of lanes per element, 128-bit loads, segments across
     blocks when the rows are few; its launch policy chooses from the shape), which ran every decode shape of
     the H200 bench at 94-106 % of copy bandwidth; where it cannot (a top-k, per-element outputs, vectors too
@@ -596,7 +601,9 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     wide = vrows_too_wide(fused, sizes or {})
     # a cast (fp8) rounds at a running scale in a one-pass kernel: the level order rounds at the final one
     if columns_refusal(fused) is None and (shared > 1 or wide or fused.exact_in_reals_only):
-        return "columns"
+        # the products on the tensor cores where the factors are exact in the weights' 16-bit type (FP8)
+        exact = problem is not None and columns_exact(fused) and columns_mma_applicable(fused, problem) is None
+        return "columns_mma" if exact and shared >= min(rows, MMA_ROWS) else "columns"
     if vrows_refusal(fused) is None and not wide:
         return "vrows"
     widest = max((sizes or {}).get(s.size, s.size if isinstance(s.size, int) else 0) for s in vectors)

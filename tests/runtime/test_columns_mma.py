@@ -51,3 +51,14 @@ def test_columns_mma_refuses_what_it_cannot_take():
     inputs, params = _problem("fp8_quant_gemm", 4, 64, 12, "bfloat16")
     with pytest.raises(RedalgebraError, match="multiple of 8"):
         compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma")(inputs, params)
+
+
+def test_auto_takes_the_tensor_cores_only_where_the_factors_are_exact():
+    def strategy(name, dtype, reps):
+        kernel = compile(fused(name), "cudasim", "auto")
+        return kernel.spec_for(16, 7168, {s.name: dtype for s in fused(name).cascade.inputs}, {"n": 7168},
+                               reps=reps)[0]
+    assert strategy("fp8_quant_gemm", "bfloat16", {"w": 16}) == "columns_mma"  # FP8 factors: exact in bfloat16
+    assert strategy("fp8_quant_gemm", "float16", {"w": 16}) == "columns_mma"
+    assert strategy("fp8_quant_gemm", "float32", {"w": 16}) == "columns"       # float32 weights
+    assert strategy("rmsnorm_gemm", "bfloat16", {"w": 16}) == "columns"         # a factor it would round

@@ -219,29 +219,38 @@ def shared_bytes() -> int:
     return max(STAGES * (BM + BK) * PITCH * 2, 4 * BM * BC * 4)
 
 
+def applicable(fused: FusedCascade, p: Problem) -> str | None:
+    """Why ``columns_mma`` does not suit this call (None: it does)."""
+    reason = refusal(fused, dict(p.dtypes))
+    if reason is not None:
+        return reason
+    c = fused.cascade
+    n = next(s.size if isinstance(s.size, int) else dict(p.sizes)[s.size] for s in c.inputs if s.size is not None)
+    if n % 8:
+        return f"columns_mma: the weight rows are read 16 bytes at a time: {n} columns is not a multiple of 8; use columns"
+    if not p.vec_ok:  # (with a multiple of 8 columns, every weight row then starts on one too)
+        return "columns_mma: the weights must start on a 16-byte boundary (cp.async); use columns"
+    reps = dict(p.reps)
+    share = min(reps.get(s.name, 1) for s in c.inputs if s.size is not None)
+    if share < p.rows and share % BM:
+        return (f"columns_mma: a block's {BM} rows share one weight matrix; here each is shared by {share} rows (not a "
+                f"multiple of {BM}): use columns")
+    for name, fixed in (("tile", BK), ("batch", BM), ("group", BC // 8)):
+        if p.option(name) not in (None, fixed):
+            return (f"columns_mma: the {name} is fixed by the instruction shapes ({BM} rows, {BC} columns, tiles of "
+                    f"{BK} elements)")
+    return None
+
+
 def configure(fused: FusedCascade, p: Problem) -> dict:
     """128 threads (32 in the simulator), 16 rows by 64 columns by tiles of 64 elements per block, segments of the
     axis across blocks until the GPU is busy (at least four tiles each)."""
-    reason = refusal(fused, dict(p.dtypes))
+    reason = applicable(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
     c = fused.cascade
     n = next(s.size if isinstance(s.size, int) else dict(p.sizes)[s.size] for s in c.inputs if s.size is not None)
-    if n % 8:
-        raise RedalgebraError(f"columns_mma: the weight rows are read 16 bytes at a time: {n} columns is not a "
-                              f"multiple of 8; use columns")
-    if not p.vec_ok:  # (with a multiple of 8 columns, every weight row then starts on one too)
-        raise RedalgebraError("columns_mma: the weights must start on a 16-byte boundary (cp.async); use columns")
-    reps = dict(p.reps)
-    share = min(reps.get(s.name, 1) for s in c.inputs if s.size is not None)
-    if share < p.rows and share % BM:
-        raise RedalgebraError(f"columns_mma: a block's {BM} rows share one weight matrix; here each is shared by "
-                              f"{share} rows (not a multiple of {BM}): use columns")
     threads = p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
-    for name, fixed in (("tile", BK), ("batch", BM), ("group", BC // 8)):
-        if p.option(name) not in (None, fixed):
-            raise RedalgebraError(f"columns_mma: the {name} is fixed by the instruction shapes ({BM} rows, {BC} "
-                                  f"columns, tiles of {BK} elements)")
     blocks = -(-p.rows // BM) * -(-n // BC)
     tiles = -(-p.length // BK)
     nseg = p.option("segments") or max(1, min(-(-2 * BUSY_BLOCKS // blocks), tiles // 4))

@@ -9,24 +9,24 @@ from tests.catalogue import fused
 from tests.runtime.test_columns import _problem, _reference
 
 
-@pytest.mark.parametrize("name,rows,length,n,dtype,segments,masked,tol", [
+@pytest.mark.parametrize("name,rows,length,n,dtype,segments,masked,tol,threads", [
     # FP8 factors are exact in bfloat16: only the float32 summation order differs (the float32 tolerance).
     # Two blocks of rows (the second of one row), 40 of a block's 64 columns, two segments (a tile each, the second
     # partial) summed by the combine kernel, a mask with a fully masked row
-    ("fp8_quant_gemm", 17, 100, 40, "bfloat16", 2, True, 1e-5),
-    # one partial tile, two blocks of columns (the second 8 wide), float16 weights
-    ("fp8_quant_gemm", 3, 37, 72, "float16", 1, False, 1e-5),
+    ("fp8_quant_gemm", 17, 100, 40, "bfloat16", 2, True, 1e-5, None),
+    # one partial tile, two warps of 64 columns (the second's 8 wide), float16 weights
+    ("fp8_quant_gemm", 3, 37, 72, "float16", 1, False, 1e-5, 64),
     # RMSNorm's factors are rounded to bfloat16 before the product (2^-9 each, as FlashAttention's probabilities)
-    ("rmsnorm_gemm", 5, 70, 40, "bfloat16", None, False, 2 ** -9 + 1e-5),
+    ("rmsnorm_gemm", 5, 70, 40, "bfloat16", None, False, 2 ** -9 + 1e-5, None),
 ])
-def test_columns_mma_matches_the_reference(name, rows, length, n, dtype, segments, masked, tol):
+def test_columns_mma_matches_the_reference(name, rows, length, n, dtype, segments, masked, tol, threads):
     inputs, params = _problem(name, rows, length, n, "bfloat16" if dtype == "bfloat16" else "float32")
     if dtype == "float16":
         inputs = {k: v.astype(np.float16) for k, v in inputs.items()}
     keep = np.random.default_rng(1).random((rows, length)) > 0.2 if masked else None
     if keep is not None:
         keep[-1] = False
-    kernel = compile(fused(name), "cudasim", "columns_mma", segments=segments)
+    kernel = compile(fused(name), "cudasim", "columns_mma", segments=segments, threads=threads)
     out = kernel(inputs, params, keep)["y"]
     ref = _reference(name, {k: (v.astype(np.float32) if v.dtype == np.float16 else v) if hasattr(v, "dtype") else v
                             for k, v in inputs.items()}, params, keep, rows)["y"]

@@ -41,7 +41,7 @@ ACCUMULATORS = 64
 #: Elements of the axis each thread reads per inner step (its loads in flight).
 UNROLL = 8
 #: Elements per thread per pass of the scalar reductions' kernel.
-PREPASS_TILE = 16
+PREPASS_TILE = 32
 #: Shared memory for the staged factors of all vector reductions (float32, rows of the batch × elements of the
 #: span); with the 32 KB where the threads of a chunk meet, under the 48 KB a block may declare statically.
 STAGE_BYTES = 12 * 1024
@@ -183,7 +183,7 @@ class ColumnsKernel(TreeKernel):
             raise RedalgebraError(f"columns: the scalar reductions of {self.c.name} do not fuse among themselves "
                                   f"({sub.guards[0]}); use unfused")
         names = {s.name for s in sub.cascade.inputs}
-        # 16 elements per thread per pass, their loads in flight: a 7168-wide row in 4 passes (with 2 per thread,
+        # 32 elements per thread per pass, their loads in flight: a 7168-wide row in 2 passes (with 2 per thread,
         # 28 passes of one load's latency each made the FP8 GEMM's one-token call wait on this kernel)
         spec = Spec(self.spec.sizes, tuple((k, v) for k, v in self.spec.dtypes if k in names), self.spec.has_keep,
                     threads=self.spec.threads, group=self.spec.threads, tile=PREPASS_TILE, vec=1, resident=False,

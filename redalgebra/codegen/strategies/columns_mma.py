@@ -13,11 +13,12 @@ on ``mma.sync.m16n8k16``:
    16-bit type (e4m3 has 4 significant bits and exponents -9 … 8), so the products are exact and only the float32
    summation order differs from the unfused reference; any other factor is rounded to the weights' type, as
    FlashAttention rounds its probabilities (``Strategy.rounds_products``).
-3. **The product.** A block takes 16 rows, 64 columns and a segment of the axis; tiles of 64 elements of ``F``
-   (16 × 64) and ``w`` (64 × 64) are staged by ``cp.async``, four in flight (rows padded by 16 bytes: the rows an
-   ``ldmatrix`` reads fall in distinct banks); each warp takes 16-element slices of a tile, the A fragments by
-   ``ldmatrix``, the B fragments by the transposing ``ldmatrix`` (``w`` is row-major along the columns), eight
-   products per slice; the warps' partial sums meet in shared memory at the end.
+3. **The product.** A block takes 16 rows, 64 columns per warp (256 with four warps: each weight row's 512 bytes
+   are read in one piece) and a segment of the axis; tiles of 64 elements of ``F`` (16 × 64) and ``w`` (64 × 256)
+   are staged by ``cp.async``, three in flight (rows padded by 16 bytes: the rows an ``ldmatrix`` reads fall in
+   distinct banks); each warp multiplies the whole ``F`` tile by its 64 columns, the A fragments by ``ldmatrix``,
+   the B fragments by the transposing ``ldmatrix`` (``w`` is row-major along the columns), 32 products per tile,
+   and writes its own outputs (no exchange between warps).
 4. **The segments' sums** and the outputs: ``columns``' third kernel (or the tiles kernel itself when the axis is
    one segment).
 
@@ -37,8 +38,8 @@ from . import BUSY_BLOCKS, Problem, Strategy, register
 from .columns import ColumnsKernel, build as columns_build, refusal as columns_refusal, split_body
 from .products import KINDS
 
-#: Rows of a block (the m16 of the instruction), columns of a block, elements of a tile, tiles in flight.
-BM, BC, BK, STAGES = 16, 64, 64, 4
+#: Rows of a block (the m16 of the instruction), columns per warp, elements of a tile, tiles in the stages.
+BM, BC, BK, STAGES = 16, 64, 64, 3
 #: Threads of a block on the GPU (a warp per 16-element slice of a tile) and in the simulator (one warp).
 THREADS, SIM_THREADS = 128, 32
 #: 16-bit units of a staged row: 64 values and 16 bytes of padding.
@@ -73,8 +74,8 @@ class ColumnsMmaKernel(ColumnsKernel):
 
     def check_launch(self) -> None:
         spec = self.spec
-        if spec.threads not in (32, 64, 128) or (spec.batch, spec.tile, spec.group) != (BM, BK, BC // 8):
-            raise RedalgebraError(f"columns_mma: blocks of 32, 64 or 128 threads taking {BM} rows, {BC} columns and "
+        if spec.threads not in (32, 64, 128) or (spec.batch, spec.tile, spec.group) != (BM, BK, spec.threads // 32 * BC // 8):
+            raise RedalgebraError(f"columns_mma: blocks of 32, 64 or 128 threads taking {BM} rows, {BC} columns a warp and "
                                   f"tiles of {BK} elements (the instruction shapes)")
         self.red = next(r for r in self.vector_reds)
         factor, vector = self.factors[self.red]
@@ -84,6 +85,9 @@ class ColumnsMmaKernel(ColumnsKernel):
             raise RedalgebraError(refusal(self.f, self.dtypes) or "columns_mma: 16-bit weights")
         self.kind = KINDS[kind]
         self.warps = spec.threads // 32
+        self.bc = BC * self.warps  # the block's columns
+        self.pw = self.bc + 8      # 16-bit units of a staged weight row
+        self.stage = BM * PITCH + BK * self.pw
 
     # -- 2. the factors -------------------------------------------------------------------------------
     def factor_kernel(self) -> list:
@@ -115,45 +119,47 @@ class ColumnsMmaKernel(ColumnsKernel):
         """``cp.async`` of tile ``tile`` of the factors (16 rows) and the weights (64 elements × 64 columns) into
         ``stage``: zeros past the segment's end and past the last column."""
         t = self.spec.threads
-        base = f"{stage} * {(BM + BK) * PITCH}"
+        base = f"{stage} * {self.stage}"
         out = [Assign("kt0", f"lo + ({tile}) * {BK}")]
         for u in range(-(-BM * (BK // 8) // t)):
             q = f"(tid + {u * t})"
             out += [Assign("fr", f"{q} // {BK // 8}"), Assign("fk", f"kt0 + 8 * ({q} % {BK // 8})"),
                     Call("cp_async16", ("sm", f"{base} + fr * {PITCH} + 8 * ({q} % {BK // 8})", "fac",
                                         "min(r0 + fr, rows - 1)", "fk", "pick(fk < hi, 16, 0)"))]
-        for u in range(BK * (BC // 8) // t):
+        per_row = self.bc // 8
+        for u in range(BK * per_row // t):
             q = f"(tid + {u * t})"
-            out += [Assign("wk", f"kt0 + {q} // {BC // 8}"), Assign("wc", f"c0 + 8 * ({q} % {BC // 8})"),
-                    Call("cp_async16", ("sm", f"{base} + {BM * PITCH} + ({q} // {BC // 8}) * {PITCH} + "
-                                              f"8 * ({q} % {BC // 8})", self.x,
+            out += [Assign("wk", f"kt0 + {q} // {per_row}"), Assign("wc", f"c0 + 8 * ({q} % {per_row})"),
+                    Call("cp_async16", ("sm", f"{base} + {BM * PITCH} + ({q} // {per_row}) * {self.pw} + "
+                                              f"8 * ({q} % {per_row})", self.x,
                                         "(rw, min(wk, length - 1))", f"min(wc, {self.n - 8})",
                                         "pick(wk < hi and wc < " + str(self.n) + ", 16, 0)"))]
         return out
 
     def products(self) -> list:
-        """This warp's 16-element slices of the staged tile: A by ``ldmatrix``, B by the transposing ``ldmatrix``."""
+        """The staged tile times this warp's 64 columns: A by ``ldmatrix``, B by the transposing ``ldmatrix``, per 16
+        elements."""
         out = []
         mma = f"mma_{self.kind}"
-        for sl in range(BK // 16 // self.warps):
-            k0 = f"16 * (warp + {sl * self.warps})"
+        for sl in range(BK // 16):
+            k0 = 16 * sl
             out.append(Assign("a0, a1, a2, a3", f"ldsm_x4(sm, sa + (lane & 15) * {PITCH} + {k0} + 8 * (lane >> 4))"))
             for np_ in range(BC // 16):
-                out.append(Assign("b0, b1, b2, b3", f"ldsm_x4_t(sm, sa + {BM * PITCH} + ({k0} + vrow) * {PITCH} + "
-                                                    f"{16 * np_} + vcol)"))
+                out.append(Assign("b0, b1, b2, b3", f"ldsm_x4_t(sm, sa + {BM * PITCH} + ({k0} + vrow) * {self.pw} + "
+                                                    f"{BC} * warp + {16 * np_} + vcol)"))
                 for half in (0, 1):
                     regs = ", ".join(f"c_{2 * np_ + half}_{i}" for i in range(4))
                     out.append(Assign(regs, f"{mma}(a0, a1, a2, a3, b{2 * half}, b{2 * half + 1}, {regs})"))
         return out
 
     def tiles(self) -> list:
-        t, ahead = self.spec.threads, STAGES - 1
+        ahead = STAGES - 1
         segmented = self.spec.segments > 1
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
                Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
                Assign("vrow", "(lane & 7) + 8 * ((lane >> 3) & 1)"), Assign("vcol", "8 * (lane >> 4)"),
-               Assign("sm", "cuda.shared.array(0, uint16)"), Assign("smf", "cuda.shared.array(0, float32)"),
-               Assign("r0", f"cuda.blockIdx.x * {BM}"), Assign("c0", f"cuda.blockIdx.y * {BC}"),
+               Assign("sm", "cuda.shared.array(0, uint16)"),
+               Assign("r0", f"cuda.blockIdx.x * {BM}"), Assign("c0", f"cuda.blockIdx.y * {self.bc}"),
                Assign("rw", f"min(r0, rows - 1) // rep_{self.x}"),
                # segments of whole tiles: a tile never straddles two segments (nor the factors' padding)
                Assign("segl", f"((length + nseg - 1) // nseg + {BK - 1}) // {BK} * {BK}"),
@@ -163,28 +169,20 @@ class ColumnsMmaKernel(ColumnsKernel):
         out += [Assign(f"c_{j}_{i}", zero) for j in range(BC // 8) for i in range(4)]
         for s_ in range(ahead):
             out += [If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ())]
-        step = [If(f"it + {ahead} < ntile", tuple(self.issue(f"it + {ahead}", f"(it + {ahead}) % {STAGES}"))),
+        step = [If(f"it + {ahead} < ntile", tuple(self.issue(f"it + {ahead}", f"uint32(it + {ahead}) % uint32({STAGES})"))),
                 Call("cp_commit", ()), Call(f"cp_wait{ahead}", ()), Barrier(),
-                Assign("sa", f"(it % {STAGES}) * {(BM + BK) * PITCH}")] + self.products() + [Barrier()]
+                Assign("sa", f"(uint32(it) % uint32({STAGES})) * {self.stage}")] + self.products() + [Barrier()]
         out.append(For("it", "0", "ntile", tuple(step)))
-        out += [Call("cp_wait0", ()), Barrier()]
-        # the warps' partial sums meet in shared memory (over the stages, now free): warp w's at w * BM * BC
+        # each thread's outputs: rows lg and lg + 8, columns 8 j + 2 tq and + 1 of its warp's 64
         for j in range(BC // 8):
             for i in range(4):
-                at = f"warp * {BM * BC} + (lg + {8 * (i >> 1)}) * {BC} + {8 * j} + 2 * tq + {i & 1}"
-                out.append(Assign(f"smf[{at}]", f"c_{j}_{i}"))
-        out.append(Barrier())
-        for u in range(BM * BC // t):
-            e = f"(tid + {u * t})"
-            row, col = f"r0 + {e} // {BC}", f"c0 + {e} % {BC}"
-            total = [Assign("tot", f"smf[{e}]")] + [Assign("tot", f"smf[{w * BM * BC} + {e}]", "+")
-                                                     for w in range(1, self.warps)]
-            if segmented:
-                stmts = [Assign(f"part_{self.red}[{row}, cuda.blockIdx.z, {col}]", "tot")]
-            else:
-                acc = self.base()
-                stmts = self.row_scalars(acc, row) + self.finish(row, col, lambda r: "tot", acc)
-            out.append(If(f"{row} < rows and {col} < {self.n}", tuple(total + stmts)))
+                row, col = f"r0 + lg + {8 * (i >> 1)}", f"c0 + {BC} * warp + {8 * j} + 2 * tq + {i & 1}"
+                if segmented:
+                    stmts = [Assign(f"part_{self.red}[{row}, cuda.blockIdx.z, {col}]", f"c_{j}_{i}")]
+                else:
+                    acc = self.base()
+                    stmts = self.row_scalars(acc, row) + self.finish(row, col, lambda r, v=f"c_{j}_{i}": v, acc)
+                out.append(If(f"{row} < rows and {col} < {self.n}", tuple(stmts)))
         return out
 
     def kernels(self) -> list:
@@ -214,9 +212,9 @@ def build(fused: FusedCascade, spec: Spec, target: str):
     return columns_build(fused, spec, target, kernel=ColumnsMmaKernel, name="columns_mma")
 
 
-def shared_bytes() -> int:
-    """Dynamic shared memory of the tiles kernel: the stages (the warps' partial sums reuse them)."""
-    return max(STAGES * (BM + BK) * PITCH * 2, 4 * BM * BC * 4)
+def shared_bytes(threads: int) -> int:
+    """Dynamic shared memory of the tiles kernel: its stages."""
+    return STAGES * (BM * PITCH + BK * (threads // 32 * BC + 8)) * 2
 
 
 def applicable(fused: FusedCascade, p: Problem) -> str | None:
@@ -235,7 +233,10 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     if share < p.rows and share % BM:
         return (f"columns_mma: a block's {BM} rows share one weight matrix; here each is shared by {share} rows (not a "
                 f"multiple of {BM}): use columns")
-    for name, fixed in (("tile", BK), ("batch", BM), ("group", BC // 8)):
+    threads = p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
+    if threads not in (32, 64, 128):
+        return f"columns_mma: blocks of 32, 64 or 128 threads (a warp per 64 columns), got {threads}"
+    for name, fixed in (("tile", BK), ("batch", BM), ("group", threads // 32 * BC // 8)):
         if p.option(name) not in (None, fixed):
             return (f"columns_mma: the {name} is fixed by the instruction shapes ({BM} rows, {BC} columns, tiles of "
                     f"{BK} elements)")
@@ -251,11 +252,14 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     c = fused.cascade
     n = next(s.size if isinstance(s.size, int) else dict(p.sizes)[s.size] for s in c.inputs if s.size is not None)
     threads = p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
-    blocks = -(-p.rows // BM) * -(-n // BC)
+    bc = threads // 32 * BC
+    blocks = -(-p.rows // BM) * -(-n // bc)
     tiles = -(-p.length // BK)
-    nseg = p.option("segments") or max(1, min(-(-2 * BUSY_BLOCKS // blocks), tiles // 4))
-    return dict(threads=threads, group=BC // 8, vec=8, tile=BK, batch=BM, segments=int(nseg), nseg=int(nseg),
-                fast_exp=p.option("fast_exp", False), shared=shared_bytes())
+    # segments until the blocks fill the GPU once (two of 108 KB per multiprocessor: half of BUSY_BLOCKS), not past
+    # it (a second, partial wave would cost as much as the first), and four tiles each at least
+    nseg = p.option("segments") or max(1, min(BUSY_BLOCKS // 2 // blocks, tiles // 4))
+    return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=BM, segments=int(nseg), nseg=int(nseg),
+                fast_exp=p.option("fast_exp", False), shared=shared_bytes(threads))
 
 
 def grid(rows: int, spec: Spec, named) -> dict:
@@ -263,7 +267,7 @@ def grid(rows: int, spec: Spec, named) -> dict:
     fac = named["fac"].shape[1]
     return {"scalars": (rows, spec.threads),
             "factors": ((rows, -(-fac // spec.threads)), spec.threads),
-            "tiles": ((-(-rows // BM), -(-n // BC), spec.segments), spec.threads, 0, spec.shared),
+            "tiles": ((-(-rows // BM), -(-n // (spec.group * 8)), spec.segments), spec.threads, 0, spec.shared),
             "combine": ((rows, -(-n // spec.threads)), spec.threads)}
 
 

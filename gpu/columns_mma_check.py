@@ -1,0 +1,62 @@
+"""``columns_mma`` on the GPU against the float64 reference: shared weights, odd lengths, masks, segments.
+
+    python3 gpu/columns_mma_check.py
+    compute-sanitizer --tool memcheck python3 gpu/columns_mma_check.py
+    compute-sanitizer --tool racecheck python3 gpu/columns_mma_check.py
+
+Small shapes (the sanitizers run them slowly); prints one line per case and exits 1 if any case is off.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+import redalgebra as ra
+from redalgebra import evaluate, workloads
+from redalgebra.runtime.compile import as_bfloat16, bfloat16_to_float
+
+#: (workload, rows, length, columns, weights' dtype, segments, masked)
+CASES = [("fp8_quant_gemm", 17, 1001, 72, "bfloat16", None, True),   # a partial row block, tile, column warp
+         ("fp8_quant_gemm", 1, 7168, 256, "float16", 3, False),       # three segments, one token
+         ("fp8_quant_gemm", 40, 64, 8, "bfloat16", None, False),      # one tile, eight columns
+         ("rmsnorm_gemm", 5, 333, 136, "bfloat16", 2, True)]
+
+
+def run(name, rows, length, n, dtype, segments, masked, seed=0) -> tuple[bool, float]:
+    rng = np.random.default_rng(seed)
+    c = workloads.get(name).cascade
+    wide, inputs = {}, {}
+    for s in c.inputs:
+        a = rng.normal(size=(rows, length) if s.size is None else (1, length, n)).astype(np.float32)
+        if dtype == "bfloat16":
+            inputs[s.name] = as_bfloat16(a)
+            wide[s.name] = bfloat16_to_float(inputs[s.name].bits).astype(np.float64)
+        else:
+            inputs[s.name] = a.astype(np.float16)
+            wide[s.name] = inputs[s.name].astype(np.float64)
+        wide[s.name] = np.broadcast_to(wide[s.name], (rows,) + wide[s.name].shape[1:])
+    params = {p.name: np.float32(length if p.name == "h" else 1e-5) for p in c.params}
+    keep = rng.random((rows, length)) > 0.2 if masked else None
+    if keep is not None:
+        keep[-1] = False
+    kernel = ra.compile(ra.derive(c), "cuda", "columns_mma", segments=segments)
+    got = np.asarray(kernel(inputs, params, keep)["y"], np.float64)
+    want = evaluate(c, wide, params, keep)["y"]
+    tol = 1e-5 if name == "fp8_quant_gemm" else 2.0 ** -9 + 1e-5  # FP8 factors exact; RMSNorm's rounded
+    err = float(np.nanmax(np.abs(got - want)) / max(np.nanmax(np.abs(want)), 1e-30))
+    return bool(err <= tol and np.array_equal(np.isnan(got), np.isnan(want))), err
+
+
+def main() -> int:
+    bad = 0
+    for case in CASES:
+        ok, err = run(*case)
+        bad += not ok
+        print(f"{'PASS' if ok else 'FAIL'} {case}: max error {err:.2e} of the largest output")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

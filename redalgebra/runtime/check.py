@@ -55,8 +55,10 @@ class CheckResult:
                 f"L={self.length:<6} {self.dtype:<8} {errs}  (tol {self.tolerance:g}){' ' + self.note if self.note else ''}")
 
 
-def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="float32", sizes=None, masked=True):
-    """Inputs, params and a keep mask (some masked elements, the last row fully masked).
+def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="float32", sizes=None, masked=True,
+                   shared=False):
+    """Inputs, params and a keep mask (some masked elements, the last row fully masked); ``shared``: each vector
+    input given once for all rows (a weight matrix), else a row of it per row.
 
     With three rows or more, the first row is all zeros (signed: -0.0 and 0.0 alternate), where a result
     such as ``max(abs(x))`` is 0 on a non-empty row; the second holds a tie for its largest value and a
@@ -65,11 +67,12 @@ def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="floa
     c = fused.cascade
     inputs = {}
     for s in c.inputs:
-        shape = (rows, length) if s.size is None else (rows, length, sizes.get(s.size, s.size) if isinstance(s.size, str) else s.size)
+        n = 1 if shared and s.size is not None else rows
+        shape = (n, length) if s.size is None else (n, length, sizes.get(s.size, s.size) if isinstance(s.size, str) else s.size)
         values = rng.normal(size=shape) * 2
         if s.sign is not None:  # as declared: strictly so for > 0 and < 0
             values = (np.abs(values) + (0.01 if s.sign[1] != "=" else 0.0)) * (1 if s.sign[0] == ">" else -1)
-        if rows >= 3 and length >= 2:
+        if n >= 3 and length >= 2:
             if s.sign not in (">0", "<0"):  # zeros are out of a strictly signed input's domain
                 values[0] = np.where(np.arange(length) % 2, 0.0, -0.0).reshape((length,) + (1,) * (values.ndim - 2))
             flat = values[1].reshape(length, -1)
@@ -164,6 +167,8 @@ def judge(fused: FusedCascade, raw: dict, inputs: dict, params: dict, keep, dtyp
     got = {k: (v if k.endswith(".index") else to_float(v)) for k, v in raw.items()}
     exact = {k: (bfloat16_to_float(v.bits) if isinstance(v, BFloat16) else v).astype(np.float64)
              for k, v in inputs.items()}
+    rows = max(v.shape[0] for v in exact.values())
+    exact = {k: np.broadcast_to(v, (rows,) + v.shape[1:]) for k, v in exact.items()}  # inputs given once: shared
     want = evaluate(fused.source or fused.cascade, exact, params, keep=keep)  # the cascade as written
     topk = picked_values(fused, exact, params, keep) if any(r.monoid.k for r in fused.cascade.reductions) else None
     errors, structural = compare(got, want, topk)
@@ -189,11 +194,13 @@ def check(fused: FusedCascade, backend: str, strategy: str | None = None, shapes
         step = get_strategy(kernel.strategy).vector_multiple
         sizes = {name: -(-n // step) * step for name, n in SMALL_SIZES.items()}
     rng = np.random.default_rng(seed)
+    # a strategy whose blocks share each vector row (columns_mma) is given the vector inputs once, for all rows
+    shared = kernel.strategy != "auto" and get_strategy(kernel.strategy).shared_vectors
     casts = fused.exact_in_reals_only
     results = []
     for dtype in dtypes:
         for rows, length in shapes:
-            inputs, params, keep = random_problem(fused, rows, length, rng, dtype, sizes)
+            inputs, params, keep = random_problem(fused, rows, length, rng, dtype, sizes, shared=shared)
             raw = kernel(inputs, params, keep=keep)
             # a strategy that folds every reduction with its dependencies final rounds at the final scale
             chosen = get_strategy(kernel.resolve(rows, length, sizes))

@@ -62,3 +62,10 @@ def test_auto_takes_the_tensor_cores_only_where_the_factors_are_exact():
     assert strategy("fp8_quant_gemm", "float16", {"w": 16}) == "columns_mma"
     assert strategy("fp8_quant_gemm", "float32", {"w": 16}) == "columns"       # float32 weights
     assert strategy("rmsnorm_gemm", "bfloat16", {"w": 16}) == "columns"         # a factor it would round
+
+
+def test_check_gives_columns_mma_its_weights_once_for_all_rows():
+    from redalgebra.runtime.check import check
+
+    (result,) = check(fused("fp8_quant_gemm"), "cudasim", "columns_mma", shapes=((3, 37),), dtypes=("bfloat16",))
+    assert result.passed and result.strategy == "columns_mma" and max(result.errors.values()) < 1e-6

@@ -54,6 +54,7 @@ class Strategy:
     rounds_products: bool = False     # factors enter tensor-core products in the vector inputs' 16-bit type
     vector_multiple: int = 1          # vectors must have a multiple of this many components (the tensor cores: 16)
     cc: tuple = (9, 0)                # the compute capability its PTX is built for (wgmma: sm_90a, (9, 0, "a"))
+    shared_vectors: bool = False      # needs each vector row shared by a block's rows (check gives them once)
 
 
 REGISTRY: dict[str, Strategy] = {}

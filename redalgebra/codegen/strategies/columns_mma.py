@@ -273,7 +273,7 @@ def grid(rows: int, spec: Spec, named) -> dict:
 
 register(Strategy("columns_mma", "cuda", "columns' level order with the products F·W on the tensor cores (mma.sync): "
                   "the factors in the weights' 16-bit type (FP8 ones exactly), tiles staged by cp.async", build,
-                  configure, grid, final_scales=True, rounds_products=True, vector_multiple=8))
+                  configure, grid, final_scales=True, rounds_products=True, vector_multiple=8, shared_vectors=True))
 
 
 def exact_factors(fused: FusedCascade) -> bool:

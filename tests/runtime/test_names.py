@@ -82,12 +82,16 @@ def test_the_generators_own_names_are_the_ones_listed(name):
     sizes = {d: 16 for d in c.sizes.values() if isinstance(d, str)}  # 16: the tensor cores take it too
     missing = set()
     for backend, strategies in (("cpu", ("row",)), ("cuda", ("rows", "thread", "tile", "split", "unfused", "lanes",
-                                                              "split_lanes", "nonincremental", "block_shared", "mma"))):
+                                                              "split_lanes", "nonincremental", "block_shared", "mma",
+                                                              "wgmma", "columns_mma"))):
         for strategy in strategies:
             for keep in (False, True):
                 try:
                     k = compile(f, backend, strategy)
-                    resolved, spec, _ = k.spec_for(4, 37, {s.name: "bfloat16" for s in c.inputs}, sizes, keep)
+                    # columns_mma takes vector rows shared by the block's rows only: given once here
+                    reps = {s.name: 4 for s in c.inputs if s.size is not None} if strategy == "columns_mma" else None
+                    resolved, spec, _ = k.spec_for(4, 37, {s.name: "bfloat16" for s in c.inputs}, sizes, keep,
+                                                   reps=reps)
                     src = k.source(spec, resolved)
                 except ra.RedalgebraError:  # a strategy that does not take this cascade
                     continue

@@ -33,7 +33,9 @@ def run(job):
     c = f.cascade
     dtypes = {s.name: scalar_dtype if s.size is None else "float16" for s in c.inputs}
     sizes = {d: SIZES[d] for d in c.sizes.values() if isinstance(d, str)}
-    resolved, spec, _ = compile(f, "cuda", strategy, **options).spec_for(rows, length, dtypes, sizes)
+    shared = options.pop("shared", False)  # the vector inputs given once for all rows (a weight matrix)
+    reps = {s.name: rows for s in c.inputs if s.size is not None} if shared else None
+    resolved, spec, _ = compile(f, "cuda", strategy, **options).spec_for(rows, length, dtypes, sizes, reps=reps)
     facts = ptx_facts(compile_ptx(f, resolved, spec))
     return key, dict(facts, strategy=resolved, tile=spec.tile, vec=spec.vec, resident=spec.resident,
                      shifted=spec.shifted, element_outputs=len(f.per_element_outputs), group=spec.group,
@@ -76,6 +78,8 @@ def _jobs() -> list:
     jobs = [(_key(name, "auto", *shape), name, "auto", *shape, {}) for name, *shape in AUTO + VECTOR_AUTO]
     jobs += [(_key(name, "rows", *shape[:3]), name, "rows", *shape) for name, shape in PASSES.items()]
     jobs += [(_key("fp8_quant_gemm", "columns", 16, 4096), "fp8_quant_gemm", "columns", 16, 4096, "bfloat16", {})]
+    jobs += [(_key("fp8_quant_gemm", "columns_mma", 16, 4096), "fp8_quant_gemm", "columns_mma", 16, 4096, "bfloat16",
+              {"shared": True})]
     jobs += [(_key("attention", "mma", 4096, 512), "attention", "mma", 4096, 512, "bfloat16", {})]
     jobs += [(_key("attention", "wgmma", 4096, 512), "attention", "wgmma", 4096, 512, "bfloat16", {})]
     return jobs + [(_key(name, strategy), name, strategy, 512, 2048, "bfloat16", {})
@@ -97,7 +101,8 @@ def report():
 
 
 def test_the_sample_covers_every_real_cuda_strategy_and_the_scalar_cascades_kinds():
-    assert set(LEGACY) | {"rows", "vrows", "columns", "mma", "wgmma"} == set(names("cuda", real=True)) | {"block_shared", "tile_shared"}
+    assert set(LEGACY) | {"rows", "vrows", "columns", "columns_mma", "mma", "wgmma"} == \
+        set(names("cuda", real=True)) | {"block_shared", "tile_shared"}
     assert set(AUTO_SAMPLE) <= set(SCALAR)
     texts = [workloads.get(n).text for n in SAMPLE]
     assert any("exp(" in t and "dot(" in t for t in texts) and any("topk(" in t for t in texts)
@@ -190,10 +195,22 @@ def test_mma_multiplies_on_the_tensor_cores_with_operands_staged_by_cp_async(rep
     facts = report[_key("attention", "mma", 4096, 512)]
     # d = 128 in tiles of 64: per k-step of 16, 8 products of 16x8 for the scores (and 8 for the query's residual,
     # behind a branch), per 16 keys 16 products of P·V; the operands by ldmatrix; each thread copies 8 chunks of
-    # 16 bytes of the key tile and 8 of the value tile, for the first tile and in the loop
+    # 16 bytes of the key tile and 8 of the value tile, for the first tile and in the loop, each in two forms (a
+    # whole tile's from one address and constant steps, the row's last clamped and zero-filled)
     assert facts["strategy"] == "mma" and facts["mma"] == 8 * 8 * 2 + 4 * 16
-    assert facts["ldmatrix"] > 0 and facts["cp_async"] == 2 * 2 * 8
+    assert facts["ldmatrix"] > 0 and facts["cp_async"] == 2 * 2 * 8 * 2
     assert facts["ex2"] >= 32  # one exp per score, shared by the row sum and the product's factor
+    assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
+    assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
+
+
+@pytest.mark.slow
+def test_columns_mma_multiplies_the_factors_and_weights_on_the_tensor_cores(report):
+    facts = report[_key("fp8_quant_gemm", "columns_mma", 16, 4096)]
+    # per 64-element tile and warp: 4 slices of 16 elements, each 8 products of 16x8 (the warp's 64 columns); the
+    # factor tile (one chunk per thread) and 16 weight chunks per thread, before the loop (two tiles) and in it
+    assert facts["strategy"] == "columns_mma" and facts["mma"] == 4 * 8
+    assert facts["ldmatrix"] == 4 * (1 + 4) and facts["cp_async"] == 3 * (1 + 16)
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
 

@@ -95,9 +95,9 @@ class ColumnsMmaKernel(ColumnsKernel):
         padding to whole tiles) and where the mask drops the element."""
         acc = self.base()
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("row", "cuda.blockIdx.x"),
-               Assign("k", f"cuda.blockIdx.y * {self.spec.threads} + tid")]
+               Assign("kx", f"cuda.blockIdx.y * {self.spec.threads} + tid")]
         body = self.row_scalars(acc, "row")
-        inside = [Assign("lc", "k")]
+        inside = [Assign("lc", "kx")]
         for s in self.sin:
             inside += [Assign(f"rr_{s}", f"row // rep_{s}"), Load((f"e_{s}",), s, f"rr_{s}", "lc",
                                                                   self.dtypes.get(s, "float32"))]
@@ -107,12 +107,12 @@ class ColumnsMmaKernel(ColumnsKernel):
             pre, text = self.print(expr, acc)
             inside += pre + [Assign(f"e_{sym.name}", text)]
         pre, text = self.print(self.factor, acc)
-        inside += pre + [Assign("fv", text)]
-        ok = "k < length" + (" and keep[row, k] != 0" if self.spec.has_keep else "")
-        body.append(If(ok, tuple(inside), (Assign("fv", self.consts.name(0.0)),)))
+        inside += pre + [Assign("fx", text)]
+        ok = "kx < length" + (" and keep[row, kx] != 0" if self.spec.has_keep else "")
+        body.append(If(ok, tuple(inside), (Assign("fx", self.consts.name(0.0)),)))
         store = "bfloat16" if self.kind == "bf16" else "float16"
-        body.append(Store("fac", "row", "k", ("fv",), store))
-        return out + [If("k < fac.shape[1]", tuple(body))]
+        body.append(Store("fac", "row", "kx", ("fx",), store))
+        return out + [If("kx < fac.shape[1]", tuple(body))]
 
     # -- 3. the products ------------------------------------------------------------------------------
     def issue(self, tile: str, stage: str) -> list:
@@ -129,7 +129,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         per_row = self.bc // 8
         for u in range(BK * per_row // t):
             q = f"(tid + {u * t})"
-            out += [Assign("wk", f"kt0 + {q} // {per_row}"), Assign("wc", f"c0 + 8 * ({q} % {per_row})"),
+            out += [Assign("wk", f"kt0 + {q} // {per_row}"), Assign("wc", f"cb + 8 * ({q} % {per_row})"),
                     Call("cp_async16", ("sm", f"{base} + {BM * PITCH} + ({q} // {per_row}) * {self.pw} + "
                                               f"8 * ({q} % {per_row})", self.x,
                                         "(rw, min(wk, length - 1))", f"min(wc, {self.n - 8})",
@@ -148,7 +148,7 @@ class ColumnsMmaKernel(ColumnsKernel):
                 out.append(Assign("b0, b1, b2, b3", f"ldsm_x4_t(sm, sa + {BM * PITCH} + ({k0} + vrow) * {self.pw} + "
                                                     f"{BC} * warp + {16 * np_} + vcol)"))
                 for half in (0, 1):
-                    regs = ", ".join(f"c_{2 * np_ + half}_{i}" for i in range(4))
+                    regs = ", ".join(f"ac_{2 * np_ + half}_{i}" for i in range(4))
                     out.append(Assign(regs, f"{mma}(a0, a1, a2, a3, b{2 * half}, b{2 * half + 1}, {regs})"))
         return out
 
@@ -159,14 +159,14 @@ class ColumnsMmaKernel(ColumnsKernel):
                Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
                Assign("vrow", "(lane & 7) + 8 * ((lane >> 3) & 1)"), Assign("vcol", "8 * (lane >> 4)"),
                Assign("sm", "cuda.shared.array(0, uint16)"),
-               Assign("r0", f"cuda.blockIdx.x * {BM}"), Assign("c0", f"cuda.blockIdx.y * {self.bc}"),
+               Assign("r0", f"cuda.blockIdx.x * {BM}"), Assign("cb", f"cuda.blockIdx.y * {self.bc}"),
                Assign("rw", f"min(r0, rows - 1) // rep_{self.x}"),
                # segments of whole tiles: a tile never straddles two segments (nor the factors' padding)
                Assign("segl", f"((length + nseg - 1) // nseg + {BK - 1}) // {BK} * {BK}"),
                Assign("lo", "cuda.blockIdx.z * segl"), Assign("hi", "min(lo + segl, length)"),
                Assign("ntile", f"max(hi - lo + {BK - 1}, 0) // {BK}")]
         zero = self.consts.name(0.0)
-        out += [Assign(f"c_{j}_{i}", zero) for j in range(BC // 8) for i in range(4)]
+        out += [Assign(f"ac_{j}_{i}", zero) for j in range(BC // 8) for i in range(4)]
         for s_ in range(ahead):
             out += [If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ())]
         step = [If(f"it + {ahead} < ntile", tuple(self.issue(f"it + {ahead}", f"uint32(it + {ahead}) % uint32({STAGES})"))),
@@ -176,12 +176,12 @@ class ColumnsMmaKernel(ColumnsKernel):
         # each thread's outputs: rows lg and lg + 8, columns 8 j + 2 tq and + 1 of its warp's 64
         for j in range(BC // 8):
             for i in range(4):
-                row, col = f"r0 + lg + {8 * (i >> 1)}", f"c0 + {BC} * warp + {8 * j} + 2 * tq + {i & 1}"
+                row, col = f"r0 + lg + {8 * (i >> 1)}", f"cb + {BC} * warp + {8 * j} + 2 * tq + {i & 1}"
                 if segmented:
-                    stmts = [Assign(f"part_{self.red}[{row}, cuda.blockIdx.z, {col}]", f"c_{j}_{i}")]
+                    stmts = [Assign(f"part_{self.red}[{row}, cuda.blockIdx.z, {col}]", f"ac_{j}_{i}")]
                 else:
                     acc = self.base()
-                    stmts = self.row_scalars(acc, row) + self.finish(row, col, lambda r, v=f"c_{j}_{i}": v, acc)
+                    stmts = self.row_scalars(acc, row) + self.finish(row, col, lambda r, v=f"ac_{j}_{i}": v, acc)
                 out.append(If(f"{row} < rows and {col} < {self.n}", tuple(stmts)))
         return out
 

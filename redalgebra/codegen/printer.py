@@ -24,7 +24,7 @@ import sympy as sp
 from sympy.printing.str import StrPrinter
 
 from ..errors import RedalgebraError
-from ..ir.functions import Dot, RoundE4M3, Sigmoid, VSum
+from ..ir.functions import Dot, Sigmoid, VSum
 
 _FUNCTIONS = {"exp": "math.exp", "log": "rt_log", "Log1p": "rt_log1p", "sqrt": "rt_sqrt", "tanh": "math.tanh",
               "erf": "math.erf", "floor": "rt_floor", "RoundHalfEven": "rt_round"}

@@ -20,7 +20,6 @@ from __future__ import annotations
 import random
 
 import numpy as np
-import sympy as sp
 
 from ..ir.nodes import POSITION
 from ..ir.reference import bind, check_keep, collect, eval_expr, reduce_axis, run_unfused

@@ -36,7 +36,6 @@ from ..algebra import budget as _budget
 from ..errors import NotFusableError
 from ..ir import ADD, MUL, Cascade, Monoid, Reduction, build_graph, reduction_dependencies
 from ..ir.printer import CascadePrinter, reducer_text
-from ..ir.functions import CASTS
 from .analysis import Analysis, ReductionAnalysis, may_vanish, analyze, analyze_reduction
 from .multiterm import combination_proof, merge_proof, rewrite
 from .prepare import bodies, element_atoms, has_casts, inline, outputs, sign_facts

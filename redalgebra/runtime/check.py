@@ -195,7 +195,9 @@ def check(fused: FusedCascade, backend: str, strategy: str | None = None, shapes
         sizes = {name: -(-n // step) * step for name, n in SMALL_SIZES.items()}
     rng = np.random.default_rng(seed)
     # a strategy whose blocks share each vector row (columns_mma) is given the vector inputs once, for all rows
-    shared = kernel.strategy != "auto" and get_strategy(kernel.strategy).shared_vectors
+    # (a cascade without a per-row input then has one row: its vectors stay a row each, and the strategy says why not)
+    shared = kernel.strategy != "auto" and get_strategy(kernel.strategy).shared_vectors and \
+        any(s.size is None for s in fused.cascade.inputs)
     casts = fused.exact_in_reals_only
     results = []
     for dtype in dtypes:

@@ -21,6 +21,7 @@ from ..codegen import KernelSource, Problem, Spec, generate
 from ..codegen.strategies import for_target, get
 from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns import scalars_fuse as columns_scalars_fuse
+from ..codegen.strategies.columns_mma import BK as TILE
 from ..codegen.strategies.columns_mma import applicable as columns_mma_applicable
 from ..codegen.strategies.columns_mma import exact_factors as columns_exact
 from ..codegen.strategies.mma import applicable as mma_applicable
@@ -337,8 +338,8 @@ class Kernel:
         nseg = extra.get("nseg", 1)
         named.update(rows=rows, length=length, nseg=nseg, seglen=-(-length // nseg))
         for name, dtype, layout, width in src.scratch:
-            # "tiles": a value per element, the row padded to whole tiles of 64 elements
-            shape = (rows, nseg) if layout == "segments" else (rows, -(-length // 64) * 64) if layout == "tiles" \
+            # "tiles": a value per element, the row padded to whole tiles (columns_mma's)
+            shape = (rows, nseg) if layout == "segments" else (rows, -(-length // TILE) * TILE) if layout == "tiles" \
                 else (rows,)
             named[name] = np.zeros(shape + (() if width is None else (src.constants[width],)), dtype)
         return src, module, named, outs, rows

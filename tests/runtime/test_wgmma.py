@@ -33,6 +33,12 @@ def test_wgmma_matches_the_reference(name, R, L, d, dtype, masked, query16):
     assert_matches_the_reference("wgmma", name, 1, R, L, d, dtype, masked, query16)
 
 
+def test_wgmma_whole_tiles_of_two_groups():
+    # two warps (copies 8 rows apart: a whole tile's copies by flat offsets and constant steps in the swizzled
+    # layout), d = 64, two groups, one whole tile and a partial one
+    assert_matches_the_reference("wgmma", "attention", 2, 20, 70, 64, "float16", False, True, threads=64)
+
+
 def test_the_swizzled_layouts_give_exact_integer_products():
     spec = importlib.util.spec_from_file_location("gpu_wgmma_check", CHECK)
     module = importlib.util.module_from_spec(spec)

@@ -258,6 +258,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     # segments until the blocks fill the GPU once (two of 108 KB per multiprocessor: half of BUSY_BLOCKS), not past
     # it (a second, partial wave would cost as much as the first), and four tiles each at least
     nseg = p.option("segments") or max(1, min(BUSY_BLOCKS // 2 // blocks, tiles // 4))
+    nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
     return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=BM, segments=int(nseg), nseg=int(nseg),
                 fast_exp=p.option("fast_exp", False), shared=shared_bytes(threads))
 

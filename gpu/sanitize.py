@@ -56,7 +56,7 @@ from redalgebra.codegen.strategies import names as strategy_names  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sanitize_cases import (  # noqa: E402
-    ROWS, SIZES, Case, compile_cost, cost, distinct_workloads, enumerate_cases, fused_of, kernel_of, plan, priority,
+    ONLY16, ROWS, SIZES, Case, compile_cost, cost, distinct_workloads, enumerate_cases, fused_of, kernel_of, plan, priority,
     problem, runs_under, schedule)
 from sanitize_report import (  # noqa: E402
     Log, PREFIX, Report, TOOLS, attribute, parse_log, result_rows, skipped_rows, summary_table, write_outputs)
@@ -98,10 +98,14 @@ def run_case(case: Case, backend: str) -> dict:
 def verify(case, kernel, resolved, inputs, params, keep, raw):
     """(passed, per-output errors, tolerance) against the float64 reference on the same rounded inputs
     (``check.judge``: infinite reference values, such as a fully masked row's, must match exactly)."""
+    from redalgebra.codegen.strategies import get
     from redalgebra.runtime.check import judge
 
-    running = kernel.fused.exact_in_reals_only and resolved != "nonincremental"
-    return judge(kernel.user or kernel.fused, raw, inputs, params, keep, case.dtype, running)
+    # as check judges: a cast at a running scale unless the strategy's scales are final; tensor-core products
+    # with their factors rounded to the 16-bit type
+    chosen = get(resolved, "cuda")
+    running = kernel.fused.exact_in_reals_only and resolved != "nonincremental" and not chosen.final_scales
+    return judge(kernel.user or kernel.fused, raw, inputs, params, keep, case.dtype, running, chosen.rounds_products)
 
 
 def _cuda_failure(err: Exception) -> bool:

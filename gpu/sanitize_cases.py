@@ -18,9 +18,11 @@ FULLY_MASKED = (1, -1)                   # rows whose keep is all zeros (the oth
 SIZES = {"d": 16, "r": 48, "e": 8, "n": 5}        # lanes: a partial slot (16 < 32; 48 = 32 + 16)
 SIZES_FOR = {"alibi_attention": {"d": 32}}        # lanes without the component guard (a multiple of 32)
 BF16 = ("rows", "vrows", "auto")                  # strategies also run with bfloat16 inputs
+ONLY16 = ("columns_mma",)                         # strategies that take 16-bit inputs only: bfloat16, plain and masked
+SIZES_OF = {"columns_mma": {"n": 72}}             # columns a multiple of 8 (16-byte rows): a block's partial second warp
 #: Variants: options that reach paths the default policy does not take at these lengths, and whether they
 #: run with the mask only (each is a kernel of its own; ``segments`` is a launch argument, not compiled in).
-VARIANTS = {"rows": (("group=4+tile=1", True), ("group=128", True)),
+VARIANTS = {"rows": (("group=4+tile=1", True), ("group=128", True)),  # (columns_mma's: in ONLY16's kinds)
             "split": (("segments=3", False),), "split_lanes": (("segments=3", False),),
             "vrows": (("segments=3", False), ("segments=1+threads=256", True))}
 
@@ -72,6 +74,8 @@ def enumerate_cases(names, strategies, lengths, rows: int = ROWS) -> list[Case]:
     for w in names:
         for s in strategies:
             kinds = [("", "float32", False), ("", "float32", True)] + [("", "bfloat16", True)] * (s in BF16)
+            if s in ONLY16:
+                kinds = [("", "bfloat16", False), ("", "bfloat16", True), ("segments=3", "bfloat16", True)]
             for variant, masked_only in VARIANTS.get(s, ()):
                 kinds += [(variant, "float32", True)] + [(variant, "float32", False)] * (not masked_only)
             for variant, dtype, masked in kinds:
@@ -88,10 +92,15 @@ def problem(case: Case):
     """Inputs, params and keep (None unmasked), the same for a case on any machine (seeded by its id)."""
     from redalgebra.runtime.check import random_problem
 
+    from redalgebra.codegen.strategies import get
+
     rng = np.random.default_rng(zlib.crc32(case.cid.encode()))
-    sizes = {**SIZES, **SIZES_FOR.get(case.workload, {})}
+    sizes = {**SIZES, **SIZES_FOR.get(case.workload, {}), **SIZES_OF.get(case.strategy, {})}
+    c = fused_of(case.workload).cascade
+    # a strategy whose blocks share each vector row (columns_mma) gets its vector inputs once for all rows
+    shared = case.strategy != "auto" and get(case.strategy).shared_vectors and any(s.size is None for s in c.inputs)
     inputs, params, keep = random_problem(fused_of(case.workload), case.rows, case.length, rng, case.dtype, sizes,
-                                          masked=case.masked)
+                                          masked=case.masked, shared=shared)
     if keep is not None:
         for r in FULLY_MASKED:
             if -case.rows <= r < case.rows:

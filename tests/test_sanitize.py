@@ -35,11 +35,13 @@ def test_cases_cover_every_real_strategy_and_distinct_cascade_at_every_length(S)
     assert {c.strategy for c in cases} == set(strategies) and {c.workload for c in cases} == set(cascades)
     for w in cascades:
         for s in strategies:
+            first = "bfloat16" if s in S.ONLY16 else "float32"  # (16-bit inputs only: the tensor cores)
             plain = {(c.masked, c.length) for c in cases
-                     if (c.workload, c.strategy, c.variant, c.dtype) == (w, s, "", "float32")}
+                     if (c.workload, c.strategy, c.variant, c.dtype) == (w, s, "", first)}
             assert plain == {(m, n) for m in (False, True) for n in S.LENGTHS}
-    bf16 = [c for c in cases if c.dtype == "bfloat16"]
+    bf16 = [c for c in cases if c.dtype == "bfloat16" and c.strategy not in S.ONLY16]
     assert {c.strategy for c in bf16} == {"rows", "vrows", "auto"} and all(c.masked and not c.variant for c in bf16)
+    assert {c.variant for c in cases if c.strategy == "columns_mma"} == {"", "segments=3"}
     assert {c.variant for c in cases if c.strategy == "rows"} == {"", "group=4+tile=1", "group=128"}
     assert {c.variant for c in cases if c.strategy == "vrows"} == {"", "segments=3", "segments=1+threads=256"}
     assert len({c.cid for c in cases}) == len(cases)  # ids are unique

@@ -67,6 +67,7 @@ class KernelSource:
     scratch: tuple = ()  # multi-kernel strategies: (array name, dtype, "segments" | "rows" | "tiles", width or None)
     out_dtypes: tuple = ()  # ((output name, stored dtype), ...) where not float32
     spec: object = None     # the Spec it was generated for
+    written: tuple = ()     # scratch arrays every launch writes whole before reading them: no zero fill per call
 
 
 def kernel_args(c) -> tuple:

@@ -226,8 +226,8 @@ class _Call:
             stored = getattr(torch, _STORED[np.dtype(arr.dtype).name])
             want = torch.int32 if name.endswith(".index") else per_element.get(name, torch.float32)
             self.outputs.append((name, f"out_{name.replace('.', '_')}", tuple(arr.shape), stored, want))
-        self.scratch = tuple((name, named[name].shape, getattr(torch, np.dtype(named[name].dtype).name))
-                             for name, *_ in src.scratch)
+        self.scratch = tuple((name, named[name].shape, getattr(torch, np.dtype(named[name].dtype).name),
+                              torch.empty if name in src.written else torch.zeros) for name, *_ in src.scratch)
         self.params = tuple((p, params[p.name]) for p in c.params)
         self.numbers: dict = {}  # (param, value) -> its (rows,) device tensor
         # torch's current stream on the device: the raw handle where torch exposes it (no Stream object)
@@ -286,8 +286,8 @@ class _Call:
                 if mine is not None:
                     late[name] = mine  # checked and copied into after the launch
             pointers[arg] = out[name].data_ptr()
-        for name, shape, dtype in self.scratch:
-            t = torch.zeros(shape, dtype=dtype, device=self.device)
+        for name, shape, dtype, make in self.scratch:
+            t = make(shape, dtype=dtype, device=self.device)
             alive.append(t)
             pointers[name] = t.data_ptr()
         stream = self.stream(self.index)

@@ -209,7 +209,12 @@ class ColumnsMmaKernel(ColumnsKernel):
 
 # -- registration ----------------------------------------------------------------------------------------
 def build(fused: FusedCascade, spec: Spec, target: str):
-    return columns_build(fused, spec, target, kernel=ColumnsMmaKernel, name="columns_mma")
+    from dataclasses import replace
+
+    src = columns_build(fused, spec, target, kernel=ColumnsMmaKernel, name="columns_mma")
+    # every entry of the scratch arrays is written before it is read: the scalars (a block per row), the factors
+    # (the padding too), the segments' sums (every block, an empty segment's zeros too)
+    return replace(src, written=tuple(name for name, *_ in src.scratch))
 
 
 def shared_bytes(threads: int) -> int:

@@ -1,6 +1,6 @@
 """Timing on the GPU machine: CUDA-event medians, the copy bandwidth of the same run, CSV rows.
 
-Rules (shared GPU notes): warm up, time many launches, take the median; rotate
+Rules: warm up, time many launches, take the median; rotate
 among input copies whose total exceeds the L2 cache; measure the copy bandwidth
 in the same process and report every kernel as GB/s and as a fraction of it.
 """

@@ -1,6 +1,6 @@
 """Validate every generated CUDA kernel on the GPU against the float64 reference, at realistic sizes.
 
-Run on the GPU machine (see ../shared GPU notes for the numpy wheel):
+Run on the GPU machine (numba-cuda needs numpy 2.4 there; gpu/README.md says how):
     python3 gpu/validate.py --out gpu/results/h200/validate.csv
 Writes one CSV row per workload × strategy × shape with the error of every output.
 """

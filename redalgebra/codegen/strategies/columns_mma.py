@@ -74,9 +74,10 @@ class ColumnsMmaKernel(ColumnsKernel):
 
     def check_launch(self) -> None:
         spec = self.spec
-        if spec.threads not in (32, 64, 128) or (spec.batch, spec.tile, spec.group) != (BM, BK, spec.threads // 32 * BC // 8):
-            raise RedalgebraError(f"columns_mma: blocks of 32, 64 or 128 threads taking {BM} rows, {BC} columns a warp and "
-                                  f"tiles of {BK} elements (the instruction shapes)")
+        shape = (spec.batch, spec.tile, spec.group)
+        if spec.threads not in (32, 64, 128) or shape != (BM, BK, spec.threads // 32 * BC // 8):
+            raise RedalgebraError(f"columns_mma: blocks of 32, 64 or 128 threads taking {BM} rows, {BC} columns a warp "
+                                  f"and tiles of {BK} elements (the instruction shapes)")
         self.red = next(r for r in self.vector_reds)
         factor, vector = self.factors[self.red]
         self.factor, self.x = factor, vector.name
@@ -116,8 +117,8 @@ class ColumnsMmaKernel(ColumnsKernel):
 
     # -- 3. the products ------------------------------------------------------------------------------
     def issue(self, tile: str, stage: str) -> list:
-        """``cp.async`` of tile ``tile`` of the factors (16 rows) and the weights (64 elements × 64 columns) into
-        ``stage``: zeros past the segment's end and past the last column."""
+        """``cp.async`` of tile ``tile`` of the factors (16 rows) and the weights (64 elements × the block's columns)
+        into ``stage``: zeros past the segment's end and past the last column."""
         t = self.spec.threads
         base = f"{stage} * {self.stage}"
         out = [Assign("kt0", f"lo + ({tile}) * {BK}")]
@@ -169,7 +170,8 @@ class ColumnsMmaKernel(ColumnsKernel):
         out += [Assign(f"ac_{j}_{i}", zero) for j in range(BC // 8) for i in range(4)]
         for s_ in range(ahead):
             out += [If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ())]
-        step = [If(f"it + {ahead} < ntile", tuple(self.issue(f"it + {ahead}", f"uint32(it + {ahead}) % uint32({STAGES})"))),
+        stage = f"uint32(it + {ahead}) % uint32({STAGES})"
+        step = [If(f"it + {ahead} < ntile", tuple(self.issue(f"it + {ahead}", stage))),
                 Call("cp_commit", ()), Call(f"cp_wait{ahead}", ()), Barrier(),
                 Assign("sa", f"(uint32(it) % uint32({STAGES})) * {self.stage}")] + self.products() + [Barrier()]
         out.append(For("it", "0", "ntile", tuple(step)))
@@ -230,7 +232,8 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     c = fused.cascade
     n = next(s.size if isinstance(s.size, int) else dict(p.sizes)[s.size] for s in c.inputs if s.size is not None)
     if n % 8:
-        return f"columns_mma: the weight rows are read 16 bytes at a time: {n} columns is not a multiple of 8; use columns"
+        return (f"columns_mma: the weight rows are read 16 bytes at a time: {n} columns is not a multiple of 8; use "
+                f"columns")
     if not p.vec_ok:  # (with a multiple of 8 columns, every weight row then starts on one too)
         return "columns_mma: the weights must start on a 16-byte boundary (cp.async); use columns"
     reps = dict(p.reps)

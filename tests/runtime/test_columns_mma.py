@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from redalgebra import RedalgebraError
 from redalgebra.runtime import compile
@@ -69,3 +71,27 @@ def test_check_gives_columns_mma_its_weights_once_for_all_rows():
 
     (result,) = check(fused("fp8_quant_gemm"), "cudasim", "columns_mma", shapes=((3, 37),), dtypes=("bfloat16",))
     assert result.passed and result.strategy == "columns_mma" and max(result.errors.values()) < 1e-6
+
+
+@settings(max_examples=3, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.integers(1, 18), length=st.integers(1, 100), n=st.sampled_from([8, 24, 72]),
+       dtype=st.sampled_from(["bfloat16", "float16"]), segments=st.sampled_from([None, 2, 3]),
+       masked=st.booleans(), threads=st.sampled_from([None, 64]))
+def test_columns_mma_gives_what_columns_gives(rows, length, n, dtype, segments, masked, threads):
+    # the same factors (float32, FP8-rounded at the row's final scale) summed by the tensor cores and by the CUDA
+    # cores: equal up to float32 summation order, whatever the shape (the float64 reference may round an FP8 factor
+    # on the other side of a tie, so the two kernels are compared with each other)
+    inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16" if dtype == "bfloat16" else "float32",
+                              seed=rows * 1000 + length)
+    if dtype == "float16":
+        inputs = {k: v.astype(np.float16) for k, v in inputs.items()}
+    keep = np.random.default_rng(length).random((rows, length)) > 0.3 if masked else None
+    ours = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma", segments=segments, threads=threads)(
+        inputs, params, keep)["y"]
+    if dtype == "float16":  # columns reads float32 or bfloat16 (the same values: float16 widens exactly)
+        inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
+    cores = compile(fused("fp8_quant_gemm"), "cudasim", "columns")(inputs, params, keep)["y"]
+    scale = max(float(np.abs(cores).max()), 1e-30)
+    assert np.array_equal(np.isnan(ours), np.isnan(cores))
+    assert np.nanmax(np.abs(ours - cores)) <= 1e-5 * scale

@@ -105,7 +105,7 @@ def verify(case, kernel, resolved, inputs, params, keep, raw):
     # with their factors rounded to the 16-bit type
     chosen = get(resolved, "cuda")
     running = kernel.fused.exact_in_reals_only and resolved != "nonincremental" and not chosen.final_scales
-    return judge(kernel.user or kernel.fused, raw, inputs, params, keep, case.dtype, running, chosen.rounds_products)
+    return judge(kernel.user or kernel.fused, raw, inputs, params, keep, case.dtype, running, chosen.rounds(kernel.fused))
 
 
 def _cuda_failure(err: Exception) -> bool:

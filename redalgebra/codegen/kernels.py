@@ -52,6 +52,16 @@ LANE_SUM = {"lanes": "rt_lane_sum({v})", "lanes_shared": "rt_lane_sum_shared({v}
 FULL = "0xFFFFFFFF"
 
 
+#: A "tiles" scratch array holds a value per element, each row padded with zeros to a multiple of this many elements
+#: (whole tiles for the kernels that stage it: columns_mma's factors).
+SCRATCH_TILE = 64
+
+
+def scratch_shape(layout: str, rows: int, length: int, nseg: int) -> tuple:
+    """The leading shape of a scratch array of ``layout`` (a width, when it has one, follows)."""
+    return {"rows": (rows,), "segments": (rows, nseg), "tiles": (rows, -(-length // SCRATCH_TILE) * SCRATCH_TILE)}[layout]
+
+
 @dataclass(frozen=True)
 class KernelSource:
     """Generated module text and how to call its kernel."""

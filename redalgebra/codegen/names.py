@@ -28,7 +28,7 @@ BARE = frozenset("""
     seg seglen stride t tid u warp wsrc uint16 uint32
     cc ce cl cq d0 d1 gend grows rt inexact live seen it b0 b1 b2 b3 kb kcol krow lg lt ntile ntr qw sm smw split st tl
     u0 u1 v0 v1 vcol vrow sb
-    lf rem bt ngrp tq sa fr fk wk wc segl rw kt0 fac a0 a1 a2 a3 cb kx fx lc r0 factors scalars tiles
+    lf rem bt ngrp lv tq sa fr fk wk wc segl rw kt0 fac a0 a1 a2 a3 cb kx fx lc r0 factors scalars tiles
 """.split())
 #: What comes before the first underscore of the generator's other identifiers (``s_m``, ``e_x_0_1``).
 PREFIXES = frozenset("""

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..codegen import KernelSource, Problem, Spec, generate
+from ..codegen.kernels import scratch_shape
 from ..codegen.strategies import for_target, get
 from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns import scalars_fuse as columns_scalars_fuse
-from ..codegen.strategies.columns_mma import BK as TILE
 from ..codegen.strategies.columns_mma import applicable as columns_mma_applicable
 from ..codegen.strategies.columns_mma import exact_factors as columns_exact
 from ..codegen.strategies.mma import applicable as mma_applicable
@@ -338,9 +338,7 @@ class Kernel:
         nseg = extra.get("nseg", 1)
         named.update(rows=rows, length=length, nseg=nseg, seglen=-(-length // nseg))
         for name, dtype, layout, width in src.scratch:
-            # "tiles": a value per element, the row padded to whole tiles (columns_mma's)
-            shape = (rows, nseg) if layout == "segments" else (rows, -(-length // TILE) * TILE) if layout == "tiles" \
-                else (rows,)
+            shape = scratch_shape(layout, rows, length, nseg)
             named[name] = np.zeros(shape + (() if width is None else (src.constants[width],)), dtype)
         return src, module, named, outs, rows
 
@@ -602,9 +600,10 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     wide = vrows_too_wide(fused, sizes or {})
     # a cast (fp8) rounds at a running scale in a one-pass kernel: the level order rounds at the final one
     if columns_refusal(fused) is None and (shared > 1 or wide or fused.exact_in_reals_only):
-        # the products on the tensor cores where the factors are exact in the weights' 16-bit type (FP8)
+        # the products on the tensor cores where the factors are exact in the weights' 16-bit type (FP8) and the
+        # call suits them (its applicability asks the weights shared by whole blocks of rows)
         exact = problem is not None and columns_exact(fused) and columns_mma_applicable(fused, problem) is None
-        return "columns_mma" if exact and shared >= min(rows, MMA_ROWS) else "columns"
+        return "columns_mma" if exact else "columns"
     if vrows_refusal(fused) is None and not wide:
         return "vrows"
     widest = max((sizes or {}).get(s.size, s.size if isinstance(s.size, int) else 0) for s in vectors)

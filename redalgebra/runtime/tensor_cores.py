@@ -45,28 +45,29 @@ def _shared_flat(s):
     return np.asarray(getattr(s, "_ary", s)).reshape(-1)
 
 
-def _sim_cp_async16(s, sidx, a, row, col, nbytes):
+def _sim_stage(name, s, sidx, source, nbytes):
+    """A copy's 8 16-bit values (``source()``, read only when ``nbytes`` is 16) into ``s[sidx:sidx+8]``, else zeros."""
     dst = _shared_flat(s).view(np.uint16)
     if int(sidx) % 8 or not 0 <= int(sidx) <= dst.size - 8:
-        raise IndexError(f"cp_async16: shared index {sidx} is misaligned or outside {dst.size} 16-bit values")
-    src = _span(a, row, col, 8, _B16 + _F16).view(np.uint16)
-    dst[int(sidx):int(sidx) + 8] = src if int(nbytes) == 16 else 0
+        raise IndexError(f"{name}: shared index {sidx} is misaligned or outside {dst.size} 16-bit values")
+    dst[int(sidx):int(sidx) + 8] = source() if int(nbytes) == 16 else 0
+
+
+def _sim_cp_async16(s, sidx, a, row, col, nbytes):
+    _sim_stage("cp_async16", s, sidx, lambda: _span(a, row, col, 8, _B16 + _F16).view(np.uint16), nbytes)
 
 
 def _sim_cp_async16_at(s, sidx, a, offset, nbytes):
-    dst = _shared_flat(s).view(np.uint16)
-    if int(sidx) % 8 or not 0 <= int(sidx) <= dst.size - 8:
-        raise IndexError(f"cp_async16_at: shared index {sidx} is misaligned or outside {dst.size} 16-bit values")
     ary = getattr(a, "_ary", a)
     if not ary.flags.c_contiguous or ary.dtype.name not in _B16 + _F16:
         raise TypeError(f"cp_async16_at: need a C-contiguous array of 16-bit values, got {ary.dtype} {ary.shape}")
     flat, at = ary.reshape(-1).view(np.uint16), int(offset)
-    if int(nbytes) == 16:
+
+    def source():
         if at % 8 or not 0 <= at <= flat.size - 8:
             raise IndexError(f"cp_async16_at: element {at} is misaligned or outside an array of {flat.size}")
-        dst[int(sidx):int(sidx) + 8] = flat[at:at + 8]
-    else:
-        dst[int(sidx):int(sidx) + 8] = 0
+        return flat[at:at + 8]
+    _sim_stage("cp_async16_at", s, sidx, source, nbytes)
 
 
 def _sim_nothing():
@@ -203,12 +204,18 @@ def cp_async16(typingctx, s, sidx, a, row, col, nbytes):
         raise TypingError(f"cp_async16: the source size must be an integer, got {nbytes}")
 
     def codegen(context, builder, sig, args):
-        dst = _shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        src = _pointer(context, builder, _Sig(sig.args[2:5]), args[2:5], ir.IntType(16))
-        size = context.cast(builder, args[5], sig.args[5], types.int32)
-        _side_effect(builder, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r", [dst, src, size])
-        return context.get_dummy_value()
+        return _cp_async(context, builder, sig, args, _pointer(context, builder, _Sig(sig.args[2:5]), args[2:5],
+                                                               ir.IntType(16)))
     return types.void(s, sidx, a, row, col, nbytes), codegen
+
+
+def _cp_async(context, builder, sig, args, src):
+    """``cp.async.cg`` of 16 bytes from global ``src`` to ``s[sidx]`` (the first two arguments), the source size the
+    last."""
+    dst = _shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+    size = context.cast(builder, args[-1], sig.args[-1], types.int32)
+    _side_effect(builder, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r", [dst, src, size])
+    return context.get_dummy_value()
 
 
 @_device(_sim_cp_async16_at)
@@ -224,13 +231,10 @@ def cp_async16_at(typingctx, s, sidx, a, offset, nbytes):
             raise TypingError(f"cp_async16_at: the {what} must be an integer, got {v}")
 
     def codegen(context, builder, sig, args):
-        dst = _shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1])
         ary = context.make_array(sig.args[2])(context, builder, args[2])
         p = builder.gep(ary.data, [context.cast(builder, args[3], sig.args[3], types.intp)], inbounds=True)
         src = builder.addrspacecast(builder.bitcast(p, ir.IntType(16).as_pointer()), ir.IntType(16).as_pointer(1))
-        size = context.cast(builder, args[4], sig.args[4], types.int32)
-        _side_effect(builder, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r", [dst, src, size])
-        return context.get_dummy_value()
+        return _cp_async(context, builder, sig, args, src)
     return types.void(s, sidx, a, offset, nbytes), codegen
 
 

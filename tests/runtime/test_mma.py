@@ -160,10 +160,14 @@ def test_a_causal_mask_written_in_the_cascade_skips_the_tiles_no_row_sees():
     f = fused("alibi_attention")
     kernel = compile(f, "cudasim", "mma")
     inputs, params, _ = _problem("alibi_attention", 1, 40, 150, 16, "float16", False, True, seed=9)
-    params["qpos"] = np.arange(40, dtype=np.float32) + 5  # causal: row r sees keys 0 … r + 5 (tiles 1, 2: none)
-    out = kernel(inputs, params)["y"]
+    params["qpos"] = np.arange(40, dtype=np.float32) * 3 + 5  # row r sees keys 0 … 3 r + 5: tiles 0, 1 (tile 2: none)
     wide = {k: np.repeat(v.astype(np.float64), 40, 0) for k, v in inputs.items()}
     ref = evaluate(workloads.get("alibi_attention").cascade, wide, params)["y"]
+    # NaN keys and values in the tile no row sees: loaded and computed, its masked factors (0) times NaN would be NaN
+    for name in ("k", "v"):
+        inputs[name][:, 128:] = np.nan
+    out = kernel(inputs, params)["y"]
+    assert np.isfinite(out).all()
     assert np.abs(out - ref).max() <= (TOLERANCE["float16"] + STORE_ROUNDING["float16"]) * np.abs(ref).max()
     spec = kernel.spec_for(40, 150, {"k": "float16", "v": "float16"}, {"d": 16}, reps={"k": 40, "v": 40})[1]
     assert MmaKernel(f, spec).gate is not None and MmaKernel(fused("attention"), spec).gate is None

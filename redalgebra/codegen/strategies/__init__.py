@@ -51,10 +51,15 @@ class Strategy:
     shared_states: bool = False       # every thread's state in shared memory (threads fitted to it)
     final_scales: bool = False        # every reduction folded with its dependencies final (level order): a cast
     #                                   such as fp8 rounds at the row's final scale, as the unfused form does
-    rounds_products: bool = False     # factors enter tensor-core products in the vector inputs' 16-bit type
+    rounds_products: bool | Callable = False  # factors enter tensor-core products in the vector inputs' 16-bit
+    #                                   type; a callable (fused -> bool) where that depends on the cascade
     vector_multiple: int = 1          # vectors must have a multiple of this many components (the tensor cores: 16)
     cc: tuple = (9, 0)                # the compute capability its PTX is built for (wgmma: sm_90a, (9, 0, "a"))
     shared_vectors: bool = False      # needs each vector row shared by a block's rows (check gives them once)
+
+    def rounds(self, fused) -> bool:
+        """Whether this strategy rounds ``fused``'s factors before a product (``check`` then allows that rounding)."""
+        return self.rounds_products(fused) if callable(self.rounds_products) else self.rounds_products
 
 
 REGISTRY: dict[str, Strategy] = {}

@@ -11,8 +11,9 @@ on ``mma.sync.m16n8k16``:
 2. **The factors**, one kernel: ``F[m, k]`` in the weights' 16-bit type, zero past the row's end (and where a mask
    drops the element), the rows padded to a whole number of 64-element tiles. An FP8 factor is exact in either
    16-bit type (e4m3 has 4 significant bits and exponents -9 … 8), so the products are exact and only the float32
-   summation order differs from the unfused reference; any other factor is rounded to the weights' type, as
-   FlashAttention rounds its probabilities (``Strategy.rounds_products``).
+   summation order differs from the unfused reference (``check`` holds it to the float32 tolerance); any other
+   factor is rounded to the weights' type, as FlashAttention rounds its probabilities (``Strategy.rounds_products``:
+   ``check`` allows that rounding once more).
 3. **The product.** A block takes 16 rows, 64 columns per warp (256 with four warps: each weight row's 512 bytes
    are read in one piece) and a segment of the axis; tiles of 64 elements of ``F`` (16 × 64) and ``w`` (64 × 256)
    are staged by ``cp.async``, three in flight (rows padded by 16 bytes: the rows an ``ldmatrix`` reads fall in
@@ -33,14 +34,16 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ...ir.functions import RoundE4M3
 from ..emit import Spec
+from ..kernels import SCRATCH_TILE
 from ..tree import Assign, Barrier, Call, For, If, Load, Store
 from . import BUSY_BLOCKS, Problem, Strategy, register
 from .columns import ColumnsKernel, build as columns_build, refusal as columns_refusal, split_body
 from .products import KINDS
 
-#: Rows of a block (the m16 of the instruction), columns per warp, elements of a tile, tiles in the stages.
-BM, BC, BK, STAGES = 16, 64, 64, 3
-#: Threads of a block on the GPU (a warp per 16-element slice of a tile) and in the simulator (one warp).
+#: Rows of a block (the m16 of the instruction), columns per warp, elements of a tile (the factors' rows are padded
+#: to whole tiles: a "tiles" scratch array), tiles in the stages.
+BM, BC, BK, STAGES = 16, 64, SCRATCH_TILE, 3
+#: Threads of a block on the GPU (a warp per 64 columns: 256 a block) and in the simulator (one warp).
 THREADS, SIM_THREADS = 128, 32
 #: 16-bit units of a staged row: 64 values and 16 bytes of padding.
 PITCH = BK + 8
@@ -62,7 +65,7 @@ def refusal(fused: FusedCascade, dtypes: dict | None = None) -> str | None:
     if dtypes is not None and kind not in KINDS:
         return (f"columns_mma: the tensor cores take bfloat16 or float16 weights; {vector.name} is "
                 f"{kind or 'float32'}: use columns")
-    if kind == "float16" and not isinstance(factor, RoundE4M3):
+    if kind == "float16" and not exact_factors(fused):
         # float16 tops out at 65504: an FP8 factor (|f| <= 448) fits, another may not
         return (f"columns_mma: with float16 weights only FP8 factors (fp8(...)) are known to fit float16's range; "
                 f"{vred[0].name}'s is {factor}: use columns or bfloat16 weights")
@@ -224,13 +227,23 @@ def shared_bytes(threads: int) -> int:
     return STAGES * (BM * PITCH + BK * (threads // 32 * BC + 8)) * 2
 
 
+def _threads(p: Problem) -> int:
+    return p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
+
+
+def _columns(fused: FusedCascade, p: Problem) -> int:
+    """The weight rows' length (columns of the output)."""
+    return next(s.size if isinstance(s.size, int) else dict(p.sizes)[s.size] for s in fused.cascade.inputs
+                if s.size is not None)
+
+
 def applicable(fused: FusedCascade, p: Problem) -> str | None:
     """Why ``columns_mma`` does not suit this call (None: it does)."""
     reason = refusal(fused, dict(p.dtypes))
     if reason is not None:
         return reason
     c = fused.cascade
-    n = next(s.size if isinstance(s.size, int) else dict(p.sizes)[s.size] for s in c.inputs if s.size is not None)
+    n = _columns(fused, p)
     if n % 8:
         return (f"columns_mma: the weight rows are read 16 bytes at a time: {n} columns is not a multiple of 8; use "
                 f"columns")
@@ -241,7 +254,7 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     if share < p.rows and share % BM:
         return (f"columns_mma: a block's {BM} rows share one weight matrix; here each is shared by {share} rows (not a "
                 f"multiple of {BM}): use columns")
-    threads = p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
+    threads = _threads(p)
     if threads not in (32, 64, 128):
         return f"columns_mma: blocks of 32, 64 or 128 threads (a warp per 64 columns), got {threads}"
     for name, fixed in (("tile", BK), ("batch", BM), ("group", threads // 32 * BC // 8)):
@@ -252,14 +265,12 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
 
 
 def configure(fused: FusedCascade, p: Problem) -> dict:
-    """128 threads (32 in the simulator), 16 rows by 64 columns by tiles of 64 elements per block, segments of the
-    axis across blocks until the GPU is busy (at least four tiles each)."""
+    """128 threads (32 in the simulator): blocks of 16 rows, 64 columns a warp and tiles of 64 elements, segments of
+    the axis across blocks until the GPU is busy (at least four tiles each)."""
     reason = applicable(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
-    c = fused.cascade
-    n = next(s.size if isinstance(s.size, int) else dict(p.sizes)[s.size] for s in c.inputs if s.size is not None)
-    threads = p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
+    n, threads = _columns(fused, p), _threads(p)
     bc = threads // 32 * BC
     blocks = -(-p.rows // BM) * -(-n // bc)
     tiles = -(-p.length // BK)
@@ -282,7 +293,8 @@ def grid(rows: int, spec: Spec, named) -> dict:
 
 register(Strategy("columns_mma", "cuda", "columns' level order with the products F·W on the tensor cores (mma.sync): "
                   "the factors in the weights' 16-bit type (FP8 ones exactly), tiles staged by cp.async", build,
-                  configure, grid, final_scales=True, rounds_products=True, vector_multiple=8, shared_vectors=True))
+                  configure, grid, final_scales=True, rounds_products=lambda fused: not exact_factors(fused),
+                  vector_multiple=8, shared_vectors=True))
 
 
 def exact_factors(fused: FusedCascade) -> bool:

@@ -140,7 +140,6 @@ class MmaKernel(TreeKernel):
         if not 2 <= self.stages <= MOST_STAGES:
             raise RedalgebraError(f"mma: 2 to {MOST_STAGES} stages of tiles, got {self.stages}")
         self.pitch, self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm, self.stages)
-        self.nt = BN // 8
         self.gate = gate(fused, self.prologue, self.bodies, self.factors)
         self.whole, self.kept = False, set()
 
@@ -360,14 +359,16 @@ class MmaKernel(TreeKernel):
         # in a whole tile every element is in the row; else 32 bits (``rem``: the row's elements from ``lt`` on)
         tests = [] if self.whole else [f"({8 * j + (i & 1)} < rem)"]
         if self.spec.has_keep:  # the mask read at a clamped position, so that both tests are computed (no branch)
-            tests.append(f"(keep[rc_{2 * m + (i >> 1)}, min({at}, length - 1)] != 0)")
+            tests.append(f"(keep[rc_{2 * m + (i >> 1)}, {at if self.whole else f'min({at}, length - 1)'}] != 0)")
         return " & ".join(tests) or None
 
     def elements(self) -> list:
         """The per-element inputs and lets of the thread's 32 elements (``lt``: its first element's position)."""
         out = [Assign("lt", "kb + 2 * t"), Assign("lf", "float32(lt)"), Assign("rem", f"int32(min(length - lt, {BN}))")]
         for m, j, i in self.slots():
-            h, at = 2 * m + (i >> 1), f"min(lt + {8 * j + (i & 1)}, length - 1)"
+            # a whole tile's elements are all in the row; a partial tile's past it read the last (and do not count)
+            at = f"lt + {8 * j + (i & 1)}" if self.whole else f"min(lt + {8 * j + (i & 1)}, length - 1)"
+            h = 2 * m + (i >> 1)
             for x in self.sin:
                 dt = self.dtypes.get(x, "float32")
                 rr = f"uint32(rc_{h}) // uint32(rep_{x})"
@@ -539,27 +540,30 @@ class MmaKernel(TreeKernel):
         # a commit group per tile (empty past the last), ``stages - 1`` tiles loading ahead of the one computed
         ahead = self.stages - 1
         out += self.copy_setup() + [Assign("ntile", f"(length + {BN - 1}) // {BN}")]
+        if self.gate is not None:  # ``lv``: bit k, whether tile it + k is live (found when its copies are issued)
+            out.append(Assign("lv", "0"))
         for s_ in range(ahead):
-            out += [If(f"{s_} < ntile", tuple(self.loads(str(s_), str(s_)))), Call("cp_commit", ())]
+            out += [If(f"{s_} < ntile", tuple(self.loads(str(s_), str(s_), s_))), Call("cp_commit", ())]
         # the stage as an unsigned remainder (a signed one is five instructions more)
         stage = f"uint32(it + {ahead}) % uint32({self.stages})"
-        step = [If(f"it + {ahead} < ntile", tuple(self.loads(f"it + {ahead}", stage))),
+        step = [If(f"it + {ahead} < ntile", tuple(self.loads(f"it + {ahead}", stage, ahead))),
                 Call("cp_commit", ()), Call(f"cp_wait{ahead}", ())]
         step += self.landed() + [Barrier(), Assign("st", f"uint32(it) % uint32({self.stages})")]
         if self.gate is None:
             step += self.tile() + [Barrier()]
         else:  # a tile that no row of the block sees (above a causal diagonal) is skipped whole
-            step += self.live() + [If("live", tuple(self.tile())), Barrier()]
+            step += [If("lv & 1", tuple(self.tile())), Barrier(), Assign("lv", "lv >> 1")]
         return out + [For("it", "0", "ntile", tuple(step))]
 
-    def loads(self, tile: str, stage: str) -> list:
-        """The copies of tile ``tile`` into stage ``stage``; with a gate, only when some row of the block sees the
-        tile (a causal mask: the key and value tiles above the diagonal are not read at all)."""
+    def loads(self, tile: str, stage: str, ahead: int) -> list:
+        """The copies of tile ``tile`` (``ahead`` tiles after the one computed) into stage ``stage``; with a gate, only
+        when some row of the block sees the tile (a causal mask: the key and value tiles above the diagonal are not
+        read at all), and bit ``ahead`` of ``lv`` says so for when the tile is computed."""
         if self.gate is None:
             return self.issue(tile, stage)
-        return self.live(tile) + [If("live", tuple(self.issue(tile, stage)))]
+        return self.live(tile) + [Assign("lv", f"lv | (live << {ahead})"), If("live", tuple(self.issue(tile, stage)))]
 
-    def live(self, tile: str = "it") -> list:
+    def live(self, tile: str) -> list:
         """``live``: whether the gate's condition holds for some element of tile ``tile`` and row of the block (sets
         ``kb`` and ``lt`` for that tile)."""
         _, cond = self.gate

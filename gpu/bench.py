@@ -34,7 +34,7 @@ from harness import Progress, Row, copies_for, copy_bandwidth, environment, medi
 
 from redalgebra import parse, workloads  # noqa: E402
 from redalgebra.derive import derive  # noqa: E402
-from redalgebra.runtime import as_bfloat16, compile  # noqa: E402
+from redalgebra.runtime import as_bfloat16, as_e4m3, compile  # noqa: E402
 from redalgebra.runtime.check import STORE_ROUNDING  # noqa: E402
 
 FP8_QUANT = """\
@@ -111,13 +111,16 @@ def fused_of(name_or_text: str):
 
 
 def ours_input(t: torch.Tensor):
-    """A torch tensor as our kernels take it (bfloat16 as bit patterns)."""
+    """A torch tensor as our kernels take it (bfloat16 as bit patterns, e4m3 as bytes)."""
+    if t.dtype == torch.float8_e4m3fn:
+        return as_e4m3(t.view(torch.uint8))
     return as_bfloat16(t.view(torch.int16)) if t.dtype == torch.bfloat16 else t
 
 
 def as_tensors(inputs: dict) -> dict:
     """Inputs as a user passes them: the torch tensors behind ``ours_input``'s bit patterns."""
-    return {k: v.bits.view(torch.bfloat16) if hasattr(v, "bits") else v for k, v in inputs.items()}
+    kinds = {"bfloat16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}
+    return {k: v.bits.view(kinds[v.dtype]) if hasattr(v, "bits") else v for k, v in inputs.items()}
 
 
 # -- cases ---------------------------------------------------------------------------------------------
@@ -333,9 +336,12 @@ def case_cross_entropy(rows, vocab, dtype, candidates, label):
                 nbytes + rows * 4 + rows * 4, candidates, outputs=("loss",), tol=1e-5)
 
 
-def case_fp8_gemm(m, hidden, n, candidates):
+def case_fp8_gemm(m, hidden, n, candidates, weights="float16"):
+    """FP8 per-token quantisation + GEMM; our weights ``float16`` or ``e4m3`` bytes (the baselines': e4m3 always)."""
     x = randn((m, hidden), "bfloat16")
     w = randn((hidden, n), "float16", 0.05)
+    if weights == "e4m3":  # the same values for us and for the baselines
+        w = w.to(torch.float8_e4m3fn)
     wq = w.t().contiguous().to(torch.float8_e4m3fn)           # (N, K) for _scaled_mm's column-major operand
     sw = torch.ones(1, n, device="cuda", dtype=torch.float32)
 
@@ -346,14 +352,16 @@ def case_fp8_gemm(m, hidden, n, candidates):
     weight_bytes = hidden * n
     base = [("eager quant + torch._scaled_mm", lambda x: quant_mm(x, fp8_quant_eager), weight_bytes + m * hidden * 2),
             ("torch.compile quant + torch._scaled_mm", lambda x: quant_mm(x, compiled_quant), weight_bytes + m * hidden * 2)]
-    inputs = {"x": ours_input(x), "w": w.view(1, hidden, n)}
+    inputs = {"x": ours_input(x), "w": ours_input(w.view(1, hidden, n))}
 
     def reference(x):
         xq, sx = fp8_quant_eager(x)
         return {"y": (xq.double() @ w.double()) * sx.double()}
-    return Case("fp8_quant_gemm", f"M{m} K{hidden} N{n}", "bfloat16", fused_of("fp8_quant_gemm"), [(inputs, {}, (x,))],
-                base, reference, hidden * n * 2 + m * hidden * 2 + m * n * 4, candidates, flops=2.0 * m * hidden * n,
-                tol=0.1, note="our weights are float16 (the kernels read no fp8 bytes): twice the baseline's weight bytes")
+    item, label = (1, " e4m3 weights") if weights == "e4m3" else (2, "")
+    note = "" if weights == "e4m3" else "our weights are float16: twice the baseline's weight bytes"
+    return Case("fp8_quant_gemm", f"M{m} K{hidden} N{n}{label}", "bfloat16", fused_of("fp8_quant_gemm"),
+                [(inputs, {}, (x,))], base, reference, hidden * n * item + m * hidden * 2 + m * n * 4, candidates,
+                flops=2.0 * m * hidden * n, tol=0.1, note=note)
 
 
 def rmsnorm_gemm_eager(x, g, w, eps):
@@ -425,7 +433,8 @@ def all_cases(quick: bool) -> dict:
         "ce": [lambda v=v, lab=lab: case_cross_entropy(8192, v, "bfloat16", ("rows", "rows@512g512"), lab)
                for v, lab in ((32000, "LLaMA-2"), (128256, "LLaMA-3"))],
         "fp8gemm": [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns", "columns@128s38"))
-                    for m in (1, 16)] + [lambda: case_fp8_gemm(4096, 7168, 7168, ("columns_mma",))],
+                    for m in (1, 16)] + [lambda: case_fp8_gemm(4096, 7168, 7168, ("columns_mma",))]
+        + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns"), "e4m3") for m in (1, 16)],
         "normgemm": [lambda m=m: case_rmsnorm_gemm(m, 4096, 4096, ("columns_mma", "columns", "columns@128s38"))
                      for m in (1, 16)] + [lambda: case_rmsnorm_gemm(4096, 4096, 4096, ("columns_mma",))],
         "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")

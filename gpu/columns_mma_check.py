@@ -15,13 +15,15 @@ import numpy as np
 
 import redalgebra as ra
 from redalgebra import evaluate, workloads
-from redalgebra.runtime.compile import as_bfloat16, bfloat16_to_float
+from redalgebra.runtime.compile import as_bfloat16, as_e4m3, bfloat16_to_float, to_float
 
 #: (workload, rows, length, columns, weights' dtype, segments, masked)
 CASES = [("fp8_quant_gemm", 17, 1001, 72, "bfloat16", None, True),   # a partial row block, tile, column warp
          ("fp8_quant_gemm", 1, 7168, 256, "float16", 3, False),       # three segments, one token
          ("fp8_quant_gemm", 40, 64, 8, "bfloat16", None, False),      # one tile, eight columns
-         ("rmsnorm_gemm", 5, 333, 136, "bfloat16", 2, True)]
+         ("rmsnorm_gemm", 5, 333, 136, "bfloat16", 2, True),
+         ("fp8_quant_gemm", 17, 1001, 80, "e4m3", None, True),        # e4m3 weights (x in bfloat16)
+         ("fp8_quant_gemm", 3, 7168, 512, "e4m3", 3, False)]
 
 
 def run(name, rows, length, n, dtype, segments, masked, seed=0) -> tuple[bool, float]:
@@ -30,7 +32,10 @@ def run(name, rows, length, n, dtype, segments, masked, seed=0) -> tuple[bool, f
     wide, inputs = {}, {}
     for s in c.inputs:
         a = rng.normal(size=(rows, length) if s.size is None else (1, length, n)).astype(np.float32)
-        if dtype == "bfloat16":
+        if dtype == "e4m3" and s.size is not None:  # e4m3 weights, the activations in bfloat16
+            inputs[s.name] = as_e4m3(a)
+            wide[s.name] = to_float(inputs[s.name]).astype(np.float64)
+        elif dtype in ("bfloat16", "e4m3"):
             inputs[s.name] = as_bfloat16(a)
             wide[s.name] = bfloat16_to_float(inputs[s.name].bits).astype(np.float64)
         else:

@@ -13,7 +13,7 @@ from .errors import (BudgetExhausted, CascadeError, CascadeSyntaxError, Evaluati
                      NotFusableError, RedalgebraError)
 from .ir import Cascade, CascadeBuilder, build_graph, evaluate, parse, reduction_dependencies
 from .plotting import draw
-from .runtime import as_bfloat16, compile, torch_op  # noqa: A004 - compile: the contract's name (DESIGN §4)
+from .runtime import as_bfloat16, as_e4m3, compile, torch_op  # noqa: A004 - compile: the contract's name (DESIGN §4)
 
 __version__ = "0.1.0"
 
@@ -25,7 +25,7 @@ __all__ = [
     # derive
     "Analysis", "FusedCascade", "analyze", "derive",
     # runtime
-    "as_bfloat16", "compile", "torch_op",
+    "as_bfloat16", "as_e4m3", "compile", "torch_op",
     # catalogue
     "workloads",
     # errors

@@ -272,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"on cpu: {', '.join(strategy_names('cpu'))}; on cuda and cudasim: "
                         f"{', '.join(strategy_names('cuda'))} (the simulator runs the shuffle-free twin "
                         f"of one that has it); or auto (the default on cuda: chosen per shape)")
-    p.add_argument("--dtype", action="append", choices=("float32", "float16", "bfloat16"), default=None,
+    p.add_argument("--dtype", action="append", choices=("float32", "float16", "bfloat16", "e4m3"), default=None,
                    help="input dtype (repeat for several; default float32)")
     p.add_argument("--json", action="store_true")
     _budget_option(p)
@@ -282,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", default="auto", metavar="S",
                    help=f"one of: {', '.join(strategy_names('cuda'))}, auto (the default: chosen per shape, "
                         f"as compile(..., backend='cuda') does)")
-    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "e4m3"), default="float32",
                    help="every input's dtype (default float32)")
     p.add_argument("--length", type=int, default=4096, metavar="L", help="elements per row (default 4096)")
     p.add_argument("--rows", type=int, default=1024, metavar="R", help="rows (default 1024)")

@@ -88,7 +88,7 @@ class Layout:
 
     def load(self, name: str) -> str:
         """The function that widens one stored element of input ``name`` to float32."""
-        return "rt_bf16" if dict(self.spec.dtypes).get(name) == "bfloat16" else "float32"
+        return {"bfloat16": "rt_bf16", "e4m3": "rt_e4m3"}.get(dict(self.spec.dtypes).get(name), "float32")
 
     def size_const(self, size) -> str:
         if isinstance(size, int):

@@ -84,7 +84,7 @@ class If:
 class Load:
     """``targets = array[index, col : col + width]`` in one instruction of ``width`` elements.
 
-    ``dtype`` is the stored type (``float32``, ``bfloat16``, ``float16``); the targets receive
+    ``dtype`` is the stored type (``float32``, ``bfloat16``, ``float16``, ``e4m3``); the targets receive
     float32. Width 1 is a plain (widened) scalar load.
     """
 
@@ -145,19 +145,20 @@ class Comment:
 
 Stmt = Assign | Local | Shared | For | While | If | Load | Store | Shuffle | Barrier | Call | Comment
 
-_WIDE = {("float32", 4): "ld_f32x4", ("bfloat16", 8): "ld_b16x8", ("float16", 8): "ld_h16x8"}
+_WIDE = {("float32", 4): "ld_f32x4", ("bfloat16", 8): "ld_b16x8", ("float16", 8): "ld_h16x8",
+         ("e4m3", 16): "ld_e4m3x16"}
 _WIDE_STORE = {("float32", 4): "st_f32x4", ("bfloat16", 8): "st_b16x8", ("float16", 8): "st_h16x8",
                ("e4m3", 4): "st_e4m3x4"}
 # ``{r}`` indexes (``rr, l`` for a 3-D array), ``{rt}`` is the row as an intrinsic takes it (``(rr, l)``)
 _SCALAR_LOAD = {"float32": "float32({a}[{r}, {c}])", "float16": "float32({a}[{r}, {c}])",
-                "bfloat16": "ld_b16({a}, {rt}, {c})"}
+                "bfloat16": "ld_b16({a}, {rt}, {c})", "e4m3": "ld_e4m3({a}, {rt}, {c})"}
 _SCALAR_STORE = {"float32": "{a}[{r}, {c}] = {v}", "float16": "st_h16({a}, {rt}, {c}, {v})",
                  "bfloat16": "st_b16({a}, {rt}, {c}, {v})", "e4m3": "{a}[{r}, {c}] = e4m3({v})"}
 #: Intrinsics a printed tree may call (imported by the generated module on the CUDA back ends).
-INTRINSICS = ("ld_f32x4", "ld_b16x8", "ld_h16x8", "st_f32x4", "st_b16x8", "st_h16x8", "st_e4m3x4", "ld_b16",
+INTRINSICS = ("ld_f32x4", "ld_b16x8", "ld_h16x8", "ld_e4m3", "ld_e4m3x16", "st_f32x4", "st_b16x8", "st_h16x8", "st_e4m3x4", "ld_b16",
               "st_b16", "st_h16", "e4m3", "fast_exp", "max_nan", "min_nan", "div_full", "pick")
 #: ... and those of ``redalgebra.runtime.tensor_cores``.
-TENSOR_CORES = ("cp_async16", "cp_async16_at", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
+TENSOR_CORES = ("cp_async16", "cp_async16_at", "e4m3_f16x16", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
                 "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
                 "wgmma_ss_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_hold",
                 "fence_async")

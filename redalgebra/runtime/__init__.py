@@ -8,7 +8,7 @@ May import: every layer below, numba and numba-cuda; torch only in :mod:`.tensor
 tensors in and out, ``torch_op``), lazily and only when a caller uses it; never matplotlib.
 """
 
-from .compile import BFloat16, Kernel, as_bfloat16, compile
+from .compile import E4M3, BFloat16, Kernel, as_bfloat16, as_e4m3, compile
 
 
 def torch_op(fused, name=None, strategy=None):
@@ -18,4 +18,4 @@ def torch_op(fused, name=None, strategy=None):
     return make(fused, name, strategy)
 
 
-__all__ = ["BFloat16", "Kernel", "as_bfloat16", "compile", "torch_op"]
+__all__ = ["BFloat16", "E4M3", "Kernel", "as_bfloat16", "as_e4m3", "compile", "torch_op"]

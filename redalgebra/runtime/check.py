@@ -22,9 +22,9 @@ from ..errors import RedalgebraError
 from ..ir import evaluate
 from ..ir.reference import bind, check_keep, eval_expr, run_unfused
 from .backends import cuda_module
-from .compile import BFloat16, as_bfloat16, bfloat16_to_float, compile, to_float
+from .compile import Encoded, as_bfloat16, as_e4m3, compile, to_float
 
-TOLERANCE = {"float32": 1e-4, "float16": 1e-4, "bfloat16": 1e-4}  # against the reference on the same rounded inputs
+TOLERANCE = {"float32": 1e-4, "float16": 1e-4, "bfloat16": 1e-4, "e4m3": 1e-4}  # against the reference on the same rounded inputs
 CAST_TOLERANCE = 0.1  # e4m3 keeps 3 mantissa bits: one rounding moves a value by up to 6.25 %
 # an output stored in a narrower type is rounded once more, by up to half a unit in its last place
 # (relative to the value: 2^-8 of it for bfloat16, 2^-11 for float16, so at most that of the largest)
@@ -78,7 +78,8 @@ def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="floa
             flat = values[1].reshape(length, -1)
             flat[-1] = flat[int(np.argmax(flat[:, 0]))]  # a tie for the largest value
             flat[0, 0] = -1e-40 if (s.sign or ">")[0] == "<" else 1e-40
-        inputs[s.name] = as_bfloat16(values.astype(np.float32)) if dtype == "bfloat16" else values.astype(dtype)
+        wrap = {"bfloat16": as_bfloat16, "e4m3": as_e4m3}.get(dtype)
+        inputs[s.name] = wrap(values.astype(np.float32)) if wrap else values.astype(dtype)
     params = {}
     for p in c.params:
         if getattr(p, "integer", False):  # an index along the axis per row (a label, a query position)
@@ -163,9 +164,9 @@ def judge(fused: FusedCascade, raw: dict, inputs: dict, params: dict, keep, dtyp
     """(passed, per-output errors, tolerance) of a kernel's outputs ``raw`` against the float64 reference
     on the same (rounded) inputs. ``running``: fp8 rounded at a running scale (exact in ℝ only);
     ``products``: factors rounded to the inputs' 16-bit type before a tensor-core product."""
-    stored = {k: ("bfloat16" if isinstance(v, BFloat16) else str(np.asarray(v).dtype)) for k, v in raw.items()}
+    stored = {k: (v.dtype if isinstance(v, Encoded) else str(np.asarray(v).dtype)) for k, v in raw.items()}
     got = {k: (v if k.endswith(".index") else to_float(v)) for k, v in raw.items()}
-    exact = {k: (bfloat16_to_float(v.bits) if isinstance(v, BFloat16) else v).astype(np.float64)
+    exact = {k: (to_float(v) if isinstance(v, Encoded) else v).astype(np.float64)
              for k, v in inputs.items()}
     rows = max(v.shape[0] for v in exact.values())
     exact = {k: np.broadcast_to(v, (rows,) + v.shape[1:]) for k, v in exact.items()}  # inputs given once: shared

@@ -41,14 +41,30 @@ OUT_ARRAYS = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint1
 
 
 @dataclass(frozen=True)
-class BFloat16:
-    """bfloat16 data as its 16-bit patterns (NumPy has no bfloat16): ``as_bfloat16(x)`` makes one."""
+class Encoded:
+    """Input data of a type NumPy lacks, as its bit patterns in an integer array: :class:`BFloat16`, :class:`E4M3`."""
 
-    bits: object  # uint16/int16 NumPy array or device array
+    bits: object  # a NumPy array or a device array of the type's patterns
+    dtype = "float32"  # the stored type's name, as kernels and ``dtypes`` say it
 
     @property
     def shape(self):
         return tuple(self.bits.shape)
+
+
+@dataclass(frozen=True)
+class BFloat16(Encoded):
+    """bfloat16 data as its 16-bit patterns (NumPy has no bfloat16): ``as_bfloat16(x)`` makes one."""
+
+    dtype = "bfloat16"
+
+
+@dataclass(frozen=True)
+class E4M3(Encoded):
+    """FP8 e4m3 data as its bytes (``s eeee mmm``, bias 7, NaN ``0x7F``/``0xFF``, no infinities): ``as_e4m3(x)``
+    makes one. Read exactly as float32 (every e4m3 value is one); a GEMM's weights, for instance."""
+
+    dtype = "e4m3"
 
 
 def as_bfloat16(x) -> BFloat16:
@@ -64,6 +80,18 @@ def as_bfloat16(x) -> BFloat16:
     return BFloat16(x)
 
 
+def as_e4m3(x) -> E4M3:
+    """Mark ``x`` as FP8 e4m3 input: a float array is rounded to e4m3 (nearest, ties to even, saturating at ±448);
+    an 8-bit integer array (NumPy, or a device array such as ``tensor.view(torch.uint8)``) is taken as the bytes."""
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        from .intrinsics import e4m3_bits  # the rounding the GPU's cvt.rn.satfinite.e4m3x2 does
+
+        return E4M3(e4m3_bits(x))
+    if _dtype(x).itemsize != 1 or _dtype(x).kind not in "iu":
+        raise RedalgebraError(f"as_e4m3 takes floats to round, or 8-bit integer bytes; got {_dtype(x)}")
+    return E4M3(x)
+
+
 def bfloat16_to_float(bits: np.ndarray) -> np.ndarray:
     """The float32 values of bfloat16 bit patterns (host side, for references)."""
     return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
@@ -71,17 +99,17 @@ def bfloat16_to_float(bits: np.ndarray) -> np.ndarray:
 
 def e4m3_to_float(codes: np.ndarray) -> np.ndarray:
     """The float32 values of FP8 e4m3 bytes (bias 7, no infinities, 0x7F/0xFF are NaN)."""
-    c = np.asarray(codes).astype(np.int32)
-    sign = np.where(c & 0x80, -1.0, 1.0)
-    e, m = (c >> 3) & 0xF, (c & 7).astype(np.float64)
-    mag = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7))
-    return np.where((c & 0x7F) == 0x7F, np.nan, sign * mag).astype(np.float32)
+    from .intrinsics import e4m3_values  # (imported when used: it fixes the simulator switch)
+
+    return e4m3_values(codes)
 
 
 def to_float(value) -> np.ndarray:
-    """A host output as float32 values: bfloat16 patterns and e4m3 bytes decoded, floats widened."""
+    """A host output or input as float32 values: bfloat16 patterns and e4m3 bytes decoded, floats widened."""
     if isinstance(value, BFloat16):
         return bfloat16_to_float(value.bits)
+    if isinstance(value, E4M3):
+        return e4m3_to_float(value.bits)
     value = np.asarray(value)
     return e4m3_to_float(value) if value.dtype == np.uint8 else value.astype(np.float32)
 
@@ -214,8 +242,8 @@ class Kernel:
         sizes, dtypes, reps = {}, [], {}
         for s in c.inputs:
             a = inputs[s.name]
-            bf16 = isinstance(a, BFloat16)
-            a = a.bits if bf16 else a
+            encoded = a.dtype if isinstance(a, Encoded) else None
+            a = a.bits if encoded else a
             want = 2 if s.size is None else 3
             if len(a.shape) != want or a.shape[1] != length:
                 raise EvaluationError(f"input {s.name} must be (rows, L{', size' if want == 3 else ''}) with L = "
@@ -230,10 +258,11 @@ class Kernel:
                 raise EvaluationError(f"input {s.name} is a device array that is not C-contiguous (strides "
                                       f"{a.__cuda_array_interface__.get('strides')}): the kernels index rows by their "
                                       f"length; pass a contiguous copy (cupy.ascontiguousarray, .copy())")
-            if not bf16 and dt not in _FLOAT_DTYPES:
-                raise EvaluationError(f"input {s.name} has dtype {dt}; the kernels read float32, float16, or "
-                                      f"bfloat16 bit patterns wrapped with as_bfloat16()")
-            dtypes.append((s.name, "bfloat16" if bf16 else _FLOAT_DTYPES[dt]))
+            if not encoded and dt not in _FLOAT_DTYPES:
+                raise EvaluationError(f"input {s.name} has dtype {dt}; the kernels read float32, float16, "
+                                      f"bfloat16 bit patterns wrapped with as_bfloat16(), or FP8 e4m3 bytes wrapped "
+                                      f"with as_e4m3()")
+            dtypes.append((s.name, encoded or _FLOAT_DTYPES[dt]))
         for p in c.params:
             if p.size is not None:
                 self._size(sizes, p.size, np.shape(params[p.name])[-1], p.name)
@@ -321,7 +350,7 @@ class Kernel:
     def _arguments(self, inputs: dict, params: dict, keep, out=None):
         """The generated module and every named kernel argument (host outputs and scratch allocated)."""
         if self.backend == "cpu":  # numba's CPU target has no float16 arrays: widen on the host
-            inputs = {k: (np.asarray(v, np.float32) if not isinstance(v, BFloat16) and np.asarray(v).dtype == np.float16
+            inputs = {k: (np.asarray(v, np.float32) if not isinstance(v, Encoded) and np.asarray(v).dtype == np.float16
                           else v) for k, v in inputs.items()}
         spec, rows, length, reps, strategy, extra = self._planned(inputs, params, keep)
         src, module = self._module(spec, strategy)
@@ -329,7 +358,7 @@ class Kernel:
         on_device = self.backend != "cpu" and any(_is_device(getattr(inputs[s.name], "bits", inputs[s.name]))
                                                   for s in c.inputs)
         outs = self._outputs(src, rows, length, spec, on_device, out)
-        named = {s.name: (inputs[s.name].bits if isinstance(inputs[s.name], BFloat16) else inputs[s.name])
+        named = {s.name: (inputs[s.name].bits if isinstance(inputs[s.name], Encoded) else inputs[s.name])
                  for s in c.inputs}
         named.update({f"rep_{s.name}": reps[s.name] for s in c.inputs})
         named.update({p.name: self._param(p, params[p.name], rows) for p in c.params})
@@ -616,14 +645,14 @@ def _signature(c, inputs: dict, params: dict, keep):
     try:
         for s in c.inputs:
             a = inputs[s.name]
-            bf16 = isinstance(a, BFloat16)
-            a = a.bits if bf16 else a
+            enc = type(a).__name__ if isinstance(a, Encoded) else None
+            a = a.bits if enc else a
             if _is_device(a):
                 face = a.__cuda_array_interface__
-                parts.append((bf16, True, tuple(a.shape), face["typestr"], face.get("strides"), face["data"][0] % 16))
+                parts.append((enc, True, tuple(a.shape), face["typestr"], face.get("strides"), face["data"][0] % 16))
             else:
                 a = np.asarray(a)
-                parts.append((bf16, False, a.shape, a.dtype.str))  # copied to a fresh device array
+                parts.append((enc, False, a.shape, a.dtype.str))  # copied to a fresh device array
         for p in c.params:
             v = params[p.name]
             parts.append(tuple(v.shape) if _is_device(v) else np.shape(v))
@@ -638,7 +667,7 @@ def _alignment(inputs: dict, c, length: int, reps: dict) -> tuple[bool, bool, bo
     arrays = {}
     for s in c.inputs:
         a = inputs[s.name]
-        a = a.bits if isinstance(a, BFloat16) else a
+        a = a.bits if isinstance(a, Encoded) else a
         item = _dtype(a).itemsize
         if _is_device(a):
             face = a.__cuda_array_interface__
@@ -664,7 +693,7 @@ def _contiguous_alignment(c, length: int, dtypes: dict, sizes: dict) -> tuple[bo
     """``_alignment`` of fresh, aligned, contiguous device arrays with one row per row."""
     arrays = {}
     for s in c.inputs:
-        item = 2 if dtypes.get(s.name) in ("float16", "bfloat16") else 4
+        item = {"float16": 2, "bfloat16": 2, "e4m3": 1}.get(dtypes.get(s.name), 4)
         width = 1 if s.size is None else (s.size if isinstance(s.size, int) else sizes[s.size])
         arrays[s.name] = (0, (length * item * width, item), item, 1)
     return _aligned(arrays, length)

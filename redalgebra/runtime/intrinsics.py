@@ -40,7 +40,8 @@ import numpy as np
 from llvmlite import ir
 from numba import config, types
 
-__all__ = ["LOG2E", "bf16_bits", "div_full", "pick", "e4m3", "e4m3_bits", "ex2", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8", "ld_f32x4",
+__all__ = ["LOG2E", "bf16_bits", "div_full", "pick", "e4m3", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
+           "ld_e4m3", "ld_e4m3x16", "ld_f32x4",
            "ld_f32x4_nc", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x8", "st_e4m3x4", "st_f32x4", "st_h16",
            "st_h16x8"]
 
@@ -107,6 +108,14 @@ def e4m3_bits(x) -> np.ndarray:
     steps = np.rint(np.ldexp(mag, 3 - exponent))  # mag in units of the quantum 2^(exponent-3), ties to even
     code = (8 * (exponent + 6) + steps).astype(np.uint8)  # codes are monotonic: a carry moves to the exponent
     return np.where(nan, np.uint8(0x7F), sign | code).astype(np.uint8)
+
+
+def e4m3_values(codes) -> np.ndarray:
+    """The float32 values of FP8 e4m3 bytes ``s eeee mmm`` (bias 7, no infinities, ``0x7F``/``0xFF`` NaN): exact."""
+    c = np.asarray(codes).astype(np.int32)
+    e, m = (c >> 3) & 0xF, (c & 7).astype(np.float64)
+    mag = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7))
+    return np.where((c & 0x7F) == 0x7F, np.nan, np.where(c & 0x80, -mag, mag)).astype(np.float32)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -212,6 +221,14 @@ def _sim_st_e4m3x4(a, row, col, v0, v1, v2, v3):
     out[:] = e4m3_bits(_f32([v0, v1, v2, v3])).view(out.dtype)
 
 
+def _sim_ld_e4m3(a, row, col):
+    return e4m3_values(_span(a, row, col, 1, _U8).view(np.uint8))[0]
+
+
+def _sim_ld_e4m3x16(a, row, col):
+    return tuple(e4m3_values(_span(a, row, col, 16, _U8).view(np.uint8)))
+
+
 def _sim_ld_f32x4_nc(a, row, col):
     return _sim_ld_f32x4(a, row, col)
 
@@ -312,6 +329,14 @@ def _pack(builder, kind, lo, hi):
 def _e4m3_pair(builder, lo, hi):
     """Two float32 as e4m3 bytes of a 16-bit word, ``lo`` in the low byte (saturating, sm_89+)."""
     return _asm(builder, ir.IntType(16), "cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;", "=h,f,f", [hi, lo])
+
+
+def _e4m3_halves(builder, bits):
+    """Two e4m3 bytes (a 16-bit word, the lower address low) as two float16, exactly (``cvt.rn.f16x2.e4m3x2``,
+    sm_89 and later), widened to float32."""
+    word = _asm(builder, ir.IntType(32), "cvt.rn.f16x2.e4m3x2 $0, $1;", "=r,h", [bits])
+    halves = _elements(builder, builder.bitcast(word, ir.VectorType(ir.HalfType(), 2)))
+    return [builder.fpext(h, ir.FloatType()) for h in halves]
 
 
 def _ex2(builder, x):
@@ -526,6 +551,33 @@ def e4m3(typingctx, x):
     def codegen(context, builder, sig, args):
         return builder.trunc(_e4m3_pair(builder, args[0], args[0]), ir.IntType(8))
     return types.uint8(types.float32), codegen
+
+
+@_device(_sim_ld_e4m3)
+def ld_e4m3(typingctx, a, row, col):
+    """The FP8 e4m3 byte ``a[row, col]`` (uint8/int8) as float32, exactly (NaN for ``0x7F``/``0xFF``)."""
+    _check("ld_e4m3", a, (types.uint8, types.int8), row, col)
+
+    def codegen(context, builder, sig, args):
+        byte = builder.load(_pointer(context, builder, sig, args, ir.IntType(8)), align=1)
+        return _e4m3_halves(builder, builder.zext(byte, ir.IntType(16)))[0]
+    return types.float32(a, row, col), codegen
+
+
+@_device(_sim_ld_e4m3x16)
+def ld_e4m3x16(typingctx, a, row, col):
+    """The sixteen e4m3 bytes ``a[row, col:col+16]`` (uint8/int8) as a float32 16-tuple, one 128-bit load
+    (``col`` and the row's start 16-byte aligned), decoded pairwise by ``cvt.rn.f16x2.e4m3x2``."""
+    _check("ld_e4m3x16", a, (types.uint8, types.int8), row, col)
+
+    def codegen(context, builder, sig, args):
+        i16, i32 = ir.IntType(16), ir.IntType(32)
+        values = []
+        for w in _elements(builder, _load128(context, builder, sig, args, i32)):
+            values += _e4m3_halves(builder, builder.trunc(w, i16))
+            values += _e4m3_halves(builder, builder.trunc(builder.lshr(w, i32(16)), i16))
+        return context.make_tuple(builder, sig.return_type, values)
+    return types.UniTuple(types.float32, 16)(a, row, col), codegen
 
 
 @_device(_sim_st_e4m3x4)

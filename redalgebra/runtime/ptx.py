@@ -21,7 +21,7 @@ def signature(fused: FusedCascade, spec: Spec, args: tuple, scratch: tuple = (),
     dtypes = dict(spec.dtypes)
     by_name = {}
     for s in c.inputs:
-        base = {"float16": types.float16, "bfloat16": types.uint16}.get(dtypes.get(s.name), types.float32)
+        base = {"float16": types.float16, "bfloat16": types.uint16, "e4m3": types.uint8}.get(dtypes.get(s.name), types.float32)
         by_name[s.name] = types.Array(base, 2 if s.size is None else 3, "C")
         by_name[f"rep_{s.name}"] = types.int64
     for p in c.params:
@@ -130,7 +130,7 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
     could not prove the address global or shared); ``ld_local``, ``st_local`` and ``local_bytes``
     (thread-private memory: arrays indexed at run time, spills; the bytes the kernels declare); ``f64`` (float64 arithmetic, :func:`f64_instructions`); ``ex2``
     (``ex2.approx``); ``shfl_bfly`` (butterfly shuffles); ``sm_90`` (the target line); the tensor cores'
-    ``mma`` (``mma.sync``), ``wgmma`` (``wgmma.mma_async``), ``ldmatrix`` and ``cp_async`` (16-byte copies to shared memory); with ``assemble``,
+    ``mma`` (``mma.sync``), ``wgmma`` (``wgmma.mma_async``), ``ldmatrix`` and ``cp_async`` (16-byte copies to shared memory), ``e4m3_widen`` (pairs of e4m3 bytes widened to float16); with ``assemble``,
     ptxas's ``registers``, ``spill_stores``, ``spill_loads`` and ``stack_bytes`` (:func:`ptxas_facts`).
     """
     ptx = re.sub(r"//[^\n]*", "", ptx)  # comments (such as the summary ``redalgebra ptx`` writes) count for nothing
@@ -154,7 +154,8 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
                  sm_90=".target sm_90" in ptx, mma=len(re.findall(r"\bmma\.sync\.aligned\b", ptx)),
                  wgmma=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
                  ldmatrix=len(re.findall(r"\bldmatrix\.sync\.aligned\b", ptx)),
-                 cp_async=len(re.findall(r"\bcp\.async\.cg\.shared\.global\b", ptx)))
+                 cp_async=len(re.findall(r"\bcp\.async\.cg\.shared\.global\b", ptx)),
+                 e4m3_widen=len(re.findall(r"\bcvt\.rn\.f16x2\.e4m3x2\b", ptx)))
     if assemble:
         facts.update(ptxas_facts(ptx) or {})
     return facts

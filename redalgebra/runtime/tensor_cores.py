@@ -26,13 +26,13 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 
-from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _bf16_pair, _check, _device, _elements, _f32, _number,
-                         _pack, _pointer, _span, bf16_bits, f16_bits)
+from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _bf16_pair, _check, _device, _elements, _f32, _number,
+                         _pack, _pointer, _span, bf16_bits, e4m3_values, f16_bits)
 
 if not SIMULATOR:
     from .intrinsics import TypingError
 
-__all__ = ["cp_async16", "cp_async16_at", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
+__all__ = ["cp_async16", "cp_async16_at", "e4m3_f16x16", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_hold",
            "fence_async"]
@@ -54,7 +54,20 @@ def _sim_stage(name, s, sidx, source, nbytes):
 
 
 def _sim_cp_async16(s, sidx, a, row, col, nbytes):
-    _sim_stage("cp_async16", s, sidx, lambda: _span(a, row, col, 8, _B16 + _F16).view(np.uint16), nbytes)
+    def source():
+        if getattr(a, "_ary", a).dtype.itemsize == 1:  # 16 bytes: sixteen e4m3
+            return _span(a, row, col, 16, _U8).view(np.uint16)
+        return _span(a, row, col, 8, _B16 + _F16).view(np.uint16)
+    _sim_stage("cp_async16", s, sidx, source, nbytes)
+
+
+def _sim_e4m3_f16x16(s, src, dst):
+    flat = _shared_flat(s).view(np.uint16)
+    for name, at, n in (("source", src, 8), ("destination", dst, 16)):
+        if int(at) % 8 or not 0 <= int(at) <= flat.size - n:
+            raise IndexError(f"e4m3_f16x16: the {name} index {at} is misaligned or outside {flat.size} 16-bit values")
+    values = e4m3_values(flat[int(src):int(src) + 8].copy().view(np.uint8))
+    flat[int(dst):int(dst) + 16] = f16_bits(values)
 
 
 def _sim_cp_async16_at(s, sidx, a, offset, nbytes):
@@ -195,11 +208,11 @@ def _side_effect(builder, text, constraints, operands, result=None):
 
 @_device(_sim_cp_async16)
 def cp_async16(typingctx, s, sidx, a, row, col, nbytes):
-    """Copy the 16 bytes at ``a[row, col]`` (16-bit values) to ``s[sidx:sidx+8]`` (``cp.async.cg.shared.global``;
+    """Copy the 16 bytes at ``a[row, col]`` (eight 16-bit values, or sixteen bytes) to ``s[sidx:sidx+8]`` (``cp.async.cg.shared.global``;
     ``nbytes`` 16, or 0 to fill zeros without reading). Both addresses 16-byte aligned; complete after
     ``cp_commit`` and a ``cp_wait*`` that covers its group (and a barrier, for the other threads' copies)."""
     _check_shared("cp_async16", s, sidx)
-    _check("cp_async16", a, _B16_TYPES + (types.float16,), row, col)
+    _check("cp_async16", a, _B16_TYPES + (types.float16, types.uint8, types.int8), row, col)
     if not isinstance(nbytes, types.Integer):
         raise TypingError(f"cp_async16: the source size must be an integer, got {nbytes}")
 
@@ -236,6 +249,28 @@ def cp_async16_at(typingctx, s, sidx, a, offset, nbytes):
         src = builder.addrspacecast(builder.bitcast(p, ir.IntType(16).as_pointer()), ir.IntType(16).as_pointer(1))
         return _cp_async(context, builder, sig, args, src)
     return types.void(s, sidx, a, offset, nbytes), codegen
+
+
+@_device(_sim_e4m3_f16x16)
+def e4m3_f16x16(typingctx, s, src, dst):
+    """Widen the sixteen FP8 e4m3 bytes at ``s[src:src+8]`` to sixteen float16 at ``s[dst:dst+16]``, exactly (every
+    e4m3 value is a float16): one 128-bit shared load, eight ``cvt.rn.f16x2.e4m3x2`` (sm_89 and later), two 128-bit
+    shared stores; both indices count 16-bit values and are 16-byte aligned. A tile staged as bytes by ``cp_async16``
+    becomes one ``ldmatrix`` reads."""
+    _check_shared("e4m3_f16x16", s, src)
+    if not isinstance(dst, types.Integer):
+        raise TypingError(f"e4m3_f16x16: the destination index must be an integer, got {dst}")
+
+    def codegen(context, builder, sig, args):
+        a = _shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        b = _shared_address(context, builder, sig.args[0], args[0], sig.args[2], args[2])
+        text = ("{.reg .b32 w<4>, f<8>; .reg .b16 h<8>; ld.shared.v4.b32 {w0, w1, w2, w3}, [$0]; "
+                + " ".join(f"mov.b32 {{h{2 * k}, h{2 * k + 1}}}, w{k};" for k in range(4)) + " "
+                + " ".join(f"cvt.rn.f16x2.e4m3x2 f{k}, h{k};" for k in range(8))
+                + " st.shared.v4.b32 [$1], {f0, f1, f2, f3}; st.shared.v4.b32 [$1+16], {f4, f5, f6, f7};}")
+        _side_effect(builder, text, "r,r", [a, b])
+        return context.get_dummy_value()
+    return types.void(s, src, dst), codegen
 
 
 def _wait(name, text):

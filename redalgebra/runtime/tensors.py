@@ -25,7 +25,7 @@ import numpy as np
 
 from ..derive import FusedCascade
 from ..errors import RedalgebraError
-from .compile import BFloat16, Kernel, as_bfloat16, compile
+from .compile import BFloat16, Kernel, as_bfloat16, as_e4m3, compile
 
 _OPS: dict = {}  # op name -> (cascade text, op)
 
@@ -43,13 +43,17 @@ def is_tensor(value) -> bool:
 
 
 def _input(t):
-    """A tensor as a kernel input: CUDA tensors as they are (bfloat16 as its bit patterns), CPU ones as NumPy."""
+    """A tensor as a kernel input: CUDA tensors as they are (bfloat16 as its bit patterns, ``float8_e4m3fn`` as its
+    bytes), CPU ones as NumPy."""
     torch = _torch()
     if t.dtype == torch.bfloat16:
         bits = t.view(torch.int16)
         return as_bfloat16(bits if t.is_cuda else bits.numpy())
+    if t.dtype == torch.float8_e4m3fn:
+        codes = t.view(torch.uint8)
+        return as_e4m3(codes if t.is_cuda else codes.numpy())
     if t.dtype not in (torch.float32, torch.float16):
-        raise RedalgebraError(f"the kernels read float32, float16 or bfloat16 tensors, got {t.dtype}")
+        raise RedalgebraError(f"the kernels read float32, float16, bfloat16 or float8_e4m3fn tensors, got {t.dtype}")
     return t if t.is_cuda else t.detach().numpy()
 
 

@@ -6,7 +6,7 @@ import pytest
 from redalgebra import RedalgebraError, derive, evaluate, parse
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import check
-from redalgebra.runtime.compile import as_bfloat16, bfloat16_to_float, choose
+from redalgebra.runtime.compile import as_bfloat16, choose, to_float
 from tests.catalogue import fused
 
 
@@ -22,7 +22,7 @@ def _problem(name, rows, length, n, dtype, seed=0, shared=True):
 
 
 def _reference(name, inputs, params, keep, rows):
-    wide = {k: np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64) for k, v in inputs.items()}
+    wide = {k: np.asarray(to_float(v) if hasattr(v, "bits") else v, np.float64) for k, v in inputs.items()}
     wide = {k: np.broadcast_to(v, (rows,) + v.shape[1:]) for k, v in wide.items()}
     from redalgebra import evaluate, workloads
     return evaluate(workloads.get(name).cascade, wide, params, keep)

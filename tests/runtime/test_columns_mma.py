@@ -6,7 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from redalgebra import RedalgebraError
-from redalgebra.runtime import compile
+from redalgebra.runtime import as_e4m3, compile
+from redalgebra.runtime.compile import to_float
 from tests.catalogue import fused
 from tests.runtime.test_columns import _problem, _reference
 
@@ -20,11 +21,17 @@ from tests.runtime.test_columns import _problem, _reference
     ("fp8_quant_gemm", 3, 37, 72, "float16", 1, False, 1e-5, 64),
     # RMSNorm's factors are rounded to bfloat16 before the product (2^-9 each, as FlashAttention's probabilities)
     ("rmsnorm_gemm", 5, 70, 40, "bfloat16", None, False, 2 ** -9 + 1e-5, None),
+    # e4m3 weights (x in bfloat16), staged as bytes and widened to float16 on chip: exact, so the float32 tolerance.
+    # Two warps (the second's 16 columns of 64), two segments, a mask; then one warp, a partial tile, 48 columns
+    ("fp8_quant_gemm", 17, 100, 80, "e4m3", 2, True, 1e-5, 64),
+    ("fp8_quant_gemm", 3, 37, 48, "e4m3", 1, False, 1e-5, None),
 ])
 def test_columns_mma_matches_the_reference(name, rows, length, n, dtype, segments, masked, tol, threads):
-    inputs, params = _problem(name, rows, length, n, "bfloat16" if dtype == "bfloat16" else "float32")
+    inputs, params = _problem(name, rows, length, n, "bfloat16" if dtype in ("bfloat16", "e4m3") else "float32")
     if dtype == "float16":
         inputs = {k: v.astype(np.float16) for k, v in inputs.items()}
+    if dtype == "e4m3":  # the weights rounded to e4m3 (nearest even, saturating), as bytes
+        inputs["w"] = as_e4m3(to_float(inputs["w"]))
     keep = np.random.default_rng(1).random((rows, length)) > 0.2 if masked else None
     if keep is not None:
         keep[-1] = False
@@ -41,7 +48,7 @@ def test_columns_mma_matches_the_reference(name, rows, length, n, dtype, segment
 
 def test_columns_mma_refuses_what_it_cannot_take():
     inputs, params = _problem("fp8_quant_gemm", 4, 64, 16, "float32")
-    with pytest.raises(RedalgebraError, match="bfloat16 or float16 weights"):
+    with pytest.raises(RedalgebraError, match="bfloat16, float16 or e4m3 weights"):
         compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma")(inputs, params)
     inputs, params = _problem("rmsnorm_gemm", 4, 64, 16, "float32")
     inputs = {k: v.astype(np.float16) for k, v in inputs.items()}
@@ -53,6 +60,14 @@ def test_columns_mma_refuses_what_it_cannot_take():
     inputs, params = _problem("fp8_quant_gemm", 4, 64, 12, "bfloat16")
     with pytest.raises(RedalgebraError, match="multiple of 8"):
         compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma")(inputs, params)
+    inputs, params = _problem("fp8_quant_gemm", 4, 64, 24, "bfloat16")  # e4m3 rows are read 16 bytes at a time
+    inputs["w"] = as_e4m3(to_float(inputs["w"]))
+    with pytest.raises(RedalgebraError, match="multiple of 16"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma")(inputs, params)
+    inputs, params = _problem("rmsnorm_gemm", 4, 64, 16, "bfloat16")  # RMSNorm's factors are not exact in float16
+    inputs["w"] = as_e4m3(to_float(inputs["w"]))
+    with pytest.raises(RedalgebraError, match="factors must be FP8"):
+        compile(fused("rmsnorm_gemm"), "cudasim", "columns_mma")(inputs, params)
 
 
 def test_auto_takes_the_tensor_cores_only_where_the_factors_are_exact():

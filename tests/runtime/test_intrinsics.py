@@ -20,7 +20,8 @@ from numba import cuda, uint16
 from redalgebra.runtime import intrinsics as rt
 from redalgebra.runtime import tensor_cores as tc
 from redalgebra.runtime.intrinsics import (
-    bf16_bits, e4m3, e4m3_bits, ex2, f16_bits, fast_exp, ld_b16, ld_b16x8, ld_f32x4, ld_f32x4_nc, ld_h16x8, max_nan,
+    bf16_bits, e4m3, e4m3_bits, e4m3_values, ex2, f16_bits, fast_exp, ld_b16, ld_b16x8, ld_e4m3, ld_e4m3x16, ld_f32x4,
+    ld_f32x4_nc, ld_h16x8, max_nan,
     min_nan, st_b16,
     st_b16x8, st_e4m3x4, st_f32x4, st_h16, st_h16x8,
 )
@@ -266,6 +267,44 @@ def test_e4m3_every_code_round_trips():
     assert values[0x7E] == 448 and values[0x01] == 2.0 ** -9 and values[0x08] == 2.0 ** -6
 
 
+@cuda.jit
+def from_e4m3(codes, wide, one):
+    r = cuda.blockIdx.x
+    c = 16 * cuda.threadIdx.x
+    v = ld_e4m3x16(codes, r, c)
+    for k in range(16):
+        wide[r, c + k] = v[k]
+        one[r, c + k] = ld_e4m3(codes, r, c + k)
+
+
+def test_e4m3_loads_decode_every_code_exactly():
+    codes = np.arange(256, dtype=np.uint8).reshape(2, 128)
+    want = np.array([e4m3_value(c) for c in range(256)], np.float32).reshape(2, 128)
+    wide, one = np.zeros((2, 128), np.float32), np.zeros((2, 128), np.float32)
+    from_e4m3[2, 8](codes, wide, one)
+    for got in (wide, one, e4m3_values(codes)):
+        np.testing.assert_array_equal(got, want)  # NaN where NaN
+        assert np.array_equal(np.signbit(got), np.signbit(want))  # -0 is 0x80
+
+
+def test_e4m3_widening_in_shared_memory_and_byte_copies():
+    data = np.arange(128, dtype=np.uint8).reshape(1, 2, 64)
+    sm = np.full(64 + 256, 7, np.uint16)
+    for k in range(8):  # the bytes staged 16 at a time, as a tile of e4m3 weights is
+        tc.cp_async16(sm, 8 * k, data, (0, k // 4), 16 * (k % 4), 16)
+    tc.cp_async16(sm, 8 * 8, data, (0, 1), 48, 0)  # a source size of 0: zeros
+    assert (sm[:64].view(np.uint8) == data.reshape(-1)).all() and (sm[64:72] == 0).all() and (sm[72:] == 7).all()
+    for k in range(8):
+        tc.e4m3_f16x16(sm, 8 * k, 64 + 16 * k)
+    want = np.array([e4m3_value(c) for c in range(128)], np.float32)
+    got = sm[64:192].view(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(got, want)  # 0x7F: NaN
+    with pytest.raises(IndexError, match="misaligned or outside"):
+        tc.e4m3_f16x16(sm, 4, 64)
+    with pytest.raises(IndexError, match="misaligned or outside"):
+        tc.e4m3_f16x16(sm, 0, 312)  # 16 values from 312 pass the end (320)
+
+
 def test_e4m3_rounds_ties_to_even_and_saturates():
     x = tricky_e4m3()
     want = np.array([ref_e4m3(v) for v in x], np.uint8)
@@ -388,7 +427,7 @@ def test_the_module_is_the_simulator_version_here():
     assert rt.SIMULATOR and ld_f32x4.__name__ == "ld_f32x4" and "128-bit" in ld_f32x4.__doc__
     assert set(rt.__all__) >= {"ld_f32x4", "ld_f32x4_nc", "ld_b16x8", "ld_h16x8", "st_f32x4", "st_b16x8",
                                "st_h16x8", "ld_b16", "st_b16", "st_h16", "ex2", "fast_exp", "e4m3", "st_e4m3x4"}
-    assert tc.SIMULATOR and set(tc.__all__) == {"cp_async16", "cp_async16_at", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2",
+    assert tc.SIMULATOR and set(tc.__all__) == {"cp_async16", "cp_async16_at", "e4m3_f16x16", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2",
                                                 "cp_wait3", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
                                                 "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2",
                                                 "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16", "wgmma_ss_f16",
@@ -454,6 +493,29 @@ y = re.search(r"^ld\.global\.nc\.v4\.f32\s+\{(%f\d+), (%f\d+), (%f\d+), (%f\d+)\
 facts["high_first"] = [count(rf"^cvt\.rn\.{op} %\w+, {hi}, {lo};") for op, hi, lo in (
     ("bf16x2.f32", y[1], y[0]), ("bf16x2.f32", y[3], y[2]), ("f16x2.f32", x[1], x[0]), ("f16x2.f32", x[3], x[2]),
     ("satfinite.e4m3x2.f32", x[3], x[2]))]
+# e4m3: sixteen bytes by one 128-bit load, a byte, and a shared tile widened; every pair by cvt.rn.f16x2.e4m3x2
+from numba import uint16
+from redalgebra.runtime.tensor_cores import e4m3_f16x16
+
+def e4m3_reads(e, o, q):
+    r = cuda.blockIdx.x
+    c = 16 * cuda.threadIdx.x
+    v = ld_e4m3x16(e, r, c)
+    o[r, c] = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7] + ld_e4m3(e, r, c + 1)
+    o[r, c + 1] = v[8] + v[9] + v[10] + v[11] + v[12] + v[13] + v[14] + v[15]
+    sm = cuda.shared.array(64, uint16)
+    sm[cuda.threadIdx.x] = q[cuda.threadIdx.x]
+    cuda.syncthreads()
+    e4m3_f16x16(sm, 0, 16)
+    cuda.syncthreads()
+    q[cuda.threadIdx.x] = sm[cuda.threadIdx.x]
+
+e4, _ = cuda.compile_ptx(e4m3_reads, (A(types.uint8), A(types.float32), types.Array(types.uint16, 1, "C")), cc=(9, 0))
+e4 = [ln.strip() for ln in e4.splitlines() if not ln.strip().startswith("//")]
+# (occurrences, not lines: the shared widening is one inline PTX block on one line)
+facts["e4m3"] = [len(re.findall(p, "\n".join(e4))) for p in (
+    r"\bcvt\.rn\.f16x2\.e4m3x2", r"\bld\.global(\.nc)?\.v4\.(u32|b32)", r"\bld\.global(\.nc)?\.u8",
+    r"\bld\.shared\.v4\.b32", r"\bst\.shared\.v4\.b32", r"\.local\b")]
 facts["rejects_float32"] = "ld_b16x8: needs a C-contiguous array of uint16/int16" in bad(A(types.float32))
 # a 3-D array indexed by one integer row: refused while typing, not a wrong address
 facts["rejects_one_row_of_3d"] = "takes a row of 2 integer(s)" in bad(types.Array(types.uint16, 3, "C"))
@@ -470,6 +532,6 @@ def test_real_intrinsics_compile_to_single_vector_instructions_in_sm90_ptx():
     want = {"target": 1, "ld_v4_f32": 1, "ld_nc_v4_f32": 1, "ld_v4_b32": 3, "st_v4_f32": 1, "st_v4_b32": 2,
             "st_b32": 1, "cvt_bf16x2": 4, "cvt_f16x2": 4, "cvt_bf16": 1, "cvt_f16": 1, "ex2": 2, "e4m3x2": 3,
             "scalar_f32": 2, "local": 0, "call": 0, "high_first": [1, 1, 1, 1, 1], "rejects_float32": True,
-            "rejects_one_row_of_3d": True,
+            "rejects_one_row_of_3d": True, "e4m3": [17, 1, 1, 1, 2, 0],
             "max_nan": 1, "min_nan": 1}
     assert facts == want

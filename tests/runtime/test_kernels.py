@@ -108,7 +108,7 @@ def test_bad_calls_get_clear_errors():
     with pytest.raises(RedalgebraError, match="v has size 4 but d = 3"):
         k({"k": np.zeros((1, 2, 3), np.float32), "v": np.zeros((1, 2, 4), np.float32)},
           {"q": np.zeros(3), "scale": 1.0})
-    with pytest.raises(RedalgebraError, match="float32, float16, or bfloat16"):
+    with pytest.raises(RedalgebraError, match="float32, float16, bfloat16 bit patterns"):
         k({"k": np.zeros((1, 2, 3), np.int64), "v": np.zeros((1, 2, 3), np.float32)},
           {"q": np.zeros(3), "scale": 1.0})
 

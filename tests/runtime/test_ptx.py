@@ -31,7 +31,8 @@ def run(job):
     key, name, strategy, rows, length, scalar_dtype, options = job
     f = fused.setdefault(name, derive(workloads.get(name).cascade))
     c = f.cascade
-    dtypes = {s.name: scalar_dtype if s.size is None else "float16" for s in c.inputs}
+    vector_dtype = options.pop("vector_dtype", "float16")
+    dtypes = {s.name: scalar_dtype if s.size is None else vector_dtype for s in c.inputs}
     sizes = {d: SIZES[d] for d in c.sizes.values() if isinstance(d, str)}
     shared = options.pop("shared", False)  # the vector inputs given once for all rows (a weight matrix)
     reps = {s.name: rows for s in c.inputs if s.size is not None} if shared else None
@@ -80,6 +81,8 @@ def _jobs() -> list:
     jobs += [(_key("fp8_quant_gemm", "columns", 16, 4096), "fp8_quant_gemm", "columns", 16, 4096, "bfloat16", {})]
     jobs += [(_key("fp8_quant_gemm", "columns_mma", 16, 4096), "fp8_quant_gemm", "columns_mma", 16, 4096, "bfloat16",
               {"shared": True})]
+    jobs += [(_key("fp8_quant_gemm", "columns_mma", 16, 4096, "e4m3"), "fp8_quant_gemm", "columns_mma", 16, 4096,
+              "bfloat16", {"shared": True, "vector_dtype": "e4m3"})]
     jobs += [(_key("attention", "mma", 4096, 512), "attention", "mma", 4096, 512, "bfloat16", {})]
     jobs += [(_key("attention", "wgmma", 4096, 512), "attention", "wgmma", 4096, 512, "bfloat16", {})]
     return jobs + [(_key(name, strategy), name, strategy, 512, 2048, "bfloat16", {})
@@ -211,6 +214,17 @@ def test_columns_mma_multiplies_the_factors_and_weights_on_the_tensor_cores(repo
     # factor tile (one chunk per thread) and 16 weight chunks per thread, before the loop (two tiles) and in it
     assert facts["strategy"] == "columns_mma" and facts["mma"] == 4 * 8
     assert facts["ldmatrix"] == 4 * (1 + 4) and facts["cp_async"] == 3 * (1 + 16)
+    assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
+    assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
+
+
+@pytest.mark.slow
+def test_columns_mma_widens_e4m3_weights_on_chip(report):
+    facts = report[_key("fp8_quant_gemm", "columns_mma", 16, 4096, "e4m3")]
+    # the same products; the weights copied as bytes (8 chunks of 16 per thread and tile), each chunk widened to
+    # float16 by 8 cvt.rn.f16x2.e4m3x2 in shared memory
+    assert facts["mma"] == 4 * 8 and facts["ldmatrix"] == 4 * (1 + 4) and facts["cp_async"] == 3 * (1 + 8)
+    assert facts["e4m3_widen"] == 8 * 8
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
 

@@ -59,8 +59,20 @@ def test_the_fake_implementation_agrees_with_the_op():
 
 
 def test_tensors_of_other_dtypes_get_a_message():
-    with pytest.raises(RedalgebraError, match="float32, float16 or bfloat16 tensors, got torch.float64"):
+    with pytest.raises(RedalgebraError, match="float32, float16, bfloat16 or float8_e4m3fn tensors, got torch.float64"):
         ra.compile(fused("safe_softmax"), "cpu")({"x": X.double()})
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cudasim"])
+def test_float8_weights_are_read_as_their_values(backend):
+    x = X.to(torch.bfloat16)
+    w = (torch.randn(1, 37, 16, generator=torch.Generator().manual_seed(3)) * 0.3).to(torch.float8_e4m3fn)
+    strategy = "columns" if backend == "cudasim" else None
+    y = ra.compile(fused("fp8_quant_gemm"), backend, strategy)({"x": x, "w": w})["y"]
+    xd = x.double()
+    s = xd.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 448
+    want = ((xd / s).to(torch.float8_e4m3fn).double() @ w[0].double()) * s
+    assert y.dtype == torch.float32 and (y.double() - want).abs().max() <= 1e-5 * want.abs().max()
 
 
 def test_the_op_refuses_inputs_that_need_a_gradient_it_cannot_give():

@@ -23,7 +23,7 @@ class Problem:
     rows: int
     length: int
     sizes: tuple = ()          # ((dimension, int), ...)
-    dtypes: tuple = ()         # ((input, "float32" | "float16" | "bfloat16"), ...)
+    dtypes: tuple = ()         # ((input, "float32" | "float16" | "bfloat16" | "e4m3"), ...)
     has_keep: bool = False
     vec_ok: bool = False       # every per-element array starts on a 16-byte boundary
     pitch_ok: bool = False     # ... and every row does too (pitch a multiple of 16 bytes)
@@ -65,7 +65,7 @@ class Strategy:
 REGISTRY: dict[str, Strategy] = {}
 
 #: Components of 16 bytes (one 128-bit load), by stored dtype.
-VEC = {"float32": 4, "float16": 8, "bfloat16": 8}
+VEC = {"float32": 4, "float16": 8, "bfloat16": 8, "e4m3": 16}
 #: Blocks that keep an H200 busy (about four per multiprocessor): few rows are split into segments up to this.
 BUSY_BLOCKS = 528
 

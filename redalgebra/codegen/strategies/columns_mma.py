@@ -20,6 +20,9 @@ on ``mma.sync.m16n8k16``:
    distinct banks); each warp multiplies the whole ``F`` tile by its 64 columns, the A fragments by ``ldmatrix``,
    the B fragments by the transposing ``ldmatrix`` (``w`` is row-major along the columns), 32 products per tile,
    and writes its own outputs (no exchange between warps).
+   **e4m3 weights** (``as_e4m3``, ``float8_e4m3fn``: half the bytes) are staged as bytes, 16 per copy, and each
+   tile is widened to float16 in shared memory (``e4m3_f16x16``: exact, every e4m3 value is a float16) before the
+   same products; the factors must then be FP8 (exact in float16 too).
 4. **The segments' sums** and the outputs: ``columns``' third kernel (or the tiles kernel itself when the axis is
    one segment).
 
@@ -62,9 +65,12 @@ def refusal(fused: FusedCascade, dtypes: dict | None = None) -> str | None:
     vin = {s.name for s in c.inputs if s.size is not None}
     factor, vector = split_body(fused.bodies[vred[0].name], vin)
     kind = (dtypes or {}).get(vector.name)
-    if dtypes is not None and kind not in KINDS:
-        return (f"columns_mma: the tensor cores take bfloat16 or float16 weights; {vector.name} is "
+    if dtypes is not None and kind not in (*KINDS, "e4m3"):
+        return (f"columns_mma: the tensor cores take bfloat16, float16 or e4m3 weights; {vector.name} is "
                 f"{kind or 'float32'}: use columns")
+    if kind == "e4m3" and not exact_factors(fused):
+        return (f"columns_mma: e4m3 weights are widened to float16 on chip, so the factors must be FP8 (fp8(...)) to "
+                f"be exact there; {vred[0].name}'s is {factor}: use columns")
     if kind == "float16" and not exact_factors(fused):
         # float16 tops out at 65504: an FP8 factor (|f| <= 448) fits, another may not
         return (f"columns_mma: with float16 weights only FP8 factors (fp8(...)) are known to fit float16's range; "
@@ -85,13 +91,18 @@ class ColumnsMmaKernel(ColumnsKernel):
         factor, vector = self.factors[self.red]
         self.factor, self.x = factor, vector.name
         kind = self.dtypes.get(self.x)
-        if kind not in KINDS:
-            raise RedalgebraError(refusal(self.f, self.dtypes) or "columns_mma: 16-bit weights")
-        self.kind = KINDS[kind]
+        reason = refusal(self.f, self.dtypes)
+        if reason is not None:
+            raise RedalgebraError(reason)
+        # e4m3 weights: staged as bytes, widened to float16 in shared memory (exact), multiplied as float16
+        self.bytes = kind == "e4m3"
+        self.kind = "f16" if self.bytes else KINDS[kind]
         self.warps = spec.threads // 32
         self.bc = BC * self.warps  # the block's columns
-        self.pw = self.bc + 8      # 16-bit units of a staged weight row
-        self.stage = BM * PITCH + BK * self.pw
+        self.pw = self.bc + 8      # 16-bit units of a float16/bfloat16 weight row on chip
+        self.pb = (self.bc + 16) // 2  # ... of a staged e4m3 row (its bytes and 16 of padding)
+        self.stage = BM * PITCH + BK * (self.pb if self.bytes else self.pw)
+        self.wide = STAGES * self.stage  # the widened tile (e4m3 weights), after the stages
 
     # -- 2. the factors -------------------------------------------------------------------------------
     def factor_kernel(self) -> list:
@@ -130,15 +141,27 @@ class ColumnsMmaKernel(ColumnsKernel):
             out += [Assign("fr", f"{q} // {BK // 8}"), Assign("fk", f"kt0 + 8 * ({q} % {BK // 8})"),
                     Call("cp_async16", ("sm", f"{base} + fr * {PITCH} + 8 * ({q} % {BK // 8})", "fac",
                                         "min(r0 + fr, rows - 1)", "fk", "pick(fk < hi, 16, 0)"))]
-        per_row = self.bc // 8
+        each = 16 if self.bytes else 8  # weights per 16-byte copy
+        per_row, pitch = self.bc // each, (self.pb if self.bytes else self.pw)
         for u in range(BK * per_row // t):
             q = f"(tid + {u * t})"
-            out += [Assign("wk", f"kt0 + {q} // {per_row}"), Assign("wc", f"cb + 8 * ({q} % {per_row})"),
-                    Call("cp_async16", ("sm", f"{base} + {BM * PITCH} + ({q} // {per_row}) * {self.pw} + "
+            out += [Assign("wk", f"kt0 + {q} // {per_row}"), Assign("wc", f"cb + {each} * ({q} % {per_row})"),
+                    Call("cp_async16", ("sm", f"{base} + {BM * PITCH} + ({q} // {per_row}) * {pitch} + "
                                               f"8 * ({q} % {per_row})", self.x,
-                                        "(rw, min(wk, length - 1))", f"min(wc, {self.n - 8})",
+                                        "(rw, min(wk, length - 1))", f"min(wc, {self.n - each})",
                                         "pick(wk < hi and wc < " + str(self.n) + ", 16, 0)"))]
         return out
+
+    def widen(self) -> list:
+        """e4m3 weights: the staged tile's bytes widened to float16 in the tile ``products`` reads (16 a thread at a
+        time), then a barrier."""
+        t, per_row = self.spec.threads, self.bc // 16
+        out = []
+        for u in range(BK * per_row // t):
+            q = f"(tid + {u * t})"
+            out.append(Call("e4m3_f16x16", ("sm", f"sa + {BM * PITCH} + ({q} // {per_row}) * {self.pb} + 8 * ({q} % {per_row})",
+                                            f"{self.wide} + ({q} // {per_row}) * {self.pw} + 16 * ({q} % {per_row})")))
+        return out + [Barrier()]
 
     def products(self) -> list:
         """The staged tile times this warp's 64 columns: A by ``ldmatrix``, B by the transposing ``ldmatrix``, per 16
@@ -149,7 +172,7 @@ class ColumnsMmaKernel(ColumnsKernel):
             k0 = 16 * sl
             out.append(Assign("a0, a1, a2, a3", f"ldsm_x4(sm, sa + (lane & 15) * {PITCH} + {k0} + 8 * (lane >> 4))"))
             for np_ in range(BC // 16):
-                out.append(Assign("b0, b1, b2, b3", f"ldsm_x4_t(sm, sa + {BM * PITCH} + ({k0} + vrow) * {self.pw} + "
+                out.append(Assign("b0, b1, b2, b3", f"ldsm_x4_t(sm, sb + ({k0} + vrow) * {self.pw} + "
                                                     f"{BC} * warp + {16 * np_} + vcol)"))
                 for half in (0, 1):
                     regs = ", ".join(f"ac_{2 * np_ + half}_{i}" for i in range(4))
@@ -176,7 +199,9 @@ class ColumnsMmaKernel(ColumnsKernel):
         stage = f"uint32(it + {ahead}) % uint32({STAGES})"
         step = [If(f"it + {ahead} < ntile", tuple(self.issue(f"it + {ahead}", stage))),
                 Call("cp_commit", ()), Call(f"cp_wait{ahead}", ()), Barrier(),
-                Assign("sa", f"(uint32(it) % uint32({STAGES})) * {self.stage}")] + self.products() + [Barrier()]
+                Assign("sa", f"(uint32(it) % uint32({STAGES})) * {self.stage}"),
+                Assign("sb", str(self.wide) if self.bytes else f"sa + {BM * PITCH}")]
+        step += (self.widen() if self.bytes else []) + self.products() + [Barrier()]
         out.append(For("it", "0", "ntile", tuple(step)))
         # each thread's outputs: rows lg and lg + 8, columns 8 j + 2 tq and + 1 of its warp's 64
         for j in range(BC // 8):
@@ -222,9 +247,13 @@ def build(fused: FusedCascade, spec: Spec, target: str):
     return replace(src, written=tuple(name for name, *_ in src.scratch))
 
 
-def shared_bytes(threads: int) -> int:
-    """Dynamic shared memory of the tiles kernel: its stages."""
-    return STAGES * (BM * PITCH + BK * (threads // 32 * BC + 8)) * 2
+def shared_bytes(threads: int, e4m3: bool = False) -> int:
+    """Dynamic shared memory of the tiles kernel: its stages (e4m3 weights: their bytes, and the tile widened to
+    float16 once)."""
+    bc = threads // 32 * BC
+    if e4m3:
+        return (STAGES * (BM * PITCH + BK * (bc + 16) // 2) + BK * (bc + 8)) * 2
+    return STAGES * (BM * PITCH + BK * (bc + 8)) * 2
 
 
 def _threads(p: Problem) -> int:
@@ -244,9 +273,10 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
         return reason
     c = fused.cascade
     n = _columns(fused, p)
-    if n % 8:
-        return (f"columns_mma: the weight rows are read 16 bytes at a time: {n} columns is not a multiple of 8; use "
-                f"columns")
+    each = 16 if _e4m3(fused, p) else 8
+    if n % each:
+        return (f"columns_mma: the weight rows are read 16 bytes at a time: {n} columns is not a multiple of {each}; "
+                f"use columns")
     if not p.vec_ok:  # (with a multiple of 8 columns, every weight row then starts on one too)
         return "columns_mma: the weights must start on a 16-byte boundary (cp.async); use columns"
     reps = dict(p.reps)
@@ -264,6 +294,11 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     return None
 
 
+def _e4m3(fused: FusedCascade, p: Problem) -> bool:
+    """Whether the weights are e4m3 bytes."""
+    return any(dict(p.dtypes).get(s.name) == "e4m3" for s in fused.cascade.inputs if s.size is not None)
+
+
 def configure(fused: FusedCascade, p: Problem) -> dict:
     """128 threads (32 in the simulator): blocks of 16 rows, 64 columns a warp and tiles of 64 elements, segments of
     the axis across blocks until the GPU is busy (at least four tiles each)."""
@@ -279,7 +314,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     nseg = p.option("segments") or max(1, min(BUSY_BLOCKS // 2 // blocks, tiles // 4))
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
     return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=BM, segments=int(nseg), nseg=int(nseg),
-                fast_exp=p.option("fast_exp", False), shared=shared_bytes(threads))
+                fast_exp=p.option("fast_exp", False), shared=shared_bytes(threads, _e4m3(fused, p)))
 
 
 def grid(rows: int, spec: Spec, named) -> dict:
@@ -294,7 +329,7 @@ def grid(rows: int, spec: Spec, named) -> dict:
 register(Strategy("columns_mma", "cuda", "columns' level order with the products F·W on the tensor cores (mma.sync): "
                   "the factors in the weights' 16-bit type (FP8 ones exactly), tiles staged by cp.async", build,
                   configure, grid, final_scales=True, rounds_products=lambda fused: not exact_factors(fused),
-                  vector_multiple=8, shared_vectors=True))
+                  vector_multiple=16, shared_vectors=True))  # 16: e4m3 weight rows are read 16 at a time
 
 
 def exact_factors(fused: FusedCascade) -> bool:

@@ -509,8 +509,10 @@ def build(fused: FusedCascade, spec: Spec, target: str):
 
 
 def out_dtypes(fused: FusedCascade, dtypes: dict, want: str | None) -> tuple:
-    """Per-element outputs in the first input's dtype (``e4m3`` bytes for ``fp8(…)``), or ``want`` for all."""
+    """Per-element outputs in the first input's dtype (``e4m3`` bytes for ``fp8(…)``; float32 for an e4m3 input,
+    whose three significant bits would round the outputs away), or ``want`` for all."""
     first = dtypes.get(fused.cascade.inputs[0].name, "float32")
+    first = "float32" if first == "e4m3" else first
     out = []
     for sym, expr in fused.finalize.steps:
         if sym.name in fused.per_element_outputs:

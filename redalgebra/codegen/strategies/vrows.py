@@ -417,7 +417,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     def length_of(s):
         return s.size if isinstance(s.size, int) else sizes[s.size]
     kinds = {VEC[dtypes.get(s.name, "float32")] for s in vectors}
-    item = {s.name: 2 if VEC[dtypes.get(s.name, "float32")] == 8 else 4 for s in vectors}
+    item = {s.name: 16 // VEC[dtypes.get(s.name, "float32")] for s in vectors}
     wide = p.vec_ok and len(kinds) == 1 and all(length_of(s) * item[s.name] % 16 == 0 for s in vectors)
     vec = kinds.pop() if wide else 1
     chunks = max(-(-length_of(s) // vec) for s in vectors)

@@ -19,6 +19,9 @@ _FP8_UNSCALE = np.ldexp(np.float32(1.0), -np.arange(-5, 10)).astype(np.float32)
 _INTEGRAL = np.float32(2.0 ** 23)  # from 2**23 on, every float32 is an integer
 _BF16_TINY = np.float32(2.0 ** -133)
 _BF16_MANT = np.float32(1.0 / 128.0)
+_E4M3_TINY = np.float32(2.0 ** -9)
+_E4M3_MANT = np.float32(1.0 / 8.0)
+_E4M3_BIAS = np.float32(2.0 ** 120)
 _K0 = np.float32(0.0)
 _K1 = np.float32(1e-12)
 _K2 = np.float32(1.0)
@@ -102,6 +105,20 @@ def rt_bf16(u):
 
 
 @cuda.jit(device=True)
+def rt_e4m3(u):
+    """The float32 value of an FP8 e4m3 byte (a uint8 or int8 element), decoded arithmetically: exact."""
+    b = int32(u) & 0xFF
+    sign = -_FP8_ONE if b >= 0x80 else _FP8_ONE
+    e = (b >> 3) & 0xF
+    m = float32(b & 7)
+    if b & 0x7F == 0x7F:
+        return NAN
+    if e == 0:
+        return sign * m * _E4M3_TINY
+    return sign * (_FP8_ONE + m * _E4M3_MANT) * math.pow(_FP8_TWO, float32(e - 7))
+
+
+@cuda.jit(device=True)
 def rt_fp8(x):
     """Round a float32 to the nearest e4m3 value, ties to even, saturating at ±448 (nan stays nan)."""
     if x != x:
@@ -154,6 +171,14 @@ if not config.ENABLE_CUDASIM:  # on the GPU, bfloat16 is the high half of a floa
     def rt_bf16(u):  # noqa: F811 - replaces the portable decoder above on real devices
         """The float32 value of bfloat16 bits: the bits shifted into the high half, reinterpreted."""
         return _int_as_float(int32((int32(u) & 0xFFFF) << 16))
+
+    @cuda.jit(device=True)
+    def rt_e4m3(u):  # noqa: F811 - replaces the portable decoder above on real devices
+        """The float32 value of an e4m3 byte: its exponent and mantissa moved into a float32's (a subnormal
+        becomes one too), scaled by 2^120 (the biases' difference), NaN for 0x7F/0xFF."""
+        if int32(u) & 0x7F == 0x7F:
+            return NAN
+        return _int_as_float(int32(((int32(u) & 0x80) << 24) | ((int32(u) & 0x7F) << 20))) * _E4M3_BIAS
 
 
 @cuda.jit(fastmath=False, **BOUNDS)

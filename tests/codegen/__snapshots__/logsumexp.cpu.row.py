@@ -17,6 +17,9 @@ _FP8_UNSCALE = np.ldexp(np.float32(1.0), -np.arange(-5, 10)).astype(np.float32)
 _INTEGRAL = np.float32(2.0 ** 23)  # from 2**23 on, every float32 is an integer
 _BF16_TINY = np.float32(2.0 ** -133)
 _BF16_MANT = np.float32(1.0 / 128.0)
+_E4M3_TINY = np.float32(2.0 ** -9)
+_E4M3_MANT = np.float32(1.0 / 8.0)
+_E4M3_BIAS = np.float32(2.0 ** 120)
 _K0 = np.float32(0.0)
 D_d = 128
 D_e = 64
@@ -94,6 +97,20 @@ def rt_bf16(u):
     if e == 0:
         return sign * m * _BF16_TINY
     return sign * (_FP8_ONE + m * _BF16_MANT) * math.pow(_FP8_TWO, float32(e - 127))
+
+
+@njit(cache=False)
+def rt_e4m3(u):
+    """The float32 value of an FP8 e4m3 byte (a uint8 or int8 element), decoded arithmetically: exact."""
+    b = int32(u) & 0xFF
+    sign = -_FP8_ONE if b >= 0x80 else _FP8_ONE
+    e = (b >> 3) & 0xF
+    m = float32(b & 7)
+    if b & 0x7F == 0x7F:
+        return NAN
+    if e == 0:
+        return sign * m * _E4M3_TINY
+    return sign * (_FP8_ONE + m * _E4M3_MANT) * math.pow(_FP8_TWO, float32(e - 7))
 
 
 @njit(cache=False)

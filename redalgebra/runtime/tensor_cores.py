@@ -2,7 +2,7 @@
 
 ``cp_async16`` copies 16 bytes from global to
 shared memory without passing through registers (``cp.async.cg``; a source size of 0 fills zeros), grouped
-by ``cp_commit`` and awaited by ``cp_wait0`` … ``cp_wait3`` (all but the newest 0 … 3 groups complete); ``ldsm_x4``/``ldsm_x4_t`` load four 8×8 matrices
+by ``cp_commit`` and awaited by ``cp_wait0`` … ``cp_wait4`` (all but the newest 0 … 4 groups complete); ``ldsm_x4``/``ldsm_x4_t`` load four 8×8 matrices
 of 16-bit values from shared memory into the warp's fragments (``ldmatrix``, plain or transposed; lane ``l``
 gives the address of row ``l % 8`` of matrix ``l // 8``); ``mma_bf16``/``mma_f16`` multiply-accumulate a
 16×16 by 16×8 tile into float32 (``mma.sync.aligned.m16n8k16.row.col``). With ``g = lane >> 2`` and
@@ -32,7 +32,7 @@ from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _bf16_pair, _ch
 if not SIMULATOR:
     from .intrinsics import TypingError
 
-__all__ = ["cp_async16", "cp_async16_at", "e4m3_f16x16", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
+__all__ = ["cp_async16", "cp_async16_at", "e4m3_b_frags", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_hold",
            "fence_async"]
@@ -61,13 +61,13 @@ def _sim_cp_async16(s, sidx, a, row, col, nbytes):
     _sim_stage("cp_async16", s, sidx, source, nbytes)
 
 
-def _sim_e4m3_f16x16(s, src, dst):
+def _sim_e4m3_b_frags(s, idx, pitch):
     flat = _shared_flat(s).view(np.uint16)
-    for name, at, n in (("source", src, 8), ("destination", dst, 16)):
-        if int(at) % 8 or not 0 <= int(at) <= flat.size - n:
-            raise IndexError(f"e4m3_f16x16: the {name} index {at} is misaligned or outside {flat.size} 16-bit values")
-    values = e4m3_values(flat[int(src):int(src) + 8].copy().view(np.uint8))
-    flat[int(dst):int(dst) + 16] = f16_bits(values)
+    rows = [int(idx) + r * int(pitch) for r in (0, 1, 8, 9)]
+    if int(idx) % 2 or int(pitch) % 2 or not (0 <= rows[0] and rows[-1] + 2 <= flat.size):
+        raise IndexError(f"e4m3_b_frags: rows from {idx} {pitch} apart are misaligned or outside {flat.size} 16-bit values")
+    b = [f16_bits(e4m3_values(flat[r:r + 2].copy().view(np.uint8))) for r in rows]  # 4 columns of each row
+    return tuple(_words((b[2 * h][c], b[2 * h + 1][c])) for h in (0, 1) for c in range(4))
 
 
 def _sim_cp_async16_at(s, sidx, a, offset, nbytes):
@@ -251,26 +251,34 @@ def cp_async16_at(typingctx, s, sidx, a, offset, nbytes):
     return types.void(s, sidx, a, offset, nbytes), codegen
 
 
-@_device(_sim_e4m3_f16x16)
-def e4m3_f16x16(typingctx, s, src, dst):
-    """Widen the sixteen FP8 e4m3 bytes at ``s[src:src+8]`` to sixteen float16 at ``s[dst:dst+16]``, exactly (every
-    e4m3 value is a float16): one 128-bit shared load, eight ``cvt.rn.f16x2.e4m3x2`` (sm_89 and later), two 128-bit
-    shared stores; both indices count 16-bit values and are 16-byte aligned. A tile staged as bytes by ``cp_async16``
-    becomes one ``ldmatrix`` reads."""
-    _check_shared("e4m3_f16x16", s, src)
-    if not isinstance(dst, types.Integer):
-        raise TypingError(f"e4m3_f16x16: the destination index must be an integer, got {dst}")
+@_device(_sim_e4m3_b_frags)
+def e4m3_b_frags(typingctx, s, idx, pitch):
+    """``mma``'s B fragments (float16, ``k`` and ``k + 1`` in a word) of four columns from a tile of e4m3 bytes
+    staged row-major ``[k][n]``: the four bytes at ``s[idx:idx+2]`` (columns ``c … c+3`` of row ``k``) and at rows
+    ``k + 1``, ``k + 8``, ``k + 9`` (``pitch`` 16-bit values apart), interleaved by ``prmt`` and widened exactly by
+    ``cvt.rn.f16x2.e4m3x2`` (sm_89 and later). Returns ``b0`` of columns ``c … c+3`` (rows ``k, k+1``), then ``b1``
+    (rows ``k+8, k+9``): lane ``(g, t)`` reading ``k = 2t`` and ``c = 4g`` of a 32-column group gets, for each
+    ``j < 4``, the fragment of an n8 tile whose column ``g`` is the group's column ``4g + j``."""
+    _check_shared("e4m3_b_frags", s, idx)
+    if not isinstance(pitch, types.Integer):
+        raise TypingError(f"e4m3_b_frags: the row pitch must be an integer, got {pitch}")
+    rt = types.UniTuple(types.uint32, 8)
 
     def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
         a = _shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        b = _shared_address(context, builder, sig.args[0], args[0], sig.args[2], args[2])
-        text = ("{.reg .b32 w<4>, f<8>; .reg .b16 h<8>; ld.shared.v4.b32 {w0, w1, w2, w3}, [$0]; "
-                + " ".join(f"mov.b32 {{h{2 * k}, h{2 * k + 1}}}, w{k};" for k in range(4)) + " "
-                + " ".join(f"cvt.rn.f16x2.e4m3x2 f{k}, h{k};" for k in range(8))
-                + " st.shared.v4.b32 [$1], {f0, f1, f2, f3}; st.shared.v4.b32 [$1+16], {f4, f5, f6, f7};}")
-        _side_effect(builder, text, "r,r", [a, b])
-        return context.get_dummy_value()
-    return types.void(s, src, dst), codegen
+        step = builder.mul(context.cast(builder, args[2], sig.args[2], types.int32), i32(2))  # bytes per row
+        rows = [a, builder.add(a, step), builder.add(a, builder.mul(step, i32(8))), builder.add(a, builder.mul(step, i32(9)))]
+        text = ("{.reg .b32 w<4>, p<4>; .reg .b16 h<8>; "
+                + " ".join(f"ld.shared.b32 w{r}, [${8 + r}];" for r in range(4)) + " "
+                "prmt.b32 p0, w0, w1, 0x5140; prmt.b32 p1, w0, w1, 0x7362; "
+                "prmt.b32 p2, w2, w3, 0x5140; prmt.b32 p3, w2, w3, 0x7362; "
+                + " ".join(f"mov.b32 {{h{2 * k}, h{2 * k + 1}}}, p{k};" for k in range(4)) + " "
+                + " ".join(f"cvt.rn.f16x2.e4m3x2 ${k}, h{k};" for k in range(8)) + "}")
+        words = ir.LiteralStructType([i32] * 8)
+        out = _side_effect(builder, text, ",".join(["=r"] * 8 + ["r"] * 4), rows, words)
+        return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(8)])
+    return rt(s, idx, pitch), codegen
 
 
 def _wait(name, text):
@@ -289,6 +297,7 @@ cp_wait0 = _wait("cp_wait0", "cp.async.wait_group 0;")
 cp_wait1 = _wait("cp_wait1", "cp.async.wait_group 1;")
 cp_wait2 = _wait("cp_wait2", "cp.async.wait_group 2;")
 cp_wait3 = _wait("cp_wait3", "cp.async.wait_group 3;")
+cp_wait4 = _wait("cp_wait4", "cp.async.wait_group 4;")
 
 
 def _ldsm(name, transposed):

@@ -287,22 +287,24 @@ def test_e4m3_loads_decode_every_code_exactly():
         assert np.array_equal(np.signbit(got), np.signbit(want))  # -0 is 0x80
 
 
-def test_e4m3_widening_in_shared_memory_and_byte_copies():
-    data = np.arange(128, dtype=np.uint8).reshape(1, 2, 64)
-    sm = np.full(64 + 256, 7, np.uint16)
-    for k in range(8):  # the bytes staged 16 at a time, as a tile of e4m3 weights is
-        tc.cp_async16(sm, 8 * k, data, (0, k // 4), 16 * (k % 4), 16)
-    tc.cp_async16(sm, 8 * 8, data, (0, 1), 48, 0)  # a source size of 0: zeros
-    assert (sm[:64].view(np.uint8) == data.reshape(-1)).all() and (sm[64:72] == 0).all() and (sm[72:] == 7).all()
-    for k in range(8):
-        tc.e4m3_f16x16(sm, 8 * k, 64 + 16 * k)
-    want = np.array([e4m3_value(c) for c in range(128)], np.float32)
-    got = sm[64:192].view(np.float16).astype(np.float32)
-    np.testing.assert_array_equal(got, want)  # 0x7F: NaN
+def test_e4m3_fragments_pair_each_columns_k_and_k_plus_1_from_staged_bytes():
+    data = np.arange(256, dtype=np.uint8).reshape(1, 16, 16)  # a tile of 16 rows (k) of 16 bytes (columns)
+    sm = np.full(8 * 16 + 8, 7, np.uint16)
+    for k in range(16):  # staged by 16-byte copies, one row each (pitch 8 16-bit values)
+        tc.cp_async16(sm, 8 * k, data, (0, k), 0, 16)
+    tc.cp_async16(sm, 8 * 16, data, (0, 0), 0, 0)  # a source size of 0: zeros
+    assert (sm[:128].view(np.uint8) == data.reshape(-1)).all() and (sm[128:] == 0).all()
+    value = np.array([e4m3_value(c) for c in range(256)], np.float32).reshape(16, 16)
+    for k, c in ((0, 0), (2, 4), (6, 12)):  # lanes (g, t) read k = 2t, columns 4g … 4g + 3
+        words = tc.e4m3_b_frags(sm, 8 * k + c // 2, 8)
+        for j in range(4):
+            for word, rows in ((words[j], (k, k + 1)), (words[4 + j], (k + 8, k + 9))):
+                halves = np.array([int(word) & 0xFFFF, int(word) >> 16], np.uint16).view(np.float16)
+                np.testing.assert_array_equal(halves.astype(np.float32), value[list(rows), c + j])
     with pytest.raises(IndexError, match="misaligned or outside"):
-        tc.e4m3_f16x16(sm, 4, 64)
+        tc.e4m3_b_frags(sm, 1, 8)
     with pytest.raises(IndexError, match="misaligned or outside"):
-        tc.e4m3_f16x16(sm, 0, 312)  # 16 values from 312 pass the end (320)
+        tc.e4m3_b_frags(sm, 64, 8)  # row k + 9 = 17 is past the staged tile's end
 
 
 def test_e4m3_rounds_ties_to_even_and_saturates():
@@ -427,7 +429,7 @@ def test_the_module_is_the_simulator_version_here():
     assert rt.SIMULATOR and ld_f32x4.__name__ == "ld_f32x4" and "128-bit" in ld_f32x4.__doc__
     assert set(rt.__all__) >= {"ld_f32x4", "ld_f32x4_nc", "ld_b16x8", "ld_h16x8", "st_f32x4", "st_b16x8",
                                "st_h16x8", "ld_b16", "st_b16", "st_h16", "ex2", "fast_exp", "e4m3", "st_e4m3x4"}
-    assert tc.SIMULATOR and set(tc.__all__) == {"cp_async16", "cp_async16_at", "e4m3_f16x16", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2",
+    assert tc.SIMULATOR and set(tc.__all__) == {"cp_async16", "cp_async16_at", "e4m3_b_frags", "cp_commit", "cp_wait4", "cp_wait0", "cp_wait1", "cp_wait2",
                                                 "cp_wait3", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
                                                 "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2",
                                                 "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16", "wgmma_ss_f16",
@@ -493,9 +495,10 @@ y = re.search(r"^ld\.global\.nc\.v4\.f32\s+\{(%f\d+), (%f\d+), (%f\d+), (%f\d+)\
 facts["high_first"] = [count(rf"^cvt\.rn\.{op} %\w+, {hi}, {lo};") for op, hi, lo in (
     ("bf16x2.f32", y[1], y[0]), ("bf16x2.f32", y[3], y[2]), ("f16x2.f32", x[1], x[0]), ("f16x2.f32", x[3], x[2]),
     ("satfinite.e4m3x2.f32", x[3], x[2]))]
-# e4m3: sixteen bytes by one 128-bit load, a byte, and a shared tile widened; every pair by cvt.rn.f16x2.e4m3x2
+# e4m3: sixteen bytes by one 128-bit load, a byte, and mma fragments from shared bytes (four 32-bit loads, prmt to
+# pair rows k and k + 1); every pair by cvt.rn.f16x2.e4m3x2
 from numba import uint16
-from redalgebra.runtime.tensor_cores import e4m3_f16x16
+from redalgebra.runtime.tensor_cores import e4m3_b_frags
 
 def e4m3_reads(e, o, q):
     r = cuda.blockIdx.x
@@ -503,19 +506,18 @@ def e4m3_reads(e, o, q):
     v = ld_e4m3x16(e, r, c)
     o[r, c] = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7] + ld_e4m3(e, r, c + 1)
     o[r, c + 1] = v[8] + v[9] + v[10] + v[11] + v[12] + v[13] + v[14] + v[15]
-    sm = cuda.shared.array(64, uint16)
+    sm = cuda.shared.array(256, uint16)
     sm[cuda.threadIdx.x] = q[cuda.threadIdx.x]
     cuda.syncthreads()
-    e4m3_f16x16(sm, 0, 16)
-    cuda.syncthreads()
-    q[cuda.threadIdx.x] = sm[cuda.threadIdx.x]
+    b = e4m3_b_frags(sm, 2 * cuda.threadIdx.x, 24)
+    q[cuda.threadIdx.x] = b[0] + b[1] + b[2] + b[3] + b[4] + b[5] + b[6] + b[7]
 
 e4, _ = cuda.compile_ptx(e4m3_reads, (A(types.uint8), A(types.float32), types.Array(types.uint16, 1, "C")), cc=(9, 0))
 e4 = [ln.strip() for ln in e4.splitlines() if not ln.strip().startswith("//")]
 # (occurrences, not lines: the shared widening is one inline PTX block on one line)
 facts["e4m3"] = [len(re.findall(p, "\n".join(e4))) for p in (
     r"\bcvt\.rn\.f16x2\.e4m3x2", r"\bld\.global(\.nc)?\.v4\.(u32|b32)", r"\bld\.global(\.nc)?\.u8",
-    r"\bld\.shared\.v4\.b32", r"\bst\.shared\.v4\.b32", r"\.local\b")]
+    r"\bld\.shared\.b32", r"\bprmt\.b32", r"\.local\b")]
 facts["rejects_float32"] = "ld_b16x8: needs a C-contiguous array of uint16/int16" in bad(A(types.float32))
 # a 3-D array indexed by one integer row: refused while typing, not a wrong address
 facts["rejects_one_row_of_3d"] = "takes a row of 2 integer(s)" in bad(types.Array(types.uint16, 3, "C"))
@@ -532,6 +534,6 @@ def test_real_intrinsics_compile_to_single_vector_instructions_in_sm90_ptx():
     want = {"target": 1, "ld_v4_f32": 1, "ld_nc_v4_f32": 1, "ld_v4_b32": 3, "st_v4_f32": 1, "st_v4_b32": 2,
             "st_b32": 1, "cvt_bf16x2": 4, "cvt_f16x2": 4, "cvt_bf16": 1, "cvt_f16": 1, "ex2": 2, "e4m3x2": 3,
             "scalar_f32": 2, "local": 0, "call": 0, "high_first": [1, 1, 1, 1, 1], "rejects_float32": True,
-            "rejects_one_row_of_3d": True, "e4m3": [17, 1, 1, 1, 2, 0],
+            "rejects_one_row_of_3d": True, "e4m3": [17, 1, 1, 4, 4, 0],
             "max_nan": 1, "min_nan": 1}
     assert facts == want

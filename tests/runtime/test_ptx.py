@@ -221,10 +221,10 @@ def test_columns_mma_multiplies_the_factors_and_weights_on_the_tensor_cores(repo
 @pytest.mark.slow
 def test_columns_mma_widens_e4m3_weights_on_chip(report):
     facts = report[_key("fp8_quant_gemm", "columns_mma", 16, 4096, "e4m3")]
-    # the same products; the weights copied as bytes (8 chunks of 16 per thread and tile), each chunk widened to
-    # float16 by 8 cvt.rn.f16x2.e4m3x2 in shared memory
-    assert facts["mma"] == 4 * 8 and facts["ldmatrix"] == 4 * (1 + 4) and facts["cp_async"] == 3 * (1 + 8)
-    assert facts["e4m3_widen"] == 8 * 8
+    # the same products; the weights copied as bytes (8 chunks of 16 per thread and tile, five stages), the B
+    # fragments made from them (per 16 elements two groups of 32 columns: 8 cvt.rn.f16x2.e4m3x2 each), not ldmatrix
+    assert facts["mma"] == 4 * 8 and facts["ldmatrix"] == 4 and facts["cp_async"] == 5 * (1 + 8)
+    assert facts["e4m3_widen"] == 4 * 2 * 8
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
 

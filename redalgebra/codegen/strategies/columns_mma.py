@@ -20,9 +20,12 @@ on ``mma.sync.m16n8k16``:
    distinct banks); each warp multiplies the whole ``F`` tile by its 64 columns, the A fragments by ``ldmatrix``,
    the B fragments by the transposing ``ldmatrix`` (``w`` is row-major along the columns), 32 products per tile,
    and writes its own outputs (no exchange between warps).
-   **e4m3 weights** (``as_e4m3``, ``float8_e4m3fn``: half the bytes) are staged as bytes, 16 per copy, and each
-   tile is widened to float16 in shared memory (``e4m3_f16x16``: exact, every e4m3 value is a float16) before the
-   same products; the factors must then be FP8 (exact in float16 too).
+   **e4m3 weights** (``as_e4m3``, ``float8_e4m3fn``: half the bytes) are staged as bytes, 16 per copy, five tiles
+   in flight (a tile is half the bytes: as many bytes in flight as the 16-bit weights' three), and the B fragments
+   are made from the bytes directly (``e4m3_b_frags``: four 32-bit shared loads, ``prmt`` to pair each column's
+   ``k`` and ``k + 1``, ``cvt.rn.f16x2.e4m3x2``, exact): a thread's fragments then hold columns ``4g … 4g + 3`` of
+   a 32-column group, so n8 tile ``j`` of the group is the columns ``≡ j (mod 4)`` and the outputs are stored at
+   those columns. The products are float16 ones; the factors must then be FP8 (exact in float16 too).
 4. **The segments' sums** and the outputs: ``columns``' third kernel (or the tiles kernel itself when the axis is
    one segment).
 
@@ -44,8 +47,8 @@ from .columns import ColumnsKernel, build as columns_build, refusal as columns_r
 from .products import KINDS
 
 #: Rows of a block (the m16 of the instruction), columns per warp, elements of a tile (the factors' rows are padded
-#: to whole tiles: a "tiles" scratch array), tiles in the stages.
-BM, BC, BK, STAGES = 16, 64, SCRATCH_TILE, 3
+#: to whole tiles: a "tiles" scratch array), tiles in the stages (e4m3 weights: a tile is half the bytes, five fit).
+BM, BC, BK, STAGES, STAGES_E4M3 = 16, 64, SCRATCH_TILE, 3, 5
 #: Threads of a block on the GPU (a warp per 64 columns: 256 a block) and in the simulator (one warp).
 THREADS, SIM_THREADS = 128, 32
 #: 16-bit units of a staged row: 64 values and 16 bytes of padding.
@@ -99,10 +102,11 @@ class ColumnsMmaKernel(ColumnsKernel):
         self.kind = "f16" if self.bytes else KINDS[kind]
         self.warps = spec.threads // 32
         self.bc = BC * self.warps  # the block's columns
-        self.pw = self.bc + 8      # 16-bit units of a float16/bfloat16 weight row on chip
-        self.pb = (self.bc + 16) // 2  # ... of a staged e4m3 row (its bytes and 16 of padding)
-        self.stage = BM * PITCH + BK * (self.pb if self.bytes else self.pw)
-        self.wide = STAGES * self.stage  # the widened tile (e4m3 weights), after the stages
+        # 16-bit units of a staged weight row: 16 bytes of padding after its values (float16/bfloat16: the rows an
+        # ldmatrix reads fall in distinct banks; e4m3: the four rows of a fragment load too)
+        self.pw = (self.bc + 16) // 2 if self.bytes else self.bc + 8
+        self.stage = BM * PITCH + BK * self.pw
+        self.stages = STAGES_E4M3 if self.bytes else STAGES
 
     # -- 2. the factors -------------------------------------------------------------------------------
     def factor_kernel(self) -> list:
@@ -142,26 +146,15 @@ class ColumnsMmaKernel(ColumnsKernel):
                     Call("cp_async16", ("sm", f"{base} + fr * {PITCH} + 8 * ({q} % {BK // 8})", "fac",
                                         "min(r0 + fr, rows - 1)", "fk", "pick(fk < hi, 16, 0)"))]
         each = 16 if self.bytes else 8  # weights per 16-byte copy
-        per_row, pitch = self.bc // each, (self.pb if self.bytes else self.pw)
+        per_row = self.bc // each
         for u in range(BK * per_row // t):
             q = f"(tid + {u * t})"
             out += [Assign("wk", f"kt0 + {q} // {per_row}"), Assign("wc", f"cb + {each} * ({q} % {per_row})"),
-                    Call("cp_async16", ("sm", f"{base} + {BM * PITCH} + ({q} // {per_row}) * {pitch} + "
+                    Call("cp_async16", ("sm", f"{base} + {BM * PITCH} + ({q} // {per_row}) * {self.pw} + "
                                               f"8 * ({q} % {per_row})", self.x,
                                         "(rw, min(wk, length - 1))", f"min(wc, {self.n - each})",
                                         "pick(wk < hi and wc < " + str(self.n) + ", 16, 0)"))]
         return out
-
-    def widen(self) -> list:
-        """e4m3 weights: the staged tile's bytes widened to float16 in the tile ``products`` reads (16 a thread at a
-        time), then a barrier."""
-        t, per_row = self.spec.threads, self.bc // 16
-        out = []
-        for u in range(BK * per_row // t):
-            q = f"(tid + {u * t})"
-            out.append(Call("e4m3_f16x16", ("sm", f"sa + {BM * PITCH} + ({q} // {per_row}) * {self.pb} + 8 * ({q} % {per_row})",
-                                            f"{self.wide} + ({q} // {per_row}) * {self.pw} + 16 * ({q} % {per_row})")))
-        return out + [Barrier()]
 
     def products(self) -> list:
         """The staged tile times this warp's 64 columns: A by ``ldmatrix``, B by the transposing ``ldmatrix``, per 16
@@ -171,16 +164,32 @@ class ColumnsMmaKernel(ColumnsKernel):
         for sl in range(BK // 16):
             k0 = 16 * sl
             out.append(Assign("a0, a1, a2, a3", f"ldsm_x4(sm, sa + (lane & 15) * {PITCH} + {k0} + 8 * (lane >> 4))"))
+            if self.bytes:  # per 32-column group h: columns 4 lg … 4 lg + 3 of rows 2 tq, + 1, + 8, + 9
+                for h in range(BC // 32):
+                    b = [f"b{i}" for i in range(8)]
+                    out.append(Assign(", ".join(b), f"e4m3_b_frags(sm, sa + {BM * PITCH} + ({k0} + 2 * tq) * {self.pw} "
+                                                     f"+ {BC // 2} * warp + {16 * h} + 2 * lg, {self.pw})"))
+                    for j in range(4):
+                        regs = ", ".join(f"ac_{4 * h + j}_{i}" for i in range(4))
+                        out.append(Assign(regs, f"{mma}(a0, a1, a2, a3, b{j}, b{4 + j}, {regs})"))
+                continue
             for np_ in range(BC // 16):
-                out.append(Assign("b0, b1, b2, b3", f"ldsm_x4_t(sm, sb + ({k0} + vrow) * {self.pw} + "
+                out.append(Assign("b0, b1, b2, b3", f"ldsm_x4_t(sm, sa + {BM * PITCH} + ({k0} + vrow) * {self.pw} + "
                                                     f"{BC} * warp + {16 * np_} + vcol)"))
                 for half in (0, 1):
                     regs = ", ".join(f"ac_{2 * np_ + half}_{i}" for i in range(4))
                     out.append(Assign(regs, f"{mma}(a0, a1, a2, a3, b{2 * half}, b{2 * half + 1}, {regs})"))
         return out
 
+    def column(self, j: int, i: int) -> str:
+        """The block's column of accumulator ``i`` of n8 tile ``j`` (its fragment column ``2 tq + (i & 1)``): tile
+        ``j``'s eight columns in a row, or, from e4m3 fragments, every fourth column of a 32-column group."""
+        c = f"2 * tq + {i & 1}"
+        inner = f"4 * ({c}) + {j % 4} + {32 * (j // 4)}" if self.bytes else f"{8 * j} + {c}"
+        return f"cb + {BC} * warp + {inner}"
+
     def tiles(self) -> list:
-        ahead = STAGES - 1
+        ahead = self.stages - 1
         segmented = self.spec.segments > 1
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
                Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
@@ -196,17 +205,15 @@ class ColumnsMmaKernel(ColumnsKernel):
         out += [Assign(f"ac_{j}_{i}", zero) for j in range(BC // 8) for i in range(4)]
         for s_ in range(ahead):
             out += [If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ())]
-        stage = f"uint32(it + {ahead}) % uint32({STAGES})"
+        stage = f"uint32(it + {ahead}) % uint32({self.stages})"
         step = [If(f"it + {ahead} < ntile", tuple(self.issue(f"it + {ahead}", stage))),
                 Call("cp_commit", ()), Call(f"cp_wait{ahead}", ()), Barrier(),
-                Assign("sa", f"(uint32(it) % uint32({STAGES})) * {self.stage}"),
-                Assign("sb", str(self.wide) if self.bytes else f"sa + {BM * PITCH}")]
-        step += (self.widen() if self.bytes else []) + self.products() + [Barrier()]
+                Assign("sa", f"(uint32(it) % uint32({self.stages})) * {self.stage}")] + self.products() + [Barrier()]
         out.append(For("it", "0", "ntile", tuple(step)))
         # each thread's outputs: rows lg and lg + 8, columns 8 j + 2 tq and + 1 of its warp's 64
         for j in range(BC // 8):
             for i in range(4):
-                row, col = f"r0 + lg + {8 * (i >> 1)}", f"cb + {BC} * warp + {8 * j} + 2 * tq + {i & 1}"
+                row, col = f"r0 + lg + {8 * (i >> 1)}", self.column(j, i)
                 if segmented:
                     stmts = [Assign(f"part_{self.red}[{row}, cuda.blockIdx.z, {col}]", f"ac_{j}_{i}")]
                 else:
@@ -248,11 +255,10 @@ def build(fused: FusedCascade, spec: Spec, target: str):
 
 
 def shared_bytes(threads: int, e4m3: bool = False) -> int:
-    """Dynamic shared memory of the tiles kernel: its stages (e4m3 weights: their bytes, and the tile widened to
-    float16 once)."""
+    """Dynamic shared memory of the tiles kernel: its stages (e4m3 weights: more of them, of bytes)."""
     bc = threads // 32 * BC
     if e4m3:
-        return (STAGES * (BM * PITCH + BK * (bc + 16) // 2) + BK * (bc + 8)) * 2
+        return STAGES_E4M3 * (BM * PITCH + BK * (bc + 16) // 2) * 2
     return STAGES * (BM * PITCH + BK * (bc + 8)) * 2
 
 

@@ -45,6 +45,7 @@ class Spec:
     batch: int = 1               # columns: rows processed together by a block (they share its vector reads)
     shared: int = 0              # bytes of dynamic shared memory per block (mma: the staged tiles)
     stages: int = 2              # mma, wgmma: tiles of the vector inputs in shared memory (stages - 1 loading ahead)
+    pre_vec: int = 1             # columns, columns_mma: elements per wide load of the scalar reductions' kernel
 
     @property
     def launch_bounds(self) -> str:

@@ -72,14 +72,14 @@ def _sim_e4m3_b_frags(s, idx, pitch):
 
 def _sim_cp_async16_at(s, sidx, a, offset, nbytes):
     ary = getattr(a, "_ary", a)
-    if not ary.flags.c_contiguous or ary.dtype.name not in _B16 + _F16:
-        raise TypeError(f"cp_async16_at: need a C-contiguous array of 16-bit values, got {ary.dtype} {ary.shape}")
-    flat, at = ary.reshape(-1).view(np.uint16), int(offset)
+    if not ary.flags.c_contiguous or ary.dtype.name not in _B16 + _F16 + _U8:
+        raise TypeError(f"cp_async16_at: need a C-contiguous array of 16-bit values or bytes, got {ary.dtype} {ary.shape}")
+    flat, at, n = ary.reshape(-1), int(offset), 16 // ary.itemsize  # elements per 16 bytes
 
     def source():
-        if at % 8 or not 0 <= at <= flat.size - 8:
+        if at % n or not 0 <= at <= flat.size - n:
             raise IndexError(f"cp_async16_at: element {at} is misaligned or outside an array of {flat.size}")
-        return flat[at:at + 8]
+        return flat[at:at + n].view(np.uint16)
     _sim_stage("cp_async16_at", s, sidx, source, nbytes)
 
 
@@ -233,12 +233,14 @@ def _cp_async(context, builder, sig, args, src):
 
 @_device(_sim_cp_async16_at)
 def cp_async16_at(typingctx, s, sidx, a, offset, nbytes):
-    """``cp_async16`` from element ``offset`` of ``a`` counted in row-major order (any number of dimensions): the
-    address is ``a``'s data plus ``2 offset`` bytes, so successive copies a constant number of elements apart differ
-    by a constant, which the instruction takes as an immediate offset (no index arithmetic per copy)."""
+    """``cp_async16`` from element ``offset`` of ``a`` (16-bit values or bytes) counted in row-major order (any number
+    of dimensions): the address is ``a``'s data plus ``offset`` elements, so successive copies a constant number of
+    elements apart differ by a constant, which the instruction takes as an immediate offset (no index arithmetic per
+    copy)."""
     _check_shared("cp_async16_at", s, sidx)
-    if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype in _B16_TYPES + (types.float16,)):
-        raise TypingError(f"cp_async16_at: needs a C-contiguous array of 16-bit values, got {a}")
+    if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype in _B16_TYPES + (types.float16, types.uint8,
+                                                                                         types.int8)):
+        raise TypingError(f"cp_async16_at: needs a C-contiguous array of 16-bit values or bytes, got {a}")
     for v, what in ((offset, "element offset"), (nbytes, "source size")):
         if not isinstance(v, types.Integer):
             raise TypingError(f"cp_async16_at: the {what} must be an integer, got {v}")

@@ -135,3 +135,17 @@ def test_row_outputs_read_later_masked_weights_and_what_columns_refuses():
         compile(f, "cudasim", "columns", batch=4).spec_for(3, 20, sizes={"n": 8})  # a weight row per row
     vsum = derive(parse("input x\ninput w[n]\nreduce acc = sum(x * w)\nout t = sum(acc)\n"))
     assert choose(vsum, 16, 64, {"n": 8}, {"x": 1, "w": 16}) == "vrows"  # the finalize's sum(v) couples components
+
+
+def test_the_scalar_kernel_reads_16_bytes_at_a_time_where_every_row_is_aligned():
+    def pre_vec(name, strategy, length, dtypes, n=16):
+        kernel = compile(fused(name), "cudasim", strategy)
+        reps = {s.name: 4 for s in fused(name).cascade.inputs if s.size is not None}
+        return kernel.spec_for(4, length, dtypes, {"n": n}, reps=reps)[1].pre_vec
+    assert pre_vec("fp8_quant_gemm", "columns_mma", 64, {"x": "bfloat16", "w": "e4m3"}) == 8
+    assert pre_vec("fp8_quant_gemm", "columns", 64, {"x": "float32", "w": "float32"}) == 4
+    assert pre_vec("fp8_quant_gemm", "columns", 37, {"x": "bfloat16", "w": "bfloat16"}) == 1  # rows off the grid
+    assert pre_vec("rmsnorm_gemm", "columns", 64, {"x": "bfloat16", "g": "float32", "w": "bfloat16"}) == 1  # widths
+    for name, strategy, dtype in (("layernorm_gemm", "columns", "bfloat16"), ("fp8_quant_gemm", "columns_mma", "e4m3")):
+        results = check(fused(name), "cudasim", strategy, shapes=((3, 64), (2, 136)), dtypes=(dtype,))
+        assert all(r.passed for r in results), [r.line() for r in results]

@@ -79,6 +79,8 @@ def test_auto_takes_the_tensor_cores_only_where_the_factors_are_exact():
     assert strategy("fp8_quant_gemm", "float16", {"w": 16}) == "columns_mma"
     assert strategy("fp8_quant_gemm", "float32", {"w": 16}) == "columns"       # float32 weights
     assert strategy("rmsnorm_gemm", "bfloat16", {"w": 16}) == "columns"         # a factor it would round
+    assert strategy("fp8_quant_gemm", "e4m3", {"w": 16}) == "columns_mma"      # e4m3 weights, widened on chip
+    assert strategy("rmsnorm_gemm", "e4m3", {"w": 16}) == "columns"            # ... which need FP8 factors
 
 
 def test_check_gives_columns_mma_its_weights_once_for_all_rows():

@@ -54,3 +54,20 @@ def test_as_e4m3_rounds_floats_takes_bytes_and_refuses_the_rest():
         as_e4m3(np.zeros(3, np.int16))
     with pytest.raises(EvaluationError, match="as_e4m3"):  # raw bytes are not taken for values
         ra.compile(fused("safe_softmax"), "cpu")({"x": np.zeros((2, 4), np.uint8)})
+
+
+SCALED = """\
+# FP8 quantisation + GEMM with e4m3 weights and their per-tensor scale, as a user writes it
+input x
+input w[n]
+param sw > 0
+reduce a = max(abs(x))
+reduce acc = sum(fp8(x * 448 / max(a, 1e-12)) * w)
+out y = acc * max(a, 1e-12) / 448 * sw
+"""
+
+
+def test_a_weight_scale_is_a_param_of_the_cascade():
+    results = check(ra.derive(ra.parse(SCALED, name="fp8_gemm_scaled")), "cudasim", "columns_mma",
+                    shapes=((3, 70),), dtypes=("e4m3",))
+    assert results and all(r.passed for r in results), [r.line() for r in results]

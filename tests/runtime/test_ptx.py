@@ -184,11 +184,12 @@ def test_auto_on_vector_elements_is_vrows_reading_16_bytes_per_lane(report):
 @pytest.mark.slow
 def test_columns_reads_each_weight_chunk_128_bits_at_a_time(report):
     facts = report[_key("fp8_quant_gemm", "columns", 16, 4096)]
-    # the scalars' kernel, the column tiles (UNROLL elements' chunks in flight), the segments' sum
-    from redalgebra.codegen.strategies.columns import UNROLL
+    # the scalars' kernel (its aligned rows 16 bytes a load: PREPASS_TILE elements a thread per pass), the column
+    # tiles (UNROLL elements' chunks in flight), the segments' sum
+    from redalgebra.codegen.strategies.columns import PREPASS_TILE, UNROLL
 
     assert facts["strategy"] == "columns" and facts["vec"] == 8
-    assert facts["ld_global_128"] == UNROLL and facts["ld_global_vector_narrow"] == 0
+    assert facts["ld_global_128"] == UNROLL + PREPASS_TILE // 8 and facts["ld_global_vector_narrow"] == 0
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
 
@@ -211,9 +212,10 @@ def test_mma_multiplies_on_the_tensor_cores_with_operands_staged_by_cp_async(rep
 def test_columns_mma_multiplies_the_factors_and_weights_on_the_tensor_cores(report):
     facts = report[_key("fp8_quant_gemm", "columns_mma", 16, 4096)]
     # per 64-element tile and warp: 4 slices of 16 elements, each 8 products of 16x8 (the warp's 64 columns); the
-    # factor tile (one chunk per thread) and 16 weight chunks per thread, before the loop (two tiles) and in it
+    # factor tile (one chunk per thread) and 16 weight chunks per thread, before the loop (two tiles) and in it, each
+    # twice: a whole tile's copies (one offset plus constants) and a partial tile's (clamped)
     assert facts["strategy"] == "columns_mma" and facts["mma"] == 4 * 8
-    assert facts["ldmatrix"] == 4 * (1 + 4) and facts["cp_async"] == 3 * (1 + 16)
+    assert facts["ldmatrix"] == 4 * (1 + 4) and facts["cp_async"] == 2 * 3 * (1 + 16)
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
 
@@ -221,10 +223,13 @@ def test_columns_mma_multiplies_the_factors_and_weights_on_the_tensor_cores(repo
 @pytest.mark.slow
 def test_columns_mma_widens_e4m3_weights_on_chip(report):
     facts = report[_key("fp8_quant_gemm", "columns_mma", 16, 4096, "e4m3")]
-    # the same products; the weights copied as bytes (8 chunks of 16 per thread and tile, five stages), the B
-    # fragments made from them (per 16 elements two groups of 32 columns: 8 cvt.rn.f16x2.e4m3x2 each), not ldmatrix
-    assert facts["mma"] == 4 * 8 and facts["ldmatrix"] == 4 and facts["cp_async"] == 5 * (1 + 8)
+    # the same products; the weights copied as bytes (8 chunks of 16 per thread and tile, five stages, whole and
+    # partial tiles), the B fragments made from them (per 16 elements two groups of 32 columns: 8
+    # cvt.rn.f16x2.e4m3x2 each), not by ldmatrix
+    assert facts["mma"] == 4 * 8 and facts["ldmatrix"] == 4 and facts["cp_async"] == 2 * 5 * (1 + 8)
     assert facts["e4m3_widen"] == 4 * 2 * 8
+    # the scalar reductions' kernel reads the aligned bfloat16 rows 16 bytes at a time: 4 chunks per thread a pass
+    assert facts["ld_global_128"] == 4
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
 

@@ -184,10 +184,12 @@ class ColumnsKernel(TreeKernel):
                                   f"({sub.guards[0]}); use unfused")
         names = {s.name for s in sub.cascade.inputs}
         # 32 elements per thread per pass, their loads in flight: a 7168-wide row in 2 passes (with 2 per thread,
-        # 28 passes of one load's latency each made the FP8 GEMM's one-token call wait on this kernel)
+        # 28 passes of one load's latency each made the FP8 GEMM's one-token call wait on this kernel), 16 bytes a
+        # load where the rows are aligned (pre_vec)
+        vec = self.spec.pre_vec
         spec = Spec(self.spec.sizes, tuple((k, v) for k, v in self.spec.dtypes if k in names), self.spec.has_keep,
-                    threads=self.spec.threads, group=self.spec.threads, tile=PREPASS_TILE, vec=1, resident=False,
-                    fast_exp=self.spec.fast_exp)
+                    threads=self.spec.threads, group=self.spec.threads, tile=max(1, PREPASS_TILE // vec), vec=vec,
+                    resident=False, fast_exp=self.spec.fast_exp)
         return RowsKernel(sub, spec)
 
     def prepass(self):
@@ -387,6 +389,13 @@ def build(fused: FusedCascade, spec: Spec, target: str, kernel=None, name: str =
     return replace(src, scratch=k.scratch(), entries=tuple((n, a, g) for n, a, g, _ in kernels))
 
 
+def prepass_vec(fused: FusedCascade, p: Problem) -> int:
+    """Elements per load of the scalar reductions' kernel: 16 bytes where every row starts on a 16-byte boundary and
+    the scalar inputs are of one width, else one."""
+    kinds = {VEC[dict(p.dtypes).get(s.name, "float32")] for s in fused.cascade.inputs if s.size is None}
+    return kinds.pop() if p.vec_ok and p.pitch_ok and len(kinds) == 1 else 1
+
+
 def configure(fused: FusedCascade, p: Problem) -> dict:
     """Chunks of 16 bytes of the columns per block (32, or fewer for narrow vectors), 128 threads, a batch of rows
     as large as the accumulators allow that divides how often the vector inputs repeat, segments to fill the GPU."""
@@ -435,7 +444,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     if tile % step:
         raise RedalgebraError(f"columns: the staged span (tile) must be a multiple of {step} elements, got {tile}")
     return dict(threads=threads, group=cb, vec=vec, tile=tile, batch=batch, segments=nseg, nseg=nseg,
-                fast_exp=p.option("fast_exp", False))
+                fast_exp=p.option("fast_exp", False), pre_vec=prepass_vec(fused, p))
 
 
 def grid(rows: int, spec: Spec, named) -> dict:

@@ -43,7 +43,7 @@ from ..emit import Spec
 from ..kernels import SCRATCH_TILE
 from ..tree import Assign, Barrier, Call, For, If, Load, Store
 from . import BUSY_BLOCKS, Problem, Strategy, register
-from .columns import ColumnsKernel, build as columns_build, refusal as columns_refusal, split_body
+from .columns import ColumnsKernel, build as columns_build, prepass_vec, refusal as columns_refusal, split_body
 from .products import KINDS
 
 #: Rows of a block (the m16 of the instruction), columns per warp, elements of a tile (the factors' rows are padded
@@ -134,19 +134,53 @@ class ColumnsMmaKernel(ColumnsKernel):
         return out + [If("kx < fac.shape[1]", tuple(body))]
 
     # -- 3. the products ------------------------------------------------------------------------------
+    def copies(self) -> tuple[int, int, int]:
+        """(weights per 16-byte copy, copies per staged weight row, weight rows a block's threads copy at once)."""
+        each = 16 if self.bytes else 8
+        per_row = self.bc // each
+        return each, per_row, self.spec.threads // per_row
+
+    def offsets(self) -> list:
+        """Each thread's copies of a whole tile as element offsets from the tile's first element, computed once: the
+        factor rows it copies (clamped to the last row) and its weight column (clamped; 0 bytes past the last)."""
+        t = self.spec.threads
+        each, per_row, step = self.copies()
+        out = [Assign(f"fo_{u}", f"min(r0 + tid // {BK // 8} + {u * t // (BK // 8)}, rows - 1) * fac.shape[1] + "
+                                 f"8 * (tid % {BK // 8})") for u in range(-(-BM * (BK // 8) // t))]
+        out += [Assign("wcol", f"cb + {each} * (tid % {per_row})"),
+                Assign("wo", f"(rw * length + tid // {per_row}) * {self.n} + min(wcol, {self.n - each})"),
+                Assign("wn", f"pick(wcol < {self.n}, 16, 0)"),
+                Assign("wd", f"{BM * PITCH} + (tid // {per_row}) * {self.pw} + 8 * (tid % {per_row})")]
+        return out
+
     def issue(self, tile: str, stage: str) -> list:
         """``cp.async`` of tile ``tile`` of the factors (16 rows) and the weights (64 elements × the block's columns)
-        into ``stage``: zeros past the segment's end and past the last column."""
+        into ``stage``: a whole tile from the offsets of :meth:`offsets` plus constants (one address per copy, no
+        test); the segment's last, partial tile clamped, zeros past the segment's end and past the last column."""
         t = self.spec.threads
         base = f"{stage} * {self.stage}"
-        out = [Assign("kt0", f"lo + ({tile}) * {BK}")]
+        each, per_row, step = self.copies()
+        whole = [Assign("sd", base)]
+        for u in range(-(-BM * (BK // 8) // t)):
+            whole.append(Call("cp_async16_at", ("sm", f"sd + (tid // {BK // 8}) * {PITCH} + 8 * (tid % {BK // 8}) + "
+                                                      f"{u * t // (BK // 8) * PITCH}", "fac", f"fo_{u} + kt0", "16")))
+        whole.append(Assign("wt", f"wo + kt0 * {self.n}"))
+        for u in range(BK * per_row // t):
+            whole.append(Call("cp_async16_at", ("sm", f"sd + wd + {u * step * self.pw}", self.x,
+                                                f"wt + {u * step * self.n}", "wn")))
+        return [Assign("kt0", f"lo + ({tile}) * {BK}"),
+                If(f"kt0 + {BK} <= hi", tuple(whole), tuple(self.clamped(base)))]
+
+    def clamped(self, base: str) -> list:
+        """The copies of a partial tile: every index clamped, zeros past the segment's end."""
+        t = self.spec.threads
+        out = []
         for u in range(-(-BM * (BK // 8) // t)):
             q = f"(tid + {u * t})"
             out += [Assign("fr", f"{q} // {BK // 8}"), Assign("fk", f"kt0 + 8 * ({q} % {BK // 8})"),
                     Call("cp_async16", ("sm", f"{base} + fr * {PITCH} + 8 * ({q} % {BK // 8})", "fac",
                                         "min(r0 + fr, rows - 1)", "fk", "pick(fk < hi, 16, 0)"))]
-        each = 16 if self.bytes else 8  # weights per 16-byte copy
-        per_row = self.bc // each
+        each, per_row, _ = self.copies()
         for u in range(BK * per_row // t):
             q = f"(tid + {u * t})"
             out += [Assign("wk", f"kt0 + {q} // {per_row}"), Assign("wc", f"cb + {each} * ({q} % {per_row})"),
@@ -200,7 +234,7 @@ class ColumnsMmaKernel(ColumnsKernel):
                # segments of whole tiles: a tile never straddles two segments (nor the factors' padding)
                Assign("segl", f"((length + nseg - 1) // nseg + {BK - 1}) // {BK} * {BK}"),
                Assign("lo", "cuda.blockIdx.z * segl"), Assign("hi", "min(lo + segl, length)"),
-               Assign("ntile", f"max(hi - lo + {BK - 1}, 0) // {BK}")]
+               Assign("ntile", f"max(hi - lo + {BK - 1}, 0) // {BK}")] + self.offsets()
         zero = self.consts.name(0.0)
         out += [Assign(f"ac_{j}_{i}", zero) for j in range(BC // 8) for i in range(4)]
         for s_ in range(ahead):
@@ -320,6 +354,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     nseg = p.option("segments") or max(1, min(BUSY_BLOCKS // 2 // blocks, tiles // 4))
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
     return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=BM, segments=int(nseg), nseg=int(nseg),
+                pre_vec=prepass_vec(fused, p),
                 fast_exp=p.option("fast_exp", False), shared=shared_bytes(threads, _e4m3(fused, p)))
 
 

@@ -24,7 +24,7 @@ class Spec:
     """Compile-time facts of one kernel: concrete sizes, input dtypes, masking, launch shape."""
 
     sizes: tuple = ()            # ((dimension name, int), ...)
-    dtypes: tuple = ()           # ((input name, "float32" | "float16" | "bfloat16"), ...)
+    dtypes: tuple = ()           # ((input name, "float32" | "float16" | "bfloat16" | "e4m3"), ...)
     has_keep: bool = False
     threads: int = 128
     tile: int = 1                # elements per thread per chunk (tile); staged elements (nonincremental)

@@ -154,6 +154,13 @@ _SCALAR_LOAD = {"float32": "float32({a}[{r}, {c}])", "float16": "float32({a}[{r}
                 "bfloat16": "ld_b16({a}, {rt}, {c})", "e4m3": "ld_e4m3({a}, {rt}, {c})"}
 _SCALAR_STORE = {"float32": "{a}[{r}, {c}] = {v}", "float16": "st_h16({a}, {rt}, {c}, {v})",
                  "bfloat16": "st_b16({a}, {rt}, {c}, {v})", "e4m3": "{a}[{r}, {c}] = e4m3({v})"}
+
+
+def scalar_load(dtype: str, array: str, row: str, col: str) -> str:
+    """The text reading one stored element ``array[row, col]`` of ``dtype`` as float32 (``row``: an index)."""
+    return _SCALAR_LOAD[dtype].format(a=array, r=row, rt=row, c=col)
+
+
 #: Intrinsics a printed tree may call (imported by the generated module on the CUDA back ends).
 INTRINSICS = ("ld_f32x4", "ld_b16x8", "ld_h16x8", "ld_e4m3", "ld_e4m3x16", "st_f32x4", "st_b16x8", "st_h16x8", "st_e4m3x4", "ld_b16",
               "st_b16", "st_h16", "e4m3", "fast_exp", "max_nan", "min_nan", "div_full", "pick")

@@ -32,6 +32,7 @@ from ..derive import FusedCascade
 from ..errors import EvaluationError, NotFusableError, RedalgebraError
 from .backends import check_backend, cuda_module, device_capability, multiprocessors
 from .cache import load
+from .formats import e4m3_values
 from .driver import c_strides
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
@@ -99,8 +100,6 @@ def bfloat16_to_float(bits: np.ndarray) -> np.ndarray:
 
 def e4m3_to_float(codes: np.ndarray) -> np.ndarray:
     """The float32 values of FP8 e4m3 bytes (bias 7, no infinities, 0x7F/0xFF are NaN)."""
-    from .intrinsics import e4m3_values  # (imported when used: it fixes the simulator switch)
-
     return e4m3_values(codes)
 
 
@@ -275,7 +274,7 @@ class Kernel:
         """(strategy, compile-time Spec, launch-only values such as ``nseg``) of a call with ``rows`` rows
         of ``length``: ``auto`` resolved and the strategy's launch policy applied, as a call would.
 
-        ``dtypes``: ``{input: "float32" | "float16" | "bfloat16"}`` (float32 where not given); ``sizes``:
+        ``dtypes``: ``{input: "float32" | "float16" | "bfloat16" | "e4m3"}`` (float32 where not given); ``sizes``:
         the vector dimensions; ``alignment``: (vec_ok, pitch_ok, same_frame), by default that of fresh
         aligned, contiguous device arrays (as host inputs are copied to); ``reps``: ``{input: rows sharing each
         of its rows}`` (1 where not given; a weight given once for all rows has ``rows``). Used by calls and
@@ -405,9 +404,9 @@ class Kernel:
         result = {}
         for name, arr in launch.outputs.items():
             mine = given.get(name)
-            host = arr.copy_to_host(mine.bits if isinstance(mine, BFloat16) else mine) if mine is not None \
+            host = arr.copy_to_host(mine.bits if isinstance(mine, Encoded) else mine) if mine is not None \
                 else arr.copy_to_host()
-            result[name] = mine if isinstance(mine, BFloat16) else _host(host, stored.get(name))
+            result[name] = mine if isinstance(mine, Encoded) else _host(host, stored.get(name))
         return result
 
     def prepare(self, inputs: dict, params: dict | None = None, keep=None) -> "Launch":
@@ -463,7 +462,7 @@ class Kernel:
             raise EvaluationError(f"out: no output named {unknown}; the outputs are {sorted(shapes)}")
         given = {}
         for name, array in out.items():
-            array = array.bits if isinstance(array, BFloat16) else array
+            array = array.bits if isinstance(array, Encoded) else array
             shape, dtype = shapes[name][0], np.dtype(shapes[name][1])
             where = "a device array" if on_device else "a NumPy array"
             if on_device != _is_device(array) or (not on_device and not isinstance(array, np.ndarray)):

@@ -40,6 +40,8 @@ import numpy as np
 from llvmlite import ir
 from numba import config, types
 
+from .formats import e4m3_values
+
 __all__ = ["LOG2E", "bf16_bits", "div_full", "pick", "e4m3", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
            "ld_e4m3", "ld_e4m3x16", "ld_f32x4",
            "ld_f32x4_nc", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x8", "st_e4m3x4", "st_f32x4", "st_h16",
@@ -108,14 +110,6 @@ def e4m3_bits(x) -> np.ndarray:
     steps = np.rint(np.ldexp(mag, 3 - exponent))  # mag in units of the quantum 2^(exponent-3), ties to even
     code = (8 * (exponent + 6) + steps).astype(np.uint8)  # codes are monotonic: a carry moves to the exponent
     return np.where(nan, np.uint8(0x7F), sign | code).astype(np.uint8)
-
-
-def e4m3_values(codes) -> np.ndarray:
-    """The float32 values of FP8 e4m3 bytes ``s eeee mmm`` (bias 7, no infinities, ``0x7F``/``0xFF`` NaN): exact."""
-    c = np.asarray(codes).astype(np.int32)
-    e, m = (c >> 3) & 0xF, (c & 7).astype(np.float64)
-    mag = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7))
-    return np.where((c & 0x7F) == 0x7F, np.nan, np.where(c & 0x80, -mag, mag)).astype(np.float32)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -71,3 +71,35 @@ def test_a_weight_scale_is_a_param_of_the_cascade():
     results = check(ra.derive(ra.parse(SCALED, name="fp8_gemm_scaled")), "cudasim", "columns_mma",
                     shapes=((3, 70),), dtypes=("e4m3",))
     assert results and all(r.passed for r in results), [r.line() for r in results]
+
+
+BIASED = """\
+input k[d]
+input v[d]
+input b
+param q[d]
+param scale > 0
+let s = dot(q, k) * scale + b
+reduce m = max(s)
+reduce l = sum(exp(s - m))
+reduce o = sum(exp(s - m) * v)
+out y = o / l
+"""
+
+
+@pytest.mark.parametrize("strategy", ["mma", "wgmma"])
+def test_the_tensor_core_kernels_read_an_e4m3_per_element_input_as_its_values(strategy):
+    from redalgebra.runtime import as_bfloat16
+    from redalgebra.runtime.compile import to_float
+
+    f = ra.derive(ra.parse(BIASED, name="biased"))
+    rng = np.random.default_rng(0)
+    k, v = (as_bfloat16(rng.normal(size=(1, 64, 16)).astype(np.float32)) for _ in range(2))  # shared by 16 rows
+    b = as_e4m3(rng.normal(size=(16, 64)).astype(np.float32) * 2)
+    params = {"q": rng.normal(size=(16, 16)).astype(np.float32), "scale": np.float32(0.25)}
+    wide = {name: np.broadcast_to(to_float(a).astype(np.float64), (16,) + a.shape[1:])
+            for name, a in (("k", k), ("v", v), ("b", b))}
+    want = ra.evaluate(f.cascade, wide, params)["y"]
+    got = ra.compile(f, "cudasim", strategy)({"k": k, "v": v, "b": b}, params)["y"]
+    # the probabilities enter P·V rounded to bfloat16 (2^-9 each); the bug this guards against was off by 3
+    assert np.abs(np.asarray(got) - want).max() <= 2.0 ** -8 * np.abs(want).max()

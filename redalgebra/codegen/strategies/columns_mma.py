@@ -14,9 +14,9 @@ on ``mma.sync.m16n8k16``:
    summation order differs from the unfused reference (``check`` holds it to the float32 tolerance); any other
    factor is rounded to the weights' type, as FlashAttention rounds its probabilities (``Strategy.rounds_products``:
    ``check`` allows that rounding once more).
-3. **The product.** A block takes 16 rows, 64 columns per warp (256 with four warps: each weight row's 512 bytes
-   are read in one piece) and a segment of the axis; tiles of 64 elements of ``F`` (16 × 64) and ``w`` (64 × 256)
-   are staged by ``cp.async``, three in flight (rows padded by 16 bytes: the rows an ``ldmatrix`` reads fall in
+3. **The product.** A block takes 16 rows, 64 columns per warp (256 with four warps: each weight row's 512 bytes,
+   256 of e4m3, are read in one piece) and a segment of the axis; tiles of 64 elements of ``F`` (16 × 64) and ``w``
+   (64 × 256) are staged by ``cp.async``, three in flight (rows padded by 16 bytes: the rows an ``ldmatrix`` reads fall in
    distinct banks); each warp multiplies the whole ``F`` tile by its 64 columns, the A fragments by ``ldmatrix``,
    the B fragments by the transposing ``ldmatrix`` (``w`` is row-major along the columns), 32 products per tile,
    and writes its own outputs (no exchange between warps).
@@ -57,7 +57,7 @@ PITCH = BK + 8
 
 def refusal(fused: FusedCascade, dtypes: dict | None = None) -> str | None:
     """Why ``columns_mma`` cannot build this cascade (None: it can): ``columns``' reasons, then one vector reduction
-    over a 16-bit vector input whose factor fits that type's range."""
+    over a 16-bit or e4m3 vector input whose factor fits the range of the type it is multiplied in."""
     reason = columns_refusal(fused)
     if reason is not None:
         return reason.replace("columns", "columns_mma", 1)
@@ -72,8 +72,8 @@ def refusal(fused: FusedCascade, dtypes: dict | None = None) -> str | None:
         return (f"columns_mma: the tensor cores take bfloat16, float16 or e4m3 weights; {vector.name} is "
                 f"{kind or 'float32'}: use columns")
     if kind == "e4m3" and not exact_factors(fused):
-        return (f"columns_mma: e4m3 weights are widened to float16 on chip, so the factors must be FP8 (fp8(...)) to "
-                f"be exact there; {vred[0].name}'s is {factor}: use columns")
+        return (f"columns_mma: e4m3 weights are widened to float16 on chip, whose range (65504) only FP8 factors "
+                f"(fp8(...)) are known to fit; {vred[0].name}'s is {factor}: use columns")
     if kind == "float16" and not exact_factors(fused):
         # float16 tops out at 65504: an FP8 factor (|f| <= 448) fits, another may not
         return (f"columns_mma: with float16 weights only FP8 factors (fp8(...)) are known to fit float16's range; "

@@ -62,7 +62,7 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
 from ..states import identity_text
-from ..tree import Assign, Barrier, Call, For, If, Shuffle, Store
+from ..tree import Assign, Barrier, Call, For, If, Shuffle, Store, scalar_load
 from . import Problem, Strategy, register
 from .base import TreeKernel
 from .columns import split_body
@@ -372,8 +372,7 @@ class MmaKernel(TreeKernel):
             for x in self.sin:
                 dt = self.dtypes.get(x, "float32")
                 rr = f"uint32(rc_{h}) // uint32(rep_{x})"
-                read = f"ld_b16({x}, {rr}, {at})" if dt == "bfloat16" else f"{x}[{rr}, {at}]"
-                out.append(Assign(f"e_{x}_{m}_{j}_{i}", f"float32({read})" if dt == "float16" else read))
+                out.append(Assign(f"e_{x}_{m}_{j}_{i}", scalar_load(dt, x, rr, at)))
             acc = self.access(h, m, j, i)
             for sym, expr in self.prologue:
                 pre, text = self.print(expr, acc)

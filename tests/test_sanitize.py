@@ -42,6 +42,7 @@ def test_cases_cover_every_real_strategy_and_distinct_cascade_at_every_length(S)
     bf16 = [c for c in cases if c.dtype == "bfloat16" and c.strategy not in S.ONLY16]
     assert {c.strategy for c in bf16} == {"rows", "vrows", "auto"} and all(c.masked and not c.variant for c in bf16)
     assert {c.variant for c in cases if c.strategy == "columns_mma"} == {"", "segments=3"}
+    assert {c.dtype for c in cases if c.strategy == "columns_mma"} == {"bfloat16", "e4m3"}
     assert {c.variant for c in cases if c.strategy == "rows"} == {"", "group=4+tile=1", "group=128"}
     assert {c.variant for c in cases if c.strategy == "vrows"} == {"", "segments=3", "segments=1+threads=256"}
     assert len({c.cid for c in cases}) == len(cases)  # ids are unique

@@ -253,6 +253,16 @@ def cp_async16_at(typingctx, s, sidx, a, offset, nbytes):
     return types.void(s, sidx, a, offset, nbytes), codegen
 
 
+#: ``e4m3_b_frags``'s PTX: rows k, k+1, k+8, k+9 at ``$8 … $11``; bytes of rows k and k+1 interleaved by ``prmt``
+#: (selector nibbles pick bytes 0-3 of the first word, 4-7 of the second), each 16-bit half widened to a word.
+E4M3_FRAGS_PTX = ("{.reg .b32 w<4>, p<4>; .reg .b16 h<8>; "
+                  + " ".join(f"ld.shared.b32 w{r}, [${8 + r}];" for r in range(4)) + " "
+                  "prmt.b32 p0, w0, w1, 0x5140; prmt.b32 p1, w0, w1, 0x7362; "
+                  "prmt.b32 p2, w2, w3, 0x5140; prmt.b32 p3, w2, w3, 0x7362; "
+                  + " ".join(f"mov.b32 {{h{2 * k}, h{2 * k + 1}}}, p{k};" for k in range(4)) + " "
+                  + " ".join(f"cvt.rn.f16x2.e4m3x2 ${k}, h{k};" for k in range(8)) + "}")
+
+
 @_device(_sim_e4m3_b_frags)
 def e4m3_b_frags(typingctx, s, idx, pitch):
     """``mma``'s B fragments (float16, ``k`` and ``k + 1`` in a word) of four columns from a tile of e4m3 bytes
@@ -271,14 +281,8 @@ def e4m3_b_frags(typingctx, s, idx, pitch):
         a = _shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1])
         step = builder.mul(context.cast(builder, args[2], sig.args[2], types.int32), i32(2))  # bytes per row
         rows = [a, builder.add(a, step), builder.add(a, builder.mul(step, i32(8))), builder.add(a, builder.mul(step, i32(9)))]
-        text = ("{.reg .b32 w<4>, p<4>; .reg .b16 h<8>; "
-                + " ".join(f"ld.shared.b32 w{r}, [${8 + r}];" for r in range(4)) + " "
-                "prmt.b32 p0, w0, w1, 0x5140; prmt.b32 p1, w0, w1, 0x7362; "
-                "prmt.b32 p2, w2, w3, 0x5140; prmt.b32 p3, w2, w3, 0x7362; "
-                + " ".join(f"mov.b32 {{h{2 * k}, h{2 * k + 1}}}, p{k};" for k in range(4)) + " "
-                + " ".join(f"cvt.rn.f16x2.e4m3x2 ${k}, h{k};" for k in range(8)) + "}")
         words = ir.LiteralStructType([i32] * 8)
-        out = _side_effect(builder, text, ",".join(["=r"] * 8 + ["r"] * 4), rows, words)
+        out = _side_effect(builder, E4M3_FRAGS_PTX, ",".join(["=r"] * 8 + ["r"] * 4), rows, words)
         return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(8)])
     return rt(s, idx, pitch), codegen
 

@@ -537,3 +537,45 @@ def test_real_intrinsics_compile_to_single_vector_instructions_in_sm90_ptx():
             "rejects_one_row_of_3d": True, "e4m3": [17, 1, 1, 4, 4, 0],
             "max_nan": 1, "min_nan": 1}
     assert facts == want
+
+
+def _run_e4m3_frags_ptx(text: str, rows: list) -> tuple:
+    """Execute ``e4m3_b_frags``'s PTX text on four 32-bit row words, instruction by instruction, as the PTX ISA
+    defines ``prmt.b32`` (default mode), ``mov.b32 {lo, hi}`` and ``cvt.rn.f16x2.e4m3x2`` (the low byte to the low
+    half): an independent check of the text the GPU runs against the simulator's stand-in."""
+    import re
+
+    reg, out = {}, {}
+
+    def f16_of(byte):
+        return int(f16_bits(np.array([e4m3_value(byte)], np.float32))[0])
+    for ins in (s.strip() for s in text.strip("{}").split(";") if s.strip()):
+        if ins.startswith(".reg"):
+            continue
+        if m := re.fullmatch(r"ld\.shared\.b32 (w\d), \[\$(\d+)\]", ins):
+            reg[m[1]] = rows[int(m[2]) - 8]
+        elif m := re.fullmatch(r"prmt\.b32 (p\d), (w\d), (w\d), 0x([0-9a-f]{4})", ins):
+            pool = [(reg[m[2]] >> (8 * i)) & 0xFF for i in range(4)] + [(reg[m[3]] >> (8 * i)) & 0xFF for i in range(4)]
+            sel = int(m[4], 16)
+            reg[m[1]] = sum(pool[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
+        elif m := re.fullmatch(r"mov\.b32 \{(h\d), (h\d)\}, (p\d)", ins):
+            reg[m[1]], reg[m[2]] = reg[m[3]] & 0xFFFF, reg[m[3]] >> 16
+        elif m := re.fullmatch(r"cvt\.rn\.f16x2\.e4m3x2 \$(\d), (h\d)", ins):
+            out[int(m[1])] = f16_of(reg[m[2]] & 0xFF) | (f16_of(reg[m[2]] >> 8) << 16)
+        else:
+            raise AssertionError(f"an instruction this check does not know: {ins}")
+    return tuple(out[k] for k in range(8))
+
+
+def test_e4m3_fragment_ptx_computes_what_its_stand_in_computes(rng):
+    data = rng.integers(0, 256, size=(1, 16, 16), dtype=np.uint8)
+    data[data & 0x7F == 0x7F] = 0  # (NaN: its float16 pattern is the format's, compared as bits below)
+    sm = np.zeros(8 * 16, np.uint16)
+    for k in range(16):
+        tc.cp_async16(sm, 8 * k, data, (0, k), 0, 16)
+    words = sm.view(np.uint32)
+    for k, c in ((0, 0), (2, 4), (6, 12), (4, 8)):
+        idx = 8 * k + c // 2
+        rows = [int(words[(idx + r * 8) // 2]) for r in (0, 1, 8, 9)]
+        want = tuple(int(w) for w in tc.e4m3_b_frags(sm, idx, 8))
+        assert _run_e4m3_frags_ptx(tc.E4M3_FRAGS_PTX, rows) == want

@@ -93,6 +93,7 @@ PTX_SIZES = {"d": 128, "e": 64, "n": 64, "r": 512}
 
 
 def _cmd_ptx(args) -> int:
+    from .runtime.check import input_dtypes
     from .runtime.compile import compile as compile_kernel
     from .runtime.ptx import compile_ptx, facts_text, ptx_facts
 
@@ -115,8 +116,8 @@ def _cmd_ptx(args) -> int:
     sizes = {d: sizes[d] for d in dims}
     kernel = compile_kernel(fused, "cuda", args.strategy)  # checks the strategy; needs no GPU
     reps = {s.name: args.rows for s in c.inputs if s.size is not None} if args.shared else None
-    strategy, spec, extra = kernel.spec_for(args.rows, args.length, {s.name: args.dtype for s in c.inputs}, sizes,
-                                            reps=reps)
+    dtypes = input_dtypes(args.dtype, [s.name for s in c.inputs])
+    strategy, spec, extra = kernel.spec_for(args.rows, args.length, dtypes, sizes, reps=reps)
     ptx = compile_ptx(kernel.fused, strategy, spec)  # the cascade under the generated code's names
     launch = [f"threads {spec.threads}", f"tile {spec.tile}"]
     if strategy == "vrows":  # lanes per element vector, components per load
@@ -272,8 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"on cpu: {', '.join(strategy_names('cpu'))}; on cuda and cudasim: "
                         f"{', '.join(strategy_names('cuda'))} (the simulator runs the shuffle-free twin "
                         f"of one that has it); or auto (the default on cuda: chosen per shape)")
-    p.add_argument("--dtype", action="append", choices=("float32", "float16", "bfloat16", "e4m3"), default=None,
-                   help="input dtype (repeat for several; default float32)")
+    p.add_argument("--dtype", action="append", default=None, metavar="T",
+                   help="the inputs' dtype: float32, float16, bfloat16 or e4m3 for every input, or per input as "
+                        "comma-separated name=dtype items with one bare dtype for the rest (bfloat16,w=e4m3); "
+                        "repeat for several (default float32)")
     p.add_argument("--json", action="store_true")
     _budget_option(p)
     p.set_defaults(run=_cmd_check)
@@ -282,8 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", default="auto", metavar="S",
                    help=f"one of: {', '.join(strategy_names('cuda'))}, auto (the default: chosen per shape, "
                         f"as compile(..., backend='cuda') does)")
-    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "e4m3"), default="float32",
-                   help="every input's dtype (default float32)")
+    p.add_argument("--dtype", default="float32", metavar="T",
+                   help="the inputs' dtype, as check takes it: float32, float16, bfloat16, e4m3, or per input "
+                        "(bfloat16,w=e4m3); default float32")
     p.add_argument("--length", type=int, default=4096, metavar="L", help="elements per row (default 4096)")
     p.add_argument("--rows", type=int, default=1024, metavar="R", help="rows (default 1024)")
     p.add_argument("--size", action="append", metavar="NAME=VALUE",

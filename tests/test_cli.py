@@ -51,6 +51,8 @@ def test_laws_prints_the_proofs(capsys):
 @pytest.mark.parametrize("argv, fragment", [
     (["analyze", "no_such_thing"], "neither a workload"),
     (["laws", "average"], "unknown monoid 'average'"),
+    (["check", "fp8_quant_gemm", "--dtype", "bf16"], "'bf16' is not one of float32, float16, bfloat16, e4m3"),
+    (["check", "fp8_quant_gemm", "--dtype", "bfloat16,z=e4m3"], "no input named 'z' (the inputs: x, w)"),
 ])
 def test_bad_input_exits_2_with_a_message(capsys, argv, fragment):
     code, out, err = run(capsys, *argv)
@@ -226,3 +228,9 @@ def test_check_on_the_simulator_with_bfloat16_from_a_fresh_process():
                            "--dtype", "bfloat16"], capture_output=True, text=True, env=_without_simulator(), timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("ok ") == 3 and "cudasim" in done.stdout
+
+
+def test_check_takes_a_dtype_per_input(capsys):
+    # bfloat16 activations and e4m3 weights (the FP8 GEMM's own types), on the CPU
+    code, out, err = run(capsys, "check", "fp8_quant_gemm", "--dtype", "bfloat16,w=e4m3")
+    assert code == 0 and out.count("ok ") == 3 and "bfloat16,w=e4m3" in out, err

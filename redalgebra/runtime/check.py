@@ -55,6 +55,28 @@ class CheckResult:
                 f"L={self.length:<6} {self.dtype:<8} {errs}  (tol {self.tolerance:g}){' ' + self.note if self.note else ''}")
 
 
+#: The stored types an input may have.
+DTYPES = ("float32", "float16", "bfloat16", "e4m3")
+
+
+def input_dtypes(spec: str, names) -> dict:
+    """``{input: dtype}`` from a check's dtype: one of :data:`DTYPES` for every input, or comma-separated
+    ``name=dtype`` items with at most one bare dtype for the inputs not named (float32 where none is given):
+    ``"bfloat16,w=e4m3"`` is bfloat16 activations and e4m3 weights."""
+    default, named = "float32", {}
+    for item in (i.strip() for i in str(spec).split(",") if i.strip()):
+        name, eq, kind = item.rpartition("=")
+        if kind not in DTYPES:
+            raise RedalgebraError(f"dtype {spec!r}: {kind!r} is not one of {', '.join(DTYPES)}")
+        if not eq:
+            default = kind
+        elif name not in names:
+            raise RedalgebraError(f"dtype {spec!r}: no input named {name!r} (the inputs: {', '.join(names)})")
+        else:
+            named[name] = kind
+    return {n: named.get(n, default) for n in names}
+
+
 def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="float32", sizes=None, masked=True,
                    shared=False):
     """Inputs, params and a keep mask (some masked elements, the last row fully masked); ``shared``: each vector
@@ -65,6 +87,7 @@ def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="floa
     subnormal float32 (1e-40)."""
     sizes = {**SMALL_SIZES, **(sizes or {})}
     c = fused.cascade
+    kinds = input_dtypes(dtype, [s.name for s in c.inputs])
     inputs = {}
     for s in c.inputs:
         n = 1 if shared and s.size is not None else rows
@@ -78,8 +101,9 @@ def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="floa
             flat = values[1].reshape(length, -1)
             flat[-1] = flat[int(np.argmax(flat[:, 0]))]  # a tie for the largest value
             flat[0, 0] = -1e-40 if (s.sign or ">")[0] == "<" else 1e-40
-        wrap = {"bfloat16": as_bfloat16, "e4m3": as_e4m3}.get(dtype)
-        inputs[s.name] = wrap(values.astype(np.float32)) if wrap else values.astype(dtype)
+        kind = kinds[s.name]
+        wrap = {"bfloat16": as_bfloat16, "e4m3": as_e4m3}.get(kind)
+        inputs[s.name] = wrap(values.astype(np.float32)) if wrap else values.astype(kind)
     params = {}
     for p in c.params:
         if getattr(p, "integer", False):  # an index along the axis per row (a label, a query position)
@@ -173,9 +197,10 @@ def judge(fused: FusedCascade, raw: dict, inputs: dict, params: dict, keep, dtyp
     want = evaluate(fused.source or fused.cascade, exact, params, keep=keep)  # the cascade as written
     topk = picked_values(fused, exact, params, keep) if any(r.monoid.k for r in fused.cascade.reductions) else None
     errors, structural = compare(got, want, topk)
-    tol = CAST_TOLERANCE if running else TOLERANCE[dtype]
+    kinds = set(input_dtypes(dtype, list(inputs)).values())
+    tol = CAST_TOLERANCE if running else max(TOLERANCE[k] for k in kinds)
     if products:  # each factor of a sum moved by up to half a unit of the 16-bit type: one more such rounding
-        tol += STORE_ROUNDING.get(dtype, 0.0)
+        tol += max(STORE_ROUNDING.get(k, 0.0) for k in kinds)
     tols = {k: tol + STORE_ROUNDING.get(stored[k], 0.0) for k in errors}
     passed = structural and all(v <= tols[k] for k, v in errors.items() if isinstance(v, float))
     return passed, errors, max(tols.values(), default=tol)
@@ -185,6 +210,7 @@ def check(fused: FusedCascade, backend: str, strategy: str | None = None, shapes
           dtypes=("float32",), seed: int = 0, sizes=None, **options) -> list[CheckResult]:
     """Run the generated kernel on random problems and compare with the reference.
 
+    ``dtypes``: one problem set per item, each as :func:`input_dtypes` reads it (``"bfloat16"``, ``"bfloat16,w=e4m3"``).
     ``options`` go to :func:`~redalgebra.runtime.compile` (``threads``, ``tile``, ``fast_exp``)."""
     if not fused.cascade.outputs:
         raise RedalgebraError(f"{fused.cascade.name}: nothing to compare — the cascade has no `out`")

@@ -95,3 +95,13 @@ def test_outputs_are_written_into_the_tensors_given_as_out():
         kernel({"g": X}, out={"w": torch.empty(5, 7)})
     with pytest.raises(RedalgebraError, match="no output named 'v'"):
         kernel({"g": X}, out={"v": w})
+
+
+def test_the_op_takes_float8_weights_and_its_fake_agrees():
+    op = ra.torch_op(fused("fp8_quant_gemm"))
+    x = X.to(torch.bfloat16)
+    w = (torch.randn(1, 37, 16, generator=torch.Generator().manual_seed(4)) * 0.3).to(torch.float8_e4m3fn)
+    y = op(x, w)
+    assert y.dtype == torch.float32 and y.shape == (5, 16)
+    # (test_schema would multiply float8 tensors, which torch's CPU kernels do not implement)
+    torch.library.opcheck(op, (x, w), test_utils=("test_faketensor",))

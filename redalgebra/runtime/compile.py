@@ -126,7 +126,11 @@ def _dtype(a) -> np.dtype:
     """The element type of a NumPy array or of a device array (numba, CuPy, PyTorch)."""
     if _is_device(a):
         return np.dtype(a.__cuda_array_interface__["typestr"])
-    return np.dtype(a.dtype)
+    try:
+        return np.dtype(a.dtype)
+    except TypeError:  # a host tensor's dtype NumPy does not know (torch.bfloat16, torch.float8_e4m3fn)
+        raise RedalgebraError(f"{type(a).__name__} of {a.dtype}: give host data as a NumPy array; kernels take torch "
+                              f"tensors of any supported dtype as they are") from None
 
 
 @dataclass

@@ -105,3 +105,10 @@ def test_the_op_takes_float8_weights_and_its_fake_agrees():
     assert y.dtype == torch.float32 and y.shape == (5, 16)
     # (test_schema would multiply float8 tensors, which torch's CPU kernels do not implement)
     torch.library.opcheck(op, (x, w), test_utils=("test_faketensor",))
+
+
+def test_wrapping_a_host_tensor_gets_a_message():
+    for wrap, t in ((ra.as_e4m3, torch.zeros(3).to(torch.float8_e4m3fn)),
+                    (ra.as_bfloat16, torch.zeros(3, dtype=torch.bfloat16))):
+        with pytest.raises(RedalgebraError, match="give host data as a NumPy array; kernels take torch tensors"):
+            wrap(t)

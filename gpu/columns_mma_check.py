@@ -15,7 +15,7 @@ import numpy as np
 
 import redalgebra as ra
 from redalgebra import evaluate, workloads
-from redalgebra.runtime.compile import as_bfloat16, as_e4m3, bfloat16_to_float, to_float
+from redalgebra.runtime.formats import as_bfloat16, as_e4m3, bfloat16_to_float, to_float
 
 #: (workload, rows, length, columns, weights' dtype, segments, masked)
 CASES = [("fp8_quant_gemm", 17, 1001, 72, "bfloat16", None, True),   # a partial row block, tile, column warp

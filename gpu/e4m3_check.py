@@ -23,7 +23,7 @@ import numpy as np
 import redalgebra as ra
 from redalgebra import workloads
 from redalgebra.runtime.check import check
-from redalgebra.runtime.compile import as_e4m3, e4m3_to_float
+from redalgebra.runtime.formats import as_e4m3, e4m3_to_float
 
 CODES = ra.parse("input x\nreduce m = max(x)\nout y = x\nout z = m\n", name="e4m3_codes")
 SCALAR = ("rows", "thread", "warp", "block", "tile", "lanes", "split")

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from redalgebra import derive, evaluate, workloads  # noqa: E402
 from redalgebra.runtime import compile  # noqa: E402
 from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE  # noqa: E402
-from redalgebra.runtime.compile import as_bfloat16, bfloat16_to_float  # noqa: E402
+from redalgebra.runtime.formats import as_bfloat16, bfloat16_to_float  # noqa: E402
 from validate import finish  # noqa: E402
 
 # (workload, groups, rows per group, L, d, dtype, masked, query exact in 16 bits)

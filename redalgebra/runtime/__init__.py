@@ -8,7 +8,8 @@ May import: every layer below, numba and numba-cuda; torch only in :mod:`.tensor
 tensors in and out, ``torch_op``), lazily and only when a caller uses it; never matplotlib.
 """
 
-from .compile import E4M3, BFloat16, Kernel, as_bfloat16, as_e4m3, compile
+from .compile import Kernel, compile
+from .formats import E4M3, BFloat16, as_bfloat16, as_e4m3
 
 
 def torch_op(fused, name=None, strategy=None):

@@ -22,7 +22,8 @@ from ..errors import RedalgebraError
 from ..ir import evaluate
 from ..ir.reference import bind, check_keep, eval_expr, run_unfused
 from .backends import cuda_module
-from .compile import Encoded, as_bfloat16, as_e4m3, compile, to_float
+from .compile import compile
+from .formats import Encoded, as_bfloat16, as_e4m3, to_float
 
 TOLERANCE = {"float32": 1e-4, "float16": 1e-4, "bfloat16": 1e-4, "e4m3": 1e-4}  # against the reference on the same rounded inputs
 CAST_TOLERANCE = 0.1  # e4m3 keeps 3 mantissa bits: one rounding moves a value by up to 6.25 %

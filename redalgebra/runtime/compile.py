@@ -32,7 +32,7 @@ from ..derive import FusedCascade
 from ..errors import EvaluationError, NotFusableError, RedalgebraError
 from .backends import check_backend, cuda_module, device_capability, multiprocessors
 from .cache import load
-from .formats import e4m3_values
+from .formats import BFloat16, Encoded, dtype_of as _dtype, is_device as _is_device
 from .driver import c_strides
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
@@ -41,96 +41,9 @@ DEFAULT_STRATEGY = {"cpu": "auto", "cuda": "auto", "cudasim": "auto"}
 OUT_ARRAYS = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16, "e4m3": np.uint8}
 
 
-@dataclass(frozen=True)
-class Encoded:
-    """Input data of a type NumPy lacks, as its bit patterns in an integer array: :class:`BFloat16`, :class:`E4M3`."""
-
-    bits: object  # a NumPy array or a device array of the type's patterns
-    dtype = "float32"  # the stored type's name, as kernels and ``dtypes`` say it
-
-    @property
-    def shape(self):
-        return tuple(self.bits.shape)
-
-
-@dataclass(frozen=True)
-class BFloat16(Encoded):
-    """bfloat16 data as its 16-bit patterns (NumPy has no bfloat16): ``as_bfloat16(x)`` makes one."""
-
-    dtype = "bfloat16"
-
-
-@dataclass(frozen=True)
-class E4M3(Encoded):
-    """FP8 e4m3 data as its bytes (``s eeee mmm``, bias 7, NaN ``0x7F``/``0xFF``, no infinities): ``as_e4m3(x)``
-    makes one. Read exactly as float32 (every e4m3 value is one); a GEMM's weights, for instance."""
-
-    dtype = "e4m3"
-
-
-def as_bfloat16(x) -> BFloat16:
-    """Mark ``x`` as bfloat16 input: a float array is rounded to bfloat16 (nearest, ties to even);
-    a 16-bit integer array (NumPy, or a device array such as ``tensor.view(torch.int16)``) is taken
-    as the bit patterns."""
-    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
-        from .intrinsics import bf16_bits  # the rounding the GPU's cvt.rn.bf16 does
-
-        return BFloat16(bf16_bits(x))
-    if _dtype(x).itemsize != 2 or _dtype(x).kind not in "iu":
-        raise RedalgebraError(f"as_bfloat16 takes floats to round, or 16-bit integer bit patterns; got {_dtype(x)}")
-    return BFloat16(x)
-
-
-def as_e4m3(x) -> E4M3:
-    """Mark ``x`` as FP8 e4m3 input: a float array is rounded to e4m3 (nearest, ties to even, saturating at ±448);
-    an 8-bit integer array (NumPy, or a device array such as ``tensor.view(torch.uint8)``) is taken as the bytes."""
-    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
-        from .intrinsics import e4m3_bits  # the rounding the GPU's cvt.rn.satfinite.e4m3x2 does
-
-        return E4M3(e4m3_bits(x))
-    if _dtype(x).itemsize != 1 or _dtype(x).kind not in "iu":
-        raise RedalgebraError(f"as_e4m3 takes floats to round, or 8-bit integer bytes; got {_dtype(x)}")
-    return E4M3(x)
-
-
-def bfloat16_to_float(bits: np.ndarray) -> np.ndarray:
-    """The float32 values of bfloat16 bit patterns (host side, for references)."""
-    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
-
-
-def e4m3_to_float(codes: np.ndarray) -> np.ndarray:
-    """The float32 values of FP8 e4m3 bytes (bias 7, no infinities, 0x7F/0xFF are NaN)."""
-    return e4m3_values(codes)
-
-
-def to_float(value) -> np.ndarray:
-    """A host output or input as float32 values: bfloat16 patterns and e4m3 bytes decoded, floats widened."""
-    if isinstance(value, BFloat16):
-        return bfloat16_to_float(value.bits)
-    if isinstance(value, E4M3):
-        return e4m3_to_float(value.bits)
-    value = np.asarray(value)
-    return e4m3_to_float(value) if value.dtype == np.uint8 else value.astype(np.float32)
-
-
 def _host(array: np.ndarray, stored: str | None):
     """An output copied to the host, as the user receives it (bfloat16 wrapped, e4m3 as bytes)."""
     return BFloat16(array) if stored == "bfloat16" else array
-
-
-def _is_device(a) -> bool:
-    return hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray)
-
-
-def _dtype(a) -> np.dtype:
-    """The element type of a NumPy array or of a device array (numba, CuPy, PyTorch)."""
-    if _is_device(a):
-        return np.dtype(a.__cuda_array_interface__["typestr"])
-    try:
-        return np.dtype(a.dtype)
-    except TypeError:  # a host tensor's dtype NumPy does not know (torch.bfloat16, torch.float8_e4m3fn)
-        raise RedalgebraError(f"{type(a).__name__} of {a.dtype}: give host data as a NumPy array; kernels take torch "
-                              f"tensors of any supported dtype as they are") from None
 
 
 @dataclass

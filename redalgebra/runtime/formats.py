@@ -1,9 +1,14 @@
-"""Decoding of stored number formats on the host, in NumPy alone (no numba: importing this fixes nothing about
-the CUDA simulator switch, which :mod:`.intrinsics` reads when imported)."""
+"""Stored number formats on the host: the wrappers that mark input data of a type NumPy lacks (bfloat16, FP8 e4m3)
+and their decoding, in NumPy alone (no numba at import: importing this fixes nothing about the CUDA simulator
+switch, which :mod:`.intrinsics` reads when imported; rounding floats imports it when asked to)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from ..errors import RedalgebraError
 
 
 def e4m3_values(codes) -> np.ndarray:
@@ -12,3 +17,88 @@ def e4m3_values(codes) -> np.ndarray:
     e, m = (c >> 3) & 0xF, (c & 7).astype(np.float64)
     mag = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7))
     return np.where((c & 0x7F) == 0x7F, np.nan, np.where(c & 0x80, -mag, mag)).astype(np.float32)
+
+
+e4m3_to_float = e4m3_values
+
+
+def is_device(a) -> bool:
+    return hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray)
+
+
+def dtype_of(a) -> np.dtype:
+    """The element type of a NumPy array or of a device array (numba, CuPy, PyTorch)."""
+    if is_device(a):
+        return np.dtype(a.__cuda_array_interface__["typestr"])
+    try:
+        return np.dtype(a.dtype)
+    except TypeError:  # a host tensor's dtype NumPy does not know (torch.bfloat16, torch.float8_e4m3fn)
+        raise RedalgebraError(f"{type(a).__name__} of {a.dtype}: give host data as a NumPy array; kernels take torch "
+                              f"tensors of any supported dtype as they are") from None
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Input data of a type NumPy lacks, as its bit patterns in an integer array: :class:`BFloat16`, :class:`E4M3`."""
+
+    bits: object  # a NumPy array or a device array of the type's patterns
+    dtype = "float32"  # the stored type's name, as kernels and ``dtypes`` say it
+
+    @property
+    def shape(self):
+        return tuple(self.bits.shape)
+
+
+@dataclass(frozen=True)
+class BFloat16(Encoded):
+    """bfloat16 data as its 16-bit patterns (NumPy has no bfloat16): ``as_bfloat16(x)`` makes one."""
+
+    dtype = "bfloat16"
+
+
+@dataclass(frozen=True)
+class E4M3(Encoded):
+    """FP8 e4m3 data as its bytes (``s eeee mmm``, bias 7, NaN ``0x7F``/``0xFF``, no infinities): ``as_e4m3(x)``
+    makes one. Read exactly as float32 (every e4m3 value is one); a GEMM's weights, for instance."""
+
+    dtype = "e4m3"
+
+
+def as_bfloat16(x) -> BFloat16:
+    """Mark ``x`` as bfloat16 input: a float array is rounded to bfloat16 (nearest, ties to even);
+    a 16-bit integer array (NumPy, or a device array such as ``tensor.view(torch.int16)``) is taken
+    as the bit patterns."""
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        from .intrinsics import bf16_bits  # the rounding the GPU's cvt.rn.bf16 does
+
+        return BFloat16(bf16_bits(x))
+    if dtype_of(x).itemsize != 2 or dtype_of(x).kind not in "iu":
+        raise RedalgebraError(f"as_bfloat16 takes floats to round, or 16-bit integer bit patterns; got {dtype_of(x)}")
+    return BFloat16(x)
+
+
+def as_e4m3(x) -> E4M3:
+    """Mark ``x`` as FP8 e4m3 input: a float array is rounded to e4m3 (nearest, ties to even, saturating at ±448);
+    an 8-bit integer array (NumPy, or a device array such as ``tensor.view(torch.uint8)``) is taken as the bytes."""
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        from .intrinsics import e4m3_bits  # the rounding the GPU's cvt.rn.satfinite.e4m3x2 does
+
+        return E4M3(e4m3_bits(x))
+    if dtype_of(x).itemsize != 1 or dtype_of(x).kind not in "iu":
+        raise RedalgebraError(f"as_e4m3 takes floats to round, or 8-bit integer bytes; got {dtype_of(x)}")
+    return E4M3(x)
+
+
+def bfloat16_to_float(bits: np.ndarray) -> np.ndarray:
+    """The float32 values of bfloat16 bit patterns (host side, for references)."""
+    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+
+
+def to_float(value) -> np.ndarray:
+    """A host output or input as float32 values: bfloat16 patterns and e4m3 bytes decoded, floats widened."""
+    if isinstance(value, BFloat16):
+        return bfloat16_to_float(value.bits)
+    if isinstance(value, E4M3):
+        return e4m3_to_float(value.bits)
+    value = np.asarray(value)
+    return e4m3_to_float(value) if value.dtype == np.uint8 else value.astype(np.float32)

@@ -25,7 +25,8 @@ import numpy as np
 
 from ..derive import FusedCascade
 from ..errors import RedalgebraError
-from .compile import BFloat16, Kernel, as_bfloat16, as_e4m3, compile
+from .compile import Kernel, compile
+from .formats import BFloat16, as_bfloat16, as_e4m3
 
 _OPS: dict = {}  # op name -> (cascade text, op)
 

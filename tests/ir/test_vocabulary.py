@@ -12,7 +12,7 @@ from redalgebra.derive.prepare import sign_facts
 from redalgebra.ir import to_text
 from redalgebra.ir.printer import to_latex
 from redalgebra.runtime.check import check
-from redalgebra.runtime.compile import to_float
+from redalgebra.runtime.formats import to_float
 
 CASES = {
     # Gemma-2's logit soft-capping, then a softmax

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from redalgebra import RedalgebraError
 from redalgebra.runtime import as_e4m3, compile
-from redalgebra.runtime.compile import to_float
+from redalgebra.runtime.formats import to_float
 from tests.catalogue import fused
 from tests.runtime.test_columns import _problem, _reference
 

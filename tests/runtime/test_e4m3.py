@@ -8,7 +8,7 @@ import redalgebra as ra
 from redalgebra import EvaluationError, RedalgebraError
 from redalgebra.runtime import E4M3, as_e4m3
 from redalgebra.runtime.check import check
-from redalgebra.runtime.compile import e4m3_to_float
+from redalgebra.runtime.formats import e4m3_to_float
 from tests.catalogue import fused
 
 CODES = ra.parse("input x\nreduce m = max(x)\nout y = x\nout z = m\n", name="e4m3_codes")
@@ -90,7 +90,7 @@ out y = o / l
 @pytest.mark.parametrize("strategy", ["mma", "wgmma"])
 def test_the_tensor_core_kernels_read_an_e4m3_per_element_input_as_its_values(strategy):
     from redalgebra.runtime import as_bfloat16
-    from redalgebra.runtime.compile import to_float
+    from redalgebra.runtime.formats import to_float
 
     f = ra.derive(ra.parse(BIASED, name="biased"))
     rng = np.random.default_rng(0)

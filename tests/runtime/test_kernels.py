@@ -133,7 +133,7 @@ def test_every_bfloat16_bit_pattern_is_decoded_like_the_host():
     from redalgebra import parse
     from redalgebra.derive import derive
     from redalgebra.runtime import as_bfloat16
-    from redalgebra.runtime.compile import bfloat16_to_float
+    from redalgebra.runtime.formats import bfloat16_to_float
 
     bits = np.arange(2**16, dtype=np.uint16).reshape(-1, 1)
     f = derive(parse("input x\nreduce s = sum(x)\nout y = s"))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import redalgebra as ra
-from redalgebra.runtime.compile import to_float
+from redalgebra.runtime.formats import to_float
 from tests.catalogue import fused
 
 MAX_ONLY = "input x\nreduce m = max(x)\nreduce n = min(x)\nout y = m - n\n"

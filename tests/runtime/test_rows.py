@@ -6,7 +6,8 @@ import pytest
 from redalgebra import RedalgebraError, derive, parse
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import check
-from redalgebra.runtime.compile import choose, e4m3_to_float
+from redalgebra.runtime.compile import choose
+from redalgebra.runtime.formats import e4m3_to_float
 from tests.catalogue import FUSABLE, fused
 
 SCALAR = [n for n in FUSABLE if not any(s.size for s in fused(n).cascade.inputs)]

@@ -177,6 +177,12 @@ class _Gen(LaneSkeletons):
         acc = final_access(self.lay)
         sizes = self.c.sizes
         scalar, strided, element = [], [], []
+        one = bool(self.lay.topk_state) and lead != "True" and not self.lay.lanes
+        if one:
+            # one thread writes every vector component: threads hold the same top k, not always in the same
+            # order (see RowsKernel.spread), and components from different threads could repeat an element.
+            # (Under ``lanes`` every lane folds the same elements in the same order: their lists agree.)
+            start, step = "0", "1"
         for sym, expr in self.f.finalize.steps:
             name = sym.name
             if name in self.varying:
@@ -200,6 +206,8 @@ class _Gen(LaneSkeletons):
         if rows:
             if scalar:
                 lines += scalar if lead == "True" else [f"if {lead}:"] + ["    " + ln for ln in scalar]
+            if one and strided:
+                strided = [f"if {lead}:"] + ["    " + ln for ln in strided]
             lines += strided
         if elements and element:
             body = element_loads(self.lay, self.consts, self.counter)
@@ -507,7 +515,9 @@ class _Gen(LaneSkeletons):
     def _outputs_with(self, acc, element_prefix: list[str], nt: int) -> list[str]:
         """Row outputs by thread 0 / strided, per-element outputs from the staged row."""
         sizes = self.c.sizes
-        lines, element = [], list(element_prefix)
+        lines, element, vector = [], list(element_prefix), []
+        one = bool(self.lay.topk_state)
+        start, step = ("0", "1") if one else ("tid", str(nt))
         for sym, expr in self.f.finalize.steps:
             name = sym.name
             if name in self.varying:
@@ -523,10 +533,12 @@ class _Gen(LaneSkeletons):
                 lines += ["if tid == 0:"] + ["    " + ln for ln in pre + [f"out_{name}[row] = {text}"]]
             else:
                 pre, text = print_expr(expr, acc, self.consts, "j", self.counter)
-                lines += pre + [f"for j in range(tid, {self.lay.size_const(sizes[name])}, {nt}):",
-                                f"    out_{name}[row, j] = {text}"]
+                vector += pre + [f"for j in range({start}, {self.lay.size_const(sizes[name])}, {step}):",
+                                 f"    out_{name}[row, j] = {text}"]
         for r, size in self.lay.topk_state.items():
-            lines += [f"for j in range(tid, {size}, {nt}):", f"    out_{r}_index[row, j] = si_{r}[j]"]
+            vector += [f"for j in range({start}, {size}, {step}):", f"    out_{r}_index[row, j] = si_{r}[j]"]
+        # with a top-k, thread 0 writes every component (see outputs)
+        lines += ["if tid == 0:"] + ["    " + ln for ln in vector] if one and vector else vector
         if len(element) > len(element_prefix):
             lines += [f"for l in range(tid, length, {nt}):"] + ["    " + ln for ln in element]
         return lines

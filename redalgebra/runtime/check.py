@@ -147,10 +147,12 @@ def picked_values(fused: FusedCascade, inputs: dict, params: dict, keep) -> dict
 
 
 def _same_top_k(index, want_values, element_values) -> bool:
-    """The kernel's indices pick the reference's top-k values: ties may be broken either way."""
+    """The kernel's indices pick the reference's top-k values, each element once: ties may be broken
+    either way, but an element picked twice (and another dropped) is wrong whatever its value."""
     rows = np.arange(index.shape[0])[:, None]
     picked = np.where(index >= 0, element_values[rows, np.maximum(index, 0)], -np.inf)
-    return bool(np.allclose(picked, want_values, rtol=1e-6, atol=0, equal_nan=True))
+    distinct = all(len(set(r[r >= 0].tolist())) == int((r >= 0).sum()) for r in index)
+    return distinct and bool(np.allclose(picked, want_values, rtol=1e-6, atol=0, equal_nan=True))
 
 
 def compare(got: dict, want: dict, element_values: dict | None = None) -> tuple[dict, bool]:

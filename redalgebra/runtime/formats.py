@@ -1,6 +1,6 @@
 """Stored number formats on the host: the wrappers that mark input data of a type NumPy lacks (bfloat16, FP8 e4m3)
-and their decoding, in NumPy alone (no numba at import: importing this fixes nothing about the CUDA simulator
-switch, which :mod:`.intrinsics` reads when imported; rounding floats imports it when asked to)."""
+their rounding and decoding, in NumPy alone: nothing here imports numba, so wrapping data (``as_bfloat16``,
+``as_e4m3``) fixes nothing about the CUDA simulator switch, which :mod:`.intrinsics` reads when imported."""
 
 from __future__ import annotations
 
@@ -69,8 +69,6 @@ def as_bfloat16(x) -> BFloat16:
     a 16-bit integer array (NumPy, or a device array such as ``tensor.view(torch.int16)``) is taken
     as the bit patterns."""
     if isinstance(x, np.ndarray) and x.dtype.kind == "f":
-        from .intrinsics import bf16_bits  # the rounding the GPU's cvt.rn.bf16 does
-
         return BFloat16(bf16_bits(x))
     if dtype_of(x).itemsize != 2 or dtype_of(x).kind not in "iu":
         raise RedalgebraError(f"as_bfloat16 takes floats to round, or 16-bit integer bit patterns; got {dtype_of(x)}")
@@ -81,12 +79,72 @@ def as_e4m3(x) -> E4M3:
     """Mark ``x`` as FP8 e4m3 input: a float array is rounded to e4m3 (nearest, ties to even, saturating at ±448);
     an 8-bit integer array (NumPy, or a device array such as ``tensor.view(torch.uint8)``) is taken as the bytes."""
     if isinstance(x, np.ndarray) and x.dtype.kind == "f":
-        from .intrinsics import e4m3_bits  # the rounding the GPU's cvt.rn.satfinite.e4m3x2 does
-
         return E4M3(e4m3_bits(x))
     if dtype_of(x).itemsize != 1 or dtype_of(x).kind not in "iu":
         raise RedalgebraError(f"as_e4m3 takes floats to round, or 8-bit integer bytes; got {dtype_of(x)}")
     return E4M3(x)
+
+
+# --------------------------------------------------------------------------------------------------
+# Host rounding (NumPy): what the GPU's conversions do; the reference of the simulator's stand-ins and
+# of the tests
+# --------------------------------------------------------------------------------------------------
+_E4M3_MAX = 448.0
+
+
+def _f32(values):
+    """``values`` as float32, as the GPU converts arguments: overflow to inf silently."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(values, np.float32)
+
+
+def bf16_bits(x) -> np.ndarray:
+    """Round float32 values to bfloat16 bit patterns, to nearest, ties to even.
+
+    Parameters
+    ----------
+    x : array_like
+        Values, converted to float32 first.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``uint16`` patterns; overflow gives ±inf and every NaN gives ``0x7FFF``.
+    """
+    u = _f32(x).view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return np.where((u & 0x7FFFFFFF) > 0x7F800000, 0x7FFF, rounded).astype(np.uint16)
+
+
+def f16_bits(x) -> np.ndarray:
+    """Round float32 values to float16 bit patterns, to nearest, ties to even (NaN gives ``0x7FFF``)."""
+    f = _f32(x)
+    with np.errstate(over="ignore", invalid="ignore"):  # a signalling NaN is no error here
+        bits = f.astype(np.float16).view(np.uint16)
+    return np.where(np.isnan(f), np.uint16(0x7FFF), bits).astype(np.uint16)
+
+
+def e4m3_bits(x) -> np.ndarray:
+    """Round float32 values to FP8 e4m3 bytes: to nearest, ties to even, saturating at ±448.
+
+    Parameters
+    ----------
+    x : array_like
+        Values, converted to float32 first.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``uint8`` codes ``s eeee mmm``; zero keeps its sign and every NaN gives ``0x7F``.
+    """
+    f = _f32(x)
+    nan = np.isnan(f)
+    sign = ((f.view(np.uint32) >> 31) << 7).astype(np.uint8)
+    mag = np.minimum(np.abs(np.where(nan, np.float32(0), f)).astype(np.float64), _E4M3_MAX)
+    exponent = np.where(mag > 0, np.frexp(mag)[1] - 1, -6).clip(-6, 8)  # 2^exponent <= mag, subnormals at -6
+    steps = np.rint(np.ldexp(mag, 3 - exponent))  # mag in units of the quantum 2^(exponent-3), ties to even
+    code = (8 * (exponent + 6) + steps).astype(np.uint8)  # codes are monotonic: a carry moves to the exponent
+    return np.where(nan, np.uint8(0x7F), sign | code).astype(np.uint8)
 
 
 def bfloat16_to_float(bits: np.ndarray) -> np.ndarray:

@@ -40,7 +40,7 @@ import numpy as np
 from llvmlite import ir
 from numba import config, types
 
-from .formats import e4m3_values
+from .formats import _f32, bf16_bits, e4m3_bits, e4m3_values, f16_bits  # host rounding (NumPy), re-exported
 
 __all__ = ["LOG2E", "bf16_bits", "div_full", "pick", "e4m3", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
            "ld_e4m3", "ld_e4m3x16", "ld_f32x4",
@@ -50,66 +50,7 @@ __all__ = ["LOG2E", "bf16_bits", "div_full", "pick", "e4m3", "e4m3_bits", "ex2",
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 LOG2E = np.float32(1.4426950408889634)
 _FLT_MIN = np.float32(2.0 ** -126)
-_E4M3_MAX = 448.0
 _B16_TYPES = (types.uint16, types.int16)  # bfloat16 patterns
-
-
-def _f32(values):
-    """``values`` as float32, as the GPU converts arguments: overflow to inf silently."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.asarray(values, np.float32)
-
-
-# --------------------------------------------------------------------------------------------------
-# Host rounding (NumPy): the reference of the simulator's stand-ins and of the tests
-# --------------------------------------------------------------------------------------------------
-def bf16_bits(x) -> np.ndarray:
-    """Round float32 values to bfloat16 bit patterns, to nearest, ties to even.
-
-    Parameters
-    ----------
-    x : array_like
-        Values, converted to float32 first.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``uint16`` patterns; overflow gives ±inf and every NaN gives ``0x7FFF``.
-    """
-    u = _f32(x).view(np.uint32).astype(np.uint64)
-    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    return np.where((u & 0x7FFFFFFF) > 0x7F800000, 0x7FFF, rounded).astype(np.uint16)
-
-
-def f16_bits(x) -> np.ndarray:
-    """Round float32 values to float16 bit patterns, to nearest, ties to even (NaN gives ``0x7FFF``)."""
-    f = _f32(x)
-    with np.errstate(over="ignore", invalid="ignore"):  # a signalling NaN is no error here
-        bits = f.astype(np.float16).view(np.uint16)
-    return np.where(np.isnan(f), np.uint16(0x7FFF), bits).astype(np.uint16)
-
-
-def e4m3_bits(x) -> np.ndarray:
-    """Round float32 values to FP8 e4m3 bytes: to nearest, ties to even, saturating at ±448.
-
-    Parameters
-    ----------
-    x : array_like
-        Values, converted to float32 first.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``uint8`` codes ``s eeee mmm``; zero keeps its sign and every NaN gives ``0x7F``.
-    """
-    f = _f32(x)
-    nan = np.isnan(f)
-    sign = ((f.view(np.uint32) >> 31) << 7).astype(np.uint8)
-    mag = np.minimum(np.abs(np.where(nan, np.float32(0), f)).astype(np.float64), _E4M3_MAX)
-    exponent = np.where(mag > 0, np.frexp(mag)[1] - 1, -6).clip(-6, 8)  # 2^exponent <= mag, subnormals at -6
-    steps = np.rint(np.ldexp(mag, 3 - exponent))  # mag in units of the quantum 2^(exponent-3), ties to even
-    code = (8 * (exponent + 6) + steps).astype(np.uint8)  # codes are monotonic: a carry moves to the exponent
-    return np.where(nan, np.uint8(0x7F), sign | code).astype(np.uint8)
 
 
 # --------------------------------------------------------------------------------------------------

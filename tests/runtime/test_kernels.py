@@ -180,6 +180,15 @@ def test_compare_holds_infinite_references_exactly():
     assert not ok and errors["m"] == "inf mismatch"
 
 
+def test_compare_takes_ties_broken_either_way_but_not_an_element_picked_twice():
+    values = {"t": np.array([[3.0, 3.0, 3.0, 1.0]])}
+    want = {"t": np.array([[3.0, 3.0]]), "t.index": np.array([[0, 1]])}
+    errors, ok = compare({"t": np.array([[3.0, 3.0]]), "t.index": np.array([[2, 0]])}, want, values)
+    assert ok and errors["t.index"] == "ties"
+    errors, ok = compare({"t": np.array([[3.0, 3.0]]), "t.index": np.array([[2, 2]])}, want, values)
+    assert not ok and errors["t.index"] == "differ"
+
+
 def test_a_call_signature_is_laid_out_once_and_a_new_shape_gets_its_own_plan():
     k = compile(fused("safe_softmax"), "cpu")
     rng = np.random.default_rng(0)

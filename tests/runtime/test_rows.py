@@ -7,7 +7,7 @@ from redalgebra import RedalgebraError, derive, parse
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import check
 from redalgebra.runtime.compile import choose
-from redalgebra.runtime.formats import e4m3_to_float
+from redalgebra.runtime.formats import as_bfloat16, e4m3_to_float
 from tests.catalogue import FUSABLE, fused
 
 SCALAR = [n for n in FUSABLE if not any(s.size for s in fused(n).cascade.inputs)]
@@ -142,3 +142,46 @@ def test_a_thread_holds_as_many_chunks_as_its_share_of_the_row():
     # 257 float32 off the 16-byte grid: 66 chunks over 16 threads are 5 each, not 8
     _, spec, _ = compile(fused("safe_softmax"), "cuda").spec_for(65536, 257, {"x": "float32"})
     assert (spec.group, spec.tile) == (16, 5)
+
+
+TOPK = "input g\nreduce t = topk({k}, g)\nout w = t\n"
+
+
+@pytest.mark.parametrize("k,group,threads", [(8, 16, 32), (3, 64, 128), (17, 64, 64)])
+def test_top_k_selection_breaks_ties_by_the_smaller_index_and_marks_missing_values(k, group, threads):
+    # values drawn from 6 integers (ties everywhere), a row with one finite value (the rest -inf: index -1),
+    # a row shorter than k: the k largest values, equal ones in increasing element index, as a stable sort
+    # gives. Groups of 16 select by shuffles alone; groups of 64 by a warp's own rounds, then over the
+    # group's warps x k candidates (2 groups a block: each reads its own); k = 17 (34 candidates: 2 a lane, the second guarded)
+    f = derive(parse(TOPK.format(k=k)))
+    kernel = compile(f, "cudasim", "rows", group=group, threads=threads)
+    rng = np.random.default_rng(k)
+    for length in ((150, 5) if k < 10 else (300,)):  # the simulator's shuffles are slow: one row length for k = 17
+        g = rng.integers(-3, 3, size=(3, length)).astype(np.float32)
+        g[1] = -np.inf
+        g[1, length // 2] = 1.0
+        if length == 300:  # float32, tile 2: warp 0 holds elements 0-127 and 256-299, warp 1 128-255; the
+            g[2] = 0.0     # ties in warp 1 come first, so a lane's two candidates are out of index order
+            g[2, 260:291] = g[2, 130:161] = 2.0
+        out = kernel({"g": g})
+        order = np.argsort(-g, axis=1, kind="stable")[:, :k]
+        want = np.take_along_axis(g, order, axis=1)
+        want = np.pad(want, ((0, 0), (0, k - want.shape[1])), constant_values=-np.inf)
+        index = np.where(want == -np.inf, -1, np.pad(order, ((0, 0), (0, k - order.shape[1]))))
+        np.testing.assert_array_equal(out["w"], want)
+        np.testing.assert_array_equal(out["t.index"], index)
+
+
+def test_a_router_read_in_passes_picks_each_element_once():
+    # rows longer than the group's registers are read in passes, their top-k lists merged after the softmax's
+    # rescaling, which can make unequal values tie: threads then hold the same top 8 in different orders, and
+    # components written by different threads repeated an element (and dropped another). One thread writes
+    # them now; check() refuses repeated indices.
+    f = fused("moe_routing")
+    kernel = compile(f, "cudasim", "rows")
+    g = np.random.default_rng(0).integers(-4, 4, size=(1, 4096)).astype(np.float32)  # ties everywhere
+    spec = kernel._layout({"g": as_bfloat16(g)}, {}, None)[0]
+    assert not spec.resident
+    index = kernel({"g": as_bfloat16(g)})["t.index"]
+    for row, idx in zip(g, index):
+        assert len(set(idx.tolist())) == 8 and (row[idx] == row.max()).all(), idx

@@ -297,13 +297,14 @@ def kernel(g, rep_g, keep, out_w, out_t_index, rows, length):
     for j in range(K_t):
         s_t[j] = sh_t[0, j]
         si_t[j] = shi_t[0, j]
-    _acc0 = _K0
-    for _j0 in range(K_t):
-        _acc0 += s_t[_j0]
-    _acc1 = _K0
-    for _j1 in range(K_t):
-        _acc1 += s_t[_j1]
-    for j in range(tid, D_8, 128):
-        out_w[row, j] = s_t[j]/_acc1
-    for j in range(tid, K_t, 128):
-        out_t_index[row, j] = si_t[j]
+    if tid == 0:
+        _acc0 = _K0
+        for _j0 in range(K_t):
+            _acc0 += s_t[_j0]
+        _acc1 = _K0
+        for _j1 in range(K_t):
+            _acc1 += s_t[_j1]
+        for j in range(0, D_8, 1):
+            out_w[row, j] = s_t[j]/_acc1
+        for j in range(0, K_t, 1):
+            out_t_index[row, j] = si_t[j]

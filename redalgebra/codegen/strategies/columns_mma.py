@@ -15,7 +15,8 @@ on ``mma.sync.m16n8k16``:
    factor is rounded to the weights' type, as FlashAttention rounds its probabilities (``Strategy.rounds_products``:
    ``check`` allows that rounding once more).
 3. **The product.** A block takes 16 rows, 64 columns per warp (256 with four warps: each weight row's 512 bytes,
-   256 of e4m3, are read in one piece) and a segment of the axis; tiles of 64 elements of ``F`` (16 × 64) and ``w``
+   256 of e4m3, are read in one piece; ``threads=256`` gives eight warps of 32 columns, the same block, half the
+   work a warp — not timed yet) and a segment of the axis; tiles of 64 elements of ``F`` (16 × 64) and ``w``
    (64 × 256) are staged by ``cp.async``, three in flight (rows padded by 16 bytes: the rows an ``ldmatrix`` reads fall in
    distinct banks); each warp multiplies the whole ``F`` tile by its 64 columns, the A fragments by ``ldmatrix``,
    the B fragments by the transposing ``ldmatrix`` (``w`` is row-major along the columns), 32 products per tile,
@@ -46,11 +47,17 @@ from . import BUSY_BLOCKS, Problem, Strategy, register
 from .columns import ColumnsKernel, build as columns_build, prepass_vec, refusal as columns_refusal, split_body
 from .products import KINDS
 
-#: Rows of a block (the m16 of the instruction), columns per warp, elements of a tile (the factors' rows are padded
-#: to whole tiles: a "tiles" scratch array), tiles in the stages (e4m3 weights: a tile is half the bytes, five fit).
+#: Rows of a block (the m16 of the instruction), columns per warp (blocks of up to 4 warps; 8 warps take 32 each:
+#: the same 256 columns a block, half the work a warp), elements of a tile (the factors' rows are padded to whole
+#: tiles: a "tiles" scratch array), tiles in the stages (e4m3 weights: a tile is half the bytes, five fit).
 BM, BC, BK, STAGES, STAGES_E4M3 = 16, 64, SCRATCH_TILE, 3, 5
-#: Threads of a block on the GPU (a warp per 64 columns: 256 a block) and in the simulator (one warp).
-THREADS, SIM_THREADS = 128, 32
+#: Threads of a block on the GPU (a warp per 64 columns: 256 a block) and in the simulator (one warp); the sizes taken.
+THREADS, SIM_THREADS, BLOCKS = 128, 32, (32, 64, 128, 256)
+
+
+def warp_columns(threads: int) -> int:
+    """Columns of a warp: 64, or 32 in blocks of eight warps."""
+    return BC // 2 if threads > 128 else BC
 #: 16-bit units of a staged row: 64 values and 16 bytes of padding.
 PITCH = BK + 8
 
@@ -87,8 +94,9 @@ class ColumnsMmaKernel(ColumnsKernel):
     def check_launch(self) -> None:
         spec = self.spec
         shape = (spec.batch, spec.tile, spec.group)
-        if spec.threads not in (32, 64, 128) or shape != (BM, BK, spec.threads // 32 * BC // 8):
-            raise RedalgebraError(f"columns_mma: blocks of 32, 64 or 128 threads taking {BM} rows, {BC} columns a warp "
+        self.cw = warp_columns(spec.threads)
+        if spec.threads not in BLOCKS or shape != (BM, BK, spec.threads // 32 * self.cw // 8):
+            raise RedalgebraError(f"columns_mma: blocks of 32, 64, 128 or 256 threads taking {BM} rows, {self.cw} columns a warp "
                                   f"and tiles of {BK} elements (the instruction shapes)")
         self.red = next(r for r in self.vector_reds)
         factor, vector = self.factors[self.red]
@@ -101,7 +109,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         self.bytes = kind == "e4m3"
         self.kind = "f16" if self.bytes else KINDS[kind]
         self.warps = spec.threads // 32
-        self.bc = BC * self.warps  # the block's columns
+        self.bc = self.cw * self.warps  # the block's columns
         # 16-bit units of a staged weight row: 16 bytes of padding after its values (float16/bfloat16: the rows an
         # ldmatrix reads fall in distinct banks; e4m3: the four rows of a fragment load too)
         self.pw = (self.bc + 16) // 2 if self.bytes else self.bc + 8
@@ -162,8 +170,9 @@ class ColumnsMmaKernel(ColumnsKernel):
         each, per_row, step = self.copies()
         whole = [Assign("sd", base)]
         for u in range(-(-BM * (BK // 8) // t)):
-            whole.append(Call("cp_async16_at", ("sm", f"sd + (tid // {BK // 8}) * {PITCH} + 8 * (tid % {BK // 8}) + "
-                                                      f"{u * t // (BK // 8) * PITCH}", "fac", f"fo_{u} + kt0", "16")))
+            copy = Call("cp_async16_at", ("sm", f"sd + (tid // {BK // 8}) * {PITCH} + 8 * (tid % {BK // 8}) + "
+                                                f"{u * t // (BK // 8) * PITCH}", "fac", f"fo_{u} + kt0", "16"))
+            whole += self.factor_copier(copy)
         whole.append(Assign("wt", f"wo + kt0 * {self.n}"))
         for u in range(BK * per_row // t):
             whole.append(Call("cp_async16_at", ("sm", f"sd + wd + {u * step * self.pw}", self.x,
@@ -171,15 +180,23 @@ class ColumnsMmaKernel(ColumnsKernel):
         return [Assign("kt0", f"lo + ({tile}) * {BK}"),
                 If(f"kt0 + {BK} <= hi", tuple(whole), tuple(self.clamped(base)))]
 
+    def factor_copier(self, *stmts) -> list:
+        """``stmts`` (one 16-byte copy of the factor tile), guarded when the block has more threads than the tile
+        has copies (eight warps: 256 threads, 128 copies)."""
+        if self.spec.threads <= BM * (BK // 8):
+            return list(stmts)
+        return [If(f"tid < {BM * (BK // 8)}", tuple(stmts))]
+
     def clamped(self, base: str) -> list:
         """The copies of a partial tile: every index clamped, zeros past the segment's end."""
         t = self.spec.threads
         out = []
         for u in range(-(-BM * (BK // 8) // t)):
             q = f"(tid + {u * t})"
-            out += [Assign("fr", f"{q} // {BK // 8}"), Assign("fk", f"kt0 + 8 * ({q} % {BK // 8})"),
-                    Call("cp_async16", ("sm", f"{base} + fr * {PITCH} + 8 * ({q} % {BK // 8})", "fac",
-                                        "min(r0 + fr, rows - 1)", "fk", "pick(fk < hi, 16, 0)"))]
+            out += self.factor_copier(
+                Assign("fr", f"{q} // {BK // 8}"), Assign("fk", f"kt0 + 8 * ({q} % {BK // 8})"),
+                Call("cp_async16", ("sm", f"{base} + fr * {PITCH} + 8 * ({q} % {BK // 8})", "fac",
+                                    "min(r0 + fr, rows - 1)", "fk", "pick(fk < hi, 16, 0)")))
         each, per_row, _ = self.copies()
         for u in range(BK * per_row // t):
             q = f"(tid + {u * t})"
@@ -199,17 +216,17 @@ class ColumnsMmaKernel(ColumnsKernel):
             k0 = 16 * sl
             out.append(Assign("a0, a1, a2, a3", f"ldsm_x4(sm, sa + (lane & 15) * {PITCH} + {k0} + 8 * (lane >> 4))"))
             if self.bytes:  # per 32-column group h: columns 4 lg … 4 lg + 3 of rows 2 tq, + 1, + 8, + 9
-                for h in range(BC // 32):
+                for h in range(self.cw // 32):
                     b = [f"b{i}" for i in range(8)]
                     out.append(Assign(", ".join(b), f"e4m3_b_frags(sm, sa + {BM * PITCH} + ({k0} + 2 * tq) * {self.pw} "
-                                                     f"+ {BC // 2} * warp + {16 * h} + 2 * lg, {self.pw})"))
+                                                     f"+ {self.cw // 2} * warp + {16 * h} + 2 * lg, {self.pw})"))
                     for j in range(4):
                         regs = ", ".join(f"ac_{4 * h + j}_{i}" for i in range(4))
                         out.append(Assign(regs, f"{mma}(a0, a1, a2, a3, b{j}, b{4 + j}, {regs})"))
                 continue
-            for np_ in range(BC // 16):
+            for np_ in range(self.cw // 16):
                 out.append(Assign("b0, b1, b2, b3", f"ldsm_x4_t(sm, sa + {BM * PITCH} + ({k0} + vrow) * {self.pw} + "
-                                                    f"{BC} * warp + {16 * np_} + vcol)"))
+                                                    f"{self.cw} * warp + {16 * np_} + vcol)"))
                 for half in (0, 1):
                     regs = ", ".join(f"ac_{2 * np_ + half}_{i}" for i in range(4))
                     out.append(Assign(regs, f"{mma}(a0, a1, a2, a3, b{2 * half}, b{2 * half + 1}, {regs})"))
@@ -220,7 +237,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         ``j``'s eight columns in a row, or, from e4m3 fragments, every fourth column of a 32-column group."""
         c = f"2 * tq + {i & 1}"
         inner = f"4 * ({c}) + {j % 4} + {32 * (j // 4)}" if self.bytes else f"{8 * j} + {c}"
-        return f"cb + {BC} * warp + {inner}"
+        return f"cb + {self.cw} * warp + {inner}"
 
     def tiles(self) -> list:
         ahead = self.stages - 1
@@ -236,7 +253,7 @@ class ColumnsMmaKernel(ColumnsKernel):
                Assign("lo", "cuda.blockIdx.z * segl"), Assign("hi", "min(lo + segl, length)"),
                Assign("ntile", f"max(hi - lo + {BK - 1}, 0) // {BK}")] + self.offsets()
         zero = self.consts.name(0.0)
-        out += [Assign(f"ac_{j}_{i}", zero) for j in range(BC // 8) for i in range(4)]
+        out += [Assign(f"ac_{j}_{i}", zero) for j in range(self.cw // 8) for i in range(4)]
         for s_ in range(ahead):
             out += [If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ())]
         stage = f"uint32(it + {ahead}) % uint32({self.stages})"
@@ -245,7 +262,7 @@ class ColumnsMmaKernel(ColumnsKernel):
                 Assign("sa", f"(uint32(it) % uint32({self.stages})) * {self.stage}")] + self.products() + [Barrier()]
         out.append(For("it", "0", "ntile", tuple(step)))
         # each thread's outputs: rows lg and lg + 8, columns 8 j + 2 tq and + 1 of its warp's 64
-        for j in range(BC // 8):
+        for j in range(self.cw // 8):
             for i in range(4):
                 row, col = f"r0 + lg + {8 * (i >> 1)}", self.column(j, i)
                 if segmented:
@@ -290,7 +307,7 @@ def build(fused: FusedCascade, spec: Spec, target: str):
 
 def shared_bytes(threads: int, e4m3: bool = False) -> int:
     """Dynamic shared memory of the tiles kernel: its stages (e4m3 weights: more of them, of bytes)."""
-    bc = threads // 32 * BC
+    bc = threads // 32 * warp_columns(threads)
     if e4m3:
         return STAGES_E4M3 * (BM * PITCH + BK * (bc + 16) // 2) * 2
     return STAGES * (BM * PITCH + BK * (bc + 8)) * 2
@@ -325,11 +342,12 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
         return (f"columns_mma: a block's {BM} rows share one weight matrix; here each is shared by {share} rows (not a "
                 f"multiple of {BM}): use columns")
     threads = _threads(p)
-    if threads not in (32, 64, 128):
-        return f"columns_mma: blocks of 32, 64 or 128 threads (a warp per 64 columns), got {threads}"
-    for name, fixed in (("tile", BK), ("batch", BM), ("group", threads // 32 * BC // 8)):
+    if threads not in BLOCKS:
+        return (f"columns_mma: blocks of 32, 64, 128 threads (a warp per 64 columns) or 256 (32 columns a warp), "
+                f"got {threads}")
+    for name, fixed in (("tile", BK), ("batch", BM), ("group", threads // 32 * warp_columns(threads) // 8)):
         if p.option(name) not in (None, fixed):
-            return (f"columns_mma: the {name} is fixed by the instruction shapes ({BM} rows, {BC} columns, tiles of "
+            return (f"columns_mma: the {name} is fixed by the instruction shapes ({BM} rows, {warp_columns(threads)} columns, tiles of "
                     f"{BK} elements)")
     return None
 
@@ -340,13 +358,13 @@ def _e4m3(fused: FusedCascade, p: Problem) -> bool:
 
 
 def configure(fused: FusedCascade, p: Problem) -> dict:
-    """128 threads (32 in the simulator): blocks of 16 rows, 64 columns a warp and tiles of 64 elements, segments of
+    """128 threads (32 in the simulator; 256 when asked: 32 columns a warp): blocks of 16 rows, 64 columns a warp and tiles of 64 elements, segments of
     the axis across blocks until the GPU is busy (at least four tiles each)."""
     reason = applicable(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
     n, threads = _columns(fused, p), _threads(p)
-    bc = threads // 32 * BC
+    bc = threads // 32 * warp_columns(threads)
     blocks = -(-p.rows // BM) * -(-n // bc)
     tiles = -(-p.length // BK)
     # segments until the blocks fill the GPU once (two of 108 KB per multiprocessor: half of BUSY_BLOCKS), not past

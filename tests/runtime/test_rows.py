@@ -185,3 +185,17 @@ def test_a_router_read_in_passes_picks_each_element_once():
     index = kernel({"g": as_bfloat16(g)})["t.index"]
     for row, idx in zip(g, index):
         assert len(set(idx.tolist())) == 8 and (row[idx] == row.max()).all(), idx
+
+
+def test_top_k_selection_ranks_nan_below_every_number_as_the_reference():
+    # a NaN never compares greater or equal: unless the order says where it goes, the lanes of a row holding one
+    # end the butterfly with different winners. With at least k numbers in the row, the top k are numbers.
+    f = derive(parse(TOPK.format(k=4)))
+    kernel = compile(f, "cudasim", "rows", group=64, threads=64)
+    g = np.random.default_rng(3).standard_normal((2, 150)).astype(np.float32)
+    g[0, [0, 5, 77, 149]] = np.nan
+    g[1, :140] = np.nan  # ten numbers left, in the last warp's registers
+    out = kernel({"g": g})
+    order = np.argsort(np.where(np.isnan(g), np.inf, -g), axis=1, kind="stable")[:, :4]
+    np.testing.assert_array_equal(out["t.index"], order)
+    np.testing.assert_array_equal(out["w"], np.take_along_axis(g, order, axis=1))

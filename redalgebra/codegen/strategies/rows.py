@@ -360,13 +360,18 @@ class RowsKernel(TreeKernel):
     def warp_rounds(self, k: int, width: int, regs: list, st, ordered: bool) -> list:
         """``k`` rounds of arg-max over ``regs`` ((value, index) pairs of each lane) across aligned runs of
         ``width`` lanes, round ``j``'s winner in ``s_<r>[j]`` of every lane. ``ordered``: each lane's
-        indices increase along ``regs`` (a strict ``>`` then keeps the smaller of equal values' indices)."""
-        better = "ov > bv or (ov == bv and oi < bi)"
+        indices increase along ``regs`` (a strict ``>`` then keeps the smaller of equal values' indices).
+
+        The order is total, NaN included: NaN below every number (as the reference's stable sort of ``-v`` puts
+        it), NaNs by index. Without that a NaN never compares greater, never equal, and the lanes of a row with one
+        would end the butterfly holding different winners."""
+        better = "ov > bv or (ov == bv and oi < bi) or (bv != bv and (ov == ov or oi < bi))"
 
         def lane_best() -> list:
             (v0, i0), *rest = regs
             out = [Assign("lv", v0), Assign("li", i0)]
-            cond = "{v} > lv" if ordered else "{v} > lv or ({v} == lv and {i} < li)"
+            cond = ("{v} > lv or (lv != lv and {v} == {v})" if ordered else
+                    "{v} > lv or ({v} == lv and {i} < li) or (lv != lv and ({v} == {v} or {i} < li))")
             return out + [If(cond.format(v=v, i=i), (Assign("lv", v), Assign("li", i))) for v, i in rest]
 
         out = lane_best()

@@ -428,13 +428,14 @@ def all_cases(quick: bool) -> dict:
         "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("rows", "rows@128g16", "warp@128"), lab)
                 for t, e, k, lab in ((16384, 128, 8, "Qwen3"), (4096, 128, 8, "Qwen3"), (32768, 128, 8, "Qwen3"),
                                      (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]
-        + [lambda: case_moe(4096, 4096, 8, ("rows", "rows@512g512", "tile@256"), "wide")],
+        + [lambda: case_moe(4096, 4096, 8, ("rows", "rows@512g512", "rows@256x2g256"), "wide")],
         "fp8": [lambda: case_fp8_quant(16384, 7168, LONG)],
         "ce": [lambda v=v, lab=lab: case_cross_entropy(8192, v, "bfloat16", ("rows", "rows@512g512"), lab)
                for v, lab in ((32000, "LLaMA-2"), (128256, "LLaMA-3"))],
-        "fp8gemm": [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns", "columns@128s38"))
+        "fp8gemm": [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_mma@256", "columns", "columns@128s38"))
                     for m in (1, 16)] + [lambda: case_fp8_gemm(4096, 7168, 7168, ("columns_mma",))]
-        + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns"), "e4m3") for m in (1, 16)],
+        + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_mma@256", "columns"), "e4m3")
+           for m in (1, 16)],
         "normgemm": [lambda m=m: case_rmsnorm_gemm(m, 4096, 4096, ("columns_mma", "columns", "columns@128s38"))
                      for m in (1, 16)] + [lambda: case_rmsnorm_gemm(4096, 4096, 4096, ("columns_mma",))],
         "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")

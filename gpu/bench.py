@@ -428,7 +428,7 @@ def all_cases(quick: bool) -> dict:
         "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("rows", "rows@128g16", "warp@128"), lab)
                 for t, e, k, lab in ((16384, 128, 8, "Qwen3"), (4096, 128, 8, "Qwen3"), (32768, 128, 8, "Qwen3"),
                                      (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]
-        + [lambda: case_moe(4096, 4096, 8, ("rows", "rows@512g512", "rows@256x2g256"), "wide")],
+        + [lambda: case_moe(4096, 4096, 8, ("rows", "rows@512g512", "rows@128x4g128"), "wide")],
         "fp8": [lambda: case_fp8_quant(16384, 7168, LONG)],
         "ce": [lambda v=v, lab=lab: case_cross_entropy(8192, v, "bfloat16", ("rows", "rows@512g512"), lab)
                for v, lab in ((32000, "LLaMA-2"), (128256, "LLaMA-3"))],

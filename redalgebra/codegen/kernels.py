@@ -178,11 +178,11 @@ class _Gen(LaneSkeletons):
         sizes = self.c.sizes
         scalar, strided, element = [], [], []
         one = bool(self.lay.topk_state) and lead != "True" and not self.lay.lanes
-        if one:
-            # one thread writes every vector component: threads hold the same top k, not always in the same
-            # order (see RowsKernel.spread), and components from different threads could repeat an element.
-            # (Under ``lanes`` every lane folds the same elements in the same order: their lists agree.)
-            start, step = "0", "1"
+        # with a top-k, one thread writes every vector component: threads hold the same top k, not always in the
+        # same order (see RowsKernel.spread), and components from different threads could repeat an element.
+        # (Under ``lanes`` every lane folds the same elements in the same order: their lists agree.) The
+        # per-element outputs stay spread over the threads.
+        vstart, vstep = ("0", "1") if one else (start, step)
         for sym, expr in self.f.finalize.steps:
             name = sym.name
             if name in self.varying:
@@ -199,9 +199,9 @@ class _Gen(LaneSkeletons):
                     loop = self.lay.vector_loop(const, pre + [f"out_{name}[row, j] = {text}"])
                     strided += ["if warp == 0:"] + ["    " + ln for ln in loop]
                 else:
-                    strided += pre + [f"for j in range({start}, {const}, {step}):", f"    out_{name}[row, j] = {text}"]
+                    strided += pre + [f"for j in range({vstart}, {const}, {vstep}):", f"    out_{name}[row, j] = {text}"]
         for r, size in self.lay.topk_state.items():
-            strided += [f"for j in range({start}, {size}, {step}):", f"    out_{r}_index[row, j] = si_{r}[j]"]
+            strided += [f"for j in range({vstart}, {size}, {vstep}):", f"    out_{r}_index[row, j] = si_{r}[j]"]
         lines = []
         if rows:
             if scalar:

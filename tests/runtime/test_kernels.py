@@ -189,6 +189,16 @@ def test_compare_takes_ties_broken_either_way_but_not_an_element_picked_twice():
     assert not ok and errors["t.index"] == "differ"
 
 
+@pytest.mark.parametrize("strategy,first", [("warp", "lane"), ("block", "tid")])
+def test_one_thread_writes_a_top_k_but_the_row_stays_spread_over_the_threads(strategy, first):
+    # a top-k's components come from one thread (threads may hold its list in different orders); the per-element
+    # outputs of the same cascade are still written by every thread in turn, not by each thread whole
+    f = derive(parse("input g\nreduce m = max(g)\nreduce t = topk(2, g)\nout y = g - m\nout w = t\n"))
+    src = generate(f, "cuda", strategy, Spec()).source
+    assert "for j in range(0, K_t, 1):" in src
+    assert f"for l in range({first}, length," in src and "for l in range(0, length, 1)" not in src
+
+
 def test_a_call_signature_is_laid_out_once_and_a_new_shape_gets_its_own_plan():
     k = compile(fused("safe_softmax"), "cpu")
     rng = np.random.default_rng(0)

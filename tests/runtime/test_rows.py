@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from redalgebra import RedalgebraError, derive, parse
+from redalgebra import RedalgebraError, derive, parse, workloads
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import check
 from redalgebra.runtime.compile import choose
@@ -193,9 +193,22 @@ def test_top_k_selection_ranks_nan_below_every_number_as_the_reference():
     f = derive(parse(TOPK.format(k=4)))
     kernel = compile(f, "cudasim", "rows", group=64, threads=64)
     g = np.random.default_rng(3).standard_normal((2, 150)).astype(np.float32)
-    g[0, [0, 5, 77, 149]] = np.nan
+    g[0, [0, 5, 77, 128, 149]] = np.nan  # 0 and 128: the first register of the lane that parks its warp's list
     g[1, :140] = np.nan  # ten numbers left, in the last warp's registers
     out = kernel({"g": g})
     order = np.argsort(np.where(np.isnan(g), np.inf, -g), axis=1, kind="stable")[:, :4]
     np.testing.assert_array_equal(out["t.index"], order)
     np.testing.assert_array_equal(out["w"], np.take_along_axis(g, order, axis=1))
+
+
+def test_long_selections_are_a_loop_of_rounds():
+    # unrolled, a top-16 over 16 values a lane (4096 bfloat16 in groups of 256) overflowed numba's recursive walk
+    # of the code's blocks (RecursionError); beyond k x a lane's values = 128 the rounds are a loop
+    from redalgebra.codegen import generate
+
+    text = workloads.get("moe_routing").text
+    for k, looped in ((8, False), (16, True)):
+        f = derive(parse(text.replace("topk(8,", f"topk({k},")))
+        strategy, spec, _ = compile(f, "cuda").spec_for(4096, 4096, dtypes={"g": "bfloat16"})
+        assert (spec.tile * spec.vec, strategy) == (16, "rows")
+        assert (f"for j in range({k}):" in generate(f, "cuda", strategy, spec).source) == looped

@@ -45,6 +45,9 @@ from .base import TreeKernel
 #: there are at least this many rows (measured on the H200: gpu/README.md).
 PERSISTENT_ROW_BYTES = (8 * 1024, 32 * 1024)
 PERSISTENT_ROWS = 4096
+#: A top-k's selection rounds are unrolled while k times a lane's values is at most this (a top-8 of 16 values
+#: a lane); beyond, a loop (numba's compiler failed on the unrolled top-16 of 16 values a lane: RecursionError).
+UNROLLED_SELECTION = 128
 #: Independent partial states per scalar reduction in a thread's fold (chains of dependent adds, maxes).
 ACC = 4
 #: Widths of the stores of one chunk of ``V`` elements, by (output dtype, V): elements per store.
@@ -374,19 +377,25 @@ class RowsKernel(TreeKernel):
                     "{v} > lv or ({v} == lv and {i} < li) or (lv != lv and ({v} == {v} or {i} < li))")
             return out + [If(cond.format(v=v, i=i), (Assign("lv", v), Assign("li", i))) for v, i in rest]
 
-        out = lane_best()
         step = [If(better, (Assign("bv", "ov"), Assign("bi", "oi")))]
-        for j in range(k):
-            out += [Assign("bv", "lv"), Assign("bi", "li")]
+
+        def round_(j: str, last: bool) -> list:
+            out = [Assign("bv", "lv"), Assign("bi", "li")]
             off = width // 2
             while off >= 1:
                 out += [Shuffle("ov", "bv", str(off)), Shuffle("oi", "bi", str(off), "int32")] + step
                 off //= 2
             out += [Assign(f"{st.var('s')}[{j}]", "bv"), Assign(f"{st.index('s')}[{j}]", "bi if bv != NEG_INF else -1")]
-            if j < k - 1:  # the lane that held the winner removes it and looks again
+            if not last:  # the lane that held the winner removes it and looks again
                 clear = [If(f"{i} == bi", (Assign(v, "NEG_INF"),)) for v, i in regs]
                 out += [If("li == bi", tuple(clear + lane_best()))]
-        return out
+            return out
+
+        if k * len(regs) <= UNROLLED_SELECTION:
+            return lane_best() + [s for j in range(k) for s in round_(str(j), j == k - 1)]
+        # a loop of rounds (the list then indexed at run time, in local memory): unrolled, numba's compiler
+        # walks the code's blocks recursively and ran out of Python's stack (top-16 of 4096 bfloat16 values)
+        return lane_best() + [For("j", "0", str(k), tuple(round_("j", False)))]
 
     def group_reduce(self, shuffles: list, step: list, boxes: list, regs: list, dtypes, reuse: bool = False) -> list:
         """All-reduce registers ``regs`` over the group: ``shuffles`` (their offset set here) bring the partner's

@@ -561,7 +561,7 @@ def _signature(c, inputs: dict, params: dict, keep):
     try:
         for s in c.inputs:
             a = inputs[s.name]
-            enc = type(a).__name__ if isinstance(a, Encoded) else None
+            enc = a.dtype if isinstance(a, Encoded) else None
             a = a.bits if enc else a
             if _is_device(a):
                 face = a.__cuda_array_interface__
@@ -609,7 +609,7 @@ def _contiguous_alignment(c, length: int, dtypes: dict, sizes: dict) -> tuple[bo
     """``_alignment`` of fresh, aligned, contiguous device arrays with one row per row."""
     arrays = {}
     for s in c.inputs:
-        item = {"float16": 2, "bfloat16": 2, "e4m3": 1}.get(dtypes.get(s.name), 4)
+        item = np.dtype(OUT_ARRAYS.get(dtypes.get(s.name), np.float32)).itemsize
         width = 1 if s.size is None else (s.size if isinstance(s.size, int) else sizes[s.size])
         arrays[s.name] = (0, (length * item * width, item), item, 1)
     return _aligned(arrays, length)

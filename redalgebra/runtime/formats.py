@@ -1,4 +1,4 @@
-"""Stored number formats on the host: the wrappers that mark input data of a type NumPy lacks (bfloat16, FP8 e4m3)
+"""Stored number formats on the host: the wrappers that mark input data of a type NumPy lacks (bfloat16, FP8 e4m3),
 their rounding and decoding, in NumPy alone: nothing here imports numba, so wrapping data (``as_bfloat16``,
 ``as_e4m3``) fixes nothing about the CUDA simulator switch, which :mod:`.intrinsics` reads when imported."""
 

@@ -19,16 +19,16 @@ def signature(fused: FusedCascade, spec: Spec, args: tuple, scratch: tuple = (),
 
     c = fused.cascade
     dtypes = dict(spec.dtypes)
+    stored = {"float16": types.float16, "bfloat16": types.uint16, "e4m3": types.uint8}  # else float32
     by_name = {}
     for s in c.inputs:
-        base = {"float16": types.float16, "bfloat16": types.uint16, "e4m3": types.uint8}.get(dtypes.get(s.name), types.float32)
+        base = stored.get(dtypes.get(s.name), types.float32)
         by_name[s.name] = types.Array(base, 2 if s.size is None else 3, "C")
         by_name[f"rep_{s.name}"] = types.int64
     for p in c.params:
         by_name[p.name] = types.Array(types.float32, 1 if p.size is None else 2, "C")
     by_name["keep"] = types.Array(types.uint8, 2, "C")
     varying, sizes = set(fused.per_element_outputs), c.sizes
-    stored = {"float16": types.float16, "bfloat16": types.uint16, "e4m3": types.uint8}
     for o in c.outputs:
         ndim = 1 + (o.name in varying) + (sizes[o.name] is not None)
         by_name[f"out_{o.name}"] = types.Array(stored.get(dict(out_dtypes).get(o.name), types.float32), ndim, "C")

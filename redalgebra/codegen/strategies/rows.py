@@ -397,11 +397,9 @@ class RowsKernel(TreeKernel):
         # walks the code's blocks recursively and ran out of Python's stack (top-16 of 4096 bfloat16 values)
         return lane_best() + [For("j", "0", str(k), tuple(round_("j", False)))]
 
-    def group_reduce(self, shuffles: list, step: list, boxes: list, regs: list, dtypes, reuse: bool = False) -> list:
+    def group_reduce(self, shuffles: list, step: list, boxes: list, regs: list, dtype: str) -> list:
         """All-reduce registers ``regs`` over the group: ``shuffles`` (their offset set here) bring the partner's
-        values, ``step`` combines them; across warps through shared arrays ``boxes`` and a barrier
-        (``reuse``: a second barrier, as the boxes are filled again by the next call)."""
-        dtypes = (dtypes,) * len(regs) if isinstance(dtypes, str) else dtypes
+        values, ``step`` combines them; across warps through shared arrays ``boxes`` (of ``dtype``) and a barrier."""
 
         def butterfly(width):
             out, off = [], width // 2
@@ -415,10 +413,10 @@ class RowsKernel(TreeKernel):
         if g <= 32:
             return out
         per_group, warps = g // 32, self.spec.threads // 32
-        out += [Shared(b, (str(warps),), d) for b, d in zip(boxes, dtypes)]
+        out += [Shared(b, (str(warps),), dtype) for b in boxes]
         out += [If("lane == 0", tuple(Assign(f"{b}[warp]", v) for b, v in zip(boxes, regs))), Barrier()]
         out += [Assign(v, f"{b}[grp * {per_group} + lane % {per_group}]") for b, v in zip(boxes, regs)]
-        return out + [Barrier()] * reuse + butterfly(per_group)
+        return out + butterfly(per_group)
 
     # -- outputs ---------------------------------------------------------------------------------------
     def final_access(self):

@@ -384,7 +384,7 @@ def case_rmsnorm_gemm(m, hidden, n, candidates):
         return {"y": (xd / torch.sqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * g.double()) @ w.double()}
     # columns_mma rounds each normalised factor to bfloat16 before its product (as the eager baseline rounds the
     # normalised row): 2^-9 more than columns' float32 factors
-    tol = 1e-4 + (2.0 ** -9 if any(c.startswith("columns_mma") for c in candidates) else 0.0)
+    tol = 1e-4 + (2.0 ** -9 if any(c.startswith(("columns_mma", "columns_wgmma")) for c in candidates) else 0.0)
     return Case("rmsnorm_gemm", f"LLaMA-7B M{m} K{hidden} N{n}", "bfloat16", fused_of("rmsnorm_gemm"),
                 [(inputs, params, (x,))], base, reference, hidden * n * 2 + m * hidden * 2 + m * n * 4, candidates,
                 flops=2.0 * m * hidden * n, tol=tol)
@@ -433,11 +433,11 @@ def all_cases(quick: bool) -> dict:
         "ce": [lambda v=v, lab=lab: case_cross_entropy(8192, v, "bfloat16", ("rows", "rows@512g512"), lab)
                for v, lab in ((32000, "LLaMA-2"), (128256, "LLaMA-3"))],
         "fp8gemm": [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_mma@256", "columns", "columns@128s38"))
-                    for m in (1, 16)] + [lambda: case_fp8_gemm(4096, 7168, 7168, ("columns_mma",))]
+                    for m in (1, 16)] + [lambda: case_fp8_gemm(4096, 7168, 7168, ("columns_wgmma", "columns_mma"))]
         + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_mma@256", "columns"), "e4m3")
            for m in (1, 16)],
         "normgemm": [lambda m=m: case_rmsnorm_gemm(m, 4096, 4096, ("columns_mma", "columns", "columns@128s38"))
-                     for m in (1, 16)] + [lambda: case_rmsnorm_gemm(4096, 4096, 4096, ("columns_mma",))],
+                     for m in (1, 16)] + [lambda: case_rmsnorm_gemm(4096, 4096, 4096, ("columns_wgmma", "columns_mma"))],
         "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")
                      for L in (1024, 4096, 16384, 65536)],
         "incremental": [lambda L=L: case_softmax(2**25 // L, L, "float32", ("rows", "tile@256", "nonincremental@256"),

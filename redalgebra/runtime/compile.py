@@ -24,6 +24,7 @@ from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns import scalars_fuse as columns_scalars_fuse
 from ..codegen.strategies.columns_mma import applicable as columns_mma_applicable
 from ..codegen.strategies.columns_mma import exact_factors as columns_exact
+from ..codegen.strategies.columns_wgmma import applicable as columns_wgmma_applicable
 from ..codegen.strategies.mma import applicable as mma_applicable
 from ..codegen.strategies.wgmma import applicable as wgmma_applicable
 from ..codegen.strategies.vrows import refusal as vrows_refusal
@@ -511,6 +512,8 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
 
 #: Rows that must share a vector row for ``auto`` to take the tensor cores (a warp's 16 rows of its tile).
 MMA_ROWS = 16
+#: Rows from which a product of shared weights is a GEMM on Hopper's ``wgmma`` (``columns_wgmma``: 128-row blocks).
+GEMM_ROWS = 256
 
 
 def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = None, reps: dict | None = None,
@@ -528,7 +531,8 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     first, then column tiles of a batch of rows reading each weight once, FP8 rounded at the final scale);
     ``columns_mma`` (the same level order, the products on the tensor cores) where the factors are FP8 values (exact
     in the weights' 16-bit type) and the call suits it — a factor it would round (RMSNorm's) stays on ``columns``
-    unless asked for.
+    unless asked for; ``columns_wgmma`` (the product as a GEMM on ``wgmma``) instead from :data:`GEMM_ROWS` rows on
+    an sm_90 GPU with 16-bit weights.
     Other elements with vectors (attention's keys and values): ``vrows`` (a group of lanes per element, 128-bit loads, segments across
     blocks when the rows are few; its launch policy chooses from the shape), which ran every decode shape of
     the H200 bench at 94-106 % of copy bandwidth; where it cannot (a top-k, per-element outputs, vectors too
@@ -548,6 +552,9 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
         # the products on the tensor cores where the factors are exact in the weights' 16-bit type (FP8) and the
         # call suits them (its applicability asks the weights shared by whole blocks of rows)
         exact = problem is not None and columns_exact(fused) and columns_mma_applicable(fused, problem) is None
+        hopper = problem is not None and tuple(problem.option("cc") or ())[:2] == (9, 0)
+        if exact and hopper and rows >= GEMM_ROWS and columns_wgmma_applicable(fused, problem) is None:
+            return "columns_wgmma"
         return "columns_mma" if exact else "columns"
     if vrows_refusal(fused) is None and not wide:
         return "vrows"

@@ -34,7 +34,8 @@ if not SIMULATOR:
 
 __all__ = ["cp_async16", "cp_async16_at", "e4m3_b_frags", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
-           "wgmma_ss_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_hold",
+           "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
+           "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
            "fence_async"]
 
 
@@ -477,13 +478,13 @@ def _wgmma_place():
     return (tid // 32) % 4, lane >> 2, lane & 3
 
 
-def _sim_wgmma_ss(kind):
+def _sim_wgmma_ss(kind, transposed=False):
     widen = _sim_halves(kind)
 
     def wgmma(acc, da, db, scale_d):
         w, g, t = _wgmma_place()
         a = widen(_k_major(da, 16, 16 * w))
-        d = a @ widen(_k_major(db, 8 * len(acc))).T
+        d = a @ (widen(_mn_major(db, 8 * len(acc))) if transposed else widen(_k_major(db, 8 * len(acc))).T)
         return tuple(tuple(np.float32(d[g + 8 * (i >> 1), 8 * j + 2 * t + (i & 1)] + (float(c) if scale_d else 0.0))
                            for i, c in enumerate(tile)) for j, tile in enumerate(acc))
     return wgmma
@@ -595,18 +596,18 @@ def _wgmma_text(kind: str, n: int, a: str, b: str, scale: str, transposes: str) 
             f"{transposes};\n}}")
 
 
-def _wgmma_ss(name, kind):
+def _wgmma_ss(name, kind, transposed=False):
     def typer(typingctx, acc, da, db, scale_d):
         _acc_type(name, acc)
 
         def codegen(context, builder, sig, args):
             descs = [context.cast(builder, v, t, types.int64) for v, t in zip(args[1:3], sig.args[1:3])]
             scale = context.cast(builder, args[3], sig.args[3], types.int32)
-            text = _wgmma_text(kind, 8 * sig.args[0].count, "{0}", "{1}", "{2}", "0, 0")
+            text = _wgmma_text(kind, 8 * sig.args[0].count, "{0}", "{1}", "{2}", "0, 1" if transposed else "0, 0")
             return _wgmma_call(context, builder, sig, args, text, descs + [scale])
         return acc(acc, types.int64, types.int64, types.int32), codegen
     typer.__name__ = typer.__qualname__ = name
-    return _device(_sim_wgmma_ss(kind))(typer)
+    return _device(_sim_wgmma_ss(kind, transposed))(typer)
 
 
 def _wgmma_rs(name, kind):
@@ -631,6 +632,11 @@ asynchronous: between ``wgmma_fence`` and ``wgmma_commit``; read the accumulator
 ``16 w + g + 8 (i >> 1)``, column ``8 j + 2 t + (i & 1)`` (``mma.sync``'s accumulators, n8 tile by n8 tile)."""
 wgmma_ss_f16 = _wgmma_ss("wgmma_ss_f16", "f16")
 wgmma_ss_f16.__doc__ = "``wgmma_ss_bf16`` on float16 operands."
+wgmma_sst_bf16 = _wgmma_ss("wgmma_sst_bf16", "bf16", transposed=True)
+wgmma_sst_bf16.__doc__ = """``acc = A·B (+ acc if scale_d)``: ``wgmma_ss_bf16`` with B ``16 × N`` MN-major (transposed: a
+row-major ``[k][n]`` tile such as a weight matrix's rows, 64 values of N per 128-byte row, N blocks ``lbo`` apart)."""
+wgmma_sst_f16 = _wgmma_ss("wgmma_sst_f16", "f16", transposed=True)
+wgmma_sst_f16.__doc__ = "``wgmma_sst_bf16`` on float16 operands."
 wgmma_rs_bf16 = _wgmma_rs("wgmma_rs_bf16", "bf16")
 wgmma_rs_bf16.__doc__ = """``acc += A·B``: ``wgmma.mma_async.m64nNk16`` with A in registers (each warp its 16 rows in
 ``mma.sync``'s A layout: four words) and B ``16 × N`` in shared memory, MN-major (transposed: a row-major ``[k][n]``
@@ -653,6 +659,8 @@ wgmma_fence = _void("wgmma_fence", "wgmma.fence.sync.aligned;",
                     "Orders the registers' earlier writes before the wgmmas that read them (``wgmma.fence``).")
 wgmma_commit = _void("wgmma_commit", "wgmma.commit_group.sync.aligned;", "Closes a group of wgmmas.")
 wgmma_wait0 = _void("wgmma_wait0", "wgmma.wait_group.sync.aligned 0;", "Waits for every group of wgmmas.")
+wgmma_wait1 = _void("wgmma_wait1", "wgmma.wait_group.sync.aligned 1;",
+                    "Waits for every group of wgmmas but the last committed: one group stays in flight.")
 fence_async = _void("fence_async", "fence.proxy.async.shared::cta;",
                     "Makes this thread's shared-memory writes (stores, cp.async) visible to wgmma's operand reads.")
 

@@ -116,3 +116,58 @@ def test_columns_mma_gives_what_columns_gives(rows, length, n, dtype, segments, 
     scale = max(float(np.abs(cores).max()), 1e-30)
     assert np.array_equal(np.isnan(ours), np.isnan(cores))
     assert np.nanmax(np.abs(ours - cores)) <= 1e-5 * scale
+
+
+@pytest.mark.parametrize("name,rows,length,n,dtype,segments,masked,tol", [
+    # columns_wgmma in the simulator (one warp: 16 rows and 64 columns a block, the instruction's stand-in reading
+    # the swizzled stages through the descriptors): two row blocks (the second of one row), a partial column
+    # block, two segments with a partial last tile, a mask with a fully masked row
+    ("fp8_quant_gemm", 17, 100, 72, "bfloat16", 2, True, 1e-5),
+    ("fp8_quant_gemm", 3, 37, 72, "float16", 1, False, 1e-5),
+    # RMSNorm's factors rounded to bfloat16 before the product (as columns_mma's)
+    ("rmsnorm_gemm", 5, 70, 40, "bfloat16", None, False, 2 ** -9 + 1e-5),
+])
+def test_columns_wgmma_matches_the_reference(name, rows, length, n, dtype, segments, masked, tol):
+    inputs, params = _problem(name, rows, length, n, "bfloat16" if dtype == "bfloat16" else "float32")
+    if dtype == "float16":
+        inputs = {k: v.astype(np.float16) for k, v in inputs.items()}
+    keep = np.random.default_rng(1).random((rows, length)) > 0.2 if masked else None
+    if keep is not None:
+        keep[-1] = False
+    out = compile(fused(name), "cudasim", "columns_wgmma", segments=segments)(inputs, params, keep)["y"]
+    ref = _reference(name, {k: v.astype(np.float32) if getattr(v, "dtype", None) == np.float16 else v
+                            for k, v in inputs.items()}, params, keep, rows)["y"]
+    scale = np.nanmax(np.abs(ref))
+    assert np.array_equal(np.isnan(out), np.isnan(ref))
+    assert np.nanmax(np.abs(out - ref)) <= tol * scale
+    if keep is not None:
+        assert (out[-1] == 0).all()
+
+
+def test_columns_wgmma_refuses_what_it_cannot_take():
+    inputs, params = _problem("fp8_quant_gemm", 4, 64, 32, "bfloat16")
+    inputs["w"] = as_e4m3(to_float(inputs["w"]))  # the FP8 instruction reads both operands K-major
+    with pytest.raises(RedalgebraError, match="16-bit values only"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma")(inputs, params)
+    inputs, params = _problem("fp8_quant_gemm", 4, 64, 16, "bfloat16")
+    with pytest.raises(RedalgebraError, match="blocks of 32 or 128 or 256 threads"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", threads=64)(inputs, params)
+    with pytest.raises(RedalgebraError, match="columns"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", group=12)(inputs, params)
+
+
+def test_auto_takes_wgmma_for_many_rows_on_hopper():
+    from redalgebra.codegen import Problem
+    from redalgebra.runtime.compile import GEMM_ROWS, choose
+
+    f = fused("fp8_quant_gemm")
+
+    def strategy(rows, cc, dtype="bfloat16"):
+        dtypes = tuple((s.name, dtype if s.size is not None else "bfloat16") for s in f.cascade.inputs)
+        p = Problem(rows=rows, length=7168, sizes=(("n", 7168),), dtypes=dtypes, vec_ok=True, pitch_ok=True,
+                    reps=(("w", rows),), options=(("cc", cc),))
+        return choose(f, rows, 7168, {"n": 7168}, {"w": rows}, p)
+    assert strategy(GEMM_ROWS, (9, 0)) == "columns_wgmma"
+    assert strategy(GEMM_ROWS - 1, (9, 0)) == "columns_mma"   # few rows: 16-row blocks on mma.sync
+    assert strategy(4096, (8, 9)) == "columns_mma"            # not a Hopper GPU
+    assert strategy(4096, (9, 0), "e4m3") == "columns_mma"    # e4m3 weights are not K-major

@@ -110,6 +110,6 @@ def for_target(name: str, target: str) -> Strategy:
     return REGISTRY[s.sim] if target == "cudasim" and s.sim else s
 
 
-from . import legacy, rows, vrows, columns, columns_mma, mma, wgmma  # noqa: E402,F401,I001 - registration, in the order the lists show
+from . import legacy, rows, vrows, columns, columns_mma, columns_wgmma, mma, wgmma  # noqa: E402,F401,I001 - registration, in the order the lists show
 
 __all__ = ["BUSY_BLOCKS", "Problem", "REGISTRY", "VEC", "Strategy", "for_target", "get", "names", "pow2", "register"]

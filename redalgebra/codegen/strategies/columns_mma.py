@@ -43,7 +43,7 @@ from ...ir.functions import RoundE4M3
 from ..emit import Spec
 from ..kernels import SCRATCH_TILE
 from ..tree import Assign, Barrier, Call, For, If, Load, Store
-from . import BUSY_BLOCKS, Problem, Strategy, register
+from . import BUSY_BLOCKS, VEC, Problem, Strategy, register
 from .columns import ColumnsKernel, build as columns_build, prepass_vec, refusal as columns_refusal, split_body
 from .products import KINDS
 
@@ -58,6 +58,8 @@ THREADS, SIM_THREADS, BLOCKS = 128, 32, (32, 64, 128, 256)
 def warp_columns(threads: int) -> int:
     """Columns of a warp: 64, or 32 in blocks of eight warps."""
     return BC // 2 if threads > 128 else BC
+#: Elements of the factors a thread computes (one 16-byte store of 16-bit values; the rows are whole tiles of 64).
+FACTORS_EACH = 8
 #: 16-bit units of a staged row: 64 values and 16 bytes of padding.
 PITCH = BK + 8
 
@@ -119,26 +121,41 @@ class ColumnsMmaKernel(ColumnsKernel):
     # -- 2. the factors -------------------------------------------------------------------------------
     def factor_kernel(self) -> list:
         """``fac[row, k]``: the factor of every element, in the weights' 16-bit type; 0 past the row's end (the
-        padding to whole tiles) and where the mask drops the element."""
+        padding to whole tiles) and where the mask drops the element. A thread takes :data:`FACTORS_EACH` elements:
+        16-byte loads where the rows allow them (``pre_vec``) and the elements are all inside the row, one 16-byte
+        store."""
         acc = self.base()
+        t, each = self.spec.threads, FACTORS_EACH
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("row", "cuda.blockIdx.x"),
-               Assign("kx", f"cuda.blockIdx.y * {self.spec.threads} + tid")]
+               Assign("kx", f"(cuda.blockIdx.y * {t} + tid) * {each}")]
         body = self.row_scalars(acc, "row")
-        inside = [Assign("lc", "kx")]
         for s in self.sin:
-            inside += [Assign(f"rr_{s}", f"row // rep_{s}"), Load((f"e_{s}",), s, f"rr_{s}", "lc",
-                                                                  self.dtypes.get(s, "float32"))]
-        acc.scalar["pos"] = "float32(lc)"
-        acc.scalar["element.index"] = "lc"
-        for sym, expr in self.f.prologue.steps:
-            pre, text = self.print(expr, acc)
-            inside += pre + [Assign(f"e_{sym.name}", text)]
-        pre, text = self.print(self.factor, acc)
-        inside += pre + [Assign("fx", text)]
-        ok = "kx < length" + (" and keep[row, kx] != 0" if self.spec.has_keep else "")
-        body.append(If(ok, tuple(inside), (Assign("fx", self.consts.name(0.0)),)))
+            body.append(Assign(f"rr_{s}", f"row // rep_{s}"))
+        wide, tested = [], []
+        for s in self.sin:
+            dtype = self.dtypes.get(s, "float32")
+            names = [f"x{j}_{s}" for j in range(each)]
+            width = VEC[dtype]
+            if self.spec.pre_vec > 1 and width <= each:
+                wide += [Load(tuple(names[u:u + width]), s, f"rr_{s}", f"kx + {u}", dtype) for u in range(0, each, width)]
+            else:
+                wide += [Load((names[j],), s, f"rr_{s}", f"kx + {j}", dtype) for j in range(each)]
+            tested += [If(f"kx + {j} < length", (Load((names[j],), s, f"rr_{s}", f"kx + {j}", dtype),),
+                          (Assign(names[j], self.consts.name(0.0)),)) for j in range(each)]
+        body.append(If(f"kx + {each} <= length", tuple(wide), tuple(tested)))
+        for j in range(each):
+            acc.scalar["pos"] = f"float32(kx + {j})"
+            acc.scalar["element.index"] = f"kx + {j}"
+            inside = [Assign(f"e_{s}", f"x{j}_{s}") for s in self.sin]
+            for sym, expr in self.f.prologue.steps:
+                pre, text = self.print(expr, acc)
+                inside += pre + [Assign(f"e_{sym.name}", text)]
+            pre, text = self.print(self.factor, acc)
+            inside += pre + [Assign(f"fx{j}", text)]
+            ok = f"kx + {j} < length" + (f" and keep[row, kx + {j}] != 0" if self.spec.has_keep else "")
+            body.append(If(ok, tuple(inside), (Assign(f"fx{j}", self.consts.name(0.0)),)))
         store = "bfloat16" if self.kind == "bf16" else "float16"
-        body.append(Store("fac", "row", "kx", ("fx",), store))
+        body.append(Store("fac", "row", "kx", tuple(f"fx{j}" for j in range(each)), store))
         return out + [If("kx < fac.shape[1]", tuple(body))]
 
     # -- 3. the products ------------------------------------------------------------------------------
@@ -380,7 +397,7 @@ def grid(rows: int, spec: Spec, named) -> dict:
     n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
     fac = named["fac"].shape[1]
     return {"scalars": (rows, spec.threads),
-            "factors": ((rows, -(-fac // spec.threads)), spec.threads),
+            "factors": ((rows, -(-fac // (spec.threads * FACTORS_EACH))), spec.threads),
             "tiles": ((-(-rows // BM), -(-n // (spec.group * 8)), spec.segments), spec.threads, 0, spec.shared),
             "combine": ((rows, -(-n // spec.threads)), spec.threads)}
 

@@ -367,35 +367,55 @@ class RowsKernel(TreeKernel):
 
         The order is total, NaN included: NaN below every number (as the reference's stable sort of ``-v`` puts
         it), NaNs by index. Without that a NaN never compares greater, never equal, and the lanes of a row with one
-        would end the butterfly holding different winners."""
-        better = "ov > bv or (ov == bv and oi < bi) or (bv != bv and (ov == ov or oi < bi))"
+        would end the butterfly holding different winners. Only round 0 compares in that order (five comparisons
+        a step): once its winner is removed (-inf) no later round can select a NaN, so every lane then turns its
+        NaNs into -inf and later rounds compare plainly (three). A NaN taken as -inf only ties with values that
+        are written as (-inf, -1) whichever wins, so the results are the total order's.
 
-        def lane_best() -> list:
+        Every comparison is a select (``pick``) on a condition of ``&``/``|`` without short circuit: no branch,
+        and no block of numba's IR. The IR of ``if a or (b and c):`` is a block per operand, and numba's
+        compiler walks the blocks recursively: the top-8 of 4096 bfloat16 values written with branches had 1589
+        blocks, a walk 864 deep under Python 3.11 and over its limit of 1000 under 3.12 (RecursionError); as
+        selects, 207 blocks, 118 deep."""
+        nan_better = "(ov > bv) | ((ov == bv) & (oi < bi)) | ((bv != bv) & ((ov == ov) | (oi < bi)))"
+        better = "(ov > bv) | ((ov == bv) & (oi < bi))"
+
+        def take(cond: str, pairs) -> list:
+            return [Assign("ok_take", cond)] + [Assign(dst, f"pick(ok_take, {src}, {dst})") for dst, src in pairs]
+
+        def lane_best(nan: bool) -> list:
+            """The lane's best register in ``lv``, ``li``."""
             (v0, i0), *rest = regs
+            if ordered:
+                cond = "({v} > lv) | ((lv != lv) & ({v} == {v}))" if nan else "{v} > lv"
+            else:
+                cond = "({v} > lv) | (({v} == lv) & ({i} < li))"
+                cond += " | ((lv != lv) & (({v} == {v}) | ({i} < li)))" if nan else ""
             out = [Assign("lv", v0), Assign("li", i0)]
-            cond = ("{v} > lv or (lv != lv and {v} == {v})" if ordered else
-                    "{v} > lv or ({v} == lv and {i} < li) or (lv != lv and ({v} == {v} or {i} < li))")
-            return out + [If(cond.format(v=v, i=i), (Assign("lv", v), Assign("li", i))) for v, i in rest]
+            return out + [s for v, i in rest for s in take(cond.format(v=v, i=i), (("lv", v), ("li", i)))]
 
-        step = [If(better, (Assign("bv", "ov"), Assign("bi", "oi")))]
-
-        def round_(j: str, last: bool) -> list:
+        def round_(j: str, nan: bool) -> list:
             out = [Assign("bv", "lv"), Assign("bi", "li")]
             off = width // 2
             while off >= 1:
-                out += [Shuffle("ov", "bv", str(off)), Shuffle("oi", "bi", str(off), "int32")] + step
+                out += [Shuffle("ov", "bv", str(off)), Shuffle("oi", "bi", str(off), "int32")]
+                out += take(nan_better if nan else better, (("bv", "ov"), ("bi", "oi")))
                 off //= 2
-            out += [Assign(f"{st.var('s')}[{j}]", "bv"), Assign(f"{st.index('s')}[{j}]", "bi if bv != NEG_INF else -1")]
-            if not last:  # the lane that held the winner removes it and looks again
-                clear = [If(f"{i} == bi", (Assign(v, "NEG_INF"),)) for v, i in regs]
-                out += [If("li == bi", tuple(clear + lane_best()))]
-            return out
+            return out + [Assign(f"{st.var('s')}[{j}]", "bv"),
+                          Assign(f"{st.index('s')}[{j}]", "pick(bv != NEG_INF, bi, int32(-1))")]
 
+        # the lane that held the winner removes it and looks again
+        remove = [If("li == bi", tuple([Assign(v, f"pick({i} == bi, NEG_INF, {v})") for v, i in regs] + lane_best(False)))]
+        out = lane_best(True) + round_("0", True)
+        if k == 1:
+            return out
+        # round 0's winner removed and every lane's NaNs made -inf (only the winner's register has its index, but
+        # for the empty candidates' -1, already -inf)
+        out += [Assign(v, f"pick(({i} == bi) | ({v} != {v}), NEG_INF, {v})") for v, i in regs] + lane_best(False)
         if k * len(regs) <= UNROLLED_SELECTION:
-            return lane_best() + [s for j in range(k) for s in round_(str(j), j == k - 1)]
-        # a loop of rounds (the list then indexed at run time, in local memory): unrolled, numba's compiler
-        # walks the code's blocks recursively and ran out of Python's stack (top-16 of 4096 bfloat16 values)
-        return lane_best() + [For("j", "0", str(k), tuple(round_("j", False)))]
+            return out + [s for j in range(1, k) for s in round_(str(j), False) + remove * (j < k - 1)]
+        # a loop of rounds beyond (the list then indexed at run time, in local memory)
+        return out + [For("j", "1", str(k), tuple(round_("j", False) + remove))]
 
     def group_reduce(self, shuffles: list, step: list, boxes: list, regs: list, dtype: str) -> list:
         """All-reduce registers ``regs`` over the group: ``shuffles`` (their offset set here) bring the partner's

@@ -1,0 +1,291 @@
+"""``columns_wgmma``: ``columns_mma`` for many rows — the product ``F · W`` as a GEMM on Hopper's ``wgmma`` (sm_90a).
+
+``columns_mma`` multiplies 16 rows at a time on ``mma.sync``: every block re-reads its weight tiles for its 16 rows,
+and every operand passes through the registers. With hundreds or thousands of rows (FP8 quantisation + GEMM at
+M = 4096, RMSNorm + GEMM over a prefill batch) the product is a GEMM and is bound by the tensor cores: here a block
+takes 128 rows (two warpgroups of 64; 16 in the simulator's one warp) and 256 columns, and each warpgroup multiplies
+its 64 rows of the factor tile by the block's whole weight tile with ``wgmma.mma_async.m64n256k16``, both operands
+read by the instruction from shared memory:
+
+1. **Level order** as ``columns_mma``: the scalar reductions first (so an FP8 scale is the row's final absmax), then
+   the factors ``F[m, k]`` in the weights' 16-bit type (FP8 values exactly), then the product, then the segments'
+   sums when the axis is split (few blocks: fewer than the multiprocessors).
+2. **Layout.** Tiles of 64 elements are staged by ``cp.async`` in the 128-byte-swizzled layout (the 16-byte chunk
+   ``c`` of a 128-byte row ``r`` at chunk ``c ^ (r & 7)``): the factor tile K-major (a row's 64 factors one
+   128-byte row), the weight tile as it lies in memory — rows ``w[k, :]``, so the instruction reads it MN-major
+   (transposed), in blocks of 64 columns. Four tiles in flight (192 KB: one block a multiprocessor).
+3. **Pipeline** (as a GEMM's): at tile ``t``, wait for its copies, fence them to the instructions' proxy, one
+   barrier; issue the copies of tile ``t + 2`` into the stage that tile ``t - 2``'s products read (retired by the
+   previous iteration's wait); then the four ``k16`` products of tile ``t``, committed as a group, and wait until
+   at most one group is in flight — the tensor cores always have the next tile's products queued.
+4. **Epilogue**: each accumulator is an output ``(row, column)`` (the instruction's layout: warp ``w``, lane
+   ``g·4 + t``, rows ``16 w + g`` and ``+ 8``, columns ``8 j + 2 t`` and ``+ 1``); the derived finish (an FP8 scale
+   ``s / 448``, a bias) is applied per row as in ``columns``.
+
+Rounding and exactness are ``columns_mma``'s: FP8 factors are exact in 16 bits and the products exact, so only the
+float32 summation order differs from the float64 reference; other factors are rounded to the weights' type.
+e4m3 weights are ``columns_mma``'s: the FP8 instruction reads both operands K-major, which a weight matrix given as
+rows ``w[k, :]`` is not.
+"""
+
+from __future__ import annotations
+
+from ...derive import FusedCascade
+from ...errors import RedalgebraError
+from ..emit import Spec
+from ..tree import Assign, Barrier, Call, For, If
+from . import BUSY_BLOCKS, Problem, Strategy, register
+from . import columns_mma
+from .columns import build as columns_build, prepass_vec
+from .columns_mma import ColumnsMmaKernel, exact_factors
+from .products import KINDS
+from .wgmma import ATOM, ROW, WgmmaKernel
+
+#: Elements of a staged tile (one 128-byte swizzled row of 16-bit values).
+BK = ROW
+#: Threads of a block on the GPU (two warpgroups: 128 rows) and in the simulator (one warp: 16 rows); columns of a
+#: block on the GPU (one m64n256 product per warpgroup and k16 step) and in the simulator; the sizes taken.
+THREADS, SIM_THREADS, COLUMNS, SIM_COLUMNS = 256, 32, 256, 64
+BLOCK_THREADS, BLOCK_COLUMNS = (32, 128, 256), (64, 128, 256)
+#: Shared memory a block may take (bytes, the H200's 227 KB) and the most stages.
+MAX_SHARED, MOST_STAGES = 232448, 6
+#: Multiprocessors of an H200 (one block each: its stages take most of the shared memory).
+SMS = BUSY_BLOCKS // 4
+
+
+def refusal(fused: FusedCascade, dtypes: dict | None = None) -> str | None:
+    """Why ``columns_wgmma`` cannot build this cascade (None: it can): ``columns_mma``'s reasons, then 16-bit weights."""
+    reason = columns_mma.refusal(fused, dtypes)
+    if reason is not None:
+        return reason.replace("columns_mma", "columns_wgmma", 1)
+    if dtypes is not None:
+        c = fused.cascade
+        kind = next(dtypes.get(s.name) for s in c.inputs if s.size is not None)
+        if kind not in KINDS:
+            return (f"columns_wgmma: wgmma reads a weight matrix given as rows w[k, :] transposed, which it does for "
+                    f"16-bit values only; these weights are {kind}: use columns_mma")
+    return None
+
+
+def stage_units(rows: int, columns: int) -> int:
+    """16-bit values of one stage: the factor tile (``rows`` × 64) and the weight tile (64 × ``columns``)."""
+    return (rows + columns) * BK
+
+
+def plan(threads: int, columns: int) -> tuple[int, int]:
+    """``(stages, bytes of dynamic shared memory)``: as many stages as fit one block (at most
+    :data:`MOST_STAGES`), and 1024 bytes to reach the swizzle's alignment."""
+    per = 2 * stage_units(threads // 2, columns)
+    stages = min(MOST_STAGES, (MAX_SHARED - ATOM) // per)
+    return stages, stages * per + ATOM
+
+
+class ColumnsWgmmaKernel(ColumnsMmaKernel):
+    """Builds the kernels of a ``columns_wgmma`` module: ``columns_mma``'s scalars, factors and combine, the product
+    on ``wgmma``."""
+
+    def check_launch(self) -> None:
+        spec = self.spec
+        self.warps = spec.threads // 32
+        self.bm, self.bc = 16 * self.warps, 8 * spec.group
+        if spec.threads not in BLOCK_THREADS or self.bc not in BLOCK_COLUMNS or (spec.batch, spec.tile) != (self.bm, BK):
+            raise RedalgebraError(f"columns_wgmma: blocks of {', '.join(map(str, BLOCK_THREADS))} threads (16 rows a "
+                                  f"warp), {', '.join(map(str, BLOCK_COLUMNS))} columns, tiles of {BK} elements")
+        self.red = next(r for r in self.vector_reds)
+        factor, vector = self.factors[self.red]
+        self.factor, self.x = factor, vector.name
+        reason = refusal(self.f, self.dtypes)
+        if reason is not None:
+            raise RedalgebraError(reason)
+        self.bytes = False
+        self.kind = KINDS[self.dtypes.get(self.x)]
+        self.stages = spec.stages
+        self.stage = stage_units(self.bm, self.bc)
+        self.ahead = self.stages - 2  # tiles loading while one is multiplied and one group of products is in flight
+
+    # -- the copies of a tile ---------------------------------------------------------------------------------------
+    def chunks(self) -> tuple[int, int, int, int]:
+        """(16-byte copies a thread makes of the factor tile, of the weight tile; weight chunks a row; rows a pass)."""
+        t = self.spec.threads
+        per_row = self.bc // 8
+        return -(-self.bm * 8 // t), -(-BK * per_row // t), per_row, t // per_row
+
+    def offsets(self) -> list:
+        """Each thread's copies as element offsets from a tile's first element, and their swizzled places in a stage
+        (16-bit units; rows ``8 k`` apart share the swizzle), computed once: factor rows clamped to the last row, the
+        weight column clamped (0 bytes past the last)."""
+        t = self.spec.threads
+        na, nb, per_row, step = self.chunks()
+        out = []
+        for u in range(na):
+            q = f"(tid + {u * t})"
+            out += [Assign(f"fo_{u}", f"min(r0 + {q} // 8, rows - 1) * fac.shape[1] + 8 * (tid % 8)"),
+                    Assign(f"fd_{u}", f"({q} // 8) * {ROW} + (((tid % 8) ^ (({q} // 8) & 7)) << 3)")]
+        out += [Assign("wcol", f"cb + 8 * (tid % {per_row})"),
+                Assign("wn", f"pick(wcol < {self.n}, 16, 0)"),
+                Assign("wo", f"(rw * length + tid // {per_row}) * {self.n} + min(wcol, {self.n - 8})")]
+        for u in range(nb):
+            kr = f"(tid // {per_row} + {u * step})"
+            out.append(Assign(f"wd_{u}", f"{self.bm * ROW} + ((tid % {per_row}) // 8) * {BK * ROW} + {kr} * {ROW} + "
+                                         f"(((tid % 8) ^ ({kr} & 7)) << 3)"))
+        return out
+
+    def guarded(self, u: int, total: int, *stmts) -> list:
+        """``stmts`` (a thread's copy ``u`` of a tile of ``total`` chunks), guarded where the block's threads
+        outnumber the chunks left."""
+        t = self.spec.threads
+        if (u + 1) * t <= total:
+            return list(stmts)
+        return [If(f"tid + {u * t} < {total}", tuple(stmts))]
+
+    def issue(self, tile: str, stage: str) -> list:
+        """``cp.async`` of tile ``tile`` into ``stage``: the factors (always whole: the rows are padded to whole tiles
+        with zeros), the weights from the offsets plus constants, or, in the segment's last partial tile, 0 bytes for
+        the rows past its end (their factors are 0, but 0 · NaN is not)."""
+        na, nb, per_row, step = self.chunks()
+        out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sd", f"sb + {stage} * {self.stage}")]
+        for u in range(na):
+            out += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sd + fd_{u}", "fac", f"fo_{u} + kt0", "16")))
+        whole, partial = [Assign("wt", f"wo + kt0 * {self.n}")], []
+        for u in range(nb):
+            whole += self.guarded(u, BK * per_row, Call("cp_async16_at", ("sm", f"sd + wd_{u}", self.x,
+                                                                f"wt + {u * step * self.n}", "wn")))
+            kr = f"kt0 + tid // {per_row} + {u * step}"
+            partial += self.guarded(u, BK * per_row, Call("cp_async16_at", (
+                "sm", f"sd + wd_{u}", self.x, f"wo + (min({kr}, hi - 1) - tid // {per_row}) * {self.n}",
+                f"pick({kr} < hi, wn, 0)")))
+        return out + [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(partial))]
+
+    # -- the products -----------------------------------------------------------------------------------------------
+    def products(self) -> list:
+        """The four ``k16`` products of the staged tile ``it``: this warpgroup's 64 factor rows (K-major, 32 bytes a
+        step) times the weight tile (MN-major, 16 rows of 128 bytes a step), one group committed."""
+        acc = WgmmaKernel.tiles("ac", self.bc // 8)
+        value = acc
+        for ks in range(BK // 16):
+            value = f"wgmma_sst_{self.kind}({value}, da + sa + {2 * ks}, db + sa + {16 * ks * ROW * 2 // 16}, 1)"
+        return [Assign("sa", f"(uint32(it) % uint32({self.stages})) * {self.stage * 2 // 16}"),
+                Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ()), Call("wgmma_wait1", ())]
+
+    def tiles(self) -> list:
+        ahead, segmented = self.ahead, self.spec.segments > 1
+        out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
+               Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
+               Assign("sm", "cuda.shared.array(0, uint16)"), Assign("sb", "swizzle_pad(sm)"),
+               Assign("r0", f"cuda.blockIdx.x * {self.bm}"), Assign("cb", f"cuda.blockIdx.y * {self.bc}"),
+               # 32-bit divisions: a 64-bit one is a subroutine call, which makes ptxas serialize the wgmmas
+               Assign("rw", f"uint32(min(r0, rows - 1)) // uint32(rep_{self.x})"),
+               Assign("segl", f"(uint32(length + nseg - 1) // uint32(nseg) + {BK - 1}) // {BK} * {BK}"),
+               Assign("lo", "cuda.blockIdx.z * segl"), Assign("hi", "min(lo + segl, length)"),
+               Assign("ntile", f"max(hi - lo + {BK - 1}, 0) // {BK}")] + self.offsets()
+        # descriptors of stage 0: the warpgroup's 64 factor rows (K-major), the weight tile (MN-major: blocks of 64
+        # columns 64 rows of 128 bytes apart)
+        out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * (warp // 4), 16, {ATOM})"),
+                Assign("db", f"wgmma_desc(sm, sb + {self.bm * ROW}, {BK * ROW * 2}, {ATOM})")]
+        zero = self.consts.name(0.0)
+        out += [Assign(f"ac_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
+        for s_ in range(ahead):
+            out += [If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ())]
+        stage = f"uint32(it + {ahead}) % uint32({self.stages})"
+        step = [Call(f"cp_wait{ahead - 1}", ()), Call("fence_async", ()), Barrier(),
+                If(f"it + {ahead} < ntile", tuple(self.issue(f"it + {ahead}", stage))), Call("cp_commit", ())]
+        out.append(For("it", "0", "ntile", tuple(step + self.products())))
+        acc = WgmmaKernel.tiles("ac", self.bc // 8)
+        out += [Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
+        # each thread's outputs: rows 16 warp + lg (+ 8), columns 8 j + 2 tq (+ 1)
+        for h in (0, 1):
+            row = f"r0 + 16 * warp + lg + {8 * h}"
+            acc = self.base()
+            acc.div = "div_full"  # (2 ulp) an IEEE division's slow path is a call: the wgmmas would be serialized
+            stmts = [] if segmented else self.row_scalars(acc, "orow")
+            for j in range(self.bc // 8):
+                for i in (2 * h, 2 * h + 1):
+                    col = f"cb + {8 * j} + 2 * tq + {i & 1}"
+                    if segmented:
+                        body = [Assign(f"part_{self.red}[orow, cuda.blockIdx.z, {col}]", f"ac_{j}_{i}")]
+                    else:
+                        body = self.finish("orow", col, lambda r, v=f"ac_{j}_{i}": v, acc)
+                    stmts.append(If(f"{col} < {self.n}", tuple(body)))
+            out += [Assign("orow", row), If("orow < rows", tuple(stmts))]
+        return out
+
+
+# -- registration ----------------------------------------------------------------------------------------------------
+def build(fused: FusedCascade, spec: Spec, target: str):
+    from dataclasses import replace
+
+    src = columns_build(fused, spec, target, kernel=ColumnsWgmmaKernel, name="columns_wgmma")
+    return replace(src, written=tuple(name for name, *_ in src.scratch))  # as columns_mma's
+
+
+def _threads(p: Problem) -> int:
+    return p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
+
+
+def _block_columns(p: Problem) -> int:
+    group = p.option("group")
+    return 8 * group if group else (SIM_COLUMNS if p.option("simulator") else COLUMNS)
+
+
+def applicable(fused: FusedCascade, p: Problem) -> str | None:
+    """Why ``columns_wgmma`` does not suit this call (None: it does)."""
+    reason = refusal(fused, dict(p.dtypes))
+    if reason is not None:
+        return reason
+    cc = p.option("cc")
+    if not p.option("simulator") and cc is not None and tuple(cc)[:2] != (9, 0):
+        return f"columns_wgmma: Hopper's warpgroup instructions need an sm_90 GPU; this one is sm_{cc[0]}{cc[1]}: use columns_mma"
+    n = columns_mma._columns(fused, p)
+    if n % 8:
+        return f"columns_wgmma: the weight rows are read 16 bytes at a time: {n} columns is not a multiple of 8; use columns"
+    if not p.vec_ok:
+        return "columns_wgmma: the weights must start on a 16-byte boundary (cp.async); use columns"
+    threads, bc = _threads(p), _block_columns(p)
+    allowed = BLOCK_THREADS if p.option("simulator") else BLOCK_THREADS[1:]
+    if threads not in allowed:
+        return (f"columns_wgmma: blocks of {' or '.join(map(str, allowed))} threads (whole warpgroups; one warp in "
+                f"the simulator), got {threads}")
+    if bc not in BLOCK_COLUMNS:
+        return f"columns_wgmma: blocks of {', '.join(map(str, BLOCK_COLUMNS))} columns (group {bc // 8})"
+    bm = threads // 2
+    reps = dict(p.reps)
+    share = min(reps.get(s.name, 1) for s in fused.cascade.inputs if s.size is not None)
+    if share < p.rows and share % bm:
+        return (f"columns_wgmma: a block's {bm} rows share one weight matrix; here each is shared by {share} rows (not "
+                f"a multiple of {bm}): use columns_mma")
+    for name, fixed in (("tile", BK), ("batch", bm)):
+        if p.option(name) not in (None, fixed):
+            return f"columns_wgmma: the {name} is fixed by the instruction shapes ({bm} rows, tiles of {BK} elements)"
+    return None
+
+
+def configure(fused: FusedCascade, p: Problem) -> dict:
+    """Two warpgroups (128 rows) and 256 columns a block (one warp, 16 rows and 64 columns in the simulator), tiles of
+    64 elements, as many stages as fit one block a multiprocessor; segments of the axis across blocks until every
+    multiprocessor has one (at least four tiles each)."""
+    reason = applicable(fused, p)
+    if reason is not None:
+        raise RedalgebraError(reason)
+    threads, bc = _threads(p), _block_columns(p)
+    n = columns_mma._columns(fused, p)
+    blocks = -(-p.rows // (threads // 2)) * -(-n // bc)
+    tiles = -(-p.length // BK)
+    nseg = p.option("segments") or max(1, min(SMS // blocks, tiles // 4))
+    nseg = min(int(nseg), max(tiles, 1), 65535)
+    stages, shared = plan(threads, bc)
+    return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=threads // 2, segments=int(nseg),
+                nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
+                shared=shared, stages=stages)
+
+
+def grid(rows: int, spec: Spec, named) -> dict:
+    out = columns_mma.grid(rows, spec, named)
+    n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
+    out["tiles"] = ((-(-rows // spec.batch), -(-n // (spec.group * 8)), spec.segments), spec.threads, 0, spec.shared)
+    return out
+
+
+register(Strategy("columns_wgmma", "cuda", "columns_mma for many rows: the product F·W as a GEMM on Hopper's wgmma "
+                  "(128 × 256 blocks, both operands from 128-byte-swizzled shared memory, four tiles in flight)",
+                  build, configure, grid, final_scales=True, rounds_products=lambda fused: not exact_factors(fused),
+                  vector_multiple=16, shared_vectors=True, cc=(9, 0, "a")))

@@ -42,7 +42,7 @@ from numba import config, types
 
 from .formats import _f32, bf16_bits, e4m3_bits, e4m3_values, f16_bits  # host rounding (NumPy), re-exported
 
-__all__ = ["LOG2E", "bf16_bits", "div_full", "pick", "e4m3", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
+__all__ = ["LOG2E", "bf16_bits", "div_full", "pick", "e4m3", "e4m3_round", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
            "ld_e4m3", "ld_e4m3x16", "ld_f32x4",
            "ld_f32x4_nc", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x8", "st_e4m3x4", "st_f32x4", "st_h16",
            "st_h16x8"]
@@ -149,6 +149,10 @@ def _sim_min_nan(a, b):
 
 def _sim_e4m3(x):
     return e4m3_bits(_f32(x))[()]
+
+
+def _sim_e4m3_round(x):
+    return np.float32(e4m3_values(e4m3_bits(_f32(x)))[()])
 
 
 def _sim_st_e4m3x4(a, row, col, v0, v1, v2, v3):
@@ -486,6 +490,19 @@ def e4m3(typingctx, x):
     def codegen(context, builder, sig, args):
         return builder.trunc(_e4m3_pair(builder, args[0], args[0]), ir.IntType(8))
     return types.uint8(types.float32), codegen
+
+
+@_device(_sim_e4m3_round)
+def e4m3_round(typingctx, x):
+    """``x`` rounded to the nearest e4m3 value as a float32: ties to even, saturating at ±448, NaN stays NaN — the
+    generated ``rt_fp8`` in two instructions (``cvt.rn.satfinite.e4m3x2.f32``, then ``cvt.rn.f16x2.e4m3x2``, which
+    is exact; sm_89 and later). Only the sign of a zero may differ: a negative value that rounds to zero gives -0."""
+    _number("e4m3_round", x)
+
+    def codegen(context, builder, sig, args):
+        x = context.cast(builder, args[0], sig.args[0], types.float32)
+        return _e4m3_halves(builder, _e4m3_pair(builder, x, x))[0]
+    return types.float32(x), codegen
 
 
 @_device(_sim_ld_e4m3)

@@ -130,7 +130,7 @@ class ColumnsMmaKernel(ColumnsKernel):
                Assign("kx", f"(cuda.blockIdx.y * {t} + tid) * {each}")]
         body = self.row_scalars(acc, "row")
         for s in self.sin:
-            body.append(Assign(f"rr_{s}", f"row // rep_{s}"))
+            body.append(Assign(f"rr_{s}", f"uint32(row) // uint32(rep_{s})"))  # (a 64-bit division is a call)
         wide, tested = [], []
         for s in self.sin:
             dtype = self.dtypes.get(s, "float32")

@@ -33,7 +33,7 @@ import sympy as sp
 
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
-from ...ir.functions import RoundE4M3
+from ...ir.functions import Dot, RoundE4M3, VSum
 from ..emit import Spec
 from ..printer import print_expr
 from ..states import ScalarState, TopKState, bind_program, merge_stmts, require_scalar_elements, states_of
@@ -455,33 +455,59 @@ class RowsKernel(TreeKernel):
                 pre, text = print_expr(expr, acc, self.consts, None, self.counter, tree=True)
                 lead += pre + [Assign(f"out_{sym.name}[row]", text)]
             else:
-                vector += self.spread(self.lay.size_const(sizes[sym.name]), lambda j: self.vector_store(sym, expr, acc, j))
+                sums, expr = self.row_sums(expr, acc)
+                vector += self.spread(self.lay.size_const(sizes[sym.name]),
+                                      lambda j, sym=sym, expr=expr: self.vector_store(sym, expr, acc, j), sums)
         for r, st in self.states.items():
             if hasattr(st, "index"):
                 vector += self.spread(st.size, lambda j, r=r, st=st: [Assign(f"out_{r}_index[row, {j}]",
                                                                             f"{st.index('s')}[{j}]")])
         return [If("live and gt == 0", tuple(lead))] * bool(lead) + ([If("live", tuple(vector))] if vector else [])
 
+    def row_sums(self, expr, acc) -> tuple[list, sp.Basic]:
+        """(statements, ``expr``): the sums over a vector inside a vector output's expression (``sum(t)`` in
+        ``t / sum(t)``) computed once for the row into registers ``r_sum<n>``, and ``expr`` reading them, rather
+        than a loop for every component (k loops of k, each a few blocks of numba's IR, for a router's k weights)."""
+        found: dict = {}
+
+        def visit(e):
+            if isinstance(e, (Dot, VSum)):
+                if e not in found:
+                    found[e] = sp.Symbol(f"__sum{next(self.counter)}", real=True)
+                return found[e]
+            return e.func(*[visit(a) for a in e.args]) if e.args else e
+
+        expr = visit(expr)
+        out = []
+        for value, name in found.items():
+            pre, text = print_expr(value, acc, self.consts, None, self.counter, tree=True)
+            acc.scalar[name.name] = reg = f"r{name.name[1:]}"
+            out += pre + [Assign(reg, text)]
+        return out, expr
+
     def vector_store(self, sym, expr, acc, j: str) -> list:
         pre, text = print_expr(expr, acc, self.consts, j, self.counter, tree=True)
         return pre + [Assign(f"out_{sym.name}[row, {j}]", text)]
 
-    def spread(self, size: str, store) -> list:
-        """``store(j)`` for ``j`` over a vector, spread over the group's threads. Unrolled (a constant
-        index each) when the size is small, so that per-thread arrays such as a top-k list are
-        promoted to registers rather than kept in local memory.
+    def spread(self, size: str, store, pre: list = ()) -> list:
+        """``store(j)`` for ``j`` over a vector, spread over the group's threads, after ``pre`` (what the stores
+        read). Unrolled (a constant index each) when the size is small, so that per-thread arrays such as a top-k
+        list are promoted to registers rather than kept in local memory.
 
-        With a top-k state, one thread stores every component: the group's threads hold the same top k
-        but not always in the same order (merged lists rescaled by a correction can tie where they did
+        With a top-k state, one thread stores every component (under one test): the group's threads hold the same
+        top k but not always in the same order (merged lists rescaled by a correction can tie where they did
         not, and the merge is then order-dependent), so components taken from different threads could
         repeat an element and drop another."""
         n = self.lay.constants.get(size)
         one = any(isinstance(st, TopKState) for st in self.states.values())
         step = 1 if one else self.group
         if n is None or n > 64:
-            loop = For("j", "0" if one else "gt", size, tuple(store("j")), str(step))
-            return [If("gt == 0", (loop,))] if one else [loop]
-        return [If(f"gt == {0 if one else j % self.group}", tuple(store(str(j)))) for j in range(n)]
+            stores = [For("j", "0" if one else "gt", size, tuple(store("j")), str(step))]
+        elif one:
+            stores = [s for j in range(n) for s in store(str(j))]
+        else:
+            stores = [If(f"gt == {j % self.group}", tuple(store(str(j)))) for j in range(n)]
+        return [If("gt == 0", tuple([*pre, *stores]))] if one else [*pre, *stores]
 
     def element_outputs(self) -> tuple[list, list]:
         """(row-invariant temporaries computed once, the per-chunk stores)."""

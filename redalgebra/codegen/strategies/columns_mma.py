@@ -125,12 +125,20 @@ class ColumnsMmaKernel(ColumnsKernel):
         16-byte loads where the rows allow them (``pre_vec``) and the elements are all inside the row, one 16-byte
         store."""
         acc = self.base()
-        t, each = self.spec.threads, FACTORS_EACH
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("row", "cuda.blockIdx.x"),
-               Assign("kx", f"(cuda.blockIdx.y * {t} + tid) * {each}")]
+               Assign("kx", f"(cuda.blockIdx.y * {self.spec.threads} + tid) * {FACTORS_EACH}")]
+        return out + [If("kx < fac.shape[1]", tuple(self.factor_setup(acc) + self.factor_chunk(acc)))]
+
+    def factor_setup(self, acc) -> list:
+        """The row's scalars (``acc`` learns their names) and the rows of its scalar inputs."""
         body = self.row_scalars(acc, "row")
         for s in self.sin:
             body.append(Assign(f"rr_{s}", f"uint32(row) // uint32(rep_{s})"))  # (a 64-bit division is a call)
+        return body
+
+    def factor_chunk(self, acc) -> list:
+        """The factors of elements ``kx … kx + 7`` of ``row``, stored at once."""
+        each = FACTORS_EACH
         wide, tested = [], []
         for s in self.sin:
             dtype = self.dtypes.get(s, "float32")
@@ -142,7 +150,7 @@ class ColumnsMmaKernel(ColumnsKernel):
                 wide += [Load((names[j],), s, f"rr_{s}", f"kx + {j}", dtype) for j in range(each)]
             tested += [If(f"kx + {j} < length", (Load((names[j],), s, f"rr_{s}", f"kx + {j}", dtype),),
                           (Assign(names[j], self.consts.name(0.0)),)) for j in range(each)]
-        body.append(If(f"kx + {each} <= length", tuple(wide), tuple(tested)))
+        body = [If(f"kx + {each} <= length", tuple(wide), tuple(tested))]
         for j in range(each):
             acc.scalar["pos"] = f"float32(kx + {j})"
             acc.scalar["element.index"] = f"kx + {j}"
@@ -156,7 +164,7 @@ class ColumnsMmaKernel(ColumnsKernel):
             body.append(If(ok, tuple(inside), (Assign(f"fx{j}", self.consts.name(0.0)),)))
         store = "bfloat16" if self.kind == "bf16" else "float16"
         body.append(Store("fac", "row", "kx", tuple(f"fx{j}" for j in range(each)), store))
-        return out + [If("kx < fac.shape[1]", tuple(body))]
+        return body
 
     # -- 3. the products ------------------------------------------------------------------------------
     def copies(self) -> tuple[int, int, int]:

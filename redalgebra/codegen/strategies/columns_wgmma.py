@@ -37,7 +37,7 @@ from ..tree import Assign, Barrier, Call, For, If
 from . import BUSY_BLOCKS, Problem, Strategy, register
 from . import columns_mma
 from .columns import build as columns_build, prepass_vec
-from .columns_mma import ColumnsMmaKernel, exact_factors
+from .columns_mma import FACTORS_EACH, ColumnsMmaKernel, exact_factors
 from .products import KINDS
 from .wgmma import ATOM, ROW, WgmmaKernel
 
@@ -210,6 +210,24 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         return out
 
 
+    def kernels(self) -> list:
+        """``columns_mma``'s kernels with the scalars and the factors in one: a block per row reduces it (the ``rows``
+        kernel of the cascade's scalar part, which leaves the results in ``out_pre``), then, after a barrier, writes
+        the row's factors — the row read once from memory and once from the cache, and one launch fewer. (With many
+        rows there are blocks enough; ``columns_mma``'s few rows keep two kernels, the factors spread over blocks.)"""
+        out = super().kernels()
+        if out[0][0] != "scalars":
+            return out
+        (_, pre_args, _, pre_body), (_, fac_args, _, _) = out[0], out[1]
+        acc = self.base()
+        each = FACTORS_EACH
+        setup = self.factor_setup(acc)  # (first: acc learns the scalars' names)
+        loop = For("kx", f"tid * {each}", "fac.shape[1]", tuple(self.factor_chunk(acc)), str(self.spec.threads * each))
+        body = [*pre_body, Barrier(), *setup, loop]
+        args = tuple(pre_args) + tuple(a for a in fac_args if a not in pre_args)
+        return [("factors", args, "rowfactors", body)] + out[2:]
+
+
 # -- registration ----------------------------------------------------------------------------------------------------
 def build(fused: FusedCascade, spec: Spec, target: str):
     from dataclasses import replace
@@ -280,6 +298,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
 
 def grid(rows: int, spec: Spec, named) -> dict:
     out = columns_mma.grid(rows, spec, named)
+    out["rowfactors"] = (rows, spec.threads)  # the scalars and the factors: a block per row
     n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
     out["tiles"] = ((-(-rows // spec.batch), -(-n // (spec.group * 8)), spec.segments), spec.threads, 0, spec.shared)
     return out

@@ -29,7 +29,10 @@ CASES = [("fp8_quant_gemm", 17, 1001, 72, "bfloat16", None, True),   # a partial
 WGMMA_CASES = [("fp8_quant_gemm", 300, 1001, 264, "float16", None, True),
                ("fp8_quant_gemm", 130, 7168, 512, "bfloat16", 3, False),
                ("rmsnorm_gemm", 129, 333, 520, "bfloat16", 2, True),
-               ("fp8_quant_gemm", 512, 2048, 1024, "float16", None, False)]
+               ("fp8_quant_gemm", 512, 2048, 1024, "float16", None, False),
+               # e4m3 weights: FP8 products, the weights transposed (70 columns: not a multiple of 8)
+               ("fp8_quant_gemm", 300, 1001, 70, "e4m3", None, True),
+               ("fp8_quant_gemm", 260, 7168, 520, "e4m3", 3, False)]
 
 
 def run(name, rows, length, n, dtype, segments, masked, seed=0, strategy="columns_mma") -> tuple[bool, float]:

@@ -53,13 +53,19 @@ FULL = "0xFFFFFFFF"
 
 
 #: A "tiles" scratch array holds a value per element, each row padded with zeros to a multiple of this many elements
-#: (whole tiles for the kernels that stage it: columns_mma's factors).
-SCRATCH_TILE = 64
+#: (whole tiles for the kernels that stage it: columns_mma's factors, 64 16-bit values a tile; columns_wgmma's, 128
+#: e4m3 bytes a tile); a "columns" one is a weight matrix transposed, a row per column, padded the same way.
+SCRATCH_TILE = 128
 
 
-def scratch_shape(layout: str, rows: int, length: int, nseg: int) -> tuple:
-    """The leading shape of a scratch array of ``layout`` (a width, when it has one, follows)."""
-    return {"rows": (rows,), "segments": (rows, nseg), "tiles": (rows, -(-length // SCRATCH_TILE) * SCRATCH_TILE)}[layout]
+def scratch_shape(layout: str, rows: int, length: int, nseg: int, width: int | None = None) -> tuple:
+    """The shape of a scratch array of ``layout``: its leading dimensions, then ``width`` when it has one (a
+    "columns" array: ``width`` rows of the padded axis)."""
+    padded = -(-length // SCRATCH_TILE) * SCRATCH_TILE
+    if layout == "columns":
+        return (width, padded)
+    lead = {"rows": (rows,), "segments": (rows, nseg), "tiles": (rows, padded)}[layout]
+    return lead + (() if width is None else (width,))
 
 
 @dataclass(frozen=True)

@@ -284,8 +284,8 @@ class Kernel:
         nseg = extra.get("nseg", 1)
         named.update(rows=rows, length=length, nseg=nseg, seglen=-(-length // nseg))
         for name, dtype, layout, width in src.scratch:
-            shape = scratch_shape(layout, rows, length, nseg)
-            named[name] = np.zeros(shape + (() if width is None else (src.constants[width],)), dtype)
+            shape = scratch_shape(layout, rows, length, nseg, None if width is None else src.constants[width])
+            named[name] = np.zeros(shape, dtype)
         return src, module, named, outs, rows
 
     def __call__(self, inputs: dict, params: dict | None = None, keep=None, out: dict | None = None) -> dict:

@@ -34,7 +34,7 @@ if not SIMULATOR:
 
 __all__ = ["cp_async16", "cp_async16_at", "e4m3_b_frags", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
-           "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
+           "wgmma_ss_f16", "wgmma_ss_e4m3", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
            "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
            "fence_async"]
 
@@ -463,6 +463,28 @@ def _mn_major(desc, n, k=16):
                       for c in range(n)] for kk in range(k)], np.uint16)
 
 
+def _k_major_bytes(desc, rows, first=0, k=32):
+    """:func:`_k_major` for one-byte (e4m3) operands: row ``r``'s ``k`` bytes, decoded exactly."""
+    flat, start, _, sbo = desc
+    raw = flat.view(np.uint8)
+
+    def byte(at):
+        at = swizzled(at)
+        if not 0 <= at < raw.size:
+            raise IndexError(f"wgmma: operand byte {at} is outside the shared array ({raw.size} bytes)")
+        return raw[at]
+    codes = np.array([[byte(start + (r // 8) * sbo + (r % 8) * 128 + kk) for kk in range(k)]
+                      for r in range(first, first + rows)], np.uint8)
+    return e4m3_values(codes).astype(np.float64)
+
+
+def _sim_wgmma_e4m3(acc, da, db, scale_d):
+    w, g, t = _wgmma_place()
+    d = _k_major_bytes(da, 16, 16 * w) @ _k_major_bytes(db, 8 * len(acc)).T
+    return tuple(tuple(np.float32(d[g + 8 * (i >> 1), 8 * j + 2 * t + (i & 1)] + (float(c) if scale_d else 0.0))
+                       for i, c in enumerate(tile)) for j, tile in enumerate(acc))
+
+
 def _sim_halves(kind):
     if kind == "bf16":
         return lambda bits: (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
@@ -582,7 +604,7 @@ def _wgmma_call(context, builder, sig, args, text, words):
     return _tiles(context, builder, acc_t, [builder.extract_value(out, k) for k in range(n)])
 
 
-def _wgmma_text(kind: str, n: int, a: str, b: str, scale: str, transposes: str) -> str:
+def _wgmma_text(kind: str, n: int, a: str, b: str, scale: str, transposes: str, k: int = 16) -> str:
     """The inline PTX of a ``wgmma.mma_async.m64n{n}k16``: the ``n / 2`` accumulators as ``$0 …`` (tied to the inputs
     that follow them), then the operands; ``a``, ``b`` and ``scale`` name operands ``{k}`` counted after those (the
     A descriptor or registers, the B descriptor, the scale-d flag, set into a predicate), ``transposes`` the
@@ -592,8 +614,8 @@ def _wgmma_text(kind: str, n: int, a: str, b: str, scale: str, transposes: str) 
     regs = ", ".join(f"${k}" for k in range(n // 2))
     return ("{\n.reg .pred p;\n"
             f"setp.ne.b32 p, {op(scale)}, 0;\n"
-            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{regs}}}, {op(a)}, {op(b)}, p, 1, 1, "
-            f"{transposes};\n}}")
+            f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{kind}.{kind} {{{regs}}}, {op(a)}, {op(b)}, p, 1, 1"
+            f"{', ' + transposes if transposes else ''};\n}}")
 
 
 def _wgmma_ss(name, kind, transposed=False):
@@ -608,6 +630,25 @@ def _wgmma_ss(name, kind, transposed=False):
         return acc(acc, types.int64, types.int64, types.int32), codegen
     typer.__name__ = typer.__qualname__ = name
     return _device(_sim_wgmma_ss(kind, transposed))(typer)
+
+
+def _typer_e4m3(typingctx, acc, da, db, scale_d):
+    _acc_type("wgmma_ss_e4m3", acc)
+
+    def codegen(context, builder, sig, args):
+        descs = [context.cast(builder, v, t, types.int64) for v, t in zip(args[1:3], sig.args[1:3])]
+        scale = context.cast(builder, args[3], sig.args[3], types.int32)
+        # FP8 operands are K-major only: the instruction has no transpose immediates
+        text = _wgmma_text("e4m3", 8 * sig.args[0].count, "{0}", "{1}", "{2}", "", k=32)
+        return _wgmma_call(context, builder, sig, args, text, descs + [scale])
+    return acc(acc, types.int64, types.int64, types.int32), codegen
+
+
+_typer_e4m3.__name__ = _typer_e4m3.__qualname__ = "wgmma_ss_e4m3"
+wgmma_ss_e4m3 = _device(_sim_wgmma_e4m3)(_typer_e4m3)
+wgmma_ss_e4m3.__doc__ = """``acc = A·Bᵀ (+ acc if scale_d)``: ``wgmma.mma_async.m64nNk32`` on FP8 e4m3 operands in shared
+memory, both K-major (rows of 128 bytes: 128 values; a k32 step is 32 bytes further), float32 accumulators laid out
+as :func:`wgmma_ss_bf16`'s. The products of e4m3 values are exact in float32."""
 
 
 def _wgmma_rs(name, kind):

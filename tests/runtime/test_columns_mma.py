@@ -144,10 +144,32 @@ def test_columns_wgmma_matches_the_reference(name, rows, length, n, dtype, segme
         assert (out[-1] == 0).all()
 
 
+@pytest.mark.parametrize("rows,length,n,segments,masked", [
+    # e4m3 weights: FP8 products (wgmma k32 in the stand-in), the factors as e4m3 bytes, the weights transposed by a
+    # kernel of the module into rows of the padded axis (zeros past its end); 70 columns (not a multiple of 8: read
+    # a byte at a time), three tiles of 128 with the last partial, two segments, a mask with a fully masked row
+    (17, 300, 70, 2, True),
+    (3, 37, 64, None, False),
+])
+def test_columns_wgmma_multiplies_e4m3_weights_in_fp8(rows, length, n, segments, masked):
+    inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16")
+    inputs["w"] = as_e4m3(to_float(inputs["w"]))
+    keep = np.random.default_rng(1).random((rows, length)) > 0.2 if masked else None
+    if keep is not None:
+        keep[-1] = False
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=segments)
+    out = kernel(inputs, params, keep)["y"]
+    ref = _reference("fp8_quant_gemm", inputs, params, keep, rows)["y"]
+    # the products of e4m3 values are exact: the float32 summation order is the only difference
+    assert np.nanmax(np.abs(out - ref)) <= 1e-5 * np.nanmax(np.abs(ref))
+    assert "wgmma_ss_e4m3" in kernel.source(*kernel.spec_for(rows, length, {"x": "bfloat16", "w": "e4m3"}, {"n": n},
+                                                                reps={"w": rows})[1::-1]).source
+
+
 def test_columns_wgmma_refuses_what_it_cannot_take():
-    inputs, params = _problem("fp8_quant_gemm", 4, 64, 32, "bfloat16")
-    inputs["w"] = as_e4m3(to_float(inputs["w"]))  # the FP8 instruction reads both operands K-major
-    with pytest.raises(RedalgebraError, match="16-bit values only"):
+    inputs, params = _problem("fp8_quant_gemm", 32, 64, 32, "bfloat16", shared=False)
+    inputs["w"] = as_e4m3(to_float(inputs["w"])[:2])  # two weight matrices, each shared by 16 rows: e4m3 weights
+    with pytest.raises(RedalgebraError, match="one weight matrix shared by every row"):  # are transposed for one
         compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma")(inputs, params)
     inputs, params = _problem("fp8_quant_gemm", 4, 64, 16, "bfloat16")
     with pytest.raises(RedalgebraError, match="blocks of 32 or 128 or 256 threads"):
@@ -170,4 +192,4 @@ def test_auto_takes_wgmma_for_many_rows_on_hopper():
     assert strategy(GEMM_ROWS, (9, 0)) == "columns_wgmma"
     assert strategy(GEMM_ROWS - 1, (9, 0)) == "columns_mma"   # few rows: 16-row blocks on mma.sync
     assert strategy(4096, (8, 9)) == "columns_mma"            # not a Hopper GPU
-    assert strategy(4096, (9, 0), "e4m3") == "columns_mma"    # e4m3 weights are not K-major
+    assert strategy(4096, (9, 0), "e4m3") == "columns_wgmma"  # e4m3 weights: FP8 products, the weights transposed

@@ -41,7 +41,6 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ...ir.functions import RoundE4M3
 from ..emit import Spec
-from ..kernels import SCRATCH_TILE
 from ..tree import Assign, Barrier, Call, For, If, Load, Store
 from . import BUSY_BLOCKS, VEC, Problem, Strategy, register
 from .columns import ColumnsKernel, build as columns_build, prepass_vec, refusal as columns_refusal, split_body
@@ -50,7 +49,7 @@ from .products import KINDS
 #: Rows of a block (the m16 of the instruction), columns per warp (blocks of up to 4 warps; 8 warps take 32 each:
 #: the same 256 columns a block, half the work a warp), elements of a tile (the factors' rows are padded to whole
 #: tiles: a "tiles" scratch array), tiles in the stages (e4m3 weights: a tile is half the bytes, five fit).
-BM, BC, BK, STAGES, STAGES_E4M3 = 16, 64, SCRATCH_TILE, 3, 5
+BM, BC, BK, STAGES, STAGES_E4M3 = 16, 64, 64, 3, 5
 #: Threads of a block on the GPU (a warp per 64 columns: 256 a block) and in the simulator (one warp); the sizes taken.
 THREADS, SIM_THREADS, BLOCKS = 128, 32, (32, 64, 128, 256)
 
@@ -110,6 +109,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         # e4m3 weights: staged as bytes, widened to float16 in shared memory (exact), multiplied as float16
         self.bytes = kind == "e4m3"
         self.kind = "f16" if self.bytes else KINDS[kind]
+        self.fac_store = "bfloat16" if self.kind == "bf16" else "float16"  # the factors' stored type
         self.warps = spec.threads // 32
         self.bc = self.cw * self.warps  # the block's columns
         # 16-bit units of a staged weight row: 16 bytes of padding after its values (float16/bfloat16: the rows an
@@ -162,8 +162,11 @@ class ColumnsMmaKernel(ColumnsKernel):
             inside += pre + [Assign(f"fx{j}", text)]
             ok = f"kx + {j} < length" + (f" and keep[row, kx + {j}] != 0" if self.spec.has_keep else "")
             body.append(If(ok, tuple(inside), (Assign(f"fx{j}", self.consts.name(0.0)),)))
-        store = "bfloat16" if self.kind == "bf16" else "float16"
-        body.append(Store("fac", "row", "kx", tuple(f"fx{j}" for j in range(each)), store))
+        values = tuple(f"fx{j}" for j in range(each))
+        if self.fac_store == "e4m3":  # FP8 values as their bytes, four a store
+            body += [Store("fac", "row", f"kx + {u}", values[u:u + 4], "e4m3") for u in range(0, each, 4)]
+        else:
+            body.append(Store("fac", "row", "kx", values, self.fac_store))
         return body
 
     # -- 3. the products ------------------------------------------------------------------------------
@@ -316,7 +319,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         return out
 
     def scratch(self) -> tuple:
-        fac = ("fac", "uint16" if self.kind == "bf16" else "float16", "tiles", None)
+        fac = ("fac", {"bfloat16": "uint16", "float16": "float16", "e4m3": "uint8"}[self.fac_store], "tiles", None)
         return super().scratch() + (fac,)
 
 

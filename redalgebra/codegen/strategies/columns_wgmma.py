@@ -41,8 +41,9 @@ from .columns_mma import FACTORS_EACH, ColumnsMmaKernel, exact_factors
 from .products import KINDS
 from .wgmma import ATOM, ROW, WgmmaKernel
 
-#: Elements of a staged tile (one 128-byte swizzled row of 16-bit values).
-BK = ROW
+#: Elements of a staged tile (one 128-byte swizzled row of 16-bit values; of e4m3 bytes, 128), and the elements of
+#: the axis a thread transposes (e4m3 weights).
+BK, FP8_BK, FP8_CHUNK = ROW, 2 * ROW, 16
 #: Threads of a block on the GPU (two warpgroups: 128 rows) and in the simulator (one warp: 16 rows); columns of a
 #: block on the GPU (one m64n256 product per warpgroup and k16 step) and in the simulator; the sizes taken.
 THREADS, SIM_THREADS, COLUMNS, SIM_COLUMNS = 256, 32, 256, 64
@@ -54,22 +55,15 @@ SMS = BUSY_BLOCKS // 4
 
 
 def refusal(fused: FusedCascade, dtypes: dict | None = None) -> str | None:
-    """Why ``columns_wgmma`` cannot build this cascade (None: it can): ``columns_mma``'s reasons, then 16-bit weights."""
+    """Why ``columns_wgmma`` cannot build this cascade (None: it can): ``columns_mma``'s reasons."""
     reason = columns_mma.refusal(fused, dtypes)
-    if reason is not None:
-        return reason.replace("columns_mma", "columns_wgmma", 1)
-    if dtypes is not None:
-        c = fused.cascade
-        kind = next(dtypes.get(s.name) for s in c.inputs if s.size is not None)
-        if kind not in KINDS:
-            return (f"columns_wgmma: wgmma reads a weight matrix given as rows w[k, :] transposed, which it does for "
-                    f"16-bit values only; these weights are {kind}: use columns_mma")
-    return None
+    return None if reason is None else reason.replace("columns_mma", "columns_wgmma", 1)
 
 
 def stage_units(rows: int, columns: int) -> int:
-    """16-bit values of one stage: the factor tile (``rows`` × 64) and the weight tile (64 × ``columns``)."""
-    return (rows + columns) * BK
+    """16-bit units of one stage: the factor tile (``rows`` rows of 128 bytes) and the weight tile (``columns``
+    × 128 bytes: 64 rows of 64 16-bit columns, or ``columns`` rows of 128 e4m3 elements)."""
+    return (rows + columns) * ROW
 
 
 def plan(threads: int, columns: int) -> tuple[int, int]:
@@ -88,17 +82,22 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         spec = self.spec
         self.warps = spec.threads // 32
         self.bm, self.bc = 16 * self.warps, 8 * spec.group
-        if spec.threads not in BLOCK_THREADS or self.bc not in BLOCK_COLUMNS or (spec.batch, spec.tile) != (self.bm, BK):
+        if spec.threads not in BLOCK_THREADS or self.bc not in BLOCK_COLUMNS or spec.batch != self.bm or \
+                spec.tile not in (BK, FP8_BK):
             raise RedalgebraError(f"columns_wgmma: blocks of {', '.join(map(str, BLOCK_THREADS))} threads (16 rows a "
-                                  f"warp), {', '.join(map(str, BLOCK_COLUMNS))} columns, tiles of {BK} elements")
+                                  f"warp), {', '.join(map(str, BLOCK_COLUMNS))} columns, tiles of {BK} elements "
+                                  f"({FP8_BK} e4m3)")
         self.red = next(r for r in self.vector_reds)
         factor, vector = self.factors[self.red]
         self.factor, self.x = factor, vector.name
         reason = refusal(self.f, self.dtypes)
         if reason is not None:
             raise RedalgebraError(reason)
-        self.bytes = False
-        self.kind = KINDS[self.dtypes.get(self.x)]
+        # e4m3 weights: FP8 products, both operands K-major (the factors as e4m3 bytes, the weights transposed)
+        self.bytes = self.dtypes.get(self.x) == "e4m3"
+        self.kind = "e4m3" if self.bytes else KINDS[self.dtypes.get(self.x)]
+        self.fac_store = "e4m3" if self.bytes else ("bfloat16" if self.kind == "bf16" else "float16")
+        self.bk = FP8_BK if self.bytes else BK  # elements of a tile: 128 bytes a row either way
         self.stages = spec.stages
         self.stage = stage_units(self.bm, self.bc)
         self.ahead = self.stages - 2  # tiles loading while one is multiplied and one group of products is in flight
@@ -109,6 +108,40 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         t = self.spec.threads
         per_row = self.bc // 8
         return -(-self.bm * 8 // t), -(-BK * per_row // t), per_row, t // per_row
+
+    def fp8_offsets(self) -> list:
+        """FP8: each thread's copies of the factor tile and of the transposed weight tile (``bc`` rows of 128 bytes,
+        K-major as the factors), as byte offsets from a tile's first element and swizzled places in a stage."""
+        t = self.spec.threads
+        out = []
+        for u in range(-(-self.bm * 8 // t)):
+            q = f"(tid + {u * t})"
+            out += [Assign(f"fo_{u}", f"min(r0 + {q} // 8, rows - 1) * fac.shape[1] + 16 * (tid % 8)"),
+                    Assign(f"fd_{u}", f"({q} // 8) * {ROW} + (((tid % 8) ^ (({q} // 8) & 7)) << 3)")]
+        for u in range(-(-self.bc * 8 // t)):
+            q = f"(tid + {u * t})"
+            out += [Assign(f"wo_{u}", f"min(cb + {q} // 8, {self.n - 1}) * wt.shape[1] + 16 * (tid % 8)"),
+                    Assign(f"wd_{u}", f"{self.bm * ROW} + ({q} // 8) * {ROW} + (((tid % 8) ^ (({q} // 8) & 7)) << 3)")]
+        return out
+
+    def fp8_issue(self, tile: str, stage: str) -> list:
+        """FP8: ``cp.async`` of tile ``tile`` into ``stage``, always whole (both arrays are padded with zeros to whole
+        tiles: the transposed weights past the axis' end too)."""
+        out = [Assign("kt0", f"lo + ({tile}) * {self.bk}"), Assign("sd", f"sb + {stage} * {self.stage}")]
+        for u in range(-(-self.bm * 8 // self.spec.threads)):
+            out += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sd + fd_{u}", "fac", f"fo_{u} + kt0", "16")))
+        for u in range(-(-self.bc * 8 // self.spec.threads)):
+            out += self.guarded(u, self.bc * 8, Call("cp_async16_at", ("sm", f"sd + wd_{u}", "wt", f"wo_{u} + kt0", "16")))
+        return out
+
+    def transpose(self) -> list:
+        """FP8: the weights' bytes transposed into ``wt[column, k]`` (rows of the padded axis, zeros past its end):
+        a thread per column and 16 elements, a warp reading 32 consecutive bytes of a weight row at a time."""
+        t = self.spec.threads
+        copy = If("k < length", (Assign("wt[nn, k]", f"{self.x}[0, k, nn]"),), (Assign("wt[nn, k]", "0"),))
+        return [Assign("tid", "cuda.threadIdx.x"), Assign("nn", f"cuda.blockIdx.y * {t} + tid"),
+                Assign("k0", f"cuda.blockIdx.x * {FP8_CHUNK}"),
+                If(f"nn < {self.n}", (For("k", "k0", f"k0 + {FP8_CHUNK}", (copy,)),))]
 
     def offsets(self) -> list:
         """Each thread's copies as element offsets from a tile's first element, and their swizzled places in a stage
@@ -158,6 +191,16 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
 
     # -- the products -----------------------------------------------------------------------------------------------
     def products(self) -> list:
+        if self.bytes:  # FP8: both operands K-major, four k32 steps of 32 bytes a tile
+            acc = WgmmaKernel.tiles("ac", self.bc // 8)
+            value = acc
+            for ks in range(self.bk // 32):
+                value = f"wgmma_ss_e4m3({value}, da + sa + {2 * ks}, db + sa + {2 * ks}, 1)"
+            return [Assign("sa", f"(uint32(it) % uint32({self.stages})) * {self.stage * 2 // 16}"),
+                    Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ()), Call("wgmma_wait1", ())]
+        return self.products16()
+
+    def products16(self) -> list:
         """The four ``k16`` products of the staged tile ``it``: this warpgroup's 64 factor rows (K-major, 32 bytes a
         step) times the weight tile (MN-major, 16 rows of 128 bytes a step), one group committed."""
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
@@ -168,27 +211,30 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
                 Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ()), Call("wgmma_wait1", ())]
 
     def tiles(self) -> list:
-        ahead, segmented = self.ahead, self.spec.segments > 1
+        ahead, segmented, bk = self.ahead, self.spec.segments > 1, self.bk
+        issue = self.fp8_issue if self.bytes else self.issue
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
                Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
                Assign("sm", "cuda.shared.array(0, uint16)"), Assign("sb", "swizzle_pad(sm)"),
                Assign("r0", f"cuda.blockIdx.x * {self.bm}"), Assign("cb", f"cuda.blockIdx.y * {self.bc}"),
                # 32-bit divisions: a 64-bit one is a subroutine call, which makes ptxas serialize the wgmmas
                Assign("rw", f"uint32(min(r0, rows - 1)) // uint32(rep_{self.x})"),
-               Assign("segl", f"(uint32(length + nseg - 1) // uint32(nseg) + {BK - 1}) // {BK} * {BK}"),
+               Assign("segl", f"(uint32(length + nseg - 1) // uint32(nseg) + {bk - 1}) // {bk} * {bk}"),
                Assign("lo", "cuda.blockIdx.z * segl"), Assign("hi", "min(lo + segl, length)"),
-               Assign("ntile", f"max(hi - lo + {BK - 1}, 0) // {BK}")] + self.offsets()
+               Assign("ntile", f"max(hi - lo + {bk - 1}, 0) // {bk}")]
+        out += self.fp8_offsets() if self.bytes else self.offsets()
         # descriptors of stage 0: the warpgroup's 64 factor rows (K-major), the weight tile (MN-major: blocks of 64
-        # columns 64 rows of 128 bytes apart)
+        # columns 64 rows of 128 bytes apart; FP8: K-major, a row per column)
+        lbo = 16 if self.bytes else BK * ROW * 2
         out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * (warp // 4), 16, {ATOM})"),
-                Assign("db", f"wgmma_desc(sm, sb + {self.bm * ROW}, {BK * ROW * 2}, {ATOM})")]
+                Assign("db", f"wgmma_desc(sm, sb + {self.bm * ROW}, {lbo}, {ATOM})")]
         zero = self.consts.name(0.0)
         out += [Assign(f"ac_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
         for s_ in range(ahead):
-            out += [If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ())]
+            out += [If(f"{s_} < ntile", tuple(issue(str(s_), str(s_)))), Call("cp_commit", ())]
         stage = f"uint32(it + {ahead}) % uint32({self.stages})"
         step = [Call(f"cp_wait{ahead - 1}", ()), Call("fence_async", ()), Barrier(),
-                If(f"it + {ahead} < ntile", tuple(self.issue(f"it + {ahead}", stage))), Call("cp_commit", ())]
+                If(f"it + {ahead} < ntile", tuple(issue(f"it + {ahead}", stage))), Call("cp_commit", ())]
         out.append(For("it", "0", "ntile", tuple(step + self.products())))
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
         out += [Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
@@ -225,7 +271,18 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         loop = For("kx", f"tid * {each}", "fac.shape[1]", tuple(self.factor_chunk(acc)), str(self.spec.threads * each))
         body = [*pre_body, Barrier(), *setup, loop]
         args = tuple(pre_args) + tuple(a for a in fac_args if a not in pre_args)
-        return [("factors", args, "rowfactors", body)] + out[2:]
+        out = [("factors", args, "rowfactors", body)] + out[2:]
+        if self.bytes:  # the weights transposed before the products, which read them
+            at = next(i for i, k in enumerate(out) if k[0] == "tiles")
+            name, targs, grid_name, tbody = out[at]
+            cut = targs.index("fac") + 1
+            out[at] = (name, targs[:cut] + ("wt",) + targs[cut:], grid_name, tbody)
+            out.insert(at, ("transpose", (self.x, "wt", "length"), "transpose", self.transpose()))
+        return out
+
+    def scratch(self) -> tuple:
+        extra = (("wt", "uint8", "columns", self.n_const),) if self.bytes else ()
+        return super().scratch() + extra
 
 
 # -- registration ----------------------------------------------------------------------------------------------------
@@ -254,9 +311,10 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     if not p.option("simulator") and cc is not None and tuple(cc)[:2] != (9, 0):
         return f"columns_wgmma: Hopper's warpgroup instructions need an sm_90 GPU; this one is sm_{cc[0]}{cc[1]}: use columns_mma"
     n = columns_mma._columns(fused, p)
-    if n % 8:
+    e4m3 = columns_mma._e4m3(fused, p)
+    if n % 8 and not e4m3:  # (e4m3 weights are read a byte at a time, to be transposed)
         return f"columns_wgmma: the weight rows are read 16 bytes at a time: {n} columns is not a multiple of 8; use columns"
-    if not p.vec_ok:
+    if not p.vec_ok and not e4m3:
         return "columns_wgmma: the weights must start on a 16-byte boundary (cp.async); use columns"
     threads, bc = _threads(p), _block_columns(p)
     allowed = BLOCK_THREADS if p.option("simulator") else BLOCK_THREADS[1:]
@@ -271,9 +329,13 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     if share < p.rows and share % bm:
         return (f"columns_wgmma: a block's {bm} rows share one weight matrix; here each is shared by {share} rows (not "
                 f"a multiple of {bm}): use columns_mma")
-    for name, fixed in (("tile", BK), ("batch", bm)):
+    if e4m3 and share < p.rows:
+        return ("columns_wgmma: e4m3 weights are transposed once a call for the FP8 instruction (it reads both "
+                "operands K-major), for one weight matrix shared by every row; here there are several: use columns_mma")
+    bk = FP8_BK if e4m3 else BK
+    for name, fixed in (("tile", bk), ("batch", bm)):
         if p.option(name) not in (None, fixed):
-            return f"columns_wgmma: the {name} is fixed by the instruction shapes ({bm} rows, tiles of {BK} elements)"
+            return f"columns_wgmma: the {name} is fixed by the instruction shapes ({bm} rows, tiles of {bk} elements)"
     return None
 
 
@@ -287,11 +349,12 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     threads, bc = _threads(p), _block_columns(p)
     n = columns_mma._columns(fused, p)
     blocks = -(-p.rows // (threads // 2)) * -(-n // bc)
-    tiles = -(-p.length // BK)
+    bk = FP8_BK if columns_mma._e4m3(fused, p) else BK
+    tiles = -(-p.length // bk)
     nseg = p.option("segments") or max(1, min(SMS // blocks, tiles // 4))
     nseg = min(int(nseg), max(tiles, 1), 65535)
     stages, shared = plan(threads, bc)
-    return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=threads // 2, segments=int(nseg),
+    return dict(threads=threads, group=bc // 8, vec=8, tile=bk, batch=threads // 2, segments=int(nseg),
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
                 shared=shared, stages=stages)
 
@@ -300,6 +363,8 @@ def grid(rows: int, spec: Spec, named) -> dict:
     out = columns_mma.grid(rows, spec, named)
     out["rowfactors"] = (rows, spec.threads)  # the scalars and the factors: a block per row
     n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
+    if "wt" in named:  # e4m3 weights transposed: a thread per column and 16 elements of the padded axis
+        out["transpose"] = ((named["wt"].shape[1] // FP8_CHUNK, -(-n // spec.threads)), spec.threads)
     out["tiles"] = ((-(-rows // spec.batch), -(-n // (spec.group * 8)), spec.segments), spec.threads, 0, spec.shared)
     return out
 

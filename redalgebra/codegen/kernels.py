@@ -54,7 +54,8 @@ FULL = "0xFFFFFFFF"
 
 #: A "tiles" scratch array holds a value per element, each row padded with zeros to a multiple of this many elements
 #: (whole tiles for the kernels that stage it: columns_mma's factors, 64 16-bit values a tile; columns_wgmma's, 128
-#: e4m3 bytes a tile); a "columns" one is a weight matrix transposed, a row per column, padded the same way.
+#: e4m3 bytes a tile); a "columns" one is a weight matrix of bytes transposed, a row per column, padded the same
+#: way, held as 32-bit words of four bytes.
 SCRATCH_TILE = 128
 
 
@@ -62,8 +63,8 @@ def scratch_shape(layout: str, rows: int, length: int, nseg: int, width: int | N
     """The shape of a scratch array of ``layout``: its leading dimensions, then ``width`` when it has one (a
     "columns" array: ``width`` rows of the padded axis)."""
     padded = -(-length // SCRATCH_TILE) * SCRATCH_TILE
-    if layout == "columns":
-        return (width, padded)
+    if layout == "columns":  # (32-bit words of four elements)
+        return (width, padded // 4)
     lead = {"rows": (rows,), "segments": (rows, nseg), "tiles": (rows, padded)}[layout]
     return lead + (() if width is None else (width,))
 

@@ -38,7 +38,7 @@ def signature(fused: FusedCascade, spec: Spec, args: tuple, scratch: tuple = (),
     for name, dtype, layout, width in scratch:
         ndim = 2 if layout == "columns" else (2 if layout in ("segments", "tiles") else 1) + (width is not None)
         kind = {"int32": types.int32, "uint16": types.uint16, "float16": types.float16,
-                "uint8": types.uint8}.get(dtype, types.float32)
+                "uint8": types.uint8, "uint32": types.uint32}.get(dtype, types.float32)
         by_name[name] = types.Array(kind, ndim, "C")
     for n in ("rows", "length", "nseg", "seglen"):
         by_name[n] = types.int64

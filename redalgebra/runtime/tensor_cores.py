@@ -73,8 +73,9 @@ def _sim_e4m3_b_frags(s, idx, pitch):
 
 def _sim_cp_async16_at(s, sidx, a, offset, nbytes):
     ary = getattr(a, "_ary", a)
-    if not ary.flags.c_contiguous or ary.dtype.name not in _B16 + _F16 + _U8:
-        raise TypeError(f"cp_async16_at: need a C-contiguous array of 16-bit values or bytes, got {ary.dtype} {ary.shape}")
+    if not ary.flags.c_contiguous or ary.dtype.name not in _B16 + _F16 + _U8 + ("uint32",):
+        raise TypeError(f"cp_async16_at: need a C-contiguous array of 16-bit values, bytes or words, got {ary.dtype} "
+                        f"{ary.shape}")
     flat, at, n = ary.reshape(-1), int(offset), 16 // ary.itemsize  # elements per 16 bytes
 
     def source():
@@ -234,14 +235,14 @@ def _cp_async(context, builder, sig, args, src):
 
 @_device(_sim_cp_async16_at)
 def cp_async16_at(typingctx, s, sidx, a, offset, nbytes):
-    """``cp_async16`` from element ``offset`` of ``a`` (16-bit values or bytes) counted in row-major order (any number
+    """``cp_async16`` from element ``offset`` of ``a`` (16-bit values, bytes or 32-bit words) counted in row-major order (any number
     of dimensions): the address is ``a``'s data plus ``offset`` elements, so successive copies a constant number of
     elements apart differ by a constant, which the instruction takes as an immediate offset (no index arithmetic per
     copy)."""
     _check_shared("cp_async16_at", s, sidx)
     if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype in _B16_TYPES + (types.float16, types.uint8,
-                                                                                         types.int8)):
-        raise TypingError(f"cp_async16_at: needs a C-contiguous array of 16-bit values or bytes, got {a}")
+                                                                                         types.int8, types.uint32)):
+        raise TypingError(f"cp_async16_at: needs a C-contiguous array of 16-bit values, bytes or words, got {a}")
     for v, what in ((offset, "element offset"), (nbytes, "source size")):
         if not isinstance(v, types.Integer):
             raise TypingError(f"cp_async16_at: the {what} must be an integer, got {v}")

@@ -83,13 +83,13 @@ def test_the_generators_own_names_are_the_ones_listed(name):
     missing = set()
     for backend, strategies in (("cpu", ("row",)), ("cuda", ("rows", "thread", "tile", "split", "unfused", "lanes",
                                                               "split_lanes", "nonincremental", "block_shared", "mma",
-                                                              "wgmma", "columns_mma"))):
+                                                              "wgmma", "columns_mma", "columns_wgmma"))):
         for strategy in strategies:
             for keep in (False, True):
                 try:
                     k = compile(f, backend, strategy)
                     # columns_mma takes vector rows shared by the block's rows only: given once here
-                    reps = {s.name: 4 for s in c.inputs if s.size is not None} if strategy == "columns_mma" else None
+                    reps = {s.name: 4 for s in c.inputs if s.size is not None} if strategy.startswith("columns") else None
                     resolved, spec, _ = k.spec_for(4, 37, {s.name: "bfloat16" for s in c.inputs}, sizes, keep,
                                                    reps=reps)
                     src = k.source(spec, resolved)

@@ -83,6 +83,10 @@ def _jobs() -> list:
               {"shared": True})]
     jobs += [(_key("fp8_quant_gemm", "columns_mma", 16, 4096, "e4m3"), "fp8_quant_gemm", "columns_mma", 16, 4096,
               "bfloat16", {"shared": True, "vector_dtype": "e4m3"})]
+    jobs += [(_key("fp8_quant_gemm", "columns_wgmma", 256, 4096), "fp8_quant_gemm", "columns_wgmma", 256, 4096,
+              "bfloat16", {"shared": True})]
+    jobs += [(_key("fp8_quant_gemm", "columns_wgmma", 256, 4096, "e4m3"), "fp8_quant_gemm", "columns_wgmma", 256,
+              4096, "bfloat16", {"shared": True, "vector_dtype": "e4m3"})]
     jobs += [(_key("attention", "mma", 4096, 512), "attention", "mma", 4096, 512, "bfloat16", {})]
     jobs += [(_key("attention", "wgmma", 4096, 512), "attention", "wgmma", 4096, 512, "bfloat16", {})]
     return jobs + [(_key(name, strategy), name, strategy, 512, 2048, "bfloat16", {})
@@ -104,7 +108,7 @@ def report():
 
 
 def test_the_sample_covers_every_real_cuda_strategy_and_the_scalar_cascades_kinds():
-    assert set(LEGACY) | {"rows", "vrows", "columns", "columns_mma", "mma", "wgmma"} == \
+    assert set(LEGACY) | {"rows", "vrows", "columns", "columns_mma", "columns_wgmma", "mma", "wgmma"} == \
         set(names("cuda", real=True)) | {"block_shared", "tile_shared"}
     assert set(AUTO_SAMPLE) <= set(SCALAR)
     texts = [workloads.get(n).text for n in SAMPLE]
@@ -227,9 +231,23 @@ def test_columns_mma_widens_e4m3_weights_on_chip(report):
     # partial tiles), the B fragments made from them (per 16 elements two groups of 32 columns: 8
     # cvt.rn.f16x2.e4m3x2 each), not by ldmatrix
     assert facts["mma"] == 4 * 8 and facts["ldmatrix"] == 4 and facts["cp_async"] == 2 * 5 * (1 + 8)
-    assert facts["e4m3_widen"] == 4 * 2 * 8
-    # the scalar reductions' kernel reads the aligned bfloat16 rows 16 bytes at a time: 4 chunks per thread a pass
-    assert facts["ld_global_128"] == 4
+    # (and the factors kernel's fp8() of its 8 elements: rounded to e4m3 and widened back, exactly)
+    assert facts["e4m3_widen"] == 4 * 2 * 8 + 8
+    # the scalar reductions' kernel reads the aligned bfloat16 rows 16 bytes at a time (4 chunks per thread a pass),
+    # the factors kernel its 8 elements in one
+    assert facts["ld_global_128"] == 4 + 1
+    assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
+    assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weights", ["float16", "e4m3"])
+def test_columns_wgmma_is_a_gemm_on_warpgroups_without_serializing(report, weights):
+    facts = report[_key("fp8_quant_gemm", "columns_wgmma", 256, 4096, *(("e4m3",) if weights == "e4m3" else ()))]
+    # per tile four products of 64 x 256 (k16 steps of 16-bit values; k32 steps of e4m3 bytes) and nothing on
+    # mma.sync; no subroutine call (64-bit or IEEE divisions) for ptxas to serialize them over
+    assert facts["strategy"] == "columns_wgmma" and facts["wgmma"] == 4 and facts["mma"] == 0
+    assert facts["wgmma_serialized"] == 0, facts
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
 

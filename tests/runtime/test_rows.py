@@ -202,8 +202,7 @@ def test_top_k_selection_ranks_nan_below_every_number_as_the_reference():
 
 
 def test_long_selections_are_a_loop_of_rounds():
-    # unrolled, a top-16 over 16 values a lane (4096 bfloat16 in groups of 256) overflowed numba's recursive walk
-    # of the code's blocks (RecursionError); beyond k x a lane's values = 128 the rounds are a loop
+    # beyond k x a lane's values = 128 the rounds after the first are a loop (the row's list indexed at run time)
     from redalgebra.codegen import generate
 
     text = workloads.get("moe_routing").text
@@ -211,4 +210,45 @@ def test_long_selections_are_a_loop_of_rounds():
         f = derive(parse(text.replace("topk(8,", f"topk({k},")))
         strategy, spec, _ = compile(f, "cuda").spec_for(4096, 4096, dtypes={"g": "bfloat16"})
         assert (spec.tile * spec.vec, strategy) == (16, "rows")
-        assert (f"for j in range({k}):" in generate(f, "cuda", strategy, spec).source) == looped
+        assert (f"for j in range(1, {k}):" in generate(f, "cuda", strategy, spec).source) == looped
+
+
+def _walk_depth(source: str) -> int:
+    """How deep numba's recursive walk of the kernel's blocks goes (``CFGraph._find_topo_order``: a Python frame
+    a block, depth first, back edges left out), from numba's IR of the generated kernel."""
+    from numba.core.analysis import compute_cfg_from_blocks
+    from numba.core.compiler import run_frontend
+
+    from redalgebra.runtime.cache import load
+
+    cfg = compute_cfg_from_blocks(run_frontend(load(source).kernel.py_func).blocks)
+    succs, back, entry = cfg._succs, cfg._back_edges, cfg.entry_point()
+    seen, path, deepest = {entry}, [(entry, iter(succs[entry]))], 1
+    while path:
+        node, rest = path[-1]
+        dest = next((d for d in rest if d not in seen and (node, d) not in back), None)
+        if dest is None:
+            path.pop()
+            continue
+        seen.add(dest)
+        path.append((dest, iter(succs[dest])))
+        deepest = max(deepest, len(path))
+    return deepest
+
+
+@pytest.mark.parametrize("name,k,length", [("topk", 8, 4096), ("moe_routing", 8, 4096), ("topk", 40, 1000),
+                                           ("moe_routing", 64, 257)])
+def test_top_k_kernels_stay_shallow_for_numbas_recursive_walk_of_their_blocks(name, k, length):
+    # numba's compiler walks a kernel's blocks recursively, a Python frame a block on the path. Comparisons
+    # written as branches (a block per operand of ``or``/``and``) made the top-8 of 4096 bfloat16 values a walk
+    # 864 deep under Python 3.11, and the same source went 981 deep under 3.12, past its limit of 1000 frames
+    # (RecursionError); 824 for the router, 1219 for a top-40 of 1000 (past the limit under 3.11 too); and a
+    # router's weights t / sum(t) summed the list again for each of its k components (391 deep for k = 64 with
+    # the comparisons already selects). As selects, the list summed once: 87 to 135.
+    from redalgebra.codegen import generate
+
+    text = TOPK.format(k=k) if name == "topk" else workloads.get(name).text.replace("topk(8,", f"topk({k},")
+    f = derive(parse(text))
+    strategy, spec, _ = compile(f, "cuda").spec_for(4096, length, dtypes={"g": "bfloat16"})
+    assert strategy == "rows" and spec.staged
+    assert _walk_depth(generate(f, "cuda", strategy, spec).source) <= 300

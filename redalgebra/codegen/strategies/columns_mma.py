@@ -142,7 +142,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         wide, tested = [], []
         for s in self.sin:
             dtype = self.dtypes.get(s, "float32")
-            names = [f"x{j}_{s}" for j in range(each)]
+            names = [f"xv_{s}_{j}" for j in range(each)]
             width = VEC[dtype]
             if self.spec.pre_vec > 1 and width <= each:
                 wide += [Load(tuple(names[u:u + width]), s, f"rr_{s}", f"kx + {u}", dtype) for u in range(0, each, width)]
@@ -154,15 +154,15 @@ class ColumnsMmaKernel(ColumnsKernel):
         for j in range(each):
             acc.scalar["pos"] = f"float32(kx + {j})"
             acc.scalar["element.index"] = f"kx + {j}"
-            inside = [Assign(f"e_{s}", f"x{j}_{s}") for s in self.sin]
+            inside = [Assign(f"e_{s}", f"xv_{s}_{j}") for s in self.sin]
             for sym, expr in self.f.prologue.steps:
                 pre, text = self.print(expr, acc)
                 inside += pre + [Assign(f"e_{sym.name}", text)]
             pre, text = self.print(self.factor, acc)
-            inside += pre + [Assign(f"fx{j}", text)]
+            inside += pre + [Assign(f"fv_{j}", text)]
             ok = f"kx + {j} < length" + (f" and keep[row, kx + {j}] != 0" if self.spec.has_keep else "")
-            body.append(If(ok, tuple(inside), (Assign(f"fx{j}", self.consts.name(0.0)),)))
-        values = tuple(f"fx{j}" for j in range(each))
+            body.append(If(ok, tuple(inside), (Assign(f"fv_{j}", self.consts.name(0.0)),)))
+        values = tuple(f"fv_{j}" for j in range(each))
         if self.fac_store == "e4m3":  # FP8 values as their bytes, four a store
             body += [Store("fac", "row", f"kx + {u}", values[u:u + 4], "e4m3") for u in range(0, each, 4)]
         else:

@@ -43,7 +43,7 @@ from .wgmma import ATOM, ROW, WgmmaKernel
 
 #: Elements of a staged tile (one 128-byte swizzled row of 16-bit values; of e4m3 bytes, 128), and the elements of
 #: the axis a thread transposes (e4m3 weights).
-BK, FP8_BK, FP8_CHUNK = ROW, 2 * ROW, 16
+BK, FP8_BK, FP8_CHUNK = ROW, 2 * ROW, 32
 #: Threads of a block on the GPU (two warpgroups: 128 rows) and in the simulator (one warp: 16 rows); columns of a
 #: block on the GPU (one m64n256 product per warpgroup and k16 step) and in the simulator; the sizes taken.
 THREADS, SIM_THREADS, COLUMNS, SIM_COLUMNS = 256, 32, 256, 64
@@ -120,7 +120,7 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
                     Assign(f"fd_{u}", f"({q} // 8) * {ROW} + (((tid % 8) ^ (({q} // 8) & 7)) << 3)")]
         for u in range(-(-self.bc * 8 // t)):
             q = f"(tid + {u * t})"
-            out += [Assign(f"wo_{u}", f"min(cb + {q} // 8, {self.n - 1}) * wt.shape[1] + 16 * (tid % 8)"),
+            out += [Assign(f"wo_{u}", f"min(cb + {q} // 8, {self.n - 1}) * wt.shape[1] + 4 * (tid % 8)"),
                     Assign(f"wd_{u}", f"{self.bm * ROW} + ({q} // 8) * {ROW} + (((tid % 8) ^ (({q} // 8) & 7)) << 3)")]
         return out
 
@@ -131,17 +131,26 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         for u in range(-(-self.bm * 8 // self.spec.threads)):
             out += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sd + fd_{u}", "fac", f"fo_{u} + kt0", "16")))
         for u in range(-(-self.bc * 8 // self.spec.threads)):
-            out += self.guarded(u, self.bc * 8, Call("cp_async16_at", ("sm", f"sd + wd_{u}", "wt", f"wo_{u} + kt0", "16")))
+            out += self.guarded(u, self.bc * 8, Call("cp_async16_at", ("sm", f"sd + wd_{u}", "wt", f"wo_{u} + (kt0 >> 2)",
+                                                                          "16")))  # (wt: words of four bytes)
         return out
 
     def transpose(self) -> list:
-        """FP8: the weights' bytes transposed into ``wt[column, k]`` (rows of the padded axis, zeros past its end):
-        a thread per column and 16 elements, a warp reading 32 consecutive bytes of a weight row at a time."""
+        """FP8: the weights' bytes transposed into ``wt[column, k / 4]`` (rows of the padded axis as 32-bit words of
+        four bytes, zeros past the axis' end): a thread per column and :data:`FP8_CHUNK` elements, a warp reading 32
+        consecutive bytes of a weight row at a time and each thread storing whole words, a row's 32-byte sector in
+        eight stores."""
         t = self.spec.threads
-        copy = If("k < length", (Assign("wt[nn, k]", f"{self.x}[0, k, nn]"),), (Assign("wt[nn, k]", "0"),))
-        return [Assign("tid", "cuda.threadIdx.x"), Assign("nn", f"cuda.blockIdx.y * {t} + tid"),
-                Assign("k0", f"cuda.blockIdx.x * {FP8_CHUNK}"),
-                If(f"nn < {self.n}", (For("k", "k0", f"k0 + {FP8_CHUNK}", (copy,)),))]
+        out = [Assign("tid", "cuda.threadIdx.x"), Assign("nn", f"cuda.blockIdx.y * {t} + tid"),
+               Assign("k0", f"cuda.blockIdx.x * {FP8_CHUNK}")]
+        body = []
+        for q in range(FP8_CHUNK // 4):
+            body.append(Assign("wv", "uint32(0)"))
+            for b in range(4):
+                k = f"k0 + {4 * q + b}"
+                body.append(If(f"{k} < length", (Assign("wv", f"wv | (uint32({self.x}[0, {k}, nn]) << {8 * b})"),)))
+            body.append(Assign(f"wt[nn, (k0 >> 2) + {q}]", "wv"))
+        return out + [If(f"nn < {self.n}", tuple(body))]
 
     def offsets(self) -> list:
         """Each thread's copies as element offsets from a tile's first element, and their swizzled places in a stage
@@ -281,7 +290,7 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         return out
 
     def scratch(self) -> tuple:
-        extra = (("wt", "uint8", "columns", self.n_const),) if self.bytes else ()
+        extra = (("wt", "uint32", "columns", self.n_const),) if self.bytes else ()
         return super().scratch() + extra
 
 
@@ -364,7 +373,7 @@ def grid(rows: int, spec: Spec, named) -> dict:
     out["rowfactors"] = (rows, spec.threads)  # the scalars and the factors: a block per row
     n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
     if "wt" in named:  # e4m3 weights transposed: a thread per column and 16 elements of the padded axis
-        out["transpose"] = ((named["wt"].shape[1] // FP8_CHUNK, -(-n // spec.threads)), spec.threads)
+        out["transpose"] = ((named["wt"].shape[1] * 4 // FP8_CHUNK, -(-n // spec.threads)), spec.threads)
     out["tiles"] = ((-(-rows // spec.batch), -(-n // (spec.group * 8)), spec.segments), spec.threads, 0, spec.shared)
     return out
 

@@ -46,7 +46,9 @@ from .base import TreeKernel
 PERSISTENT_ROW_BYTES = (8 * 1024, 32 * 1024)
 PERSISTENT_ROWS = 4096
 #: A top-k's selection rounds are unrolled while k times a lane's values is at most this (a top-8 of 16 values
-#: a lane); beyond, a loop (numba's compiler failed on the unrolled top-16 of 16 values a lane: RecursionError).
+#: a lane); beyond, a loop, the row's list then indexed at run time (local memory). Unrolled, the router's top-40
+#: of 16 values a lane (4096 bfloat16) was 15478 SASS instructions, 128 registers and 46 s of compiling, against
+#: 3678, 68 registers (320 bytes of local memory) and 6 s as a loop.
 UNROLLED_SELECTION = 128
 #: Independent partial states per scalar reduction in a thread's fold (chains of dependent adds, maxes).
 ACC = 4
@@ -337,18 +339,23 @@ class RowsKernel(TreeKernel):
             stmts = [*pre, Assign(vals[i, c], text)]
             return [If(self.ok(i, c), tuple(stmts), (Assign(vals[i, c], "NEG_INF"),))] if guarded else stmts
 
+        def keep(values: str, indices: str, slot):
+            return lambda j: [Assign(f"{values}[{slot(j)}]", "bv"),
+                              Assign(f"{indices}[{slot(j)}]", "pick(bv != NEG_INF, bi, int32(-1))")]
+
         out = [Assign(v, "NEG_INF") for v in vals.values()]
         out += self.unless_degenerate(r.name, self.each_element(value))
         regs = [(v, f"int32(c0_{i} + {c})") for (i, c), v in vals.items()]  # in increasing element order
-        out += self.warp_rounds(k, min(g, 32), regs, st, ordered=True)
+        row_list = keep(st.var("s"), st.index("s"), str)
         if g <= 32:
-            return out
+            return out + self.warp_rounds(k, g, regs, row_list, ordered=True)
         per_group, warps = g // 32, self.spec.threads // 32
         box, boxi = f"shk_{r.name}", f"shki_{r.name}"
+        # a warp's winners go to shared memory as they are found (every lane stores the same value at the same
+        # address): not held in registers until the last round
         out += [Shared(box, (str(warps * k),)), Shared(boxi, (str(warps * k),), "int32")]
-        out += [If("lane == 0", tuple(s for j in range(k) for s in (
-            Assign(f"{box}[warp * {k} + {j}]", f"{st.var('s')}[{j}]"),
-            Assign(f"{boxi}[warp * {k} + {j}]", f"{st.index('s')}[{j}]")))), Barrier()]
+        out += self.warp_rounds(k, 32, regs, keep(box, boxi, lambda j: f"warp * {k} + {j}"), ordered=True)
+        out += [Barrier()]
         count, cands = per_group * k, []
         for q in range(-(-per_group * k // 32)):
             slot, cv, ci = f"lane + {32 * q}", f"cv_{r.name}_{q}", f"ci_{r.name}_{q}"
@@ -358,25 +365,27 @@ class RowsKernel(TreeKernel):
             else:
                 out += [If(f"{slot} < {count}", load, (Assign(cv, "NEG_INF"), Assign(ci, "int32(-1)")))]
             cands.append((cv, ci))
-        return out + self.warp_rounds(k, 32, cands, st, ordered=False)
+        return out + self.warp_rounds(k, 32, cands, row_list, ordered=False)
 
-    def warp_rounds(self, k: int, width: int, regs: list, st, ordered: bool) -> list:
+    def warp_rounds(self, k: int, width: int, regs: list, keep, ordered: bool) -> list:
         """``k`` rounds of arg-max over ``regs`` ((value, index) pairs of each lane) across aligned runs of
-        ``width`` lanes, round ``j``'s winner in ``s_<r>[j]`` of every lane. ``ordered``: each lane's
-        indices increase along ``regs`` (a strict ``>`` then keeps the smaller of equal values' indices).
+        ``width`` lanes, round ``j``'s winner (``bv``, ``bi``) stored by ``keep(j)`` in every lane. ``ordered``:
+        each lane's indices increase along ``regs`` (a strict ``>`` then keeps the smaller of equal values'
+        indices).
 
         The order is total, NaN included: NaN below every number (as the reference's stable sort of ``-v`` puts
         it), NaNs by index. Without that a NaN never compares greater, never equal, and the lanes of a row with one
         would end the butterfly holding different winners. Only round 0 compares in that order (five comparisons
-        a step): once its winner is removed (-inf) no later round can select a NaN, so every lane then turns its
-        NaNs into -inf and later rounds compare plainly (three). A NaN taken as -inf only ties with values that
-        are written as (-inf, -1) whichever wins, so the results are the total order's.
+        a step): once its winner is removed (made -inf, which ranks above NaN) no later round can select a NaN, so
+        every lane then makes its NaNs -inf and later rounds compare plainly (three comparisons). A NaN made -inf
+        can only displace another -inf, and every -inf is written as (-inf, -1): the results are the total
+        order's, bit for bit (NaN payloads included).
 
         Every comparison is a select (``pick``) on a condition of ``&``/``|`` without short circuit: no branch,
         and no block of numba's IR. The IR of ``if a or (b and c):`` is a block per operand, and numba's
-        compiler walks the blocks recursively: the top-8 of 4096 bfloat16 values written with branches had 1589
-        blocks, a walk 864 deep under Python 3.11 and over its limit of 1000 under 3.12 (RecursionError); as
-        selects, 207 blocks, 118 deep."""
+        compiler walks the blocks recursively, a Python frame a block: the top-8 of 4096 bfloat16 values written
+        with branches had 1589 blocks, a walk 864 deep under Python 3.11 and 981 under 3.12, past its limit of
+        1000 frames (RecursionError); as selects, 173 blocks, 87 deep."""
         nan_better = "(ov > bv) | ((ov == bv) & (oi < bi)) | ((bv != bv) & ((ov == ov) | (oi < bi)))"
         better = "(ov > bv) | ((ov == bv) & (oi < bi))"
 
@@ -401,11 +410,11 @@ class RowsKernel(TreeKernel):
                 out += [Shuffle("ov", "bv", str(off)), Shuffle("oi", "bi", str(off), "int32")]
                 out += take(nan_better if nan else better, (("bv", "ov"), ("bi", "oi")))
                 off //= 2
-            return out + [Assign(f"{st.var('s')}[{j}]", "bv"),
-                          Assign(f"{st.index('s')}[{j}]", "pick(bv != NEG_INF, bi, int32(-1))")]
+            return out + keep(j)
 
         # the lane that held the winner removes it and looks again
-        remove = [If("li == bi", tuple([Assign(v, f"pick({i} == bi, NEG_INF, {v})") for v, i in regs] + lane_best(False)))]
+        clear = [Assign(v, f"pick({i} == bi, NEG_INF, {v})") for v, i in regs]
+        remove = [If("li == bi", tuple(clear + lane_best(False)))]
         out = lane_best(True) + round_("0", True)
         if k == 1:
             return out
@@ -414,7 +423,7 @@ class RowsKernel(TreeKernel):
         out += [Assign(v, f"pick(({i} == bi) | ({v} != {v}), NEG_INF, {v})") for v, i in regs] + lane_best(False)
         if k * len(regs) <= UNROLLED_SELECTION:
             return out + [s for j in range(1, k) for s in round_(str(j), False) + remove * (j < k - 1)]
-        # a loop of rounds beyond (the list then indexed at run time, in local memory)
+        # beyond, a loop of rounds (a list kept in registers is then indexed at run time: local memory)
         return out + [For("j", "1", str(k), tuple(round_("j", False) + remove))]
 
     def group_reduce(self, shuffles: list, step: list, boxes: list, regs: list, dtype: str) -> list:

@@ -59,8 +59,11 @@ def run(name, rows, length, n, dtype, segments, masked, seed=0, strategy="column
     got = np.asarray(kernel(inputs, params, keep)["y"], np.float64)
     want = evaluate(c, wide, params, keep)["y"]
     if strategy != "columns_mma":  # the same factors (float32, FP8-rounded) through columns_mma: only the sums' order
-        alike = np.asarray(ra.compile(ra.derive(c), "cuda", "columns_mma")(inputs, params, keep)["y"], np.float64)
-        print(f"  against columns_mma: max error {np.nanmax(np.abs(got - alike)) / np.nanmax(np.abs(alike)):.2e}")
+        try:
+            alike = np.asarray(ra.compile(ra.derive(c), "cuda", "columns_mma")(inputs, params, keep)["y"], np.float64)
+            print(f"  against columns_mma: max error {np.nanmax(np.abs(got - alike)) / np.nanmax(np.abs(alike)):.2e}")
+        except ra.RedalgebraError as err:  # (a shape columns_mma does not take)
+            print(f"  against columns_mma: not compared ({str(err).splitlines()[0][:100]})")
     tol = 1e-5 if name == "fp8_quant_gemm" else 2.0 ** -9 + 1e-5  # FP8 factors exact; RMSNorm's rounded
     err = float(np.nanmax(np.abs(got - want)) / max(np.nanmax(np.abs(want)), 1e-30))
     return bool(err <= tol and np.array_equal(np.isnan(got), np.isnan(want))), err

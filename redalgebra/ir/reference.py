@@ -73,11 +73,17 @@ def eval_expr(expr: sp.Expr, env: dict[str, np.ndarray], dtype=np.float64) -> np
         return np.bool_(bool(expr))
     if isinstance(expr, sp.Piecewise):
         return _piecewise(expr, env, dtype)
+    if expr.is_Mul:
+        # a quotient is divided, not multiplied by a reciprocal: SymPy holds x * 448 / a as 448 * x * a**-1, and
+        # 1 / a rounds, so an exact quotient (232 = 448 * 1.47265625 / 2.84375, an e4m3 tie) came out a hair above
+        # itself and fp8() rounded it up where the kernels, dividing, round it to even
+        over = [a.base for a in expr.args if a.is_Pow and a.exp == -1]
+        top = [eval_expr(a, env, dtype) for a in expr.args if not (a.is_Pow and a.exp == -1)]
+        value = _fold(np.multiply, top) if top else dtype(1)
+        return value / _fold(np.multiply, [eval_expr(b, env, dtype) for b in over]) if over else value
     args = [eval_expr(a, env, dtype) for a in expr.args]
     if expr.is_Add:
         return _fold(np.add, args)
-    if expr.is_Mul:
-        return _fold(np.multiply, args)
     if expr.is_Pow:
         base, exp = args
         if expr.exp == sp.Rational(1, 2):

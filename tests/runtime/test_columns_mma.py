@@ -193,3 +193,27 @@ def test_auto_takes_wgmma_for_many_rows_on_hopper():
     assert strategy(GEMM_ROWS - 1, (9, 0)) == "columns_mma"   # few rows: 16-row blocks on mma.sync
     assert strategy(4096, (8, 9)) == "columns_mma"            # not a Hopper GPU
     assert strategy(4096, (9, 0), "e4m3") == "columns_wgmma"  # e4m3 weights: FP8 products, the weights transposed
+
+
+@settings(max_examples=4, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.integers(1, 40), length=st.integers(1, 300), n=st.sampled_from([8, 24, 72]),
+       dtype=st.sampled_from(["bfloat16", "float16", "e4m3"]), segments=st.sampled_from([None, 2, 3]),
+       masked=st.booleans())
+def test_columns_wgmma_gives_what_columns_gives(rows, length, n, dtype, segments, masked):
+    # the same factors summed by wgmma's stand-ins (16-bit, or FP8 with the weights transposed) and by the CUDA
+    # cores: equal up to float32 summation order, whatever the shape
+    inputs, params = _problem("fp8_quant_gemm", rows, length, n, "float32" if dtype == "float16" else "bfloat16",
+                              seed=rows * 1000 + length)
+    if dtype == "float16":
+        inputs = {k: v.astype(np.float16) for k, v in inputs.items()}
+    if dtype == "e4m3":
+        inputs["w"] = as_e4m3(to_float(inputs["w"]))
+    keep = np.random.default_rng(length).random((rows, length)) > 0.3 if masked else None
+    ours = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=segments)(inputs, params, keep)["y"]
+    if dtype == "float16":  # columns reads float32 or bfloat16 (the same values: float16 widens exactly)
+        inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
+    cores = compile(fused("fp8_quant_gemm"), "cudasim", "columns")(inputs, params, keep)["y"]
+    scale = max(float(np.abs(cores).max()), 1e-30)
+    assert np.array_equal(np.isnan(ours), np.isnan(cores))
+    assert np.nanmax(np.abs(ours - cores)) <= 1e-5 * scale

@@ -165,7 +165,8 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
                     Assign(f"fd_{u}", f"({q} // 8) * {ROW} + (((tid % 8) ^ (({q} // 8) & 7)) << 3)")]
         out += [Assign("wcol", f"cb + 8 * (tid % {per_row})"),
                 Assign("wn", f"pick(wcol < {self.n}, 16, 0)"),
-                Assign("wo", f"(rw * length + tid // {per_row}) * {self.n} + min(wcol, {self.n - 8})")]
+                Assign("wrow", "rw * length"), Assign("wcl", f"min(wcol, {self.n - 8})"),
+                Assign("wo", f"(wrow + tid // {per_row}) * {self.n} + wcl")]
         for u in range(nb):
             kr = f"(tid // {per_row} + {u * step})"
             out.append(Assign(f"wd_{u}", f"{self.bm * ROW} + ((tid % {per_row}) // 8) * {BK * ROW} + {kr} * {ROW} + "
@@ -194,7 +195,7 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
                                                                 f"wt + {u * step * self.n}", "wn")))
             kr = f"kt0 + tid // {per_row} + {u * step}"
             partial += self.guarded(u, BK * per_row, Call("cp_async16_at", (
-                "sm", f"sd + wd_{u}", self.x, f"wo + (min({kr}, hi - 1) - tid // {per_row}) * {self.n}",
+                "sm", f"sd + wd_{u}", self.x, f"(wrow + min({kr}, hi - 1)) * {self.n} + wcl",
                 f"pick({kr} < hi, wn, 0)")))
         return out + [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(partial))]
 
@@ -227,8 +228,9 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
                Assign("sm", "cuda.shared.array(0, uint16)"), Assign("sb", "swizzle_pad(sm)"),
                Assign("r0", f"cuda.blockIdx.x * {self.bm}"), Assign("cb", f"cuda.blockIdx.y * {self.bc}"),
                # 32-bit divisions: a 64-bit one is a subroutine call, which makes ptxas serialize the wgmmas
-               Assign("rw", f"uint32(min(r0, rows - 1)) // uint32(rep_{self.x})"),
-               Assign("segl", f"(uint32(length + nseg - 1) // uint32(nseg) + {bk - 1}) // {bk} * {bk}"),
+               # (back to signed: offsets computed from them may step below a row's start before a clamp)
+               Assign("rw", f"int32(uint32(min(r0, rows - 1)) // uint32(rep_{self.x}))"),
+               Assign("segl", f"int32((uint32(length + nseg - 1) // uint32(nseg) + {bk - 1}) // {bk} * {bk})"),
                Assign("lo", "cuda.blockIdx.z * segl"), Assign("hi", "min(lo + segl, length)"),
                Assign("ntile", f"max(hi - lo + {bk - 1}, 0) // {bk}")]
         out += self.fp8_offsets() if self.bytes else self.offsets()

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from redalgebra import RedalgebraError
@@ -195,11 +195,12 @@ def test_auto_takes_wgmma_for_many_rows_on_hopper():
     assert strategy(4096, (9, 0), "e4m3") == "columns_wgmma"  # e4m3 weights: FP8 products, the weights transposed
 
 
-@settings(max_examples=4, deadline=None, derandomize=True, database=None,
+@settings(max_examples=3, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(rows=st.integers(1, 40), length=st.integers(1, 300), n=st.sampled_from([8, 24, 72]),
+@given(rows=st.integers(1, 20), length=st.integers(1, 160), n=st.sampled_from([8, 24, 72]),
        dtype=st.sampled_from(["bfloat16", "float16", "e4m3"]), segments=st.sampled_from([None, 2, 3]),
        masked=st.booleans())
+@example(rows=1, length=1, n=72, dtype="bfloat16", segments=None, masked=True)  # a partial tile's rows below zero
 def test_columns_wgmma_gives_what_columns_gives(rows, length, n, dtype, segments, masked):
     # the same factors summed by wgmma's stand-ins (16-bit, or FP8 with the weights transposed) and by the CUDA
     # cores: equal up to float32 summation order, whatever the shape

@@ -40,7 +40,8 @@ def assemble(fused, spec, target: str, strategy: str, kernels: list, consts, con
     text += [f"{k} = {v}" for k, v in sorted(constants.items())]
     text.append(HELPERS.replace("{device}", device))
     if target == "cuda":  # on the GPU, one instruction each (the portable helpers above serve the simulator)
-        text += ["if not config.ENABLE_CUDASIM:", "    rt_max, rt_min, rt_fp8 = max_nan, min_nan, e4m3_round  # noqa: F811"]
+        text += ["if not config.ENABLE_CUDASIM:", "    rt_max, rt_min = max_nan, min_nan  # noqa: F811",
+                 "    if fp8_in_hardware():  # sm_89 and later", "        rt_fp8 = e4m3_round  # noqa: F811"]
     for name, args, lines in bodies:
         text += ["", f"@{decorator}", f"def {name}({', '.join(args)}):"] + ["    " + ln for ln in lines]
     entries = tuple((n, a, g) for n, a, g, _ in kernels) if len(kernels) > 1 else ()

@@ -512,7 +512,8 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
 
 #: Rows that must share a vector row for ``auto`` to take the tensor cores (a warp's 16 rows of its tile).
 MMA_ROWS = 16
-#: Rows from which a product of shared weights is a GEMM on Hopper's ``wgmma`` (``columns_wgmma``: 128-row blocks).
+#: Rows from which a product of shared weights is a GEMM on Hopper's ``wgmma`` (``columns_wgmma``: 128-row blocks):
+#: two blocks of rows; not measured between 16 rows (``columns_mma``) and 4096 (``columns_wgmma``, 7-10x faster).
 GEMM_ROWS = 256
 
 
@@ -531,8 +532,8 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     first, then column tiles of a batch of rows reading each weight once, FP8 rounded at the final scale);
     ``columns_mma`` (the same level order, the products on the tensor cores) where the factors are FP8 values (exact
     in the weights' 16-bit type) and the call suits it — a factor it would round (RMSNorm's) stays on ``columns``
-    unless asked for; ``columns_wgmma`` (the product as a GEMM on ``wgmma``) instead from :data:`GEMM_ROWS` rows on
-    an sm_90 GPU with 16-bit weights.
+    unless asked for; ``columns_wgmma`` (the product as a GEMM on ``wgmma``; e4m3 weights on its FP8 form) instead
+    from :data:`GEMM_ROWS` rows on an sm_90 GPU.
     Other elements with vectors (attention's keys and values): ``vrows`` (a group of lanes per element, 128-bit loads, segments across
     blocks when the rows are few; its launch policy chooses from the shape), which ran every decode shape of
     the H200 bench at 94-106 % of copy bandwidth; where it cannot (a top-k, per-element outputs, vectors too

@@ -42,7 +42,7 @@ from numba import config, types
 
 from .formats import _f32, bf16_bits, e4m3_bits, e4m3_values, f16_bits  # host rounding (NumPy), re-exported
 
-__all__ = ["LOG2E", "bf16_bits", "div_full", "pick", "e4m3", "e4m3_round", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
+__all__ = ["LOG2E", "bf16_bits", "div_full", "pick", "e4m3", "e4m3_round", "fp8_in_hardware", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
            "ld_e4m3", "ld_e4m3x16", "ld_f32x4",
            "ld_f32x4_nc", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x8", "st_e4m3x4", "st_f32x4", "st_h16",
            "st_h16x8"]
@@ -490,6 +490,18 @@ def e4m3(typingctx, x):
     def codegen(context, builder, sig, args):
         return builder.trunc(_e4m3_pair(builder, args[0], args[0]), ir.IntType(8))
     return types.uint8(types.float32), codegen
+
+
+def fp8_in_hardware() -> bool:
+    """Whether generated modules round ``fp8()`` with :func:`e4m3_round` (the hardware's conversion, sm_89 and
+    later): on such a GPU, or where no GPU is present (PTX built offline, for sm_90); an older GPU keeps the
+    portable helper."""
+    try:
+        from numba import cuda
+
+        return not cuda.is_available() or cuda.get_current_device().compute_capability >= (8, 9)
+    except Exception:  # noqa: BLE001 - no driver to ask: PTX built offline
+        return True
 
 
 @_device(_sim_e4m3_round)

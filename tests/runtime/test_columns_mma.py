@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from redalgebra import RedalgebraError
-from redalgebra.runtime import as_e4m3, compile
+from redalgebra.runtime import as_bfloat16, as_e4m3, compile
 from redalgebra.runtime.formats import to_float
 from tests.catalogue import fused
 from tests.runtime.test_columns import _problem, _reference
@@ -174,8 +174,36 @@ def test_columns_wgmma_refuses_what_it_cannot_take():
     inputs, params = _problem("fp8_quant_gemm", 4, 64, 16, "bfloat16")
     with pytest.raises(RedalgebraError, match="blocks of 32 or 128 or 256 threads"):
         compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", threads=64)(inputs, params)
-    with pytest.raises(RedalgebraError, match="columns"):
+    with pytest.raises(RedalgebraError, match="blocks of 64, 128, 256 columns"):
         compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", group=12)(inputs, params)
+    inputs, params = _problem("fp8_quant_gemm", 4, 64, 12, "bfloat16")  # 16-bit rows are copied 16 bytes at a time
+    with pytest.raises(RedalgebraError, match="not a multiple of 8"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma")(inputs, params)
+    inputs, params = _problem("fp8_quant_gemm", 32, 64, 16, "bfloat16", shared=False)
+    inputs["w"] = as_bfloat16(to_float(inputs["w"])[:4])  # four weight matrices of 8 rows: a block takes 16
+    with pytest.raises(RedalgebraError, match="share one weight matrix"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma")(inputs, params)
+
+
+def test_columns_wgmma_takes_e4m3_weights_as_int8_and_without_scalar_reductions():
+    import redalgebra as ra
+    from redalgebra import evaluate
+
+    # bytes given as int8 (a torch view, say) widen with their sign: the transpose masks them to their byte
+    inputs, params = _problem("fp8_quant_gemm", 3, 37, 64, "bfloat16")
+    codes = as_e4m3(to_float(inputs["w"]))
+    signed = dict(inputs, w=as_e4m3(np.asarray(codes.bits).view(np.int8)))
+    ref = _reference("fp8_quant_gemm", dict(inputs, w=codes), params, None, 3)["y"]
+    out = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma")(signed, params)["y"]
+    assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
+    # a cascade with no scalar reduction: no factors kernel fused with one, the weights still transposed
+    c = ra.parse("input x\ninput w[n]\nreduce o = sum(fp8(x) * w)\nout y = o\n")
+    x = np.random.default_rng(2).normal(size=(5, 40)).astype(np.float32)
+    w = as_e4m3(np.random.default_rng(3).normal(size=(1, 40, 32)).astype(np.float32))
+    out = compile(ra.derive(c), "cudasim", "columns_wgmma")({"x": as_bfloat16(x), "w": w})["y"]
+    want = evaluate(c, {"x": to_float(as_bfloat16(x)).astype(np.float64),
+                        "w": np.broadcast_to(to_float(w).astype(np.float64), (5, 40, 32))})["y"]
+    assert np.abs(out - want).max() <= 1e-5 * np.abs(want).max()
 
 
 def test_auto_takes_wgmma_for_many_rows_on_hopper():

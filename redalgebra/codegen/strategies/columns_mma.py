@@ -57,7 +57,8 @@ THREADS, SIM_THREADS, BLOCKS = 128, 32, (32, 64, 128, 256)
 def warp_columns(threads: int) -> int:
     """Columns of a warp: 64, or 32 in blocks of eight warps."""
     return BC // 2 if threads > 128 else BC
-#: Elements of the factors a thread computes (one 16-byte store of 16-bit values; the rows are whole tiles of 64).
+#: Elements of the factors a thread computes (one 16-byte store of 16-bit values, two 4-byte stores of e4m3 bytes; the
+#: rows are whole tiles).
 FACTORS_EACH = 8
 #: 16-bit units of a staged row: 64 values and 16 bytes of padding.
 PITCH = BK + 8

@@ -8,8 +8,9 @@ its 64 rows of the factor tile by the block's whole weight tile with ``wgmma.mma
 read by the instruction from shared memory:
 
 1. **Level order** as ``columns_mma``: the scalar reductions first (so an FP8 scale is the row's final absmax), then
-   the factors ``F[m, k]`` in the weights' 16-bit type (FP8 values exactly), then the product, then the segments'
-   sums when the axis is split (few blocks: fewer than the multiprocessors).
+   the factors ``F[m, k]`` in the weights' 16-bit type (FP8 values exactly; as e4m3 bytes beside e4m3 weights) —
+   one kernel, a block per row reducing it and then writing its factors after a barrier — then the product, then
+   the segments' sums when the axis is split (few blocks: fewer than the multiprocessors).
 2. **Layout.** Tiles of 64 elements are staged by ``cp.async`` in the 128-byte-swizzled layout (the 16-byte chunk
    ``c`` of a 128-byte row ``r`` at chunk ``c ^ (r & 7)``): the factor tile K-major (a row's 64 factors one
    128-byte row), the weight tile as it lies in memory — rows ``w[k, :]``, so the instruction reads it MN-major
@@ -22,10 +23,16 @@ read by the instruction from shared memory:
    ``g·4 + t``, rows ``16 w + g`` and ``+ 8``, columns ``8 j + 2 t`` and ``+ 1``); the derived finish (an FP8 scale
    ``s / 448``, a bias) is applied per row as in ``columns``.
 
-Rounding and exactness are ``columns_mma``'s: FP8 factors are exact in 16 bits and the products exact, so only the
-float32 summation order differs from the float64 reference; other factors are rounded to the weights' type.
-e4m3 weights are ``columns_mma``'s: the FP8 instruction reads both operands K-major, which a weight matrix given as
-rows ``w[k, :]`` is not.
+**e4m3 weights** go to the FP8 instruction (``m64n256k32.e4m3.e4m3``, twice the products a cycle), which reads both
+operands K-major only — and a weight matrix given as rows ``w[k, :]`` is not: the factors are stored as e4m3 bytes
+(rows of the factor scratch, K-major), and a kernel of the module transposes the weights every call into rows of
+the padded axis (32-bit words of four bytes; zeros past the axis' end), so both tiles are 128 bytes a row, 128
+elements a tile, copied whole. Only for one weight matrix shared by every row (the transposed copy is one matrix).
+
+Rounding and exactness are ``columns_mma``'s: FP8 factors are exact in 16 bits (and as e4m3) and the products exact,
+so only the float32 summation order differs from the float64 reference; other factors are rounded to the weights'
+type. The epilogue divides with ``div.full.f32`` (within 2 ulp; an IEEE division's slow path is a subroutine call,
+which would make ptxas serialize the ``wgmma``s).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from . import columns_mma
 from .columns import build as columns_build, prepass_vec
 from .columns_mma import FACTORS_EACH, ColumnsMmaKernel, exact_factors
 from .products import KINDS
-from .wgmma import ATOM, ROW, WgmmaKernel
+from .wgmma import ATOM, ROW, WgmmaKernel, hopper_refusal
 
 #: Elements of a staged tile (one 128-byte swizzled row of 16-bit values; of e4m3 bytes, 128), and the elements of
 #: the axis a thread transposes (e4m3 weights).
@@ -148,7 +155,8 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
             body.append(Assign("wv", "uint32(0)"))
             for b in range(4):
                 k = f"k0 + {4 * q + b}"
-                body.append(If(f"{k} < length", (Assign("wv", f"wv | (uint32({self.x}[0, {k}, nn]) << {8 * b})"),)))
+                # (& 0xFF: the bytes may come as int8, which widens with its sign)
+                body.append(If(f"{k} < length", (Assign("wv", f"wv | ((uint32({self.x}[0, {k}, nn]) & 0xFF) << {8 * b})"),)))
             body.append(Assign(f"wt[nn, (k0 >> 2) + {q}]", "wv"))
         return out + [If(f"nn < {self.n}", tuple(body))]
 
@@ -273,16 +281,16 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         the row's factors — the row read once from memory and once from the cache, and one launch fewer. (With many
         rows there are blocks enough; ``columns_mma``'s few rows keep two kernels, the factors spread over blocks.)"""
         out = super().kernels()
-        if out[0][0] != "scalars":
-            return out
-        (_, pre_args, _, pre_body), (_, fac_args, _, _) = out[0], out[1]
-        acc = self.base()
-        each = FACTORS_EACH
-        setup = self.factor_setup(acc)  # (first: acc learns the scalars' names)
-        loop = For("kx", f"tid * {each}", "fac.shape[1]", tuple(self.factor_chunk(acc)), str(self.spec.threads * each))
-        body = [*pre_body, Barrier(), *setup, loop]
-        args = tuple(pre_args) + tuple(a for a in fac_args if a not in pre_args)
-        out = [("factors", args, "rowfactors", body)] + out[2:]
+        if out[0][0] == "scalars":
+            (_, pre_args, _, pre_body), (_, fac_args, _, _) = out[0], out[1]
+            acc = self.base()
+            each = FACTORS_EACH
+            setup = self.factor_setup(acc)  # (first: acc learns the scalars' names)
+            loop = For("kx", f"tid * {each}", "fac.shape[1]", tuple(self.factor_chunk(acc)),
+                       str(self.spec.threads * each))
+            body = [*pre_body, Barrier(), *setup, loop]
+            args = tuple(pre_args) + tuple(a for a in fac_args if a not in pre_args)
+            out = [("factors", args, "rowfactors", body)] + out[2:]
         if self.bytes:  # the weights transposed before the products, which read them
             at = next(i for i, k in enumerate(out) if k[0] == "tiles")
             name, targs, grid_name, tbody = out[at]
@@ -318,9 +326,9 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     reason = refusal(fused, dict(p.dtypes))
     if reason is not None:
         return reason
-    cc = p.option("cc")
-    if not p.option("simulator") and cc is not None and tuple(cc)[:2] != (9, 0):
-        return f"columns_wgmma: Hopper's warpgroup instructions need an sm_90 GPU; this one is sm_{cc[0]}{cc[1]}: use columns_mma"
+    reason = hopper_refusal(p, "columns_wgmma", "columns_mma")
+    if reason is not None:
+        return reason
     n = columns_mma._columns(fused, p)
     e4m3 = columns_mma._e4m3(fused, p)
     if n % 8 and not e4m3:  # (e4m3 weights are read a byte at a time, to be transposed)
@@ -374,7 +382,7 @@ def grid(rows: int, spec: Spec, named) -> dict:
     out = columns_mma.grid(rows, spec, named)
     out["rowfactors"] = (rows, spec.threads)  # the scalars and the factors: a block per row
     n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
-    if "wt" in named:  # e4m3 weights transposed: a thread per column and 16 elements of the padded axis
+    if "wt" in named:  # e4m3 weights transposed: a thread per column and FP8_CHUNK elements of the padded axis
         out["transpose"] = ((named["wt"].shape[1] * 4 // FP8_CHUNK, -(-n // spec.threads)), spec.threads)
     out["tiles"] = ((-(-rows // spec.batch), -(-n // (spec.group * 8)), spec.segments), spec.threads, 0, spec.shared)
     return out

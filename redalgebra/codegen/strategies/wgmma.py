@@ -216,16 +216,27 @@ def _targets_sm90a() -> bool:
     return (major, minor) >= (0, 30)
 
 
+def hopper_refusal(p: Problem, name: str, instead: str) -> str | None:
+    """Why strategy ``name`` cannot build Hopper's warpgroup instructions for this call (None: it can): another
+    GPU, or a numba-cuda that does not build sm_90a; ``instead`` is the strategy to name."""
+    if p.option("simulator"):
+        return None
+    cc = p.option("cc")
+    if cc is not None and tuple(cc)[:2] != (9, 0):
+        return f"{name}: Hopper's warpgroup instructions need an sm_90 GPU; this one is sm_{cc[0]}{cc[1]}: use {instead}"
+    if not _targets_sm90a():
+        return f"{name}: numba-cuda 0.30 or later is needed to build sm_90a kernels: pip install -U numba-cuda; use {instead}"
+    return None
+
+
 def applicable(fused: FusedCascade, p: Problem) -> str | None:
     """Why ``wgmma`` does not suit this call (None: it does): :func:`.products.applicable`'s reasons, then the device."""
     reason = form_and_call(fused, p, "wgmma", _shared_bytes)
     if reason is not None:
         return reason
-    cc = p.option("cc")
-    if not p.option("simulator") and cc is not None and tuple(cc)[:2] != (9, 0):
-        return f"wgmma: Hopper's warpgroup instructions need an sm_90 GPU; this one is sm_{cc[0]}{cc[1]}: use mma"
-    if not p.option("simulator") and not _targets_sm90a():
-        return "wgmma: numba-cuda 0.30 or later is needed to build sm_90a kernels: pip install -U numba-cuda; use mma"
+    reason = hopper_refusal(p, "wgmma", "mma")
+    if reason is not None:
+        return reason
     threads = _threads(p)
     allowed = (32, 64, 128, 256) if p.option("simulator") else (128, 256)
     if threads not in allowed:

@@ -209,22 +209,17 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
 
     # -- the products -----------------------------------------------------------------------------------------------
     def products(self) -> list:
-        if self.bytes:  # FP8: both operands K-major, four k32 steps of 32 bytes a tile
-            acc = WgmmaKernel.tiles("ac", self.bc // 8)
-            value = acc
-            for ks in range(self.bk // 32):
-                value = f"wgmma_ss_e4m3({value}, da + sa + {2 * ks}, db + sa + {2 * ks}, 1)"
-            return [Assign("sa", f"(uint32(it) % uint32({self.stages})) * {self.stage * 2 // 16}"),
-                    Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ()), Call("wgmma_wait1", ())]
-        return self.products16()
-
-    def products16(self) -> list:
-        """The four ``k16`` products of the staged tile ``it``: this warpgroup's 64 factor rows (K-major, 32 bytes a
-        step) times the weight tile (MN-major, 16 rows of 128 bytes a step), one group committed."""
+        """The four products of the staged tile ``it``, one group committed: this warpgroup's 64 factor rows (K-major,
+        32 bytes a step) times the weight tile — ``k16`` steps of 16-bit values, the weight tile MN-major (16 rows of
+        128 bytes a step); FP8: ``k32`` steps, the transposed weight tile K-major (32 bytes a step)."""
+        if self.bytes:
+            op, b_step = "wgmma_ss_e4m3", 2
+        else:
+            op, b_step = f"wgmma_sst_{self.kind}", 16 * ROW * 2 // 16
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
         value = acc
-        for ks in range(BK // 16):
-            value = f"wgmma_sst_{self.kind}({value}, da + sa + {2 * ks}, db + sa + {16 * ks * ROW * 2 // 16}, 1)"
+        for ks in range(4):
+            value = f"{op}({value}, da + sa + {2 * ks}, db + sa + {b_step * ks}, 1)"
         return [Assign("sa", f"(uint32(it) % uint32({self.stages})) * {self.stage * 2 // 16}"),
                 Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ()), Call("wgmma_wait1", ())]
 

@@ -101,15 +101,21 @@ def test_check_gives_columns_mma_its_weights_once_for_all_rows():
        masked=st.booleans(), threads=st.sampled_from([None, 64]))
 def test_columns_mma_gives_what_columns_gives(rows, length, n, dtype, segments, masked, threads):
     # the same factors (float32, FP8-rounded at the row's final scale) summed by the tensor cores and by the CUDA
-    # cores: equal up to float32 summation order, whatever the shape (the float64 reference may round an FP8 factor
-    # on the other side of a tie, so the two kernels are compared with each other)
-    inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16" if dtype == "bfloat16" else "float32",
+    # cores: equal up to float32 summation order, whatever the shape
+    _same_as_columns("columns_mma", rows, length, n, dtype, segments, masked, threads=threads)
+
+
+def _same_as_columns(strategy, rows, length, n, dtype, segments, masked, **options):
+    """``strategy``'s FP8 quant + GEMM against ``columns``' (the CUDA cores) on the same inputs: equal up to float32
+    summation order (kernels against each other: the factors are the same float32 ones)."""
+    inputs, params = _problem("fp8_quant_gemm", rows, length, n, "float32" if dtype == "float16" else "bfloat16",
                               seed=rows * 1000 + length)
     if dtype == "float16":
         inputs = {k: v.astype(np.float16) for k, v in inputs.items()}
+    if dtype == "e4m3":
+        inputs["w"] = as_e4m3(to_float(inputs["w"]))
     keep = np.random.default_rng(length).random((rows, length)) > 0.3 if masked else None
-    ours = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma", segments=segments, threads=threads)(
-        inputs, params, keep)["y"]
+    ours = compile(fused("fp8_quant_gemm"), "cudasim", strategy, segments=segments, **options)(inputs, params, keep)["y"]
     if dtype == "float16":  # columns reads float32 or bfloat16 (the same values: float16 widens exactly)
         inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
     cores = compile(fused("fp8_quant_gemm"), "cudasim", "columns")(inputs, params, keep)["y"]
@@ -232,17 +238,4 @@ def test_auto_takes_wgmma_for_many_rows_on_hopper():
 def test_columns_wgmma_gives_what_columns_gives(rows, length, n, dtype, segments, masked):
     # the same factors summed by wgmma's stand-ins (16-bit, or FP8 with the weights transposed) and by the CUDA
     # cores: equal up to float32 summation order, whatever the shape
-    inputs, params = _problem("fp8_quant_gemm", rows, length, n, "float32" if dtype == "float16" else "bfloat16",
-                              seed=rows * 1000 + length)
-    if dtype == "float16":
-        inputs = {k: v.astype(np.float16) for k, v in inputs.items()}
-    if dtype == "e4m3":
-        inputs["w"] = as_e4m3(to_float(inputs["w"]))
-    keep = np.random.default_rng(length).random((rows, length)) > 0.3 if masked else None
-    ours = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=segments)(inputs, params, keep)["y"]
-    if dtype == "float16":  # columns reads float32 or bfloat16 (the same values: float16 widens exactly)
-        inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
-    cores = compile(fused("fp8_quant_gemm"), "cudasim", "columns")(inputs, params, keep)["y"]
-    scale = max(float(np.abs(cores).max()), 1e-30)
-    assert np.array_equal(np.isnan(ours), np.isnan(cores))
-    assert np.nanmax(np.abs(ours - cores)) <= 1e-5 * scale
+    _same_as_columns("columns_wgmma", rows, length, n, dtype, segments, masked)

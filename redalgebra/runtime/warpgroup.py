@@ -1,0 +1,320 @@
+"""Hopper's warpgroup instructions (sm_90a) for generated CUDA kernels: ``wgmma.mma_async`` with its operands in
+128-byte-swizzled shared memory described by 64-bit descriptors, and the fences and waits around it (the ``wgmma`` and
+``columns_wgmma`` strategies).
+
+Built on :mod:`.tensor_cores`' helpers (shared addresses, inline PTX, the warp-collective stand-ins) and re-exported
+there, so that a generated module imports every tensor-core intrinsic from one place. Under the simulator each name is
+a Python stand-in that decodes the swizzled layout through the descriptors as the hardware does.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+
+from .intrinsics import SIMULATOR, _device, e4m3_values
+from .tensor_cores import (_check_shared, _shared_address, _shared_flat, _side_effect, _sim_unpack, _wait,
+                           _warp_collective)
+
+if not SIMULATOR:
+    from .intrinsics import TypingError
+
+__all__ = ["swizzle_pad", "wgmma_desc", "wgmma_ss_bf16", "wgmma_ss_f16", "wgmma_ss_e4m3", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold", "fence_async"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Hopper (sm_90a): wgmma, operands in 128-byte-swizzled shared memory described by 64-bit descriptors
+# --------------------------------------------------------------------------------------------------
+#: The 128-byte swizzle: the 16-byte chunk ``c`` of the 128-byte row ``r`` of an 8-row atom (1024 bytes, 1024-aligned)
+#: lies at chunk ``c ^ (r & 7)`` — a function of the shared-memory address alone (bits 4-6 xor bits 7-9).
+SWIZZLE_ATOM = 1024
+
+
+def swizzled(byte_address: int) -> int:
+    """Where the 128-byte swizzle puts the byte at ``byte_address`` (of a 1024-aligned layout)."""
+    return byte_address ^ ((byte_address >> 3) & 0x70)
+
+
+def _sim_swizzle_pad(s):
+    return 0  # the simulator's shared arrays start at address 0
+
+
+class _SimDesc(tuple):
+    """A descriptor in the simulator: ``(shared array, byte address, lbo, sbo)``. Adding ``n`` moves the address by
+    ``n`` 16-byte units, as adding to a real descriptor's address field does."""
+
+    def __add__(self, n):
+        if not isinstance(n, (int, np.integer)):
+            return NotImplemented
+        flat, at, lbo, sbo = self
+        return _SimDesc((flat, at + 16 * int(n), lbo, sbo))
+
+    __radd__ = __add__
+
+
+def _sim_wgmma_desc(s, idx, lbo, sbo):
+    return _SimDesc((_shared_flat(s).view(np.uint16), 2 * int(idx), int(lbo), int(sbo)))
+
+
+def _desc_read(desc, byte_address, item=2):
+    """The ``item``-byte code (16-bit value or e4m3 byte) at ``byte_address`` of a swizzled operand."""
+    raw = desc[0].view(np.uint8)
+    at = swizzled(byte_address)
+    if at % item or not 0 <= at <= raw.size - item:
+        raise IndexError(f"wgmma: operand byte {at} is outside the shared array ({raw.size} bytes) or misaligned")
+    return raw[at:at + item].view(np.uint16 if item == 2 else np.uint8)[0]
+
+
+def _k_major(desc, rows, first=0, k=16, item=2):
+    """Rows ``first ..`` of the ``k``-wide operand a K-major 128B-swizzled descriptor gives (codes of ``item``
+    bytes): row ``r`` at ``(r // 8) SBO + (r % 8) 128`` (a thread reads only its warp's rows: a simulated block may
+    be one warp)."""
+    _, start, _, sbo = desc
+    return np.array([[_desc_read(desc, start + (r // 8) * sbo + (r % 8) * 128 + item * kk, item) for kk in range(k)]
+                     for r in range(first, first + rows)], np.uint16 if item == 2 else np.uint8)
+
+
+def _mn_major(desc, n, k=16):
+    """The ``k × n`` operand an MN-major (transposed) 128B-swizzled descriptor gives: ``n`` in 64-value blocks LBO
+    apart, ``k`` in rows of 128 bytes, eight rows an atom, atoms SBO apart."""
+    _, start, lbo, sbo = desc
+    return np.array([[_desc_read(desc, start + (c // 64) * lbo + (kk // 8) * sbo + (kk % 8) * 128 + 2 * (c % 64))
+                      for c in range(n)] for kk in range(k)], np.uint16)
+
+
+def _sim_halves(kind):
+    if kind == "e4m3":
+        return lambda codes: e4m3_values(codes).astype(np.float64)
+    if kind == "bf16":
+        return lambda bits: (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return lambda bits: bits.view(np.float16).astype(np.float64)
+
+
+def _wgmma_place():
+    """``(warp of the warpgroup, g, t)`` of the calling simulated thread."""
+    import threading
+
+    tid = threading.current_thread().thread_id
+    lane = tid % 32
+    return (tid // 32) % 4, lane >> 2, lane & 3
+
+
+def _sim_wgmma_ss(kind, transposed=False):
+    widen = _sim_halves(kind)
+    k, item = (32, 1) if kind == "e4m3" else (16, 2)
+
+    def wgmma(acc, da, db, scale_d):
+        w, g, t = _wgmma_place()
+        a = widen(_k_major(da, 16, 16 * w, k, item))
+        b = widen(_mn_major(db, 8 * len(acc))) if transposed else widen(_k_major(db, 8 * len(acc), 0, k, item)).T
+        d = a @ b
+        return tuple(tuple(np.float32(d[g + 8 * (i >> 1), 8 * j + 2 * t + (i & 1)] + (float(c) if scale_d else 0.0))
+                           for i, c in enumerate(tile)) for j, tile in enumerate(acc))
+    return wgmma
+
+
+def _sim_wgmma_rs(kind):
+    widen = _sim_halves(kind)
+    unpack = _sim_unpack(kind)
+
+    def wgmma(acc, a0, a1, a2, a3, db):
+        b = widen(_mn_major(db, 8 * len(acc)))
+
+        def combine(slots):  # the warp's 16 rows: its A fragments (mma.sync's layout) times B
+            A = np.zeros((16, 16))
+            for lane, words in enumerate(slots):
+                g, t = lane >> 2, lane & 3
+                for r in range(4):
+                    A[g + 8 * (r & 1), 2 * t + 8 * (r >> 1):2 * t + 8 * (r >> 1) + 2] = unpack(words[r])
+            D = A @ b
+            return [D] * 32
+        d = _warp_collective((a0, a1, a2, a3), combine)
+        _, g, t = _wgmma_place()
+        return tuple(tuple(np.float32(d[g + 8 * (i >> 1), 8 * j + 2 * t + (i & 1)] + float(c)) for i, c in enumerate(tile))
+                     for j, tile in enumerate(acc))
+    return wgmma
+
+
+@_device(_sim_swizzle_pad)
+def swizzle_pad(typingctx, s):
+    """The 16-bit values to skip from ``s[0]`` (dynamic shared memory) to the next 1024-byte boundary: where a
+    128B-swizzled layout may start (the swizzle is a function of the address)."""
+    _check_shared("swizzle_pad", s, types.int64)
+
+    def codegen(context, builder, sig, args):
+        address = _shared_address(context, builder, sig.args[0], args[0], types.int64, ir.Constant(ir.IntType(64), 0))
+        i32 = ir.IntType(32)
+        gap = builder.and_(builder.sub(i32(SWIZZLE_ATOM), builder.and_(address, i32(SWIZZLE_ATOM - 1))),
+                           i32(SWIZZLE_ATOM - 1))
+        return builder.sext(builder.lshr(gap, i32(1)), ir.IntType(64))
+    return types.int64(s), codegen
+
+
+@_device(_sim_wgmma_desc)
+def wgmma_desc(typingctx, s, idx, lbo, sbo):
+    """The 64-bit matrix descriptor of a 128B-swizzled operand starting at ``s[idx]``: start address, leading and
+    stride byte offsets (``lbo``, ``sbo``), swizzle mode 1 (PTX ISA, "Matrix Descriptor Format"). Adding ``n`` to a
+    descriptor moves its start ``16 n`` bytes (the address field's unit; shared addresses stay below its 256 KB). K-major operands
+    (rows of 128 bytes along K, eight rows an atom ``sbo`` apart; a k16 step is 32 bytes further); MN-major ones
+    (transposed: 64 values of N per 128-byte row, rows along K, atoms ``sbo`` apart, N blocks ``lbo`` apart)."""
+    _check_shared("wgmma_desc", s, idx)
+    for v in (lbo, sbo):
+        if not isinstance(v, types.Integer):
+            raise TypingError(f"wgmma_desc: byte offsets are integers, got {v}")
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        address = builder.zext(_shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1]), i64)
+        lo, so = (context.cast(builder, v, t, types.int64) for v, t in zip(args[2:], sig.args[2:]))
+        field = builder.lshr(builder.and_(address, i64(0x3FFFF)), i64(4))
+        field = builder.or_(field, builder.shl(builder.lshr(builder.and_(lo, i64(0x3FFFF)), i64(4)), i64(16)))
+        field = builder.or_(field, builder.shl(builder.lshr(builder.and_(so, i64(0x3FFFF)), i64(4)), i64(32)))
+        return builder.or_(field, i64(1 << 62))
+    return types.int64(s, idx, lbo, sbo), codegen
+
+
+def _acc_type(name, acc):
+    """Accumulators come in n8 tiles: a tuple of N / 8 tuples of 4 float32 (a flat tuple of more than 30 names is
+    built through a list in Python 3.11's bytecode, which numba's interpreter does not always take back)."""
+    ok = (isinstance(acc, types.UniTuple) and 1 <= acc.count <= 32 and isinstance(acc.dtype, types.UniTuple)
+          and acc.dtype.count == 4 and acc.dtype.dtype == types.float32)
+    if not ok:
+        raise TypingError(f"{name}: the accumulators are a tuple of N / 8 tuples of 4 float32, got {acc}")
+    return acc
+
+
+def _flat(builder, value, count):
+    return [builder.extract_value(builder.extract_value(value, j), i) for j in range(count) for i in range(4)]
+
+
+def _tiles(context, builder, acc_t, values):
+    tile = acc_t.dtype
+    return context.make_tuple(builder, acc_t, [context.make_tuple(builder, tile, values[4 * j:4 * j + 4])
+                                               for j in range(acc_t.count)])
+
+
+def _wgmma_call(context, builder, sig, args, text, words):
+    """The wgmma ``text`` with the accumulators as tied ``=f`` operands, then ``words`` (i32 A registers and scale,
+    i64 descriptors) as operands."""
+    acc_t = sig.args[0]
+    n = 4 * acc_t.count
+    f32, i32 = ir.FloatType(), ir.IntType(32)
+    ops = _flat(builder, args[0], acc_t.count) + words
+    cons = ["=f"] * n + [str(k) for k in range(n)] + ["r" if o.type == i32 else "l" for o in words]
+    out = _side_effect(builder, text, ",".join(cons), ops, ir.LiteralStructType([f32] * n))
+    return _tiles(context, builder, acc_t, [builder.extract_value(out, k) for k in range(n)])
+
+
+def _wgmma_text(kind: str, n: int, a: str, b: str, scale: str, transposes: str, k: int = 16) -> str:
+    """The inline PTX of a ``wgmma.mma_async.m64n{n}k16``: the ``n / 2`` accumulators as ``$0 …`` (tied to the inputs
+    that follow them), then the operands; ``a``, ``b`` and ``scale`` name operands ``{k}`` counted after those (the
+    A descriptor or registers, the B descriptor, the scale-d flag, set into a predicate), ``transposes`` the
+    immediates after the two scales (``0, 0`` for two K-major descriptors; ``1`` for B transposed beside registers)."""
+    at = n  # the operands' first number: after the outputs and their tied inputs
+    op = lambda text: re.sub(r"\{(\d+)\}", lambda m: f"${at + int(m.group(1))}", text)  # noqa: E731
+    regs = ", ".join(f"${k}" for k in range(n // 2))
+    return ("{\n.reg .pred p;\n"
+            f"setp.ne.b32 p, {op(scale)}, 0;\n"
+            f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{kind}.{kind} {{{regs}}}, {op(a)}, {op(b)}, p, 1, 1"
+            f"{', ' + transposes if transposes else ''};\n}}")
+
+
+def _wgmma_ss(name, kind, transposed=False):
+    # FP8 operands are K-major only: the instruction has no transpose immediates, and takes k32 steps
+    transposes = "" if kind == "e4m3" else ("0, 1" if transposed else "0, 0")
+
+    def typer(typingctx, acc, da, db, scale_d):
+        _acc_type(name, acc)
+
+        def codegen(context, builder, sig, args):
+            descs = [context.cast(builder, v, t, types.int64) for v, t in zip(args[1:3], sig.args[1:3])]
+            scale = context.cast(builder, args[3], sig.args[3], types.int32)
+            text = _wgmma_text(kind, 8 * sig.args[0].count, "{0}", "{1}", "{2}", transposes,
+                               k=32 if kind == "e4m3" else 16)
+            return _wgmma_call(context, builder, sig, args, text, descs + [scale])
+        return acc(acc, types.int64, types.int64, types.int32), codegen
+    typer.__name__ = typer.__qualname__ = name
+    return _device(_sim_wgmma_ss(kind, transposed))(typer)
+
+
+def _wgmma_rs(name, kind):
+    def typer(typingctx, acc, a0, a1, a2, a3, db):
+        _acc_type(name, acc)
+
+        def codegen(context, builder, sig, args):
+            words = [context.cast(builder, v, t, types.uint32) for v, t in zip(args[1:5], sig.args[1:5])]
+            desc = context.cast(builder, args[5], sig.args[5], types.int64)
+            text = _wgmma_text(kind, 8 * sig.args[0].count, "{{0}, {1}, {2}, {3}}", "{4}", "{5}", "1")
+            return _wgmma_call(context, builder, sig, args, text, words + [desc, ir.Constant(ir.IntType(32), 1)])
+        return acc(acc, types.uint32, types.uint32, types.uint32, types.uint32, types.int64), codegen
+    typer.__name__ = typer.__qualname__ = name
+    return _device(_sim_wgmma_rs(kind))(typer)
+
+
+wgmma_ss_bf16 = _wgmma_ss("wgmma_ss_bf16", "bf16")
+wgmma_ss_bf16.__doc__ = """``acc = A·Bᵀ (+ acc if scale_d)``: ``wgmma.mma_async.m64nNk16`` (N = 2 × the accumulators)
+on bfloat16 operands in shared memory, both K-major (descriptors ``da``: 64 rows, ``db``: N rows). Warpgroup-wide and
+asynchronous: between ``wgmma_fence`` and ``wgmma_commit``; read the accumulators after ``wgmma_wait0`` and
+``wgmma_hold``. The accumulators are N / 8 tiles of 4: warp ``w``'s tile ``j``, value ``i`` is row
+``16 w + g + 8 (i >> 1)``, column ``8 j + 2 t + (i & 1)`` (``mma.sync``'s accumulators, n8 tile by n8 tile)."""
+wgmma_ss_f16 = _wgmma_ss("wgmma_ss_f16", "f16")
+wgmma_ss_f16.__doc__ = "``wgmma_ss_bf16`` on float16 operands."
+wgmma_ss_e4m3 = _wgmma_ss("wgmma_ss_e4m3", "e4m3")
+wgmma_ss_e4m3.__doc__ = """``acc = A·Bᵀ (+ acc if scale_d)``: ``wgmma.mma_async.m64nNk32`` on FP8 e4m3 operands in shared
+memory, both K-major (rows of 128 bytes: 128 values; a k32 step is 32 bytes further), float32 accumulators laid out
+as :func:`wgmma_ss_bf16`'s. The products of e4m3 values are exact in float32."""
+wgmma_sst_bf16 = _wgmma_ss("wgmma_sst_bf16", "bf16", transposed=True)
+wgmma_sst_bf16.__doc__ = """``acc = A·B (+ acc if scale_d)``: ``wgmma_ss_bf16`` with B ``16 × N`` MN-major (transposed: a
+row-major ``[k][n]`` tile such as a weight matrix's rows, 64 values of N per 128-byte row, N blocks ``lbo`` apart)."""
+wgmma_sst_f16 = _wgmma_ss("wgmma_sst_f16", "f16", transposed=True)
+wgmma_sst_f16.__doc__ = "``wgmma_sst_bf16`` on float16 operands."
+wgmma_rs_bf16 = _wgmma_rs("wgmma_rs_bf16", "bf16")
+wgmma_rs_bf16.__doc__ = """``acc += A·B``: ``wgmma.mma_async.m64nNk16`` with A in registers (each warp its 16 rows in
+``mma.sync``'s A layout: four words) and B ``16 × N`` in shared memory, MN-major (transposed: a row-major ``[k][n]``
+tile such as a value tile, descriptor ``db``)."""
+wgmma_rs_f16 = _wgmma_rs("wgmma_rs_f16", "f16")
+wgmma_rs_f16.__doc__ = "``wgmma_rs_bf16`` on float16 operands."
+
+
+def _sim_hold(acc):
+    return acc
+
+
+def _void(name, text, doc):
+    f = _wait(name, text)
+    f.__doc__ = doc
+    return f
+
+
+wgmma_fence = _void("wgmma_fence", "wgmma.fence.sync.aligned;",
+                    "Orders the registers' earlier writes before the wgmmas that read them (``wgmma.fence``).")
+wgmma_commit = _void("wgmma_commit", "wgmma.commit_group.sync.aligned;", "Closes a group of wgmmas.")
+wgmma_wait0 = _void("wgmma_wait0", "wgmma.wait_group.sync.aligned 0;", "Waits for every group of wgmmas.")
+wgmma_wait1 = _void("wgmma_wait1", "wgmma.wait_group.sync.aligned 1;",
+                    "Waits for every group of wgmmas but the last committed: one group stays in flight.")
+fence_async = _void("fence_async", "fence.proxy.async.shared::cta;",
+                    "Makes this thread's shared-memory writes (stores, cp.async) visible to wgmma's operand reads.")
+
+
+@_device(_sim_hold)
+def wgmma_hold(typingctx, acc):
+    """The registers, through an empty instruction that reads and writes them, ordered with the other wgmma
+    instructions: after ``wgmma_wait0`` it keeps the accumulators' uses from moving above the wait (their values are
+    the wgmma's only once it completes); before ``wgmma_fence`` it keeps the writes of an operand (accumulators
+    scaled, A fragments packed) from moving below the fence. Tiles of 4 float32 or of 4 words (uint32)."""
+    words = (isinstance(acc, types.UniTuple) and isinstance(acc.dtype, types.UniTuple) and acc.dtype.count == 4
+             and acc.dtype.dtype == types.uint32 and 1 <= acc.count <= 32)
+    if not words:
+        _acc_type("wgmma_hold", acc)
+
+    def codegen(context, builder, sig, args):
+        n = 4 * sig.args[0].count
+        reg, letter = (ir.IntType(32), "r") if words else (ir.FloatType(), "f")
+        cons = ",".join([f"={letter}"] * n + [str(k) for k in range(n)])
+        out = builder.call(ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([reg] * n), [reg] * n), "", cons,
+                                        side_effect=True), _flat(builder, args[0], sig.args[0].count))
+        return _tiles(context, builder, sig.args[0], [builder.extract_value(out, k) for k in range(n)])
+    return acc(acc), codegen

@@ -53,19 +53,15 @@ FULL = "0xFFFFFFFF"
 
 
 #: A "tiles" scratch array holds a value per element, each row padded with zeros to a multiple of this many elements
-#: (whole tiles for the kernels that stage it: columns_mma's factors, 64 16-bit values a tile; columns_wgmma's, 128
-#: e4m3 bytes a tile); a "columns" one is a weight matrix of bytes transposed, a row per column, padded the same
-#: way, held as 32-bit words of four bytes.
+#: (whole tiles for the kernels that stage it: columns_mma's and columns_wgmma's factors, 64 16-bit values a tile);
+#: an "axis" one a row of ``width`` values per element of the axis (columns_wgmma's e4m3 weights widened).
 SCRATCH_TILE = 128
 
 
 def scratch_shape(layout: str, rows: int, length: int, nseg: int, width: int | None = None) -> tuple:
-    """The shape of a scratch array of ``layout``: its leading dimensions, then ``width`` when it has one (a
-    "columns" array: ``width`` rows of the padded axis)."""
+    """The shape of a scratch array of ``layout``: its leading dimensions, then ``width`` when it has one."""
     padded = -(-length // SCRATCH_TILE) * SCRATCH_TILE
-    if layout == "columns":  # (32-bit words of four elements)
-        return (width, padded // 4)
-    lead = {"rows": (rows,), "segments": (rows, nseg), "tiles": (rows, padded)}[layout]
+    lead = {"rows": (rows,), "segments": (rows, nseg), "tiles": (rows, padded), "axis": (length,)}[layout]
     return lead + (() if width is None else (width,))
 
 

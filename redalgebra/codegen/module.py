@@ -29,7 +29,7 @@ def assemble(fused, spec, target: str, strategy: str, kernels: list, consts, con
         header = ["from numba import njit, prange, float32, int32"]
         device, decorator = "njit(cache=False)", "njit(parallel=True, fastmath=False, cache=False)"
     else:
-        header = ["from numba import config, cuda, float32, int32, uint8, uint16, uint32",
+        header = ["from numba import config, cuda, float32, int32, uint16, uint32",
                   f"from redalgebra.runtime.intrinsics import {', '.join(INTRINSICS)}",
                   f"from redalgebra.runtime.tensor_cores import {', '.join(TENSOR_CORES)}", "",
                   f"BOUNDS = {{}} if config.ENABLE_CUDASIM else {{'launch_bounds': {spec.launch_bounds}}}"]

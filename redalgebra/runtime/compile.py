@@ -524,7 +524,8 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     Elements with 16-bit vector inputs that at least :data:`MMA_ROWS` rows share (prefill attention's keys and
     values, shared by a head's queries), whose dot products multiply a vector param by a vector input and whose
     vector sums are a factor times a vector input: ``mma`` (the products on the tensor cores; ``problem`` gives
-    the dtypes and alignment it needs), ``wgmma`` on an sm_90 GPU (Hopper's warpgroup instructions).
+    the dtypes and alignment it needs), ``wgmma`` on an sm_90 GPU (Hopper's warpgroup instructions; it also takes
+    vector sums up to 512 wide, split across two warpgroups: MLA decode's latent values).
 
     Elements that are scalars: ``rows`` (the row in registers, 128-bit loads). Elements with vector inputs that
     rows share (a weight matrix given once for all tokens: ``reps``), that are too wide for a lane's
@@ -544,9 +545,12 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     if not vectors:
         return "rows"
     shared = min((reps or {}).get(s.name, 1) for s in vectors)
-    if problem is not None and shared >= MMA_ROWS and mma_applicable(fused, problem) is None:
-        hopper = tuple(problem.option("cc") or ())[:2] == (9, 0)
-        return "wgmma" if hopper and wgmma_applicable(fused, problem) is None else "mma"
+    if problem is not None and shared >= MMA_ROWS:
+        # (wgmma also takes vector sums wider than mma's 128 columns: MLA's 512-wide latent values)
+        if tuple(problem.option("cc") or ())[:2] == (9, 0) and wgmma_applicable(fused, problem) is None:
+            return "wgmma"
+        if mma_applicable(fused, problem) is None:
+            return "mma"
     wide = vrows_too_wide(fused, sizes or {})
     # a cast (fp8) rounds at a running scale in a one-pass kernel: the level order rounds at the final one
     if columns_refusal(fused) is None and (shared > 1 or wide or fused.exact_in_reals_only):

@@ -35,7 +35,8 @@ def run(job):
     dtypes = {s.name: scalar_dtype if s.size is None else vector_dtype for s in c.inputs}
     sizes = {d: SIZES[d] for d in c.sizes.values() if isinstance(d, str)}
     shared = options.pop("shared", False)  # the vector inputs given once for all rows (a weight matrix)
-    reps = {s.name: rows for s in c.inputs if s.size is not None} if shared else None
+    heads = options.pop("heads", rows if shared else None)  # or once per this many rows (a token's heads)
+    reps = {s.name: heads for s in c.inputs if s.size is not None} if heads else None
     resolved, spec, _ = compile(f, "cuda", strategy, **options).spec_for(rows, length, dtypes, sizes, reps=reps)
     facts = ptx_facts(compile_ptx(f, resolved, spec))
     return key, dict(facts, strategy=resolved, tile=spec.tile, vec=spec.vec, resident=spec.resident,
@@ -89,6 +90,9 @@ def _jobs() -> list:
               4096, "bfloat16", {"shared": True, "vector_dtype": "e4m3"})]
     jobs += [(_key("attention", "mma", 4096, 512), "attention", "mma", 4096, 512, "bfloat16", {})]
     jobs += [(_key("attention", "wgmma", 4096, 512), "attention", "wgmma", 4096, 512, "bfloat16", {})]
+    # MLA decode: four tokens' 128 heads over their latent rows (each shared by its token's heads: reps of 128)
+    jobs.insert(0, (_key("mla_decode", "wgmma", 512, 4096), "mla_decode", "wgmma", 512, 4096, "bfloat16",
+                    {"heads": 128}))
     return jobs + [(_key(name, strategy), name, strategy, 512, 2048, "bfloat16", {})
                    for strategy in LEGACY for name in SAMPLE]
 
@@ -244,8 +248,8 @@ def test_columns_mma_widens_e4m3_weights_on_chip(report):
 @pytest.mark.parametrize("weights", ["float16", "e4m3"])
 def test_columns_wgmma_is_a_gemm_on_warpgroups_without_serializing(report, weights):
     facts = report[_key("fp8_quant_gemm", "columns_wgmma", 256, 4096, *(("e4m3",) if weights == "e4m3" else ()))]
-    # per tile four products of 64 x 256 (k16 steps of 16-bit values; k32 steps of e4m3 bytes) and nothing on
-    # mma.sync; no subroutine call (64-bit or IEEE divisions) for ptxas to serialize them over
+    # per tile four products of 64 x 256 (k16 steps of 16-bit values; e4m3 weights widened to float16 first) and
+    # nothing on mma.sync; no subroutine call (64-bit or IEEE divisions) for ptxas to serialize them over
     assert facts["strategy"] == "columns_wgmma" and facts["wgmma"] == 4 and facts["mma"] == 0
     assert facts["wgmma_serialized"] == 0, facts
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
@@ -262,3 +266,16 @@ def test_wgmma_multiplies_by_warpgroups_without_serializing(report):
     assert facts["wgmma_serialized"] == 0, facts
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
+
+
+@pytest.mark.slow
+def test_mla_decode_on_warpgroups_without_serializing(report):
+    facts = report[_key("mla_decode", "wgmma", 512, 4096)]
+    # both dot products (512 + 64 components) in one chain, 36 k16 steps of Q·Kᵀ; P·V in 4 key steps of 256
+    # columns a warpgroup; the float32 query's residual on mma.sync (it does not fit in shared memory beside two
+    # stages of keys: 8 products per dot product in a loop over its k steps); segments and their combine kernel
+    assert facts["strategy"] == "wgmma" and facts["segments"] == 2 and facts["kernels"] == 2
+    assert facts["wgmma"] == 36 + 4 and facts["mma"] == 2 * 8
+    assert facts["wgmma_serialized"] == 0 and facts["f64"] == 0, facts
+    # 128 accumulators of P·V and 32 of the scores a thread: ptxas spills a few (measured 228 bytes); bounded here
+    assert facts["spill_stores"] <= 512, facts

@@ -14,6 +14,7 @@ import pytest
 from redalgebra import RedalgebraError
 from redalgebra.codegen import Problem
 from redalgebra.runtime import compile
+from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE
 from redalgebra.runtime.compile import choose
 from tests.catalogue import fused
 from tests.runtime.test_mma import assert_matches_the_reference
@@ -93,3 +94,85 @@ def test_a_masked_key_far_above_the_others_changes_nothing(strategy):
     params = {"q": np.ones((R, d), np.float32), "scale": np.float32(1.0)}
     out = compile(fused("attention"), "cudasim", strategy)({"k": k, "v": v}, params, keep)["y"]
     np.testing.assert_array_equal(out, np.ones((R, d), np.float32))
+
+
+def _mla(batch, heads, length, rank, rope, exact, seed=0, spread=0.2):
+    """An MLA decode call (float16 latent and rope keys; the query float32 of deviation ``spread``, or exact in
+    float16) and its float64 reference."""
+    rng = np.random.default_rng(seed)
+    c = rng.normal(size=(batch, length, rank)).astype(np.float16)
+    kr = rng.normal(size=(batch, length, rope)).astype(np.float16)
+    qc = (rng.normal(size=(batch * heads, rank)) * spread).astype(np.float32)
+    qr = (rng.normal(size=(batch * heads, rope)) * spread).astype(np.float32)
+    if exact:
+        qc, qr = qc.astype(np.float16).astype(np.float32), qr.astype(np.float16).astype(np.float32)
+    params = {"qc": qc, "qr": qr, "scale": np.float32((rank + rope) ** -0.5)}
+    inputs = {"c": c, "kr": kr}
+    return inputs, params, _reference_of(inputs, params, heads)
+
+
+def _reference_of(inputs, params, heads):
+    from redalgebra import evaluate, workloads
+
+    wide = {k: np.repeat(v.astype(np.float64), heads, 0) for k, v in inputs.items()}
+    return evaluate(workloads.get("mla_decode").cascade, wide, params)["y"]
+
+
+def _assert_close(out, ref):
+    # the factors enter P·V rounded to float16: one such rounding allowed, as check allows it
+    assert np.abs(out - ref).max() <= (TOLERANCE["float16"] + STORE_ROUNDING["float16"]) * np.abs(ref).max()
+
+
+@pytest.mark.slow
+def test_wide_vector_sums_split_across_two_warpgroups_with_segments():
+    # MLA's shape at half its widths: 256-wide values (two warpgroups of 128 columns, one block of 256 threads in
+    # the simulator too), two dot products summed into one chain of accumulators, 20 heads (a partial block of 64
+    # rows), two segments of the 70 keys (the second partial) merged by vrows' combine kernel; a float32 query whose
+    # residual is staged beside it (gpu/mla_check.py runs these paths on the GPU, at MLA's widths too)
+    inputs, params, ref = _mla(1, 20, 70, 256, 16, exact=False)
+    kernel = compile(fused("mla_decode"), "cudasim", "wgmma", segments=2)
+    _assert_close(kernel(inputs, params)["y"], ref)
+    spec = kernel.spec_for(20, 70, {"c": "float16", "kr": "float16"}, {"r": 256, "e": 16}, reps={"c": 20, "kr": 20})[1]
+    assert spec.threads == 256 and spec.batch == 64 and spec.segments == 2  # (a count above one: read at run time)
+    source = kernel.source(spec, "wgmma").source
+    assert source.count("wgmma_wait0()") == 3  # one chain of both dot products (and its residual's), one P·V
+    assert "def combine(" in source
+
+
+@pytest.mark.slow
+def test_a_residual_that_does_not_fit_is_multiplied_from_registers(monkeypatch):
+    # MLA's 576-wide query and its residual do not fit in shared memory beside two stages of keys: the residual's
+    # product is mma.sync's, its A fragments computed from the query in global memory. Forced here at a small
+    # width by a smaller limit (the simulated kernel is the one the GPU runs at 512 + 64: gpu/mla_check.py)
+    from redalgebra.codegen.strategies import wgmma
+
+    monkeypatch.setattr(wgmma, "SHARED_LIMIT", 100_000)
+    # scores of tens of units: the query rounded to float16 would move the outputs 8x the tolerance
+    inputs, params, ref = _mla(1, 16, 40, 256, 16, exact=False, seed=1, spread=30.0)
+    kernel = compile(fused("mla_decode"), "cudasim", "wgmma")
+    _assert_close(kernel(inputs, params)["y"], ref)
+    rounded = {k: (v.astype(np.float16).astype(np.float32) if k != "scale" else v) for k, v in params.items()}
+    with pytest.raises(AssertionError):
+        _assert_close(_reference_of(inputs, rounded, 16), ref)
+    spec = kernel.spec_for(16, 40, {"c": "float16", "kr": "float16"}, {"r": 256, "e": 16}, reps={"c": 16, "kr": 16})[1]
+    assert "mma_f16(" in kernel.source(spec, "wgmma").source
+
+
+def test_auto_takes_wgmma_for_mla_on_hopper():
+    f = fused("mla_decode")
+    sizes = {"r": 512, "e": 64}
+
+    def problem(cc, r=512):
+        base = dict(threads=None, tile=None, segments=None, group=None, batch=None, simulator=False, cc=cc)
+        return Problem(512, 4096, (("e", 64), ("r", r)), (("c", "float16"), ("kr", "float16")), False, True, True,
+                       True, (("c", 128), ("kr", 128)), tuple(base.items()))
+    reps = {"c": 128, "kr": 128}
+    assert choose(f, 512, 4096, sizes, reps, problem((9, 0))) == "wgmma"
+    assert choose(f, 512, 4096, sizes, reps, problem((8, 0))) == "vrows"  # mma's accumulators hold 128 columns
+    # 320 columns: not two warpgroups' whole 64-column blocks
+    assert choose(f, 512, 4096, {"r": 320, "e": 64}, reps, problem((9, 0), 320)) == "vrows"
+    from redalgebra.codegen.strategies.wgmma import configure
+
+    spec = configure(f, problem((9, 0)))
+    # four tokens' 128 heads are 8 blocks of 64 rows: 16 segments of 4 tiles fill the 132 multiprocessors
+    assert (spec["threads"], spec["batch"], spec["nseg"], spec["segments"]) == (256, 64, 16, 2)

@@ -23,11 +23,12 @@ read by the instruction from shared memory:
    ``g·4 + t``, rows ``16 w + g`` and ``+ 8``, columns ``8 j + 2 t`` and ``+ 1``); the derived finish (an FP8 scale
    ``s / 448``, a bias) is applied per row as in ``columns``.
 
-**e4m3 weights** go to the FP8 instruction (``m64n256k32.e4m3.e4m3``, twice the products a cycle), which reads both
-operands K-major only — and a weight matrix given as rows ``w[k, :]`` is not: the factors are stored as e4m3 bytes
-(rows of the factor scratch, K-major), and a kernel of the module transposes the weights every call into rows of
-the padded axis (32-bit words of four bytes; zeros past the axis' end), so both tiles are 128 bytes a row, 128
-elements a tile, copied whole. Only for one weight matrix shared by every row (the transposed copy is one matrix).
+**e4m3 weights** are widened to float16 by a first kernel of the module (every e4m3 value is a float16, exactly), and
+the product is the float16 one. Not the FP8 instruction (``m64n256k32.e4m3.e4m3``, twice the products a cycle): on
+an H200 its sums keep fewer bits than float32 — against float64, 5.6e-4 of the largest output at K = 1001 and 1.9e-3
+at K = 7168, where the float16 product is within 3e-7 (the FP8 accumulation DeepSeek-V3's report describes, about 14
+bits). It would also need the weights transposed (it reads both operands K-major only). Only for one weight matrix
+shared by every row (the widened copy is one matrix).
 
 Rounding and exactness are ``columns_mma``'s: FP8 factors are exact in 16 bits (and as e4m3) and the products exact,
 so only the float32 summation order differs from the float64 reference; other factors are rounded to the weights'
@@ -48,12 +49,8 @@ from .columns_mma import FACTORS_EACH, ColumnsMmaKernel, exact_factors
 from .products import KINDS
 from .wgmma import ATOM, ROW, WgmmaKernel, hopper_refusal
 
-#: Elements of a staged tile (one 128-byte swizzled row of 16-bit values; of e4m3 bytes, 128).
-BK, FP8_BK = ROW, 2 * ROW
-#: The transpose of e4m3 weights: a block takes FP8_BK elements of the axis by T_COLUMNS columns through shared
-#: memory, whose rows (a column's bytes) are T_PITCH bytes apart: 33 words, so that a warp's byte writes (32 columns,
-#: one element) and its word reads (one column, 32 words) each fall in 32 distinct banks.
-T_COLUMNS, T_PITCH = 64, FP8_BK + 4
+#: Elements of a staged tile (one 128-byte swizzled row of 16-bit values).
+BK = ROW
 #: Threads of a block on the GPU (two warpgroups: 128 rows) and in the simulator (one warp: 16 rows); columns of a
 #: block on the GPU (one m64n256 product per warpgroup and k16 step) and in the simulator; the sizes taken.
 THREADS, SIM_THREADS, COLUMNS, SIM_COLUMNS = 256, 32, 256, 64
@@ -72,7 +69,7 @@ def refusal(fused: FusedCascade, dtypes: dict | None = None) -> str | None:
 
 def stage_units(rows: int, columns: int) -> int:
     """16-bit units of one stage: the factor tile (``rows`` rows of 128 bytes) and the weight tile (``columns``
-    × 128 bytes: 64 rows of 64 16-bit columns, or ``columns`` rows of 128 e4m3 elements)."""
+    × 128 bytes: 64 rows of 64 16-bit columns)."""
     return (rows + columns) * ROW
 
 
@@ -93,21 +90,21 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         self.warps = spec.threads // 32
         self.bm, self.bc = 16 * self.warps, 8 * spec.group
         if spec.threads not in BLOCK_THREADS or self.bc not in BLOCK_COLUMNS or spec.batch != self.bm or \
-                spec.tile not in (BK, FP8_BK):
+                spec.tile != BK:
             raise RedalgebraError(f"columns_wgmma: blocks of {', '.join(map(str, BLOCK_THREADS))} threads (16 rows a "
-                                  f"warp), {', '.join(map(str, BLOCK_COLUMNS))} columns, tiles of {BK} elements "
-                                  f"({FP8_BK} e4m3)")
+                                  f"warp), {', '.join(map(str, BLOCK_COLUMNS))} columns, tiles of {BK} elements")
         self.red = next(r for r in self.vector_reds)
         factor, vector = self.factors[self.red]
         self.factor, self.x = factor, vector.name
         reason = refusal(self.f, self.dtypes)
         if reason is not None:
             raise RedalgebraError(reason)
-        # e4m3 weights: FP8 products, both operands K-major (the factors as e4m3 bytes, the weights transposed)
+        # e4m3 weights: widened to float16 (``wf``) by the module's first kernel; the products read that copy
         self.bytes = self.dtypes.get(self.x) == "e4m3"
-        self.kind = "e4m3" if self.bytes else KINDS[self.dtypes.get(self.x)]
-        self.fac_store = "e4m3" if self.bytes else ("bfloat16" if self.kind == "bf16" else "float16")
-        self.bk = FP8_BK if self.bytes else BK  # elements of a tile: 128 bytes a row either way
+        self.kind = "f16" if self.bytes else KINDS[self.dtypes.get(self.x)]
+        self.fac_store = "bfloat16" if self.kind == "bf16" else "float16"
+        self.source = "wf" if self.bytes else self.x
+        self.bk = BK
         self.stages = spec.stages
         self.stage = stage_units(self.bm, self.bc)
         self.ahead = self.stages - 2  # tiles loading while one is multiplied and one group of products is in flight
@@ -119,53 +116,19 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         per_row = self.bc // 8
         return -(-self.bm * 8 // t), -(-BK * per_row // t), per_row, t // per_row
 
-    def fp8_offsets(self) -> list:
-        """FP8: each thread's copies of the factor tile and of the transposed weight tile (``bc`` rows of 128 bytes,
-        K-major as the factors), as byte offsets from a tile's first element and swizzled places in a stage."""
-        t = self.spec.threads
-        out = []
-        for u in range(-(-self.bm * 8 // t)):
-            q = f"(tid + {u * t})"
-            out += [Assign(f"fo_{u}", f"min(r0 + {q} // 8, rows - 1) * fac.shape[1] + 16 * (tid % 8)"),
-                    Assign(f"fd_{u}", f"({q} // 8) * {ROW} + (((tid % 8) ^ (({q} // 8) & 7)) << 3)")]
-        for u in range(-(-self.bc * 8 // t)):
-            q = f"(tid + {u * t})"
-            out += [Assign(f"wo_{u}", f"min(cb + {q} // 8, {self.n - 1}) * wt.shape[1] + 4 * (tid % 8)"),
-                    Assign(f"wd_{u}", f"{self.bm * ROW} + ({q} // 8) * {ROW} + (((tid % 8) ^ (({q} // 8) & 7)) << 3)")]
-        return out
-
-    def fp8_issue(self, tile: str, stage: str) -> list:
-        """FP8: ``cp.async`` of tile ``tile`` into ``stage``, always whole (both arrays are padded with zeros to whole
-        tiles: the transposed weights past the axis' end too)."""
-        out = [Assign("kt0", f"lo + ({tile}) * {self.bk}"), Assign("sd", f"sb + {stage} * {self.stage}")]
-        for u in range(-(-self.bm * 8 // self.spec.threads)):
-            out += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sd + fd_{u}", "fac", f"fo_{u} + kt0", "16")))
-        for u in range(-(-self.bc * 8 // self.spec.threads)):
-            out += self.guarded(u, self.bc * 8, Call("cp_async16_at", ("sm", f"sd + wd_{u}", "wt", f"wo_{u} + (kt0 >> 2)",
-                                                                          "16")))  # (wt: words of four bytes)
-        return out
-
-    def transpose(self) -> list:
-        """FP8: the weights' bytes transposed into ``wt[column, k / 4]`` (rows of the padded axis as 32-bit words of
-        four bytes, zeros past the axis' end). A block takes :data:`FP8_BK` elements by :data:`T_COLUMNS` columns: a
-        warp reads 32 consecutive bytes of a weight row and writes them down a column of the tile in shared memory;
-        then a warp reads a column's 32 words and stores them as one 128-byte row segment of ``wt``. (A thread per
-        column storing its own words wrote 32 rows a warp, 4 bytes of each 32-byte sector: 216 µs for 7168 × 7168 on
-        an H200.)"""
-        t, tb, tw = self.spec.threads, "tsb", "tsw"
-        words = FP8_BK // 4
-        out = [Assign("tid", "cuda.threadIdx.x"), Assign(tb, "cuda.shared.array(0, uint8)"),
-               Assign(tw, "cuda.shared.array(0, uint32)"),
-               Assign("k0", f"cuda.blockIdx.x * {FP8_BK}"), Assign("n0", f"cuda.blockIdx.y * {T_COLUMNS}")]
-        load = [Assign("tk", f"ti // {T_COLUMNS}"), Assign("nn", f"ti % {T_COLUMNS}"),
-                Assign("kx", "min(k0 + tk, length - 1)"), Assign("nx", f"min(n0 + nn, {self.n - 1})"),
-                # (& 0xFF: the bytes may come as int8, which widens with its sign)
-                Assign("bv", f"uint8(uint32({self.x}[0, kx, nx]) & 0xFF)"),
-                Assign(f"{tb}[nn * {T_PITCH} + tk]", "pick(k0 + tk < length, bv, uint8(0))")]
-        store = [Assign("ww", f"ti % {words}"), Assign("nn", f"ti // {words}"),
-                 If(f"n0 + nn < {self.n}", (Assign(f"wt[n0 + nn, (k0 >> 2) + ww]", f"{tw}[nn * {T_PITCH // 4} + ww]"),))]
-        return out + [For("ti", "tid", str(FP8_BK * T_COLUMNS), tuple(load), str(t)), Barrier(),
-                      For("ti", "tid", str(words * T_COLUMNS), tuple(store), str(t))]
+    def widen(self) -> list:
+        """e4m3 weights as float16 in ``wf[k, n]`` (exactly: every e4m3 value is a float16): a thread per 16
+        elements of a row, one 128-bit load and two 128-bit stores (a thread per element where a row is not a
+        multiple of 16 bytes)."""
+        t, n = self.spec.threads, self.n
+        out = [Assign("tid", "cuda.threadIdx.x"), Assign("wi", f"cuda.blockIdx.x * {t} + tid")]
+        if n % 16 == 0:
+            values = [f"wv_{v}" for v in range(16)]
+            body = (Assign(", ".join(values), f"ld_e4m3x16({self.x}, (0, wk), wc)"),
+                    Call("st_h16x8", ("wf", "wk", "wc", *values[:8])), Call("st_h16x8", ("wf", "wk", "wc + 8", *values[8:])))
+            return out + [Assign("wk", f"wi // {n // 16}"), Assign("wc", f"16 * (wi % {n // 16})"), If("wk < length", body)]
+        return out + [Assign("wk", f"wi // {n}"), Assign("wc", f"wi % {n}"),
+                      If("wk < length", (Call("st_h16", ("wf", "wk", "wc", f"ld_e4m3({self.x}, (0, wk), wc)")),))]
 
     def offsets(self) -> list:
         """Each thread's copies as element offsets from a tile's first element, and their swizzled places in a stage
@@ -206,11 +169,11 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
             out += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sd + fd_{u}", "fac", f"fo_{u} + kt0", "16")))
         whole, partial = [Assign("wt", f"wo + kt0 * {self.n}")], []
         for u in range(nb):
-            whole += self.guarded(u, BK * per_row, Call("cp_async16_at", ("sm", f"sd + wd_{u}", self.x,
+            whole += self.guarded(u, BK * per_row, Call("cp_async16_at", ("sm", f"sd + wd_{u}", self.source,
                                                                 f"wt + {u * step * self.n}", "wn")))
             kr = f"kt0 + tid // {per_row} + {u * step}"
             partial += self.guarded(u, BK * per_row, Call("cp_async16_at", (
-                "sm", f"sd + wd_{u}", self.x, f"(wrow + min({kr}, hi - 1)) * {self.n} + wcl",
+                "sm", f"sd + wd_{u}", self.source, f"(wrow + min({kr}, hi - 1)) * {self.n} + wcl",
                 f"pick({kr} < hi, wn, 0)")))
         return out + [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(partial))]
 
@@ -218,11 +181,8 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
     def products(self) -> list:
         """The four products of the staged tile ``it``, one group committed: this warpgroup's 64 factor rows (K-major,
         32 bytes a step) times the weight tile — ``k16`` steps of 16-bit values, the weight tile MN-major (16 rows of
-        128 bytes a step); FP8: ``k32`` steps, the transposed weight tile K-major (32 bytes a step)."""
-        if self.bytes:
-            op, b_step = "wgmma_ss_e4m3", 2
-        else:
-            op, b_step = f"wgmma_sst_{self.kind}", 16 * ROW * 2 // 16
+        128 bytes a step)."""
+        op, b_step = f"wgmma_sst_{self.kind}", 16 * ROW * 2 // 16
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
         value = acc
         for ks in range(4):
@@ -232,7 +192,7 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
 
     def tiles(self) -> list:
         ahead, segmented, bk = self.ahead, self.spec.segments > 1, self.bk
-        issue = self.fp8_issue if self.bytes else self.issue
+        issue = self.issue
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
                Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
                Assign("sm", "cuda.shared.array(0, uint16)"), Assign("sb", "swizzle_pad(sm)"),
@@ -243,10 +203,10 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
                Assign("segl", f"int32((uint32(length + nseg - 1) // uint32(nseg) + {bk - 1}) // {bk} * {bk})"),
                Assign("lo", "cuda.blockIdx.z * segl"), Assign("hi", "min(lo + segl, length)"),
                Assign("ntile", f"max(hi - lo + {bk - 1}, 0) // {bk}")]
-        out += self.fp8_offsets() if self.bytes else self.offsets()
+        out += self.offsets()
         # descriptors of stage 0: the warpgroup's 64 factor rows (K-major), the weight tile (MN-major: blocks of 64
-        # columns 64 rows of 128 bytes apart; FP8: K-major, a row per column)
-        lbo = 16 if self.bytes else BK * ROW * 2
+        # columns 64 rows of 128 bytes apart)
+        lbo = BK * ROW * 2
         out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * (warp // 4), 16, {ATOM})"),
                 Assign("db", f"wgmma_desc(sm, sb + {self.bm * ROW}, {lbo}, {ATOM})")]
         zero = self.consts.name(0.0)
@@ -293,16 +253,16 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
             body = [*pre_body, Barrier(), *setup, loop]
             args = tuple(pre_args) + tuple(a for a in fac_args if a not in pre_args)
             out = [("factors", args, "rowfactors", body)] + out[2:]
-        if self.bytes:  # the weights transposed before the products, which read them
+        if self.bytes:  # the weights widened first, the products reading them
             at = next(i for i, k in enumerate(out) if k[0] == "tiles")
             name, targs, grid_name, tbody = out[at]
             cut = targs.index("fac") + 1
-            out[at] = (name, targs[:cut] + ("wt",) + targs[cut:], grid_name, tbody)
-            out.insert(at, ("transpose", (self.x, "wt", "length"), "transpose", self.transpose()))
+            out[at] = (name, targs[:cut] + ("wf",) + targs[cut:], grid_name, tbody)
+            out.insert(0, ("widen", (self.x, "wf", "length"), "widen", self.widen()))
         return out
 
     def scratch(self) -> tuple:
-        extra = (("wt", "uint32", "columns", self.n_const),) if self.bytes else ()
+        extra = (("wf", "float16", "axis", self.n_const),) if self.bytes else ()
         return super().scratch() + extra
 
 
@@ -333,9 +293,9 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
         return reason
     n = columns_mma._columns(fused, p)
     e4m3 = columns_mma._e4m3(fused, p)
-    if n % 8 and not e4m3:  # (e4m3 weights are read a byte at a time, to be transposed)
+    if n % 8:  # (e4m3 weights: their float16 copy's rows)
         return f"columns_wgmma: the weight rows are read 16 bytes at a time: {n} columns is not a multiple of 8; use columns"
-    if not p.vec_ok and not e4m3:
+    if not p.vec_ok:
         return "columns_wgmma: the weights must start on a 16-byte boundary (cp.async); use columns"
     threads, bc = _threads(p), _block_columns(p)
     allowed = BLOCK_THREADS if p.option("simulator") else BLOCK_THREADS[1:]
@@ -351,12 +311,11 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
         return (f"columns_wgmma: a block's {bm} rows share one weight matrix; here each is shared by {share} rows (not "
                 f"a multiple of {bm}): use columns_mma")
     if e4m3 and share < p.rows:
-        return ("columns_wgmma: e4m3 weights are transposed once a call for the FP8 instruction (it reads both "
-                "operands K-major), for one weight matrix shared by every row; here there are several: use columns_mma")
-    bk = FP8_BK if e4m3 else BK
-    for name, fixed in (("tile", bk), ("batch", bm)):
+        return ("columns_wgmma: e4m3 weights are widened to float16 once a call, for one weight matrix shared by every "
+                "row; here there are several: use columns_mma")
+    for name, fixed in (("tile", BK), ("batch", bm)):
         if p.option(name) not in (None, fixed):
-            return f"columns_wgmma: the {name} is fixed by the instruction shapes ({bm} rows, tiles of {bk} elements)"
+            return f"columns_wgmma: the {name} is fixed by the instruction shapes ({bm} rows, tiles of {BK} elements)"
     return None
 
 
@@ -370,12 +329,11 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     threads, bc = _threads(p), _block_columns(p)
     n = columns_mma._columns(fused, p)
     blocks = -(-p.rows // (threads // 2)) * -(-n // bc)
-    bk = FP8_BK if columns_mma._e4m3(fused, p) else BK
-    tiles = -(-p.length // bk)
+    tiles = -(-p.length // BK)
     nseg = p.option("segments") or max(1, min(SMS // blocks, tiles // 4))
     nseg = min(int(nseg), max(tiles, 1), 65535)
     stages, shared = plan(threads, bc)
-    return dict(threads=threads, group=bc // 8, vec=8, tile=bk, batch=threads // 2, segments=int(nseg),
+    return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=threads // 2, segments=int(nseg),
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
                 shared=shared, stages=stages)
 
@@ -384,9 +342,9 @@ def grid(rows: int, spec: Spec, named) -> dict:
     out = columns_mma.grid(rows, spec, named)
     out["rowfactors"] = (rows, spec.threads)  # the scalars and the factors: a block per row
     n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
-    if "wt" in named:  # e4m3 weights transposed: FP8_BK elements of the padded axis by T_COLUMNS columns a block
-        out["transpose"] = ((named["wt"].shape[1] * 4 // FP8_BK, -(-n // T_COLUMNS)), spec.threads, 0,
-                            T_COLUMNS * T_PITCH)
+    if "wf" in named:  # e4m3 weights widened: a thread per 16 elements of a row (per element: rows not of 16 bytes)
+        per = -(-n // 16) if n % 16 == 0 else n
+        out["widen"] = (-(-named["wf"].shape[0] * per // spec.threads), spec.threads)
     out["tiles"] = ((-(-rows // spec.batch), -(-n // (spec.group * 8)), spec.segments), spec.threads, 0, spec.shared)
     return out
 

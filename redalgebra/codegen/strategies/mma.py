@@ -66,7 +66,7 @@ from ..tree import Assign, Barrier, Call, For, If, Shuffle, Store, scalar_load
 from . import Problem, Strategy, register
 from .base import TreeKernel
 from .columns import split_body
-from .products import KINDS, MOST_COMPONENTS, dots, gate, refusal
+from .products import KINDS, MOST_COMPONENTS, dots, gate, refusal, summed
 from .products import applicable as form_and_call
 
 #: Elements per tile; threads of a block on the GPU (four warps of 16 rows: 64 rows) and in the simulator (one
@@ -116,15 +116,16 @@ class MmaKernel(TreeKernel):
             raise RedalgebraError(f"mma: the tensor cores take bfloat16 or float16 vectors of one type; {c.name}'s are "
                                   f"{', '.join(sorted(kinds))}: use vrows")
         self.kind = KINDS[kinds.pop()]
-        for x in self.vin:
-            if self.size[x] % 16 or self.size[x] > MOST_COMPONENTS:
-                raise RedalgebraError(f"mma: vectors of a multiple of 16 components, at most {MOST_COMPONENTS}; "
-                                      f"{x} has {self.size[x]}: use vrows")
+        self.check_widths()
         exprs = [e for _, e in fused.prologue.steps] + [fused.bodies[r.name] for r in c.reductions]
         self.dots = dots(exprs)
         self.dot_list = list(self.dots)
-        self.prologue = [(s, e.xreplace(self.dots)) for s, e in fused.prologue.steps]
-        self.bodies = {r.name: fused.bodies[r.name].xreplace(self.dots) for r in c.reductions}
+        prologue = [(s, e.xreplace(self.dots)) for s, e in fused.prologue.steps]
+        bodies = {r.name: fused.bodies[r.name].xreplace(self.dots) for r in c.reductions}
+        # products summed (MLA's two dot products) add into one chain of accumulators, ``sc_{g}`` for group g
+        self.sums, merged = summed([e for _, e in prologue] + list(bodies.values()), list(self.dots.values()))
+        self.prologue = [(s, e.xreplace(merged)) for s, e in prologue]
+        self.bodies = {k: e.xreplace(merged) for k, e in bodies.items()}
         self.scal = [r for r in c.reductions if c.sizes[r.name] is None]
         self.vred = [r for r in c.reductions if c.sizes[r.name] is not None]
         self.factors = {}
@@ -133,15 +134,33 @@ class MmaKernel(TreeKernel):
             self.factors[r.name] = (factor, vector.name)
         self.threads = spec.threads
         self.mt = max(1, spec.group // 16)  # row tiles of 16 per warp: they share each key and value fragment
+        # warps of one row tile that split the vector sums' columns (``wgmma``'s wide sums), and their warp index
+        self.ncol = self.column_groups()
+        self.rw = "warp" if self.ncol == 1 else "rw"
         self.bm = spec.batch  # rows of the block
-        if spec.threads % 32 or self.bm != spec.threads // 32 * 16 * self.mt or self.mt > 2:
+        if spec.threads % 32 or self.bm * self.ncol != spec.threads // 32 * 16 * self.mt or self.mt > 2:
             raise RedalgebraError(f"mma: a block of {spec.threads} threads takes 16 or 32 rows per warp, got {self.bm}")
         self.stages = spec.stages
         if not 2 <= self.stages <= MOST_STAGES:
             raise RedalgebraError(f"mma: 2 to {MOST_STAGES} stages of tiles, got {self.stages}")
+        self.resid = True  # the params' residuals staged in shared memory beside their values
         self.pitch, self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm, self.stages)
         self.gate = gate(fused, self.prologue, self.bodies, self.factors)
         self.whole, self.kept = False, set()
+
+    def check_widths(self) -> None:
+        for x in self.vin:
+            if self.size[x] % 16 or self.size[x] > MOST_COMPONENTS:
+                raise RedalgebraError(f"mma: vectors of a multiple of 16 components, at most {MOST_COMPONENTS}; "
+                                      f"{x} has {self.size[x]}: use vrows")
+
+    def column_groups(self) -> int:
+        """How many warps (warpgroups) share a row tile, each holding its share of the vector sums' columns: 1 here."""
+        return 1
+
+    def cols(self, r) -> int:
+        """The columns of vector sum ``r`` (a reduction) each warp holds."""
+        return self.size[r.name] // self.ncol
 
     # -- names ---------------------------------------------------------------------------------------
     def param_of(self, dot) -> str:
@@ -185,8 +204,9 @@ class MmaKernel(TreeKernel):
                 acc.scalar[x] = f"e_{x}_{e}"
             for sym, _ in self.prologue:
                 acc.scalar[sym.name] = f"e_{sym.name}_{e}"
-            for n, sym in enumerate(self.dots.values()):
-                acc.scalar[sym.name] = f"sc_{n}_{e}"
+            syms = list(self.dots.values())
+            for g, group in enumerate(self.sums):
+                acc.scalar[syms[group[0]].name] = f"sc_{g}_{e}"
             acc.scalar["element.index"] = f"(lt + {8 * j + b})"
             # float32 (as the other strategies), converted once per tile (``lf``): exact below 2**24
             acc.scalar["pos"] = f"(lf + {self.consts.name(float(8 * j + b))})" if 8 * j + b else "lf"
@@ -213,8 +233,11 @@ class MmaKernel(TreeKernel):
                     Assign("bt", "uint32(cuda.blockIdx.x) // uint32(ngrp)"),
                     Assign("grp", "uint32(cuda.blockIdx.x) - bt * ngrp"), Assign("rt", "ntr - 1 - bt")]
         out.append(Assign("gend", "grp * grows + grows"))
+        if self.ncol > 1:  # ``cg``: the warp's group of columns, ``rw``: its row tile
+            out += [Assign("cg", f"warp // {self.threads // 32 // self.ncol}"),
+                    Assign("rw", f"warp % {self.threads // 32 // self.ncol}")]
         for h in self.rows:
-            out += [Assign(f"row_{h}", f"grp * grows + rt * {self.bm} + {16 * self.mt} * warp + lg + {8 * h}"),
+            out += [Assign(f"row_{h}", f"grp * grows + rt * {self.bm} + {16 * self.mt} * {self.rw} + lg + {8 * h}"),
                     Assign(f"ok_{h}", f"row_{h} < gend"), Assign(f"rc_{h}", f"min(row_{h}, gend - 1)")]
             out += [Assign(f"p_{p.name}_{h}", f"{p.name}[rc_{h}]") for p in c.params if p.size is None]
         out += [Assign(f"rr_{x}", f"uint32(rc_0) // uint32(rep_{x})") for x in self.vin]
@@ -225,7 +248,7 @@ class MmaKernel(TreeKernel):
     def params(self) -> list:
         """Every dot's param rows into shared memory: the 16-bit values, then the residuals, and ``split``: whether
         any residual of the block is not zero. Each thread writes the words of its own A fragments."""
-        pack, unpack = f"pack_{self.kind}x2", f"unpack_{self.kind}x2"
+        pack = f"pack_{self.kind}x2"
         out = [Assign("inexact", "0")]
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)
@@ -233,20 +256,29 @@ class MmaKernel(TreeKernel):
                     h, c0 = 2 * m + (r & 1), 16 * ks + 8 * (r >> 1)
                     col = f"{c0} + 2 * t"
                     at, lo = self.param_word(n, p, m, h, c0)
-                    out += [Assign("v0", f"{p}[rc_{h}, {col}]"), Assign("v1", f"{p}[rc_{h}, {col} + 1]"),
-                            Assign("qw", f"{pack}(v0, v1)"), Assign("u0, u1", f"{unpack}(qw)"),
-                            Assign("d0", "v0 - u0"), Assign("d1", "v1 - u1"),
-                            # branch-free (a conditional is three blocks of numba's IR, 32 of them per param row)
-                            Assign("d0", "pick(d0 == d0, d0, float32(0))"), Assign("d1", "pick(d1 == d1, d1, float32(0))"),
-                            Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)"),
-                            Assign(f"smw[{at}]", "qw"), Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")]
+                    out += self.param_pair(p, h, col)
+                    out += [Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)")]
+                    writes = [Assign(f"smw[{at}]", "qw")] + [Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")] * self.resid
+                    # (the warps that share a row tile write it once)
+                    out += writes if self.ncol == 1 else [If("cg == 0", tuple(writes))]
         return out + self.landed() + [Assign("split", "cuda.syncthreads_or(inexact)")]
+
+    def param_pair(self, p: str, h: int, col: str) -> list:
+        """Components ``col`` and ``+ 1`` of the thread's row ``h`` of param ``p``: ``qw``, their 16-bit values packed;
+        ``d0``, ``d1``: their residuals (0 for a NaN)."""
+        pack, unpack = f"pack_{self.kind}x2", f"unpack_{self.kind}x2"
+        return [Assign("v0", f"{p}[rc_{h}, {col}]"), Assign("v1", f"{p}[rc_{h}, {col} + 1]"),
+                Assign("qw", f"{pack}(v0, v1)"), Assign("u0, u1", f"{unpack}(qw)"),
+                Assign("d0", "v0 - u0"), Assign("d1", "v1 - u1"),
+                # branch-free (a conditional is three blocks of numba's IR, 32 of them per param row)
+                Assign("d0", "pick(d0 == d0, d0, float32(0))"), Assign("d1", "pick(d1 == d1, d1, float32(0))")]
 
     def param_word(self, n: int, p: str, m: int, h: int, c0: int) -> tuple[str, int]:
         """(the 32-bit word of shared memory where the thread's row ``h`` (row tile ``m``) of dot ``n``'s param ``p``
         keeps components ``c0 + 2 t`` and ``+ 1``, how many words further its residual is)."""
         pq = self.size[p] + 8
-        return f"({self.qtile[n]} + ({16 * self.mt} * warp + lg + {8 * h}) * {pq} + {c0} + 2 * t) // 2", self.bm * pq // 2
+        return (f"({self.qtile[n]} + ({16 * self.mt} * {self.rw} + lg + {8 * h}) * {pq} + {c0} + 2 * t) // 2",
+                self.bm * pq // 2)
 
     def landed(self) -> list:
         """What makes this thread's shared-memory writes readable by the products, before the block's barrier."""
@@ -332,24 +364,27 @@ class MmaKernel(TreeKernel):
         """``sc_{n}_{j}_{i}``: the tile's dot products, on the tensor cores."""
         zero = self.consts.name(0.0)
         out = []
-        for n, dot in enumerate(self.dot_list):
-            p, x = self.param_of(dot), self.input_of(dot)
-            out += [Assign(f"sc_{n}_{m}_{j}_{i}", zero) for m, j, i in self.slots()]
-            ksteps, pq = self.size[p] // 16, self.size[p] + 8
+        for g, group in enumerate(self.sums):
+            out += [Assign(f"sc_{g}_{m}_{j}_{i}", zero) for m, j, i in self.slots()]
+            late = []
+            for n in group:
+                p, x = self.param_of(self.dot_list[n]), self.input_of(self.dot_list[n])
+                ksteps, pq = self.size[p] // 16, self.size[p] + 8
 
-            def products(tile):
-                body = []
-                for ks in range(ksteps):
-                    for m in range(self.mt):  # the A fragments of each row tile, then each key fragment used by all
-                        body.append(Assign(f"fa_{m}_0, fa_{m}_1, fa_{m}_2, fa_{m}_3",
-                                           f"ldsm_x4(sm, {tile} + ({16 * self.mt} * warp + {16 * m} + (lane & 15)) * "
-                                           f"{pq} + {16 * ks} + 8 * (lane >> 4))"))
-                    for jp in range(BN // 16):
-                        body += self.products(f"ldsm_x4(sm, xb_{x} + ({16 * jp} + krow) * {self.pitch[x]} + {16 * ks} + "
-                                              f"kcol)", 2 * jp, f"sc_{n}", "fa")
-                return body
-            out += products(str(self.qtile[n]))
-            out.append(If("split", tuple(products(str(self.qtile[n] + self.bm * pq)))))
+                def products(tile):
+                    body = []
+                    for ks in range(ksteps):
+                        for m in range(self.mt):  # the A fragments of each row tile, then each key fragment used by all
+                            body.append(Assign(f"fa_{m}_0, fa_{m}_1, fa_{m}_2, fa_{m}_3",
+                                               f"ldsm_x4(sm, {tile} + ({16 * self.mt} * warp + {16 * m} + (lane & 15)) "
+                                               f"* {pq} + {16 * ks} + 8 * (lane >> 4))"))
+                        for jp in range(BN // 16):
+                            body += self.products(f"ldsm_x4(sm, xb_{x} + ({16 * jp} + krow) * {self.pitch[x]} + "
+                                                  f"{16 * ks} + kcol)", 2 * jp, f"sc_{g}", "fa")
+                    return body
+                out += products(str(self.qtile[n]))
+                late += products(str(self.qtile[n] + self.bm * pq))
+            out.append(If("split", tuple(late)))
         return out
 
     def ok(self, m: int, j: int, i: int) -> str:
@@ -469,7 +504,7 @@ class MmaKernel(TreeKernel):
 
     def vector_update(self, r) -> list:
         factor, x = self.factors[r.name]
-        dv = self.size[r.name]
+        dv = self.cols(r)
         out = []
         for h in self.rows:
             left = self.left(r, h)
@@ -520,11 +555,11 @@ class MmaKernel(TreeKernel):
 
     def tile(self) -> list:
         out = [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
-        out += [Assign("kb", f"it * {BN}")] + self.scores()
+        out += [Assign("kb", f"({self.first}it) * {BN}")] + self.scores()
         # every tile but a row's last is whole: its element-wise work without a test (two selects) per element
         out.append(If(f"kb + {BN} <= length", tuple(self.updates(True)), tuple(self.updates(False))))
         for r in self.vred:
-            out += self.sum_products(r, self.factors[r.name][1], self.size[r.name])
+            out += self.sum_products(r, self.factors[r.name][1], self.cols(r))
         out += [Assign(f"s_{r.name}_{h}", f"n_{r.name}_{h}") for r in self.scal for h in self.rows]
         return out
 
@@ -535,17 +570,22 @@ class MmaKernel(TreeKernel):
         zero = self.consts.name(0.0)
         for r in self.vred:
             out += [Assign(f"o_{r.name}_{m}_{j}_{i}", zero) for m in range(self.mt)
-                    for j in range(self.size[r.name] // 8) for i in range(4)]
+                    for j in range(self.cols(r) // 8) for i in range(4)]
         # a commit group per tile (empty past the last), ``stages - 1`` tiles loading ahead of the one computed
-        ahead = self.stages - 1
-        out += self.copy_setup() + [Assign("ntile", f"(length + {BN - 1}) // {BN}")]
+        ahead, first = self.stages - 1, self.first
+        out += self.copy_setup()
+        if self.segmented:  # segment ``seg`` of the row: ``ntile`` tiles from tile ``tfirst`` (none past the row's end)
+            out += [Assign("nall", f"(length + {BN - 1}) // {BN}"), Assign("tps", "int32(uint32(nall + nseg - 1) // uint32(nseg))"),
+                    Assign("tfirst", "seg * tps"), Assign("ntile", "max(0, min(nall - tfirst, tps))")]
+        else:
+            out.append(Assign("ntile", f"(length + {BN - 1}) // {BN}"))
         if self.gate is not None:  # ``lv``: bit k, whether tile it + k is live (found when its copies are issued)
             out.append(Assign("lv", "0"))
         for s_ in range(ahead):
-            out += [If(f"{s_} < ntile", tuple(self.loads(str(s_), str(s_), s_))), Call("cp_commit", ())]
+            out += [If(f"{s_} < ntile", tuple(self.loads(f"{first}{s_}", str(s_), s_))), Call("cp_commit", ())]
         # the stage as an unsigned remainder (a signed one is five instructions more)
         stage = f"uint32(it + {ahead}) % uint32({self.stages})"
-        step = [If(f"it + {ahead} < ntile", tuple(self.loads(f"it + {ahead}", stage, ahead))),
+        step = [If(f"it + {ahead} < ntile", tuple(self.loads(f"{first}it + {ahead}", stage, ahead))),
                 Call("cp_commit", ()), Call(f"cp_wait{ahead}", ())]
         step += self.landed() + [Barrier(), Assign("st", f"uint32(it) % uint32({self.stages})")]
         if self.gate is None:
@@ -587,26 +627,86 @@ class MmaKernel(TreeKernel):
                     out += pre + [Assign(f"y_{sym.name}_{h}", text)]
                     acc.scalar[sym.name] = f"y_{sym.name}_{h}"
                     if sym.name in outs:
-                        stores.append(If("t == 0", (Assign(f"out_{sym.name}[row_{h}]", f"y_{sym.name}_{h}"),)))
+                        stores.append(If(self.lead, (Assign(f"out_{sym.name}[row_{h}]", f"y_{sym.name}_{h}"),)))
                     continue
                 n = self.lay.constants[self.lay.size_const(size)]  # (refusal: an output, from sums of its length)
-                for j in range(n // 8):
+                for j in range(n // self.ncol // 8):
                     for b in range(2):
                         pre, text = self.print(expr, acc, f"{m}_{j}_{2 * hh + b}")
                         value = f"y_{sym.name}_{j}_{b}"
                         out += pre + [Assign(value, text)]
-                        stores.append(Store(f"out_{sym.name}", f"row_{h}", f"{8 * j + b} + 2 * t", (value,)))
+                        stores.append(Store(f"out_{sym.name}", f"row_{h}", self.column(n, j, b), (value,)))
             out.append(If(f"ok_{h}", tuple(stores)))
         return out
 
+    @property
+    def lead(self) -> str:
+        """The condition of the one thread of a row's quad (and of its column groups) that writes its scalars."""
+        return "t == 0" if self.ncol == 1 else "(t == 0) and (cg == 0)"
+
+    def column(self, n: int, j: int, b: int) -> str:
+        """The component of an ``n``-vector that the thread's accumulator ``(j, b)`` holds."""
+        return f"{8 * j + b} + 2 * t" if self.ncol == 1 else f"cg * {n // self.ncol} + {8 * j + b} + 2 * t"
+
+    def parts(self) -> list:
+        """A segment's states, as they stand after its last tile, into ``part_{r}[row, seg(, component)]``: what the
+        combine kernel merges by the derived merge."""
+        out = []
+        for h in self.rows:
+            m, hh = divmod(h, 2)
+            lead = [Assign(f"part_{r.name}[row_{h}, seg]", f"s_{r.name}_{h}") for r in self.scal]
+            writes = [If(self.lead, tuple(lead))] if lead else []
+            for r in self.vred:
+                writes += [Assign(f"part_{r.name}[row_{h}, seg, {self.column(self.size[r.name], j, b)}]",
+                                  f"o_{r.name}_{m}_{j}_{2 * hh + b}") for j in range(self.cols(r) // 8) for b in range(2)]
+            out.append(If(f"ok_{h}", tuple(writes)))
+        return out
+
+    @property
+    def segmented(self) -> bool:
+        """Whether the row's tiles are split into segments across blocks (``cuda.blockIdx.y``), merged by a second
+        kernel: few rows (a decode step's heads) would leave most multiprocessors idle."""
+        return self.spec.segments > 1
+
+    @property
+    def first(self) -> str:
+        """What a tile's index within the block's range is offset by (its segment's first tile)."""
+        return "tfirst + " if self.segmented else ""
+
     def kernel(self) -> list:
-        return self.setup() + self.params() + self.loop() + self.outputs()
+        head = [Assign("seg", "cuda.blockIdx.y")] if self.segmented else []
+        return head + self.setup() + self.params() + self.loop() + (self.parts() if self.segmented else self.outputs())
+
+    def kernels(self) -> list:
+        """``(name, arguments, grid, body)`` of the module's kernels: one, or with segments the partial kernel and
+        ``vrows``' combine (a warp a row, the segments merged in order by the derived merge), which shares this
+        kernel's table of constants."""
+        from dataclasses import replace
+
+        from ..kernels import kernel_args
+        from .vrows import VRowsKernel
+
+        args = kernel_args(self.c)
+        if not self.segmented:
+            return [("kernel", args, "rows", self.kernel())]
+        common = [a for a in args if not a.startswith("out_") and a not in ("rows", "length")]
+        part = [f"part_{r.name}" for r in self.c.reductions]
+        outs = [a for a in args if a.startswith("out_")]
+        merge = VRowsKernel(self.f, replace(self.spec, threads=32, group=32, vec=4, tile=1))
+        merge.consts, merge.counter = self.consts, self.counter
+        return [("partial", tuple(common + part + ["rows", "length", "nseg"]), "rows", self.kernel()),
+                ("combine", tuple(common + part + outs + ["rows", "length", "nseg"]), "combine", merge.combine())]
+
+    def scratch(self) -> tuple:
+        """The segments' states: ``part_{r}`` of shape (rows, segments(, size)), float32."""
+        return tuple((f"part_{r.name}", "float32", "segments",
+                      None if self.c.sizes[r.name] is None else self.lay.size_const(self.c.sizes[r.name]))
+                     for r in self.c.reductions)
 
 
 # -- registration ------------------------------------------------------------------------------------------
 def build(fused: FusedCascade, spec: Spec, target: str, kernel=None, name: str = "mma"):
     """The module of ``kernel`` (a :class:`MmaKernel` class; this one by default) for ``target``."""
-    from ..kernels import kernel_args
     from ..module import assemble
 
     if target == "cpu":
@@ -615,8 +715,13 @@ def build(fused: FusedCascade, spec: Spec, target: str, kernel=None, name: str =
     c = fused.cascade
     outputs = tuple((o.name, "row", None if c.sizes[o.name] is None else k.lay.size_const(c.sizes[o.name]))
                     for o in c.outputs)
-    return assemble(fused, spec, target, name, [("kernel", kernel_args(c), "rows", k.kernel())], k.consts,
-                    k.lay.constants, outputs, {})
+    kernels = k.kernels()
+    src = assemble(fused, spec, target, name, kernels, k.consts, k.lay.constants, outputs, {})
+    if k.segmented:
+        from dataclasses import replace
+
+        src = replace(src, scratch=k.scratch(), entries=tuple((n, a, g) for n, a, g, _ in kernels))
+    return src
 
 
 def applicable(fused: FusedCascade, p: Problem) -> str | None:
@@ -661,8 +766,10 @@ def grid(rows: int, spec: Spec, named) -> dict:
     if len(shared) != 1:
         raise RedalgebraError(f"mma: every vector input must be shared by the same rows, got {sorted(shared)}")
     rep = shared.pop()
-    # a block per 64 rows of a group (the rows sharing a vector row), the whole grid on x
-    return {"rows": (rows // rep * -(-rep // spec.batch), spec.threads, 0, spec.shared)}
+    # a block per 64 rows of a group (the rows sharing a vector row), the whole grid on x; segments on y
+    blocks = rows // rep * -(-rep // spec.batch)
+    return {"rows": ((blocks, int(named["nseg"])) if spec.segments > 1 else blocks, spec.threads, 0, spec.shared),
+            "combine": (rows, 32)}
 
 
 register(Strategy("mma", "cuda", "rows sharing their element vectors in tiles of 64 by 64: dot products and "

@@ -26,9 +26,50 @@ MOST_COMPONENTS = 128
 #: Dynamic shared memory a Hopper block may opt into (227 KB).
 SHARED_LIMIT = 232448
 
+#: Wider vector sums (MLA's 512-wide values) are split by columns across two warpgroups (``wgmma``), each holding
+#: at most WIDEST / 2 columns (128 float32 a thread) in whole 64-column blocks of the staged tile.
+WIDEST, WIDE_MULTIPLE = 512, 128
+
+
+def column_groups(widths) -> int | None:
+    """Warpgroups that share a row tile, each with its share of the vector sums' columns: 1 up to
+    :data:`MOST_COMPONENTS`, 2 for multiples of :data:`WIDE_MULTIPLE` up to :data:`WIDEST` (at most WIDEST columns in
+    all); None: no split holds them."""
+    widths = list(widths)
+    if max(widths, default=0) <= MOST_COMPONENTS:
+        return 1
+    if all(w % WIDE_MULTIPLE == 0 for w in widths) and sum(widths) <= WIDEST:
+        return 2
+    return None
+
 def dots(exprs) -> dict:
     """The dot products of ``exprs``, each named (``__dot0``, …): the products a kernel computes on the tensor cores."""
     return named_nodes(exprs, (Dot,), "__dot")
+
+
+def summed(exprs, names: list) -> tuple[list, dict]:
+    """Dot products (``names``, their symbols) that enter only as terms of one sum — MLA's ``dot(qc, c) + dot(qr, kr)``:
+    ``(groups, replace)``, each group the indices of the products that one chain of accumulators computes (the others
+    alone), and the sums to replace, each by its first product's symbol plus its other terms."""
+    index = {s: n for n, s in enumerate(names)}
+    exprs = list(exprs)
+    replace, taken = {}, set()
+    for e in exprs:
+        for node in sp.preorder_traversal(e):
+            if not isinstance(node, sp.Add) or node in replace:
+                continue
+            terms = [a for a in node.args if a in index]
+            if len(terms) < 2 or taken & set(terms):
+                continue
+            mark = sp.Dummy()
+            if any(set(terms) & x.xreplace({node: mark}).free_symbols for x in exprs):
+                continue  # a product read elsewhere too keeps its own value
+            taken |= set(terms)
+            replace[node] = sp.Add(terms[0], *[a for a in node.args if a not in terms])
+            replace[node, "group"] = [index[t] for t in terms]
+    groups = [g for k, g in replace.items() if isinstance(k, tuple)]
+    groups += [[n] for n in range(len(names)) if names[n] not in taken]
+    return sorted(groups), {k: v for k, v in replace.items() if not isinstance(k, tuple)}
 
 
 def refusal(fused: FusedCascade, name: str = "mma") -> str | None:
@@ -120,9 +161,10 @@ def gate(fused: FusedCascade, prologue, bodies, factors):
     return None
 
 
-def applicable(fused: FusedCascade, p: Problem, name: str, shared) -> str | None:
+def applicable(fused: FusedCascade, p: Problem, name: str, shared, wide: bool = False) -> str | None:
     """Why the tensor-core strategy ``name`` does not suit this call (None: it does): the cascade's form, then the
-    types and sizes; ``shared(fused, problem)``: the bytes of shared memory the strategy's block needs."""
+    types and sizes; ``shared(fused, problem)``: the bytes of shared memory the strategy's block needs; ``wide``: vector
+    inputs of any multiple of 16 components, vector sums split by :func:`column_groups`."""
     reason = refusal(fused, name)
     if reason is not None:
         return reason
@@ -131,10 +173,15 @@ def applicable(fused: FusedCascade, p: Problem, name: str, shared) -> str | None
     kinds = {dtypes.get(s.name, "float32") for s in vin}
     if len(kinds) != 1 or not kinds <= set(KINDS):
         return f"{name}: the tensor cores take bfloat16 or float16 vectors of one type, got {', '.join(sorted(kinds))}"
+    def length(x):
+        return x if isinstance(x, int) else sizes.get(x, 0)
     for s in vin:
-        n = s.size if isinstance(s.size, int) else sizes.get(s.size, 0)
-        if n % 16 or n > MOST_COMPONENTS:
+        n = length(s.size)
+        if n % 16 or (n > MOST_COMPONENTS and not wide):
             return f"{name}: vectors of a multiple of 16 components, at most {MOST_COMPONENTS}; {s.name} has {n}"
+    if wide and column_groups(length(c.sizes[r.name]) for r in c.reductions if c.sizes[r.name] is not None) is None:
+        return (f"{name}: vector sums of at most {MOST_COMPONENTS} components, or multiples of {WIDE_MULTIPLE} up to "
+                f"{WIDEST} in all (split across two warpgroups); use vrows")
     if not p.vec_ok:  # (with a multiple of 16 components, every element's vector then starts on one too)
         return f"{name}: the vector inputs must start on 16-byte boundaries (cp.async copies 16 bytes)"
     reps = dict(p.reps)

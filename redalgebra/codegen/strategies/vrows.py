@@ -374,10 +374,14 @@ class VRowsKernel(TreeKernel):
         body = self.threads_setup() + self.row_setup("cuda.blockIdx.x")
         body += [Assign("seg", "cuda.blockIdx.y"), Assign("lo", "seg * seglen"), Assign("hi", "min(lo + seglen, length)")]
         body += self.fold_range("lo", "hi") + self.write_part()
-        combine = self.threads_setup() + self.row_setup("cuda.blockIdx.x") + self.each_state("init", "s")
-        combine += [For("seg", "0", "nseg", tuple(self.read_part() + self.merge()))] + self.outputs()
         return [("partial", tuple(common + part + ["rows", "length", "seglen"]), "rows_segments", body),
-                ("combine", tuple(common + part + outs + ["rows", "length", "nseg"]), "combine", combine)]
+                ("combine", tuple(common + part + outs + ["rows", "length", "nseg"]), "combine", self.combine())]
+
+    def combine(self) -> list:
+        """The combine kernel's body: a row's segments (``part_*``) merged in order by the derived merge, then its
+        outputs. (Also the second kernel of the tensor-core strategies' segments, which write the same states.)"""
+        combine = self.threads_setup() + self.row_setup("cuda.blockIdx.x") + self.each_state("init", "s")
+        return combine + [For("seg", "0", "nseg", tuple(self.read_part() + self.merge()))] + self.outputs()
 
     def scratch(self) -> tuple:
         return tuple((f"part_{r.name}", "float32", "segments",

@@ -37,12 +37,12 @@ import functools
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
-from ..tree import Assign, Call, If
-from . import Problem, Strategy, register
+from ..tree import Assign, Call, For, If
+from . import BUSY_BLOCKS, Problem, Strategy, register
 from . import mma
 from .mma import BN, MmaKernel
+from .products import MOST_COMPONENTS, SHARED_LIMIT, WIDE_MULTIPLE, WIDEST, column_groups, dots
 from .products import applicable as form_and_call
-from .products import dots
 
 #: Threads of a block: one warpgroup (64 rows) on the GPU, one warp (16 rows) in the simulator.
 THREADS, SIM_THREADS = 128, 32
@@ -54,10 +54,11 @@ def _blocks(n: int) -> int:
     return -(-n // ROW)
 
 
-def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int):
+def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid: bool = True):
     """The dynamic shared memory, in 16-bit units from the first 1024-byte boundary: ``(base, param tiles, bytes)``.
     ``stages`` tiles of every vector input (``BN`` rows, ``ceil(n / 64)`` blocks of 64 columns), then for every dot
-    product its param's rows of the block as 16-bit values and as residuals; 1024 bytes more to reach the boundary."""
+    product its param's rows of the block as 16-bit values and (``resid``) as residuals; 1024 bytes more to reach
+    the boundary."""
     c = fused.cascade
 
     def length(x):
@@ -71,7 +72,7 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int):
     for dot in dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values())):
         p = next(params[a.name] for a in dot.args if a.name in params)
         tiles.append(at)
-        at += 2 * _blocks(length(p)) * rows * ROW
+        at += (2 if resid else 1) * _blocks(length(p)) * rows * ROW
     return base, tiles, 2 * at + ATOM
 
 
@@ -82,7 +83,21 @@ class WgmmaKernel(MmaKernel):
         super().__init__(fused, spec, target)
         if self.mt != 1:
             raise RedalgebraError("wgmma: 16 rows per warp (a warpgroup's 64-row tile is four warps of 16 rows)")
-        self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm, self.stages)
+        sizes = dict(spec.sizes)
+        self.resid = shared_plan(fused, sizes, self.bm, self.stages)[-1] <= SHARED_LIMIT
+        self.base, self.qtile, self.shared_bytes = shared_plan(fused, sizes, self.bm, self.stages, self.resid)
+
+    def check_widths(self) -> None:
+        for x in self.vin:  # (any width: shared memory bounds them, the sums' columns are split)
+            if self.size[x] % 16:
+                raise RedalgebraError(f"wgmma: vectors of a multiple of 16 components; {x} has {self.size[x]}: use vrows")
+
+    def column_groups(self) -> int:
+        groups = column_groups([self.size[r.name] for r in self.c.reductions if self.c.sizes[r.name] is not None])
+        if groups is None:
+            raise RedalgebraError(f"wgmma: vector sums of at most {MOST_COMPONENTS} components, or multiples of "
+                                  f"{WIDE_MULTIPLE} up to {WIDEST} (split across two warpgroups): use vrows")
+        return groups
 
     def setup(self) -> list:
         return super().setup() + [Assign("sb", "swizzle_pad(sm)")]
@@ -109,7 +124,7 @@ class WgmmaKernel(MmaKernel):
     def param_word(self, n: int, p: str, m: int, h: int, c0: int) -> tuple[str, int]:
         # row 16 warp + lg + 8 h of the block: its row within an atom is lg (lg < 8)
         at = self.qtile[n] + (c0 // ROW) * self.bm * ROW
-        return (f"(sb + {at} + (16 * warp + lg + {8 * h}) * {ROW} + ((lg ^ {(c0 % ROW) // 8}) << 3) + 2 * t) // 2",
+        return (f"(sb + {at} + (16 * {self.rw} + lg + {8 * h}) * {ROW} + ((lg ^ {(c0 % ROW) // 8}) << 3) + 2 * t) // 2",
                 _blocks(self.size[p]) * self.bm * ROW // 2)
 
     # -- products -------------------------------------------------------------------------------------------
@@ -124,24 +139,50 @@ class WgmmaKernel(MmaKernel):
     def scores(self) -> list:
         """``sc_{n}_0_{j}_{i}``: the tile's dot products, a warpgroup's 64 rows by ``wgmma_ss`` per 16 components."""
         out = []
-        for n, dot in enumerate(self.dot_list):
-            p, x = self.param_of(dot), self.input_of(dot)
-            acc = self.tiles(f"sc_{n}_0", BN // 8)
+        for g, group in enumerate(self.sums):
+            acc = self.tiles(f"sc_{g}_0", BN // 8)
 
-            def chain(desc, first):
+            def chain(value, n, desc, first):
                 # one assignment of the nested products: each reassignment of 32 names would cost numba's SSA pass;
                 # each operand's descriptor is its tile's plus the step's offset (16-byte units of the address field)
-                value = acc
+                p, x = self.param_of(self.dot_list[n]), self.input_of(self.dot_list[n])
                 for ks in range(self.size[p] // 16):
                     a = ((ks // 4) * self.bm * ROW + (ks % 4) * 16) // 8
                     b = ((ks // 4) * BN * ROW + (ks % 4) * 16) // 8
                     value = (f"wgmma_ss_{self.kind}({value}, {desc} + {a}, dk_{x} + {b}, "
                              f"{0 if first and ks == 0 else 1})")
-                return [Assign(acc, value)]
-            out += [Assign(f"dk_{x}", f"wgmma_desc(sm, xb_{x}, 16, {ATOM})"), Call("wgmma_fence", ())]
-            out += chain(f"dq_{n}", True) + self.wait(acc)
-            out.append(If("split", tuple([Call("wgmma_fence", ())] + chain(f"dl_{n}", False) + self.wait(acc))))
+                return value
+            inputs = dict.fromkeys(self.input_of(self.dot_list[n]) for n in group)
+            out += [Assign(f"dk_{x}", f"wgmma_desc(sm, xb_{x}, 16, {ATOM})") for x in inputs]
+            value = acc
+            for n in group:  # (the group's products summed: one chain, the first product's scale 0)
+                value = chain(value, n, f"dq_{n}", n == group[0])
+            out += [Call("wgmma_fence", ()), Assign(acc, value)] + self.wait(acc)
+            if self.resid:
+                value = acc
+                for n in group:
+                    value = chain(value, n, f"dl_{n}", False)
+                late = [Call("wgmma_fence", ()), Assign(acc, value)] + self.wait(acc)
+            else:
+                late = [s for n in group for s in self.residual_products(g, n)]
+            out.append(If("split", tuple(late)))
         return out
+
+    def residual_products(self, g: int, n: int) -> list:
+        """``sc_{g} += lo(p) · xᵀ`` for dot ``n`` of ``p`` and ``x`` when the residuals do not fit in shared memory (a wide param, as MLA's 576-wide
+        query): by ``mma.sync``, each warp its 16 rows, the A fragments computed from the param in global memory
+        and the B fragments read from the swizzled stage by ``ldmatrix`` — slower than the staged form, taken only
+        by a block whose params are not exact in the 16-bit type."""
+        pack = f"pack_{self.kind}x2"
+        p, x = self.param_of(self.dot_list[n]), self.input_of(self.dot_list[n])
+        body = []
+        for r in range(4):
+            body += self.param_pair(p, r & 1, f"16 * ks + {8 * (r >> 1)} + 2 * t")
+            body.append(Assign(f"fa_0_{r}", f"{pack}(d0, d1)"))
+        for jp in range(BN // 16):
+            at = self.stage_offset(x, f"({16 * jp} + krow)", "(16 * ks + kcol)")
+            body += self.products(f"ldsm_x4(sm, xb_{x} + {at})", 2 * jp, f"sc_{g}", "fa")
+        return [For("ks", "0", str(self.size[p] // 16), tuple(body))]
 
     def descriptors(self) -> list:
         """``dq_{n}``, ``dl_{n}``: the descriptors of dot ``n``'s param tile of the warpgroup (values, residuals),
@@ -150,20 +191,23 @@ class WgmmaKernel(MmaKernel):
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)
             lo = self.qtile[n] + _blocks(self.size[p]) * self.bm * ROW
-            for name, at in ((f"dq_{n}", self.qtile[n]), (f"dl_{n}", lo)):
-                out.append(Assign(name, f"wgmma_desc(sm, sb + {at} + {ROW * ROW} * (warp // 4), 16, {ATOM})"))
+            # the warpgroup's 64 rows (with column groups, every warpgroup the block's 64)
+            group = f" + {ROW * ROW} * (warp // 4)" if self.ncol == 1 else ""
+            for name, at in ((f"dq_{n}", self.qtile[n]), (f"dl_{n}", lo))[:1 + self.resid]:
+                out.append(Assign(name, f"wgmma_desc(sm, sb + {at}{group}, 16, {ATOM})"))
         return out
 
     def loop(self) -> list:
         # the scores' accumulators exist before the first tile (each tile's first product ignores them: scale 0)
         zero = self.consts.name(0.0)
-        return [Assign(f"sc_{n}_0_{j}_{i}", zero) for n in range(len(self.dot_list)) for _, j, i in self.slots()] + \
+        return [Assign(f"sc_{g}_0_{j}_{i}", zero) for g in range(len(self.sums)) for _, j, i in self.slots()] + \
             self.descriptors() + super().loop()
 
     def sum_products(self, r, x: str, dv: int) -> list:
         """``o_r += P · V``: the factors as A fragments in registers, the value tile read transposed by ``wgmma_rs``
-        per 16 keys (components in blocks of 64 values ``BN`` rows apart). The scaled accumulators and the packed
-        factors pass through ``wgmma_hold`` before the fence, so that their writes stay before it."""
+        per 16 keys (components in blocks of 64 values ``BN`` rows apart; with column groups, the warpgroup's ``dv``
+        columns from block ``cg dv / 64`` on). The scaled accumulators and the packed factors pass through
+        ``wgmma_hold`` before the fence, so that their writes stay before it."""
         out = []
         for kk in range(BN // 16):
             out += self.factor_words(r, kk, 0, f"pa_{kk}")
@@ -174,28 +218,54 @@ class WgmmaKernel(MmaKernel):
         for kk in range(BN // 16):
             words = ", ".join(f"pa_{kk}_{i}" for i in range(4))
             value = f"wgmma_rs_{self.kind}({value}, {words}, dv_{x} + {16 * kk * ROW // 8})"
-        return [Assign(f"dv_{x}", f"wgmma_desc(sm, xb_{x}, {BN * ROW * 2}, {ATOM})")] + out + [Assign(acc, value)] + \
+        start = f"xb_{x}" if self.ncol == 1 else f"xb_{x} + cg * {dv // ROW * BN * ROW}"
+        return [Assign(f"dv_{x}", f"wgmma_desc(sm, {start}, {BN * ROW * 2}, {ATOM})")] + out + [Assign(acc, value)] + \
             self.wait(acc)
 
 
 # -- registration ------------------------------------------------------------------------------------------
-def _threads(p: Problem) -> int:
+def _groups(fused: FusedCascade, p: Problem) -> int:
+    """Warpgroups that share a row tile (:func:`.products.column_groups`; 1 where it refuses, said by applicable)."""
+    c, sizes = fused.cascade, dict(p.sizes)
+    widths = [s if isinstance(s, int) else sizes.get(s, 0) for s in (c.sizes[r.name] for r in c.reductions)
+              if s is not None]
+    return column_groups(widths) or 1
+
+
+def _threads(fused: FusedCascade, p: Problem) -> int:
+    """The caller's block size, else one warpgroup (one warp in the simulator), or a warpgroup per column group
+    (whole warpgroups in the simulator too: its stand-ins place a warp's rows by its index in the warpgroup)."""
+    groups = _groups(fused, p)
+    if groups > 1:
+        return p.option("threads") or 128 * groups
     return p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
+
+
+def _rows(fused: FusedCascade, p: Problem) -> int:
+    """Rows of a block: 16 a warp, the warps of a row tile's column groups counted once."""
+    return _threads(fused, p) // 32 * 16 // _groups(fused, p)
 
 
 #: Shared memory of a multiprocessor, and what each block resident there reserves besides its own (bytes).
 SM_SHARED, RESERVED = 233472, 1024
+#: Multiprocessors of an H200: a few rows' blocks are split into segments until each has one (or two) blocks.
+SMS = BUSY_BLOCKS // 4
 
 
 def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
     """``(stages, bytes)``: as many tiles in flight (up to :data:`~.mma.MOST_STAGES`) as fit beside the params when two
     blocks of one warpgroup share a multiprocessor (one block's element-wise work then overlaps the other's
-    products), or one block of two warpgroups; at least two."""
-    sizes, rows = dict(p.sizes), _threads(p) // 32 * 16
-    fixed = shared_plan(fused, sizes, rows, 0)[-1]
-    per = shared_plan(fused, sizes, rows, 1)[-1] - fixed
-    blocks = 2 if _threads(p) <= THREADS else 1
-    stages = max(mma.STAGES, min(mma.MOST_STAGES, (SM_SHARED // blocks - RESERVED - fixed) // per))
+    products), or one block of two warpgroups; at least two. The params' residuals are staged too where two stages
+    fit beside them; else (MLA's 576-wide query) they are not (:meth:`WgmmaKernel.residual_products`)."""
+    sizes, rows = dict(p.sizes), _rows(fused, p)
+    blocks = 2 if _threads(fused, p) <= THREADS else 1
+    for resid in (True, False):
+        fixed = shared_plan(fused, sizes, rows, 0, resid)[-1]
+        per = shared_plan(fused, sizes, rows, 1, resid)[-1] - fixed
+        stages = min(mma.MOST_STAGES, (SM_SHARED // blocks - RESERVED - fixed) // per)
+        if stages >= mma.STAGES:
+            break
+    stages = max(mma.STAGES, stages)
     return stages, fixed + stages * per
 
 
@@ -230,34 +300,45 @@ def hopper_refusal(p: Problem, name: str, instead: str) -> str | None:
 
 
 def applicable(fused: FusedCascade, p: Problem) -> str | None:
-    """Why ``wgmma`` does not suit this call (None: it does): :func:`.products.applicable`'s reasons, then the device."""
-    reason = form_and_call(fused, p, "wgmma", _shared_bytes)
+    """Why ``wgmma`` does not suit this call (None: it does): :func:`.products.applicable`'s reasons (with wide vectors),
+    then the device and the block."""
+    reason = form_and_call(fused, p, "wgmma", _shared_bytes, wide=True)
     if reason is not None:
         return reason
     reason = hopper_refusal(p, "wgmma", "mma")
     if reason is not None:
         return reason
-    threads = _threads(p)
-    allowed = (32, 64, 128, 256) if p.option("simulator") else (128, 256)
+    threads, groups = _threads(fused, p), _groups(fused, p)
+    allowed = (32, 64, 128, 256) if p.option("simulator") and groups == 1 else (128 * groups,) if groups > 1 \
+        else (128, 256)
     if threads not in allowed:
-        return f"wgmma: blocks of {', '.join(map(str, allowed))} threads (whole warpgroups), got {threads}"
-    for name, fixed in (("tile", BN), ("segments", 1), ("batch", threads // 32 * 16), ("group", 16)):
+        split = f" (vector sums of {groups} warpgroups' columns)" if groups > 1 else " (whole warpgroups)"
+        return f"wgmma: blocks of {', '.join(map(str, allowed))} threads{split}, got {threads}"
+    for name, fixed in (("tile", BN), ("batch", _rows(fused, p)), ("group", 16)):
         if p.option(name) not in (None, fixed):
-            return (f"wgmma: the {name} is fixed by the instruction shapes (tiles of {BN} elements, 16 rows per warp, "
-                    f"one segment)")
+            return f"wgmma: the {name} is fixed by the instruction shapes (tiles of {BN} elements, 16 rows per warp)"
     return None
 
 
 def configure(fused: FusedCascade, p: Problem) -> dict:
-    """One warpgroup of 128 threads (64 rows; two warpgroups with ``threads=256``), tiles of 64 elements, exp by
-    ``ex2.approx`` unless asked otherwise (as :func:`.mma.configure`)."""
+    """One warpgroup of 128 threads (64 rows; two warpgroups with ``threads=256``; a warpgroup per column group of
+    wide vector sums), tiles of 64 elements, exp by ``ex2.approx`` unless asked otherwise (as
+    :func:`.mma.configure`); on the GPU, segments of the axis across blocks while the blocks would not fill the
+    multiprocessors (a decode step: MLA's 128 heads of a few tokens are a few blocks), each of at least four tiles."""
     reason = applicable(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
-    threads = _threads(p)
-    bm = threads // 32 * 16
+    threads, bm = _threads(fused, p), _rows(fused, p)
     stages, shared = _stages(fused, p)
-    return dict(threads=threads, tile=BN, batch=bm, group=16, vec=8, segments=1,
+    nseg = p.option("segments")
+    if nseg is None:
+        rep = max(1, min(dict(p.reps).get(s.name, 1) for s in fused.cascade.inputs if s.size is not None))
+        blocks = max(1, p.rows // rep * -(-rep // bm))
+        busy = SMS * (2 if threads <= THREADS else 1)
+        nseg = 1 if p.option("simulator") else max(1, min(busy // blocks, -(-p.length // (4 * BN))))
+    nseg = max(1, min(int(nseg), max(-(-p.length // BN), 1), 65535))
+    # (the kernel reads the count at run time: one compiled kernel for every count of segments above one)
+    return dict(threads=threads, tile=BN, batch=bm, group=16, vec=8, segments=min(nseg, 2), nseg=nseg,
                 fast_exp=p.option("fast_exp", True), shared=shared, stages=stages)
 
 

@@ -3,6 +3,7 @@ across two warpgroups, segments merged by the combine kernel, the float32 query'
 
     python3 gpu/mla_check.py                       # every case
     python3 gpu/mla_check.py --quick               # the small ones (for compute-sanitizer)
+    python3 gpu/mla_check.py --long                # the others
     compute-sanitizer --tool racecheck python3 gpu/mla_check.py --quick
     python3 gpu/mla_check.py --quick --simulator    # here, without a GPU (minutes)
 
@@ -54,11 +55,11 @@ def run(batch, heads, length, rank, rope, dtype, exact, segments, seed=0, backen
 
 
 def main() -> int:
-    quick = "--quick" in sys.argv
+    quick, long = "--quick" in sys.argv, "--long" in sys.argv
     backend = "cudasim" if "--simulator" in sys.argv else "cuda"
     bad = 0
     for case in CASES:
-        if quick and not case[-1]:
+        if (quick and not case[-1]) or (long and case[-1]):
             continue
         ok, err = run(*case[:-1], backend=backend)
         bad += not ok

@@ -31,7 +31,7 @@ BARE = frozenset("""
     lf rem bt ngrp lv tq sa fr fk wk wc segl rw kt0 fac a0 a1 a2 a3 cb kx fx lc r0 factors scalars tiles
     wcol wo wn wd wt sd b4 b5 b6 b7 li
     orow da db nn k0 wv wrow wcl
-    nall tps tfirst cg ks wi wk
+    nall tps tfirst cg ks wi wk smf xf dp
 """.split())
 #: What comes before the first underscore of the generator's other identifiers (``s_m``, ``e_x_0_1``).
 PREFIXES = frozenset("""

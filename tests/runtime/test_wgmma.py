@@ -126,35 +126,36 @@ def _assert_close(out, ref):
 @pytest.mark.slow
 def test_wide_vector_sums_split_across_two_warpgroups_with_segments():
     # MLA's shape at half its widths: 256-wide values (two warpgroups of 128 columns, one block of 256 threads in
-    # the simulator too), two dot products summed into one chain of accumulators, 20 heads (a partial block of 64
-    # rows), two segments of the 70 keys (the second partial) merged by vrows' combine kernel; a float32 query whose
-    # residual is staged beside it (gpu/mla_check.py runs these paths on the GPU, at MLA's widths too)
-    inputs, params, ref = _mla(1, 20, 70, 256, 16, exact=False)
+    # the simulator too, each with the scores of 32 keys), two dot products summed into one chain of accumulators,
+    # 20 heads (a partial block of 64 rows), two segments of the 70 keys (the second partial) merged by vrows'
+    # combine kernel (gpu/mla_check.py runs these paths on the GPU, at MLA's widths and with float32 queries too)
+    inputs, params, ref = _mla(1, 20, 70, 256, 16, exact=True)
     kernel = compile(fused("mla_decode"), "cudasim", "wgmma", segments=2)
     _assert_close(kernel(inputs, params)["y"], ref)
     spec = kernel.spec_for(20, 70, {"c": "float16", "kr": "float16"}, {"r": 256, "e": 16}, reps={"c": 20, "kr": 20})[1]
     assert spec.threads == 256 and spec.batch == 64 and spec.segments == 2  # (a count above one: read at run time)
     source = kernel.source(spec, "wgmma").source
     assert source.count("wgmma_wait0()") == 3  # one chain of both dot products (and its residual's), one P·V
+    assert "wgmma_sst_f16(" in source  # P·V with the factors of both groups from shared memory
     assert "def combine(" in source
 
 
 @pytest.mark.slow
 def test_a_residual_that_does_not_fit_is_multiplied_from_registers(monkeypatch):
     # MLA's 576-wide query and its residual do not fit in shared memory beside two stages of keys: the residual's
-    # product is mma.sync's, its A fragments computed from the query in global memory. Forced here at a small
-    # width by a smaller limit (the simulated kernel is the one the GPU runs at 512 + 64: gpu/mla_check.py)
+    # product is mma.sync's, its A fragments computed from the query in global memory. Forced here at 128 + 16 (one
+    # warpgroup, one warp in the simulator) by a smaller limit; the GPU runs it at 512 + 64 (gpu/mla_check.py)
     from redalgebra.codegen.strategies import wgmma
 
-    monkeypatch.setattr(wgmma, "SHARED_LIMIT", 100_000)
+    monkeypatch.setattr(wgmma, "SHARED_LIMIT", 30_000)
     # scores of tens of units: the query rounded to float16 would move the outputs 8x the tolerance
-    inputs, params, ref = _mla(1, 16, 40, 256, 16, exact=False, seed=1, spread=30.0)
+    inputs, params, ref = _mla(1, 16, 40, 128, 16, exact=False, seed=1, spread=30.0)
     kernel = compile(fused("mla_decode"), "cudasim", "wgmma")
     _assert_close(kernel(inputs, params)["y"], ref)
     rounded = {k: (v.astype(np.float16).astype(np.float32) if k != "scale" else v) for k, v in params.items()}
     with pytest.raises(AssertionError):
         _assert_close(_reference_of(inputs, rounded, 16), ref)
-    spec = kernel.spec_for(16, 40, {"c": "float16", "kr": "float16"}, {"r": 256, "e": 16}, reps={"c": 16, "kr": 16})[1]
+    spec = kernel.spec_for(16, 40, {"c": "float16", "kr": "float16"}, {"r": 128, "e": 16}, reps={"c": 16, "kr": 16})[1]
     assert "mma_f16(" in kernel.source(spec, "wgmma").source
 
 

@@ -137,6 +137,10 @@ class MmaKernel(TreeKernel):
         # warps of one row tile that split the vector sums' columns (``wgmma``'s wide sums), and their warp index
         self.ncol = self.column_groups()
         self.rw = "warp" if self.ncol == 1 else "rw"
+        # with column groups, each computes the scores of its own share of a tile's elements (``bn`` of them, from
+        # element ``key0`` of the tile), the groups exchanging row partials and factors through shared memory
+        self.bn = BN // self.ncol
+        self.key0 = "" if self.ncol == 1 else f" + {self.bn} * cg"
         self.bm = spec.batch  # rows of the block
         if spec.threads % 32 or self.bm * self.ncol != spec.threads // 32 * 16 * self.mt or self.mt > 2:
             raise RedalgebraError(f"mma: a block of {spec.threads} threads takes 16 or 32 rows per warp, got {self.bm}")
@@ -172,7 +176,7 @@ class MmaKernel(TreeKernel):
     def slots(self):
         """The thread's elements of a tile: ``(m, j, i)`` = row tile ``m`` of the warp, n-tile ``j``, accumulator
         ``i``; the thread's row ``2 m + (i >> 1)``."""
-        return [(m, j, i) for m in range(self.mt) for j in range(BN // 8) for i in range(4)]
+        return [(m, j, i) for m in range(self.mt) for j in range(self.bn // 8) for i in range(4)]
 
     @property
     def rows(self):
@@ -399,7 +403,8 @@ class MmaKernel(TreeKernel):
 
     def elements(self) -> list:
         """The per-element inputs and lets of the thread's 32 elements (``lt``: its first element's position)."""
-        out = [Assign("lt", "kb + 2 * t"), Assign("lf", "float32(lt)"), Assign("rem", f"int32(min(length - lt, {BN}))")]
+        out = [Assign("lt", f"kb{self.key0} + 2 * t"), Assign("lf", "float32(lt)"),
+               Assign("rem", f"int32(min(length - lt, {BN}))")]
         for m, j, i in self.slots():
             # a whole tile's elements are all in the row; a partial tile's past it read the last (and do not count)
             at = f"lt + {8 * j + (i & 1)}" if self.whole else f"min(lt + {8 * j + (i & 1)}, length - 1)"
@@ -481,6 +486,7 @@ class MmaKernel(TreeKernel):
                 acc.scalar[fold.name], acc.scalar[other.name] = f"tr_{h}", f"tx_{h}"
                 pre, text = self.print(r.monoid.combine(fold, other), acc)
                 out += [Shuffle(f"tx_{h}", f"tr_{h}", str(off))] + pre + [Assign(f"tr_{h}", text)]
+        out += self.exchange(r, fold, other)
         for h in self.rows:
             left = self.left(r, h)
             acc = self.access(h)
@@ -488,6 +494,24 @@ class MmaKernel(TreeKernel):
             pre, text = self.print(r.monoid.combine(fold, other), acc)
             head = [Assign("tl", f"s_{r.name}_{h}")] if left is None else left[0] + [Assign("tl", left[1])]
             out += head + pre + [Assign(f"n_{r.name}_{h}", text)]
+        return out
+
+    def exchange(self, r, fold, other) -> list:
+        """With column groups: each group's partial ``tr_{h}`` of reduction ``r`` over its elements of the tile,
+        through shared memory, combined in group order (so that every group holds the same state, bit for bit)."""
+        if self.ncol == 1:
+            return []
+        slot = self.scal.index(r) * self.ncol * self.bm
+        out = [If("t == 0", tuple(Assign(f"smf[xf + {slot} + cg * {self.bm} + 16 * rw + lg + {8 * h}]", f"tr_{h}")
+                                  for h in self.rows)), Barrier()]
+        for h in self.rows:
+            at = f"xf + {slot} + 16 * rw + lg + {8 * h}"
+            out.append(Assign(f"tr_{h}", f"smf[{at}]"))
+            for g in range(1, self.ncol):
+                acc = self.access(h)
+                acc.scalar[fold.name], acc.scalar[other.name] = f"tr_{h}", f"tx_{h}"
+                pre, text = self.print(r.monoid.combine(fold, other), acc)
+                out += [Assign(f"tx_{h}", f"smf[{at} + {g * self.bm}]")] + pre + [Assign(f"tr_{h}", text)]
         return out
 
     def chosen(self, target: str, pre: list, text: str, m: int, j: int, i: int, otherwise: str | None) -> list:
@@ -606,7 +630,7 @@ class MmaKernel(TreeKernel):
         """``live``: whether the gate's condition holds for some element of tile ``tile`` and row of the block (sets
         ``kb`` and ``lt`` for that tile)."""
         _, cond = self.gate
-        out = [Assign("kb", f"({tile}) * {BN}"), Assign("lt", "kb + 2 * t"), Assign("lf", "float32(lt)"),
+        out = [Assign("kb", f"({tile}) * {BN}"), Assign("lt", f"kb{self.key0} + 2 * t"), Assign("lf", "float32(lt)"),
                Assign("seen", "0")]
         for m, j, i in self.slots():
             pre, text = self.print(cond, self.access(2 * m + (i >> 1), m, j, i))

@@ -23,9 +23,21 @@ warps of 16 rows):
    the products; each chain of products is committed and waited for, and its accumulators passed through an
    empty instruction so that no use moves above the wait.
 
-The simulator runs the same kernel with one warp (16 rows): the stand-ins of the instructions compute each thread's
-accumulators from the descriptors, decoding the swizzled layout as the hardware does. ``gpu/wgmma_check.py`` checks
-the layouts on exact integers, on the GPU and in the simulator.
+5. **Wide vector sums** (MLA decode: 128 heads over one 512-wide latent row, key and value at once): a warpgroup's
+   accumulators hold at most 128 columns comfortably, so two warpgroups share the block's 64 rows (``ncol`` column
+   groups, 256 threads). Each computes the scores of its half of the tile's keys (``m64n32k16``), the groups
+   exchange each scalar reduction's row partials through shared memory (combined in group order: both hold the
+   same state, bit for bit), write their factors into one shared tile, and each multiplies the whole tile's factors
+   by its half of the value columns (``wgmma_sst``: both operands from shared memory). Dot products summed in the
+   cascade (``dot(qc, c) + dot(qr, kr)``) are one chain of accumulators. A param whose residual rows do not fit
+   beside two stages of keys (MLA's 576-wide query) keeps only its 16-bit rows in shared memory; a block whose
+   params are not exact in 16 bits adds the residual's product by ``mma.sync``, its A fragments computed from the
+   param in global memory. Few rows (a decode step) split the axis into segments across blocks, merged by
+   ``vrows``' combine kernel with the derived merge.
+
+The simulator runs the same kernel with one warp (16 rows; whole warpgroups with column groups): the stand-ins of
+the instructions compute each thread's accumulators from the descriptors, decoding the swizzled layout as the
+hardware does. ``gpu/wgmma_check.py`` checks the layouts on exact integers, on the GPU and in the simulator.
 
 Rounding is :mod:`.mma`'s: the factors enter ``P · V`` in the vector input's 16-bit type.
 """
@@ -37,7 +49,7 @@ import functools
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
-from ..tree import Assign, Call, For, If
+from ..tree import Assign, Barrier, Call, For, If
 from . import BUSY_BLOCKS, Problem, Strategy, register
 from . import mma
 from .mma import BN, MmaKernel
@@ -54,11 +66,12 @@ def _blocks(n: int) -> int:
     return -(-n // ROW)
 
 
-def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid: bool = True):
+def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid: bool = True, groups: int = 1):
     """The dynamic shared memory, in 16-bit units from the first 1024-byte boundary: ``(base, param tiles, bytes)``.
     ``stages`` tiles of every vector input (``BN`` rows, ``ceil(n / 64)`` blocks of 64 columns), then for every dot
-    product its param's rows of the block as 16-bit values and (``resid``) as residuals; 1024 bytes more to reach
-    the boundary."""
+    product its param's rows of the block as 16-bit values and (``resid``) as residuals; with column ``groups``,
+    then the tile's factors (``rows`` × ``BN``, the A operand of ``P · V``) and each scalar reduction's row partials
+    of every group (float32); 1024 bytes more to reach the boundary."""
     c = fused.cascade
 
     def length(x):
@@ -73,6 +86,9 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid:
         p = next(params[a.name] for a in dot.args if a.name in params)
         tiles.append(at)
         at += (2 if resid else 1) * _blocks(length(p)) * rows * ROW
+    if groups > 1:
+        base["P"], base["X"] = at, at + rows * BN
+        at += rows * BN + 2 * groups * rows * sum(c.sizes[r.name] is None for r in c.reductions)
     return base, tiles, 2 * at + ATOM
 
 
@@ -84,8 +100,8 @@ class WgmmaKernel(MmaKernel):
         if self.mt != 1:
             raise RedalgebraError("wgmma: 16 rows per warp (a warpgroup's 64-row tile is four warps of 16 rows)")
         sizes = dict(spec.sizes)
-        self.resid = shared_plan(fused, sizes, self.bm, self.stages)[-1] <= SHARED_LIMIT
-        self.base, self.qtile, self.shared_bytes = shared_plan(fused, sizes, self.bm, self.stages, self.resid)
+        self.resid = shared_plan(fused, sizes, self.bm, self.stages, True, self.ncol)[-1] <= SHARED_LIMIT
+        self.base, self.qtile, self.shared_bytes = shared_plan(fused, sizes, self.bm, self.stages, self.resid, self.ncol)
 
     def check_widths(self) -> None:
         for x in self.vin:  # (any width: shared memory bounds them, the sums' columns are split)
@@ -100,7 +116,10 @@ class WgmmaKernel(MmaKernel):
         return groups
 
     def setup(self) -> list:
-        return super().setup() + [Assign("sb", "swizzle_pad(sm)")]
+        out = super().setup() + [Assign("sb", "swizzle_pad(sm)")]
+        if self.ncol > 1:  # the groups' row partials: float32 from ``xf`` on
+            out += [Assign("smf", "cuda.shared.array(0, float32)"), Assign("xf", f"(sb + {self.base['X']}) // 2")]
+        return out
 
     def access(self, *args, **kwargs):
         acc = super().access(*args, **kwargs)
@@ -140,7 +159,7 @@ class WgmmaKernel(MmaKernel):
         """``sc_{n}_0_{j}_{i}``: the tile's dot products, a warpgroup's 64 rows by ``wgmma_ss`` per 16 components."""
         out = []
         for g, group in enumerate(self.sums):
-            acc = self.tiles(f"sc_{g}_0", BN // 8)
+            acc = self.tiles(f"sc_{g}_0", self.bn // 8)
 
             def chain(value, n, desc, first):
                 # one assignment of the nested products: each reassignment of 32 names would cost numba's SSA pass;
@@ -153,7 +172,8 @@ class WgmmaKernel(MmaKernel):
                              f"{0 if first and ks == 0 else 1})")
                 return value
             inputs = dict.fromkeys(self.input_of(self.dot_list[n]) for n in group)
-            out += [Assign(f"dk_{x}", f"wgmma_desc(sm, xb_{x}, 16, {ATOM})") for x in inputs]
+            own = "" if self.ncol == 1 else f" + cg * {self.bn * ROW}"  # the group's elements: rows of the tile
+            out += [Assign(f"dk_{x}", f"wgmma_desc(sm, xb_{x}{own}, 16, {ATOM})") for x in inputs]
             value = acc
             for n in group:  # (the group's products summed: one chain, the first product's scale 0)
                 value = chain(value, n, f"dq_{n}", n == group[0])
@@ -179,8 +199,8 @@ class WgmmaKernel(MmaKernel):
         for r in range(4):
             body += self.param_pair(p, r & 1, f"16 * ks + {8 * (r >> 1)} + 2 * t")
             body.append(Assign(f"fa_0_{r}", f"{pack}(d0, d1)"))
-        for jp in range(BN // 16):
-            at = self.stage_offset(x, f"({16 * jp} + krow)", "(16 * ks + kcol)")
+        for jp in range(self.bn // 16):
+            at = self.stage_offset(x, f"({16 * jp}{self.key0} + krow)", "(16 * ks + kcol)")
             body += self.products(f"ldsm_x4(sm, xb_{x} + {at})", 2 * jp, f"sc_{g}", "fa")
         return [For("ks", "0", str(self.size[p] // 16), tuple(body))]
 
@@ -208,6 +228,8 @@ class WgmmaKernel(MmaKernel):
         per 16 keys (components in blocks of 64 values ``BN`` rows apart; with column groups, the warpgroup's ``dv``
         columns from block ``cg dv / 64`` on). The scaled accumulators and the packed factors pass through
         ``wgmma_hold`` before the fence, so that their writes stay before it."""
+        if self.ncol > 1:
+            return self.shared_sum_products(r, x, dv)
         out = []
         for kk in range(BN // 16):
             out += self.factor_words(r, kk, 0, f"pa_{kk}")
@@ -220,6 +242,29 @@ class WgmmaKernel(MmaKernel):
             value = f"wgmma_rs_{self.kind}({value}, {words}, dv_{x} + {16 * kk * ROW // 8})"
         start = f"xb_{x}" if self.ncol == 1 else f"xb_{x} + cg * {dv // ROW * BN * ROW}"
         return [Assign(f"dv_{x}", f"wgmma_desc(sm, {start}, {BN * ROW * 2}, {ATOM})")] + out + [Assign(acc, value)] + \
+            self.wait(acc)
+
+
+    def shared_sum_products(self, r, x: str, dv: int) -> list:
+        """With column groups: each group writes its factors (its elements of the tile, rounded to the vector's
+        16-bit type) into the shared factor tile (K-major, swizzled: the A operand), the block meets, and each group
+        multiplies the whole tile's factors by its ``dv`` columns of the value tile (``wgmma_sst``: both operands
+        from shared memory, the values transposed)."""
+        out = []
+        for kk in range(self.bn // 16):
+            out += self.factor_words(r, kk, 0, f"pa_{kk}")
+            for w in range(4):
+                key = f"({self.bn} * cg + {16 * kk + 8 * (w >> 1)} + 2 * t)"
+                at = f"(sb + {self.base['P']} + (16 * rw + lg + {8 * (w & 1)}) * {ROW} + ({key} ^ (lg << 3))) // 2"
+                out.append(Assign(f"smw[{at}]", f"pa_{kk}_{w}"))
+        acc = self.tiles(f"o_{r.name}_0", dv // 8)
+        out += [Call("fence_async", ()), Barrier(), Assign(acc, f"wgmma_hold({acc})"), Call("wgmma_fence", ())]
+        value = acc
+        for kk in range(BN // 16):
+            value = f"wgmma_sst_{self.kind}({value}, dp + {2 * kk}, dv_{x} + {16 * kk * ROW // 8}, 1)"
+        start = f"xb_{x} + cg * {dv // ROW * BN * ROW}"
+        return [Assign("dp", f"wgmma_desc(sm, sb + {self.base['P']}, 16, {ATOM})"),
+                Assign(f"dv_{x}", f"wgmma_desc(sm, {start}, {BN * ROW * 2}, {ATOM})")] + out + [Assign(acc, value)] + \
             self.wait(acc)
 
 
@@ -259,9 +304,10 @@ def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
     fit beside them; else (MLA's 576-wide query) they are not (:meth:`WgmmaKernel.residual_products`)."""
     sizes, rows = dict(p.sizes), _rows(fused, p)
     blocks = 2 if _threads(fused, p) <= THREADS else 1
+    groups = _groups(fused, p)
     for resid in (True, False):
-        fixed = shared_plan(fused, sizes, rows, 0, resid)[-1]
-        per = shared_plan(fused, sizes, rows, 1, resid)[-1] - fixed
+        fixed = shared_plan(fused, sizes, rows, 0, resid, groups)[-1]
+        per = shared_plan(fused, sizes, rows, 1, resid, groups)[-1] - fixed
         stages = min(mma.MOST_STAGES, (SM_SHARED // blocks - RESERVED - fixed) // per)
         if stages >= mma.STAGES:
             break

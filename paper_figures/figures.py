@@ -44,7 +44,8 @@ DEFAULT_CSVS = (DEFAULT_CSV, *(DEFAULT_CSV.with_name(f"{name}.csv") for name in
                                 "bench_prefill_wgmma15", "bench_prefill_wgmma16", "bench_columns_mma7",
                                 "bench_columns_mma10", "bench_columns_mma11", "bench_softmax_bf16",
                                 "bench_moe_select", "bench_moe_select_qwen", "bench_columns_mma256",
-                                "bench_columns_wgmma3", "bench_columns_wgmma4")))
+                                "bench_columns_wgmma3", "bench_columns_wgmma4", "bench_moe_branchfree",
+                                "bench_columns_wgmma5", "bench_mla_wgmma1", "bench_mla_wgmma2")))
 ABLATION, INCREMENTAL = "softmax_levels", "softmax_incremental"
 COMPUTE_BOUND = {"attention", "causal_attention", "mla_decode", "fp8_quant_gemm"}  # judged by FLOP/s, left out of the roofline
 OVERHEAD = "call_overhead"  # host time per call, not a kernel: in no figure

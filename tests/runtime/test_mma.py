@@ -172,3 +172,21 @@ def test_a_causal_mask_written_in_the_cascade_skips_the_tiles_no_row_sees():
     assert np.abs(out - ref).max() <= (TOLERANCE["float16"] + STORE_ROUNDING["float16"]) * np.abs(ref).max()
     spec = kernel.spec_for(40, 150, {"k": "float16", "v": "float16"}, {"d": 16}, reps={"k": 40, "v": 40})[1]
     assert MmaKernel(f, spec).gate is not None and MmaKernel(fused("attention"), spec).gate is None
+
+
+def test_dot_products_summed_share_one_chain_of_accumulators_nested_sums_too():
+    # dot(q1, c) + dot(q2, k) is one chain of products, and so is the sum inside tanh: each replaced, the inner
+    # one inside the outer's replacement too
+    c = parse("input c[r]\ninput k[r]\nparam q1[r]\nparam q2[r]\nparam q3[r]\nparam q4[r]\n"
+              "let s = dot(q1, c) + dot(q2, k) + tanh(dot(q3, c) + dot(q4, k))\n"
+              "reduce m = max(s)\nreduce l = sum(exp(s - m))\nreduce o = sum(exp(s - m) * c)\nout y = o / l\n")
+    rng = np.random.default_rng(5)
+    inputs = {x: rng.normal(size=(1, 40, 16)).astype(np.float16) for x in ("c", "k")}
+    params = {q: (rng.normal(size=(16, 16)) * 0.3).astype(np.float16).astype(np.float32) for q in ("q1", "q2", "q3", "q4")}
+    kernel = compile(derive(c), "cudasim", "mma")
+    out = kernel(inputs, params)["y"]
+    ref = evaluate(c, {x: np.repeat(v.astype(np.float64), 16, 0) for x, v in inputs.items()}, params)["y"]
+    assert np.abs(out - ref).max() <= (TOLERANCE["float16"] + STORE_ROUNDING["float16"]) * np.abs(ref).max()
+    spec = kernel.spec_for(16, 40, {"c": "float16", "k": "float16"}, {"r": 16}, reps={"c": 16, "k": 16})[1]
+    source = kernel.source(spec, "mma").source
+    assert "sc_1_0_0_0" in source and "sc_2_" not in source  # two chains for four products

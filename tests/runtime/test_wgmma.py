@@ -127,8 +127,9 @@ def _assert_close(out, ref):
 def test_wide_vector_sums_split_across_two_warpgroups_with_segments():
     # MLA's shape at half its widths: 256-wide values (two warpgroups of 128 columns, one block of 256 threads in
     # the simulator too, each with the scores of 32 keys), two dot products summed into one chain of accumulators,
-    # 20 heads (a partial block of 64 rows), two segments of the 70 keys (the second partial) merged by vrows'
-    # combine kernel (gpu/mla_check.py runs these paths on the GPU, at MLA's widths and with float32 queries too)
+    # 20 heads (a partial block of 64 rows), two segments of the 70 keys (a tile, then a partial one) merged by
+    # vrows' combine kernel (gpu/mla_check.py runs these paths on the GPU, at MLA's widths, with uneven segments and
+    # with float32 queries, whose residual is staged or multiplied by mma.sync, too)
     inputs, params, ref = _mla(1, 20, 70, 256, 16, exact=True)
     kernel = compile(fused("mla_decode"), "cudasim", "wgmma", segments=2)
     _assert_close(kernel(inputs, params)["y"], ref)
@@ -136,19 +137,18 @@ def test_wide_vector_sums_split_across_two_warpgroups_with_segments():
     assert spec.threads == 256 and spec.batch == 64 and spec.segments == 2  # (a count above one: read at run time)
     source = kernel.source(spec, "wgmma").source
     assert source.count("wgmma_wait0()") == 3  # one chain of both dot products (and its residual's), one P·V
-    assert "wgmma_sst_f16(" in source  # P·V with the factors of both groups from shared memory
-    assert "def combine(" in source
+    assert "wgmma_sst_f16(" in source and "def combine(" in source  # P·V with both groups' factors from shared memory
 
 
 @pytest.mark.slow
 def test_a_residual_that_does_not_fit_is_multiplied_from_registers(monkeypatch):
     # MLA's 576-wide query and its residual do not fit in shared memory beside two stages of keys: the residual's
     # product is mma.sync's, its A fragments computed from the query in global memory. Forced here at 128 + 16 (one
-    # warpgroup, one warp in the simulator) by a smaller limit; the GPU runs it at 512 + 64 (gpu/mla_check.py)
+    # warpgroup, one warp in the simulator) by less shared memory; the GPU runs it at 512 + 64 (gpu/mla_check.py)
     from redalgebra.codegen.strategies import wgmma
 
-    monkeypatch.setattr(wgmma, "SHARED_LIMIT", 30_000)
-    # scores of tens of units: the query rounded to float16 would move the outputs 8x the tolerance
+    monkeypatch.setattr(wgmma, "SM_SHARED", 60_000)
+    # scores of tens of units: the query rounded to float16 would move the outputs several times the tolerance
     inputs, params, ref = _mla(1, 16, 40, 128, 16, exact=False, seed=1, spread=30.0)
     kernel = compile(fused("mla_decode"), "cudasim", "wgmma")
     _assert_close(kernel(inputs, params)["y"], ref)

@@ -13,17 +13,18 @@ from ..printer import Constants, print_expr
 
 
 class TreeKernel:
-    """The derived cascade, its :class:`Spec` and :class:`Layout`, one table of float32 constants and temporaries,
-    and ``size``: the concrete length of every vector (input, param, vector state) by name. ``refusal(fused)``
-    (a strategy's reason not to build the cascade, or None) is checked first."""
+    """The derived cascade, its :class:`Spec` and :class:`Layout`, one table of float32 constants and temporaries
+    (``shared``: another kernel's ``(constants, counter)``, for a second kernel of the same module), and ``size``:
+    the concrete length of every vector (input, param, vector state) by name. ``refusal(fused)`` (a strategy's
+    reason not to build the cascade, or None) is checked first."""
 
-    def __init__(self, fused: FusedCascade, spec: Spec, refusal=None):
+    def __init__(self, fused: FusedCascade, spec: Spec, refusal=None, shared: tuple | None = None):
         reason = refusal(fused) if refusal is not None else None
         if reason is not None:
             raise RedalgebraError(reason)
         self.f, self.spec, self.c = fused, spec, fused.cascade
         self.lay = Layout.of(fused, spec)
-        self.consts, self.counter = Constants(), itertools.count()
+        self.consts, self.counter = shared or (Constants(), itertools.count())
         c = self.c
         vectors = [(x.name, x.size) for x in (*c.inputs, *c.params) if x.size is not None]
         vectors += [(r.name, c.sizes[r.name]) for r in c.reductions if c.sizes[r.name] is not None and r.monoid.k is None]

@@ -66,7 +66,7 @@ from ..tree import Assign, Barrier, Call, For, If, Shuffle, Store, scalar_load
 from . import Problem, Strategy, register
 from .base import TreeKernel
 from .columns import split_body
-from .products import KINDS, MOST_COMPONENTS, dots, gate, refusal, summed
+from .products import KINDS, MOST_COMPONENTS, dots, gate, refusal, replace_sums, summed
 from .products import applicable as form_and_call
 
 #: Elements per tile; threads of a block on the GPU (four warps of 16 rows: 64 rows) and in the simulator (one
@@ -124,8 +124,8 @@ class MmaKernel(TreeKernel):
         bodies = {r.name: fused.bodies[r.name].xreplace(self.dots) for r in c.reductions}
         # products summed (MLA's two dot products) add into one chain of accumulators, ``sc_{g}`` for group g
         self.sums, merged = summed([e for _, e in prologue] + list(bodies.values()), list(self.dots.values()))
-        self.prologue = [(s, e.xreplace(merged)) for s, e in prologue]
-        self.bodies = {k: e.xreplace(merged) for k, e in bodies.items()}
+        self.prologue = [(s, replace_sums(e, merged)) for s, e in prologue]
+        self.bodies = {k: replace_sums(e, merged) for k, e in bodies.items()}
         self.scal = [r for r in c.reductions if c.sizes[r.name] is None]
         self.vred = [r for r in c.reductions if c.sizes[r.name] is not None]
         self.factors = {}
@@ -716,8 +716,7 @@ class MmaKernel(TreeKernel):
         common = [a for a in args if not a.startswith("out_") and a not in ("rows", "length")]
         part = [f"part_{r.name}" for r in self.c.reductions]
         outs = [a for a in args if a.startswith("out_")]
-        merge = VRowsKernel(self.f, replace(self.spec, threads=32, group=32, vec=4, tile=1))
-        merge.consts, merge.counter = self.consts, self.counter
+        merge = VRowsKernel(self.f, replace(self.spec, threads=32, group=32, vec=4, tile=1), (self.consts, self.counter))
         return [("partial", tuple(common + part + ["rows", "length", "nseg"]), "rows", self.kernel()),
                 ("combine", tuple(common + part + outs + ["rows", "length", "nseg"]), "combine", merge.combine())]
 

@@ -72,6 +72,15 @@ def summed(exprs, names: list) -> tuple[list, dict]:
     return sorted(groups), {k: v for k, v in replace.items() if not isinstance(k, tuple)}
 
 
+def replace_sums(e, replace: dict):
+    """``e`` with :func:`summed`'s sums replaced, nested ones too (a replacement's terms may hold another sum)."""
+    while True:
+        done = e.xreplace(replace)
+        if done == e:
+            return e
+        e = done
+
+
 def refusal(fused: FusedCascade, name: str = "mma") -> str | None:
     """Why the tensor-core strategy ``name`` cannot build this cascade's kernel at any size (None: it can)."""
     c = fused.cascade

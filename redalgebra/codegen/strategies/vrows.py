@@ -74,8 +74,8 @@ def refusal(fused: FusedCascade) -> str | None:
 class VRowsKernel(TreeKernel):
     """Builds the statement trees of a ``vrows`` module (one kernel, or partial + combine when split)."""
 
-    def __init__(self, fused: FusedCascade, spec: Spec):
-        super().__init__(fused, spec, refusal)
+    def __init__(self, fused: FusedCascade, spec: Spec, shared: tuple | None = None):
+        super().__init__(fused, spec, refusal, shared)
         c = self.c
         self.g, self.vec, self.tile = spec.group, spec.vec, spec.tile
         if spec.threads % 32 or self.g > 32 or self.g & (self.g - 1):

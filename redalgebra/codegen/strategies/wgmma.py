@@ -100,7 +100,8 @@ class WgmmaKernel(MmaKernel):
         if self.mt != 1:
             raise RedalgebraError("wgmma: 16 rows per warp (a warpgroup's 64-row tile is four warps of 16 rows)")
         sizes = dict(spec.sizes)
-        self.resid = shared_plan(fused, sizes, self.bm, self.stages, True, self.ncol)[-1] <= SHARED_LIMIT
+        # the params' residuals staged where the launch's shared memory (configure's plan) holds them
+        self.resid = shared_plan(fused, sizes, self.bm, self.stages, True, self.ncol)[-1] <= (spec.shared or SHARED_LIMIT)
         self.base, self.qtile, self.shared_bytes = shared_plan(fused, sizes, self.bm, self.stages, self.resid, self.ncol)
 
     def check_widths(self) -> None:
@@ -250,7 +251,9 @@ class WgmmaKernel(MmaKernel):
         16-bit type) into the shared factor tile (K-major, swizzled: the A operand), the block meets, and each group
         multiplies the whole tile's factors by its ``dv`` columns of the value tile (``wgmma_sst``: both operands
         from shared memory, the values transposed)."""
-        out = []
+        # one factor tile for every vector sum: after the first, the block meets before it is rewritten (the other
+        # group's products of the previous sum may still read it)
+        out = [] if r is self.vred[0] else [Barrier()]
         for kk in range(self.bn // 16):
             out += self.factor_words(r, kk, 0, f"pa_{kk}")
             for w in range(4):

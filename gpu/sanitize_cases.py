@@ -18,9 +18,10 @@ FULLY_MASKED = (1, -1)                   # rows whose keep is all zeros (the oth
 SIZES = {"d": 16, "r": 48, "e": 8, "n": 5}        # lanes: a partial slot (16 < 32; 48 = 32 + 16)
 SIZES_FOR = {"alibi_attention": {"d": 32}}        # lanes without the component guard (a multiple of 32)
 BF16 = ("rows", "vrows", "auto")                  # strategies also run with bfloat16 inputs
-ONLY16 = ("columns_mma", "columns_wgmma")                       # strategies that take 16-bit inputs only (and e4m3): bfloat16, plain
-#                                                   and masked; e4m3 masked (its weights as bytes)
-SIZES_OF = {"columns_mma": {"n": 80}, "columns_wgmma": {"n": 80}}           # columns a multiple of 16 (16-byte rows of e4m3): a partial second warp
+#: strategies that take 16-bit inputs only (and e4m3): bfloat16, plain and masked; e4m3 masked (its weights as bytes)
+ONLY16 = ("columns_mma", "columns_wgmma")
+#: columns a multiple of 16 (16-byte rows of e4m3): a partial second warp (columns_mma)
+SIZES_OF = {"columns_mma": {"n": 80}, "columns_wgmma": {"n": 80}}
 #: Variants: options that reach paths the default policy does not take at these lengths, and whether they
 #: run with the mask only (each is a kernel of its own; ``segments`` is a launch argument, not compiled in).
 VARIANTS = {"rows": (("group=4+tile=1", True), ("group=128", True)),  # (columns_mma's: in ONLY16's kinds)

@@ -533,7 +533,7 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     first, then column tiles of a batch of rows reading each weight once, FP8 rounded at the final scale);
     ``columns_mma`` (the same level order, the products on the tensor cores) where the factors are FP8 values (exact
     in the weights' 16-bit type) and the call suits it — a factor it would round (RMSNorm's) stays on ``columns``
-    unless asked for; ``columns_wgmma`` (the product as a GEMM on ``wgmma``; e4m3 weights on its FP8 form) instead
+    unless asked for; ``columns_wgmma`` (the product as a GEMM on ``wgmma``; e4m3 weights widened to float16 first) instead
     from :data:`GEMM_ROWS` rows on an sm_90 GPU.
     Other elements with vectors (attention's keys and values): ``vrows`` (a group of lanes per element, 128-bit loads, segments across
     blocks when the rows are few; its launch policy chooses from the shape), which ran every decode shape of

@@ -33,7 +33,7 @@ if not SIMULATOR:
 
 __all__ = ["cp_async16", "cp_async16_at", "e4m3_b_frags", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
-           "wgmma_ss_f16", "wgmma_ss_e4m3", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
+           "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
            "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
            "fence_async"]
 
@@ -407,5 +407,5 @@ unpack_f16x2.__doc__ = "The two float16 of a word as float32 (low half first), e
 
 # Hopper's warpgroup instructions live in .warpgroup (built on the helpers above) and are exported from here too
 from .warpgroup import (fence_async, swizzle_pad, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_hold,  # noqa: E402
-                        wgmma_rs_bf16, wgmma_rs_f16, wgmma_ss_bf16, wgmma_ss_e4m3, wgmma_ss_f16, wgmma_sst_bf16,
+                        wgmma_rs_bf16, wgmma_rs_f16, wgmma_ss_bf16, wgmma_ss_f16, wgmma_sst_bf16,
                         wgmma_sst_f16, wgmma_wait0, wgmma_wait1)

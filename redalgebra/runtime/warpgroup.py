@@ -15,14 +15,14 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 
-from .intrinsics import SIMULATOR, _device, e4m3_values
+from .intrinsics import SIMULATOR, _device
 from .tensor_cores import (_check_shared, _shared_address, _shared_flat, _side_effect, _sim_unpack, _wait,
                            _warp_collective)
 
 if not SIMULATOR:
     from .intrinsics import TypingError
 
-__all__ = ["swizzle_pad", "wgmma_desc", "wgmma_ss_bf16", "wgmma_ss_f16", "wgmma_ss_e4m3", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold", "fence_async"]
+__all__ = ["swizzle_pad", "wgmma_desc", "wgmma_ss_bf16", "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold", "fence_async"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -59,22 +59,21 @@ def _sim_wgmma_desc(s, idx, lbo, sbo):
     return _SimDesc((_shared_flat(s).view(np.uint16), 2 * int(idx), int(lbo), int(sbo)))
 
 
-def _desc_read(desc, byte_address, item=2):
-    """The ``item``-byte code (16-bit value or e4m3 byte) at ``byte_address`` of a swizzled operand."""
+def _desc_read(desc, byte_address):
+    """The 16-bit value at ``byte_address`` of a swizzled operand."""
     raw = desc[0].view(np.uint8)
     at = swizzled(byte_address)
-    if at % item or not 0 <= at <= raw.size - item:
+    if at % 2 or not 0 <= at <= raw.size - 2:
         raise IndexError(f"wgmma: operand byte {at} is outside the shared array ({raw.size} bytes) or misaligned")
-    return raw[at:at + item].view(np.uint16 if item == 2 else np.uint8)[0]
+    return raw[at:at + 2].view(np.uint16)[0]
 
 
-def _k_major(desc, rows, first=0, k=16, item=2):
-    """Rows ``first ..`` of the ``k``-wide operand a K-major 128B-swizzled descriptor gives (codes of ``item``
-    bytes): row ``r`` at ``(r // 8) SBO + (r % 8) 128`` (a thread reads only its warp's rows: a simulated block may
-    be one warp)."""
+def _k_major(desc, rows, first=0, k=16):
+    """Rows ``first ..`` of the ``k``-wide operand a K-major 128B-swizzled descriptor gives: row ``r`` at
+    ``(r // 8) SBO + (r % 8) 128`` (a thread reads only its warp's rows: a simulated block may be one warp)."""
     _, start, _, sbo = desc
-    return np.array([[_desc_read(desc, start + (r // 8) * sbo + (r % 8) * 128 + item * kk, item) for kk in range(k)]
-                     for r in range(first, first + rows)], np.uint16 if item == 2 else np.uint8)
+    return np.array([[_desc_read(desc, start + (r // 8) * sbo + (r % 8) * 128 + 2 * kk) for kk in range(k)]
+                     for r in range(first, first + rows)], np.uint16)
 
 
 def _mn_major(desc, n, k=16):
@@ -86,8 +85,6 @@ def _mn_major(desc, n, k=16):
 
 
 def _sim_halves(kind):
-    if kind == "e4m3":
-        return lambda codes: e4m3_values(codes).astype(np.float64)
     if kind == "bf16":
         return lambda bits: (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     return lambda bits: bits.view(np.float16).astype(np.float64)
@@ -104,12 +101,11 @@ def _wgmma_place():
 
 def _sim_wgmma_ss(kind, transposed=False):
     widen = _sim_halves(kind)
-    k, item = (32, 1) if kind == "e4m3" else (16, 2)
 
     def wgmma(acc, da, db, scale_d):
         w, g, t = _wgmma_place()
-        a = widen(_k_major(da, 16, 16 * w, k, item))
-        b = widen(_mn_major(db, 8 * len(acc))) if transposed else widen(_k_major(db, 8 * len(acc), 0, k, item)).T
+        a = widen(_k_major(da, 16, 16 * w))
+        b = widen(_mn_major(db, 8 * len(acc))) if transposed else widen(_k_major(db, 8 * len(acc))).T
         d = a @ b
         return tuple(tuple(np.float32(d[g + 8 * (i >> 1), 8 * j + 2 * t + (i & 1)] + (float(c) if scale_d else 0.0))
                            for i, c in enumerate(tile)) for j, tile in enumerate(acc))
@@ -208,7 +204,7 @@ def _wgmma_call(context, builder, sig, args, text, words):
     return _tiles(context, builder, acc_t, [builder.extract_value(out, k) for k in range(n)])
 
 
-def _wgmma_text(kind: str, n: int, a: str, b: str, scale: str, transposes: str, k: int = 16) -> str:
+def _wgmma_text(kind: str, n: int, a: str, b: str, scale: str, transposes: str) -> str:
     """The inline PTX of a ``wgmma.mma_async.m64n{n}k16``: the ``n / 2`` accumulators as ``$0 …`` (tied to the inputs
     that follow them), then the operands; ``a``, ``b`` and ``scale`` name operands ``{k}`` counted after those (the
     A descriptor or registers, the B descriptor, the scale-d flag, set into a predicate), ``transposes`` the
@@ -218,13 +214,12 @@ def _wgmma_text(kind: str, n: int, a: str, b: str, scale: str, transposes: str, 
     regs = ", ".join(f"${k}" for k in range(n // 2))
     return ("{\n.reg .pred p;\n"
             f"setp.ne.b32 p, {op(scale)}, 0;\n"
-            f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{kind}.{kind} {{{regs}}}, {op(a)}, {op(b)}, p, 1, 1"
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{regs}}}, {op(a)}, {op(b)}, p, 1, 1"
             f"{', ' + transposes if transposes else ''};\n}}")
 
 
 def _wgmma_ss(name, kind, transposed=False):
-    # FP8 operands are K-major only: the instruction has no transpose immediates, and takes k32 steps
-    transposes = "" if kind == "e4m3" else ("0, 1" if transposed else "0, 0")
+    transposes = "0, 1" if transposed else "0, 0"
 
     def typer(typingctx, acc, da, db, scale_d):
         _acc_type(name, acc)
@@ -232,8 +227,7 @@ def _wgmma_ss(name, kind, transposed=False):
         def codegen(context, builder, sig, args):
             descs = [context.cast(builder, v, t, types.int64) for v, t in zip(args[1:3], sig.args[1:3])]
             scale = context.cast(builder, args[3], sig.args[3], types.int32)
-            text = _wgmma_text(kind, 8 * sig.args[0].count, "{0}", "{1}", "{2}", transposes,
-                               k=32 if kind == "e4m3" else 16)
+            text = _wgmma_text(kind, 8 * sig.args[0].count, "{0}", "{1}", "{2}", transposes)
             return _wgmma_call(context, builder, sig, args, text, descs + [scale])
         return acc(acc, types.int64, types.int64, types.int32), codegen
     typer.__name__ = typer.__qualname__ = name
@@ -262,10 +256,6 @@ asynchronous: between ``wgmma_fence`` and ``wgmma_commit``; read the accumulator
 ``16 w + g + 8 (i >> 1)``, column ``8 j + 2 t + (i & 1)`` (``mma.sync``'s accumulators, n8 tile by n8 tile)."""
 wgmma_ss_f16 = _wgmma_ss("wgmma_ss_f16", "f16")
 wgmma_ss_f16.__doc__ = "``wgmma_ss_bf16`` on float16 operands."
-wgmma_ss_e4m3 = _wgmma_ss("wgmma_ss_e4m3", "e4m3")
-wgmma_ss_e4m3.__doc__ = """``acc = A·Bᵀ (+ acc if scale_d)``: ``wgmma.mma_async.m64nNk32`` on FP8 e4m3 operands in shared
-memory, both K-major (rows of 128 bytes: 128 values; a k32 step is 32 bytes further), float32 accumulators laid out
-as :func:`wgmma_ss_bf16`'s. The products of e4m3 values are exact in float32."""
 wgmma_sst_bf16 = _wgmma_ss("wgmma_sst_bf16", "bf16", transposed=True)
 wgmma_sst_bf16.__doc__ = """``acc = A·B (+ acc if scale_d)``: ``wgmma_ss_bf16`` with B ``16 × N`` MN-major (transposed: a
 row-major ``[k][n]`` tile such as a weight matrix's rows, 64 values of N per 128-byte row, N blocks ``lbo`` apart)."""

@@ -433,7 +433,7 @@ def test_the_module_is_the_simulator_version_here():
     from redalgebra.codegen.tree import INTRINSICS, TENSOR_CORES
 
     assert tc.SIMULATOR and set(tc.__all__) == set(TENSOR_CORES) and set(INTRINSICS) <= set(rt.__all__)
-    assert {"wgmma_ss_e4m3", "wgmma_sst_bf16", "wgmma_wait1", "e4m3_round"} <= set(TENSOR_CORES) | set(INTRINSICS)
+    assert {"wgmma_sst_bf16", "wgmma_wait1", "e4m3_round"} <= set(TENSOR_CORES) | set(INTRINSICS)
     assert "div_full" in rt.__all__ and rt.div_full(1.0, 3.0) == np.float32(1.0) / np.float32(3.0)
     assert rt.pick(True, 1.5, 2.5) == 1.5 and rt.pick(False, 1.5, 2.5) == 2.5
 

@@ -57,8 +57,7 @@ THREADS, SIM_THREADS, BLOCKS = 128, 32, (32, 64, 128, 256)
 def warp_columns(threads: int) -> int:
     """Columns of a warp: 64, or 32 in blocks of eight warps."""
     return BC // 2 if threads > 128 else BC
-#: Elements of the factors a thread computes (one 16-byte store of 16-bit values, two 4-byte stores of e4m3 bytes; the
-#: rows are whole tiles).
+#: Elements of the factors a thread computes (one 16-byte store of 16-bit values; the rows are whole tiles).
 FACTORS_EACH = 8
 #: 16-bit units of a staged row: 64 values and 16 bytes of padding.
 PITCH = BK + 8
@@ -164,10 +163,7 @@ class ColumnsMmaKernel(ColumnsKernel):
             ok = f"kx + {j} < length" + (f" and keep[row, kx + {j}] != 0" if self.spec.has_keep else "")
             body.append(If(ok, tuple(inside), (Assign(f"fv_{j}", self.consts.name(0.0)),)))
         values = tuple(f"fv_{j}" for j in range(each))
-        if self.fac_store == "e4m3":  # FP8 values as their bytes, four a store
-            body += [Store("fac", "row", f"kx + {u}", values[u:u + 4], "e4m3") for u in range(0, each, 4)]
-        else:
-            body.append(Store("fac", "row", "kx", values, self.fac_store))
+        body.append(Store("fac", "row", "kx", values, self.fac_store))
         return body
 
     # -- 3. the products ------------------------------------------------------------------------------
@@ -320,7 +316,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         return out
 
     def scratch(self) -> tuple:
-        fac = ("fac", {"bfloat16": "uint16", "float16": "float16", "e4m3": "uint8"}[self.fac_store], "tiles", None)
+        fac = ("fac", {"bfloat16": "uint16", "float16": "float16"}[self.fac_store], "tiles", None)
         return super().scratch() + (fac,)
 
 

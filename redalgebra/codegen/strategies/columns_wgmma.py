@@ -104,7 +104,6 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         self.kind = "f16" if self.bytes else KINDS[self.dtypes.get(self.x)]
         self.fac_store = "bfloat16" if self.kind == "bf16" else "float16"
         self.source = "wf" if self.bytes else self.x
-        self.bk = BK
         self.stages = spec.stages
         self.stage = stage_units(self.bm, self.bc)
         self.ahead = self.stages - 2  # tiles loading while one is multiplied and one group of products is in flight
@@ -191,8 +190,7 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
                 Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ()), Call("wgmma_wait1", ())]
 
     def tiles(self) -> list:
-        ahead, segmented, bk = self.ahead, self.spec.segments > 1, self.bk
-        issue = self.issue
+        ahead, segmented, bk, issue = self.ahead, self.spec.segments > 1, BK, self.issue
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
                Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
                Assign("sm", "cuda.shared.array(0, uint16)"), Assign("sb", "swizzle_pad(sm)"),

@@ -26,7 +26,7 @@ vector row: ``Problem.reps``; 16 rows in the simulator) and walks the axis in ti
    reduction by reduction in dependency order, the tile's terms with the *new* dependencies
    (``F_i(e, D_new)``) are reduced over the thread's elements and the 4 lanes of a row (two xor
    shuffles) and joined to the old state times its correction — the derived incremental update,
-   applied to a tile at once (the merge of the old state with the tile's, whose correction is 1).
+   applied to a tile at once (the merge of the old state with the tile's, whose correction is 1): :mod:`.tile_update`.
 4. **Vector reductions as products.** A vector reduction whose body is a scalar factor times a vector
    input (``exp(s - m) * v``) has its old value scaled by the correction in the accumulators, then
    adds ``P · V``: the factors of the tile, rounded to the vector input's 16-bit type, are the A
@@ -56,22 +56,20 @@ from __future__ import annotations
 
 import itertools
 
-import sympy as sp
-
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
 from ..states import identity_text
-from ..tree import Assign, Barrier, Call, For, If, Shuffle, Store, scalar_load
+from ..tree import Assign, Barrier, Call, For, If, Store
 from . import Problem, Strategy, register
 from .base import TreeKernel
 from .columns import split_body
 from .products import KINDS, MOST_COMPONENTS, dots, gate, refusal, replace_sums, summed
 from .products import applicable as form_and_call
+from .tile_update import BN, TileUpdate
 
-#: Elements per tile; threads of a block on the GPU (four warps of 16 rows: 64 rows) and in the simulator (one
-#: warp: its barriers are what makes a simulated kernel slow).
-BN = 64
+#: Threads of a block on the GPU (four warps of 16 rows: 64 rows) and in the simulator (one warp: its barriers are
+#: what makes a simulated kernel slow).
 THREADS, SIM_THREADS = 128, 32
 #: Tiles of the vector inputs in shared memory by default (one computing, one loading); at most MOST_STAGES.
 STAGES, MOST_STAGES = 2, 4
@@ -99,7 +97,7 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int = STAGE
     return pitch, base, tiles, 2 * at
 
 
-class MmaKernel(TreeKernel):
+class MmaKernel(TileUpdate, TreeKernel):
     """Builds the statement tree of an ``mma`` kernel."""
 
     def __init__(self, fused: FusedCascade, spec: Spec, target: str = "cuda"):
@@ -216,11 +214,6 @@ class MmaKernel(TreeKernel):
             acc.scalar["pos"] = f"(lf + {self.consts.name(float(8 * j + b))})" if 8 * j + b else "lf"
         return acc
 
-    def side(self, cond, which: str):
-        """A degenerate condition (in ``_a`` symbols) read on side ``which`` (``a``: old, ``n``: new)."""
-        return cond.xreplace({sp.Symbol(f"{d}_a", extended_real=True): sp.Symbol(f"{d}_{which}", extended_real=True)
-                              for d in (r.name for r in self.c.reductions)})
-
     # -- pieces -----------------------------------------------------------------------------------------
     def setup(self) -> list:
         c, first = self.c, self.vin[0]
@@ -251,20 +244,19 @@ class MmaKernel(TreeKernel):
 
     def params(self) -> list:
         """Every dot's param rows into shared memory: the 16-bit values, then the residuals, and ``split``: whether
-        any residual of the block is not zero. Each thread writes the words of its own A fragments."""
+        any residual of the block is not zero. Each thread writes the words of its own A fragments (with column
+        groups, the first group's threads: the others share its rows)."""
         pack = f"pack_{self.kind}x2"
-        out = [Assign("inexact", "0")]
+        work = []
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)
             for ks, m, r in itertools.product(range(self.size[p] // 16), range(self.mt), range(4)):
-                    h, c0 = 2 * m + (r & 1), 16 * ks + 8 * (r >> 1)
-                    col = f"{c0} + 2 * t"
-                    at, lo = self.param_word(n, p, m, h, c0)
-                    out += self.param_pair(p, h, col)
-                    out += [Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)")]
-                    writes = [Assign(f"smw[{at}]", "qw")] + [Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")] * self.resid
-                    # (the warps that share a row tile write it once)
-                    out += writes if self.ncol == 1 else [If("cg == 0", tuple(writes))]
+                h, c0 = 2 * m + (r & 1), 16 * ks + 8 * (r >> 1)
+                at, lo = self.param_word(n, p, m, h, c0)
+                work += self.param_pair(p, h, f"{c0} + 2 * t")
+                work += [Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)"),
+                         Assign(f"smw[{at}]", "qw")] + [Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")] * self.resid
+        out = [Assign("inexact", "0")] + (work if self.ncol == 1 else [If("cg == 0", tuple(work))])
         return out + self.landed() + [Assign("split", "cuda.syncthreads_or(inexact)")]
 
     def param_pair(self, p: str, h: int, col: str) -> list:
@@ -391,159 +383,6 @@ class MmaKernel(TreeKernel):
             out.append(If("split", tuple(late)))
         return out
 
-    def ok(self, m: int, j: int, i: int) -> str:
-        """Whether element ``(j, i)`` of the tile counts (in the row, not masked): a test, not a register (a predicate
-        per element would not fit the predicate registers)."""
-        at = f"lt + {8 * j + (i & 1)}"
-        # in a whole tile every element is in the row; else 32 bits (``rem``: the row's elements from ``lt`` on)
-        tests = [] if self.whole else [f"({8 * j + (i & 1)} < rem)"]
-        if self.spec.has_keep:  # the mask read at a clamped position, so that both tests are computed (no branch)
-            tests.append(f"(keep[rc_{2 * m + (i >> 1)}, {at if self.whole else f'min({at}, length - 1)'}] != 0)")
-        return " & ".join(tests) or None
-
-    def elements(self) -> list:
-        """The per-element inputs and lets of the thread's 32 elements (``lt``: its first element's position)."""
-        out = [Assign("lt", f"kb{self.key0} + 2 * t"), Assign("lf", "float32(lt)"),
-               Assign("rem", f"int32(min(length - lt, {BN}))")]
-        for m, j, i in self.slots():
-            # a whole tile's elements are all in the row; a partial tile's past it read the last (and do not count)
-            at = f"lt + {8 * j + (i & 1)}" if self.whole else f"min(lt + {8 * j + (i & 1)}, length - 1)"
-            h = 2 * m + (i >> 1)
-            for x in self.sin:
-                dt = self.dtypes.get(x, "float32")
-                rr = f"uint32(rc_{h}) // uint32(rep_{x})"
-                out.append(Assign(f"e_{x}_{m}_{j}_{i}", scalar_load(dt, x, rr, at)))
-            acc = self.access(h, m, j, i)
-            for sym, expr in self.prologue:
-                pre, text = self.print(expr, acc)
-                out += pre + [Assign(f"e_{sym.name}_{m}_{j}_{i}", text)]
-        return out
-
-    def left(self, r, h: int):
-        """The old state's side of the join: ``0_r`` when degenerate, else ``r_a ⊗ c_r`` (text), or None when ``r``
-        has no dependencies (the state as is)."""
-        ra = self.f.analysis[r.name]
-        if not ra.deps:
-            return None
-        corr = self.f.corrections[r.name].stable
-        value = sp.Symbol(f"{r.name}_a", extended_real=True) if self.c.sizes[r.name] is None else sp.Integer(1)
-        term = value * corr if ra.otimes.name == "mul" else value + corr
-        cond = self.f.degenerate.get(r.name, sp.false)
-        ident = self.f.identity[r.name] if self.c.sizes[r.name] is None else sp.Integer(0)
-        expr = term if cond == sp.false else sp.Piecewise((ident, cond), (term, True))
-        return self.print(expr, self.access(h))
-
-    def new_term(self, r, body):
-        """``F_r(e, D_new)``, the identity where the new dependencies are degenerate."""
-        cond = self.f.degenerate.get(r.name, sp.false)
-        if not self.f.analysis[r.name].deps or cond == sp.false:
-            return body
-        ident = self.f.identity[r.name] if self.c.sizes[r.name] is None else sp.Integer(0)
-        return sp.Piecewise((ident, self.side(cond, "n")), (body, True))
-
-    def shares(self, r) -> str | None:
-        """The vector reduction whose factor is this sum's term (attention's ``l`` and ``o``: ``exp(s - m)``): the
-        term is then computed once per element, kept for the product."""
-        if r.monoid.name != "add":
-            return None
-        term = self.new_term(r, self.bodies[r.name])
-        return next((v.name for v in self.vred if self.new_term(v, self.factors[v.name][0]) == term
-                     and v.name not in self.kept), None)
-
-    def scalar_update(self, r) -> list:
-        out = []
-        fold = sp.Symbol("__fold", extended_real=True)
-        term = self.new_term(r, self.bodies[r.name])
-        ident = self.identity(r.name)
-        kept = self.shares(r)
-        # two partial folds per row, over the even and the odd n8 tiles: two chains of dependent instructions in
-        # flight instead of one (the monoids are commutative: the tile's terms are reduced in any order anyway)
-        for h in self.rows:
-            out += [Assign(f"tr_{h}", ident), Assign(f"tq_{h}", ident)]
-        for m, j, i in self.slots():
-            h = 2 * m + (i >> 1)
-            into = f"{'tq' if j & 1 else 'tr'}_{h}"
-            acc = self.access(h, m, j, i)
-            acc.scalar[fold.name] = into
-            if kept is None:
-                pre, text = self.print(r.monoid.combine(fold, term), acc)
-                out += self.chosen(into, pre, text, m, j, i, None)
-                continue
-            pre, text = self.print(term, acc)
-            pf = f"pf_{kept}_{m}_{j}_{i}"
-            out += self.chosen(pf, pre, text, m, j, i, self.consts.name(0.0)) + [Assign(into, pf, "+")]
-        if kept is not None:
-            self.kept.add(kept)
-        other = sp.Symbol("__other", extended_real=True)
-        for h in self.rows:
-            acc = self.access(h)
-            acc.scalar[fold.name], acc.scalar[other.name] = f"tr_{h}", f"tq_{h}"
-            pre, text = self.print(r.monoid.combine(fold, other), acc)
-            out += pre + [Assign(f"tr_{h}", text)]
-        for off in (1, 2):
-            for h in self.rows:
-                acc = self.access(h)
-                acc.scalar[fold.name], acc.scalar[other.name] = f"tr_{h}", f"tx_{h}"
-                pre, text = self.print(r.monoid.combine(fold, other), acc)
-                out += [Shuffle(f"tx_{h}", f"tr_{h}", str(off))] + pre + [Assign(f"tr_{h}", text)]
-        out += self.exchange(r, fold, other)
-        for h in self.rows:
-            left = self.left(r, h)
-            acc = self.access(h)
-            acc.scalar[fold.name], acc.scalar[other.name] = "tl", f"tr_{h}"
-            pre, text = self.print(r.monoid.combine(fold, other), acc)
-            head = [Assign("tl", f"s_{r.name}_{h}")] if left is None else left[0] + [Assign("tl", left[1])]
-            out += head + pre + [Assign(f"n_{r.name}_{h}", text)]
-        return out
-
-    def exchange(self, r, fold, other) -> list:
-        """With column groups: each group's partial ``tr_{h}`` of reduction ``r`` over its elements of the tile,
-        through shared memory, combined in group order (so that every group holds the same state, bit for bit)."""
-        if self.ncol == 1:
-            return []
-        slot = self.scal.index(r) * self.ncol * self.bm
-        out = [If("t == 0", tuple(Assign(f"smf[xf + {slot} + cg * {self.bm} + 16 * rw + lg + {8 * h}]", f"tr_{h}")
-                                  for h in self.rows)), Barrier()]
-        for h in self.rows:
-            at = f"xf + {slot} + 16 * rw + lg + {8 * h}"
-            out.append(Assign(f"tr_{h}", f"smf[{at}]"))
-            for g in range(1, self.ncol):
-                acc = self.access(h)
-                acc.scalar[fold.name], acc.scalar[other.name] = f"tr_{h}", f"tx_{h}"
-                pre, text = self.print(r.monoid.combine(fold, other), acc)
-                out += [Assign(f"tx_{h}", f"smf[{at} + {g * self.bm}]")] + pre + [Assign(f"tr_{h}", text)]
-        return out
-
-    def chosen(self, target: str, pre: list, text: str, m: int, j: int, i: int, otherwise: str | None) -> list:
-        """``target = text`` (after ``pre``) where element ``(m, j, i)`` counts, else ``otherwise`` (None: ``target`` kept):
-        a select on the GPU (both computed: every operand is a register, the elements past the end read zero-filled
-        tiles and clamped inputs), a branch in the simulator."""
-        ok = self.ok(m, j, i)
-        if ok is None:
-            return pre + [Assign(target, text)]
-        if self.selects:
-            return pre + [Assign(target, f"pick({ok}, {text}, {target if otherwise is None else otherwise})")]
-        head = [] if otherwise is None else [Assign(target, otherwise)]
-        return head + [If(ok, tuple(pre + [Assign(target, text)]))]
-
-    def vector_update(self, r) -> list:
-        factor, x = self.factors[r.name]
-        dv = self.cols(r)
-        out = []
-        for h in self.rows:
-            left = self.left(r, h)
-            if left is not None:
-                m, hh = divmod(h, 2)
-                out += left[0] + [Assign(f"cf_{h}", left[1])]
-                out += [Assign(f"o_{r.name}_{m}_{j}_{i}", f"cf_{h}", "*") for j in range(dv // 8)
-                        for i in (2 * hh, 2 * hh + 1)]
-        term = self.new_term(r, factor)
-        zero = self.consts.name(0.0)
-        for m, j, i in self.slots() if r.name not in self.kept else ():  # else computed with the sum that shares it
-            pre, text = self.print(term, self.access(2 * m + (i >> 1), m, j, i))
-            out += self.chosen(f"pf_{r.name}_{m}_{j}_{i}", pre, text, m, j, i, zero)
-        return out
-
     def factor_words(self, r, kk: int, m: int, name: str) -> list:
         """``{name}_0..3``: the A fragment of row tile ``m`` and keys ``16 kk ..`` of ``r``'s factors, rounded to the
         vector's 16-bit type (the scores' accumulator layout is the A fragments' layout)."""
@@ -563,18 +402,6 @@ class MmaKernel(TreeKernel):
             for np_ in range(dv // 16):
                 out += self.products(f"ldsm_x4_t(sm, xb_{x} + ({16 * kk} + vrow) * {self.pitch[x]} + {16 * np_} + vcol)",
                                      2 * np_, f"o_{r.name}", "pa")
-        return out
-
-    def updates(self, whole: bool) -> list:
-        """The tile's element-wise work: its elements, each scalar reduction's update, each vector reduction's scaled
-        accumulators and factors. ``whole``: every element of the tile is in the row (no test per element)."""
-        self.whole, self.kept = whole, set()
-        out = self.elements()
-        for r in self.scal:
-            out += self.scalar_update(r)
-        for r in self.vred:
-            out += self.vector_update(r)
-        self.whole = False
         return out
 
     def tile(self) -> list:

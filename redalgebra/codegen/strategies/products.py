@@ -50,10 +50,10 @@ def dots(exprs) -> dict:
 def summed(exprs, names: list) -> tuple[list, dict]:
     """Dot products (``names``, their symbols) that enter only as terms of one sum — MLA's ``dot(qc, c) + dot(qr, kr)``:
     ``(groups, replace)``, each group the indices of the products that one chain of accumulators computes (the others
-    alone), and the sums to replace, each by its first product's symbol plus its other terms."""
+    alone), and the sums to replace (:func:`replace_sums`), each by its first product's symbol plus its other terms."""
     index = {s: n for n, s in enumerate(names)}
     exprs = list(exprs)
-    replace, taken = {}, set()
+    replace, groups, taken = {}, [], set()
     for e in exprs:
         for node in sp.preorder_traversal(e):
             if not isinstance(node, sp.Add) or node in replace:
@@ -66,10 +66,9 @@ def summed(exprs, names: list) -> tuple[list, dict]:
                 continue  # a product read elsewhere too keeps its own value
             taken |= set(terms)
             replace[node] = sp.Add(terms[0], *[a for a in node.args if a not in terms])
-            replace[node, "group"] = [index[t] for t in terms]
-    groups = [g for k, g in replace.items() if isinstance(k, tuple)]
+            groups.append([index[t] for t in terms])
     groups += [[n] for n in range(len(names)) if names[n] not in taken]
-    return sorted(groups), {k: v for k, v in replace.items() if not isinstance(k, tuple)}
+    return sorted(groups), replace
 
 
 def replace_sums(e, replace: dict):

@@ -245,18 +245,19 @@ class MmaKernel(TileUpdate, TreeKernel):
     def params(self) -> list:
         """Every dot's param rows into shared memory: the 16-bit values, then the residuals, and ``split``: whether
         any residual of the block is not zero. Each thread writes the words of its own A fragments (with column
-        groups, the first group's threads: the others share its rows)."""
+        groups, the first group's threads: the others share its rows; they compute the same values, as loading
+        them in one branch for the first group only made ptxas spill)."""
         pack = f"pack_{self.kind}x2"
-        work = []
+        out = [Assign("inexact", "0")]
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)
             for ks, m, r in itertools.product(range(self.size[p] // 16), range(self.mt), range(4)):
                 h, c0 = 2 * m + (r & 1), 16 * ks + 8 * (r >> 1)
                 at, lo = self.param_word(n, p, m, h, c0)
-                work += self.param_pair(p, h, f"{c0} + 2 * t")
-                work += [Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)"),
-                         Assign(f"smw[{at}]", "qw")] + [Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")] * self.resid
-        out = [Assign("inexact", "0")] + (work if self.ncol == 1 else [If("cg == 0", tuple(work))])
+                out += self.param_pair(p, h, f"{c0} + 2 * t")
+                out += [Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)")]
+                writes = [Assign(f"smw[{at}]", "qw")] + [Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")] * self.resid
+                out += writes if self.ncol == 1 else [If("cg == 0", tuple(writes))]
         return out + self.landed() + [Assign("split", "cuda.syncthreads_or(inexact)")]
 
     def param_pair(self, p: str, h: int, col: str) -> list:

@@ -24,7 +24,9 @@ CASES = [("fp8_quant_gemm", 17, 1001, 72, "bfloat16", None, True),   # a partial
          ("fp8_quant_gemm", 40, 64, 8, "bfloat16", None, False),      # one tile, eight columns
          ("rmsnorm_gemm", 5, 333, 136, "bfloat16", 2, True),
          ("fp8_quant_gemm", 17, 1001, 80, "e4m3", None, True),        # e4m3 weights (x in bfloat16)
-         ("fp8_quant_gemm", 3, 7168, 512, "e4m3", 3, False)]
+         ("fp8_quant_gemm", 3, 7168, 512, "e4m3", 3, False),
+         ("fp8_quant_gemm", 16, 2048, 1024, "e4m3", None, False),      # sixteen tokens, segments chosen
+         ("fp8_quant_gemm", 1, 7168, 1000, "float16", None, True)]     # one token, a partial column block
 #: ``columns_wgmma``'s (128 rows a block, 16-bit weights): partial row and column blocks, the last tile partial, masks
 WGMMA_CASES = [("fp8_quant_gemm", 300, 1001, 264, "float16", None, True),
                ("fp8_quant_gemm", 130, 7168, 512, "bfloat16", 3, False),

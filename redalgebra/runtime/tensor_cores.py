@@ -25,13 +25,13 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 
-from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _bf16_pair, _check, _device, _elements, _f32, _number,
+from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _asm, _bf16_pair, _check, _device, _elements, _f32, _number,
                          _pack, _pointer, _span, bf16_bits, e4m3_values, f16_bits)
 
 if not SIMULATOR:
     from .intrinsics import TypingError
 
-__all__ = ["cp_async16", "cp_async16_at", "e4m3_b_frags", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
+__all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at", "ld_w2_at", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
            "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
@@ -61,13 +61,30 @@ def _sim_cp_async16(s, sidx, a, row, col, nbytes):
     _sim_stage("cp_async16", s, sidx, source, nbytes)
 
 
-def _sim_e4m3_b_frags(s, idx, pitch):
-    flat = _shared_flat(s).view(np.uint16)
-    rows = [int(idx) + r * int(pitch) for r in (0, 1, 8, 9)]
-    if int(idx) % 2 or int(pitch) % 2 or not (0 <= rows[0] and rows[-1] + 2 <= flat.size):
-        raise IndexError(f"e4m3_b_frags: rows from {idx} {pitch} apart are misaligned or outside {flat.size} 16-bit values")
-    b = [f16_bits(e4m3_values(flat[r:r + 2].copy().view(np.uint8))) for r in rows]  # 4 columns of each row
-    return tuple(_words((b[2 * h][c], b[2 * h + 1][c])) for h in (0, 1) for c in range(4))
+def _sim_ld_words_at(count):
+    def load(a, offset):
+        ary = getattr(a, "_ary", a)
+        name = f"ld_w{count}_at"
+        if not ary.flags.c_contiguous or ary.dtype.name not in _B16 + _F16 + _U8 + ("uint32",):
+            raise TypeError(f"{name}: need a C-contiguous array of 16-bit values, bytes or words, got {ary.dtype} "
+                            f"{ary.shape}")
+        flat, size = ary.reshape(-1).view(np.uint8), 4 * count
+        at = int(offset) * ary.itemsize
+        if at % size or (ary.ctypes.data + at) % size or not 0 <= at <= flat.size - size:
+            raise IndexError(f"{name}: element {offset} is misaligned or outside an array of {ary.size}")
+        return tuple(np.uint32(w) for w in flat[at:at + size].view(np.uint32))
+    return load
+
+
+def _sim_e4m3_pairs(lo, hi):
+    a, b = np.array([lo], np.uint32).view(np.uint8), np.array([hi], np.uint32).view(np.uint8)
+    wide = f16_bits(e4m3_values(np.stack([a, b], axis=1).reshape(-1)))  # (lo, hi) of byte 0, of byte 1, …
+    return tuple(_words(wide[2 * c:2 * c + 2]) for c in range(4))
+
+
+def _sim_b16_pairs(lo, hi):
+    lo, hi = int(lo), int(hi)
+    return np.uint32((lo & 0xFFFF) | ((hi & 0xFFFF) << 16)), np.uint32((lo >> 16) | (hi & 0xFFFF0000))
 
 
 def _sim_cp_async16_at(s, sidx, a, offset, nbytes):
@@ -254,38 +271,77 @@ def cp_async16_at(typingctx, s, sidx, a, offset, nbytes):
     return types.void(s, sidx, a, offset, nbytes), codegen
 
 
-#: ``e4m3_b_frags``'s PTX: rows k, k+1, k+8, k+9 at ``$8 … $11``; bytes of rows k and k+1 interleaved by ``prmt``
-#: (selector nibbles pick bytes 0-3 of the first word, 4-7 of the second), each 16-bit half widened to a word.
-E4M3_FRAGS_PTX = ("{.reg .b32 w<4>, p<4>; .reg .b16 h<8>; "
-                  + " ".join(f"ld.shared.b32 w{r}, [${8 + r}];" for r in range(4)) + " "
-                  "prmt.b32 p0, w0, w1, 0x5140; prmt.b32 p1, w0, w1, 0x7362; "
-                  "prmt.b32 p2, w2, w3, 0x5140; prmt.b32 p3, w2, w3, 0x7362; "
-                  + " ".join(f"mov.b32 {{h{2 * k}, h{2 * k + 1}}}, p{k};" for k in range(4)) + " "
-                  + " ".join(f"cvt.rn.f16x2.e4m3x2 ${k}, h{k};" for k in range(8)) + "}")
+def _words_load(name, count):
+    def typer(typingctx, a, offset):
+        if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype in _B16_TYPES + (types.float16, types.uint8,
+                                                                                             types.int8, types.uint32)):
+            raise TypingError(f"{name}: needs a C-contiguous array of 16-bit values, bytes or words, got {a}")
+        if not isinstance(offset, types.Integer):
+            raise TypingError(f"{name}: the element offset must be an integer, got {offset}")
+        rt = types.UniTuple(types.uint32, count)
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            p = builder.gep(ary.data, [context.cast(builder, args[1], sig.args[1], types.intp)], inbounds=True)
+            vty = ir.VectorType(ir.IntType(32), count)
+            v = builder.load(builder.addrspacecast(builder.bitcast(p, vty.as_pointer()), vty.as_pointer(1)),
+                             align=4 * count)
+            v.set_metadata("invariant.load", builder.module.add_metadata([]))  # ld.global.nc
+            return context.make_tuple(builder, rt, _elements(builder, v))
+        return rt(a, offset), codegen
+    typer.__name__ = typer.__qualname__ = name
+    return typer
 
 
-@_device(_sim_e4m3_b_frags)
-def e4m3_b_frags(typingctx, s, idx, pitch):
-    """``mma``'s B fragments (float16, ``k`` and ``k + 1`` in a word) of four columns from a tile of e4m3 bytes
-    staged row-major ``[k][n]``: the four bytes at ``s[idx:idx+2]`` (columns ``c … c+3`` of row ``k``) and at rows
-    ``k + 1``, ``k + 8``, ``k + 9`` (``pitch`` 16-bit values apart), interleaved by ``prmt`` and widened exactly by
-    ``cvt.rn.f16x2.e4m3x2`` (sm_89 and later). Returns ``b0`` of columns ``c … c+3`` (rows ``k, k+1``), then ``b1``
-    (rows ``k+8, k+9``): lane ``(g, t)`` reading ``k = 2t`` and ``c = 4g`` of a 32-column group gets, for each
-    ``j < 4``, the fragment of an n8 tile whose column ``g`` is the group's column ``4g + j``."""
-    _check_shared("e4m3_b_frags", s, idx)
-    if not isinstance(pitch, types.Integer):
-        raise TypingError(f"e4m3_b_frags: the row pitch must be an integer, got {pitch}")
-    rt = types.UniTuple(types.uint32, 8)
+ld_w4_at = _device(_sim_ld_words_at(4))(_words_load("ld_w4_at", 4))
+ld_w4_at.__doc__ = """The 16 bytes from element ``offset`` of ``a`` (16-bit values, bytes or words; counted in
+row-major order over all its dimensions) as four 32-bit words, one non-coherent 128-bit load (``ld.global.nc.v4``;
+the array must not change while the kernel runs). The address must be 16-byte aligned."""
+ld_w2_at = _device(_sim_ld_words_at(2))(_words_load("ld_w2_at", 2))
+ld_w2_at.__doc__ = """``ld_w4_at`` of 8 bytes: two words (``ld.global.nc.v2``), the address 8-byte aligned."""
+
+#: ``e4m3_pairs``' PTX: the bytes of the two words interleaved by ``prmt`` (selector nibbles pick bytes 0-3 of the
+#: first word, 4-7 of the second), each 16-bit half widened to a word of two float16.
+E4M3_PAIRS_PTX = ("{.reg .b32 p<2>; .reg .b16 h<4>; "
+                  "prmt.b32 p0, $4, $5, 0x5140; prmt.b32 p1, $4, $5, 0x7362; "
+                  "mov.b32 {h0, h1}, p0; mov.b32 {h2, h3}, p1; "
+                  + " ".join(f"cvt.rn.f16x2.e4m3x2 ${k}, h{k};" for k in range(4)) + "}")
+
+
+@_device(_sim_e4m3_pairs)
+def e4m3_pairs(typingctx, lo, hi):
+    """Four columns' ``mma`` B words from two words of e4m3 bytes: ``lo`` holds row ``k``'s bytes of columns
+    ``c … c + 3``, ``hi`` row ``k + 1``'s; word ``j`` is column ``c + j``'s pair as float16 (row ``k`` in the low
+    half), interleaved by ``prmt`` and widened exactly by ``cvt.rn.f16x2.e4m3x2`` (sm_89 and later)."""
+    for w in (lo, hi):
+        if not isinstance(w, types.Integer):
+            raise TypingError(f"e4m3_pairs: needs two 32-bit words, got {lo}, {hi}")
+    rt = types.UniTuple(types.uint32, 4)
 
     def codegen(context, builder, sig, args):
         i32 = ir.IntType(32)
-        a = _shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        step = builder.mul(context.cast(builder, args[2], sig.args[2], types.int32), i32(2))  # bytes per row
-        rows = [a, builder.add(a, step), builder.add(a, builder.mul(step, i32(8))), builder.add(a, builder.mul(step, i32(9)))]
-        words = ir.LiteralStructType([i32] * 8)
-        out = _side_effect(builder, E4M3_FRAGS_PTX, ",".join(["=r"] * 8 + ["r"] * 4), rows, words)
-        return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(8)])
-    return rt(s, idx, pitch), codegen
+        words = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
+        out = _asm(builder, ir.LiteralStructType([i32] * 4), E4M3_PAIRS_PTX, ",".join(["=r"] * 4 + ["r"] * 2), words)
+        return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(4)])
+    return rt(lo, hi), codegen
+
+
+@_device(_sim_b16_pairs)
+def b16_pairs(typingctx, lo, hi):
+    """Two columns' ``mma`` B words from two words of 16-bit values: ``lo`` holds row ``k``'s columns ``c`` and
+    ``c + 1``, ``hi`` row ``k + 1``'s; word ``j`` is column ``c + j``'s pair (row ``k`` in the low half), by
+    ``prmt``."""
+    for w in (lo, hi):
+        if not isinstance(w, types.Integer):
+            raise TypingError(f"b16_pairs: needs two 32-bit words, got {lo}, {hi}")
+    rt = types.UniTuple(types.uint32, 2)
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        a, b = (context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args))
+        pairs = [_asm(builder, i32, f"prmt.b32 $0, $1, $2, {sel};", "=r,r,r", [a, b]) for sel in ("0x5410", "0x7632")]
+        return context.make_tuple(builder, rt, pairs)
+    return rt(lo, hi), codegen
 
 
 def _wait(name, text):

@@ -17,17 +17,19 @@ from tests.runtime.test_columns import _problem, _reference
     # Two blocks of rows (the second of one row), 40 of a block's 64 columns, two segments (a tile each, the second
     # partial) summed by the combine kernel, a mask with a fully masked row
     ("fp8_quant_gemm", 17, 100, 40, "bfloat16", 2, True, 1e-5, None),
-    # one partial tile, two warps of 64 columns (the second's 8 wide), float16 weights
+    # one partial step, two warps taking the steps in turn (their sums met in shared memory), a second block of 8
+    # columns, float16 weights
     ("fp8_quant_gemm", 3, 37, 72, "float16", 1, False, 1e-5, 64),
     # RMSNorm's factors are rounded to bfloat16 before the product (2^-9 each, as FlashAttention's probabilities)
     ("rmsnorm_gemm", 5, 70, 40, "bfloat16", None, False, 2 ** -9 + 1e-5, None),
-    # e4m3 weights (x in bfloat16), staged as bytes and widened to float16 on chip: exact, so the float32 tolerance.
-    # Two warps (the second's 16 columns of 64), two segments, a mask; then one warp, a partial tile, 48 columns
-    ("fp8_quant_gemm", 17, 100, 80, "e4m3", 2, True, 1e-5, 64),
+    # e4m3 weights (x in bfloat16), widened to float16 in registers: exact, so the float32 tolerance.
+    # Two warps, rows g + 8 of the fragments, a block of 128 columns and 16 of the next, two segments, a mask; then
+    # one warp, a partial step
+    ("fp8_quant_gemm", 9, 100, 144, "e4m3", 2, True, 1e-5, 64),
     ("fp8_quant_gemm", 3, 37, 48, "e4m3", 1, False, 1e-5, None),
-    # eight warps of 32 columns (256 threads): the factor tile copied by the first 128 threads; one block of 256
-    # columns, two segments, a mask (e4m3); one partial tile and 8 columns past the first block (bfloat16)
-    ("fp8_quant_gemm", 3, 70, 256, "e4m3", 2, True, 1e-5, 256),
+    # four warps (e4m3; 12 whole steps, so each warp has whole iterations of four steps and a tail) in two
+    # segments with a mask; eight warps (bfloat16), one partial step and 8 columns past the first four blocks
+    ("fp8_quant_gemm", 3, 400, 128, "e4m3", 2, True, 1e-5, 128),
     ("fp8_quant_gemm", 3, 37, 264, "bfloat16", 1, False, 1e-5, 256),
 ])
 def test_columns_mma_matches_the_reference(name, rows, length, n, dtype, segments, masked, tol, threads):

@@ -287,24 +287,24 @@ def test_e4m3_loads_decode_every_code_exactly():
         assert np.array_equal(np.signbit(got), np.signbit(want))  # -0 is 0x80
 
 
-def test_e4m3_fragments_pair_each_columns_k_and_k_plus_1_from_staged_bytes():
-    data = np.arange(256, dtype=np.uint8).reshape(1, 16, 16)  # a tile of 16 rows (k) of 16 bytes (columns)
-    sm = np.full(8 * 16 + 8, 7, np.uint16)
-    for k in range(16):  # staged by 16-byte copies, one row each (pitch 8 16-bit values)
-        tc.cp_async16(sm, 8 * k, data, (0, k), 0, 16)
-    tc.cp_async16(sm, 8 * 16, data, (0, 0), 0, 0)  # a source size of 0: zeros
-    assert (sm[:128].view(np.uint8) == data.reshape(-1)).all() and (sm[128:] == 0).all()
+def test_fragment_pairs_interleave_two_rows_columns_and_loads_read_words():
+    data = np.arange(256, dtype=np.uint8).reshape(1, 16, 16)  # 16 rows (k) of 16 e4m3 bytes (columns)
     value = np.array([e4m3_value(c) for c in range(256)], np.float32).reshape(16, 16)
-    for k, c in ((0, 0), (2, 4), (6, 12)):  # lanes (g, t) read k = 2t, columns 4g … 4g + 3
-        words = tc.e4m3_b_frags(sm, 8 * k + c // 2, 8)
-        for j in range(4):
-            for word, rows in ((words[j], (k, k + 1)), (words[4 + j], (k + 8, k + 9))):
-                halves = np.array([int(word) & 0xFFFF, int(word) >> 16], np.uint16).view(np.float16)
-                np.testing.assert_array_equal(halves.astype(np.float32), value[list(rows), c + j])
+    for k, c in ((0, 0), (2, 4), (6, 12)):
+        lo, hi = tc.ld_w4_at(data, 16 * k)[c // 4], tc.ld_w4_at(data, 16 * (k + 1))[c // 4]
+        for j, word in enumerate(tc.e4m3_pairs(lo, hi)):  # column c + j: rows k (low half) and k + 1
+            halves = np.array([int(word) & 0xFFFF, int(word) >> 16], np.uint16).view(np.float16)
+            np.testing.assert_array_equal(halves.astype(np.float32), value[[k, k + 1], c + j])
+    b16 = np.arange(64, dtype=np.uint16).reshape(4, 16)
+    w0, w1 = tc.ld_w2_at(b16, 4), tc.ld_w2_at(b16, 20)  # row 0 columns 4-7, row 1 columns 4-7
+    assert [int(v) for v in tc.b16_pairs(w0[0], w1[0])] == [4 | 20 << 16, 5 | 21 << 16]
+    assert [int(v) for v in tc.b16_pairs(w0[1], w1[1])] == [6 | 22 << 16, 7 | 23 << 16]
     with pytest.raises(IndexError, match="misaligned or outside"):
-        tc.e4m3_b_frags(sm, 1, 8)
+        tc.ld_w4_at(data, 8)  # 16 bytes from byte 8: not 16-byte aligned
     with pytest.raises(IndexError, match="misaligned or outside"):
-        tc.e4m3_b_frags(sm, 64, 8)  # row k + 9 = 17 is past the staged tile's end
+        tc.ld_w2_at(b16, 6)  # 8 bytes from byte 12
+    with pytest.raises(TypeError, match="C-contiguous"):
+        tc.ld_w4_at(np.zeros(8, np.float32), 0)
 
 
 def test_e4m3_rounds_ties_to_even_and_saturates():
@@ -494,10 +494,9 @@ y = re.search(r"^ld\.global\.nc\.v4\.f32\s+\{(%f\d+), (%f\d+), (%f\d+), (%f\d+)\
 facts["high_first"] = [count(rf"^cvt\.rn\.{op} %\w+, {hi}, {lo};") for op, hi, lo in (
     ("bf16x2.f32", y[1], y[0]), ("bf16x2.f32", y[3], y[2]), ("f16x2.f32", x[1], x[0]), ("f16x2.f32", x[3], x[2]),
     ("satfinite.e4m3x2.f32", x[3], x[2]))]
-# e4m3: sixteen bytes by one 128-bit load, a byte, and mma fragments from shared bytes (four 32-bit loads, prmt to
-# pair rows k and k + 1); every pair by cvt.rn.f16x2.e4m3x2
-from numba import uint16
-from redalgebra.runtime.tensor_cores import e4m3_b_frags
+# e4m3: sixteen bytes by one 128-bit load, a byte, and mma fragments from words of bytes (prmt to pair rows k and
+# k + 1); every pair by cvt.rn.f16x2.e4m3x2; words by ld.global.nc.v4 / .v2
+from redalgebra.runtime.tensor_cores import b16_pairs, e4m3_pairs, ld_w2_at, ld_w4_at
 
 def e4m3_reads(e, o, q):
     r = cuda.blockIdx.x
@@ -505,18 +504,18 @@ def e4m3_reads(e, o, q):
     v = ld_e4m3x16(e, r, c)
     o[r, c] = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7] + ld_e4m3(e, r, c + 1)
     o[r, c + 1] = v[8] + v[9] + v[10] + v[11] + v[12] + v[13] + v[14] + v[15]
-    sm = cuda.shared.array(256, uint16)
-    sm[cuda.threadIdx.x] = q[cuda.threadIdx.x]
-    cuda.syncthreads()
-    b = e4m3_b_frags(sm, 2 * cuda.threadIdx.x, 24)
-    q[cuda.threadIdx.x] = b[0] + b[1] + b[2] + b[3] + b[4] + b[5] + b[6] + b[7]
+    w = ld_w4_at(e, 16 * cuda.threadIdx.x)
+    h = ld_w2_at(q, 4 * cuda.threadIdx.x)
+    b = e4m3_pairs(w[0], w[1])
+    p = b16_pairs(h[0], h[1])
+    q[cuda.threadIdx.x] = b[0] + b[1] + b[2] + b[3] + p[0] + p[1]
 
 e4, _ = cuda.compile_ptx(e4m3_reads, (A(types.uint8), A(types.float32), types.Array(types.uint16, 1, "C")), cc=(9, 0))
 e4 = [ln.strip() for ln in e4.splitlines() if not ln.strip().startswith("//")]
-# (occurrences, not lines: the shared widening is one inline PTX block on one line)
+# (occurrences, not lines: the widening is one inline PTX block on one line)
 facts["e4m3"] = [len(re.findall(p, "\n".join(e4))) for p in (
-    r"\bcvt\.rn\.f16x2\.e4m3x2", r"\bld\.global(\.nc)?\.v4\.(u32|b32)", r"\bld\.global(\.nc)?\.u8",
-    r"\bld\.shared\.b32", r"\bprmt\.b32", r"\.local\b")]
+    r"\bcvt\.rn\.f16x2\.e4m3x2", r"\bld\.global(\.nc)?\.v4\.(u32|b32)", r"\bld\.global\.nc\.v2\.(u32|b32)",
+    r"\bld\.global(\.nc)?\.u8", r"\bprmt\.b32", r"\.local\b")]
 facts["rejects_float32"] = "ld_b16x8: needs a C-contiguous array of uint16/int16" in bad(A(types.float32))
 # a 3-D array indexed by one integer row: refused while typing, not a wrong address
 facts["rejects_one_row_of_3d"] = "takes a row of 2 integer(s)" in bad(types.Array(types.uint16, 3, "C"))
@@ -533,27 +532,25 @@ def test_real_intrinsics_compile_to_single_vector_instructions_in_sm90_ptx():
     want = {"target": 1, "ld_v4_f32": 1, "ld_nc_v4_f32": 1, "ld_v4_b32": 3, "st_v4_f32": 1, "st_v4_b32": 2,
             "st_b32": 1, "cvt_bf16x2": 4, "cvt_f16x2": 4, "cvt_bf16": 1, "cvt_f16": 1, "ex2": 2, "e4m3x2": 3,
             "scalar_f32": 2, "local": 0, "call": 0, "high_first": [1, 1, 1, 1, 1], "rejects_float32": True,
-            "rejects_one_row_of_3d": True, "e4m3": [17, 1, 1, 4, 4, 0],
+            "rejects_one_row_of_3d": True, "e4m3": [13, 2, 1, 1, 4, 0],
             "max_nan": 1, "min_nan": 1}
     assert facts == want
 
 
-def _run_e4m3_frags_ptx(text: str, rows: list) -> tuple:
-    """Execute ``e4m3_b_frags``'s PTX text on four 32-bit row words, instruction by instruction, as the PTX ISA
-    defines ``prmt.b32`` (default mode), ``mov.b32 {lo, hi}`` and ``cvt.rn.f16x2.e4m3x2`` (the low byte to the low
-    half): an independent check of the text the GPU runs against the simulator's stand-in."""
+def _run_e4m3_pairs_ptx(text: str, lo: int, hi: int) -> tuple:
+    """Execute ``e4m3_pairs``' PTX text on two 32-bit words, instruction by instruction, as the PTX ISA defines
+    ``prmt.b32`` (default mode), ``mov.b32 {lo, hi}`` and ``cvt.rn.f16x2.e4m3x2`` (the low byte to the low half): an
+    independent check of the text the GPU runs against the simulator's stand-in."""
     import re
 
-    reg, out = {}, {}
+    reg, out = {"$4": lo, "$5": hi}, {}
 
     def f16_of(byte):
         return int(f16_bits(np.array([e4m3_value(byte)], np.float32))[0])
     for ins in (s.strip() for s in text.strip("{}").split(";") if s.strip()):
         if ins.startswith(".reg"):
             continue
-        if m := re.fullmatch(r"ld\.shared\.b32 (w\d), \[\$(\d+)\]", ins):
-            reg[m[1]] = rows[int(m[2]) - 8]
-        elif m := re.fullmatch(r"prmt\.b32 (p\d), (w\d), (w\d), 0x([0-9a-f]{4})", ins):
+        if m := re.fullmatch(r"prmt\.b32 (p\d), (\$\d), (\$\d), 0x([0-9a-f]{4})", ins):
             pool = [(reg[m[2]] >> (8 * i)) & 0xFF for i in range(4)] + [(reg[m[3]] >> (8 * i)) & 0xFF for i in range(4)]
             sel = int(m[4], 16)
             reg[m[1]] = sum(pool[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
@@ -563,18 +560,13 @@ def _run_e4m3_frags_ptx(text: str, rows: list) -> tuple:
             out[int(m[1])] = f16_of(reg[m[2]] & 0xFF) | (f16_of(reg[m[2]] >> 8) << 16)
         else:
             raise AssertionError(f"an instruction this check does not know: {ins}")
-    return tuple(out[k] for k in range(8))
+    return tuple(out[k] for k in range(4))
 
 
-def test_e4m3_fragment_ptx_computes_what_its_stand_in_computes(rng):
-    data = rng.integers(0, 256, size=(1, 16, 16), dtype=np.uint8)
-    data[data & 0x7F == 0x7F] = 0  # (NaN: its float16 pattern is the format's, compared as bits below)
-    sm = np.zeros(8 * 16, np.uint16)
-    for k in range(16):
-        tc.cp_async16(sm, 8 * k, data, (0, k), 0, 16)
-    words = sm.view(np.uint32)
-    for k, c in ((0, 0), (2, 4), (6, 12), (4, 8)):
-        idx = 8 * k + c // 2
-        rows = [int(words[(idx + r * 8) // 2]) for r in (0, 1, 8, 9)]
-        want = tuple(int(w) for w in tc.e4m3_b_frags(sm, idx, 8))
-        assert _run_e4m3_frags_ptx(tc.E4M3_FRAGS_PTX, rows) == want
+def test_e4m3_pairs_ptx_computes_what_its_stand_in_computes(rng):
+    words = rng.integers(0, 2 ** 32, size=(16, 2), dtype=np.uint64).astype(np.uint32)
+    words[:] = np.where((words.view(np.uint8) & 0x7F) == 0x7F, 0, words.view(np.uint8)).view(np.uint32)  # (no NaN:
+    # its float16 pattern is the format's, compared as bits below)
+    for lo, hi in words:
+        want = tuple(int(w) for w in tc.e4m3_pairs(lo, hi))
+        assert _run_e4m3_pairs_ptx(tc.E4M3_PAIRS_PTX, int(lo), int(hi)) == want

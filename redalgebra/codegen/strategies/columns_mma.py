@@ -14,19 +14,19 @@ on ``mma.sync.m16n8k16``:
    summation order differs from the unfused reference (``check`` holds it to the float32 tolerance); any other
    factor is rounded to the weights' type, as FlashAttention rounds its probabilities (``Strategy.rounds_products``:
    ``check`` allows that rounding once more).
-3. **The product.** A block takes 16 rows, 64 columns per warp (256 with four warps: each weight row's 512 bytes,
-   256 of e4m3, are read in one piece; ``threads=256`` gives eight warps of 32 columns, the same block, half the
-   work a warp — not timed yet) and a segment of the axis; tiles of 64 elements of ``F`` (16 × 64) and ``w``
-   (64 × 256) are staged by ``cp.async``, three in flight (rows padded by 16 bytes: the rows an ``ldmatrix`` reads fall in
-   distinct banks); each warp multiplies the whole ``F`` tile by its 64 columns, the A fragments by ``ldmatrix``,
-   the B fragments by the transposing ``ldmatrix`` (``w`` is row-major along the columns), 32 products per tile,
-   and writes its own outputs (no exchange between warps).
-   **e4m3 weights** (``as_e4m3``, ``float8_e4m3fn``: half the bytes) are staged as bytes, 16 per copy, five tiles
-   in flight (a tile is half the bytes: as many bytes in flight as the 16-bit weights' three), and the B fragments
-   are made from the bytes directly (``e4m3_b_frags``: four 32-bit shared loads, ``prmt`` to pair each column's
-   ``k`` and ``k + 1``, ``cvt.rn.f16x2.e4m3x2``, exact): a thread's fragments then hold columns ``4g … 4g + 3`` of
-   a 32-column group, so n8 tile ``j`` of the group is the columns ``≡ j (mod 4)`` and the outputs are stored at
-   those columns. The products are float16 ones; the factors must then be FP8 (exact in float16 too).
+3. **The product**, read straight into the fragments: at few rows (a decoding token's GEMV, M ≤ 16) the weights
+   are read once and used once, so the kernel is a stream of weights at the memory's speed, and staging them in
+   shared memory only adds barriers. A block takes 16 rows, the 128 columns (e4m3) or 64 (16-bit) that eight lanes'
+   16-byte loads cover, and a segment of the axis; its warps take its steps of 16 elements in turn. Lane ``(g, t)``
+   loads 16 bytes of each of the weight rows ``k … k + 3`` (``k = 16 step + 4 t``, columns ``EACH g …``) and 8 bytes
+   of factors of those four elements for rows ``g`` and ``g + 8``. ``mma.m16n8k16`` wants a lane's B fragment to
+   hold ``k = 2t, 2t + 1, 2t + 8, 2t + 9`` of one column: the kernel numbers the step's elements so that those are
+   the lane's own four rows (a sum does not depend on the order of its terms; A is numbered the same way), so the
+   B words are the columns' pairs of rows (``prmt``; e4m3 bytes widened to float16 by ``cvt.rn.f16x2.e4m3x2``,
+   exact), and n8 tile ``j``'s column ``g`` is the block's column ``EACH g + j``. Four steps' loads are in flight
+   before their products; no shared memory and no barrier in the loop. At the end the warps' sums meet in shared
+   memory and are added in warp order (deterministic). The products are float16 ones for e4m3 weights: the factors
+   must then be FP8 (exact in float16 too).
 4. **The segments' sums** and the outputs: ``columns``' third kernel (or the tiles kernel itself when the axis is
    one segment).
 
@@ -41,26 +41,26 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ...ir.functions import RoundE4M3
 from ..emit import Spec
-from ..tree import Assign, Barrier, Call, For, If, Load, Store
+from ..tree import Assign, Barrier, For, If, Load, Shared, Store
 from . import BUSY_BLOCKS, VEC, Problem, Strategy, register
 from .columns import ColumnsKernel, build as columns_build, prepass_vec, refusal as columns_refusal, split_body
 from .products import KINDS
 
-#: Rows of a block (the m16 of the instruction), columns per warp (blocks of up to 4 warps; 8 warps take 32 each:
-#: the same 256 columns a block, half the work a warp), elements of a tile (the factors' rows are padded to whole
-#: tiles: a "tiles" scratch array), tiles in the stages (e4m3 weights: a tile is half the bytes, five fit).
-BM, BC, BK, STAGES, STAGES_E4M3 = 16, 64, 64, 3, 5
-#: Threads of a block on the GPU (a warp per 64 columns: 256 a block) and in the simulator (one warp); the sizes taken.
-THREADS, SIM_THREADS, BLOCKS = 128, 32, (32, 64, 128, 256)
+#: Rows of a block (the m16 of the instruction); elements of a tile (the factors' rows are padded to whole tiles: a
+#: "tiles" scratch array; segments are whole tiles); steps of 16 elements a warp loads before their products.
+BM, BK, UNROLL = 16, 64, 4
+#: Threads of a block on the GPU (four warps taking the steps in turn) and in the simulator (one warp); the sizes
+#: taken (the warps' sums meet in 32 KB of shared memory: e4m3 weights, 64 sums a lane, up to four warps).
+THREADS, SIM_THREADS, BLOCKS, BLOCKS_E4M3 = 128, 32, (32, 64, 128, 256), (32, 64, 128)
 
 
-def warp_columns(threads: int) -> int:
-    """Columns of a warp: 64, or 32 in blocks of eight warps."""
-    return BC // 2 if threads > 128 else BC
+def load_columns(e4m3: bool) -> int:
+    """Columns of one 16-byte load of a weight row: 16 e4m3 bytes, 8 16-bit values."""
+    return 16 if e4m3 else 8
+
+
 #: Elements of the factors a thread computes (one 16-byte store of 16-bit values; the rows are whole tiles).
 FACTORS_EACH = 8
-#: 16-bit units of a staged row: 64 values and 16 bytes of padding.
-PITCH = BK + 8
 
 
 def refusal(fused: FusedCascade, dtypes: dict | None = None) -> str | None:
@@ -94,11 +94,6 @@ class ColumnsMmaKernel(ColumnsKernel):
 
     def check_launch(self) -> None:
         spec = self.spec
-        shape = (spec.batch, spec.tile, spec.group)
-        self.cw = warp_columns(spec.threads)
-        if spec.threads not in BLOCKS or shape != (BM, BK, spec.threads // 32 * self.cw // 8):
-            raise RedalgebraError(f"columns_mma: blocks of 32, 64, 128 or 256 threads taking {BM} rows, {self.cw} columns a warp "
-                                  f"and tiles of {BK} elements (the instruction shapes)")
         self.red = next(r for r in self.vector_reds)
         factor, vector = self.factors[self.red]
         self.factor, self.x = factor, vector.name
@@ -106,17 +101,17 @@ class ColumnsMmaKernel(ColumnsKernel):
         reason = refusal(self.f, self.dtypes)
         if reason is not None:
             raise RedalgebraError(reason)
-        # e4m3 weights: staged as bytes, widened to float16 in shared memory (exact), multiplied as float16
+        # e4m3 weights: widened to float16 in registers (exact), multiplied as float16
         self.bytes = kind == "e4m3"
         self.kind = "f16" if self.bytes else KINDS[kind]
         self.fac_store = "bfloat16" if self.kind == "bf16" else "float16"  # the factors' stored type
+        self.each = load_columns(self.bytes)
         self.warps = spec.threads // 32
-        self.bc = self.cw * self.warps  # the block's columns
-        # 16-bit units of a staged weight row: 16 bytes of padding after its values (float16/bfloat16: the rows an
-        # ldmatrix reads fall in distinct banks; e4m3: the four rows of a fragment load too)
-        self.pw = (self.bc + 16) // 2 if self.bytes else self.bc + 8
-        self.stage = BM * PITCH + BK * self.pw
-        self.stages = STAGES_E4M3 if self.bytes else STAGES
+        self.bc = 8 * self.each  # the block's columns: eight lanes' loads
+        blocks = BLOCKS_E4M3 if self.bytes else BLOCKS
+        if spec.threads not in blocks or (spec.batch, spec.tile, spec.group) != (BM, BK, self.bc // 8):
+            raise RedalgebraError(f"columns_mma: blocks of {', '.join(map(str, blocks))} threads taking {BM} rows, "
+                                  f"{self.bc} columns and segments of whole tiles of {BK} elements")
 
     # -- 2. the factors -------------------------------------------------------------------------------
     def factor_kernel(self) -> list:
@@ -167,135 +162,97 @@ class ColumnsMmaKernel(ColumnsKernel):
         return body
 
     # -- 3. the products ------------------------------------------------------------------------------
-    def copies(self) -> tuple[int, int, int]:
-        """(weights per 16-byte copy, copies per staged weight row, weight rows a block's threads copy at once)."""
-        each = 16 if self.bytes else 8
-        per_row = self.bc // each
-        return each, per_row, self.spec.threads // per_row
-
-    def offsets(self) -> list:
-        """Each thread's copies of a whole tile as element offsets from the tile's first element, computed once: the
-        factor rows it copies (clamped to the last row) and its weight column (clamped; 0 bytes past the last)."""
-        t = self.spec.threads
-        each, per_row, step = self.copies()
-        out = [Assign(f"fo_{u}", f"min(r0 + tid // {BK // 8} + {u * t // (BK // 8)}, rows - 1) * fac.shape[1] + "
-                                 f"8 * (tid % {BK // 8})") for u in range(-(-BM * (BK // 8) // t))]
-        out += [Assign("wcol", f"cb + {each} * (tid % {per_row})"),
-                Assign("wo", f"(rw * length + tid // {per_row}) * {self.n} + min(wcol, {self.n - each})"),
-                Assign("wn", f"pick(wcol < {self.n}, 16, 0)"),
-                Assign("wd", f"{BM * PITCH} + (tid // {per_row}) * {self.pw} + 8 * (tid % {per_row})")]
+    def load_step(self, u: str, step: str, tested: bool) -> list:
+        """Step ``step`` of this warp (16 elements of the axis) into registers of suffix ``u``: lane ``(lg, tq)``'s
+        16 bytes of weight rows ``k … k + 3`` (``k = lo + 16 step + 4 tq``, columns ``EACH lg …`` of the block's), one
+        load each, and its factors of those elements in rows ``lg`` and ``lg + 8`` (8 bytes each). ``tested``: rows
+        past the segment's end are zeros (their factors are 0, but 0 · NaN is not), read from nowhere."""
+        n, x = self.n, self.x
+        out = [Assign(f"wk_{u}", f"wo + ({step}) * {16 * n}")]
+        for r in range(4):
+            words = ", ".join(f"w{u}_{r}_{q}" for q in range(4))
+            load = Assign(words, f"ld_w4_at({x}, wk_{u} + {r * n})")
+            if tested:
+                out.append(If(f"lo + 16 * ({step}) + 4 * tq + {r} < hi", (load,),
+                              (Assign(words, ", ".join(["uint32(0)"] * 4)),)))
+            else:
+                out.append(load)
+        out += [Assign(f"fa{u}_0, fa{u}_1", f"ld_w2_at(fac, fa + 16 * ({step}))"),
+                Assign(f"fb{u}_0, fb{u}_1", f"ld_w2_at(fac, fb + 16 * ({step}))")]
         return out
 
-    def issue(self, tile: str, stage: str) -> list:
-        """``cp.async`` of tile ``tile`` of the factors (16 rows) and the weights (64 elements × the block's columns)
-        into ``stage``: a whole tile from the offsets of :meth:`offsets` plus constants (one address per copy, no
-        test); the segment's last, partial tile clamped, zeros past the segment's end and past the last column."""
-        t = self.spec.threads
-        base = f"{stage} * {self.stage}"
-        each, per_row, step = self.copies()
-        whole = [Assign("sd", base)]
-        for u in range(-(-BM * (BK // 8) // t)):
-            copy = Call("cp_async16_at", ("sm", f"sd + (tid // {BK // 8}) * {PITCH} + 8 * (tid % {BK // 8}) + "
-                                                f"{u * t // (BK // 8) * PITCH}", "fac", f"fo_{u} + kt0", "16"))
-            whole += self.factor_copier(copy)
-        whole.append(Assign("wt", f"wo + kt0 * {self.n}"))
-        for u in range(BK * per_row // t):
-            whole.append(Call("cp_async16_at", ("sm", f"sd + wd + {u * step * self.pw}", self.x,
-                                                f"wt + {u * step * self.n}", "wn")))
-        return [Assign("kt0", f"lo + ({tile}) * {BK}"),
-                If(f"kt0 + {BK} <= hi", tuple(whole), tuple(self.clamped(base)))]
-
-    def factor_copier(self, *stmts) -> list:
-        """``stmts`` (one 16-byte copy of the factor tile), guarded when the block has more threads than the tile
-        has copies (eight warps: 256 threads, 128 copies)."""
-        if self.spec.threads <= BM * (BK // 8):
-            return list(stmts)
-        return [If(f"tid < {BM * (BK // 8)}", tuple(stmts))]
-
-    def clamped(self, base: str) -> list:
-        """The copies of a partial tile: every index clamped, zeros past the segment's end."""
-        t = self.spec.threads
-        out = []
-        for u in range(-(-BM * (BK // 8) // t)):
-            q = f"(tid + {u * t})"
-            out += self.factor_copier(
-                Assign("fr", f"{q} // {BK // 8}"), Assign("fk", f"kt0 + 8 * ({q} % {BK // 8})"),
-                Call("cp_async16", ("sm", f"{base} + fr * {PITCH} + 8 * ({q} % {BK // 8})", "fac",
-                                    "min(r0 + fr, rows - 1)", "fk", "pick(fk < hi, 16, 0)")))
-        each, per_row, _ = self.copies()
-        for u in range(BK * per_row // t):
-            q = f"(tid + {u * t})"
-            out += [Assign("wk", f"kt0 + {q} // {per_row}"), Assign("wc", f"cb + {each} * ({q} % {per_row})"),
-                    Call("cp_async16", ("sm", f"{base} + {BM * PITCH} + ({q} // {per_row}) * {self.pw} + "
-                                              f"8 * ({q} % {per_row})", self.x,
-                                        "(rw, min(wk, length - 1))", f"min(wc, {self.n - each})",
-                                        "pick(wk < hi and wc < " + str(self.n) + ", 16, 0)"))]
+    def step_products(self, u: str) -> list:
+        """The products of a loaded step. The 16 elements are taken in the order that puts a lane's own four rows
+        where ``mma.m16n8k16`` wants its ``k = 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9`` (a sum does not depend on the
+        order of its terms, so A and B need only agree): A's words are the factor pairs as loaded, B's the columns'
+        pairs of rows ``k, k + 1`` and ``k + 2, k + 3`` (``prmt``; e4m3 bytes widened exactly to float16). n8 tile
+        ``j``'s column ``g`` is the block's column ``EACH g + j``."""
+        mma, out = f"mma_{self.kind}", []
+        a = f"fa{u}_0, fb{u}_0, fa{u}_1, fb{u}_1"
+        per = 4 if self.bytes else 2  # columns of a word
+        pairs = "e4m3_pairs" if self.bytes else "b16_pairs"
+        lo_ = ", ".join(f"p{c}" for c in range(per))
+        hi_ = ", ".join(f"h{c}" for c in range(per))
+        for q in range(4):
+            out += [Assign(lo_, f"{pairs}(w{u}_0_{q}, w{u}_1_{q})"), Assign(hi_, f"{pairs}(w{u}_2_{q}, w{u}_3_{q})")]
+            for c in range(per):
+                regs = ", ".join(f"ac_{per * q + c}_{i}" for i in range(4))
+                out.append(Assign(regs, f"{mma}({a}, p{c}, h{c}, {regs})"))
         return out
-
-    def products(self) -> list:
-        """The staged tile times this warp's 64 columns: A by ``ldmatrix``, B by the transposing ``ldmatrix``, per 16
-        elements."""
-        out = []
-        mma = f"mma_{self.kind}"
-        for sl in range(BK // 16):
-            k0 = 16 * sl
-            out.append(Assign("a0, a1, a2, a3", f"ldsm_x4(sm, sa + (lane & 15) * {PITCH} + {k0} + 8 * (lane >> 4))"))
-            if self.bytes:  # per 32-column group h: columns 4 lg … 4 lg + 3 of rows 2 tq, + 1, + 8, + 9
-                for h in range(self.cw // 32):
-                    b = [f"b{i}" for i in range(8)]
-                    out.append(Assign(", ".join(b), f"e4m3_b_frags(sm, sa + {BM * PITCH} + ({k0} + 2 * tq) * {self.pw} "
-                                                     f"+ {self.cw // 2} * warp + {16 * h} + 2 * lg, {self.pw})"))
-                    for j in range(4):
-                        regs = ", ".join(f"ac_{4 * h + j}_{i}" for i in range(4))
-                        out.append(Assign(regs, f"{mma}(a0, a1, a2, a3, b{j}, b{4 + j}, {regs})"))
-                continue
-            for np_ in range(self.cw // 16):
-                out.append(Assign("b0, b1, b2, b3", f"ldsm_x4_t(sm, sa + {BM * PITCH} + ({k0} + vrow) * {self.pw} + "
-                                                    f"{self.cw} * warp + {16 * np_} + vcol)"))
-                for half in (0, 1):
-                    regs = ", ".join(f"ac_{2 * np_ + half}_{i}" for i in range(4))
-                    out.append(Assign(regs, f"{mma}(a0, a1, a2, a3, b{2 * half}, b{2 * half + 1}, {regs})"))
-        return out
-
-    def column(self, j: int, i: int) -> str:
-        """The block's column of accumulator ``i`` of n8 tile ``j`` (its fragment column ``2 tq + (i & 1)``): tile
-        ``j``'s eight columns in a row, or, from e4m3 fragments, every fourth column of a 32-column group."""
-        c = f"2 * tq + {i & 1}"
-        inner = f"4 * ({c}) + {j % 4} + {32 * (j // 4)}" if self.bytes else f"{8 * j} + {c}"
-        return f"cb + {self.cw} * warp + {inner}"
 
     def tiles(self) -> list:
-        ahead = self.stages - 1
+        """A block: 16 rows, the ``8 EACH`` columns of one 16-byte load per lane and weight row (128 e4m3, 64 of a
+        16-bit type), a segment of the axis; its warps take its steps of 16 elements in turn (warp ``w`` steps ``w,
+        w + W, …``), :data:`UNROLL` steps' loads in flight before their products, no shared memory and no barrier in
+        the loop. The warps' sums meet in shared memory at the end and are added in warp order."""
+        n, w, each, un = self.n, self.warps, self.each, UNROLL
         segmented = self.spec.segments > 1
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
                Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
-               Assign("vrow", "(lane & 7) + 8 * ((lane >> 3) & 1)"), Assign("vcol", "8 * (lane >> 4)"),
-               Assign("sm", "cuda.shared.array(0, uint16)"),
                Assign("r0", f"cuda.blockIdx.x * {BM}"), Assign("cb", f"cuda.blockIdx.y * {self.bc}"),
-               Assign("rw", f"min(r0, rows - 1) // rep_{self.x}"),
-               # segments of whole tiles: a tile never straddles two segments (nor the factors' padding)
-               Assign("segl", f"((length + nseg - 1) // nseg + {BK - 1}) // {BK} * {BK}"),
+               # 32-bit divisions (a 64-bit one is a subroutine call)
+               Assign("rw", f"int32(uint32(min(r0, rows - 1)) // uint32(rep_{self.x}))"),
+               # segments of whole tiles (the factors' rows are padded to whole tiles with zeros)
+               Assign("segl", f"int32((uint32(length + nseg - 1) // uint32(nseg) + {BK - 1}) // {BK} * {BK})"),
                Assign("lo", "cuda.blockIdx.z * segl"), Assign("hi", "min(lo + segl, length)"),
-               Assign("ntile", f"max(hi - lo + {BK - 1}, 0) // {BK}")] + self.offsets()
+               Assign("nfull", "max(hi - lo, 0) // 16"), Assign("nstep", "max(hi - lo + 15, 0) // 16"),
+               # rows past the last read the last row's factors: their outputs are not stored
+               Assign("fa", "min(r0 + lg, rows - 1) * fac.shape[1] + lo + 4 * tq"),
+               Assign("fb", "min(r0 + lg + 8, rows - 1) * fac.shape[1] + lo + 4 * tq"),
+               # columns past the last read the last 16 bytes (not stored either)
+               Assign("wo", f"(rw * length + lo + 4 * tq) * {n} + min(cb + {each} * lg, {n - each})"),
+               Assign("nmain", f"max(nfull - warp - {(un - 1) * w} + {un * w - 1}, 0) // {un * w}")]
         zero = self.consts.name(0.0)
-        out += [Assign(f"ac_{j}_{i}", zero) for j in range(self.cw // 8) for i in range(4)]
-        for s_ in range(ahead):
-            out += [If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ())]
-        stage = f"uint32(it + {ahead}) % uint32({self.stages})"
-        step = [If(f"it + {ahead} < ntile", tuple(self.issue(f"it + {ahead}", stage))),
-                Call("cp_commit", ()), Call(f"cp_wait{ahead}", ()), Barrier(),
-                Assign("sa", f"(uint32(it) % uint32({self.stages})) * {self.stage}")] + self.products() + [Barrier()]
-        out.append(For("it", "0", "ntile", tuple(step)))
-        # each thread's outputs: rows lg and lg + 8, columns 8 j + 2 tq and + 1 of its warp's 64
-        for j in range(self.cw // 8):
-            for i in range(4):
-                row, col = f"r0 + lg + {8 * (i >> 1)}", self.column(j, i)
-                if segmented:
-                    stmts = [Assign(f"part_{self.red}[{row}, cuda.blockIdx.z, {col}]", f"ac_{j}_{i}")]
-                else:
-                    acc = self.base()
-                    stmts = self.row_scalars(acc, row) + self.finish(row, col, lambda r, v=f"ac_{j}_{i}": v, acc)
-                out.append(If(f"{row} < rows and {col} < {self.n}", tuple(stmts)))
+        out += [Assign(f"ac_{j}_{i}", zero) for j in range(each) for i in range(4)]
+        body = [Assign("s0", f"warp + it * {un * w}")]
+        for u in range(un):
+            body += self.load_step(str(u), f"s0 + {u * w}", False)
+        for u in range(un):
+            body += self.step_products(str(u))
+        out.append(For("it", "0", "nmain", tuple(body)))
+        tail = self.load_step("t", "s", True) + self.step_products("t")
+        out.append(For("s", f"warp + nmain * {un * w}", "nstep", tuple(tail), str(w)))
+        slots = [(j, i) for j in range(each) for i in range(4)]
+        if w > 1:  # the warps' sums meet: slot (j, i) of lane l at red[warp, slot, l], added by the slot's warp
+            out.append(Shared("red", (str(w), str(len(slots)), "32")))
+            out += [Assign(f"red[warp, {k}, lane]", f"ac_{j}_{i}") for k, (j, i) in enumerate(slots)]
+            out.append(Barrier())
+        for k, (j, i) in enumerate(slots):
+            # accumulator i of n8 tile j: row lg (+ 8), the tile's column 2 tq (+ 1), the block's column EACH (2 tq) + j
+            row, col = f"r0 + lg + {8 * (i >> 1)}", f"cb + {each} * (2 * tq + {i & 1}) + {j}"
+            total = f"ac_{j}_{i}"
+            stmts = []
+            if w > 1:
+                total = f"t_{k}"
+                stmts = [Assign(total, f"red[0, {k}, lane]")] + [Assign(total, f"red[{v}, {k}, lane]", "+")
+                                                                 for v in range(1, w)]
+            if segmented:
+                stmts.append(Assign(f"part_{self.red}[{row}, cuda.blockIdx.z, {col}]", total))
+            else:
+                acc = self.base()
+                stmts += self.row_scalars(acc, row) + self.finish(row, col, lambda r, v=total: v, acc)
+            stored = If(f"{row} < rows and {col} < {n}", tuple(stmts))
+            out.append(If(f"warp == {k % w}", (stored,)) if w > 1 else stored)
         return out
 
     def kernels(self) -> list:
@@ -330,14 +287,6 @@ def build(fused: FusedCascade, spec: Spec, target: str):
     return replace(src, written=tuple(name for name, *_ in src.scratch))
 
 
-def shared_bytes(threads: int, e4m3: bool = False) -> int:
-    """Dynamic shared memory of the tiles kernel: its stages (e4m3 weights: more of them, of bytes)."""
-    bc = threads // 32 * warp_columns(threads)
-    if e4m3:
-        return STAGES_E4M3 * (BM * PITCH + BK * (bc + 16) // 2) * 2
-    return STAGES * (BM * PITCH + BK * (bc + 8)) * 2
-
-
 def _threads(p: Problem) -> int:
     return p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
 
@@ -366,14 +315,14 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     if share < p.rows and share % BM:
         return (f"columns_mma: a block's {BM} rows share one weight matrix; here each is shared by {share} rows (not a "
                 f"multiple of {BM}): use columns")
-    threads = _threads(p)
-    if threads not in BLOCKS:
-        return (f"columns_mma: blocks of 32, 64, 128 threads (a warp per 64 columns) or 256 (32 columns a warp), "
-                f"got {threads}")
-    for name, fixed in (("tile", BK), ("batch", BM), ("group", threads // 32 * warp_columns(threads) // 8)):
+    threads, e4m3 = _threads(p), _e4m3(fused, p)
+    blocks = BLOCKS_E4M3 if e4m3 else BLOCKS
+    if threads not in blocks:
+        return f"columns_mma: blocks of {', '.join(map(str, blocks))} threads{' (e4m3 weights)' if e4m3 else ''}, got {threads}"
+    for name, fixed in (("tile", BK), ("batch", BM), ("group", load_columns(e4m3))):
         if p.option(name) not in (None, fixed):
-            return (f"columns_mma: the {name} is fixed by the instruction shapes ({BM} rows, {warp_columns(threads)} columns, tiles of "
-                    f"{BK} elements)")
+            return (f"columns_mma: the {name} is fixed by the instruction shapes ({BM} rows, {8 * load_columns(e4m3)} "
+                    f"columns a block, segments of whole tiles of {BK} elements)")
     return None
 
 
@@ -383,22 +332,18 @@ def _e4m3(fused: FusedCascade, p: Problem) -> bool:
 
 
 def configure(fused: FusedCascade, p: Problem) -> dict:
-    """128 threads (32 in the simulator; 256 when asked: 32 columns a warp): blocks of 16 rows, 64 columns a warp and tiles of 64 elements, segments of
-    the axis across blocks until the GPU is busy (at least four tiles each)."""
+    """128 threads (32 in the simulator): blocks of 16 rows and 128 columns (e4m3 weights) or 64 (16-bit ones),
+    segments of the axis across blocks until four blocks a multiprocessor are busy (at least two tiles each)."""
     reason = applicable(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
-    n, threads = _columns(fused, p), _threads(p)
-    bc = threads // 32 * warp_columns(threads)
-    blocks = -(-p.rows // BM) * -(-n // bc)
+    n, threads, each = _columns(fused, p), _threads(p), load_columns(_e4m3(fused, p))
+    blocks = -(-p.rows // BM) * -(-n // (8 * each))
     tiles = -(-p.length // BK)
-    # segments until the blocks fill the GPU once (two of 108 KB per multiprocessor: half of BUSY_BLOCKS), not past
-    # it (a second, partial wave would cost as much as the first), and four tiles each at least
-    nseg = p.option("segments") or max(1, min(BUSY_BLOCKS // 2 // blocks, tiles // 4))
+    nseg = p.option("segments") or max(1, min(-(-BUSY_BLOCKS // blocks), tiles // 2))
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
-    return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=BM, segments=int(nseg), nseg=int(nseg),
-                pre_vec=prepass_vec(fused, p),
-                fast_exp=p.option("fast_exp", False), shared=shared_bytes(threads, _e4m3(fused, p)))
+    return dict(threads=threads, group=each, vec=8, tile=BK, batch=BM, segments=int(nseg), nseg=int(nseg),
+                pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False))
 
 
 def grid(rows: int, spec: Spec, named) -> dict:
@@ -406,12 +351,13 @@ def grid(rows: int, spec: Spec, named) -> dict:
     fac = named["fac"].shape[1]
     return {"scalars": (rows, spec.threads),
             "factors": ((rows, -(-fac // (spec.threads * FACTORS_EACH))), spec.threads),
-            "tiles": ((-(-rows // BM), -(-n // (spec.group * 8)), spec.segments), spec.threads, 0, spec.shared),
+            "tiles": ((-(-rows // BM), -(-n // (spec.group * 8)), spec.segments), spec.threads),
             "combine": ((rows, -(-n // spec.threads)), spec.threads)}
 
 
 register(Strategy("columns_mma", "cuda", "columns' level order with the products F·W on the tensor cores (mma.sync): "
-                  "the factors in the weights' 16-bit type (FP8 ones exactly), tiles staged by cp.async", build,
+                  "the factors in the weights' 16-bit type (FP8 ones exactly), the weights loaded straight into the "
+                  "fragments", build,
                   configure, grid, final_scales=True, rounds_products=lambda fused: not exact_factors(fused),
                   vector_multiple=16, shared_vectors=True))  # 16: e4m3 weight rows are read 16 at a time
 

@@ -66,8 +66,10 @@ REGISTRY: dict[str, Strategy] = {}
 
 #: Components of 16 bytes (one 128-bit load), by stored dtype.
 VEC = {"float32": 4, "float16": 8, "bfloat16": 8, "e4m3": 16}
+#: Multiprocessors of an H200 (launch policies split few rows into segments until each has its blocks).
+SMS = 132
 #: Blocks that keep an H200 busy (about four per multiprocessor): few rows are split into segments up to this.
-BUSY_BLOCKS = 528
+BUSY_BLOCKS = 4 * SMS
 
 
 def pow2(n: int) -> int:

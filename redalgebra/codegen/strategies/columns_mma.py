@@ -6,9 +6,9 @@ chunk of weights at a batch of 16 tokens, so FP8 quantisation + GEMM at M = 16 i
 the memory. Here the same sums are a matrix product ``F · W`` (``F[m, k]`` the factors of row ``m``, element ``k``)
 on ``mma.sync.m16n8k16``:
 
-1. **The scalar reductions first** — the ``rows`` kernel of the cascade's scalar part, as ``columns`` (the FP8
-   scale is then the row's final absmax).
-2. **The factors**, one kernel: ``F[m, k]`` in the weights' 16-bit type, zero past the row's end (and where a mask
+1. **The scalar reductions first** — the ``rows`` code of the cascade's scalar part, as ``columns`` (the FP8
+   scale is then the row's final absmax), a block per row.
+2. **The factors**, by the same block after a barrier (or, without scalar reductions, a kernel of their own): ``F[m, k]`` in the weights' 16-bit type, zero past the row's end (and where a mask
    drops the element), the rows padded to a whole number of 64-element tiles. An FP8 factor is exact in either
    16-bit type (e4m3 has 4 significant bits and exponents -9 … 8), so the products are exact and only the float32
    summation order differs from the unfused reference (``check`` holds it to the float32 tolerance); any other
@@ -42,13 +42,15 @@ from ...errors import RedalgebraError
 from ...ir.functions import RoundE4M3
 from ..emit import Spec
 from ..tree import Assign, Barrier, For, If, Load, Shared, Store
-from . import BUSY_BLOCKS, VEC, Problem, Strategy, register
+from . import SMS, VEC, Problem, Strategy, register
 from .columns import ColumnsKernel, build as columns_build, prepass_vec, refusal as columns_refusal, split_body
 from .products import KINDS
 
 #: Rows of a block (the m16 of the instruction); elements of a tile (the factors' rows are padded to whole tiles: a
 #: "tiles" scratch array; segments are whole tiles); steps of 16 elements a warp loads before their products.
 BM, BK, UNROLL = 16, 64, 4
+#: Blocks of 128 threads a multiprocessor holds (the launch bounds: 170 registers a thread).
+RESIDENT = 3
 #: Threads of a block on the GPU (four warps taking the steps in turn) and in the simulator (one warp); the sizes
 #: taken (the warps' sums meet in 32 KB of shared memory: e4m3 weights, 64 sums a lane, up to four warps).
 THREADS, SIM_THREADS, BLOCKS, BLOCKS_E4M3 = 128, 32, (32, 64, 128, 256), (32, 64, 128)
@@ -263,10 +265,18 @@ class ColumnsMmaKernel(ColumnsKernel):
         pre = [f"out_pre_{r}" for r in self.scalar_reds]
         part = [f"part_{self.red}"] if self.spec.segments > 1 else []
         out = []
+        factors = tuple(common + pre + ["fac", "rows", "length"])
         first = self.prepass()
-        if first is not None:
-            out.append(first)
-        out.append(("factors", tuple(common + pre + ["fac", "rows", "length"]), "factors", self.factor_kernel()))
+        if first is None:  # no scalar reduction: the factors alone, spread over blocks
+            out.append(("factors", factors, "factors", self.factor_kernel()))
+        else:  # a block per row reduces it, then, after a barrier, writes its factors (the row read once from
+            # memory, once from the cache, one launch fewer)
+            (_, pre_args, _, pre_body), acc, each = first, self.base(), FACTORS_EACH
+            setup = self.factor_setup(acc)  # (first: acc learns the scalars' names)
+            loop = For("kx", f"tid * {each}", "fac.shape[1]", tuple(self.factor_chunk(acc)),
+                       str(self.spec.threads * each))
+            args = tuple(pre_args) + tuple(a for a in factors if a not in pre_args)
+            out.append(("factors", args, "rowfactors", [*pre_body, Barrier(), *setup, loop]))
         out.append(("tiles", tuple(common + pre + ["fac"] + part + ["rows", "length", "nseg"]), "tiles", self.tiles()))
         if part:
             out.append(("combine", tuple(common + pre + part + ["rows", "length", "nseg"]), "combine", self.combine()))
@@ -333,23 +343,27 @@ def _e4m3(fused: FusedCascade, p: Problem) -> bool:
 
 def configure(fused: FusedCascade, p: Problem) -> dict:
     """128 threads (32 in the simulator): blocks of 16 rows and 128 columns (e4m3 weights) or 64 (16-bit ones),
-    segments of the axis across blocks until four blocks a multiprocessor are busy (at least two tiles each)."""
+    three a multiprocessor, segments of the axis across blocks until they fill the GPU once (two tiles each at
+    least)."""
     reason = applicable(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
     n, threads, each = _columns(fused, p), _threads(p), load_columns(_e4m3(fused, p))
     blocks = -(-p.rows // BM) * -(-n // (8 * each))
     tiles = -(-p.length // BK)
-    nseg = p.option("segments") or max(1, min(-(-BUSY_BLOCKS // blocks), tiles // 2))
+    # registers for three blocks of four warps a multiprocessor (ptxas: 164 at most, no spills, at 128 threads);
+    # segments until they are all busy once, not past it (a second, partial wave costs as much as the first)
+    minb = p.option("min_blocks") or (RESIDENT * 128 // threads)
+    nseg = p.option("segments") or max(1, min(SMS * minb // blocks, tiles // 2))
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=BM, segments=int(nseg), nseg=int(nseg),
-                pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False))
+                pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False), min_blocks=minb)
 
 
 def grid(rows: int, spec: Spec, named) -> dict:
     n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
     fac = named["fac"].shape[1]
-    return {"scalars": (rows, spec.threads),
+    return {"scalars": (rows, spec.threads), "rowfactors": (rows, spec.threads),  # a block per row
             "factors": ((rows, -(-fac // (spec.threads * FACTORS_EACH))), spec.threads),
             "tiles": ((-(-rows // BM), -(-n // (spec.group * 8)), spec.segments), spec.threads),
             "combine": ((rows, -(-n // spec.threads)), spec.threads)}

@@ -42,10 +42,10 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
 from ..tree import Assign, Barrier, Call, For, If
-from . import BUSY_BLOCKS, Problem, Strategy, register
+from . import SMS, Problem, Strategy, register
 from . import columns_mma
 from .columns import build as columns_build, prepass_vec
-from .columns_mma import FACTORS_EACH, ColumnsMmaKernel, exact_factors
+from .columns_mma import ColumnsMmaKernel, exact_factors
 from .products import KINDS
 from .wgmma import ATOM, ROW, WgmmaKernel, hopper_refusal
 
@@ -57,8 +57,6 @@ THREADS, SIM_THREADS, COLUMNS, SIM_COLUMNS = 256, 32, 256, 64
 BLOCK_THREADS, BLOCK_COLUMNS = (32, 128, 256), (64, 128, 256)
 #: Shared memory a block may take (bytes, the H200's 227 KB) and the most stages.
 MAX_SHARED, MOST_STAGES = 232448, 6
-#: Multiprocessors of an H200 (one block each: its stages take most of the shared memory).
-SMS = BUSY_BLOCKS // 4
 
 
 def refusal(fused: FusedCascade, dtypes: dict | None = None) -> str | None:
@@ -236,21 +234,8 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
 
 
     def kernels(self) -> list:
-        """``columns_mma``'s kernels with the scalars and the factors in one: a block per row reduces it (the ``rows``
-        kernel of the cascade's scalar part, which leaves the results in ``out_pre``), then, after a barrier, writes
-        the row's factors — the row read once from memory and once from the cache, and one launch fewer. (With many
-        rows there are blocks enough; ``columns_mma``'s few rows keep two kernels, the factors spread over blocks.)"""
+        """``columns_mma``'s kernels; e4m3 weights widened to float16 first."""
         out = super().kernels()
-        if out[0][0] == "scalars":
-            (_, pre_args, _, pre_body), (_, fac_args, _, _) = out[0], out[1]
-            acc = self.base()
-            each = FACTORS_EACH
-            setup = self.factor_setup(acc)  # (first: acc learns the scalars' names)
-            loop = For("kx", f"tid * {each}", "fac.shape[1]", tuple(self.factor_chunk(acc)),
-                       str(self.spec.threads * each))
-            body = [*pre_body, Barrier(), *setup, loop]
-            args = tuple(pre_args) + tuple(a for a in fac_args if a not in pre_args)
-            out = [("factors", args, "rowfactors", body)] + out[2:]
         if self.bytes:  # the weights widened first, the products reading them
             at = next(i for i, k in enumerate(out) if k[0] == "tiles")
             name, targs, grid_name, tbody = out[at]
@@ -338,7 +323,6 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
 
 def grid(rows: int, spec: Spec, named) -> dict:
     out = columns_mma.grid(rows, spec, named)
-    out["rowfactors"] = (rows, spec.threads)  # the scalars and the factors: a block per row
     n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
     if "wf" in named:  # e4m3 weights widened: a thread per 16 elements of a row (per element: rows not of 16 bytes)
         per = -(-n // 16) if n % 16 == 0 else n

@@ -50,7 +50,7 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
 from ..tree import Assign, Barrier, Call, For, If
-from . import BUSY_BLOCKS, Problem, Strategy, register
+from . import SMS, Problem, Strategy, register
 from . import mma
 from .mma import BN, MmaKernel
 from .products import MOST_COMPONENTS, SHARED_LIMIT, WIDE_MULTIPLE, WIDEST, column_groups, dots
@@ -296,8 +296,6 @@ def _rows(fused: FusedCascade, p: Problem) -> int:
 
 #: Shared memory of a multiprocessor, and what each block resident there reserves besides its own (bytes).
 SM_SHARED, RESERVED = 233472, 1024
-#: Multiprocessors of an H200: a few rows' blocks are split into segments until each has one (or two) blocks.
-SMS = BUSY_BLOCKS // 4
 
 
 def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:

@@ -81,6 +81,7 @@ class KernelSource:
     out_dtypes: tuple = ()  # ((output name, stored dtype), ...) where not float32
     spec: object = None     # the Spec it was generated for
     written: tuple = ()     # scratch arrays every launch writes whole before reading them: no zero fill per call
+    bounds: tuple = ()      # ((kernel name, launch bounds), ...) of kernels launched with other blocks than spec's
 
 
 def kernel_args(c) -> tuple:

@@ -63,7 +63,8 @@ def compile_ptx(fused: FusedCascade, strategy: str, spec: Spec, cc=None) -> str:
             sig = signature(fused, spec, args, src.scratch, src.out_dtypes)
             try:
                 # the launch bounds the real kernel is compiled with (registers follow from them)
-                bounds = (spec.threads, spec.min_blocks) if spec.min_blocks else spec.threads
+                bounds = dict(src.bounds).get(name) or ((spec.threads, spec.min_blocks) if spec.min_blocks
+                                                        else spec.threads)
                 ptx, _ = cuda.compile_ptx(getattr(module, name).py_func, sig, cc=cc, launch_bounds=bounds)
             except (NvvmSupportError, CudaSupportError) as err:
                 raise RedalgebraError(f"compiling PTX needs numba-cuda with libNVVM: pip install "

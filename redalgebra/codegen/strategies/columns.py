@@ -187,10 +187,19 @@ class ColumnsKernel(TreeKernel):
         # 28 passes of one load's latency each made the FP8 GEMM's one-token call wait on this kernel), 16 bytes a
         # load where the rows are aligned (pre_vec)
         vec = self.spec.pre_vec
+        threads = self.row_threads()
         spec = Spec(self.spec.sizes, tuple((k, v) for k, v in self.spec.dtypes if k in names), self.spec.has_keep,
-                    threads=self.spec.threads, group=self.spec.threads, tile=max(1, PREPASS_TILE // vec), vec=vec,
+                    threads=threads, group=threads, tile=max(1, PREPASS_TILE // vec), vec=vec,
                     resident=False, fast_exp=self.spec.fast_exp)
         return RowsKernel(sub, spec)
+
+    def row_threads(self) -> int:
+        """Threads of the scalar reductions' kernel (a block per row): the module's."""
+        return self.spec.threads
+
+    def bounds(self) -> dict:
+        """Launch bounds of the kernels launched with other blocks than the module's, by name."""
+        return {}
 
     def prepass(self):
         from ..kernels import kernel_args
@@ -385,7 +394,7 @@ def build(fused: FusedCascade, spec: Spec, target: str, kernel=None, name: str =
     outputs = tuple((o.name, "row", None if c.sizes[o.name] is None else k.lay.size_const(c.sizes[o.name]))
                     for o in c.outputs)
     constants = {**(k.pre.lay.constants if k.pre else {}), **k.lay.constants}
-    src = assemble(fused, spec, target, name, kernels, k.consts, constants, outputs, {})
+    src = assemble(fused, spec, target, name, kernels, k.consts, constants, outputs, {}, k.bounds())
     return replace(src, scratch=k.scratch(), entries=tuple((n, a, g) for n, a, g, _ in kernels))
 
 

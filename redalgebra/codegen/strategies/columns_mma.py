@@ -61,6 +61,14 @@ def load_columns(e4m3: bool) -> int:
     return 16 if e4m3 else 8
 
 
+
+
+def row_threads(spec: Spec) -> int:
+    """Threads of the kernel of the scalar reductions and the factors (a block per row): four times the module's, up
+    to 1024 — at 512, a 7168-wide row of 16-bit values is read in one pass of 16-byte loads and its factors written in
+    two (a few rows' kernel waits on its latency, not its bandwidth)."""
+    return min(4 * spec.threads, 1024)
+
 #: Elements of the factors a thread computes (one 16-byte store of 16-bit values; the rows are whole tiles).
 FACTORS_EACH = 8
 
@@ -107,13 +115,21 @@ class ColumnsMmaKernel(ColumnsKernel):
         self.bytes = kind == "e4m3"
         self.kind = "f16" if self.bytes else KINDS[kind]
         self.fac_store = "bfloat16" if self.kind == "bf16" else "float16"  # the factors' stored type
-        self.each = load_columns(self.bytes)
+        self.each = spec.group  # columns of one load: 16 or 8 bytes
+        self.lw = self.each // (4 if self.bytes else 2)  # its 32-bit words
         self.warps = spec.threads // 32
         self.bc = 8 * self.each  # the block's columns: eight lanes' loads
         blocks = BLOCKS_E4M3 if self.bytes else BLOCKS
-        if spec.threads not in blocks or (spec.batch, spec.tile, spec.group) != (BM, BK, self.bc // 8):
+        if spec.threads not in blocks or (spec.batch, spec.tile) != (BM, BK) or self.lw not in (2, 4) or \
+                self.each % (4 if self.bytes else 2):
             raise RedalgebraError(f"columns_mma: blocks of {', '.join(map(str, blocks))} threads taking {BM} rows, "
                                   f"{self.bc} columns and segments of whole tiles of {BK} elements")
+
+    def row_threads(self) -> int:
+        return row_threads(self.spec)
+
+    def bounds(self) -> dict:
+        return {"factors": self.row_threads()} if self.pre is not None else {}
 
     # -- 2. the factors -------------------------------------------------------------------------------
     def factor_kernel(self) -> list:
@@ -172,11 +188,11 @@ class ColumnsMmaKernel(ColumnsKernel):
         n, x = self.n, self.x
         out = [Assign(f"wk_{u}", f"wo + ({step}) * {16 * n}")]
         for r in range(4):
-            words = ", ".join(f"w{u}_{r}_{q}" for q in range(4))
-            load = Assign(words, f"ld_w4_at({x}, wk_{u} + {r * n})")
+            words = ", ".join(f"w{u}_{r}_{q}" for q in range(self.lw))
+            load = Assign(words, f"ld_w{self.lw}_at({x}, wk_{u} + {r * n})")
             if tested:
                 out.append(If(f"lo + 16 * ({step}) + 4 * tq + {r} < hi", (load,),
-                              (Assign(words, ", ".join(["uint32(0)"] * 4)),)))
+                              (Assign(words, ", ".join(["uint32(0)"] * self.lw)),)))
             else:
                 out.append(load)
         out += [Assign(f"fa{u}_0, fa{u}_1", f"ld_w2_at(fac, fa + 16 * ({step}))"),
@@ -195,7 +211,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         pairs = "e4m3_pairs" if self.bytes else "b16_pairs"
         lo_ = ", ".join(f"p{c}" for c in range(per))
         hi_ = ", ".join(f"h{c}" for c in range(per))
-        for q in range(4):
+        for q in range(self.lw):
             out += [Assign(lo_, f"{pairs}(w{u}_0_{q}, w{u}_1_{q})"), Assign(hi_, f"{pairs}(w{u}_2_{q}, w{u}_3_{q})")]
             for c in range(per):
                 regs = ", ".join(f"ac_{per * q + c}_{i}" for i in range(4))
@@ -207,7 +223,8 @@ class ColumnsMmaKernel(ColumnsKernel):
         16-bit type), a segment of the axis; its warps take its steps of 16 elements in turn (warp ``w`` steps ``w,
         w + W, …``), :data:`UNROLL` steps' loads in flight before their products, no shared memory and no barrier in
         the loop. The warps' sums meet in shared memory at the end and are added in warp order."""
-        n, w, each, un = self.n, self.warps, self.each, UNROLL
+        import os
+        n, w, each, un = self.n, self.warps, self.each, int(os.environ.get('RA_UNROLL', UNROLL))
         segmented = self.spec.segments > 1
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
                Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
@@ -274,7 +291,7 @@ class ColumnsMmaKernel(ColumnsKernel):
             (_, pre_args, _, pre_body), acc, each = first, self.base(), FACTORS_EACH
             setup = self.factor_setup(acc)  # (first: acc learns the scalars' names)
             loop = For("kx", f"tid * {each}", "fac.shape[1]", tuple(self.factor_chunk(acc)),
-                       str(self.spec.threads * each))
+                       str(self.row_threads() * each))
             args = tuple(pre_args) + tuple(a for a in factors if a not in pre_args)
             out.append(("factors", args, "rowfactors", [*pre_body, Barrier(), *setup, loop]))
         out.append(("tiles", tuple(common + pre + ["fac"] + part + ["rows", "length", "nseg"]), "tiles", self.tiles()))
@@ -348,12 +365,14 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     reason = applicable(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
+    import os
     n, threads, each = _columns(fused, p), _threads(p), load_columns(_e4m3(fused, p))
+    each = each * int(os.environ.get("RA_LOADB", 16)) // 16
     blocks = -(-p.rows // BM) * -(-n // (8 * each))
     tiles = -(-p.length // BK)
     # registers for three blocks of four warps a multiprocessor (ptxas: 164 at most, no spills, at 128 threads);
     # segments until they are all busy once, not past it (a second, partial wave costs as much as the first)
-    minb = p.option("min_blocks") or (RESIDENT * 128 // threads)
+    minb = p.option("min_blocks") or int(os.environ.get("RA_MINB", RESIDENT * 128 // threads))
     nseg = p.option("segments") or max(1, min(SMS * minb // blocks, tiles // 2))
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=BM, segments=int(nseg), nseg=int(nseg),
@@ -363,7 +382,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
 def grid(rows: int, spec: Spec, named) -> dict:
     n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
     fac = named["fac"].shape[1]
-    return {"scalars": (rows, spec.threads), "rowfactors": (rows, spec.threads),  # a block per row
+    return {"scalars": (rows, spec.threads), "rowfactors": (rows, row_threads(spec)),  # a block per row
             "factors": ((rows, -(-fac // (spec.threads * FACTORS_EACH))), spec.threads),
             "tiles": ((-(-rows // BM), -(-n // (spec.group * 8)), spec.segments), spec.threads),
             "combine": ((rows, -(-n // spec.threads)), spec.threads)}

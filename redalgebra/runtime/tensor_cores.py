@@ -31,7 +31,7 @@ from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _asm, _bf16_pai
 if not SIMULATOR:
     from .intrinsics import TypingError
 
-__all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "e4m3_bits_pairs", "b16_pairs", "ld_w4_at", "ld_w2_at", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
+__all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at", "ld_w2_at", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
            "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
@@ -322,41 +322,6 @@ def e4m3_pairs(typingctx, lo, hi):
         i32 = ir.IntType(32)
         words = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
         out = _asm(builder, ir.LiteralStructType([i32] * 4), E4M3_PAIRS_PTX, ",".join(["=r"] * 4 + ["r"] * 2), words)
-        return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(4)])
-    return rt(lo, hi), codegen
-
-
-#: ``e4m3_bits_pairs``' PTX: the bytes of columns 0 and 1 (2 and 3) of both rows in one word by ``prmt``; each 16-bit
-#: half's high byte made a float16 by moving its 7 magnitude bits down one place under the sign (an e4m3 value times
-#: 2^-8, exactly, subnormals too); the column in the low bytes first shifted up by 8.
-E4M3_BITS_PTX = ("{.reg .b32 q<2>, s<4>, t<4>; "
-                 "prmt.b32 q0, $4, $5, 0x5410; prmt.b32 q1, $4, $5, 0x7632; "
-                 "shl.b32 s0, q0, 8; mov.b32 s1, q0; shl.b32 s2, q1, 8; mov.b32 s3, q1; "
-                 + " ".join(f"and.b32 t{k}, s{k}, 0x7F007F00; shr.b32 t{k}, t{k}, 1; and.b32 s{k}, s{k}, 0x80008000; "
-                            f"or.b32 ${k}, t{k}, s{k};" for k in range(4)) + "}")
-
-
-def _sim_e4m3_bits_pairs(lo, hi):
-    return tuple(np.uint32(int(w) & 0xFFFFFFFF) for w in
-                 (_words(f16_bits(np.float32(2.0 ** -8) * np.array([_f32(v) for v in _words_halves(p)], np.float32)))
-                  for p in _sim_e4m3_pairs(lo, hi)))
-
-
-def _words_halves(word):
-    halves = np.array([int(word) & 0xFFFF, int(word) >> 16], np.uint16).view(np.float16)
-    return halves.astype(np.float32)
-
-
-@_device(_sim_e4m3_bits_pairs)
-def e4m3_bits_pairs(typingctx, lo, hi):
-    """``e4m3_pairs`` by integer instructions, each value times 2^-8 (exact; an e4m3 NaN becomes 1.875 · 2^-8 · 256
-    = 480, not NaN)."""
-    rt = types.UniTuple(types.uint32, 4)
-
-    def codegen(context, builder, sig, args):
-        i32 = ir.IntType(32)
-        words = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
-        out = _asm(builder, ir.LiteralStructType([i32] * 4), E4M3_BITS_PTX, ",".join(["=r"] * 4 + ["r"] * 2), words)
         return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(4)])
     return rt(lo, hi), codegen
 

@@ -208,8 +208,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         mma, out = f"mma_{self.kind}", []
         a = f"fa{u}_0, fb{u}_0, fa{u}_1, fb{u}_1"
         per = 4 if self.bytes else 2  # columns of a word
-        import os
-        pairs = ("e4m3_bits_pairs" if os.environ.get("RA_BITS") else "e4m3_pairs") if self.bytes else "b16_pairs"
+        pairs = "e4m3_pairs" if self.bytes else "b16_pairs"
         lo_ = ", ".join(f"p{c}" for c in range(per))
         hi_ = ", ".join(f"h{c}" for c in range(per))
         for q in range(self.lw):
@@ -260,15 +259,12 @@ class ColumnsMmaKernel(ColumnsKernel):
         for k, (j, i) in enumerate(slots):
             # accumulator i of n8 tile j: row lg (+ 8), the tile's column 2 tq (+ 1), the block's column EACH (2 tq) + j
             row, col = f"r0 + lg + {8 * (i >> 1)}", f"cb + {each} * (2 * tq + {i & 1}) + {j}"
-            import os
             total = f"ac_{j}_{i}"
             stmts = []
             if w > 1:
                 total = f"t_{k}"
                 stmts = [Assign(total, f"red[0, {k}, lane]")] + [Assign(total, f"red[{v}, {k}, lane]", "+")
                                                                  for v in range(1, w)]
-            if self.bytes and os.environ.get("RA_BITS"):
-                stmts.append(Assign(total, f"{total} * float32(256.0)"))
             if segmented:
                 stmts.append(Assign(f"part_{self.red}[{row}, cuda.blockIdx.z, {col}]", total))
             else:

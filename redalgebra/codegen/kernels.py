@@ -61,7 +61,8 @@ SCRATCH_TILE = 128
 def scratch_shape(layout: str, rows: int, length: int, nseg: int, width: int | None = None) -> tuple:
     """The shape of a scratch array of ``layout``: its leading dimensions, then ``width`` when it has one."""
     padded = -(-length // SCRATCH_TILE) * SCRATCH_TILE
-    lead = {"rows": (rows,), "segments": (rows, nseg), "tiles": (rows, padded), "axis": (length,)}[layout]
+    lead = {"rows": (rows,), "segments": (rows, nseg), "tiles": (rows, padded), "axis": (length,),
+            "fragments": (-(-rows // 16) * 16, padded)}[layout]
     return lead + (() if width is None else (width,))
 
 
@@ -77,7 +78,7 @@ class KernelSource:
     constants: dict
     threads: int
     entries: tuple = ()  # multi-kernel strategies: (function name, argument names, grid), launched in order
-    scratch: tuple = ()  # multi-kernel strategies: (array name, dtype, "segments" | "rows" | "tiles", width or None)
+    scratch: tuple = ()  # multi-kernel strategies: (array name, dtype, "segments" | "rows" | "tiles" | "fragments", width or None)
     out_dtypes: tuple = ()  # ((output name, stored dtype), ...) where not float32
     spec: object = None     # the Spec it was generated for
     written: tuple = ()     # scratch arrays every launch writes whole before reading them: no zero fill per call

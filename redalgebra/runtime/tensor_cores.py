@@ -25,13 +25,13 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 
-from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _asm, _bf16_pair, _check, _device, _elements, _f32, _number,
+from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _asm, _bf16_pair, _check, _device, _elements, _f32, _number, _vector,
                          _pack, _pointer, _span, bf16_bits, e4m3_values, f16_bits)
 
 if not SIMULATOR:
     from .intrinsics import TypingError
 
-__all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at", "ld_w2_at", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
+__all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at", "ld_w2_at", "ld_w4_stream_at", "st_w2_at", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
            "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
@@ -74,6 +74,16 @@ def _sim_ld_words_at(count):
             raise IndexError(f"{name}: element {offset} is misaligned or outside an array of {ary.size}")
         return tuple(np.uint32(w) for w in flat[at:at + size].view(np.uint32))
     return load
+
+
+def _sim_st_w2_at(a, offset, w0, w1):
+    ary = getattr(a, "_ary", a)
+    if not ary.flags.c_contiguous or ary.dtype.name not in _B16 + _F16:
+        raise TypeError(f"st_w2_at: need a C-contiguous array of 16-bit values, got {ary.dtype} {ary.shape}")
+    flat, at = ary.reshape(-1).view(np.uint32), int(offset)
+    if at % 4 or not 0 <= at <= ary.size - 4:
+        raise IndexError(f"st_w2_at: element {offset} is misaligned or outside an array of {ary.size}")
+    flat[at // 2:at // 2 + 2] = (np.uint32(int(w0)), np.uint32(int(w1)))
 
 
 def _sim_e4m3_pairs(lo, hi):
@@ -299,6 +309,50 @@ row-major order over all its dimensions) as four 32-bit words, one non-coherent 
 the array must not change while the kernel runs). The address must be 16-byte aligned."""
 ld_w2_at = _device(_sim_ld_words_at(2))(_words_load("ld_w2_at", 2))
 ld_w2_at.__doc__ = """``ld_w4_at`` of 8 bytes: two words (``ld.global.nc.v2``), the address 8-byte aligned."""
+
+@_device(_sim_ld_words_at(4))
+def ld_w4_stream_at(typingctx, a, offset):
+    """``ld_w4_at`` for data read once: ``ld.global.nc.L1::no_allocate.v4`` (the line is not kept in L1, where it
+    would evict what the kernel reads again)."""
+    if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype in _B16_TYPES + (types.float16, types.uint8,
+                                                                                         types.int8, types.uint32)):
+        raise TypingError(f"ld_w4_stream_at: needs a C-contiguous array of 16-bit values, bytes or words, got {a}")
+    if not isinstance(offset, types.Integer):
+        raise TypingError(f"ld_w4_stream_at: the element offset must be an integer, got {offset}")
+    rt = types.UniTuple(types.uint32, 4)
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        p = builder.gep(ary.data, [context.cast(builder, args[1], sig.args[1], types.intp)], inbounds=True)
+        g = builder.addrspacecast(builder.bitcast(p, ir.IntType(8).as_pointer()), ir.IntType(8).as_pointer(1))
+        # (no side effect: the array does not change while the kernel runs, so the loads may be moved and merged)
+        out = _asm(builder, ir.LiteralStructType([i32] * 4), "ld.global.nc.L1::no_allocate.v4.u32 {$0, $1, $2, $3}, [$4];",
+                   "=r,=r,=r,=r,l", [g])
+        return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(4)])
+    return rt(a, offset), codegen
+
+
+@_device(_sim_st_w2_at)
+def st_w2_at(typingctx, a, offset, w0, w1):
+    """Two 32-bit words into the 8 bytes from element ``offset`` of ``a`` (16-bit values, counted in row-major order),
+    one store (``st.global.v2``); the address 8-byte aligned."""
+    if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype in _B16_TYPES + (types.float16,)):
+        raise TypingError(f"st_w2_at: needs a C-contiguous array of 16-bit values, got {a}")
+    for v in (offset, w0, w1):
+        if not isinstance(v, types.Integer):
+            raise TypingError(f"st_w2_at: needs an integer offset and two 32-bit words, got {offset}, {w0}, {w1}")
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        p = builder.gep(ary.data, [context.cast(builder, args[1], sig.args[1], types.intp)], inbounds=True)
+        vty = ir.VectorType(i32, 2)
+        words = _vector(builder, [context.cast(builder, v, t, types.uint32) for v, t in zip(args[2:], sig.args[2:])])
+        builder.store(words, builder.addrspacecast(builder.bitcast(p, vty.as_pointer()), vty.as_pointer(1)), align=8)
+        return context.get_dummy_value()
+    return types.void(a, offset, w0, w1), codegen
+
 
 #: ``e4m3_pairs``' PTX: the bytes of the two words interleaved by ``prmt`` (selector nibbles pick bytes 0-3 of the
 #: first word, 4-7 of the second), each 16-bit half widened to a word of two float16.

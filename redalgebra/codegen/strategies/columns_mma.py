@@ -41,7 +41,7 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ...ir.functions import RoundE4M3
 from ..emit import Spec
-from ..tree import Assign, Barrier, For, If, Load, Shared, Store
+from ..tree import Assign, Barrier, Call, For, If, Load, Shared
 from . import SMS, VEC, Problem, Strategy, register
 from .columns import ColumnsKernel, build as columns_build, prepass_vec, refusal as columns_refusal, split_body
 from .products import KINDS
@@ -69,6 +69,9 @@ def row_threads(spec: Spec) -> int:
     two (a few rows' kernel waits on its latency, not its bandwidth)."""
     return min(4 * spec.threads, 1024)
 
+#: Factors of one step of 16 rows (16 elements each), in the fragments' order: lane ``4 g + t``'s eight are rows
+#: ``g`` and ``g + 8``, elements ``4 t … 4 t + 3`` of the step.
+FRAGMENT = 256
 #: Elements of the factors a thread computes (one 16-byte store of 16-bit values; the rows are whole tiles).
 FACTORS_EACH = 8
 
@@ -115,13 +118,12 @@ class ColumnsMmaKernel(ColumnsKernel):
         self.bytes = kind == "e4m3"
         self.kind = "f16" if self.bytes else KINDS[kind]
         self.fac_store = "bfloat16" if self.kind == "bf16" else "float16"  # the factors' stored type
-        self.each = spec.group  # columns of one load: 16 or 8 bytes
-        self.lw = self.each // (4 if self.bytes else 2)  # its 32-bit words
+        self.each = load_columns(self.bytes)  # columns of one 16-byte load
+        self.fac_layout = "fragments"
         self.warps = spec.threads // 32
         self.bc = 8 * self.each  # the block's columns: eight lanes' loads
         blocks = BLOCKS_E4M3 if self.bytes else BLOCKS
-        if spec.threads not in blocks or (spec.batch, spec.tile) != (BM, BK) or self.lw not in (2, 4) or \
-                self.each % (4 if self.bytes else 2):
+        if spec.threads not in blocks or (spec.batch, spec.tile, spec.group) != (BM, BK, self.each):
             raise RedalgebraError(f"columns_mma: blocks of {', '.join(map(str, blocks))} threads taking {BM} rows, "
                                   f"{self.bc} columns and segments of whole tiles of {BK} elements")
 
@@ -175,28 +177,38 @@ class ColumnsMmaKernel(ColumnsKernel):
             inside += pre + [Assign(f"fv_{j}", text)]
             ok = f"kx + {j} < length" + (f" and keep[row, kx + {j}] != 0" if self.spec.has_keep else "")
             body.append(If(ok, tuple(inside), (Assign(f"fv_{j}", self.consts.name(0.0)),)))
-        values = tuple(f"fv_{j}" for j in range(each))
-        body.append(Store("fac", "row", "kx", values, self.fac_store))
-        return body
+        return body + self.factor_store(tuple(f"fv_{j}" for j in range(each)))
+
+    def factor_store(self, values: tuple) -> list:
+        """Elements ``kx … kx + 7`` of ``row``'s factors into the scratch in the fragments' order (:data:`FRAGMENT`):
+        rows in blocks of 16, each block's steps of 16 elements one after another, a step lane by lane — two 8-byte
+        stores, elements ``kx … kx + 3`` at lane ``4 (row % 8) + (kx % 16) // 4``, the next four at the next lane, the
+        rows ``8 … 15`` of a block 4 values into a lane's 8."""
+        pack = f"pack_{self.kind}x2"
+        at = (f"(row // 16 * (fac.shape[1] // 16) + kx // 16) * {FRAGMENT} + 8 * (4 * (row % 8) + (kx % 16) // 4) + "
+              f"4 * ((row // 8) % 2)")
+        return [Assign("fo", at)] + [
+            Call("st_w2_at", ("fac", f"fo + {8 * h}", f"{pack}({values[4 * h]}, {values[4 * h + 1]})",
+                              f"{pack}({values[4 * h + 2]}, {values[4 * h + 3]})")) for h in (0, 1)]
 
     # -- 3. the products ------------------------------------------------------------------------------
     def load_step(self, u: str, step: str, tested: bool) -> list:
         """Step ``step`` of this warp (16 elements of the axis) into registers of suffix ``u``: lane ``(lg, tq)``'s
         16 bytes of weight rows ``k … k + 3`` (``k = lo + 16 step + 4 tq``, columns ``EACH lg …`` of the block's), one
-        load each, and its factors of those elements in rows ``lg`` and ``lg + 8`` (8 bytes each). ``tested``: rows
-        past the segment's end are zeros (their factors are 0, but 0 · NaN is not), read from nowhere."""
+        load each, not kept in L1 (read once), and its 16 bytes of factors (rows ``lg`` and ``lg + 8``, elements
+        ``k … k + 3``: the factors lie in the fragments' order). ``tested``: weight rows past the segment's end are
+        zeros (their factors are 0, but 0 · NaN is not), read from nowhere."""
         n, x = self.n, self.x
         out = [Assign(f"wk_{u}", f"wo + ({step}) * {16 * n}")]
         for r in range(4):
-            words = ", ".join(f"w{u}_{r}_{q}" for q in range(self.lw))
-            load = Assign(words, f"ld_w{self.lw}_at({x}, wk_{u} + {r * n})")
+            words = ", ".join(f"w{u}_{r}_{q}" for q in range(4))
+            load = Assign(words, f"ld_w4_stream_at({x}, wk_{u} + {r * n})")
             if tested:
                 out.append(If(f"lo + 16 * ({step}) + 4 * tq + {r} < hi", (load,),
-                              (Assign(words, ", ".join(["uint32(0)"] * self.lw)),)))
+                              (Assign(words, ", ".join(["uint32(0)"] * 4)),)))
             else:
                 out.append(load)
-        out += [Assign(f"fa{u}_0, fa{u}_1", f"ld_w2_at(fac, fa + 16 * ({step}))"),
-                Assign(f"fb{u}_0, fb{u}_1", f"ld_w2_at(fac, fb + 16 * ({step}))")]
+        out.append(Assign(f"fa{u}_0, fa{u}_1, fb{u}_0, fb{u}_1", f"ld_w4_at(fac, fq + ({step}) * {FRAGMENT})"))
         return out
 
     def step_products(self, u: str) -> list:
@@ -211,7 +223,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         pairs = "e4m3_pairs" if self.bytes else "b16_pairs"
         lo_ = ", ".join(f"p{c}" for c in range(per))
         hi_ = ", ".join(f"h{c}" for c in range(per))
-        for q in range(self.lw):
+        for q in range(4):
             out += [Assign(lo_, f"{pairs}(w{u}_0_{q}, w{u}_1_{q})"), Assign(hi_, f"{pairs}(w{u}_2_{q}, w{u}_3_{q})")]
             for c in range(per):
                 regs = ", ".join(f"ac_{per * q + c}_{i}" for i in range(4))
@@ -223,8 +235,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         16-bit type), a segment of the axis; its warps take its steps of 16 elements in turn (warp ``w`` steps ``w,
         w + W, …``), :data:`UNROLL` steps' loads in flight before their products, no shared memory and no barrier in
         the loop. The warps' sums meet in shared memory at the end and are added in warp order."""
-        import os
-        n, w, each, un = self.n, self.warps, self.each, int(os.environ.get('RA_UNROLL', UNROLL))
+        n, w, each, un = self.n, self.warps, self.each, UNROLL
         segmented = self.spec.segments > 1
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
                Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
@@ -235,9 +246,9 @@ class ColumnsMmaKernel(ColumnsKernel):
                Assign("segl", f"int32((uint32(length + nseg - 1) // uint32(nseg) + {BK - 1}) // {BK} * {BK})"),
                Assign("lo", "cuda.blockIdx.z * segl"), Assign("hi", "min(lo + segl, length)"),
                Assign("nfull", "max(hi - lo, 0) // 16"), Assign("nstep", "max(hi - lo + 15, 0) // 16"),
-               # rows past the last read the last row's factors: their outputs are not stored
-               Assign("fa", "min(r0 + lg, rows - 1) * fac.shape[1] + lo + 4 * tq"),
-               Assign("fb", "min(r0 + lg + 8, rows - 1) * fac.shape[1] + lo + 4 * tq"),
+               # the block's factors of the segment's first step, this lane's 16 bytes (rows past the last hold
+               # whatever the scratch held: their outputs are not stored)
+               Assign("fq", f"(cuda.blockIdx.x * (fac.shape[1] // 16) + lo // 16) * {FRAGMENT} + 8 * lane"),
                # columns past the last read the last 16 bytes (not stored either)
                Assign("wo", f"(rw * length + lo + 4 * tq) * {n} + min(cb + {each} * lg, {n - each})"),
                Assign("nmain", f"max(nfull - warp - {(un - 1) * w} + {un * w - 1}, 0) // {un * w}")]
@@ -300,7 +311,8 @@ class ColumnsMmaKernel(ColumnsKernel):
         return out
 
     def scratch(self) -> tuple:
-        fac = ("fac", {"bfloat16": "uint16", "float16": "float16"}[self.fac_store], "tiles", None)
+        # (the fragments' order: the rows rounded up to blocks of 16)
+        fac = ("fac", {"bfloat16": "uint16", "float16": "float16"}[self.fac_store], self.fac_layout, None)
         return super().scratch() + (fac,)
 
 
@@ -365,14 +377,12 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     reason = applicable(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
-    import os
     n, threads, each = _columns(fused, p), _threads(p), load_columns(_e4m3(fused, p))
-    each = each * int(os.environ.get("RA_LOADB", 16)) // 16
     blocks = -(-p.rows // BM) * -(-n // (8 * each))
     tiles = -(-p.length // BK)
     # registers for three blocks of four warps a multiprocessor (ptxas: 164 at most, no spills, at 128 threads);
     # segments until they are all busy once, not past it (a second, partial wave costs as much as the first)
-    minb = p.option("min_blocks") or int(os.environ.get("RA_MINB", RESIDENT * 128 // threads))
+    minb = p.option("min_blocks") or RESIDENT * 128 // threads
     nseg = p.option("segments") or max(1, min(SMS * minb // blocks, tiles // 2))
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=BM, segments=int(nseg), nseg=int(nseg),

@@ -41,7 +41,7 @@ from __future__ import annotations
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
-from ..tree import Assign, Barrier, Call, For, If
+from ..tree import Assign, Barrier, Call, For, If, Store
 from . import SMS, Problem, Strategy, register
 from . import columns_mma
 from .columns import build as columns_build, prepass_vec
@@ -101,10 +101,14 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         self.bytes = self.dtypes.get(self.x) == "e4m3"
         self.kind = "f16" if self.bytes else KINDS[self.dtypes.get(self.x)]
         self.fac_store = "bfloat16" if self.kind == "bf16" else "float16"
+        self.fac_layout = "tiles"  # the factors row by row (the tiles are staged by cp.async)
         self.source = "wf" if self.bytes else self.x
         self.stages = spec.stages
         self.stage = stage_units(self.bm, self.bc)
         self.ahead = self.stages - 2  # tiles loading while one is multiplied and one group of products is in flight
+
+    def factor_store(self, values: tuple) -> list:
+        return [Store("fac", "row", "kx", values, self.fac_store)]
 
     # -- the copies of a tile ---------------------------------------------------------------------------------------
     def chunks(self) -> tuple[int, int, int, int]:

@@ -110,6 +110,11 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
     def factor_store(self, values: tuple) -> list:
         return [Store("fac", "row", "kx", values, self.fac_store)]
 
+    def row_threads(self) -> int:
+        # many rows: blocks enough at the module's 256 threads (at 1024, RMSNorm M4096's kernel of the scalars and
+        # the factors took 120 us more on the H200: two blocks a multiprocessor)
+        return self.spec.threads
+
     # -- the copies of a tile ---------------------------------------------------------------------------------------
     def chunks(self) -> tuple[int, int, int, int]:
         """(16-byte copies a thread makes of the factor tile, of the weight tile; weight chunks a row; rows a pass)."""
@@ -331,6 +336,7 @@ def grid(rows: int, spec: Spec, named) -> dict:
     if "wf" in named:  # e4m3 weights widened: a thread per 16 elements of a row (per element: rows not of 16 bytes)
         per = -(-n // 16) if n % 16 == 0 else n
         out["widen"] = (-(-named["wf"].shape[0] * per // spec.threads), spec.threads)
+    out["rowfactors"] = (rows, spec.threads)  # (ColumnsWgmmaKernel.row_threads)
     out["tiles"] = ((-(-rows // spec.batch), -(-n // (spec.group * 8)), spec.segments), spec.threads, 0, spec.shared)
     return out
 

@@ -132,7 +132,8 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
     could not prove the address global or shared); ``ld_local``, ``st_local`` and ``local_bytes``
     (thread-private memory: arrays indexed at run time, spills; the bytes the kernels declare); ``f64`` (float64 arithmetic, :func:`f64_instructions`); ``ex2``
     (``ex2.approx``); ``shfl_bfly`` (butterfly shuffles); ``sm_90`` (the target line); the tensor cores'
-    ``mma`` (``mma.sync``), ``wgmma`` (``wgmma.mma_async``), ``ldmatrix`` and ``cp_async`` (16-byte copies to shared memory), ``e4m3_widen`` (pairs of e4m3 bytes widened to float16); with ``assemble``,
+    ``mma`` (``mma.sync``), ``wgmma`` (``wgmma.mma_async``), ``ldmatrix`` and ``cp_async`` (16-byte copies to shared memory), ``e4m3_widen`` (pairs of e4m3 bytes widened to float16); ``ld_stream`` (global loads that
+    skip L1: data read once); with ``assemble``,
     ptxas's ``registers``, ``spill_stores``, ``spill_loads`` and ``stack_bytes`` (:func:`ptxas_facts`).
     """
     ptx = re.sub(r"//[^\n]*", "", ptx)  # comments (such as the summary ``redalgebra ptx`` writes) count for nothing
@@ -157,7 +158,8 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
                  wgmma=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
                  ldmatrix=len(re.findall(r"\bldmatrix\.sync\.aligned\b", ptx)),
                  cp_async=len(re.findall(r"\bcp\.async\.cg\.shared\.global\b", ptx)),
-                 e4m3_widen=len(re.findall(r"\bcvt\.rn\.f16x2\.e4m3x2\b", ptx)))
+                 e4m3_widen=len(re.findall(r"\bcvt\.rn\.f16x2\.e4m3x2\b", ptx)),
+                 ld_stream=len(re.findall(r"\bld\.global\.nc\.L1::no_allocate\b", ptx)))
     if assemble:
         facts.update(ptxas_facts(ptx) or {})
     return facts

@@ -305,6 +305,14 @@ def test_fragment_pairs_interleave_two_rows_columns_and_loads_read_words():
         tc.ld_w2_at(b16, 6)  # 8 bytes from byte 12
     with pytest.raises(TypeError, match="C-contiguous"):
         tc.ld_w4_at(np.zeros(8, np.float32), 0)
+    assert tc.ld_w4_stream_at(data, 32) == tc.ld_w4_at(data, 32)  # (the same words; on the GPU, not kept in L1)
+    out = np.zeros((2, 8), np.uint16)
+    tc.st_w2_at(out, 12, np.uint32(1 | 2 << 16), np.uint32(3 | 4 << 16))  # row 1, columns 4-7
+    assert out[1].tolist() == [0, 0, 0, 0, 1, 2, 3, 4] and not out[0].any()
+    with pytest.raises(IndexError, match="misaligned or outside"):
+        tc.st_w2_at(out, 2, 0, 0)
+    with pytest.raises(IndexError, match="misaligned or outside"):
+        tc.st_w2_at(out, 16, 0, 0)
 
 
 def test_e4m3_rounds_ties_to_even_and_saturates():
@@ -496,7 +504,7 @@ facts["high_first"] = [count(rf"^cvt\.rn\.{op} %\w+, {hi}, {lo};") for op, hi, l
     ("satfinite.e4m3x2.f32", x[3], x[2]))]
 # e4m3: sixteen bytes by one 128-bit load, a byte, and mma fragments from words of bytes (prmt to pair rows k and
 # k + 1); every pair by cvt.rn.f16x2.e4m3x2; words by ld.global.nc.v4 / .v2
-from redalgebra.runtime.tensor_cores import b16_pairs, e4m3_pairs, ld_w2_at, ld_w4_at
+from redalgebra.runtime.tensor_cores import b16_pairs, e4m3_pairs, ld_w2_at, ld_w4_at, ld_w4_stream_at, st_w2_at
 
 def e4m3_reads(e, o, q):
     r = cuda.blockIdx.x
@@ -509,13 +517,16 @@ def e4m3_reads(e, o, q):
     b = e4m3_pairs(w[0], w[1])
     p = b16_pairs(h[0], h[1])
     q[cuda.threadIdx.x] = b[0] + b[1] + b[2] + b[3] + p[0] + p[1]
+    s = ld_w4_stream_at(e, 16 * cuda.threadIdx.x + 512)
+    st_w2_at(q, 4 * cuda.threadIdx.x + 64, s[0], s[3])
 
 e4, _ = cuda.compile_ptx(e4m3_reads, (A(types.uint8), A(types.float32), types.Array(types.uint16, 1, "C")), cc=(9, 0))
 e4 = [ln.strip() for ln in e4.splitlines() if not ln.strip().startswith("//")]
 # (occurrences, not lines: the widening is one inline PTX block on one line)
 facts["e4m3"] = [len(re.findall(p, "\n".join(e4))) for p in (
     r"\bcvt\.rn\.f16x2\.e4m3x2", r"\bld\.global(\.nc)?\.v4\.(u32|b32)", r"\bld\.global\.nc\.v2\.(u32|b32)",
-    r"\bld\.global(\.nc)?\.u8", r"\bprmt\.b32", r"\.local\b")]
+    r"\bld\.global(\.nc)?\.u8", r"\bprmt\.b32", r"\.local\b", r"\bld\.global\.nc\.L1::no_allocate\.v4\.u32",
+    r"\bst\.global\.v2\.(u32|b32)")]
 facts["rejects_float32"] = "ld_b16x8: needs a C-contiguous array of uint16/int16" in bad(A(types.float32))
 # a 3-D array indexed by one integer row: refused while typing, not a wrong address
 facts["rejects_one_row_of_3d"] = "takes a row of 2 integer(s)" in bad(types.Array(types.uint16, 3, "C"))
@@ -532,7 +543,7 @@ def test_real_intrinsics_compile_to_single_vector_instructions_in_sm90_ptx():
     want = {"target": 1, "ld_v4_f32": 1, "ld_nc_v4_f32": 1, "ld_v4_b32": 3, "st_v4_f32": 1, "st_v4_b32": 2,
             "st_b32": 1, "cvt_bf16x2": 4, "cvt_f16x2": 4, "cvt_bf16": 1, "cvt_f16": 1, "ex2": 2, "e4m3x2": 3,
             "scalar_f32": 2, "local": 0, "call": 0, "high_first": [1, 1, 1, 1, 1], "rejects_float32": True,
-            "rejects_one_row_of_3d": True, "e4m3": [13, 2, 1, 1, 4, 0],
+            "rejects_one_row_of_3d": True, "e4m3": [13, 2, 1, 1, 4, 0, 1, 1],
             "max_nan": 1, "min_nan": 1}
     assert facts == want
 

@@ -16,6 +16,7 @@ import pytest
 
 from redalgebra import workloads
 from redalgebra.codegen.strategies import names
+from redalgebra.codegen.strategies.columns_mma import UNROLL as UNROLL_MMA
 
 SCRIPT = r"""
 import json, sys
@@ -218,32 +219,35 @@ def test_mma_multiplies_on_the_tensor_cores_with_operands_staged_by_cp_async(rep
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
 
 
-@pytest.mark.slow
-def test_columns_mma_multiplies_the_factors_and_weights_on_the_tensor_cores(report):
-    facts = report[_key("fp8_quant_gemm", "columns_mma", 16, 4096)]
-    # per 64-element tile and warp: 4 slices of 16 elements, each 8 products of 16x8 (the warp's 64 columns); the
-    # factor tile (one chunk per thread) and 16 weight chunks per thread, before the loop (two tiles) and in it, each
-    # twice: a whole tile's copies (one offset plus constants) and a partial tile's (clamped)
-    assert facts["strategy"] == "columns_mma" and facts["mma"] == 4 * 8
-    assert facts["ldmatrix"] == 4 * (1 + 4) and facts["cp_async"] == 2 * 3 * (1 + 16)
+def _columns_mma_steps(facts: dict, per_step: int) -> int:
+    """Steps of 16 elements in ``columns_mma``'s products kernel (the loop's four and the tail's, as many as LLVM
+    unrolled), from the products: ``per_step`` a step. Each step loads 16 bytes of four weight rows (not kept in
+    L1) and 16 bytes of factors (the fragments' order); the kernel of the scalars and the factors reads a row 16
+    bytes at a time (4 chunks a thread) and its factors 8 elements at a time (one load)."""
+    steps = facts["mma"] // per_step
+    assert facts["strategy"] == "columns_mma" and facts["mma"] == per_step * steps and steps >= UNROLL_MMA + 1, facts
+    assert facts["ld_stream"] == 4 * steps and facts["ld_global_128"] == 5 * steps + 4 + 1, facts
+    # straight into the fragments: no shared-memory stages
+    assert facts["ldmatrix"] == facts["cp_async"] == 0
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
+    return steps
+
+
+@pytest.mark.slow
+def test_columns_mma_multiplies_the_factors_and_weights_on_the_tensor_cores(report):
+    # per step of 16 elements 8 products of 16x8 (a lane's 8 columns of 16-bit weights)
+    _columns_mma_steps(report[_key("fp8_quant_gemm", "columns_mma", 16, 4096)], 8)
 
 
 @pytest.mark.slow
 def test_columns_mma_widens_e4m3_weights_on_chip(report):
+    # per step 16 products (a lane's 16 columns of e4m3 bytes), their B words widened by cvt.rn.f16x2.e4m3x2: 4
+    # words of 4 bytes for each of the two row pairs, 4 columns each; and the factors kernel's fp8() of its 8
+    # elements (rounded to e4m3 and widened back, exactly)
     facts = report[_key("fp8_quant_gemm", "columns_mma", 16, 4096, "e4m3")]
-    # the same products; the weights copied as bytes (8 chunks of 16 per thread and tile, five stages, whole and
-    # partial tiles), the B fragments made from them (per 16 elements two groups of 32 columns: 8
-    # cvt.rn.f16x2.e4m3x2 each), not by ldmatrix
-    assert facts["mma"] == 4 * 8 and facts["ldmatrix"] == 4 and facts["cp_async"] == 2 * 5 * (1 + 8)
-    # (and the factors kernel's fp8() of its 8 elements: rounded to e4m3 and widened back, exactly)
-    assert facts["e4m3_widen"] == 4 * 2 * 8 + 8
-    # the scalar reductions' kernel reads the aligned bfloat16 rows 16 bytes at a time (4 chunks per thread a pass),
-    # the factors kernel its 8 elements in one
-    assert facts["ld_global_128"] == 4 + 1
-    assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
-    assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
+    steps = _columns_mma_steps(facts, 16)
+    assert facts["e4m3_widen"] == 4 * 2 * 4 * steps + 8
 
 
 @pytest.mark.slow

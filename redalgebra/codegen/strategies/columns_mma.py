@@ -119,12 +119,11 @@ class ColumnsMmaKernel(ColumnsKernel):
         self.kind = "f16" if self.bytes else KINDS[kind]
         self.fac_store = "bfloat16" if self.kind == "bf16" else "float16"  # the factors' stored type
         self.each = load_columns(self.bytes)  # columns of one 16-byte load
-        self.nt = spec.batch // 8  # n8 tiles of rows: 1 where a block has at most 8 rows, else 2
         self.fac_layout = "fragments"
         self.warps = spec.threads // 32
         self.bc = 8 * self.each  # the block's columns: eight lanes' loads
         blocks = BLOCKS_E4M3 if self.bytes else BLOCKS
-        if spec.threads not in blocks or spec.batch not in (8, BM) or (spec.tile, spec.group) != (BK, self.each):
+        if spec.threads not in blocks or (spec.batch, spec.tile, spec.group) != (BM, BK, self.each):
             raise RedalgebraError(f"columns_mma: blocks of {', '.join(map(str, blocks))} threads taking {BM} rows, "
                                   f"{self.bc} columns and segments of whole tiles of {BK} elements")
 
@@ -213,27 +212,22 @@ class ColumnsMmaKernel(ColumnsKernel):
         return out
 
     def step_products(self, u: str) -> list:
-        """The products of a loaded step: the weights are ``mma.m16n8k16``'s A operand (16 columns a product) and
-        the rows' factors its B (8 rows an n8 tile; a second tile for rows 8 … 15 only where the block has them), so
-        a product does 256 weights' work whatever the number of rows. The 16 elements are taken in the order that
-        puts a lane's own four weight rows where the instruction wants its ``k = 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9``
-        (a sum does not depend on the order of its terms, so A and B need only agree): B's words are the factor pairs
-        as loaded, A's the columns' pairs of rows ``k, k + 1`` and ``k + 2, k + 3`` (``prmt``; e4m3 bytes widened
-        exactly to float16). m16 tile ``mt``'s row ``g`` is the block's column ``EACH g + 2 mt``, its row ``g + 8`` the
-        next column."""
+        """The products of a loaded step. The 16 elements are taken in the order that puts a lane's own four rows
+        where ``mma.m16n8k16`` wants its ``k = 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9`` (a sum does not depend on the
+        order of its terms, so A and B need only agree): A's words are the factor pairs as loaded, B's the columns'
+        pairs of rows ``k, k + 1`` and ``k + 2, k + 3`` (``prmt``; e4m3 bytes widened exactly to float16). n8 tile
+        ``j``'s column ``g`` is the block's column ``EACH g + j``."""
         mma, out = f"mma_{self.kind}", []
+        a = f"fa_{u}_0, fb_{u}_0, fa_{u}_1, fb_{u}_1"
         per = 4 if self.bytes else 2  # columns of a word
         pairs = "e4m3_pairs" if self.bytes else "b16_pairs"
         lo_ = ", ".join(f"p{c}" for c in range(per))
         hi_ = ", ".join(f"h{c}" for c in range(per))
-        b = [f"fa_{u}_0, fa_{u}_1", f"fb_{u}_0, fb_{u}_1"]
         for q in range(4):
             out += [Assign(lo_, f"{pairs}(wv_{u}_0_{q}, wv_{u}_1_{q})"), Assign(hi_, f"{pairs}(wv_{u}_2_{q}, wv_{u}_3_{q})")]
-            for h in range(per // 2):
-                mt, a = per // 2 * q + h, f"p{2 * h}, p{2 * h + 1}, h{2 * h}, h{2 * h + 1}"
-                for nt in range(self.nt):
-                    regs = ", ".join(f"ac_{mt}_{nt}_{i}" for i in range(4))
-                    out.append(Assign(regs, f"{mma}({a}, {b[nt]}, {regs})"))
+            for c in range(per):
+                regs = ", ".join(f"ac_{per * q + c}_{i}" for i in range(4))
+                out.append(Assign(regs, f"{mma}({a}, p{c}, h{c}, {regs})"))
         return out
 
     def tiles(self) -> list:
@@ -259,8 +253,8 @@ class ColumnsMmaKernel(ColumnsKernel):
                Assign("wo", f"(rw * length + lo + 4 * tq) * {n} + min(cb + {each} * lg, {n - each})"),
                Assign("nmain", f"max(nfull - warp - {(un - 1) * w} + {un * w - 1}, 0) // {un * w}")]
         zero = self.consts.name(0.0)
-        slots = [(mt, nt, i) for mt in range(each // 2) for nt in range(self.nt) for i in range(4)]
-        out += [Assign(f"ac_{mt}_{nt}_{i}", zero) for mt, nt, i in slots]
+        slots = [(j, i) for j in range(each) for i in range(4)]
+        out += [Assign(f"ac_{j}_{i}", zero) for j, i in slots]
         body = [Assign("ks", f"warp + it * {un * w}")]
         for u in range(un):
             body += self.load_step(str(u), f"ks + {u * w}", False)
@@ -271,12 +265,12 @@ class ColumnsMmaKernel(ColumnsKernel):
         out.append(For("ks", f"warp + nmain * {un * w}", "nstep", tuple(tail), str(w)))
         if w > 1:  # the warps' sums meet: slot (j, i) of lane l at red[warp, slot, l], added by the slot's warp
             out.append(Shared("red", (str(w), str(len(slots)), "32")))
-            out += [Assign(f"red[warp, {k}, lane]", f"ac_{mt}_{nt}_{i}") for k, (mt, nt, i) in enumerate(slots)]
+            out += [Assign(f"red[warp, {k}, lane]", f"ac_{j}_{i}") for k, (j, i) in enumerate(slots)]
             out.append(Barrier())
-        for k, (mt, nt, i) in enumerate(slots):
-            # accumulator i of tiles (mt, nt): the tile's row lg (+ 8: the next column), its column 2 tq (+ 1)
-            row, col = f"r0 + {8 * nt} + 2 * tq + {i & 1}", f"cb + {each} * lg + {2 * mt + (i >> 1)}"
-            total = f"ac_{mt}_{nt}_{i}"
+        for k, (j, i) in enumerate(slots):
+            # accumulator i of n8 tile j: row lg (+ 8), the tile's column 2 tq (+ 1), the block's column EACH (2 tq) + j
+            row, col = f"r0 + lg + {8 * (i >> 1)}", f"cb + {each} * (2 * tq + {i & 1}) + {j}"
+            total = f"ac_{j}_{i}"
             stmts = []
             if w > 1:
                 total = f"t_{k}"
@@ -391,8 +385,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     minb = p.option("min_blocks") or RESIDENT * 128 // threads
     nseg = p.option("segments") or max(1, min(SMS * minb // blocks, tiles // 2))
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
-    # rows of a block: 16, or 8 (one n8 tile of products) where there are no more
-    return dict(threads=threads, group=each, vec=8, tile=BK, batch=8 if p.rows <= 8 else BM, segments=int(nseg), nseg=int(nseg),
+    return dict(threads=threads, group=each, vec=8, tile=BK, batch=BM, segments=int(nseg), nseg=int(nseg),
                 pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False), min_blocks=minb)
 
 

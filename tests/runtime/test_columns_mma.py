@@ -89,6 +89,25 @@ def test_auto_takes_the_tensor_cores_only_where_the_factors_are_exact():
     assert strategy("rmsnorm_gemm", "e4m3", {"w": 16}) == "columns"            # ... which need FP8 factors
 
 
+def test_columns_mma_fills_the_gpu_once_and_launches_the_row_kernel_wider():
+    from redalgebra.codegen.strategies import SMS
+    from redalgebra.codegen.strategies.columns_mma import RESIDENT
+
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma", threads=128)  # the GPU's block
+    for weights, columns, segments in (("e4m3", 128, 7), ("bfloat16", 64, 3)):
+        _, spec, _ = kernel.spec_for(16, 7168, {"x": "bfloat16", "w": weights}, {"n": 7168}, reps={"w": 16})
+        blocks = 7168 // columns
+        # launch bounds for RESIDENT blocks a multiprocessor, and as many segments as fit them all in one wave
+        assert spec.min_blocks == RESIDENT and spec.segments == segments
+        assert blocks * spec.segments <= SMS * RESIDENT < blocks * (spec.segments + 1)
+        src = kernel.source(spec, "columns_mma")
+        # the kernel of the scalars and the factors (a block per row) is launched with four times the threads
+        assert "BOUNDS_factors = {} if config.ENABLE_CUDASIM else {'launch_bounds': 512}" in src.source
+        assert dict(src.bounds) == {"factors": 512}
+    _, spec, _ = kernel.spec_for(4096, 7168, {"x": "bfloat16", "w": "bfloat16"}, {"n": 7168}, reps={"w": 4096})
+    assert spec.segments == 1  # blocks enough without segments
+
+
 def test_check_gives_columns_mma_its_weights_once_for_all_rows():
     from redalgebra.runtime.check import check
 

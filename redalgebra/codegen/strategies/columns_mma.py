@@ -46,10 +46,11 @@ from . import SMS, VEC, Problem, Strategy, register
 from .columns import ColumnsKernel, build as columns_build, prepass_vec, refusal as columns_refusal, split_body
 from .products import KINDS
 
-#: Rows of a block (the m16 of the instruction); elements of a tile (the factors' rows are padded to whole tiles: a
-#: "tiles" scratch array; segments are whole tiles); steps of 16 elements a warp loads before their products.
+#: Rows of a block (the m16 of the instruction); elements of a tile (the factors' rows are padded to whole tiles;
+#: segments are whole tiles); steps of 16 elements a warp loads before their products.
 BM, BK, UNROLL = 16, 64, 4
-#: Blocks of 128 threads a multiprocessor holds (the launch bounds: 170 registers a thread).
+#: Blocks of 128 threads a multiprocessor holds (the launch bounds: at most 168 registers a thread; ptxas takes
+#: 160-168 with 64 sums a lane, no spills).
 RESIDENT = 3
 #: Threads of a block on the GPU (four warps taking the steps in turn) and in the simulator (one warp); the sizes
 #: taken (the warps' sums meet in 32 KB of shared memory: e4m3 weights, 64 sums a lane, up to four warps).
@@ -59,8 +60,6 @@ THREADS, SIM_THREADS, BLOCKS, BLOCKS_E4M3 = 128, 32, (32, 64, 128, 256), (32, 64
 def load_columns(e4m3: bool) -> int:
     """Columns of one 16-byte load of a weight row: 16 e4m3 bytes, 8 16-bit values."""
     return 16 if e4m3 else 8
-
-
 
 
 def row_threads(spec: Spec) -> int:
@@ -135,8 +134,8 @@ class ColumnsMmaKernel(ColumnsKernel):
 
     # -- 2. the factors -------------------------------------------------------------------------------
     def factor_kernel(self) -> list:
-        """``fac[row, k]``: the factor of every element, in the weights' 16-bit type; 0 past the row's end (the
-        padding to whole tiles) and where the mask drops the element. A thread takes :data:`FACTORS_EACH` elements:
+        """``fac``: the factor of every element, in the weights' 16-bit type (in the order of :meth:`factor_store`);
+        0 past the row's end (the padding to whole tiles) and where the mask drops the element. A thread takes :data:`FACTORS_EACH` elements:
         16-byte loads where the rows allow them (``pre_vec``) and the elements are all inside the row, one 16-byte
         store."""
         acc = self.base()

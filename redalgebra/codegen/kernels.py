@@ -53,7 +53,8 @@ FULL = "0xFFFFFFFF"
 
 
 #: A "tiles" scratch array holds a value per element, each row padded with zeros to a multiple of this many elements
-#: (whole tiles for the kernels that stage it: columns_mma's and columns_wgmma's factors, 64 16-bit values a tile);
+#: (whole tiles for the kernels that stage it: columns_wgmma's factors, 64 16-bit values a tile); a "fragments" one
+#: the same with the rows rounded up to a multiple of 16 (columns_mma's factors, in the order its lanes read them);
 #: an "axis" one a row of ``width`` values per element of the axis (columns_wgmma's e4m3 weights widened).
 SCRATCH_TILE = 128
 
@@ -81,7 +82,8 @@ class KernelSource:
     scratch: tuple = ()  # multi-kernel strategies: (array name, dtype, "segments" | "rows" | "tiles" | "fragments", width or None)
     out_dtypes: tuple = ()  # ((output name, stored dtype), ...) where not float32
     spec: object = None     # the Spec it was generated for
-    written: tuple = ()     # scratch arrays every launch writes whole before reading them: no zero fill per call
+    written: tuple = ()     # scratch arrays not zero-filled per call: every launch writes whole before reading them
+    #                         (or what it reads unwritten cannot reach a stored output: the strategy's build says)
     bounds: tuple = ()      # ((kernel name, launch bounds), ...) of kernels launched with other blocks than spec's
 
 

@@ -15,7 +15,8 @@ from .tree import INTRINSICS, PRINTERS, SIM_SHUFFLE_SLOTS, TENSOR_CORES, Shared,
 def assemble(fused, spec, target: str, strategy: str, kernels: list, consts, constants: dict, outputs: tuple,
              out_dtypes: dict, bounds: dict | None = None):
     """The :class:`~redalgebra.codegen.kernels.KernelSource` of ``kernels`` printed for ``target``. ``bounds``: the
-    launch bounds (``numba``'s, as text) of kernels launched with other blocks than ``spec``'s, by name."""
+    launch bounds (``numba``'s: threads, or a tuple with the blocks a multiprocessor) of kernels launched with other
+    blocks than ``spec``'s, by name."""
     bounds = bounds or {}
     from .kernels import KernelSource
 

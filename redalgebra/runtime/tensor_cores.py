@@ -1,4 +1,5 @@
-"""Tensor-core intrinsics for generated CUDA kernels (sm_80 and later; the ``mma`` strategy).
+"""Tensor-core intrinsics for generated CUDA kernels (sm_80 and later; e4m3 widening sm_89 and later): the ``mma``,
+``columns_mma`` and ``wgmma`` strategies.
 
 ``cp_async16`` copies 16 bytes from global to
 shared memory without passing through registers (``cp.async.cg``; a source size of 0 fills zeros), grouped
@@ -9,8 +10,13 @@ gives the address of row ``l % 8`` of matrix ``l // 8``); ``mma_bf16``/``mma_f16
 ``t = lane & 3``, the A fragment's words hold ``(g, 2t)``, ``(g + 8, 2t)``, ``(g, 2t + 8)``, ``(g + 8, 2t + 8)``
 (each with the next column in its upper half), the B fragment's ``k = 2t`` and ``2t + 8`` (with ``k + 1``) of
 column ``g``, and the accumulators ``(g, 2t)``, ``(g, 2t + 1)``, ``(g + 8, 2t)``, ``(g + 8, 2t + 1)``.
-``pack_*x2``/``unpack_*x2`` round two float32 into one such word and widen it back. These are
-warp-collective: every lane of the warp calls them together.
+``pack_*x2``/``unpack_*x2`` round two float32 into one such word and widen it back. ``ldsm_*`` and
+``mma_*`` are warp-collective: every lane of the warp calls them together.
+
+Fragments straight from global memory (``columns_mma``): ``ld_w4_at``/``ld_w2_at`` read 16 or 8 bytes as 32-bit
+words from an element offset (non-coherent), ``ld_w4_stream_at`` the same without keeping the line in L1 (data read
+once), ``st_w2_at`` stores two words; ``e4m3_pairs`` and ``b16_pairs`` make B words (a column's rows ``k`` and
+``k + 1``) from two rows' words, e4m3 bytes widened to float16 exactly.
 
 Built on the helpers of :mod:`.intrinsics` (pointers, packing, the simulator switch); like those, each name is
 an inlined intrinsic on CUDA and a Python stand-in under the simulator. The warp-collective stand-ins meet
@@ -81,7 +87,7 @@ def _sim_st_w2_at(a, offset, w0, w1):
     if not ary.flags.c_contiguous or ary.dtype.name not in _B16 + _F16:
         raise TypeError(f"st_w2_at: need a C-contiguous array of 16-bit values, got {ary.dtype} {ary.shape}")
     flat, at = ary.reshape(-1).view(np.uint32), int(offset)
-    if at % 4 or not 0 <= at <= ary.size - 4:
+    if at % 4 or (ary.ctypes.data + 2 * at) % 8 or not 0 <= at <= ary.size - 4:
         raise IndexError(f"st_w2_at: element {offset} is misaligned or outside an array of {ary.size}")
     flat[at // 2:at // 2 + 2] = (np.uint32(int(w0)), np.uint32(int(w1)))
 

@@ -8,8 +8,9 @@ on ``mma.sync.m16n8k16``:
 
 1. **The scalar reductions first** — the ``rows`` code of the cascade's scalar part, as ``columns`` (the FP8
    scale is then the row's final absmax), a block per row.
-2. **The factors**, by the same block after a barrier (or, without scalar reductions, a kernel of their own): ``F[m, k]`` in the weights' 16-bit type, zero past the row's end (and where a mask
-   drops the element), the rows padded to a whole number of 64-element tiles. An FP8 factor is exact in either
+2. **The factors**, by the same block after a barrier (or, without scalar reductions, a kernel of their own):
+   ``F[m, k]`` in the weights' 16-bit type, zero past the row's end (and where a mask drops the element), the rows
+   padded with zeros to whole tiles (``SCRATCH_TILE`` elements), stored in the order the products read them. An FP8 factor is exact in either
    16-bit type (e4m3 has 4 significant bits and exponents -9 … 8), so the products are exact and only the float32
    summation order differs from the unfused reference (``check`` holds it to the float32 tolerance); any other
    factor is rounded to the weights' type, as FlashAttention rounds its probabilities (``Strategy.rounds_products``:
@@ -18,8 +19,8 @@ on ``mma.sync.m16n8k16``:
    are read once and used once, so the kernel is a stream of weights at the memory's speed, and staging them in
    shared memory only adds barriers. A block takes 16 rows, the 128 columns (e4m3) or 64 (16-bit) that eight lanes'
    16-byte loads cover, and a segment of the axis; its warps take its steps of 16 elements in turn. Lane ``(g, t)``
-   loads 16 bytes of each of the weight rows ``k … k + 3`` (``k = 16 step + 4 t``, columns ``EACH g …``) and 8 bytes
-   of factors of those four elements for rows ``g`` and ``g + 8``. ``mma.m16n8k16`` wants a lane's B fragment to
+   loads 16 bytes of each of the weight rows ``k … k + 3`` (``k = 16 step + 4 t``, columns ``EACH g …``) and, in one
+   16-byte load, the factors of those four elements for rows ``g`` and ``g + 8``. ``mma.m16n8k16`` wants a lane's B fragment to
    hold ``k = 2t, 2t + 1, 2t + 8, 2t + 9`` of one column: the kernel numbers the step's elements so that those are
    the lane's own four rows (a sum does not depend on the order of its terms; A is numbered the same way), so the
    B words are the columns' pairs of rows (``prmt``; e4m3 bytes widened to float16 by ``cvt.rn.f16x2.e4m3x2``,
@@ -49,8 +50,8 @@ from .products import KINDS
 #: Rows of a block (the m16 of the instruction); elements of a tile (the factors' rows are padded to whole tiles;
 #: segments are whole tiles); steps of 16 elements a warp loads before their products.
 BM, BK, UNROLL = 16, 64, 4
-#: Blocks of 128 threads a multiprocessor holds (the launch bounds: at most 168 registers a thread; ptxas takes
-#: 160-168 with 64 sums a lane, no spills).
+#: Blocks of 128 threads a multiprocessor holds (the launch bounds: at most 168 registers a thread; ptxas took 158-164
+#: at N = K = 7168, no spills).
 RESIDENT = 3
 #: Threads of a block on the GPU (four warps taking the steps in turn) and in the simulator (one warp); the sizes
 #: taken (the warps' sums meet in 32 KB of shared memory: e4m3 weights, 64 sums a lane, up to four warps).
@@ -71,7 +72,8 @@ def row_threads(spec: Spec) -> int:
 #: Factors of one step of 16 rows (16 elements each), in the fragments' order: lane ``4 g + t``'s eight are rows
 #: ``g`` and ``g + 8``, elements ``4 t … 4 t + 3`` of the step.
 FRAGMENT = 256
-#: Elements of the factors a thread computes (one 16-byte store of 16-bit values; the rows are whole tiles).
+#: Elements of the factors a thread computes (two 8-byte stores into two lanes' places of the fragments' order; the
+#: rows are whole tiles).
 FACTORS_EACH = 8
 
 
@@ -102,7 +104,8 @@ def refusal(fused: FusedCascade, dtypes: dict | None = None) -> str | None:
 
 
 class ColumnsMmaKernel(ColumnsKernel):
-    """Builds the kernels of a ``columns_mma`` module: ``columns``' scalars and combine, the factors, the products."""
+    """Builds the kernels of a ``columns_mma`` module: the scalars and the factors (one kernel, a block per row;
+    ``columns``' scalar kernel), the products, ``columns``' combine."""
 
     def check_launch(self) -> None:
         spec = self.spec
@@ -135,9 +138,9 @@ class ColumnsMmaKernel(ColumnsKernel):
     # -- 2. the factors -------------------------------------------------------------------------------
     def factor_kernel(self) -> list:
         """``fac``: the factor of every element, in the weights' 16-bit type (in the order of :meth:`factor_store`);
-        0 past the row's end (the padding to whole tiles) and where the mask drops the element. A thread takes :data:`FACTORS_EACH` elements:
-        16-byte loads where the rows allow them (``pre_vec``) and the elements are all inside the row, one 16-byte
-        store."""
+        0 past the row's end (the padding to whole tiles) and where the mask drops the element. A thread takes
+        :data:`FACTORS_EACH` elements: 16-byte loads where the rows allow them (``pre_vec``) and the elements are all
+        inside the row, two 8-byte stores."""
         acc = self.base()
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("row", "cuda.blockIdx.x"),
                Assign("kx", f"(cuda.blockIdx.y * {self.spec.threads} + tid) * {FACTORS_EACH}")]
@@ -151,7 +154,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         return body
 
     def factor_chunk(self, acc) -> list:
-        """The factors of elements ``kx … kx + 7`` of ``row``, stored at once."""
+        """The factors of elements ``kx … kx + 7`` of ``row``, stored by :meth:`factor_store`."""
         each = FACTORS_EACH
         wide, tested = [], []
         for s in self.sin:
@@ -320,8 +323,11 @@ def build(fused: FusedCascade, spec: Spec, target: str):
     from dataclasses import replace
 
     src = columns_build(fused, spec, target, kernel=ColumnsMmaKernel, name="columns_mma")
-    # every entry of the scratch arrays is written before it is read: the scalars (a block per row), the factors
-    # (the padding too), the segments' sums (every block, an empty segment's zeros too)
+    # no zero fill per call: every entry of the scratch arrays is written before it is read — the scalars (a block
+    # per row), the factors (the padding past the row's end too), the segments' sums (every block, an empty
+    # segment's zeros too) — but the factor rows past the last row up to a whole block of 16: the products read
+    # them and nothing else (an output row of mma.sync depends on its own factor row only), and their outputs are
+    # not stored
     return replace(src, written=tuple(name for name, *_ in src.scratch))
 
 
@@ -347,7 +353,7 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
         return (f"columns_mma: the weight rows are read 16 bytes at a time: {n} columns is not a multiple of {each}; "
                 f"use columns")
     if not p.vec_ok:  # (with a multiple of 8 columns, every weight row then starts on one too)
-        return "columns_mma: the weights must start on a 16-byte boundary (cp.async); use columns"
+        return "columns_mma: the weights must start on a 16-byte boundary (16-byte loads); use columns"
     reps = dict(p.reps)
     share = min(reps.get(s.name, 1) for s in c.inputs if s.size is not None)
     if share < p.rows and share % BM:
@@ -379,7 +385,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     n, threads, each = _columns(fused, p), _threads(p), load_columns(_e4m3(fused, p))
     blocks = -(-p.rows // BM) * -(-n // (8 * each))
     tiles = -(-p.length // BK)
-    # registers for three blocks of four warps a multiprocessor (ptxas: 164 at most, no spills, at 128 threads);
+    # registers for three blocks of four warps a multiprocessor (RESIDENT; no spills at 128 threads);
     # segments until they are all busy once, not past it (a second, partial wave costs as much as the first)
     minb = p.option("min_blocks") or RESIDENT * 128 // threads
     nseg = p.option("segments") or max(1, min(SMS * minb // blocks, tiles // 2))

@@ -31,7 +31,9 @@ DEFAULT_CSV = ROOT / "gpu" / "results" / "h200" / "bench.csv"
 #: replaced, ``bench_prefill_mma2``: two shapes, a rows-per-warp trial, ``bench_prefill_wgmma4``/``5``: trials between
 #: the serialization fixes, ``bench_prefill_causal1``: before the stages, ``bench_prefill_wgmma8``/``9``: between the
 #: two passes, ``bench_columns_mma3``: a segment sweep, ``bench_columns_mma8``/``9``: e4m3 kernels since replaced,
-#: ``bench_levels64k``: ``rows`` alone on a fusion-levels case whose other strategies the figure draws)
+#: ``bench_levels64k``: ``rows`` alone on a fusion-levels case whose other strategies the figure draws,
+#: ``bench_columns_direct1``-``4``: ``columns_mma``'s direct products before their last change,
+#: ``bench_columns_wgmma_rowfactors``: a regression since fixed)
 #: and the early ablations.
 DEFAULT_CSVS = (DEFAULT_CSV, *(DEFAULT_CSV.with_name(f"{name}.csv") for name in
                                ("bench_rows", "bench_rows2", "bench_short_rows", "bench_rows3", "bench_rows4",
@@ -45,7 +47,8 @@ DEFAULT_CSVS = (DEFAULT_CSV, *(DEFAULT_CSV.with_name(f"{name}.csv") for name in
                                 "bench_columns_mma10", "bench_columns_mma11", "bench_softmax_bf16",
                                 "bench_moe_select", "bench_moe_select_qwen", "bench_columns_mma256",
                                 "bench_columns_wgmma3", "bench_columns_wgmma4", "bench_moe_branchfree",
-                                "bench_columns_wgmma5", "bench_mla_wgmma1", "bench_mla_wgmma2")))
+                                "bench_columns_wgmma5", "bench_mla_wgmma1", "bench_mla_wgmma2",
+                                "bench_columns_direct5", "bench_columns_direct6", "bench_columns_wgmma_rowfactors2")))
 ABLATION, INCREMENTAL = "softmax_levels", "softmax_incremental"
 COMPUTE_BOUND = {"attention", "causal_attention", "mla_decode", "fp8_quant_gemm"}  # judged by FLOP/s, left out of the roofline
 OVERHEAD = "call_overhead"  # host time per call, not a kernel: in no figure

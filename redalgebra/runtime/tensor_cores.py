@@ -13,8 +13,8 @@ column ``g``, and the accumulators ``(g, 2t)``, ``(g, 2t + 1)``, ``(g + 8, 2t)``
 ``pack_*x2``/``unpack_*x2`` round two float32 into one such word and widen it back. ``ldsm_*`` and
 ``mma_*`` are warp-collective: every lane of the warp calls them together.
 
-Fragments straight from global memory (``columns_mma``): ``ld_w4_at``/``ld_w2_at`` read 16 or 8 bytes as 32-bit
-words from an element offset (non-coherent), ``ld_w4_stream_at`` the same without keeping the line in L1 (data read
+Fragments straight from global memory (``columns_mma``): ``ld_w4_at`` reads 16 bytes as 32-bit words from an
+element offset (non-coherent), ``ld_w4_stream_at`` the same without keeping the line in L1 (data read
 once), ``st_w2_at`` stores two words; ``e4m3_pairs`` and ``b16_pairs`` make B words (a column's rows ``k`` and
 ``k + 1``) from two rows' words, e4m3 bytes widened to float16 exactly.
 
@@ -37,7 +37,7 @@ from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _asm, _bf16_pai
 if not SIMULATOR:
     from .intrinsics import TypingError
 
-__all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at", "ld_w2_at", "ld_w4_stream_at", "st_w2_at", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
+__all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "st_w2_at", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
            "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
@@ -67,29 +67,29 @@ def _sim_cp_async16(s, sidx, a, row, col, nbytes):
     _sim_stage("cp_async16", s, sidx, source, nbytes)
 
 
-def _sim_ld_words_at(count):
-    def load(a, offset):
-        ary = getattr(a, "_ary", a)
-        name = f"ld_w{count}_at"
-        if not ary.flags.c_contiguous or ary.dtype.name not in _B16 + _F16 + _U8 + ("uint32",):
-            raise TypeError(f"{name}: need a C-contiguous array of 16-bit values, bytes or words, got {ary.dtype} "
-                            f"{ary.shape}")
-        flat, size = ary.reshape(-1).view(np.uint8), 4 * count
-        at = int(offset) * ary.itemsize
-        if at % size or (ary.ctypes.data + at) % size or not 0 <= at <= flat.size - size:
-            raise IndexError(f"{name}: element {offset} is misaligned or outside an array of {ary.size}")
-        return tuple(np.uint32(w) for w in flat[at:at + size].view(np.uint32))
-    return load
+#: What the flat-offset accesses take (16-bit values, bytes, words): NumPy's names, numba's types.
+_FLAT = _B16 + _F16 + _U8 + ("uint32",)
+_FLAT_TYPES = _B16_TYPES + (types.float16, types.uint8, types.int8, types.uint32)
+
+
+def _sim_flat(name, a, offset, size, kinds=_FLAT):
+    """The ``size`` bytes from element ``offset`` of ``a`` (counted in row-major order) as a NumPy byte view, checking
+    what the GPU does not: the array, the bounds and the alignment of the address to ``size``."""
+    ary = getattr(a, "_ary", a)
+    if not ary.flags.c_contiguous or ary.dtype.name not in kinds:
+        raise TypeError(f"{name}: need a C-contiguous array of {'/'.join(kinds)}, got {ary.dtype} {ary.shape}")
+    flat, at = ary.reshape(-1).view(np.uint8), int(offset) * ary.itemsize
+    if (ary.ctypes.data + at) % size or not 0 <= at <= flat.size - size:
+        raise IndexError(f"{name}: element {offset} is misaligned or outside an array of {ary.size}")
+    return flat[at:at + size]
+
+
+def _sim_ld_w4_at(a, offset):
+    return tuple(np.uint32(w) for w in _sim_flat("ld_w4_at", a, offset, 16).view(np.uint32))
 
 
 def _sim_st_w2_at(a, offset, w0, w1):
-    ary = getattr(a, "_ary", a)
-    if not ary.flags.c_contiguous or ary.dtype.name not in _B16 + _F16:
-        raise TypeError(f"st_w2_at: need a C-contiguous array of 16-bit values, got {ary.dtype} {ary.shape}")
-    flat, at = ary.reshape(-1).view(np.uint32), int(offset)
-    if at % 4 or (ary.ctypes.data + 2 * at) % 8 or not 0 <= at <= ary.size - 4:
-        raise IndexError(f"st_w2_at: element {offset} is misaligned or outside an array of {ary.size}")
-    flat[at // 2:at // 2 + 2] = (np.uint32(int(w0)), np.uint32(int(w1)))
+    _sim_flat("st_w2_at", a, offset, 8, _B16 + _F16).view(np.uint32)[:] = (np.uint32(int(w0)), np.uint32(int(w1)))
 
 
 def _sim_e4m3_pairs(lo, hi):
@@ -104,17 +104,8 @@ def _sim_b16_pairs(lo, hi):
 
 
 def _sim_cp_async16_at(s, sidx, a, offset, nbytes):
-    ary = getattr(a, "_ary", a)
-    if not ary.flags.c_contiguous or ary.dtype.name not in _B16 + _F16 + _U8 + ("uint32",):
-        raise TypeError(f"cp_async16_at: need a C-contiguous array of 16-bit values, bytes or words, got {ary.dtype} "
-                        f"{ary.shape}")
-    flat, at, n = ary.reshape(-1), int(offset), 16 // ary.itemsize  # elements per 16 bytes
-
-    def source():
-        if at % n or not 0 <= at <= flat.size - n:
-            raise IndexError(f"cp_async16_at: element {at} is misaligned or outside an array of {flat.size}")
-        return flat[at:at + n].view(np.uint16)
-    _sim_stage("cp_async16_at", s, sidx, source, nbytes)
+    _sim_flat("cp_async16_at", a, offset, 16)  # (checked whether or not it reads)
+    _sim_stage("cp_async16_at", s, sidx, lambda: _sim_flat("cp_async16_at", a, offset, 16).view(np.uint16), nbytes)
 
 
 def _sim_nothing():
@@ -272,36 +263,50 @@ def cp_async16_at(typingctx, s, sidx, a, offset, nbytes):
     elements apart differ by a constant, which the instruction takes as an immediate offset (no index arithmetic per
     copy)."""
     _check_shared("cp_async16_at", s, sidx)
-    if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype in _B16_TYPES + (types.float16, types.uint8,
-                                                                                         types.int8, types.uint32)):
-        raise TypingError(f"cp_async16_at: needs a C-contiguous array of 16-bit values, bytes or words, got {a}")
-    for v, what in ((offset, "element offset"), (nbytes, "source size")):
-        if not isinstance(v, types.Integer):
-            raise TypingError(f"cp_async16_at: the {what} must be an integer, got {v}")
+    _check_flat("cp_async16_at", a, offset=offset, **{"source size": nbytes})
 
     def codegen(context, builder, sig, args):
-        ary = context.make_array(sig.args[2])(context, builder, args[2])
-        p = builder.gep(ary.data, [context.cast(builder, args[3], sig.args[3], types.intp)], inbounds=True)
-        src = builder.addrspacecast(builder.bitcast(p, ir.IntType(16).as_pointer()), ir.IntType(16).as_pointer(1))
-        return _cp_async(context, builder, sig, args, src)
+        return _cp_async(context, builder, sig, args, _flat_pointer(context, builder, sig, args, 2, ir.IntType(16)))
     return types.void(s, sidx, a, offset, nbytes), codegen
 
 
-def _words_load(name, count):
+def _check_flat(name, a, dtypes=_FLAT_TYPES, **integers):
+    """Refuse an array that is not C-contiguous of ``dtypes`` and arguments (by what they are) that are not integers."""
+    if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype in dtypes):
+        raise TypingError(f"{name}: needs a C-contiguous array of {'/'.join(map(str, dtypes))}, got {a}")
+    for what, v in integers.items():
+        if not isinstance(v, types.Integer):
+            raise TypingError(f"{name}: the {what} must be an integer, got {v}")
+
+
+def _check_words(name, *words):
+    if not all(isinstance(w, types.Integer) for w in words):
+        raise TypingError(f"{name}: needs {len(words)} 32-bit words, got {', '.join(map(str, words))}")
+
+
+def _flat_pointer(context, builder, sig, args, at, element):
+    """``&a[offset]`` in the global space as a pointer to ``element``: ``a`` and its element offset (row-major, any
+    number of dimensions) are arguments ``at`` and ``at + 1``."""
+    ary = context.make_array(sig.args[at])(context, builder, args[at])
+    p = builder.gep(ary.data, [context.cast(builder, args[at + 1], sig.args[at + 1], types.intp)], inbounds=True)
+    return builder.addrspacecast(builder.bitcast(p, element.as_pointer()), element.as_pointer(1))
+
+
+def _words_load(name, stream):
+    """``name``: the 16 bytes from an element offset as four words, one non-coherent load; ``stream``: not kept in
+    L1."""
     def typer(typingctx, a, offset):
-        if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype in _B16_TYPES + (types.float16, types.uint8,
-                                                                                             types.int8, types.uint32)):
-            raise TypingError(f"{name}: needs a C-contiguous array of 16-bit values, bytes or words, got {a}")
-        if not isinstance(offset, types.Integer):
-            raise TypingError(f"{name}: the element offset must be an integer, got {offset}")
-        rt = types.UniTuple(types.uint32, count)
+        _check_flat(name, a, offset=offset)
+        rt = types.UniTuple(types.uint32, 4)
 
         def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            p = builder.gep(ary.data, [context.cast(builder, args[1], sig.args[1], types.intp)], inbounds=True)
-            vty = ir.VectorType(ir.IntType(32), count)
-            v = builder.load(builder.addrspacecast(builder.bitcast(p, vty.as_pointer()), vty.as_pointer(1)),
-                             align=4 * count)
+            i32 = ir.IntType(32)
+            if stream:  # (no side effect: the array does not change while the kernel runs: loads may move, merge)
+                g = _flat_pointer(context, builder, sig, args, 0, ir.IntType(8))
+                out = _asm(builder, ir.LiteralStructType([i32] * 4),
+                           "ld.global.nc.L1::no_allocate.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l", [g])
+                return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(4)])
+            v = builder.load(_flat_pointer(context, builder, sig, args, 0, ir.VectorType(i32, 4)), align=16)
             v.set_metadata("invariant.load", builder.module.add_metadata([]))  # ld.global.nc
             return context.make_tuple(builder, rt, _elements(builder, v))
         return rt(a, offset), codegen
@@ -309,53 +314,25 @@ def _words_load(name, count):
     return typer
 
 
-ld_w4_at = _device(_sim_ld_words_at(4))(_words_load("ld_w4_at", 4))
+ld_w4_at = _device(_sim_ld_w4_at)(_words_load("ld_w4_at", False))
 ld_w4_at.__doc__ = """The 16 bytes from element ``offset`` of ``a`` (16-bit values, bytes or words; counted in
 row-major order over all its dimensions) as four 32-bit words, one non-coherent 128-bit load (``ld.global.nc.v4``;
 the array must not change while the kernel runs). The address must be 16-byte aligned."""
-ld_w2_at = _device(_sim_ld_words_at(2))(_words_load("ld_w2_at", 2))
-ld_w2_at.__doc__ = """``ld_w4_at`` of 8 bytes: two words (``ld.global.nc.v2``), the address 8-byte aligned."""
-
-@_device(_sim_ld_words_at(4))
-def ld_w4_stream_at(typingctx, a, offset):
-    """``ld_w4_at`` for data read once: ``ld.global.nc.L1::no_allocate.v4`` (the line is not kept in L1, where it
-    would evict what the kernel reads again)."""
-    if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype in _B16_TYPES + (types.float16, types.uint8,
-                                                                                         types.int8, types.uint32)):
-        raise TypingError(f"ld_w4_stream_at: needs a C-contiguous array of 16-bit values, bytes or words, got {a}")
-    if not isinstance(offset, types.Integer):
-        raise TypingError(f"ld_w4_stream_at: the element offset must be an integer, got {offset}")
-    rt = types.UniTuple(types.uint32, 4)
-
-    def codegen(context, builder, sig, args):
-        i32 = ir.IntType(32)
-        ary = context.make_array(sig.args[0])(context, builder, args[0])
-        p = builder.gep(ary.data, [context.cast(builder, args[1], sig.args[1], types.intp)], inbounds=True)
-        g = builder.addrspacecast(builder.bitcast(p, ir.IntType(8).as_pointer()), ir.IntType(8).as_pointer(1))
-        # (no side effect: the array does not change while the kernel runs, so the loads may be moved and merged)
-        out = _asm(builder, ir.LiteralStructType([i32] * 4), "ld.global.nc.L1::no_allocate.v4.u32 {$0, $1, $2, $3}, [$4];",
-                   "=r,=r,=r,=r,l", [g])
-        return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(4)])
-    return rt(a, offset), codegen
+ld_w4_stream_at = _device(_sim_ld_w4_at)(_words_load("ld_w4_stream_at", True))
+ld_w4_stream_at.__doc__ = """``ld_w4_at`` for data read once: ``ld.global.nc.L1::no_allocate.v4`` (the line is not
+kept in L1, where it would evict what the kernel reads again)."""
 
 
 @_device(_sim_st_w2_at)
 def st_w2_at(typingctx, a, offset, w0, w1):
     """Two 32-bit words into the 8 bytes from element ``offset`` of ``a`` (16-bit values, counted in row-major order),
     one store (``st.global.v2``); the address 8-byte aligned."""
-    if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype in _B16_TYPES + (types.float16,)):
-        raise TypingError(f"st_w2_at: needs a C-contiguous array of 16-bit values, got {a}")
-    for v in (offset, w0, w1):
-        if not isinstance(v, types.Integer):
-            raise TypingError(f"st_w2_at: needs an integer offset and two 32-bit words, got {offset}, {w0}, {w1}")
+    _check_flat("st_w2_at", a, _B16_TYPES + (types.float16,), offset=offset)
+    _check_words("st_w2_at", w0, w1)
 
     def codegen(context, builder, sig, args):
-        i32 = ir.IntType(32)
-        ary = context.make_array(sig.args[0])(context, builder, args[0])
-        p = builder.gep(ary.data, [context.cast(builder, args[1], sig.args[1], types.intp)], inbounds=True)
-        vty = ir.VectorType(i32, 2)
         words = _vector(builder, [context.cast(builder, v, t, types.uint32) for v, t in zip(args[2:], sig.args[2:])])
-        builder.store(words, builder.addrspacecast(builder.bitcast(p, vty.as_pointer()), vty.as_pointer(1)), align=8)
+        builder.store(words, _flat_pointer(context, builder, sig, args, 0, words.type), align=8)
         return context.get_dummy_value()
     return types.void(a, offset, w0, w1), codegen
 
@@ -373,9 +350,7 @@ def e4m3_pairs(typingctx, lo, hi):
     """Four columns' ``mma`` B words from two words of e4m3 bytes: ``lo`` holds row ``k``'s bytes of columns
     ``c … c + 3``, ``hi`` row ``k + 1``'s; word ``j`` is column ``c + j``'s pair as float16 (row ``k`` in the low
     half), interleaved by ``prmt`` and widened exactly by ``cvt.rn.f16x2.e4m3x2`` (sm_89 and later)."""
-    for w in (lo, hi):
-        if not isinstance(w, types.Integer):
-            raise TypingError(f"e4m3_pairs: needs two 32-bit words, got {lo}, {hi}")
+    _check_words("e4m3_pairs", lo, hi)
     rt = types.UniTuple(types.uint32, 4)
 
     def codegen(context, builder, sig, args):
@@ -391,9 +366,7 @@ def b16_pairs(typingctx, lo, hi):
     """Two columns' ``mma`` B words from two words of 16-bit values: ``lo`` holds row ``k``'s columns ``c`` and
     ``c + 1``, ``hi`` row ``k + 1``'s; word ``j`` is column ``c + j``'s pair (row ``k`` in the low half), by
     ``prmt``."""
-    for w in (lo, hi):
-        if not isinstance(w, types.Integer):
-            raise TypingError(f"b16_pairs: needs two 32-bit words, got {lo}, {hi}")
+    _check_words("b16_pairs", lo, hi)
     rt = types.UniTuple(types.uint32, 2)
 
     def codegen(context, builder, sig, args):

@@ -269,22 +269,27 @@ class ColumnsMmaKernel(ColumnsKernel):
             out.append(Shared("red", (str(w), str(len(slots)), "32")))
             out += [Assign(f"red[warp, {k}, lane]", f"ac_{j}_{i}") for k, (j, i) in enumerate(slots)]
             out.append(Barrier())
-        for k, (j, i) in enumerate(slots):
-            # accumulator i of n8 tile j: row lg (+ 8), the tile's column 2 tq (+ 1), the block's column EACH (2 tq) + j
-            row, col = f"r0 + lg + {8 * (i >> 1)}", f"cb + {each} * (2 * tq + {i & 1}) + {j}"
-            total = f"ac_{j}_{i}"
-            stmts = []
-            if w > 1:
-                total = f"t_{k}"
-                stmts = [Assign(total, f"red[0, {k}, lane]")] + [Assign(total, f"red[{v}, {k}, lane]", "+")
-                                                                 for v in range(1, w)]
-            if segmented:
-                stmts.append(Assign(f"part_{self.red}[{row}, cuda.blockIdx.z, {col}]", total))
-            else:
-                acc = self.base()
-                stmts += self.row_scalars(acc, row) + self.finish(row, col, lambda r, v=total: v, acc)
-            stored = If(f"{row} < rows and {col} < {n}", tuple(stmts))
-            out.append(If(f"warp == {k % w}", (stored,)) if w > 1 else stored)
+        # each lane's outputs: rows lg and lg + 8 (accumulators 0, 1 and 2, 3 of an n8 tile), the row's scalars read
+        # once for its 2 * EACH columns
+        for h in (0, 1):
+            acc = self.base()
+            stmts = [] if segmented else self.row_scalars(acc, "orow")
+            for k, (j, i) in enumerate(slots):
+                if i >> 1 != h:
+                    continue
+                # accumulator i of n8 tile j: the tile's column 2 tq (+ 1), the block's column EACH (2 tq) + j
+                col, total, body = f"cb + {each} * (2 * tq + {i & 1}) + {j}", f"ac_{j}_{i}", []
+                if w > 1:
+                    total = f"t_{k}"
+                    body = [Assign(total, f"red[0, {k}, lane]")] + [Assign(total, f"red[{v}, {k}, lane]", "+")
+                                                                    for v in range(1, w)]
+                if segmented:
+                    body.append(Assign(f"part_{self.red}[orow, cuda.blockIdx.z, {col}]", total))
+                else:
+                    body += self.finish("orow", col, lambda r, v=total: v, acc)
+                stored = If(f"{col} < {n}", tuple(body))
+                stmts.append(If(f"warp == {k % w}", (stored,)) if w > 1 else stored)
+            out += [Assign("orow", f"r0 + lg + {8 * h}"), If("orow < rows", tuple(stmts))]
         return out
 
     def kernels(self) -> list:

@@ -217,8 +217,7 @@ class MmaKernel(TileUpdate, TreeKernel):
     # -- pieces -----------------------------------------------------------------------------------------
     def setup(self) -> list:
         c, first = self.c, self.vin[0]
-        out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
-               Assign("lg", "lane >> 2"), Assign("t", "lane & 3"),
+        out = self.lanes("cuda.threadIdx.x") + [
                Assign("sm", "cuda.shared.array(0, uint16)"), Assign("smw", "cuda.shared.array(0, uint32)"),
                Assign("grows", f"rep_{first}"), Assign("ntr", f"(grows + {self.bm - 1}) // {self.bm}"),
                # 32-bit divisions: a 64-bit one is a subroutine call, and any call serializes Hopper's wgmma
@@ -230,17 +229,25 @@ class MmaKernel(TileUpdate, TreeKernel):
                     Assign("bt", "uint32(cuda.blockIdx.x) // uint32(ngrp)"),
                     Assign("grp", "uint32(cuda.blockIdx.x) - bt * ngrp"), Assign("rt", "ntr - 1 - bt")]
         out.append(Assign("gend", "grp * grows + grows"))
-        if self.ncol > 1:  # ``cg``: the warp's group of columns, ``rw``: its row tile
-            out += [Assign("cg", f"warp // {self.threads // 32 // self.ncol}"),
-                    Assign("rw", f"warp % {self.threads // 32 // self.ncol}")]
         for h in self.rows:
             out += [Assign(f"row_{h}", f"grp * grows + rt * {self.bm} + {16 * self.mt} * {self.rw} + lg + {8 * h}"),
                     Assign(f"ok_{h}", f"row_{h} < gend"), Assign(f"rc_{h}", f"min(row_{h}, gend - 1)")]
             out += [Assign(f"p_{p.name}_{h}", f"{p.name}[rc_{h}]") for p in c.params if p.size is None]
         out += [Assign(f"rr_{x}", f"uint32(rc_0) // uint32(rep_{x})") for x in self.vin]
-        out += [Assign("krow", "(lane & 7) + 8 * (lane >> 4)"), Assign("kcol", "8 * ((lane >> 3) & 1)"),
-                Assign("vrow", "(lane & 7) + 8 * ((lane >> 3) & 1)"), Assign("vcol", "8 * (lane >> 4)")]
         return out
+
+    def lanes(self, tid: str) -> list:
+        """The thread's indices from ``tid``: its lane, warp, ``lg``/``t`` (the fragments' group and thread), ``cg``
+        (with column groups, the warp's group of columns) and ``rw`` (its row tile), and the lanes' ``ldmatrix`` rows
+        and columns. Each tile takes them afresh (:meth:`loop`), so that the addresses computed from them are
+        computed in the loop rather than hoisted out of it and held in registers across it."""
+        out = [Assign("tid", tid), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
+               Assign("lg", "lane >> 2"), Assign("t", "lane & 3")]
+        if self.ncol > 1:
+            out += [Assign("cg", f"warp // {self.threads // 32 // self.ncol}"),
+                    Assign("rw", f"warp % {self.threads // 32 // self.ncol}")]
+        return out + [Assign("krow", "(lane & 7) + 8 * (lane >> 4)"), Assign("kcol", "8 * ((lane >> 3) & 1)"),
+                      Assign("vrow", "(lane & 7) + 8 * ((lane >> 3) & 1)"), Assign("vcol", "8 * (lane >> 4)")]
 
     def params(self) -> list:
         """Every dot's param rows into shared memory: the 16-bit values, then the residuals, and ``split``: whether
@@ -298,52 +305,77 @@ class MmaKernel(TileUpdate, TreeKernel):
                 yield x, u, None if (u + 1) * self.threads <= total else f"tid + {u * self.threads} < {total}"
 
     def copy_setup(self) -> list:
-        """What each copy needs that does not change from tile to tile, once: ``ce_{x}_{u}`` (its element of the tile),
-        ``cc_{x}_{u}`` (its first component), ``so_{x}_{u}`` (its place in a stage)."""
+        """What each copy needs that does not change from tile to tile, once. Where every input's copies are
+        regular (:meth:`regular`), only their first places in a stage (``so_{x}_{v}``, one per period) and global
+        offset (``gb_{x}``): the copies of a partial tile compute theirs when issued, so that no per-copy value is
+        live across the loop (MLA's 18 copies a thread would otherwise hold 54 registers). Else, for every copy,
+        ``ce_{x}_{u}`` (its element of the tile), ``cc_{x}_{u}`` (its first component), ``so_{x}_{u}`` (its place)."""
         out = []
+        if all(self.regular(x) for x in self.vin):
+            for x in self.vin:
+                rows, _, period = self.regular(x)
+                for v in range(period):
+                    ce, cc = self.copy_place(x, v)
+                    out.append(Assign(f"so_{x}_{v}", self.stage_offset(x, f"({ce})", f"({cc})")))
+                ce, cc = self.copy_place(x, 0)
+                out.append(Assign(f"gb_{x}", f"(rr_{x} * {x}.shape[1] + {ce}) * {self.size[x]} + {cc}"))
+            return out
         for x, u, _ in self.copies():
-            per_row, at = self.size[x] // 8, f"{x}_{u}"
-            out += [Assign(f"ce_{at}", f"(tid + {u * self.threads}) // {per_row}"),
-                    Assign(f"cc_{at}", f"8 * ((tid + {u * self.threads}) % {per_row})"),
+            ce, cc = self.copy_place(x, u)
+            at = f"{x}_{u}"
+            out += [Assign(f"ce_{at}", ce), Assign(f"cc_{at}", cc),
                     Assign(f"so_{at}", self.stage_offset(x, f"ce_{at}", f"cc_{at}"))]
-        for x in self.vin:
-            if self.regular(x):  # the flat element offset of the thread's first copy in tile 0
-                out.append(Assign(f"gb_{x}", f"(rr_{x} * {x}.shape[1] + ce_{x}_0) * {self.size[x]} + cc_{x}_0"))
         return out
+
+    def copy_place(self, x: str, u: int) -> tuple[str, str]:
+        """The element of the tile and the first component of the thread's ``u``-th copy of ``x`` (text)."""
+        per_row = self.size[x] // 8
+        return f"(tid + {u * self.threads}) // {per_row}", f"8 * ((tid + {u * self.threads}) % {per_row})"
 
     def stage_step(self, x: str, rows: int) -> int | None:
         """How far (16-bit units) in a stage a copy ``rows`` elements after another lies, when that is the same for
         every copy (None: it is not)."""
         return rows * self.pitch[x]
 
-    def regular(self, x: str) -> tuple[int, int] | None:
-        """``(rows, step)`` when the thread's copies of a tile of ``x`` are all needed, all of one column, ``rows``
-        elements and ``step`` units of a stage apart (then a full tile's copies are one address plus constants)."""
+    def regular(self, x: str) -> tuple[int, int, int] | None:
+        """``(rows, step, period)`` when the thread's copies of a tile of ``x`` are all needed and all of one column,
+        ``rows`` elements apart, and copies ``period`` apart lie ``step`` units of a stage apart (then a full tile's
+        copies are ``period`` places plus constants; a swizzled stage repeats every eight rows: 256 threads copying
+        MLA's 64 chunks a row are four rows apart, a period of two)."""
         per_row = self.size[x] // 8
         if self.threads % per_row or (BN * per_row) % self.threads:
             return None
         rows = self.threads // per_row
-        step = self.stage_step(x, rows)
-        return None if step is None else (rows, step)
+        for period in (1, 2, 4, 8):
+            if (BN // rows) % period == 0:
+                step = self.stage_step(x, rows * period)
+                if step is not None:
+                    return rows, step, period
+        return None
 
     def issue(self, tile: str, stage: str) -> list:
         """``cp.async`` copies of tile ``tile`` of every vector input into stage ``stage`` (zeros past the row's end)."""
+        fast = all(self.regular(x) for x in self.vin)
         out = []
         for x, u, guard in self.copies():
-            at = f"{x}_{u}"
-            copy = [Assign("cl", f"({tile}) * {BN} + ce_{at}"),
-                    Call("cp_async16", ("sm", f"{self.stage_base(x, stage)} + so_{at}", x, f"(rr_{x}, min(cl, length - 1))",
-                                        f"cc_{at}", "pick(cl < length, 16, 0)"))]
+            if fast:  # (the places of a partial tile's copies computed here: see copy_setup)
+                ce, cc = self.copy_place(x, u)
+                at = self.stage_offset(x, f"({ce})", f"({cc})")
+            else:
+                ce, cc, at = f"ce_{x}_{u}", f"cc_{x}_{u}", f"so_{x}_{u}"
+            copy = [Assign("cl", f"({tile}) * {BN} + {ce}"),
+                    Call("cp_async16", ("sm", f"{self.stage_base(x, stage)} + {at}", x, f"(rr_{x}, min(cl, length - 1))",
+                                        cc, "pick(cl < length, 16, 0)"))]
             out += copy if guard is None else [If(guard, tuple(copy))]
-        if not all(self.regular(x) for x in self.vin):
+        if not fast:
             return out
         # a tile inside the row: no clamp, no test, one address per input and constant steps (immediate offsets)
         full = []
         for x in self.vin:
-            rows, step = self.regular(x)
+            rows, step, period = self.regular(x)
             full.append(Assign(f"ga_{x}", f"gb_{x} + ({tile}) * {BN * self.size[x]}"))
-            full += [Call("cp_async16_at", ("sm", f"{self.stage_base(x, stage)} + so_{x}_0 + {u * step}", x,
-                                            f"ga_{x} + {u * rows * self.size[x]}", "16"))
+            full += [Call("cp_async16_at", ("sm", f"{self.stage_base(x, stage)} + so_{x}_{u % period} + {u // period * step}",
+                                            x, f"ga_{x} + {u * rows * self.size[x]}", "16"))
                      for u in range(BN // rows)]
         return [If(f"({tile}) * {BN} + {BN} <= length", tuple(full), tuple(out))]
 
@@ -437,7 +469,8 @@ class MmaKernel(TileUpdate, TreeKernel):
             out += [If(f"{s_} < ntile", tuple(self.loads(f"{first}{s_}", str(s_), s_))), Call("cp_commit", ())]
         # the stage as an unsigned remainder (a signed one is five instructions more)
         stage = f"uint32(it + {ahead}) % uint32({self.stages})"
-        step = [If(f"it + {ahead} < ntile", tuple(self.loads(f"{first}it + {ahead}", stage, ahead))),
+        # the thread's indices taken afresh each tile (see lanes)
+        step = self.lanes("fresh(tid)") + [If(f"it + {ahead} < ntile", tuple(self.loads(f"{first}it + {ahead}", stage, ahead))),
                 Call("cp_commit", ()), Call(f"cp_wait{ahead}", ())]
         step += self.landed() + [Barrier(), Assign("st", f"uint32(it) % uint32({self.stages})")]
         if self.gate is None:

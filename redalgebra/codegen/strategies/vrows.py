@@ -71,6 +71,13 @@ def refusal(fused: FusedCascade) -> str | None:
     return None
 
 
+#: Segments whose states the combine kernel loads at once before merging them in order: their loads are in flight
+#: together (a warp reading MLA's eight segments one after the other, each merge waiting for its load, took 15 µs of
+#: a 95 µs decode step), and the registers they use (``o``, ``o1``, ...) are a row's state each.
+COMBINE_AHEAD = 4
+COMBINE_SLOTS = ("o", "o1", "o2", "o3")
+
+
 class VRowsKernel(TreeKernel):
     """Builds the statement trees of a ``vrows`` module (one kernel, or partial + combine when split)."""
 
@@ -250,8 +257,9 @@ class VRowsKernel(TreeKernel):
             out += stmts
         return out
 
-    def merge(self) -> list:
-        acc = bind_program(self.lay.base_access(), self.f.merge, self.states, {"a": "s", "b": "o"})
+    def merge(self, other: str = "o") -> list:
+        """The derived merge of the ``s`` state with the ``other`` one, into ``s``."""
+        acc = bind_program(self.lay.base_access(), self.f.merge, self.states, {"a": "s", "b": other})
         if self.spec.fast_exp:
             acc.exp = "fast_exp"
         return merge_stmts(self.f.merge, acc, self.consts, self.states, self.counter)
@@ -349,16 +357,17 @@ class VRowsKernel(TreeKernel):
                     vec += [store] if cond is None else [If(cond, (store,))]
         return [If("tid == 0", tuple(scal))] * bool(scal) + ([If(f"tid < {self.g}", tuple(vec))] if vec else [])
 
-    def read_part(self) -> list:
+    def read_part(self, prefix: str = "o", seg: str = "seg") -> list:
+        """Segment ``seg``'s state of the row (``part_*``) into the ``prefix`` registers."""
         out = []
         for r, st in self.states.items():
             if isinstance(st, ComponentState):
                 for c in range(st.count):
-                    load = Assign(st.comp("o", c), f"part_{r}[row, seg, {self.component(c)}]")
+                    load = Assign(st.comp(prefix, c), f"part_{r}[row, {seg}, {self.component(c)}]")
                     cond = self.inside(self.size[r], c)
-                    out += [load] if cond is None else [If(cond, (load,), (Assign(st.comp("o", c), st.identity),))]
+                    out += [load] if cond is None else [If(cond, (load,), (Assign(st.comp(prefix, c), st.identity),))]
             else:
-                out.append(Assign(st.var("o"), f"part_{r}[row, seg]"))
+                out.append(Assign(st.var(prefix), f"part_{r}[row, {seg}]"))
         return out
 
     def kernels(self, nseg: int) -> list:
@@ -381,7 +390,12 @@ class VRowsKernel(TreeKernel):
         """The combine kernel's body: a row's segments (``part_*``) merged in order by the derived merge, then its
         outputs. (Also the second kernel of the tensor-core strategies' segments, which write the same states.)"""
         combine = self.threads_setup() + self.row_setup("cuda.blockIdx.x") + self.each_state("init", "s")
-        return combine + [For("seg", "0", "nseg", tuple(self.read_part() + self.merge()))] + self.outputs()
+        # COMBINE_AHEAD segments' states loaded at once (the last segment's again past the end), then merged in order
+        slots = COMBINE_SLOTS[:COMBINE_AHEAD]
+        body = [s for u, pre in enumerate(slots) for s in self.read_part(pre, f"min(seg + {u}, nseg - 1)")]
+        for u, pre in enumerate(slots):
+            body += self.merge(pre) if u == 0 else [If(f"seg + {u} < nseg", tuple(self.merge(pre)))]
+        return combine + [For("seg", "0", "nseg", tuple(body), str(len(slots)))] + self.outputs()
 
     def scratch(self) -> tuple:
         return tuple((f"part_{r.name}", "float32", "segments",

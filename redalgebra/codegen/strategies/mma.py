@@ -455,8 +455,8 @@ class MmaKernel(TileUpdate, TreeKernel):
         for r in self.vred:
             out += [Assign(f"o_{r.name}_{m}_{j}_{i}", zero) for m in range(self.mt)
                     for j in range(self.cols(r) // 8) for i in range(4)]
-        # a commit group per tile (empty past the last), ``stages - 1`` tiles loading ahead of the one computed
-        ahead, first = self.stages - 1, self.first
+        # a commit group per tile (empty past the last), ``ahead`` tiles loading ahead of the one computed
+        ahead, first = self.ahead, self.first
         out += self.copy_setup()
         if self.segmented:  # segment ``seg`` of the row: ``ntile`` tiles from tile ``tfirst`` (none past the row's end)
             out += [Assign("nall", f"(length + {BN - 1}) // {BN}"), Assign("tps", "int32(uint32(nall + nseg - 1) // uint32(nseg))"),
@@ -476,8 +476,21 @@ class MmaKernel(TileUpdate, TreeKernel):
         if self.gate is None:
             step += self.tile() + [Barrier()]
         else:  # a tile that no row of the block sees (above a causal diagonal) is skipped whole
-            step += [If("lv & 1", tuple(self.tile())), Barrier(), Assign("lv", "lv >> 1")]
-        return out + [For("it", "0", "ntile", tuple(step))]
+            step += [If("lv & 1", tuple(self.tile()), tuple(self.skipped())), Barrier(), Assign("lv", "lv >> 1")]
+        return out + [For("it", "0", "ntile", tuple(step))] + self.drain()
+
+    @property
+    def ahead(self) -> int:
+        """Tiles loading while one is computed: every stage but the computed one's."""
+        return self.stages - 1
+
+    def skipped(self) -> list:
+        """What a tile no row of the block sees does (nothing here; see :class:`~.wgmma.WgmmaKernel`)."""
+        return []
+
+    def drain(self) -> list:
+        """What follows the last tile before the outputs (nothing here; see :class:`~.wgmma.WgmmaKernel`)."""
+        return []
 
     def loads(self, tile: str, stage: str, ahead: int) -> list:
         """The copies of tile ``tile`` (``ahead`` tiles after the one computed) into stage ``stage``; with a gate, only

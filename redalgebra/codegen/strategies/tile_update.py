@@ -174,14 +174,22 @@ class TileUpdate:
             if left is not None:
                 m, hh = divmod(h, 2)
                 out += left[0] + [Assign(f"cf_{h}", left[1])]
-                out += [Assign(f"o_{r.name}_{m}_{j}_{i}", f"cf_{h}", "*") for j in range(dv // 8)
-                        for i in (2 * hh, 2 * hh + 1)]
+                scale = [Assign(f"o_{r.name}_{m}_{j}_{i}", f"cf_{h}", "*") for j in range(dv // 8)
+                         for i in (2 * hh, 2 * hh + 1)]
+                if self.scaling is None:
+                    out += scale
+                else:  # the accumulators may still be written by products in flight: scaled once they are done
+                    self.scaling[r.name, h] = scale
         term = self.new_term(r, factor)
         zero = self.consts.name(0.0)
         for m, j, i in self.slots() if r.name not in self.kept else ():  # else computed with the sum that shares it
             pre, text = self.print(term, self.access(2 * m + (i >> 1), m, j, i))
             out += self.chosen(f"pf_{r.name}_{m}_{j}_{i}", pre, text, m, j, i, zero)
         return out
+
+    #: Where the vector accumulators' scaling goes when it must wait (``{(reduction, row): statements}``), or None: with
+    #: the factors (:meth:`vector_update`).
+    scaling = None
 
     def updates(self, whole: bool) -> list:
         """The tile's element-wise work: its elements, each scalar reduction's update, each vector reduction's scaled

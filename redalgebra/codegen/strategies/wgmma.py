@@ -156,8 +156,10 @@ class WgmmaKernel(MmaKernel):
     def wait(self, acc: str) -> list:
         return [Call("wgmma_commit", ()), Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
 
-    def scores(self) -> list:
-        """``sc_{n}_0_{j}_{i}``: the tile's dot products, a warpgroup's 64 rows by ``wgmma_ss`` per 16 components."""
+    def scores(self, after=None) -> list:
+        """``sc_{n}_0_{j}_{i}``: the tile's dot products, a warpgroup's 64 rows by ``wgmma_ss`` per 16 components.
+        ``after`` (pipelined, :meth:`tile`): the products are committed, then ``after`` is issued (the previous
+        tile's ``P · V``), then the scores are waited for while it stays in flight."""
         out = []
         for g, group in enumerate(self.sums):
             acc = self.tiles(f"sc_{g}_0", self.bn // 8)
@@ -178,7 +180,13 @@ class WgmmaKernel(MmaKernel):
             value = acc
             for n in group:  # (the group's products summed: one chain, the first product's scale 0)
                 value = chain(value, n, f"dq_{n}", n == group[0])
-            out += [Call("wgmma_fence", ()), Assign(acc, value)] + self.wait(acc)
+            out += [Call("wgmma_fence", ()), Assign(acc, value)]
+            if after is None or g < len(self.sums) - 1:
+                out += self.wait(acc)
+            else:  # every group's scores committed, then the products left in flight: all but those waited for
+                out += [Call("wgmma_commit", ()), If("pp", tuple(after) + (Call("wgmma_wait1", ()),),
+                                                        (Call("wgmma_wait0", ()),))]
+                out.append(Assign(acc, f"wgmma_hold({acc})"))
             if self.resid:
                 value = acc
                 for n in group:
@@ -221,8 +229,81 @@ class WgmmaKernel(MmaKernel):
     def loop(self) -> list:
         # the scores' accumulators exist before the first tile (each tile's first product ignores them: scale 0)
         zero = self.consts.name(0.0)
-        return [Assign(f"sc_{g}_0_{j}_{i}", zero) for g in range(len(self.sums)) for _, j, i in self.slots()] + \
-            self.descriptors() + super().loop()
+        out = [Assign(f"sc_{g}_0_{j}_{i}", zero) for g in range(len(self.sums)) for _, j, i in self.slots()]
+        if self.pipelined:  # no products pending; the factor words exist before the first tile packs them
+            out += [Assign("pp", "0"), Assign("sp", "uint32(0)")]
+            out += [Assign(f"pa_{r.name}_{kk}_{i}", "uint32(0)") for r in self.vred for kk in range(BN // 16)
+                    for i in range(4)]
+        return out + self.descriptors() + super().loop()
+
+    # -- the pipelined order (FlashAttention-3's within a warpgroup) -----------------------------------------
+    @property
+    def pipelined(self) -> bool:
+        """Whether a tile's ``P · V`` is left in flight into the next tile: issued after the next tile's scores, it
+        runs on the tensor cores while the warpgroup computes that tile's softmax-like update on the CUDA cores.
+        One warpgroup per row tile (its factors in registers), and a stage for the tile whose values are still
+        read besides the one computed and one loading at least."""
+        return self.ncol == 1 and self.stages >= 3
+
+    @property
+    def ahead(self) -> int:
+        # pipelined, the previous tile's values are read while this tile's scores are: one stage fewer loading
+        return self.stages - 1 - self.pipelined
+
+    def tile(self) -> list:
+        """Pipelined: the scores of this tile, then the previous tile's ``P · V`` (pending: ``pp``, its stage ``sp``),
+        the update while it runs, its accumulators scaled once it is done, and this tile's factors packed for the next
+        tile. The accumulators see the same operations in the same order as unpipelined: ``o ⊗ c`` of a tile is
+        applied after the previous tile's products are added and before its own."""
+        if not self.pipelined:
+            return super().tile()
+        out = [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
+        out += [Assign("kb", f"({self.first}it) * {BN}")] + self.scores(after=self.pending())
+        self.scaling = {}
+        out.append(If(f"kb + {BN} <= length", tuple(self.updates(True)), tuple(self.updates(False))))
+        scaling, self.scaling = self.scaling, None
+        out += self.finish_pending() + [st for key in sorted(scaling) for st in scaling[key]]
+        for r in self.vred:
+            for kk in range(BN // 16):
+                out += self.factor_words(r, kk, 0, f"pa_{r.name}_{kk}")
+        out += [Assign("sp", "st"), Assign("pp", "1")]
+        return out + [Assign(f"s_{r.name}_{h}", f"n_{r.name}_{h}") for r in self.scal for h in self.rows]
+
+    def pending(self) -> list:
+        """The pending tile's ``o_r += P · V`` issued and committed (its values in stage ``sp``), not waited for."""
+        out = []
+        for r in self.vred:
+            x, dv = self.factors[r.name][1], self.cols(r)
+            acc, words = self.tiles(f"o_{r.name}_0", dv // 8), self.tiles(f"pa_{r.name}", BN // 16)
+            out += [Assign(f"dv_{x}", f"wgmma_desc(sm, {self.stage_base(x, 'sp')}, {BN * ROW * 2}, {ATOM})"),
+                    Assign(acc, f"wgmma_hold({acc})"), Assign(words, f"wgmma_hold({words})")]
+        out.append(Call("wgmma_fence", ()))
+        for r in self.vred:
+            x, dv = self.factors[r.name][1], self.cols(r)
+            acc, value = self.tiles(f"o_{r.name}_0", dv // 8), self.tiles(f"o_{r.name}_0", dv // 8)
+            for kk in range(BN // 16):
+                words = ", ".join(f"pa_{r.name}_{kk}_{i}" for i in range(4))
+                value = f"wgmma_rs_{self.kind}({value}, {words}, dv_{x} + {16 * kk * ROW // 8})"
+            out.append(Assign(acc, value))
+        return out + [Call("wgmma_commit", ())]
+
+    def finish_pending(self) -> list:
+        """Every product done: the accumulators, and the factor words the pending products read (kept in their
+        registers until then), through ``wgmma_hold`` after the wait."""
+        out = [Call("wgmma_wait0", ())]
+        for r in self.vred:
+            acc, words = self.tiles(f"o_{r.name}_0", self.cols(r) // 8), self.tiles(f"pa_{r.name}", BN // 16)
+            out += [Assign(acc, f"wgmma_hold({acc})"), Assign(words, f"wgmma_hold({words})")]
+        return out
+
+    def skipped(self) -> list:
+        # a skipped tile's stage may be loaded while the pending values' stage would be next: their products first
+        if not self.pipelined:
+            return []
+        return [If("pp", tuple(self.pending() + self.finish_pending() + [Assign("pp", "0")]))]
+
+    def drain(self) -> list:
+        return self.skipped()
 
     def sum_products(self, r, x: str, dv: int) -> list:
         """``o_r += P · V``: the factors as A fragments in registers, the value tile read transposed by ``wgmma_rs``
@@ -301,7 +382,10 @@ SM_SHARED, RESERVED = 233472, 1024
 def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
     """``(stages, bytes)``: as many tiles in flight (up to :data:`~.mma.MOST_STAGES`) as fit beside the params when two
     blocks of one warpgroup share a multiprocessor (one block's element-wise work then overlaps the other's
-    products), or one block of two warpgroups; at least two. The params' residuals are staged too where two stages
+    products), or one block of two warpgroups; at least two (three or more: the pipelined order,
+    :attr:`WgmmaKernel.pipelined`; d = 64 gets four, d = 128 two: three would fit only without the residuals
+    staged, and measured 0.415 against 0.418 ms at LLaMA-65B L2048, while a query not exact in 16 bits would
+    then multiply its residual by ``mma.sync``). The params' residuals are staged too where two stages
     fit beside them; else (MLA's 576-wide query) they are not (:meth:`WgmmaKernel.residual_products`)."""
     sizes, rows = dict(p.sizes), _rows(fused, p)
     blocks = 2 if _threads(fused, p) <= THREADS else 1

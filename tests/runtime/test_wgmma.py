@@ -223,3 +223,38 @@ def test_pipelined_products_cross_a_skipped_tile_and_a_partial_one():
     ref = evaluate(f.cascade, wide, params)["y"]
     err = np.abs(out - ref).max() / np.abs(ref).max()
     assert err <= TOLERANCE["float16"] + STORE_ROUNDING["float16"], err
+
+
+TWO_SOFTMAXES = """\
+input k[d]
+input v[d]
+param q[d]
+param p[d]
+let s = dot(q, k)
+let r = dot(p, k)
+reduce m = max(s)
+reduce l = sum(exp(s - m))
+reduce o = sum(exp(s - m) * v)
+reduce m2 = max(r)
+reduce l2 = sum(exp(r - m2))
+reduce o2 = sum(exp(r - m2) * v)
+out y = o / l + o2 / l2
+"""
+
+
+def test_pipelined_vector_sums_are_each_scaled_by_their_own_correction():
+    # two vector sums with different corrections (exp(m_old - m_new), exp(m2_old - m2_new)): pipelined, their
+    # scaling waits for the pending products, and each must still use its own (one shared name gave 0.85 off)
+    from redalgebra import derive, evaluate
+    from redalgebra.ir import parse
+
+    f = derive(parse(TWO_SOFTMAXES))
+    rng = np.random.default_rng(7)
+    R, L, d = 16, 200, 16
+    inputs = {"k": rng.normal(size=(1, L, d)).astype(np.float16), "v": rng.normal(size=(1, L, d)).astype(np.float16)}
+    params = {n: rng.normal(size=(R, d)).astype(np.float16).astype(np.float32) for n in ("q", "p")}
+    out = compile(f, "cudasim", "wgmma")(inputs, params)["y"]
+    wide = {k_: np.repeat(v_.astype(np.float64), R, 0) for k_, v_ in inputs.items()}
+    ref = evaluate(f.cascade, wide, params)["y"]
+    err = np.abs(out - ref).max() / np.abs(ref).max()
+    assert err <= TOLERANCE["float16"] + STORE_ROUNDING["float16"], err

@@ -173,8 +173,10 @@ class TileUpdate:
             left = self.left(r, h)
             if left is not None:
                 m, hh = divmod(h, 2)
-                out += left[0] + [Assign(f"cf_{h}", left[1])]
-                scale = [Assign(f"o_{r.name}_{m}_{j}_{i}", f"cf_{h}", "*") for j in range(dv // 8)
+                # deferred, each vector sum's correction keeps its own name until its scaling
+                cf = f"cf_{h}" if self.scaling is None else f"cf_{r.name}_{h}"
+                out += left[0] + [Assign(cf, left[1])]
+                scale = [Assign(f"o_{r.name}_{m}_{j}_{i}", cf, "*") for j in range(dv // 8)
                          for i in (2 * hh, 2 * hh + 1)]
                 if self.scaling is None:
                     out += scale

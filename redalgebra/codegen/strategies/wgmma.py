@@ -37,7 +37,8 @@ warps of 16 rows):
 
 6. **Pipelined order** (:attr:`WgmmaKernel.pipelined`, FlashAttention-3's within a warpgroup): where a stage is to
    spare, a tile's ``P · V`` is issued after the next tile's scores and left in flight while the warpgroup waits for
-   the scores (``wgmma_wait1``) and computes their update; the accumulators are scaled once it is done. Measured on
+   the scores (``wgmma_wait1``) and computes their update; the accumulators are scaled once it is done. (A block whose
+   query is not exact in 16 bits waits for it with its residuals' products: correct, without the overlap.) Measured on
    the H200: 12–19 % faster at d = 64; at d = 128 the stage does not fit beside the staged residuals of two blocks.
 
 The simulator runs the same kernel with one warp (16 rows; whole warpgroups with column groups): the stand-ins of

@@ -71,10 +71,9 @@ def refusal(fused: FusedCascade) -> str | None:
     return None
 
 
-#: Segments whose states the combine kernel loads at once before merging them in order: their loads are in flight
-#: together (a warp reading MLA's eight segments one after the other, each merge waiting for its load, took 15 µs of
-#: a 95 µs decode step), and the registers they use (``o``, ``o1``, ...) are a row's state each.
-COMBINE_AHEAD = 4
+#: The states the combine kernel loads at once (one segment each) before merging them in order: their loads are in
+#: flight together (a warp reading MLA's 16 segments one after the other, each merge waiting for its load, took
+#: 15 µs of a 95 µs decode step; four at once, 6.2 µs over 8 segments).
 COMBINE_SLOTS = ("o", "o1", "o2", "o3")
 
 
@@ -390,8 +389,8 @@ class VRowsKernel(TreeKernel):
         """The combine kernel's body: a row's segments (``part_*``) merged in order by the derived merge, then its
         outputs. (Also the second kernel of the tensor-core strategies' segments, which write the same states.)"""
         combine = self.threads_setup() + self.row_setup("cuda.blockIdx.x") + self.each_state("init", "s")
-        # COMBINE_AHEAD segments' states loaded at once (the last segment's again past the end), then merged in order
-        slots = COMBINE_SLOTS[:COMBINE_AHEAD]
+        # several segments' states loaded at once (the last segment's again past the end), then merged in order
+        slots = COMBINE_SLOTS
         body = [s for u, pre in enumerate(slots) for s in self.read_part(pre, f"min(seg + {u}, nseg - 1)")]
         for u, pre in enumerate(slots):
             body += self.merge(pre) if u == 0 else [If(f"seg + {u} < nseg", tuple(self.merge(pre)))]

@@ -39,7 +39,7 @@ warps of 16 rows):
    spare, a tile's ``P · V`` is issued after the next tile's scores and left in flight while the warpgroup waits for
    the scores (``wgmma_wait1``) and computes their update; the accumulators are scaled once it is done. (A block whose
    query is not exact in 16 bits waits for it with its residuals' products: correct, without the overlap.) Measured on
-   the H200: 12–19 % faster at d = 64; at d = 128 the stage does not fit beside the staged residuals of two blocks.
+   the H200: 12–19 % faster at d = 64 (two runs, before and after); at d = 128 the stage does not fit beside the staged residuals of two blocks.
 
 The simulator runs the same kernel with one warp (16 rows; whole warpgroups with column groups): the stand-ins of
 the instructions compute each thread's accumulators from the descriptors, decoding the swizzled layout as the
@@ -277,21 +277,8 @@ class WgmmaKernel(MmaKernel):
 
     def pending(self) -> list:
         """The pending tile's ``o_r += P · V`` issued and committed (its values in stage ``sp``), not waited for."""
-        out = []
-        for r in self.vred:
-            x, dv = self.factors[r.name][1], self.cols(r)
-            acc, words = self.tiles(f"o_{r.name}_0", dv // 8), self.tiles(f"pa_{r.name}", BN // 16)
-            out += [Assign(f"dv_{x}", f"wgmma_desc(sm, {self.stage_base(x, 'sp')}, {BN * ROW * 2}, {ATOM})"),
-                    Assign(acc, f"wgmma_hold({acc})"), Assign(words, f"wgmma_hold({words})")]
-        out.append(Call("wgmma_fence", ()))
-        for r in self.vred:
-            x, dv = self.factors[r.name][1], self.cols(r)
-            acc, value = self.tiles(f"o_{r.name}_0", dv // 8), self.tiles(f"o_{r.name}_0", dv // 8)
-            for kk in range(BN // 16):
-                words = ", ".join(f"pa_{r.name}_{kk}_{i}" for i in range(4))
-                value = f"wgmma_rs_{self.kind}({value}, {words}, dv_{x} + {16 * kk * ROW // 8})"
-            out.append(Assign(acc, value))
-        return out + [Call("wgmma_commit", ())]
+        return self.value_products(self.vred, lambda r: f"pa_{r.name}", lambda x: self.stage_base(x, "sp")) + \
+            [Call("wgmma_commit", ())]
 
     def finish_pending(self) -> list:
         """Every product done: the accumulators, and the factor words the pending products read (kept in their
@@ -303,7 +290,8 @@ class WgmmaKernel(MmaKernel):
         return out
 
     def skipped(self) -> list:
-        # a skipped tile's stage may be loaded while the pending values' stage would be next: their products first
+        # the pending products finished here: the next live tile's copies may go to their stage (with a tile skipped
+        # between, the pending stage is no longer the previous tile's)
         if not self.pipelined:
             return []
         return [If("pp", tuple(self.pending() + self.finish_pending() + [Assign("pp", "0")]))]
@@ -312,26 +300,30 @@ class WgmmaKernel(MmaKernel):
         return self.skipped()
 
     def sum_products(self, r, x: str, dv: int) -> list:
-        """``o_r += P · V``: the factors as A fragments in registers, the value tile read transposed by ``wgmma_rs``
-        per 16 keys (components in blocks of 64 values ``BN`` rows apart; with column groups, the warpgroup's ``dv``
-        columns from block ``cg dv / 64`` on). The scaled accumulators and the packed factors pass through
-        ``wgmma_hold`` before the fence, so that their writes stay before it."""
+        """``o_r += P · V`` for the tile, waited for (with column groups, :meth:`shared_sum_products`)."""
         if self.ncol > 1:
             return self.shared_sum_products(r, x, dv)
-        out = []
-        for kk in range(BN // 16):
-            out += self.factor_words(r, kk, 0, f"pa_{kk}")
-        acc = self.tiles(f"o_{r.name}_0", dv // 8)
-        words = self.tiles("pa", BN // 16)
-        out += [Assign(acc, f"wgmma_hold({acc})"), Assign(words, f"wgmma_hold({words})"), Call("wgmma_fence", ())]
-        value = acc
-        for kk in range(BN // 16):
-            words = ", ".join(f"pa_{kk}_{i}" for i in range(4))
-            value = f"wgmma_rs_{self.kind}({value}, {words}, dv_{x} + {16 * kk * ROW // 8})"
-        start = f"xb_{x}" if self.ncol == 1 else f"xb_{x} + cg * {dv // ROW * BN * ROW}"
-        return [Assign(f"dv_{x}", f"wgmma_desc(sm, {start}, {BN * ROW * 2}, {ATOM})")] + out + [Assign(acc, value)] + \
-            self.wait(acc)
+        out = [s for kk in range(BN // 16) for s in self.factor_words(r, kk, 0, f"pa_{kk}")]
+        return out + self.value_products([r], lambda r_: "pa", lambda x_: f"xb_{x_}") + \
+            self.wait(self.tiles(f"o_{r.name}_0", dv // 8))
 
+    def value_products(self, sums, words, stage) -> list:
+        """``o_r += P · V`` issued for each vector sum ``r`` of ``sums``: the factors as A fragments in registers (the
+        words ``{words(r)}_{kk}_{i}``), the value tile read transposed from ``stage(x)`` by ``wgmma_rs`` per 16 keys
+        (components in blocks of 64 values ``BN`` rows apart). The accumulators and the words pass through
+        ``wgmma_hold`` before the fence, so that their writes (the scaling, the packing) stay before it."""
+        out, chains = [], []
+        for r in sums:
+            x, dv = self.factors[r.name][1], self.cols(r)
+            acc, held = self.tiles(f"o_{r.name}_0", dv // 8), self.tiles(words(r), BN // 16)
+            out += [Assign(f"dv_{x}", f"wgmma_desc(sm, {stage(x)}, {BN * ROW * 2}, {ATOM})"),
+                    Assign(acc, f"wgmma_hold({acc})"), Assign(held, f"wgmma_hold({held})")]
+            value = acc
+            for kk in range(BN // 16):
+                fragment = ", ".join(f"{words(r)}_{kk}_{i}" for i in range(4))
+                value = f"wgmma_rs_{self.kind}({value}, {fragment}, dv_{x} + {16 * kk * ROW // 8})"
+            chains.append(Assign(acc, value))
+        return out + [Call("wgmma_fence", ())] + chains
 
     def shared_sum_products(self, r, x: str, dv: int) -> list:
         """With column groups: each group writes its factors (its elements of the tile, rounded to the vector's

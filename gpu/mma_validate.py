@@ -21,18 +21,37 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from redalgebra import derive, evaluate, workloads  # noqa: E402
+from redalgebra import derive, evaluate, parse, workloads  # noqa: E402
 from redalgebra.runtime import compile  # noqa: E402
 from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE  # noqa: E402
 from redalgebra.runtime.formats import as_bfloat16, bfloat16_to_float  # noqa: E402
+from redalgebra.workloads.masks import query_positions  # noqa: E402
 from validate import finish  # noqa: E402
 
-# (workload, groups, rows per group, L, d, dtype, masked, query exact in 16 bits)
+#: Causal prefill written in the cascade (as ``bench.py`` times it): each row's position a param, so a block stops at
+#: its first tile above the diagonal
+CAUSAL = """\
+input k[d]
+input v[d]
+param q[d]
+param scale > 0
+param qpos int
+let s = dot(q, k) * scale
+let sc = where(pos <= qpos, s, -inf)
+reduce m = max(sc)
+reduce l = sum(exp(sc - m))
+reduce o = sum(exp(sc - m) * v)
+out y = o / l
+"""
+
+# (workload, groups, rows per group, L, d, dtype, masked, query exact in 16 bits); "causal": CAUSAL, the rows of a
+# group at the group's last positions (more rows than keys: the first rows see no key)
 SMALL = [  # for compute-sanitizer (each access checked: slow): partial tiles and row blocks, masks, both types
     ("attention", 2, 70, 130, 64, "float16", True, False),
     ("attention", 1, 64, 64, 128, "bfloat16", False, True),
     ("alibi_attention", 2, 20, 77, 32, "bfloat16", True, True),
     ("softcap_attention", 1, 16, 1, 16, "float16", False, False),
+    ("causal", 2, 70, 200, 64, "float16", False, True),
 ]
 CASES = [
     ("attention", 4, 64, 512, 64, "float16", False, True),
@@ -43,11 +62,17 @@ CASES = [
     ("alibi_attention", 2, 70, 333, 64, "bfloat16", True, True),
     ("softcap_attention", 2, 65, 257, 128, "float16", False, False),
     ("attention", 8, 64, 200, 16, "bfloat16", True, True),
+    ("causal", 2, 200, 333, 64, "float16", False, True),
+    ("causal", 1, 300, 257, 128, "bfloat16", True, True),
 ]
 
 
+def cascade(name):
+    return parse(CAUSAL) if name == "causal" else workloads.get(name).cascade
+
+
 def problem(name, groups, R, L, d, dtype, masked, exact, rng):
-    c = workloads.get(name).cascade
+    c = cascade(name)
     inputs = {}
     for s in c.inputs:
         a = rng.normal(size=(groups, L, d)).astype(np.float32)
@@ -61,7 +86,7 @@ def problem(name, groups, R, L, d, dtype, masked, exact, rng):
                 q = bfloat16_to_float(as_bfloat16(q).bits) if dtype == "bfloat16" else q.astype(np.float16).astype(np.float32)
             params[p.name] = q
         elif p.name == "qpos":
-            params[p.name] = np.float32(L // 2)
+            params[p.name] = (query_positions(R, L, groups).astype(np.float32) if name == "causal" else np.float32(L // 2))
         elif p.name == "scale":
             params[p.name] = np.float32(d ** -0.5)
         else:
@@ -83,7 +108,7 @@ def main() -> int:
     rng = np.random.default_rng(0)
     failures, rows_out = 0, []
     for name, groups, R, L, d, dtype, masked, exact in SMALL if args.small else CASES:
-        fused = derive(workloads.get(name).cascade)
+        fused = derive(cascade(name))
         inputs, params, keep = problem(name, groups, R, L, d, dtype, masked, exact, rng)
         t0 = time.time()
         kernel = compile(fused, "cuda", args.strategy, threads=args.threads)

@@ -192,14 +192,23 @@ def _tiles(context, builder, acc_t, values):
                                                for j in range(acc_t.count)])
 
 
+def _halves(builder, desc):
+    """A 64-bit descriptor as its two 32-bit words (low, high). A descriptor plus a step (``d + n``) is a 64-bit add in
+    the kernel's IR; taken apart here, LLVM narrows the low word's to 32 bits and, from the known bits of
+    :func:`wgmma_desc`'s fields (no carry reaches bit 16), folds the high word to its constant — so ptxas gets one
+    32-bit add per instruction instead of a 64-bit add with carry and the moves around it."""
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    return [builder.trunc(desc, i32), builder.trunc(builder.lshr(desc, i64(32)), i32)]
+
+
 def _wgmma_call(context, builder, sig, args, text, words):
     """The wgmma ``text`` with the accumulators as tied ``=f`` operands, then ``words`` (i32 A registers and scale,
-    i64 descriptors) as operands."""
+    descriptors as pairs of i32 words: see :func:`_halves`) as operands."""
     acc_t = sig.args[0]
     n = 4 * acc_t.count
-    f32, i32 = ir.FloatType(), ir.IntType(32)
+    f32 = ir.FloatType()
     ops = _flat(builder, args[0], acc_t.count) + words
-    cons = ["=f"] * n + [str(k) for k in range(n)] + ["r" if o.type == i32 else "l" for o in words]
+    cons = ["=f"] * n + [str(k) for k in range(n)] + ["r"] * len(words)
     out = _side_effect(builder, text, ",".join(cons), ops, ir.LiteralStructType([f32] * n))
     return _tiles(context, builder, acc_t, [builder.extract_value(out, k) for k in range(n)])
 
@@ -207,12 +216,18 @@ def _wgmma_call(context, builder, sig, args, text, words):
 def _wgmma_text(kind: str, n: int, a: str, b: str, scale: str, transposes: str) -> str:
     """The inline PTX of a ``wgmma.mma_async.m64n{n}k16``: the ``n / 2`` accumulators as ``$0 …`` (tied to the inputs
     that follow them), then the operands; ``a``, ``b`` and ``scale`` name operands ``{k}`` counted after those (the
-    A descriptor or registers, the B descriptor, the scale-d flag, set into a predicate), ``transposes`` the
+    A descriptor or registers, the B descriptor, the scale-d flag, set into a predicate; a descriptor ``{k}!`` is the
+    words ``{k}`` and ``{k + 1}`` made one 64-bit register), ``transposes`` the
     immediates after the two scales (``0, 0`` for two K-major descriptors; ``1`` for B transposed beside registers)."""
     at = n  # the operands' first number: after the outputs and their tied inputs
     op = lambda text: re.sub(r"\{(\d+)\}", lambda m: f"${at + int(m.group(1))}", text)  # noqa: E731
     regs = ", ".join(f"${k}" for k in range(n // 2))
-    return ("{\n.reg .pred p;\n"
+    # a descriptor operand ``{k}!`` is the two words ``{k}``, ``{k + 1}``, made one 64-bit register
+    descs = re.findall(r"\{(\d+)\}!", a + b)
+    head = "".join(f".reg .b64 d{k};\nmov.b64 d{k}, {{{op('{' + k + '}')}, {op('{' + str(int(k) + 1) + '}')}}};\n"
+                   for k in descs)
+    a, b = (re.sub(r"\{(\d+)\}!", r"d\1", x) for x in (a, b))
+    return ("{\n.reg .pred p;\n" + head +
             f"setp.ne.b32 p, {op(scale)}, 0;\n"
             f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{regs}}}, {op(a)}, {op(b)}, p, 1, 1"
             f"{', ' + transposes if transposes else ''};\n}}")
@@ -225,9 +240,10 @@ def _wgmma_ss(name, kind, transposed=False):
         _acc_type(name, acc)
 
         def codegen(context, builder, sig, args):
-            descs = [context.cast(builder, v, t, types.int64) for v, t in zip(args[1:3], sig.args[1:3])]
+            descs = [w for v, t in zip(args[1:3], sig.args[1:3])
+                     for w in _halves(builder, context.cast(builder, v, t, types.int64))]
             scale = context.cast(builder, args[3], sig.args[3], types.int32)
-            text = _wgmma_text(kind, 8 * sig.args[0].count, "{0}", "{1}", "{2}", transposes)
+            text = _wgmma_text(kind, 8 * sig.args[0].count, "{0}!", "{2}!", "{4}", transposes)
             return _wgmma_call(context, builder, sig, args, text, descs + [scale])
         return acc(acc, types.int64, types.int64, types.int32), codegen
     typer.__name__ = typer.__qualname__ = name
@@ -240,9 +256,9 @@ def _wgmma_rs(name, kind):
 
         def codegen(context, builder, sig, args):
             words = [context.cast(builder, v, t, types.uint32) for v, t in zip(args[1:5], sig.args[1:5])]
-            desc = context.cast(builder, args[5], sig.args[5], types.int64)
-            text = _wgmma_text(kind, 8 * sig.args[0].count, "{{0}, {1}, {2}, {3}}", "{4}", "{5}", "1")
-            return _wgmma_call(context, builder, sig, args, text, words + [desc, ir.Constant(ir.IntType(32), 1)])
+            desc = _halves(builder, context.cast(builder, args[5], sig.args[5], types.int64))
+            text = _wgmma_text(kind, 8 * sig.args[0].count, "{{0}, {1}, {2}, {3}}", "{4}!", "{6}", "1")
+            return _wgmma_call(context, builder, sig, args, text, words + desc + [ir.Constant(ir.IntType(32), 1)])
         return acc(acc, types.uint32, types.uint32, types.uint32, types.uint32, types.int64), codegen
     typer.__name__ = typer.__qualname__ = name
     return _device(_sim_wgmma_rs(kind))(typer)

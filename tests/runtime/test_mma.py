@@ -172,6 +172,20 @@ def test_a_causal_mask_written_in_the_cascade_skips_the_tiles_no_row_sees():
     assert np.abs(out - ref).max() <= (TOLERANCE["float16"] + STORE_ROUNDING["float16"]) * np.abs(ref).max()
     spec = kernel.spec_for(40, 150, {"k": "float16", "v": "float16"}, {"d": 16}, reps={"k": 40, "v": 40})[1]
     assert MmaKernel(f, spec).gate is not None and MmaKernel(fused("attention"), spec).gate is None
+    # the mask holds on a prefix of the row: the block stops at its first dead tile (the loop's count lowered)
+    assert MmaKernel(f, spec).prefix and "ntile = it + " in kernel.source(spec, "mma").source
+
+
+def test_only_a_gate_true_on_a_prefix_of_the_row_stops_the_loop():
+    import sympy as sp
+
+    from redalgebra.codegen.strategies.products import prefix
+
+    pos, q, w = sp.symbols("pos qpos w", extended_real=True)
+    assert all(prefix(c) for c in (pos <= q, pos < q, q >= pos, 2 * pos < q + w, -pos >= -q))
+    # true on a suffix, a window, not linear in pos, no position: tiles after a dead one may be live
+    assert not any(prefix(c) for c in (pos >= q, pos > q, -pos <= -q, sp.And(pos <= q, pos > q - w), pos ** 2 <= q,
+                                       q >= w))
 
 
 def test_dot_products_summed_share_one_chain_of_accumulators_nested_sums_too():

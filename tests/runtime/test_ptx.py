@@ -273,8 +273,10 @@ def test_wgmma_multiplies_by_warpgroups_without_serializing(report):
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
     # the thread's indices taken afresh each tile (fresh): 198 registers; with the per-thread addresses hoisted out
-    # of the loop and held across it, 252 (and MLA's 128 accumulators a thread spilled 220 bytes)
-    assert facts["registers"] <= 224, facts
+    # of the loop and held across it, 252 (and MLA's 128 accumulators a thread spilled 220 bytes). The next tile's
+    # copies issued while the scores' products run hold their addresses beside the accumulators in flight: 233
+    # (and 2.5-7 % faster at LLaMA-65B on the H200) — the bound is the hoisting's, with a margin below it
+    assert facts["registers"] <= 240, facts
 
 
 @pytest.mark.slow

@@ -212,7 +212,7 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         # descriptors of stage 0: the warpgroup's 64 factor rows (K-major), the weight tile (MN-major: blocks of 64
         # columns 64 rows of 128 bytes apart)
         lbo = BK * ROW * 2
-        out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * (warp // 4), 16, {ATOM})"),
+        out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})"),
                 Assign("db", f"wgmma_desc(sm, sb + {self.bm * ROW}, {lbo}, {ATOM})")]
         zero = self.consts.name(0.0)
         out += [Assign(f"ac_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]

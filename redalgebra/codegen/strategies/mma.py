@@ -60,11 +60,11 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
 from ..states import identity_text
-from ..tree import Assign, Barrier, Call, For, If, Store
+from ..tree import Assign, Barrier, Call, For, If, Store, While
 from . import Problem, Strategy, register
 from .base import TreeKernel
 from .columns import split_body
-from .products import KINDS, MOST_COMPONENTS, dots, gate, refusal, replace_sums, summed
+from .products import KINDS, MOST_COMPONENTS, dots, gate, prefix, refusal, replace_sums, summed
 from .products import applicable as form_and_call
 from .tile_update import BN, TileUpdate
 
@@ -148,6 +148,7 @@ class MmaKernel(TileUpdate, TreeKernel):
         self.resid = True  # the params' residuals staged in shared memory beside their values
         self.pitch, self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm, self.stages)
         self.gate = gate(fused, self.prologue, self.bodies, self.factors)
+        self.prefix = self.gate is not None and prefix(self.gate[1])
         self.whole, self.kept = False, set()
 
     def check_widths(self) -> None:
@@ -244,7 +245,8 @@ class MmaKernel(TileUpdate, TreeKernel):
         out = [Assign("tid", tid), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
                Assign("lg", "lane >> 2"), Assign("t", "lane & 3")]
         if self.ncol > 1:
-            out += [Assign("cg", f"warp // {self.threads // 32 // self.ncol}"),
+            # (the warp's, made known to ptxas as such: the descriptors computed from it stay in uniform registers)
+            out += [Assign("cg", f"uniform(int32(warp // {self.threads // 32 // self.ncol}))"),
                     Assign("rw", f"warp % {self.threads // 32 // self.ncol}")]
         return out + [Assign("krow", "(lane & 7) + 8 * (lane >> 4)"), Assign("kcol", "8 * ((lane >> 3) & 1)"),
                       Assign("vrow", "(lane & 7) + 8 * ((lane >> 3) & 1)"), Assign("vcol", "8 * (lane >> 4)")]
@@ -437,9 +439,18 @@ class MmaKernel(TileUpdate, TreeKernel):
                                      2 * np_, f"o_{r.name}", "pa")
         return out
 
+    def take_copies(self) -> list:
+        """The next tiles' copies (:meth:`loop`), once: where the tile issues them (its start, unless the products
+        are asynchronous and the copies can follow them, :meth:`~.wgmma.WgmmaKernel.scores`)."""
+        out, self.next_copies = self.next_copies, []
+        return out
+
+    next_copies: list = []
+
     def tile(self) -> list:
-        out = [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
-        out += [Assign("kb", f"({self.first}it) * {BN}")] + self.scores()
+        scores = self.scores()
+        out = self.take_copies() + [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
+        out += [Assign("kb", f"({self.first}it) * {BN}")] + scores
         # every tile but a row's last is whole: its element-wise work without a test (two selects) per element
         out.append(If(f"kb + {BN} <= length", tuple(self.updates(True)), tuple(self.updates(False))))
         for r in self.vred:
@@ -466,18 +477,33 @@ class MmaKernel(TileUpdate, TreeKernel):
         if self.gate is not None:  # ``lv``: bit k, whether tile it + k is live (found when its copies are issued)
             out.append(Assign("lv", "0"))
         for s_ in range(ahead):
-            out += [If(f"{s_} < ntile", tuple(self.loads(f"{first}{s_}", str(s_), s_))), Call("cp_commit", ())]
+            out += [If(f"{s_} < ntile", tuple(self.loads(f"{first}{s_}", str(s_), s_) + self.stop(str(s_)))),
+                    Call("cp_commit", ())]
         # the stage as an unsigned remainder (a signed one is five instructions more)
         stage = f"uint32(it + {ahead}) % uint32({self.stages})"
-        # the thread's indices taken afresh each tile (see lanes)
-        step = self.lanes("fresh(tid)") + [If(f"it + {ahead} < ntile", tuple(self.loads(f"{first}it + {ahead}", stage, ahead))),
-                Call("cp_commit", ()), Call(f"cp_wait{ahead}", ())]
+        # the thread's indices taken afresh each tile (see lanes); this tile's copies waited for, then one barrier:
+        # every thread's copies have landed, and every warp is done with the previous tile — its stage, read by
+        # nothing now (the pending products of the pipelined order read the one before), takes the copies of tile
+        # ``it + ahead``, issued after the barrier (so one barrier a tile, not two)
+        loads = [If(f"it + {ahead} < ntile", tuple(self.loads(f"{first}it + {ahead}", stage, ahead) +
+                                                    self.stop(f"it + {ahead}"))), Call("cp_commit", ())]
+        step = self.lanes("fresh(tid)") + [Call(f"cp_wait{ahead - 1}", ())]
         step += self.landed() + [Barrier(), Assign("st", f"uint32(it) % uint32({self.stages})")]
         if self.gate is None:
-            step += self.tile() + [Barrier()]
+            self.next_copies = loads
+            step += self.tile()
+            assert not self.next_copies, "the tile did not issue the copies"
         else:  # a tile that no row of the block sees (above a causal diagonal) is skipped whole
-            step += [If("lv & 1", tuple(self.tile()), tuple(self.skipped())), Barrier(), Assign("lv", "lv >> 1")]
+            step += loads + [If("lv & 1", tuple(self.tile()), tuple(self.skipped())), Assign("lv", "lv >> 1")]
+        if self.prefix:  # the count of tiles lowered at the first dead one (stop)
+            return out + [Assign("it", "0"), While("it < ntile", tuple(step) + (Assign("it", "it + 1"),))] + \
+                self.drain()
         return out + [For("it", "0", "ntile", tuple(step))] + self.drain()
+
+    def stop(self, index: str) -> list:
+        """With a gate true on a prefix of the row (:func:`.products.prefix`): the loop ends before tile ``index``
+        (counted in the segment) when it is dead — every later tile is dead too."""
+        return [If("live == 0", (Assign("ntile", index),))] if self.prefix else []
 
     @property
     def ahead(self) -> int:

@@ -169,6 +169,22 @@ def gate(fused: FusedCascade, prologue, bodies, factors):
     return None
 
 
+def prefix(cond) -> bool:
+    """Whether a gate's condition holds on a prefix of the row (``pos <= qpos``, ``2 * pos < qpos + w``): one
+    comparison, linear in ``pos``, true for the smaller positions — once a tile is dead for every row of a block, so
+    is every later one, and the block stops there (a causal mask: half of the tiles of a square are above the
+    diagonal, each of them otherwise a barrier and a test of every element for nothing)."""
+    pos = next((s_ for s_ in cond.free_symbols if s_.name == "pos"), None)
+    if pos is None or not isinstance(cond, (sp.LessThan, sp.StrictLessThan, sp.GreaterThan, sp.StrictGreaterThan)):
+        return False
+    d = sp.expand(cond.lhs - cond.rhs)
+    slope = sp.diff(d, pos)
+    if not slope.is_number or slope == 0 or sp.diff(d, pos, 2) != 0:
+        return False
+    below = isinstance(cond, (sp.LessThan, sp.StrictLessThan))  # true where d is below 0
+    return bool(slope > 0) == below
+
+
 def applicable(fused: FusedCascade, p: Problem, name: str, shared, wide: bool = False) -> str | None:
     """Why the tensor-core strategy ``name`` does not suit this call (None: it does): the cascade's form, then the
     types and sizes; ``shared(fused, problem)``: the bytes of shared memory the strategy's block needs; ``wide``: vector

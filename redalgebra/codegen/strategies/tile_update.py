@@ -125,24 +125,44 @@ class TileUpdate:
                 acc.scalar[fold.name], acc.scalar[other.name] = f"tr_{h}", f"tx_{h}"
                 pre, text = self.print(r.monoid.combine(fold, other), acc)
                 out += [Shuffle(f"tx_{h}", f"tr_{h}", str(off))] + pre + [Assign(f"tr_{h}", text)]
-        out += self.exchange(r, fold, other)
+        join = []
         for h in self.rows:
             left = self.left(r, h)
             acc = self.access(h)
             acc.scalar[fold.name], acc.scalar[other.name] = "tl", f"tr_{h}"
             pre, text = self.print(r.monoid.combine(fold, other), acc)
             head = [Assign("tl", f"s_{r.name}_{h}")] if left is None else left[0] + [Assign("tl", left[1])]
-            out += head + pre + [Assign(f"n_{r.name}_{h}", text)]
-        return out
+            join += head + pre + [Assign(f"n_{r.name}_{h}", text)]
+        if self.deferrable(r):  # the partials written now, read and joined after the factor tile's barrier
+            write, read = self.exchange(r, fold, other, split=True)
+            self.deferred = read + join
+            return out + write
+        return out + self.exchange(r, fold, other) + join
 
-    def exchange(self, r, fold, other) -> list:
+    #: What a deferred exchange leaves for after the factor tile's barrier (:meth:`deferrable`).
+    deferred: list = []
+
+    def deferrable(self, r) -> bool:
+        """Whether the column groups' exchange of ``r``'s partials can wait for the barrier that publishes the factor
+        tile (one barrier a tile fewer): nothing of the tile reads ``r``'s new state — no other reduction depends on
+        it (attention's row sum ``l``: the factors and the corrections depend on the maximum alone). Only the last
+        such reduction (one slot of statements)."""
+        if self.ncol == 1 or not self.vred:
+            return False
+        free = [q for q in self.scal if all(q.name not in self.f.analysis[o.name].deps
+                                           for o in self.c.reductions if o is not q)]
+        return bool(free) and r is free[-1]
+
+    def exchange(self, r, fold, other, split: bool = False):
         """With column groups: each group's partial ``tr_{h}`` of reduction ``r`` over its elements of the tile,
-        through shared memory, combined in group order (so that every group holds the same state, bit for bit)."""
+        through shared memory, combined in group order (so that every group holds the same state, bit for bit).
+        ``split``: ``(the writes, the reads)``, for a barrier between them that is not the exchange's own."""
         if self.ncol == 1:
             return []
         slot = self.scal.index(r) * self.ncol * self.bm
-        out = [If("t == 0", tuple(Assign(f"smf[xf + {slot} + cg * {self.bm} + 16 * rw + lg + {8 * h}]", f"tr_{h}")
-                                  for h in self.rows)), Barrier()]
+        write = [If("t == 0", tuple(Assign(f"smf[xf + {slot} + cg * {self.bm} + 16 * rw + lg + {8 * h}]", f"tr_{h}")
+                                    for h in self.rows))]
+        out = []
         for h in self.rows:
             at = f"xf + {slot} + 16 * rw + lg + {8 * h}"
             out.append(Assign(f"tr_{h}", f"smf[{at}]"))
@@ -151,7 +171,7 @@ class TileUpdate:
                 acc.scalar[fold.name], acc.scalar[other.name] = f"tr_{h}", f"tx_{h}"
                 pre, text = self.print(r.monoid.combine(fold, other), acc)
                 out += [Assign(f"tx_{h}", f"smf[{at} + {g * self.bm}]")] + pre + [Assign(f"tr_{h}", text)]
-        return out
+        return (write, out) if split else write + [Barrier()] + out
 
     def chosen(self, target: str, pre: list, text: str, m: int, j: int, i: int, otherwise: str | None) -> list:
         """``target = text`` (after ``pre``) where element ``(m, j, i)`` counts, else ``otherwise`` (None: ``target`` kept):

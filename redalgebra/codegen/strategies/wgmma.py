@@ -186,12 +186,13 @@ class WgmmaKernel(MmaKernel):
             value = acc
             for n in group:  # (the group's products summed: one chain, the first product's scale 0)
                 value = chain(value, n, f"dq_{n}", n == group[0])
-            out += [Call("wgmma_fence", ()), Assign(acc, value)]
+            # the next tiles' copies issued while the first products run (their address arithmetic and the
+            # load queue's throttling off the products' path)
+            out += [Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())] + self.take_copies()
             if after is None or g < len(self.sums) - 1:
-                out += self.wait(acc)
+                out += [Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
             else:  # every group's scores committed, then the products left in flight: all but those waited for
-                out += [Call("wgmma_commit", ()), If("pp", tuple(after) + (Call("wgmma_wait1", ()),),
-                                                        (Call("wgmma_wait0", ()),))]
+                out += [If("pp", tuple(after) + (Call("wgmma_wait1", ()),), (Call("wgmma_wait0", ()),))]
                 out.append(Assign(acc, f"wgmma_hold({acc})"))
             if self.resid:
                 value = acc
@@ -227,7 +228,7 @@ class WgmmaKernel(MmaKernel):
             p = self.param_of(dot)
             lo = self.qtile[n] + _blocks(self.size[p]) * self.bm * ROW
             # the warpgroup's 64 rows (with column groups, every warpgroup the block's 64)
-            group = f" + {ROW * ROW} * (warp // 4)" if self.ncol == 1 else ""
+            group = f" + {ROW * ROW} * uniform(int32(warp // 4))" if self.ncol == 1 else ""
             for name, at in ((f"dq_{n}", self.qtile[n]), (f"dl_{n}", lo))[:1 + self.resid]:
                 out.append(Assign(name, f"wgmma_desc(sm, sb + {at}{group}, 16, {ATOM})"))
         return out
@@ -263,8 +264,9 @@ class WgmmaKernel(MmaKernel):
         applied after the previous tile's products are added and before its own."""
         if not self.pipelined:
             return super().tile()
-        out = [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
-        out += [Assign("kb", f"({self.first}it) * {BN}")] + self.scores(after=self.pending())
+        scores = self.scores(after=self.pending())
+        out = self.take_copies() + [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
+        out += [Assign("kb", f"({self.first}it) * {BN}")] + scores
         self.scaling = {}
         out.append(If(f"kb + {BN} <= length", tuple(self.updates(True)), tuple(self.updates(False))))
         scaling, self.scaling = self.scaling, None
@@ -340,7 +342,10 @@ class WgmmaKernel(MmaKernel):
                 at = f"(sb + {self.base['P']} + (16 * rw + lg + {8 * (w & 1)}) * {ROW} + ({key} ^ (lg << 3))) // 2"
                 out.append(Assign(f"smw[{at}]", f"pa_{kk}_{w}"))
         acc = self.tiles(f"o_{r.name}_0", dv // 8)
-        out += [Call("fence_async", ()), Barrier(), Assign(acc, f"wgmma_hold({acc})"), Call("wgmma_fence", ())]
+        out += [Call("fence_async", ()), Barrier()]
+        if r is self.vred[0]:  # a scalar reduction's exchange deferred to this barrier (TileUpdate.deferrable)
+            out += self.deferred
+        out += [Assign(acc, f"wgmma_hold({acc})"), Call("wgmma_fence", ())]
         value = acc
         for kk in range(BN // 16):
             value = f"wgmma_sst_{self.kind}({value}, dp + {2 * kk}, dv_{x} + {16 * kk * ROW // 8}, 1)"

@@ -104,10 +104,13 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="the small cases, for compute-sanitizer")
     ap.add_argument("--strategy", default="mma", choices=("mma", "wgmma"))
     ap.add_argument("--threads", type=int, help="threads per block (the strategy's default if not given)")
+    ap.add_argument("--only", help="comma-separated workloads: the cases of these only (e.g. causal)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     failures, rows_out = 0, []
     for name, groups, R, L, d, dtype, masked, exact in SMALL if args.small else CASES:
+        if args.only and name not in args.only.split(","):
+            continue
         fused = derive(cascade(name))
         inputs, params, keep = problem(name, groups, R, L, d, dtype, masked, exact, rng)
         t0 = time.time()

@@ -188,6 +188,48 @@ def test_only_a_gate_true_on_a_prefix_of_the_row_stops_the_loop():
                                        q >= w))
 
 
+CAUSAL = """\
+input k[d]
+input v[d]
+param q[d]
+param qpos int
+let s = dot(q, k)
+let sc = where(pos <= qpos, s, -inf)
+reduce m = max(sc)
+reduce l = sum(exp(sc - m))
+reduce o = sum(exp(sc - m) * v)
+out y = o / l
+"""
+
+
+@pytest.mark.parametrize("strategy", ["mma", "wgmma"])
+@pytest.mark.parametrize("first", [70, 30])
+def test_a_tile_every_row_sees_whole_takes_no_mask_and_the_diagonal_one_does(strategy, first):
+    # rows at positions first, first + 3, …: with first = 70 tile 0 (keys 0 … 63) is seen whole by every row and
+    # computed without the mask, tile 1 is cut by the diagonal (masked), tile 2 is seen by none (the loop ends);
+    # with first = 30 no tile is seen whole. The keys each row must not see are huge (a dropped mask: far off)
+    # and those of the dead tiles NaN (never read)
+    R, L, d = 16, 150, 16
+    rng = np.random.default_rng(first)
+    f = derive(parse(CAUSAL))
+    inputs = {x: rng.normal(size=(1, L, d)).astype(np.float16) for x in ("k", "v")}
+    qpos = (first + 3 * np.arange(R)).astype(np.float32)
+    inputs["k"][0, int(qpos[0]) + 1:] = 60.0
+    inputs["v"][0, int(qpos[0]) + 1:] = 100.0
+    params = {"q": rng.normal(size=(R, d)).astype(np.float16).astype(np.float32) * 0.1, "qpos": qpos}
+    wide = {k_: np.repeat(v_.astype(np.float64), R, 0) for k_, v_ in inputs.items()}
+    ref = evaluate(f.cascade, wide, params)["y"]
+    inputs["k"][0, 128:] = inputs["v"][0, 128:] = np.nan
+    kernel = compile(f, "cudasim", strategy)
+    out = kernel(inputs, params)["y"]
+    assert np.isfinite(out).all()
+    # row by row (the rows that see the huge values have outputs near 100, the others near 0.1)
+    err = np.abs(out - ref).max(axis=1) / np.abs(ref).max(axis=1)
+    assert err.max() <= TOLERANCE["float16"] + STORE_ROUNDING["float16"], err
+    spec = kernel.spec_for(R, L, {"k": "float16", "v": "float16"}, {"d": d}, reps={"k": R, "v": R})[1]
+    assert "op != 0 and kb + 64 <= length" in kernel.source(spec, strategy).source
+
+
 def test_dot_products_summed_share_one_chain_of_accumulators_nested_sums_too():
     # dot(q1, c) + dot(q2, k) is one chain of products, and so is the sum inside tanh: each replaced, the inner
     # one inside the outer's replacement too

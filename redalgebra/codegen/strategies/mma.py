@@ -452,7 +452,7 @@ class MmaKernel(TileUpdate, TreeKernel):
         out = self.take_copies() + [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
         out += [Assign("kb", f"({self.first}it) * {BN}")] + scores
         # every tile but a row's last is whole: its element-wise work without a test (two selects) per element
-        out.append(If(f"kb + {BN} <= length", tuple(self.updates(True)), tuple(self.updates(False))))
+        out.append(If(self.whole_test(), tuple(self.updates(True)), tuple(self.updates(False))))
         for r in self.vred:
             out += self.sum_products(r, self.factors[r.name][1], self.cols(r))
         out += [Assign(f"s_{r.name}_{h}", f"n_{r.name}_{h}") for r in self.scal for h in self.rows]
@@ -488,7 +488,7 @@ class MmaKernel(TileUpdate, TreeKernel):
         loads = [If(f"it + {ahead} < ntile", tuple(self.loads(f"{first}it + {ahead}", stage, ahead) +
                                                     self.stop(f"it + {ahead}"))), Call("cp_commit", ())]
         step = self.lanes("fresh(tid)") + [Call(f"cp_wait{ahead - 1}", ())]
-        step += self.landed() + [Barrier(), Assign("st", f"uint32(it) % uint32({self.stages})")]
+        step += self.landed() + self.barrier() + [Assign("st", f"uint32(it) % uint32({self.stages})")]
         if self.gate is None:
             self.next_copies = loads
             step += self.tile()
@@ -499,6 +499,25 @@ class MmaKernel(TileUpdate, TreeKernel):
             return out + [Assign("it", "0"), While("it < ntile", tuple(step) + (Assign("it", "it + 1"),))] + \
                 self.drain()
         return out + [For("it", "0", "ntile", tuple(step))] + self.drain()
+
+    def barrier(self) -> list:
+        """The loop's one barrier a tile; with a gate true on a prefix of the row it also finds ``op``: whether the
+        gate holds for every element of this tile and row of the block (at the tile's last position: it then holds
+        before it), so that the tile's whole path computes no mask (:meth:`~.tile_update.TileUpdate.elements`; causal
+        attention: every tile but the diagonal one). The same barrier, as a reduction (``bar.red.and``)."""
+        if not self.prefix:
+            return [Barrier()]
+        out = [Assign("pe", f"float32(({self.first}it) * {BN} + {BN - 1})"), Assign("every", "1")]
+        for h in self.rows:
+            pre, text = self.print(self.gate[1], self.at_position(h, "pe"))
+            out += pre + [If(f"not {text}", (Assign("every", "0"),))]
+        return out + [Assign("op", "cuda.syncthreads_and(every)")]
+
+    def at_position(self, h: int, pos: str):
+        """Names for row ``h`` with the element position ``pos`` (a float32 name)."""
+        acc = self.access(h)
+        acc.scalar["pos"] = pos
+        return acc
 
     def stop(self, index: str) -> list:
         """With a gate true on a prefix of the row (:func:`.products.prefix`): the loop ends before tile ``index``
@@ -532,6 +551,12 @@ class MmaKernel(TileUpdate, TreeKernel):
         _, cond = self.gate
         out = [Assign("kb", f"({tile}) * {BN}"), Assign("lt", f"kb{self.key0} + 2 * t"), Assign("lf", "float32(lt)"),
                Assign("seen", "0")]
+        if self.prefix:  # true at the tile's first position for some row, or nowhere in it: a test a row
+            out.append(Assign("pf", "float32(kb)"))
+            for h in self.rows:
+                pre, text = self.print(cond, self.at_position(h, "pf"))
+                out += pre + [If(text, (Assign("seen", "1"),))]
+            return out + [Assign("live", "cuda.syncthreads_or(seen)")]
         for m, j, i in self.slots():
             pre, text = self.print(cond, self.access(2 * m + (i >> 1), m, j, i))
             out += pre + [If(text, (Assign("seen", "1"),))]

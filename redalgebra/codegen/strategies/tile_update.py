@@ -40,8 +40,15 @@ class TileUpdate:
             tests.append(f"(keep[rc_{2 * m + (i >> 1)}, {at if self.whole else f'min({at}, length - 1)'}] != 0)")
         return " & ".join(tests) or None
 
+    def whole_test(self) -> str:
+        """Whether the tile takes the whole path: every element in the row, and, with a gate true on a prefix of the
+        row, the gate true for all of them (``op``, found at the loop's barrier): no test per element at all."""
+        test = f"kb + {BN} <= length"
+        return f"op != 0 and {test}" if self.prefix else test
+
     def elements(self) -> list:
-        """The per-element inputs and lets of the thread's 32 elements (``lt``: its first element's position)."""
+        """The per-element inputs and lets of the thread's 32 elements (``lt``: its first element's position); on the
+        whole path of a gate true on a prefix (:meth:`whole_test`), the gate's let is its value, unmasked."""
         out = [Assign("lt", f"kb{self.key0} + 2 * t"), Assign("lf", "float32(lt)"),
                Assign("rem", f"int32(min(length - lt, {BN}))")]
         for m, j, i in self.slots():
@@ -54,6 +61,8 @@ class TileUpdate:
                 out.append(Assign(f"e_{x}_{m}_{j}_{i}", scalar_load(dt, x, rr, at)))
             acc = self.access(h, m, j, i)
             for sym, expr in self.prologue:
+                if self.whole and self.prefix and sym == self.gate[0]:
+                    expr = expr.args[0].expr  # where(cond, s, -inf) with cond true: s
                 pre, text = self.print(expr, acc)
                 out += pre + [Assign(f"e_{sym.name}_{m}_{j}_{i}", text)]
         return out

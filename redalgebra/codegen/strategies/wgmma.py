@@ -268,7 +268,7 @@ class WgmmaKernel(MmaKernel):
         out = self.take_copies() + [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
         out += [Assign("kb", f"({self.first}it) * {BN}")] + scores
         self.scaling = {}
-        out.append(If(f"kb + {BN} <= length", tuple(self.updates(True)), tuple(self.updates(False))))
+        out.append(If(self.whole_test(), tuple(self.updates(True)), tuple(self.updates(False))))
         scaling, self.scaling = self.scaling, None
         out += self.finish_pending() + [st for key in sorted(scaling) for st in scaling[key]]
         for r in self.vred:

@@ -1,0 +1,77 @@
+"""Where the host time of a user's call goes, for one benchmark case: the public call against its prepared launch.
+
+    python3 gpu/call_cost.py GROUP INDEX CONFIG [--calls 500]      # e.g. prefill 0 wgmma@128
+
+GROUP and INDEX pick a case of ``bench.py``, CONFIG is bench's configuration syntax. Prints the wall clock per call of
+``calls`` back-to-back calls (synchronised once at the end: the host's time when it exceeds the kernel's) for the
+public call on torch tensors, the prepared launch, and the public call on one input copy; then a cProfile of the
+public calls (the functions that take the host's time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench import Runner, all_cases, as_tensors  # noqa: E402
+
+
+def per_call_us(fn, calls: int) -> float:
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("group")
+    ap.add_argument("index", type=int)
+    ap.add_argument("config")
+    ap.add_argument("--calls", type=int, default=500)
+    args = ap.parse_args(argv)
+    case = all_cases(False)[args.group][args.index]()
+    runner = Runner(1.0, Path("/nonexistent/autotune.json"), True)
+    kernel = runner.kernel(case, args.config)
+    inputs, params, _ = case.copies[0]
+    tensors = as_tensors(inputs)
+    launch = kernel.prepare(inputs, params)
+    public = lambda: kernel(tensors, params)  # noqa: E731
+    print(f"{case.name} {case.shape} {case.dtype} {args.config}")
+    print(f"  public call      {per_call_us(public, args.calls):8.1f} us per call (host wall clock, back to back)")
+    print(f"  prepared launch  {per_call_us(launch.run, args.calls):8.1f} us per call")
+    # the kernel's own time: one call, synchronised
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    launch.run()
+    end.record()
+    torch.cuda.synchronize()
+    print(f"  one launch on the device {start.elapsed_time(end) * 1e3:8.1f} us")
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(200):
+        public()
+    profile.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(18)
+    print("\n".join(line for line in text.getvalue().splitlines() if line.strip())[:6000])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

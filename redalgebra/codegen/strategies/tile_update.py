@@ -197,7 +197,7 @@ class TileUpdate:
     def vector_update(self, r) -> list:
         factor, x = self.factors[r.name]
         dv = self.cols(r)
-        out, scale, changed = [], [], []
+        out = []
         for h in self.rows:
             left = self.left(r, h)
             if left is not None:
@@ -205,18 +205,12 @@ class TileUpdate:
                 # deferred, each vector sum's correction keeps its own name until its scaling
                 cf = f"cf_{h}" if self.scaling is None else f"cf_{r.name}_{h}"
                 out += left[0] + [Assign(cf, left[1])]
-                scale += [Assign(f"o_{r.name}_{m}_{j}_{i}", cf, "*") for j in range(dv // 8)
-                          for i in (2 * hh, 2 * hh + 1)]
-                changed.append(f"({cf} != {self.consts.name(1.0)})")
-        if scale:
-            # a correction of exactly 1 (the dependency unchanged: exp(m - m) is 1 exactly) leaves the accumulators as
-            # they are, bit for bit: they are scaled only where one of the thread's rows changed (a branch a warp
-            # takes as a whole once its rows' maxima have settled: 64 to 128 products a thread a tile saved)
-            scale = [If(" | ".join(changed), tuple(scale))]
-            if self.scaling is None:
-                out += scale
-            else:  # the accumulators may still be written by products in flight: scaled once they are done
-                self.scaling[r.name] = scale
+                scale = [Assign(f"o_{r.name}_{m}_{j}_{i}", cf, "*") for j in range(dv // 8)
+                         for i in (2 * hh, 2 * hh + 1)]
+                if self.scaling is None:
+                    out += scale
+                else:  # the accumulators may still be written by products in flight: scaled once they are done
+                    self.scaling[r.name, h] = scale
         term = self.new_term(r, factor)
         zero = self.consts.name(0.0)
         for m, j, i in self.slots() if r.name not in self.kept else ():  # else computed with the sum that shares it
@@ -224,7 +218,7 @@ class TileUpdate:
             out += self.chosen(f"pf_{r.name}_{m}_{j}_{i}", pre, text, m, j, i, zero)
         return out
 
-    #: Where the vector accumulators' scaling goes when it must wait (``{reduction: statements}``), or None: with
+    #: Where the vector accumulators' scaling goes when it must wait (``{(reduction, row): statements}``), or None: with
     #: the factors (:meth:`vector_update`).
     scaling = None
 

@@ -36,6 +36,32 @@ def per_call_us(fn, calls: int) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
+def host_us(fn, calls: int = 30) -> float:
+    """The host's time per call: a burst of ``calls`` calls timed without waiting for the device (the launch queue
+    takes them), after the device has caught up; the median of five bursts."""
+    times = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t0) / calls * 1e6)
+    torch.cuda.synchronize()
+    return sorted(times)[2]
+
+
+def device_us(fn, calls: int = 50) -> float:
+    """The device's time per call over ``calls`` back-to-back calls (CUDA events)."""
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / calls * 1e3
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("group")
@@ -51,8 +77,11 @@ def main(argv=None) -> int:
     launch = kernel.prepare(inputs, params)
     public = lambda: kernel(tensors, params)  # noqa: E731
     print(f"{case.name} {case.shape} {case.dtype} {args.config}")
-    print(f"  public call      {per_call_us(public, args.calls):8.1f} us per call (host wall clock, back to back)")
-    print(f"  prepared launch  {per_call_us(launch.run, args.calls):8.1f} us per call")
+    out = {k: v.clone() for k, v in public().items()}
+    given = lambda: kernel(tensors, params, out=out)  # noqa: E731
+    for name, fn in (("public call", public), ("public call, out given", given), ("prepared launch", launch.run)):
+        print(f"  {name:24} wall {per_call_us(fn, args.calls):7.1f} us per call back to back; host {host_us(fn):7.1f} us; "
+              f"device {device_us(fn):7.1f} us")
     # the kernel's own time: one call, synchronised
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -230,6 +230,13 @@ def test_a_tile_every_row_sees_whole_takes_no_mask_and_the_diagonal_one_does(str
     assert "op != 0 and kb + 64 <= length" in kernel.source(spec, strategy).source
 
 
+def test_segments_one_of_them_empty_merge_to_the_reference():
+    # five tiles over four segments of two: the last has none and writes its identities. The segments' states are
+    # not zero-filled per call (the strategy says it writes them all); the simulator poisons them with NaN, so that
+    # an entry left unwritten would show in the outputs
+    assert_matches_the_reference("wgmma", "attention", 1, 16, 300, 16, "float16", True, True, segments=4)
+
+
 def test_dot_products_summed_share_one_chain_of_accumulators_nested_sums_too():
     # dot(q1, c) + dot(q2, k) is one chain of products, and so is the sum inside tanh: each replaced, the inner
     # one inside the outer's replacement too

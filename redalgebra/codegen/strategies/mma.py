@@ -668,7 +668,11 @@ def build(fused: FusedCascade, spec: Spec, target: str, kernel=None, name: str =
     if k.segmented:
         from dataclasses import replace
 
-        src = replace(src, scratch=k.scratch(), entries=tuple((n, a, g) for n, a, g, _ in kernels))
+        # every (row, segment) state is written by the partial kernel, an empty segment's as the identities: no
+        # zero fill per call (three memsets for MLA)
+        scratch = k.scratch()
+        src = replace(src, scratch=scratch, written=tuple(name for name, *_ in scratch),
+                      entries=tuple((n, a, g) for n, a, g, _ in kernels))
     return src
 
 

@@ -79,7 +79,13 @@ def main(argv=None) -> int:
     print(f"{case.name} {case.shape} {case.dtype} {args.config}")
     out = {k: v.clone() for k, v in public().items()}
     given = lambda: kernel(tensors, params, out=out)  # noqa: E731
-    for name, fn in (("public call", public), ("public call, out given", given), ("prepared launch", launch.run)):
+    systems = [("public call", public), ("public call, out given", given), ("prepared launch", launch.run)]
+    if any(step._config is not None for step in launch.driver):  # the same kernels without the early start
+        from redalgebra.runtime.driver import DriverStep
+
+        serial = [DriverStep(kernel, args, names) for kernel, names, args in launch.steps]
+        systems.append(("prepared, one after another", lambda: [step.launch() for step in serial]))
+    for name, fn in systems:
         print(f"  {name:24} wall {per_call_us(fn, args.calls):7.1f} us per call back to back; host {host_us(fn):7.1f} us; "
               f"device {device_us(fn):7.1f} us")
     # the kernel's own time: one call, synchronised

@@ -110,6 +110,21 @@ def check_calls():
     fp8 = ra.compile(ra.derive(ra.parse(FP8_QUANT)), "cuda")
     x = torch.randn(77, 7168, device=dev, dtype=torch.bfloat16)
     same("fp8 quant (e4m3 + scale)", fp8({"x": x}), _slow_call(fp8, {"x": x}, {}, None))
+    # a module of three kernels whose scratch (the factors, the segments' sums) the call keeps per stream: two calls
+    # with other data, the second reusing it, then on a side stream (its own), each against the reference path
+    gemm = kernel("fp8_quant_gemm", strategy="columns_mma")
+    w = (torch.randn(1, 7168, 1024, device=dev) * 0.05).to(torch.float8_e4m3fn)
+    for label in ("first", "second (the scratch reused)"):
+        x = torch.randn(16, 7168, device=dev, dtype=torch.bfloat16)
+        same(f"fp8 quant + GEMM e4m3 weights, {label} call", gemm({"x": x, "w": w}), _slow_call(gemm, {"x": x, "w": w}, {}, None))
+    side = torch.cuda.Stream()
+    x = torch.randn(16, 7168, device=dev, dtype=torch.bfloat16)
+    want = _slow_call(gemm, {"x": x, "w": w}, {}, None)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        got = gemm({"x": x, "w": w})
+    side.synchronize()
+    same("fp8 quant + GEMM on a side stream", got, want)
     # a side stream: the launch follows torch's current stream
     s = torch.cuda.Stream()
     x = torch.randn(512, 8192, device=dev)
@@ -219,8 +234,12 @@ def timings(rows_out):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="gpu/results/h200/calls.csv")
+    ap.add_argument("--checks", action="store_true", help="the checks only, no timing")
     args = ap.parse_args()
     check_calls()
+    if args.checks:
+        print(f"{len(FAILURES)} failures", flush=True)
+        return 1 if FAILURES else 0
     rows_out = []
     timings(rows_out)
     out = Path(args.out)

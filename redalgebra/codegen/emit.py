@@ -46,6 +46,8 @@ class Spec:
     shared: int = 0              # bytes of dynamic shared memory per block (mma: the staged tiles)
     stages: int = 2              # mma, wgmma: tiles of the vector inputs in shared memory (stages - 1 loading ahead)
     pre_vec: int = 1             # columns, columns_mma: elements per wide load of the scalar reductions' kernel
+    dependent: bool = False      # a module's kernels after its first may start while the one before runs (Hopper's
+    #                              programmatic dependent launch): they wait for it (grid_wait) before reading it
 
     @property
     def launch_bounds(self) -> str:

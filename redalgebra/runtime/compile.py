@@ -359,7 +359,9 @@ class Kernel:
         if self.backend == "cuda":  # launched through the driver with arguments packed once
             from .driver import DriverStep
 
-            driver = tuple(DriverStep(kernel, args, names) for kernel, names, args in steps)
+            # with Spec.dependent, every kernel but the first may start while the one before it runs
+            driver = tuple(DriverStep(kernel, args, names, dependent=spec.dependent and k > 0)
+                           for k, (kernel, names, args) in enumerate(steps))
         return Launch(steps, outputs, driver)
 
     def _outputs(self, src: KernelSource, rows, length, spec, on_device: bool = False, out=None) -> dict:

@@ -46,6 +46,32 @@ def _libcuda():
     return launch, function, name, attribute
 
 
+@lru_cache(maxsize=1)
+def _launch_ex():
+    """The driver's ``cuLaunchKernelEx`` (CUDA 12), or None where the driver lacks it."""
+    launch = getattr(ctypes.CDLL("libcuda.so.1"), "cuLaunchKernelEx", None)
+    if launch is not None:
+        launch.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        launch.restype = ctypes.c_int
+    return launch
+
+
+class LaunchAttribute(ctypes.Structure):
+    """``CUlaunchAttribute``: an id, padding to 8 bytes, a 64-byte union of values."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_int), ("value", ctypes.c_int * 16)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig`` (the stream handle 8-byte aligned after the seven 32-bit fields, as C lays it out)."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(LaunchAttribute)), ("count", ctypes.c_uint)]
+
+
+#: ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``: the kernel may start before the one before it on the
+#: stream has finished (it waits for it by ``griddepcontrol.wait``).
+_PROGRAMMATIC = 6
+
+
 #: ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``: a block may use more than 48 KB only when asked.
 _MAX_DYNAMIC_SHARED = 8
 _STATIC_LIMIT = 48 * 1024
@@ -97,9 +123,9 @@ class DriverStep:
     and numbers); ``names``: a name per argument, by which :meth:`bind` rebinds an array's data pointer.
     """
 
-    __slots__ = ("function", "grid", "block", "shared", "fields", "params", "pointers", "_launch", "_fixed")
+    __slots__ = ("function", "grid", "block", "shared", "fields", "params", "pointers", "_launch", "_fixed", "_config")
 
-    def __init__(self, configured, args, names):
+    def __init__(self, configured, args, names, dependent: bool = False):
         dispatcher = configured.dispatcher
         argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
         overload = dispatcher.compile(argtypes)  # the overload a numba launch would select
@@ -121,6 +147,15 @@ class DriverStep:
         self.params = (ctypes.c_void_p * len(self.fields))(*[ctypes.addressof(f) for f in self.fields])
         self._launch = launch
         self._fixed = (self.function, *self.grid, *self.block, self.shared)  # the arguments before the stream
+        # dependent (``Spec.dependent``, a module's later kernel): launched by cuLaunchKernelEx with the attribute
+        # that lets it start while the kernel before it runs; it waits for that one itself (grid_wait)
+        self._config = None
+        if dependent and _launch_ex() is not None:
+            attribute = LaunchAttribute(id=_PROGRAMMATIC)
+            attribute.value[0] = 1
+            self._config = LaunchConfig((ctypes.c_uint * 3)(*self.grid), (ctypes.c_uint * 3)(*self.block), self.shared,
+                                        None, ctypes.pointer(attribute), 1)
+            self._launch = _launch_ex()
 
     def bind(self, pointers: dict) -> None:
         """Point the named array arguments at new data (same shape, strides and dtype)."""
@@ -132,6 +167,10 @@ class DriverStep:
 
     def launch(self, stream: int = 0) -> None:
         """Launch on ``stream`` (a ``CUstream`` handle; 0: the legacy default stream), asynchronously."""
-        code = self._launch(*self._fixed, stream, self.params, None)
+        if self._config is not None:
+            self._config.stream = stream
+            code = self._launch(ctypes.byref(self._config), self.function, self.params, None)
+        else:
+            code = self._launch(*self._fixed, stream, self.params, None)
         if code:
             _check(code, "cuLaunchKernel")

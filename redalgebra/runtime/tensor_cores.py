@@ -37,7 +37,8 @@ from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _asm, _bf16_pai
 if not SIMULATOR:
     from .intrinsics import TypingError
 
-__all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "st_w2_at", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
+__all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "st_w2_at",
+           "prefetch_l2_at", "grid_wait", "grid_launch", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
            "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
@@ -323,6 +324,23 @@ ld_w4_stream_at.__doc__ = """``ld_w4_at`` for data read once: ``ld.global.nc.L1:
 kept in L1, where it would evict what the kernel reads again)."""
 
 
+def _sim_prefetch_l2_at(a, offset):
+    _sim_flat("prefetch_l2_at", a, offset, 1)  # (the bounds: the GPU does not fault on a prefetch, the simulator does)
+
+
+@_device(_sim_prefetch_l2_at)
+def prefetch_l2_at(typingctx, a, offset):
+    """Bring the cache line of element ``offset`` of ``a`` (counted in row-major order) into L2 (``prefetch.global.L2``):
+    a kernel waiting for the one before it (:func:`grid_wait`) streams the data it reads anyway meanwhile."""
+    _check_flat("prefetch_l2_at", a, offset=offset)
+
+    def codegen(context, builder, sig, args):
+        _side_effect(builder, "prefetch.global.L2 [$0];", "l", [_flat_pointer(context, builder, sig, args, 0,
+                                                                              ir.IntType(8))])
+        return context.get_dummy_value()
+    return types.void(a, offset), codegen
+
+
 @_device(_sim_st_w2_at)
 def st_w2_at(typingctx, a, offset, w0, w1):
     """Two 32-bit words into the 8 bytes from element ``offset`` of ``a`` (16-bit values, counted in row-major order),
@@ -389,6 +407,13 @@ def _wait(name, text):
 
 
 cp_commit = _wait("cp_commit", "cp.async.commit_group;")
+# Hopper's programmatic dependent launch (sm_90): ``grid_wait`` waits until the kernel launched before this one on
+# the stream has finished and its writes are visible (``griddepcontrol.wait``) — a kernel launched with the attribute
+# that lets it start early (:class:`~redalgebra.runtime.driver.DriverStep`) calls it before it reads what the one
+# before wrote; launched without it, the call returns at once. ``grid_launch`` lets the kernel launched after this
+# one start while this one runs (``griddepcontrol.launch_dependents``).
+grid_wait = _wait("grid_wait", "griddepcontrol.wait;")
+grid_launch = _wait("grid_launch", "griddepcontrol.launch_dependents;")
 cp_wait0 = _wait("cp_wait0", "cp.async.wait_group 0;")
 cp_wait1 = _wait("cp_wait1", "cp.async.wait_group 1;")
 cp_wait2 = _wait("cp_wait2", "cp.async.wait_group 2;")

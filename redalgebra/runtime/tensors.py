@@ -231,8 +231,14 @@ class _Call:
             stored = getattr(torch, _STORED[np.dtype(arr.dtype).name])
             want = torch.int32 if name.endswith(".index") else per_element.get(name, torch.float32)
             self.outputs.append((name, f"out_{name.replace('.', '_')}", tuple(arr.shape), stored, want))
-        self.scratch = tuple((name, named[name].shape, getattr(torch, np.dtype(named[name].dtype).name),
-                              torch.empty if name in src.written else torch.zeros) for name, *_ in src.scratch)
+        # scratch the kernels write whole before reading it is the call's own per stream (calls on one stream run one
+        # after the other, so they may share it): allocated on a stream's first call, not on every one (three
+        # allocations of the FP8 product's four cost more host time than its kernels take); the rest is zero-filled
+        # per call
+        scratch = [(name, named[name].shape, getattr(torch, np.dtype(named[name].dtype).name)) for name, *_ in src.scratch]
+        self.kept = tuple(entry for entry in scratch if entry[0] in src.written)
+        self.scratch = tuple(entry for entry in scratch if entry[0] not in src.written)
+        self.per_stream: dict = {}  # stream handle -> {name: its data pointer}, with the tensors kept alive
         self.params = tuple((p, params[p.name]) for p in c.params)
         self.numbers: dict = {}  # (param, value) -> its (rows,) device tensor
         # torch's current stream on the device: the raw handle where torch exposes it (no Stream object)
@@ -291,11 +297,19 @@ class _Call:
                 if mine is not None:
                     late[name] = mine  # checked and copied into after the launch
             pointers[arg] = out[name].data_ptr()
-        for name, shape, dtype, make in self.scratch:
-            t = make(shape, dtype=dtype, device=self.device)
+        for name, shape, dtype in self.scratch:
+            t = torch.zeros(shape, dtype=dtype, device=self.device)
             alive.append(t)
             pointers[name] = t.data_ptr()
         stream = self.stream(self.index)
+        if self.kept:
+            held = self.per_stream.get(stream)
+            if held is None:
+                if len(self.per_stream) >= 16:
+                    self.per_stream.clear()
+                tensors = [(name, torch.empty(shape, dtype=dtype, device=self.device)) for name, shape, dtype in self.kept]
+                held = self.per_stream[stream] = ({name: t.data_ptr() for name, t in tensors}, tensors)
+            pointers.update(held[0])
         for step in self.steps:
             step.bind(pointers)
             step.launch(stream)

@@ -49,3 +49,14 @@ def test_scalars_take_their_c_types():
 def test_unknown_type_is_refused_with_a_message():
     with pytest.raises(RedalgebraError, match="no driver-level packing"):
         pack(types.complex64, 1j)
+
+
+def test_the_launch_config_is_laid_out_as_the_driver_reads_it():
+    # cuLaunchKernelEx reads CUlaunchConfig and CUlaunchAttribute as C lays them out (cuda.h, CUDA 12): seven 32-bit
+    # fields, the stream handle 8-byte aligned, the attributes' pointer and their count; an attribute is its id,
+    # padding to 8 bytes, and a 64-byte union whose first 32 bits carry the programmatic-launch flag
+    from redalgebra.runtime.driver import LaunchAttribute, LaunchConfig
+
+    assert ctypes.sizeof(LaunchAttribute) == 72 and LaunchAttribute.value.offset == 8
+    assert (LaunchConfig.shared.offset, LaunchConfig.stream.offset, LaunchConfig.attrs.offset,
+            LaunchConfig.count.offset, ctypes.sizeof(LaunchConfig)) == (24, 32, 40, 48, 56)

@@ -69,6 +69,11 @@ def row_threads(spec: Spec) -> int:
     two (a few rows' kernel waits on its latency, not its bandwidth)."""
     return min(4 * spec.threads, 1024)
 
+#: Weight rows a block of the products brings into L2 while it waits for the factors' kernel (Spec.dependent): one
+#: 128-byte line a row, 64 KB a block, about 25 MB over the ~400 blocks of one wave (half the H200's L2: what the
+#: memory moves in the factors' 6 µs, and none evicted before it is read).
+PREFETCH_ROWS = 512
+
 #: Factors of one step of 16 rows (16 elements each), in the fragments' order: lane ``4 g + t``'s eight are rows
 #: ``g`` and ``g + 8``, elements ``4 t … 4 t + 3`` of the step.
 FRAGMENT = 256
@@ -256,6 +261,7 @@ class ColumnsMmaKernel(ColumnsKernel):
                Assign("nmain", f"max(nfull - warp - {(un - 1) * w} + {un * w - 1}, 0) // {un * w}")]
         zero = self.consts.name(0.0)
         slots = [(j, i) for j in range(each) for i in range(4)]
+        out += self.ahead()
         out += [Assign(f"ac_{j}_{i}", zero) for j, i in slots]
         body = [Assign("ks", f"warp + it * {un * w}")]
         for u in range(un):
@@ -292,6 +298,17 @@ class ColumnsMmaKernel(ColumnsKernel):
             out += [Assign("orow", f"r0 + lg + {8 * h}"), If("orow < rows", tuple(stmts))]
         return out
 
+    def ahead(self) -> list:
+        """Launched while the factors' kernel runs (``Spec.dependent``): the block's first weight rows brought into L2
+        (the weights are the stream this kernel reads; nothing before it writes them), the combine let start, then
+        the wait for the factors."""
+        if not self.spec.dependent:
+            return []
+        row = f"(rw * length + pk) * {self.n} + cb"
+        return [For("pk", "lo + tid", f"min(hi, lo + {PREFETCH_ROWS})", (Call("prefetch_l2_at", (self.x, row)),),
+                    str(self.spec.threads)),
+                Call("grid_launch", ()), Call("grid_wait", ())]
+
     def kernels(self) -> list:
         from ..kernels import kernel_args
 
@@ -315,6 +332,10 @@ class ColumnsMmaKernel(ColumnsKernel):
         out.append(("tiles", tuple(common + pre + ["fac"] + part + ["rows", "length", "nseg"]), "tiles", self.tiles()))
         if part:
             out.append(("combine", tuple(common + pre + part + ["rows", "length", "nseg"]), "combine", self.combine()))
+        if self.spec.dependent:  # the factors' kernel lets the products start at once; the combine waits for them
+            out[0] = out[0][:3] + ([Call("grid_launch", ())] + list(out[0][3]),)
+            if part:
+                out[-1] = out[-1][:3] + ([Call("grid_wait", ())] + list(out[-1][3]),)
         return out
 
     def scratch(self) -> tuple:
@@ -395,8 +416,11 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     minb = p.option("min_blocks") or RESIDENT * 128 // threads
     nseg = p.option("segments") or max(1, min(SMS * minb // blocks, tiles // 2))
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
+    # on Hopper each kernel after the first starts while the one before runs (programmatic dependent launch)
+    dependent = not p.option("simulator") and tuple(p.option("cc") or ())[:1] >= (9,)
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=BM, segments=int(nseg), nseg=int(nseg),
-                pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False), min_blocks=minb)
+                pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False), min_blocks=minb,
+                dependent=dependent)
 
 
 def grid(rows: int, spec: Spec, named) -> dict:

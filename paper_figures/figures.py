@@ -34,7 +34,8 @@ DEFAULT_CSV = ROOT / "gpu" / "results" / "h200" / "bench.csv"
 #: ``bench_levels64k``: ``rows`` alone on a fusion-levels case whose other strategies the figure draws,
 #: ``bench_columns_direct1``-``4``: ``columns_mma``'s direct products before their last change,
 #: ``bench_columns_wgmma_rowfactors``: a regression since fixed, ``bench_mla_fresh``: MLA before the combine's change,
-#: ``bench_prefill_fresh``: prefill before the pipelined order, ``bench_prefill_pipe3``: a variant taken back)
+#: ``bench_prefill_fresh``: prefill before the pipelined order, ``bench_prefill_pipe3``: a variant taken back,
+#: ``bench_mla_segs``: a segment sweep, ``bench_rescale``/``bench_mla_rescale``: a change taken back)
 #: and the early ablations.
 DEFAULT_CSVS = (DEFAULT_CSV, *(DEFAULT_CSV.with_name(f"{name}.csv") for name in
                                ("bench_rows", "bench_rows2", "bench_short_rows", "bench_rows3", "bench_rows4",
@@ -50,7 +51,8 @@ DEFAULT_CSVS = (DEFAULT_CSV, *(DEFAULT_CSV.with_name(f"{name}.csv") for name in
                                 "bench_columns_wgmma3", "bench_columns_wgmma4", "bench_moe_branchfree",
                                 "bench_columns_wgmma5", "bench_mla_wgmma1", "bench_mla_wgmma2",
                                 "bench_columns_direct5", "bench_columns_direct6", "bench_columns_wgmma_rowfactors2",
-                                "bench_prefill_pipe", "bench_mla_combine")))
+                                "bench_prefill_pipe", "bench_mla_combine", "bench_fp8_small", "bench_mla_sched",
+                                "bench_prefill_sched", "bench_causal_prefix", "bench_causal_open", "bench_pdl")))
 ABLATION, INCREMENTAL = "softmax_levels", "softmax_incremental"
 COMPUTE_BOUND = {"attention", "causal_attention", "mla_decode", "fp8_quant_gemm"}  # judged by FLOP/s, left out of the roofline
 OVERHEAD = "call_overhead"  # host time per call, not a kernel: in no figure

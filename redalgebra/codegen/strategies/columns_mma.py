@@ -261,7 +261,7 @@ class ColumnsMmaKernel(ColumnsKernel):
                Assign("nmain", f"max(nfull - warp - {(un - 1) * w} + {un * w - 1}, 0) // {un * w}")]
         zero = self.consts.name(0.0)
         slots = [(j, i) for j in range(each) for i in range(4)]
-        out += self.ahead()
+        out += self.early_start()
         out += [Assign(f"ac_{j}_{i}", zero) for j, i in slots]
         body = [Assign("ks", f"warp + it * {un * w}")]
         for u in range(un):
@@ -298,7 +298,7 @@ class ColumnsMmaKernel(ColumnsKernel):
             out += [Assign("orow", f"r0 + lg + {8 * h}"), If("orow < rows", tuple(stmts))]
         return out
 
-    def ahead(self) -> list:
+    def early_start(self) -> list:
         """Launched while the factors' kernel runs (``Spec.dependent``): the block's first weight rows brought into L2
         (the weights are the stream this kernel reads; nothing before it writes them), the combine let start, then
         the wait for the factors."""

@@ -57,6 +57,10 @@ LEGACY = ("thread", "warp", "block", "block_shared", "tile", "tile_shared", "non
 # exp and a dot product over vector inputs (keys and values); top-k with exp (a router); vector input, fp8
 # rounding and no exp (MLA's two vector inputs of different lengths: auto's vrows, VECTOR_AUTO below)
 SAMPLE = ("decode_attention", "moe_routing", "fp8_quant_gemm")
+# each legacy strategy over two of the three, the one left out in turn (1-5 s of CPU each): every cascade on 7 or 8
+# of the 11 strategies, and lanes and split_lanes each on the dot product and on a cascade without one
+LEGACY_RUNS = [(name, strategy) for i, strategy in enumerate(LEGACY) for name in SAMPLE
+               if name != SAMPLE[(i + 1) % len(SAMPLE)]]
 SCALAR = [n for n in workloads.names(fusable=True)
           if all(s.size is None for s in workloads.get(n).cascade.inputs)]
 # auto (rows) on a sample of the scalar cascades, resident and aligned (rows kernels compile in 3-15 s
@@ -96,8 +100,7 @@ def _jobs() -> list:
     # half MLA's widths (256 + 16: the same kernel's structure, compiled in a third of the time)
     jobs.insert(0, (_key("mla_decode", "wgmma", 512, 4096), "mla_decode", "wgmma", 512, 4096, "bfloat16",
                     {"heads": 128, "sizes": {"r": 256, "e": 16}}))
-    return jobs + [(_key(name, strategy), name, strategy, 512, 2048, "bfloat16", {})
-                   for strategy in LEGACY for name in SAMPLE]
+    return jobs + [(_key(name, strategy), name, strategy, 512, 2048, "bfloat16", {}) for name, strategy in LEGACY_RUNS]
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +124,14 @@ def test_the_sample_covers_every_real_cuda_strategy_and_the_scalar_cascades_kind
     texts = [workloads.get(n).text for n in SAMPLE]
     assert any("exp(" in t and "dot(" in t for t in texts) and any("topk(" in t for t in texts)
     assert any("exp(" not in t for t in texts)
+    # the legacy sample: every strategy on two cascades, every cascade on most strategies, the shuffles' check on the
+    # lanes strategies both ways (a dot product: butterflies; none: no butterflies)
+    assert {s for _, s in LEGACY_RUNS} == set(LEGACY) and all(
+        [s for _, s in LEGACY_RUNS].count(s) == 2 for s in LEGACY)
+    assert all([n for n, _ in LEGACY_RUNS].count(n) >= 7 for n in SAMPLE)
+    for strategy in ("lanes", "split_lanes"):
+        dots = {"dot(" in workloads.get(n).text for n, s in LEGACY_RUNS if s == strategy}
+        assert dots == {True, False}, strategy
 
 
 @pytest.mark.slow

@@ -289,7 +289,9 @@ class Kernel:
             if name in src.written and self.backend == "cudasim":
                 # what a strategy says it writes whole before reading is poisoned on the simulator, so that a read
                 # of an entry it did not write shows in the outputs (the GPU's allocation is not zero-filled)
-                named[name][...] = np.nan if np.dtype(dtype).kind == "f" else np.iinfo(dtype).max
+                kind = np.dtype(dtype).kind
+                if kind in "fiu":
+                    named[name][...] = np.nan if kind == "f" else np.iinfo(dtype).max
         return src, module, named, outs, rows
 
     def __call__(self, inputs: dict, params: dict | None = None, keep=None, out: dict | None = None) -> dict:

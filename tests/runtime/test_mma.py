@@ -253,3 +253,41 @@ def test_dot_products_summed_share_one_chain_of_accumulators_nested_sums_too():
     spec = kernel.spec_for(16, 40, {"c": "float16", "k": "float16"}, {"r": 16}, reps={"c": 16, "k": 16})[1]
     source = kernel.source(spec, "mma").source
     assert "sc_1_0_0_0" in source and "sc_2_" not in source  # two chains for four products
+
+
+SUFFIX = """\
+input k[d]
+input v[d]
+param q[d]
+param lo int
+let sc = where(pos >= lo, dot(q, k), -inf)
+reduce m = max(sc)
+reduce l = sum(exp(sc - m))
+reduce o = sum(exp(sc - m) * v)
+out y = o / l
+"""
+
+
+@pytest.mark.parametrize("strategy", ["mma", "wgmma"])
+def test_a_row_with_no_element_counted_yet_adds_nothing_without_a_select_an_element(strategy):
+    # exp(sc - m) with m = max(sc) reads m floored at 0 where it is -inf (a select a row, not one an element): a row
+    # whose first tiles are all -inf (masked by the cascade's own where, so computed) has m = -inf after them and
+    # must add nothing there (exp(-inf - 0) = 0, not exp(-inf + inf) = NaN), then count the later tiles as the
+    # reference does; scores far from 0, and a row that sees nothing stays NaN (0/0)
+    R, L, d = 16, 200, 16
+    rng = np.random.default_rng(3)
+    f = derive(parse(SUFFIX))
+    inputs = {x: rng.normal(size=(1, L, d)).astype(np.float16) for x in ("k", "v")}
+    lo = np.array([0, 130, 64, 199, 500] + [70 + 7 * r for r in range(R - 5)], np.float32)
+    params = {"q": rng.normal(size=(R, d)).astype(np.float16).astype(np.float32) * 8, "lo": lo}
+    kernel = compile(f, "cudasim", strategy)
+    out = kernel(inputs, params)["y"]
+    wide = {k: np.repeat(v.astype(np.float64), R, 0) for k, v in inputs.items()}
+    ref = evaluate(f.cascade, wide, params)["y"]
+    assert np.array_equal(np.isnan(out), np.isnan(ref)) and np.isnan(ref[4]).all() and np.isnan(ref).sum() == d
+    fin = np.isfinite(ref).all(axis=1)
+    err = np.abs(out - ref)[fin].max(axis=1) / np.abs(ref[fin]).max(axis=1)
+    assert err.max() <= TOLERANCE["float16"] + STORE_ROUNDING["float16"], err
+    spec = kernel.spec_for(R, L, {"k": "float16", "v": "float16"}, {"d": d}, reps={"k": R, "v": R})[1]
+    source = kernel.source(spec, strategy).source
+    assert "z_m_0 = " in source and "exp(-z_m_0 + " in source and "exp(-n_m_0 + " not in source

@@ -199,6 +199,7 @@ class MmaKernel(TileUpdate, TreeKernel):
                 acc.scalar[r.name] = f"{deps}_{r.name}_{h}"
                 acc.scalar[f"{r.name}_a"] = f"s_{r.name}_{h}"
                 acc.scalar[f"{r.name}_n"] = f"n_{r.name}_{h}"
+                acc.scalar[f"{r.name}_z"] = f"z_{r.name}_{h}"  # (tile_update.floored)
             else:
                 acc.vector[r.name] = f"o_{r.name}_{{j}}"
         if j is not None:
@@ -494,7 +495,8 @@ class MmaKernel(TileUpdate, TreeKernel):
             step += self.tile()
             assert not self.next_copies, "the tile did not issue the copies"
         else:  # a tile that no row of the block sees (above a causal diagonal) is skipped whole
-            step += loads + [If("lv & 1", tuple(self.tile()), tuple(self.skipped())), Assign("lv", "lv >> 1")]
+            step += self.before_copies() + loads + [If("lv & 1", tuple(self.tile()), tuple(self.skipped())),
+                                                    Assign("lv", "lv >> 1")]
         if self.prefix:  # the count of tiles lowered at the first dead one (stop)
             return out + [Assign("it", "0"), While("it < ntile", tuple(step) + (Assign("it", "it + 1"),))] + \
                 self.drain()
@@ -528,6 +530,10 @@ class MmaKernel(TileUpdate, TreeKernel):
     def ahead(self) -> int:
         """Tiles loading while one is computed: every stage but the computed one's."""
         return self.stages - 1
+
+    def before_copies(self) -> list:
+        """What precedes a gated tile's copies (nothing here; see :class:`~.wgmma.WgmmaKernel`)."""
+        return []
 
     def skipped(self) -> list:
         """What a tile no row of the block sees does (nothing here; see :class:`~.wgmma.WgmmaKernel`)."""

@@ -87,7 +87,45 @@ class TileUpdate:
         if not self.f.analysis[r.name].deps or cond == sp.false:
             return body
         ident = self.f.identity[r.name] if self.c.sizes[r.name] is None else sp.Integer(0)
+        floored = self.floored(r, body, cond, ident)
+        if floored is not None:
+            return floored
         return sp.Piecewise((ident, self.side(cond, "n")), (body, True))
+
+    def floored(self, r, body, cond, ident):
+        """``exp(e - M)`` where ``M = max(e)`` is the one dependency, degenerate at ``-inf``, and the identity is 0
+        (softmax's factors): ``exp(e - M_z)`` with ``M_z`` the new maximum, or 0 where it is ``-inf``
+        (:meth:`floors`), a value a row, instead of a select an element. Where ``M = -inf`` every element counted is
+        ``-inf`` too (``M >= e``; a NaN would make ``M`` NaN), so ``exp(-inf - 0) = 0``, the identity, as the guard
+        gives; elsewhere the two are one expression. None where the term is of another form."""
+        deps = self.f.analysis[r.name].deps
+        if len(deps) != 1 or ident != 0:
+            return None
+        x = deps[0]
+        red = next(q for q in self.c.reductions if q.name == x)
+        if red.monoid.name != "max" or self.c.sizes[x] is not None:
+            return None
+        if cond != sp.Eq(sp.Symbol(f"{x}_a", extended_real=True), -sp.oo):
+            return None
+        top = next((s for s in body.free_symbols if s.name == x), None)
+        if top is None or body != sp.exp(self.bodies[x] - top):
+            return None
+        return body.xreplace({top: sp.Symbol(f"{x}_z", real=True)})
+
+    def floors(self, r) -> list:
+        """``z_{M}_{h}``: the new maximum of each row, or 0 where it is ``-inf``, once ``n_M`` is known — where a term
+        reads it (:meth:`floored`)."""
+        z = sp.Symbol(f"{r.name}_z", real=True)
+        terms = [self.new_term(q, self.bodies[q.name]) for q in self.scal]
+        terms += [self.new_term(v, self.factors[v.name][0]) for v in self.vred]
+        if not any(z in t.free_symbols for t in terms):
+            return []
+        new = sp.Symbol(f"{r.name}_n", extended_real=True)
+        out = []
+        for h in self.rows:
+            pre, text = self.print(sp.Piecewise((sp.Integer(0), sp.Eq(new, -sp.oo)), (new, True)), self.access(h))
+            out += pre + [Assign(f"z_{r.name}_{h}", text)]
+        return out
 
     def shares(self, r) -> str | None:
         """The vector reduction whose factor is this sum's term (attention's ``l`` and ``o``: ``exp(s - m)``): the
@@ -106,20 +144,26 @@ class TileUpdate:
         kept = self.shares(r)
         # two partial folds per row, over the even and the odd n8 tiles: two chains of dependent instructions in
         # flight instead of one (the monoids are commutative: the tile's terms are reduced in any order anyway)
-        for h in self.rows:
-            out += [Assign(f"tr_{h}", ident), Assign(f"tq_{h}", ident)]
+        # where every element counts (a whole tile, no mask), a fold starts at its first term, not at the identity
+        first = set()
+        if self.bn < 16 or any(self.ok(m, j, i) is not None for m, j, i in self.slots()):
+            for h in self.rows:
+                out += [Assign(f"tr_{h}", ident), Assign(f"tq_{h}", ident)]
+            first = {f"{a}_{h}" for a in ("tr", "tq") for h in self.rows}
         for m, j, i in self.slots():
             h = 2 * m + (i >> 1)
             into = f"{'tq' if j & 1 else 'tr'}_{h}"
             acc = self.access(h, m, j, i)
             acc.scalar[fold.name] = into
+            started = into in first
+            first.add(into)
             if kept is None:
-                pre, text = self.print(r.monoid.combine(fold, term), acc)
+                pre, text = self.print(r.monoid.combine(fold, term) if started else term, acc)
                 out += self.chosen(into, pre, text, m, j, i, None)
                 continue
             pre, text = self.print(term, acc)
             pf = f"pf_{kept}_{m}_{j}_{i}"
-            out += self.chosen(pf, pre, text, m, j, i, self.consts.name(0.0)) + [Assign(into, pf, "+")]
+            out += self.chosen(pf, pre, text, m, j, i, self.consts.name(0.0)) + [Assign(into, pf, "+" if started else "")]
         if kept is not None:
             self.kept.add(kept)
         other = sp.Symbol("__other", extended_real=True)
@@ -146,7 +190,7 @@ class TileUpdate:
             write, read = self.exchange(r, fold, other, split=True)
             self.deferred = read + join
             return out + write
-        return out + self.exchange(r, fold, other) + join
+        return out + self.exchange(r, fold, other) + join + self.floors(r)
 
     #: What a deferred exchange leaves for after the factor tile's barrier (:meth:`deferrable`).
     deferred: list = []

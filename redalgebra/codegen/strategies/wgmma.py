@@ -188,10 +188,16 @@ class WgmmaKernel(MmaKernel):
                 value = chain(value, n, f"dq_{n}", n == group[0])
             # the next tiles' copies issued while the first products run (their address arithmetic and the
             # load queue's throttling off the products' path)
-            out += [Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())] + self.take_copies()
-            if after is None or g < len(self.sums) - 1:
+            out += [Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())]
+            if self.late_wait:
+                # the previous tile's products done with these scores (one wait: between a wait for the older group
+                # and one for the newer, ptxas serializes the products) before its stage takes the copies
                 out += [Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
+                out += (self.held_sums() if g == 0 else []) + self.take_copies()
+            elif after is None or g < len(self.sums) - 1:
+                out += self.take_copies() + [Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
             else:  # every group's scores committed, then the products left in flight: all but those waited for
+                out += self.take_copies()
                 out += [If("pp", tuple(after) + (Call("wgmma_wait1", ()),), (Call("wgmma_wait0", ()),))]
                 out.append(Assign(acc, f"wgmma_hold({acc})"))
             if self.resid:
@@ -241,6 +247,8 @@ class WgmmaKernel(MmaKernel):
             out += [Assign("pp", "0"), Assign("sp", "uint32(0)")]
             out += [Assign(f"pa_{r.name}_{kk}_{i}", "uint32(0)") for r in self.vred for kk in range(BN // 16)
                     for i in range(4)]
+        if self.late_wait and self.vred:  # the words a pending product reads, held at the next tile's wait
+            out += [Assign(f"pa_{kk}_{i}", "uint32(0)") for kk in range(BN // 16) for i in range(4)]
         return out + self.descriptors() + super().loop()
 
     # -- the pipelined order (FlashAttention-3's within a warpgroup) -----------------------------------------
@@ -299,15 +307,46 @@ class WgmmaKernel(MmaKernel):
         return [If("pp", tuple(self.pending() + self.finish_pending() + [Assign("pp", "0")]))]
 
     def drain(self) -> list:
+        if self.late_wait:
+            return [Call("wgmma_wait0", ())] + self.held_sums()
         return self.skipped()
 
+    # -- the deferred wait (one stage short of the pipelined order) -------------------------------------------
+    @property
+    def late_wait(self) -> bool:
+        """Whether a tile's ``P · V`` is left in flight past the loop's barrier, waited for with the next tile's
+        scores (:meth:`scores`), before that tile's copies take its stage: the tensor cores take the scores right
+        behind the products, with no wait and no barrier between them. One warpgroup a block (its wait is the
+        block's), where the pipelined order has no stage to spare (d = 128). The copies are then issued after the
+        scores, not while they run; with a gate they are issued before the tile's scores
+        (:meth:`~.mma.MmaKernel.loop`), and the products are waited for before them (:meth:`before_copies`)."""
+        return self.ncol == 1 and not self.pipelined and self.threads <= THREADS
+
+    def held_sums(self) -> list:
+        """The vector sums' accumulators and the factor words their pending products read, through ``wgmma_hold``
+        after a wait (no use moves above it)."""
+        out = []
+        for r in self.vred:
+            acc = self.tiles(f"o_{r.name}_0", self.cols(r) // 8)
+            out.append(Assign(acc, f"wgmma_hold({acc})"))
+        if self.vred:
+            words = self.tiles("pa", BN // 16)
+            out.append(Assign(words, f"wgmma_hold({words})"))
+        return out
+
+    def before_copies(self) -> list:
+        return [Call("wgmma_wait0", ())] + self.held_sums() if self.late_wait and self.gate is not None else []
+
     def sum_products(self, r, x: str, dv: int) -> list:
-        """``o_r += P · V`` for the tile, waited for (with column groups, :meth:`shared_sum_products`)."""
+        """``o_r += P · V`` for the tile, waited for (with column groups, :meth:`shared_sum_products`); with the
+        deferred wait (:attr:`late_wait`) only committed."""
         if self.ncol > 1:
             return self.shared_sum_products(r, x, dv)
         out = [s for kk in range(BN // 16) for s in self.factor_words(r, kk, 0, f"pa_{kk}")]
-        return out + self.value_products([r], lambda r_: "pa", lambda x_: f"xb_{x_}") + \
-            self.wait(self.tiles(f"o_{r.name}_0", dv // 8))
+        out += self.value_products([r], lambda r_: "pa", lambda x_: f"xb_{x_}")
+        if self.late_wait:
+            return out + [Call("wgmma_commit", ())]
+        return out + self.wait(self.tiles(f"o_{r.name}_0", dv // 8))
 
     def value_products(self, sums, words, stage) -> list:
         """``o_r += P · V`` issued for each vector sum ``r`` of ``sums``: the factors as A fragments in registers (the

@@ -186,15 +186,15 @@ class WgmmaKernel(MmaKernel):
             value = acc
             for n in group:  # (the group's products summed: one chain, the first product's scale 0)
                 value = chain(value, n, f"dq_{n}", n == group[0])
+            if self.late_wait and g == 0 and self.gate is None:
+                # the previous tile's products done before these scores, and so before the copies that take its
+                # stage (with a gate the copies come first: before_copies). Waited for with these scores instead, by
+                # a wait for the older group and one for the newer, ptxas serializes every product of the kernel
+                out += [Call("wgmma_wait0", ())] + self.held_sums()
             # the next tiles' copies issued while the first products run (their address arithmetic and the
             # load queue's throttling off the products' path)
             out += [Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())]
-            if self.late_wait:
-                # the previous tile's products done with these scores (one wait: between a wait for the older group
-                # and one for the newer, ptxas serializes the products) before its stage takes the copies
-                out += [Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
-                out += (self.held_sums() if g == 0 else []) + self.take_copies()
-            elif after is None or g < len(self.sums) - 1:
+            if after is None or g < len(self.sums) - 1:
                 out += self.take_copies() + [Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
             else:  # every group's scores committed, then the products left in flight: all but those waited for
                 out += self.take_copies()
@@ -314,12 +314,10 @@ class WgmmaKernel(MmaKernel):
     # -- the deferred wait (one stage short of the pipelined order) -------------------------------------------
     @property
     def late_wait(self) -> bool:
-        """Whether a tile's ``P · V`` is left in flight past the loop's barrier, waited for with the next tile's
-        scores (:meth:`scores`), before that tile's copies take its stage: the tensor cores take the scores right
-        behind the products, with no wait and no barrier between them. One warpgroup a block (its wait is the
-        block's), where the pipelined order has no stage to spare (d = 128). The copies are then issued after the
-        scores, not while they run; with a gate they are issued before the tile's scores
-        (:meth:`~.mma.MmaKernel.loop`), and the products are waited for before them (:meth:`before_copies`)."""
+        """Whether a tile's ``P · V`` is left in flight past the loop's barrier: waited for after it, before the next
+        tile's scores (:meth:`scores`) or, with a gate, before the next tile's copies (:meth:`before_copies`), whose
+        stage it reads. The products run while the warpgroup waits for its copies and meets at the barrier. One
+        warpgroup a block (its wait is the block's), where the pipelined order has no stage to spare (d = 128)."""
         return self.ncol == 1 and not self.pipelined and self.threads <= THREADS
 
     def held_sums(self) -> list:

@@ -494,9 +494,12 @@ class MmaKernel(TileUpdate, TreeKernel):
             self.next_copies = loads
             step += self.tile()
             assert not self.next_copies, "the tile did not issue the copies"
+        elif self.copies_in_tile:  # the live tile issues them with its scores (their ``kb`` then its own again)
+            self.next_copies = loads + [Assign("kb", f"({first}it) * {BN}")]
+            step += [If("lv & 1", tuple(self.tile()), tuple(self.skipped() + loads)), Assign("lv", "lv >> 1")]
+            assert not self.next_copies, "the tile did not issue the copies"
         else:  # a tile that no row of the block sees (above a causal diagonal) is skipped whole
-            step += self.before_copies() + loads + [If("lv & 1", tuple(self.tile()), tuple(self.skipped())),
-                                                    Assign("lv", "lv >> 1")]
+            step += loads + [If("lv & 1", tuple(self.tile()), tuple(self.skipped())), Assign("lv", "lv >> 1")]
         if self.prefix:  # the count of tiles lowered at the first dead one (stop)
             return out + [Assign("it", "0"), While("it < ntile", tuple(step) + (Assign("it", "it + 1"),))] + \
                 self.drain()
@@ -531,9 +534,9 @@ class MmaKernel(TileUpdate, TreeKernel):
         """Tiles loading while one is computed: every stage but the computed one's."""
         return self.stages - 1
 
-    def before_copies(self) -> list:
-        """What precedes a gated tile's copies (nothing here; see :class:`~.wgmma.WgmmaKernel`)."""
-        return []
+    #: Whether a gated tile (:meth:`loop`) issues the next tiles' copies itself, as an ungated one does, and a skipped
+    #: one after :meth:`skipped`; else they are issued before the tile (see :class:`~.wgmma.WgmmaKernel`).
+    copies_in_tile = False
 
     def skipped(self) -> list:
         """What a tile no row of the block sees does (nothing here; see :class:`~.wgmma.WgmmaKernel`)."""

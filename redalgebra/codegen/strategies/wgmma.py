@@ -186,10 +186,10 @@ class WgmmaKernel(MmaKernel):
             value = acc
             for n in group:  # (the group's products summed: one chain, the first product's scale 0)
                 value = chain(value, n, f"dq_{n}", n == group[0])
-            if self.late_wait and g == 0 and self.gate is None:
+            if self.late_wait and g == 0:
                 # the previous tile's products done before these scores, and so before the copies that take its
-                # stage (with a gate the copies come first: before_copies). Waited for with these scores instead, by
-                # a wait for the older group and one for the newer, ptxas serializes every product of the kernel
+                # stage. Waited for with these scores instead, by a wait for the older group and one for the newer,
+                # ptxas serializes every product of the kernel
                 out += [Call("wgmma_wait0", ())] + self.held_sums()
             # the next tiles' copies issued while the first products run (their address arithmetic and the
             # load queue's throttling off the products' path)
@@ -302,22 +302,23 @@ class WgmmaKernel(MmaKernel):
     def skipped(self) -> list:
         # the pending products finished here: the next live tile's copies may go to their stage (with a tile skipped
         # between, the pending stage is no longer the previous tile's)
+        if self.late_wait:
+            return [Call("wgmma_wait0", ())] + self.held_sums()
         if not self.pipelined:
             return []
         return [If("pp", tuple(self.pending() + self.finish_pending() + [Assign("pp", "0")]))]
 
     def drain(self) -> list:
-        if self.late_wait:
-            return [Call("wgmma_wait0", ())] + self.held_sums()
         return self.skipped()
 
     # -- the deferred wait (one stage short of the pipelined order) -------------------------------------------
     @property
     def late_wait(self) -> bool:
-        """Whether a tile's ``P · V`` is left in flight past the loop's barrier: waited for after it, before the next
-        tile's scores (:meth:`scores`) or, with a gate, before the next tile's copies (:meth:`before_copies`), whose
-        stage it reads. The products run while the warpgroup waits for its copies and meets at the barrier. One
-        warpgroup a block (its wait is the block's), where the pipelined order has no stage to spare (d = 128)."""
+        """Whether a tile's ``P · V`` is left in flight past the loop's barrier, waited for after it, before the next
+        tile's scores (:meth:`scores`; a skipped tile's copies, :meth:`skipped`), and so before the copies that take its
+        stage (issued while those scores run, with a gate too: :attr:`copies_in_tile`). The products run while the
+        warpgroup waits for its copies and meets at the barrier. One warpgroup a block (its wait is the block's),
+        where the pipelined order has no stage to spare (d = 128)."""
         return self.ncol == 1 and not self.pipelined and self.threads <= THREADS
 
     def held_sums(self) -> list:
@@ -332,8 +333,9 @@ class WgmmaKernel(MmaKernel):
             out.append(Assign(words, f"wgmma_hold({words})"))
         return out
 
-    def before_copies(self) -> list:
-        return [Call("wgmma_wait0", ())] + self.held_sums() if self.late_wait and self.gate is not None else []
+    @property
+    def copies_in_tile(self) -> bool:
+        return self.late_wait
 
     def sum_products(self, r, x: str, dv: int) -> list:
         """``o_r += P · V`` for the tile, waited for (with column groups, :meth:`shared_sum_products`); with the

@@ -258,3 +258,24 @@ def test_pipelined_vector_sums_are_each_scaled_by_their_own_correction():
     ref = evaluate(f.cascade, wide, params)["y"]
     err = np.abs(out - ref).max() / np.abs(ref).max()
     assert err <= TOLERANCE["float16"] + STORE_ROUNDING["float16"], err
+
+
+def test_a_tiles_products_run_past_the_loops_barrier_at_d128():
+    # d = 128, one warpgroup a block: no stage to spare for the pipelined order, so a tile's P·V is committed and
+    # left in flight; the next tile waits for it after the loop's barrier, just before its scores (and so before
+    # the copies that take its stage); the loop's last products are waited for after it
+    kernel = compile(fused("attention"), "cudasim", "wgmma", threads=128)
+    spec = kernel.spec_for(256, 300, {"k": "float16", "v": "float16"}, {"d": 128}, reps={"k": 256, "v": 256})[1]
+    assert spec.stages == 2 and spec.threads == 128
+    raw = kernel.source(spec, "wgmma").source.splitlines()
+    lines = [ln.strip() for ln in raw]
+    loop = lines.index("for it in range(ntile):")
+    barrier = lines.index("cuda.syncthreads()", loop)
+    wait = lines.index("wgmma_wait0()", barrier)
+    scores = next(i for i in range(loop, len(lines)) if "wgmma_ss_f16(" in lines[i])
+    copies = next(i for i in range(scores, len(lines)) if lines[i].startswith("cp_async16"))
+    products = next(i for i in range(loop, len(lines)) if "wgmma_rs_f16(" in lines[i])
+    assert barrier < wait < scores < copies < products and lines[products + 1] == "wgmma_commit()"
+    drain = lines.index("wgmma_wait0()", products)
+    indent = len(raw[loop]) - len(raw[loop].lstrip())
+    assert len(raw[drain]) - len(raw[drain].lstrip()) == indent  # after the loop, not in it

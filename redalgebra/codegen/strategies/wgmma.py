@@ -21,7 +21,8 @@ warps of 16 rows):
 4. **Order.** Shared-memory writes are made visible to the instruction's reads by ``fence.proxy.async`` before
    the block's barrier; ``wgmma.fence`` orders the registers' writes (the scaled accumulators, the factors) before
    the products; each chain of products is committed and waited for, and its accumulators passed through an
-   empty instruction so that no use moves above the wait.
+   empty instruction so that no use moves above the wait (a tile's ``P · V`` at d = 128: after the loop's next
+   barrier, :attr:`WgmmaKernel.late_wait`).
 
 5. **Wide vector sums** (MLA decode: 128 heads over one 512-wide latent row, key and value at once): a warpgroup's
    accumulators hold at most 128 columns comfortably, so two warpgroups share the block's 64 rows (``ncol`` column

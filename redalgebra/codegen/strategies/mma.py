@@ -66,6 +66,7 @@ from .base import TreeKernel
 from .columns import split_body
 from .products import KINDS, MOST_COMPONENTS, dots, gate, prefix, refusal, replace_sums, summed
 from .products import applicable as form_and_call
+from .tile_copies import TileCopies
 from .tile_update import BN, TileUpdate
 
 #: Threads of a block on the GPU (four warps of 16 rows: 64 rows) and in the simulator (one warp: its barriers are
@@ -97,7 +98,7 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int = STAGE
     return pitch, base, tiles, 2 * at
 
 
-class MmaKernel(TileUpdate, TreeKernel):
+class MmaKernel(TileCopies, TileUpdate, TreeKernel):
     """Builds the statement tree of an ``mma`` kernel."""
 
     def __init__(self, fused: FusedCascade, spec: Spec, target: str = "cuda"):
@@ -287,101 +288,6 @@ class MmaKernel(TileUpdate, TreeKernel):
         return (f"({self.qtile[n]} + ({16 * self.mt} * {self.rw} + lg + {8 * h}) * {pq} + {c0} + 2 * t) // 2",
                 self.bm * pq // 2)
 
-    def landed(self) -> list:
-        """What makes this thread's shared-memory writes readable by the products, before the block's barrier."""
-        return []
-
-    def stage_base(self, x: str, stage: str) -> str:
-        """The 16-bit index of shared memory where stage ``stage`` of vector input ``x``'s tiles begins."""
-        return f"{self.base[x]} + {stage} * {BN * self.pitch[x]}"
-
-    def stage_offset(self, x: str, element: str, column: str) -> str:
-        """... and how far from there component ``column`` (a multiple of 8) of its element ``element`` lies."""
-        return f"{element} * {self.pitch[x]} + {column}"
-
-    def copies(self):
-        """``(x, u, guard)``: the thread's ``u``-th 16-byte copy of a tile of vector input ``x`` (``guard``: the test that
-        it exists, for the last of a tile not a multiple of the block)."""
-        for x in self.vin:
-            total = BN * (self.size[x] // 8)
-            for u in range(-(-total // self.threads)):
-                yield x, u, None if (u + 1) * self.threads <= total else f"tid + {u * self.threads} < {total}"
-
-    def copy_setup(self) -> list:
-        """What each copy needs that does not change from tile to tile, once. Where every input's copies are
-        regular (:meth:`regular`), only their first places in a stage (``so_{x}_{v}``, one per period) and global
-        offset (``gb_{x}``): the copies of a partial tile compute theirs when issued, so that no per-copy value is
-        live across the loop (MLA's 18 copies a thread would otherwise hold 54 registers). Else, for every copy,
-        ``ce_{x}_{u}`` (its element of the tile), ``cc_{x}_{u}`` (its first component), ``so_{x}_{u}`` (its place)."""
-        out = []
-        if all(self.regular(x) for x in self.vin):
-            for x in self.vin:
-                rows, _, period = self.regular(x)
-                for v in range(period):
-                    ce, cc = self.copy_place(x, v)
-                    out.append(Assign(f"so_{x}_{v}", self.stage_offset(x, f"({ce})", f"({cc})")))
-                ce, cc = self.copy_place(x, 0)
-                out.append(Assign(f"gb_{x}", f"(rr_{x} * {x}.shape[1] + {ce}) * {self.size[x]} + {cc}"))
-            return out
-        for x, u, _ in self.copies():
-            ce, cc = self.copy_place(x, u)
-            at = f"{x}_{u}"
-            out += [Assign(f"ce_{at}", ce), Assign(f"cc_{at}", cc),
-                    Assign(f"so_{at}", self.stage_offset(x, f"ce_{at}", f"cc_{at}"))]
-        return out
-
-    def copy_place(self, x: str, u: int) -> tuple[str, str]:
-        """The element of the tile and the first component of the thread's ``u``-th copy of ``x`` (text)."""
-        per_row = self.size[x] // 8
-        return f"(tid + {u * self.threads}) // {per_row}", f"8 * ((tid + {u * self.threads}) % {per_row})"
-
-    def stage_step(self, x: str, rows: int) -> int | None:
-        """How far (16-bit units) in a stage a copy ``rows`` elements after another lies, when that is the same for
-        every copy (None: it is not)."""
-        return rows * self.pitch[x]
-
-    def regular(self, x: str) -> tuple[int, int, int] | None:
-        """``(rows, step, period)`` when the thread's copies of a tile of ``x`` are all needed and all of one column,
-        ``rows`` elements apart, and copies ``period`` apart lie ``step`` units of a stage apart (then a full tile's
-        copies are ``period`` places plus constants; a swizzled stage repeats every eight rows: 256 threads copying
-        MLA's 64 chunks a row are four rows apart, a period of two)."""
-        per_row = self.size[x] // 8
-        if self.threads % per_row or (BN * per_row) % self.threads:
-            return None
-        rows = self.threads // per_row
-        for period in (1, 2, 4, 8):
-            if (BN // rows) % period == 0:
-                step = self.stage_step(x, rows * period)
-                if step is not None:
-                    return rows, step, period
-        return None
-
-    def issue(self, tile: str, stage: str) -> list:
-        """``cp.async`` copies of tile ``tile`` of every vector input into stage ``stage`` (zeros past the row's end)."""
-        fast = all(self.regular(x) for x in self.vin)
-        out = []
-        for x, u, guard in self.copies():
-            if fast:  # (the places of a partial tile's copies computed here: see copy_setup)
-                ce, cc = self.copy_place(x, u)
-                at = self.stage_offset(x, f"({ce})", f"({cc})")
-            else:
-                ce, cc, at = f"ce_{x}_{u}", f"cc_{x}_{u}", f"so_{x}_{u}"
-            copy = [Assign("cl", f"({tile}) * {BN} + {ce}"),
-                    Call("cp_async16", ("sm", f"{self.stage_base(x, stage)} + {at}", x, f"(rr_{x}, min(cl, length - 1))",
-                                        cc, "pick(cl < length, 16, 0)"))]
-            out += copy if guard is None else [If(guard, tuple(copy))]
-        if not fast:
-            return out
-        # a tile inside the row: no clamp, no test, one address per input and constant steps (immediate offsets)
-        full = []
-        for x in self.vin:
-            rows, step, period = self.regular(x)
-            full.append(Assign(f"ga_{x}", f"gb_{x} + ({tile}) * {BN * self.size[x]}"))
-            full += [Call("cp_async16_at", ("sm", f"{self.stage_base(x, stage)} + so_{x}_{u % period} + {u // period * step}",
-                                            x, f"ga_{x} + {u * rows * self.size[x]}", "16"))
-                     for u in range(BN // rows)]
-        return [If(f"({tile}) * {BN} + {BN} <= length", tuple(full), tuple(out))]
-
     def products(self, load: str, j0: int, acc: str, a: str) -> list:
         """``load`` (an ``ldmatrix`` of the B fragments of n-tiles ``j0`` and ``j0 + 1``), then the products of every
         row tile ``m`` of the warp with them: A fragment ``{a}_{m}_0..3``, accumulators ``{acc}_{m}_{j}_0..3``."""
@@ -439,14 +345,6 @@ class MmaKernel(TileUpdate, TreeKernel):
                 out += self.products(f"ldsm_x4_t(sm, xb_{x} + ({16 * kk} + vrow) * {self.pitch[x]} + {16 * np_} + vcol)",
                                      2 * np_, f"o_{r.name}", "pa")
         return out
-
-    def take_copies(self) -> list:
-        """The next tiles' copies (:meth:`loop`), once: where the tile issues them (its start, unless the products
-        are asynchronous and the copies can follow them, :meth:`~.wgmma.WgmmaKernel.scores`)."""
-        out, self.next_copies = self.next_copies, []
-        return out
-
-    next_copies: list = []
 
     def tile(self) -> list:
         scores = self.scores()
@@ -533,10 +431,6 @@ class MmaKernel(TileUpdate, TreeKernel):
     def ahead(self) -> int:
         """Tiles loading while one is computed: every stage but the computed one's."""
         return self.stages - 1
-
-    #: Whether a gated tile (:meth:`loop`) issues the next tiles' copies itself, as an ungated one does, and a skipped
-    #: one after :meth:`skipped`; else they are issued before the tile (see :class:`~.wgmma.WgmmaKernel`).
-    copies_in_tile = False
 
     def skipped(self) -> list:
         """What a tile no row of the block sees does (nothing here; see :class:`~.wgmma.WgmmaKernel`)."""

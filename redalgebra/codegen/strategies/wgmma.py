@@ -191,7 +191,7 @@ class WgmmaKernel(MmaKernel):
                 # the previous tile's products done before these scores, and so before the copies that take its
                 # stage. Waited for with these scores instead, by a wait for the older group and one for the newer,
                 # ptxas serializes every product of the kernel
-                out += [Call("wgmma_wait0", ())] + self.held_sums()
+                out += self.finish_pending()
             # the next tiles' copies issued while the first products run (their address arithmetic and the
             # load queue's throttling off the products' path)
             out += [Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())]
@@ -293,18 +293,22 @@ class WgmmaKernel(MmaKernel):
 
     def finish_pending(self) -> list:
         """Every product done: the accumulators, and the factor words the pending products read (kept in their
-        registers until then), through ``wgmma_hold`` after the wait."""
+        registers until then), through ``wgmma_hold`` after the wait (no use moves above it). The words are each
+        sum's own pipelined (``pa_{r}``), the tile's (``pa``) with the late wait."""
         out = [Call("wgmma_wait0", ())]
         for r in self.vred:
-            acc, words = self.tiles(f"o_{r.name}_0", self.cols(r) // 8), self.tiles(f"pa_{r.name}", BN // 16)
-            out += [Assign(acc, f"wgmma_hold({acc})"), Assign(words, f"wgmma_hold({words})")]
+            acc = self.tiles(f"o_{r.name}_0", self.cols(r) // 8)
+            out.append(Assign(acc, f"wgmma_hold({acc})"))
+        for name in dict.fromkeys(f"pa_{r.name}" if self.pipelined else "pa" for r in self.vred):
+            words = self.tiles(name, BN // 16)
+            out.append(Assign(words, f"wgmma_hold({words})"))
         return out
 
     def skipped(self) -> list:
         # the pending products finished here: the next live tile's copies may go to their stage (with a tile skipped
         # between, the pending stage is no longer the previous tile's)
         if self.late_wait:
-            return [Call("wgmma_wait0", ())] + self.held_sums()
+            return self.finish_pending()
         if not self.pipelined:
             return []
         return [If("pp", tuple(self.pending() + self.finish_pending() + [Assign("pp", "0")]))]
@@ -321,18 +325,6 @@ class WgmmaKernel(MmaKernel):
         warpgroup waits for its copies and meets at the barrier. One warpgroup a block (its wait is the block's),
         where the pipelined order has no stage to spare (d = 128)."""
         return self.ncol == 1 and not self.pipelined and self.threads <= THREADS
-
-    def held_sums(self) -> list:
-        """The vector sums' accumulators and the factor words their pending products read, through ``wgmma_hold``
-        after a wait (no use moves above it)."""
-        out = []
-        for r in self.vred:
-            acc = self.tiles(f"o_{r.name}_0", self.cols(r) // 8)
-            out.append(Assign(acc, f"wgmma_hold({acc})"))
-        if self.vred:
-            words = self.tiles("pa", BN // 16)
-            out.append(Assign(words, f"wgmma_hold({words})"))
-        return out
 
     @property
     def copies_in_tile(self) -> bool:

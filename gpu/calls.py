@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -107,6 +108,17 @@ def check_calls():
         same(f"decode_attention q on {how}", att({"k": k, "v": v}, p), _slow_call(att, {"k": k, "v": v}, p, None))
     p = {"q": torch.randn(8, 128, device=dev), "scale": 0.1}
     same("decode_attention other scale (a cached number)", att({"k": k, "v": v}, p), _slow_call(att, {"k": k, "v": v}, p, None))
+    # params a prepared call converts on every call (its signature says so): another dtype, a strided view; twice,
+    # the second call taking the prepared path with other values
+    for how, make in (("a float16 device tensor", lambda: torch.randn(8, 128, device=dev).half()),
+                      ("a strided device view", lambda: torch.randn(128, 8, device=dev).t()),
+                      ("a numpy float32 number", lambda: None)):
+        for n in range(2):
+            q = make()
+            p = {"q": torch.randn(8, 128, device=dev), "scale": np.float32(0.05 * (n + 1))} if q is None else \
+                {"q": q, "scale": 128 ** -0.5}
+            same(f"decode_attention q as {how}, call {n + 1}", att({"k": k, "v": v}, p),
+                 _slow_call(att, {"k": k, "v": v}, p, None))
     fp8 = ra.compile(ra.derive(ra.parse(FP8_QUANT)), "cuda")
     x = torch.randn(77, 7168, device=dev, dtype=torch.bfloat16)
     same("fp8 quant (e4m3 + scale)", fp8({"x": x}), _slow_call(fp8, {"x": x}, {}, None))

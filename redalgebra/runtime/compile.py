@@ -10,6 +10,7 @@ sizes, input dtypes, masking), then cached.
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from contextlib import contextmanager
@@ -302,9 +303,7 @@ class Kernel:
         return, contiguous, where the inputs are); they are returned as given, written."""
         for v in inputs.values():  # a plain loop: this runs on every call
             if type(v).__module__.startswith("torch"):
-                from .tensors import call
-
-                return call(self, inputs, params, keep, out)
+                return _torch_call()(self, inputs, params, keep, out)
         return self.run(inputs, params, keep, out)
 
     def run(self, inputs: dict, params: dict | None = None, keep=None, out: dict | None = None) -> dict:
@@ -415,6 +414,15 @@ class Kernel:
                 dtype = OUT_ARRAYS[dict(src.out_dtypes).get(name, "float32")]
                 shapes[name] = ((rows, length, *width) if kind == "element" else (rows, *width), dtype)
         return shapes
+
+
+@functools.cache
+def _torch_call():
+    """``tensors.call``, imported on the first torch call (torch is optional; an import statement in the call
+    would cost a microsecond every time)."""
+    from .tensors import call
+
+    return call
 
 
 @dataclass

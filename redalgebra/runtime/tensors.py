@@ -31,11 +31,17 @@ from .formats import BFloat16, as_bfloat16, as_e4m3
 _OPS: dict = {}  # op name -> (cascade text, op)
 
 
+_TORCH: list = []  # torch, once imported (calls read it on every call)
+
+
 def _torch():
+    if _TORCH:
+        return _TORCH[0]
     try:
         import torch
     except ImportError as err:  # pragma: no cover - exercised where torch is missing
         raise RedalgebraError("PyTorch is not installed: `pip install torch` (an optional dependency)") from err
+    _TORCH.append(torch)
     return torch
 
 
@@ -115,17 +121,22 @@ def call(kernel: Kernel, inputs: dict, params: dict | None = None, keep=None, ou
 
 def _call(kernel: Kernel, inputs: dict, params: dict, keep, out) -> dict:
     if kernel.backend == "cuda":
-        for name, t in inputs.items():  # the kernels index rows by their length: a view is copied on the device
-            if is_tensor(t) and t.is_cuda and (not t.is_contiguous() or 0 in t.stride()):
-                # clone, not .contiguous(): torch calls a size-1 dimension of stride 0 contiguous, numba does not
-                inputs = {**inputs, name: t.clone(memory_format=_torch().contiguous_format)}
-        key = _signature(kernel, inputs, params, keep)
+        torch = _torch()
+        device = _current_device(torch)
+        key = _signature(kernel, inputs, params, keep, device)
         if key is not None:
             prepared = kernel._calls.get(key)
-            if prepared is None:
-                if len(kernel._calls) >= 256:
-                    kernel._calls.clear()
-                prepared = kernel._calls[key] = _Call(kernel, inputs, params, keep)
+            if prepared is not None:  # the key holds every input's shape and strides: they are contiguous
+                return prepared(inputs, params, keep, out)
+            # the kernels index rows by their length: a view is copied on the device; clone, not .contiguous():
+            # torch calls a size-1 dimension of stride 0 contiguous, numba does not
+            views = {name: t.clone(memory_format=torch.contiguous_format) for name, t in inputs.items()
+                     if not t.is_contiguous() or 0 in t.stride()}
+            if views:
+                return _call(kernel, {**inputs, **views}, params, keep, out)
+            if len(kernel._calls) >= 256:
+                kernel._calls.clear()
+            prepared = kernel._calls[key] = _Call(kernel, inputs, params, keep, device)
             return prepared(inputs, params, keep, out)
     return _into(_slow_call(kernel, inputs, params, keep), out)
 
@@ -170,25 +181,25 @@ def _current_device(torch) -> int:
     return raw() if raw is not None and torch.cuda.is_initialized() else torch.cuda.current_device()
 
 
-def _signature(kernel: Kernel, inputs: dict, params: dict, keep):
+def _signature(kernel: Kernel, inputs: dict, params: dict, keep, device: int):
     """What the prepared path depends on, as a key; None for a call it does not take (host or other-device
     tensors, a missing argument: ``Kernel.run`` handles those, with its messages). Cheap: it runs on
-    every call."""
-    torch = _torch()
+    every call. A tensor's shape and strides are in the key, so what follows from them (contiguity, one
+    row per row) is settled once per signature, when :class:`_Call` is built."""
+    tensor = _torch().Tensor
     names, specs = kernel.names
     try:
-        device = _current_device(torch)
-        parts = []
+        parts = [device]
         for name in names:
             t = inputs[name]
-            if not isinstance(t, torch.Tensor) or t.get_device() != device:
+            if not isinstance(t, tensor) or t.get_device() != device:
                 return None
             parts.append((t.dtype, t.shape, t.stride(), t.data_ptr() % 16))
         for p in specs:
             v = params[p.name]
-            if isinstance(v, torch.Tensor):
-                parts.append((v.device, v.dtype, v.shape, v.stride()))
-            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            if isinstance(v, tensor):
+                parts.append((v.get_device() == device, v.dtype, v.shape, v.stride()))
+            elif isinstance(v, _NUMBERS) and not isinstance(v, bool):
                 parts.append(float)
             else:
                 parts.append((type(v), np.shape(v)))
@@ -196,9 +207,13 @@ def _signature(kernel: Kernel, inputs: dict, params: dict, keep):
             parts.append((keep.device, keep.dtype, keep.shape) if is_tensor(keep) else ("host", np.shape(keep)))
     except (KeyError, TypeError, AttributeError):
         return None
-    return device, tuple(parts)
+    return tuple(parts)
 
 
+_NUMBERS = (int, float, np.integer, np.floating)
+# how a prepared call passes a param (settled by its signature): its own data, a cached per-row tensor of a number,
+# or converted on every call
+_DIRECT, _NUMBER, _CONVERTED = "direct", "number", "converted"
 _STORED = {"float32": "float32", "float16": "float16", "uint16": "bfloat16", "uint8": "float8_e4m3fn",
            "int32": "int32"}
 
@@ -208,7 +223,7 @@ class _Call:
     packed, what to allocate per call, and how each pointer is found. The first call of a signature
     builds it through ``Kernel``'s own layout (all its checks and messages) and compiles the kernels."""
 
-    def __init__(self, kernel: Kernel, inputs: dict, params: dict, keep):
+    def __init__(self, kernel: Kernel, inputs: dict, params: dict, keep, device: int):
         torch = _torch()
         c = kernel.fused.cascade
         self.kernel = kernel
@@ -231,6 +246,7 @@ class _Call:
             stored = getattr(torch, _STORED[np.dtype(arr.dtype).name])
             want = torch.int32 if name.endswith(".index") else per_element.get(name, torch.float32)
             self.outputs.append((name, f"out_{name.replace('.', '_')}", tuple(arr.shape), stored, want))
+        self.converted = tuple(name for name, _, _, stored, want in self.outputs if stored != want)
         # scratch the kernels write whole before reading it is the call's own per stream (calls on one stream run one
         # after the other, so they may share it): allocated on a stream's first call, not on every one (three
         # allocations of the FP8 product's four cost more host time than its kernels take); the rest is zero-filled
@@ -239,7 +255,7 @@ class _Call:
         self.kept = tuple(entry for entry in scratch if entry[0] in src.written)
         self.scratch = tuple(entry for entry in scratch if entry[0] not in src.written)
         self.per_stream: dict = {}  # stream handle -> {name: its data pointer}, with the tensors kept alive
-        self.params = tuple((p, params[p.name]) for p in c.params)
+        self.params = tuple((p, self._way(p, params[p.name], device)) for p in c.params)
         self.numbers: dict = {}  # (param, value) -> its (rows,) device tensor
         # torch's current stream on the device: the raw handle where torch exposes it (no Stream object)
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -247,23 +263,37 @@ class _Call:
         # without a mask the kernels read a 1x1 placeholder, kept alive here; a mask is bound per call
         self.placeholder = [a for _, names, args in launch.steps for n, a in zip(names, args) if n == "keep"]
 
-    def _param(self, p, value):
+    def _way(self, p, value, device: int) -> str:
+        """How a param of this signature is passed: everything it depends on (device, dtype, shape, strides, a
+        number or not) is in the call's key."""
         torch = _torch()
-        if is_tensor(value) and value.is_cuda and value.dim() == (2 if p.size is not None else 1) \
-                and value.shape[0] == self.rows:
-            return value.detach().float().contiguous()
-        if p.size is None and isinstance(value, (int, float, np.integer, np.floating)):
-            value = float(value)  # np.float32(0.5) and 0.5: one cached tensor
-            t = self.numbers.get((p.name, value))
-            if t is None:
-                if len(self.numbers) >= 64:
-                    self.numbers.clear()
-                t = self.numbers[(p.name, value)] = torch.full((self.rows,), float(value), dtype=torch.float32,
-                                                                device=self.device)
-            return t
+        if isinstance(value, torch.Tensor):
+            if value.get_device() == device and value.dim() == (2 if p.size is not None else 1) \
+                    and value.shape[0] == self.rows and value.dtype == torch.float32 and value.is_contiguous():
+                return _DIRECT
+            return _CONVERTED
+        if p.size is None and isinstance(value, _NUMBERS) and not isinstance(value, bool):
+            return _NUMBER
+        return _CONVERTED
+
+    def _number(self, p, value) -> "torch.Tensor":  # noqa: F821
+        value = float(value)  # np.float32(0.5) and 0.5: one cached tensor
+        t = self.numbers.get((p.name, value))
+        if t is None:
+            if len(self.numbers) >= 64:
+                self.numbers.clear()
+            t = self.numbers[(p.name, value)] = _torch().full((self.rows,), value, dtype=_torch().float32,
+                                                               device=self.device)
+        return t
+
+    def _converted(self, p, value) -> "torch.Tensor":  # noqa: F821
         if is_tensor(value):
+            if value.is_cuda and value.device == self.device and value.dim() == (2 if p.size is not None else 1) \
+                    and value.shape[0] == self.rows:
+                return value.detach().float().contiguous()
             value = value.detach().cpu().numpy()
-        return torch.from_numpy(self.kernel._param(p, value, self.rows)).to(self.device)
+        # a copy: the layout may return a broadcast (read-only) view
+        return _torch().from_numpy(np.array(self.kernel._param(p, value, self.rows))).to(self.device)
 
     def __call__(self, inputs: dict, params: dict, keep, given=None) -> dict:
         torch = _torch()
@@ -273,28 +303,31 @@ class _Call:
             if unknown:
                 raise RedalgebraError(f"out: no output named {unknown}; the outputs are "
                                       f"{sorted(name for name, *_ in self.outputs)}")
-        else:
-            given = {}
         for name in self.inputs:
             pointers[name] = inputs[name].data_ptr()
-        for p, _ in self.params:
-            t = self._param(p, params[p.name])
-            alive.append(t)
-            pointers[p.name] = t.data_ptr()
+        for p, way in self.params:
+            value = params[p.name]
+            if way is _DIRECT:
+                pointers[p.name] = value.data_ptr()
+            else:
+                t = self._number(p, value) if way is _NUMBER else self._converted(p, value)
+                alive.append(t)
+                pointers[p.name] = t.data_ptr()
         if keep is not None:
             k = keep if is_tensor(keep) else torch.from_numpy(np.asarray(keep))
             k = (k.view(torch.uint8) if k.dtype == torch.bool else k.to(torch.uint8)).to(self.device).contiguous()
             alive.append(k)
             pointers["keep"] = k.data_ptr()
-        out, late = {}, {}
+        out, late = {}, None
         for name, arg, shape, stored, _ in self.outputs:
-            mine = given.get(name)
+            mine = given.get(name) if given else None
             if mine is not None and is_tensor(mine) and mine.dtype == stored and mine.shape == shape \
                     and mine.device == self.device and mine.is_contiguous():
                 out[name] = mine  # written in place
             else:
                 out[name] = torch.empty(shape, dtype=stored, device=self.device)
                 if mine is not None:
+                    late = late or {}
                     late[name] = mine  # checked and copied into after the launch
             pointers[arg] = out[name].data_ptr()
         for name, shape, dtype in self.scratch:
@@ -313,9 +346,8 @@ class _Call:
         for step in self.steps:
             step.bind(pointers)
             step.launch(stream)
-        for name, _, _, stored, want in self.outputs:
-            if stored != want:  # a strategy that writes float32 where torch's convention is the input's dtype
-                out[name] = out[name].to(want)
+        for name in self.converted:  # a strategy that writes float32 where torch's convention is the input's dtype
+            out[name] = out[name].to(dict((n, w) for n, *_, w in self.outputs)[name])
         return _into(out, late) if late else out
 
 

@@ -68,8 +68,9 @@ def _inputs(seed=0):
 def test_a_float32_query_of_one_row_per_row_is_bound_as_it_is_and_a_number_once(attention):
     kernel, launches = attention
     q = torch.randn(B, D)
-    kernel(_inputs(), {"q": q, "scale": np.float32(0.25)})
-    kernel(_inputs(1), {"q": q, "scale": 0.25})  # the same signature: the same prepared call, the same scale tensor
+    one, two = _inputs(), _inputs(1)  # both alive: the second's keys cannot take the first's freed memory
+    kernel(one, {"q": q, "scale": np.float32(0.25)})
+    kernel(two, {"q": q, "scale": 0.25})  # the same signature: the same prepared call, the same scale tensor
     assert len(launches) == 1 and len(kernel._calls) == 1
     first, second = launches[0].seen
     assert first["q"] == second["q"] == q.data_ptr()  # not copied

@@ -20,11 +20,15 @@ on ``mma.sync.m16n8k16``:
    shared memory only adds barriers. A block takes 16 rows, the 128 columns (e4m3) or 64 (16-bit) that eight lanes'
    16-byte loads cover, and a segment of the axis; its warps take its steps of 16 elements in turn. Lane ``(g, t)``
    loads 16 bytes of each of the weight rows ``k … k + 3`` (``k = 16 step + 4 t``, columns ``EACH g …``) and, in one
-   16-byte load, the factors of those four elements for rows ``g`` and ``g + 8``. ``mma.m16n8k16`` wants a lane's B fragment to
-   hold ``k = 2t, 2t + 1, 2t + 8, 2t + 9`` of one column: the kernel numbers the step's elements so that those are
-   the lane's own four rows (a sum does not depend on the order of its terms; A is numbered the same way), so the
-   B words are the columns' pairs of rows (``prmt``; e4m3 bytes widened to float16 by ``cvt.rn.f16x2.e4m3x2``,
-   exact), and n8 tile ``j``'s column ``g`` is the block's column ``EACH g + j``. Four steps' loads are in flight
+   16-byte load, the factors of those four elements for rows ``g`` and ``g + 8``. The weights are the instruction's A
+   operand (16 columns a product) and the factors its B (an n8 tile of 8 rows; the second only where the block has
+   more than 8 rows), so a product does 256 weights' work at any number of rows and one token's step takes half the
+   products and accumulators that the factors as A would (8 rows a block there: ``Spec.batch``). ``mma.m16n8k16``
+   wants a lane's fragments to hold ``k = 2t, 2t + 1, 2t + 8, 2t + 9``: the kernel numbers the step's elements so
+   that those are the lane's own four rows (a sum does not depend on the order of its terms; B is numbered the same
+   way), so the A words are the columns' pairs of rows (``prmt``; e4m3 bytes widened to float16 by
+   ``cvt.rn.f16x2.e4m3x2``, exact), and m16 tile ``mt``'s rows ``g`` and ``g + 8`` are the block's columns
+   ``EACH g + 2 mt`` and the one after. Four steps' loads are in flight
    before their products; no shared memory and no barrier in the loop. At the end the warps' sums meet in shared
    memory and are added in warp order (deterministic). The products are float16 ones for e4m3 weights: the factors
    must then be FP8 (exact in float16 too).
@@ -127,10 +131,11 @@ class ColumnsMmaKernel(ColumnsKernel):
         self.fac_store = "bfloat16" if self.kind == "bf16" else "float16"  # the factors' stored type
         self.each = load_columns(self.bytes)  # columns of one 16-byte load
         self.fac_layout = "fragments"
+        self.nt = spec.batch // 8  # n8 tiles of rows: 1 where a block has at most 8 rows, else 2
         self.warps = spec.threads // 32
         self.bc = 8 * self.each  # the block's columns: eight lanes' loads
         blocks = BLOCKS_E4M3 if self.bytes else BLOCKS
-        if spec.threads not in blocks or (spec.batch, spec.tile, spec.group) != (BM, BK, self.each):
+        if spec.threads not in blocks or spec.batch not in (8, BM) or (spec.tile, spec.group) != (BK, self.each):
             raise RedalgebraError(f"columns_mma: blocks of {', '.join(map(str, blocks))} threads taking {BM} rows, "
                                   f"{self.bc} columns and segments of whole tiles of {BK} elements")
 
@@ -219,22 +224,28 @@ class ColumnsMmaKernel(ColumnsKernel):
         return out
 
     def step_products(self, u: str) -> list:
-        """The products of a loaded step. The 16 elements are taken in the order that puts a lane's own four rows
-        where ``mma.m16n8k16`` wants its ``k = 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9`` (a sum does not depend on the
-        order of its terms, so A and B need only agree): A's words are the factor pairs as loaded, B's the columns'
-        pairs of rows ``k, k + 1`` and ``k + 2, k + 3`` (``prmt``; e4m3 bytes widened exactly to float16). n8 tile
-        ``j``'s column ``g`` is the block's column ``EACH g + j``."""
+        """The products of a loaded step: the weights are ``mma.m16n8k16``'s A operand (16 columns a product) and
+        the rows' factors its B (8 rows an n8 tile; a second tile for rows 8 … 15 only where the block has them), so
+        a product does 256 weights' work whatever the number of rows, and one token's step takes half the products
+        (and half the accumulators) of the factors as A. The 16 elements are taken in the order that puts a lane's
+        own four weight rows where the instruction wants its ``k = 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9`` (a sum does
+        not depend on the order of its terms, so A and B need only agree): B's words are the factor pairs as loaded,
+        A's the columns' pairs of rows ``k, k + 1`` and ``k + 2, k + 3`` (``prmt``; e4m3 bytes widened exactly to
+        float16). m16 tile ``mt``'s row ``g`` is the block's column ``EACH g + 2 mt``, its row ``g + 8`` the next
+        column."""
         mma, out = f"mma_{self.kind}", []
-        a = f"fa_{u}_0, fb_{u}_0, fa_{u}_1, fb_{u}_1"
         per = 4 if self.bytes else 2  # columns of a word
         pairs = "e4m3_pairs" if self.bytes else "b16_pairs"
         lo_ = ", ".join(f"p{c}" for c in range(per))
         hi_ = ", ".join(f"h{c}" for c in range(per))
+        b = [f"fa_{u}_0, fa_{u}_1", f"fb_{u}_0, fb_{u}_1"]
         for q in range(4):
             out += [Assign(lo_, f"{pairs}(wv_{u}_0_{q}, wv_{u}_1_{q})"), Assign(hi_, f"{pairs}(wv_{u}_2_{q}, wv_{u}_3_{q})")]
-            for c in range(per):
-                regs = ", ".join(f"ac_{per * q + c}_{i}" for i in range(4))
-                out.append(Assign(regs, f"{mma}({a}, p{c}, h{c}, {regs})"))
+            for h in range(per // 2):
+                mt, a = per // 2 * q + h, f"p{2 * h}, p{2 * h + 1}, h{2 * h}, h{2 * h + 1}"
+                for nt in range(self.nt):
+                    regs = ", ".join(f"ac_{mt}_{nt}_{i}" for i in range(4))
+                    out.append(Assign(regs, f"{mma}({a}, {b[nt]}, {regs})"))
         return out
 
     def tiles(self) -> list:
@@ -260,9 +271,9 @@ class ColumnsMmaKernel(ColumnsKernel):
                Assign("wo", f"(rw * length + lo + 4 * tq) * {n} + min(cb + {each} * lg, {n - each})"),
                Assign("nmain", f"max(nfull - warp - {(un - 1) * w} + {un * w - 1}, 0) // {un * w}")]
         zero = self.consts.name(0.0)
-        slots = [(j, i) for j in range(each) for i in range(4)]
+        slots = [(mt, nt, i) for mt in range(each // 2) for nt in range(self.nt) for i in range(4)]
         out += self.early_start()
-        out += [Assign(f"ac_{j}_{i}", zero) for j, i in slots]
+        out += [Assign(f"ac_{mt}_{nt}_{i}", zero) for mt, nt, i in slots]
         body = [Assign("ks", f"warp + it * {un * w}")]
         for u in range(un):
             body += self.load_step(str(u), f"ks + {u * w}", False)
@@ -273,29 +284,30 @@ class ColumnsMmaKernel(ColumnsKernel):
         out.append(For("ks", f"warp + nmain * {un * w}", "nstep", tuple(tail), str(w)))
         if w > 1:  # the warps' sums meet: slot (j, i) of lane l at red[warp, slot, l], added by the slot's warp
             out.append(Shared("red", (str(w), str(len(slots)), "32")))
-            out += [Assign(f"red[warp, {k}, lane]", f"ac_{j}_{i}") for k, (j, i) in enumerate(slots)]
+            out += [Assign(f"red[warp, {k}, lane]", f"ac_{mt}_{nt}_{i}") for k, (mt, nt, i) in enumerate(slots)]
             out.append(Barrier())
-        # each lane's outputs: rows lg and lg + 8 (accumulators 0, 1 and 2, 3 of an n8 tile), the row's scalars read
-        # once for its 2 * EACH columns
-        for h in (0, 1):
-            acc = self.base()
-            stmts = [] if segmented else self.row_scalars(acc, "orow")
-            for k, (j, i) in enumerate(slots):
-                if i >> 1 != h:
-                    continue
-                # accumulator i of n8 tile j: the tile's column 2 tq (+ 1), the block's column EACH (2 tq) + j
-                col, total, body = f"cb + {each} * (2 * tq + {i & 1}) + {j}", f"ac_{j}_{i}", []
-                if w > 1:
-                    total = f"t_{k}"
-                    body = [Assign(total, f"red[0, {k}, lane]")] + [Assign(total, f"red[{v}, {k}, lane]", "+")
-                                                                    for v in range(1, w)]
-                if segmented:
-                    body.append(Assign(f"part_{self.red}[orow, cuda.blockIdx.z, {col}]", total))
-                else:
-                    body += self.finish("orow", col, lambda r, v=total: v, acc)
-                stored = If(f"{col} < {n}", tuple(body))
-                stmts.append(If(f"warp == {k % w}", (stored,)) if w > 1 else stored)
-            out += [Assign("orow", f"r0 + lg + {8 * h}"), If("orow < rows", tuple(stmts))]
+        # each lane's outputs: rows 2 tq and 2 tq + 1 of each n8 tile (accumulators 0, 2 and 1, 3 of an m16 tile), the
+        # row's scalars read once for its EACH columns
+        for nt in range(self.nt):
+            for bit in (0, 1):
+                acc = self.base()
+                stmts = [] if segmented else self.row_scalars(acc, "orow")
+                for k, (mt, nt_, i) in enumerate(slots):
+                    if nt_ != nt or i & 1 != bit:
+                        continue
+                    # accumulator i of m16 tile mt: the tile's row lg (+ 8: the next column), its column 2 tq (+ 1)
+                    col, total, body = f"cb + {each} * lg + {2 * mt + (i >> 1)}", f"ac_{mt}_{nt}_{i}", []
+                    if w > 1:
+                        total = f"t_{k}"
+                        body = [Assign(total, f"red[0, {k}, lane]")] + [Assign(total, f"red[{v}, {k}, lane]", "+")
+                                                                        for v in range(1, w)]
+                    if segmented:
+                        body.append(Assign(f"part_{self.red}[orow, cuda.blockIdx.z, {col}]", total))
+                    else:
+                        body += self.finish("orow", col, lambda r, v=total: v, acc)
+                    stored = If(f"{col} < {n}", tuple(body))
+                    stmts.append(If(f"warp == {k % w}", (stored,)) if w > 1 else stored)
+                out += [Assign("orow", f"r0 + {8 * nt} + 2 * tq + {bit}"), If("orow < rows", tuple(stmts))]
         return out
 
     def early_start(self) -> list:
@@ -418,7 +430,9 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
     # on Hopper each kernel after the first starts while the one before runs (programmatic dependent launch)
     dependent = not p.option("simulator") and tuple(p.option("cc") or ())[:1] >= (9,)
-    return dict(threads=threads, group=each, vec=8, tile=BK, batch=BM, segments=int(nseg), nseg=int(nseg),
+    # rows of a block: 16, or 8 (one n8 tile of products) where there are no more
+    return dict(threads=threads, group=each, vec=8, tile=BK, batch=8 if p.rows <= 8 else BM, segments=int(nseg),
+                nseg=int(nseg),
                 pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False), min_blocks=minb,
                 dependent=dependent)
 

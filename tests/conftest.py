@@ -82,3 +82,29 @@ def _simulator_manager_yields_the_gil():
     original, manager.run = manager.run, run
     yield
     manager.run = original
+
+
+_EARLY: list = []  # the PTX jobs' process, started with a whole-suite session
+
+
+def pytest_configure(config):
+    """On a run of the whole suite (no paths, -k or -m given; the main process, not an xdist worker), start compiling
+    test_ptx's kernels at once, in the background: its report's path goes to the workers by the environment."""
+    if hasattr(config, "workerinput") or config.args_source != pytest.Config.ArgsSource.TESTPATHS \
+            or config.option.keyword or config.option.markexpr:
+        return
+    import tempfile
+
+    from tests.runtime import test_ptx
+
+    path = os.path.join(tempfile.mkdtemp(prefix="redalgebra-ptx-"), "report.json")
+    os.environ[test_ptx.EARLY] = path
+    _EARLY.append(test_ptx.start(path))
+
+
+def pytest_unconfigure(config):
+    import signal
+
+    for proc in _EARLY:  # a session that ended first (interrupted, or its tests failed early): its whole group
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)

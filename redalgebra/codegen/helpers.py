@@ -1,5 +1,10 @@
 """Device helpers shared by every generated module (source text, decorated per back end)."""
 
+#: A CUDA module's kernels kept compiled by numba's disk cache beside the module's file, where that folder is the
+#: user's own (``runtime.cache.numba_cache``): a restarted process loads them instead of compiling them again.
+CACHE_LINE = ("from redalgebra.runtime.cache import numba_cache\n"
+              "CACHE = not config.ENABLE_CUDASIM and numba_cache(globals().get('__file__'))")
+
 HELPERS = '''
 @{device}
 def rt_max(a, b):

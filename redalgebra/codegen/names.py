@@ -23,7 +23,7 @@ from ..ir.parser import parse, tokenize
 
 #: Identifiers without an underscore that the generated modules define or their kernels use.
 BARE = frozenset("""
-    BOUNDS NAN abs base bi bv combine config cuda e4m3 epilogue float32 grp gt hi int32 j keep kernel l
+    BOUNDS CACHE NAN globals abs base bi bv combine config cuda e4m3 epilogue float32 grp gt hi int32 j keep kernel l
     lane length live lo math max min nch njit np nseg off oi ov part partial pick prange range red row rows
     seg seglen stride t tid u warp wsrc uint16 uint32
     cc ce cl cq d0 d1 gend grows rt inexact live seen it b0 b1 b2 b3 kb kcol krow lg lt ntile ntr qw sm smw split st tl
@@ -40,7 +40,7 @@ PREFIXES = frozenset("""
     D K NEG POS V acc c0 e fast fc0 full fv lane ld max min n o o1 o2 o3 oi ok out p part parti pv r red redi
     reduce rep rr rt s sh shfl shi si st t t0 tk tki v x xs xv y cp ldsm mma pack unpack cf fa pa pf rc row sc tr tx xb
     wgmma swizzle fence ce cc so div ga gb tq dk dv dq dl ac f e4m3 fo shk shki cv ci fd wo wd fp8 b16 fb wk wv BOUNDS
-    grid prefetch z
+    grid prefetch z numba
 """.split())
 
 

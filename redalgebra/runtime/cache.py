@@ -48,6 +48,20 @@ def _fallback(why: str) -> Path:
     return _FALLBACK[0]
 
 
+def numba_cache(path: str | None) -> bool:
+    """Whether numba may keep the compiled kernels of the generated module at ``path`` on disk (``cache=True``: in a
+    ``__pycache__`` folder beside it), so that a new process loads them instead of compiling them again (10-25 s for
+    a tensor-core module). Only where that folder is the user's own and no one else may write it: numba's cache
+    files are pickles, which a folder others can write could plant. ``REDALGEBRA_NUMBA_CACHE=0`` turns it off."""
+    if path is None or os.environ.get("REDALGEBRA_NUMBA_CACHE", "1") == "0":
+        return False
+    try:
+        folder = os.stat(Path(path).parent)
+    except OSError:
+        return False
+    return stat.S_ISDIR(folder.st_mode) and folder.st_uid == os.getuid() and not folder.st_mode & 0o022
+
+
 def digest(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 

@@ -35,3 +35,31 @@ def test_load_refuses_a_file_changed_after_writing(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "write", write_then_tamper)
     with pytest.raises(RedalgebraError, match="does not hash to its name"):
         cache.load(src)
+
+
+def test_numba_keeps_compiled_kernels_only_in_a_folder_no_one_else_may_write(tmp_path, monkeypatch):
+    monkeypatch.setenv("REDALGEBRA_CACHE", str(tmp_path / "kernels"))
+    monkeypatch.delenv("REDALGEBRA_NUMBA_CACHE", raising=False)
+    path = cache.write("x = 1\n")  # its folder made by the cache: the user's own, 0o700
+    assert cache.numba_cache(str(path))
+    for mode in (0o770, 0o757):  # the group or others may write: numba's pickles could be planted there
+        path.parent.chmod(mode)
+        assert not cache.numba_cache(str(path)), oct(mode)
+    path.parent.chmod(0o755)
+    assert cache.numba_cache(str(path))
+    monkeypatch.setenv("REDALGEBRA_NUMBA_CACHE", "0")
+    assert not cache.numba_cache(str(path))
+    assert not cache.numba_cache(None)  # a module without a file (source run as text)
+
+
+def test_generated_cuda_modules_ask_for_the_disk_cache_and_the_simulator_does_not_get_it():
+    from redalgebra.codegen import generate
+    from tests.catalogue import fused
+
+    for strategy in ("rows", "block"):  # a statement-tree strategy and a first-generation text one
+        source = generate(fused("safe_softmax"), "cuda", strategy).source
+        assert "CACHE = not config.ENABLE_CUDASIM and numba_cache(" in source
+        assert "'cache': CACHE}" in source.split("\nBOUNDS = ")[1].splitlines()[0]
+    namespace = {}
+    exec(compile(generate(fused("safe_softmax"), "cudasim", "rows").source, "<generated>", "exec"), namespace)
+    assert namespace["CACHE"] is False  # the simulator (and a module run without a file)

@@ -102,7 +102,7 @@ def test_columns_mma_fills_the_gpu_once_and_launches_the_row_kernel_wider():
         assert blocks * spec.segments <= SMS * RESIDENT < blocks * (spec.segments + 1)
         src = kernel.source(spec, "columns_mma")
         # the kernel of the scalars and the factors (a block per row) is launched with four times the threads
-        assert "BOUNDS_factors = {} if config.ENABLE_CUDASIM else {'launch_bounds': 512}" in src.source
+        assert "BOUNDS_factors = {} if config.ENABLE_CUDASIM else {'launch_bounds': 512, 'cache': CACHE}" in src.source
         assert dict(src.bounds) == {"factors": 512}
     _, spec, _ = kernel.spec_for(4096, 7168, {"x": "bfloat16", "w": "bfloat16"}, {"n": 7168}, reps={"w": 4096})
     assert spec.segments == 1  # blocks enough without segments

@@ -4,8 +4,10 @@ import math
 
 import numpy as np
 from numba import config, cuda, float32, int32
+from redalgebra.runtime.cache import numba_cache
+CACHE = not config.ENABLE_CUDASIM and numba_cache(globals().get('__file__'))
 
-BOUNDS = {} if config.ENABLE_CUDASIM else {'launch_bounds': 128}
+BOUNDS = {} if config.ENABLE_CUDASIM else {'launch_bounds': 128, 'cache': CACHE}
 NEG_INF = np.float32(-np.inf)
 POS_INF = np.float32(np.inf)
 NAN = np.float32(np.nan)

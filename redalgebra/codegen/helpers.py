@@ -4,6 +4,10 @@
 #: user's own (``runtime.cache.numba_cache``): a restarted process loads them instead of compiling them again.
 CACHE_LINE = ("from redalgebra.runtime.cache import numba_cache\n"
               "CACHE = not config.ENABLE_CUDASIM and numba_cache(globals().get('__file__'))")
+#: The same for a CPU module's kernels (``njit(parallel=True)`` compiles for seconds; every process, a notebook's or
+#: a test worker's, compiled each again).
+CACHE_LINE_CPU = ("from redalgebra.runtime.cache import numba_cache\n"
+                  "CACHE = numba_cache(globals().get('__file__'))")
 
 HELPERS = '''
 @{device}

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from redalgebra import RedalgebraError
@@ -63,3 +65,22 @@ def test_generated_cuda_modules_ask_for_the_disk_cache_and_the_simulator_does_no
     namespace = {}
     exec(compile(generate(fused("safe_softmax"), "cudasim", "rows").source, "<generated>", "exec"), namespace)
     assert namespace["CACHE"] is False  # the simulator (and a module run without a file)
+    cpu = generate(fused("safe_softmax"), "cpu").source  # the CPU's parallel kernels too
+    assert "CACHE = numba_cache(" in cpu and "njit(parallel=True, fastmath=False, cache=CACHE)" in cpu
+
+
+def test_a_cpu_kernel_compiled_in_one_process_is_loaded_by_the_next(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("from redalgebra.runtime import compile; from tests.catalogue import fused; import numpy as np; "
+            "k = compile(fused('safe_softmax'), 'cpu'); k({'x': np.ones((2, 5), np.float32)}); "
+            "import sys; d = next(v for n, v in sys.modules.items() if n.startswith('ra_')).kernel; "
+            "print(d.stats.cache_hits.total(), d.stats.cache_misses.total())")
+    env = {**__import__("os").environ, "REDALGEBRA_CACHE": str(tmp_path / "kernels")}
+    env.pop("REDALGEBRA_NUMBA_CACHE", None)
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=Path(__file__).parents[2])
+            for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr[-2000:]
+    assert runs[0].stdout.split() == ["0", "1"]  # compiled (a miss), kept
+    assert runs[1].stdout.split() == ["1", "0"]  # loaded

@@ -4,6 +4,8 @@ import math
 
 import numpy as np
 from numba import njit, prange, float32, int32
+from redalgebra.runtime.cache import numba_cache
+CACHE = numba_cache(globals().get('__file__'))
 NEG_INF = np.float32(-np.inf)
 POS_INF = np.float32(np.inf)
 NAN = np.float32(np.nan)
@@ -159,7 +161,7 @@ def rt_topk_merge(vals, idx, ovals, oidx):
             rt_topk_insert(vals, idx, ovals[j], oidx[j])
 
 
-@njit(parallel=True, fastmath=False, cache=False)
+@njit(parallel=True, fastmath=False, cache=CACHE)
 def kernel(k, v, rep_k, rep_v, q, scale, keep, out_y, rows, length):
     for row in prange(rows):
         s_o = np.empty(D_d, np.float32)

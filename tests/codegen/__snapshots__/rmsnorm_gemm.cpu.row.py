@@ -4,6 +4,8 @@ import math
 
 import numpy as np
 from numba import njit, prange, float32, int32
+from redalgebra.runtime.cache import numba_cache
+CACHE = numba_cache(globals().get('__file__'))
 NEG_INF = np.float32(-np.inf)
 POS_INF = np.float32(np.inf)
 NAN = np.float32(np.nan)
@@ -160,7 +162,7 @@ def rt_topk_merge(vals, idx, ovals, oidx):
             rt_topk_insert(vals, idx, ovals[j], oidx[j])
 
 
-@njit(parallel=True, fastmath=False, cache=False)
+@njit(parallel=True, fastmath=False, cache=CACHE)
 def kernel(x, g, w, rep_x, rep_g, rep_w, h, eps, keep, out_y, rows, length):
     for row in prange(rows):
         s_acc = np.empty(D_n, np.float32)

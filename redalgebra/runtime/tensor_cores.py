@@ -15,8 +15,8 @@ column ``g``, and the accumulators ``(g, 2t)``, ``(g, 2t + 1)``, ``(g + 8, 2t)``
 
 Fragments straight from global memory (``columns_mma``): ``ld_w4_at`` reads 16 bytes as 32-bit words from an
 element offset (non-coherent), ``ld_w4_stream_at`` the same without keeping the line in L1 (data read
-once), ``st_w2_at`` stores two words; ``e4m3_pairs`` and ``b16_pairs`` make B words (a column's rows ``k`` and
-``k + 1``) from two rows' words, e4m3 bytes widened to float16 exactly.
+once), ``ld_w2_stream_at`` its 8 bytes, ``st_w2_at`` stores two words; ``e4m3_pairs`` and ``b16_pairs`` make the
+operands' words (a column's rows ``k`` and ``k + 1``) from two rows' words, e4m3 bytes widened to float16 exactly.
 
 Built on the helpers of :mod:`.intrinsics` (pointers, packing, the simulator switch); like those, each name is
 an inlined intrinsic on CUDA and a Python stand-in under the simulator. The warp-collective stand-ins meet
@@ -37,7 +37,8 @@ from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _asm, _bf16_pai
 if not SIMULATOR:
     from .intrinsics import TypingError
 
-__all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "st_w2_at",
+__all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "ld_w2_stream_at",
+           "st_w2_at",
            "prefetch_l2_at", "grid_wait", "grid_launch", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
@@ -87,6 +88,10 @@ def _sim_flat(name, a, offset, size, kinds=_FLAT):
 
 def _sim_ld_w4_at(a, offset):
     return tuple(np.uint32(w) for w in _sim_flat("ld_w4_at", a, offset, 16).view(np.uint32))
+
+
+def _sim_ld_w2_at(a, offset):
+    return tuple(np.uint32(w) for w in _sim_flat("ld_w2_stream_at", a, offset, 8).view(np.uint32))
 
 
 def _sim_st_w2_at(a, offset, w0, w1):
@@ -293,21 +298,23 @@ def _flat_pointer(context, builder, sig, args, at, element):
     return builder.addrspacecast(builder.bitcast(p, element.as_pointer()), element.as_pointer(1))
 
 
-def _words_load(name, stream):
-    """``name``: the 16 bytes from an element offset as four words, one non-coherent load; ``stream``: not kept in
-    L1."""
+def _words_load(name, stream, words=4):
+    """``name``: the ``4 words`` bytes from an element offset as ``words`` words, one non-coherent load; ``stream``:
+    not kept in L1."""
     def typer(typingctx, a, offset):
         _check_flat(name, a, offset=offset)
-        rt = types.UniTuple(types.uint32, 4)
+        rt = types.UniTuple(types.uint32, words)
 
         def codegen(context, builder, sig, args):
             i32 = ir.IntType(32)
             if stream:  # (no side effect: the array does not change while the kernel runs: loads may move, merge)
                 g = _flat_pointer(context, builder, sig, args, 0, ir.IntType(8))
-                out = _asm(builder, ir.LiteralStructType([i32] * 4),
-                           "ld.global.nc.L1::no_allocate.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l", [g])
-                return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(4)])
-            v = builder.load(_flat_pointer(context, builder, sig, args, 0, ir.VectorType(i32, 4)), align=16)
+                outs = ", ".join(f"${k}" for k in range(words))
+                out = _asm(builder, ir.LiteralStructType([i32] * words),
+                           f"ld.global.nc.L1::no_allocate.v{words}.u32 {{{outs}}}, [${words}];",
+                           ",".join(["=r"] * words + ["l"]), [g])
+                return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(words)])
+            v = builder.load(_flat_pointer(context, builder, sig, args, 0, ir.VectorType(i32, words)), align=4 * words)
             v.set_metadata("invariant.load", builder.module.add_metadata([]))  # ld.global.nc
             return context.make_tuple(builder, rt, _elements(builder, v))
         return rt(a, offset), codegen
@@ -322,6 +329,9 @@ the array must not change while the kernel runs). The address must be 16-byte al
 ld_w4_stream_at = _device(_sim_ld_w4_at)(_words_load("ld_w4_stream_at", True))
 ld_w4_stream_at.__doc__ = """``ld_w4_at`` for data read once: ``ld.global.nc.L1::no_allocate.v4`` (the line is not
 kept in L1, where it would evict what the kernel reads again)."""
+ld_w2_stream_at = _device(_sim_ld_w2_at)(_words_load("ld_w2_stream_at", True, 2))
+ld_w2_stream_at.__doc__ = """``ld_w4_stream_at``'s 8 bytes: two words, ``ld.global.nc.L1::no_allocate.v2`` (the
+address 8-byte aligned)."""
 
 
 def _sim_prefetch_l2_at(a, offset):

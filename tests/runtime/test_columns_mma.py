@@ -52,6 +52,31 @@ def test_columns_mma_matches_the_reference(name, rows, length, n, dtype, segment
         assert (out[-1] == 0).all()  # nothing kept: the sum is empty
 
 
+@pytest.mark.parametrize("dtype,rows,n,segments,masked", [
+    # a lane's 8 bytes of a weight row (group: half a 16-byte load's columns): 8 e4m3 columns, a block of 64 and 16
+    # of the next, two segments, a mask, two n8 tiles of rows; 4 bfloat16 columns, a block of 32 and 8 of the next
+    ("e4m3", 9, 80, 2, True),
+    ("bfloat16", 3, 40, None, False),
+])
+def test_columns_mma_with_8_byte_loads_matches_the_reference(dtype, rows, n, segments, masked):
+    length = 100
+    inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16")
+    if dtype == "e4m3":
+        inputs["w"] = as_e4m3(to_float(inputs["w"]))
+    keep = np.random.default_rng(2).random((rows, length)) > 0.2 if masked else None
+    group = {"e4m3": 8, "bfloat16": 4}[dtype]
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma", segments=segments, group=group)
+    out = kernel(inputs, params, keep)["y"]
+    ref = _reference("fp8_quant_gemm", inputs, params, keep, rows)["y"]
+    assert np.array_equal(np.isnan(out), np.isnan(ref))
+    assert np.nanmax(np.abs(out - ref)) <= 1e-5 * np.nanmax(np.abs(ref))
+    spec = kernel.spec_for(rows, length, {"x": "bfloat16", "w": dtype}, {"n": n}, reps={"w": rows})[1]
+    source = kernel.source(spec, "columns_mma").source
+    assert spec.group == group and "ld_w2_stream_at(" in source and "ld_w4_stream_at(" not in source
+    with pytest.raises(RedalgebraError, match="a lane loads"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma", group=2 * group + 1)(inputs, params, keep)
+
+
 def test_columns_mma_refuses_what_it_cannot_take():
     inputs, params = _problem("fp8_quant_gemm", 4, 64, 16, "float32")
     with pytest.raises(RedalgebraError, match="bfloat16, float16 or e4m3 weights"):
@@ -94,12 +119,16 @@ def test_columns_mma_fills_the_gpu_once_and_launches_the_row_kernel_wider():
     from redalgebra.codegen.strategies.columns_mma import RESIDENT
 
     kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma", threads=128)  # the GPU's block
-    for weights, columns, segments in (("e4m3", 128, 7), ("bfloat16", 64, 3)):
-        _, spec, _ = kernel.spec_for(16, 7168, {"x": "bfloat16", "w": weights}, {"n": 7168}, reps={"w": 16})
+    # (rows, weights): columns a block, segments, blocks a multiprocessor. e4m3 weights past 8 rows: 8-byte loads of
+    # 8 columns a lane (64 a block) and a fourth block a multiprocessor; at 8 rows or fewer, and 16-bit weights,
+    # 16-byte loads and RESIDENT blocks
+    for rows, weights, columns, segments, resident in ((16, "e4m3", 64, 4, RESIDENT + 1), (8, "e4m3", 128, 7, RESIDENT),
+                                                       (16, "bfloat16", 64, 3, RESIDENT)):
+        _, spec, _ = kernel.spec_for(rows, 7168, {"x": "bfloat16", "w": weights}, {"n": 7168}, reps={"w": rows})
         blocks = 7168 // columns
-        # launch bounds for RESIDENT blocks a multiprocessor, and as many segments as fit them all in one wave
-        assert spec.min_blocks == RESIDENT and spec.segments == segments
-        assert blocks * spec.segments <= SMS * RESIDENT < blocks * (spec.segments + 1)
+        # launch bounds for that many blocks a multiprocessor, and as many segments as fit them all in one wave
+        assert spec.min_blocks == resident and spec.segments == segments and 8 * spec.group == columns
+        assert blocks * spec.segments <= SMS * resident < blocks * (spec.segments + 1)
         src = kernel.source(spec, "columns_mma")
         # the kernel of the scalars and the factors (a block per row) is launched with four times the threads
         assert "BOUNDS_factors = {} if config.ENABLE_CUDASIM else {'launch_bounds': 512, 'cache': CACHE}" in src.source

@@ -260,14 +260,16 @@ def test_mma_multiplies_on_the_tensor_cores_with_operands_staged_by_cp_async(rep
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
 
 
-def _columns_mma_steps(facts: dict, per_step: int) -> int:
+def _columns_mma_steps(facts: dict, per_step: int, row_bytes: int = 16) -> int:
     """Steps of 16 elements in ``columns_mma``'s products kernel (the loop's four and the tail's, as many as LLVM
-    unrolled), from the products: ``per_step`` a step. Each step loads 16 bytes of four weight rows (not kept in
-    L1) and 16 bytes of factors (the fragments' order); the kernel of the scalars and the factors reads a row 16
-    bytes at a time (4 chunks a thread) and its factors 8 elements at a time (one load)."""
+    unrolled), from the products: ``per_step`` a step. Each step loads ``row_bytes`` of four weight rows (not kept in
+    L1; 16 or 8) and 16 bytes of factors (the fragments' order); the kernel of the scalars and the factors reads a row
+    16 bytes at a time (4 chunks a thread) and its factors 8 elements at a time (one load)."""
     steps = facts["mma"] // per_step
     assert facts["strategy"] == "columns_mma" and facts["mma"] == per_step * steps and steps >= UNROLL_MMA + 1, facts
-    assert facts["ld_stream"] == 4 * steps and facts["ld_global_128"] == 5 * steps + 4 + 1, facts
+    weights_128 = 4 * steps if row_bytes == 16 else 0
+    assert facts["ld_stream"] == 4 * steps and facts["ld_global_128"] == weights_128 + steps + 4 + 1, facts
+    assert facts["ld_global_vector_narrow"] == 4 * steps - weights_128, facts  # 8-byte weight loads
     # straight into the fragments: no shared-memory stages
     assert facts["ldmatrix"] == facts["cp_async"] == 0
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
@@ -283,12 +285,12 @@ def test_columns_mma_multiplies_the_factors_and_weights_on_the_tensor_cores(repo
 
 @pytest.mark.slow
 def test_columns_mma_widens_e4m3_weights_on_chip(report):
-    # per step 16 products (a lane's 16 columns of e4m3 bytes), their B words widened by cvt.rn.f16x2.e4m3x2: 4
-    # words of 4 bytes for each of the two row pairs, 4 columns each; and the factors kernel's fp8() of its 8
-    # elements (rounded to e4m3 and widened back, exactly)
+    # at 16 rows a lane loads 8 bytes of each weight row: per step 8 products of 16x8 (its 8 e4m3 columns, two n8
+    # tiles of rows), their A words widened by cvt.rn.f16x2.e4m3x2: 2 words of 4 bytes for each of the two row pairs,
+    # 4 columns each; and the factors kernel's fp8() of its 8 elements (rounded to e4m3 and widened back, exactly)
     facts = report[_key("fp8_quant_gemm", "columns_mma", 16, 4096, "e4m3")]
-    steps = _columns_mma_steps(facts, 16)
-    assert facts["e4m3_widen"] == 4 * 2 * 4 * steps + 8
+    steps = _columns_mma_steps(facts, 8, row_bytes=8)
+    assert facts["e4m3_widen"] == 2 * 2 * 4 * steps + 8
 
 
 @pytest.mark.slow

@@ -28,7 +28,9 @@ on ``mma.sync.m16n8k16``:
    that those are the lane's own four rows (a sum does not depend on the order of its terms; B is numbered the same
    way), so the A words are the columns' pairs of rows (``prmt``; e4m3 bytes widened to float16 by
    ``cvt.rn.f16x2.e4m3x2``, exact), and m16 tile ``mt``'s rows ``g`` and ``g + 8`` are the block's columns
-   ``EACH g + 2 mt`` and the one after. Four steps' loads are in flight
+   ``EACH g + 2 mt`` and the one after. With e4m3 weights past 8 rows a lane loads 8 bytes of each row instead
+   (``Spec.group``: 8 columns, 64 a block): half the accumulators and the registers of its loads in flight, so
+   four blocks a multiprocessor fit, not three. Four steps' loads are in flight
    before their products; no shared memory and no barrier in the loop. At the end the warps' sums meet in shared
    memory and are added in warp order (deterministic). The products are float16 ones for e4m3 weights: the factors
    must then be FP8 (exact in float16 too).
@@ -65,6 +67,12 @@ THREADS, SIM_THREADS, BLOCKS, BLOCKS_E4M3 = 128, 32, (32, 64, 128, 256), (32, 64
 def load_columns(e4m3: bool) -> int:
     """Columns of one 16-byte load of a weight row: 16 e4m3 bytes, 8 16-bit values."""
     return 16 if e4m3 else 8
+
+
+def loads(e4m3: bool) -> tuple[int, int]:
+    """The columns a lane may load of a weight row (``Spec.group``): a 16-byte load's (the default) or an 8-byte
+    load's."""
+    return load_columns(e4m3), load_columns(e4m3) // 2
 
 
 def row_threads(spec: Spec) -> int:
@@ -129,13 +137,17 @@ class ColumnsMmaKernel(ColumnsKernel):
         self.bytes = kind == "e4m3"
         self.kind = "f16" if self.bytes else KINDS[kind]
         self.fac_store = "bfloat16" if self.kind == "bf16" else "float16"  # the factors' stored type
-        self.each = load_columns(self.bytes)  # columns of one 16-byte load
+        # columns of a lane's load of a weight row: a 16-byte load's, or (``group`` half of it) an 8-byte load's,
+        # which halves a lane's accumulators and the registers its loads in flight hold
+        self.each = spec.group
+        self.words = self.each * (1 if self.bytes else 2) // 4  # 32-bit words of a lane's load
         self.fac_layout = "fragments"
         self.nt = spec.batch // 8  # n8 tiles of rows: 1 where a block has at most 8 rows, else 2
         self.warps = spec.threads // 32
         self.bc = 8 * self.each  # the block's columns: eight lanes' loads
         blocks = BLOCKS_E4M3 if self.bytes else BLOCKS
-        if spec.threads not in blocks or spec.batch not in (8, BM) or (spec.tile, spec.group) != (BK, self.each):
+        if spec.threads not in blocks or spec.batch not in (8, BM) or spec.tile != BK \
+                or spec.group not in loads(self.bytes):
             raise RedalgebraError(f"columns_mma: blocks of {', '.join(map(str, blocks))} threads taking {BM} rows, "
                                   f"{self.bc} columns and segments of whole tiles of {BK} elements")
 
@@ -210,14 +222,14 @@ class ColumnsMmaKernel(ColumnsKernel):
         load each, not kept in L1 (read once), and its 16 bytes of factors (rows ``lg`` and ``lg + 8``, elements
         ``k … k + 3``: the factors lie in the fragments' order). ``tested``: weight rows past the segment's end are
         zeros (their factors are 0, but 0 · NaN is not), read from nowhere."""
-        n, x = self.n, self.x
+        n, x, nw = self.n, self.x, self.words
         out = [Assign(f"wk_{u}", f"wo + ({step}) * {16 * n}")]
         for r in range(4):
-            words = ", ".join(f"wv_{u}_{r}_{q}" for q in range(4))
-            load = Assign(words, f"ld_w4_stream_at({x}, wk_{u} + {r * n})")
+            words = ", ".join(f"wv_{u}_{r}_{q}" for q in range(nw))
+            load = Assign(words, f"ld_w{nw}_stream_at({x}, wk_{u} + {r * n})")
             if tested:
                 out.append(If(f"lo + 16 * ({step}) + 4 * tq + {r} < hi", (load,),
-                              (Assign(words, ", ".join(["uint32(0)"] * 4)),)))
+                              (Assign(words, ", ".join(["uint32(0)"] * nw)),)))
             else:
                 out.append(load)
         out.append(Assign(f"fa_{u}_0, fa_{u}_1, fb_{u}_0, fb_{u}_1", f"ld_w4_at(fac, fq + ({step}) * {FRAGMENT})"))
@@ -239,7 +251,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         lo_ = ", ".join(f"p{c}" for c in range(per))
         hi_ = ", ".join(f"h{c}" for c in range(per))
         b = [f"fa_{u}_0, fa_{u}_1", f"fb_{u}_0, fb_{u}_1"]
-        for q in range(4):
+        for q in range(self.words):
             out += [Assign(lo_, f"{pairs}(wv_{u}_0_{q}, wv_{u}_1_{q})"), Assign(hi_, f"{pairs}(wv_{u}_2_{q}, wv_{u}_3_{q})")]
             for h in range(per // 2):
                 mt, a = per // 2 * q + h, f"p{2 * h}, p{2 * h + 1}, h{2 * h}, h{2 * h + 1}"
@@ -401,10 +413,13 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     blocks = BLOCKS_E4M3 if e4m3 else BLOCKS
     if threads not in blocks:
         return f"columns_mma: blocks of {', '.join(map(str, blocks))} threads{' (e4m3 weights)' if e4m3 else ''}, got {threads}"
-    for name, fixed in (("tile", BK), ("batch", BM), ("group", load_columns(e4m3))):
+    for name, fixed in (("tile", BK), ("batch", BM)):
         if p.option(name) not in (None, fixed):
             return (f"columns_mma: the {name} is fixed by the instruction shapes ({BM} rows, {8 * load_columns(e4m3)} "
                     f"columns a block, segments of whole tiles of {BK} elements)")
+    if p.option("group") not in (None, *loads(e4m3)):
+        return (f"columns_mma: a lane loads {' or '.join(map(str, loads(e4m3)))} columns of a weight row (16 or 8 "
+                f"bytes), got group={p.option('group')}")
     return None
 
 
@@ -420,12 +435,19 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     reason = applicable(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
-    n, threads, each = _columns(fused, p), _threads(p), load_columns(_e4m3(fused, p))
+    e4m3 = _e4m3(fused, p)
+    # e4m3 weights past 8 rows (two n8 tiles of products): a lane loads 8 bytes of a weight row, not 16, which halves
+    # its accumulators (118 registers, not 168, at 16 rows) and lets four blocks a multiprocessor hide the loads'
+    # latency: FP8 M16 0.0316 -> 0.0274 ms on the H200 (gpu/README.md); at 8 rows or fewer it changed nothing
+    narrow = e4m3 and p.rows > 8
+    n, threads = _columns(fused, p), _threads(p)
+    each = p.option("group") or loads(e4m3)[1 if narrow else 0]
     blocks = -(-p.rows // BM) * -(-n // (8 * each))
     tiles = -(-p.length // BK)
-    # registers for three blocks of four warps a multiprocessor (RESIDENT; no spills at 128 threads);
-    # segments until they are all busy once, not past it (a second, partial wave costs as much as the first)
-    minb = p.option("min_blocks") or RESIDENT * 128 // threads
+    # registers for three blocks of four warps a multiprocessor (RESIDENT; no spills at 128 threads), four with 8-byte
+    # loads of e4m3 weights; segments until they are all busy once, not past it (a second, partial wave costs as much
+    # as the first)
+    minb = p.option("min_blocks") or (RESIDENT + (each < load_columns(e4m3))) * 128 // threads
     nseg = p.option("segments") or max(1, min(SMS * minb // blocks, tiles // 2))
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
     # on Hopper each kernel after the first starts while the one before runs (programmatic dependent launch)

@@ -131,7 +131,7 @@ def _call(kernel: Kernel, inputs: dict, params: dict, keep, out) -> dict:
             # the kernels index rows by their length: a view is copied on the device; clone, not .contiguous():
             # torch calls a size-1 dimension of stride 0 contiguous, numba does not
             views = {name: t.clone(memory_format=torch.contiguous_format) for name, t in inputs.items()
-                     if not t.is_contiguous() or 0 in t.stride()}
+                     if is_tensor(t) and (not t.is_contiguous() or 0 in t.stride())}
             if views:
                 return _call(kernel, {**inputs, **views}, params, keep, out)
             if len(kernel._calls) >= 256:
@@ -246,7 +246,8 @@ class _Call:
             stored = getattr(torch, _STORED[np.dtype(arr.dtype).name])
             want = torch.int32 if name.endswith(".index") else per_element.get(name, torch.float32)
             self.outputs.append((name, f"out_{name.replace('.', '_')}", tuple(arr.shape), stored, want))
-        self.converted = tuple(name for name, _, _, stored, want in self.outputs if stored != want)
+        # outputs a strategy writes in float32 where torch's convention is the input's dtype: (name, that dtype)
+        self.converted = tuple((name, want) for name, _, _, stored, want in self.outputs if stored != want)
         # scratch the kernels write whole before reading it is the call's own per stream (calls on one stream run one
         # after the other, so they may share it): allocated on a stream's first call, not on every one (three
         # allocations of the FP8 product's four cost more host time than its kernels take); the rest is zero-filled
@@ -346,8 +347,8 @@ class _Call:
         for step in self.steps:
             step.bind(pointers)
             step.launch(stream)
-        for name in self.converted:  # a strategy that writes float32 where torch's convention is the input's dtype
-            out[name] = out[name].to(dict((n, w) for n, *_, w in self.outputs)[name])
+        for name, want in self.converted:
+            out[name] = out[name].to(want)
         return _into(out, late) if late else out
 
 

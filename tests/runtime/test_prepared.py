@@ -40,11 +40,9 @@ class Reader:
         self.seen.append(got)
 
 
-@pytest.fixture
-def attention(monkeypatch):
-    """Decode attention (params: a query row and a scale per row) compiled for the simulator and called as on the
-    GPU; returns the kernel and the launch stand-in of its (first) prepared call."""
-    reads = [("q", B * D, ctypes.c_float), ("k", B * L * D, ctypes.c_float)]
+def _prepared(monkeypatch, name, strategy=None, reads=()):
+    """``name`` compiled for the simulator and called as on the GPU; returns the kernel and the launch stand-ins of
+    its prepared calls."""
     launches = []
 
     def device_launch(self, src, module, named, rows):
@@ -55,9 +53,16 @@ def attention(monkeypatch):
     monkeypatch.setattr(compile_module.Kernel, "_device_launch", device_launch)
     monkeypatch.setattr(compile_module, "cuda_module", lambda backend: backends.cuda_module("cudasim"))
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
-    kernel = compile_kernel(fused("decode_attention"), "cudasim")
+    kernel = compile_kernel(fused(name), "cudasim", strategy)
     kernel.backend = "cuda"  # the prepared path, launched by the stand-in
     return kernel, launches
+
+
+@pytest.fixture
+def attention(monkeypatch):
+    """Decode attention: params a query row and a scale per row."""
+    return _prepared(monkeypatch, "decode_attention", reads=[("q", B * D, ctypes.c_float),
+                                                             ("k", B * L * D, ctypes.c_float)])
 
 
 def _inputs(seed=0):
@@ -110,3 +115,13 @@ def test_an_out_tensor_is_written_in_place_when_it_fits(attention):
     assert got["y"] is y and launches[-1].seen[-1]["out_y"] == y.data_ptr()
     with pytest.raises(tensors.RedalgebraError, match="no output named"):
         kernel(inputs, params, out={"z": y})
+
+
+def test_an_output_written_in_float32_is_returned_in_the_inputs_dtype(monkeypatch):
+    # a first-generation strategy writes its per-element output in float32; torch's convention is the input's dtype
+    kernel, launches = _prepared(monkeypatch, "safe_softmax", "block")
+    x = torch.randn(B, L).half()
+    for _ in range(2):
+        y = kernel({"x": x})["y"]
+        assert y.dtype == torch.float16 and tuple(y.shape) == (B, L)
+    assert len(launches) == 1 and len(launches[0].seen) == 2

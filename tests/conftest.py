@@ -84,27 +84,40 @@ def _simulator_manager_yields_the_gil():
     manager.run = original
 
 
-_EARLY: list = []  # the PTX jobs' process, started with a whole-suite session
+_EARLY: list = []  # the PTX jobs' process and its folder, started with a whole-suite session
 
 
 def pytest_configure(config):
-    """On a run of the whole suite (no paths, -k or -m given; the main process, not an xdist worker), start compiling
-    test_ptx's kernels at once, in the background: its report's path goes to the workers by the environment."""
-    if hasattr(config, "workerinput") or config.args_source != pytest.Config.ArgsSource.TESTPATHS \
-            or config.option.keyword or config.option.markexpr:
+    """On a run of the whole suite (no paths, -k, -m, --lf, --sw, --deselect, --ignore or --collect-only given; the
+    main process, not an xdist worker), start compiling test_ptx's kernels at once, in the background: its report's
+    path goes to the workers by the environment."""
+    if hasattr(config, "workerinput"):
+        return
+    from tests.runtime import test_ptx
+
+    os.environ.pop(test_ptx.EARLY, None)  # never a report of another session
+    o = config.option
+    if config.args_source != pytest.Config.ArgsSource.TESTPATHS or o.keyword or o.markexpr or o.collectonly \
+            or getattr(o, "lf", False) or getattr(o, "stepwise", False) or getattr(o, "deselect", None) \
+            or getattr(o, "ignore", None):
         return
     import tempfile
 
-    from tests.runtime import test_ptx
-
-    path = os.path.join(tempfile.mkdtemp(prefix="redalgebra-ptx-"), "report.json")
+    folder = tempfile.mkdtemp(prefix="redalgebra-ptx-")
+    path = os.path.join(folder, "report.json")
     os.environ[test_ptx.EARLY] = path
-    _EARLY.append(test_ptx.start(path))
+    _EARLY.append((test_ptx.start(path), folder))
 
 
 def pytest_unconfigure(config):
+    import shutil
     import signal
 
-    for proc in _EARLY:  # a session that ended first (interrupted, or its tests failed early): its whole group
+    for proc, folder in _EARLY:  # a session that ended first (interrupted, or its tests failed early): its group
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # ended meanwhile
+                pass
+        proc.wait()
+        shutil.rmtree(folder, ignore_errors=True)

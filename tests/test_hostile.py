@@ -208,7 +208,7 @@ SOURCE = "VALUE = 'genuine'\n"
 def folder(tmp_path, monkeypatch):
     monkeypatch.setenv("REDALGEBRA_CACHE", str(tmp_path))
     monkeypatch.setattr(cache, "_FALLBACK", [])
-    name = f"ra_{cache.digest(SOURCE)[:32]}"
+    name = f"ra_{cache.digest(SOURCE + cache.runtime_stamp())[:32]}"  # the file holds the source and the stamp
     monkeypatch.delitem(__import__("sys").modules, name, raising=False)
     return tmp_path / f"{name}.py"
 
@@ -227,7 +227,7 @@ def test_anything_but_a_regular_file_is_replaced_or_bypassed(folder, planted, tm
     with pytest.warns(RuntimeWarning, match="temporary|go to") if planted == "directory" else _nothing():
         module = cache.load(SOURCE)
     assert module.VALUE == "genuine"
-    assert cache._read_regular(module.__file__) == SOURCE.encode()
+    assert cache._read_regular(module.__file__) == (SOURCE + cache.runtime_stamp()).encode()
 
 
 class _nothing:

@@ -15,6 +15,7 @@ with a warning, once per process.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import stat
@@ -50,16 +51,31 @@ def _fallback(why: str) -> Path:
 
 def numba_cache(path: str | None) -> bool:
     """Whether numba may keep the compiled kernels of the generated module at ``path`` on disk (``cache=True``: in a
-    ``__pycache__`` folder beside it), so that a new process loads them instead of compiling them again (10-25 s for
-    a tensor-core module). Only where that folder is the user's own and no one else may write it: numba's cache
-    files are pickles, which a folder others can write could plant. ``REDALGEBRA_NUMBA_CACHE=0`` turns it off."""
+    ``__pycache__`` folder beside it, or under ``NUMBA_CACHE_DIR`` when that is set), so that a new process loads them
+    instead of compiling them again (10-25 s for a tensor-core module). Only where that folder is the user's own and
+    no one else may write it: numba's cache files are pickles, which a folder others can write could plant. The
+    ``__pycache__`` folder is made here, private (numba would make it with the process's umask).
+    ``REDALGEBRA_NUMBA_CACHE=0`` turns it off."""
     if path is None or os.environ.get("REDALGEBRA_NUMBA_CACHE", "1") == "0":
         return False
+    config = sys.modules.get("numba.core.config")  # (numba reads NUMBA_CACHE_DIR when it is imported)
+    folder = getattr(config, "CACHE_DIR", "") or os.environ.get("NUMBA_CACHE_DIR")
+    if not folder:
+        folder = Path(path).parent / "__pycache__"
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+        except OSError:
+            return False
+    return _private(folder) and _private(Path(path).parent)
+
+
+def _private(folder) -> bool:
+    """A real folder (not a link) of this user that neither the group nor others may write."""
     try:
-        folder = os.stat(Path(path).parent)
+        st = os.lstat(folder)
     except OSError:
         return False
-    return stat.S_ISDIR(folder.st_mode) and folder.st_uid == os.getuid() and not folder.st_mode & 0o022
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
 def digest(source: str) -> str:
@@ -126,8 +142,22 @@ def _hash_of(path: Path) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
+def runtime_stamp() -> str:
+    """A line naming this package's version and the code that generated modules call into (the intrinsics): numba's
+    disk cache keys a kernel by its module file's own text, not by what it imports, so the line goes into every file
+    (and so its name) — an upgrade or an edit of an intrinsic's PTX never loads a kernel compiled before it."""
+    from .. import __version__
+
+    here = Path(__file__).parent
+    parts = [__version__.encode()] + [(here / name).read_bytes() for name in ("intrinsics.py", "tensor_cores.py")]
+    return f"# runtime {hashlib.sha256(b''.join(parts)).hexdigest()[:16]}\n"
+
+
 def load(source: str):
-    """Import the module holding ``source``; the text executed is the one checked against its hash."""
+    """Import the module holding ``source`` (with :func:`runtime_stamp`); the text executed is the one checked
+    against its hash."""
+    source += runtime_stamp()
     path = write(source)
     data = _read_regular(path)
     if data is None or data != source.encode() or not path.stem.endswith(digest(source)[:32]):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -152,6 +153,12 @@ class Kernel:
             if 0 in shape:
                 raise EvaluationError(f"input {s.name} has shape {shape}: rows, the axis and vector sizes must "
                                       f"have at least one entry")
+        for p in c.params:  # numbers or arrays of them (a ragged list is neither: NumPy would say so deep below)
+            try:
+                np.shape(params[p.name])
+            except ValueError:
+                raise EvaluationError(f"param {p.name}: expected a number or an array of numbers, got a ragged "
+                                      f"{type(params[p.name]).__name__}") from None
         length = tuple(inputs[c.inputs[0].name].shape)[1]
         rows = max([tuple(inputs[s.name].shape)[0] for s in c.inputs] +
                    [np.shape(params[p.name])[0] for p in c.params if np.ndim(params[p.name]) == (1 if p.size is None else 2)])
@@ -301,9 +308,11 @@ class Kernel:
 
         ``out``: ``{output name: array}`` to write some outputs into (the shape and dtype the call would
         return, contiguous, where the inputs are); they are returned as given, written."""
-        for v in inputs.values():  # a plain loop: this runs on every call
-            if type(v).__module__.startswith("torch"):
-                return _torch_call()(self, inputs, params, keep, out)
+        torch = sys.modules.get("torch")  # (a tensor means torch was imported)
+        if torch is not None:
+            for v in inputs.values():  # a plain loop: this runs on every call
+                if isinstance(v, torch.Tensor):  # a subclass too
+                    return _torch_call()(self, inputs, params, keep, out)
         return self.run(inputs, params, keep, out)
 
     def run(self, inputs: dict, params: dict | None = None, keep=None, out: dict | None = None) -> dict:

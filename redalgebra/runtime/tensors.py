@@ -20,6 +20,7 @@ Output dtypes: per-element outputs in the first input's dtype (as PyTorch does; 
 from __future__ import annotations
 
 import re
+import sys
 
 import numpy as np
 
@@ -46,7 +47,9 @@ def _torch():
 
 
 def is_tensor(value) -> bool:
-    return type(value).__module__.startswith("torch") and hasattr(value, "dtype") and hasattr(value, "device")
+    """Whether ``value`` is a torch tensor (a subclass too); False without importing torch where no one has."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 def _input(t):
@@ -192,7 +195,7 @@ def _signature(kernel: Kernel, inputs: dict, params: dict, keep, device: int):
         parts = [device]
         for name in names:
             t = inputs[name]
-            if not isinstance(t, tensor) or t.get_device() != device:
+            if not isinstance(t, tensor) or t.get_device() != device or not t.dim():
                 return None
             parts.append((t.dtype, t.shape, t.stride(), t.data_ptr() % 16))
         for p in specs:
@@ -205,7 +208,7 @@ def _signature(kernel: Kernel, inputs: dict, params: dict, keep, device: int):
                 parts.append((type(v), np.shape(v)))
         if keep is not None:
             parts.append((keep.device, keep.dtype, keep.shape) if is_tensor(keep) else ("host", np.shape(keep)))
-    except (KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError, AttributeError, ValueError):  # (ValueError: np.shape of a ragged list)
         return None
     return tuple(parts)
 
@@ -279,12 +282,12 @@ class _Call:
 
     def _number(self, p, value) -> "torch.Tensor":  # noqa: F821
         value = float(value)  # np.float32(0.5) and 0.5: one cached tensor
-        t = self.numbers.get((p.name, value))
+        key = (p.name, value.hex())  # by its bits: -0.0 is not 0.0's tensor, and a NaN finds its own
+        t = self.numbers.get(key)
         if t is None:
             if len(self.numbers) >= 64:
                 self.numbers.clear()
-            t = self.numbers[(p.name, value)] = _torch().full((self.rows,), value, dtype=_torch().float32,
-                                                               device=self.device)
+            t = self.numbers[key] = _torch().full((self.rows,), value, dtype=_torch().float32, device=self.device)
         return t
 
     def _converted(self, p, value) -> "torch.Tensor":  # noqa: F821

@@ -11,17 +11,20 @@ def test_sources_are_files_named_by_their_hash(tmp_path, monkeypatch):
     src = "VALUE = 41 + 1\n"
     module = cache.load(src)
     assert module.VALUE == 42
-    path = tmp_path / f"ra_{cache.digest(src)[:32]}.py"
-    assert path.read_text() == src and module.__file__ == str(path)
+    stamped = src + cache.runtime_stamp()  # the package's version and intrinsics, for numba's disk cache
+    path = tmp_path / f"ra_{cache.digest(stamped)[:32]}.py"
+    assert path.read_text() == stamped and module.__file__ == str(path)
+    assert cache.runtime_stamp().startswith("# runtime ") and cache.runtime_stamp().endswith("\n")
 
 
 def test_a_planted_or_altered_file_is_never_imported(tmp_path, monkeypatch):
     monkeypatch.setenv("REDALGEBRA_CACHE", str(tmp_path))
     src = "VALUE = 'genuine'\n"
-    path = tmp_path / f"ra_{cache.digest(src)[:32]}.py"
+    stamped = src + cache.runtime_stamp()
+    path = tmp_path / f"ra_{cache.digest(stamped)[:32]}.py"
     path.write_text("raise SystemExit('planted code ran')\n")
     module = cache.load(src)  # rewritten from the source, since the content does not hash to the name
-    assert module.VALUE == "genuine" and path.read_text() == src
+    assert module.VALUE == "genuine" and path.read_text() == stamped
 
 
 def test_load_refuses_a_file_changed_after_writing(tmp_path, monkeypatch):
@@ -49,6 +52,19 @@ def test_numba_keeps_compiled_kernels_only_in_a_folder_no_one_else_may_write(tmp
         assert not cache.numba_cache(str(path)), oct(mode)
     path.parent.chmod(0o755)
     assert cache.numba_cache(str(path))
+    pycache = path.parent / "__pycache__"  # where numba puts them: made private here, whatever the umask
+    assert pycache.is_dir() and pycache.stat().st_mode & 0o777 == 0o700
+    pycache.chmod(0o775)  # made by someone else's umask, or opened since
+    assert not cache.numba_cache(str(path))
+    pycache.chmod(0o700)
+    shared = tmp_path / "numba"  # NUMBA_CACHE_DIR: numba's files go there instead, so that folder is the one checked
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(shared))
+    assert not cache.numba_cache(str(path))
+    shared.chmod(0o700)
+    assert cache.numba_cache(str(path))
+    monkeypatch.delenv("NUMBA_CACHE_DIR")
     monkeypatch.setenv("REDALGEBRA_NUMBA_CACHE", "0")
     assert not cache.numba_cache(str(path))
     assert not cache.numba_cache(None)  # a module without a file (source run as text)

@@ -125,3 +125,26 @@ def test_an_output_written_in_float32_is_returned_in_the_inputs_dtype(monkeypatc
         y = kernel({"x": x})["y"]
         assert y.dtype == torch.float16 and tuple(y.shape) == (B, L)
     assert len(launches) == 1 and len(launches[0].seen) == 2
+
+
+class Subclass(torch.Tensor):
+    """A tensor subclass of a user's own module (its type's module is not torch's)."""
+
+
+def test_a_strided_view_of_a_tensor_subclass_is_copied_too(attention):
+    kernel, launches = attention
+    k = torch.randn(B, L, 2 * D)[:, :, ::2].as_subclass(Subclass)
+    kernel({"k": k, "v": _inputs()["v"]}, {"q": torch.randn(B, D), "scale": 1.0})
+    got = launches[-1].seen[-1]
+    assert got["k"] != k.data_ptr() and np.array_equal(got["k values"], torch.Tensor(k).contiguous().numpy().ravel())
+
+
+def test_a_number_is_cached_by_its_bits_and_odd_params_get_the_layouts_message(attention):
+    kernel, launches = attention
+    reads = {}
+    for scale in (0.0, -0.0, 0.0):
+        kernel(_inputs(), {"q": torch.randn(B, D), "scale": scale})
+        reads[launches[-1].seen[-1]["scale"]] = scale
+    assert len(reads) == 2  # -0.0 has its own tensor (a kernel may divide by it)
+    with pytest.raises(tensors.RedalgebraError):  # a ragged list: the layout's message, not NumPy's ValueError
+        kernel(_inputs(), {"q": [[1.0], [1.0, 2.0]], "scale": 1.0})

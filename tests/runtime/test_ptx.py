@@ -109,14 +109,34 @@ def _jobs() -> list:
     return jobs + [(_key(name, strategy), name, strategy, 512, 2048, "bfloat16", {}) for name, strategy in LEGACY_RUNS]
 
 
-#: Runs SCRIPT with the jobs and writes its exit status and output to a file, atomically, whatever happens.
+#: Runs SCRIPT with the jobs and writes its exit status and output to a file, atomically, whatever happens; stops
+#: it (its whole group: the compiling pool) when the process that started this one is gone (pytest killed).
 WRAPPER = r"""
-import json, os, subprocess, sys
-path, script, jobs = sys.argv[1:4]
-proc = subprocess.run([sys.executable, "-c", script, jobs], capture_output=True, text=True, timeout=900)
-with open(path + ".part", "w") as fh:
-    json.dump({"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr[-3000:]}, fh)
-os.replace(path + ".part", path)
+import json, os, signal, subprocess, sys, time
+path, script, jobs, parent = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])  # parent: the starter's pid
+report, stop = {"returncode": -1, "stdout": "", "stderr": "the jobs did not finish"}, False
+try:
+    # in this process's group (its own session, start() makes it): a kill of the group stops the compiling pool too
+    proc = subprocess.Popen([sys.executable, "-c", script, jobs], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 900
+    while True:
+        try:
+            out, err = proc.communicate(timeout=1)
+            report = {"returncode": proc.returncode, "stdout": out, "stderr": err[-3000:]}
+            break
+        except subprocess.TimeoutExpired:
+            if os.getppid() != parent or time.monotonic() > deadline:
+                report["stderr"], stop = "stopped: " + ("900 s passed" if os.getppid() == parent else "pytest is gone"), True
+                break
+except BaseException as err:  # noqa: BLE001 - said in the report
+    report["stderr"], stop = repr(err), True
+finally:
+    with open(path + ".part", "w") as fh:
+        json.dump(report, fh)
+    os.replace(path + ".part", path)
+    if stop:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
 """
 
 
@@ -126,7 +146,7 @@ def start(path: str) -> subprocess.Popen:
     CPU overlap the other tests instead of holding one worker when this module's turn comes."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    return subprocess.Popen([sys.executable, "-c", WRAPPER, path, SCRIPT, json.dumps(_jobs())], env=env,
+    return subprocess.Popen([sys.executable, "-c", WRAPPER, path, SCRIPT, json.dumps(_jobs()), str(os.getpid())], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -136,9 +156,9 @@ def report(tmp_path_factory):
     if not path:  # this module run on its own: compile now
         path = str(tmp_path_factory.mktemp("ptx") / "report.json")
         start(path).wait()
-    deadline = time.monotonic() + 1200
+    deadline = time.monotonic() + 960  # (the wrapper stops the jobs at 900 s and writes its report whatever happens)
     while not os.path.exists(path):
-        assert time.monotonic() < deadline, "the PTX jobs did not finish in 20 minutes"
+        assert time.monotonic() < deadline, "the PTX jobs wrote no report"
         time.sleep(0.5)
     with open(path) as fh:
         proc = json.load(fh)

@@ -149,8 +149,12 @@ def runtime_stamp() -> str:
     (and so its name) — an upgrade or an edit of an intrinsic's PTX never loads a kernel compiled before it."""
     from .. import __version__
 
-    here = Path(__file__).parent
-    parts = [__version__.encode()] + [(here / name).read_bytes() for name in ("intrinsics.py", "tensor_cores.py")]
+    here, parts = Path(__file__).parent, [__version__.encode()]
+    for name in ("intrinsics.py", "tensor_cores.py"):
+        try:
+            parts.append((here / name).read_bytes())
+        except OSError:  # a package without its sources (a zip): the version alone
+            pass
     return f"# runtime {hashlib.sha256(b''.join(parts)).hexdigest()[:16]}\n"
 
 

@@ -77,6 +77,17 @@ def test_columns_mma_with_8_byte_loads_matches_the_reference(dtype, rows, n, seg
         compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma", group=2 * group + 1)(inputs, params, keep)
 
 
+def test_a_kernel_built_for_8_rows_a_block_refuses_more_rows_rather_than_skipping_them():
+    from redalgebra.codegen.strategies.columns_mma import grid
+
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma")
+    spec = kernel.spec_for(8, 64, {"x": "bfloat16", "w": "e4m3"}, {"n": 64}, reps={"w": 8})[1]
+    named = {"w": np.zeros((1, 64, 64), np.uint8), "fac": np.zeros((16, 64), np.float16)}
+    assert spec.batch == 8 and grid(8, spec, named)["tiles"][0] == (1, 1, spec.segments)
+    with pytest.raises(RedalgebraError, match="built for 8 rows a block"):
+        grid(9, spec, named)
+
+
 def test_columns_mma_refuses_what_it_cannot_take():
     inputs, params = _problem("fp8_quant_gemm", 4, 64, 16, "float32")
     with pytest.raises(RedalgebraError, match="bfloat16, float16 or e4m3 weights"):

@@ -460,6 +460,9 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
 
 
 def grid(rows: int, spec: Spec, named) -> dict:
+    if spec.batch < BM and rows > spec.batch:  # blocks step by BM rows: rows past a block's products would be skipped
+        raise RedalgebraError(f"columns_mma: kernels built for {spec.batch} rows a block run at most that many rows, "
+                              f"got {rows}")
     n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
     fac = named["fac"].shape[1]
     return {"scalars": (rows, spec.threads), "rowfactors": (rows, row_threads(spec)),  # a block per row

@@ -70,6 +70,17 @@ class Case:
     note: str = ""
 
 
+def prepared_case(group: str, index: int, config: str):
+    """``(case, runner, kernel, launch)``: bench's case ``index`` of ``group``, its kernel under ``config`` (bench's
+    configuration syntax, not tuned) and a launch prepared on its first input copy — what the single-case scripts
+    (``call_cost``, ``launch_cost``, ``kernel_profile``, ``kernel_steps``) start from."""
+    case = all_cases(False)[group][index]()
+    runner = Runner(1.0, Path("/nonexistent/autotune.json"), True)
+    kernel = runner.kernel(case, config)
+    inputs, params, _ = case.copies[0]
+    return case, runner, kernel, kernel.prepare(inputs, params)
+
+
 def parse_config(text: str) -> dict:
     """``strategy[@threads[xTILE][sSEGMENTS][gGROUP][mBLOCKS][bBATCH][p]]`` (``p``: persistent blocks); ``rows`` and
     ``auto`` alone choose from the shape."""

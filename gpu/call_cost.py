@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import Runner, all_cases, as_tensors  # noqa: E402
+from bench import as_tensors, prepared_case  # noqa: E402
 
 
 def per_call_us(fn, calls: int) -> float:
@@ -69,12 +69,9 @@ def main(argv=None) -> int:
     ap.add_argument("config")
     ap.add_argument("--calls", type=int, default=500)
     args = ap.parse_args(argv)
-    case = all_cases(False)[args.group][args.index]()
-    runner = Runner(1.0, Path("/nonexistent/autotune.json"), True)
-    kernel = runner.kernel(case, args.config)
+    case, _, kernel, launch = prepared_case(args.group, args.index, args.config)
     inputs, params, _ = case.copies[0]
     tensors = as_tensors(inputs)
-    launch = kernel.prepare(inputs, params)
     public = lambda: kernel(tensors, params)  # noqa: E731
     print(f"{case.name} {case.shape} {case.dtype} {args.config}")
     out = {k: v.clone() for k, v in public().items()}

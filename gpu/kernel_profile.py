@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import Runner, all_cases  # noqa: E402
+from bench import prepared_case  # noqa: E402
 
 
 def resources(dispatcher) -> dict:
@@ -46,11 +46,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--sass", help="folder for the kernels' PTX and SASS")
     args = ap.parse_args(argv)
-    case = all_cases(False)[args.group][args.index]()
-    runner = Runner(1.0, Path("/nonexistent/autotune.json"), True)
-    kernel = runner.kernel(case, args.config)
-    inputs, params, _ = case.copies[0]
-    launch = kernel.prepare(inputs, params)
+    case, runner, kernel, launch = prepared_case(args.group, args.index, args.config)
     err = runner.validate(case, launch)
     for _ in range(args.runs):
         launch.run()

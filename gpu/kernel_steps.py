@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import Runner, all_cases  # noqa: E402
+from bench import prepared_case  # noqa: E402
 
 
 def time_launches(launch, count: int = 200) -> float:
@@ -34,11 +34,7 @@ def time_launches(launch, count: int = 200) -> float:
 
 def main(argv) -> int:
     group, index, config = argv[0], int(argv[1]), argv[2]
-    case = all_cases(False)[group][index]()
-    runner = Runner(1.0, Path("/nonexistent/autotune.json"), True)
-    kernel = runner.kernel(case, config)
-    inputs, params, _ = case.copies[0]
-    launch = kernel.prepare(inputs, params)
+    case, runner, kernel, launch = prepared_case(group, index, config)
     print("err", runner.validate(case, launch))
     for i, step in enumerate(launch.driver):
         print(f"{case.name} {case.shape} {config} step {i}: {time_launches(lambda: step.launch(0)):.1f} us")

@@ -20,28 +20,14 @@ from __future__ import annotations
 import argparse
 import ctypes
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import Runner, all_cases  # noqa: E402
-
-
-def host_us(fn, calls: int = 30) -> float:
-    """A burst of ``calls`` launches without waiting (fewer than the launch queue holds, so the host's time, not the
-    device's), after the device caught up; the median of five bursts."""
-    times = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return sorted(times)[2]
+from bench import prepared_case  # noqa: E402
+from call_cost import host_us  # noqa: E402
 
 
 def variants(step):
@@ -83,11 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("config")
     ap.add_argument("--calls", type=int, default=30, help="launches a burst")
     args = ap.parse_args(argv)
-    case = all_cases(False)[args.group][args.index]()
-    runner = Runner(1.0, Path("/nonexistent/autotune.json"), True)
-    kernel = runner.kernel(case, args.config)
-    inputs, params, _ = case.copies[0]
-    launch = kernel.prepare(inputs, params)
+    case, _, _, launch = prepared_case(args.group, args.index, args.config)
     steps = launch.driver
     print(f"{case.name} {case.shape} {case.dtype} {args.config}: {len(steps)} kernel(s), "
           f"{[len(s.fields) for s in steps]} parameters")

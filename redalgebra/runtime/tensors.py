@@ -291,11 +291,11 @@ class _Call:
         return t
 
     def _converted(self, p, value) -> "torch.Tensor":  # noqa: F821
+        value = _param(value, self.rows, p.size is not None)  # a GPU tensor of one row per row, float32 and contiguous
         if is_tensor(value):
-            if value.is_cuda and value.device == self.device and value.dim() == (2 if p.size is not None else 1) \
-                    and value.shape[0] == self.rows:
-                return value.detach().float().contiguous()
-            value = value.detach().cpu().numpy()
+            if value.device == self.device:
+                return value
+            value = value.cpu().numpy()  # another GPU's
         # a copy: the layout may return a broadcast (read-only) view
         return _torch().from_numpy(np.array(self.kernel._param(p, value, self.rows))).to(self.device)
 

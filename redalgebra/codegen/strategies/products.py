@@ -31,23 +31,16 @@ SHARED_LIMIT = 232448
 WIDEST, WIDE_MULTIPLE = 512, 128
 
 
-def column_groups(widths, groups: int | None = None) -> int | None:
+def column_groups(widths) -> int | None:
     """Warpgroups that share a row tile, each with its share of the vector sums' columns: 1 up to
     :data:`MOST_COMPONENTS`, 2 for multiples of :data:`WIDE_MULTIPLE` up to :data:`WIDEST` (at most WIDEST columns in
-    all); None: no split holds them. ``groups`` (2 or 4) asks for that many instead: each group's share of every sum a
-    whole number of the staged tile's 64-column blocks, at most WIDEST / 2 columns a group in all (4: MLA's 512 value
-    columns as 128 a warpgroup, twice the warps a multiprocessor to hide the tile's latencies)."""
+    all); None: no split holds them."""
     widths = list(widths)
-    if groups is None:
-        if max(widths, default=0) <= MOST_COMPONENTS:
-            return 1
-        groups = 2
-    if groups == 1:
-        return 1 if max(widths, default=0) <= MOST_COMPONENTS else None
-    if groups in (2, 4) and widths and all(w % (64 * groups) == 0 for w in widths) and sum(widths) <= WIDEST * groups // 2:
-        return groups
+    if max(widths, default=0) <= MOST_COMPONENTS:
+        return 1
+    if all(w % WIDE_MULTIPLE == 0 for w in widths) and sum(widths) <= WIDEST:
+        return 2
     return None
-
 
 def dots(exprs) -> dict:
     """The dot products of ``exprs``, each named (``__dot0``, …): the products a kernel computes on the tensor cores."""

@@ -117,8 +117,7 @@ class WgmmaKernel(MmaKernel):
                 raise RedalgebraError(f"wgmma: vectors of a multiple of 16 components; {x} has {self.size[x]}: use vrows")
 
     def column_groups(self) -> int:
-        widths = [self.size[r.name] for r in self.c.reductions if self.c.sizes[r.name] is not None]
-        groups = column_groups(widths, _asked(widths, self.threads))
+        groups = column_groups([self.size[r.name] for r in self.c.reductions if self.c.sizes[r.name] is not None])
         if groups is None:
             raise RedalgebraError(f"wgmma: vector sums of at most {MOST_COMPONENTS} components, or multiples of "
                                   f"{WIDE_MULTIPLE} up to {WIDEST} (split across two warpgroups): use vrows")
@@ -389,25 +388,12 @@ class WgmmaKernel(MmaKernel):
 
 
 # -- registration ------------------------------------------------------------------------------------------
-def _asked(widths, threads: int | None) -> int | None:
-    """The column groups a block of ``threads`` asks for where the vector sums are wide (a warpgroup a group: 512
-    threads split MLA's 512 columns four ways); None: the default split."""
-    if threads is None or max(widths, default=0) <= MOST_COMPONENTS or threads % 128:
-        return None
-    return threads // 128
-
-
-def _widths(fused: FusedCascade, p: Problem) -> list:
-    c, sizes = fused.cascade, dict(p.sizes)
-    return [s if isinstance(s, int) else sizes.get(s, 0) for s in (c.sizes[r.name] for r in c.reductions)
-            if s is not None]
-
-
 def _groups(fused: FusedCascade, p: Problem) -> int:
-    """Warpgroups that share a row tile (:func:`.products.column_groups`, the caller's ``threads`` asking for a count
-    where the sums are wide; 1 where it refuses, said by applicable)."""
-    widths = _widths(fused, p)
-    return column_groups(widths, _asked(widths, p.option("threads"))) or 1
+    """Warpgroups that share a row tile (:func:`.products.column_groups`; 1 where it refuses, said by applicable)."""
+    c, sizes = fused.cascade, dict(p.sizes)
+    widths = [s if isinstance(s, int) else sizes.get(s, 0) for s in (c.sizes[r.name] for r in c.reductions)
+              if s is not None]
+    return column_groups(widths) or 1
 
 
 def _threads(fused: FusedCascade, p: Problem) -> int:
@@ -488,12 +474,6 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     reason = hopper_refusal(p, "wgmma", "mma")
     if reason is not None:
         return reason
-    widths = _widths(fused, p)
-    asked = _asked(widths, p.option("threads"))
-    if asked is not None and column_groups(widths, asked) is None:
-        return (f"wgmma: {p.option('threads')} threads would split the vector sums' columns ({', '.join(map(str, widths))}) "
-                f"{asked} ways: 2 or 4 ways, each share whole 64-column blocks, at most {WIDEST // 2} columns a "
-                f"warpgroup; leave threads to the default")
     threads, groups = _threads(fused, p), _groups(fused, p)
     allowed = (32, 64, 128, 256) if p.option("simulator") and groups == 1 else (128 * groups,) if groups > 1 \
         else (128, 256)

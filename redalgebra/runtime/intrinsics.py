@@ -44,7 +44,7 @@ from .formats import _f32, bf16_bits, e4m3_bits, e4m3_values, f16_bits  # host r
 
 __all__ = ["LOG2E", "bf16_bits", "div_full", "fresh", "uniform", "pick", "e4m3", "e4m3_round", "fp8_in_hardware", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
            "ld_e4m3", "ld_e4m3x16", "ld_f32x4",
-           "ld_f32x4_nc", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x8", "st_e4m3x4", "st_f32x4", "st_h16",
+           "ld_f32x4_nc", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x8", "st_e4m3x4", "st_f32x2", "st_f32x4", "st_h16",
            "st_h16x8"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
@@ -90,6 +90,10 @@ def _sim_ld_h16x8(a, row, col):
 
 def _sim_st_f32x4(a, row, col, v0, v1, v2, v3):
     _span(a, row, col, 4, _F32)[:] = _f32([v0, v1, v2, v3])
+
+
+def _sim_st_f32x2(a, row, col, v0, v1):
+    _span(a, row, col, 2, _F32)[:] = _f32([v0, v1])
 
 
 def _sim_st_b16x8(a, row, col, v0, v1, v2, v3, v4, v5, v6, v7):
@@ -373,6 +377,17 @@ def st_f32x4(typingctx, a, row, col, v0, v1, v2, v3):
         builder.store(_vector(builder, list(args[3:])), p, align=16)
         return context.get_dummy_value()
     return _store_sig("st_f32x4", a, (types.float32,), row, col, 4), codegen
+
+
+@_device(_sim_st_f32x2)
+def st_f32x2(typingctx, a, row, col, v0, v1):
+    """Store two float32 at ``a[row, col:col+2]``, one 64-bit store (``st.global.v2.f32``; ``col`` even on a row of
+    an even pitch)."""
+    def codegen(context, builder, sig, args):
+        p = _pointer(context, builder, sig, args, ir.VectorType(ir.FloatType(), 2))
+        builder.store(_vector(builder, list(args[3:])), p, align=8)
+        return context.get_dummy_value()
+    return _store_sig("st_f32x2", a, (types.float32,), row, col, 2), codegen
 
 
 @_device(_sim_st_b16x8)

@@ -23,7 +23,7 @@ from redalgebra.runtime.intrinsics import (
     bf16_bits, e4m3, e4m3_bits, e4m3_values, ex2, f16_bits, fast_exp, ld_b16, ld_b16x8, ld_e4m3, ld_e4m3x16, ld_f32x4,
     ld_f32x4_nc, ld_h16x8, max_nan,
     min_nan, st_b16,
-    st_b16x8, st_e4m3x4, st_f32x4, st_h16, st_h16x8,
+    st_b16x8, st_e4m3x4, st_f32x2, st_f32x4, st_h16, st_h16x8,
 )
 
 THREADS = 8  # simulator threads are Python threads: few of them, each looping over its vectors
@@ -132,11 +132,15 @@ def tricky_e4m3():
 
 # ---------------------------------------------------------------------------------------------- kernels
 @cuda.jit
-def copy_f32x4(a, nc, out):
+def copy_f32x4(a, nc, out, pairs):
     for r in range(a.shape[0]):
         for c in range(4 * cuda.threadIdx.x, a.shape[1], 4 * cuda.blockDim.x):
             x0, x1, x2, x3 = ld_f32x4_nc(a, r, c) if nc else ld_f32x4(a, r, c)
-            st_f32x4(out, r, c, x0, x1, x2, x3)
+            if pairs:
+                st_f32x2(out, r, c, x0, x1)
+                st_f32x2(out, r, c + 2, x2, x3)
+            else:
+                st_f32x4(out, r, c, x0, x1, x2, x3)
 
 
 @cuda.jit
@@ -186,12 +190,12 @@ def row(values):
 
 
 # ---------------------------------------------------------------------------------------------- loads
-@pytest.mark.parametrize("nc", [False, True])
-def test_f32x4_loads_and_stores_copy_every_bit(rng, nc):
+@pytest.mark.parametrize("nc,pairs", [(False, False), (True, False), (False, True)])
+def test_f32x4_loads_and_stores_copy_every_bit(rng, nc, pairs):
     a = rng.standard_normal((3, 32)).astype(np.float32)
     a[0, :6] = [np.nan, -np.inf, np.inf, -0.0, 1e-45, f32(0x7FA00001)]  # payloads and signs travel untouched
     out = np.zeros_like(a)
-    copy_f32x4[1, THREADS](a, nc, out)
+    copy_f32x4[1, THREADS](a, nc, out, pairs)  # pairs: two 64-bit stores
     np.testing.assert_array_equal(out.view(np.uint32), a.view(np.uint32))
 
 
@@ -369,6 +373,10 @@ def test_stand_ins_enforce_the_alignment_and_bounds_contract():
         ld_f32x4(a, 0, 12)
     with pytest.raises(IndexError):
         st_f32x4(a, 2, 0, 1, 2, 3, 4)
+    with pytest.raises(ValueError, match="misaligned 64-bit"):
+        st_f32x2(a, 0, 1, 1, 2)
+    with pytest.raises(IndexError):
+        st_f32x2(a, 0, 11, 1, 2)
     with pytest.raises(TypeError, match="float32"):
         ld_f32x4(a.astype(np.float64), 0, 0)
     with pytest.raises(ValueError, match="misaligned 32-bit"):
@@ -476,6 +484,7 @@ def everything(f, b, h, e, of, ob, oh, k):
     st_b16(ob, r, c + 8, ld_b16(b, r, c + 8))
     st_h16(oh, r, c + 8, y3)
     of[r, c + 8] = max_nan(x0, y0) + min_nan(x1, y1)
+    st_f32x2(of, r, c + 10, y1, y2)
 
 A = lambda t: types.Array(t, 2, "C")
 ptx, _ = cuda.compile_ptx(everything, (A(types.float32), A(types.int16), A(types.float16), A(types.uint8),
@@ -488,7 +497,7 @@ def count(pattern):
 
 facts = {name: count(p) for name, p in {
     "target": r"^\.target sm_90\b", "ld_v4_f32": r"^ld\.global\.v4\.f32", "ld_nc_v4_f32": r"^ld\.global\.nc\.v4\.f32",
-    "ld_v4_b32": r"^ld\.global(\.nc)?\.v4\.(u32|b32)", "st_v4_f32": r"^st\.global\.v4\.f32",
+    "ld_v4_b32": r"^ld\.global(\.nc)?\.v4\.(u32|b32)", "st_v4_f32": r"^st\.global\.v4\.f32", "st_v2_f32": r"^st\.global\.v2\.f32",
     "st_v4_b32": r"^st\.global\.v4\.(u32|b32)", "st_b32": r"^st\.global\.(u32|b32)\b",
     "cvt_bf16x2": r"^cvt\.rn\.bf16x2\.f32", "cvt_f16x2": r"^cvt\.rn\.f16x2\.f32", "cvt_bf16": r"^cvt\.rn\.bf16\.f32",
     "cvt_f16": r"^cvt\.rn\.f16\.f32", "ex2": r"^ex2\.approx\.ftz\.f32", "e4m3x2": r"^cvt\.rn\.satfinite\.e4m3x2\.f32",
@@ -548,7 +557,7 @@ def test_real_intrinsics_compile_to_single_vector_instructions_in_sm90_ptx():
     proc = subprocess.run([sys.executable, "-c", PTX_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     facts = json.loads(proc.stdout.strip().splitlines()[-1])
-    want = {"target": 1, "ld_v4_f32": 1, "ld_nc_v4_f32": 1, "ld_v4_b32": 3, "st_v4_f32": 1, "st_v4_b32": 2,
+    want = {"target": 1, "ld_v4_f32": 1, "ld_nc_v4_f32": 1, "ld_v4_b32": 3, "st_v4_f32": 1, "st_v2_f32": 1, "st_v4_b32": 2,
             "st_b32": 1, "cvt_bf16x2": 4, "cvt_f16x2": 4, "cvt_bf16": 1, "cvt_f16": 1, "ex2": 2, "e4m3x2": 3,
             "scalar_f32": 2, "local": 0, "call": 0, "high_first": [1, 1, 1, 1, 1], "rejects_float32": True,
             "rejects_one_row_of_3d": True, "e4m3": [13, 3, 1, 4, 0, 1, 1, 1],

@@ -224,21 +224,52 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         out.append(For("it", "0", "ntile", tuple(step + self.products())))
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
         out += [Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
-        # each thread's outputs: rows 16 warp + lg (+ 8), columns 8 j + 2 tq (+ 1)
+        return out + self.epilogue(segmented)
+
+    def epilogue(self, segmented: bool) -> list:
+        """Each thread's outputs: rows ``16 warp + lg`` (+ 8), columns ``8 j + 2 tq`` and ``+ 1`` — a pair of columns
+        stored by one 8-byte store (``st_f32x2``; the columns are a multiple of 8, so a pair is in or out whole), without
+        the columns' tests where the block's columns are all in (every block but a last partial one)."""
+        out = []
         for h in (0, 1):
-            row = f"r0 + 16 * warp + lg + {8 * h}"
             acc = self.base()
             acc.div = "div_full"  # (2 ulp) an IEEE division's slow path is a call: the wgmmas would be serialized
-            stmts = [] if segmented else self.row_scalars(acc, "orow")
+            head = [] if segmented else self.row_scalars(acc, "orow")
+            pairs = []
             for j in range(self.bc // 8):
-                for i in (2 * h, 2 * h + 1):
-                    col = f"cb + {8 * j} + 2 * tq + {i & 1}"
-                    if segmented:
-                        body = [Assign(f"part_{self.red}[orow, cuda.blockIdx.z, {col}]", f"ac_{j}_{i}")]
-                    else:
-                        body = self.finish("orow", col, lambda r, v=f"ac_{j}_{i}": v, acc)
-                    stmts.append(If(f"{col} < {self.n}", tuple(body)))
-            out += [Assign("orow", row), If("orow < rows", tuple(stmts))]
+                col = f"cb + {8 * j} + 2 * tq"
+                if segmented:
+                    body = [Store(f"part_{self.red}", ("orow", "cuda.blockIdx.z"), col,
+                                  (f"ac_{j}_{2 * h}", f"ac_{j}_{2 * h + 1}"))]
+                else:
+                    body = self.paired(col, [self.finish("orow", f"{col} + {i & 1}", lambda r, v=f"ac_{j}_{i}": v, acc)
+                                             for i in (2 * h, 2 * h + 1)])
+                pairs.append((col, body))
+            whole = [st for _, body in pairs for st in body]
+            tested = [If(f"{col} < {self.n}", tuple(body)) for col, body in pairs]
+            inside = head + ([If(f"cb + {self.bc} <= {self.n}", tuple(whole), tuple(tested))]
+                             if self.n % self.bc else whole if self.n >= self.bc else tested)
+            out += [Assign("orow", f"r0 + 16 * warp + lg + {8 * h}"), If("orow < rows", tuple(inside))]
+        return out
+
+    @staticmethod
+    def paired(col: str, bodies: list) -> list:
+        """The statements of two neighbouring columns' outputs with each float32 output's two stores made one
+        (``Store`` of two values at ``col``): each body's values are bound to names of their own where that body
+        computes them, then stored together."""
+        out, stores = [], {}
+        for k, body in enumerate(bodies):
+            for st in body:
+                if isinstance(st, Store) and st.width == 1 and st.dtype == "float32":
+                    name = f"sv_{len(stores.setdefault((st.array, st.row), []))}_{st.array}"
+                    out.append(Assign(name, st.values[0]))
+                    stores[(st.array, st.row)].append(name)
+                else:
+                    out.append(st)
+        for (array, row), names in stores.items():
+            if len(names) != 2:
+                raise RedalgebraError(f"columns_wgmma: output {array} is stored {len(names)} times for two columns")
+            out.append(Store(array, row, col, tuple(names)))
         return out
 
 

@@ -57,6 +57,8 @@ THREADS, SIM_THREADS, COLUMNS, SIM_COLUMNS = 256, 32, 256, 64
 BLOCK_THREADS, BLOCK_COLUMNS = (32, 128, 256), (64, 128, 256)
 #: Shared memory a block may take (bytes, the H200's 227 KB) and the most stages.
 MAX_SHARED, MOST_STAGES = 232448, 6
+#: Threads of the scalars-and-factors kernel's block (a block a row); None: the product's block size.
+ROW_THREADS = None
 
 
 def refusal(fused: FusedCascade, dtypes: dict | None = None) -> str | None:
@@ -113,7 +115,7 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
     def row_threads(self) -> int:
         # many rows: blocks enough at the module's 256 threads (at 1024, RMSNorm M4096's kernel of the scalars and
         # the factors took 120 us more on the H200: two blocks a multiprocessor)
-        return self.spec.threads
+        return row_threads(self.spec)
 
     # -- the copies of a tile ---------------------------------------------------------------------------------------
     def chunks(self) -> tuple[int, int, int, int]:
@@ -297,6 +299,11 @@ def build(fused: FusedCascade, spec: Spec, target: str):
     return replace(src, written=tuple(name for name, *_ in src.scratch))  # as columns_mma's
 
 
+def row_threads(spec: Spec) -> int:
+    """The scalars-and-factors kernel's block (:data:`ROW_THREADS`, else the product's)."""
+    return ROW_THREADS or spec.threads
+
+
 def _threads(p: Problem) -> int:
     return p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
 
@@ -367,7 +374,7 @@ def grid(rows: int, spec: Spec, named) -> dict:
     if "wf" in named:  # e4m3 weights widened: a thread per 16 elements of a row (per element: rows not of 16 bytes)
         per = -(-n // 16) if n % 16 == 0 else n
         out["widen"] = (-(-named["wf"].shape[0] * per // spec.threads), spec.threads)
-    out["rowfactors"] = (rows, spec.threads)  # (ColumnsWgmmaKernel.row_threads)
+    out["rowfactors"] = (rows, row_threads(spec))
     out["tiles"] = ((-(-rows // spec.batch), -(-n // (spec.group * 8)), spec.segments), spec.threads, 0, spec.shared)
     return out
 

@@ -1,7 +1,7 @@
 """``columns_mma`` (or ``columns_wgmma``) on the GPU against the float64 reference: shared weights, odd lengths,
 masks, segments.
 
-    python3 gpu/columns_mma_check.py [--strategy columns_wgmma] [--dtype e4m3] [--quick]
+    python3 gpu/columns_mma_check.py [--strategy columns_wgmma] [--dtype e4m3] [--quick] [--from N]
     compute-sanitizer --tool memcheck python3 gpu/columns_mma_check.py
     compute-sanitizer --tool racecheck python3 gpu/columns_mma_check.py
 
@@ -78,6 +78,8 @@ def main() -> int:
     cases = WGMMA_CASES if strategy == "columns_wgmma" else CASES
     if "--quick" in sys.argv:  # one and sixteen rows, both weight types, a mask, segments
         cases = [c for c in cases if c[1] in (1, 16) or c[4] == "e4m3" and c[6]]
+    if "--from" in sys.argv:  # the cases from the N-th on (0-based: a run cut by a time limit, resumed)
+        cases = cases[int(sys.argv[sys.argv.index("--from") + 1]):]
     for case in cases:
         if only is not None and case[4] != only:
             continue

@@ -48,6 +48,7 @@ class Spec:
     pre_vec: int = 1             # columns, columns_mma: elements per wide load of the scalar reductions' kernel
     dependent: bool = False      # a module's kernels after its first may start while the one before runs (Hopper's
     #                              programmatic dependent launch): they wait for it (grid_wait) before reading it
+    row_threads: int = 0         # columns_wgmma: the block of its scalars-and-factors kernel, a block a row (0: threads)
 
     @property
     def launch_bounds(self) -> str:

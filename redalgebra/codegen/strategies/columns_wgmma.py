@@ -44,7 +44,7 @@ from ..emit import Spec
 from ..tree import Assign, Barrier, Call, For, If, Store
 from . import SMS, Problem, Strategy, register
 from . import columns_mma
-from .columns import build as columns_build, prepass_vec
+from .columns import PREPASS_TILE, build as columns_build, prepass_vec
 from .columns_mma import ColumnsMmaKernel, exact_factors
 from .products import KINDS
 from .wgmma import ATOM, ROW, WgmmaKernel, hopper_refusal
@@ -57,7 +57,7 @@ THREADS, SIM_THREADS, COLUMNS, SIM_COLUMNS = 256, 32, 256, 64
 BLOCK_THREADS, BLOCK_COLUMNS = (32, 128, 256), (64, 128, 256)
 #: Shared memory a block may take (bytes, the H200's 227 KB) and the most stages.
 MAX_SHARED, MOST_STAGES = 232448, 6
-#: Threads of the scalars-and-factors kernel's block (a block a row); None: the product's block size.
+#: Threads of the scalars-and-factors kernel's block (a block a row), where set: :func:`configure`'s choice otherwise.
 ROW_THREADS = None
 
 
@@ -300,8 +300,20 @@ def build(fused: FusedCascade, spec: Spec, target: str):
 
 
 def row_threads(spec: Spec) -> int:
-    """The scalars-and-factors kernel's block (:data:`ROW_THREADS`, else the product's)."""
-    return ROW_THREADS or spec.threads
+    """The scalars-and-factors kernel's block (:data:`ROW_THREADS` where set, else the spec's, else the product's)."""
+    return ROW_THREADS or spec.row_threads or spec.threads
+
+
+def _row_threads(threads: int, length: int) -> int:
+    """The smallest block of 128 or more threads (at most the product's) that reads a row in one pass of the scalar
+    kernel's ``PREPASS_TILE`` elements a thread: more rows in flight than a block of 256 where the rows are short.
+    Measured on the H200 (``gpu/rowfactors_sweep.py``): RMSNorm M4096 K4096 58.5 µs at 256 threads, 42.6 at 128, 41.6
+    at 64 (two passes), 93.4 at 512; FP8 K7168 73.1 µs at 256 (one pass), 66.9 at 128 (two), 102.9 at 512 — and its module 0.6477 ms at 256, 0.6731
+    at 128, so 256 is kept there."""
+    rt = 128
+    while rt * PREPASS_TILE < length and rt < threads:
+        rt *= 2
+    return min(rt, threads)
 
 
 def _threads(p: Problem) -> int:
@@ -365,7 +377,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     stages, shared = plan(threads, bc)
     return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=threads // 2, segments=int(nseg),
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
-                shared=shared, stages=stages)
+                shared=shared, stages=stages, row_threads=_row_threads(threads, p.length))
 
 
 def grid(rows: int, spec: Spec, named) -> dict:

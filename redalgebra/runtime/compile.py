@@ -409,6 +409,10 @@ class Kernel:
                 stored = {np.dtype(np.uint16): "bfloat16 bit patterns", np.dtype(np.uint8): "e4m3 bytes"}.get(dtype, dtype)
                 raise EvaluationError(f"out[{name!r}] must be a contiguous {shape} array of {stored}, got "
                                       f"{got} {tuple(array.shape)}" + ("" if strides is None else " (strided)"))
+            if on_device and array.__cuda_array_interface__["data"][0] % 16:
+                raise EvaluationError(f"out[{name!r}] must start on a 16-byte boundary (the kernels store 16 bytes at "
+                                      f"a time); this one starts {array.__cuda_array_interface__['data'][0] % 16} "
+                                      f"bytes past one, as a slice of a larger array may")
             given[name] = array
         return given
 

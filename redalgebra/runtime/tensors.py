@@ -325,9 +325,11 @@ class _Call:
         out, late = {}, None
         for name, arg, shape, stored, _ in self.outputs:
             mine = given.get(name) if given else None
+            # written in place where it is what the kernels would allocate: contiguous and on a 16-byte boundary
+            # (they store 16 bytes at a time; a slice of a larger tensor may start between two)
             if mine is not None and is_tensor(mine) and mine.dtype == stored and mine.shape == shape \
-                    and mine.device == self.device and mine.is_contiguous():
-                out[name] = mine  # written in place
+                    and mine.device == self.device and mine.is_contiguous() and mine.data_ptr() % 16 == 0:
+                out[name] = mine
             else:
                 out[name] = torch.empty(shape, dtype=stored, device=self.device)
                 if mine is not None:

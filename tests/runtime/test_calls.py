@@ -70,6 +70,22 @@ def test_outputs_are_written_into_arrays_given_as_out():
         kernel({"x": x}, out={"y": np.zeros((4, 66), np.float32)[:, ::2]})
 
 
+def test_a_device_out_array_off_a_16_byte_boundary_is_refused_by_name():
+    # the kernels store 16 bytes at a time: on the GPU a contiguous slice starting 4 bytes past a boundary would fault
+    from redalgebra.runtime.compile import Kernel
+
+    class DeviceArray:  # what the check reads of a device array (its CUDA array interface)
+        def __init__(self, address):
+            self.shape = (4, 33)
+            self.__cuda_array_interface__ = {"shape": (4, 33), "typestr": "<f4", "data": (address, False),
+                                             "strides": None, "version": 3}
+    shapes = {"y": ((4, 33), np.float32)}
+    kernel = compile(fused("safe_softmax"), "cpu")
+    assert Kernel._given_outputs(kernel, {"y": DeviceArray(1 << 20)}, shapes, True)["y"].shape == (4, 33)
+    with pytest.raises(EvaluationError, match=r"out\['y'\] must start on a 16-byte boundary .* 4 bytes past one"):
+        Kernel._given_outputs(kernel, {"y": DeviceArray((1 << 20) + 4)}, shapes, True)
+
+
 def test_device_arrays_that_numba_would_not_type_c_contiguous_are_recognised():
     # on real CUDA such an input is refused by name (torch views are copied on the device first): the
     # kernels' loads index rows by their length. numba's rules: a stride of 0 is a broadcast, never

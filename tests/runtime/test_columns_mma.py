@@ -321,3 +321,20 @@ def test_columns_wgmma_gives_what_columns_gives(rows, length, n, dtype, segments
     # the same factors summed by wgmma's stand-ins (16-bit; e4m3 weights widened first) and by the CUDA
     # cores: equal up to float32 summation order, whatever the shape
     _same_as_columns("columns_wgmma", rows, length, n, dtype, segments, masked)
+
+
+def test_columns_wgmma_pairs_the_stores_of_neighbouring_columns():
+    # each float32 output's two stores (columns c and c + 1) become one 8-byte store at c, their values bound where
+    # each column's statements compute them (a temporary of the second column may overwrite the first's); other
+    # statements (a scalar output written by column 0) are kept in order
+    from redalgebra.codegen.strategies.columns_wgmma import ColumnsWgmmaKernel
+    from redalgebra.codegen.tree import Assign, If, Store
+
+    bodies = [[Assign("t", "a0 * 2"), Store("out_y", "orow", "c", ("t + 1",)), If("c == 0", (Assign("out_s[orow]", "s"),))],
+              [Assign("t", "a1 * 2"), Store("out_y", "orow", "c + 1", ("t + 1",))]]
+    out = ColumnsWgmmaKernel.paired("c", bodies)
+    assert out[:2] == [Assign("t", "a0 * 2"), Assign("sv_0_out_y", "t + 1")]
+    assert out[3:5] == [Assign("t", "a1 * 2"), Assign("sv_1_out_y", "t + 1")] and isinstance(out[2], If)
+    assert out[-1] == Store("out_y", "orow", "c", ("sv_0_out_y", "sv_1_out_y"))
+    with pytest.raises(RedalgebraError, match="stored 1 times"):
+        ColumnsWgmmaKernel.paired("c", [bodies[0], [Assign("t", "a1")]])

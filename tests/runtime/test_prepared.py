@@ -117,6 +117,17 @@ def test_an_out_tensor_is_written_in_place_when_it_fits(attention):
         kernel(inputs, params, out={"z": y})
 
 
+def test_an_out_tensor_off_a_16_byte_boundary_is_copied_into_not_written_in_place(attention):
+    # the kernels store 16 bytes at a time: a contiguous slice starting 4 bytes past a boundary would fault on the GPU
+    kernel, launches = attention
+    inputs, params = _inputs(), {"q": torch.randn(B, D), "scale": 1.0}
+    y = torch.zeros(B * D + 1)[1:].view(B, D)
+    assert y.is_contiguous() and y.data_ptr() % 16 == 4
+    got = kernel(inputs, params, out={"y": y})
+    bound = launches[-1].seen[-1]["out_y"]
+    assert got["y"] is y and bound != y.data_ptr() and bound % 16 == 0
+
+
 def test_an_output_written_in_float32_is_returned_in_the_inputs_dtype(monkeypatch):
     # a first-generation strategy writes its per-element output in float32; torch's convention is the input's dtype
     kernel, launches = _prepared(monkeypatch, "safe_softmax", "block")

@@ -35,7 +35,8 @@ DEFAULT_CSV = ROOT / "gpu" / "results" / "h200" / "bench.csv"
 #: ``bench_columns_direct1``-``4``: ``columns_mma``'s direct products before their last change,
 #: ``bench_columns_wgmma_rowfactors``: a regression since fixed, ``bench_mla_fresh``: MLA before the combine's change,
 #: ``bench_prefill_fresh``: prefill before the pipelined order, ``bench_prefill_pipe3``: a variant taken back,
-#: ``bench_mla_segs``: a segment sweep, ``bench_rescale``/``bench_mla_rescale``: a change taken back)
+#: ``bench_mla_segs``: a segment sweep, ``bench_rescale``/``bench_mla_rescale``/``bench_mla_groups4``: changes taken
+#: back)
 #: and the early ablations.
 DEFAULT_CSVS = (DEFAULT_CSV, *(DEFAULT_CSV.with_name(f"{name}.csv") for name in
                                ("bench_rows", "bench_rows2", "bench_short_rows", "bench_rows3", "bench_rows4",
@@ -54,7 +55,7 @@ DEFAULT_CSVS = (DEFAULT_CSV, *(DEFAULT_CSV.with_name(f"{name}.csv") for name in
                                 "bench_prefill_pipe", "bench_mla_combine", "bench_fp8_small", "bench_mla_sched",
                                 "bench_prefill_sched", "bench_causal_prefix", "bench_causal_open", "bench_pdl",
                                 "bench_late_small", "bench_late_mla", "bench_late_b", "bench_late_bf16",
-                                "bench_gated_b", "bench_swap_b")))
+                                "bench_gated_b", "bench_swap_b", "bench_epilogue")))
 ABLATION, INCREMENTAL = "softmax_levels", "softmax_incremental"
 COMPUTE_BOUND = {"attention", "causal_attention", "mla_decode", "fp8_quant_gemm"}  # judged by FLOP/s, left out of the roofline
 OVERHEAD = "call_overhead"  # host time per call, not a kernel: in no figure

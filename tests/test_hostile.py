@@ -140,6 +140,37 @@ def test_budgets_hold_in_a_worker_thread_too():
     assert found["a"]["s"].reason.startswith("unknown: the time budget of 0.5 s for the analysis")
 
 
+def test_a_worker_threads_budget_is_not_raised_inside_a_gc_callback():
+    # an exception raised in a finalizer or a weak-reference or GC callback is only printed as "ignored" (and would
+    # leave a cache half updated): the watchdog waits until the thread is out of it, as the main thread's handler does
+    import threading
+
+    from redalgebra.errors import BudgetExhausted
+
+    got = {}
+
+    def gc_callback():  # a frame named as the GC's callbacks are, running past the deadline
+        start = time.monotonic()
+        while time.monotonic() - start < 0.6:
+            pass
+        return "finished"
+
+    def work():
+        try:
+            with budget.budget(0.1, "a test"):
+                got["inside"] = gc_callback()
+                while True:  # the exception comes here, out of the callback
+                    time.sleep(0.01)
+        except BudgetExhausted as err:
+            got["raised"] = str(err)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive() and got.get("inside") == "finished"
+    assert got["raised"] == "the time budget of 0.1 s for a test was exhausted"
+
+
 def test_the_cli_budget_option(tmp_path, capsys):
     path = tmp_path / "slow.casc"
     path.write_text(X + "reduce m = max(x)\nreduce s = sum((x - m + 1)**1000)\nout y = s\n")

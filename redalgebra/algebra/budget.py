@@ -125,7 +125,9 @@ def _watch(state: _State) -> None:
                 wait = entry[0] - time.monotonic()
                 if wait <= 0 and not state.closing:
                     frame = sys._current_frames().get(state.ident)
-                    if not (entry[3] and _ours(frame)):
+                    # (as the main thread's handler: not into our own code handling the first one, nor a callback,
+                    # where it would only be printed as "ignored"; the next try comes RETRY_S later)
+                    if not (entry[3] and _ours(frame) or _callback(frame)):
                         entry[3] = True
                         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(state.ident),
                                                                    ctypes.py_object(_Expired))

@@ -50,6 +50,8 @@ class Access:
     slots: dict = field(default_factory=dict)
     whole: set = field(default_factory=set)    # sizes that are a multiple of 32: no guard on the last slot
     lane_sum: str | None = None
+    # subexpressions computed once beforehand (a row's invariants, out of its elements' code): ``{expr: register}``
+    named: dict = field(default_factory=dict)
 
     def is_vector(self, expr: sp.Basic) -> bool:
         """True when ``expr`` has a vector symbol outside a dot/vsum (so it is itself a vector)."""
@@ -102,6 +104,10 @@ class KernelPrinter(StrPrinter):
         self.pre: list = []  # text lines, or statements of codegen.tree when ``tree``
         self.temps = temps if temps is not None else iter(range(10**9))
         self.tree = tree
+
+    def _print(self, expr, **kwargs):
+        named = self.access.named.get(expr) if self.access.named else None
+        return named if named is not None else super()._print(expr, **kwargs)
 
     # -- atoms -----------------------------------------------------------------------------------
     def _print_Symbol(self, expr):

@@ -338,3 +338,20 @@ def test_columns_wgmma_pairs_the_stores_of_neighbouring_columns():
     assert out[-1] == Store("out_y", "orow", "c", ("sv_0_out_y", "sv_1_out_y"))
     with pytest.raises(RedalgebraError, match="stored 1 times"):
         ColumnsWgmmaKernel.paired("c", [bodies[0], [Assign("t", "a1")]])
+
+
+@pytest.mark.parametrize("name,invariant,element", [
+    # RMSNorm: the row's 1 / sqrt(eps + ss / h) once a row, not an IEEE square root and reciprocal an element
+    ("rmsnorm_gemm", "rv_0 = (_K1/rt_sqrt(p_eps + f_ss/p_h))", "e_g*e_x*rv_0"),
+    # FP8: the row's max(a, 1e-12) once; each element still divided by it (a quotient rounded as a quantiser does)
+    ("fp8_quant_gemm", "rv_0 = rt_max(", "*e_x/rv_0)"),
+])
+def test_the_factor_kernels_compute_a_rows_invariants_once(name, invariant, element):
+    # the scalars also come from the registers the row's reduction leaves them in, not read back from its outputs
+    kernel = compile(fused(name), "cudasim", "columns_wgmma")
+    dtypes = {s.name: "bfloat16" for s in kernel.fused.cascade.inputs}
+    strategy, spec, _ = kernel.spec_for(20, 300, dtypes, {"n": 64}, reps={"w": 20})
+    source = kernel.source(spec, strategy).source
+    factors = source[source.index("def factors"):source.index("def tiles")]
+    assert factors.count(invariant) == 1 and factors.count(element) == 8  # eight elements a thread
+    assert factors.count("rt_sqrt") == (name == "rmsnorm_gemm") and "= out_pre_" not in factors  # (stored, not read)

@@ -209,14 +209,16 @@ class ColumnsKernel(TreeKernel):
         return ("scalars", kernel_args(self.pre.c), "scalars", self.pre.body())
 
     # -- 2. the column tiles ----------------------------------------------------------------------
-    def row_scalars(self, acc, row: str) -> list:
-        """Statements binding, for ``row``, the scalar params and the scalar reductions' final values."""
+    def row_scalars(self, acc, row: str, held: bool = False) -> list:
+        """Statements binding, for ``row``, the scalar params and the scalar reductions' final values (``held``:
+        already in their registers ``f_<r>``, not read from the scalar kernel's outputs)."""
         out = []
         for p in self.c.params:
             if p.size is None:
                 out.append(Assign(f"p_{p.name}", f"{p.name}[{row}]"))
         for r in self.scalar_reds:
-            out.append(Assign(f"f_{r}", f"out_pre_{r}[{row}]"))
+            if not held:
+                out.append(Assign(f"f_{r}", f"out_pre_{r}[{row}]"))
             acc.scalar[r] = f"f_{r}"
         return out
 

@@ -44,6 +44,8 @@ inf or NaN there makes the outputs that mask it NaN (0 · inf), where the refere
 
 from __future__ import annotations
 
+import sympy as sp
+
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ...ir.functions import RoundE4M3
@@ -168,12 +170,43 @@ class ColumnsMmaKernel(ColumnsKernel):
                Assign("kx", f"(cuda.blockIdx.y * {self.spec.threads} + tid) * {FACTORS_EACH}")]
         return out + [If("kx < fac.shape[1]", tuple(self.factor_setup(acc) + self.factor_chunk(acc)))]
 
-    def factor_setup(self, acc) -> list:
-        """The row's scalars (``acc`` learns their names) and the rows of its scalar inputs."""
-        body = self.row_scalars(acc, "row")
+    def factor_setup(self, acc, held: bool = False) -> list:
+        """The row's scalars (``acc`` learns their names; ``held``: already in registers ``f_<r>``, not read from the
+        scalar kernel's outputs) and the rows of its scalar inputs."""
+        body = self.row_scalars(acc, "row", held)
+        body += self.row_invariants(acc)
         for s in self.sin:
             body.append(Assign(f"rr_{s}", f"uint32(row) // uint32(rep_{s})"))  # (a 64-bit division is a call)
         return body
+
+    def row_invariants(self, acc) -> list:
+        """The parts of the elements' factors (and their lets) that depend on the row alone — its scalar reductions and
+        scalar params, as RMSNorm's ``1 / sqrt(eps + ss / h)`` — computed once into registers ``rv_<n>`` that the
+        elements' code then reads (``acc.named``): each element's code repeated an IEEE square root and reciprocal,
+        which the compiler cannot share across the elements' tests. The same text, so the same operations and bits,
+        but FMA contraction across the cut (a hoisted product added to an element's term)."""
+        row = {r for r in self.scalar_reds} | {p.name for p in self.c.params if p.size is None}
+        found: dict = {}
+
+        def walk(e):
+            if e.is_Atom:
+                return
+            names = {s.name for s in e.free_symbols}
+            if names and names <= row:
+                if e.is_Pow and e.exp.is_Integer and e.exp < 0:  # a divisor: a product prints its base (FP8's amax)
+                    e = e.base if e.exp == -1 else sp.Pow(e.base, -e.exp, evaluate=False)
+                found.setdefault(e, f"rv_{len(found)}")
+                return
+            for a in e.args:
+                walk(a)
+        for e in [e for _, e in self.f.prologue.steps] + [self.factor]:
+            walk(e)
+        out = []
+        for e, name in found.items():
+            pre, text = self.print(e, acc)
+            out += pre + [Assign(name, text)]
+        acc.named = found
+        return out
 
     def factor_chunk(self, acc) -> list:
         """The factors of elements ``kx … kx + 7`` of ``row``, stored by :meth:`factor_store`."""
@@ -345,14 +378,15 @@ class ColumnsMmaKernel(ColumnsKernel):
         first = self.prepass()
         if first is None:  # no scalar reduction: the factors alone, spread over blocks
             out.append(("factors", factors, "factors", self.factor_kernel()))
-        else:  # a block per row reduces it, then, after a barrier, writes its factors (the row read once from
-            # memory, once from the cache, one launch fewer)
+        else:  # a block per row reduces it, then writes its factors (the row read once from memory, once from the
+            # cache, one launch fewer), the row's scalars taken from the registers the reduction leaves them in
             (_, pre_args, _, pre_body), acc, each = first, self.base(), FACTORS_EACH
-            setup = self.factor_setup(acc)  # (first: acc learns the scalars' names)
+            held = self.pre.scalar_values({f"pre_{r}": f"f_{r}" for r in self.scalar_reds})
+            setup = self.factor_setup(acc, held=True)  # (first: acc learns the scalars' names)
             loop = For("kx", f"tid * {each}", "fac.shape[1]", tuple(self.factor_chunk(acc)),
                        str(self.row_threads() * each))
             args = tuple(pre_args) + tuple(a for a in factors if a not in pre_args)
-            out.append(("factors", args, "rowfactors", [*pre_body, Barrier(), *setup, loop]))
+            out.append(("factors", args, "rowfactors", [*pre_body, *held, *setup, loop]))
         out.append(("tiles", tuple(common + pre + ["fac"] + part + ["rows", "length", "nseg"]), "tiles", self.tiles()))
         if part:
             out.append(("combine", tuple(common + pre + part + ["rows", "length", "nseg"]), "combine", self.combine()))

@@ -473,6 +473,18 @@ class RowsKernel(TreeKernel):
                                                                             f"{st.index('s')}[{j}]")])
         return [If("live and gt == 0", tuple(lead))] * bool(lead) + ([If("live", tuple(vector))] if vector else [])
 
+    def scalar_values(self, registers: dict) -> list:
+        """Statements binding, in every thread after :meth:`body`, the row's scalar outputs named in ``registers``
+        (``{output: register}``): the block's reduction leaves the row's final state in every thread, so a kernel
+        that goes on after this body reads them there rather than from the outputs it stores (written by one
+        thread, read back by all behind a barrier). The same text as :meth:`row_outputs`' stores: the same bits."""
+        acc, out = self.final_access(), []
+        for sym, expr in self.f.finalize.steps:
+            if sym.name in registers and sym.name not in self.varying and self.c.sizes[sym.name] is None:
+                pre, text = print_expr(expr, acc, self.consts, None, self.counter, tree=True)
+                out += pre + [Assign(registers[sym.name], text)]
+        return out
+
     def row_sums(self, expr, acc) -> tuple[list, sp.Basic]:
         """(statements, ``expr``): the sums over a vector inside a vector output's expression (``sum(t)`` in
         ``t / sum(t)``) computed once for the row into registers ``r_sum<n>``, and ``expr`` reading them, rather

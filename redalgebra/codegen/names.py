@@ -40,7 +40,7 @@ PREFIXES = frozenset("""
     D K NEG POS V acc c0 e fast fc0 full fv lane ld max min n o o1 o2 o3 oi ok out p part parti pv r red redi
     reduce rep rr rt s sh shfl shi si st t t0 tk tki v x xs xv y cp ldsm mma pack unpack cf fa pa pf rc row sc tr tx xb
     wgmma swizzle fence ce cc so div ga gb tq dk dv dq dl ac f e4m3 fo shk shki cv ci fd wo wd fp8 b16 fb wk wv BOUNDS
-    grid prefetch z numba
+    grid prefetch z numba rv sv
 """.split())
 
 

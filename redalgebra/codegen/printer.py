@@ -286,6 +286,30 @@ def _slot_name(j: str | None) -> str | None:
     return None if j is None else j.replace("j", "t")
 
 
+def invariants(exprs, fixed, divisors: bool = False) -> dict:
+    """The largest subexpressions of ``exprs`` that are not atoms and read only names for which ``fixed(names)``
+    holds (a row's scalars: computed once, not once an element), first seen first (preorder): ``{expr: n}``.
+    ``divisors``: a reciprocal ``b**-k`` is taken as ``b**k``, the divisor a product prints it as
+    (:meth:`KernelPrinter._print_Mul`), for naming through ``Access.named``."""
+    found: dict = {}
+
+    def walk(e):
+        if e.is_Atom:
+            return
+        names = {s.name for s in e.free_symbols}
+        if names and fixed(names):
+            if divisors and e.is_Pow and e.exp.is_Integer and e.exp < 0:
+                e = e.base if e.exp == -1 else sp.Pow(e.base, -e.exp, evaluate=False)
+            if not e.is_Atom:  # (a divisor that is a name is read as it is)
+                found.setdefault(e, len(found))
+            return
+        for a in e.args:
+            walk(a)
+    for e in exprs:
+        walk(e)
+    return found
+
+
 def print_expr(expr: sp.Expr, access: Access, constants: Constants, j: str | None = None, temps=None,
                tree: bool = False):
     """``(pre_statements, text)`` of one expression (statements of :mod:`.tree` when ``tree``)."""

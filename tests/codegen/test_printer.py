@@ -85,3 +85,16 @@ def test_constants_are_what_float32_makes_of_them():
     # a ratio of integers that float32 cannot hold is one constant (1 + 1e-400 is 1.0), not inf/inf
     _, out, consts = text((1 + sp.Rational(1, 10**400)) * x)
     assert "/" not in out and {line.split("(", 1)[1].rstrip(")") for line in consts.lines()} == {"1.0"}
+
+
+def test_invariants_are_the_largest_parts_that_read_only_the_fixed_names():
+    from redalgebra.codegen.printer import invariants
+
+    x, g, ss, eps, h, m = sp.symbols("x g ss eps h m", real=True)
+    fixed = {"ss", "eps", "h", "m"}.issuperset
+    root = sp.sqrt(eps + ss / h)
+    exprs = [g * x / root, sp.exp(x - m) / ss, x / (h + ss)]
+    # the largest, first seen first (1 / sqrt(…) is a power of -1/2: a factor a product prints whole)
+    assert invariants(exprs, fixed) == {1 / root: 0, 1 / ss: 1, -m: 2, 1 / (h + ss): 3}
+    # as a product prints them: a reciprocal is its divisor, and a divisor that is a name is read as it is
+    assert invariants(exprs, fixed, divisors=True) == {1 / root: 0, -m: 1, h + ss: 2}

@@ -44,12 +44,11 @@ inf or NaN there makes the outputs that mask it NaN (0 · inf), where the refere
 
 from __future__ import annotations
 
-import sympy as sp
-
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ...ir.functions import RoundE4M3
 from ..emit import Spec
+from ..printer import invariants
 from ..tree import Assign, Barrier, Call, For, If, Load, Shared
 from . import SMS, VEC, Problem, Strategy, register
 from .columns import ColumnsKernel, build as columns_build, prepass_vec, refusal as columns_refusal, split_body
@@ -186,21 +185,8 @@ class ColumnsMmaKernel(ColumnsKernel):
         which the compiler cannot share across the elements' tests. The same text, so the same operations and bits,
         but FMA contraction across the cut (a hoisted product added to an element's term)."""
         row = {r for r in self.scalar_reds} | {p.name for p in self.c.params if p.size is None}
-        found: dict = {}
-
-        def walk(e):
-            if e.is_Atom:
-                return
-            names = {s.name for s in e.free_symbols}
-            if names and names <= row:
-                if e.is_Pow and e.exp.is_Integer and e.exp < 0:  # a divisor: a product prints its base (FP8's amax)
-                    e = e.base if e.exp == -1 else sp.Pow(e.base, -e.exp, evaluate=False)
-                found.setdefault(e, f"rv_{len(found)}")
-                return
-            for a in e.args:
-                walk(a)
-        for e in [e for _, e in self.f.prologue.steps] + [self.factor]:
-            walk(e)
+        found = {e: f"rv_{n}" for e, n in invariants([e for _, e in self.f.prologue.steps] + [self.factor],
+                                                     row.issuperset, divisors=True).items()}
         out = []
         for e, name in found.items():
             pre, text = self.print(e, acc)

@@ -35,7 +35,7 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ...ir.functions import Dot, RoundE4M3, VSum
 from ..emit import Spec
-from ..printer import print_expr
+from ..printer import invariants, print_expr
 from ..states import ScalarState, TopKState, bind_program, merge_stmts, require_scalar_elements, states_of
 from ..tree import Assign, Barrier, Comment, For, If, Load, Shared, Shuffle, Store
 from . import VEC, Strategy, pow2, register
@@ -558,17 +558,9 @@ class RowsKernel(TreeKernel):
     def _hoist(self, steps, acc):
         """Subexpressions of the per-element outputs that do not vary along the row, computed once."""
         element = self.element_names()
-        found: dict = {}
-
-        def visit(e):
-            names = {s.name for s in e.free_symbols}
-            if e.args and not names & element and names and not e.is_Symbol:
-                if e not in found:
-                    found[e] = sp.Symbol(f"h{len(found)}", real=True)
-                return found[e]
-            return e.func(*[visit(a) for a in e.args]) if e.args else e
-
-        out = [(sym, visit(expr)) for sym, expr in steps]
+        found = {e: sp.Symbol(f"h{n}", real=True)
+                 for e, n in invariants([e for _, e in steps], element.isdisjoint).items()}
+        out = [(sym, expr.xreplace(found)) for sym, expr in steps]
         hoisted = []
         for value, name in found.items():
             pre, text = print_expr(value, acc, self.consts, None, self.counter, tree=True)

@@ -182,8 +182,8 @@ class ColumnsMmaKernel(ColumnsKernel):
         """The parts of the elements' factors (and their lets) that depend on the row alone — its scalar reductions and
         scalar params, as RMSNorm's ``1 / sqrt(eps + ss / h)`` — computed once into registers ``rv_<n>`` that the
         elements' code then reads (``acc.named``): each element's code repeated an IEEE square root and reciprocal,
-        which the compiler cannot share across the elements' tests. The same text, so the same operations and bits,
-        but FMA contraction across the cut (a hoisted product added to an element's term)."""
+        which the compiler cannot share across the elements' tests. Printed by the same text: the same operations and
+        bits, except where the compiler would have fused a hoisted product into an element's addition (an FMA)."""
         row = {r for r in self.scalar_reds} | {p.name for p in self.c.params if p.size is None}
         found = {e: f"rv_{n}" for e, n in invariants([e for _, e in self.f.prologue.steps] + [self.factor],
                                                      row.issuperset, divisors=True).items()}
@@ -368,7 +368,10 @@ class ColumnsMmaKernel(ColumnsKernel):
             # cache, one launch fewer), the row's scalars taken from the registers the reduction leaves them in
             (_, pre_args, _, pre_body), acc, each = first, self.base(), FACTORS_EACH
             held = self.pre.scalar_values({f"pre_{r}": f"f_{r}" for r in self.scalar_reds})
-            setup = self.factor_setup(acc, held=True)  # (first: acc learns the scalars' names)
+            in_registers = {st.target for st in held if isinstance(st, Assign)} >= {f"f_{r}" for r in self.scalar_reds}
+            if not in_registers:  # (the scalar part binds them all; else they are read back behind a barrier)
+                held = [Barrier()]
+            setup = self.factor_setup(acc, held=in_registers)  # (first: acc learns the scalars' names)
             loop = For("kx", f"tid * {each}", "fac.shape[1]", tuple(self.factor_chunk(acc)),
                        str(self.row_threads() * each))
             args = tuple(pre_args) + tuple(a for a in factors if a not in pre_args)

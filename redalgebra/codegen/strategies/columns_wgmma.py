@@ -113,8 +113,8 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         return [Store("fac", "row", "kx", values, self.fac_store)]
 
     def row_threads(self) -> int:
-        # many rows: blocks enough at the module's 256 threads (at 1024, RMSNorm M4096's kernel of the scalars and
-        # the factors took 120 us more on the H200: two blocks a multiprocessor)
+        # many rows: blocks enough at 128 or 256 threads (:func:`_row_threads`; at 1024, RMSNorm M4096's kernel of the
+        # scalars and the factors took 120 us more on the H200: two blocks a multiprocessor)
         return row_threads(self.spec)
 
     # -- the copies of a tile ---------------------------------------------------------------------------------------
@@ -308,8 +308,8 @@ def _row_threads(threads: int, length: int) -> int:
     """The smallest block of 128 or more threads (at most the product's) that reads a row in one pass of the scalar
     kernel's ``PREPASS_TILE`` elements a thread: more rows in flight than a block of 256 where the rows are short.
     Measured on the H200 (``gpu/rowfactors_sweep.py``): RMSNorm M4096 K4096 58.5 µs at 256 threads, 42.6 at 128, 41.6
-    at 64 (two passes), 93.4 at 512; FP8 K7168 73.1 µs at 256 (one pass), 66.9 at 128 (two), 102.9 at 512 — and its module 0.6477 ms at 256, 0.6731
-    at 128, so 256 is kept there."""
+    at 64 (two passes), 93.4 at 512; FP8 K7168 73.1 µs at 256 (one pass), 66.9 at 128 (two), 102.9 at 512 — but its
+    module 0.6477 ms at 256 and 0.6731 at 128, so 256 is kept there."""
     rt = 128
     while rt * PREPASS_TILE < length and rt < threads:
         rt *= 2

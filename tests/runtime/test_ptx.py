@@ -335,6 +335,8 @@ def test_wgmma_multiplies_by_warpgroups_without_serializing(report):
     assert facts["wgmma_serialized"] == 0, facts
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
     assert facts["spill_stores"] == facts["spill_loads"] == facts["stack_bytes"] == 0, facts
+    # the outputs: a thread's neighbouring components by one 8-byte store, 128 / 8 of them for each of its two rows
+    assert facts["st_global_vector_narrow"] == 2 * 128 // 8 and facts["st_global_scalar"] == 0, facts
     # the thread's indices taken afresh each tile (fresh): 198 registers; with the per-thread addresses hoisted out
     # of the loop and held across it, 252 (and MLA's 128 accumulators a thread spilled 220 bytes). The next tile's
     # copies issued while the scores' products run hold their addresses beside the accumulators in flight: 233

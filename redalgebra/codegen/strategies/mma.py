@@ -483,11 +483,14 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
                     continue
                 n = self.lay.constants[self.lay.size_const(size)]  # (refusal: an output, from sums of its length)
                 for j in range(n // self.ncol // 8):
+                    values = []
                     for b in range(2):
                         pre, text = self.print(expr, acc, f"{m}_{j}_{2 * hh + b}")
-                        value = f"y_{sym.name}_{j}_{b}"
-                        out += pre + [Assign(value, text)]
-                        stores.append(Store(f"out_{sym.name}", f"row_{h}", self.column(n, j, b), (value,)))
+                        values.append(f"y_{sym.name}_{j}_{b}")
+                        out += pre + [Assign(values[-1], text)]
+                    # the thread's two neighbouring components, one 8-byte store (the vectors are whole 16-component
+                    # blocks, so an even component on a row of an even length)
+                    stores.append(Store(f"out_{sym.name}", f"row_{h}", self.column(n, j, 0), tuple(values)))
             out.append(If(f"ok_{h}", tuple(stores)))
         return out
 
@@ -509,8 +512,9 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
             lead = [Assign(f"part_{r.name}[row_{h}, seg]", f"s_{r.name}_{h}") for r in self.scal]
             writes = [If(self.lead, tuple(lead))] if lead else []
             for r in self.vred:
-                writes += [Assign(f"part_{r.name}[row_{h}, seg, {self.column(self.size[r.name], j, b)}]",
-                                  f"o_{r.name}_{m}_{j}_{2 * hh + b}") for j in range(self.cols(r) // 8) for b in range(2)]
+                writes += [Store(f"part_{r.name}", (f"row_{h}", "seg"), self.column(self.size[r.name], j, 0),
+                                 tuple(f"o_{r.name}_{m}_{j}_{2 * hh + b}" for b in range(2)))
+                           for j in range(self.cols(r) // 8)]
             out.append(If(f"ok_{h}", tuple(writes)))
         return out
 

@@ -1,13 +1,10 @@
 """Device helpers shared by every generated module (source text, decorated per back end)."""
 
-#: A CUDA module's kernels kept compiled by numba's disk cache beside the module's file, where that folder is the
-#: user's own (``runtime.cache.numba_cache``): a restarted process loads them instead of compiling them again.
+#: A module's kernels kept compiled by numba's disk cache beside the module's file, where that folder is the user's
+#: own (``runtime.cache.numba_cache``): a restarted process loads them instead of compiling them again (a CUDA
+#: module's for 10-25 s, a CPU one's ``njit(parallel=True)`` for seconds). The simulator's kernels take no options.
 CACHE_LINE = ("from redalgebra.runtime.cache import numba_cache\n"
-              "CACHE = not config.ENABLE_CUDASIM and numba_cache(globals().get('__file__'))")
-#: The same for a CPU module's kernels (``njit(parallel=True)`` compiles for seconds; every process, a notebook's or
-#: a test worker's, compiled each again).
-CACHE_LINE_CPU = ("from redalgebra.runtime.cache import numba_cache\n"
-                  "CACHE = numba_cache(globals().get('__file__'))")
+              "CACHE = numba_cache(globals().get('__file__'))")
 
 HELPERS = '''
 @{device}

@@ -8,7 +8,7 @@ back ends).
 
 from __future__ import annotations
 
-from .helpers import CACHE_LINE, CACHE_LINE_CPU, HELPER_CONSTANTS, HELPERS
+from .helpers import CACHE_LINE, HELPER_CONSTANTS, HELPERS
 from .tree import INTRINSICS, PRINTERS, SIM_SHUFFLE_SLOTS, TENSOR_CORES, Shared, Shuffle, walk
 
 
@@ -29,7 +29,7 @@ def assemble(fused, spec, target: str, strategy: str, kernels: list, consts, con
             tree = [Shared("shfl_f", (slots, threads)), Shared("shfl_i", (slots, threads), "int32"), *tree]
         bodies.append((name, args, printer.lines(tree)))
     if target == "cpu":
-        header = ["from numba import njit, prange, float32, int32", CACHE_LINE_CPU]
+        header = ["from numba import njit, prange, float32, int32", CACHE_LINE]
         device, decorator = "njit(cache=False)", "njit(parallel=True, fastmath=False, cache=CACHE)"
     else:
         header = ["from numba import config, cuda, float32, int32, uint16, uint32",

@@ -323,21 +323,20 @@ def test_columns_wgmma_gives_what_columns_gives(rows, length, n, dtype, segments
     _same_as_columns("columns_wgmma", rows, length, n, dtype, segments, masked)
 
 
-def test_columns_wgmma_pairs_the_stores_of_neighbouring_columns():
-    # each float32 output's two stores (columns c and c + 1) become one 8-byte store at c, their values bound where
-    # each column's statements compute them (a temporary of the second column may overwrite the first's); other
-    # statements (a scalar output written by column 0) are kept in order
-    from redalgebra.codegen.strategies.columns_wgmma import ColumnsWgmmaKernel
-    from redalgebra.codegen.tree import Assign, If, Store
-
-    bodies = [[Assign("t", "a0 * 2"), Store("out_y", "orow", "c", ("t + 1",)), If("c == 0", (Assign("out_s[orow]", "s"),))],
-              [Assign("t", "a1 * 2"), Store("out_y", "orow", "c + 1", ("t + 1",))]]
-    out = ColumnsWgmmaKernel.paired("c", bodies)
-    assert out[:2] == [Assign("t", "a0 * 2"), Assign("sv_0_out_y", "t + 1")]
-    assert out[3:5] == [Assign("t", "a1 * 2"), Assign("sv_1_out_y", "t + 1")] and isinstance(out[2], If)
-    assert out[-1] == Store("out_y", "orow", "c", ("sv_0_out_y", "sv_1_out_y"))
-    with pytest.raises(RedalgebraError, match="stored 1 times"):
-        ColumnsWgmmaKernel.paired("c", [bodies[0], [Assign("t", "a1")]])
+@pytest.mark.parametrize("n,branches", [(64, 0), (72, 1), (40, 0)])
+def test_columns_wgmma_stores_neighbouring_columns_together(n, branches):
+    # each output's two columns of a thread computed from their own accumulators, then one 8-byte store; the columns
+    # tested only where a block may be partial: not at all (64: whole blocks of the simulator's 64), behind one test
+    # of the block (72), or every pair (40: the one block partial)
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma")
+    strategy, spec, _ = kernel.spec_for(20, 300, {"x": "bfloat16", "w": "bfloat16"}, {"n": n}, reps={"w": 20})
+    source = kernel.source(spec, strategy).source
+    epilogue = source[source.index("def tiles"):source.index("def combine") if "def combine" in source else None]
+    first = epilogue[epilogue.index("sv_0_y = "):]
+    assert first.index("ac_0_0") < first.index("sv_1_y = ") < first.index("ac_0_1") < first.index(
+        "st_f32x2(out_y, orow, cb + 0 + 2 * tq, sv_0_y, sv_1_y)")
+    assert epilogue.count(f"if cb + 64 <= {n}:") == 2 * branches and "out_y[" not in epilogue
+    assert epilogue.count(f"+ 2 * tq < {n}:") == (0 if n % 64 == 0 else 2 * 64 // 8)  # each row's 8 pairs, or none
 
 
 @pytest.mark.parametrize("name,invariant,element", [

@@ -211,14 +211,12 @@ class ColumnsKernel(TreeKernel):
     # -- 2. the column tiles ----------------------------------------------------------------------
     def row_scalars(self, acc, row: str, held: bool = False) -> list:
         """Statements binding, for ``row``, the scalar params and the scalar reductions' final values (``held``:
-        already in their registers ``f_<r>``, not read from the scalar kernel's outputs)."""
+        already in their registers ``p_<name>`` and ``f_<r>``: bound by the scalar kernel's body in this one)."""
         out = []
-        for p in self.c.params:
-            if p.size is None:
-                out.append(Assign(f"p_{p.name}", f"{p.name}[{row}]"))
+        if not held:
+            out += [Assign(f"p_{p.name}", f"{p.name}[{row}]") for p in self.c.params if p.size is None]
+            out += [Assign(f"f_{r}", f"out_pre_{r}[{row}]") for r in self.scalar_reds]
         for r in self.scalar_reds:
-            if not held:
-                out.append(Assign(f"f_{r}", f"out_pre_{r}[{row}]"))
             acc.scalar[r] = f"f_{r}"
         return out
 
@@ -293,25 +291,33 @@ class ColumnsKernel(TreeKernel):
             out.append(Barrier())
         return out
 
-    def finish(self, row: str, col: str, total, acc) -> list:
-        """The outputs of ``row`` at column ``col`` from the vector totals (``total(r)``: text) and the scalars."""
-        for r in self.vector_reds:
-            acc.vector[r] = total(r)
-        for p in self.c.params:
-            if p.size is not None:
-                acc.vector[p.name] = f"{p.name}[{row}, {col}]"
+    def finish(self, row: str, col: str, totals, acc) -> list:
+        """The outputs of ``row`` at column ``col`` and the ``len(totals) - 1`` columns after it, from each column's
+        vector totals (``totals[k](r)``: text) and the scalars; a vector output of several columns is one store of
+        their values (``st_f32x2`` for two neighbours), each computed where its column's totals are bound."""
         out, outs = [], {o.name for o in self.c.outputs}
         for sym, expr in self.f.finalize.steps:
-            vector = self.c.sizes.get(sym.name) is not None
-            pre, text = self.print(expr, acc, "0" if vector else None)
-            if vector:
-                out += pre + [Store(f"out_{sym.name}", row, col, (text,), "float32")]
+            if self.c.sizes.get(sym.name) is None:
+                # a scalar: every thread computes it (later steps read the register); the first column writes it out
+                pre, text = self.print(expr, acc)
+                out += pre + [Assign(f"t_{sym.name}", text)]
+                if sym.name in outs:
+                    out.append(If(f"{col} == 0", (Assign(f"out_{sym.name}[{row}]", f"t_{sym.name}"),)))
+                acc.scalar[sym.name] = f"t_{sym.name}"
                 continue
-            # a scalar: every thread computes it (later steps read the register); the first column writes it out
-            out += pre + [Assign(f"t_{sym.name}", text)]
-            if sym.name in outs:
-                out.append(If(f"{col} == 0", (Assign(f"out_{sym.name}[{row}]", f"t_{sym.name}"),)))
-            acc.scalar[sym.name] = f"t_{sym.name}"
+            values = []
+            for k, total in enumerate(totals):
+                for r in self.vector_reds:
+                    acc.vector[r] = total(r)
+                for p in self.c.params:
+                    if p.size is not None:
+                        acc.vector[p.name] = f"{p.name}[{row}, {col}{f' + {k}' if k else ''}]"
+                pre, text = self.print(expr, acc, "0")
+                if len(totals) > 1:  # (bound first: the next column's statements may reuse a temporary's name)
+                    pre, text = pre + [Assign(f"sv_{k}_{sym.name}", text)], f"sv_{k}_{sym.name}"
+                out += pre
+                values.append(text)
+            out.append(Store(f"out_{sym.name}", row, col, tuple(values), "float32"))
         return out
 
     def tiles(self) -> list:
@@ -341,7 +347,7 @@ class ColumnsKernel(TreeKernel):
                     stmts = [Assign(f"part_{r}[{row}, seg, {col}]", f"t_{r}_{mi}_{c}") for r in self.vector_reds]
                 else:
                     acc = self.base()
-                    stmts = self.row_scalars(acc, row) + self.finish(row, col, lambda r: f"t_{r}_{mi}_{c}", acc)
+                    stmts = self.row_scalars(acc, row) + self.finish(row, col, [lambda r: f"t_{r}_{mi}_{c}"], acc)
                 cols.append(If(f"{col} < {self.n}", tuple(stmts)))
             out.append(If(f"{m} < {self.bm} and {row} < rows", tuple(cols)))
         return out
@@ -355,7 +361,7 @@ class ColumnsKernel(TreeKernel):
         for r in self.vector_reds:
             body += [Assign(f"t_{r}", f"part_{r}[row, 0, col]"),
                      For("seg", "1", "nseg", (Assign(f"t_{r}", f"part_{r}[row, seg, col]", "+"),))]
-        body += self.finish("row", "col", lambda r: f"t_{r}", acc)
+        body += self.finish("row", "col", [lambda r: f"t_{r}"], acc)
         return out + [If(f"col < {self.n}", tuple(body))]
 
     def kernels(self) -> list:

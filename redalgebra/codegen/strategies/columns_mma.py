@@ -170,8 +170,9 @@ class ColumnsMmaKernel(ColumnsKernel):
         return out + [If("kx < fac.shape[1]", tuple(self.factor_setup(acc) + self.factor_chunk(acc)))]
 
     def factor_setup(self, acc, held: bool = False) -> list:
-        """The row's scalars (``acc`` learns their names; ``held``: already in registers ``f_<r>``, not read from the
-        scalar kernel's outputs) and the rows of its scalar inputs."""
+        """The row's scalars (``acc`` learns their names; ``held``: already in registers — ``f_<r>`` and the scalar
+        params' ``p_<name>``, bound by the scalar kernel's body before this — not read again) and the rows of its
+        scalar inputs."""
         body = self.row_scalars(acc, "row", held)
         body += self.row_invariants(acc)
         for s in self.sin:
@@ -335,7 +336,7 @@ class ColumnsMmaKernel(ColumnsKernel):
                     if segmented:
                         body.append(Assign(f"part_{self.red}[orow, cuda.blockIdx.z, {col}]", total))
                     else:
-                        body += self.finish("orow", col, lambda r, v=total: v, acc)
+                        body += self.finish("orow", col, [lambda r, v=total: v], acc)
                     stored = If(f"{col} < {n}", tuple(body))
                     stmts.append(If(f"warp == {k % w}", (stored,)) if w > 1 else stored)
                 out += [Assign("orow", f"r0 + {8 * nt} + 2 * tq + {bit}"), If("orow < rows", tuple(stmts))]
@@ -368,10 +369,7 @@ class ColumnsMmaKernel(ColumnsKernel):
             # cache, one launch fewer), the row's scalars taken from the registers the reduction leaves them in
             (_, pre_args, _, pre_body), acc, each = first, self.base(), FACTORS_EACH
             held = self.pre.scalar_values({f"pre_{r}": f"f_{r}" for r in self.scalar_reds})
-            in_registers = {st.target for st in held if isinstance(st, Assign)} >= {f"f_{r}" for r in self.scalar_reds}
-            if not in_registers:  # (the scalar part binds them all; else they are read back behind a barrier)
-                held = [Barrier()]
-            setup = self.factor_setup(acc, held=in_registers)  # (first: acc learns the scalars' names)
+            setup = self.factor_setup(acc, held=True)  # (first: acc learns the scalars' names)
             loop = For("kx", f"tid * {each}", "fac.shape[1]", tuple(self.factor_chunk(acc)),
                        str(self.row_threads() * each))
             args = tuple(pre_args) + tuple(a for a in factors if a not in pre_args)

@@ -239,39 +239,21 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
             head = [] if segmented else self.row_scalars(acc, "orow")
             pairs = []
             for j in range(self.bc // 8):
-                col = f"cb + {8 * j} + 2 * tq"
+                col, values = f"cb + {8 * j} + 2 * tq", (f"ac_{j}_{2 * h}", f"ac_{j}_{2 * h + 1}")
                 if segmented:
-                    body = [Store(f"part_{self.red}", ("orow", "cuda.blockIdx.z"), col,
-                                  (f"ac_{j}_{2 * h}", f"ac_{j}_{2 * h + 1}"))]
+                    body = [Store(f"part_{self.red}", ("orow", "cuda.blockIdx.z"), col, values)]
                 else:
-                    body = self.paired(col, [self.finish("orow", f"{col} + {i & 1}", lambda r, v=f"ac_{j}_{i}": v, acc)
-                                             for i in (2 * h, 2 * h + 1)])
+                    body = self.finish("orow", col, [lambda r, v=v: v for v in values], acc)
                 pairs.append((col, body))
             whole = [st for _, body in pairs for st in body]
             tested = [If(f"{col} < {self.n}", tuple(body)) for col, body in pairs]
-            inside = head + ([If(f"cb + {self.bc} <= {self.n}", tuple(whole), tuple(tested))]
-                             if self.n % self.bc else whole if self.n >= self.bc else tested)
-            out += [Assign("orow", f"r0 + 16 * warp + lg + {8 * h}"), If("orow < rows", tuple(inside))]
-        return out
-
-    @staticmethod
-    def paired(col: str, bodies: list) -> list:
-        """The statements of two neighbouring columns' outputs with each float32 output's two stores made one
-        (``Store`` of two values at ``col``): each body's values are bound to names of their own where that body
-        computes them, then stored together."""
-        out, stores = [], {}
-        for k, body in enumerate(bodies):
-            for st in body:
-                if isinstance(st, Store) and st.width == 1 and st.dtype == "float32":
-                    name = f"sv_{len(stores.setdefault((st.array, st.row), []))}_{st.array}"
-                    out.append(Assign(name, st.values[0]))
-                    stores[(st.array, st.row)].append(name)
-                else:
-                    out.append(st)
-        for (array, row), names in stores.items():
-            if len(names) != 2:
-                raise RedalgebraError(f"columns_wgmma: output {array} is stored {len(names)} times for two columns")
-            out.append(Store(array, row, col, tuple(names)))
+            if self.n % self.bc == 0:
+                inside = whole
+            elif self.n < self.bc:  # one partial column block
+                inside = tested
+            else:
+                inside = [If(f"cb + {self.bc} <= {self.n}", tuple(whole), tuple(tested))]
+            out += [Assign("orow", f"r0 + 16 * warp + lg + {8 * h}"), If("orow < rows", tuple(head + inside))]
         return out
 
 

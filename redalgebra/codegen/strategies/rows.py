@@ -478,11 +478,14 @@ class RowsKernel(TreeKernel):
         (``{output: register}``): the block's reduction leaves the row's final state in every thread, so a kernel
         that goes on after this body reads them there rather than from the outputs it stores (written by one
         thread, read back by all behind a barrier). The same text as :meth:`row_outputs`' stores: the same bits."""
-        acc, out = self.final_access(), []
+        acc, out, bound = self.final_access(), [], set()
         for sym, expr in self.f.finalize.steps:
             if sym.name in registers and sym.name not in self.varying and self.c.sizes[sym.name] is None:
                 pre, text = print_expr(expr, acc, self.consts, None, self.counter, tree=True)
                 out += pre + [Assign(registers[sym.name], text)]
+                bound.add(sym.name)
+        if bound != set(registers):
+            raise RedalgebraError(f"rows: {sorted(set(registers) - bound)} are not scalar outputs of {self.c.name}")
         return out
 
     def row_sums(self, expr, acc) -> tuple[list, sp.Basic]:

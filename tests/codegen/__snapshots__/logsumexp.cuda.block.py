@@ -5,7 +5,7 @@ import math
 import numpy as np
 from numba import config, cuda, float32, int32
 from redalgebra.runtime.cache import numba_cache
-CACHE = not config.ENABLE_CUDASIM and numba_cache(globals().get('__file__'))
+CACHE = numba_cache(globals().get('__file__'))
 
 BOUNDS = {} if config.ENABLE_CUDASIM else {'launch_bounds': 128, 'cache': CACHE}
 NEG_INF = np.float32(-np.inf)

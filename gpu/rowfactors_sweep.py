@@ -1,8 +1,12 @@
-"""``columns_wgmma``'s first kernel (a block a row: its scalar reductions, then its factors) at other block sizes,
-swept on one case: each variant checked against float64 and timed as ``bench.py`` times a configuration, and each
-kernel timed alone (CUDA events, back to back), in one process.
+"""``columns_wgmma``'s first kernel (its scalar reductions and its factors) in other shapes, swept on one case: each
+variant checked against float64 and timed as ``bench.py`` times a configuration, and each kernel timed alone (CUDA
+events, back to back), in one process.
 
-    python3 gpu/rowfactors_sweep.py normgemm 2 256 128 512     # GROUP INDEX as bench's; threads of the row's block
+    python3 gpu/rowfactors_sweep.py normgemm 2 auto 128 t256g128x4 t256g256x2p3   # GROUP INDEX as bench's
+
+A variant is ``auto`` (the rows kernel as the policy makes it), ``tTgGxXpP`` (the rows kernel with T threads a block, G
+a row, X chunks of 16 bytes a thread, blocks walking the rows with P a multiprocessor where ``pP`` is given), or a
+number: ``columns``' block-a-row kernel with that many threads (a second pass over the row for its factors).
 
 Prints a line per variant: the module's time, the error against the reference, each kernel's time alone, registers and local
 memory.
@@ -10,6 +14,7 @@ memory.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -21,12 +26,29 @@ from kernel_steps import time_launches  # noqa: E402
 from redalgebra.codegen.strategies import columns_wgmma  # noqa: E402
 
 
+def rows_variant(text: str):
+    """``rows_configure`` with the fields of ``tTgGxXpP`` set (None for ``auto``)."""
+    if text == "auto":
+        return None
+    m = re.fullmatch(r"t(\d+)g(\d+)x(\d+)(?:p(\d+))?", text)
+    if m is None:
+        raise SystemExit(f"a variant is auto, tTgGxXpP or a number of threads: {text!r}")
+    threads, group, tile, walking = (int(v) if v else 0 for v in m.groups())
+    return dict(threads=threads, group=group, tile=tile, persistent=bool(walking), min_blocks=walking)
+
+
 def main(argv) -> int:
-    group, index, variants = argv[0], int(argv[1]), [int(a) for a in argv[2:]]
+    group, index, variants = argv[0], int(argv[1]), argv[2:]
     case = all_cases(False)[group][index]()
     print(f"{case.name} {case.shape} {case.dtype}", flush=True)
-    for threads in variants:
-        columns_wgmma.ROW_THREADS = threads  # read when the module is built and launched
+    policy, bound = columns_wgmma.rows_configure, columns_wgmma.bound_registers
+    for variant in variants:
+        # read when the module is built and launched
+        columns_wgmma.ROW_THREADS = int(variant) if variant.isdigit() else None
+        fields = None if variant.isdigit() else rows_variant(variant)
+        columns_wgmma.rows_configure = policy if fields is None else (
+            lambda fused, p, fields=fields: {**policy(fused, p), **fields, "resident": True, "staged": True})
+        columns_wgmma.bound_registers = bound if fields is None else (lambda cfg, inputs: cfg)  # (the variant's own)
         runner = Runner(1.0, Path("/nonexistent/autotune.json"), True)  # a fresh kernel per variant
         row = runner.ours(case, "columns_wgmma", "candidate", case.reps)
         launch = runner.kernel(case, "columns_wgmma").prepare(*case.copies[0][:2])
@@ -35,7 +57,7 @@ def main(argv) -> int:
             overload = kernel.dispatcher.overloads[tuple(kernel.dispatcher.typeof_pyval(a) for a in args)]
             steps.append(f"{time_launches(lambda: step.launch(0)):.1f} us ({overload.regs_per_thread} regs, "
                          f"{overload.local_mem_per_thread} B local)")
-        print(f"  {threads} threads a row: {row.ms:.4f} ms, {row.valid} (err {row.max_err:.2e}); kernels alone "
+        print(f"  {variant}: {row.ms:.4f} ms, {row.valid} (err {row.max_err:.2e}); kernels alone "
               f"{', '.join(steps)}", flush=True)
     return 0
 

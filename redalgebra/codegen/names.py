@@ -33,7 +33,7 @@ BARE = frozenset("""
     orow da db nn k0 wv wrow wcl
     nall tps tfirst cg ks wi wk smf xf dp
     fq nfull nmain nstep p0 p1 p2 p3 h0 h1 h2 h3 fo
-    pp sp fresh uniform every op pe pf pk
+    pp sp fresh uniform every op pe pf pk kz
 """.split())
 #: What comes before the first underscore of the generator's other identifiers (``s_m``, ``e_x_0_1``).
 PREFIXES = frozenset("""

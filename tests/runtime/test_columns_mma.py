@@ -346,11 +346,55 @@ def test_columns_wgmma_stores_neighbouring_columns_together(n, branches):
     ("fp8_quant_gemm", "rv_0 = rt_max(", "*e_x/rv_0)"),
 ])
 def test_the_factor_kernels_compute_a_rows_invariants_once(name, invariant, element):
-    # the scalars also come from the registers the row's reduction leaves them in, not read back from its outputs
+    # with a mask, columns' block-a-row kernel and a loop of the factors; the scalars also come from the registers the
+    # row's reduction leaves them in, not read back from its outputs
     kernel = compile(fused(name), "cudasim", "columns_wgmma")
     dtypes = {s.name: "bfloat16" for s in kernel.fused.cascade.inputs}
-    strategy, spec, _ = kernel.spec_for(20, 300, dtypes, {"n": 64}, reps={"w": 20})
+    strategy, spec, _ = kernel.spec_for(20, 300, dtypes, {"n": 64}, keep=True, reps={"w": 20})
+    assert spec.row_spec == ()
     source = kernel.source(spec, strategy).source
     factors = source[source.index("def factors"):source.index("def tiles")]
     assert factors.count(invariant) == 1 and factors.count(element) == 8  # eight elements a thread
     assert factors.count("rt_sqrt") == (name == "rmsnorm_gemm") and "= out_pre_" not in factors  # (stored, not read)
+
+
+@pytest.mark.parametrize("name,invariant,element", [
+    ("rmsnorm_gemm", "r_h0 = (_K1/rt_sqrt(p_eps + s_ss/p_h))", "e_g_0_0*e_x_0_0*r_h0"),
+    ("fp8_quant_gemm", "r_h0 = rt_max(", "*e_x_0_0/r_h0)"),  # divided by the row's max, as written
+])
+def test_without_a_mask_the_factors_are_a_rows_kernels_per_element_output(name, invariant, element):
+    # the scalar part with the factors as a per-element output, built by the rows strategy: the row read once into
+    # registers, its invariant once, each factor from the registers, zeros past the row's end to the tiles' width
+    kernel = compile(fused(name), "cudasim", "columns_wgmma")
+    dtypes = {s.name: "bfloat16" for s in kernel.fused.cascade.inputs}
+    strategy, spec, _ = kernel.spec_for(20, 300, dtypes, {"n": 64}, reps={"w": 20})
+    row = dict(spec.row_spec)
+    assert row["resident"] and row["group"] * row["tile"] * row["vec"] >= 300
+    source = kernel.source(spec, strategy).source
+    factors = source[source.index("def factors"):source.index("def tiles")]
+    assert factors.count(invariant) == 1 and element in factors
+    assert factors.count("rt_sqrt") == (name == "rmsnorm_gemm") and "kx" not in factors  # (no second pass)
+    assert "for kz in range(length + gt, fac.shape[1]" in factors
+
+def test_the_factors_kernel_with_blocks_walking_the_rows_computes_what_a_block_a_row_does(monkeypatch):
+    # on the GPU the rows policy makes 8-32 KB rows of 16-bit values walk a grid of as many blocks as are resident (the
+    # simulator's policy never does): forced here, one block a multiprocessor takes every row in turn, and the padding
+    # past a row's end (length 70 in tiles of 64) is written by every run; the same rows computed the same way, so the
+    # same bits as a block a row (whose bfloat16 factors the reference test checks)
+    from redalgebra.codegen.strategies import columns_wgmma
+
+    rows, length, n = 9, 70, 40
+    inputs, params = _problem("rmsnorm_gemm", rows, length, n, "bfloat16")
+    plain = compile(fused("rmsnorm_gemm"), "cudasim", "columns_wgmma")(inputs, params)["y"]
+    real = columns_wgmma.rows_configure
+
+    def walking(fused_, p):
+        return {**real(fused_, p), "persistent": True, "min_blocks": 1}
+    monkeypatch.setattr(columns_wgmma, "rows_configure", walking)
+    kernel = compile(fused("rmsnorm_gemm"), "cudasim", "columns_wgmma")
+    out = kernel(inputs, params)["y"]
+    spec = kernel.spec_for(rows, length, {"x": "bfloat16", "g": "bfloat16", "w": "bfloat16"}, {"n": n},
+                           reps={"w": rows})[1]
+    assert dict(spec.row_spec)["persistent"]
+    assert "for run in range(cuda.blockIdx.x" in kernel.source(spec, "columns_wgmma").source
+    assert np.array_equal(out, plain)

@@ -135,6 +135,32 @@ def _scalar_part(c: Cascade) -> FusedCascade | None:
         return unfused(sub)  # scalars_fuse says no; the kernel refuses it by name
 
 
+def factor_part(fused: FusedCascade) -> FusedCascade | None:
+    """The scalar part (:func:`scalar_part`) with the factor of the one vector reduction as a per-element output
+    ``fac`` (RMSNorm's ``g * x / sqrt(ss / h + eps)``), derived: a ``rows`` kernel of it reduces a row held in
+    registers and writes its factors from them. None where there is no scalar reduction, more than one vector
+    reduction, or the scalar part does not fuse."""
+    c = fused.cascade
+    vin = {s.name for s in c.inputs if s.size is not None}
+    vred = [r for r in c.reductions if c.sizes[r.name] is not None]
+    sub = scalar_part(fused)
+    if sub is None or len(vred) != 1 or not sub.analysis.fusable:
+        return None
+    factor, _ = split_body(fused.bodies[vred[0].name], vin)
+    return _factor_part(sub.cascade, factor)
+
+
+@functools.lru_cache(maxsize=64)
+def _factor_part(sub: Cascade, factor) -> FusedCascade | None:
+    from ...derive import derive
+    from ...errors import NotFusableError
+
+    try:
+        return derive(Cascade(sub.statements + (Output("fac", factor),), name=sub.name))
+    except NotFusableError:
+        return None
+
+
 class ColumnsKernel(TreeKernel):
     """Builds the kernels of a ``columns`` module: scalars (a rows kernel), the column tiles, their combine."""
 

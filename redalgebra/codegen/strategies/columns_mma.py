@@ -363,7 +363,10 @@ class ColumnsMmaKernel(ColumnsKernel):
         out = []
         factors = tuple(common + pre + ["fac", "rows", "length"])
         first = self.prepass()
-        if first is None:  # no scalar reduction: the factors alone, spread over blocks
+        if self.spec.row_spec:  # a rows kernel of the scalars and the factors (columns_wgmma): the row read once
+            args = tuple("fac" if a == "out_fac" else a for a in kernel_args(self.pre.c))
+            out.append(("factors", args, "rowfactors", self.pre.body()))
+        elif first is None:  # no scalar reduction: the factors alone, spread over blocks
             out.append(("factors", factors, "factors", self.factor_kernel()))
         else:  # a block per row reduces it, then writes its factors (the row read once from memory, once from the
             # cache, one launch fewer), the row's scalars taken from the registers the reduction leaves them in

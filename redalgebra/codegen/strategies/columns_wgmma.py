@@ -9,8 +9,11 @@ read by the instruction from shared memory:
 
 1. **Level order** as ``columns_mma``: the scalar reductions first (so an FP8 scale is the row's final absmax), then
    the factors ``F[m, k]`` in the weights' 16-bit type (FP8 values exactly; as e4m3 bytes beside e4m3 weights) —
-   one kernel, a block per row reducing it and then writing its factors after a barrier — then the product, then
-   the segments' sums when the axis is split (few blocks: fewer than the multiprocessors).
+   one kernel — then the product, then the segments' sums when the axis is split (few blocks: fewer than the
+   multiprocessors). The first kernel is the ``rows`` strategy's, built from the scalar part with the factor as a
+   per-element output (:func:`~.columns.factor_part`): the row read once into registers, reduced, its factors written
+   from the registers, blocks walking the rows where the ``rows`` policy has them do so; with a mask (whose dropped
+   elements' factors are zeros) it is ``columns``' block-a-row kernel followed by a loop over the factors.
 2. **Layout.** Tiles of 64 elements are staged by ``cp.async`` in the 128-byte-swizzled layout (the 16-byte chunk
    ``c`` of a 128-byte row ``r`` at chunk ``c ^ (r & 7)``): the factor tile K-major (a row's 64 factors one
    128-byte row), the weight tile as it lies in memory — rows ``w[k, :]``, so the instruction reads it MN-major
@@ -44,9 +47,10 @@ from ..emit import Spec
 from ..tree import Assign, Barrier, Call, For, If, Store
 from . import SMS, Problem, Strategy, register
 from . import columns_mma
-from .columns import PREPASS_TILE, build as columns_build, prepass_vec
+from .columns import PREPASS_TILE, build as columns_build, factor_part, prepass_vec
 from .columns_mma import ColumnsMmaKernel, exact_factors
 from .products import KINDS
+from .rows import RowsKernel, configure as rows_configure
 from .wgmma import ATOM, ROW, WgmmaKernel, hopper_refusal
 
 #: Elements of a staged tile (one 128-byte swizzled row of 16-bit values).
@@ -111,6 +115,28 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
 
     def factor_store(self, values: tuple) -> list:
         return [Store("fac", "row", "kx", values, self.fac_store)]
+
+    def _prepass_kernel(self):
+        """With :attr:`Spec.row_spec`, the ``rows`` kernel of the scalar part with the factors as a per-element output
+        (:func:`factor_part`): the row read once into registers, reduced, its factors written from the registers by
+        16-byte stores, and zeros past the row's end up to the tiles' width; else ``columns``' scalar kernel, which the
+        factors' loop follows (the row read again)."""
+        if not self.spec.row_spec:
+            return super()._prepass_kernel()
+        sub = factor_part(self.f)
+        names = {s.name for s in sub.cascade.inputs}
+        spec = Spec(self.spec.sizes, tuple((k, v) for k, v in self.spec.dtypes if k in names),
+                    fast_exp=self.spec.fast_exp, out_dtypes=(("fac", fac_store(self.spec.dtypes, self.f)),),
+                    **dict(self.spec.row_spec))
+        k = RowsKernel(sub, spec)
+        k.arrays, k.padded, k.divisors = {"fac": "fac"}, {"fac": "fac.shape[1]"}, True
+        return k
+
+    def bounds(self) -> dict:
+        row = dict(self.spec.row_spec)
+        if row.get("min_blocks"):
+            return {"factors": (row["threads"], row["min_blocks"])}
+        return super().bounds()
 
     def row_threads(self) -> int:
         # many rows: blocks enough at 128 or 256 threads (:func:`_row_threads`; at 1024, RMSNorm M4096's kernel of the
@@ -278,12 +304,60 @@ def build(fused: FusedCascade, spec: Spec, target: str):
     from dataclasses import replace
 
     src = columns_build(fused, spec, target, kernel=ColumnsWgmmaKernel, name="columns_wgmma")
-    return replace(src, written=tuple(name for name, *_ in src.scratch))  # as columns_mma's
+    row = dict(spec.row_spec)
+    walking = (("rowfactors", max(1, row["min_blocks"])),) if row.get("persistent") else ()
+    # as columns_mma's: every scratch entry written before it is read (the factors' padding too)
+    return replace(src, written=tuple(name for name, *_ in src.scratch), walking=walking)
 
 
 def row_threads(spec: Spec) -> int:
     """The scalars-and-factors kernel's block (:data:`ROW_THREADS` where set, else the spec's, else the product's)."""
-    return ROW_THREADS or spec.row_threads or spec.threads
+    return ROW_THREADS or dict(spec.row_spec).get("threads") or spec.row_threads or spec.threads
+
+
+def fac_store(dtypes, fused: FusedCascade) -> str:
+    """The factors' stored type: the weights' 16-bit type (float16 for e4m3 weights, widened to it)."""
+    vector = next(s.name for s in fused.cascade.inputs if s.size is not None)
+    return "bfloat16" if dict(dtypes).get(vector) == "bfloat16" else "float16"
+
+
+#: Registers a multiprocessor has, and those a thread of the scalars-and-factors kernel takes beyond the values it
+#: holds (addresses, indices, the reductions' state): the launch bound of blocks walking rows follows from them. By
+#: ptxas's readings at each bound: RMSNorm K4096 (256 threads, 32 values) 74 registers at 3 blocks, 12 bytes spilled at
+#: 4 (64 registers), 136 at 5; FP8 K7168 (512 threads, 16 values) 56 registers at 2, 40 bytes spilled at 3.
+REGISTERS, HELD_EXTRA = 65536, 40
+
+#: The ``rows`` fields of :attr:`Spec.row_spec`.
+ROW_FIELDS = ("threads", "group", "tile", "vec", "shifted", "resident", "staged", "persistent", "min_blocks")
+
+
+def row_spec(fused: FusedCascade, p: Problem) -> tuple:
+    """The ``rows`` configuration of the scalars-and-factors kernel (:func:`factor_part`'s cascade, the ``rows``
+    strategy's policy for this shape: the row in registers where it fits, blocks walking rows for 8-32 KB rows of 16-bit
+    values), or () for ``columns``' kernel: no scalar reduction, a mask (whose dropped elements' factors are zeros), a
+    scalar part that does not fuse, or rows off the 16-byte grid (the factors' rows are on it: a row's shifted chunks
+    would store across it). The user's options are the product's, not this kernel's."""
+    if ROW_THREADS or p.has_keep:
+        return ()
+    sub = factor_part(fused)
+    if sub is None:
+        return ()
+    names = {s.name for s in sub.cascade.inputs}
+    q = Problem(p.rows, p.length, p.sizes, tuple((k, v) for k, v in p.dtypes if k in names), False, p.vec_ok,
+                p.pitch_ok, False, tuple((k, v) for k, v in p.reps if k in names),
+                (("simulator", p.option("simulator")), ("fast_exp", p.option("fast_exp"))))
+    cfg = bound_registers(rows_configure(sub, q), len(names))
+    return tuple((k, cfg[k]) for k in ROW_FIELDS)
+
+
+def bound_registers(cfg: dict, inputs: int) -> dict:
+    """The rows policy's launch bound (2048 threads a multiprocessor: 32 registers) is a softmax's, which holds one
+    input; these rows hold every scalar input (RMSNorm: x and g) and their factors: at 32 registers ptxas spilled 320
+    bytes (RMSNorm K4096) and 144 (FP8 K7168). Bounded instead by what they hold."""
+    if not cfg["min_blocks"]:
+        return cfg
+    held = cfg["tile"] * cfg["vec"] * inputs + HELD_EXTRA
+    return {**cfg, "min_blocks": max(1, min(cfg["min_blocks"], REGISTERS // (cfg["threads"] * held)))}
 
 
 def _row_threads(threads: int, length: int) -> int:
@@ -359,7 +433,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     stages, shared = plan(threads, bc)
     return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=threads // 2, segments=int(nseg),
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
-                shared=shared, stages=stages, row_threads=_row_threads(threads, p.length))
+                shared=shared, stages=stages, row_threads=_row_threads(threads, p.length), row_spec=row_spec(fused, p))
 
 
 def grid(rows: int, spec: Spec, named) -> dict:
@@ -368,7 +442,9 @@ def grid(rows: int, spec: Spec, named) -> dict:
     if "wf" in named:  # e4m3 weights widened: a thread per 16 elements of a row (per element: rows not of 16 bytes)
         per = -(-n // 16) if n % 16 == 0 else n
         out["widen"] = (-(-named["wf"].shape[0] * per // spec.threads), spec.threads)
-    out["rowfactors"] = (rows, row_threads(spec))
+    row = dict(spec.row_spec)
+    per = row["threads"] // row["group"] if row else 1  # rows a block of the scalars-and-factors kernel
+    out["rowfactors"] = (-(-rows // per), row_threads(spec))
     out["tiles"] = ((-(-rows // spec.batch), -(-n // (spec.group * 8)), spec.segments), spec.threads, 0, spec.shared)
     return out
 

@@ -73,7 +73,14 @@ class RowsKernel(TreeKernel):
         self.scalars = [s.name for s in self.c.inputs]
         self.varying = set(fused.per_element_outputs)
         self.hoisted: dict = {}  # row constants of the per-element outputs: symbol name -> register
+        self.named: dict = {}    # the same where ``divisors``: expression -> register (the printer names it)
         self.cached: dict = {}   # staged: per-element terms computed once -> their symbol (registers t<n>_<i>_<c>)
+        # Set by a module that runs this kernel as one of its own (columns_wgmma's factors):
+        self.arrays: dict = {}   # per-element output -> the array it is stored in (``out_<name>`` otherwise)
+        self.padded: dict = {}   # per-element output -> its array's row width where wider than the row: the
+        #                          columns past the row's end are written as zeros (a GEMM's tiles read them)
+        self.divisors = False    # a row constant that divides is hoisted as the divisor, not as its reciprocal:
+        #                          each element is divided by it, as written (x * 448 / a, not x * 448 * (1 / a))
 
     # -- access to one element's registers ---------------------------------------------------------
     def element_access(self, i: int, c: int, prefix: str = "o"):
@@ -84,6 +91,7 @@ class RowsKernel(TreeKernel):
         # float32 (an int64 index would make a comparison float64), converted once per chunk: exact below 2**24
         acc.scalar["pos"] = f"(fc0_{i} + {self.consts.name(float(c))})" if c else f"fc0_{i}"
         acc.scalar.update(self.hoisted)
+        acc.named = self.named
         acc.scalar.update({t.name: f"{t.name[2:]}_{i}_{c}" for t in self.cached.values()})
         if self.spec.fast_exp:
             acc.exp = "fast_exp"
@@ -550,17 +558,36 @@ class RowsKernel(TreeKernel):
                     pre, text = print_expr(expr, self.element_access(i, c, "s"), self.consts, None, self.counter, tree=True)
                     wide += pre + [Assign(f"y_{sym.name}_{c}", text)]
                     narrow.append(If(f"c0_{i} + {c} >= 0 and c0_{i} + {c} < length",
-                                     tuple(pre + [Store(f"out_{sym.name}", "row", f"c0_{i} + {c}", (text,), dtype)])))
+                                     tuple(pre + [Store(self.array(sym.name), "row", f"c0_{i} + {c}", (text,), dtype)])))
                     values.append(f"y_{sym.name}_{c}")
                 width = WIDE_STORES.get((dtype, self.vec), 1)
-                wide += [Store(f"out_{sym.name}", "row", f"c0_{i} + {k}", tuple(values[k:k + width]), dtype)
+                wide += [Store(self.array(sym.name), "row", f"c0_{i} + {k}", tuple(values[k:k + width]), dtype)
                          for k in range(0, self.vec, width)]
             stores.append(If(f"full_{i}", tuple(wide), tuple(narrow)))
         return hoisted, stores
 
+    def array(self, output: str) -> str:
+        """The array a per-element output is stored in."""
+        return self.arrays.get(output, f"out_{output}")
+
+    def padding(self) -> list:
+        """Zeros in the columns of :attr:`padded` arrays past the row's end, spread over the group."""
+        zero = self.consts.name(0.0)
+        return [For("kz", "length + gt", width, (Store(self.array(name), "row", "kz", (zero,),
+                                                        self.out_dtypes.get(name, "float32")),), str(self.group))
+                for name, width in self.padded.items()]
+
     def _hoist(self, steps, acc):
         """Subexpressions of the per-element outputs that do not vary along the row, computed once."""
         element = self.element_names()
+        if self.divisors:  # named where the printer meets them: a divisor stays a division
+            found = invariants([e for _, e in steps], element.isdisjoint, divisors=True)
+            hoisted = []
+            for value, n in found.items():
+                pre, text = print_expr(value, acc, self.consts, None, self.counter, tree=True)
+                hoisted += pre + [Assign(f"r_h{n}", text)]
+                self.named[value] = f"r_h{n}"
+            return hoisted, steps
         found = {e: sp.Symbol(f"h{n}", real=True)
                  for e, n in invariants([e for _, e in steps], element.isdisjoint).items()}
         out = [(sym, expr.xreplace(found)) for sym, expr in steps]
@@ -602,9 +629,9 @@ class RowsKernel(TreeKernel):
             hoisted, stores = self.element_outputs()
             out += hoisted
             if self.spec.resident:
-                out += [If("live", tuple(stores))]
+                out += [If("live", tuple(stores + self.padding()))]
             else:
-                out += [If("live", tuple(self.passes(lambda first: self.chunks(first) + stores)))]
+                out += [If("live", tuple(self.passes(lambda first: self.chunks(first) + stores) + self.padding()))]
         return out
 
     def copy_state(self, src: str, dst: str) -> list:

@@ -35,8 +35,8 @@ WGMMA_CASES = [("fp8_quant_gemm", 300, 1001, 264, "float16", None, True),
                # e4m3 weights widened to float16 first (72 columns: rows not of 16 bytes, an element a thread)
                ("fp8_quant_gemm", 300, 1001, 72, "e4m3", None, True),
                ("fp8_quant_gemm", 260, 7168, 520, "e4m3", 3, False),
-               # no mask: the scalars and factors by a rows kernel, its blocks walking 4100 rows (8 and 14 KB rows), the
-               # factors' padding past a row of 1000 (rows off the 16-byte grid: an element a load)
+               # no mask: the scalars and factors by a rows kernel (8 and 14 KB rows, a partial last block of rows), the
+               # factors' padding past a row of 1000 (24 zeros a row to the tiles of 64)
                ("rmsnorm_gemm", 4100, 4096, 264, "bfloat16", None, False),
                ("fp8_quant_gemm", 4100, 7168, 136, "bfloat16", None, False),
                ("rmsnorm_gemm", 200, 1000, 136, "bfloat16", None, False)]

@@ -4,9 +4,9 @@ events, back to back), in one process.
 
     python3 gpu/rowfactors_sweep.py normgemm 2 auto 128 t256g128x4 t256g256x2p3   # GROUP INDEX as bench's
 
-A variant is ``auto`` (the rows kernel as the policy makes it), ``tTgGxXpP`` (the rows kernel with T threads a block, G
-a row, X chunks of 16 bytes a thread, blocks walking the rows with P a multiprocessor where ``pP`` is given), or a
-number: ``columns``' block-a-row kernel with that many threads (a second pass over the row for its factors).
+A variant is ``auto`` (the rows kernel as the module makes it), ``tTgGxX`` (the rows kernel with T threads a block, G a
+row, X chunks of 16 bytes a thread), or a number: ``columns``' block-a-row kernel with that many threads (a second pass
+over the row for its factors). (Blocks walking the rows, ``...pP``, were swept at commit c78d6a0, which launched them.)
 
 Prints a line per variant: the module's time, the error against the reference, each kernel's time alone, registers and local
 memory.
@@ -27,28 +27,27 @@ from redalgebra.codegen.strategies import columns_wgmma  # noqa: E402
 
 
 def rows_variant(text: str):
-    """``rows_configure`` with the fields of ``tTgGxXpP`` set (None for ``auto``)."""
+    """``rows_configure`` with the fields of ``tTgGxX`` set (None for ``auto``)."""
     if text == "auto":
         return None
-    m = re.fullmatch(r"t(\d+)g(\d+)x(\d+)(?:p(\d+))?", text)
+    m = re.fullmatch(r"t(\d+)g(\d+)x(\d+)", text)
     if m is None:
-        raise SystemExit(f"a variant is auto, tTgGxXpP or a number of threads: {text!r}")
-    threads, group, tile, walking = (int(v) if v else 0 for v in m.groups())
-    return dict(threads=threads, group=group, tile=tile, persistent=bool(walking), min_blocks=walking)
+        raise SystemExit(f"a variant is auto, tTgGxX or a number of threads: {text!r}")
+    threads, group, tile = map(int, m.groups())
+    return dict(threads=threads, group=group, tile=tile)
 
 
 def main(argv) -> int:
     group, index, variants = argv[0], int(argv[1]), argv[2:]
     case = all_cases(False)[group][index]()
     print(f"{case.name} {case.shape} {case.dtype}", flush=True)
-    policy, bound = columns_wgmma.rows_configure, columns_wgmma.bound_registers
+    policy = columns_wgmma.rows_configure
     for variant in variants:
         # read when the module is built and launched
         columns_wgmma.ROW_THREADS = int(variant) if variant.isdigit() else None
         fields = None if variant.isdigit() else rows_variant(variant)
         columns_wgmma.rows_configure = policy if fields is None else (
             lambda fused, p, fields=fields: {**policy(fused, p), **fields, "resident": True, "staged": True})
-        columns_wgmma.bound_registers = bound if fields is None else (lambda cfg, inputs: cfg)  # (the variant's own)
         runner = Runner(1.0, Path("/nonexistent/autotune.json"), True)  # a fresh kernel per variant
         row = runner.ours(case, "columns_wgmma", "candidate", case.reps)
         launch = runner.kernel(case, "columns_wgmma").prepare(*case.copies[0][:2])

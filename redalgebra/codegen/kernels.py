@@ -85,8 +85,6 @@ class KernelSource:
     written: tuple = ()     # scratch arrays not zero-filled per call: every launch writes whole before reading them
     #                         (or what it reads unwritten cannot reach a stored output: the strategy's build says)
     bounds: tuple = ()      # ((kernel name, launch bounds), ...) of kernels launched with other blocks than spec's
-    walking: tuple = ()     # ((grid name, blocks a multiprocessor), ...): kernels whose blocks walk the rows (a
-    #                         persistent ``rows`` kernel in another strategy's module): launched as many as fit at once
 
 
 def kernel_args(c) -> tuple:

@@ -360,11 +360,9 @@ class Kernel:
         entries = src.entries or (("kernel", src.args, "rows"),)
         spec = src.spec or Spec(threads=src.threads)
         grids = get(src.strategy).grid(rows, spec, named)
-        # a kernel that walks its rows by gridDim: as many blocks as are resident at once
-        walking = {k: max(1, spec.min_blocks) for k in grids} if spec.persistent else dict(src.walking)
-        for k, per in walking.items():
-            blocks, *rest = grids[k]
-            grids[k] = (min(blocks, multiprocessors(cuda) * per), *rest)
+        if spec.persistent:  # the kernel walks its rows by gridDim: as many blocks as are resident at once
+            cap = multiprocessors(cuda) * max(1, spec.min_blocks)
+            grids = {k: (min(blocks, cap), threads) for k, (blocks, threads) in grids.items()}
         steps = tuple((getattr(module, name)[grids[grid]], tuple(args), tuple(dev[a] for a in args))
                       for name, args, grid in entries)
         driver = ()

@@ -12,8 +12,8 @@ read by the instruction from shared memory:
    one kernel — then the product, then the segments' sums when the axis is split (few blocks: fewer than the
    multiprocessors). The first kernel is the ``rows`` strategy's, built from the scalar part with the factor as a
    per-element output (:func:`~.columns.factor_part`): the row read once into registers, reduced, its factors written
-   from the registers, blocks walking the rows where the ``rows`` policy has them do so; with a mask (whose dropped
-   elements' factors are zeros) it is ``columns``' block-a-row kernel followed by a loop over the factors.
+   from the registers (:func:`row_spec`); with a mask (whose dropped elements' factors are zeros) it is ``columns``'
+   block-a-row kernel followed by a loop over the factors.
 2. **Layout.** Tiles of 64 elements are staged by ``cp.async`` in the 128-byte-swizzled layout (the 16-byte chunk
    ``c`` of a 128-byte row ``r`` at chunk ``c ^ (r & 7)``): the factor tile K-major (a row's 64 factors one
    128-byte row), the weight tile as it lies in memory — rows ``w[k, :]``, so the instruction reads it MN-major
@@ -131,12 +131,6 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         k = RowsKernel(sub, spec)
         k.arrays, k.padded, k.divisors = {"fac": "fac"}, {"fac": "fac.shape[1]"}, True
         return k
-
-    def bounds(self) -> dict:
-        row = dict(self.spec.row_spec)
-        if row.get("min_blocks"):
-            return {"factors": (row["threads"], row["min_blocks"])}
-        return super().bounds()
 
     def row_threads(self) -> int:
         # many rows: blocks enough at 128 or 256 threads (:func:`_row_threads`; at 1024, RMSNorm M4096's kernel of the
@@ -304,10 +298,8 @@ def build(fused: FusedCascade, spec: Spec, target: str):
     from dataclasses import replace
 
     src = columns_build(fused, spec, target, kernel=ColumnsWgmmaKernel, name="columns_wgmma")
-    row = dict(spec.row_spec)
-    walking = (("rowfactors", max(1, row["min_blocks"])),) if row.get("persistent") else ()
     # as columns_mma's: every scratch entry written before it is read (the factors' padding too)
-    return replace(src, written=tuple(name for name, *_ in src.scratch), walking=walking)
+    return replace(src, written=tuple(name for name, *_ in src.scratch))
 
 
 def row_threads(spec: Spec) -> int:
@@ -321,22 +313,19 @@ def fac_store(dtypes, fused: FusedCascade) -> str:
     return "bfloat16" if dict(dtypes).get(vector) == "bfloat16" else "float16"
 
 
-#: Registers a multiprocessor has, and those a thread of the scalars-and-factors kernel takes beyond the values it
-#: holds (addresses, indices, the reductions' state): the launch bound of blocks walking rows follows from them. By
-#: ptxas's readings at each bound: RMSNorm K4096 (256 threads, 32 values) 74 registers at 3 blocks, 12 bytes spilled at
-#: 4 (64 registers), 136 at 5; FP8 K7168 (512 threads, 16 values) 56 registers at 2, 40 bytes spilled at 3.
-REGISTERS, HELD_EXTRA = 65536, 40
-
 #: The ``rows`` fields of :attr:`Spec.row_spec`.
 ROW_FIELDS = ("threads", "group", "tile", "vec", "shifted", "resident", "staged", "persistent", "min_blocks")
 
 
 def row_spec(fused: FusedCascade, p: Problem) -> tuple:
-    """The ``rows`` configuration of the scalars-and-factors kernel (:func:`factor_part`'s cascade, the ``rows``
-    strategy's policy for this shape: the row in registers where it fits, blocks walking rows for 8-32 KB rows of 16-bit
-    values), or () for ``columns``' kernel: no scalar reduction, a mask (whose dropped elements' factors are zeros), a
-    scalar part that does not fuse, or rows off the 16-byte grid (the factors' rows are on it: a row's shifted chunks
-    would store across it). The user's options are the product's, not this kernel's."""
+    """The ``rows`` configuration of the scalars-and-factors kernel (:func:`factor_part`'s cascade): the ``rows``
+    strategy's block shape for this row (the row in registers where it fits; for 8-32 KB rows of 16-bit values its
+    block as wide as two 16-byte chunks a thread need), a block per row group — not blocks walking the rows, which
+    measured slower here on the H200 (``gpu/rowfactors_sweep.py``: RMSNorm M4096 K4096 0.2264 ms walking against
+    0.2227 ms; FP8 M4096 K7168 0.6527 against 0.6459; ``columns``' block-a-row kernel 0.2233 and 0.6579). Or () for
+    ``columns``' kernel: no scalar reduction, a mask (whose dropped elements' factors are zeros), a scalar part that
+    does not fuse, or rows off the 16-byte grid (the factors' rows are on it: a row's shifted chunks would store across
+    it). The user's options are the product's, not this kernel's."""
     if ROW_THREADS or p.has_keep:
         return ()
     sub = factor_part(fused)
@@ -346,18 +335,8 @@ def row_spec(fused: FusedCascade, p: Problem) -> tuple:
     q = Problem(p.rows, p.length, p.sizes, tuple((k, v) for k, v in p.dtypes if k in names), False, p.vec_ok,
                 p.pitch_ok, False, tuple((k, v) for k, v in p.reps if k in names),
                 (("simulator", p.option("simulator")), ("fast_exp", p.option("fast_exp"))))
-    cfg = bound_registers(rows_configure(sub, q), len(names))
+    cfg = {**rows_configure(sub, q), "persistent": False, "min_blocks": 0}
     return tuple((k, cfg[k]) for k in ROW_FIELDS)
-
-
-def bound_registers(cfg: dict, inputs: int) -> dict:
-    """The rows policy's launch bound (2048 threads a multiprocessor: 32 registers) is a softmax's, which holds one
-    input; these rows hold every scalar input (RMSNorm: x and g) and their factors: at 32 registers ptxas spilled 320
-    bytes (RMSNorm K4096) and 144 (FP8 K7168). Bounded instead by what they hold."""
-    if not cfg["min_blocks"]:
-        return cfg
-    held = cfg["tile"] * cfg["vec"] * inputs + HELD_EXTRA
-    return {**cfg, "min_blocks": max(1, min(cfg["min_blocks"], REGISTERS // (cfg["threads"] * held)))}
 
 
 def _row_threads(threads: int, length: int) -> int:

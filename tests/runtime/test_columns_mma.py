@@ -398,3 +398,39 @@ def test_the_factors_kernel_takes_the_rows_policys_block_without_walking_the_row
         assert row["vec"] == 1
     else:
         assert (row["threads"], row["group"], row["tile"], row["vec"]) == shape
+
+
+@pytest.mark.parametrize("text", [
+    # a softmax-weighted sum: two scalar reductions, exp(x - m) computed once an element (a term the factors share
+    # with l's body), the factor divided by the row's l
+    """input x
+input w[n]
+reduce m = max(x)
+reduce l = sum(exp(x - m))
+reduce acc = sum(exp(x - m) / l * w)
+out y = acc""",
+    # a let over a reduction and a second row input, the element's position in the factor
+    """input x
+input g
+input w[n]
+reduce a = max(abs(x))
+let q = x / max(a, 1e-6) * g * (pos + 1)
+reduce acc = sum(q * w)
+out y = acc""",
+])
+def test_a_typed_cascade_gets_from_columns_wgmma_what_columns_mma_gives(text):
+    # the factors by the rows kernel (no mask), rounded to bfloat16 as columns_mma rounds them: the same factors,
+    # so equal up to the float32 summation order
+    import redalgebra as ra
+
+    f = ra.derive(ra.parse(text))
+    rng = np.random.default_rng(3)
+    rows, length, n = 20, 130, 40
+    inputs = {s.name: as_bfloat16(rng.normal(size=(rows, length) if s.size is None else (1, length, n)))
+              for s in f.cascade.inputs}
+    kernel = compile(f, "cudasim", "columns_wgmma")
+    spec = kernel.spec_for(rows, length, {s.name: "bfloat16" for s in f.cascade.inputs}, {"n": n}, reps={"w": rows})[1]
+    assert spec.row_spec
+    ours = kernel(inputs)["y"]
+    mma = compile(f, "cudasim", "columns_mma")(inputs)["y"]
+    assert np.nanmax(np.abs(ours - mma)) <= 1e-5 * np.nanmax(np.abs(mma))

@@ -153,11 +153,10 @@ def factor_part(fused: FusedCascade) -> FusedCascade | None:
 @functools.lru_cache(maxsize=64)
 def _factor_part(sub: Cascade, factor) -> FusedCascade | None:
     from ...derive import derive
-    from ...errors import NotFusableError
 
     try:
         return derive(Cascade(sub.statements + (Output("fac", factor),), name=sub.name))
-    except NotFusableError:
+    except RedalgebraError:  # (not fusable, or a form the derivation refuses: the module keeps columns' kernel)
         return None
 
 

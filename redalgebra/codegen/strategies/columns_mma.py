@@ -362,7 +362,8 @@ class ColumnsMmaKernel(ColumnsKernel):
         part = [f"part_{self.red}"] if self.spec.segments > 1 else []
         out = []
         factors = tuple(common + pre + ["fac", "rows", "length"])
-        first = self.prepass()
+        # (each kernel body built once: a rows body names the terms it computes once as it builds them)
+        first = None if self.spec.row_spec else self.prepass()
         if self.spec.row_spec:  # a rows kernel of the scalars and the factors (columns_wgmma): the row read once
             args = tuple("fac" if a == "out_fac" else a for a in kernel_args(self.pre.c))
             out.append(("factors", args, "rowfactors", self.pre.body()))

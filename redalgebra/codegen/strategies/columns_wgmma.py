@@ -335,7 +335,10 @@ def row_spec(fused: FusedCascade, p: Problem) -> tuple:
     q = Problem(p.rows, p.length, p.sizes, tuple((k, v) for k, v in p.dtypes if k in names), False, p.vec_ok,
                 p.pitch_ok, False, tuple((k, v) for k, v in p.reps if k in names),
                 (("simulator", p.option("simulator")), ("fast_exp", p.option("fast_exp"))))
-    cfg = {**rows_configure(sub, q), "persistent": False, "min_blocks": 0}
+    try:
+        cfg = {**rows_configure(sub, q), "persistent": False, "min_blocks": 0}
+    except RedalgebraError:  # a shape the rows policy refuses: columns' kernel
+        return ()
     return tuple((k, cfg[k]) for k in ROW_FIELDS)
 
 

@@ -600,6 +600,8 @@ class RowsKernel(TreeKernel):
 
     # -- the kernel ----------------------------------------------------------------------------------
     def body(self) -> list:
+        # built afresh each time: the terms computed once and the row constants are named as the body is built
+        self.cached, self.hoisted, self.named = {}, {}, {}
         if not self.spec.persistent:
             return self.threads_setup() + self.row_body(self.setup())
         # each block walks runs of rows; the barrier at the end keeps a warp that starts the next row

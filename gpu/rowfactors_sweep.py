@@ -2,7 +2,7 @@
 variant checked against float64 and timed as ``bench.py`` times a configuration, and each kernel timed alone (CUDA
 events, back to back), in one process.
 
-    python3 gpu/rowfactors_sweep.py normgemm 2 auto 128 t256g128x4 t256g256x2p3   # GROUP INDEX as bench's
+    python3 gpu/rowfactors_sweep.py normgemm 2 auto 128 t256g128x4 t256g256x2   # GROUP INDEX as bench's
 
 A variant is ``auto`` (the rows kernel as the module makes it), ``tTgGxX`` (the rows kernel with T threads a block, G a
 row, X chunks of 16 bytes a thread), or a number: ``columns``' block-a-row kernel with that many threads (a second pass
@@ -43,7 +43,7 @@ def main(argv) -> int:
     print(f"{case.name} {case.shape} {case.dtype}", flush=True)
     policy = columns_wgmma.rows_configure
     for variant in variants:
-        # read when the module is built and launched
+        # read when the module is configured
         columns_wgmma.ROW_THREADS = int(variant) if variant.isdigit() else None
         fields = None if variant.isdigit() else rows_variant(variant)
         columns_wgmma.rows_configure = policy if fields is None else (

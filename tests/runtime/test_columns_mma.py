@@ -376,6 +376,7 @@ def test_without_a_mask_the_factors_are_a_rows_kernels_per_element_output(name, 
     assert factors.count("rt_sqrt") == (name == "rmsnorm_gemm") and "kx" not in factors  # (no second pass)
     assert "for kz in range(length + gt, fac.shape[1]" in factors
 
+
 @pytest.mark.parametrize("name,length,shape", [
     # the rows policy's block for 8-32 KB rows of 16-bit values (two 16-byte chunks a thread), a block a row: blocks
     # walking the rows measured slower here on the H200 (RMSNorm M4096 0.2264 against 0.2227 ms, FP8 0.6527 against
@@ -409,28 +410,42 @@ reduce m = max(x)
 reduce l = sum(exp(x - m))
 reduce acc = sum(exp(x - m) / l * w)
 out y = acc""",
-    # a let over a reduction and a second row input, the element's position in the factor
+    # a let over a reduction (named as the factors' output would be) and a second row input, the element's position
+    # in the factor
     """input x
 input g
 input w[n]
 reduce a = max(abs(x))
-let q = x / max(a, 1e-6) * g * (pos + 1)
-reduce acc = sum(q * w)
+let fac = x / max(a, 1e-6) * g * (pos + 1)
+reduce acc = sum(fac * w)
 out y = acc""",
 ])
-def test_a_typed_cascade_gets_from_columns_wgmma_what_columns_mma_gives(text):
+@pytest.mark.parametrize("length,activations", [
+    (70, "bfloat16"),  # an element a load (rows off the 16-byte grid), zeros past 70 to the tiles' 128
+    (96, "bfloat16"),  # 16-byte loads and stores, zeros past 96
+    (64, "float32"),   # 4 elements a load (the factors stored one by one: no 8-byte store of 16-bit values)
+    (96, "e4m3"),      # 16 a load, the factors stored by two 16-byte stores
+])
+def test_a_typed_cascade_gets_from_columns_wgmma_what_columns_mma_gives(text, length, activations):
     # the factors by the rows kernel (no mask), rounded to bfloat16 as columns_mma rounds them: the same factors,
-    # so equal up to the float32 summation order
+    # so equal up to the float32 summation order; a NaN in one row stays in that row's outputs
     import redalgebra as ra
 
     f = ra.derive(ra.parse(text))
     rng = np.random.default_rng(3)
-    rows, length, n = 5, 70, 40  # (a partial tile: zeros past 70 to 128)
-    inputs = {s.name: as_bfloat16(rng.normal(size=(rows, length) if s.size is None else (1, length, n)))
-              for s in f.cascade.inputs}
+    rows, n = 5, 40
+    make = {"bfloat16": as_bfloat16, "float32": lambda a: a.astype(np.float32), "e4m3": as_e4m3}[activations]
+    inputs = {s.name: make(rng.normal(size=(rows, length))) if s.size is None
+              else as_bfloat16(rng.normal(size=(1, length, n))) for s in f.cascade.inputs}
+    if activations == "float32":
+        inputs["x"][2, 5] = np.nan
     kernel = compile(f, "cudasim", "columns_wgmma")
-    spec = kernel.spec_for(rows, length, {s.name: "bfloat16" for s in f.cascade.inputs}, {"n": n}, reps={"w": rows})[1]
-    assert spec.row_spec
+    dtypes = {s.name: activations if s.size is None else "bfloat16" for s in f.cascade.inputs}
+    spec = kernel.spec_for(rows, length, dtypes, {"n": n}, reps={"w": rows})[1]
+    assert dict(spec.row_spec)["vec"] == {70: 1}.get(length, {"bfloat16": 8, "float32": 4, "e4m3": 16}[activations])
+    factors = kernel.source(spec, "columns_wgmma").source.split("def factors")[1].split("def tiles")[0]
+    assert ("st_b16x8(fac" in factors) == (length == 96)
     ours = kernel(inputs)["y"]
     mma = compile(f, "cudasim", "columns_mma")(inputs)["y"]
+    assert np.array_equal(np.isnan(ours), np.isnan(mma)) and np.isnan(ours[2]).all() == (activations == "float32")
     assert np.nanmax(np.abs(ours - mma)) <= 1e-5 * np.nanmax(np.abs(mma))

@@ -135,11 +135,11 @@ def _scalar_part(c: Cascade) -> FusedCascade | None:
         return unfused(sub)  # scalars_fuse says no; the kernel refuses it by name
 
 
-def factor_part(fused: FusedCascade) -> FusedCascade | None:
+def factor_part(fused: FusedCascade) -> tuple[FusedCascade, str] | None:
     """The scalar part (:func:`scalar_part`) with the factor of the one vector reduction as a per-element output
-    ``fac`` (RMSNorm's ``g * x / sqrt(ss / h + eps)``), derived: a ``rows`` kernel of it reduces a row held in
-    registers and writes its factors from them. None where there is no scalar reduction, more than one vector
-    reduction, or the scalar part does not fuse."""
+    (RMSNorm's ``g * x / sqrt(ss / h + eps)``), derived, and that output's name (``fac``, or a name no statement of the
+    cascade takes): a ``rows`` kernel of it reduces a row held in registers and writes its factors from them. None
+    where there is no scalar reduction, more than one vector reduction, or the scalar part does not fuse."""
     c = fused.cascade
     vin = {s.name for s in c.inputs if s.size is not None}
     vred = [r for r in c.reductions if c.sizes[r.name] is not None]
@@ -151,11 +151,13 @@ def factor_part(fused: FusedCascade) -> FusedCascade | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _factor_part(sub: Cascade, factor) -> FusedCascade | None:
+def _factor_part(sub: Cascade, factor) -> tuple[FusedCascade, str] | None:
     from ...derive import derive
 
+    taken = {s.name for s in sub.statements if hasattr(s, "name")}
+    out = next(name for name in (f"fac{'_' * n}" for n in range(len(taken) + 1)) if name not in taken)
     try:
-        return derive(Cascade(sub.statements + (Output("fac", factor),), name=sub.name))
+        return derive(Cascade(sub.statements + (Output(out, factor),), name=sub.name)), out
     except RedalgebraError:  # (not fusable, or a form the derivation refuses: the module keeps columns' kernel)
         return None
 

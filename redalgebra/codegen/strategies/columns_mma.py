@@ -365,7 +365,8 @@ class ColumnsMmaKernel(ColumnsKernel):
         # (each kernel body built once: a rows body names the terms it computes once as it builds them)
         first = None if self.spec.row_spec else self.prepass()
         if self.spec.row_spec:  # a rows kernel of the scalars and the factors (columns_wgmma): the row read once
-            args = tuple("fac" if a == "out_fac" else a for a in kernel_args(self.pre.c))
+            out_fac = f"out_{next(iter(self.pre.arrays))}"  # (the per-element output, stored in the scratch)
+            args = tuple("fac" if a == out_fac else a for a in kernel_args(self.pre.c))
             out.append(("factors", args, "rowfactors", self.pre.body()))
         elif first is None:  # no scalar reduction: the factors alone, spread over blocks
             out.append(("factors", factors, "factors", self.factor_kernel()))

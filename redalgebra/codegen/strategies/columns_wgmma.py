@@ -8,7 +8,7 @@ its 64 rows of the factor tile by the block's whole weight tile with ``wgmma.mma
 read by the instruction from shared memory:
 
 1. **Level order** as ``columns_mma``: the scalar reductions first (so an FP8 scale is the row's final absmax), then
-   the factors ``F[m, k]`` in the weights' 16-bit type (FP8 values exactly; as e4m3 bytes beside e4m3 weights) —
+   the factors ``F[m, k]`` in the weights' 16-bit type (FP8 values exactly; float16 beside e4m3 weights) —
    one kernel — then the product, then the segments' sums when the axis is split (few blocks: fewer than the
    multiprocessors). The first kernel is the ``rows`` strategy's, built from the scalar part with the factor as a
    per-element output (:func:`~.columns.factor_part`): the row read once into registers, reduced, its factors written
@@ -61,7 +61,9 @@ THREADS, SIM_THREADS, COLUMNS, SIM_COLUMNS = 256, 32, 256, 64
 BLOCK_THREADS, BLOCK_COLUMNS = (32, 128, 256), (64, 128, 256)
 #: Shared memory a block may take (bytes, the H200's 227 KB) and the most stages.
 MAX_SHARED, MOST_STAGES = 232448, 6
-#: Threads of the scalars-and-factors kernel's block (a block a row), where set: :func:`configure`'s choice otherwise.
+#: Threads of the scalars-and-factors kernel's block, where set: ``columns``' block-a-row kernel with that block
+#: (the ``rows`` kernel of :func:`row_spec` is then not taken); :func:`configure`'s choice otherwise. Read by
+#: :func:`configure` only (a sweep's hook: ``gpu/rowfactors_sweep.py``).
 ROW_THREADS = None
 
 
@@ -106,7 +108,7 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         # e4m3 weights: widened to float16 (``wf``) by the module's first kernel; the products read that copy
         self.bytes = self.dtypes.get(self.x) == "e4m3"
         self.kind = "f16" if self.bytes else KINDS[self.dtypes.get(self.x)]
-        self.fac_store = "bfloat16" if self.kind == "bf16" else "float16"
+        self.fac_store = fac_store(spec.dtypes, self.f)
         self.fac_layout = "tiles"  # the factors row by row (the tiles are staged by cp.async)
         self.source = "wf" if self.bytes else self.x
         self.stages = spec.stages
@@ -118,18 +120,19 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
 
     def _prepass_kernel(self):
         """With :attr:`Spec.row_spec`, the ``rows`` kernel of the scalar part with the factors as a per-element output
-        (:func:`factor_part`): the row read once into registers, reduced, its factors written from the registers by
-        16-byte stores, and zeros past the row's end up to the tiles' width; else ``columns``' scalar kernel, which the
-        factors' loop follows (the row read again)."""
+        (:func:`factor_part`): the row read once into registers, reduced, its factors written from the registers (16
+        bytes a store where the row's chunks are of 8 or 16 elements; 16-bit activations or e4m3), and zeros past the
+        row's end up to the tiles' width; else ``columns``' scalar kernel, which the factors' loop follows (the row
+        read again)."""
         if not self.spec.row_spec:
             return super()._prepass_kernel()
-        sub = factor_part(self.f)
+        sub, out = factor_part(self.f)
         names = {s.name for s in sub.cascade.inputs}
         spec = Spec(self.spec.sizes, tuple((k, v) for k, v in self.spec.dtypes if k in names),
-                    fast_exp=self.spec.fast_exp, out_dtypes=(("fac", fac_store(self.spec.dtypes, self.f)),),
+                    fast_exp=self.spec.fast_exp, out_dtypes=((out, fac_store(self.spec.dtypes, self.f)),),
                     **dict(self.spec.row_spec))
         k = RowsKernel(sub, spec)
-        k.arrays, k.padded, k.divisors = {"fac": "fac"}, {"fac": "fac.shape[1]"}, True
+        k.arrays, k.padded, k.divisors = {out: "fac"}, {out: "fac.shape[1]"}, True
         return k
 
     def row_threads(self) -> int:
@@ -303,8 +306,8 @@ def build(fused: FusedCascade, spec: Spec, target: str):
 
 
 def row_threads(spec: Spec) -> int:
-    """The scalars-and-factors kernel's block (:data:`ROW_THREADS` where set, else the spec's, else the product's)."""
-    return ROW_THREADS or dict(spec.row_spec).get("threads") or spec.row_threads or spec.threads
+    """The scalars-and-factors kernel's block: the ``rows`` kernel's, else ``columns``' kernel's, else the product's."""
+    return dict(spec.row_spec).get("threads") or spec.row_threads or spec.threads
 
 
 def fac_store(dtypes, fused: FusedCascade) -> str:
@@ -322,19 +325,22 @@ def row_spec(fused: FusedCascade, p: Problem) -> tuple:
     strategy's block shape for this row (the row in registers where it fits; for 8-32 KB rows of 16-bit values its
     block as wide as two 16-byte chunks a thread need), a block per row group — not blocks walking the rows, which
     measured slower here on the H200 (``gpu/rowfactors_sweep.py``: RMSNorm M4096 K4096 0.2264 ms walking against
-    0.2227 ms; FP8 M4096 K7168 0.6527 against 0.6459; ``columns``' block-a-row kernel 0.2233 and 0.6579). Or () for
-    ``columns``' kernel: no scalar reduction, a mask (whose dropped elements' factors are zeros), a scalar part that
-    does not fuse, or rows off the 16-byte grid (the factors' rows are on it: a row's shifted chunks would store across
-    it). The user's options are the product's, not this kernel's."""
+    0.2227 ms; FP8 M4096 K7168 0.6527 against 0.6459; ``columns``' block-a-row kernel 0.2233 and 0.6579). Rows whose
+    pitch is not a multiple of 16 bytes are read an element a load (never shifted: the factors' rows start on the
+    16-byte grid, the activations' would not). () for ``columns``' kernel: :data:`ROW_THREADS` set, a mask (whose
+    dropped elements' factors are zeros), no scalar reduction, or a cascade the derivation or the policy refuses. The
+    user's options are the product's, not this kernel's."""
     if ROW_THREADS or p.has_keep:
         return ()
-    sub = factor_part(fused)
-    if sub is None:
+    part = factor_part(fused)
+    if part is None:
         return ()
+    sub = part[0]
     names = {s.name for s in sub.cascade.inputs}
-    q = Problem(p.rows, p.length, p.sizes, tuple((k, v) for k, v in p.dtypes if k in names), False, p.vec_ok,
-                p.pitch_ok, False, tuple((k, v) for k, v in p.reps if k in names),
-                (("simulator", p.option("simulator")), ("fast_exp", p.option("fast_exp"))))
+    q = Problem(rows=p.rows, length=p.length, sizes=p.sizes, dtypes=tuple((k, v) for k, v in p.dtypes if k in names),
+                vec_ok=p.vec_ok, pitch_ok=p.pitch_ok, same_frame=False,
+                reps=tuple((k, v) for k, v in p.reps if k in names),
+                options=(("simulator", p.option("simulator")), ("fast_exp", p.option("fast_exp"))))
     try:
         cfg = {**rows_configure(sub, q), "persistent": False, "min_blocks": 0}
     except RedalgebraError:  # a shape the rows policy refuses: columns' kernel
@@ -415,7 +421,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     stages, shared = plan(threads, bc)
     return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=threads // 2, segments=int(nseg),
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
-                shared=shared, stages=stages, row_threads=_row_threads(threads, p.length), row_spec=row_spec(fused, p))
+                shared=shared, stages=stages, row_threads=ROW_THREADS or _row_threads(threads, p.length), row_spec=row_spec(fused, p))
 
 
 def grid(rows: int, spec: Spec, named) -> dict:

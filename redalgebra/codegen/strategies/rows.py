@@ -53,7 +53,9 @@ UNROLLED_SELECTION = 128
 #: Independent partial states per scalar reduction in a thread's fold (chains of dependent adds, maxes).
 ACC = 4
 #: Widths of the stores of one chunk of ``V`` elements, by (output dtype, V): elements per store.
-WIDE_STORES = {("float32", 4): 4, ("bfloat16", 8): 8, ("float16", 8): 8, ("e4m3", 4): 4, ("e4m3", 8): 4}
+WIDE_STORES = {("float32", 4): 4, ("bfloat16", 8): 8, ("float16", 8): 8, ("e4m3", 4): 4, ("e4m3", 8): 4,
+               # 16-bit values from chunks of 16 e4m3 inputs (columns_wgmma's factors): two 16-byte stores
+               ("bfloat16", 16): 8, ("float16", 16): 8}
 
 
 class RowsKernel(TreeKernel):
@@ -578,25 +580,22 @@ class RowsKernel(TreeKernel):
                 for name, width in self.padded.items()]
 
     def _hoist(self, steps, acc):
-        """Subexpressions of the per-element outputs that do not vary along the row, computed once."""
-        element = self.element_names()
-        if self.divisors:  # named where the printer meets them: a divisor stays a division
-            found = invariants([e for _, e in steps], element.isdisjoint, divisors=True)
-            hoisted = []
-            for value, n in found.items():
-                pre, text = print_expr(value, acc, self.consts, None, self.counter, tree=True)
-                hoisted += pre + [Assign(f"r_h{n}", text)]
-                self.named[value] = f"r_h{n}"
-            return hoisted, steps
-        found = {e: sp.Symbol(f"h{n}", real=True)
-                 for e, n in invariants([e for _, e in steps], element.isdisjoint).items()}
-        out = [(sym, expr.xreplace(found)) for sym, expr in steps]
+        """Subexpressions of the per-element outputs that do not vary along the row, computed once (registers
+        ``r_h<n>``): with :attr:`divisors` named where the printer meets them (a divisor stays a division), else
+        replaced by symbols in the returned steps."""
+        found = invariants([e for _, e in steps], self.element_names().isdisjoint, divisors=self.divisors)
         hoisted = []
-        for value, name in found.items():
+        for value, n in found.items():
             pre, text = print_expr(value, acc, self.consts, None, self.counter, tree=True)
-            hoisted += pre + [Assign(f"r_{name.name}", text)]
-            self.hoisted[name.name] = f"r_{name.name}"
-        return hoisted, out
+            hoisted += pre + [Assign(f"r_h{n}", text)]
+            if self.divisors:
+                self.named[value] = f"r_h{n}"
+            else:
+                self.hoisted[f"h{n}"] = f"r_h{n}"
+        if self.divisors:
+            return hoisted, steps
+        symbols = {value: sp.Symbol(f"h{n}", real=True) for value, n in found.items()}
+        return hoisted, [(sym, expr.xreplace(symbols)) for sym, expr in steps]
 
     # -- the kernel ----------------------------------------------------------------------------------
     def body(self) -> list:

@@ -401,30 +401,30 @@ def test_the_factors_kernel_takes_the_rows_policys_block_without_walking_the_row
         assert (row["threads"], row["group"], row["tile"], row["vec"]) == shape
 
 
-@pytest.mark.parametrize("text", [
-    # a softmax-weighted sum: two scalar reductions, exp(x - m) computed once an element (a term the factors share
-    # with l's body), the factor divided by the row's l
-    """input x
+#: A softmax-weighted sum: two scalar reductions, exp(x - m) computed once an element (a term the factors share with
+#: l's body), the factor divided by the row's l.
+SOFTMAX_WEIGHTED = """input x
 input w[n]
 reduce m = max(x)
 reduce l = sum(exp(x - m))
 reduce acc = sum(exp(x - m) / l * w)
-out y = acc""",
-    # a let over a reduction (named as the factors' output would be) and a second row input, the element's position
-    # in the factor
-    """input x
+out y = acc"""
+#: A let over a reduction (named as the factors' output would be) and a second row input, the element's position in
+#: the factor.
+LET_NAMED_FAC = """input x
 input g
 input w[n]
 reduce a = max(abs(x))
 let fac = x / max(a, 1e-6) * g * (pos + 1)
 reduce acc = sum(fac * w)
-out y = acc""",
-])
-@pytest.mark.parametrize("length,activations", [
-    (70, "bfloat16"),  # an element a load (rows off the 16-byte grid), zeros past 70 to the tiles' 128
-    (96, "bfloat16"),  # 16-byte loads and stores, zeros past 96
-    (64, "float32"),   # 4 elements a load (the factors stored one by one: no 8-byte store of 16-bit values)
-    (96, "e4m3"),      # 16 a load, the factors stored by two 16-byte stores
+out y = acc"""
+
+
+@pytest.mark.parametrize("text,length,activations", [
+    (SOFTMAX_WEIGHTED, 70, "bfloat16"),  # an element a load (rows off the 16-byte grid), zeros past 70 to 128
+    (LET_NAMED_FAC, 96, "bfloat16"),     # 16-byte loads and stores, zeros past 96
+    (LET_NAMED_FAC, 64, "float32"),      # 4 elements a load (the factors stored one by one: no 8-byte 16-bit store)
+    (SOFTMAX_WEIGHTED, 96, "e4m3"),      # 16 a load, the factors stored by two 16-byte stores
 ])
 def test_a_typed_cascade_gets_from_columns_wgmma_what_columns_mma_gives(text, length, activations):
     # the factors by the rows kernel (no mask), rounded to bfloat16 as columns_mma rounds them: the same factors,

@@ -191,8 +191,8 @@ class Kernel:
         for p in c.params:
             if p.size is not None:
                 self._size(sizes, p.size, np.shape(params[p.name])[-1], p.name)
-        strategy, spec, extra = self.spec_for(rows, length, dtypes, sizes, keep is not None,
-                                              _alignment(inputs, c, length, reps), reps)
+        alignment = _alignment(inputs, c, length, reps, bool(self.fused.per_element_outputs))
+        strategy, spec, extra = self.spec_for(rows, length, dtypes, sizes, keep is not None, alignment, reps)
         return spec, rows, length, reps, strategy, extra
 
     def spec_for(self, rows: int, length: int, dtypes=(), sizes: dict | None = None, keep: bool = False,
@@ -214,7 +214,7 @@ class Kernel:
         if missing:
             raise EvaluationError(f"{c.name}: no value given for the vector size(s) {missing}")
         if alignment is None:
-            alignment = _contiguous_alignment(c, length, dict(dtypes), sizes)
+            alignment = _contiguous_alignment(c, length, dict(dtypes), sizes, bool(self.fused.per_element_outputs))
         reps = dict(self.to_generated(dict(reps or {})))  # the user's names, as the generated cascade has them
         reps = {s.name: reps.get(s.name, 1) for s in c.inputs}
         problem = Problem(rows, length, tuple(sorted((k, v) for k, v in sizes.items() if isinstance(k, str))),
@@ -618,9 +618,10 @@ def _signature(c, inputs: dict, params: dict, keep):
     return tuple(parts), None if keep is None else tuple(np.shape(keep))
 
 
-def _alignment(inputs: dict, c, length: int, reps: dict) -> tuple[bool, bool, bool]:
+def _alignment(inputs: dict, c, length: int, reps: dict, per_element: bool = True) -> tuple[bool, bool, bool]:
     """(every per-element array starts 16-byte aligned and is contiguous along the axis, every row
-    pitch is a multiple of 16 bytes, every array has one contiguous row of ``length`` per row)."""
+    pitch is a multiple of 16 bytes, every array has one contiguous row of ``length`` per row); ``per_element``:
+    the call writes per-element outputs (arrays of its own, rows of ``length``)."""
     arrays = {}
     for s in c.inputs:
         a = inputs[s.name]
@@ -632,7 +633,7 @@ def _alignment(inputs: dict, c, length: int, reps: dict) -> tuple[bool, bool, bo
             arrays[s.name] = (face["data"][0], strides, item, reps[s.name])
         else:  # copied to a fresh (aligned, contiguous) device array
             arrays[s.name] = (0, (length * item * (1 if s.size is None else a.shape[2]), item), item, reps[s.name])
-    return _aligned(arrays, length)
+    return _aligned(arrays, length, per_element)
 
 
 def _c_contiguous(a, item: int) -> bool:
@@ -646,19 +647,23 @@ def _c_contiguous(a, item: int) -> bool:
     return 0 not in strides and all(n == 1 or got == want for n, got, want in zip(shape, strides, c_strides(shape, item)))
 
 
-def _contiguous_alignment(c, length: int, dtypes: dict, sizes: dict) -> tuple[bool, bool, bool]:
+def _contiguous_alignment(c, length: int, dtypes: dict, sizes: dict,
+                          per_element: bool = True) -> tuple[bool, bool, bool]:
     """``_alignment`` of fresh, aligned, contiguous device arrays with one row per row."""
     arrays = {}
     for s in c.inputs:
         item = np.dtype(OUT_ARRAYS.get(dtypes.get(s.name), np.float32)).itemsize
         width = 1 if s.size is None else (s.size if isinstance(s.size, int) else sizes[s.size])
         arrays[s.name] = (0, (length * item * width, item), item, 1)
-    return _aligned(arrays, length)
+    return _aligned(arrays, length, per_element)
 
 
-def _aligned(arrays: dict, length: int) -> tuple[bool, bool, bool]:
-    """The alignment facts of inputs given as ``{name: (address, strides, itemsize, rows repeated)}``."""
-    vec_ok, pitch_ok, same = True, length % 16 == 0, True  # outputs: contiguous rows of ``length``
+def _aligned(arrays: dict, length: int, per_element: bool = True) -> tuple[bool, bool, bool]:
+    """The alignment facts of inputs given as ``{name: (address, strides, itemsize, rows repeated)}``. Per-element
+    outputs (``per_element``) are contiguous rows of ``length`` of up to 4 bytes, or e4m3 bytes: their pitch is on the
+    16-byte grid when ``length`` is a multiple of 16; a call without them writes rows of its own widths only (a row's
+    values, the tensor-core strategies' scratch padded to whole tiles), so only the inputs' pitches count."""
+    vec_ok, pitch_ok, same = True, length % 16 == 0 or not per_element, True
     for ptr, strides, item, rep in arrays.values():
         vec_ok &= ptr % 16 == 0 and strides[-1] == item
         pitch_ok &= strides[0] % 16 == 0

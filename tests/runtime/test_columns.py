@@ -150,3 +150,19 @@ def test_the_scalar_kernel_reads_16_bytes_at_a_time_where_every_row_is_aligned()
     for name, strategy, dtype in (("layernorm_gemm", "columns", "bfloat16"), ("fp8_quant_gemm", "columns_mma", "e4m3")):
         results = check(fused(name), "cudasim", strategy, shapes=((3, 64), (2, 136)), dtypes=(dtype,))
         assert all(r.passed for r in results), [r.line() for r in results]
+
+
+def test_a_call_without_per_element_outputs_reads_16_bytes_at_a_time_wherever_its_rows_are_on_the_grid():
+    # only per-element outputs (rows of `length` of the call's own) need a length that is a multiple of 16; bfloat16
+    # rows of 40 or 1000 elements (80 and 2000 bytes) are on the 16-byte grid and were read an element at a time
+    for name, strategy, length in (("fp8_quant_gemm", "columns", 40), ("logsumexp", "rows", 1000)):
+        kernel = compile(fused(name), "cudasim", strategy)
+        reps = {s.name: 3 for s in fused(name).cascade.inputs if s.size is not None}
+        spec = kernel.spec_for(3, length, {s.name: "bfloat16" for s in fused(name).cascade.inputs}, {"n": 16},
+                               reps=reps)[1]
+        assert (spec.pre_vec if strategy == "columns" else spec.vec) == 8 and not spec.shifted
+        results = check(fused(name), "cudasim", strategy, shapes=((3, length),), dtypes=("bfloat16",))
+        assert all(r.passed for r in results), [r.line() for r in results]
+    # a per-element output keeps the rule: softmax's rows of 1000 are shifted onto the grid, as before
+    spec = compile(fused("safe_softmax"), "cudasim", "rows").spec_for(3, 1000, {"x": "bfloat16"})[1]
+    assert spec.vec == 8 and spec.shifted

@@ -421,7 +421,8 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     stages, shared = plan(threads, bc)
     return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=threads // 2, segments=int(nseg),
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
-                shared=shared, stages=stages, row_threads=ROW_THREADS or _row_threads(threads, p.length), row_spec=row_spec(fused, p))
+                shared=shared, stages=stages, row_threads=ROW_THREADS or _row_threads(threads, p.length),
+                row_spec=row_spec(fused, p))
 
 
 def grid(rows: int, spec: Spec, named) -> dict:

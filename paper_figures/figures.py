@@ -55,7 +55,8 @@ DEFAULT_CSVS = (DEFAULT_CSV, *(DEFAULT_CSV.with_name(f"{name}.csv") for name in
                                 "bench_prefill_pipe", "bench_mla_combine", "bench_fp8_small", "bench_mla_sched",
                                 "bench_prefill_sched", "bench_causal_prefix", "bench_causal_open", "bench_pdl",
                                 "bench_late_small", "bench_late_mla", "bench_late_b", "bench_late_bf16",
-                                "bench_gated_b", "bench_swap_b", "bench_epilogue")))
+                                "bench_gated_b", "bench_swap_b", "bench_epilogue", "bench_invariants",
+                                "bench_rowkernel")))
 ABLATION, INCREMENTAL = "softmax_levels", "softmax_incremental"
 COMPUTE_BOUND = {"attention", "causal_attention", "mla_decode", "fp8_quant_gemm"}  # judged by FLOP/s, left out of the roofline
 OVERHEAD = "call_overhead"  # host time per call, not a kernel: in no figure

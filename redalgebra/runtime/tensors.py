@@ -80,7 +80,7 @@ def _param(t, rows: int, vector: bool):
 def out_dtypes(fused: FusedCascade, first):
     """``{output name: torch dtype}`` of the per-element outputs for a first input of dtype ``first``."""
     torch = _torch()
-    from ..codegen.strategies.rows import out_dtypes as stored
+    from ..codegen.strategies.rows_policy import out_dtypes as stored
 
     names = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
              "e4m3": torch.float8_e4m3fn}

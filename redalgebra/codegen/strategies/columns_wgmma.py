@@ -50,7 +50,8 @@ from . import columns_mma
 from .columns import PREPASS_TILE, build as columns_build, factor_part, prepass_vec
 from .columns_mma import ColumnsMmaKernel, exact_factors
 from .products import KINDS
-from .rows import RowsKernel, configure as rows_configure
+from .rows import RowsKernel
+from .rows_policy import configure as rows_configure
 from .wgmma import ATOM, ROW, WgmmaKernel, hopper_refusal
 
 #: Elements of a staged tile (one 128-byte swizzled row of 16-bit values).

@@ -38,18 +38,11 @@ from ..emit import Spec
 from ..printer import invariants, print_expr
 from ..states import ScalarState, TopKState, bind_program, merge_stmts, require_scalar_elements, states_of
 from ..tree import Assign, Barrier, Comment, For, If, Load, Shared, Shuffle, Store
-from . import VEC, Strategy, pow2, register
+from . import VEC, Strategy, register
 from .base import TreeKernel
+from .rows_policy import configure
+from .selection import warp_rounds
 
-#: Persistent blocks (each walking many rows) for 16-bit rows of the first input within these bytes, when
-#: there are at least this many rows (measured on the H200: gpu/README.md).
-PERSISTENT_ROW_BYTES = (8 * 1024, 32 * 1024)
-PERSISTENT_ROWS = 4096
-#: A top-k's selection rounds are unrolled while k times a lane's values is at most this (a top-8 of 16 values
-#: a lane); beyond, a loop, the row's list then indexed at run time (local memory). Unrolled, the router's top-40
-#: of 16 values a lane (4096 bfloat16) was 15478 SASS instructions, 128 registers and 46 s of compiling, against
-#: 3678, 68 registers (320 bytes of local memory) and 6 s as a loop.
-UNROLLED_SELECTION = 128
 #: Independent partial states per scalar reduction in a thread's fold (chains of dependent adds, maxes).
 ACC = 4
 #: Widths of the stores of one chunk of ``V`` elements, by (output dtype, V): elements per store.
@@ -358,13 +351,13 @@ class RowsKernel(TreeKernel):
         regs = [(v, f"int32(c0_{i} + {c})") for (i, c), v in vals.items()]  # in increasing element order
         row_list = keep(st.var("s"), st.index("s"), str)
         if g <= 32:
-            return out + self.warp_rounds(k, g, regs, row_list, ordered=True)
+            return out + warp_rounds(k, g, regs, row_list, ordered=True)
         per_group, warps = g // 32, self.spec.threads // 32
         box, boxi = f"shk_{r.name}", f"shki_{r.name}"
         # a warp's winners go to shared memory as they are found (every lane stores the same value at the same
         # address): not held in registers until the last round
         out += [Shared(box, (str(warps * k),)), Shared(boxi, (str(warps * k),), "int32")]
-        out += self.warp_rounds(k, 32, regs, keep(box, boxi, lambda j: f"warp * {k} + {j}"), ordered=True)
+        out += warp_rounds(k, 32, regs, keep(box, boxi, lambda j: f"warp * {k} + {j}"), ordered=True)
         out += [Barrier()]
         count, cands = per_group * k, []
         for q in range(-(-per_group * k // 32)):
@@ -375,66 +368,7 @@ class RowsKernel(TreeKernel):
             else:
                 out += [If(f"{slot} < {count}", load, (Assign(cv, "NEG_INF"), Assign(ci, "int32(-1)")))]
             cands.append((cv, ci))
-        return out + self.warp_rounds(k, 32, cands, row_list, ordered=False)
-
-    def warp_rounds(self, k: int, width: int, regs: list, keep, ordered: bool) -> list:
-        """``k`` rounds of arg-max over ``regs`` ((value, index) pairs of each lane) across aligned runs of
-        ``width`` lanes, round ``j``'s winner (``bv``, ``bi``) stored by ``keep(j)`` in every lane. ``ordered``:
-        each lane's indices increase along ``regs`` (a strict ``>`` then keeps the smaller of equal values'
-        indices).
-
-        The order is total, NaN included: NaN below every number (as the reference's stable sort of ``-v`` puts
-        it), NaNs by index. Without that a NaN never compares greater, never equal, and the lanes of a row with one
-        would end the butterfly holding different winners. Only round 0 compares in that order (five comparisons
-        a step): once its winner is removed (made -inf, which ranks above NaN) no later round can select a NaN, so
-        every lane then makes its NaNs -inf and later rounds compare plainly (three comparisons). A NaN made -inf
-        can only displace another -inf, and every -inf is written as (-inf, -1): the results are the total
-        order's, bit for bit (NaN payloads included).
-
-        Every comparison is a select (``pick``) on a condition of ``&``/``|`` without short circuit: no branch,
-        and no block of numba's IR. The IR of ``if a or (b and c):`` is a block per operand, and numba's
-        compiler walks the blocks recursively, a Python frame a block: the top-8 of 4096 bfloat16 values written
-        with branches had 1589 blocks, a walk 864 deep under Python 3.11 and 981 under 3.12, past its limit of
-        1000 frames (RecursionError); as selects, 173 blocks, 87 deep."""
-        nan_better = "(ov > bv) | ((ov == bv) & (oi < bi)) | ((bv != bv) & ((ov == ov) | (oi < bi)))"
-        better = "(ov > bv) | ((ov == bv) & (oi < bi))"
-
-        def take(cond: str, pairs) -> list:
-            return [Assign("ok_take", cond)] + [Assign(dst, f"pick(ok_take, {src}, {dst})") for dst, src in pairs]
-
-        def lane_best(nan: bool) -> list:
-            """The lane's best register in ``lv``, ``li``."""
-            (v0, i0), *rest = regs
-            if ordered:
-                cond = "({v} > lv) | ((lv != lv) & ({v} == {v}))" if nan else "{v} > lv"
-            else:
-                cond = "({v} > lv) | (({v} == lv) & ({i} < li))"
-                cond += " | ((lv != lv) & (({v} == {v}) | ({i} < li)))" if nan else ""
-            out = [Assign("lv", v0), Assign("li", i0)]
-            return out + [s for v, i in rest for s in take(cond.format(v=v, i=i), (("lv", v), ("li", i)))]
-
-        def round_(j: str, nan: bool) -> list:
-            out = [Assign("bv", "lv"), Assign("bi", "li")]
-            off = width // 2
-            while off >= 1:
-                out += [Shuffle("ov", "bv", str(off)), Shuffle("oi", "bi", str(off), "int32")]
-                out += take(nan_better if nan else better, (("bv", "ov"), ("bi", "oi")))
-                off //= 2
-            return out + keep(j)
-
-        # the lane that held the winner removes it and looks again
-        clear = [Assign(v, f"pick({i} == bi, NEG_INF, {v})") for v, i in regs]
-        remove = [If("li == bi", tuple(clear + lane_best(False)))]
-        out = lane_best(True) + round_("0", True)
-        if k == 1:
-            return out
-        # round 0's winner removed and every lane's NaNs made -inf (only the winner's register has its index, but
-        # for the empty candidates' -1, already -inf)
-        out += [Assign(v, f"pick(({i} == bi) | ({v} != {v}), NEG_INF, {v})") for v, i in regs] + lane_best(False)
-        if k * len(regs) <= UNROLLED_SELECTION:
-            return out + [s for j in range(1, k) for s in round_(str(j), False) + remove * (j < k - 1)]
-        # beyond, a loop of rounds (a list kept in registers is then indexed at run time: local memory)
-        return out + [For("j", "1", str(k), tuple(round_("j", False) + remove))]
+        return out + warp_rounds(k, 32, cands, row_list, ordered=False)
 
     def group_reduce(self, shuffles: list, step: list, boxes: list, regs: list, dtype: str) -> list:
         """All-reduce registers ``regs`` over the group: ``shuffles`` (their offset set here) bring the partner's
@@ -639,7 +573,7 @@ class RowsKernel(TreeKernel):
         return [stmt for st in self.states.values() for stmt in st.copy(src, dst)]
 
 
-# -- signature, launch policy, registration ------------------------------------------------------------
+# -- signature, grid, registration (the launch policy: rows_policy.py) ------------------------------------------------------------
 def _outputs(fused, k: RowsKernel) -> tuple:
     c, varying = fused.cascade, set(fused.per_element_outputs)
     specs = [(o.name, "element" if o.name in varying else "row",
@@ -657,69 +591,6 @@ def build(fused: FusedCascade, spec: Spec, target: str):
     tree = k.body()
     return assemble(fused, spec, target, "rows", [("kernel", kernel_args(fused.cascade), "rows", tree)], k.consts,
                     k.lay.constants, _outputs(fused, k), {n: d for n, d in spec.out_dtypes if d != "float32"})
-
-
-def out_dtypes(fused: FusedCascade, dtypes: dict, want: str | None) -> tuple:
-    """Per-element outputs in the first input's dtype (``e4m3`` bytes for ``fp8(…)``; float32 for an e4m3 input,
-    whose three significant bits would round the outputs away), or ``want`` for all."""
-    first = dtypes.get(fused.cascade.inputs[0].name, "float32")
-    first = "float32" if first == "e4m3" else first
-    out = []
-    for sym, expr in fused.finalize.steps:
-        if sym.name in fused.per_element_outputs:
-            out.append((sym.name, want or ("e4m3" if isinstance(expr, RoundE4M3) else first)))
-    return tuple(out)
-
-
-def configure(fused: FusedCascade, p) -> dict:
-    """Group, block, chunks per thread and load width from the shape: the row in registers when it fits."""
-    require_scalar_elements(fused, "rows")
-    dtypes = dict(p.dtypes)
-    first = dtypes.get(fused.cascade.inputs[0].name, "float32")
-    wide = p.vec_ok and (p.pitch_ok or p.same_frame)
-    vec = VEC[first] if wide else 1
-    chunks = -(-p.length // vec) + (1 if wide and not p.pitch_ok else 0)
-    heavy = any(r.monoid.k is not None or fused.cascade.sizes[r.name] is not None for r in fused.cascade.reductions)
-    topk = any(r.monoid.k is not None for r in fused.cascade.reductions)
-    # chunks per thread that stay in registers; a top-k is selected by rounds over the group's registers:
-    # one chunk per thread up to a warp's, two beyond (H200, T4096 E4096 bf16 top-8: 0.153 ms in groups of
-    # 512 threads, 0.095 ms in groups of 256 holding two chunks each: twice the rows in flight)
-    most = max(1, (16 if heavy else 32) // vec)
-    cap = 32 if p.option("simulator") else 1024  # the simulator runs a thread per OS thread
-    per = (1 if chunks <= 32 else min(2, most)) if topk else most
-    group = p.option("group") or min(cap, max(1 if heavy else 4, pow2(-(-chunks // per))))
-    # any number of chunks per thread: a power of two would leave up to half the registers empty (a row
-    # of 257 float32 in groups of 16: 8 chunks for 5; measured 81.8 against 50.2 us on the H200)
-    tile = p.option("tile") or min(most, -(-chunks // group))
-    threads = p.option("threads") or max(group, 64 if p.option("simulator") else 128 if heavy else 256)
-    if not fused.per_element_outputs and not topk and group > 128 and not p.option("group"):
-        # nothing is written per element, so the row is read once whether it is resident or walked in
-        # passes: blocks of one 128-thread group (more rows in flight, no block-wide barriers) measured
-        # best on the H200 (cross-entropy 8192 x 32000 bf16: 0.265 ms against 0.362 ms resident at 1024)
-        group, tile = 128, p.option("tile") or most
-        threads = p.option("threads") or 128
-    if threads % group:
-        raise RedalgebraError(f"rows: {threads} threads per block do not hold whole groups of {group}")
-    resident = chunks <= group * tile
-    scalar = all(fused.cascade.sizes[r.name] is None or r.monoid.k is not None for r in fused.cascade.reductions)
-    staged = resident and scalar
-    persistent, min_blocks = p.option("persistent"), 0
-    if persistent is None:
-        persistent = (not p.option("simulator") and staged and bool(fused.per_element_outputs) and not topk
-                      and VEC.get(first) == 8 and PERSISTENT_ROW_BYTES[0] <= p.length * 2 <= PERSISTENT_ROW_BYTES[1]
-                      and p.rows >= PERSISTENT_ROWS and not any(p.option(k) for k in ("group", "threads", "tile")))
-        if persistent:
-            # 16-bit rows of 8-32 KB (H200, softmax): bf16 32768 x 8192 0.376 -> 0.305 ms, 65536 x 4096
-            # 0.438 -> 0.283 ms, 8192 x 16384 0.214 -> 0.179 ms; float32 rows gained nothing (16384 x 8192:
-            # 0.267 -> 0.279 ms). Two chunks per thread, the block as large as that needs, registers capped
-            # so that 2048 threads stay resident, the grid as many blocks as fit
-            group = threads = min(1024, pow2(-(-chunks // 2)))
-            tile = -(-chunks // group)
-            min_blocks = 2048 // threads
-    return dict(threads=threads, group=group, tile=tile, vec=vec, shifted=wide and not p.pitch_ok,
-                resident=resident, staged=staged, fast_exp=p.option("fast_exp", False),
-                out_dtypes=out_dtypes(fused, dtypes, p.option("out_dtype")), persistent=bool(persistent),
-                min_blocks=min_blocks)
 
 
 def grid(rows: int, spec: Spec, named) -> dict:

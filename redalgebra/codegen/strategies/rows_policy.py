@@ -1,0 +1,79 @@
+"""The ``rows`` strategy's launch policy: a row's group of threads, its chunks a thread, its load width, whether the row
+stays in registers and whether blocks walk the rows — from the shape alone (``configure``), and the per-element
+outputs' stored types (``out_dtypes``). The kernel itself is ``rows.py``'s."""
+
+from __future__ import annotations
+
+from ...derive import FusedCascade
+from ...errors import RedalgebraError
+from ...ir.functions import RoundE4M3
+from ..states import require_scalar_elements
+from . import VEC, pow2
+
+#: Persistent blocks (each walking many rows) for 16-bit rows of the first input within these bytes, when
+#: there are at least this many rows (measured on the H200: gpu/README.md).
+PERSISTENT_ROW_BYTES = (8 * 1024, 32 * 1024)
+PERSISTENT_ROWS = 4096
+
+
+def out_dtypes(fused: FusedCascade, dtypes: dict, want: str | None) -> tuple:
+    """Per-element outputs in the first input's dtype (``e4m3`` bytes for ``fp8(…)``; float32 for an e4m3 input,
+    whose three significant bits would round the outputs away), or ``want`` for all."""
+    first = dtypes.get(fused.cascade.inputs[0].name, "float32")
+    first = "float32" if first == "e4m3" else first
+    out = []
+    for sym, expr in fused.finalize.steps:
+        if sym.name in fused.per_element_outputs:
+            out.append((sym.name, want or ("e4m3" if isinstance(expr, RoundE4M3) else first)))
+    return tuple(out)
+
+
+def configure(fused: FusedCascade, p) -> dict:
+    """Group, block, chunks per thread and load width from the shape: the row in registers when it fits."""
+    require_scalar_elements(fused, "rows")
+    dtypes = dict(p.dtypes)
+    first = dtypes.get(fused.cascade.inputs[0].name, "float32")
+    wide = p.vec_ok and (p.pitch_ok or p.same_frame)
+    vec = VEC[first] if wide else 1
+    chunks = -(-p.length // vec) + (1 if wide and not p.pitch_ok else 0)
+    heavy = any(r.monoid.k is not None or fused.cascade.sizes[r.name] is not None for r in fused.cascade.reductions)
+    topk = any(r.monoid.k is not None for r in fused.cascade.reductions)
+    # chunks per thread that stay in registers; a top-k is selected by rounds over the group's registers:
+    # one chunk per thread up to a warp's, two beyond (H200, T4096 E4096 bf16 top-8: 0.153 ms in groups of
+    # 512 threads, 0.095 ms in groups of 256 holding two chunks each: twice the rows in flight)
+    most = max(1, (16 if heavy else 32) // vec)
+    cap = 32 if p.option("simulator") else 1024  # the simulator runs a thread per OS thread
+    per = (1 if chunks <= 32 else min(2, most)) if topk else most
+    group = p.option("group") or min(cap, max(1 if heavy else 4, pow2(-(-chunks // per))))
+    # any number of chunks per thread: a power of two would leave up to half the registers empty (a row
+    # of 257 float32 in groups of 16: 8 chunks for 5; measured 81.8 against 50.2 us on the H200)
+    tile = p.option("tile") or min(most, -(-chunks // group))
+    threads = p.option("threads") or max(group, 64 if p.option("simulator") else 128 if heavy else 256)
+    if not fused.per_element_outputs and not topk and group > 128 and not p.option("group"):
+        # nothing is written per element, so the row is read once whether it is resident or walked in
+        # passes: blocks of one 128-thread group (more rows in flight, no block-wide barriers) measured
+        # best on the H200 (cross-entropy 8192 x 32000 bf16: 0.265 ms against 0.362 ms resident at 1024)
+        group, tile = 128, p.option("tile") or most
+        threads = p.option("threads") or 128
+    if threads % group:
+        raise RedalgebraError(f"rows: {threads} threads per block do not hold whole groups of {group}")
+    resident = chunks <= group * tile
+    scalar = all(fused.cascade.sizes[r.name] is None or r.monoid.k is not None for r in fused.cascade.reductions)
+    staged = resident and scalar
+    persistent, min_blocks = p.option("persistent"), 0
+    if persistent is None:
+        persistent = (not p.option("simulator") and staged and bool(fused.per_element_outputs) and not topk
+                      and VEC.get(first) == 8 and PERSISTENT_ROW_BYTES[0] <= p.length * 2 <= PERSISTENT_ROW_BYTES[1]
+                      and p.rows >= PERSISTENT_ROWS and not any(p.option(k) for k in ("group", "threads", "tile")))
+        if persistent:
+            # 16-bit rows of 8-32 KB (H200, softmax): bf16 32768 x 8192 0.376 -> 0.305 ms, 65536 x 4096
+            # 0.438 -> 0.283 ms, 8192 x 16384 0.214 -> 0.179 ms; float32 rows gained nothing (16384 x 8192:
+            # 0.267 -> 0.279 ms). Two chunks per thread, the block as large as that needs, registers capped
+            # so that 2048 threads stay resident, the grid as many blocks as fit
+            group = threads = min(1024, pow2(-(-chunks // 2)))
+            tile = -(-chunks // group)
+            min_blocks = 2048 // threads
+    return dict(threads=threads, group=group, tile=tile, vec=vec, shifted=wide and not p.pitch_ok,
+                resident=resident, staged=staged, fast_exp=p.option("fast_exp", False),
+                out_dtypes=out_dtypes(fused, dtypes, p.option("out_dtype")), persistent=bool(persistent),
+                min_blocks=min_blocks)

@@ -9,7 +9,8 @@ import sympy as sp
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Layout, Spec
-from ..printer import Constants, print_expr
+from ..printer import Constants, invariants, print_expr
+from ..tree import Assign
 
 
 class TreeKernel:
@@ -33,6 +34,17 @@ class TreeKernel:
     def print(self, expr, acc, j: str | None = None):
         """``(statements, text)`` of ``expr`` read through ``acc`` (``j``: the vector component)."""
         return print_expr(expr, acc, self.consts, j, self.counter, tree=True)
+
+    def hoist(self, exprs, fixed, acc, prefix: str) -> tuple[list, dict]:
+        """The invariants of ``exprs`` (:func:`~..printer.invariants`, names for which ``fixed(names)`` holds; a divisor
+        kept a divisor, so that each element is still divided by it, as written) computed once into registers
+        ``<prefix><n>``, printed through ``acc``: ``(statements, {expr: register})``, the map for ``Access.named``."""
+        out, named = [], {}
+        for e, n in invariants(exprs, fixed, divisors=True).items():
+            pre, text = self.print(e, acc)
+            named[e] = f"{prefix}{n}"
+            out += pre + [Assign(named[e], text)]
+        return out, named
 
 
 def named_nodes(exprs, kinds: tuple, prefix: str) -> dict:

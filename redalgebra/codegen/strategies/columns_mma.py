@@ -48,7 +48,6 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ...ir.functions import RoundE4M3
 from ..emit import Spec
-from ..printer import invariants
 from ..tree import Assign, Barrier, Call, For, If, Load, Shared
 from . import SMS, VEC, Problem, Strategy, register
 from .columns import ColumnsKernel, build as columns_build, prepass_vec, refusal as columns_refusal, split_body
@@ -186,13 +185,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         which the compiler cannot share across the elements' tests. Printed by the same text: the same operations and
         bits, except where the compiler would have fused a hoisted product into an element's addition (an FMA)."""
         row = {r for r in self.scalar_reds} | {p.name for p in self.c.params if p.size is None}
-        found = {e: f"rv_{n}" for e, n in invariants([e for _, e in self.f.prologue.steps] + [self.factor],
-                                                     row.issuperset, divisors=True).items()}
-        out = []
-        for e, name in found.items():
-            pre, text = self.print(e, acc)
-            out += pre + [Assign(name, text)]
-        acc.named = found
+        out, acc.named = self.hoist([e for _, e in self.f.prologue.steps] + [self.factor], row.issuperset, acc, "rv_")
         return out
 
     def factor_chunk(self, acc) -> list:
@@ -360,25 +353,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         common = [a for a in args if a not in ("rows", "length")]
         pre = [f"out_pre_{r}" for r in self.scalar_reds]
         part = [f"part_{self.red}"] if self.spec.segments > 1 else []
-        out = []
-        factors = tuple(common + pre + ["fac", "rows", "length"])
-        # (each kernel body built once: a rows body names the terms it computes once as it builds them)
-        first = None if self.spec.row_spec else self.prepass()
-        if self.spec.row_spec:  # a rows kernel of the scalars and the factors (columns_wgmma): the row read once
-            out_fac = f"out_{next(iter(self.pre.arrays))}"  # (the per-element output, stored in the scratch)
-            args = tuple("fac" if a == out_fac else a for a in kernel_args(self.pre.c))
-            out.append(("factors", args, "rowfactors", self.pre.body()))
-        elif first is None:  # no scalar reduction: the factors alone, spread over blocks
-            out.append(("factors", factors, "factors", self.factor_kernel()))
-        else:  # a block per row reduces it, then writes its factors (the row read once from memory, once from the
-            # cache, one launch fewer), the row's scalars taken from the registers the reduction leaves them in
-            (_, pre_args, _, pre_body), acc, each = first, self.base(), FACTORS_EACH
-            held = self.pre.scalar_values({f"pre_{r}": f"f_{r}" for r in self.scalar_reds})
-            setup = self.factor_setup(acc, held=True)  # (first: acc learns the scalars' names)
-            loop = For("kx", f"tid * {each}", "fac.shape[1]", tuple(self.factor_chunk(acc)),
-                       str(self.row_threads() * each))
-            args = tuple(pre_args) + tuple(a for a in factors if a not in pre_args)
-            out.append(("factors", args, "rowfactors", [*pre_body, *held, *setup, loop]))
+        out = [self.factors_kernel(tuple(common + pre + ["fac", "rows", "length"]))]
         out.append(("tiles", tuple(common + pre + ["fac"] + part + ["rows", "length", "nseg"]), "tiles", self.tiles()))
         if part:
             out.append(("combine", tuple(common + pre + part + ["rows", "length", "nseg"]), "combine", self.combine()))
@@ -387,6 +362,21 @@ class ColumnsMmaKernel(ColumnsKernel):
             if part:
                 out[-1] = out[-1][:3] + ([Call("grid_wait", ())] + list(out[-1][3]),)
         return out
+
+    def factors_kernel(self, factors: tuple) -> tuple:
+        """The module's first kernel ``(name, arguments, grid, body)``: the scalars and the factors (``factors``: the
+        arguments a factors kernel alone takes)."""
+        first = self.prepass()
+        if first is None:  # no scalar reduction: the factors alone, spread over blocks
+            return ("factors", factors, "factors", self.factor_kernel())
+        # a block per row reduces it, then writes its factors (the row read once from memory, once from the cache, one
+        # launch fewer), the row's scalars taken from the registers the reduction leaves them in
+        (_, pre_args, _, pre_body), acc, each = first, self.base(), FACTORS_EACH
+        held = self.pre.scalar_values({f"pre_{r}": f"f_{r}" for r in self.scalar_reds})
+        setup = self.factor_setup(acc, held=True)  # (first: acc learns the scalars' names)
+        loop = For("kx", f"tid * {each}", "fac.shape[1]", tuple(self.factor_chunk(acc)), str(self.row_threads() * each))
+        args = tuple(pre_args) + tuple(a for a in factors if a not in pre_args)
+        return ("factors", args, "rowfactors", [*pre_body, *held, *setup, loop])
 
     def scratch(self) -> tuple:
         # (the fragments' order: the rows rounded up to blocks of 16)

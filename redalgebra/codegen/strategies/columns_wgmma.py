@@ -136,6 +136,18 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         k.arrays, k.padded, k.divisors = {out: "fac"}, {out: "fac.shape[1]"}, True
         return k
 
+    def factors_kernel(self, factors: tuple) -> tuple:
+        """With :attr:`Spec.row_spec`, the ``rows`` kernel of :meth:`_prepass_kernel`, its per-element output stored in
+        the scratch ``fac`` (its body built once: a ``rows`` body names the terms it computes once as it builds them);
+        else ``columns_mma``'s."""
+        if not self.spec.row_spec:
+            return super().factors_kernel(factors)
+        from ..kernels import kernel_args
+
+        out_fac = f"out_{next(iter(self.pre.arrays))}"
+        args = tuple("fac" if a == out_fac else a for a in kernel_args(self.pre.c))
+        return ("factors", args, "rowfactors", self.pre.body())
+
     def row_threads(self) -> int:
         # many rows: blocks enough at 128 or 256 threads (:func:`_row_threads`; at 1024, RMSNorm M4096's kernel of the
         # scalars and the factors took 120 us more on the H200: two blocks a multiprocessor)

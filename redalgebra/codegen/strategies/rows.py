@@ -517,17 +517,16 @@ class RowsKernel(TreeKernel):
         """Subexpressions of the per-element outputs that do not vary along the row, computed once (registers
         ``r_h<n>``): with :attr:`divisors` named where the printer meets them (a divisor stays a division), else
         replaced by symbols in the returned steps."""
-        found = invariants([e for _, e in steps], self.element_names().isdisjoint, divisors=self.divisors)
+        if self.divisors:
+            hoisted, named = self.hoist([e for _, e in steps], self.element_names().isdisjoint, acc, "r_h")
+            self.named.update(named)
+            return hoisted, steps
+        found = invariants([e for _, e in steps], self.element_names().isdisjoint)
         hoisted = []
         for value, n in found.items():
-            pre, text = print_expr(value, acc, self.consts, None, self.counter, tree=True)
+            pre, text = self.print(value, acc)
             hoisted += pre + [Assign(f"r_h{n}", text)]
-            if self.divisors:
-                self.named[value] = f"r_h{n}"
-            else:
-                self.hoisted[f"h{n}"] = f"r_h{n}"
-        if self.divisors:
-            return hoisted, steps
+            self.hoisted[f"h{n}"] = f"r_h{n}"
         symbols = {value: sp.Symbol(f"h{n}", real=True) for value, n in found.items()}
         return hoisted, [(sym, expr.xreplace(symbols)) for sym, expr in steps]
 

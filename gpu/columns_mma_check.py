@@ -1,11 +1,12 @@
 """``columns_mma`` (or ``columns_wgmma``) on the GPU against the float64 reference: shared weights, odd lengths,
 masks, segments.
 
-    python3 gpu/columns_mma_check.py [--strategy columns_wgmma] [--dtype e4m3] [--quick] [--from N]
+    python3 gpu/columns_mma_check.py [--strategy columns_wgmma] [--dtype e4m3] [--quick] [--from N] [--persistent]
     compute-sanitizer --tool memcheck python3 gpu/columns_mma_check.py
     compute-sanitizer --tool racecheck python3 gpu/columns_mma_check.py
 
 Small shapes (the sanitizers run them slowly); prints one line per case and exits 1 if any case is off.
+``--persistent``: ``columns_wgmma``'s product with a block a multiprocessor walking the tiles.
 """
 
 from __future__ import annotations
@@ -39,10 +40,15 @@ WGMMA_CASES = [("fp8_quant_gemm", 300, 1001, 264, "float16", None, True),
                # factors' padding past a row of 1000 (24 zeros a row to the tiles of 64)
                ("rmsnorm_gemm", 4100, 4096, 264, "bfloat16", None, False),
                ("fp8_quant_gemm", 4100, 7168, 136, "bfloat16", None, False),
-               ("rmsnorm_gemm", 200, 1000, 136, "bfloat16", None, False)]
+               ("rmsnorm_gemm", 200, 1000, 136, "bfloat16", None, False),
+               # more tiles than multiprocessors: with --persistent each block walks several (a partial column block;
+               # segments, a mask)
+               ("rmsnorm_gemm", 1030, 200, 4104, "bfloat16", None, False),
+               ("fp8_quant_gemm", 700, 1001, 4104, "float16", 2, True)]
 
 
-def run(name, rows, length, n, dtype, segments, masked, seed=0, strategy="columns_mma") -> tuple[bool, float]:
+def run(name, rows, length, n, dtype, segments, masked, seed=0, strategy="columns_mma",
+        persistent=None) -> tuple[bool, float]:
     rng = np.random.default_rng(seed)
     c = workloads.get(name).cascade
     wide, inputs = {}, {}
@@ -62,7 +68,7 @@ def run(name, rows, length, n, dtype, segments, masked, seed=0, strategy="column
     keep = rng.random((rows, length)) > 0.2 if masked else None
     if keep is not None:
         keep[-1] = False
-    kernel = ra.compile(ra.derive(c), "cuda", strategy, segments=segments)
+    kernel = ra.compile(ra.derive(c), "cuda", strategy, segments=segments, persistent=persistent)
     got = np.asarray(kernel(inputs, params, keep)["y"], np.float64)
     want = evaluate(c, wide, params, keep)["y"]
     if strategy != "columns_mma":  # the same factors (float32, FP8-rounded) through columns_mma: only the sums' order
@@ -88,7 +94,7 @@ def main() -> int:
     for case in cases:
         if only is not None and case[4] != only:
             continue
-        ok, err = run(*case, strategy=strategy)
+        ok, err = run(*case, strategy=strategy, persistent=True if "--persistent" in sys.argv else None)
         bad += not ok
         print(f"{'PASS' if ok else 'FAIL'} {case}: max error {err:.2e} of the largest output")
     return 1 if bad else 0

@@ -64,6 +64,7 @@ class Kernel:
     out_dtype: str | None = None  # "float32": every output in float32; None: as the strategy writes them
     min_blocks: int | None = None  # launch bounds: blocks per multiprocessor the registers must allow
     persistent: bool | None = None  # rows: blocks walk rows on a grid of multiprocessors x min_blocks; None: chosen
+    #                               (columns_wgmma: its product's blocks walk the output's tiles; None: off)
     batch: int | None = None     # columns: rows a block processes together; None: chosen from the shape
     _compiled: dict = field(default_factory=dict, repr=False)
     #: user name -> the name in the generated code, for names that could collide with the generator's
@@ -359,10 +360,12 @@ class Kernel:
         outputs = {name: dev[f"out_{name.replace('.', '_')}"] for name, _, _ in src.outputs}
         entries = src.entries or (("kernel", src.args, "rows"),)
         spec = src.spec or Spec(threads=src.threads)
-        grids = get(src.strategy).grid(rows, spec, named)
-        if spec.persistent:  # the kernel walks its rows by gridDim: as many blocks as are resident at once
+        strategy = get(src.strategy)
+        grids = strategy.grid(rows, spec, named)
+        if spec.persistent:  # the kernels walk their work by gridDim: as many blocks as are resident at once
             cap = multiprocessors(cuda) * max(1, spec.min_blocks)
-            grids = {k: (min(blocks, cap), threads) for k, (blocks, threads) in grids.items()}
+            grids = {k: _capped(g, cap) if strategy.walking is None or k in strategy.walking else g
+                     for k, g in grids.items()}
         steps = tuple((getattr(module, name)[grids[grid]], tuple(args), tuple(dev[a] for a in args))
                       for name, args, grid in entries)
         driver = ()
@@ -459,6 +462,16 @@ class Launch:
                 kernel(*args)
 
 
+
+def _capped(grid: tuple, cap: int) -> tuple:
+    """A launch grid, ``(blocks, threads)`` or ``((x, y, z), threads, stream, shared)``, with at most ``cap`` blocks
+    in x (a walking kernel's one dimension: its y and z are 1)."""
+    blocks, *rest = grid
+    if isinstance(blocks, tuple):
+        return ((min(blocks[0], cap), *blocks[1:]), *rest)
+    return (min(blocks, cap), *rest)
+
+
 def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None, threads: int | None = None,
             tile: int | None = None, fast_exp: bool | None = None, segments: int | None = None,
             group: int | None = None, out_dtype: str | None = None, min_blocks: int | None = None,
@@ -493,7 +506,9 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
         rows in flight, at the risk of spills: ``redalgebra ptx`` shows registers and spills).
     persistent : bool, optional
         ``rows``: launch only as many blocks as fit on the GPU at once (multiprocessors × ``min_blocks``),
-        each walking rows, instead of a block per row; chosen from the shape when omitted.
+        each walking rows, instead of a block per row; chosen from the shape when omitted. ``columns_wgmma``:
+        the product's blocks (multiprocessors × ``min_blocks``, one a multiprocessor by default) walk the
+        output's tiles (off when omitted).
     batch : int, optional
         ``columns``: rows a block processes together (they share its reads of the vector inputs; it must
         divide how many rows share each vector row); chosen from the shape when omitted.

@@ -323,6 +323,47 @@ def test_columns_wgmma_gives_what_columns_gives(rows, length, n, dtype, segments
     _same_as_columns("columns_wgmma", rows, length, n, dtype, segments, masked)
 
 
+@pytest.mark.parametrize("resident,segments", [(3, 2), (2, 1)])
+def test_columns_wgmma_blocks_walk_the_output_tiles(monkeypatch, resident, segments):
+    # asked for (persistent), the product's blocks walk the output's tiles by gridDim (launched as many as are
+    # resident: the simulator's device says one multiprocessor): here 3 row blocks x 2 column blocks (x 2 segments)
+    # taken by 3 or 2 blocks (their results: the next test), and only that grid capped; else a block a tile
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: resident)
+    inputs, params = _problem("fp8_quant_gemm", 40, 150, 72, "bfloat16", seed=7)
+    for persistent, blocks in ((True, resident), (None, 3 * 2 * segments)):  # (None: a block a tile)
+        kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=segments, persistent=persistent)
+        launch = kernel.prepare(inputs, params)
+        tiles = [configured for configured, names, _ in launch.steps if "fac" in names and "nseg" in names]
+        assert len(tiles) == 1 and tuple(tiles[0].grid_dim)[0] == blocks  # the simulator's launch configuration
+        assert all(tuple(c.grid_dim)[0] > 1 for c, names, _ in launch.steps if c is not tiles[0])  # not capped
+
+
+@pytest.mark.parametrize("resident,rows,segments,matrices", [
+    (4, 48, None, 3),   # 3 row blocks x 2 column blocks on 4 blocks (two walk two tiles, two one); a weight matrix
+    #                     per 16 rows (a block's)
+    (1, 40, 2, 1),      # one block walks all 12 tiles (3 x 2 x 2 segments)
+])
+def test_columns_wgmma_walking_blocks_match_the_reference(monkeypatch, resident, rows, segments, matrices):
+    import importlib
+
+    from redalgebra import evaluate
+
+    monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: resident)
+    length, n = 130, 72
+    rng = np.random.default_rng(rows)
+    x = rng.normal(size=(rows, length)).astype(np.float32)
+    w = rng.normal(size=(matrices, length, n)).astype(np.float32)
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=segments, persistent=True)
+    out = kernel({"x": as_bfloat16(x), "w": as_bfloat16(w)}, {})["y"]
+    wide = {"x": to_float(as_bfloat16(x)).astype(np.float64),
+            "w": np.repeat(to_float(as_bfloat16(w)).astype(np.float64), rows // matrices, axis=0)}
+    ref = evaluate(fused("fp8_quant_gemm").cascade, wide, {}, None)["y"]
+    # FP8's factors are exact in 16 bits and their products exact: float32 summation order only
+    assert np.max(np.abs(out - ref)) <= 1e-5 * np.max(np.abs(ref))
+
+
 @pytest.mark.parametrize("n,branches", [(64, 0), (72, 1), (40, 0)])
 def test_columns_wgmma_stores_neighbouring_columns_together(n, branches):
     # each output's two columns of a thread computed from their own accumulators, then one 8-byte store; the columns
@@ -334,8 +375,8 @@ def test_columns_wgmma_stores_neighbouring_columns_together(n, branches):
     epilogue = source[source.index("def tiles"):source.index("def combine") if "def combine" in source else None]
     first = epilogue[epilogue.index("sv_0_y = "):]
     assert first.index("ac_0_0") < first.index("sv_1_y = ") < first.index("ac_0_1") < first.index(
-        "st_f32x2(out_y, orow, cb + 0 + 2 * tq, sv_0_y, sv_1_y)")
-    assert epilogue.count(f"if cb + 64 <= {n}:") == 2 * branches and "out_y[" not in epilogue
+        "st_f32x2(out_y, orow, ecb + 0 + 2 * tq, sv_0_y, sv_1_y)")
+    assert epilogue.count(f"if ecb + 64 <= {n}:") == 2 * branches and "out_y[" not in epilogue
     assert epilogue.count(f"+ 2 * tq < {n}:") == (0 if n % 64 == 0 else 2 * 64 // 8)  # each row's 8 pairs, or none
 
 

@@ -56,6 +56,8 @@ class Strategy:
     vector_multiple: int = 1          # vectors must have a multiple of this many components (the tensor cores: 16)
     cc: tuple = (9, 0)                # the compute capability its PTX is built for (wgmma: sm_90a, (9, 0, "a"))
     shared_vectors: bool = False      # needs each vector row shared by a block's rows (check gives them once)
+    walking: tuple | None = None      # with Spec.persistent, the grids whose blocks walk their work by gridDim (None:
+    #                                   every grid): launched with as many blocks as are resident at once
 
     def rounds(self, fused) -> bool:
         """Whether this strategy rounds ``fused``'s factors before a product (``check`` then allows that rounding)."""

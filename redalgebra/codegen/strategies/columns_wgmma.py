@@ -44,7 +44,7 @@ from __future__ import annotations
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
-from ..tree import Assign, Barrier, Call, For, If, Store
+from ..tree import Assign, Barrier, Call, For, If, Store, While
 from . import SMS, Problem, Strategy, register
 from . import columns_mma
 from .columns import PREPASS_TILE, build as columns_build, factor_part, prepass_vec
@@ -221,6 +221,26 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
                 f"pick({kr} < hi, wn, 0)")))
         return out + [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(partial))]
 
+    def span(self, tile: str) -> list:
+        """The block's tile ``tile`` of the output (row blocks first, then column blocks, then segments of the axis):
+        its first row ``r0``, first column ``cb``, segment ``sg`` and that segment's tiles ``lo`` .. ``hi``
+        (``ntile`` of them), and each thread's copy offsets. 32-bit divisions: a 64-bit one is a subroutine call,
+        which makes ptxas serialize the wgmmas (back to signed: offsets computed from them may step below a row's
+        start before a clamp)."""
+        return [Assign("mb", f"int32(uint32({tile}) % uint32(nmb))"),
+                Assign("rest", f"int32(uint32({tile}) // uint32(nmb))"),
+                Assign("nb", f"int32(uint32(rest) % uint32({self.nnb}))"),
+                Assign("sg", f"int32(uint32(rest) // uint32({self.nnb}))"),
+                Assign("r0", f"mb * {self.bm}"), Assign("cb", f"nb * {self.bc}"),
+                Assign("rw", f"int32(uint32(min(r0, rows - 1)) // uint32(rep_{self.x}))"),
+                Assign("lo", "sg * segl"), Assign("hi", "min(lo + segl, length)"),
+                Assign("ntile", f"max(hi - lo + {BK - 1}, 0) // {BK}")] + self.offsets()
+
+    def prologue(self) -> list:
+        """The copies of a tile's first ``ahead`` tiles, a commit group each."""
+        return [st for s_ in range(self.ahead)
+                for st in (If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ()))]
+
     # -- the products -----------------------------------------------------------------------------------------------
     def products(self) -> list:
         """The four products of the staged tile ``it``, one group committed: this warpgroup's 64 factor rows (K-major,
@@ -235,39 +255,45 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
                 Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ()), Call("wgmma_wait1", ())]
 
     def tiles(self) -> list:
-        ahead, segmented, bk, issue = self.ahead, self.spec.segments > 1, BK, self.issue
+        """The product's kernel: a block a tile of the output, or, with :attr:`Spec.persistent`, blocks walking the
+        output's tiles (``tile``, ``tile + gridDim.x``, ...; launched multiprocessors × ``min_blocks`` of them, one
+        a multiprocessor by default — one fits), the next tile's first copies loading while this tile's outputs are
+        stored. One body for both: a block launched per tile finds no next one."""
+        segmented, bk = self.spec.segments > 1, BK
+        self.nnb = -(-self.n // self.bc)
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
                Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
                Assign("sm", "cuda.shared.array(0, uint16)"), Assign("sb", "swizzle_pad(sm)"),
-               Assign("r0", f"cuda.blockIdx.x * {self.bm}"), Assign("cb", f"cuda.blockIdx.y * {self.bc}"),
-               # 32-bit divisions: a 64-bit one is a subroutine call, which makes ptxas serialize the wgmmas
-               # (back to signed: offsets computed from them may step below a row's start before a clamp)
-               Assign("rw", f"int32(uint32(min(r0, rows - 1)) // uint32(rep_{self.x}))"),
                Assign("segl", f"int32((uint32(length + nseg - 1) // uint32(nseg) + {bk - 1}) // {bk} * {bk})"),
-               Assign("lo", "cuda.blockIdx.z * segl"), Assign("hi", "min(lo + segl, length)"),
-               Assign("ntile", f"max(hi - lo + {bk - 1}, 0) // {bk}")]
-        out += self.offsets()
+               Assign("nmb", f"int32(uint32(rows + {self.bm - 1}) // uint32({self.bm}))"),
+               Assign("total", f"nmb * {self.nnb} * nseg"), Assign("tile", "cuda.blockIdx.x")]
         # descriptors of stage 0: the warpgroup's 64 factor rows (K-major), the weight tile (MN-major: blocks of 64
         # columns 64 rows of 128 bytes apart)
         lbo = BK * ROW * 2
         out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})"),
                 Assign("db", f"wgmma_desc(sm, sb + {self.bm * ROW}, {lbo}, {ATOM})")]
+        out.append(If("tile < total", tuple(self.span("tile") + self.prologue())))
         zero = self.consts.name(0.0)
-        out += [Assign(f"ac_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
-        for s_ in range(ahead):
-            out += [If(f"{s_} < ntile", tuple(issue(str(s_), str(s_)))), Call("cp_commit", ())]
-        stage = f"uint32(it + {ahead}) % uint32({self.stages})"
-        step = [Call(f"cp_wait{ahead - 1}", ()), Call("fence_async", ()), Barrier(),
-                If(f"it + {ahead} < ntile", tuple(issue(f"it + {ahead}", stage))), Call("cp_commit", ())]
-        out.append(For("it", "0", "ntile", tuple(step + self.products())))
+        stage = f"uint32(it + {self.ahead}) % uint32({self.stages})"
+        step = [Call(f"cp_wait{self.ahead - 1}", ()), Call("fence_async", ()), Barrier(),
+                If(f"it + {self.ahead} < ntile", tuple(self.issue(f"it + {self.ahead}", stage))), Call("cp_commit", ())]
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
-        out += [Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
-        return out + self.epilogue(segmented)
+        body = [Assign(f"ac_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
+        body += [For("it", "0", "ntile", tuple(step + self.products())),
+                 Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})"),
+                 # this tile's place kept for its outputs; every warpgroup's products done (the barrier) before the
+                 # stages take the next tile's first copies, which load while this tile's outputs are stored
+                 Assign("er0", "r0"), Assign("ecb", "cb"), Assign("esg", "sg"),
+                 Assign("nxt", "tile + cuda.gridDim.x"), Barrier(),
+                 If("nxt < total", tuple(self.span("nxt") + self.prologue()))]
+        body += self.epilogue(segmented, "er0", "ecb", "esg") + [Assign("tile", "nxt")]
+        return out + [While("tile < total", tuple(body))]
 
-    def epilogue(self, segmented: bool) -> list:
-        """Each thread's outputs: rows ``16 warp + lg`` (+ 8), columns ``8 j + 2 tq`` and ``+ 1`` — a pair of columns
-        stored by one 8-byte store (``st_f32x2``; the columns are a multiple of 8, so a pair is in or out whole), without
-        the columns' tests where the block's columns are all in (every block but a last partial one)."""
+    def epilogue(self, segmented: bool, r0: str, cb: str, seg: str) -> list:
+        """Each thread's outputs of the tile at row ``r0``, column ``cb`` and segment ``seg``: rows ``16 warp + lg``
+        (+ 8), columns ``8 j + 2 tq`` and ``+ 1`` — a pair of columns stored by one 8-byte store (``st_f32x2``; the
+        columns are a multiple of 8, so a pair is in or out whole), without the columns' tests where the block's columns
+        are all in (every block but a last partial one)."""
         out = []
         for h in (0, 1):
             acc = self.base()
@@ -275,9 +301,9 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
             head = [] if segmented else self.row_scalars(acc, "orow")
             pairs = []
             for j in range(self.bc // 8):
-                col, values = f"cb + {8 * j} + 2 * tq", (f"ac_{j}_{2 * h}", f"ac_{j}_{2 * h + 1}")
+                col, values = f"{cb} + {8 * j} + 2 * tq", (f"ac_{j}_{2 * h}", f"ac_{j}_{2 * h + 1}")
                 if segmented:
-                    body = [Store(f"part_{self.red}", ("orow", "cuda.blockIdx.z"), col, values)]
+                    body = [Store(f"part_{self.red}", ("orow", seg), col, values)]
                 else:
                     body = self.finish("orow", col, [lambda r, v=v: v for v in values], acc)
                 pairs.append((col, body))
@@ -288,8 +314,8 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
             elif self.n < self.bc:  # one partial column block
                 inside = tested
             else:
-                inside = [If(f"cb + {self.bc} <= {self.n}", tuple(whole), tuple(tested))]
-            out += [Assign("orow", f"r0 + 16 * warp + lg + {8 * h}"), If("orow < rows", tuple(head + inside))]
+                inside = [If(f"{cb} + {self.bc} <= {self.n}", tuple(whole), tuple(tested))]
+            out += [Assign("orow", f"{r0} + 16 * warp + lg + {8 * h}"), If("orow < rows", tuple(head + inside))]
         return out
 
 
@@ -430,12 +456,18 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     blocks = -(-p.rows // (threads // 2)) * -(-n // bc)
     tiles = -(-p.length // BK)
     nseg = p.option("segments") or max(1, min(SMS // blocks, tiles // 4))
-    nseg = min(int(nseg), max(tiles, 1), 65535)
+    nseg = min(int(nseg), max(tiles, 1))  # (the tiles are numbered in the grid's x: no limit of its z)
     stages, shared = plan(threads, bc)
+    # the product's blocks walk the output's tiles only when asked (``persistent``): on the H200, mixed — RMSNorm + GEMM
+    # M4096 K = N = 4096's product took 192.5 us alone launched a block a tile, 196.1 walking (three runs each,
+    # interleaved), FP8 M4096 K = N = 7168's 646 and 639 (two each). Not launched while the factors' kernel runs (Spec.dependent,
+    # the weights' first tiles loading meanwhile): the module's time was the same, 245.0 against 245.1 us (two runs
+    # each; gpu/README.md)
+    persistent = bool(p.option("persistent"))
     return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=threads // 2, segments=int(nseg),
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
                 shared=shared, stages=stages, row_threads=ROW_THREADS or _row_threads(threads, p.length),
-                row_spec=row_spec(fused, p))
+                row_spec=row_spec(fused, p), persistent=persistent)
 
 
 def grid(rows: int, spec: Spec, named) -> dict:
@@ -447,11 +479,14 @@ def grid(rows: int, spec: Spec, named) -> dict:
     row = dict(spec.row_spec)
     per = row["threads"] // row["group"] if row else 1  # rows a block of the scalars-and-factors kernel
     out["rowfactors"] = (-(-rows // per), row_threads(spec))
-    out["tiles"] = ((-(-rows // spec.batch), -(-n // (spec.group * 8)), spec.segments), spec.threads, 0, spec.shared)
+    # a block a tile of the output, numbered in one dimension; with Spec.persistent, as many as are resident, a block
+    # a multiprocessor, walking the tiles (Strategy.walking, :meth:`ColumnsWgmmaKernel.tiles`)
+    out["tiles"] = ((-(-rows // spec.batch) * -(-n // (spec.group * 8)) * spec.segments, 1, 1), spec.threads, 0,
+                    spec.shared)
     return out
 
 
 register(Strategy("columns_wgmma", "cuda", "columns_mma for many rows: the product F·W as a GEMM on Hopper's wgmma "
                   "(128 × 256 blocks, both operands from 128-byte-swizzled shared memory, four tiles in flight)",
                   build, configure, grid, final_scales=True, rounds_products=lambda fused: not exact_factors(fused),
-                  vector_multiple=16, shared_vectors=True, cc=(9, 0, "a")))
+                  vector_multiple=16, shared_vectors=True, cc=(9, 0, "a"), walking=("tiles",)))

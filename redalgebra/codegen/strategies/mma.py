@@ -283,9 +283,11 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
 
     def param_word(self, n: int, p: str, m: int, h: int, c0: int) -> tuple[str, int]:
         """(the 32-bit word of shared memory where the thread's row ``h`` (row tile ``m``) of dot ``n``'s param ``p``
-        keeps components ``c0 + 2 t`` and ``+ 1``, how many words further its residual is)."""
+        keeps components ``c0 + 2 t`` and ``+ 1``, how many words further its residual is). The word's index is the
+        16-bit index shifted, not floor-divided: it is even and not negative, and numba's floor division of a signed
+        64-bit integer adds a sign fix-up that ptxas cannot drop (about a third of a store's instructions)."""
         pq = self.size[p] + 8
-        return (f"({self.qtile[n]} + ({16 * self.mt} * {self.rw} + lg + {8 * h}) * {pq} + {c0} + 2 * t) // 2",
+        return (f"(({self.qtile[n]} + ({16 * self.mt} * {self.rw} + lg + {8 * h}) * {pq} + {c0} + 2 * t) >> 1)",
                 self.bm * pq // 2)
 
     def products(self, load: str, j0: int, acc: str, a: str) -> list:

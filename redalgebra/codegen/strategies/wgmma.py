@@ -126,7 +126,7 @@ class WgmmaKernel(MmaKernel):
     def setup(self) -> list:
         out = super().setup() + [Assign("sb", "swizzle_pad(sm)")]
         if self.ncol > 1:  # the groups' row partials: float32 from ``xf`` on
-            out += [Assign("smf", "cuda.shared.array(0, float32)"), Assign("xf", f"(sb + {self.base['X']}) // 2")]
+            out += [Assign("smf", "cuda.shared.array(0, float32)"), Assign("xf", f"((sb + {self.base['X']}) >> 1)")]
         return out
 
     def access(self, *args, **kwargs):
@@ -149,9 +149,10 @@ class WgmmaKernel(MmaKernel):
         return rows * ROW if rows % 8 == 0 else None
 
     def param_word(self, n: int, p: str, m: int, h: int, c0: int) -> tuple[str, int]:
-        # row 16 warp + lg + 8 h of the block: its row within an atom is lg (lg < 8)
+        # row 16 warp + lg + 8 h of the block: its row within an atom is lg (lg < 8); the word's index shifted, as
+        # MmaKernel.param_word says
         at = self.qtile[n] + (c0 // ROW) * self.bm * ROW
-        return (f"(sb + {at} + (16 * {self.rw} + lg + {8 * h}) * {ROW} + ((lg ^ {(c0 % ROW) // 8}) << 3) + 2 * t) // 2",
+        return (f"((sb + {at} + (16 * {self.rw} + lg + {8 * h}) * {ROW} + ((lg ^ {(c0 % ROW) // 8}) << 3) + 2 * t) >> 1)",
                 _blocks(self.size[p]) * self.bm * ROW // 2)
 
     # -- products -------------------------------------------------------------------------------------------
@@ -371,7 +372,7 @@ class WgmmaKernel(MmaKernel):
             out += self.factor_words(r, kk, 0, f"pa_{kk}")
             for w in range(4):
                 key = f"({self.bn} * cg + {16 * kk + 8 * (w >> 1)} + 2 * t)"
-                at = f"(sb + {self.base['P']} + (16 * rw + lg + {8 * (w & 1)}) * {ROW} + ({key} ^ (lg << 3))) // 2"
+                at = f"((sb + {self.base['P']} + (16 * rw + lg + {8 * (w & 1)}) * {ROW} + ({key} ^ (lg << 3))) >> 1)"
                 out.append(Assign(f"smw[{at}]", f"pa_{kk}_{w}"))
         acc = self.tiles(f"o_{r.name}_0", dv // 8)
         out += [Call("fence_async", ()), Barrier()]

@@ -262,13 +262,17 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         out = [Assign("inexact", "0")]
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)
-            for ks, m, r in itertools.product(range(self.size[p] // 16), range(self.mt), range(4)):
-                h, c0 = 2 * m + (r & 1), 16 * ks + 8 * (r >> 1)
-                at, lo = self.param_word(n, p, m, h, c0)
-                out += self.param_pair(p, h, f"{c0} + 2 * t")
+            steps = self.size[p] // 16
+            # with column groups sharing the rows, each group stages every other step of 16 components (group g the
+            # steps 2 k + g: half the words a thread, no branch), where the steps pair up
+            shared = self.ncol > 1 and steps % 2 == 0
+            for ks, m, r in itertools.product(range(steps // 2 if shared else steps), range(self.mt), range(4)):
+                h, c0 = 2 * m + (r & 1), (32 if shared else 16) * ks + 8 * (r >> 1)
+                at, lo = self.param_word(n, p, m, h, c0, shared)
+                out += self.param_pair(p, h, f"{c0} + {'16 * cg + ' if shared else ''}2 * t")
                 out += [Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)")]
                 writes = [Assign(f"smw[{at}]", "qw")] + [Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")] * self.resid
-                out += writes if self.ncol == 1 else [If("cg == 0", tuple(writes))]
+                out += writes if self.ncol == 1 or shared else [If("cg == 0", tuple(writes))]
         return out + self.landed() + [Assign("split", "cuda.syncthreads_or(inexact)")]
 
     def param_pair(self, p: str, h: int, col: str) -> list:
@@ -281,13 +285,15 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
                 # branch-free (a conditional is three blocks of numba's IR, 32 of them per param row)
                 Assign("d0", "pick(d0 == d0, d0, float32(0))"), Assign("d1", "pick(d1 == d1, d1, float32(0))")]
 
-    def param_word(self, n: int, p: str, m: int, h: int, c0: int) -> tuple[str, int]:
+    def param_word(self, n: int, p: str, m: int, h: int, c0: int, grouped: bool = False) -> tuple[str, int]:
         """(the 32-bit word of shared memory where the thread's row ``h`` (row tile ``m``) of dot ``n``'s param ``p``
-        keeps components ``c0 + 2 t`` and ``+ 1``, how many words further its residual is). The word's index is the
+        keeps components ``c0 + 2 t`` and ``+ 1`` — ``c0 + 16 cg + 2 t`` with ``grouped``, a column group's step —,
+        how many words further its residual is). The word's index is the
         16-bit index shifted, not floor-divided: it is even and not negative, and numba's floor division of a signed
         64-bit integer adds a sign fix-up that ptxas cannot drop (about a third of a store's instructions)."""
         pq = self.size[p] + 8
-        return (f"(({self.qtile[n]} + ({16 * self.mt} * {self.rw} + lg + {8 * h}) * {pq} + {c0} + 2 * t) >> 1)",
+        col = f"{c0} + 16 * cg" if grouped else f"{c0}"
+        return (f"(({self.qtile[n]} + ({16 * self.mt} * {self.rw} + lg + {8 * h}) * {pq} + {col} + 2 * t) >> 1)",
                 self.bm * pq // 2)
 
     def products(self, load: str, j0: int, acc: str, a: str) -> list:

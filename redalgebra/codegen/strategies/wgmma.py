@@ -148,11 +148,13 @@ class WgmmaKernel(MmaKernel):
         # rows apart by a multiple of 8: the same row within an atom, the same swizzle
         return rows * ROW if rows % 8 == 0 else None
 
-    def param_word(self, n: int, p: str, m: int, h: int, c0: int) -> tuple[str, int]:
+    def param_word(self, n: int, p: str, m: int, h: int, c0: int, grouped: bool = False) -> tuple[str, int]:
         # row 16 warp + lg + 8 h of the block: its row within an atom is lg (lg < 8); the word's index shifted, as
-        # MmaKernel.param_word says
+        # MmaKernel.param_word says. Grouped (components c0 + 16 cg, c0 % 32 < 16): the same 64-component block, the
+        # 16-byte chunk (c0 % 64) // 8 + 2 cg, whose bit 1 is cg's alone
         at = self.qtile[n] + (c0 // ROW) * self.bm * ROW
-        return (f"((sb + {at} + (16 * {self.rw} + lg + {8 * h}) * {ROW} + ((lg ^ {(c0 % ROW) // 8}) << 3) + 2 * t) >> 1)",
+        chunk = f"({(c0 % ROW) // 8} ^ (cg << 1))" if grouped else f"{(c0 % ROW) // 8}"
+        return (f"((sb + {at} + (16 * {self.rw} + lg + {8 * h}) * {ROW} + ((lg ^ {chunk}) << 3) + 2 * t) >> 1)",
                 _blocks(self.size[p]) * self.bm * ROW // 2)
 
     # -- products -------------------------------------------------------------------------------------------

@@ -5,8 +5,9 @@
 Times (CUDA events, 200 launches back to back after 20, as ``kernel_steps.py``): ``torch.compile`` of the
 normalisation alone (its bfloat16 output, as the full baseline feeds the GEMM), the bfloat16 GEMM alone (cuBLAS), the
 whole ``torch.compile`` baseline, a copy of the activations (32 MB read and written: the row kernel's traffic), and
-each kernel of our module. ``--copies N`` rotates over N inputs, so that with N = 4 (128 MB of activations) the
-L2 cache (50 MB) cannot hold the one being read, as it can when bench times one input again and again.
+each kernel of our module. ``--copies N`` rotates the baseline's and the copy's activations over N inputs, so that
+with N = 4 (128 MB) the L2 cache (50 MB) cannot hold the one being read, as it can when bench times one input again
+and again; our module is timed on one input either way (a prepared launch is bound to its arrays).
 """
 
 from __future__ import annotations

@@ -330,14 +330,22 @@ def test_columns_wgmma_blocks_walk_the_output_tiles(monkeypatch, resident, segme
     # taken by 3 or 2 blocks (their results: the next test), and only that grid capped; else a block a tile
     import importlib
 
-    monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: resident)
+    compile_module = importlib.import_module("redalgebra.runtime.compile")
     inputs, params = _problem("fp8_quant_gemm", 40, 150, 72, "bfloat16", seed=7)
-    for persistent, blocks in ((True, resident), (None, 3 * 2 * segments)):  # (None: a block a tile)
+
+    def grids(persistent, multiprocessors):
+        monkeypatch.setattr(compile_module, "multiprocessors", lambda cuda: multiprocessors)
         kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=segments, persistent=persistent)
-        launch = kernel.prepare(inputs, params)
-        tiles = [configured for configured, names, _ in launch.steps if "fac" in names and "nseg" in names]
-        assert len(tiles) == 1 and tuple(tiles[0].grid_dim)[0] == blocks  # the simulator's launch configuration
-        assert all(tuple(c.grid_dim)[0] > 1 for c, names, _ in launch.steps if c is not tiles[0])  # not capped
+        steps = kernel.prepare(inputs, params).steps  # the simulator's launch configurations
+        return [("fac" in names and "nseg" in names, tuple(c.grid_dim)) for c, names, _ in steps]
+
+    tiles = 3 * 2 * segments
+    uncapped = grids(True, 10 ** 6)
+    assert [g[0] for is_tiles, g in uncapped if is_tiles] == [tiles]
+    for persistent, blocks in ((True, resident), (None, tiles)):  # (None: a block a tile)
+        got = grids(persistent, resident)
+        assert [g[0] for is_tiles, g in got if is_tiles] == [blocks]
+        assert [g for is_tiles, g in got if not is_tiles] == [g for is_tiles, g in uncapped if not is_tiles]
 
 
 @pytest.mark.parametrize("resident,rows,segments,matrices", [
@@ -375,8 +383,8 @@ def test_columns_wgmma_stores_neighbouring_columns_together(n, branches):
     epilogue = source[source.index("def tiles"):source.index("def combine") if "def combine" in source else None]
     first = epilogue[epilogue.index("sv_0_y = "):]
     assert first.index("ac_0_0") < first.index("sv_1_y = ") < first.index("ac_0_1") < first.index(
-        "st_f32x2(out_y, orow, ecb + 0 + 2 * tq, sv_0_y, sv_1_y)")
-    assert epilogue.count(f"if ecb + 64 <= {n}:") == 2 * branches and "out_y[" not in epilogue
+        "st_f32x2(out_y, orow, cb + 0 + 2 * tq, sv_0_y, sv_1_y)")
+    assert epilogue.count(f"if cb + 64 <= {n}:") == 2 * branches and "out_y[" not in epilogue
     assert epilogue.count(f"+ 2 * tq < {n}:") == (0 if n % 64 == 0 else 2 * 64 // 8)  # each row's 8 pairs, or none
 
 

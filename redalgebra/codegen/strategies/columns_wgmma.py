@@ -254,13 +254,17 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         return [Assign("sa", f"(uint32(it) % uint32({self.stages})) * {self.stage * 2 // 16}"),
                 Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ()), Call("wgmma_wait1", ())]
 
+    @property
+    def nnb(self) -> int:
+        """Column blocks of the output."""
+        return -(-self.n // self.bc)
+
     def tiles(self) -> list:
         """The product's kernel: a block a tile of the output, or, with :attr:`Spec.persistent`, blocks walking the
         output's tiles (``tile``, ``tile + gridDim.x``, ...; launched multiprocessors × ``min_blocks`` of them, one
         a multiprocessor by default — one fits), the next tile's first copies loading while this tile's outputs are
-        stored. One body for both: a block launched per tile finds no next one."""
+        stored."""
         segmented, bk = self.spec.segments > 1, BK
-        self.nnb = -(-self.n // self.bc)
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
                Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
                Assign("sm", "cuda.shared.array(0, uint16)"), Assign("sb", "swizzle_pad(sm)"),
@@ -272,7 +276,6 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         lbo = BK * ROW * 2
         out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})"),
                 Assign("db", f"wgmma_desc(sm, sb + {self.bm * ROW}, {lbo}, {ATOM})")]
-        out.append(If("tile < total", tuple(self.span("tile") + self.prologue())))
         zero = self.consts.name(0.0)
         stage = f"uint32(it + {self.ahead}) % uint32({self.stages})"
         step = [Call(f"cp_wait{self.ahead - 1}", ()), Call("fence_async", ()), Barrier(),
@@ -280,14 +283,17 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
         body = [Assign(f"ac_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
         body += [For("it", "0", "ntile", tuple(step + self.products())),
-                 Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})"),
-                 # this tile's place kept for its outputs; every warpgroup's products done (the barrier) before the
-                 # stages take the next tile's first copies, which load while this tile's outputs are stored
-                 Assign("er0", "r0"), Assign("ecb", "cb"), Assign("esg", "sg"),
+                 Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
+        first = self.span("tile") + self.prologue()
+        if not self.spec.persistent:  # a block a tile
+            return out + [If("tile < total", tuple(first + body + self.epilogue(segmented, "r0", "cb", "sg")))]
+        # this tile's place kept for its outputs; every warpgroup's products done (the barrier) before the stages take
+        # the next tile's first copies, which load while this tile's outputs are stored
+        body += [Assign("er0", "r0"), Assign("ecb", "cb"), Assign("esg", "sg"),
                  Assign("nxt", "tile + cuda.gridDim.x"), Barrier(),
                  If("nxt < total", tuple(self.span("nxt") + self.prologue()))]
         body += self.epilogue(segmented, "er0", "ecb", "esg") + [Assign("tile", "nxt")]
-        return out + [While("tile < total", tuple(body))]
+        return out + [If("tile < total", tuple(first)), While("tile < total", tuple(body))]
 
     def epilogue(self, segmented: bool, r0: str, cb: str, seg: str) -> list:
         """Each thread's outputs of the tile at row ``r0``, column ``cb`` and segment ``seg``: rows ``16 warp + lg``

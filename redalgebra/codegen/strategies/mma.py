@@ -255,9 +255,10 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
 
     def params(self) -> list:
         """Every dot's param rows into shared memory: the 16-bit values, then the residuals, and ``split``: whether
-        any residual of the block is not zero. Each thread writes the words of its own A fragments (with column
-        groups, the first group's threads: the others share its rows; they compute the same values, as loading
-        them in one branch for the first group only made ptxas spill)."""
+        any residual of the block is not zero. Each thread writes the words of its own A fragments; with column
+        groups (which share the rows) each group every other step of 16 components, or, where a param's steps do not
+        pair up, the first group its every step (the others compute the same values: loading them in a branch for the
+        first group only made ptxas spill)."""
         pack = f"pack_{self.kind}x2"
         out = [Assign("inexact", "0")]
         for n, dot in enumerate(self.dot_list):
@@ -265,14 +266,14 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
             steps = self.size[p] // 16
             # with column groups sharing the rows, each group stages every other step of 16 components (group g the
             # steps 2 k + g: half the words a thread, no branch), where the steps pair up
-            shared = self.ncol > 1 and steps % 2 == 0
-            for ks, m, r in itertools.product(range(steps // 2 if shared else steps), range(self.mt), range(4)):
-                h, c0 = 2 * m + (r & 1), (32 if shared else 16) * ks + 8 * (r >> 1)
-                at, lo = self.param_word(n, p, m, h, c0, shared)
-                out += self.param_pair(p, h, f"{c0} + {'16 * cg + ' if shared else ''}2 * t")
+            paired = self.ncol > 1 and steps % 2 == 0
+            for ks, m, r in itertools.product(range(steps // 2 if paired else steps), range(self.mt), range(4)):
+                h, c0 = 2 * m + (r & 1), (32 if paired else 16) * ks + 8 * (r >> 1)
+                at, lo = self.param_word(n, p, m, h, c0, paired)
+                out += self.param_pair(p, h, f"{c0} + {'16 * cg + ' if paired else ''}2 * t")
                 out += [Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)")]
                 writes = [Assign(f"smw[{at}]", "qw")] + [Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")] * self.resid
-                out += writes if self.ncol == 1 or shared else [If("cg == 0", tuple(writes))]
+                out += writes if self.ncol == 1 or paired else [If("cg == 0", tuple(writes))]
         return out + self.landed() + [Assign("split", "cuda.syncthreads_or(inexact)")]
 
     def param_pair(self, p: str, h: int, col: str) -> list:

@@ -44,7 +44,10 @@ WGMMA_CASES = [("fp8_quant_gemm", 300, 1001, 264, "float16", None, True),
                # more tiles than multiprocessors: with --persistent each block walks several (a partial column block;
                # segments, a mask)
                ("rmsnorm_gemm", 1030, 200, 4104, "bfloat16", None, False),
-               ("fp8_quant_gemm", 700, 1001, 4104, "float16", 2, True)]
+               ("fp8_quant_gemm", 700, 1001, 4104, "float16", 2, True),
+               # RMSNorm's factors computed in the product's tiles (one segment, rows on the 16-byte grid; the 1030-row
+               # case above too): a partial block of rows, 80 tiles
+               ("rmsnorm_gemm", 600, 1024, 4096, "bfloat16", None, False)]
 
 
 def run(name, rows, length, n, dtype, segments, masked, seed=0, strategy="columns_mma",

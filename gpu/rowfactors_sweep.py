@@ -3,8 +3,10 @@ variant checked against float64 and timed as ``bench.py`` times a configuration,
 events, back to back), in one process.
 
     python3 gpu/rowfactors_sweep.py normgemm 2 auto 128 t256g128x4 t256g256x2   # GROUP INDEX as bench's
+    python3 gpu/rowfactors_sweep.py normgemm 2 tiles auto tiles auto             # the factors in the tiles or not
 
-A variant is ``auto`` (the rows kernel as the module makes it), ``tTgGxX`` (the rows kernel with T threads a block, G a
+A variant is ``tiles`` (the factors computed in the product's tiles, where the cascade allows: no first kernel),
+``auto`` (the rows kernel as the module makes it), ``tTgGxX`` (the rows kernel with T threads a block, G a
 row, X chunks of 16 bytes a thread), or a number: ``columns``' block-a-row kernel with that many threads (a second pass
 over the row for its factors). (Blocks walking the rows, ``...pP``, were swept at commit c78d6a0, which launched them.)
 
@@ -44,8 +46,9 @@ def main(argv) -> int:
     policy = columns_wgmma.rows_configure
     for variant in variants:
         # read when the module is configured
+        columns_wgmma.TILE_FACTORS = variant == "tiles"
         columns_wgmma.ROW_THREADS = int(variant) if variant.isdigit() else None
-        fields = None if variant.isdigit() else rows_variant(variant)
+        fields = None if variant.isdigit() or variant == "tiles" else rows_variant(variant)
         columns_wgmma.rows_configure = policy if fields is None else (
             lambda fused, p, fields=fields: {**policy(fused, p), **fields, "resident": True, "staged": True})
         runner = Runner(1.0, Path("/nonexistent/autotune.json"), True)  # a fresh kernel per variant

@@ -51,6 +51,10 @@ class Spec:
     row_threads: int = 0         # columns_wgmma: the block of its scalars-and-factors kernel, a block a row (0: threads)
     row_spec: tuple = ()         # columns_wgmma: ((field, value), ...) of the ``rows`` kernel that computes the scalars
     #                              and writes the factors from a row held in registers (empty: the block-a-row kernel)
+    tile_factors: str = ""       # columns_wgmma: no factors kernel: the product's blocks stage this input (the
+    #                              activations), turn it into the factors' row-free part in place, fold the scalar
+    #                              reductions on the way and scale the sums by the row's part in the epilogue
+    #                              (:func:`columns_wgmma.split_scale`); "": the factors kernel
 
     @property
     def launch_bounds(self) -> str:

@@ -40,6 +40,7 @@ class Access:
     exp: str = "math.exp"                      # the exponential's function (a fast one on the GPU)
     div: str | None = None                     # a function to divide by (None: ``/``): ``div_full`` where an IEEE
     #                                            division's slow-path call would serialize Hopper's wgmma
+    sqrt: str = "rt_sqrt"                      # the square root's function: ``sqrt_full`` where div is ``div_full``
     select: str | None = None                  # a branch-free select ``f(c, a, b)`` for conditionals, with ``&``/``|``
     #                                            for and/or (None: Python's conditional expressions): both sides are
     #                                            evaluated, so only where both are safe to compute (registers only)
@@ -173,17 +174,23 @@ class KernelPrinter(StrPrinter):
             return f"{self.access.div}({top}, {bottom})"
         return f"{top}/({bottom})" if len(den) > 1 else f"{top}/{self.parenthesize(den[0], 60)}"
 
+    def _reciprocal(self, bottom: str) -> str:
+        """``1 / bottom``, by :attr:`Access.div` where set (as every other division)."""
+        if self.access.div:
+            return f"{self.access.div}({self._number(1)}, {bottom})"
+        return f"({self._number(1)}/{bottom})"
+
     def _print_Pow(self, expr):
         base, exp = expr.args
         b = self.parenthesize(base, 60)
         if exp == sp.Rational(1, 2):
-            return f"rt_sqrt({self._print(base)})"
+            return f"{self.access.sqrt}({self._print(base)})"
         if exp == -sp.Rational(1, 2):
-            return f"({self._number(1)}/rt_sqrt({self._print(base)}))"
+            return self._reciprocal(f"{self.access.sqrt}({self._print(base)})")
         if exp.is_Integer and 0 < exp <= 4:
             return "(" + "*".join([b] * int(exp)) + ")"
         if exp.is_Integer and -4 <= exp < 0:
-            return f"({self._number(1)}/(" + "*".join([b] * int(-exp)) + "))"
+            return self._reciprocal("(" + "*".join([b] * int(-exp)) + ")")
         return f"math.pow({self._print(base)}, {self._print(exp)})"
 
     # -- functions -------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ if not SIMULATOR:
     from .intrinsics import TypingError
 
 __all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "ld_w2_stream_at",
-           "st_w2_at",
+           "st_w2_at", "lds_w4", "sts_w4",
            "prefetch_l2_at", "grid_wait", "grid_launch", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
@@ -110,8 +110,37 @@ def _sim_b16_pairs(lo, hi):
 
 
 def _sim_cp_async16_at(s, sidx, a, offset, nbytes):
-    _sim_flat("cp_async16_at", a, offset, 16)  # (checked whether or not it reads)
-    _sim_stage("cp_async16_at", s, sidx, lambda: _sim_flat("cp_async16_at", a, offset, 16).view(np.uint16), nbytes)
+    n = int(nbytes)
+    if n in (0, 16):
+        _sim_flat("cp_async16_at", a, offset, 16)  # (checked whether or not it reads)
+        _sim_stage("cp_async16_at", s, sidx, lambda: _sim_flat("cp_async16_at", a, offset, 16).view(np.uint16), n)
+        return
+    if not 0 < n < 16 or n % 2:
+        raise ValueError(f"cp_async16_at: {n} bytes to copy (0 to 16, whole 16-bit values)")
+    # the first n bytes copied, the rest of the 16 zeros (the instruction's source size); only those n read
+    ary = getattr(a, "_ary", a)
+    _sim_flat("cp_async16_at", a, offset, 2)  # (the array, and its first value inside it)
+    at = int(offset) * ary.itemsize
+    if (ary.ctypes.data + at) % 16 or at + n > ary.nbytes:
+        raise IndexError(f"cp_async16_at: element {offset} is misaligned, or {n} bytes from it leave the array")
+    chunk = np.zeros(16, np.uint8)
+    chunk[:n] = ary.reshape(-1).view(np.uint8)[at:at + n]
+    _sim_stage("cp_async16_at", s, sidx, lambda: chunk.view(np.uint16), 16)
+
+
+def _sim_shared_chunk(name, s, idx):
+    flat = _shared_flat(s).view(np.uint16)
+    if int(idx) % 8 or not 0 <= int(idx) <= flat.size - 8:
+        raise IndexError(f"{name}: shared index {idx} is misaligned or outside {flat.size} 16-bit values")
+    return flat[int(idx):int(idx) + 8].view(np.uint32)
+
+
+def _sim_lds_w4(s, idx):
+    return tuple(np.uint32(w) for w in _sim_shared_chunk("lds_w4", s, idx))
+
+
+def _sim_sts_w4(s, idx, w0, w1, w2, w3):
+    _sim_shared_chunk("sts_w4", s, idx)[:] = [np.uint32(int(w)) for w in (w0, w1, w2, w3)]
 
 
 def _sim_nothing():
@@ -447,6 +476,36 @@ def _ldsm(name, transposed):
         return rt(s, idx), codegen
     typer.__name__ = typer.__qualname__ = name
     return typer
+
+
+@_device(_sim_lds_w4)
+def lds_w4(typingctx, s, idx):
+    """The 16 bytes at ``s[idx]`` (a 16-bit shared array; ``idx`` a multiple of 8) as four 32-bit words, one
+    ``ld.shared.v4.u32`` (ordered with the other memory instructions: after a ``cp.async`` wait)."""
+    _check_shared("lds_w4", s, idx)
+    rt = types.UniTuple(types.uint32, 4)
+
+    def codegen(context, builder, sig, args):
+        address = _shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        words = ir.LiteralStructType([ir.IntType(32)] * 4)
+        out = _side_effect(builder, "ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r", [address], words)
+        return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(4)])
+    return rt(s, idx), codegen
+
+
+@_device(_sim_sts_w4)
+def sts_w4(typingctx, s, idx, w0, w1, w2, w3):
+    """Four 32-bit words into the 16 bytes at ``s[idx]`` (a 16-bit shared array; ``idx`` a multiple of 8), one
+    ``st.shared.v4.u32`` (ordered with the other memory instructions: before a proxy fence)."""
+    _check_shared("sts_w4", s, idx)
+    _check_words("sts_w4", w0, w1, w2, w3)
+
+    def codegen(context, builder, sig, args):
+        address = _shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        words = [context.cast(builder, v, t, types.uint32) for v, t in zip(args[2:], sig.args[2:])]
+        _side_effect(builder, "st.shared.v4.u32 [$0], {$1, $2, $3, $4};", "r,r,r,r,r", [address, *words])
+        return context.get_dummy_value()
+    return types.void(s, idx, w0, w1, w2, w3), codegen
 
 
 ldsm_x4 = _device(_sim_ldsm(False))(_ldsm("ldsm_x4", False))

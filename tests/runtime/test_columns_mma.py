@@ -434,9 +434,12 @@ def test_without_a_mask_the_factors_are_a_rows_kernels_per_element_output(name, 
     ("fp8_quant_gemm", 7168, (512, 512, 2, 8)),
     ("rmsnorm_gemm", 1001, None),
 ])
-def test_the_factors_kernel_takes_the_rows_policys_block_without_walking_the_rows(name, length, shape):
+def test_the_factors_kernel_takes_the_rows_policys_block_without_walking_the_rows(monkeypatch, name, length, shape):
     from redalgebra.codegen import Problem
+    from redalgebra.codegen.strategies import columns_wgmma
     from redalgebra.codegen.strategies.columns_wgmma import configure
+
+    monkeypatch.setattr(columns_wgmma, "TILE_FACTORS", False)  # (RMSNorm's factors: else in the product's tiles)
 
     f = fused(name)
     dtypes = tuple((s.name, "bfloat16") for s in f.cascade.inputs)
@@ -475,10 +478,13 @@ out y = acc"""
     (LET_NAMED_FAC, 64, "float32"),      # 4 elements a load (the factors stored one by one: no 8-byte 16-bit store)
     (SOFTMAX_WEIGHTED, 96, "e4m3"),      # 16 a load, the factors stored by two 16-byte stores
 ])
-def test_a_typed_cascade_gets_from_columns_wgmma_what_columns_mma_gives(text, length, activations):
+def test_a_typed_cascade_gets_from_columns_wgmma_what_columns_mma_gives(monkeypatch, text, length, activations):
     # the factors by the rows kernel (no mask), rounded to bfloat16 as columns_mma rounds them: the same factors,
     # so equal up to the float32 summation order; a NaN in one row stays in that row's outputs
     import redalgebra as ra
+    from redalgebra.codegen.strategies import columns_wgmma
+
+    monkeypatch.setattr(columns_wgmma, "TILE_FACTORS", False)  # (LET_NAMED_FAC's separate: the next tests)
 
     f = ra.derive(ra.parse(text))
     rng = np.random.default_rng(3)
@@ -498,3 +504,84 @@ def test_a_typed_cascade_gets_from_columns_wgmma_what_columns_mma_gives(text, le
     mma = compile(f, "cudasim", "columns_mma")(inputs)["y"]
     assert np.array_equal(np.isnan(ours), np.isnan(mma)) and np.isnan(ours[2]).all() == (activations == "float32")
     assert np.nanmax(np.abs(ours - mma)) <= 1e-5 * np.nanmax(np.abs(mma))
+
+
+@pytest.mark.parametrize("text,dtype,options,staged", [
+    (None, "bfloat16", {}, "x"),                         # RMSNorm: g * x, scaled by 1 / sqrt(ss / h + eps)
+    (LET_NAMED_FAC, "bfloat16", {}, "x"),                # x * g * (pos + 1), scaled by 1 / max(a, 1e-6)
+    (None, "bfloat16", {"segments": 2}, ""),             # the row's scale needs the whole row
+    (None, "bfloat16", {"keep": True}, ""),              # a mask: the factors kernel
+    (None, "float32", {}, ""),                           # 4-byte activations do not fit the 16-bit tile
+    (None, "bfloat16", {"pitch_ok": False}, ""),         # rows off the 16-byte grid: no 16-byte copies
+    ("fp8", "bfloat16", {}, ""),                         # fp8(x * 448 / a) does not separate
+    (SOFTMAX_WEIGHTED, "bfloat16", {}, ""),              # exp(x - m) / l does not either
+])
+def test_the_factors_are_computed_in_the_products_tiles_where_the_factor_separates(monkeypatch, text, dtype, options,
+                                                                                  staged):
+    import redalgebra as ra
+    from redalgebra.codegen import Problem
+    from redalgebra.codegen.strategies import columns_wgmma
+    from redalgebra.codegen.strategies.columns_wgmma import configure
+
+    assert configure(fused("rmsnorm_gemm"), Problem(
+        rows=4096, length=4096, sizes=(("n", 4096),), dtypes=(("x", "bfloat16"), ("g", "bfloat16"), ("w", "bfloat16")),
+        vec_ok=True, pitch_ok=True, reps=(("w", 4096), ("g", 4096)),
+        options=(("cc", (9, 0)), ("simulator", False))))["tile_factors"] == ""  # (off by default: measured slower)
+    monkeypatch.setattr(columns_wgmma, "TILE_FACTORS", True)
+
+    f = fused("rmsnorm_gemm") if text is None else fused("fp8_quant_gemm") if text == "fp8" else ra.derive(ra.parse(text))
+    dtypes = tuple((s.name, dtype if s.size is None else "bfloat16") for s in f.cascade.inputs)
+    opts = (("cc", (9, 0)), ("simulator", False), ("segments", options.get("segments")))
+    p = Problem(rows=4096, length=4096, sizes=(("n", 4096),), dtypes=dtypes, has_keep=options.get("keep", False),
+                vec_ok=True, pitch_ok=options.get("pitch_ok", True), reps=(("w", 4096), ("g", 4096)), options=opts)
+    cfg = configure(f, p)
+    assert cfg["tile_factors"] == staged
+    if staged:  # (no factors kernel to configure)
+        assert cfg["row_spec"] == ()
+
+
+@pytest.mark.parametrize("text,rows,length,n,weights,persistent", [
+    # two row blocks (the second of one row), a partial column block, a partial last tile (whole 16-byte chunks:
+    # contiguous 16-bit rows on the 16-byte grid), RMSNorm's sum of squares folded by the copying threads
+    (None, 17, 200, 72, "bfloat16", False),
+    # float16 activations (bfloat16 weights): read as float16, the factors' part stored as bfloat16
+    (None, 5, 136, 64, "float16", False),
+    # a max (identity -inf) folded and met, the element's position and a second row input read in the tiles
+    (LET_NAMED_FAC, 9, 96, 40, "bfloat16", False),
+    # blocks walking the output's tiles: each tile's row states parked between barriers
+    (None, 40, 130 - 2, 72, "bfloat16", True),
+])
+def test_factors_computed_in_the_products_tiles_match_the_reference(monkeypatch, text, rows, length, n, weights,
+                                                                     persistent):
+    # the factor's row-free part rounded to the weights' 16-bit type (2^-9 for bfloat16, as the factors kernel's
+    # whole factors), the row's scale applied to the float32 sums; no factors kernel, no factors scratch
+    import importlib
+
+    import redalgebra as ra
+    from redalgebra import evaluate
+    from redalgebra.codegen.strategies import columns_wgmma
+
+    monkeypatch.setattr(columns_wgmma, "TILE_FACTORS", True)
+    if persistent:
+        monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: 2)
+    f = fused("rmsnorm_gemm") if text is None else ra.derive(ra.parse(text))
+    rng = np.random.default_rng(rows)
+    rows_in = {s.name: rng.normal(size=(rows if s.name == "x" else 1, length)) for s in f.cascade.inputs
+               if s.size is None}
+    w = 0.1 * rng.normal(size=(1, length, n))
+    make = as_bfloat16 if weights == "bfloat16" else (lambda a: a.astype(np.float16))
+    inputs = {k: make(v) for k, v in rows_in.items()}
+    inputs["w"] = as_bfloat16(w)
+    params = {"h": np.float32(length), "eps": np.float32(1e-5)} if text is None else {}
+    kernel = compile(f, "cudasim", "columns_wgmma", persistent=persistent or None)
+    dtypes = {s.name: weights if s.size is None else "bfloat16" for s in f.cascade.inputs}
+    reps = {s.name: (1 if s.name == "x" else rows) for s in f.cascade.inputs}
+    spec = kernel.spec_for(rows, length, dtypes, {"n": n}, reps=reps)[1]
+    assert spec.tile_factors == "x"
+    source = kernel.source(spec, "columns_wgmma").source
+    assert "def factors" not in source and "fac" not in source.split("def tiles(")[1].split(")")[0].split(", ")
+    out = kernel(inputs, params)["y"]
+    wide = {k: np.repeat(np.asarray(to_float(v), np.float64), rows // v.shape[0], axis=0) for k, v in inputs.items()}
+    ref = evaluate(f.cascade, wide, {k: np.float64(v) for k, v in params.items()}, None)["y"]
+    tol = 2 ** -9 + 1e-5  # (each factor's part rounded once to bfloat16)
+    assert np.max(np.abs(out - ref)) <= tol * np.max(np.abs(ref))

@@ -448,6 +448,29 @@ def test_cp_async16_at_reads_by_flat_offset_and_fills_zeros():
         tc.cp_async16_at(sm, 0, a, 4, 16)
 
 
+def test_cp_async16_at_copies_a_partial_source_and_zeros_the_rest():
+    # a source size of 6 bytes: three 16-bit values, then zeros (the activations' last chunk of a row off the 8-value
+    # grid); only those bytes need be inside the array
+    a = np.arange(1, 21, dtype=np.uint16)
+    sm = np.full(16, 7, np.uint16)
+    tc.cp_async16_at(sm, 8, a, 16, 6)
+    assert (sm[8:11] == a[16:19]).all() and (sm[11:16] == 0).all() and (sm[:8] == 7).all()
+    with pytest.raises(IndexError, match="misaligned"):
+        tc.cp_async16_at(sm, 0, a, 16, 10)  # 10 bytes from element 16 leave an array of 20
+    with pytest.raises(ValueError, match="whole 16-bit values"):
+        tc.cp_async16_at(sm, 0, a, 0, 5)
+
+
+def test_shared_chunks_load_and_store_as_four_words():
+    sm = np.arange(24, dtype=np.uint16)
+    w = tc.lds_w4(sm, 8)
+    assert [int(x) for x in w] == [int(sm[8 + 2 * k]) | int(sm[9 + 2 * k]) << 16 for k in range(4)]
+    tc.sts_w4(sm, 16, *w)
+    assert (sm[16:24] == sm[8:16]).all()
+    with pytest.raises(IndexError, match="misaligned or outside"):
+        tc.lds_w4(sm, 4)
+
+
 def test_the_module_is_the_simulator_version_here():
     assert rt.SIMULATOR and ld_f32x4.__name__ == "ld_f32x4" and "128-bit" in ld_f32x4.__doc__
     assert set(rt.__all__) >= {"ld_f32x4", "ld_f32x4_nc", "ld_b16x8", "ld_h16x8", "st_f32x4", "st_b16x8",
@@ -458,6 +481,7 @@ def test_the_module_is_the_simulator_version_here():
     assert tc.SIMULATOR and set(tc.__all__) == set(TENSOR_CORES) and set(INTRINSICS) <= set(rt.__all__)
     assert {"wgmma_sst_bf16", "wgmma_wait1", "e4m3_round"} <= set(TENSOR_CORES) | set(INTRINSICS)
     assert "div_full" in rt.__all__ and rt.div_full(1.0, 3.0) == np.float32(1.0) / np.float32(3.0)
+    assert "sqrt_full" in rt.__all__ and rt.sqrt_full(2.0) == np.sqrt(np.float32(2.0)) and np.isnan(rt.sqrt_full(-1.0))
     assert rt.pick(True, 1.5, 2.5) == 1.5 and rt.pick(False, 1.5, 2.5) == 2.5
 
 

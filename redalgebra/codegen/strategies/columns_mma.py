@@ -480,9 +480,9 @@ def grid(rows: int, spec: Spec, named) -> dict:
         raise RedalgebraError(f"columns_mma: kernels built for {spec.batch} rows a block run at most that many rows, "
                               f"got {rows}")
     n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
-    fac = named["fac"].shape[1]
+    fac = named["fac"].shape[1] if "fac" in named else 0  # (none where columns_wgmma's tiles compute the factors)
     return {"scalars": (rows, spec.threads), "rowfactors": (rows, row_threads(spec)),  # a block per row
-            "factors": ((rows, -(-fac // (spec.threads * FACTORS_EACH))), spec.threads),
+            "factors": ((rows, max(1, -(-fac // (spec.threads * FACTORS_EACH)))), spec.threads),
             "tiles": ((-(-rows // BM), -(-n // (spec.group * 8)), spec.segments), spec.threads),
             "combine": ((rows, -(-n // spec.threads)), spec.threads)}
 

@@ -26,6 +26,25 @@ read by the instruction from shared memory:
    ``g·4 + t``, rows ``16 w + g`` and ``+ 8``, columns ``8 j + 2 t`` and ``+ 1``); the derived finish (an FP8 scale
    ``s / 448``, a bias) is applied per row as in ``columns``.
 
+**The factors in the product's tiles** (:attr:`Spec.tile_factors`). Where the factor is a row scale times a part of
+the elements alone, ``F = E(x, g, …) · S(scalar reductions, params)`` (RMSNorm's ``g · x`` and
+``1 / sqrt(ss / h + eps)``: :func:`split_scale`, a SymPy ``as_independent`` on the reductions' symbols), and the scalar
+reductions read the elements alone, ``Σ F w = S · Σ E w``, and no factors kernel is needed: the blocks copy the
+activations ``x`` themselves (16-bit, rows on the 16-byte grid) into the factor tile's place, and after its wait each
+thread reads its own copies back, folds each element into its rows' states of the scalar reductions (any monoid
+with a binary op: a sum of squares, a max), loads the elements' other inputs (RMSNorm's ``g``) and writes ``E`` in the
+weights' 16-bit type where ``x`` was; the ``fence.proxy.async`` and barrier that already precede the products then
+hand the tile to ``wgmma``. After the last tile the 8 lanes that copied a row's chunks combine their states by
+shuffles, park them in shared memory, and the epilogue scales each row's sums by ``S``. The activations are read
+once per column block, as the factors were; the factors' write and read (a 64 MB round trip at RMSNorm M4096) and a
+kernel launch are gone. It takes one segment (``S`` needs the whole row) and no mask; elsewhere (FP8's
+``fp8(x · 448 / a)``, which does not separate) the factors kernel stays. ``E`` is rounded once to 16 bits, as the
+whole factor was. **Off by default** (:data:`TILE_FACTORS`): on the H200 this product took 342-352 us at RMSNorm
+M4096 K = N = 4096 against 222 us for the factors kernel and the plain product together (three layouts of the
+in-place pass tried; the first, with 32-bit shared accesses, 452 us). The pass adds a 16 KB shared-memory read and
+write a tile to the 80 KB the two warpgroups' ``wgmma``s read from it, on the same pipe; the way out is the factors
+in registers (``wgmma``'s A operand from registers, as FlashAttention 3's ``P · V``), not built.
+
 **e4m3 weights** are widened to float16 by a first kernel of the module (every e4m3 value is a float16, exactly), and
 the product is the float16 one. Not the FP8 instruction (``m64n256k32.e4m3.e4m3``, twice the products a cycle): on
 an H200 its sums keep fewer bits than float32 — against float64, 5.6e-4 of the largest output at K = 1001 and 1.9e-3
@@ -41,13 +60,16 @@ which would make ptxas serialize the ``wgmma``s).
 
 from __future__ import annotations
 
+import sympy as sp
+
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
-from ..tree import Assign, Barrier, Call, For, If, Store, While
-from . import SMS, Problem, Strategy, register
+from ..states import ScalarState, identity_text
+from ..tree import Assign, Barrier, Call, For, If, Load, Shared, Store, While
+from . import SMS, VEC, Problem, Strategy, register
 from . import columns_mma
-from .columns import PREPASS_TILE, build as columns_build, factor_part, prepass_vec
+from .columns import PREPASS_TILE, build as columns_build, factor_part, prepass_vec, split_body
 from .columns_mma import ColumnsMmaKernel, exact_factors
 from .products import KINDS
 from .rows import RowsKernel
@@ -66,12 +88,62 @@ MAX_SHARED, MOST_STAGES = 232448, 6
 #: (the ``rows`` kernel of :func:`row_spec` is then not taken); :func:`configure`'s choice otherwise. Read by
 #: :func:`configure` only (a sweep's hook: ``gpu/rowfactors_sweep.py``).
 ROW_THREADS = None
+#: Whether :func:`configure` computes the factors in the product's tiles where the cascade allows
+#: (:attr:`Spec.tile_factors`); else the factors kernel always. Off: on the H200 the product with the factors in its
+#: tiles took 342-352 us at RMSNorm M4096 K = N = 4096, against 198 us for the product alone and 222 us for the
+#: module with its factors kernel (``gpu/rowfactors_sweep.py normgemm 2 tiles auto``; gpu/README.md). Read by
+#: :func:`configure` only (the GPU scripts' hook).
+TILE_FACTORS = False
 
 
 def refusal(fused: FusedCascade, dtypes: dict | None = None) -> str | None:
     """Why ``columns_wgmma`` cannot build this cascade (None: it can): ``columns_mma``'s reasons."""
     reason = columns_mma.refusal(fused, dtypes)
     return None if reason is None else reason.replace("columns_mma", "columns_wgmma", 1)
+
+
+def split_scale(fused: FusedCascade):
+    """``(E, S)`` with the vector reduction's factor ``E * S``: ``E`` of the elements alone (no reduction's value), ``S``
+    of the row's scalar reductions and scalar params alone (RMSNorm's ``g * x`` and ``1 / sqrt(ss / h + eps)``), where
+    the scalar reductions read the elements alone (no reduction's value: each thread folds the elements it stages,
+    and the threads' states meet at the end); None otherwise (an FP8 cast of ``x * 448 / a`` does not separate).
+    Then ``Σ F w = S · Σ E w``: the product's blocks need no factors kernel (:attr:`Spec.tile_factors`)."""
+    c = fused.cascade
+    reds = {r.name for r in c.reductions}
+    scal = [r for r in c.reductions if c.sizes[r.name] is None]
+    vred = [r for r in c.reductions if c.sizes[r.name] is not None]
+    if not scal or len(vred) != 1:
+        return None
+    if any(r.monoid.op is None or _names(fused.bodies[r.name]) & reds for r in scal):
+        return None
+    factor, _ = split_body(fused.bodies[vred[0].name], {s.name for s in c.inputs if s.size is not None})
+    if factor is None:
+        return None
+    deps = [s for s in factor.free_symbols if s.name in reds]
+    element, scale = factor.as_independent(*deps, as_Add=False)
+    row = {r.name for r in scal} | {p.name for p in c.params if p.size is None}
+    if _names(element) & reds or not _names(scale) <= row:
+        return None
+    return element, scale
+
+
+def _names(expr) -> set:
+    return {s.name for s in expr.free_symbols}
+
+
+def staged_input(fused: FusedCascade, dtypes: dict, reps: dict) -> str | None:
+    """The per-element input the product's blocks stage with ``cp.async`` under :attr:`Spec.tile_factors`: of the
+    factor's row-free part, the one the fewest rows share (the activations, not RMSNorm's weight ``g``), if 16-bit
+    (it is turned into the factors in place, in the same 128 bytes a row); None otherwise."""
+    parts = split_scale(fused)
+    if parts is None:
+        return None
+    names = _names(parts[0])
+    ins = [s.name for s in fused.cascade.inputs if s.size is None and s.name in names]
+    if not ins:
+        return None
+    x = min(ins, key=lambda n: reps.get(n, 1))
+    return x if dtypes.get(x) in ("bfloat16", "float16") else None
 
 
 def stage_units(rows: int, columns: int) -> int:
@@ -115,6 +187,25 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         self.stages = spec.stages
         self.stage = stage_units(self.bm, self.bc)
         self.ahead = self.stages - 2  # tiles loading while one is multiplied and one group of products is in flight
+        self.tf = bool(spec.tile_factors)
+        if self.tf:
+            self.tile_factor_parts()
+
+    def tile_factor_parts(self) -> None:
+        """Under :attr:`Spec.tile_factors`: the factor's parts (``element``, ``scale``), the staged input, the other
+        inputs the elements read (``loaded``) and the scalar params they read (``row_params``)."""
+        parts, x = split_scale(self.f), self.spec.tile_factors
+        if parts is None or x not in _names(parts[0]) or self.dtypes.get(x) not in ("bfloat16", "float16") or \
+                self.spec.segments > 1 or self.spec.has_keep:
+            raise RedalgebraError("columns_wgmma: the factors are computed in the product's tiles only for a factor that "
+                                  "is a row scale times a part of the elements alone, 16-bit activations, one segment "
+                                  "and no mask")
+        self.element, self.scale = parts
+        self.staged = x
+        used = _names(self.element).union(*(_names(self.f.bodies[r]) for r in self.scalar_reds))
+        self.loaded = [s_ for s_ in self.sin if s_ in used and s_ != x]
+        self.row_params = [p.name for p in self.c.params if p.size is None and p.name in used]
+        self.monoids = {r.name: r.monoid for r in self.c.reductions}
 
     def factor_store(self, values: tuple) -> list:
         return [Store("fac", "row", "kx", values, self.fac_store)]
@@ -125,6 +216,8 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         bytes a store where the row's chunks are of 8 or 16 elements; 16-bit activations or e4m3), and zeros past the
         row's end up to the tiles' width; else ``columns``' scalar kernel, which the factors' loop follows (the row
         read again)."""
+        if self.spec.tile_factors:  # (the product's blocks fold the scalar reductions)
+            return None
         if not self.spec.row_spec:
             return super()._prepass_kernel()
         sub, out = factor_part(self.f)
@@ -183,8 +276,15 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         out = []
         for u in range(na):
             q = f"(tid + {u * t})"
-            out += [Assign(f"fo_{u}", f"min(r0 + {q} // 8, rows - 1) * fac.shape[1] + 8 * (tid % 8)"),
-                    Assign(f"fd_{u}", f"({q} // 8) * {ROW} + (((tid % 8) ^ (({q} // 8) & 7)) << 3)")]
+            if self.tf:  # the activations' row (rows repeated: its shared row), and what the elements read of the row
+                x = self.staged
+                out.append(Assign(f"ro_{u}", f"min(r0 + {q} // 8, rows - 1)"))
+                out.append(Assign(f"fo_{u}", f"int32(uint32(ro_{u}) // uint32(rep_{x})) * xp + 8 * (tid % 8)"))
+                out += [Assign(f"rr_{s_}_{u}", f"int32(uint32(ro_{u}) // uint32(rep_{s_}))") for s_ in self.loaded]
+                out += [Assign(f"p_{p}_{u}", f"{p}[ro_{u}]") for p in self.row_params]
+            else:
+                out.append(Assign(f"fo_{u}", f"min(r0 + {q} // 8, rows - 1) * fac.shape[1] + 8 * (tid % 8)"))
+            out.append(Assign(f"fd_{u}", f"({q} // 8) * {ROW} + (((tid % 8) ^ (({q} // 8) & 7)) << 3)"))
         out += [Assign("wcol", f"cb + 8 * (tid % {per_row})"),
                 Assign("wn", f"pick(wcol < {self.n}, 16, 0)"),
                 Assign("wrow", "rw * length"), Assign("wcl", f"min(wcol, {self.n - 8})"),
@@ -209,9 +309,19 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         the rows past its end (their factors are 0, but 0 · NaN is not)."""
         na, nb, per_row, step = self.chunks()
         out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sd", f"sb + {stage} * {self.stage}")]
-        for u in range(na):
-            out += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sd + fd_{u}", "fac", f"fo_{u} + kt0", "16")))
         whole, partial = [Assign("wt", f"wo + kt0 * {self.n}")], []
+        for u in range(na):
+            if not self.tf:
+                out += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sd + fd_{u}", "fac", f"fo_{u} + kt0",
+                                                                           "16")))
+                continue
+            # the activations: whole chunks, or in the last tile the bytes inside the row and zeros (a chunk past
+            # the row's end copies nothing, from the tile's first element: a valid address)
+            x = self.staged
+            whole += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sd + fd_{u}", x, f"fo_{u} + kt0", "16")))
+            partial += self.guarded(u, self.bm * 8, Call("cp_async16_at", (
+                "sm", f"sd + fd_{u}", x, f"fo_{u} + kt0 - pick(kt0 + 8 * (tid % 8) < hi, 0, 8 * (tid % 8))",
+                "2 * min(max(hi - kt0 - 8 * (tid % 8), 0), 8)")))
         for u in range(nb):
             whole += self.guarded(u, BK * per_row, Call("cp_async16_at", ("sm", f"sd + wd_{u}", self.source,
                                                                 f"wt + {u * step * self.n}", "wn")))
@@ -241,8 +351,89 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         return [st for s_ in range(self.ahead)
                 for st in (If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ()))]
 
+    # -- the factors in the tiles (Spec.tile_factors) ----------------------------------------------------------------
+    def transform(self, tile: str) -> list:
+        """Tile ``tile``'s staged activations turned into factors in place: each thread reads back its own copies (its
+        ``cp.async`` wait made them visible to it), loads the other inputs of those elements, folds each element into
+        its row's state ``s<u>_<r>`` of every scalar reduction and writes the factor's row-free part ``E`` in the
+        weights' 16-bit type where the activations were. In the last tile, the elements past the row's end fold
+        nothing and their factors are zeros."""
+        na = self.chunks()[0]
+        out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("kx", "kt0 + 8 * (tid % 8)"),
+               Assign("sd", f"sb + (uint32({tile}) % uint32({self.stages})) * {self.stage}")]
+        # every chunk's shared-memory load first, then each chunk's work: one load latency a tile, not one a chunk
+        # (the loads and stores are ordered memory instructions: a chunk's load cannot pass the store before it)
+        reads = [st for u in range(na) for st in self.guarded(u, self.bm * 8, Assign(
+            ", ".join(f"xw{u}_{j}" for j in range(4)), f"lds_w4(sm, sd + fd_{u})"))]
+        whole = [st for u in range(na) for st in self.guarded(u, self.bm * 8, *self.transform_chunk(u, False))]
+        tested = [st for u in range(na) for st in self.guarded(u, self.bm * 8, *self.transform_chunk(u, True))]
+        return out + reads + [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(tested))]
+
+    def transform_chunk(self, u: int, tested: bool) -> list:
+        """Copy ``u``'s 8 elements (row ``ro_<u>``, elements ``kx …``), read from shared memory into ``xw<u>_*`` (one
+        128-bit load): each element's folds and factor, 16 bytes written back (one 128-bit store)."""
+        x, zero = self.staged, self.consts.name(0.0)
+        unpack, pack = f"unpack_{KINDS[self.dtypes[x]]}x2", f"pack_{self.kind}x2"
+        out = [Assign(f"xv_{2 * j}, xv_{2 * j + 1}", f"{unpack}(xw{u}_{j})") for j in range(4)]
+        out += [Assign(f"p_{p}", f"p_{p}_{u}") for p in self.row_params]
+        for s_ in self.loaded:
+            dtype = self.dtypes.get(s_, "float32")
+            names, width = [f"lv_{s_}_{c}" for c in range(8)], VEC[dtype]
+            if tested:
+                out += [If(f"kx + {c} < hi", (Load((names[c],), s_, f"rr_{s_}_{u}", f"kx + {c}", dtype),),
+                           (Assign(names[c], zero),)) for c in range(8)]
+            else:  # (16-byte loads: the rows' pitch and the chunk are on the 16-byte grid)
+                out += [Load(tuple(names[c:c + width]), s_, f"rr_{s_}_{u}", f"kx + {c}", dtype) for c in range(0, 8, width)]
+        acc = self.base()
+        for c in range(8):
+            acc.scalar["pos"], acc.scalar["element.index"] = f"float32(kx + {c})", f"kx + {c}"
+            inside = [Assign(f"e_{x}", f"xv_{c}")] + [Assign(f"e_{s_}", f"lv_{s_}_{c}") for s_ in self.loaded]
+            for r in self.scalar_reds:
+                state = ScalarState(r, identity_text(self.f, r, self.consts))
+                inside += state.fold(f"s{u}", self.monoids[r], self.f.bodies[r], acc, self.consts, self.counter,
+                                     f"kx + {c}")
+            pre, text = self.print(self.element, acc)
+            inside += pre + [Assign(f"fv_{c}", text)]
+            out += [If(f"kx + {c} < hi", tuple(inside), (Assign(f"fv_{c}", zero),))] if tested else inside
+        return out + [Call("sts_w4", ("sm", f"sd + fd_{u}", *(f"{pack}(fv_{2 * j}, fv_{2 * j + 1})" for j in range(4))))]
+
+    def states_init(self) -> list:
+        """Each copy's row state of every scalar reduction at its identity."""
+        return [Assign(f"s{u}_{r}", identity_text(self.f, r, self.consts))
+                for u in range(self.chunks()[0]) for r in self.scalar_reds]
+
+    def states_meet(self) -> list:
+        """The 8 threads that copied a row's chunks (8 neighbouring lanes) combine their states by the monoid, and
+        the first of them parks the row's final values in shared ``shr_<r>`` for the epilogue (barriers on both
+        sides: a block walking tiles reads the previous tile's values in its epilogue)."""
+        t, na = self.spec.threads, self.chunks()[0]
+        out = [Shared(f"shr_{r}", (str(self.bm),)) for r in self.scalar_reds] + [Barrier()]
+        for u in range(na):
+            park = []
+            for r in self.scalar_reds:
+                state = ScalarState(r, identity_text(self.f, r, self.consts))
+                other = sp.Symbol("__other", extended_real=True)
+                for off in (1, 2, 4):
+                    acc = self.lay.base_access()
+                    acc.scalar[other.name] = f"o{u}_{r}"
+                    out += state.shuffle(f"s{u}", f"o{u}", str(off))
+                    out += state.fold(f"s{u}", self.monoids[r], other, acc, self.consts, self.counter, "-1")
+                park.append(Assign(f"shr_{r}[(tid + {u * t}) // 8]", f"s{u}_{r}"))
+            out.append(If("tid % 8 == 0", tuple(park)))
+        return out + [Barrier()]
+
+    def row_scale(self, acc, row: str, r0: str) -> list:
+        """The row's scalar params and reductions (from ``shr_<r>``), and its scale ``rsc`` (the factor's part of the
+        row alone)."""
+        out = [Assign(f"p_{p.name}", f"{p.name}[{row}]") for p in self.c.params if p.size is None]
+        for r in self.scalar_reds:
+            out.append(Assign(f"f_{r}", f"shr_{r}[{row} - {r0}]"))
+            acc.scalar[r] = f"f_{r}"
+        pre, text = self.print(self.scale, acc)
+        return out + pre + [Assign("rsc", text)]
+
     # -- the products -----------------------------------------------------------------------------------------------
-    def products(self) -> list:
+    def products(self, wait: bool = True) -> list:
         """The four products of the staged tile ``it``, one group committed: this warpgroup's 64 factor rows (K-major,
         32 bytes a step) times the weight tile — ``k16`` steps of 16-bit values, the weight tile MN-major (16 rows of
         128 bytes a step)."""
@@ -252,7 +443,8 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         for ks in range(4):
             value = f"{op}({value}, da + sa + {2 * ks}, db + sa + {b_step * ks}, 1)"
         return [Assign("sa", f"(uint32(it) % uint32({self.stages})) * {self.stage * 2 // 16}"),
-                Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ()), Call("wgmma_wait1", ())]
+                Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())] + (
+                    [Call("wgmma_wait1", ())] if wait else [])
 
     @property
     def nnb(self) -> int:
@@ -276,14 +468,27 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         lbo = BK * ROW * 2
         out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})"),
                 Assign("db", f"wgmma_desc(sm, sb + {self.bm * ROW}, {lbo}, {ATOM})")]
+        if self.tf:  # the staged activations' row pitch in 16-bit elements (a shift: a 64-bit division is a call,
+            # which makes ptxas serialize the wgmmas)
+            out.append(Assign("xp", f"int32({self.staged}.strides[0] >> 1)"))
         zero = self.consts.name(0.0)
         stage = f"uint32(it + {self.ahead}) % uint32({self.stages})"
-        step = [Call(f"cp_wait{self.ahead - 1}", ()), Call("fence_async", ()), Barrier(),
-                If(f"it + {self.ahead} < ntile", tuple(self.issue(f"it + {self.ahead}", stage))), Call("cp_commit", ())]
+        wait, copies = Call(f"cp_wait{self.ahead - 1}", ()), [
+            If(f"it + {self.ahead} < ntile", tuple(self.issue(f"it + {self.ahead}", stage))), Call("cp_commit", ())]
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
         body = [Assign(f"ac_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
-        body += [For("it", "0", "ntile", tuple(step + self.products())),
-                 Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
+        if self.tf:
+            # the next tile turned into factors while this tile's products (and the previous tile's) run: tile 0
+            # before the loop, tile it + 1 after tile it's products are issued; the barrier at the top of the next
+            # iteration hands it to them (its wait retired the products that read the stage the copies then take)
+            step = [Barrier()] + copies + self.products(wait=False) + [
+                wait, If("it + 1 < ntile", tuple(self.transform("it + 1"))), Call("fence_async", ()),
+                Call("wgmma_wait1", ())]
+            body += self.states_init() + [wait, If("0 < ntile", tuple(self.transform("0"))), Call("fence_async", ())]
+        else:
+            step = [wait, Call("fence_async", ()), Barrier()] + copies + self.products()
+        body += [For("it", "0", "ntile", tuple(step)), Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
+        body += self.states_meet() if self.tf else []
         first = self.span("tile") + self.prologue()
         if not self.spec.persistent:  # a block a tile
             return out + [If("tile < total", tuple(first + body + self.epilogue(segmented, "r0", "cb", "sg")))]
@@ -303,11 +508,17 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         out = []
         for h in (0, 1):
             acc = self.base()
-            acc.div = "div_full"  # (2 ulp) an IEEE division's slow path is a call: the wgmmas would be serialized
-            head = [] if segmented else self.row_scalars(acc, "orow")
+            # (2 ulp) an IEEE division's or square root's slow path is a call: the wgmmas would be serialized
+            acc.div, acc.sqrt = "div_full", "sqrt_full"
+            if self.tf:
+                head = self.row_scale(acc, "orow", r0)
+            else:
+                head = [] if segmented else self.row_scalars(acc, "orow")
             pairs = []
             for j in range(self.bc // 8):
                 col, values = f"{cb} + {8 * j} + 2 * tq", (f"ac_{j}_{2 * h}", f"ac_{j}_{2 * h + 1}")
+                if self.tf:
+                    values = tuple(f"(rsc * {v})" for v in values)
                 if segmented:
                     body = [Store(f"part_{self.red}", ("orow", seg), col, values)]
                 else:
@@ -326,19 +537,26 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
 
 
     def kernels(self) -> list:
-        """``columns_mma``'s kernels; e4m3 weights widened to float16 first."""
-        out = super().kernels()
+        """``columns_mma``'s kernels (:attr:`Spec.tile_factors`: the product's alone); e4m3 weights widened to float16
+        first."""
+        if self.tf:
+            from ..kernels import kernel_args
+
+            common = [a for a in kernel_args(self.c) if a not in ("rows", "length")]
+            out = [("tiles", tuple(common + ["rows", "length", "nseg"]), "tiles", self.tiles())]
+        else:
+            out = super().kernels()
         if self.bytes:  # the weights widened first, the products reading them
             at = next(i for i, k in enumerate(out) if k[0] == "tiles")
             name, targs, grid_name, tbody = out[at]
-            cut = targs.index("fac") + 1
+            cut = targs.index("fac") + 1 if "fac" in targs else targs.index("rows")
             out[at] = (name, targs[:cut] + ("wf",) + targs[cut:], grid_name, tbody)
             out.insert(0, ("widen", (self.x, "wf", "length"), "widen", self.widen()))
         return out
 
     def scratch(self) -> tuple:
         extra = (("wf", "float16", "axis", self.n_const),) if self.bytes else ()
-        return super().scratch() + extra
+        return extra if self.tf else super().scratch() + extra
 
 
 # -- registration ----------------------------------------------------------------------------------------------------
@@ -470,10 +688,25 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     # the weights' first tiles loading meanwhile): the module's time was the same, 245.0 against 245.1 us (two runs
     # each; gpu/README.md)
     persistent = bool(p.option("persistent"))
+    staged = tile_factors(fused, p, int(nseg))
     return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=threads // 2, segments=int(nseg),
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
                 shared=shared, stages=stages, row_threads=ROW_THREADS or _row_threads(threads, p.length),
-                row_spec=row_spec(fused, p), persistent=persistent)
+                row_spec=() if staged else row_spec(fused, p), persistent=persistent, tile_factors=staged)
+
+
+def tile_factors(fused: FusedCascade, p: Problem, nseg: int) -> str:
+    """The input the product's blocks stage and turn into factors (:attr:`Spec.tile_factors`), or "" for the factors
+    kernel: where the factor separates (:func:`split_scale`), the axis is one segment (the row's scale needs the
+    whole row; few blocks split it), no mask, every row on the 16-byte grid (the activations copied 16 bytes at a
+    time) and the elements' inputs of 2 or 4 bytes."""
+    if not TILE_FACTORS or nseg > 1 or p.has_keep or not (p.vec_ok and p.pitch_ok):
+        return ""
+    dtypes = dict(p.dtypes)
+    if any(dtypes.get(s.name, "float32") not in ("bfloat16", "float16", "float32")
+           for s in fused.cascade.inputs if s.size is None):
+        return ""
+    return staged_input(fused, dtypes, dict(p.reps)) or ""
 
 
 def grid(rows: int, spec: Spec, named) -> dict:

@@ -34,7 +34,7 @@ BARE = frozenset("""
     nall tps tfirst cg ks wi wk smf xf dp
     fq nfull nmain nstep p0 p1 p2 p3 h0 h1 h2 h3 fo
     pp sp fresh uniform every op pe pf pk kz
-    mb nb nmb rest sg total tile nxt er0 ecb esg xp rsc
+    mb nb nmb rest sg total tile nxt er0 ecb esg xp rsc kx0 sx sw
 """.split())
 #: What comes before the first underscore of the generator's other identifiers (``s_m``, ``e_x_0_1``).
 PREFIXES = frozenset("""

@@ -30,20 +30,22 @@ read by the instruction from shared memory:
 the elements alone, ``F = E(x, g, …) · S(scalar reductions, params)`` (RMSNorm's ``g · x`` and
 ``1 / sqrt(ss / h + eps)``: :func:`split_scale`, a SymPy ``as_independent`` on the reductions' symbols), and the scalar
 reductions read the elements alone, ``Σ F w = S · Σ E w``, and no factors kernel is needed: the blocks copy the
-activations ``x`` themselves (16-bit, rows on the 16-byte grid) into the factor tile's place, and after its wait each
-thread reads its own copies back, folds each element into its rows' states of the scalar reductions (any monoid
+activations ``x`` themselves (16-bit, rows on the 16-byte grid) into the factor tile's place — a ring of their own,
+a stage more than the weights' and a tile further ahead — and each thread reads its own copies of tile ``t + 1``
+back while tile ``t``'s products run, folds each element into its rows' states of the scalar reductions (any monoid
 with a binary op: a sum of squares, a max), loads the elements' other inputs (RMSNorm's ``g``) and writes ``E`` in the
-weights' 16-bit type where ``x`` was; the ``fence.proxy.async`` and barrier that already precede the products then
-hand the tile to ``wgmma``. After the last tile the 8 lanes that copied a row's chunks combine their states by
+weights' 16-bit type where ``x`` was; the ``fence.proxy.async`` and barrier at the top of the next iteration hand the
+tile to ``wgmma``. After the last tile the 8 lanes that copied a row's chunks combine their states by
 shuffles, park them in shared memory, and the epilogue scales each row's sums by ``S``. The activations are read
 once per column block, as the factors were; the factors' write and read (a 64 MB round trip at RMSNorm M4096) and a
 kernel launch are gone. It takes one segment (``S`` needs the whole row) and no mask; elsewhere (FP8's
 ``fp8(x · 448 / a)``, which does not separate) the factors kernel stays. ``E`` is rounded once to 16 bits, as the
-whole factor was. **Off by default** (:data:`TILE_FACTORS`): on the H200 this product took 342-352 us at RMSNorm
-M4096 K = N = 4096 against 222 us for the factors kernel and the plain product together (three layouts of the
-in-place pass tried; the first, with 32-bit shared accesses, 452 us). The pass adds a 16 KB shared-memory read and
-write a tile to the 80 KB the two warpgroups' ``wgmma``s read from it, on the same pipe; the way out is the factors
-in registers (``wgmma``'s A operand from registers, as FlashAttention 3's ``P · V``), not built.
+whole factor was. **Off by default** (:data:`TILE_FACTORS`): on the H200 this product took 334-352 us at RMSNorm
+M4096 K = N = 4096 against 218-224 us for the factors kernel and the plain product together (four layouts of the
+pass tried; the first, with 32-bit shared accesses between the copies' wait and the barrier, 452 us). ``ncu``: issue
+every 5.5 cycles a warp, the largest stall (34 %) waiting on L1TEX results — the pass's loads of ``g`` from global
+memory, or the copies' waits; not separated. Next: the other inputs staged or prefetched a tile ahead, and the
+factors kept in registers (``wgmma``'s A operand from registers, as FlashAttention 3's ``P · V``); not built.
 
 **e4m3 weights** are widened to float16 by a first kernel of the module (every e4m3 value is a float16, exactly), and
 the product is the float16 one. Not the FP8 instruction (``m64n256k32.e4m3.e4m3``, twice the products a cycle): on
@@ -90,8 +92,8 @@ MAX_SHARED, MOST_STAGES = 232448, 6
 ROW_THREADS = None
 #: Whether :func:`configure` computes the factors in the product's tiles where the cascade allows
 #: (:attr:`Spec.tile_factors`); else the factors kernel always. Off: on the H200 the product with the factors in its
-#: tiles took 342-352 us at RMSNorm M4096 K = N = 4096, against 198 us for the product alone and 222 us for the
-#: module with its factors kernel (``gpu/rowfactors_sweep.py normgemm 2 tiles auto``; gpu/README.md). Read by
+#: tiles took 334-352 us at RMSNorm M4096 K = N = 4096, against 192-202 us for the product alone and 218-224 us for
+#: the module with its factors kernel (``gpu/rowfactors_sweep.py normgemm 2 tiles auto``; gpu/README.md). Read by
 #: :func:`configure` only (the GPU scripts' hook).
 TILE_FACTORS = False
 
@@ -152,12 +154,13 @@ def stage_units(rows: int, columns: int) -> int:
     return (rows + columns) * ROW
 
 
-def plan(threads: int, columns: int) -> tuple[int, int]:
+def plan(threads: int, columns: int, tile_factors: bool = False) -> tuple[int, int]:
     """``(stages, bytes of dynamic shared memory)``: as many stages as fit one block (at most
-    :data:`MOST_STAGES`), and 1024 bytes to reach the swizzle's alignment."""
-    per = 2 * stage_units(threads // 2, columns)
-    stages = min(MOST_STAGES, (MAX_SHARED - ATOM) // per)
-    return stages, stages * per + ATOM
+    :data:`MOST_STAGES`), and 1024 bytes to reach the swizzle's alignment; with ``tile_factors`` one stage more of
+    the factor tile (the activations' ring is a tile further ahead)."""
+    per, extra = 2 * stage_units(threads // 2, columns), (threads // 2) * ROW * 2 if tile_factors else 0
+    stages = min(MOST_STAGES, (MAX_SHARED - ATOM - extra) // per)
+    return stages, stages * per + extra + ATOM
 
 
 class ColumnsWgmmaKernel(ColumnsMmaKernel):
@@ -188,6 +191,12 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         self.stage = stage_units(self.bm, self.bc)
         self.ahead = self.stages - 2  # tiles loading while one is multiplied and one group of products is in flight
         self.tf = bool(spec.tile_factors)
+        # Spec.tile_factors: the activations in a ring of their own, a stage more than the weights' and a tile further
+        # ahead (they are turned into factors a tile before their products), then the weights' ring
+        self.xstages = self.stages + 1 if self.tf else self.stages
+        self.a_units = self.bm * ROW if self.tf else self.stage   # from one stage of the factor tile to the next
+        self.b_units = self.bc * ROW if self.tf else self.stage   # ... of the weight tile
+        self.b_base = self.xstages * self.a_units if self.tf else self.bm * ROW  # the first weight tile
         if self.tf:
             self.tile_factor_parts()
 
@@ -291,7 +300,7 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
                 Assign("wo", f"(wrow + tid // {per_row}) * {self.n} + wcl")]
         for u in range(nb):
             kr = f"(tid // {per_row} + {u * step})"
-            out.append(Assign(f"wd_{u}", f"{self.bm * ROW} + ((tid % {per_row}) // 8) * {BK * ROW} + {kr} * {ROW} + "
+            out.append(Assign(f"wd_{u}", f"{self.b_base} + ((tid % {per_row}) // 8) * {BK * ROW} + {kr} * {ROW} + "
                                          f"(((tid % 8) ^ ({kr} & 7)) << 3)"))
         return out
 
@@ -305,23 +314,16 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
 
     def issue(self, tile: str, stage: str) -> list:
         """``cp.async`` of tile ``tile`` into ``stage``: the factors (always whole: the rows are padded to whole tiles
-        with zeros), the weights from the offsets plus constants, or, in the segment's last partial tile, 0 bytes for
-        the rows past its end (their factors are 0, but 0 · NaN is not)."""
+        with zeros; none under :attr:`Spec.tile_factors`, whose activations :meth:`issue_x` copies), the weights from
+        the offsets plus constants, or, in the segment's last partial tile, 0 bytes for the rows past its end (their
+        factors are 0, but 0 · NaN is not)."""
         na, nb, per_row, step = self.chunks()
-        out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sd", f"sb + {stage} * {self.stage}")]
+        out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sd", f"sb + {stage} * {self.b_units}")]
         whole, partial = [Assign("wt", f"wo + kt0 * {self.n}")], []
-        for u in range(na):
-            if not self.tf:
+        if not self.tf:  # (under Spec.tile_factors the activations are copied by issue_x, a tile further ahead)
+            for u in range(na):
                 out += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sd + fd_{u}", "fac", f"fo_{u} + kt0",
                                                                            "16")))
-                continue
-            # the activations: whole chunks, or in the last tile the bytes inside the row and zeros (a chunk past
-            # the row's end copies nothing, from the tile's first element: a valid address)
-            x = self.staged
-            whole += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sd + fd_{u}", x, f"fo_{u} + kt0", "16")))
-            partial += self.guarded(u, self.bm * 8, Call("cp_async16_at", (
-                "sm", f"sd + fd_{u}", x, f"fo_{u} + kt0 - pick(kt0 + 8 * (tid % 8) < hi, 0, 8 * (tid % 8))",
-                "2 * min(max(hi - kt0 - 8 * (tid % 8), 0), 8)")))
         for u in range(nb):
             whole += self.guarded(u, BK * per_row, Call("cp_async16_at", ("sm", f"sd + wd_{u}", self.source,
                                                                 f"wt + {u * step * self.n}", "wn")))
@@ -330,6 +332,21 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
                 "sm", f"sd + wd_{u}", self.source, f"(wrow + min({kr}, hi - 1)) * {self.n} + wcl",
                 f"pick({kr} < hi, wn, 0)")))
         return out + [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(partial))]
+
+    def issue_x(self, tile: str) -> list:
+        """Under :attr:`Spec.tile_factors`, ``cp.async`` of tile ``tile`` of the activations into their ring: whole
+        chunks, or in the last tile the bytes inside the row and zeros (a chunk past the row's end copies nothing,
+        from the tile's first element: a valid address)."""
+        x, na = self.staged, self.chunks()[0]
+        out = [Assign("kx0", f"lo + ({tile}) * {BK}"),
+               Assign("sx", f"sb + (uint32({tile}) % uint32({self.xstages})) * {self.a_units}")]
+        whole, partial = [], []
+        for u in range(na):
+            whole += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sx + fd_{u}", x, f"fo_{u} + kx0", "16")))
+            partial += self.guarded(u, self.bm * 8, Call("cp_async16_at", (
+                "sm", f"sx + fd_{u}", x, f"fo_{u} + kx0 - pick(kx0 + 8 * (tid % 8) < hi, 0, 8 * (tid % 8))",
+                "2 * min(max(hi - kx0 - 8 * (tid % 8), 0), 8)")))
+        return out + [If(f"kx0 + {BK} <= hi", tuple(whole), tuple(partial))]
 
     def span(self, tile: str) -> list:
         """The block's tile ``tile`` of the output (row blocks first, then column blocks, then segments of the axis):
@@ -347,9 +364,15 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
                 Assign("ntile", f"max(hi - lo + {BK - 1}, 0) // {BK}")] + self.offsets()
 
     def prologue(self) -> list:
-        """The copies of a tile's first ``ahead`` tiles, a commit group each."""
-        return [st for s_ in range(self.ahead)
-                for st in (If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ()))]
+        """The copies of a tile's first ``ahead`` tiles, a commit group each (:attr:`Spec.tile_factors`: the first
+        activations' tile in a group of its own, then each group the weights' tile ``j`` and the activations'
+        ``j + 1``)."""
+        out = [If("0 < ntile", tuple(self.issue_x("0"))), Call("cp_commit", ())] if self.tf else []
+        for s_ in range(self.ahead):
+            group = self.issue(str(s_), str(s_)) + (
+                [If(f"{s_ + 1} < ntile", tuple(self.issue_x(str(s_ + 1))))] if self.tf else [])
+            out += [If(f"{s_} < ntile", tuple(group)), Call("cp_commit", ())]
+        return out
 
     # -- the factors in the tiles (Spec.tile_factors) ----------------------------------------------------------------
     def transform(self, tile: str) -> list:
@@ -360,7 +383,7 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         nothing and their factors are zeros."""
         na = self.chunks()[0]
         out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("kx", "kt0 + 8 * (tid % 8)"),
-               Assign("sd", f"sb + (uint32({tile}) % uint32({self.stages})) * {self.stage}")]
+               Assign("sd", f"sb + (uint32({tile}) % uint32({self.xstages})) * {self.a_units}")]
         # every chunk's shared-memory load first, then each chunk's work: one load latency a tile, not one a chunk
         # (the loads and stores are ordered memory instructions: a chunk's load cannot pass the store before it)
         reads = [st for u in range(na) for st in self.guarded(u, self.bm * 8, Assign(
@@ -440,9 +463,11 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         op, b_step = f"wgmma_sst_{self.kind}", 16 * ROW * 2 // 16
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
         value = acc
+        sw = "sw" if self.tf else "sa"  # (the weights' stage: one ring for both tiles without Spec.tile_factors)
         for ks in range(4):
-            value = f"{op}({value}, da + sa + {2 * ks}, db + sa + {b_step * ks}, 1)"
-        return [Assign("sa", f"(uint32(it) % uint32({self.stages})) * {self.stage * 2 // 16}"),
+            value = f"{op}({value}, da + sa + {2 * ks}, db + {sw} + {b_step * ks}, 1)"
+        rings = [Assign("sw", f"(uint32(it) % uint32({self.stages})) * {self.b_units * 2 // 16}")] if self.tf else []
+        return [Assign("sa", f"(uint32(it) % uint32({self.xstages})) * {self.a_units * 2 // 16}"), *rings,
                 Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())] + (
                     [Call("wgmma_wait1", ())] if wait else [])
 
@@ -467,7 +492,7 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         # columns 64 rows of 128 bytes apart)
         lbo = BK * ROW * 2
         out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})"),
-                Assign("db", f"wgmma_desc(sm, sb + {self.bm * ROW}, {lbo}, {ATOM})")]
+                Assign("db", f"wgmma_desc(sm, sb + {self.b_base}, {lbo}, {ATOM})")]
         if self.tf:  # the staged activations' row pitch in 16-bit elements (a shift: a 64-bit division is a call,
             # which makes ptxas serialize the wgmmas)
             out.append(Assign("xp", f"int32({self.staged}.strides[0] >> 1)"))
@@ -478,13 +503,18 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
         body = [Assign(f"ac_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
         if self.tf:
-            # the next tile turned into factors while this tile's products (and the previous tile's) run: tile 0
-            # before the loop, tile it + 1 after tile it's products are issued; the barrier at the top of the next
-            # iteration hands it to them (its wait retired the products that read the stage the copies then take)
-            step = [Barrier()] + copies + self.products(wait=False) + [
-                wait, If("it + 1 < ntile", tuple(self.transform("it + 1"))), Call("fence_async", ()),
-                Call("wgmma_wait1", ())]
-            body += self.states_init() + [wait, If("0 < ntile", tuple(self.transform("0"))), Call("fence_async", ())]
+            # the activations copied a tile further ahead than the weights (the group of weights' tile it + ahead
+            # holds the activations' tile it + ahead + 1), so the wait for tile it's weights also covers the
+            # activations' tile it + 1, which are turned into factors while tile it's products (and the previous
+            # tile's) run; the barrier at the top of the next iteration hands them to their products. Tile 0 before
+            # the loop (its group the first).
+            copies = [If(f"it + {self.ahead} < ntile", tuple(self.issue(f"it + {self.ahead}", stage))),
+                      If(f"it + {self.ahead + 1} < ntile", tuple(self.issue_x(f"it + {self.ahead + 1}"))),
+                      Call("cp_commit", ())]
+            # (the fence at the top of the next iteration orders the pass's stores before the products too)
+            step = [wait, Call("fence_async", ()), Barrier()] + copies + self.products(wait=False) + [
+                If("it + 1 < ntile", tuple(self.transform("it + 1"))), Call("wgmma_wait1", ())]
+            body += self.states_init() + [Call(f"cp_wait{self.ahead}", ()), If("0 < ntile", tuple(self.transform("0")))]
         else:
             step = [wait, Call("fence_async", ()), Barrier()] + copies + self.products()
         body += [For("it", "0", "ntile", tuple(step)), Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
@@ -681,14 +711,14 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     tiles = -(-p.length // BK)
     nseg = p.option("segments") or max(1, min(SMS // blocks, tiles // 4))
     nseg = min(int(nseg), max(tiles, 1))  # (the tiles are numbered in the grid's x: no limit of its z)
-    stages, shared = plan(threads, bc)
+    staged = tile_factors(fused, p, int(nseg))
+    stages, shared = plan(threads, bc, bool(staged))
     # the product's blocks walk the output's tiles only when asked (``persistent``): on the H200, mixed — RMSNorm + GEMM
     # M4096 K = N = 4096's product took 192.5 us alone launched a block a tile, 196.1 walking (three runs each,
     # interleaved), FP8 M4096 K = N = 7168's 646 and 639 (two each). Not launched while the factors' kernel runs (Spec.dependent,
     # the weights' first tiles loading meanwhile): the module's time was the same, 245.0 against 245.1 us (two runs
     # each; gpu/README.md)
     persistent = bool(p.option("persistent"))
-    staged = tile_factors(fused, p, int(nseg))
     return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=threads // 2, segments=int(nseg),
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
                 shared=shared, stages=stages, row_threads=ROW_THREADS or _row_threads(threads, p.length),

@@ -82,10 +82,14 @@ def prepared_case(group: str, index: int, config: str):
 
 
 def parse_config(text: str) -> dict:
-    """``strategy[@threads[xTILE][sSEGMENTS][gGROUP][mBLOCKS][bBATCH][p]]`` (``p``: persistent blocks); ``rows`` and
-    ``auto`` alone choose from the shape."""
+    """``strategy[@threads[xTILE][sSEGMENTS][gGROUP][mBLOCKS][bBATCH][p]][:OUT]`` (``p``: persistent blocks; ``OUT``:
+    the outputs' ``out_dtype``, e.g. ``columns_wgmma:bfloat16``); ``rows`` and ``auto`` alone choose from the
+    shape."""
+    text, _, out_dtype = text.partition(":")
     strategy, _, rest = text.partition("@")
     out = {"strategy": strategy}
+    if out_dtype:
+        out["out_dtype"] = out_dtype
     if rest.endswith("p"):
         rest, out["persistent"] = rest[:-1], True
     if "b" in rest:  # columns: rows per block, e.g. columns@128x16b8

@@ -61,7 +61,7 @@ class Kernel:
     fast_exp: bool = False       # the hardware's approximate exp (real CUDA only)
     segments: int | None = None  # split strategies: segments per row; None: chosen from the shape
     group: int | None = None     # rows: threads per row; None: chosen from the shape
-    out_dtype: str | None = None  # "float32": every output in float32; None: as the strategy writes them
+    out_dtype: str | None = None  # "float32": every output in float32; None: as the strategy writes them; a 16-bit type: the outputs a strategy can store so
     min_blocks: int | None = None  # launch bounds: blocks per multiprocessor the registers must allow
     persistent: bool | None = None  # rows: blocks walk rows on a grid of multiprocessors x min_blocks; None: chosen
     #                               (columns_wgmma: its product's blocks walk the output's tiles; None: off)
@@ -498,9 +498,12 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
         Segments per row for the split strategies (blocks that fold a row's segments in parallel).
     group : int, optional
         ``rows``: threads per row (a power of two); chosen from the length when omitted.
-    out_dtype : None | ``"float32"``
+    out_dtype : None | ``"float32"`` | ``"bfloat16"`` | ``"float16"``
         Outputs in the input's dtype where the strategy writes it (``rows``: bfloat16 in, bfloat16
-        out; ``fp8(…)`` outputs as e4m3 bytes), or float32 for every output.
+        out; ``fp8(…)`` outputs as e4m3 bytes), or float32 for every output; a 16-bit type: the
+        outputs a strategy can store in it so (``rows``' per-element outputs, ``columns_wgmma``'s
+        outputs of the weights' width: half the bytes a GEMM's epilogue writes), float32 elsewhere —
+        the arrays returned say which.
     min_blocks : int, optional
         CUDA launch bounds: registers limited so that this many blocks fit on a multiprocessor (more
         rows in flight, at the risk of spills: ``redalgebra ptx`` shows registers and spills).
@@ -542,9 +545,9 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     fast_exp = backend == "cuda" if fast_exp is None else fast_exp
     if fast_exp and backend != "cuda":
         raise RedalgebraError(f"fast_exp is a CUDA instruction; the {backend} back end has none")
-    if out_dtype not in (None, "float32"):
-        raise RedalgebraError(f"out_dtype is None (the input's dtype where the strategy can) or 'float32', "
-                              f"got {out_dtype!r}")
+    if out_dtype not in (None, "float32", "bfloat16", "float16"):
+        raise RedalgebraError(f"out_dtype is None (the input's dtype where the strategy can), 'float32', 'bfloat16' "
+                              f"or 'float16', got {out_dtype!r}")
     from ..codegen.names import generated_names
 
     generated, rename = generated_names(fused)  # names the generated code could confuse with its own, renamed

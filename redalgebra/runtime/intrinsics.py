@@ -44,7 +44,7 @@ from .formats import _f32, bf16_bits, e4m3_bits, e4m3_values, f16_bits  # host r
 
 __all__ = ["LOG2E", "bf16_bits", "div_full", "sqrt_full", "fresh", "uniform", "pick", "e4m3", "e4m3_round", "fp8_in_hardware", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
            "ld_e4m3", "ld_e4m3x16", "ld_f32x4",
-           "ld_f32x4_nc", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x8", "st_e4m3x4", "st_f32x2", "st_f32x4", "st_h16",
+           "ld_f32x4_nc", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x2", "st_b16x8", "st_h16x2", "st_e4m3x4", "st_f32x2", "st_f32x4", "st_h16",
            "st_h16x8"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
@@ -99,6 +99,15 @@ def _sim_st_f32x2(a, row, col, v0, v1):
 def _sim_st_b16x8(a, row, col, v0, v1, v2, v3, v4, v5, v6, v7):
     out = _span(a, row, col, 8, _B16)
     out[:] = bf16_bits(_f32([v0, v1, v2, v3, v4, v5, v6, v7])).view(out.dtype)
+
+
+def _sim_st_b16x2(a, row, col, v0, v1):
+    out = _span(a, row, col, 2, _B16)
+    out[:] = bf16_bits(_f32([v0, v1])).view(out.dtype)
+
+
+def _sim_st_h16x2(a, row, col, v0, v1):
+    _span(a, row, col, 2, _F16)[:] = f16_bits(_f32([v0, v1])).view(np.float16)
 
 
 def _sim_st_h16x8(a, row, col, v0, v1, v2, v3, v4, v5, v6, v7):
@@ -310,14 +319,19 @@ def _f32x4_load(name, invariant, a, row, col):
     return types.UniTuple(types.float32, 4)(a, row, col), codegen
 
 
-def _packed_store(name, kind, dtypes, a, row, col):
-    """Signature and code of an eight-value store rounded pairwise to ``kind`` (``bf16`` or ``f16``)."""
+def _packed_store(name, kind, dtypes, a, row, col, count=8):
+    """Signature and code of a ``count``-value store (8: 16 bytes; 2: 4 bytes) rounded pairwise to ``kind`` (``bf16``
+    or ``f16``)."""
     def codegen(context, builder, sig, args):
         v = args[3:]
-        words = _vector(builder, [_pack(builder, kind, v[k], v[k + 1]) for k in range(0, 8, 2)])
-        builder.store(words, _pointer(context, builder, sig, args, ir.VectorType(ir.IntType(32), 4)), align=16)
+        packed = [_pack(builder, kind, v[k], v[k + 1]) for k in range(0, count, 2)]
+        if count == 2:
+            builder.store(packed[0], _pointer(context, builder, sig, args, ir.IntType(32)), align=4)
+        else:
+            words = _vector(builder, packed)
+            builder.store(words, _pointer(context, builder, sig, args, ir.VectorType(ir.IntType(32), 4)), align=16)
         return context.get_dummy_value()
-    return _store_sig(name, a, dtypes, row, col, 8), codegen
+    return _store_sig(name, a, dtypes, row, col, count), codegen
 
 
 def _scalar_store(name, kind, dtypes, a, row, col):
@@ -388,6 +402,20 @@ def st_f32x2(typingctx, a, row, col, v0, v1):
         builder.store(_vector(builder, list(args[3:])), p, align=8)
         return context.get_dummy_value()
     return _store_sig("st_f32x2", a, (types.float32,), row, col, 2), codegen
+
+
+@_device(_sim_st_b16x2)
+def st_b16x2(typingctx, a, row, col, v0, v1):
+    """Round two float32 to bfloat16 (``cvt.rn.bf16x2.f32``) and store their patterns at ``a[row, col:col+2]``
+    (uint16/int16), one 32-bit store (``col`` even on a row of an even pitch)."""
+    return _packed_store("st_b16x2", "bf16", _B16_TYPES, a, row, col, 2)
+
+
+@_device(_sim_st_h16x2)
+def st_h16x2(typingctx, a, row, col, v0, v1):
+    """Round two float32 to float16 and store them at ``a[row, col:col+2]``, one 32-bit store (``col`` even on a row
+    of an even pitch)."""
+    return _packed_store("st_h16x2", "f16", (types.float16,), a, row, col, 2)
 
 
 @_device(_sim_st_b16x8)

@@ -585,3 +585,34 @@ def test_factors_computed_in_the_products_tiles_match_the_reference(monkeypatch,
     ref = evaluate(f.cascade, wide, {k: np.float64(v) for k, v in params.items()}, None)["y"]
     tol = 2 ** -9 + 1e-5  # (each factor's part rounded once to bfloat16)
     assert np.max(np.abs(out - ref)) <= tol * np.max(np.abs(ref))
+
+
+@pytest.mark.parametrize("name,segments,out,tol", [
+    # FP8's products are exact: the outputs' own rounding only (half an ulp of bfloat16: 2^-9 of the value), stored
+    # as pairs by the product's epilogue, or one by one by the combine kernel of two segments
+    ("fp8_quant_gemm", None, "bfloat16", 2 ** -9 + 1e-5),
+    ("fp8_quant_gemm", 2, "bfloat16", 2 ** -9 + 1e-5),
+    ("fp8_quant_gemm", None, "float16", 2 ** -11 + 1e-5),
+    # RMSNorm's factors rounded too (2^-9 more)
+    ("rmsnorm_gemm", None, "bfloat16", 2 ** -8 + 1e-5),
+])
+def test_columns_wgmma_stores_its_outputs_in_16_bits_when_asked(name, segments, out, tol):
+    rows, length, n = 17, 100, 72
+    inputs, params = _problem(name, rows, length, n, "bfloat16")
+    kernel = compile(fused(name), "cudasim", "columns_wgmma", segments=segments, out_dtype=out)
+    spec = kernel.spec_for(rows, length, {k: "bfloat16" for k in inputs}, {"n": n},
+                           reps={s.name: (rows if s.size is not None else 1) for s in fused(name).cascade.inputs})[1]
+    source = kernel.source(spec, "columns_wgmma").source
+    assert (f"st_{'b' if out == 'bfloat16' else 'h'}16x2(out_y" in source) == (segments is None)
+    got = kernel(inputs, params)["y"]
+    assert (got.bits.dtype == np.uint16) if out == "bfloat16" else (got.dtype == np.float16)
+    ref = _reference(name, inputs, params, None, rows)["y"]
+    values = np.asarray(to_float(got), np.float64)
+    assert np.max(np.abs(values - ref)) <= tol * np.max(np.abs(ref))
+    # float32 by default, as before
+    assert compile(fused(name), "cudasim", "columns_wgmma", segments=segments)(inputs, params)["y"].dtype == np.float32
+
+
+def test_out_dtype_names_the_types_it_takes():
+    with pytest.raises(RedalgebraError, match="out_dtype is None .* 'bfloat16' or 'float16'"):
+        compile(fused("rmsnorm_gemm"), "cudasim", "columns_wgmma", out_dtype="e4m3")

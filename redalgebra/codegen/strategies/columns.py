@@ -344,7 +344,7 @@ class ColumnsKernel(TreeKernel):
                     pre, text = pre + [Assign(f"sv_{k}_{sym.name}", text)], f"sv_{k}_{sym.name}"
                 out += pre
                 values.append(text)
-            out.append(Store(f"out_{sym.name}", row, col, tuple(values), "float32"))
+            out.append(Store(f"out_{sym.name}", row, col, tuple(values), dict(self.spec.out_dtypes).get(sym.name, "float32")))
         return out
 
     def tiles(self) -> list:
@@ -429,7 +429,8 @@ def build(fused: FusedCascade, spec: Spec, target: str, kernel=None, name: str =
     outputs = tuple((o.name, "row", None if c.sizes[o.name] is None else k.lay.size_const(c.sizes[o.name]))
                     for o in c.outputs)
     constants = {**(k.pre.lay.constants if k.pre else {}), **k.lay.constants}
-    src = assemble(fused, spec, target, name, kernels, k.consts, constants, outputs, {}, k.bounds())
+    src = assemble(fused, spec, target, name, kernels, k.consts, constants, outputs,
+                   {n: d for n, d in spec.out_dtypes if d != "float32"}, k.bounds())
     return replace(src, scratch=k.scratch(), entries=tuple((n, a, g) for n, a, g, _ in kernels))
 
 

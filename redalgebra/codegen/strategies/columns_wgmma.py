@@ -719,10 +719,17 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     # the weights' first tiles loading meanwhile): the module's time was the same, 245.0 against 245.1 us (two runs
     # each; gpu/README.md)
     persistent = bool(p.option("persistent"))
+    # outputs of the vector reduction's width stored in 16 bits only when asked (out_dtype): half the bytes the
+    # epilogue writes, each rounded once more (float32 otherwise, as the other columns strategies write them)
+    want = p.option("out_dtype")
+    c = fused.cascade
+    outs = tuple((o.name, want) for o in c.outputs if c.sizes[o.name] is not None) \
+        if want in ("bfloat16", "float16") else ()
     return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=threads // 2, segments=int(nseg),
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
                 shared=shared, stages=stages, row_threads=ROW_THREADS or _row_threads(threads, p.length),
-                row_spec=() if staged else row_spec(fused, p), persistent=persistent, tile_factors=staged)
+                row_spec=() if staged else row_spec(fused, p), persistent=persistent, tile_factors=staged,
+                out_dtypes=outs)
 
 
 def tile_factors(fused: FusedCascade, p: Problem, nseg: int) -> str:

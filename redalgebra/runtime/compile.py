@@ -35,7 +35,7 @@ from ..derive import FusedCascade
 from ..errors import EvaluationError, NotFusableError, RedalgebraError
 from .backends import check_backend, cuda_module, device_capability, multiprocessors
 from .cache import load
-from .formats import BFloat16, Encoded, dtype_of as _dtype, is_device as _is_device
+from .formats import BFloat16, Encoded, as_bfloat16, dtype_of as _dtype, is_device as _is_device
 from .driver import c_strides
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
@@ -324,15 +324,15 @@ class Kernel:
 
     def _run(self, inputs: dict, params: dict, keep, out=None) -> dict:
         src, module, named, outs, rows = self._arguments(inputs, params, keep, out)
+        stored, given = dict(src.out_dtypes), out or {}
         if self.backend == "cpu":
             module.kernel(*[np.ascontiguousarray(named[a]) if isinstance(named[a], np.ndarray) else named[a]
                             for a in src.args])
-            return outs
+            return {name: v if name in given else self._as_asked(v, name, stored.get(name)) for name, v in outs.items()}
         on_device = any(_is_device(getattr(inputs[s.name], "bits", inputs[s.name])) for s in self.fused.cascade.inputs)
         launch = self._device_launch(src, module, named, rows)
         launch.run()
-        stored, given = dict(src.out_dtypes), out or {}
-        if on_device:
+        if on_device:  # (device arrays as the kernels stored them)
             return launch.outputs
         result = {}
         for name, arr in launch.outputs.items():
@@ -340,7 +340,16 @@ class Kernel:
             host = arr.copy_to_host(mine.bits if isinstance(mine, Encoded) else mine) if mine is not None \
                 else arr.copy_to_host()
             result[name] = mine if isinstance(mine, Encoded) else _host(host, stored.get(name))
+            if mine is None:
+                result[name] = self._as_asked(result[name], name, stored.get(name))
         return result
+
+    def _as_asked(self, value, name: str, stored: str | None):
+        """A host output in the 16-bit type ``out_dtype`` asks for where the strategy stored it in float32 (rounded to
+        nearest here, once: what storing it so would have given); as it is otherwise (top-k indices too)."""
+        if self.out_dtype not in ("bfloat16", "float16") or name.endswith(".index") or (stored or "float32") != "float32":
+            return value
+        return as_bfloat16(value) if self.out_dtype == "bfloat16" else np.asarray(value).astype(np.float16)
 
     def prepare(self, inputs: dict, params: dict | None = None, keep=None) -> "Launch":
         """Everything but the launch done once — for timing: ``prepare(...).run()`` only launches."""
@@ -500,10 +509,11 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
         ``rows``: threads per row (a power of two); chosen from the length when omitted.
     out_dtype : None | ``"float32"`` | ``"bfloat16"`` | ``"float16"``
         Outputs in the input's dtype where the strategy writes it (``rows``: bfloat16 in, bfloat16
-        out; ``fp8(…)`` outputs as e4m3 bytes), or float32 for every output; a 16-bit type: the
-        outputs a strategy can store in it so (``rows``' per-element outputs, ``columns_wgmma``'s
-        outputs of the weights' width: half the bytes a GEMM's epilogue writes), float32 elsewhere —
-        the arrays returned say which.
+        out; ``fp8(…)`` outputs as e4m3 bytes), or float32 for every output; a 16-bit type: every
+        output in it (top-k indices aside), stored so by the kernels where the strategy can
+        (``rows``' per-element outputs, ``columns_wgmma``'s outputs of the weights' width: half the
+        bytes a GEMM's epilogue writes) and converted on return elsewhere (host arrays and torch
+        tensors; CUDA device arrays given as inputs get the outputs as the kernels stored them).
     min_blocks : int, optional
         CUDA launch bounds: registers limited so that this many blocks fit on a multiprocessor (more
         rows in flight, at the risk of spills: ``redalgebra ptx`` shows registers and spills).

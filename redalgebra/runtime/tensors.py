@@ -90,7 +90,8 @@ def out_dtypes(fused: FusedCascade, first):
 
 
 def _output(value, want, device):
-    """A kernel output as a tensor of dtype ``want`` on ``device``."""
+    """A kernel output as a tensor of dtype ``want`` on ``device``: 16-bit patterns read as bfloat16 and bytes as e4m3
+    (the values they store, never converted as integers), then converted where ``want`` differs."""
     torch = _torch()
     if isinstance(value, BFloat16):
         value = value.bits
@@ -98,11 +99,24 @@ def _output(value, want, device):
         t = torch.from_numpy(value)
     else:  # a device array (numba): the tensor shares its memory
         t = torch.as_tensor(value, device=device)
-    if t.dtype in (torch.uint16, torch.int16) and want == torch.bfloat16:
-        return t.view(torch.bfloat16)
-    if t.dtype == torch.uint8 and want == torch.float8_e4m3fn:
-        return t.view(torch.float8_e4m3fn)
+    if t.dtype in (torch.uint16, torch.int16):
+        t = t.view(torch.bfloat16)
+    elif t.dtype == torch.uint8:
+        t = t.view(torch.float8_e4m3fn)
     return t.to(want) if t.dtype != want else t
+
+
+def _wanted(kernel: Kernel, per_element: dict, name: str):
+    """The dtype a call returns output ``name`` in: the 16-bit type ``out_dtype`` asks for (stored so by the kernels
+    where the strategy can, converted otherwise); else torch's convention — per-element outputs in the input's dtype
+    (``per_element``), float32 otherwise."""
+    torch = _torch()
+    if name.endswith(".index"):
+        return torch.int32
+    if kernel.out_dtype in ("bfloat16", "float16"):
+        return getattr(torch, kernel.out_dtype)
+    return per_element.get(name, torch.float32)
+
 
 
 def call(kernel: Kernel, inputs: dict, params: dict | None = None, keep=None, out: dict | None = None) -> dict:
@@ -163,7 +177,6 @@ def _into(results: dict, out) -> dict:
 
 def _slow_call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
     """Through ``Kernel.run``: CPU tensors (as NumPy), and what the prepared path does not take."""
-    torch = _torch()
     c = kernel.fused.cascade
     first = inputs[c.inputs[0].name]
     rows = max(int(t.shape[0]) for t in inputs.values() if is_tensor(t) and t.dim() >= 1)
@@ -171,11 +184,7 @@ def _slow_call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
                      {p.name: _param(params[p.name], rows, p.size is not None) for p in c.params if p.name in params},
                      keep.cpu().numpy() if is_tensor(keep) else keep)
     per_element = out_dtypes(kernel.fused, first.dtype)
-    out = {}
-    for name, value in got.items():
-        want = torch.int32 if name.endswith(".index") else per_element.get(name, torch.float32)
-        out[name] = _output(value, want, first.device)
-    return out
+    return {name: _output(value, _wanted(kernel, per_element, name), first.device) for name, value in got.items()}
 
 
 def _current_device(torch) -> int:
@@ -247,7 +256,7 @@ class _Call:
         for name, _, _ in src.outputs:
             arr = outs[name]
             stored = getattr(torch, _STORED[np.dtype(arr.dtype).name])
-            want = torch.int32 if name.endswith(".index") else per_element.get(name, torch.float32)
+            want = _wanted(kernel, per_element, name)
             self.outputs.append((name, f"out_{name.replace('.', '_')}", tuple(arr.shape), stored, want))
         # outputs a strategy writes in float32 where torch's convention is the input's dtype: (name, that dtype)
         self.converted = tuple((name, want) for name, _, _, stored, want in self.outputs if stored != want)

@@ -540,7 +540,22 @@ def test_the_factors_are_computed_in_the_products_tiles_where_the_factor_separat
         assert cfg["row_spec"] == ()
 
 
+#: RMSNorm with per-element lets: Gemma's weight offset in the factor, the square a let of the sum.
+GEMMA_NORM = """input x
+input g
+input w[n]
+param h > 0
+param eps > 0
+let gg = g + 1
+let x2 = x * x
+reduce ss = sum(x2)
+reduce acc = sum(x / sqrt(ss / h + eps) * gg * w)
+out y = acc"""
+
+
 @pytest.mark.parametrize("text,rows,length,n,weights,persistent", [
+    # per-element lets read by the factor and by the sum of squares, computed in the tiles' pass
+    (GEMMA_NORM, 9, 136, 40, "bfloat16", False),
     # two row blocks (the second of one row), a partial column block, a partial last tile (whole 16-byte chunks:
     # contiguous 16-bit rows on the 16-byte grid), RMSNorm's sum of squares folded by the copying threads
     (None, 17, 200, 72, "bfloat16", False),
@@ -572,7 +587,7 @@ def test_factors_computed_in_the_products_tiles_match_the_reference(monkeypatch,
     make = as_bfloat16 if weights == "bfloat16" else (lambda a: a.astype(np.float16))
     inputs = {k: make(v) for k, v in rows_in.items()}
     inputs["w"] = as_bfloat16(w)
-    params = {"h": np.float32(length), "eps": np.float32(1e-5)} if text is None else {}
+    params = {"h": np.float32(length), "eps": np.float32(1e-5)} if text in (None, GEMMA_NORM) else {}
     kernel = compile(f, "cudasim", "columns_wgmma", persistent=persistent or None)
     dtypes = {s.name: weights if s.size is None else "bfloat16" for s in f.cascade.inputs}
     reps = {s.name: (1 if s.name == "x" else rows) for s in f.cascade.inputs}
@@ -588,13 +603,14 @@ def test_factors_computed_in_the_products_tiles_match_the_reference(monkeypatch,
 
 
 @pytest.mark.parametrize("name,segments,out,tol", [
-    # FP8's products are exact: the outputs' own rounding only (half an ulp of bfloat16: 2^-9 of the value), stored
-    # as pairs by the product's epilogue, or one by one by the combine kernel of two segments
-    ("fp8_quant_gemm", None, "bfloat16", 2 ** -9 + 1e-5),
-    ("fp8_quant_gemm", 2, "bfloat16", 2 ** -9 + 1e-5),
+    # FP8's products are exact: the outputs' own rounding only (check.STORE_ROUNDING: half an ulp, 2^-8 of the value
+    # in bfloat16, 2^-11 in float16), stored as pairs by the product's epilogue, or one by one by the combine kernel
+    # of two segments
+    ("fp8_quant_gemm", None, "bfloat16", 2 ** -8 + 1e-5),
+    ("fp8_quant_gemm", 2, "bfloat16", 2 ** -8 + 1e-5),
     ("fp8_quant_gemm", None, "float16", 2 ** -11 + 1e-5),
     # RMSNorm's factors rounded too (2^-9 more)
-    ("rmsnorm_gemm", None, "bfloat16", 2 ** -8 + 1e-5),
+    ("rmsnorm_gemm", None, "bfloat16", 2 ** -8 + 2 ** -9 + 1e-5),
 ])
 def test_columns_wgmma_stores_its_outputs_in_16_bits_when_asked(name, segments, out, tol):
     rows, length, n = 17, 100, 72
@@ -611,6 +627,21 @@ def test_columns_wgmma_stores_its_outputs_in_16_bits_when_asked(name, segments, 
     assert np.max(np.abs(values - ref)) <= tol * np.max(np.abs(ref))
     # float32 by default, as before
     assert compile(fused(name), "cudasim", "columns_wgmma", segments=segments)(inputs, params)["y"].dtype == np.float32
+
+
+@pytest.mark.parametrize("backend,strategy,name,out", [
+    ("cudasim", "columns_mma", "fp8_quant_gemm", "bfloat16"),  # a strategy that stores float32: rounded on return
+    ("cpu", None, "safe_softmax", "float16"),                  # the CPU back end likewise
+])
+def test_a_16_bit_out_dtype_returns_every_output_in_that_type(backend, strategy, name, out):
+    from redalgebra.runtime.check import STORE_ROUNDING
+
+    rows, length, n = 17, 64, 40
+    inputs, params = _problem(name, rows, length, n, "bfloat16" if name == "fp8_quant_gemm" else "float32")
+    got = compile(fused(name), backend, strategy, out_dtype=out)(inputs, params)["y"]
+    assert (got.bits.dtype == np.uint16) if out == "bfloat16" else (got.dtype == np.float16)
+    ref = _reference(name, inputs, params, None, rows)["y"]
+    assert np.max(np.abs(np.asarray(to_float(got), np.float64) - ref)) <= (STORE_ROUNDING[out] + 1e-5) * np.max(np.abs(ref))
 
 
 def test_out_dtype_names_the_types_it_takes():

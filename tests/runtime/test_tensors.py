@@ -112,3 +112,28 @@ def test_wrapping_a_host_tensor_gets_a_message():
                     (ra.as_bfloat16, torch.zeros(3, dtype=torch.bfloat16))):
         with pytest.raises(RedalgebraError, match="give host data as a NumPy array; kernels take torch tensors"):
             wrap(t)
+
+
+@pytest.mark.parametrize("strategy,out,name", [
+    ("columns_wgmma", "bfloat16", "fp8_quant_gemm"),  # a GEMM's outputs stored in 16 bits when asked
+    ("columns_wgmma", "float16", "fp8_quant_gemm"),
+    ("rows", "bfloat16", "safe_softmax"),             # per-element outputs of float32 inputs stored in bfloat16
+    ("columns", "bfloat16", "fp8_quant_gemm"),        # stored in float32 by the strategy: converted on return
+])
+def test_outputs_stored_in_16_bits_when_asked_come_back_as_such_tensors(strategy, out, name):
+    # the stored patterns are read as the values they are (never converted as integers), in the type asked for
+    gen = torch.Generator().manual_seed(4)
+    if name == "fp8_quant_gemm":
+        inputs = {"x": torch.randn(17, 64, generator=gen).to(torch.bfloat16),
+                  "w": (torch.randn(1, 64, 40, generator=gen) * 0.3).to(torch.bfloat16)}
+        xd, wd = inputs["x"].double(), inputs["w"][0].double()
+        s = xd.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 448
+        want = ((xd / s).to(torch.float8_e4m3fn).double() @ wd) * s
+    else:
+        inputs = {"x": X}
+        want = torch.softmax(X.double(), -1)
+    y = ra.compile(fused(name), "cudasim", strategy, out_dtype=out)(inputs)["y"]
+    assert y.dtype == getattr(torch, out)
+    from redalgebra.runtime.check import STORE_ROUNDING  # (half an ulp of the stored type, of the value)
+
+    assert (y.double() - want).abs().max() <= (STORE_ROUNDING[out] + 1e-5) * want.abs().max()

@@ -57,7 +57,8 @@ shared by every row (the widened copy is one matrix).
 Rounding and exactness are ``columns_mma``'s: FP8 factors are exact in 16 bits (and as e4m3) and the products exact,
 so only the float32 summation order differs from the float64 reference; other factors are rounded to the weights'
 type. The epilogue divides with ``div.full.f32`` (within 2 ulp; an IEEE division's slow path is a subroutine call,
-which would make ptxas serialize the ``wgmma``s).
+which would make ptxas serialize the ``wgmma``s) and takes square roots with ``sqrt.approx.f32`` (within 1 ulp,
+measured), reciprocals included: a cascade's ``acc / sqrt(ss)`` is a few ulp from the IEEE result here.
 """
 
 from __future__ import annotations
@@ -141,6 +142,9 @@ def staged_input(fused: FusedCascade, dtypes: dict, reps: dict) -> str | None:
     if parts is None:
         return None
     names = _names(parts[0])
+    for sym, expr in reversed(fused.prologue.steps):  # (through the per-element lets it reads)
+        if sym.name in names:
+            names |= _names(expr)
     ins = [s.name for s in fused.cascade.inputs if s.size is None and s.name in names]
     if not ins:
         return None
@@ -212,6 +216,14 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         self.element, self.scale = parts
         self.staged = x
         used = _names(self.element).union(*(_names(self.f.bodies[r]) for r in self.scalar_reds))
+        # the per-element lets they read (element atoms: no reduction in them), and what those lets read
+        self.lets = []
+        for sym, expr in reversed(self.f.prologue.steps):
+            if sym.name in used:
+                used |= _names(expr)
+                self.lets.insert(0, (sym, expr))
+        if x not in used:  # (the staged input read only through a let)
+            raise RedalgebraError(f"columns_wgmma: the factors' elements do not read {x}")
         self.loaded = [s_ for s_ in self.sin if s_ in used and s_ != x]
         self.row_params = [p.name for p in self.c.params if p.size is None and p.name in used]
         self.monoids = {r.name: r.monoid for r in self.c.reductions}
@@ -411,6 +423,9 @@ class ColumnsWgmmaKernel(ColumnsMmaKernel):
         for c in range(8):
             acc.scalar["pos"], acc.scalar["element.index"] = f"float32(kx + {c})", f"kx + {c}"
             inside = [Assign(f"e_{x}", f"xv_{c}")] + [Assign(f"e_{s_}", f"lv_{s_}_{c}") for s_ in self.loaded]
+            for sym, expr in self.lets:  # the element's lets, as the factors kernel computes them
+                pre, text = self.print(expr, acc)
+                inside += pre + [Assign(f"e_{sym.name}", text)]
             for r in self.scalar_reds:
                 state = ScalarState(r, identity_text(self.f, r, self.consts))
                 inside += state.fold(f"s{u}", self.monoids[r], self.f.bodies[r], acc, self.consts, self.counter,

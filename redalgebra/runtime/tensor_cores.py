@@ -21,11 +21,16 @@ operands' words (a column's rows ``k`` and ``k + 1``) from two rows' words, e4m3
 Built on the helpers of :mod:`.intrinsics` (pointers, packing, the simulator switch); like those, each name is
 an inlined intrinsic on CUDA and a Python stand-in under the simulator. The warp-collective stand-ins meet
 their warp's other lanes at a barrier of 32 threads (the simulator runs a Python thread per CUDA thread) and
-compute the warp's result from all lanes' operands, as the PTX ISA defines it. Hopper's warpgroup instructions
+compute the warp's result from all lanes' operands, as the PTX ISA defines it. The ``cp.async`` stand-ins keep each
+thread's copies pending until the ``cp_wait<n>`` that covers their group, so a kernel that reads a stage before
+waiting for it reads stale data in the simulator too (a wait one group short fails the tests; it passed them when
+copies landed at once). Hopper's warpgroup instructions
 (``wgmma``) are in :mod:`.warpgroup`, built on the helpers here and exported from here as well.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 from llvmlite import ir
@@ -53,12 +58,42 @@ def _shared_flat(s):
     return np.asarray(getattr(s, "_ary", s)).reshape(-1)
 
 
+#: Each simulated thread's ``cp.async`` copies not yet landed: ``open`` (issued since its last commit) and ``groups``
+#: (committed, oldest first). A copy lands in shared memory only at the ``cp_wait<n>`` that covers its group, as on
+#: the GPU, where reading it before then is a race: the simulator then reads what was there before, so a kernel
+#: that waits too little fails its tests instead of passing by the simulator's luck.
+_COPIES = threading.local()
+
+
+def _sim_pending():
+    if not hasattr(_COPIES, "groups"):
+        _COPIES.open, _COPIES.groups = [], []
+    return _COPIES
+
+
 def _sim_stage(name, s, sidx, source, nbytes):
-    """A copy's 8 16-bit values (``source()``, read only when ``nbytes`` is 16) into ``s[sidx:sidx+8]``, else zeros."""
+    """A copy's 8 16-bit values (``source()``, read when issued, only when ``nbytes`` is 16) for ``s[sidx:sidx+8]``,
+    else zeros: landed at the wait that covers its group."""
     dst = _shared_flat(s).view(np.uint16)
     if int(sidx) % 8 or not 0 <= int(sidx) <= dst.size - 8:
         raise IndexError(f"{name}: shared index {sidx} is misaligned or outside {dst.size} 16-bit values")
-    dst[int(sidx):int(sidx) + 8] = source() if int(nbytes) == 16 else 0
+    values = np.array(source(), np.uint16) if int(nbytes) == 16 else np.zeros(8, np.uint16)
+    _sim_pending().open.append((dst, int(sidx), values))
+
+
+def _sim_commit():
+    pending = _sim_pending()
+    pending.groups.append(pending.open)
+    pending.open = []
+
+
+def _sim_wait(n):
+    def wait():
+        pending = _sim_pending()
+        while len(pending.groups) > n:
+            for dst, at, values in pending.groups.pop(0):
+                dst[at:at + 8] = values
+    return wait
 
 
 def _sim_cp_async16(s, sidx, a, row, col, nbytes):
@@ -434,8 +469,8 @@ def b16_pairs(typingctx, lo, hi):
     return rt(lo, hi), codegen
 
 
-def _wait(name, text):
-    @_device(_sim_nothing)
+def _wait(name, text, stand_in=_sim_nothing):
+    @_device(stand_in)
     def waiter(typingctx):
         def codegen(context, builder, sig, args):
             _side_effect(builder, text, "", [])
@@ -445,7 +480,7 @@ def _wait(name, text):
     return waiter
 
 
-cp_commit = _wait("cp_commit", "cp.async.commit_group;")
+cp_commit = _wait("cp_commit", "cp.async.commit_group;", _sim_commit)
 # Hopper's programmatic dependent launch (sm_90): ``grid_wait`` waits until the kernel launched before this one on
 # the stream has finished and its writes are visible (``griddepcontrol.wait``) — a kernel launched with the attribute
 # that lets it start early (:class:`~redalgebra.runtime.driver.DriverStep`) calls it before it reads what the one
@@ -453,11 +488,11 @@ cp_commit = _wait("cp_commit", "cp.async.commit_group;")
 # one start while this one runs (``griddepcontrol.launch_dependents``).
 grid_wait = _wait("grid_wait", "griddepcontrol.wait;")
 grid_launch = _wait("grid_launch", "griddepcontrol.launch_dependents;")
-cp_wait0 = _wait("cp_wait0", "cp.async.wait_group 0;")
-cp_wait1 = _wait("cp_wait1", "cp.async.wait_group 1;")
-cp_wait2 = _wait("cp_wait2", "cp.async.wait_group 2;")
-cp_wait3 = _wait("cp_wait3", "cp.async.wait_group 3;")
-cp_wait4 = _wait("cp_wait4", "cp.async.wait_group 4;")
+cp_wait0 = _wait("cp_wait0", "cp.async.wait_group 0;", _sim_wait(0))
+cp_wait1 = _wait("cp_wait1", "cp.async.wait_group 1;", _sim_wait(1))
+cp_wait2 = _wait("cp_wait2", "cp.async.wait_group 2;", _sim_wait(2))
+cp_wait3 = _wait("cp_wait3", "cp.async.wait_group 3;", _sim_wait(3))
+cp_wait4 = _wait("cp_wait4", "cp.async.wait_group 4;", _sim_wait(4))
 
 
 def _ldsm(name, transposed):

@@ -441,6 +441,9 @@ def test_cp_async16_at_reads_by_flat_offset_and_fills_zeros():
     sm = np.full(32, 7, np.uint16)
     tc.cp_async16_at(sm, 8, a, 40, 16)  # element 40 in row-major order is a[0, 2, 8]
     tc.cp_async16_at(sm, 16, a, 40, 0)  # a source size of 0 reads nothing and writes zeros
+    tc.cp_commit()
+    assert (sm[8:24] == 7).all()  # (landed only at the wait that covers their group)
+    tc.cp_wait0()
     assert (sm[8:16] == a[0, 2, 8:16]).all() and (sm[16:24] == 0).all() and (sm[:8] == 7).all()
     with pytest.raises(IndexError, match="misaligned or outside"):
         tc.cp_async16_at(sm, 0, a, 92, 16)  # 96 elements: 92 + 8 is past the end
@@ -454,11 +457,30 @@ def test_cp_async16_at_copies_a_partial_source_and_zeros_the_rest():
     a = np.arange(1, 21, dtype=np.uint16)
     sm = np.full(16, 7, np.uint16)
     tc.cp_async16_at(sm, 8, a, 16, 6)
+    tc.cp_commit()
+    tc.cp_wait0()
     assert (sm[8:11] == a[16:19]).all() and (sm[11:16] == 0).all() and (sm[:8] == 7).all()
     with pytest.raises(IndexError, match="misaligned"):
         tc.cp_async16_at(sm, 0, a, 16, 10)  # 10 bytes from element 16 leave an array of 20
     with pytest.raises(ValueError, match="whole 16-bit values"):
         tc.cp_async16_at(sm, 0, a, 0, 5)
+
+
+def test_copies_land_at_the_wait_that_covers_their_group():
+    # cp_wait<n>: all but the newest n committed groups land; copies not yet committed wait for a commit
+    a = np.arange(32, dtype=np.uint16)
+    sm = np.zeros(32, np.uint16)
+    for g in range(3):  # three groups, a chunk each
+        tc.cp_async16_at(sm, 8 * g, a, 8 * g, 16)
+        tc.cp_commit()
+    tc.cp_async16_at(sm, 24, a, 24, 16)  # issued, not committed
+    tc.cp_wait2()
+    assert (sm[:8] == a[:8]).all() and (sm[8:] == 0).all()
+    tc.cp_wait0()
+    assert (sm[:24] == a[:24]).all() and (sm[24:] == 0).all()
+    tc.cp_commit()
+    tc.cp_wait0()
+    assert (sm == a).all()
 
 
 def test_shared_chunks_load_and_store_as_four_words():

@@ -102,9 +102,9 @@ def main() -> int:
         at = int(sys.argv[sys.argv.index("--only") + 1])
         cases = cases[at:at + 1]
     if "--tile-factors" in sys.argv:
-        from redalgebra.codegen.strategies import columns_wgmma
+        from redalgebra.codegen.strategies import tile_factors
 
-        columns_wgmma.TILE_FACTORS = True
+        tile_factors.TILE_FACTORS = True
     for case in cases:
         if only is not None and case[4] != only:
             continue

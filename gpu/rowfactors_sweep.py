@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import Runner, all_cases  # noqa: E402
 from kernel_steps import time_launches  # noqa: E402
 
-from redalgebra.codegen.strategies import columns_wgmma  # noqa: E402
+from redalgebra.codegen.strategies import columns_wgmma, tile_factors  # noqa: E402
 
 
 def rows_variant(text: str):
@@ -46,7 +46,7 @@ def main(argv) -> int:
     policy = columns_wgmma.rows_configure
     for variant in variants:
         # read when the module is configured
-        columns_wgmma.TILE_FACTORS = variant == "tiles"
+        tile_factors.TILE_FACTORS = variant == "tiles"
         columns_wgmma.ROW_THREADS = int(variant) if variant.isdigit() else None
         fields = None if variant.isdigit() or variant == "tiles" else rows_variant(variant)
         columns_wgmma.rows_configure = policy if fields is None else (

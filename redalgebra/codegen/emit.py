@@ -54,7 +54,7 @@ class Spec:
     tile_factors: str = ""       # columns_wgmma: no factors kernel: the product's blocks stage this input (the
     #                              activations), turn it into the factors' row-free part in place, fold the scalar
     #                              reductions on the way and scale the sums by the row's part in the epilogue
-    #                              (:func:`columns_wgmma.split_scale`); "": the factors kernel
+    #                              (:func:`tile_factors.split_scale`); "": the factors kernel
 
     @property
     def launch_bounds(self) -> str:

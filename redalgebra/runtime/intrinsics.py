@@ -96,22 +96,23 @@ def _sim_st_f32x2(a, row, col, v0, v1):
     _span(a, row, col, 2, _F32)[:] = _f32([v0, v1])
 
 
-def _sim_st_b16x8(a, row, col, v0, v1, v2, v3, v4, v5, v6, v7):
-    out = _span(a, row, col, 8, _B16)
-    out[:] = bf16_bits(_f32([v0, v1, v2, v3, v4, v5, v6, v7])).view(out.dtype)
+def _sim_b16_store(n):
+    """The stand-in of an ``n``-value store rounded to bfloat16 patterns (``st_b16x2``, ``st_b16x8``)."""
+    def store(a, row, col, *values):
+        out = _span(a, row, col, n, _B16)
+        out[:] = bf16_bits(_f32(list(values))).view(out.dtype)
+    return store
 
 
-def _sim_st_b16x2(a, row, col, v0, v1):
-    out = _span(a, row, col, 2, _B16)
-    out[:] = bf16_bits(_f32([v0, v1])).view(out.dtype)
+def _sim_h16_store(n):
+    """The stand-in of an ``n``-value store rounded to float16 (``st_h16x2``, ``st_h16x8``)."""
+    def store(a, row, col, *values):
+        _span(a, row, col, n, _F16)[:] = f16_bits(_f32(list(values))).view(np.float16)
+    return store
 
 
-def _sim_st_h16x2(a, row, col, v0, v1):
-    _span(a, row, col, 2, _F16)[:] = f16_bits(_f32([v0, v1])).view(np.float16)
-
-
-def _sim_st_h16x8(a, row, col, v0, v1, v2, v3, v4, v5, v6, v7):
-    _span(a, row, col, 8, _F16)[:] = f16_bits(_f32([v0, v1, v2, v3, v4, v5, v6, v7])).view(np.float16)
+_sim_st_b16x2, _sim_st_b16x8, _sim_st_h16x2, _sim_st_h16x8 = (_sim_b16_store(2), _sim_b16_store(8), _sim_h16_store(2),
+                                                              _sim_h16_store(8))
 
 
 def _sim_ld_b16(a, row, col):

@@ -434,12 +434,9 @@ def test_without_a_mask_the_factors_are_a_rows_kernels_per_element_output(name, 
     ("fp8_quant_gemm", 7168, (512, 512, 2, 8)),
     ("rmsnorm_gemm", 1001, None),
 ])
-def test_the_factors_kernel_takes_the_rows_policys_block_without_walking_the_rows(monkeypatch, name, length, shape):
+def test_the_factors_kernel_takes_the_rows_policys_block_without_walking_the_rows(name, length, shape):
     from redalgebra.codegen import Problem
-    from redalgebra.codegen.strategies import columns_wgmma
     from redalgebra.codegen.strategies.columns_wgmma import configure
-
-    monkeypatch.setattr(columns_wgmma, "TILE_FACTORS", False)  # (RMSNorm's factors: else in the product's tiles)
 
     f = fused(name)
     dtypes = tuple((s.name, "bfloat16") for s in f.cascade.inputs)
@@ -478,13 +475,10 @@ out y = acc"""
     (LET_NAMED_FAC, 64, "float32"),      # 4 elements a load (the factors stored one by one: no 8-byte 16-bit store)
     (SOFTMAX_WEIGHTED, 96, "e4m3"),      # 16 a load, the factors stored by two 16-byte stores
 ])
-def test_a_typed_cascade_gets_from_columns_wgmma_what_columns_mma_gives(monkeypatch, text, length, activations):
+def test_a_typed_cascade_gets_from_columns_wgmma_what_columns_mma_gives(text, length, activations):
     # the factors by the rows kernel (no mask), rounded to bfloat16 as columns_mma rounds them: the same factors,
     # so equal up to the float32 summation order; a NaN in one row stays in that row's outputs
     import redalgebra as ra
-    from redalgebra.codegen.strategies import columns_wgmma
-
-    monkeypatch.setattr(columns_wgmma, "TILE_FACTORS", False)  # (LET_NAMED_FAC's separate: the next tests)
 
     f = ra.derive(ra.parse(text))
     rng = np.random.default_rng(3)
@@ -520,14 +514,14 @@ def test_the_factors_are_computed_in_the_products_tiles_where_the_factor_separat
                                                                                   staged):
     import redalgebra as ra
     from redalgebra.codegen import Problem
-    from redalgebra.codegen.strategies import columns_wgmma
+    from redalgebra.codegen.strategies import tile_factors
     from redalgebra.codegen.strategies.columns_wgmma import configure
 
     assert configure(fused("rmsnorm_gemm"), Problem(
         rows=4096, length=4096, sizes=(("n", 4096),), dtypes=(("x", "bfloat16"), ("g", "bfloat16"), ("w", "bfloat16")),
         vec_ok=True, pitch_ok=True, reps=(("w", 4096), ("g", 4096)),
         options=(("cc", (9, 0)), ("simulator", False))))["tile_factors"] == ""  # (off by default: measured slower)
-    monkeypatch.setattr(columns_wgmma, "TILE_FACTORS", True)
+    monkeypatch.setattr(tile_factors, "TILE_FACTORS", True)
 
     f = fused("rmsnorm_gemm") if text is None else fused("fp8_quant_gemm") if text == "fp8" else ra.derive(ra.parse(text))
     dtypes = tuple((s.name, dtype if s.size is None else "bfloat16") for s in f.cascade.inputs)
@@ -574,9 +568,9 @@ def test_factors_computed_in_the_products_tiles_match_the_reference(monkeypatch,
 
     import redalgebra as ra
     from redalgebra import evaluate
-    from redalgebra.codegen.strategies import columns_wgmma
+    from redalgebra.codegen.strategies import tile_factors
 
-    monkeypatch.setattr(columns_wgmma, "TILE_FACTORS", True)
+    monkeypatch.setattr(tile_factors, "TILE_FACTORS", True)
     if persistent:
         monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: 2)
     f = fused("rmsnorm_gemm") if text is None else ra.derive(ra.parse(text))

@@ -77,11 +77,11 @@ def _identifiers(source: str, entries) -> set:
 def test_the_generators_own_names_are_the_ones_listed(name, monkeypatch):
     """Every identifier of generated kernels that is not a user name is in BARE or starts with a prefix of
     PREFIXES: a generator change that adds a name fails here until the lists (and so the renaming) know it."""
-    from redalgebra.codegen.strategies import columns_wgmma
+    from redalgebra.codegen.strategies import tile_factors
     from redalgebra.runtime import backends
 
     monkeypatch.setattr(backends, "_capability", lambda: (9, 0))  # a Hopper GPU: the wgmma strategies build too
-    monkeypatch.setattr(columns_wgmma, "TILE_FACTORS", True)  # (RMSNorm's factors in the product's tiles)
+    monkeypatch.setattr(tile_factors, "TILE_FACTORS", True)  # (RMSNorm's factors in the product's tiles)
     f = fused(name)
     c = f.cascade
     declared = {s.name for s in c.statements if hasattr(s, "name")} | {d for d in c.sizes.values() if isinstance(d, str)}

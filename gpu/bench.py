@@ -82,12 +82,15 @@ def prepared_case(group: str, index: int, config: str):
 
 
 def parse_config(text: str) -> dict:
-    """``strategy[@threads[xTILE][sSEGMENTS][gGROUP][mBLOCKS][bBATCH][p]][:OUT]`` (``p``: persistent blocks; ``OUT``:
-    the outputs' ``out_dtype``, e.g. ``columns_wgmma:bfloat16``); ``rows`` and ``auto`` alone choose from the
-    shape."""
+    """``strategy[+fp8][@threads[xTILE][sSEGMENTS][gGROUP][mBLOCKS][bBATCH][p]][:OUT]`` (``+fp8``: the product on
+    the FP8 instruction, ``fp8_products``; ``p``: persistent blocks; ``OUT``: the outputs' ``out_dtype``, e.g.
+    ``columns_wgmma:bfloat16``); ``rows`` and ``auto`` alone choose from the shape."""
     text, _, out_dtype = text.partition(":")
     strategy, _, rest = text.partition("@")
+    strategy, fp8, _ = strategy.partition("+fp8")
     out = {"strategy": strategy}
+    if fp8:
+        out["fp8_products"] = True
     if out_dtype:
         out["out_dtype"] = out_dtype
     if rest.endswith("p"):

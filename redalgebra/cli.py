@@ -114,7 +114,7 @@ def _cmd_ptx(args) -> int:
         raise RedalgebraError(f"{c.name} has vector size{'s' * (len(missing) > 1)} {', '.join(missing)}: "
                               f"give {' '.join(f'--size {d}=VALUE' for d in missing)}")
     sizes = {d: sizes[d] for d in dims}
-    kernel = compile_kernel(fused, "cuda", args.strategy)  # checks the strategy; needs no GPU
+    kernel = compile_kernel(fused, "cuda", args.strategy, fp8_products=args.fp8_products)  # needs no GPU
     reps = {s.name: args.rows for s in c.inputs if s.size is not None} if args.shared else None
     dtypes = input_dtypes(args.dtype, [s.name for s in c.inputs])
     strategy, spec, extra = kernel.spec_for(args.rows, args.length, dtypes, sizes, reps=reps)
@@ -126,7 +126,8 @@ def _cmd_ptx(args) -> int:
         launch += [f"group {spec.group}", f"vec {spec.vec}", "resident" if spec.resident else "passes"]
         launch += ["shifted"] * spec.shifted + ["staged"] * spec.staged + ["persistent"] * spec.persistent
         launch += [f"{spec.min_blocks} blocks per SM"] * bool(spec.min_blocks)
-    launch += [f"segments {n}" for n in [extra.get("nseg")] if n] + ["fast_exp"] * spec.fast_exp
+    launch += [f"segments {n}" for n in [extra.get("nseg")] if n] + ["fast_exp"] * spec.fast_exp + \
+        ["FP8 products"] * spec.fp8_products
     shape = ", ".join([f"{args.rows} rows × length {args.length}", f"{args.dtype} inputs"] +
                       [f"{d}={v}" for d, v in sizes.items()])
     target = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.M)
@@ -294,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a vector size (repeat; defaults " + ", ".join(f"{k}={v}" for k, v in PTX_SIZES.items()) + ")")
     p.add_argument("--shared", action="store_true",
                    help="the vector inputs are given once for all rows (a weight matrix every token reads)")
+    p.add_argument("--fp8-products", action="store_true",
+                   help="columns_wgmma: the product on the FP8 instruction (e4m3 weights; not exact: see compile())")
     p.add_argument("--out", metavar="FILE", help="write the PTX to FILE (the summary still printed)")
     p.set_defaults(run=_cmd_ptx)
     p = sub.add_parser("prove", help="write the proof document (Markdown) of a cascade or the catalogue")

@@ -55,13 +55,16 @@ FULL = "0xFFFFFFFF"
 #: A "tiles" scratch array holds a value per element, each row padded with zeros to a multiple of this many elements
 #: (whole tiles for the kernels that stage it: columns_wgmma's factors, 64 16-bit values a tile); a "fragments" one
 #: the same with the rows rounded up to a multiple of 16 (columns_mma's factors, in the order its lanes read them);
-#: an "axis" one a row of ``width`` values per element of the axis (columns_wgmma's e4m3 weights widened).
+#: an "axis" one a row of ``width`` values per element of the axis (columns_wgmma's e4m3 weights widened); a
+#: "transposed" one ``width`` rows of the padded axis (columns_wgmma's e4m3 weights as rows for the FP8 products).
 SCRATCH_TILE = 128
 
 
 def scratch_shape(layout: str, rows: int, length: int, nseg: int, width: int | None = None) -> tuple:
     """The shape of a scratch array of ``layout``: its leading dimensions, then ``width`` when it has one."""
     padded = -(-length // SCRATCH_TILE) * SCRATCH_TILE
+    if layout == "transposed":
+        return (width, padded)
     lead = {"rows": (rows,), "segments": (rows, nseg), "tiles": (rows, padded), "axis": (length,),
             "fragments": (-(-rows // 16) * 16, padded)}[layout]
     return lead + (() if width is None else (width,))

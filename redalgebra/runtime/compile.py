@@ -66,6 +66,7 @@ class Kernel:
     persistent: bool | None = None  # rows: blocks walk rows on a grid of multiprocessors x min_blocks; None: chosen
     #                               (columns_wgmma: its product's blocks walk the output's tiles; None: off)
     batch: int | None = None     # columns: rows a block processes together; None: chosen from the shape
+    fp8_products: bool = False   # columns_wgmma: the product on the FP8 instruction (sums promoted every 128 elements)
     _compiled: dict = field(default_factory=dict, repr=False)
     #: user name -> the name in the generated code, for names that could collide with the generator's
     #: (``fused`` is then the cascade derived under the generated names; calls map names both ways)
@@ -223,6 +224,7 @@ class Kernel:
                           options=(("threads", self.threads), ("tile", self.tile), ("segments", self.segments),
                                    ("fast_exp", self.fast_exp), ("group", self.group), ("batch", self.batch), ("out_dtype", self.out_dtype),
                                    ("simulator", self.backend == "cudasim"), ("persistent", self.persistent),
+                                   ("fp8_products", self.fp8_products),
                                    ("cc", device_capability(self.backend))))
         strategy = self.resolve(rows, length, sizes, reps, problem)
         policy = get(strategy).configure(self.fused, problem)
@@ -484,7 +486,7 @@ def _capped(grid: tuple, cap: int) -> tuple:
 def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None, threads: int | None = None,
             tile: int | None = None, fast_exp: bool | None = None, segments: int | None = None,
             group: int | None = None, out_dtype: str | None = None, min_blocks: int | None = None,
-            persistent: bool | None = None, batch: int | None = None) -> Kernel:
+            persistent: bool | None = None, batch: int | None = None, fp8_products: bool = False) -> Kernel:
     """A callable that runs ``fused`` with a generated kernel.
 
     Parameters
@@ -525,6 +527,13 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     batch : int, optional
         ``columns``: rows a block processes together (they share its reads of the vector inputs; it must
         divide how many rows share each vector row); chosen from the shape when omitted.
+    fp8_products : bool, optional
+        ``columns_wgmma`` with e4m3 weights and factors that are ``fp8()`` values (FP8 quantisation + GEMM): the
+        product on Hopper's FP8 instruction, twice the products a cycle of the float16 one, the weights transposed
+        once a call. **Not exact**: the instruction sums in fewer bits than float32, so each tile of 128 elements is
+        summed afresh and added in float32 (what cuBLAS's FP8 GEMM, ``torch._scaled_mm``, does); measured on an
+        H200 about 1e-4 of the largest output from float64, where the default float16 product is within float32's
+        rounding. Off by default; other strategies ignore it (their products are exact).
     """
     check_backend(backend)
     if not isinstance(fused, FusedCascade):
@@ -563,8 +572,10 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     generated, rename = generated_names(fused)  # names the generated code could confuse with its own, renamed
     if persistent is not None and not isinstance(persistent, bool):
         raise RedalgebraError(f"persistent must be True, False or None, got {persistent!r}")
+    if not isinstance(fp8_products, bool):
+        raise RedalgebraError(f"fp8_products must be True or False, got {fp8_products!r}")
     return Kernel(generated, backend, strategy, threads, tile, fast_exp, segments, group, out_dtype, min_blocks,
-                  persistent, batch, rename=rename, user=fused if rename else None)
+                  persistent, batch, fp8_products, rename=rename, user=fused if rename else None)
 
 
 #: Rows that must share a vector row for ``auto`` to take the tensor cores (a warp's 16 rows of its tile).

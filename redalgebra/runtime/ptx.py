@@ -36,7 +36,8 @@ def signature(fused: FusedCascade, spec: Spec, args: tuple, scratch: tuple = (),
         if r.monoid.k is not None:
             by_name[f"out_{r.name}_index"] = types.Array(types.int32, 2, "C")
     for name, dtype, layout, width in scratch:
-        ndim = (2 if layout in ("segments", "tiles", "fragments") else 1) + (width is not None)
+        ndim = 2 if layout == "transposed" else (2 if layout in ("segments", "tiles", "fragments") else 1) + (
+            width is not None)
         kind = {"int32": types.int32, "uint16": types.uint16, "float16": types.float16,
                 "uint8": types.uint8, "uint32": types.uint32}.get(dtype, types.float32)
         by_name[name] = types.Array(kind, ndim, "C")

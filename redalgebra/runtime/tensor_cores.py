@@ -43,11 +43,11 @@ if not SIMULATOR:
     from .intrinsics import TypingError
 
 __all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "ld_w2_stream_at",
-           "st_w2_at", "lds_w4", "sts_w4",
+           "st_w2_at", "st_w4_at", "lds_w4", "sts_w4",
            "prefetch_l2_at", "grid_wait", "grid_launch", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
-           "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit",
-           "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
+           "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_ss_e4m3", "wgmma_fence",
+           "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
            "fence_async"]
 
 
@@ -129,8 +129,11 @@ def _sim_ld_w2_at(a, offset):
     return tuple(np.uint32(w) for w in _sim_flat("ld_w2_stream_at", a, offset, 8).view(np.uint32))
 
 
-def _sim_st_w2_at(a, offset, w0, w1):
-    _sim_flat("st_w2_at", a, offset, 8, _B16 + _F16).view(np.uint32)[:] = (np.uint32(int(w0)), np.uint32(int(w1)))
+def _sim_st_words(name):
+    def store(a, offset, *words):
+        _sim_flat(name, a, offset, 4 * len(words), _B16 + _F16 + _U8).view(np.uint32)[:] = [np.uint32(int(w))
+                                                                                             for w in words]
+    return store
 
 
 def _sim_e4m3_pairs(lo, hi):
@@ -415,18 +418,39 @@ def prefetch_l2_at(typingctx, a, offset):
     return types.void(a, offset), codegen
 
 
-@_device(_sim_st_w2_at)
-def st_w2_at(typingctx, a, offset, w0, w1):
-    """Two 32-bit words into the 8 bytes from element ``offset`` of ``a`` (16-bit values, counted in row-major order),
-    one store (``st.global.v2``); the address 8-byte aligned."""
-    _check_flat("st_w2_at", a, _B16_TYPES + (types.float16,), offset=offset)
-    _check_words("st_w2_at", w0, w1)
+def _words_store(name, words):
+    """``name``: ``words`` 32-bit words into the ``4 words`` bytes from an element offset (16-bit values or bytes,
+    counted in row-major order), one store (``st.global.v{words}``); the address aligned to its size."""
+    def typer(typingctx, a, offset, *ws):
+        _check_flat(name, a, _B16_TYPES + (types.float16, types.uint8), offset=offset)
+        if len(ws) != words:
+            raise TypingError(f"{name}: needs {words} words, got {len(ws)}")
+        _check_words(name, *ws)
 
-    def codegen(context, builder, sig, args):
-        words = _vector(builder, [context.cast(builder, v, t, types.uint32) for v, t in zip(args[2:], sig.args[2:])])
-        builder.store(words, _flat_pointer(context, builder, sig, args, 0, words.type), align=8)
-        return context.get_dummy_value()
-    return types.void(a, offset, w0, w1), codegen
+        def codegen(context, builder, sig, args):
+            vec = _vector(builder, [context.cast(builder, v, t, types.uint32) for v, t in zip(args[2:], sig.args[2:])])
+            builder.store(vec, _flat_pointer(context, builder, sig, args, 0, vec.type), align=4 * words)
+            return context.get_dummy_value()
+        return types.void(a, offset, *ws), codegen
+    typer.__name__ = typer.__qualname__ = name
+    return typer
+
+
+def _st_w2_at(typingctx, a, offset, w0, w1):
+    return _words_store("st_w2_at", 2)(typingctx, a, offset, w0, w1)
+
+
+def _st_w4_at(typingctx, a, offset, w0, w1, w2, w3):
+    return _words_store("st_w4_at", 4)(typingctx, a, offset, w0, w1, w2, w3)
+
+
+_st_w2_at.__name__ = _st_w2_at.__qualname__ = "st_w2_at"
+_st_w4_at.__name__ = _st_w4_at.__qualname__ = "st_w4_at"
+st_w2_at = _device(_sim_st_words("st_w2_at"))(_st_w2_at)
+st_w2_at.__doc__ = """Two 32-bit words into the 8 bytes from element ``offset`` of ``a`` (16-bit values or bytes, counted
+in row-major order), one store (``st.global.v2``); the address 8-byte aligned."""
+st_w4_at = _device(_sim_st_words("st_w4_at"))(_st_w4_at)
+st_w4_at.__doc__ = """``st_w2_at``'s four words: 16 bytes, one store (``st.global.v4``), the address 16-byte aligned."""
 
 
 #: ``e4m3_pairs``' PTX: the bytes of the two words interleaved by ``prmt`` (selector nibbles pick bytes 0-3 of the
@@ -625,5 +649,5 @@ unpack_f16x2.__doc__ = "The two float16 of a word as float32 (low half first), e
 
 # Hopper's warpgroup instructions live in .warpgroup (built on the helpers above) and are exported from here too
 from .warpgroup import (fence_async, swizzle_pad, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_hold,  # noqa: E402
-                        wgmma_rs_bf16, wgmma_rs_f16, wgmma_ss_bf16, wgmma_ss_f16, wgmma_sst_bf16,
+                        wgmma_rs_bf16, wgmma_rs_f16, wgmma_ss_bf16, wgmma_ss_e4m3, wgmma_ss_f16, wgmma_sst_bf16,
                         wgmma_sst_f16, wgmma_wait0, wgmma_wait1)

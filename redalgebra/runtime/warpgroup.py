@@ -16,13 +16,14 @@ from llvmlite import ir
 from numba import types
 
 from .intrinsics import SIMULATOR, _device
+from .formats import e4m3_values
 from .tensor_cores import (_check_shared, _shared_address, _shared_flat, _side_effect, _sim_unpack, _wait,
                            _warp_collective)
 
 if not SIMULATOR:
     from .intrinsics import TypingError
 
-__all__ = ["swizzle_pad", "wgmma_desc", "wgmma_ss_bf16", "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold", "fence_async"]
+__all__ = ["swizzle_pad", "wgmma_desc", "wgmma_ss_bf16", "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_ss_e4m3", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold", "fence_async"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -68,12 +69,23 @@ def _desc_read(desc, byte_address):
     return raw[at:at + 2].view(np.uint16)[0]
 
 
-def _k_major(desc, rows, first=0, k=16):
+def _desc_byte(desc, byte_address):
+    """The byte at ``byte_address`` of a swizzled operand (e4m3 values)."""
+    raw = desc[0].view(np.uint8)
+    at = swizzled(byte_address)
+    if not 0 <= at < raw.size:
+        raise IndexError(f"wgmma: operand byte {at} is outside the shared array ({raw.size} bytes)")
+    return raw[at]
+
+
+def _k_major(desc, rows, first=0, k=16, size=2):
     """Rows ``first ..`` of the ``k``-wide operand a K-major 128B-swizzled descriptor gives: row ``r`` at
-    ``(r // 8) SBO + (r % 8) 128`` (a thread reads only its warp's rows: a simulated block may be one warp)."""
+    ``(r // 8) SBO + (r % 8) 128`` (a thread reads only its warp's rows: a simulated block may be one warp); values
+    of ``size`` bytes (2: 16-bit patterns, 1: e4m3 bytes)."""
     _, start, _, sbo = desc
-    return np.array([[_desc_read(desc, start + (r // 8) * sbo + (r % 8) * 128 + 2 * kk) for kk in range(k)]
-                     for r in range(first, first + rows)], np.uint16)
+    read, kind = (_desc_read, np.uint16) if size == 2 else (_desc_byte, np.uint8)
+    return np.array([[read(desc, start + (r // 8) * sbo + (r % 8) * 128 + size * kk) for kk in range(k)]
+                     for r in range(first, first + rows)], kind)
 
 
 def _mn_major(desc, n, k=16):
@@ -85,6 +97,8 @@ def _mn_major(desc, n, k=16):
 
 
 def _sim_halves(kind):
+    if kind == "e4m3":
+        return lambda bits: e4m3_values(bits).astype(np.float64)
     if kind == "bf16":
         return lambda bits: (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     return lambda bits: bits.view(np.float16).astype(np.float64)
@@ -101,11 +115,12 @@ def _wgmma_place():
 
 def _sim_wgmma_ss(kind, transposed=False):
     widen = _sim_halves(kind)
+    k, size = (32, 1) if kind == "e4m3" else (16, 2)
 
     def wgmma(acc, da, db, scale_d):
         w, g, t = _wgmma_place()
-        a = widen(_k_major(da, 16, 16 * w))
-        b = widen(_mn_major(db, 8 * len(acc))) if transposed else widen(_k_major(db, 8 * len(acc))).T
+        a = widen(_k_major(da, 16, 16 * w, k, size))
+        b = widen(_mn_major(db, 8 * len(acc))) if transposed else widen(_k_major(db, 8 * len(acc), 0, k, size)).T
         d = a @ b
         return tuple(tuple(np.float32(d[g + 8 * (i >> 1), 8 * j + 2 * t + (i & 1)] + (float(c) if scale_d else 0.0))
                            for i, c in enumerate(tile)) for j, tile in enumerate(acc))
@@ -214,7 +229,7 @@ def _wgmma_call(context, builder, sig, args, text, words):
 
 
 def _wgmma_text(kind: str, n: int, a: str, b: str, scale: str, transposes: str) -> str:
-    """The inline PTX of a ``wgmma.mma_async.m64n{n}k16``: the ``n / 2`` accumulators as ``$0 …`` (tied to the inputs
+    """The inline PTX of a ``wgmma.mma_async.m64n{n}k16`` (``k32`` for e4m3): the ``n / 2`` accumulators as ``$0 …`` (tied to the inputs
     that follow them), then the operands; ``a``, ``b`` and ``scale`` name operands ``{k}`` counted after those (the
     A descriptor or registers, the B descriptor, the scale-d flag, set into a predicate; a descriptor ``{k}!`` is the
     words ``{k}`` and ``{k + 1}`` made one 64-bit register), ``transposes`` the
@@ -229,12 +244,13 @@ def _wgmma_text(kind: str, n: int, a: str, b: str, scale: str, transposes: str) 
     a, b = (re.sub(r"\{(\d+)\}!", r"d\1", x) for x in (a, b))
     return ("{\n.reg .pred p;\n" + head +
             f"setp.ne.b32 p, {op(scale)}, 0;\n"
-            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{regs}}}, {op(a)}, {op(b)}, p, 1, 1"
-            f"{', ' + transposes if transposes else ''};\n}}")
+            f"wgmma.mma_async.sync.aligned.m64n{n}k{32 if kind == 'e4m3' else 16}.f32.{kind}.{kind} {{{regs}}}, "
+            f"{op(a)}, {op(b)}, p, 1, 1{', ' + transposes if transposes else ''};\n}}")
 
 
 def _wgmma_ss(name, kind, transposed=False):
-    transposes = "0, 1" if transposed else "0, 0"
+    # (FP8 operands have no transpose immediates: both are K-major)
+    transposes = "" if kind == "e4m3" else "0, 1" if transposed else "0, 0"
 
     def typer(typingctx, acc, da, db, scale_d):
         _acc_type(name, acc)
@@ -277,6 +293,11 @@ wgmma_sst_bf16.__doc__ = """``acc = A·B (+ acc if scale_d)``: ``wgmma_ss_bf16``
 row-major ``[k][n]`` tile such as a weight matrix's rows, 64 values of N per 128-byte row, N blocks ``lbo`` apart)."""
 wgmma_sst_f16 = _wgmma_ss("wgmma_sst_f16", "f16", transposed=True)
 wgmma_sst_f16.__doc__ = "``wgmma_sst_bf16`` on float16 operands."
+wgmma_ss_e4m3 = _wgmma_ss("wgmma_ss_e4m3", "e4m3")
+wgmma_ss_e4m3.__doc__ = """``wgmma_ss_bf16`` on e4m3 operands, both K-major: ``wgmma.mma_async.m64nNk32.f32.e4m3.e4m3``,
+32 values (bytes) a row a step. Its sums keep fewer bits than float32 (on an H200 about 14: over K = 7168, 1.9e-3 of
+the largest output from float64): a kernel sums a few steps in fresh accumulators (``scale_d`` 0 for the first) and
+adds them to float32 ones, as cuBLAS's FP8 GEMM does."""
 wgmma_rs_bf16 = _wgmma_rs("wgmma_rs_bf16", "bf16")
 wgmma_rs_bf16.__doc__ = """``acc += A·B``: ``wgmma.mma_async.m64nNk16`` with A in registers (each warp its 16 rows in
 ``mma.sync``'s A layout: four words) and B ``16 × N`` in shared memory, MN-major (transposed: a row-major ``[k][n]``

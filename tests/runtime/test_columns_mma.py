@@ -236,6 +236,52 @@ def test_columns_wgmma_widens_e4m3_weights(rows, length, n, segments, masked):
     assert ("ld_e4m3x16(" in source) == (n % 16 == 0)
 
 
+@pytest.mark.parametrize("rows,length,n,segments,walking", [
+    # the product on the FP8 instruction (fp8_products): the e4m3 weights transposed to rows by a kernel of the module
+    # (72 columns: rows not of 16 bytes, two 8-byte loads a chunk), three tiles of 128 (odd: the last pair half);
+    # 256 columns in 16-byte chunks, eight tiles in three segments of three, three and two (pairs whole, then half);
+    # one block walking every output tile (2 row blocks x 3 column blocks x 2 segments)
+    (17, 300, 72, None, False),
+    (5, 1000, 256, 3, False),
+    (20, 300, 136, 2, True),
+])
+def test_columns_wgmma_multiplies_e4m3_on_the_fp8_instruction_when_asked(monkeypatch, rows, length, n, segments,
+                                                                          walking):
+    import importlib
+
+    if walking:
+        monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: 1)
+    inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16")
+    inputs["w"] = as_e4m3(to_float(inputs["w"]))
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=segments, fp8_products=True,
+                     persistent=walking or None)
+    out = kernel(inputs, params)["y"]
+    ref = _reference("fp8_quant_gemm", inputs, params, None, rows)["y"]
+    # the simulator's FP8 instruction sums exactly (the H200's keeps about 14 bits: gpu/fp8_products_check.py), so
+    # this checks the layout, the transpose and the sums' promotion, at float32's tolerance
+    assert np.nanmax(np.abs(out - ref)) <= 1e-5 * np.nanmax(np.abs(ref))
+    source = kernel.source(*kernel.spec_for(rows, length, {"x": "bfloat16", "w": "e4m3"}, {"n": n},
+                                            reps={"w": rows})[1::-1]).source
+    assert "wgmma_ss_e4m3(" in source and "wgmma_sst_f16(" not in source
+    assert ("ld_w4_stream_at(w" in source) == (n % 16 == 0)
+
+
+def test_fp8_products_refuse_what_the_instruction_cannot_multiply():
+    inputs, params = _problem("fp8_quant_gemm", 4, 64, 16, "bfloat16")  # float16 weights: not e4m3
+    with pytest.raises(RedalgebraError, match="fp8_products multiplies e4m3 values only"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=True)(inputs, params)
+    inputs, params = _problem("rmsnorm_gemm", 4, 64, 16, "bfloat16")
+    with pytest.raises(RedalgebraError, match="fp8_products multiplies e4m3 values only"):  # RMSNorm's factors
+        compile(fused("rmsnorm_gemm"), "cudasim", "columns_wgmma", fp8_products=True)(inputs, params)
+    inputs, params = _problem("fp8_quant_gemm", 4, 64, 16, "bfloat16")
+    inputs["w"] = as_e4m3(to_float(inputs["w"]))
+    keep = np.ones((4, 64), bool)
+    with pytest.raises(RedalgebraError, match="takes no mask"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=True)(inputs, params, keep)
+    with pytest.raises(RedalgebraError, match="fp8_products must be True or False"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products="yes")
+
+
 def test_columns_wgmma_refuses_what_it_cannot_take():
     inputs, params = _problem("fp8_quant_gemm", 32, 64, 32, "bfloat16", shared=False)
     inputs["w"] = as_e4m3(to_float(inputs["w"])[:2])  # two weight matrices, each shared by 16 rows: e4m3 weights

@@ -324,6 +324,12 @@ def test_fragment_pairs_interleave_two_rows_columns_and_loads_read_words():
         tc.st_w2_at(out, 2, 0, 0)
     with pytest.raises(IndexError, match="misaligned or outside"):
         tc.st_w2_at(out, 16, 0, 0)
+    # four words into 16 bytes (bytes, e4m3 rows): row 1 of a 2 x 32 byte array from byte 16; 16-byte aligned only
+    rows = np.zeros((2, 32), np.uint8)
+    tc.st_w4_at(rows, 48, *(np.uint32(int.from_bytes(bytes(range(4 * q, 4 * q + 4)), "little")) for q in range(4)))
+    assert rows[1, 16:].tolist() == list(range(16)) and not rows[0].any() and not rows[1, :16].any()
+    with pytest.raises(IndexError, match="misaligned or outside"):
+        tc.st_w4_at(rows, 8, 0, 0, 0, 0)
 
 
 def test_e4m3_rounds_ties_to_even_and_saturates():

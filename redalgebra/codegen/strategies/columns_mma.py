@@ -380,7 +380,7 @@ class ColumnsMmaKernel(ColumnsKernel):
 
     def scratch(self) -> tuple:
         # (the fragments' order: the rows rounded up to blocks of 16)
-        fac = ("fac", {"bfloat16": "uint16", "float16": "float16"}[self.fac_store], self.fac_layout, None)
+        fac = ("fac", {"bfloat16": "uint16", "float16": "float16", "e4m3": "uint8"}[self.fac_store], self.fac_layout, None)
         return super().scratch() + (fac,)
 
 

@@ -32,8 +32,15 @@ read by the instruction from shared memory:
 the product is the float16 one. Not the FP8 instruction (``m64n256k32.e4m3.e4m3``, twice the products a cycle): on
 an H200 its sums keep fewer bits than float32 — against float64, 5.6e-4 of the largest output at K = 1001 and 1.9e-3
 at K = 7168, where the float16 product is within 3e-7 (the FP8 accumulation DeepSeek-V3's report describes, about 14
-bits). It would also need the weights transposed (it reads both operands K-major only). Only for one weight matrix
-shared by every row (the widened copy is one matrix).
+bits). Only for one weight matrix shared by every row (the widened copy is one matrix).
+
+**The FP8 instruction when asked** (``compile(..., fp8_products=True)``, :attr:`Spec.fp8_products`; e4m3 weights
+and ``fp8()`` factors only): the factors stored as e4m3 bytes, the weights transposed to e4m3 rows ``wt[n, k]`` by a
+first kernel (the instruction reads both operands K-major), tiles of 128 elements (one 128-byte row either way),
+``m64n128k32.e4m3.e4m3``, 128 columns a block. Each tile's products are summed in fresh accumulators and added to
+float32 ones once their group completes (:meth:`ColumnsWgmmaKernel.loop_fp8`), as cuBLAS's FP8 GEMM does: measured
+against float64 on the H200, 0.9e-4 … 1.9e-4 of the largest output, the same as ``torch._scaled_mm``'s 1.1e-4 at
+M4096 K = N = 7168 (``gpu/fp8_products_check.py``) — not exact, so not the default.
 
 Rounding and exactness are ``columns_mma``'s: FP8 factors are exact in 16 bits (and as e4m3) and the products exact,
 so only the float32 summation order differs from the float64 reference; other factors are rounded to the weights'
@@ -66,6 +73,9 @@ THREADS, SIM_THREADS, COLUMNS, SIM_COLUMNS = 256, 32, 256, 64
 BLOCK_THREADS, BLOCK_COLUMNS = (32, 128, 256), (64, 128, 256)
 #: Shared memory a block may take (bytes, the H200's 227 KB) and the most stages.
 MAX_SHARED, MOST_STAGES = 232448, 6
+#: Columns of the weights a block of the FP8 products' transposing kernel takes (64 rows of them; four 16-byte loads a
+#: thread in flight).
+TRANSPOSE_COLUMNS = 256
 #: Threads of the scalars-and-factors kernel's block, where set: ``columns``' block-a-row kernel with that block
 #: (the ``rows`` kernel of :func:`row_spec` is then not taken); :func:`configure`'s choice otherwise. Read by
 #: :func:`configure` only (a sweep's hook: ``gpu/rowfactors_sweep.py``).
@@ -101,10 +111,14 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
         spec = self.spec
         self.warps = spec.threads // 32
         self.bm, self.bc = 16 * self.warps, 8 * spec.group
+        # Spec.fp8_products: e4m3 factors times the weights transposed to e4m3 rows (K-major), k32 steps, a tile of
+        # 128 elements (one 128-byte row either way)
+        self.fp8 = bool(spec.fp8_products)
+        self.bk = 2 * BK if self.fp8 else BK
         if spec.threads not in BLOCK_THREADS or self.bc not in BLOCK_COLUMNS or spec.batch != self.bm or \
-                spec.tile != BK:
+                spec.tile != self.bk:
             raise RedalgebraError(f"columns_wgmma: blocks of {', '.join(map(str, BLOCK_THREADS))} threads (16 rows a "
-                                  f"warp), {', '.join(map(str, BLOCK_COLUMNS))} columns, tiles of {BK} elements")
+                                  f"warp), {', '.join(map(str, BLOCK_COLUMNS))} columns, tiles of {self.bk} elements")
         self.red = next(r for r in self.vector_reds)
         factor, vector = self.factors[self.red]
         self.factor, self.x = factor, vector.name
@@ -112,11 +126,12 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
         if reason is not None:
             raise RedalgebraError(reason)
         # e4m3 weights: widened to float16 (``wf``) by the module's first kernel; the products read that copy
-        self.bytes = self.dtypes.get(self.x) == "e4m3"
-        self.kind = "f16" if self.bytes else KINDS[self.dtypes.get(self.x)]
-        self.fac_store = fac_store(spec.dtypes, self.f)
+        # (Spec.fp8_products: transposed to e4m3 rows ``wt``, read K-major as the factors are)
+        self.bytes = self.dtypes.get(self.x) == "e4m3" and not self.fp8
+        self.kind = "e4m3" if self.fp8 else "f16" if self.bytes else KINDS[self.dtypes.get(self.x)]
+        self.fac_store = fac_store(spec.dtypes, self.f, self.fp8)
         self.fac_layout = "tiles"  # the factors row by row (the tiles are staged by cp.async)
-        self.source = "wf" if self.bytes else self.x
+        self.source = "wt" if self.fp8 else "wf" if self.bytes else self.x
         self.stages = spec.stages
         self.stage = stage_units(self.bm, self.bc)
         self.ahead = self.stages - 2  # tiles loading while one is multiplied and one group of products is in flight
@@ -146,7 +161,8 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
         sub, out = factor_part(self.f)
         names = {s.name for s in sub.cascade.inputs}
         spec = Spec(self.spec.sizes, tuple((k, v) for k, v in self.spec.dtypes if k in names),
-                    fast_exp=self.spec.fast_exp, out_dtypes=((out, fac_store(self.spec.dtypes, self.f)),),
+                    fast_exp=self.spec.fast_exp,
+                    out_dtypes=((out, fac_store(self.spec.dtypes, self.f, self.spec.fp8_products)),),
                     **dict(self.spec.row_spec))
         k = RowsKernel(sub, spec)
         k.arrays, k.padded, k.divisors = {out: "fac"}, {out: "fac.shape[1]"}, True
@@ -190,6 +206,59 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
         return out + [Assign("wk", f"wi // {n}"), Assign("wc", f"wi % {n}"),
                       If("wk < length", (Call("st_h16", ("wf", "wk", "wc", f"ld_e4m3({self.x}, (0, wk), wc)")),))]
 
+    def offsets_fp8(self) -> list:
+        """:meth:`offsets` of :attr:`Spec.fp8_products`: both tiles rows of 128 bytes (8 chunks), the factor rows
+        clamped to the last row, the weights' rows (output columns) to the last column."""
+        t = self.spec.threads
+        na, nb = -(-self.bm * 8 // t), -(-self.bc * 8 // t)
+        out = []
+        for u, (name, first, last, src, base) in enumerate(
+                [("f", "r0", "rows - 1", "fac", 0)] * na + [("w", "cb", f"{self.n - 1}", "wt", self.b_base)] * nb):
+            v = u if name == "f" else u - na
+            q = f"(tid + {v * t})"
+            out += [Assign(f"{name}o_{v}", f"min({first} + {q} // 8, {last}) * {src}.shape[1] + 16 * (tid % 8)"),
+                    Assign(f"{name}d_{v}", f"{base} + ({q} // 8) * {ROW} + (((tid % 8) ^ (({q} // 8) & 7)) << 3)")]
+        return out
+
+    def transpose(self) -> list:
+        """:attr:`Spec.fp8_products`: the e4m3 weights ``w[k, n]`` as rows ``wt[n, k]`` (the FP8 instruction reads
+        both operands K-major), ``k`` padded with zeros to whole tiles. A block of 256 threads a tile of 64 rows ``k``
+        × :data:`TRANSPOSE_COLUMNS`: each thread loads 16-byte chunks of rows ``k`` (all its loads in flight; two
+        8-byte loads a chunk where a row is not a multiple of 16 bytes), the words go through shared memory (a row's
+        words rotated by its quarter: no bank conflicts on the reads), and each thread gathers 16 bytes of rows
+        ``n`` and stores each with one 16-byte store."""
+        n, per = self.n, TRANSPOSE_COLUMNS // 64  # (chunks a thread loads and stores)
+        wpr = TRANSPOSE_COLUMNS // 4  # words of a row of the tile
+        out = [Assign("tid", "cuda.threadIdx.x"), Assign("tl", f"cuda.shared.array((64, {wpr + 1}), uint32)"),
+               Assign("k0", "cuda.blockIdx.x * 64"), Assign("n0", f"cuda.blockIdx.y * {TRANSPOSE_COLUMNS}")]
+        for u in range(per):
+            words = [f"tw_{u}_{q}" for q in range(4)]
+            out += [Assign(f"lk_{u}", f"(tid + {256 * u}) // {4 * per}"), Assign(f"lc_{u}", f"(tid + {256 * u}) % {4 * per}"),
+                    Assign(f"kk_{u}", f"k0 + lk_{u}"), Assign(f"nn_{u}", f"n0 + 16 * lc_{u}")]
+            out += [Assign(w, "uint32(0)") for w in words]
+            at = f"kk_{u} * {n} + nn_{u}"
+            if n % 16 == 0:
+                out.append(If(f"kk_{u} < length and nn_{u} < {n}", (
+                    Assign(", ".join(words), f"ld_w4_stream_at({self.x}, {at})"),)))
+            else:  # rows of a multiple of 8 bytes (columns_wgmma's rule): two 8-byte loads
+                out += [If(f"kk_{u} < length and nn_{u} + {8 * h + 8} <= {n}", (
+                    Assign(", ".join(words[2 * h:2 * h + 2]), f"ld_w2_stream_at({self.x}, {at} + {8 * h})"),))
+                    for h in (0, 1)]
+        for u in range(per):
+            out += [Assign(f"tl[lk_{u}, (4 * lc_{u} + {q}) ^ (lk_{u} >> 4)]", f"tw_{u}_{q}") for q in range(4)]
+        out.append(Barrier())
+        # row n0 + on of wt, its bytes k0 + 16 oc .. + 15: byte (on % 4) of word on // 4 of 16 rows
+        out += [Assign("oc", "tid % 4"), Assign("sh", "8 * (tid // 4 % 4)")]
+        for u in range(per):
+            on = f"(tid // 4 + {64 * u})"
+            gather = [Assign("wc", f"({on} >> 2) ^ oc")]
+            for q in range(4):
+                parts = [f"(((tl[16 * oc + {4 * q + b}, wc] >> sh) & 255) << {8 * b})" for b in range(4)]
+                gather.append(Assign(f"ow_{q}", "uint32(" + " | ".join(parts) + ")"))
+            store = Call("st_w4_at", ("wt", f"(n0 + {on}) * wt.shape[1] + k0 + 16 * oc", *[f"ow_{q}" for q in range(4)]))
+            out.append(If(f"n0 + {on} < {n}", tuple(gather + [store])))
+        return out
+
     def offsets(self) -> list:
         """Each thread's copies as element offsets from a tile's first element, and their swizzled places in a stage
         (16-bit units; rows ``8 k`` apart share the swizzle), computed once: factor rows clamped to the last row, the
@@ -231,6 +300,13 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
         with zeros; none under :attr:`Spec.tile_factors`, whose activations :meth:`issue_x` copies), the weights from
         the offsets plus constants, or, in the segment's last partial tile, 0 bytes for the rows past its end (their
         factors are 0, but 0 · NaN is not)."""
+        if self.fp8:  # both operands padded with zeros to whole tiles: every copy whole
+            t = self.spec.threads
+            out = [Assign("kt0", f"lo + ({tile}) * {self.bk}"), Assign("sd", f"sb + {stage} * {self.b_units}")]
+            for name, src, rows in (("f", "fac", self.bm), ("w", "wt", self.bc)):
+                out += [st for u in range(-(-rows * 8 // t)) for st in self.guarded(
+                    u, rows * 8, Call("cp_async16_at", ("sm", f"sd + {name}d_{u}", src, f"{name}o_{u} + kt0", "16")))]
+            return out
         na, nb, per_row, step = self.chunks()
         out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sd", f"sb + {stage} * {self.b_units}")]
         whole, partial = [Assign("wt", f"wo + kt0 * {self.n}")], []
@@ -260,7 +336,8 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
                 Assign("r0", f"mb * {self.bm}"), Assign("cb", f"nb * {self.bc}"),
                 Assign("rw", f"int32(uint32(min(r0, rows - 1)) // uint32(rep_{self.x}))"),
                 Assign("lo", "sg * segl"), Assign("hi", "min(lo + segl, length)"),
-                Assign("ntile", f"max(hi - lo + {BK - 1}, 0) // {BK}")] + self.offsets()
+                Assign("ntile", f"max(hi - lo + {self.bk - 1}, 0) // {self.bk}")] + (
+                    self.offsets_fp8() if self.fp8 else self.offsets())
 
     def prologue(self) -> list:
         """The copies of a tile's first ``ahead`` tiles, a commit group each (:attr:`Spec.tile_factors`: the first
@@ -289,6 +366,45 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
                 Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())] + (
                     [Call("wgmma_wait1", ())] if wait else [])
 
+    def products_fp8(self, temp: str) -> list:
+        """:attr:`Spec.fp8_products`' four ``k32`` products of the staged tile ``it`` (32 bytes a step, both operands
+        K-major) in the fresh accumulators ``temp`` (``scale_d`` 0 at the first step), one group committed."""
+        acc = WgmmaKernel.tiles(temp, self.bc // 8)
+        value = acc
+        for ks in range(4):
+            value = f"wgmma_ss_e4m3({value}, da + sa + {2 * ks}, db + sa + {2 * ks}, {int(ks > 0)})"
+        return [Assign("sa", f"(uint32(it) % uint32({self.stages})) * {self.stage * 2 // 16}"),
+                Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())]
+
+    def promote(self, temp: str) -> list:
+        """``ac += temp`` once ``temp``'s group is complete (FP8 sums promoted to float32)."""
+        acc = WgmmaKernel.tiles(temp, self.bc // 8)
+        return [Assign(acc, f"wgmma_hold({acc})")] + [
+            Assign(f"ac_{j}_{i}", f"{temp}_{j}_{i}", "+") for j in range(self.bc // 8) for i in range(4)]
+
+    def loop_fp8(self, wait, issue) -> list:
+        """:attr:`Spec.fp8_products`' loop, two tiles an iteration: each tile's products in a fresh set of sums (``ta``,
+        ``tb``), added to the float32 ``ac`` once their group completes — after the next pair's first copies are
+        issued, while those products run. The FP8 instruction sums in fewer bits than float32 (about 14 on an H200):
+        fresh sums of 128 elements added in float32 are what cuBLAS's FP8 GEMM does.
+
+        A group is waited for in full before its sums are read: with a group still in flight there (one set read
+        while the other's products run) ptxas serializes the wgmmas (C7514, non-wgmma instructions reading
+        accumulators within a pipeline stage). Measured on the H200 (FP8 M4096 K = N = 7168, two runs each): one
+        tile between waits 430–434 µs, two (this) 428–440; the two warpgroups settling at different points of a
+        tile (one before the barrier, one after) 526."""
+        zero = self.consts.name(0.0)
+        init = [Assign(f"{v}_{j}_{i}", zero) for v in ("ta", "tb") for j in range(self.bc // 8) for i in range(4)]
+
+        def step(t: str, settle: list, temp: str) -> list:
+            return [wait, Call("fence_async", ()), Barrier()] + issue(t) + settle + [Assign("it", t)] + \
+                self.products_fp8(temp)
+        # (both sets start at zero; the second is written for a whole pair only, so it is read only then)
+        settle = [Call("wgmma_wait0", ())] + self.promote("ta") + self.promote("tb")
+        body = step("ip", settle, "ta") + [If("ip + 1 < ntile", tuple(step("ip + 1", [], "tb")))]
+        last = [Call("wgmma_wait0", ())] + self.promote("ta") + [If("ntile % 2 == 0", tuple(self.promote("tb")))]
+        return init + [For("ip", "0", "ntile", tuple(body), "2")] + last
+
     @property
     def nnb(self) -> int:
         """Column blocks of the output."""
@@ -299,7 +415,7 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
         output's tiles (``tile``, ``tile + gridDim.x``, ...; launched multiprocessors × ``min_blocks`` of them, one
         a multiprocessor by default — one fits), the next tile's first copies loading while this tile's outputs are
         stored."""
-        segmented, bk = self.spec.segments > 1, BK
+        segmented, bk = self.spec.segments > 1, self.bk
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
                Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
                Assign("sm", "cuda.shared.array(0, uint16)"), Assign("sb", "swizzle_pad(sm)"),
@@ -308,7 +424,8 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
                Assign("total", f"nmb * {self.nnb} * nseg"), Assign("tile", "cuda.blockIdx.x")]
         # descriptors of stage 0: the warpgroup's 64 factor rows (K-major), the weight tile (MN-major: blocks of 64
         # columns 64 rows of 128 bytes apart)
-        lbo = BK * ROW * 2
+        # (Spec.fp8_products: the weight tile K-major too, as the factor tile)
+        lbo = 16 if self.fp8 else BK * ROW * 2
         out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})"),
                 Assign("db", f"wgmma_desc(sm, sb + {self.b_base}, {lbo}, {ATOM})")]
         if self.tf:  # the staged activations' row pitch in 16-bit elements (a shift: a 64-bit division is a call,
@@ -316,8 +433,11 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
             out.append(Assign("xp", f"int32({self.staged}.strides[0] >> 1)"))
         zero = self.consts.name(0.0)
         stage = f"uint32(it + {self.ahead}) % uint32({self.stages})"
-        wait, copies = Call(f"cp_wait{self.ahead - 1}", ()), [
-            If(f"it + {self.ahead} < ntile", tuple(self.issue(f"it + {self.ahead}", stage))), Call("cp_commit", ())]
+
+        def copies_of(t: str) -> list:  # tile t + ahead's copies, one commit group
+            return [If(f"{t} + {self.ahead} < ntile", tuple(self.issue(
+                f"{t} + {self.ahead}", f"uint32({t} + {self.ahead}) % uint32({self.stages})"))), Call("cp_commit", ())]
+        wait, copies = Call(f"cp_wait{self.ahead - 1}", ()), copies_of("it")
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
         body = [Assign(f"ac_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
         if self.tf:
@@ -335,7 +455,10 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
             body += self.states_init() + [Call(f"cp_wait{self.ahead}", ()), If("0 < ntile", tuple(self.transform("0")))]
         else:
             step = [wait, Call("fence_async", ()), Barrier()] + copies + self.products()
-        body += [For("it", "0", "ntile", tuple(step)), Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
+        if self.fp8:
+            body += self.loop_fp8(wait, copies_of)
+        else:
+            body += [For("it", "0", "ntile", tuple(step)), Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
         body += self.states_meet() if self.tf else []
         first = self.span("tile") + self.prologue()
         if not self.spec.persistent:  # a block a tile
@@ -394,16 +517,20 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
             out = [("tiles", tuple(common + ["rows", "length", "nseg"]), "tiles", self.tiles())]
         else:
             out = super().kernels()
-        if self.bytes:  # the weights widened first, the products reading them
+        if self.bytes or self.fp8:  # the weights widened (transposed) first, the products reading them
+            copy = "wt" if self.fp8 else "wf"
             at = next(i for i, k in enumerate(out) if k[0] == "tiles")
             name, targs, grid_name, tbody = out[at]
             cut = targs.index("fac") + 1 if "fac" in targs else targs.index("rows")
-            out[at] = (name, targs[:cut] + ("wf",) + targs[cut:], grid_name, tbody)
-            out.insert(0, ("widen", (self.x, "wf", "length"), "widen", self.widen()))
+            out[at] = (name, targs[:cut] + (copy,) + targs[cut:], grid_name, tbody)
+            first = ("transpose", (self.x, "wt", "length"), "transpose", self.transpose()) if self.fp8 else \
+                ("widen", (self.x, "wf", "length"), "widen", self.widen())
+            out.insert(0, first)
         return out
 
     def scratch(self) -> tuple:
-        extra = (("wf", "float16", "axis", self.n_const),) if self.bytes else ()
+        extra = (("wf", "float16", "axis", self.n_const),) if self.bytes else \
+            (("wt", "uint8", "transposed", self.n_const),) if self.fp8 else ()
         return extra if self.tf else super().scratch() + extra
 
 
@@ -421,8 +548,11 @@ def row_threads(spec: Spec) -> int:
     return dict(spec.row_spec).get("threads") or spec.row_threads or spec.threads
 
 
-def fac_store(dtypes, fused: FusedCascade) -> str:
-    """The factors' stored type: the weights' 16-bit type (float16 for e4m3 weights, widened to it)."""
+def fac_store(dtypes, fused: FusedCascade, fp8: bool = False) -> str:
+    """The factors' stored type: the weights' 16-bit type (float16 for e4m3 weights, widened to it); e4m3 bytes for
+    :attr:`Spec.fp8_products`."""
+    if fp8:
+        return "e4m3"
     vector = next(s.name for s in fused.cascade.inputs if s.size is not None)
     return "bfloat16" if dict(dtypes).get(vector) == "bfloat16" else "float16"
 
@@ -510,9 +640,22 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     if e4m3 and share < p.rows:
         return ("columns_wgmma: e4m3 weights are widened to float16 once a call, for one weight matrix shared by every "
                 "row; here there are several: use columns_mma")
-    for name, fixed in (("tile", BK), ("batch", bm)):
+    for name, fixed in (("tile", 2 * BK if p.option("fp8_products") else BK), ("batch", bm)):
         if p.option(name) not in (None, fixed):
             return f"columns_wgmma: the {name} is fixed by the instruction shapes ({bm} rows, tiles of {BK} elements)"
+    return None
+
+
+def fp8_refusal(fused: FusedCascade, p: Problem) -> str | None:
+    """Why the product cannot run on the FP8 instruction (``fp8_products``; None: it can)."""
+    if not (columns_mma._e4m3(fused, p) and exact_factors(fused)):
+        return ("columns_wgmma: fp8_products multiplies e4m3 values only: the weights must be e4m3 bytes and each "
+                "factor an fp8() value")
+    reps = dict(p.reps)
+    if min(reps.get(s.name, 1) for s in fused.cascade.inputs if s.size is not None) < p.rows:
+        return "columns_wgmma: fp8_products transposes one weight matrix a call, shared by every row"
+    if p.has_keep:
+        return "columns_wgmma: fp8_products takes no mask"
     return None
 
 
@@ -525,11 +668,18 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
         raise RedalgebraError(reason)
     threads, bc = _threads(p), _block_columns(p)
     n = columns_mma._columns(fused, p)
+    fp8 = bool(p.option("fp8_products"))
+    if fp8:
+        reason = fp8_refusal(fused, p)
+        if reason is not None:
+            raise RedalgebraError(reason)
+        if not p.option("group"):  # fresh sums beside the float32 ones: 128 columns a block (192 accumulators a thread)
+            bc = min(bc, 128)
     blocks = -(-p.rows // (threads // 2)) * -(-n // bc)
-    tiles = -(-p.length // BK)
+    tiles = -(-p.length // (2 * BK if fp8 else BK))
     nseg = p.option("segments") or max(1, min(SMS // blocks, tiles // 4))
     nseg = min(int(nseg), max(tiles, 1))  # (the tiles are numbered in the grid's x: no limit of its z)
-    staged = choose_tile_factors(fused, p, int(nseg))
+    staged = "" if fp8 else choose_tile_factors(fused, p, int(nseg))
     stages, shared = plan(threads, bc, bool(staged))
     # the product's blocks walk the output's tiles only when asked (``persistent``): on the H200, mixed — RMSNorm + GEMM
     # M4096 K = N = 4096's product took 192.5 us alone launched a block a tile, 196.1 walking (three runs each,
@@ -543,7 +693,8 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     c = fused.cascade
     outs = tuple((o.name, want) for o in c.outputs if c.sizes[o.name] is not None) \
         if want in ("bfloat16", "float16") else ()
-    return dict(threads=threads, group=bc // 8, vec=8, tile=BK, batch=threads // 2, segments=int(nseg),
+    return dict(threads=threads, group=bc // 8, vec=8, tile=2 * BK if fp8 else BK, batch=threads // 2,
+                segments=int(nseg), fp8_products=fp8,
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
                 shared=shared, stages=stages, row_threads=ROW_THREADS or _row_threads(threads, p.length),
                 row_spec=() if staged else row_spec(fused, p), persistent=persistent, tile_factors=staged,
@@ -556,6 +707,8 @@ def grid(rows: int, spec: Spec, named) -> dict:
     if "wf" in named:  # e4m3 weights widened: a thread per 16 elements of a row (per element: rows not of 16 bytes)
         per = -(-n // 16) if n % 16 == 0 else n
         out["widen"] = (-(-named["wf"].shape[0] * per // spec.threads), spec.threads)
+    if "wt" in named:  # e4m3 weights as rows (Spec.fp8_products): a block of 256 threads a 64 x 64 tile
+        out["transpose"] = ((named["wt"].shape[1] // 64, -(-n // TRANSPOSE_COLUMNS)), 256)
     row = dict(spec.row_spec)
     per = row["threads"] // row["group"] if row else 1  # rows a block of the scalars-and-factors kernel
     out["rowfactors"] = (-(-rows // per), row_threads(spec))

@@ -533,7 +533,8 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
         once a call. **Not exact**: the instruction sums in fewer bits than float32, so each tile of 128 elements is
         summed afresh and added in float32 (what cuBLAS's FP8 GEMM, ``torch._scaled_mm``, does); measured on an
         H200 about 1e-4 of the largest output from float64, where the default float16 product is within float32's
-        rounding. Off by default; other strategies ignore it (their products are exact).
+        rounding. Off by default. Where it does not apply (other weights or factors, a mask, several weight
+        matrices, another strategy) the exact product runs; ``redalgebra ptx --fp8-products`` says which.
     """
     check_backend(backend)
     if not isinstance(fused, FusedCascade):
@@ -572,8 +573,9 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     generated, rename = generated_names(fused)  # names the generated code could confuse with its own, renamed
     if persistent is not None and not isinstance(persistent, bool):
         raise RedalgebraError(f"persistent must be True, False or None, got {persistent!r}")
-    if not isinstance(fp8_products, bool):
+    if not isinstance(fp8_products, (bool, np.bool_)):
         raise RedalgebraError(f"fp8_products must be True or False, got {fp8_products!r}")
+    fp8_products = bool(fp8_products)
     return Kernel(generated, backend, strategy, threads, tile, fast_exp, segments, group, out_dtype, min_blocks,
                   persistent, batch, fp8_products, rename=rename, user=fused if rename else None)
 

@@ -266,20 +266,69 @@ def test_columns_wgmma_multiplies_e4m3_on_the_fp8_instruction_when_asked(monkeyp
     assert ("ld_w4_stream_at(w" in source) == (n % 16 == 0)
 
 
-def test_fp8_products_refuse_what_the_instruction_cannot_multiply():
-    inputs, params = _problem("fp8_quant_gemm", 4, 64, 16, "bfloat16")  # float16 weights: not e4m3
-    with pytest.raises(RedalgebraError, match="fp8_products multiplies e4m3 values only"):
-        compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=True)(inputs, params)
-    inputs, params = _problem("rmsnorm_gemm", 4, 64, 16, "bfloat16")
-    with pytest.raises(RedalgebraError, match="fp8_products multiplies e4m3 values only"):  # RMSNorm's factors
-        compile(fused("rmsnorm_gemm"), "cudasim", "columns_wgmma", fp8_products=True)(inputs, params)
-    inputs, params = _problem("fp8_quant_gemm", 4, 64, 16, "bfloat16")
+def _fp8_source(name, inputs, rows, length, n, **options):
+    kernel = compile(fused(name), "cudasim", "columns_wgmma", fp8_products=True, **options)
+    dtypes = {k: "e4m3" if k == "w" and "E4M3" in type(v).__name__ else "bfloat16" for k, v in inputs.items()}
+    return kernel.source(*kernel.spec_for(rows, length, dtypes, {"n": n}, reps={"w": rows})[1::-1]).source
+
+
+def test_fp8_products_run_the_exact_product_where_the_instruction_does_not_apply():
+    inputs, params = _problem("fp8_quant_gemm", 20, 64, 16, "bfloat16")  # bfloat16 weights: not e4m3
+    out = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=True)(inputs, params)["y"]
+    ref = _reference("fp8_quant_gemm", inputs, params, None, 20)["y"]
+    assert np.max(np.abs(out - ref)) <= 1e-5 * np.max(np.abs(ref))
+    assert "wgmma_ss_e4m3(" not in _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16)
+    assert "wgmma_ss_e4m3(" not in _fp8_source("rmsnorm_gemm", _problem("rmsnorm_gemm", 4, 64, 16, "bfloat16")[0],
+                                               4, 64, 16)  # RMSNorm's factors are not e4m3 values
     inputs["w"] = as_e4m3(to_float(inputs["w"]))
-    keep = np.ones((4, 64), bool)
-    with pytest.raises(RedalgebraError, match="takes no mask"):
-        compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=True)(inputs, params, keep)
+    assert "wgmma_ss_e4m3(" in _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16)
     with pytest.raises(RedalgebraError, match="fp8_products must be True or False"):
         compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products="yes")
+    assert compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=np.bool_(True)).fp8_products
+    with pytest.raises(RedalgebraError, match="fp8_products takes blocks of 64 or 128 columns"):
+        _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, group=32)
+    with pytest.raises(RedalgebraError, match="tiles of 128 elements"):
+        _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, tile=64)
+
+
+STATIC_FP8 = """input x
+input w[n]
+param s > 0
+reduce acc = sum(fp8(x * s) * w)
+out y = acc / s
+"""
+
+
+def test_fp8_products_take_factors_without_a_scalar_reduction():
+    # a static scale: no scalar reduction, so the factors come from columns_mma's loop, stored four bytes at a time
+    import redalgebra as ra
+    from redalgebra import evaluate
+
+    rows, length, n = 20, 300, 72
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(rows, length)).astype(np.float32)
+    w = as_e4m3((rng.normal(size=(1, length, n)) * 0.05).astype(np.float32))
+    params = {"s": np.full(rows, 37.0, np.float32)}
+    f = ra.derive(ra.parse(STATIC_FP8, name="static_fp8"))
+    kernel = compile(f, "cudasim", "columns_wgmma", fp8_products=True)
+    out = kernel({"x": as_bfloat16(x), "w": w}, params)["y"]
+    wide = {"x": to_float(as_bfloat16(x)).astype(np.float64), "w": np.repeat(to_float(w).astype(np.float64), rows, 0)}
+    ref = evaluate(f.cascade, wide, params, None)["y"]
+    assert np.max(np.abs(out - ref)) <= 1e-5 * np.max(np.abs(ref))
+    source = kernel.source(*kernel.spec_for(rows, length, {"x": "bfloat16", "w": "e4m3"}, {"n": n},
+                                            reps={"w": rows})[1::-1]).source
+    assert "wgmma_ss_e4m3(" in source
+
+
+def test_the_transposing_kernel_keeps_its_block_of_256_threads_under_other_launch_bounds():
+    from redalgebra.codegen.kernels import generate
+    from redalgebra.runtime.compile import compile as compile_kernel
+
+    # (the configuration the simulator's back end chooses, printed for the GPU: no GPU needed)
+    kernel = compile_kernel(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", threads=128, fp8_products=True)
+    strategy, spec, _ = kernel.spec_for(4096, 1024, {"x": "bfloat16", "w": "e4m3"}, {"n": 512}, reps={"w": 4096})
+    source = generate(kernel.fused, "cuda", strategy, spec).source
+    assert spec.threads == 128 and "BOUNDS_transpose = {} if config.ENABLE_CUDASIM else {'launch_bounds': 256," in source
 
 
 def test_columns_wgmma_refuses_what_it_cannot_take():

@@ -34,8 +34,9 @@ an H200 its sums keep fewer bits than float32 — against float64, 5.6e-4 of the
 at K = 7168, where the float16 product is within 3e-7 (the FP8 accumulation DeepSeek-V3's report describes, about 14
 bits). Only for one weight matrix shared by every row (the widened copy is one matrix).
 
-**The FP8 instruction when asked** (``compile(..., fp8_products=True)``, :attr:`Spec.fp8_products`; e4m3 weights
-and ``fp8()`` factors only): the factors stored as e4m3 bytes, the weights transposed to e4m3 rows ``wt[n, k]`` by a
+**The FP8 instruction when asked** (``compile(..., fp8_products=True)``, :attr:`Spec.fp8_products`, where it applies:
+e4m3 weights, ``fp8()`` factors, one weight matrix, no mask — :func:`fp8_applies`; the exact product elsewhere): the
+factors stored as e4m3 bytes, the weights transposed to e4m3 rows ``wt[n, k]`` by a
 first kernel (the instruction reads both operands K-major), tiles of 128 elements (one 128-byte row either way),
 ``m64n128k32.e4m3.e4m3``, 128 columns a block. Each tile's products are summed in fresh accumulators and added to
 float32 ones once their group completes (:meth:`ColumnsWgmmaKernel.loop_fp8`), as cuBLAS's FP8 GEMM does: measured
@@ -146,7 +147,13 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
             self.tile_factor_parts()
 
     def factor_store(self, values: tuple) -> list:
+        if self.fac_store == "e4m3":  # (Spec.fp8_products: bytes, four a store)
+            return [Store("fac", "row", f"kx + {k}", values[k:k + 4], "e4m3") for k in range(0, len(values), 4)]
         return [Store("fac", "row", "kx", values, self.fac_store)]
+
+    def bounds(self) -> dict:
+        # (the transposing kernel's blocks are of 256 threads whatever the product's)
+        return {**super().bounds(), **({"transpose": 256} if self.fp8 else {})}
 
     def _prepass_kernel(self):
         """With :attr:`Spec.row_spec`, the ``rows`` kernel of the scalar part with the factors as a per-element output
@@ -383,27 +390,23 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
             Assign(f"ac_{j}_{i}", f"{temp}_{j}_{i}", "+") for j in range(self.bc // 8) for i in range(4)]
 
     def loop_fp8(self, wait, issue) -> list:
-        """:attr:`Spec.fp8_products`' loop, two tiles an iteration: each tile's products in a fresh set of sums (``ta``,
-        ``tb``), added to the float32 ``ac`` once their group completes — after the next pair's first copies are
-        issued, while those products run. The FP8 instruction sums in fewer bits than float32 (about 14 on an H200):
-        fresh sums of 128 elements added in float32 are what cuBLAS's FP8 GEMM does.
+        """:attr:`Spec.fp8_products`' loop: each tile's products in fresh sums ``tf``, added to the float32 ``ac`` once
+        their group completes — at the next tile, after its copies are issued, while those products ran. The FP8
+        instruction sums in fewer bits than float32 (about 14 on an H200): fresh sums of 128 elements added in float32
+        are what cuBLAS's FP8 GEMM does. The copies of tile ``t + ahead`` go into tile ``t - 2``'s stage, whose
+        products the wait of tile ``t - 1`` completed.
 
-        A group is waited for in full before its sums are read: with a group still in flight there (one set read
-        while the other's products run) ptxas serializes the wgmmas (C7514, non-wgmma instructions reading
-        accumulators within a pipeline stage). Measured on the H200 (FP8 M4096 K = N = 7168, two runs each): one
-        tile between waits 430–434 µs, two (this) 428–440; the two warpgroups settling at different points of a
-        tile (one before the barrier, one after) 526."""
+        A group is waited for in full before its sums are read: with a group still in flight there (two sets of fresh
+        sums, one read while the other's products run) ptxas serializes the wgmmas (C7514, non-wgmma instructions
+        reading accumulators within a pipeline stage). Measured on the H200 (FP8 M4096 K = N = 7168): 408–434 µs
+        over three runs; two tiles' products between waits (two sets of fresh sums) 428–440, and it needs a stage
+        more (its copies would overwrite a stage that products in flight read); the two warpgroups settling at
+        different points of a tile (one before the barrier, one after) 526."""
         zero = self.consts.name(0.0)
-        init = [Assign(f"{v}_{j}_{i}", zero) for v in ("ta", "tb") for j in range(self.bc // 8) for i in range(4)]
-
-        def step(t: str, settle: list, temp: str) -> list:
-            return [wait, Call("fence_async", ()), Barrier()] + issue(t) + settle + [Assign("it", t)] + \
-                self.products_fp8(temp)
-        # (both sets start at zero; the second is written for a whole pair only, so it is read only then)
-        settle = [Call("wgmma_wait0", ())] + self.promote("ta") + self.promote("tb")
-        body = step("ip", settle, "ta") + [If("ip + 1 < ntile", tuple(step("ip + 1", [], "tb")))]
-        last = [Call("wgmma_wait0", ())] + self.promote("ta") + [If("ntile % 2 == 0", tuple(self.promote("tb")))]
-        return init + [For("ip", "0", "ntile", tuple(body), "2")] + last
+        init = [Assign(f"tf_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
+        settle = [Call("wgmma_wait0", ())] + self.promote("tf")
+        step = [wait, Call("fence_async", ()), Barrier()] + issue("it") + settle + self.products_fp8("tf")
+        return init + [For("it", "0", "ntile", tuple(step))] + settle
 
     @property
     def nnb(self) -> int:
@@ -640,23 +643,24 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     if e4m3 and share < p.rows:
         return ("columns_wgmma: e4m3 weights are widened to float16 once a call, for one weight matrix shared by every "
                 "row; here there are several: use columns_mma")
-    for name, fixed in (("tile", 2 * BK if p.option("fp8_products") else BK), ("batch", bm)):
+    tile = 2 * BK if fp8_applies(fused, p) else BK
+    for name, fixed in (("tile", tile), ("batch", bm)):
         if p.option(name) not in (None, fixed):
-            return f"columns_wgmma: the {name} is fixed by the instruction shapes ({bm} rows, tiles of {BK} elements)"
+            return f"columns_wgmma: the {name} is fixed by the instruction shapes ({bm} rows, tiles of {tile} elements)"
+    if fp8_applies(fused, p) and p.option("group") and bc > 128:
+        return (f"columns_wgmma: fp8_products takes blocks of 64 or 128 columns (group 8 or 16; its fresh sums take "
+                f"a second set of accumulators), got {bc}")
     return None
 
 
-def fp8_refusal(fused: FusedCascade, p: Problem) -> str | None:
-    """Why the product cannot run on the FP8 instruction (``fp8_products``; None: it can)."""
-    if not (columns_mma._e4m3(fused, p) and exact_factors(fused)):
-        return ("columns_wgmma: fp8_products multiplies e4m3 values only: the weights must be e4m3 bytes and each "
-                "factor an fp8() value")
+def fp8_applies(fused: FusedCascade, p: Problem) -> bool:
+    """Whether the product runs on the FP8 instruction: asked for (``fp8_products``), e4m3 weights, each factor an
+    ``fp8()`` value, one weight matrix shared by every row (transposed once a call), no mask. Elsewhere the exact
+    product runs, as in every other strategy."""
+    if not (p.option("fp8_products") and columns_mma._e4m3(fused, p) and exact_factors(fused)) or p.has_keep:
+        return False
     reps = dict(p.reps)
-    if min(reps.get(s.name, 1) for s in fused.cascade.inputs if s.size is not None) < p.rows:
-        return "columns_wgmma: fp8_products transposes one weight matrix a call, shared by every row"
-    if p.has_keep:
-        return "columns_wgmma: fp8_products takes no mask"
-    return None
+    return min(reps.get(s.name, 1) for s in fused.cascade.inputs if s.size is not None) >= p.rows
 
 
 def configure(fused: FusedCascade, p: Problem) -> dict:
@@ -668,11 +672,8 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
         raise RedalgebraError(reason)
     threads, bc = _threads(p), _block_columns(p)
     n = columns_mma._columns(fused, p)
-    fp8 = bool(p.option("fp8_products"))
+    fp8 = fp8_applies(fused, p)
     if fp8:
-        reason = fp8_refusal(fused, p)
-        if reason is not None:
-            raise RedalgebraError(reason)
         if not p.option("group"):  # fresh sums beside the float32 ones: 128 columns a block (192 accumulators a thread)
             bc = min(bc, 128)
     blocks = -(-p.rows // (threads // 2)) * -(-n // bc)

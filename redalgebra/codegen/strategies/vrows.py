@@ -158,7 +158,8 @@ class VRowsKernel(TreeKernel):
     def row_setup(self, row: str) -> list:
         out = [Assign("row", row)]
         out += [Assign(f"p_{p.name}", f"{p.name}[row]") for p in self.c.params if p.size is None]
-        out += [Assign(f"rr_{s.name}", f"row // rep_{s.name}") for s in self.c.inputs]
+        # (a 32-bit division: numba's 64-bit one is a subroutine call)
+        out += [Assign(f"rr_{s.name}", f"int32(uint32(row) // uint32(rep_{s.name}))") for s in self.c.inputs]
         for p in self.c.params:  # this lane's components of the vector params, once per row
             if p.size is not None:
                 n = self.size[p.name]

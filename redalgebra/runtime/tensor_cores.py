@@ -71,6 +71,66 @@ def _sim_pending():
     return _COPIES
 
 
+class _Reads:
+    """One simulated thread's ``wgmma`` groups not yet waited for: the 16-byte chunks of shared memory (by absolute
+    address) each reads, ``open`` since the thread's last commit, ``groups`` committed, oldest first. The simulator's
+    ``wgmma`` computes when issued; the GPU's reads its operands until the wait that covers its group, so a copy or a
+    store into those chunks before then is a race the simulator reports (:func:`_sim_check_write`) instead of
+    computing on luck."""
+
+    def __init__(self):
+        self.open, self.groups = set(), []
+        self.thread = threading.current_thread()
+
+
+_READS = threading.local()
+#: Every simulated thread's :class:`_Reads` with a group in flight (a write by any thread of the block is checked
+#: against all of them; a thread that ended without waiting, a kernel stopped by an error, is dropped: its shared
+#: memory is gone).
+_IN_FLIGHT: dict = {}
+
+
+def _sim_reads() -> _Reads:
+    if not hasattr(_READS, "state"):
+        _READS.state = _Reads()
+    return _READS.state
+
+
+def _sim_wgmma_read(chunks) -> None:
+    """Record the absolute 16-byte chunks a ``wgmma`` issued by this thread reads (its open group)."""
+    state = _sim_reads()
+    state.open.update(chunks)
+    _IN_FLIGHT[id(state)] = state
+
+
+def _sim_wgmma_commit() -> None:
+    state = _sim_reads()
+    state.groups.append(state.open)
+    state.open = set()
+
+
+def _sim_wgmma_wait(n: int):
+    def wait():
+        state = _sim_reads()
+        del state.groups[:max(len(state.groups) - n, 0)]
+        if not state.groups and not state.open:
+            _IN_FLIGHT.pop(id(state), None)
+    return wait
+
+
+def _sim_check_write(name: str, array, byte_offset: int, nbytes: int = 16) -> None:
+    """Refuse a write of shared memory (``nbytes`` from ``byte_offset`` of ``array``) into a chunk that a ``wgmma``
+    group still in flight reads."""
+    start = np.asarray(array).ctypes.data + int(byte_offset)
+    chunks = set(range(start >> 4, (start + nbytes - 1 >> 4) + 1))
+    for key, state in list(_IN_FLIGHT.items()):
+        if not state.thread.is_alive():
+            _IN_FLIGHT.pop(key, None)
+        elif any(chunks & group for group in (*state.groups, state.open)):
+            raise RuntimeError(f"{name}: writes shared memory (byte {int(byte_offset)}) that a wgmma group still in "
+                               f"flight reads: wait for its group before the stage is reused")
+
+
 def _sim_stage(name, s, sidx, source, nbytes):
     """A copy's 8 16-bit values (``source()``, read when issued, only when ``nbytes`` is 16) for ``s[sidx:sidx+8]``,
     else zeros: landed at the wait that covers its group."""
@@ -78,6 +138,7 @@ def _sim_stage(name, s, sidx, source, nbytes):
     if int(sidx) % 8 or not 0 <= int(sidx) <= dst.size - 8:
         raise IndexError(f"{name}: shared index {sidx} is misaligned or outside {dst.size} 16-bit values")
     values = np.array(source(), np.uint16) if int(nbytes) == 16 else np.zeros(8, np.uint16)
+    _sim_check_write(name, dst, 2 * int(sidx))
     _sim_pending().open.append((dst, int(sidx), values))
 
 
@@ -178,7 +239,9 @@ def _sim_lds_w4(s, idx):
 
 
 def _sim_sts_w4(s, idx, w0, w1, w2, w3):
-    _sim_shared_chunk("sts_w4", s, idx)[:] = [np.uint32(int(w)) for w in (w0, w1, w2, w3)]
+    chunk = _sim_shared_chunk("sts_w4", s, idx)
+    _sim_check_write("sts_w4", chunk, 0)
+    chunk[:] = [np.uint32(int(w)) for w in (w0, w1, w2, w3)]
 
 
 def _sim_nothing():

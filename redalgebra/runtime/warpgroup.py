@@ -17,8 +17,8 @@ from numba import types
 
 from .intrinsics import SIMULATOR, _device
 from .formats import e4m3_values
-from .tensor_cores import (_check_shared, _shared_address, _shared_flat, _side_effect, _sim_unpack, _wait,
-                           _warp_collective)
+from .tensor_cores import (_check_shared, _shared_address, _shared_flat, _side_effect, _sim_unpack,
+                           _sim_wgmma_commit, _sim_wgmma_read, _sim_wgmma_wait, _wait, _warp_collective)
 
 if not SIMULATOR:
     from .intrinsics import TypingError
@@ -78,11 +78,20 @@ def _desc_byte(desc, byte_address):
     return raw[at]
 
 
+def _read_chunks(desc, addresses) -> None:
+    """Record the 16-byte chunks of the operand's bytes at (unswizzled) ``addresses`` as read by this thread's open
+    ``wgmma`` group (:func:`~.tensor_cores._sim_wgmma_read`)."""
+    base = desc[0].view(np.uint8).ctypes.data
+    _sim_wgmma_read({(base + swizzled(a)) >> 4 for a in addresses})
+
+
 def _k_major(desc, rows, first=0, k=16, size=2):
     """Rows ``first ..`` of the ``k``-wide operand a K-major 128B-swizzled descriptor gives: row ``r`` at
     ``(r // 8) SBO + (r % 8) 128`` (a thread reads only its warp's rows: a simulated block may be one warp); values
     of ``size`` bytes (2: 16-bit patterns, 1: e4m3 bytes)."""
     _, start, _, sbo = desc
+    _read_chunks(desc, [start + (r // 8) * sbo + (r % 8) * 128 + b for r in range(first, first + rows)
+                        for b in range(0, k * size, 16)])
     read, kind = (_desc_read, np.uint16) if size == 2 else (_desc_byte, np.uint8)
     return np.array([[read(desc, start + (r // 8) * sbo + (r % 8) * 128 + size * kk) for kk in range(k)]
                      for r in range(first, first + rows)], kind)
@@ -92,6 +101,8 @@ def _mn_major(desc, n, k=16):
     """The ``k × n`` operand an MN-major (transposed) 128B-swizzled descriptor gives: ``n`` in 64-value blocks LBO
     apart, ``k`` in rows of 128 bytes, eight rows an atom, atoms SBO apart."""
     _, start, lbo, sbo = desc
+    _read_chunks(desc, [start + (c // 64) * lbo + (kk // 8) * sbo + (kk % 8) * 128 + 2 * (c % 64)
+                        for c in range(0, n, 8) for kk in range(k)])
     return np.array([[_desc_read(desc, start + (c // 64) * lbo + (kk // 8) * sbo + (kk % 8) * 128 + 2 * (c % 64))
                       for c in range(n)] for kk in range(k)], np.uint16)
 
@@ -310,18 +321,23 @@ def _sim_hold(acc):
     return acc
 
 
-def _void(name, text, doc):
-    f = _wait(name, text)
+def _void(name, text, doc, stand_in=None):
+    f = _wait(name, text, stand_in) if stand_in else _wait(name, text)
     f.__doc__ = doc
     return f
 
 
+# (under the simulator the groups' shared-memory reads are tracked from issue to wait: a write into them between is
+# reported, :func:`~.tensor_cores._sim_check_write`)
 wgmma_fence = _void("wgmma_fence", "wgmma.fence.sync.aligned;",
                     "Orders the registers' earlier writes before the wgmmas that read them (``wgmma.fence``).")
-wgmma_commit = _void("wgmma_commit", "wgmma.commit_group.sync.aligned;", "Closes a group of wgmmas.")
-wgmma_wait0 = _void("wgmma_wait0", "wgmma.wait_group.sync.aligned 0;", "Waits for every group of wgmmas.")
+wgmma_commit = _void("wgmma_commit", "wgmma.commit_group.sync.aligned;", "Closes a group of wgmmas.",
+                     _sim_wgmma_commit)
+wgmma_wait0 = _void("wgmma_wait0", "wgmma.wait_group.sync.aligned 0;", "Waits for every group of wgmmas.",
+                    _sim_wgmma_wait(0))
 wgmma_wait1 = _void("wgmma_wait1", "wgmma.wait_group.sync.aligned 1;",
-                    "Waits for every group of wgmmas but the last committed: one group stays in flight.")
+                    "Waits for every group of wgmmas but the last committed: one group stays in flight.",
+                    _sim_wgmma_wait(1))
 fence_async = _void("fence_async", "fence.proxy.async.shared::cta;",
                     "Makes this thread's shared-memory writes (stores, cp.async) visible to wgmma's operand reads.")
 

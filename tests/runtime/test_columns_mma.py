@@ -244,6 +244,9 @@ def test_columns_wgmma_widens_e4m3_weights(rows, length, n, segments, masked):
     (17, 300, 72, None, False),
     (5, 1000, 256, 3, False),
     (20, 300, 136, 2, True),
+    # ten tiles in one segment: every stage reused while products are in flight (the simulator reports a copy into
+    # a stage that a group of products not yet waited for reads)
+    (16, 1280, 64, 1, False),
 ])
 def test_columns_wgmma_multiplies_e4m3_on_the_fp8_instruction_when_asked(monkeypatch, rows, length, n, segments,
                                                                           walking):
@@ -264,6 +267,23 @@ def test_columns_wgmma_multiplies_e4m3_on_the_fp8_instruction_when_asked(monkeyp
                                             reps={"w": rows})[1::-1]).source
     assert "wgmma_ss_e4m3(" in source and "wgmma_sst_f16(" not in source
     assert ("ld_w4_stream_at(w" in source) == (n % 16 == 0)
+
+
+def test_the_simulator_reports_a_copy_into_a_stage_that_products_in_flight_read(monkeypatch):
+    # a tile further ahead: the copies of tile t + stages - 1 go into tile t - 1's stage, whose products the loop's
+    # wait (one group left in flight) has not completed. The simulator's wgmma computes when issued, so the results
+    # would be right; the tracking of each group's shared-memory reads until its wait reports the race instead.
+    from redalgebra.codegen.strategies.columns_wgmma import ColumnsWgmmaKernel
+
+    check_launch = ColumnsWgmmaKernel.check_launch
+
+    def one_ahead_too_many(self):
+        check_launch(self)
+        self.ahead = self.stages - 1
+    monkeypatch.setattr(ColumnsWgmmaKernel, "check_launch", one_ahead_too_many)
+    inputs, params = _problem("fp8_quant_gemm", 16, 640, 64, "bfloat16")
+    with pytest.raises(Exception, match="a wgmma group still in flight reads"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=1)(inputs, params)
 
 
 def _fp8_source(name, inputs, rows, length, n, **options):

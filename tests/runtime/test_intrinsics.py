@@ -650,3 +650,31 @@ def test_e4m3_pairs_ptx_computes_what_its_stand_in_computes(rng):
     for lo, hi in words:
         want = tuple(int(w) for w in tc.e4m3_pairs(lo, hi))
         assert _run_e4m3_pairs_ptx(tc.E4M3_PAIRS_PTX, int(lo), int(hi)) == want
+
+
+def test_the_simulator_tracks_wgmma_reads_until_their_wait():
+    # a group's shared-memory chunks (absolute addresses) stay read from its issue to the wait that covers it: a
+    # write into them meanwhile is a race; a thread that ended without waiting (a kernel stopped by an error) is
+    # forgotten, its shared memory gone
+    import threading
+
+    buf = np.zeros(64, np.uint8)
+    chunk = buf.ctypes.data >> 4
+
+    def issue():
+        tc._sim_wgmma_read({chunk})
+        tc._sim_wgmma_commit()
+    ended = threading.Thread(target=issue)
+    ended.start()
+    ended.join()
+    tc._sim_check_write("test", buf, 0)
+    tc._sim_wgmma_read({chunk})
+    tc._sim_wgmma_commit()
+    tc._sim_wgmma_read({chunk + 100})  # a second group, open
+    tc._sim_wgmma_commit()
+    with pytest.raises(RuntimeError, match="a wgmma group still in flight reads"):
+        tc._sim_check_write("test", buf, 0)
+    tc._sim_wgmma_wait(1)()  # the older group completes: its chunk may be written
+    tc._sim_check_write("test", buf, 0)
+    tc._sim_wgmma_wait(0)()
+    assert not tc._sim_reads().groups

@@ -39,6 +39,7 @@ class Spec:
     #                              monoid (top-k by repeated arg-max selection) instead of the derived merge
     min_blocks: int = 0          # launch bounds: fit the registers so that this many blocks share a
     #                              multiprocessor (0: the compiler's choice for the block size alone)
+    wide_rows: bool = False      # rows: 2**31 rows or more (a row's index arithmetic in 64 bits; 32 below)
     persistent: bool = False     # rows: each block walks rows (blockIdx, + gridDim, …) and the grid is capped at
     #                              multiprocessors × min_blocks: no block launched per row
     segments: int = 1            # vrows, columns: blocks per row (> 1: a partial kernel per segment, then a combine)

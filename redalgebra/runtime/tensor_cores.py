@@ -76,7 +76,8 @@ class _Reads:
     address) each reads, ``open`` since the thread's last commit, ``groups`` committed, oldest first. The simulator's
     ``wgmma`` computes when issued; the GPU's reads its operands until the wait that covers its group, so a copy or a
     store into those chunks before then is a race the simulator reports (:func:`_sim_check_write`) instead of
-    computing on luck."""
+    computing on luck. Writes through ``cp.async`` and ``sts_w4`` are checked; a kernel's plain stores into shared
+    arrays are not (the simulator does not see them as instructions)."""
 
     def __init__(self):
         self.open, self.groups = set(), []
@@ -240,7 +241,7 @@ def _sim_lds_w4(s, idx):
 
 def _sim_sts_w4(s, idx, w0, w1, w2, w3):
     chunk = _sim_shared_chunk("sts_w4", s, idx)
-    _sim_check_write("sts_w4", chunk, 0)
+    _sim_check_write("sts_w4", _shared_flat(s), 2 * int(idx))
     chunk[:] = [np.uint32(int(w)) for w in (w0, w1, w2, w3)]
 
 

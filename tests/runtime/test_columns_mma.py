@@ -238,8 +238,8 @@ def test_columns_wgmma_widens_e4m3_weights(rows, length, n, segments, masked):
 
 @pytest.mark.parametrize("rows,length,n,segments,walking", [
     # the product on the FP8 instruction (fp8_products): the e4m3 weights transposed to rows by a kernel of the module
-    # (72 columns: rows not of 16 bytes, two 8-byte loads a chunk), three tiles of 128 (odd: the last pair half);
-    # 256 columns in 16-byte chunks, eight tiles in three segments of three, three and two (pairs whole, then half);
+    # (72 columns: rows not of 16 bytes, two 8-byte loads a chunk), three tiles of 128; 256 columns in 16-byte
+    # chunks, eight tiles in three segments of three, three and two;
     # one block walking every output tile (2 row blocks x 3 column blocks x 2 segments)
     (17, 300, 72, None, False),
     (5, 1000, 256, 3, False),

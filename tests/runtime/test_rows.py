@@ -253,3 +253,18 @@ def test_top_k_kernels_stay_shallow_for_numbas_recursive_walk_of_their_blocks(na
     strategy, spec, _ = compile(f, "cuda").spec_for(4096, length, dtypes={"g": "bfloat16"})
     assert strategy == "rows" and spec.staged
     assert _walk_depth(generate(f, "cuda", strategy, spec).source) <= 300
+
+
+def test_a_rows_index_is_divided_in_32_bits_below_two_to_the_31_rows_and_in_64_from_there():
+    # numba's 64-bit division is a subroutine call of some hundred instructions a thread: kept only where a row's
+    # index needs it (a call of 2**31 rows or more; built here, not run)
+    from redalgebra import workloads
+    import redalgebra as ra
+
+    kernel = ra.compile(ra.derive(workloads.get("safe_softmax").cascade), "cudasim", "rows")
+    for rows, wide in ((4096, False), (2 ** 31 + 1000, True)):
+        strategy, spec, _ = kernel.spec_for(rows, 16, {"x": "float16"}, {})
+        source = kernel.source(spec, strategy).source
+        assert spec.wide_rows == wide
+        assert ("rr_x = row // rep_x" in source) == wide
+        assert ("rr_x = int32(uint32(row) // uint32(rep_x))" in source) == (not wide)

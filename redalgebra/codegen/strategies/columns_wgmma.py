@@ -561,7 +561,8 @@ def fac_store(dtypes, fused: FusedCascade, fp8: bool = False) -> str:
 
 
 #: The ``rows`` fields of :attr:`Spec.row_spec`.
-ROW_FIELDS = ("threads", "group", "tile", "vec", "shifted", "resident", "staged", "persistent", "min_blocks")
+ROW_FIELDS = ("threads", "group", "tile", "vec", "shifted", "resident", "staged", "persistent", "min_blocks",
+              "wide_rows")
 
 
 def row_spec(fused: FusedCascade, p: Problem) -> tuple:

@@ -106,8 +106,10 @@ class RowsKernel(TreeKernel):
                Comment("a group past the last row still takes part in the shuffles, on the last row's data"),
                Assign("row", "min(row, rows - 1)")]
         out += [Assign(f"p_{p.name}", f"{p.name}[row]") for p in self.c.params if p.size is None]
-        # (a 32-bit division: numba's 64-bit one is a subroutine call, some hundred instructions a thread)
-        out += [Assign(f"rr_{s}", f"int32(uint32(row) // uint32(rep_{s}))") for s in self.scalars]
+        # (a 32-bit division: numba's 64-bit one is a subroutine call, some hundred instructions a thread; a call of
+        # 2**31 rows or more keeps it, Spec.wide_rows)
+        out += [Assign(f"rr_{s}", f"row // rep_{s}" if self.spec.wide_rows else
+                       f"int32(uint32(row) // uint32(rep_{s}))") for s in self.scalars]
         lo = f"-((row * length) % {self.vec})" if self.spec.shifted and self.vec > 1 else "0"
         return out + [Assign("lo", lo), Assign("nch", f"(length - lo + {self.vec - 1}) // {self.vec}")]
 

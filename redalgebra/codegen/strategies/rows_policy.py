@@ -28,6 +28,10 @@ def out_dtypes(fused: FusedCascade, dtypes: dict, want: str | None) -> tuple:
     return tuple(out)
 
 
+#: Rows from which a row's index no longer fits 32 bits: its arithmetic is then 64-bit (``Spec.wide_rows``).
+WIDE_ROWS = 2 ** 31
+
+
 def configure(fused: FusedCascade, p) -> dict:
     """Group, block, chunks per thread and load width from the shape: the row in registers when it fits."""
     require_scalar_elements(fused, "rows")
@@ -76,4 +80,4 @@ def configure(fused: FusedCascade, p) -> dict:
     return dict(threads=threads, group=group, tile=tile, vec=vec, shifted=wide and not p.pitch_ok,
                 resident=resident, staged=staged, fast_exp=p.option("fast_exp", False),
                 out_dtypes=out_dtypes(fused, dtypes, p.option("out_dtype")), persistent=bool(persistent),
-                min_blocks=min_blocks)
+                min_blocks=min_blocks, wide_rows=p.rows >= WIDE_ROWS)

@@ -158,7 +158,7 @@ class VRowsKernel(TreeKernel):
     def row_setup(self, row: str) -> list:
         out = [Assign("row", row)]
         out += [Assign(f"p_{p.name}", f"{p.name}[row]") for p in self.c.params if p.size is None]
-        # (a 32-bit division: numba's 64-bit one is a subroutine call)
+        # (a 32-bit division: numba's 64-bit one is a subroutine call; the row is a block's index, below 2**31)
         out += [Assign(f"rr_{s.name}", f"int32(uint32(row) // uint32(rep_{s.name}))") for s in self.c.inputs]
         for p in self.c.params:  # this lane's components of the vector params, once per row
             if p.size is not None:

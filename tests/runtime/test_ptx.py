@@ -100,6 +100,8 @@ def _jobs() -> list:
               "bfloat16", {"shared": True})]
     jobs += [(_key("fp8_quant_gemm", "columns_wgmma", 256, 4096, "e4m3"), "fp8_quant_gemm", "columns_wgmma", 256,
               4096, "bfloat16", {"shared": True, "vector_dtype": "e4m3"})]
+    jobs += [(_key("fp8_quant_gemm", "columns_wgmma", 256, 4096, "fp8"), "fp8_quant_gemm", "columns_wgmma", 256,
+              4096, "bfloat16", {"shared": True, "vector_dtype": "e4m3", "fp8_products": True})]
     jobs += [(_key("attention", "mma", 4096, 512), "attention", "mma", 4096, 512, "bfloat16", {})]
     jobs += [(_key("attention", "wgmma", 4096, 512), "attention", "wgmma", 4096, 512, "bfloat16", {})]
     # MLA decode: four tokens' 128 heads over their latent rows (each shared by its token's heads: reps of 128), at
@@ -314,11 +316,13 @@ def test_columns_mma_widens_e4m3_weights_on_chip(report):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("weights", ["float16", "e4m3"])
+@pytest.mark.parametrize("weights", ["float16", "e4m3", "fp8"])
 def test_columns_wgmma_is_a_gemm_on_warpgroups_without_serializing(report, weights):
-    facts = report[_key("fp8_quant_gemm", "columns_wgmma", 256, 4096, *(("e4m3",) if weights == "e4m3" else ()))]
-    # per tile four products of 64 x 256 (k16 steps of 16-bit values; e4m3 weights widened to float16 first) and
-    # nothing on mma.sync; no subroutine call (64-bit or IEEE divisions) for ptxas to serialize them over
+    facts = report[_key("fp8_quant_gemm", "columns_wgmma", 256, 4096, *((weights,) if weights != "float16" else ()))]
+    # per tile four products of 64 x 256 (k16 steps of 16-bit values; e4m3 weights widened to float16 first), or
+    # with fp8_products four of 64 x 128 x 32 on the FP8 instruction (their fresh sums read only after a full wait:
+    # reading them with a group in flight makes ptxas serialize), and nothing on mma.sync; no subroutine call (64-bit
+    # or IEEE divisions) for ptxas to serialize them over
     assert facts["strategy"] == "columns_wgmma" and facts["wgmma"] == 4 and facts["mma"] == 0
     assert facts["wgmma_serialized"] == 0, facts
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0

@@ -22,7 +22,7 @@ Built on the helpers of :mod:`.intrinsics` (pointers, packing, the simulator swi
 an inlined intrinsic on CUDA and a Python stand-in under the simulator. The warp-collective stand-ins meet
 their warp's other lanes at a barrier of 32 threads (the simulator runs a Python thread per CUDA thread) and
 compute the warp's result from all lanes' operands, as the PTX ISA defines it. The ``cp.async`` stand-ins keep each
-thread's copies pending until the ``cp_wait<n>`` that covers their group, so a kernel that reads a stage before
+thread's copies pending (:mod:`.sim_async`, which also tracks ``wgmma``'s reads) until the ``cp_wait<n>`` that covers their group, so a kernel that reads a stage before
 waiting for it reads stale data in the simulator too (a wait one group short fails the tests; it passed them when
 copies landed at once). Hopper's warpgroup instructions
 (``wgmma``) are in :mod:`.warpgroup`, built on the helpers here and exported from here as well.
@@ -39,6 +39,8 @@ from numba import types
 from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _asm, _bf16_pair, _check, _device, _elements, _f32, _number, _vector,
                          _pack, _pointer, _span, bf16_bits, e4m3_values, f16_bits)
 
+from .sim_async import _shared_flat, _sim_check_write, _sim_commit, _sim_stage, _sim_wait
+
 if not SIMULATOR:
     from .intrinsics import TypingError
 
@@ -54,110 +56,6 @@ __all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at",
 # --------------------------------------------------------------------------------------------------
 # Simulator stand-ins
 # --------------------------------------------------------------------------------------------------
-def _shared_flat(s):
-    return np.asarray(getattr(s, "_ary", s)).reshape(-1)
-
-
-#: Each simulated thread's ``cp.async`` copies not yet landed: ``open`` (issued since its last commit) and ``groups``
-#: (committed, oldest first). A copy lands in shared memory only at the ``cp_wait<n>`` that covers its group, as on
-#: the GPU, where reading it before then is a race: the simulator then reads what was there before, so a kernel
-#: that waits too little fails its tests instead of passing by the simulator's luck.
-_COPIES = threading.local()
-
-
-def _sim_pending():
-    if not hasattr(_COPIES, "groups"):
-        _COPIES.open, _COPIES.groups = [], []
-    return _COPIES
-
-
-class _Reads:
-    """One simulated thread's ``wgmma`` groups not yet waited for: the 16-byte chunks of shared memory (by absolute
-    address) each reads, ``open`` since the thread's last commit, ``groups`` committed, oldest first. The simulator's
-    ``wgmma`` computes when issued; the GPU's reads its operands until the wait that covers its group, so a copy or a
-    store into those chunks before then is a race the simulator reports (:func:`_sim_check_write`) instead of
-    computing on luck. Writes through ``cp.async`` and ``sts_w4`` are checked; a kernel's plain stores into shared
-    arrays are not (the simulator does not see them as instructions)."""
-
-    def __init__(self):
-        self.open, self.groups = set(), []
-        self.thread = threading.current_thread()
-
-
-_READS = threading.local()
-#: Every simulated thread's :class:`_Reads` with a group in flight (a write by any thread of the block is checked
-#: against all of them; a thread that ended without waiting, a kernel stopped by an error, is dropped: its shared
-#: memory is gone).
-_IN_FLIGHT: dict = {}
-
-
-def _sim_reads() -> _Reads:
-    if not hasattr(_READS, "state"):
-        _READS.state = _Reads()
-    return _READS.state
-
-
-def _sim_wgmma_read(chunks) -> None:
-    """Record the absolute 16-byte chunks a ``wgmma`` issued by this thread reads (its open group)."""
-    state = _sim_reads()
-    state.open.update(chunks)
-    _IN_FLIGHT[id(state)] = state
-
-
-def _sim_wgmma_commit() -> None:
-    state = _sim_reads()
-    state.groups.append(state.open)
-    state.open = set()
-
-
-def _sim_wgmma_wait(n: int):
-    def wait():
-        state = _sim_reads()
-        del state.groups[:max(len(state.groups) - n, 0)]
-        if not state.groups and not state.open:
-            _IN_FLIGHT.pop(id(state), None)
-    return wait
-
-
-def _sim_check_write(name: str, array, byte_offset: int, nbytes: int = 16) -> None:
-    """Refuse a write of shared memory (``nbytes`` from ``byte_offset`` of ``array``) into a chunk that a ``wgmma``
-    group still in flight reads."""
-    start = np.asarray(array).ctypes.data + int(byte_offset)
-    chunks = set(range(start >> 4, (start + nbytes - 1 >> 4) + 1))
-    for key, state in list(_IN_FLIGHT.items()):
-        if not state.thread.is_alive():
-            _IN_FLIGHT.pop(key, None)
-        elif any(chunks & group for group in (*state.groups, state.open)):
-            raise RuntimeError(f"{name}: writes shared memory (byte {int(byte_offset)}) that a wgmma group still in "
-                               f"flight reads: wait for its group before the stage is reused")
-
-
-def _sim_stage(name, s, sidx, source, nbytes):
-    """A copy's 8 16-bit values (``source()``, read when issued, only when ``nbytes`` is 16) for ``s[sidx:sidx+8]``,
-    else zeros: landed at the wait that covers its group."""
-    dst = _shared_flat(s).view(np.uint16)
-    if int(sidx) % 8 or not 0 <= int(sidx) <= dst.size - 8:
-        raise IndexError(f"{name}: shared index {sidx} is misaligned or outside {dst.size} 16-bit values")
-    values = np.array(source(), np.uint16) if int(nbytes) == 16 else np.zeros(8, np.uint16)
-    _sim_check_write(name, dst, 2 * int(sidx))
-    _sim_pending().open.append((dst, int(sidx), values))
-
-
-def _sim_commit():
-    pending = _sim_pending()
-    pending.groups.append(pending.open)
-    pending.open = []
-
-
-def _sim_wait(n):
-    def wait():
-        pending = _sim_pending()
-        while len(pending.groups) > n:
-            for dst, at, values in pending.groups.pop(0):
-                dst[at:at + 8] = values
-    return wait
-
-
 def _sim_cp_async16(s, sidx, a, row, col, nbytes):
     def source():
         if getattr(a, "_ary", a).dtype.itemsize == 1:  # 16 bytes: sixteen e4m3

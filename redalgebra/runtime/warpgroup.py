@@ -17,8 +17,9 @@ from numba import types
 
 from .intrinsics import SIMULATOR, _device
 from .formats import e4m3_values
-from .tensor_cores import (_check_shared, _shared_address, _shared_flat, _side_effect, _sim_unpack,
-                           _sim_wgmma_commit, _sim_wgmma_read, _sim_wgmma_wait, _wait, _warp_collective)
+from .sim_async import _sim_wgmma_commit, _sim_wgmma_read, _sim_wgmma_wait
+from .tensor_cores import (_check_shared, _shared_address, _shared_flat, _side_effect, _sim_unpack, _wait,
+                           _warp_collective)
 
 if not SIMULATOR:
     from .intrinsics import TypingError

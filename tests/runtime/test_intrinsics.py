@@ -658,25 +658,27 @@ def test_the_simulator_tracks_wgmma_reads_until_their_wait():
     # forgotten, its shared memory gone
     import threading
 
+    from redalgebra.runtime import sim_async
+
     buf = np.zeros(64, np.uint8)
     chunk = buf.ctypes.data >> 4
 
     def issue():
-        tc._sim_wgmma_read({chunk})
-        tc._sim_wgmma_commit()
+        sim_async._sim_wgmma_read({chunk})
+        sim_async._sim_wgmma_commit()
     ended = threading.Thread(target=issue)
     ended.start()
     ended.join()
-    tc._sim_check_write("test", buf, 0)
+    sim_async._sim_check_write("test", buf, 0)
     try:
-        tc._sim_wgmma_read({chunk})
-        tc._sim_wgmma_commit()
-        tc._sim_wgmma_read({chunk + 100})  # a second group, open
-        tc._sim_wgmma_commit()
+        sim_async._sim_wgmma_read({chunk})
+        sim_async._sim_wgmma_commit()
+        sim_async._sim_wgmma_read({chunk + 100})  # a second group, open
+        sim_async._sim_wgmma_commit()
         with pytest.raises(RuntimeError, match="a wgmma group still in flight reads"):
-            tc._sim_check_write("test", buf, 0)
-        tc._sim_wgmma_wait(1)()  # the older group completes: its chunk may be written
-        tc._sim_check_write("test", buf, 0)
+            sim_async._sim_check_write("test", buf, 0)
+        sim_async._sim_wgmma_wait(1)()  # the older group completes: its chunk may be written
+        sim_async._sim_check_write("test", buf, 0)
     finally:
-        tc._sim_wgmma_wait(0)()  # (nothing left in flight for the tests after this one)
-    assert not tc._sim_reads().groups
+        sim_async._sim_wgmma_wait(0)()  # (nothing left in flight for the tests after this one)
+    assert not sim_async._sim_reads().groups

@@ -34,14 +34,7 @@ an H200 its sums keep fewer bits than float32 — against float64, 5.6e-4 of the
 at K = 7168, where the float16 product is within 3e-7 (the FP8 accumulation DeepSeek-V3's report describes, about 14
 bits). Only for one weight matrix shared by every row (the widened copy is one matrix).
 
-**The FP8 instruction when asked** (``compile(..., fp8_products=True)``, :attr:`Spec.fp8_products`, where it applies:
-e4m3 weights, ``fp8()`` factors, one weight matrix, no mask — :func:`fp8_applies`; the exact product elsewhere): the
-factors stored as e4m3 bytes, the weights transposed to e4m3 rows ``wt[n, k]`` by a
-first kernel (the instruction reads both operands K-major), tiles of 128 elements (one 128-byte row either way),
-``m64n128k32.e4m3.e4m3``, 128 columns a block. Each tile's products are summed in fresh accumulators and added to
-float32 ones once their group completes (:meth:`ColumnsWgmmaKernel.loop_fp8`), as cuBLAS's FP8 GEMM does: measured
-against float64 on the H200, 0.9e-4 … 1.9e-4 of the largest output, the same as ``torch._scaled_mm``'s 1.1e-4 at
-M4096 K = N = 7168 (``gpu/fp8_products_check.py``) — not exact, so not the default.
+**The FP8 instruction when asked** (``compile(..., fp8_products=True)``): :mod:`.fp8_products`.
 
 Rounding and exactness are ``columns_mma``'s: FP8 factors are exact in 16 bits (and as e4m3) and the products exact,
 so only the float32 summation order differs from the float64 reference; other factors are rounded to the weights'
@@ -63,6 +56,7 @@ from .columns_mma import ColumnsMmaKernel, exact_factors
 from .products import KINDS
 from .rows import RowsKernel
 from .rows_policy import configure as rows_configure
+from .fp8_products import TRANSPOSE_COLUMNS, Fp8Products, fp8_applies
 from .tile_factors import TileFactors, choose as choose_tile_factors
 from .wgmma import ATOM, ROW, WgmmaKernel, hopper_refusal
 
@@ -74,9 +68,6 @@ THREADS, SIM_THREADS, COLUMNS, SIM_COLUMNS = 256, 32, 256, 64
 BLOCK_THREADS, BLOCK_COLUMNS = (32, 128, 256), (64, 128, 256)
 #: Shared memory a block may take (bytes, the H200's 227 KB) and the most stages.
 MAX_SHARED, MOST_STAGES = 232448, 6
-#: Columns of the weights a block of the FP8 products' transposing kernel takes (64 rows of them; four 16-byte loads a
-#: thread in flight).
-TRANSPOSE_COLUMNS = 256
 #: Threads of the scalars-and-factors kernel's block, where set: ``columns``' block-a-row kernel with that block
 #: (the ``rows`` kernel of :func:`row_spec` is then not taken); :func:`configure`'s choice otherwise. Read by
 #: :func:`configure` only (a sweep's hook: ``gpu/rowfactors_sweep.py``).
@@ -104,7 +95,7 @@ def plan(threads: int, columns: int, tile_factors: bool = False) -> tuple[int, i
     return stages, stages * per + extra + ATOM
 
 
-class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
+class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
     """Builds the kernels of a ``columns_wgmma`` module: ``columns_mma``'s scalars, factors and combine, the product
     on ``wgmma``."""
 
@@ -213,59 +204,6 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
         return out + [Assign("wk", f"wi // {n}"), Assign("wc", f"wi % {n}"),
                       If("wk < length", (Call("st_h16", ("wf", "wk", "wc", f"ld_e4m3({self.x}, (0, wk), wc)")),))]
 
-    def offsets_fp8(self) -> list:
-        """:meth:`offsets` of :attr:`Spec.fp8_products`: both tiles rows of 128 bytes (8 chunks), the factor rows
-        clamped to the last row, the weights' rows (output columns) to the last column."""
-        t = self.spec.threads
-        na, nb = -(-self.bm * 8 // t), -(-self.bc * 8 // t)
-        out = []
-        for u, (name, first, last, src, base) in enumerate(
-                [("f", "r0", "rows - 1", "fac", 0)] * na + [("w", "cb", f"{self.n - 1}", "wt", self.b_base)] * nb):
-            v = u if name == "f" else u - na
-            q = f"(tid + {v * t})"
-            out += [Assign(f"{name}o_{v}", f"min({first} + {q} // 8, {last}) * {src}.shape[1] + 16 * (tid % 8)"),
-                    Assign(f"{name}d_{v}", f"{base} + ({q} // 8) * {ROW} + (((tid % 8) ^ (({q} // 8) & 7)) << 3)")]
-        return out
-
-    def transpose(self) -> list:
-        """:attr:`Spec.fp8_products`: the e4m3 weights ``w[k, n]`` as rows ``wt[n, k]`` (the FP8 instruction reads
-        both operands K-major), ``k`` padded with zeros to whole tiles. A block of 256 threads a tile of 64 rows ``k``
-        × :data:`TRANSPOSE_COLUMNS`: each thread loads 16-byte chunks of rows ``k`` (all its loads in flight; two
-        8-byte loads a chunk where a row is not a multiple of 16 bytes), the words go through shared memory (a row's
-        words rotated by its quarter: no bank conflicts on the reads), and each thread gathers 16 bytes of rows
-        ``n`` and stores each with one 16-byte store."""
-        n, per = self.n, TRANSPOSE_COLUMNS // 64  # (chunks a thread loads and stores)
-        wpr = TRANSPOSE_COLUMNS // 4  # words of a row of the tile
-        out = [Assign("tid", "cuda.threadIdx.x"), Assign("tl", f"cuda.shared.array((64, {wpr + 1}), uint32)"),
-               Assign("k0", "cuda.blockIdx.x * 64"), Assign("n0", f"cuda.blockIdx.y * {TRANSPOSE_COLUMNS}")]
-        for u in range(per):
-            words = [f"tw_{u}_{q}" for q in range(4)]
-            out += [Assign(f"lk_{u}", f"(tid + {256 * u}) // {4 * per}"), Assign(f"lc_{u}", f"(tid + {256 * u}) % {4 * per}"),
-                    Assign(f"kk_{u}", f"k0 + lk_{u}"), Assign(f"nn_{u}", f"n0 + 16 * lc_{u}")]
-            out += [Assign(w, "uint32(0)") for w in words]
-            at = f"kk_{u} * {n} + nn_{u}"
-            if n % 16 == 0:
-                out.append(If(f"kk_{u} < length and nn_{u} < {n}", (
-                    Assign(", ".join(words), f"ld_w4_stream_at({self.x}, {at})"),)))
-            else:  # rows of a multiple of 8 bytes (columns_wgmma's rule): two 8-byte loads
-                out += [If(f"kk_{u} < length and nn_{u} + {8 * h + 8} <= {n}", (
-                    Assign(", ".join(words[2 * h:2 * h + 2]), f"ld_w2_stream_at({self.x}, {at} + {8 * h})"),))
-                    for h in (0, 1)]
-        for u in range(per):
-            out += [Assign(f"tl[lk_{u}, (4 * lc_{u} + {q}) ^ (lk_{u} >> 4)]", f"tw_{u}_{q}") for q in range(4)]
-        out.append(Barrier())
-        # row n0 + on of wt, its bytes k0 + 16 oc .. + 15: byte (on % 4) of word on // 4 of 16 rows
-        out += [Assign("oc", "tid % 4"), Assign("sh", "8 * (tid // 4 % 4)")]
-        for u in range(per):
-            on = f"(tid // 4 + {64 * u})"
-            gather = [Assign("wc", f"({on} >> 2) ^ oc")]
-            for q in range(4):
-                parts = [f"(((tl[16 * oc + {4 * q + b}, wc] >> sh) & 255) << {8 * b})" for b in range(4)]
-                gather.append(Assign(f"ow_{q}", "uint32(" + " | ".join(parts) + ")"))
-            store = Call("st_w4_at", ("wt", f"(n0 + {on}) * wt.shape[1] + k0 + 16 * oc", *[f"ow_{q}" for q in range(4)]))
-            out.append(If(f"n0 + {on} < {n}", tuple(gather + [store])))
-        return out
-
     def offsets(self) -> list:
         """Each thread's copies as element offsets from a tile's first element, and their swizzled places in a stage
         (16-bit units; rows ``8 k`` apart share the swizzle), computed once: factor rows clamped to the last row, the
@@ -307,13 +245,8 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
         with zeros; none under :attr:`Spec.tile_factors`, whose activations :meth:`issue_x` copies), the weights from
         the offsets plus constants, or, in the segment's last partial tile, 0 bytes for the rows past its end (their
         factors are 0, but 0 · NaN is not)."""
-        if self.fp8:  # both operands padded with zeros to whole tiles: every copy whole
-            t = self.spec.threads
-            out = [Assign("kt0", f"lo + ({tile}) * {self.bk}"), Assign("sd", f"sb + {stage} * {self.b_units}")]
-            for name, src, rows in (("f", "fac", self.bm), ("w", "wt", self.bc)):
-                out += [st for u in range(-(-rows * 8 // t)) for st in self.guarded(
-                    u, rows * 8, Call("cp_async16_at", ("sm", f"sd + {name}d_{u}", src, f"{name}o_{u} + kt0", "16")))]
-            return out
+        if self.fp8:
+            return self.issue_fp8(tile, stage)
         na, nb, per_row, step = self.chunks()
         out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sd", f"sb + {stage} * {self.b_units}")]
         whole, partial = [Assign("wt", f"wo + kt0 * {self.n}")], []
@@ -372,41 +305,6 @@ class ColumnsWgmmaKernel(TileFactors, ColumnsMmaKernel):
         return [Assign("sa", f"(uint32(it) % uint32({self.xstages})) * {self.a_units * 2 // 16}"), *rings,
                 Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())] + (
                     [Call("wgmma_wait1", ())] if wait else [])
-
-    def products_fp8(self, temp: str) -> list:
-        """:attr:`Spec.fp8_products`' four ``k32`` products of the staged tile ``it`` (32 bytes a step, both operands
-        K-major) in the fresh accumulators ``temp`` (``scale_d`` 0 at the first step), one group committed."""
-        acc = WgmmaKernel.tiles(temp, self.bc // 8)
-        value = acc
-        for ks in range(4):
-            value = f"wgmma_ss_e4m3({value}, da + sa + {2 * ks}, db + sa + {2 * ks}, {int(ks > 0)})"
-        return [Assign("sa", f"(uint32(it) % uint32({self.stages})) * {self.stage * 2 // 16}"),
-                Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())]
-
-    def promote(self, temp: str) -> list:
-        """``ac += temp`` once ``temp``'s group is complete (FP8 sums promoted to float32)."""
-        acc = WgmmaKernel.tiles(temp, self.bc // 8)
-        return [Assign(acc, f"wgmma_hold({acc})")] + [
-            Assign(f"ac_{j}_{i}", f"{temp}_{j}_{i}", "+") for j in range(self.bc // 8) for i in range(4)]
-
-    def loop_fp8(self, wait, issue) -> list:
-        """:attr:`Spec.fp8_products`' loop: each tile's products in fresh sums ``tf``, added to the float32 ``ac`` once
-        their group completes — at the next tile, after its copies are issued, while those products ran. The FP8
-        instruction sums in fewer bits than float32 (about 14 on an H200): fresh sums of 128 elements added in float32
-        are what cuBLAS's FP8 GEMM does. The copies of tile ``t + ahead`` go into tile ``t - 2``'s stage, whose
-        products the wait of tile ``t - 1`` completed.
-
-        A group is waited for in full before its sums are read: with a group still in flight there (two sets of fresh
-        sums, one read while the other's products run) ptxas serializes the wgmmas (C7514, non-wgmma instructions
-        reading accumulators within a pipeline stage). Measured on the H200 (FP8 M4096 K = N = 7168): 408–434 µs
-        over three runs; two tiles' products between waits (two sets of fresh sums) 428–440, and it needs a stage
-        more (its copies would overwrite a stage that products in flight read); the two warpgroups settling at
-        different points of a tile (one before the barrier, one after) 526."""
-        zero = self.consts.name(0.0)
-        init = [Assign(f"tf_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
-        settle = [Call("wgmma_wait0", ())] + self.promote("tf")
-        step = [wait, Call("fence_async", ()), Barrier()] + issue("it") + settle + self.products_fp8("tf")
-        return init + [For("it", "0", "ntile", tuple(step))] + settle
 
     @property
     def nnb(self) -> int:
@@ -644,24 +542,15 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     if e4m3 and share < p.rows:
         return ("columns_wgmma: e4m3 weights are widened to float16 once a call, for one weight matrix shared by every "
                 "row; here there are several: use columns_mma")
-    tile = 2 * BK if fp8_applies(fused, p) else BK
+    fp8 = fp8_applies(fused, p)
+    tile = 2 * BK if fp8 else BK
     for name, fixed in (("tile", tile), ("batch", bm)):
         if p.option(name) not in (None, fixed):
             return f"columns_wgmma: the {name} is fixed by the instruction shapes ({bm} rows, tiles of {tile} elements)"
-    if fp8_applies(fused, p) and p.option("group") and bc > 128:
+    if fp8 and p.option("group") and bc > 128:
         return (f"columns_wgmma: fp8_products takes blocks of 64 or 128 columns (group 8 or 16; its fresh sums take "
                 f"a second set of accumulators), got {bc}")
     return None
-
-
-def fp8_applies(fused: FusedCascade, p: Problem) -> bool:
-    """Whether the product runs on the FP8 instruction: asked for (``fp8_products``), e4m3 weights, each factor an
-    ``fp8()`` value, one weight matrix shared by every row (transposed once a call), no mask. Elsewhere the exact
-    product runs, as in every other strategy."""
-    if not (p.option("fp8_products") and columns_mma._e4m3(fused, p) and exact_factors(fused)) or p.has_keep:
-        return False
-    reps = dict(p.reps)
-    return min(reps.get(s.name, 1) for s in fused.cascade.inputs if s.size is not None) >= p.rows
 
 
 def configure(fused: FusedCascade, p: Problem) -> dict:

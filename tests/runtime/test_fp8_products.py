@@ -1,0 +1,126 @@
+"""The product on the FP8 instruction (``compile(..., fp8_products=True)``): the simulator against float64, where
+it applies and where the exact product runs instead, and the simulator's report of a stage reused while products
+still read it."""
+
+import numpy as np
+import pytest
+
+from redalgebra.runtime import as_bfloat16, as_e4m3, compile
+from redalgebra.runtime.formats import to_float
+from redalgebra import RedalgebraError
+from tests.catalogue import fused
+from tests.runtime.test_columns import _problem, _reference
+
+@pytest.mark.parametrize("rows,length,n,segments,walking", [
+    # the product on the FP8 instruction (fp8_products): the e4m3 weights transposed to rows by a kernel of the module
+    # (72 columns: rows not of 16 bytes, two 8-byte loads a chunk), three tiles of 128; 256 columns in 16-byte
+    # chunks, eight tiles in three segments of three, three and two;
+    # one block walking every output tile (2 row blocks x 3 column blocks x 2 segments)
+    (17, 300, 72, None, False),
+    (5, 1000, 256, 3, False),
+    (20, 300, 136, 2, True),
+    # ten tiles in one segment: every stage reused while products are in flight (the simulator reports a copy into
+    # a stage that a group of products not yet waited for reads)
+    (16, 1280, 64, 1, False),
+])
+def test_columns_wgmma_multiplies_e4m3_on_the_fp8_instruction_when_asked(monkeypatch, rows, length, n, segments,
+                                                                          walking):
+    import importlib
+
+    if walking:
+        monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: 1)
+    inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16")
+    inputs["w"] = as_e4m3(to_float(inputs["w"]))
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=segments, fp8_products=True,
+                     persistent=walking or None)
+    out = kernel(inputs, params)["y"]
+    ref = _reference("fp8_quant_gemm", inputs, params, None, rows)["y"]
+    # the simulator's FP8 instruction sums exactly (the H200's keeps about 14 bits: gpu/fp8_products_check.py), so
+    # this checks the layout, the transpose and the sums' promotion, at float32's tolerance
+    assert np.nanmax(np.abs(out - ref)) <= 1e-5 * np.nanmax(np.abs(ref))
+    source = kernel.source(*kernel.spec_for(rows, length, {"x": "bfloat16", "w": "e4m3"}, {"n": n},
+                                            reps={"w": rows})[1::-1]).source
+    assert "wgmma_ss_e4m3(" in source and "wgmma_sst_f16(" not in source
+    assert ("ld_w4_stream_at(w" in source) == (n % 16 == 0)
+
+
+def test_the_simulator_reports_a_copy_into_a_stage_that_products_in_flight_read(monkeypatch):
+    # a tile further ahead: the copies of tile t + stages - 1 go into tile t - 1's stage, whose products the loop's
+    # wait (one group left in flight) has not completed. The simulator's wgmma computes when issued, so the results
+    # would be right; the tracking of each group's shared-memory reads until its wait reports the race instead.
+    from redalgebra.codegen.strategies.columns_wgmma import ColumnsWgmmaKernel
+
+    check_launch = ColumnsWgmmaKernel.check_launch
+
+    def one_ahead_too_many(self):
+        check_launch(self)
+        self.ahead = self.stages - 1
+    monkeypatch.setattr(ColumnsWgmmaKernel, "check_launch", one_ahead_too_many)
+    inputs, params = _problem("fp8_quant_gemm", 16, 640, 64, "bfloat16")
+    with pytest.raises(Exception, match="a wgmma group still in flight reads"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=1)(inputs, params)
+
+
+def _fp8_source(name, inputs, rows, length, n, **options):
+    kernel = compile(fused(name), "cudasim", "columns_wgmma", fp8_products=True, **options)
+    dtypes = {k: "e4m3" if k == "w" and "E4M3" in type(v).__name__ else "bfloat16" for k, v in inputs.items()}
+    return kernel.source(*kernel.spec_for(rows, length, dtypes, {"n": n}, reps={"w": rows})[1::-1]).source
+
+
+def test_fp8_products_run_the_exact_product_where_the_instruction_does_not_apply():
+    inputs, params = _problem("fp8_quant_gemm", 20, 64, 16, "bfloat16")  # bfloat16 weights: not e4m3
+    out = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=True)(inputs, params)["y"]
+    ref = _reference("fp8_quant_gemm", inputs, params, None, 20)["y"]
+    assert np.max(np.abs(out - ref)) <= 1e-5 * np.max(np.abs(ref))
+    assert "wgmma_ss_e4m3(" not in _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16)
+    assert "wgmma_ss_e4m3(" not in _fp8_source("rmsnorm_gemm", _problem("rmsnorm_gemm", 4, 64, 16, "bfloat16")[0],
+                                               4, 64, 16)  # RMSNorm's factors are not e4m3 values
+    inputs["w"] = as_e4m3(to_float(inputs["w"]))
+    assert "wgmma_ss_e4m3(" in _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16)
+    with pytest.raises(RedalgebraError, match="fp8_products must be True or False"):
+        compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products="yes")
+    assert compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=np.bool_(True)).fp8_products
+    with pytest.raises(RedalgebraError, match="fp8_products takes blocks of 64 or 128 columns"):
+        _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, group=32)
+    with pytest.raises(RedalgebraError, match="tiles of 128 elements"):
+        _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, tile=64)
+
+
+STATIC_FP8 = """input x
+input w[n]
+param s > 0
+reduce acc = sum(fp8(x * s) * w)
+out y = acc / s
+"""
+
+
+def test_fp8_products_take_factors_without_a_scalar_reduction():
+    # a static scale: no scalar reduction, so the factors come from columns_mma's loop, stored four bytes at a time
+    import redalgebra as ra
+    from redalgebra import evaluate
+
+    rows, length, n = 20, 300, 72
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(rows, length)).astype(np.float32)
+    w = as_e4m3((rng.normal(size=(1, length, n)) * 0.05).astype(np.float32))
+    params = {"s": np.full(rows, 37.0, np.float32)}
+    f = ra.derive(ra.parse(STATIC_FP8, name="static_fp8"))
+    kernel = compile(f, "cudasim", "columns_wgmma", fp8_products=True)
+    out = kernel({"x": as_bfloat16(x), "w": w}, params)["y"]
+    wide = {"x": to_float(as_bfloat16(x)).astype(np.float64), "w": np.repeat(to_float(w).astype(np.float64), rows, 0)}
+    ref = evaluate(f.cascade, wide, params, None)["y"]
+    assert np.max(np.abs(out - ref)) <= 1e-5 * np.max(np.abs(ref))
+    source = kernel.source(*kernel.spec_for(rows, length, {"x": "bfloat16", "w": "e4m3"}, {"n": n},
+                                            reps={"w": rows})[1::-1]).source
+    assert "wgmma_ss_e4m3(" in source
+
+
+def test_the_transposing_kernel_keeps_its_block_of_256_threads_under_other_launch_bounds():
+    from redalgebra.codegen.kernels import generate
+    from redalgebra.runtime.compile import compile as compile_kernel
+
+    # (the configuration the simulator's back end chooses, printed for the GPU: no GPU needed)
+    kernel = compile_kernel(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", threads=128, fp8_products=True)
+    strategy, spec, _ = kernel.spec_for(4096, 1024, {"x": "bfloat16", "w": "e4m3"}, {"n": 512}, reps={"w": 4096})
+    source = generate(kernel.fused, "cuda", strategy, spec).source
+    assert spec.threads == 128 and "BOUNDS_transpose = {} if config.ENABLE_CUDASIM else {'launch_bounds': 256," in source

@@ -1,0 +1,105 @@
+"""``columns_wgmma``'s factors computed in the product's tiles (``Spec.tile_factors``): where the factor separates,
+and the simulator against float64."""
+
+import numpy as np
+import pytest
+
+from redalgebra.runtime import as_bfloat16, compile
+from redalgebra.runtime.formats import to_float
+from tests.catalogue import fused
+from tests.runtime.test_columns_mma import LET_NAMED_FAC, SOFTMAX_WEIGHTED
+
+@pytest.mark.parametrize("text,dtype,options,staged", [
+    (None, "bfloat16", {}, "x"),                         # RMSNorm: g * x, scaled by 1 / sqrt(ss / h + eps)
+    (LET_NAMED_FAC, "bfloat16", {}, "x"),                # x * g * (pos + 1), scaled by 1 / max(a, 1e-6)
+    (None, "bfloat16", {"segments": 2}, ""),             # the row's scale needs the whole row
+    (None, "bfloat16", {"keep": True}, ""),              # a mask: the factors kernel
+    (None, "float32", {}, ""),                           # 4-byte activations do not fit the 16-bit tile
+    (None, "bfloat16", {"pitch_ok": False}, ""),         # rows off the 16-byte grid: no 16-byte copies
+    ("fp8", "bfloat16", {}, ""),                         # fp8(x * 448 / a) does not separate
+    (SOFTMAX_WEIGHTED, "bfloat16", {}, ""),              # exp(x - m) / l does not either
+])
+def test_the_factors_are_computed_in_the_products_tiles_where_the_factor_separates(monkeypatch, text, dtype, options,
+                                                                                  staged):
+    import redalgebra as ra
+    from redalgebra.codegen import Problem
+    from redalgebra.codegen.strategies import tile_factors
+    from redalgebra.codegen.strategies.columns_wgmma import configure
+
+    assert configure(fused("rmsnorm_gemm"), Problem(
+        rows=4096, length=4096, sizes=(("n", 4096),), dtypes=(("x", "bfloat16"), ("g", "bfloat16"), ("w", "bfloat16")),
+        vec_ok=True, pitch_ok=True, reps=(("w", 4096), ("g", 4096)),
+        options=(("cc", (9, 0)), ("simulator", False))))["tile_factors"] == ""  # (off by default: measured slower)
+    monkeypatch.setattr(tile_factors, "TILE_FACTORS", True)
+
+    f = fused("rmsnorm_gemm") if text is None else fused("fp8_quant_gemm") if text == "fp8" else ra.derive(ra.parse(text))
+    dtypes = tuple((s.name, dtype if s.size is None else "bfloat16") for s in f.cascade.inputs)
+    opts = (("cc", (9, 0)), ("simulator", False), ("segments", options.get("segments")))
+    p = Problem(rows=4096, length=4096, sizes=(("n", 4096),), dtypes=dtypes, has_keep=options.get("keep", False),
+                vec_ok=True, pitch_ok=options.get("pitch_ok", True), reps=(("w", 4096), ("g", 4096)), options=opts)
+    cfg = configure(f, p)
+    assert cfg["tile_factors"] == staged
+    if staged:  # (no factors kernel to configure)
+        assert cfg["row_spec"] == ()
+
+
+#: RMSNorm with per-element lets: Gemma's weight offset in the factor, the square a let of the sum.
+GEMMA_NORM = """input x
+input g
+input w[n]
+param h > 0
+param eps > 0
+let gg = g + 1
+let x2 = x * x
+reduce ss = sum(x2)
+reduce acc = sum(x / sqrt(ss / h + eps) * gg * w)
+out y = acc"""
+
+
+@pytest.mark.parametrize("text,rows,length,n,weights,persistent", [
+    # per-element lets read by the factor and by the sum of squares, computed in the tiles' pass
+    (GEMMA_NORM, 9, 136, 40, "bfloat16", False),
+    # two row blocks (the second of one row), a partial column block, a partial last tile (whole 16-byte chunks:
+    # contiguous 16-bit rows on the 16-byte grid), RMSNorm's sum of squares folded by the copying threads
+    (None, 17, 200, 72, "bfloat16", False),
+    # float16 activations (bfloat16 weights): read as float16, the factors' part stored as bfloat16
+    (None, 5, 136, 64, "float16", False),
+    # a max (identity -inf) folded and met, the element's position and a second row input read in the tiles
+    (LET_NAMED_FAC, 9, 96, 40, "bfloat16", False),
+    # blocks walking the output's tiles: each tile's row states parked between barriers
+    (None, 40, 130 - 2, 72, "bfloat16", True),
+])
+def test_factors_computed_in_the_products_tiles_match_the_reference(monkeypatch, text, rows, length, n, weights,
+                                                                     persistent):
+    # the factor's row-free part rounded to the weights' 16-bit type (2^-9 for bfloat16, as the factors kernel's
+    # whole factors), the row's scale applied to the float32 sums; no factors kernel, no factors scratch
+    import importlib
+
+    import redalgebra as ra
+    from redalgebra import evaluate
+    from redalgebra.codegen.strategies import tile_factors
+
+    monkeypatch.setattr(tile_factors, "TILE_FACTORS", True)
+    if persistent:
+        monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: 2)
+    f = fused("rmsnorm_gemm") if text is None else ra.derive(ra.parse(text))
+    rng = np.random.default_rng(rows)
+    rows_in = {s.name: rng.normal(size=(rows if s.name == "x" else 1, length)) for s in f.cascade.inputs
+               if s.size is None}
+    w = 0.1 * rng.normal(size=(1, length, n))
+    make = as_bfloat16 if weights == "bfloat16" else (lambda a: a.astype(np.float16))
+    inputs = {k: make(v) for k, v in rows_in.items()}
+    inputs["w"] = as_bfloat16(w)
+    params = {"h": np.float32(length), "eps": np.float32(1e-5)} if text in (None, GEMMA_NORM) else {}
+    kernel = compile(f, "cudasim", "columns_wgmma", persistent=persistent or None)
+    dtypes = {s.name: weights if s.size is None else "bfloat16" for s in f.cascade.inputs}
+    reps = {s.name: (1 if s.name == "x" else rows) for s in f.cascade.inputs}
+    spec = kernel.spec_for(rows, length, dtypes, {"n": n}, reps=reps)[1]
+    assert spec.tile_factors == "x"
+    source = kernel.source(spec, "columns_wgmma").source
+    assert "def factors" not in source and "fac" not in source.split("def tiles(")[1].split(")")[0].split(", ")
+    out = kernel(inputs, params)["y"]
+    wide = {k: np.repeat(np.asarray(to_float(v), np.float64), rows // v.shape[0], axis=0) for k, v in inputs.items()}
+    ref = evaluate(f.cascade, wide, {k: np.float64(v) for k, v in params.items()}, None)["y"]
+    tol = 2 ** -9 + 1e-5  # (each factor's part rounded once to bfloat16)
+    assert np.max(np.abs(out - ref)) <= tol * np.max(np.abs(ref))

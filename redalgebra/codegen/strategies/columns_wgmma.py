@@ -291,16 +291,17 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
         return out
 
     # -- the products -----------------------------------------------------------------------------------------------
-    def products(self, wait: bool = True) -> list:
-        """The four products of the staged tile ``it``, one group committed: this warpgroup's 64 factor rows (K-major,
-        32 bytes a step) times the weight tile — ``k16`` steps of 16-bit values, the weight tile MN-major (16 rows of
-        128 bytes a step)."""
-        op, b_step = f"wgmma_sst_{self.kind}", 16 * ROW * 2 // 16
-        acc = WgmmaKernel.tiles("ac", self.bc // 8)
+    def products(self, wait: bool = True, acc: str = "ac") -> list:
+        """The four products of the staged tile ``it`` into ``acc``, one group committed: this warpgroup's 64 factor
+        rows (K-major, 32 bytes a step) times the weight tile — ``k16`` steps of 16-bit values, the weight tile
+        MN-major (16 rows of 128 bytes a step); with :attr:`Spec.fp8_products` ``k32`` steps of e4m3 values, the weight
+        tile K-major too (32 bytes a step), summed afresh (``scale_d`` 0 at the first step)."""
+        op, b_step = ("wgmma_ss_e4m3", 2) if self.fp8 else (f"wgmma_sst_{self.kind}", 16 * ROW * 2 // 16)
+        acc = WgmmaKernel.tiles(acc, self.bc // 8)
         value = acc
         sw = "sw" if self.tf else "sa"  # (the weights' stage: one ring for both tiles without Spec.tile_factors)
         for ks in range(4):
-            value = f"{op}({value}, da + sa + {2 * ks}, db + {sw} + {b_step * ks}, 1)"
+            value = f"{op}({value}, da + sa + {2 * ks}, db + {sw} + {b_step * ks}, {int(ks > 0 or not self.fp8)})"
         rings = [Assign("sw", f"(uint32(it) % uint32({self.stages})) * {self.b_units * 2 // 16}")] if self.tf else []
         return [Assign("sa", f"(uint32(it) % uint32({self.xstages})) * {self.a_units * 2 // 16}"), *rings,
                 Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())] + (

@@ -59,7 +59,7 @@ class Fp8Products:
         both operands K-major), ``k`` padded with zeros to whole tiles. A block of 256 threads a tile of 64 rows ``k``
         × :data:`TRANSPOSE_COLUMNS`: each thread loads 16-byte chunks of rows ``k`` (all its loads in flight; two
         8-byte loads a chunk where a row is not a multiple of 16 bytes), the words go through shared memory (a row's
-        words rotated by its quarter: no bank conflicts on the reads), and each thread gathers 16 bytes of rows
+        words rotated by its quarter, so that a warp's reads fall in different banks: by the layout, not profiled), and each thread gathers 16 bytes of rows
         ``n`` and stores each with one 16-byte store."""
         n, per = self.n, TRANSPOSE_COLUMNS // 64  # (chunks a thread loads and stores)
         wpr = TRANSPOSE_COLUMNS // 4  # words of a row of the tile
@@ -93,16 +93,6 @@ class Fp8Products:
             out.append(If(f"n0 + {on} < {n}", tuple(gather + [store])))
         return out
 
-    def products_fp8(self, temp: str) -> list:
-        """:attr:`Spec.fp8_products`' four ``k32`` products of the staged tile ``it`` (32 bytes a step, both operands
-        K-major) in the fresh accumulators ``temp`` (``scale_d`` 0 at the first step), one group committed."""
-        acc = WgmmaKernel.tiles(temp, self.bc // 8)
-        value = acc
-        for ks in range(4):
-            value = f"wgmma_ss_e4m3({value}, da + sa + {2 * ks}, db + sa + {2 * ks}, {int(ks > 0)})"
-        return [Assign("sa", f"(uint32(it) % uint32({self.stages})) * {self.stage * 2 // 16}"),
-                Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())]
-
     def promote(self, temp: str) -> list:
         """``ac += temp`` once ``temp``'s group is complete (FP8 sums promoted to float32)."""
         acc = WgmmaKernel.tiles(temp, self.bc // 8)
@@ -125,7 +115,7 @@ class Fp8Products:
         zero = self.consts.name(0.0)
         init = [Assign(f"tf_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
         settle = [Call("wgmma_wait0", ())] + self.promote("tf")
-        step = [wait, Call("fence_async", ()), Barrier()] + issue("it") + settle + self.products_fp8("tf")
+        step = [wait, Call("fence_async", ()), Barrier()] + issue("it") + settle + self.products(wait=False, acc="tf")
         return init + [For("it", "0", "ntile", tuple(step))] + settle
 
 

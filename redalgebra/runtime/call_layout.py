@@ -1,0 +1,88 @@
+"""What a call's arrays allow, read once per call signature: the signature itself (:func:`_signature`, the key of a
+kernel's plans), and the inputs' alignment and contiguity (16-byte loads where every row allows them). Used by
+:class:`~.compile.Kernel`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .driver import c_strides
+from .formats import Encoded, dtype_of as _dtype, is_device as _is_device
+
+#: Stored dtypes of outputs and the NumPy arrays that hold them (bfloat16 as bit patterns, e4m3 as bytes).
+OUT_ARRAYS = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16, "e4m3": np.uint8}
+
+
+def _signature(c, inputs: dict, params: dict, keep):
+    """What ``Kernel._layout`` reads of a call, as a hashable key (None where it would refuse the call)."""
+    parts = []
+    try:
+        for s in c.inputs:
+            a = inputs[s.name]
+            enc = a.dtype if isinstance(a, Encoded) else None
+            a = a.bits if enc else a
+            if _is_device(a):
+                face = a.__cuda_array_interface__
+                parts.append((enc, True, tuple(a.shape), face["typestr"], face.get("strides"), face["data"][0] % 16))
+            else:
+                a = np.asarray(a)
+                parts.append((enc, False, a.shape, a.dtype.str))  # copied to a fresh device array
+        for p in c.params:
+            v = params[p.name]
+            parts.append(tuple(v.shape) if _is_device(v) else np.shape(v))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return tuple(parts), None if keep is None else tuple(np.shape(keep))
+
+
+def _alignment(inputs: dict, c, length: int, reps: dict, per_element: bool = True) -> tuple[bool, bool, bool]:
+    """(every per-element array starts 16-byte aligned and is contiguous along the axis, every row
+    pitch is a multiple of 16 bytes, every array has one contiguous row of ``length`` per row); ``per_element``:
+    the call writes per-element outputs (arrays of its own, rows of ``length``)."""
+    arrays = {}
+    for s in c.inputs:
+        a = inputs[s.name]
+        a = a.bits if isinstance(a, Encoded) else a
+        item = _dtype(a).itemsize
+        if _is_device(a):
+            face = a.__cuda_array_interface__
+            strides = face.get("strides") or (a.shape[1] * item * (1 if s.size is None else a.shape[2]), item)
+            arrays[s.name] = (face["data"][0], strides, item, reps[s.name])
+        else:  # copied to a fresh (aligned, contiguous) device array
+            arrays[s.name] = (0, (length * item * (1 if s.size is None else a.shape[2]), item), item, reps[s.name])
+    return _aligned(arrays, length, per_element)
+
+
+def _c_contiguous(a, item: int) -> bool:
+    """Whether numba types a device array as C-contiguous: no stride of 0 (a broadcast), and C strides but
+    for dimensions of size 1 (numba's dummyarray rules)."""
+    face = a.__cuda_array_interface__
+    strides = face.get("strides")
+    if strides is None:
+        return True
+    shape = tuple(face["shape"])
+    return 0 not in strides and all(n == 1 or got == want for n, got, want in zip(shape, strides, c_strides(shape, item)))
+
+
+def _contiguous_alignment(c, length: int, dtypes: dict, sizes: dict,
+                          per_element: bool = True) -> tuple[bool, bool, bool]:
+    """``_alignment`` of fresh, aligned, contiguous device arrays with one row per row."""
+    arrays = {}
+    for s in c.inputs:
+        item = np.dtype(OUT_ARRAYS.get(dtypes.get(s.name), np.float32)).itemsize
+        width = 1 if s.size is None else (s.size if isinstance(s.size, int) else sizes[s.size])
+        arrays[s.name] = (0, (length * item * width, item), item, 1)
+    return _aligned(arrays, length, per_element)
+
+
+def _aligned(arrays: dict, length: int, per_element: bool = True) -> tuple[bool, bool, bool]:
+    """The alignment facts of inputs given as ``{name: (address, strides, itemsize, rows repeated)}``. Per-element
+    outputs (``per_element``) are contiguous rows of ``length`` of up to 4 bytes, or e4m3 bytes: their pitch is on the
+    16-byte grid when ``length`` is a multiple of 16; a call without them writes rows of its own widths only (a row's
+    values, the tensor-core strategies' scratch padded to whole tiles), so only the inputs' pitches count."""
+    vec_ok, pitch_ok, same = True, length % 16 == 0 or not per_element, True
+    for ptr, strides, item, rep in arrays.values():
+        vec_ok &= ptr % 16 == 0 and strides[-1] == item
+        pitch_ok &= strides[0] % 16 == 0
+        same &= rep == 1 and strides[0] == length * item
+    return vec_ok, pitch_ok and vec_ok, same and vec_ok

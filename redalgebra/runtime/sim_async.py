@@ -9,6 +9,7 @@ stage too early, fails its simulator tests instead of passing by the simulator's
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -115,3 +116,48 @@ def _sim_wait(n):
             for dst, at, values in pending.groups.pop(0):
                 dst[at:at + 8] = values
     return wait
+
+
+#: Named barriers' rounds, by (block manager, block, barrier): ``[threads arrived, completed, manager]``. A round is
+#: forgotten when it completes; the entry holds its block's manager, so that a stopped kernel's unfinished round is
+#: never taken for a later block's (the manager's ``id`` cannot be reused while the entry holds it).
+_NAMED: dict = {}
+_NAMED_LOCK = threading.Condition()
+#: How long a simulated ``bar_sync`` waits before it reports a deadlock.
+DEADLOCK_SECONDS = 60
+
+
+def _sim_named_barrier(blocking: bool):
+    """The stand-in of ``bar.sync`` (``blocking``) or ``bar.arrive``: barrier ``bid`` (1 … 15) of this block completes
+    when ``count`` threads (whole warps: a multiple of 32) have arrived; a ``bar.sync`` returns then, a ``bar.arrive``
+    at once. A thread arriving twice in one round is an error (on the GPU its warp would be counted twice: a kernel's
+    bug), as is a round not completed within :data:`DEADLOCK_SECONDS` (arrivals that do not match the waits)."""
+    def barrier(bid, count):
+        t = threading.current_thread()
+        bid, count = int(bid), int(count)
+        if not (1 <= bid <= 15 and count > 0 and count % 32 == 0):
+            raise RuntimeError(f"named barrier {bid} of {count} threads: barriers 1 … 15, whole warps")
+        manager = getattr(t, "_manager", None)
+        key = (id(manager), tuple(getattr(t, "blockIdx", ())), bid)
+        with _NAMED_LOCK:
+            state = _NAMED.get(key)
+            if state is None or state[2] is not manager:
+                state = _NAMED[key] = [set(), False, manager]
+            if t in state[0]:
+                raise RuntimeError(f"named barrier {bid}: a thread arrived twice in one round (its warp would be "
+                                   f"counted twice)")
+            state[0].add(t)
+            if len(state[0]) == count:
+                del _NAMED[key]
+                state[1] = True
+                _NAMED_LOCK.notify_all()
+            elif blocking:
+                deadline = time.monotonic() + DEADLOCK_SECONDS
+                while not state[1]:
+                    if getattr(t, "abort", False):
+                        raise RuntimeError(f"named barrier {bid}: the kernel stopped")
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"named barrier {bid}: {len(state[0])} of {count} threads arrived in "
+                                           f"{DEADLOCK_SECONDS} s (a deadlock: arrivals that do not match the waits)")
+                    _NAMED_LOCK.wait(0.05)
+    return barrier

@@ -39,7 +39,7 @@ from numba import types
 from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _asm, _bf16_pair, _check, _device, _elements, _f32, _number, _vector,
                          _pack, _pointer, _span, bf16_bits, e4m3_values, f16_bits)
 
-from .sim_async import _shared_flat, _sim_check_write, _sim_commit, _sim_stage, _sim_wait
+from .sim_async import _shared_flat, _sim_check_write, _sim_commit, _sim_named_barrier, _sim_stage, _sim_wait
 
 if not SIMULATOR:
     from .intrinsics import TypingError
@@ -50,7 +50,7 @@ __all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_ss_e4m3", "wgmma_fence",
            "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
-           "fence_async"]
+           "fence_async", "bar_sync", "bar_arrive", "regs_give", "regs_take"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -474,11 +474,40 @@ cp_commit = _wait("cp_commit", "cp.async.commit_group;", _sim_commit)
 # one start while this one runs (``griddepcontrol.launch_dependents``).
 grid_wait = _wait("grid_wait", "griddepcontrol.wait;")
 grid_launch = _wait("grid_launch", "griddepcontrol.launch_dependents;")
+# Hopper's register reallocation between warpgroups (sm_90a; every warp of the warpgroup executes it): a producer
+# warpgroup gives registers back (``regs_give``: down to 56 a thread) and the consumer warpgroups take them
+# (``regs_take``: up to 224), so that a block of three warpgroups keeps the consumers' accumulators in registers.
+regs_give = _wait("regs_give", "setmaxnreg.dec.sync.aligned.u32 56;")
+regs_take = _wait("regs_take", "setmaxnreg.inc.sync.aligned.u32 224;")
 cp_wait0 = _wait("cp_wait0", "cp.async.wait_group 0;", _sim_wait(0))
 cp_wait1 = _wait("cp_wait1", "cp.async.wait_group 1;", _sim_wait(1))
 cp_wait2 = _wait("cp_wait2", "cp.async.wait_group 2;", _sim_wait(2))
 cp_wait3 = _wait("cp_wait3", "cp.async.wait_group 3;", _sim_wait(3))
 cp_wait4 = _wait("cp_wait4", "cp.async.wait_group 4;", _sim_wait(4))
+
+
+def _named_barrier(name, op, stand_in):
+    def typer(typingctx, bid, count):
+        if not (isinstance(bid, types.Integer) and isinstance(count, types.Integer)):
+            raise TypingError(f"{name}(barrier, threads): two integers")
+
+        def codegen(context, builder, sig, args):
+            i32 = ir.IntType(32)
+            values = [context.cast(builder, v, t, types.int32) for v, t in zip(args, sig.args)]
+            _side_effect(builder, f"{op} $0, $1;", "r,r", [builder.trunc(v, i32) if v.type != i32 else v
+                                                         for v in values])
+            return context.get_dummy_value()
+        return types.void(bid, count), codegen
+    typer.__name__ = typer.__qualname__ = name
+    return _device(stand_in)(typer)
+
+
+# Named barriers (1 … 15; 0 is the block's): ``bar_sync(b, n)`` waits until ``n`` threads (a multiple of 32, whole
+# warps) have arrived at barrier ``b``, itself included; ``bar_arrive(b, n)`` counts this warp's arrival and goes on.
+# A producer's copies made visible by ``bar_arrive`` after its ``cp_wait`` and ``fence_async`` are seen by the threads
+# that ``bar_sync`` on that barrier (the barrier orders memory as the block's does).
+bar_sync = _named_barrier("bar_sync", "barrier.sync.aligned", _sim_named_barrier(True))
+bar_arrive = _named_barrier("bar_arrive", "barrier.arrive.aligned", _sim_named_barrier(False))
 
 
 def _ldsm(name, transposed):

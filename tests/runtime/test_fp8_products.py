@@ -11,28 +11,28 @@ from redalgebra import RedalgebraError
 from tests.catalogue import fused
 from tests.runtime.test_columns import _problem, _reference
 
-@pytest.mark.parametrize("rows,length,n,segments,walking", [
+@pytest.mark.parametrize("rows,length,n,segments", [
     # the product on the FP8 instruction (fp8_products): the e4m3 weights transposed to rows by a kernel of the module
     # (72 columns: rows not of 16 bytes, two 8-byte loads a chunk), three tiles of 128; 256 columns in 16-byte
-    # chunks, eight tiles in three segments of three, three and two;
-    # one block walking every output tile (2 row blocks x 3 column blocks x 2 segments)
-    (17, 300, 72, None, False),
-    (5, 1000, 256, 3, False),
-    (20, 300, 136, 2, True),
-    # ten tiles in one segment: every stage reused while products are in flight (the simulator reports a copy into
-    # a stage that a group of products not yet waited for reads)
-    (16, 1280, 64, 1, False),
+    # chunks, eight tiles in three segments of three, three and two; 2 row blocks x 3 column blocks x 2 segments
+    (17, 300, 72, None),
+    (5, 1000, 256, 3),
+    (20, 300, 136, 2),
+    # ten tiles in one segment: every stage of the producer's ring reused (the simulator reports a copy into a stage
+    # that a group of products not yet waited for reads), its last tiles signalled after its loop
+    (16, 1280, 64, 1),
+    # the GPU's block: two consumer warpgroups taking turns, five tiles (the producer's ring wrapped)
+    (100, 640, 64, 1),
+    # the GPU's 128 columns a block (group 16): 8 tiles in segments of 2, so that segments 4 … 6 have none; four
+    # tiles (the ring full once)
+    (5, 1000, 136, 7),
+    (5, 512, 136, 1),
 ])
-def test_columns_wgmma_multiplies_e4m3_on_the_fp8_instruction_when_asked(monkeypatch, rows, length, n, segments,
-                                                                          walking):
-    import importlib
-
-    if walking:
-        monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: 1)
+def test_columns_wgmma_multiplies_e4m3_on_the_fp8_instruction_when_asked(rows, length, n, segments):
     inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16")
     inputs["w"] = as_e4m3(to_float(inputs["w"]))
     kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=segments, fp8_products=True,
-                     persistent=walking or None)
+                     threads=256 if rows > 64 else None, group=16 if n > 128 else None)
     out = kernel(inputs, params)["y"]
     ref = _reference("fp8_quant_gemm", inputs, params, None, rows)["y"]
     # the simulator's FP8 instruction sums exactly (the H200's keeps about 14 bits: gpu/fp8_products_check.py), so
@@ -84,6 +84,8 @@ def test_fp8_products_run_the_exact_product_where_the_instruction_does_not_apply
         _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, group=32)
     with pytest.raises(RedalgebraError, match="tiles of 128 elements"):
         _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, tile=64)
+    with pytest.raises(RedalgebraError, match="persistent is not built"):
+        _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, persistent=True)
 
 
 STATIC_FP8 = """input x
@@ -124,3 +126,5 @@ def test_the_transposing_kernel_keeps_its_block_of_256_threads_under_other_launc
     strategy, spec, _ = kernel.spec_for(4096, 1024, {"x": "bfloat16", "w": "e4m3"}, {"n": 512}, reps={"w": 4096})
     source = generate(kernel.fused, "cuda", strategy, spec).source
     assert spec.threads == 128 and "BOUNDS_transpose = {} if config.ENABLE_CUDASIM else {'launch_bounds': 256," in source
+    # the product's block: its consumer warpgroup and the producer warpgroup
+    assert "BOUNDS_tiles = {} if config.ENABLE_CUDASIM else {'launch_bounds': 256," in source

@@ -682,3 +682,45 @@ def test_the_simulator_tracks_wgmma_reads_until_their_wait():
     finally:
         sim_async._sim_wgmma_wait(0)()  # (nothing left in flight for the tests after this one)
     assert not sim_async._sim_reads().groups
+
+
+def test_the_simulators_named_barriers_hold_a_bar_sync_until_the_count_arrives():
+    # bar_sync returns once `count` threads have arrived (bar_arrive's included) and bar_arrive never waits; each
+    # completion starts the barrier afresh, so the next round counts anew; a thread arriving twice in a round, a
+    # barrier id outside 1 … 15 and a count of part of a warp are errors
+    import threading
+    import time
+
+    from redalgebra.runtime import sim_async
+
+    sync, arrive = sim_async._sim_named_barrier(True), sim_async._sim_named_barrier(False)
+    lock, arrived, passed = threading.Lock(), [0, 0, 0], []
+
+    def consumer():  # a warp of two waits each round
+        for r in range(3):
+            sync(7, 96)
+            passed.append((r, arrived[r]))  # (the producers' arrivals of round r when this one passed it)
+
+    def producer():  # a warp that arrives
+        for r in range(3):
+            time.sleep(0.05)
+            with lock:
+                arrived[r] += 1
+            arrive(7, 96)
+    threads = [threading.Thread(target=consumer) for _ in range(64)] + [threading.Thread(target=producer)
+                                                                        for _ in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert not any(t.is_alive() for t in threads)
+    # every consumer passed round r only once all 32 producers had arrived in it
+    assert sorted(r for r, _ in passed) == [0] * 64 + [1] * 64 + [2] * 64
+    assert all(seen == 32 for _, seen in passed), passed
+    arrive(9, 64)
+    with pytest.raises(RuntimeError, match="arrived twice in one round"):
+        arrive(9, 64)
+    with pytest.raises(RuntimeError, match="barriers 1 … 15, whole warps"):
+        arrive(16, 64)
+    with pytest.raises(RuntimeError, match="barriers 1 … 15, whole warps"):
+        arrive(3, 48)

@@ -56,7 +56,7 @@ from .columns_mma import ColumnsMmaKernel, exact_factors
 from .products import KINDS
 from .rows import RowsKernel
 from .rows_policy import configure as rows_configure
-from .fp8_products import TRANSPOSE_COLUMNS, Fp8Products, fp8_applies
+from .fp8_products import PRODUCER_STAGES, TRANSPOSE_COLUMNS, Fp8Products, fp8_applies, producer_threads
 from .tile_factors import TileFactors, choose as choose_tile_factors
 from .wgmma import ATOM, ROW, WgmmaKernel, hopper_refusal
 
@@ -144,7 +144,11 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
 
     def bounds(self) -> dict:
         # (the transposing kernel's blocks are of 256 threads whatever the product's)
-        return {**super().bounds(), **({"transpose": 256} if self.fp8 else {})}
+        # (the product's: a producer warpgroup beside the consumers, with Spec.fp8_products; its one block a
+        # multiprocessor and its register hand-over take no min_blocks)
+        extra = producer_threads(self.spec)
+        return {**super().bounds(), **({"transpose": 256} if self.fp8 else {}),
+                **({"tiles": self.spec.threads + extra} if extra else {})}
 
     def _prepass_kernel(self):
         """With :attr:`Spec.row_spec`, the ``rows`` kernel of the scalar part with the factors as a per-element output
@@ -245,8 +249,6 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
         with zeros; none under :attr:`Spec.tile_factors`, whose activations :meth:`issue_x` copies), the weights from
         the offsets plus constants, or, in the segment's last partial tile, 0 bytes for the rows past its end (their
         factors are 0, but 0 · NaN is not)."""
-        if self.fp8:
-            return self.issue_fp8(tile, stage)
         na, nb, per_row, step = self.chunks()
         out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sd", f"sb + {stage} * {self.b_units}")]
         whole, partial = [Assign("wt", f"wo + kt0 * {self.n}")], []
@@ -277,7 +279,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
                 Assign("rw", f"int32(uint32(min(r0, rows - 1)) // uint32(rep_{self.x}))"),
                 Assign("lo", "sg * segl"), Assign("hi", "min(lo + segl, length)"),
                 Assign("ntile", f"max(hi - lo + {self.bk - 1}, 0) // {self.bk}")] + (
-                    self.offsets_fp8() if self.fp8 else self.offsets())
+                    [] if self.fp8 else self.offsets())  # (the FP8 product's producer computes its own)
 
     def prologue(self) -> list:
         """The copies of a tile's first ``ahead`` tiles, a commit group each (:attr:`Spec.tile_factors`: the first
@@ -330,6 +332,9 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
         lbo = 16 if self.fp8 else BK * ROW * 2
         out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})"),
                 Assign("db", f"wgmma_desc(sm, sb + {self.b_base}, {lbo}, {ATOM})")]
+        if self.fp8:  # a producer warpgroup and the consumers (a block a tile: persistent blocks are refused)
+            return out + [If("tile < total", tuple(self.span("tile") + self.specialized(
+                self.epilogue(segmented, "r0", "cb", "sg"))))]
         if self.tf:  # the staged activations' row pitch in 16-bit elements (a shift: a 64-bit division is a call,
             # which makes ptxas serialize the wgmmas)
             out.append(Assign("xp", f"int32({self.staged}.strides[0] >> 1)"))
@@ -357,10 +362,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
             body += self.states_init() + [Call(f"cp_wait{self.ahead}", ()), If("0 < ntile", tuple(self.transform("0")))]
         else:
             step = [wait, Call("fence_async", ()), Barrier()] + copies + self.products()
-        if self.fp8:
-            body += self.loop_fp8(wait, copies_of)
-        else:
-            body += [For("it", "0", "ntile", tuple(step)), Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
+        body += [For("it", "0", "ntile", tuple(step)), Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
         body += self.states_meet() if self.tf else []
         first = self.span("tile") + self.prologue()
         if not self.spec.persistent:  # a block a tile
@@ -551,6 +553,9 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     if fp8 and p.option("group") and bc > 128:
         return (f"columns_wgmma: fp8_products takes blocks of 64 or 128 columns (group 8 or 16; its fresh sums take "
                 f"a second set of accumulators), got {bc}")
+    if fp8 and p.option("persistent"):
+        return ("columns_wgmma: fp8_products launches a block a tile (its producer warpgroup's ring); persistent is "
+                "not built")
     return None
 
 
@@ -573,6 +578,8 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     nseg = min(int(nseg), max(tiles, 1))  # (the tiles are numbered in the grid's x: no limit of its z)
     staged = "" if fp8 else choose_tile_factors(fused, p, int(nseg))
     stages, shared = plan(threads, bc, bool(staged))
+    if fp8:  # (named barriers enough for four stages)
+        stages, shared = PRODUCER_STAGES, shared - (stages - PRODUCER_STAGES) * 2 * stage_units(threads // 2, bc)
     # the product's blocks walk the output's tiles only when asked (``persistent``): on the H200, mixed — RMSNorm + GEMM
     # M4096 K = N = 4096's product took 192.5 us alone launched a block a tile, 196.1 walking (three runs each,
     # interleaved), FP8 M4096 K = N = 7168's 646 and 639 (two each). Not launched while the factors' kernel runs (Spec.dependent,
@@ -606,8 +613,8 @@ def grid(rows: int, spec: Spec, named) -> dict:
     out["rowfactors"] = (-(-rows // per), row_threads(spec))
     # a block a tile of the output, numbered in one dimension; with Spec.persistent, as many as are resident, a block
     # a multiprocessor, walking the tiles (Strategy.walking, :meth:`ColumnsWgmmaKernel.tiles`)
-    out["tiles"] = ((-(-rows // spec.batch) * -(-n // (spec.group * 8)) * spec.segments, 1, 1), spec.threads, 0,
-                    spec.shared)
+    out["tiles"] = ((-(-rows // spec.batch) * -(-n // (spec.group * 8)) * spec.segments, 1, 1),
+                    spec.threads + producer_threads(spec), 0, spec.shared)
     return out
 
 

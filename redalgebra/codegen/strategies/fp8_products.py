@@ -5,12 +5,23 @@ Where it applies (:func:`fp8_applies`: e4m3 weights, ``fp8()`` factors, one weig
 product elsewhere) the factors are stored as e4m3 bytes, the weights transposed to e4m3 rows ``wt[n, k]`` by a first
 kernel (:meth:`Fp8Products.transpose`: the instruction reads both operands K-major), tiles are of 128 elements (one
 128-byte row either way), the products ``m64n128k32.e4m3.e4m3``, 128 columns a block. Each tile's products are summed
-in fresh accumulators and added to float32 ones once their group completes (:meth:`Fp8Products.loop_fp8`), as
-cuBLAS's FP8 GEMM does: measured against float64 on the H200, 0.9e-4 … 1.9e-4 of the largest output, the same as
-``torch._scaled_mm``'s 1.1e-4 at M4096 K = N = 7168 (``gpu/fp8_products_check.py``) — not exact, so not the default.
+in fresh accumulators and added to float32 ones once their group completes, as cuBLAS's FP8 GEMM does: measured
+against float64 on the H200, 0.9e-4 … 1.9e-4 of the largest output, the same as ``torch._scaled_mm``'s 1.1e-4 at
+M4096 K = N = 7168 (``gpu/fp8_products_check.py``) — not exact, so not the default.
+
+The product's block is warp-specialized (:meth:`Fp8Products.specialized`): a producer warpgroup makes the copies, the
+two consumer warpgroups multiply, and they meet only at named barriers (``bar_sync``/``bar_arrive``), never at a
+block barrier. Each consumer waits for the whole of its products' group before promoting the sums (a group in
+flight there makes ptxas serialize the ``wgmma``s, C7514), so a warpgroup's products drain every tile; with the
+warpgroups taking turns, one's sums are added while the other's products run. Measured on the H200 (FP8 M4096 K = N
+= 7168, ``gpu/kernel_steps.py``, interleaved processes): the product 410–431 µs against 434–443 µs with every thread
+copying between block barriers (398–427 µs over later runs, 422 µs as committed); a producer of two warps (without the register hand-over, whose ptxas caps a block of
+ten warps at 168 registers a thread) 454–457 µs, one warp 911 µs (its 64 copies a tile spilled); one "full"
+barrier a stage for both warpgroups (the turns couple them anyway) 410–411 µs at four stages, the same, and 508–524 µs
+at six.
 
 :class:`Fp8Products` is the kernel's part (a mixin of :class:`~.columns_wgmma.ColumnsWgmmaKernel`, which calls these
-pieces from its copies, its loop and its module's kernels).
+pieces from its product kernel and its module's kernels).
 """
 
 from __future__ import annotations
@@ -25,34 +36,21 @@ from .wgmma import ROW, WgmmaKernel
 #: Columns of the weights a block of the FP8 products' transposing kernel takes (64 rows of them; four 16-byte loads a
 #: thread in flight).
 TRANSPOSE_COLUMNS = 256
+#: Threads of the FP8 product's producer (a warpgroup: it hands registers to the consumers, which only a whole
+#: warpgroup can) beside its two consumer warpgroups (one warp in the simulator), and stages of its ring (named
+#: barriers are 15 a block, and the ring takes three a stage — a "full" one for each consumer warpgroup, an "empty"
+#: one — and two more, the warpgroups' turns).
+PRODUCER, PRODUCER_STAGES = 128, 4
+
+
+def producer_threads(spec) -> int:
+    """Threads of the product's producer: :data:`PRODUCER` with :attr:`Spec.fp8_products`, else 0 (every thread of
+    the block copies and multiplies)."""
+    return PRODUCER if spec.fp8_products else 0
 
 
 class Fp8Products:
     """The FP8 product's pieces of a ``columns_wgmma`` kernel (``self.fp8``: :attr:`Spec.fp8_products`)."""
-
-    def offsets_fp8(self) -> list:
-        """:meth:`offsets` of :attr:`Spec.fp8_products`: both tiles rows of 128 bytes (8 chunks), the factor rows
-        clamped to the last row, the weights' rows (output columns) to the last column."""
-        t = self.spec.threads
-        na, nb = -(-self.bm * 8 // t), -(-self.bc * 8 // t)
-        out = []
-        for u, (name, first, last, src, base) in enumerate(
-                [("f", "r0", "rows - 1", "fac", 0)] * na + [("w", "cb", f"{self.n - 1}", "wt", self.b_base)] * nb):
-            v = u if name == "f" else u - na
-            q = f"(tid + {v * t})"
-            out += [Assign(f"{name}o_{v}", f"min({first} + {q} // 8, {last}) * {src}.shape[1] + 16 * (tid % 8)"),
-                    Assign(f"{name}d_{v}", f"{base} + ({q} // 8) * {ROW} + (((tid % 8) ^ (({q} // 8) & 7)) << 3)")]
-        return out
-
-    def issue_fp8(self, tile: str, stage: str) -> list:
-        """:meth:`issue` of :attr:`Spec.fp8_products`: both operands are padded with zeros to whole tiles, so every
-        copy is whole."""
-        t = self.spec.threads
-        out = [Assign("kt0", f"lo + ({tile}) * {self.bk}"), Assign("sd", f"sb + {stage} * {self.b_units}")]
-        for name, src, rows in (("f", "fac", self.bm), ("w", "wt", self.bc)):
-            out += [st for u in range(-(-rows * 8 // t)) for st in self.guarded(
-                u, rows * 8, Call("cp_async16_at", ("sm", f"sd + {name}d_{u}", src, f"{name}o_{u} + kt0", "16")))]
-        return out
 
     def transpose(self) -> list:
         """:attr:`Spec.fp8_products`: the e4m3 weights ``w[k, n]`` as rows ``wt[n, k]`` (the FP8 instruction reads
@@ -93,31 +91,88 @@ class Fp8Products:
             out.append(If(f"n0 + {on} < {n}", tuple(gather + [store])))
         return out
 
+    # -- the producer warp ------------------------------------------------------------------------------------------
+    def barriers(self) -> tuple:
+        """(consumer warpgroups, "full" barrier of stage ``st`` and warpgroup ``g``, "empty" barrier of stage ``st``,
+        turn barrier of warpgroup ``g``) as functions of expressions, named barriers 1 … 15."""
+        groups, s = max(self.spec.threads // 128, 1), self.stages
+        assert (groups + 1) * s + groups <= 15, "named barriers are 1 … 15"
+        return (groups, lambda st, g: f"1 + {g} + {groups} * ({st})",
+                lambda st: f"{1 + groups * s} + ({st})", lambda g: f"{1 + (groups + 1) * s} + ({g})")
+
+    def producer_copies(self, tile: str, stage: str) -> list:
+        """The producer's copies of tile ``tile`` into ``stage``: the factor rows and the weights' rows (output
+        columns) of the tile, 128 bytes each, in 16-byte chunks (thread ``ptid`` of the producer takes chunk ``ptid %
+        8`` of rows ``ptid // 8``, ``+ 16``, …: the same swizzle for all, ``pdo``), rows clamped to the last row or
+        column (both operands are padded with zeros to whole tiles along the axis, so every copy is whole)."""
+        pt, ppass = PRODUCER, PRODUCER // 8
+        out = [Assign("kt0", f"lo + ({tile}) * {self.bk}"), Assign("sd", f"sb + ({stage}) * {self.b_units}")]
+        for src, rows, first, last, base in (("fac", self.bm, "r0", "rows - 1", 0),
+                                             ("wt", self.bc, "cb", f"{self.n - 1}", self.b_base)):
+            for v in range(-(-rows * 8 // pt)):
+                copy = Call("cp_async16_at", ("sm", f"sd + {base + ppass * v * ROW} + pdo", src,
+                                              f"min({first} + pr + {ppass * v}, {last}) * {src}.shape[1] + pco + kt0",
+                                              "16"))
+                out += [copy] if (v + 1) * pt <= rows * 8 else [If(f"ptid + {v * pt} < {rows * 8}", (copy,))]
+        return out
+
+    def specialized(self, epilogue: list) -> list:
+        """The product's block, warp-specialized. The producer warpgroup copies tile ``t`` into stage ``t % S`` once
+        both consumer warpgroups have released it (an "empty" barrier: their products of tile ``t - S`` complete),
+        keeps ``S - 1`` tiles in flight, and signals each tile's arrival to each consumer warpgroup (its "full"
+        barrier of the stage: ``cp_wait``, the proxy fence, ``bar_arrive``). Each consumer warpgroup waits for its
+        tile, completes and promotes the previous tile's sums, releases that tile's stage, issues this tile's products
+        in turn with the other warpgroup (a turn barrier each: warpgroup 0 first), and stores its outputs at the end.
+        Every barrier's arrivals match its waits exactly (an "empty" arrival only where the producer will wait for
+        it; warpgroup 0's first turn handed before the loop, its last taken after it, so that the loop has no branch
+        on the warpgroup: with one, LLVM made three copies of the loop)."""
+        t, pt, s = self.spec.threads, PRODUCER, self.stages
+        assert (pt // 8) % 8 == 0  # (every producer thread's rows share one swizzle)
+        ahead = s - 1
+        groups, full, empty, turn = self.barriers()
+        per = t // groups + pt  # threads meeting at a "full" barrier
+        prod = [Assign("ptid", f"tid - {t}"), Assign("pr", "ptid // 8"), Assign("pco", "16 * (ptid % 8)"),
+                Assign("pdo", f"pr * {ROW} + (((ptid % 8) ^ (pr & 7)) << 3)")]
+        arrive = [Call("bar_arrive", (full("sf", g), str(per))) for g in range(groups)]
+        step = [Assign("st", f"int32(uint32(it) % uint32({s}))"),
+                If(f"it >= {s}", (Call("bar_sync", (empty("st"), str(t + pt))),))] + self.producer_copies("it", "st") + [
+            Call("cp_commit", ()),
+            If(f"it >= {ahead - 1}", (Call(f"cp_wait{ahead - 1}", ()), Call("fence_async", ()),
+                                      Assign("sf", f"int32(uint32(it - {ahead - 1}) % uint32({s}))"), *arrive))]
+        prod += [For("it", "0", "ntile", tuple(step)), Call("cp_wait0", ()), Call("fence_async", ()),
+                 For("jt", f"max(ntile - {ahead - 1}, 0)", "ntile",
+                     (Assign("sf", f"int32(uint32(jt) % uint32({s}))"), *arrive))]
+        zero = self.consts.name(0.0)
+        cons = [Assign("wgi", "uniform(int32(warp // 4))")] if groups > 1 else []
+        cons += [Assign(f"{a}_{j}_{i}", zero) for a in ("ac", "tf") for j in range(self.bc // 8) for i in range(4)]
+        settle = [Call("wgmma_wait0", ())] + self.promote("tf")
+        release = If(f"it > 0 and it + {s - 1} < ntile",
+                     (Call("bar_arrive", (empty(f"int32(uint32(it - 1) % uint32({s}))"), str(t + pt))),))
+        mine = full("st", "wgi" if groups > 1 else 0)
+        body = [Assign("st", f"int32(uint32(it) % uint32({s}))"), Call("bar_sync", (mine, str(per)))] + settle + [release]
+        products = self.products(wait=False, acc="tf")
+        if groups > 1:  # (warpgroup 0's first turn handed by warpgroup 1 before the loop, its last taken after)
+            body += [Call("bar_sync", (turn("wgi"), str(t)))] + products + [Call("bar_arrive", (turn("1 - wgi"), str(t)))]
+            loop = [If("wgi == 1", (Call("bar_arrive", (turn(0), str(t))),)), For("it", "0", "ntile", tuple(body)),
+                    If("wgi == 0", (Call("bar_sync", (turn(0), str(t))),))]
+        else:
+            loop = [For("it", "0", "ntile", tuple(body + products))]
+        # (every sum held live past the loop, as the default loop's: the epilogue of a partial column block stores
+        # only some, and with the others dead LLVM copied the loop three times and ptxas serialized the wgmmas)
+        acc = WgmmaKernel.tiles("ac", self.bc // 8)
+        cons += loop + settle + [Assign(acc, f"wgmma_hold({acc})")] + epilogue
+        # two consumer warpgroups: the producer's registers to them (a block of twelve warps, whose threads ptxas caps
+        # at 168 registers: 128 × 56 + 256 × 224 = 64512 of the 65536). Not with one (a block of 256 threads: ptxas
+        # may already give more than 224, and the counts are the twelve warps')
+        if groups > 1:
+            prod, cons = [Call("regs_give", ())] + prod, [Call("regs_take", ())] + cons
+        return [If(f"warp >= {t // 32}", tuple(prod), tuple(cons))]
+
     def promote(self, temp: str) -> list:
         """``ac += temp`` once ``temp``'s group is complete (FP8 sums promoted to float32)."""
         acc = WgmmaKernel.tiles(temp, self.bc // 8)
         return [Assign(acc, f"wgmma_hold({acc})")] + [
             Assign(f"ac_{j}_{i}", f"{temp}_{j}_{i}", "+") for j in range(self.bc // 8) for i in range(4)]
-
-    def loop_fp8(self, wait, issue) -> list:
-        """:attr:`Spec.fp8_products`' loop: each tile's products in fresh sums ``tf``, added to the float32 ``ac`` once
-        their group completes — at the next tile, after its copies are issued, while those products ran. The FP8
-        instruction sums in fewer bits than float32 (about 14 on an H200): fresh sums of 128 elements added in float32
-        are what cuBLAS's FP8 GEMM does. The copies of tile ``t + ahead`` go into tile ``t - 2``'s stage, whose
-        products the wait of tile ``t - 1`` completed.
-
-        A group is waited for in full before its sums are read: with a group still in flight there (two sets of fresh
-        sums, one read while the other's products run) ptxas serializes the wgmmas (C7514, non-wgmma instructions
-        reading accumulators within a pipeline stage). Measured on the H200 (FP8 M4096 K = N = 7168): 408–434 µs
-        over three runs; two tiles' products between waits (two sets of fresh sums) 428–440, and it needs a stage
-        more (its copies would overwrite a stage that products in flight read); the two warpgroups settling at
-        different points of a tile (one before the barrier, one after) 526."""
-        zero = self.consts.name(0.0)
-        init = [Assign(f"tf_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
-        settle = [Call("wgmma_wait0", ())] + self.promote("tf")
-        step = [wait, Call("fence_async", ()), Barrier()] + issue("it") + settle + self.products(wait=False, acc="tf")
-        return init + [For("it", "0", "ntile", tuple(step))] + settle
-
 
 def fp8_applies(fused: FusedCascade, p: Problem) -> bool:
     """Whether the product runs on the FP8 instruction: asked for (``fp8_products``), e4m3 weights, each factor an

@@ -56,6 +56,7 @@ from .columns_mma import ColumnsMmaKernel, exact_factors
 from .products import KINDS
 from .rows import RowsKernel
 from .rows_policy import configure as rows_configure
+from . import fp8_products
 from .fp8_products import PRODUCER_STAGES, TRANSPOSE_COLUMNS, Fp8Products, fp8_applies, producer_threads
 from .tile_factors import TileFactors, choose as choose_tile_factors
 from .wgmma import ATOM, ROW, WgmmaKernel, hopper_refusal
@@ -188,9 +189,10 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
         return row_threads(self.spec)
 
     # -- the copies of a tile ---------------------------------------------------------------------------------------
-    def chunks(self) -> tuple[int, int, int, int]:
-        """(16-byte copies a thread makes of the factor tile, of the weight tile; weight chunks a row; rows a pass)."""
-        t = self.spec.threads
+    def chunks(self, t: int | None = None) -> tuple[int, int, int, int]:
+        """(16-byte copies a thread makes of the factor tile, of the weight tile; weight chunks a row; rows a pass),
+        the copies spread over ``t`` threads (the block's by default)."""
+        t = t or self.spec.threads
         per_row = self.bc // 8
         return -(-self.bm * 8 // t), -(-BK * per_row // t), per_row, t // per_row
 
@@ -208,61 +210,62 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
         return out + [Assign("wk", f"wi // {n}"), Assign("wc", f"wi % {n}"),
                       If("wk < length", (Call("st_h16", ("wf", "wk", "wc", f"ld_e4m3({self.x}, (0, wk), wc)")),))]
 
-    def offsets(self) -> list:
+    def offsets(self, t: int | None = None, tid: str = "tid") -> list:
         """Each thread's copies as element offsets from a tile's first element, and their swizzled places in a stage
         (16-bit units; rows ``8 k`` apart share the swizzle), computed once: factor rows clamped to the last row, the
-        weight column clamped (0 bytes past the last)."""
-        t = self.spec.threads
-        na, nb, per_row, step = self.chunks()
+        weight column clamped (0 bytes past the last). ``t`` threads copy (the block's by default), ``tid`` each one's
+        index among them."""
+        t = t or self.spec.threads
+        na, nb, per_row, step = self.chunks(t)
         out = []
         for u in range(na):
-            q = f"(tid + {u * t})"
+            q = f"({tid} + {u * t})"
             if self.tf:  # the activations' row (rows repeated: its shared row), and what the elements read of the row
                 x = self.staged
                 out.append(Assign(f"ro_{u}", f"min(r0 + {q} // 8, rows - 1)"))
-                out.append(Assign(f"fo_{u}", f"int32(uint32(ro_{u}) // uint32(rep_{x})) * xp + 8 * (tid % 8)"))
+                out.append(Assign(f"fo_{u}", f"int32(uint32(ro_{u}) // uint32(rep_{x})) * xp + 8 * ({tid} % 8)"))
                 out += [Assign(f"rr_{s_}_{u}", f"int32(uint32(ro_{u}) // uint32(rep_{s_}))") for s_ in self.loaded]
                 out += [Assign(f"p_{p}_{u}", f"{p}[ro_{u}]") for p in self.row_params]
             else:
-                out.append(Assign(f"fo_{u}", f"min(r0 + {q} // 8, rows - 1) * fac.shape[1] + 8 * (tid % 8)"))
-            out.append(Assign(f"fd_{u}", f"({q} // 8) * {ROW} + (((tid % 8) ^ (({q} // 8) & 7)) << 3)"))
-        out += [Assign("wcol", f"cb + 8 * (tid % {per_row})"),
+                out.append(Assign(f"fo_{u}", f"min(r0 + {q} // 8, rows - 1) * fac.shape[1] + 8 * ({tid} % 8)"))
+            out.append(Assign(f"fd_{u}", f"({q} // 8) * {ROW} + ((({tid} % 8) ^ (({q} // 8) & 7)) << 3)"))
+        out += [Assign("wcol", f"cb + 8 * ({tid} % {per_row})"),
                 Assign("wn", f"pick(wcol < {self.n}, 16, 0)"),
                 Assign("wrow", "rw * length"), Assign("wcl", f"min(wcol, {self.n - 8})"),
-                Assign("wo", f"(wrow + tid // {per_row}) * {self.n} + wcl")]
+                Assign("wo", f"(wrow + {tid} // {per_row}) * {self.n} + wcl")]
         for u in range(nb):
-            kr = f"(tid // {per_row} + {u * step})"
-            out.append(Assign(f"wd_{u}", f"{self.b_base} + ((tid % {per_row}) // 8) * {BK * ROW} + {kr} * {ROW} + "
-                                         f"(((tid % 8) ^ ({kr} & 7)) << 3)"))
+            kr = f"({tid} // {per_row} + {u * step})"
+            out.append(Assign(f"wd_{u}", f"{self.b_base} + (({tid} % {per_row}) // 8) * {BK * ROW} + {kr} * {ROW} + "
+                                         f"((({tid} % 8) ^ ({kr} & 7)) << 3)"))
         return out
 
-    def guarded(self, u: int, total: int, *stmts) -> list:
-        """``stmts`` (a thread's copy ``u`` of a tile of ``total`` chunks), guarded where the block's threads
-        outnumber the chunks left."""
-        t = self.spec.threads
+    def guarded(self, u: int, total: int, *stmts, t: int | None = None, tid: str = "tid") -> list:
+        """``stmts`` (a thread's copy ``u`` of a tile of ``total`` chunks), guarded where the ``t`` copying threads
+        (the block's by default) outnumber the chunks left."""
+        t = t or self.spec.threads
         if (u + 1) * t <= total:
             return list(stmts)
-        return [If(f"tid + {u * t} < {total}", tuple(stmts))]
+        return [If(f"{tid} + {u * t} < {total}", tuple(stmts))]
 
-    def issue(self, tile: str, stage: str) -> list:
+    def issue(self, tile: str, stage: str, t: int | None = None, tid: str = "tid") -> list:
         """``cp.async`` of tile ``tile`` into ``stage``: the factors (always whole: the rows are padded to whole tiles
         with zeros; none under :attr:`Spec.tile_factors`, whose activations :meth:`issue_x` copies), the weights from
         the offsets plus constants, or, in the segment's last partial tile, 0 bytes for the rows past its end (their
         factors are 0, but 0 · NaN is not)."""
-        na, nb, per_row, step = self.chunks()
+        na, nb, per_row, step = self.chunks(t)
         out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sd", f"sb + {stage} * {self.b_units}")]
         whole, partial = [Assign("wt", f"wo + kt0 * {self.n}")], []
         if not self.tf:  # (under Spec.tile_factors the activations are copied by issue_x, a tile further ahead)
             for u in range(na):
                 out += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sd + fd_{u}", "fac", f"fo_{u} + kt0",
-                                                                           "16")))
+                                                                           "16")), t=t, tid=tid)
         for u in range(nb):
             whole += self.guarded(u, BK * per_row, Call("cp_async16_at", ("sm", f"sd + wd_{u}", self.source,
-                                                                f"wt + {u * step * self.n}", "wn")))
-            kr = f"kt0 + tid // {per_row} + {u * step}"
+                                                                f"wt + {u * step * self.n}", "wn")), t=t, tid=tid)
+            kr = f"kt0 + {tid} // {per_row} + {u * step}"
             partial += self.guarded(u, BK * per_row, Call("cp_async16_at", (
                 "sm", f"sd + wd_{u}", self.source, f"(wrow + min({kr}, hi - 1)) * {self.n} + wcl",
-                f"pick({kr} < hi, wn, 0)")))
+                f"pick({kr} < hi, wn, 0)")), t=t, tid=tid)
         return out + [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(partial))]
 
     def span(self, tile: str) -> list:
@@ -279,7 +282,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
                 Assign("rw", f"int32(uint32(min(r0, rows - 1)) // uint32(rep_{self.x}))"),
                 Assign("lo", "sg * segl"), Assign("hi", "min(lo + segl, length)"),
                 Assign("ntile", f"max(hi - lo + {self.bk - 1}, 0) // {self.bk}")] + (
-                    [] if self.fp8 else self.offsets())  # (the FP8 product's producer computes its own)
+                    [] if producer_threads(self.spec) else self.offsets())  # (a producer computes its own)
 
     def prologue(self) -> list:
         """The copies of a tile's first ``ahead`` tiles, a commit group each (:attr:`Spec.tile_factors`: the first
@@ -332,7 +335,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
         lbo = 16 if self.fp8 else BK * ROW * 2
         out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})"),
                 Assign("db", f"wgmma_desc(sm, sb + {self.b_base}, {lbo}, {ATOM})")]
-        if self.fp8:  # a producer warpgroup and the consumers (a block a tile: persistent blocks are refused)
+        if producer_threads(self.spec):  # a producer warpgroup and the consumers (a block a tile: persistent refused)
             return out + [If("tile < total", tuple(self.span("tile") + self.specialized(
                 self.epilogue(segmented, "r0", "cb", "sg"))))]
         if self.tf:  # the staged activations' row pitch in 16-bit elements (a shift: a 64-bit division is a call,
@@ -578,14 +581,18 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     nseg = min(int(nseg), max(tiles, 1))  # (the tiles are numbered in the grid's x: no limit of its z)
     staged = "" if fp8 else choose_tile_factors(fused, p, int(nseg))
     stages, shared = plan(threads, bc, bool(staged))
-    if fp8:  # (named barriers enough for four stages)
-        stages, shared = PRODUCER_STAGES, shared - (stages - PRODUCER_STAGES) * 2 * stage_units(threads // 2, bc)
+    persistent = bool(p.option("persistent"))
+    # a producer warpgroup: the FP8 product always, the 16-bit one where asked (fp8_products.SIXTEEN_BIT; not with the
+    # factors in the tiles, nor with blocks walking the tiles)
+    producer = not fp8 and fp8_products.SIXTEEN_BIT and not staged and not persistent
+    if fp8 or producer:  # (named barriers enough for four stages)
+        cut = max(stages - PRODUCER_STAGES, 0)
+        stages, shared = stages - cut, shared - cut * 2 * stage_units(threads // 2, bc)
     # the product's blocks walk the output's tiles only when asked (``persistent``): on the H200, mixed — RMSNorm + GEMM
     # M4096 K = N = 4096's product took 192.5 us alone launched a block a tile, 196.1 walking (three runs each,
     # interleaved), FP8 M4096 K = N = 7168's 646 and 639 (two each). Not launched while the factors' kernel runs (Spec.dependent,
     # the weights' first tiles loading meanwhile): the module's time was the same, 245.0 against 245.1 us (two runs
     # each; gpu/README.md)
-    persistent = bool(p.option("persistent"))
     # outputs of the vector reduction's width stored in 16 bits only when asked (out_dtype): half the bytes the
     # epilogue writes, each rounded once more (float32 otherwise, as the other columns strategies write them)
     want = p.option("out_dtype")
@@ -593,7 +600,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     outs = tuple((o.name, want) for o in c.outputs if c.sizes[o.name] is not None) \
         if want in ("bfloat16", "float16") else ()
     return dict(threads=threads, group=bc // 8, vec=8, tile=2 * BK if fp8 else BK, batch=threads // 2,
-                segments=int(nseg), fp8_products=fp8,
+                segments=int(nseg), fp8_products=fp8, producer=producer,
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
                 shared=shared, stages=stages, row_threads=ROW_THREADS or _row_threads(threads, p.length),
                 row_spec=() if staged else row_spec(fused, p), persistent=persistent, tile_factors=staged,

@@ -43,10 +43,16 @@ TRANSPOSE_COLUMNS = 256
 PRODUCER, PRODUCER_STAGES = 128, 4
 
 
+#: Whether ``columns_wgmma``'s 16-bit product (bfloat16 or float16 products: RMSNorm + GEMM, the exact FP8 product)
+#: takes the producer warpgroup too (:attr:`Spec.producer`). Built and tested on the simulator, not yet timed on a
+#: GPU: off until it is.
+SIXTEEN_BIT = False
+
+
 def producer_threads(spec) -> int:
-    """Threads of the product's producer: :data:`PRODUCER` with :attr:`Spec.fp8_products`, else 0 (every thread of
-    the block copies and multiplies)."""
-    return PRODUCER if spec.fp8_products else 0
+    """Threads of the product's producer: :data:`PRODUCER` with :attr:`Spec.fp8_products` or :attr:`Spec.producer`,
+    else 0 (every thread of the block copies and multiplies)."""
+    return PRODUCER if spec.fp8_products or spec.producer else 0
 
 
 class Fp8Products:
@@ -123,6 +129,10 @@ class Fp8Products:
         barrier of the stage: ``cp_wait``, the proxy fence, ``bar_arrive``). Each consumer warpgroup waits for its
         tile, completes and promotes the previous tile's sums, releases that tile's stage, issues this tile's products
         in turn with the other warpgroup (a turn barrier each: warpgroup 0 first), and stores its outputs at the end.
+        The 16-bit product (:attr:`Spec.producer`, :data:`SIXTEEN_BIT`) sums in its float32 accumulators directly: a
+        consumer issues a tile's products, then waits until one group is left in flight and releases the stage of the
+        tile before; its producer makes the block's copies as :meth:`~.columns_wgmma.ColumnsWgmmaKernel.issue` does
+        (the partial last tile's zero fill included).
         Every barrier's arrivals match its waits exactly (an "empty" arrival only where the producer will wait for
         it; warpgroup 0's first turn handed before the loop, its last taken after it, so that the loop has no branch
         on the warpgroup: with one, LLVM made three copies of the loop)."""
@@ -131,11 +141,17 @@ class Fp8Products:
         ahead = s - 1
         groups, full, empty, turn = self.barriers()
         per = t // groups + pt  # threads meeting at a "full" barrier
-        prod = [Assign("ptid", f"tid - {t}"), Assign("pr", "ptid // 8"), Assign("pco", "16 * (ptid % 8)"),
-                Assign("pdo", f"pr * {ROW} + (((ptid % 8) ^ (pr & 7)) << 3)")]
+        prod = [Assign("ptid", f"tid - {t}")]
+        if self.fp8:
+            prod += [Assign("pr", "ptid // 8"), Assign("pco", "16 * (ptid % 8)"),
+                     Assign("pdo", f"pr * {ROW} + (((ptid % 8) ^ (pr & 7)) << 3)")]
+            copies = self.producer_copies
+        else:  # (the 16-bit product's copies, partial last tile included, spread over the producer's threads)
+            prod += self.offsets(pt, "ptid")
+            copies = lambda tile, stage: self.issue(tile, stage, pt, "ptid")  # noqa: E731
         arrive = [Call("bar_arrive", (full("sf", g), str(per))) for g in range(groups)]
         step = [Assign("st", f"int32(uint32(it) % uint32({s}))"),
-                If(f"it >= {s}", (Call("bar_sync", (empty("st"), str(t + pt))),))] + self.producer_copies("it", "st") + [
+                If(f"it >= {s}", (Call("bar_sync", (empty("st"), str(t + pt))),))] + copies("it", "st") + [
             Call("cp_commit", ()),
             If(f"it >= {ahead - 1}", (Call(f"cp_wait{ahead - 1}", ()), Call("fence_async", ()),
                                       Assign("sf", f"int32(uint32(it - {ahead - 1}) % uint32({s}))"), *arrive))]
@@ -144,19 +160,24 @@ class Fp8Products:
                      (Assign("sf", f"int32(uint32(jt) % uint32({s}))"), *arrive))]
         zero = self.consts.name(0.0)
         cons = [Assign("wgi", "uniform(int32(warp // 4))")] if groups > 1 else []
-        cons += [Assign(f"{a}_{j}_{i}", zero) for a in ("ac", "tf") for j in range(self.bc // 8) for i in range(4)]
-        settle = [Call("wgmma_wait0", ())] + self.promote("tf")
+        cons += [Assign(f"{a}_{j}_{i}", zero) for a in ("ac", "tf")[:1 + self.fp8] for j in range(self.bc // 8)
+                 for i in range(4)]
         release = If(f"it > 0 and it + {s - 1} < ntile",
                      (Call("bar_arrive", (empty(f"int32(uint32(it - 1) % uint32({s}))"), str(t + pt))),))
         mine = full("st", "wgi" if groups > 1 else 0)
-        body = [Assign("st", f"int32(uint32(it) % uint32({s}))"), Call("bar_sync", (mine, str(per)))] + settle + [release]
-        products = self.products(wait=False, acc="tf")
+        if self.fp8:  # tile it - 1's group completed and its sums promoted before tile it's products (fresh sums)
+            settle = [Call("wgmma_wait0", ())] + self.promote("tf")
+            before, products, after = settle + [release], self.products(wait=False, acc="tf"), []
+        else:  # tile it's products issued, then tile it - 1's group completed (one group left in flight)
+            settle = [Call("wgmma_wait0", ())]
+            before, products, after = [], self.products(wait=False), [Call("wgmma_wait1", ()), release]
+        body = [Assign("st", f"int32(uint32(it) % uint32({s}))"), Call("bar_sync", (mine, str(per)))] + before
         if groups > 1:  # (warpgroup 0's first turn handed by warpgroup 1 before the loop, its last taken after)
             body += [Call("bar_sync", (turn("wgi"), str(t)))] + products + [Call("bar_arrive", (turn("1 - wgi"), str(t)))]
-            loop = [If("wgi == 1", (Call("bar_arrive", (turn(0), str(t))),)), For("it", "0", "ntile", tuple(body)),
+            loop = [If("wgi == 1", (Call("bar_arrive", (turn(0), str(t))),)), For("it", "0", "ntile", tuple(body + after)),
                     If("wgi == 0", (Call("bar_sync", (turn(0), str(t))),))]
         else:
-            loop = [For("it", "0", "ntile", tuple(body + products))]
+            loop = [For("it", "0", "ntile", tuple(body + products + after))]
         # (every sum held live past the loop, as the default loop's: the epilogue of a partial column block stores
         # only some, and with the others dead LLVM copied the loop three times and ptxas serialized the wgmmas)
         acc = WgmmaKernel.tiles("ac", self.bc // 8)

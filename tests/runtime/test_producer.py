@@ -1,0 +1,39 @@
+"""``columns_wgmma``'s 16-bit product with a producer warpgroup (``fp8_products.SIXTEEN_BIT``, off by default until
+timed on a GPU): the same outputs, bit for bit, as the product whose threads all copy between block barriers — only
+the copies' schedule differs — on the simulator, whose copies land at the producer's wait and whose ``wgmma`` reads are
+tracked until their group is waited for (a stage reused too early, or read before its copies landed, fails here)."""
+
+import numpy as np
+import pytest
+
+from redalgebra.runtime import compile
+from tests.catalogue import fused
+from tests.runtime.test_columns import _problem
+
+
+@pytest.mark.parametrize("name,rows,length,n,segments,options", [
+    # a partial last tile (300 = 4 x 64 + 44: its copies past the segment's end fill zeros), columns not of a block
+    ("rmsnorm_gemm", 20, 300, 72, None, {}),
+    # two consumer warpgroups taking turns, five tiles (the ring of four wrapped)
+    ("fp8_quant_gemm", 65, 320, 64, 1, {"threads": 256}),
+    # 256 columns a block (the GPU's), segments of three tiles, the last ones with none
+    ("rmsnorm_gemm", 5, 1000, 136, 7, {"group": 32}),
+])
+def test_the_16_bit_product_with_a_producer_warpgroup_computes_what_the_block_barrier_loop_does(
+        monkeypatch, name, rows, length, n, segments, options):
+    from redalgebra.codegen.strategies import fp8_products, tile_factors
+
+    monkeypatch.setattr(tile_factors, "TILE_FACTORS", False)
+    inputs, params = _problem(name, rows, length, n, "bfloat16")
+    outs, sources = [], []
+    for on in (False, True):
+        monkeypatch.setattr(fp8_products, "SIXTEEN_BIT", on)
+        kernel = compile(fused(name), "cudasim", "columns_wgmma", segments=segments, **options)
+        dtypes = {s: "bfloat16" for s in inputs}
+        spec = kernel.spec_for(rows, length, dtypes, {"n": n}, reps={"w": rows})[1]
+        assert spec.producer == on
+        sources.append(kernel.source(spec, "columns_wgmma").source)
+        outs.append(kernel(inputs, params)["y"])
+    assert "bar_sync(" in sources[1] and "bar_sync(" not in sources[0]
+    assert np.array_equal(outs[0], outs[1], equal_nan=True)
+    assert np.isfinite(outs[1]).all()

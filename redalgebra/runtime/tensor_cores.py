@@ -50,7 +50,7 @@ __all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_ss_e4m3", "wgmma_fence",
            "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
-           "fence_async", "bar_sync", "bar_arrive", "regs_give", "regs_take"]
+           "fence_async", "bar_sync", "bar_arrive"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -474,11 +474,6 @@ cp_commit = _wait("cp_commit", "cp.async.commit_group;", _sim_commit)
 # one start while this one runs (``griddepcontrol.launch_dependents``).
 grid_wait = _wait("grid_wait", "griddepcontrol.wait;")
 grid_launch = _wait("grid_launch", "griddepcontrol.launch_dependents;")
-# Hopper's register reallocation between warpgroups (sm_90a; every warp of the warpgroup executes it): a producer
-# warpgroup gives registers back (``regs_give``: down to 56 a thread) and the consumer warpgroups take them
-# (``regs_take``: up to 224), so that a block of three warpgroups keeps the consumers' accumulators in registers.
-regs_give = _wait("regs_give", "setmaxnreg.dec.sync.aligned.u32 56;")
-regs_take = _wait("regs_take", "setmaxnreg.inc.sync.aligned.u32 224;")
 cp_wait0 = _wait("cp_wait0", "cp.async.wait_group 0;", _sim_wait(0))
 cp_wait1 = _wait("cp_wait1", "cp.async.wait_group 1;", _sim_wait(1))
 cp_wait2 = _wait("cp_wait2", "cp.async.wait_group 2;", _sim_wait(2))

@@ -16,7 +16,7 @@ from tests.runtime.test_columns import _problem
     ("rmsnorm_gemm", 20, 300, 72, None, {}),
     # two consumer warpgroups taking turns, five tiles (the ring of four wrapped)
     ("fp8_quant_gemm", 65, 320, 64, 1, {"threads": 256}),
-    # 256 columns a block (the GPU's), segments of three tiles, the last ones with none
+    # 256 columns a block (the GPU's), segments of three tiles (the sixth a partial one, the seventh none)
     ("rmsnorm_gemm", 5, 1000, 136, 7, {"group": 32}),
 ])
 def test_the_16_bit_product_with_a_producer_warpgroup_computes_what_the_block_barrier_loop_does(

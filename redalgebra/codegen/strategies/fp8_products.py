@@ -15,8 +15,8 @@ block barrier. Each consumer waits for the whole of its products' group before p
 flight there makes ptxas serialize the ``wgmma``s, C7514), so a warpgroup's products drain every tile; with the
 warpgroups taking turns, one's sums are added while the other's products run. Measured on the H200 (FP8 M4096 K = N
 = 7168, ``gpu/kernel_steps.py``, interleaved processes): the product 410–431 µs against 434–443 µs with every thread
-copying between block barriers (398–427 µs over later runs, 422 µs as committed); a producer of two warps (without the register hand-over, whose ptxas caps a block of
-ten warps at 168 registers a thread) 454–457 µs, one warp 911 µs (its 64 copies a tile spilled); one "full"
+copying between block barriers (398–427 µs over later runs, 422 µs as committed); a producer of two warps 454–457 µs,
+one warp 911 µs (its 64 copies a tile spilled); one "full"
 barrier a stage for both warpgroups (the turns couple them anyway) 410–411 µs at four stages, the same, and 508–524 µs
 at six.
 
@@ -36,8 +36,8 @@ from .wgmma import ROW, WgmmaKernel
 #: Columns of the weights a block of the FP8 products' transposing kernel takes (64 rows of them; four 16-byte loads a
 #: thread in flight).
 TRANSPOSE_COLUMNS = 256
-#: Threads of the FP8 product's producer (a warpgroup: it hands registers to the consumers, which only a whole
-#: warpgroup can) beside its two consumer warpgroups (one warp in the simulator), and stages of its ring (named
+#: Threads of the product's producer (a warpgroup: 16 copies a thread a tile of the FP8 product; two warps, 32 copies
+#: each, measured slower) beside its two consumer warpgroups (one warp in the simulator), and stages of its ring (named
 #: barriers are 15 a block, and the ring takes three a stage — a "full" one for each consumer warpgroup, an "empty"
 #: one — and two more, the warpgroups' turns).
 PRODUCER, PRODUCER_STAGES = 128, 4
@@ -182,11 +182,9 @@ class Fp8Products:
         # only some, and with the others dead LLVM copied the loop three times and ptxas serialized the wgmmas)
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
         cons += loop + settle + [Assign(acc, f"wgmma_hold({acc})")] + epilogue
-        # two consumer warpgroups: the producer's registers to them (a block of twelve warps, whose threads ptxas caps
-        # at 168 registers: 128 × 56 + 256 × 224 = 64512 of the 65536). Not with one (a block of 256 threads: ptxas
-        # may already give more than 224, and the counts are the twelve warps')
-        if groups > 1:
-            prod, cons = [Call("regs_give", ())] + prod, [Call("regs_take", ())] + cons
+        # (no register hand-over between the warpgroups: ptxas ignores setmaxnreg in code compiled for linking, as
+        # numba-cuda's is — "C7504 'setmaxnreg' ignored to maintain compatibility across compilation units" — so a
+        # block of twelve warps keeps one count, at most 168 a thread; the FP8 product takes 144)
         return [If(f"warp >= {t // 32}", tuple(prod), tuple(cons))]
 
     def promote(self, temp: str) -> list:

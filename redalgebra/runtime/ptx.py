@@ -205,6 +205,10 @@ def ptxas_facts(ptx: str, arch: str | None = None) -> dict | None:
     return dict(registers=max(map(int, re.findall(r"Used (\d+) registers", text)), default=0),
                 # "wgmma.mma_async instructions are serialized due to ..." (a call, a fence the compiler had to add)
                 wgmma_serialized=len(re.findall(r"\(C75\d\d\)[^\n]*wgmma[^\n]*serialized", text)),
+                # every other "Potential Performance Loss" ptxas reports, by its text (e.g. C7504: setmaxnreg ignored
+                # in code compiled for linking, as numba-cuda's is)
+                performance_losses=tuple(sorted({m.strip() for m in re.findall(
+                    r"(\(C75\d\d\) Potential Performance Loss:[^\n]*)", text) if "serialized" not in m})),
                 stack_bytes=sum(s[0] for s in spills), spill_stores=sum(s[1] for s in spills),
                 spill_loads=sum(s[2] for s in spills))
 
@@ -222,4 +226,4 @@ def facts_text(facts: dict) -> list[str]:
         [f"ptxas: {f['registers']} registers per thread at most, {f['spill_stores']}/{f['spill_loads']} bytes "
          f"spilled (stores/loads), {f['stack_bytes']} bytes of stack"] if "registers" in f else []) + (
         [f"ptxas: wgmma serialized ({f['wgmma_serialized']} warning(s): a call or a compiler-inserted fence)"]
-        if f.get("wgmma_serialized") else [])
+        if f.get("wgmma_serialized") else []) + [f"ptxas: {loss}" for loss in f.get("performance_losses", ())]

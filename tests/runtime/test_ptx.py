@@ -361,3 +361,27 @@ def test_mla_decode_on_warpgroups_without_serializing(report):
     # 64 accumulators of P·V and 16 of the scores a thread: no spills here (at 512 + 64, 128 accumulators: ptxas
     # spills about 200 bytes)
     assert facts["spill_stores"] == facts["spill_loads"] == 0, facts
+
+
+SETMAXNREG_PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry k()
+.maxntid 384, 1, 1
+{
+	setmaxnreg.inc.sync.aligned.u32 224;
+	ret;
+}
+"""
+
+
+def test_ptxas_performance_losses_are_reported():
+    # ptxas ignores setmaxnreg in code compiled for linking (numba-cuda's way, and this module's): said as a
+    # "Potential Performance Loss", which `redalgebra ptx` prints
+    from redalgebra.runtime.ptx import facts_text, ptx_facts
+
+    facts = ptx_facts(SETMAXNREG_PTX)
+    if "registers" not in facts:
+        pytest.skip("no nvJitLink here to assemble the PTX")
+    assert any("C7504" in loss and "setmaxnreg" in loss for loss in facts["performance_losses"]), facts
+    assert any(line.startswith("ptxas: (C7504)") for line in facts_text(facts))

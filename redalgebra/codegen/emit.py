@@ -55,7 +55,7 @@ class Spec:
     fp8_products: bool = False   # columns_wgmma: the product on the FP8 instruction (e4m3 factors, the e4m3 weights
     #                              transposed), its sums promoted to float32 every tile of 128 elements
     producer: bool = False       # columns_wgmma: the 16-bit product's copies by a producer warpgroup (named barriers;
-    #                              the FP8 product's always are): :meth:`Fp8Products.specialized`
+    #                              the FP8 product's always are): :mod:`.strategies.producer`
     tile_factors: str = ""       # columns_wgmma: no factors kernel: the product's blocks stage this input (the
     #                              activations), turn it into the factors' row-free part in place, fold the scalar
     #                              reductions on the way and scale the sums by the row's part in the epilogue

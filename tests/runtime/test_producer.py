@@ -1,4 +1,4 @@
-"""``columns_wgmma``'s 16-bit product with a producer warpgroup (``fp8_products.SIXTEEN_BIT``, off by default until
+"""``columns_wgmma``'s 16-bit product with a producer warpgroup (``producer.SIXTEEN_BIT``, off by default until
 timed on a GPU): the same outputs, bit for bit, as the product whose threads all copy between block barriers — only
 the copies' schedule differs — on the simulator, whose copies land at the producer's wait and whose ``wgmma`` reads are
 tracked until their group is waited for (a stage reused too early, or read before its copies landed, fails here)."""
@@ -21,13 +21,13 @@ from tests.runtime.test_columns import _problem
 ])
 def test_the_16_bit_product_with_a_producer_warpgroup_computes_what_the_block_barrier_loop_does(
         monkeypatch, name, rows, length, n, segments, options):
-    from redalgebra.codegen.strategies import fp8_products, tile_factors
+    from redalgebra.codegen.strategies import producer, tile_factors
 
     monkeypatch.setattr(tile_factors, "TILE_FACTORS", False)
     inputs, params = _problem(name, rows, length, n, "bfloat16")
     outs, sources = [], []
     for on in (False, True):
-        monkeypatch.setattr(fp8_products, "SIXTEEN_BIT", on)
+        monkeypatch.setattr(producer, "SIXTEEN_BIT", on)
         kernel = compile(fused(name), "cudasim", "columns_wgmma", segments=segments, **options)
         dtypes = {s: "bfloat16" for s in inputs}
         spec = kernel.spec_for(rows, length, dtypes, {"n": n}, reps={"w": rows})[1]

@@ -56,8 +56,9 @@ from .columns_mma import ColumnsMmaKernel, exact_factors
 from .products import KINDS
 from .rows import RowsKernel
 from .rows_policy import configure as rows_configure
-from . import fp8_products
-from .fp8_products import PRODUCER_STAGES, TRANSPOSE_COLUMNS, Fp8Products, fp8_applies, producer_threads
+from . import producer as producer_block
+from .fp8_products import TRANSPOSE_COLUMNS, Fp8Products, fp8_applies
+from .producer import PRODUCER_STAGES, Producer, producer_threads
 from .tile_factors import TileFactors, choose as choose_tile_factors
 from .wgmma import ATOM, ROW, WgmmaKernel, hopper_refusal
 
@@ -96,7 +97,7 @@ def plan(threads: int, columns: int, tile_factors: bool = False) -> tuple[int, i
     return stages, stages * per + extra + ATOM
 
 
-class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
+class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
     """Builds the kernels of a ``columns_wgmma`` module: ``columns_mma``'s scalars, factors and combine, the product
     on ``wgmma``."""
 
@@ -145,8 +146,8 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
 
     def bounds(self) -> dict:
         # (the transposing kernel's blocks are of 256 threads whatever the product's)
-        # (the product's: a producer warpgroup beside the consumers, with Spec.fp8_products; its one block a
-        # multiprocessor and its register hand-over take no min_blocks)
+        # (the product's: a producer warpgroup beside the consumers, with Spec.fp8_products or Spec.producer; its one
+        # block a multiprocessor takes no min_blocks)
         extra = producer_threads(self.spec)
         return {**super().bounds(), **({"transpose": 256} if self.fp8 else {}),
                 **({"tiles": self.spec.threads + extra} if extra else {})}
@@ -335,7 +336,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
         lbo = 16 if self.fp8 else BK * ROW * 2
         out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})"),
                 Assign("db", f"wgmma_desc(sm, sb + {self.b_base}, {lbo}, {ATOM})")]
-        if producer_threads(self.spec):  # a producer warpgroup and the consumers (a block a tile: persistent refused)
+        if producer_threads(self.spec):  # a producer warpgroup and the consumers (a block a tile, never persistent)
             return out + [If("tile < total", tuple(self.span("tile") + self.specialized(
                 self.epilogue(segmented, "r0", "cb", "sg"))))]
         if self.tf:  # the staged activations' row pitch in 16-bit elements (a shift: a 64-bit division is a call,
@@ -344,10 +345,9 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, ColumnsMmaKernel):
         zero = self.consts.name(0.0)
         stage = f"uint32(it + {self.ahead}) % uint32({self.stages})"
 
-        def copies_of(t: str) -> list:  # tile t + ahead's copies, one commit group
-            return [If(f"{t} + {self.ahead} < ntile", tuple(self.issue(
-                f"{t} + {self.ahead}", f"uint32({t} + {self.ahead}) % uint32({self.stages})"))), Call("cp_commit", ())]
-        wait, copies = Call(f"cp_wait{self.ahead - 1}", ()), copies_of("it")
+        wait = Call(f"cp_wait{self.ahead - 1}", ())
+        copies = [If(f"it + {self.ahead} < ntile", tuple(self.issue(f"it + {self.ahead}", stage))),
+                  Call("cp_commit", ())]  # tile it + ahead's copies, one commit group
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
         body = [Assign(f"ac_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
         if self.tf:
@@ -582,9 +582,9 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     staged = "" if fp8 else choose_tile_factors(fused, p, int(nseg))
     stages, shared = plan(threads, bc, bool(staged))
     persistent = bool(p.option("persistent"))
-    # a producer warpgroup: the FP8 product always, the 16-bit one where asked (fp8_products.SIXTEEN_BIT; not with the
+    # a producer warpgroup: the FP8 product always, the 16-bit one where asked (producer.SIXTEEN_BIT; not with the
     # factors in the tiles, nor with blocks walking the tiles)
-    producer = not fp8 and fp8_products.SIXTEEN_BIT and not staged and not persistent
+    producer = not fp8 and producer_block.SIXTEEN_BIT and not staged and not persistent
     if fp8 or producer:  # (named barriers enough for four stages)
         cut = max(stages - PRODUCER_STAGES, 0)
         stages, shared = stages - cut, shared - cut * 2 * stage_units(threads // 2, bc)

@@ -1,0 +1,98 @@
+"""The simulator's model of the tensor-core instructions' asynchrony (:mod:`redalgebra.runtime.sim_async`): copies
+landing at their group's wait, ``wgmma`` reads tracked until their wait, named barriers counted per block and round."""
+
+import numpy as np
+import pytest
+
+from redalgebra.runtime import tensor_cores as tc
+
+
+def test_copies_land_at_the_wait_that_covers_their_group():
+    # cp_wait<n>: all but the newest n committed groups land; copies not yet committed wait for a commit
+    a = np.arange(32, dtype=np.uint16)
+    sm = np.zeros(32, np.uint16)
+    for g in range(3):  # three groups, a chunk each
+        tc.cp_async16_at(sm, 8 * g, a, 8 * g, 16)
+        tc.cp_commit()
+    tc.cp_async16_at(sm, 24, a, 24, 16)  # issued, not committed
+    tc.cp_wait2()
+    assert (sm[:8] == a[:8]).all() and (sm[8:] == 0).all()
+    tc.cp_wait0()
+    assert (sm[:24] == a[:24]).all() and (sm[24:] == 0).all()
+    tc.cp_commit()
+    tc.cp_wait0()
+    assert (sm == a).all()
+
+
+def test_the_simulator_tracks_wgmma_reads_until_their_wait():
+    # a group's shared-memory chunks (absolute addresses) stay read from its issue to the wait that covers it: a
+    # write into them meanwhile is a race; a thread that ended without waiting (a kernel stopped by an error) is
+    # forgotten, its shared memory gone
+    import threading
+
+    from redalgebra.runtime import sim_async
+
+    buf = np.zeros(64, np.uint8)
+    chunk = buf.ctypes.data >> 4
+
+    def issue():
+        sim_async._sim_wgmma_read({chunk})
+        sim_async._sim_wgmma_commit()
+    ended = threading.Thread(target=issue)
+    ended.start()
+    ended.join()
+    sim_async._sim_check_write("test", buf, 0)
+    try:
+        sim_async._sim_wgmma_read({chunk})
+        sim_async._sim_wgmma_commit()
+        sim_async._sim_wgmma_read({chunk + 100})  # a second group, open
+        sim_async._sim_wgmma_commit()
+        with pytest.raises(RuntimeError, match="a wgmma group still in flight reads"):
+            sim_async._sim_check_write("test", buf, 0)
+        sim_async._sim_wgmma_wait(1)()  # the older group completes: its chunk may be written
+        sim_async._sim_check_write("test", buf, 0)
+    finally:
+        sim_async._sim_wgmma_wait(0)()  # (nothing left in flight for the tests after this one)
+    assert not sim_async._sim_reads().groups
+
+
+def test_the_simulators_named_barriers_hold_a_bar_sync_until_the_count_arrives():
+    # bar_sync returns once `count` threads have arrived (bar_arrive's included) and bar_arrive never waits; each
+    # completion starts the barrier afresh, so the next round counts anew; a thread arriving twice in a round, a
+    # barrier id outside 1 … 15 and a count of part of a warp are errors
+    import threading
+    import time
+
+    from redalgebra.runtime import sim_async
+
+    sync, arrive = sim_async._sim_named_barrier(True), sim_async._sim_named_barrier(False)
+    lock, arrived, passed = threading.Lock(), [0, 0, 0], []
+
+    def consumer():  # a warp of two waits each round
+        for r in range(3):
+            sync(7, 96)
+            passed.append((r, arrived[r]))  # (the producers' arrivals of round r when this one passed it)
+
+    def producer():  # a warp that arrives
+        for r in range(3):
+            time.sleep(0.05)
+            with lock:
+                arrived[r] += 1
+            arrive(7, 96)
+    threads = [threading.Thread(target=consumer) for _ in range(64)] + [threading.Thread(target=producer)
+                                                                        for _ in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert not any(t.is_alive() for t in threads)
+    # every consumer passed round r only once all 32 producers had arrived in it
+    assert sorted(r for r, _ in passed) == [0] * 64 + [1] * 64 + [2] * 64
+    assert all(seen == 32 for _, seen in passed), passed
+    arrive(9, 64)
+    with pytest.raises(RuntimeError, match="arrived twice in one round"):
+        arrive(9, 64)
+    with pytest.raises(RuntimeError, match="barriers 1 … 15, whole warps"):
+        arrive(16, 64)
+    with pytest.raises(RuntimeError, match="barriers 1 … 15, whole warps"):
+        arrive(3, 48)

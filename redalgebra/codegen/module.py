@@ -8,7 +8,7 @@ back ends).
 
 from __future__ import annotations
 
-from .helpers import CACHE_LINE, HELPER_CONSTANTS, HELPERS
+from .helpers import CACHE_LINE, HELPER_CONSTANTS, HELPERS, QUOTIENT_HELPERS
 from .tree import INTRINSICS, PRINTERS, SIM_SHUFFLE_SLOTS, TENSOR_CORES, Shared, Shuffle, walk
 
 
@@ -44,6 +44,8 @@ def assemble(fused, spec, target: str, strategy: str, kernels: list, consts, con
             "import math", "", "import numpy as np", *header, HELPER_CONSTANTS.strip(), *consts.lines()]
     text += [f"{k} = {v}" for k, v in sorted(constants.items())]
     text.append(HELPERS.replace("{device}", device))
+    if target != "cpu":
+        text.append(QUOTIENT_HELPERS)
     if target == "cuda":  # on the GPU, one instruction each (the portable helpers above serve the simulator)
         text += ["if not config.ENABLE_CUDASIM:", "    rt_max, rt_min = max_nan, min_nan  # noqa: F811",
                  "    if fp8_in_hardware():  # sm_89 and later", "        rt_fp8 = e4m3_round  # noqa: F811"]

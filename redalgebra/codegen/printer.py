@@ -227,6 +227,12 @@ class KernelPrinter(StrPrinter):
     def _print_RoundE4M3(self, expr):
         return f"rt_fp8({self._print(expr.args[0])})"
 
+    def _print_Quotient8(self, expr):  # codegen.quotients: n / d up to e4m3 rounding
+        return f"rt_q8({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_Reciprocal8(self, expr):
+        return f"rt_recip8({self._print(expr.args[0])})"
+
     def _print_Dot(self, expr):
         return self._loop("+", expr.args[0] * expr.args[1], self.access.vector_size(expr.args[0]))
 

@@ -42,7 +42,7 @@ from numba import config, types
 
 from .formats import _f32, bf16_bits, e4m3_bits, e4m3_values, f16_bits  # host rounding (NumPy), re-exported
 
-__all__ = ["LOG2E", "bf16_bits", "div_full", "sqrt_full", "fresh", "uniform", "pick", "e4m3", "e4m3_round", "fp8_in_hardware", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
+__all__ = ["LOG2E", "bf16_bits", "div_full", "sqrt_full", "fresh", "uniform", "pick", "e4m3", "e4m3_round", "e4m3_sure", "fp8_in_hardware", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
            "ld_e4m3", "ld_e4m3x16", "ld_f32x4",
            "ld_f32x4_nc", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x2", "st_b16x8", "st_h16x2", "st_e4m3x4", "st_f32x2", "st_f32x4", "st_h16",
            "st_h16x8"]
@@ -172,6 +172,15 @@ def _sim_e4m3(x):
 def _sim_e4m3_round(x):
     return np.float32(e4m3_values(e4m3_bits(_f32(x)))[()])
 
+
+#: ``e4m3_sure``'s bracket: 1 ∓ 2^-21 (exact in float32).
+_SURE_BELOW, _SURE_ABOVE = np.float32(1 - 2.0 ** -21), np.float32(1 + 2.0 ** -21)
+
+
+def _sim_e4m3_sure(q0, q1):
+    q = _f32([q0, q1])
+    with np.errstate(all="ignore"):
+        return bool(np.array_equal(e4m3_bits(_f32(q * _SURE_BELOW)), e4m3_bits(_f32(q * _SURE_ABOVE))))
 
 def _sim_st_e4m3x4(a, row, col, v0, v1, v2, v3):
     out = _span(a, row, col, 4, _U8)
@@ -617,6 +626,28 @@ def e4m3_round(typingctx, x):
         return _e4m3_halves(builder, _e4m3_pair(builder, x, x))[0]
     return types.float32(x), codegen
 
+
+@_device(_sim_e4m3_sure)
+def e4m3_sure(typingctx, q0, q1):
+    """Whether ``q0`` and ``q1`` are each sure to round to e4m3 as any float32 within 2^-21 of it (relatively) does:
+    both ends of each bracket, ``q * (1 ∓ 2^-21)`` rounded, round to the same e4m3 byte (two conversions of a pair,
+    one comparison; rounding to e4m3 is monotone, so everything between rounds alike). NaN is sure (a NaN byte both
+    ways); so are zeros, infinities and e4m3's subnormals where their brackets agree.
+
+    The fast half of ``fp8(n / d)`` by a row constant ``d`` (the generated ``rt_q8``): ``q = n * (1/d)``, with ``1/d``
+    correctly rounded, is within 2^-23 (relatively, and a step for float32's subnormals) of the quotient, so where
+    ``q`` is sure it rounds to e4m3 as the quotient does, and the division is skipped."""
+    _number("e4m3_sure", q0)
+    _number("e4m3_sure", q1)
+
+    def codegen(context, builder, sig, args):
+        f32 = ir.FloatType()
+        q0, q1 = (context.cast(builder, v, t, types.float32) for v, t in zip(args, sig.args))
+        below, above = f32(float(_SURE_BELOW)), f32(float(_SURE_ABOVE))
+        low = _e4m3_pair(builder, builder.fmul(q0, below), builder.fmul(q1, below))
+        high = _e4m3_pair(builder, builder.fmul(q0, above), builder.fmul(q1, above))
+        return builder.icmp_unsigned("==", low, high)
+    return types.boolean(q0, q1), codegen
 
 @_device(_sim_ld_e4m3)
 def ld_e4m3(typingctx, a, row, col):

@@ -36,6 +36,7 @@ from ...errors import RedalgebraError
 from ...ir.functions import Dot, RoundE4M3, VSum
 from ..emit import Spec
 from ..printer import invariants, print_expr
+from ..quotients import Quotient8, e4m3_quotients
 from ..states import ScalarState, TopKState, bind_program, merge_stmts, require_scalar_elements, states_of
 from ..tree import Assign, Barrier, Comment, For, If, Load, Shared, Shuffle, Store
 from . import VEC, Strategy, register
@@ -483,8 +484,9 @@ class RowsKernel(TreeKernel):
     def element_outputs(self) -> tuple[list, list]:
         """(row-invariant temporaries computed once, the per-chunk stores)."""
         acc = self.final_access()
-        hoisted, exprs = self._hoist([(s, e.xreplace(self.cached)) for s, e in self.f.finalize.steps
-                                      if s.name in self.varying], acc)
+        fixed = self.element_names().isdisjoint  # (fp8 of a quotient by a row constant: divided only where needed)
+        hoisted, exprs = self._hoist([(s, e4m3_quotients(e.xreplace(self.cached), fixed))
+                                      for s, e in self.f.finalize.steps if s.name in self.varying], acc)
         stores = []
         for i in range(self.tile):
             wide, narrow = [], []
@@ -492,18 +494,41 @@ class RowsKernel(TreeKernel):
                 dtype = self.out_dtypes.get(sym.name, "float32")
                 if dtype == "e4m3" and isinstance(expr, RoundE4M3):
                     expr = expr.args[0]  # the byte conversion rounds (to nearest even, saturating)
-                values = []
+                values = [f"y_{sym.name}_{c}" for c in range(self.vec)]
+                paired = self.quotient_pairs(i, expr, values)
+                wide += paired or []
                 for c in range(self.vec):
                     pre, text = print_expr(expr, self.element_access(i, c, "s"), self.consts, None, self.counter, tree=True)
-                    wide += pre + [Assign(f"y_{sym.name}_{c}", text)]
+                    if paired is None:
+                        wide += pre + [Assign(values[c], text)]
                     narrow.append(If(f"c0_{i} + {c} >= 0 and c0_{i} + {c} < length",
                                      tuple(pre + [Store(self.array(sym.name), "row", f"c0_{i} + {c}", (text,), dtype)])))
-                    values.append(f"y_{sym.name}_{c}")
                 width = WIDE_STORES.get((dtype, self.vec), 1)
                 wide += [Store(self.array(sym.name), "row", f"c0_{i} + {k}", tuple(values[k:k + width]), dtype)
                          for k in range(0, self.vec, width)]
             stores.append(If(f"full_{i}", tuple(wide), tuple(narrow)))
         return hoisted, stores
+
+    def quotient_pairs(self, i: int, expr, values: list) -> list | None:
+        """The statements that compute a chunk's ``values`` of an ``fp8`` quotient by a row constant two at a time
+        (``rt_q8x2``: one test for both, :mod:`..quotients`), or None for any other expression or an odd chunk."""
+        rounded = isinstance(expr, RoundE4M3)
+        q = expr.args[0] if rounded else expr
+        if not isinstance(q, Quotient8) or self.vec % 2:
+            return None
+        out = []
+        for c in range(0, self.vec, 2):
+            texts = []
+            for k in (c, c + 1):
+                pre, text = print_expr(q.args[0], self.element_access(i, k, "s"), self.consts, None, self.counter,
+                                       tree=True)
+                out += pre
+                texts.append(text)
+            pre, rest = zip(*(print_expr(a, self.element_access(i, c, "s"), self.consts, None, self.counter, tree=True)
+                              for a in q.args[1:]))
+            out += [*pre[0], *pre[1], Assign(f"{values[c]}, {values[c + 1]}", f"rt_q8x2({', '.join(texts + list(rest))})")]
+            out += [Assign(values[k], f"rt_fp8({values[k]})") for k in (c, c + 1) if rounded]
+        return out
 
     def array(self, output: str) -> str:
         """The array a per-element output is stored in."""

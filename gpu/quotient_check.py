@@ -6,8 +6,9 @@
    of both ends of ``q * (1 ∓ 2^-21)``, over every float32 bit pattern with a stride of 61 (70 M patterns, both
    signs), in pairs.
 2. The ``rows`` kernel of a per-token quantiser (``fp8(x * 448 / max(a, 1e-12))``) against the float32 division, bit
-   for bit: bfloat16 rows of 7168 at 4096 tokens, and float32 rows whose values put ``448 x / a`` within a few steps of
-   every e4m3 rounding boundary (where the reciprocal's product alone rounds otherwise: counted and printed).
+   for bit, its outputs stored as float32 (``out_dtype``: the product and ``e4m3_sure``'s test, ``rt_q8x2``) and as
+   e4m3 bytes (divided): bfloat16 rows of 7168 at 4096 tokens, and float32 rows whose values put ``448 x / a`` within
+   a few steps of every e4m3 rounding boundary (where the reciprocal's product alone rounds otherwise: counted).
 Prints a line per check and exits 1 on a mismatch.
 """
 
@@ -75,25 +76,29 @@ def boundary_rows(rows: int, length: int, rng) -> np.ndarray:
 
 
 def check_rows() -> bool:
-    kernel = ra.compile(ra.derive(ra.parse(QUANT)), "cuda", "rows")
     rng = np.random.default_rng(5)
-    ok = True
     x16 = (rng.normal(size=(4096, 7168)) * np.exp2(rng.integers(-8, 8, (4096, 1)))).astype(np.float32)
     bits = bf16_bits(x16)
-    got = np.asarray(kernel({"x": as_bfloat16(bits)})["q"])
-    want = float32_quantised(bfloat16_to_float(bits))
-    bad = int((got != want).sum())
-    print(f"rows quantiser, bfloat16 4096 x 7168: {bad} of {want.size} differ from the float32 division", flush=True)
-    ok &= bad == 0
     x = boundary_rows(512, 7168, rng)
-    got = np.asarray(kernel({"x": x})["q"])
-    want = float32_quantised(x)
     a = np.maximum(np.abs(x).max(axis=1, keepdims=True), np.float32(1e-12)).astype(np.float32)
     product = e4m3_bits((x * np.float32(448) * (np.float32(1) / a)).astype(np.float32))
-    bad = int((got != want).sum())
-    print(f"rows quantiser, float32 next to every e4m3 boundary 512 x 7168: {bad} differ from the float32 division "
-          f"(the reciprocal's product alone: {int((product != want).sum())})", flush=True)
-    return ok and bad == 0
+    ok = True
+    for out_dtype in ("float32", None):
+        kernel = ra.compile(ra.derive(ra.parse(QUANT)), "cuda", "rows", out_dtype=out_dtype)
+        for label, given, values in (("bfloat16 4096 x 7168", as_bfloat16(bits), bfloat16_to_float(bits)),
+                                     ("float32 next to every e4m3 boundary 512 x 7168", x, x)):
+            got = np.asarray(kernel({"x": given})["q"])
+            want = float32_quantised(values)
+            if got.dtype == np.uint8:
+                bad = int((got != want).sum())
+            else:  # the rounded values (a zero's sign aside)
+                w = e4m3_to_float(want)
+                bad = int((~((got == w) | (np.isnan(got) & np.isnan(w)))).sum())
+            extra = f" (the reciprocal's product alone: {int((product != want).sum())})" if given is x else ""
+            print(f"rows quantiser, {label}, stored as {out_dtype or 'e4m3'}: {bad} of {want.size} differ from "
+                  f"the float32 division{extra}", flush=True)
+            ok &= bad == 0
+    return ok
 
 
 def main() -> int:

@@ -1,16 +1,24 @@
-"""``fp8(n / d)`` by a row constant ``d``: the division made only where a product would round otherwise.
+"""``fp8(n / d)`` by a row constant ``d``: rounded as the division is, at the lowest cost measured.
 
 A per-token quantiser divides every element by the row's scale (``fp8(x * 448 / max(a, 1e-12))``), and the
-reference divides: multiplying by a hoisted reciprocal instead rounds differently at some e4m3 boundaries, and an
-IEEE division an element is the quantiser's largest cost on the GPU (an H200 measurement: 44 µs against 34 µs with
-the reciprocal, M4096 × K7168). The kernels keep the division's result and most of the product's speed:
+reference divides: multiplying by a hoisted reciprocal instead rounds otherwise at some e4m3 boundaries (exact ties
+among them, which bfloat16 inputs can reach), so the kernels do not. Two exact forms, chosen by what stores the
+value (``strategies/rows.py``):
 
-    fp8(n * d**-1)  ->  fp8(Quotient8(n, d, Reciprocal8(d)))
+- stored wider (rounded by ``rt_fp8``, then stored as 16 or 32 bits: ``columns_wgmma``'s float16 factors)::
 
-``d`` and ``Reciprocal8(d)`` (``1/d`` correctly rounded) are row constants, hoisted as any other; ``Quotient8`` prints
-as ``rt_q8(n, d, r)``: a float32 that rounds to e4m3 as ``n / d`` does (the product ``n * r`` where that is sure, the
-quotient elsewhere: ``codegen.helpers.QUOTIENT_HELPERS`` and ``runtime.intrinsics.e4m3_sure`` say why). Only
-``fp8()`` of a quotient is rewritten: nothing else rounds to so few bits that the product's error could show.
+      fp8(n * d**-1)  ->  fp8(Quotient8(n, d, Reciprocal8(d)))
+
+  ``d`` and ``Reciprocal8(d)`` (``1/d`` correctly rounded) are row constants, hoisted as any other; ``Quotient8``
+  prints as ``rt_q8(n, d, r)`` or, two elements at a time, ``rt_q8x2``: the product ``n * r`` where it is sure to
+  round to e4m3 as the quotient does, the division elsewhere (``codegen.helpers.QUOTIENT_HELPERS`` and
+  ``runtime.intrinsics.e4m3_sure`` say why).
+- stored as e4m3 bytes (the store rounds: the FP8 products' factors, a quantiser's output): ``Quotient8(n, d)``,
+  divided, ``d`` kept a divisor by the hoisting.
+
+On the H200 (M4096 × K7168 factors, ``gpu/README.md``): float16 factors 59.1 µs divided, 50.1 with ``rt_q8x2``
+(53.5 testing the bits one element at a time); e4m3 factors 44.0 µs divided, 54.1 with ``rt_q8x2`` (50.1 one at a
+time), and 34 with the reciprocal's product alone, which is not exact.
 """
 
 from __future__ import annotations
@@ -21,9 +29,10 @@ from ..ir.functions import RoundE4M3
 
 
 class Quotient8(sp.Function):
-    """``n / d`` up to e4m3 rounding (codegen only): ``(n, d, Reciprocal8(d))``."""
+    """``n / d`` up to e4m3 rounding (codegen only): ``(n, d, Reciprocal8(d))``, or ``(n, d)`` where it is to be
+    divided (kept apart so that the hoisting keeps ``d`` a divisor, not its reciprocal)."""
 
-    nargs = 3
+    nargs = (2, 3)
 
     def _eval_is_real(self):
         return True
@@ -38,10 +47,11 @@ class Reciprocal8(sp.Function):
         return True
 
 
-def e4m3_quotients(expr: sp.Expr, fixed) -> sp.Expr:
+def e4m3_quotients(expr: sp.Expr, fixed, product: bool = True) -> sp.Expr:
     """``expr`` with every ``fp8(n * d**-k…)`` whose divisors read only names for which ``fixed(names)`` holds (and
-    whose numerator does not) written ``fp8(Quotient8(n, d, Reciprocal8(d)))``. The numerator and the divisor split
-    as the printer splits a product (a rational's denominator divides), so each is computed as it was."""
+    whose numerator does not) written ``fp8(Quotient8(n, d, Reciprocal8(d)))``; ``product=False``: ``fp8(Quotient8(n,
+    d))``, divided. The numerator and the divisor split as the printer splits a product (a rational's denominator
+    divides), so each is computed as it was."""
     def names(e) -> set:
         return {s.name for s in e.free_symbols}
 
@@ -60,6 +70,6 @@ def e4m3_quotients(expr: sp.Expr, fixed) -> sp.Expr:
         if not any(names(f) for f in den) or not names(n) or fixed(names(n)):
             return node
         d = sp.Mul(*den, evaluate=False) if len(den) > 1 else den[0]
-        return RoundE4M3(Quotient8(n, d, Reciprocal8(d)))
+        return RoundE4M3(Quotient8(n, d, Reciprocal8(d)) if product else Quotient8(n, d))
 
     return expr.replace(lambda e: isinstance(e, RoundE4M3), rewrite)

@@ -11,7 +11,7 @@ The FP8 product (:attr:`Spec.fp8_products`, :mod:`.fp8_products`) always takes t
 (:attr:`Spec.producer`) where :data:`SIXTEEN_BIT` is set. Measured on the H200 (FP8 M4096 K = N = 7168,
 ``gpu/kernel_steps.py``, interleaved processes): the FP8 product 410–431 µs against 434–443 µs with every thread
 copying between block barriers (398–427 µs over later runs: those kernels also emitted a register hand-over,
-``setmaxnreg``, which ptxas ignores — see :meth:`Producer.specialized` — and which is since removed, not re-timed); a
+``setmaxnreg``, which ptxas ignores — see :meth:`Producer.specialized` — since removed: 408.9–435.1 µs without it); a
 producer of two warps 454–457 µs, one warp 911 µs (its 64 copies a tile spilled); one "full" barrier a stage for both
 warpgroups (the turns couple them anyway) 410–411 µs at four stages, the same, and 508–524 µs at six.
 
@@ -32,8 +32,9 @@ PRODUCER, PRODUCER_STAGES = 128, 4
 
 
 #: Whether ``columns_wgmma``'s 16-bit product (bfloat16 or float16 products: RMSNorm + GEMM, the exact FP8 product)
-#: takes the producer warpgroup too (:attr:`Spec.producer`). Built and tested on the simulator, not yet timed on a
-#: GPU: off until it is.
+#: takes the producer warpgroup too (:attr:`Spec.producer`). Off: on the H200 it was no faster (RMSNorm + GEMM M4096's
+#: product 202.1 and 202.0 µs against 197.5 and 194.9 with the block barriers; the exact FP8 product M4096 595.0 and
+#: 603.3 against 600.3 and 599.5; interleaved processes), and right (``fp8_products_check.py``'s five shapes with it).
 SIXTEEN_BIT = False
 
 

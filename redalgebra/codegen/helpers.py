@@ -125,7 +125,8 @@ def rt_recip8(d):
 @{device}
 def rt_q8(n, d, r):
     """A float32 that rounds to e4m3 as ``n / d`` does (``r = rt_recip8(d)``): here the quotient itself; the CUDA
-    back ends replace it by a product where that is sure to round alike (``e4m3_sure``)."""
+    back ends (the simulator too; a GPU from sm_89 on) replace it by a product where that is sure to round alike
+    (``e4m3_sure``)."""
     return n / d
 
 
@@ -228,14 +229,16 @@ if not config.ENABLE_CUDASIM:  # on the GPU, bfloat16 is the high half of a floa
 
 #: ``fp8(n / d)`` by a row constant ``d`` on the CUDA back ends (the simulator too, so that its tests run the same
 #: arithmetic): ``n * r`` with ``r = 1/d`` correctly rounded is within 2^-23 of the quotient relatively (two roundings
-#: of relative error 2^-24; float32's subnormals, a step), and the correctly rounded quotient within 2^-24 more, so
-#: where everything within 2^-21 of the product rounds to the same e4m3 value (``e4m3_sure``) the product rounds as
-#: the quotient does. Elsewhere (about one in 2^15 of e4m3's range, and every quotient by a ``d`` out of
+#: of relative error 2^-24), and the correctly rounded quotient within 2^-24 more, so where everything within 2^-21 of
+#: the product rounds to the same e4m3 value (``e4m3_sure``) the product rounds as the quotient does. Two cases
+#: outside that bound round alike all the same: a float32 subnormal product (its bracket shrinks to itself, but every
+#: value that small rounds to an e4m3 zero of its sign) and a product or quotient past float32's range (both saturate
+#: to ±448). Elsewhere (about one in 2^15 of e4m3's range, and every quotient by a ``d`` out of
 #: ``rt_recip8``'s range: ``r`` is NaN) the division is made. Two quotients a test: four multiplies, two conversions
 #: and a comparison in place of two IEEE divisions (about ten instructions each, one a quarter-rate reciprocal).
 QUOTIENT_HELPERS = """
 @cuda.jit(device=True)
-def rt_q8(n, d, r):  # noqa: F811 - replaces the portable quotient above
+def rt_q8_tested(n, d, r):
     q = n * r
     if r == r and e4m3_sure(q, q):
         return q
@@ -243,10 +246,14 @@ def rt_q8(n, d, r):  # noqa: F811 - replaces the portable quotient above
 
 
 @cuda.jit(device=True)
-def rt_q8x2(n0, n1, d, r):  # noqa: F811
+def rt_q8x2_tested(n0, n1, d, r):
     q0 = n0 * r
     q1 = n1 * r
     if r == r and e4m3_sure(q0, q1):
         return q0, q1
     return n0 / d, n1 / d
+
+
+if config.ENABLE_CUDASIM or fp8_in_hardware():  # (e4m3_sure converts to e4m3: sm_89 and later; compiled when called)
+    rt_q8, rt_q8x2 = rt_q8_tested, rt_q8x2_tested  # noqa: F811 - replace the portable quotients above
 """

@@ -227,7 +227,10 @@ class KernelPrinter(StrPrinter):
     def _print_RoundE4M3(self, expr):
         return f"rt_fp8({self._print(expr.args[0])})"
 
-    def _print_Quotient8(self, expr):  # codegen.quotients: n / d up to e4m3 rounding
+    def _print_Quotient8(self, expr):  # codegen.quotients: n / d up to e4m3 rounding; two arguments: divided
+        if len(expr.args) == 2:
+            n, d = expr.args
+            return self._print(sp.Mul(*sp.Mul.make_args(n), sp.Pow(d, -1, evaluate=False), evaluate=False))
         return f"rt_q8({', '.join(self._print(a) for a in expr.args)})"
 
     def _print_Reciprocal8(self, expr):

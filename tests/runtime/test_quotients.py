@@ -1,6 +1,7 @@
-"""``fp8(n / d)`` by a row constant: the product ``n * (1/d)`` where it is sure to round to e4m3 as the quotient
-does, the division elsewhere (``codegen.quotients``, ``intrinsics.e4m3_sure``). The kernels' quantised values equal
-those of the float32 division bit for bit, on the values where a product alone would not."""
+"""``fp8(n / d)`` by a row constant in the ``rows`` kernels: divided where the store rounds to e4m3 bytes; where the
+value is rounded by ``rt_fp8`` and stored wider, the product ``n * (1/d)`` where it is sure to round to e4m3 as the
+quotient does, the division elsewhere (``codegen.quotients``, ``intrinsics.e4m3_sure``). The kernels' quantised values
+equal those of the float32 division bit for bit, on the values where a product alone would not."""
 
 import re
 
@@ -114,6 +115,7 @@ def test_the_rows_kernel_quantises_as_the_float32_division_bit_for_bit(out_dtype
     kernel = compile(derive(parse(FP8_QUANT)), "cudasim", "rows", out_dtype=out_dtype)
     src = kernel.source(kernel._layout({"x": np.zeros((3, 40), np.float32)}, {}, None)[0], "rows").source
     assert form in src and bool(re.search(r"r_h\d+ = rt_recip8\(", src)) == (out_dtype is not None)
+    assert "rt_q8, rt_q8x2 = rt_q8_tested, rt_q8x2_tested" in src  # (the simulator runs the tested quotients)
     rng = np.random.default_rng(3)
     # rows whose largest |x| is 3 · 2^k: 448 x / a is then within a few steps of e4m3 boundaries for chosen x
     mids = _midpoints()
@@ -124,7 +126,7 @@ def test_the_rows_kernel_quantises_as_the_float32_division_bit_for_bit(out_dtype
         target = (pick.astype(np.float64) * a / 448).astype(np.float32)
         x[r, :38] = (target.view(np.int32) + rng.integers(-3, 4, 38, dtype=np.int32)).view(np.float32) * rng.choice([-1, 1], 38)
         x[r, 38], x[r, 39] = a, 0.0
-    x[5, 10] = np.float32(1e-30)  # an e4m3 subnormal's neighbour: divided
+    x[5, 10] = np.float32(1e-30)  # far below e4m3's least subnormal: sure (an e4m3 zero either way)
     got = _assert_quantised_as_divided(kernel, x)
     with np.errstate(all="ignore"):  # (the reciprocal's product alone differs on some of these)
         a = np.maximum(np.abs(x).max(axis=1, keepdims=True), np.float32(1e-12)).astype(np.float32)
@@ -141,3 +143,35 @@ def test_rows_of_zeros_infinities_and_nans_quantise_as_the_division_does(out_dty
                   [1e-39, -2e-39, 0.0, 1e-45]], np.float32)
     kernel = compile(derive(parse(FP8_QUANT)), "cudasim", "rows", out_dtype=out_dtype)
     _assert_quantised_as_divided(kernel, x)
+
+
+def test_an_fp8_quotient_inside_another_fp8_or_by_a_varying_divisor_computes_as_written():
+    # the inner quotient of an e4m3 output is tested (three arguments), the outer rounded by the store; a divisor
+    # that varies along the row is not split off: x / (a * y) is not (x / y) / a in float32
+    rng = np.random.default_rng(9)
+    y = rng.uniform(0.5, 2, size=(4, 70)).astype(np.float32)
+    mids = _midpoints()
+    # x / (a y) within a few steps of e4m3 boundaries, a = 1000 (the last column)
+    target = (rng.choice(mids[mids < 0.4], (4, 70)) * 1000.0 * y.astype(np.float64)).astype(np.float32)
+    x = (target.view(np.int32) + rng.integers(-3, 4, (4, 70), dtype=np.int32)).view(np.float32)
+    x[:, -1] = 1000
+    a = np.abs(x).max(axis=1, keepdims=True).astype(np.float32)
+    with np.errstate(all="ignore"):
+        inner = _decode(e4m3_bits((x / a).astype(np.float32)))
+        cases = [("input x\nreduce a = max(abs(x))\nout q = fp8(fp8(x / a) * 3)\n", {"x": x},
+                  e4m3_bits((inner * np.float32(3)).astype(np.float32))),
+                 ("input x\ninput y\nreduce a = max(abs(x))\nout q = fp8(x / (a * y))\n", {"x": x, "y": y},
+                  e4m3_bits((x / (a * y).astype(np.float32)).astype(np.float32)))]
+    for text, inputs, want in cases:
+        for out_dtype in (None, "float32"):
+            kernel = compile(derive(parse(text)), "cudasim", "rows", out_dtype=out_dtype)
+            q = np.asarray(kernel(inputs)["q"])
+            np.testing.assert_array_equal(q if q.dtype == np.uint8 else e4m3_bits(q), want, err_msg=f"{text} {out_dtype}")
+
+
+def test_the_fast_quotient_is_kept_to_gpus_that_convert_to_e4m3():
+    # e4m3_sure's conversion needs sm_89: on older GPUs the portable quotient (a division) stays
+    kernel = compile(derive(parse(FP8_QUANT)), "cuda", "rows", out_dtype="float32")
+    src = kernel.source(kernel.spec_for(3, 64, {"x": "float32"})[1], "rows").source
+    assert re.search(r"\nif config\.ENABLE_CUDASIM or fp8_in_hardware\(\):[^\n]*\n"
+                     r"    rt_q8, rt_q8x2 = rt_q8_tested, rt_q8x2_tested", src)

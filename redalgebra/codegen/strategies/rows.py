@@ -499,8 +499,6 @@ class RowsKernel(TreeKernel):
                 dtype = self.out_dtypes.get(sym.name, "float32")
                 if dtype == "e4m3" and isinstance(expr, RoundE4M3):
                     expr = expr.args[0]  # the byte conversion rounds (to nearest even, saturating)
-                    if isinstance(expr, Quotient8):  # (divided)
-                        expr = expr.args[0] * sp.Pow(expr.args[1], -1, evaluate=False)
                 values = [f"y_{sym.name}_{c}" for c in range(self.vec)]
                 paired = self.quotient_pairs(i, expr, values)
                 wide += paired or []
@@ -521,7 +519,7 @@ class RowsKernel(TreeKernel):
         (``rt_q8x2``: one test for both, :mod:`..quotients`), or None for any other expression or an odd chunk."""
         rounded = isinstance(expr, RoundE4M3)
         q = expr.args[0] if rounded else expr
-        if not isinstance(q, Quotient8) or self.vec % 2:
+        if not isinstance(q, Quotient8) or len(q.args) != 3 or self.vec % 2:
             return None
         out = []
         for c in range(0, self.vec, 2):

@@ -153,7 +153,8 @@ def rt_recip8(d):
 @cuda.jit(device=True)
 def rt_q8(n, d, r):
     """A float32 that rounds to e4m3 as ``n / d`` does (``r = rt_recip8(d)``): here the quotient itself; the CUDA
-    back ends replace it by a product where that is sure to round alike (``e4m3_sure``)."""
+    back ends (the simulator too; a GPU from sm_89 on) replace it by a product where that is sure to round alike
+    (``e4m3_sure``)."""
     return n / d
 
 

@@ -60,7 +60,8 @@ class Case:
     copies: list                      # [(inputs for our kernel, params, torch tensors for the baselines)]
     baselines: list                   # [(system, function of the torch tensors, bytes it moves)]
     reference: object                 # torch tensors -> {output: float64 tensor}
-    ours_bytes: int                   # bytes our kernel moves (inputs in their dtype, float32 outputs), where it fails
+    ours_bytes: int                   # bytes our kernel moves (inputs in their dtype, float32 outputs): the rows of
+    #                                   launches that fail (timed ones count Runner.moved, outputs as written)
     candidates: tuple                 # configurations: "strategy@threads[xTILE][sSEGMENTS]"
     flops: float = 0.0
     tol: float = 1e-4

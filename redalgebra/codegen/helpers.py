@@ -113,29 +113,6 @@ def rt_fp8(x):
 
 
 @{device}
-def rt_recip8(d):
-    """``1 / d`` correctly rounded, for ``rt_q8``'s quotients by ``d``; NaN where ``|d|`` is outside [2^-126, 2^126)
-    (there the reciprocal would be subnormal or its quotients out of range), which sends them to the division."""
-    m = abs(d)
-    if m >= _Q8_TINY and m < _Q8_HUGE:
-        return _FP8_ONE / d
-    return NAN
-
-
-@{device}
-def rt_q8(n, d, r):
-    """A float32 that rounds to e4m3 as ``n / d`` does (``r = rt_recip8(d)``): here the quotient itself; the CUDA
-    back ends (the simulator too; a GPU from sm_89 on) replace it by a product where that is sure to round alike
-    (``e4m3_sure``)."""
-    return n / d
-
-
-@{device}
-def rt_q8x2(n0, n1, d, r):
-    """``rt_q8`` of two numerators by one ``d``."""
-    return n0 / d, n1 / d
-
-@{device}
 def rt_topk_insert(vals, idx, v, i):
     """Insert (v, i) into a descending top-k list; ties go to the lower index; -inf means empty.
 
@@ -180,8 +157,6 @@ _BF16_MANT = np.float32(1.0 / 128.0)
 _E4M3_TINY = np.float32(2.0 ** -9)
 _E4M3_MANT = np.float32(1.0 / 8.0)
 _E4M3_BIAS = np.float32(2.0 ** 120)
-_Q8_TINY = np.float32(2.0 ** -126)
-_Q8_HUGE = np.float32(2.0 ** 126)
 '''
 
 LANE_HELPERS = '''
@@ -227,18 +202,35 @@ if not config.ENABLE_CUDASIM:  # on the GPU, bfloat16 is the high half of a floa
         return _int_as_float(int32(((int32(u) & 0x80) << 24) | ((int32(u) & 0x7F) << 20))) * _E4M3_BIAS
 '''
 
-#: ``fp8(n / d)`` by a row constant ``d`` on the CUDA back ends (the simulator too, so that its tests run the same
-#: arithmetic): ``n * r`` with ``r = 1/d`` correctly rounded is within 2^-23 of the quotient relatively (two roundings
+#: ``fp8(n / d)`` by a row constant ``d`` (``codegen.quotients``' ``Quotient8``, printed by the ``rows`` kernels; the
+#: tree modules of the CUDA back ends append these, the simulator's too, so that its tests run the same arithmetic;
+#: before sm_89, which cannot convert to e4m3, they divide): ``n * r`` with ``r = 1/d`` correctly rounded is within 2^-23 of the quotient relatively (two roundings
 #: of relative error 2^-24), and the correctly rounded quotient within 2^-24 more, so where everything within 2^-21 of
 #: the product rounds to the same e4m3 value (``e4m3_sure``) the product rounds as the quotient does. Two cases
 #: outside that bound round alike all the same: a float32 subnormal product (its bracket shrinks to itself, but every
 #: value that small rounds to an e4m3 zero of its sign) and a product or quotient past float32's range (both saturate
 #: to ±448). Elsewhere (about one in 2^15 of e4m3's range, and every quotient by a ``d`` out of
 #: ``rt_recip8``'s range: ``r`` is NaN) the division is made. Two quotients a test: four multiplies, two conversions
-#: and a comparison in place of two IEEE divisions (about ten instructions each, one a quarter-rate reciprocal).
+#: and a comparison in place of two IEEE divisions (faster on the H200 only where the value is stored wider).
 QUOTIENT_HELPERS = """
+_Q8_TINY = np.float32(2.0 ** -126)
+_Q8_HUGE = np.float32(2.0 ** 126)
+
+
 @cuda.jit(device=True)
-def rt_q8_tested(n, d, r):
+def rt_recip8(d):
+    \"\"\"1 / d correctly rounded, for rt_q8's quotients by d; NaN where |d| is outside [2^-126, 2^126) (there the
+    reciprocal would be subnormal or its quotients out of range), which sends them to the division.\"\"\"
+    m = abs(d)
+    if m >= _Q8_TINY and m < _Q8_HUGE:
+        return _FP8_ONE / d
+    return NAN
+
+
+@cuda.jit(device=True)
+def rt_q8(n, d, r):
+    \"\"\"A float32 that rounds to e4m3 as n / d does (r = rt_recip8(d)): the product n * r where e4m3_sure finds it
+    rounds alike, the quotient elsewhere.\"\"\"
     q = n * r
     if r == r and e4m3_sure(q, q):
         return q
@@ -246,7 +238,8 @@ def rt_q8_tested(n, d, r):
 
 
 @cuda.jit(device=True)
-def rt_q8x2_tested(n0, n1, d, r):
+def rt_q8x2(n0, n1, d, r):
+    \"\"\"rt_q8 of two numerators by one d: one test for both.\"\"\"
     q0 = n0 * r
     q1 = n1 * r
     if r == r and e4m3_sure(q0, q1):
@@ -254,6 +247,16 @@ def rt_q8x2_tested(n0, n1, d, r):
     return n0 / d, n1 / d
 
 
-if config.ENABLE_CUDASIM or fp8_in_hardware():  # (e4m3_sure converts to e4m3: sm_89 and later; compiled when called)
-    rt_q8, rt_q8x2 = rt_q8_tested, rt_q8x2_tested  # noqa: F811 - replace the portable quotients above
+@cuda.jit(device=True)
+def rt_q8_divided(n, d, r):
+    return n / d
+
+
+@cuda.jit(device=True)
+def rt_q8x2_divided(n0, n1, d, r):
+    return n0 / d, n1 / d
+
+
+if not (config.ENABLE_CUDASIM or fp8_in_hardware()):  # e4m3_sure converts to e4m3: sm_89 and later
+    rt_q8, rt_q8x2 = rt_q8_divided, rt_q8x2_divided  # noqa: F811
 """

@@ -115,7 +115,6 @@ def test_the_rows_kernel_quantises_as_the_float32_division_bit_for_bit(out_dtype
     kernel = compile(derive(parse(FP8_QUANT)), "cudasim", "rows", out_dtype=out_dtype)
     src = kernel.source(kernel._layout({"x": np.zeros((3, 40), np.float32)}, {}, None)[0], "rows").source
     assert form in src and bool(re.search(r"r_h\d+ = rt_recip8\(", src)) == (out_dtype is not None)
-    assert "rt_q8, rt_q8x2 = rt_q8_tested, rt_q8x2_tested" in src  # (the simulator runs the tested quotients)
     rng = np.random.default_rng(3)
     # rows whose largest |x| is 3 · 2^k: 448 x / a is then within a few steps of e4m3 boundaries for chosen x
     mids = _midpoints()
@@ -170,8 +169,12 @@ def test_an_fp8_quotient_inside_another_fp8_or_by_a_varying_divisor_computes_as_
 
 
 def test_the_fast_quotient_is_kept_to_gpus_that_convert_to_e4m3():
-    # e4m3_sure's conversion needs sm_89: on older GPUs the portable quotient (a division) stays
+    # e4m3_sure's conversion needs sm_89: on older GPUs the quotients divide
     kernel = compile(derive(parse(FP8_QUANT)), "cuda", "rows", out_dtype="float32")
     src = kernel.source(kernel.spec_for(3, 64, {"x": "float32"})[1], "rows").source
-    assert re.search(r"\nif config\.ENABLE_CUDASIM or fp8_in_hardware\(\):[^\n]*\n"
-                     r"    rt_q8, rt_q8x2 = rt_q8_tested, rt_q8x2_tested", src)
+    assert "e4m3_sure(q0, q1)" in src and re.search(
+        r"\nif not \(config\.ENABLE_CUDASIM or fp8_in_hardware\(\)\):[^\n]*\n"
+        r"    rt_q8, rt_q8x2 = rt_q8_divided, rt_q8x2_divided", src)
+    # (the legacy one-kernel modules print no quotient and carry none of it)
+    legacy = compile(derive(parse(FP8_QUANT)), "cuda", "block")
+    assert "rt_q8" not in legacy.source(legacy.spec_for(3, 64, {"x": "float32"})[1], "block").source

@@ -484,10 +484,8 @@ class RowsKernel(TreeKernel):
     def element_outputs(self) -> tuple[list, list]:
         """(row-invariant temporaries computed once, the per-chunk stores)."""
         acc = self.final_access()
-        # fp8 of a quotient by a row constant, rounded as the division: by the reciprocal where that is sure to round
-        # alike, for outputs stored as 16 or 32 bits; divided where the store rounds to e4m3 bytes, which the H200
-        # measured faster (the FP8 products' factors, M4096 x 7168: 44.0 us divided, 54.1 with the product and its
-        # test two elements at a time, 50.1 one at a time; the float16 factors: 59.1, 50.1 and 53.5)
+        # fp8 of a quotient by a row constant, rounded as the division: tested products for outputs stored wider,
+        # divided where the store rounds to e4m3 bytes (quotients.py: which the H200 measured faster where)
         fixed = self.element_names().isdisjoint
         hoisted, exprs = self._hoist([(s, e4m3_quotients(e.xreplace(self.cached), fixed,
                                                          self.out_dtypes.get(s.name) != "e4m3"))
@@ -529,9 +527,11 @@ class RowsKernel(TreeKernel):
                                        tree=True)
                 out += pre
                 texts.append(text)
-            pre, rest = zip(*(print_expr(a, self.element_access(i, c, "s"), self.consts, None, self.counter, tree=True)
-                              for a in q.args[1:]))
-            out += [*pre[0], *pre[1], Assign(f"{values[c]}, {values[c + 1]}", f"rt_q8x2({', '.join(texts + list(rest))})")]
+            for a in q.args[1:]:  # the divisor and its reciprocal (row constants)
+                pre, text = print_expr(a, self.element_access(i, c, "s"), self.consts, None, self.counter, tree=True)
+                out += pre
+                texts.append(text)
+            out.append(Assign(f"{values[c]}, {values[c + 1]}", f"rt_q8x2({', '.join(texts)})"))
             out += [Assign(values[k], f"rt_fp8({values[k]})") for k in (c, c + 1) if rounded]
         return out
 

@@ -24,8 +24,6 @@ _BF16_MANT = np.float32(1.0 / 128.0)
 _E4M3_TINY = np.float32(2.0 ** -9)
 _E4M3_MANT = np.float32(1.0 / 8.0)
 _E4M3_BIAS = np.float32(2.0 ** 120)
-_Q8_TINY = np.float32(2.0 ** -126)
-_Q8_HUGE = np.float32(2.0 ** 126)
 _K0 = np.float32(0.0)
 D_8 = 8
 D_d = 128
@@ -138,29 +136,6 @@ def rt_fp8(x):
         r -= _FP8_ONE
     return r * _FP8_UNSCALE[shift + 5]
 
-
-@cuda.jit(device=True)
-def rt_recip8(d):
-    """``1 / d`` correctly rounded, for ``rt_q8``'s quotients by ``d``; NaN where ``|d|`` is outside [2^-126, 2^126)
-    (there the reciprocal would be subnormal or its quotients out of range), which sends them to the division."""
-    m = abs(d)
-    if m >= _Q8_TINY and m < _Q8_HUGE:
-        return _FP8_ONE / d
-    return NAN
-
-
-@cuda.jit(device=True)
-def rt_q8(n, d, r):
-    """A float32 that rounds to e4m3 as ``n / d`` does (``r = rt_recip8(d)``): here the quotient itself; the CUDA
-    back ends (the simulator too; a GPU from sm_89 on) replace it by a product where that is sure to round alike
-    (``e4m3_sure``)."""
-    return n / d
-
-
-@cuda.jit(device=True)
-def rt_q8x2(n0, n1, d, r):
-    """``rt_q8`` of two numerators by one ``d``."""
-    return n0 / d, n1 / d
 
 @cuda.jit(device=True)
 def rt_topk_insert(vals, idx, v, i):

@@ -56,6 +56,9 @@ class Spec:
     #                              transposed), its sums promoted to float32 every tile of 128 elements
     producer: bool = False       # columns_wgmma: the 16-bit product's copies by a producer warpgroup (named barriers;
     #                              the FP8 product's always are): :mod:`.strategies.producer`
+    k_major: tuple = ()          # columns_wgmma with fp8_products: the weights (by name) given K-major — shape (1, L, n),
+    #                              the axis innermost (``W.T`` of an (n, L) matrix) — and read as the (n, L) rows the
+    #                              FP8 instruction takes: no transposing kernel
     tile_factors: str = ""       # columns_wgmma: no factors kernel: the product's blocks stage this input (the
     #                              activations), turn it into the factors' row-free part in place, fold the scalar
     #                              reductions on the way and scale the sums by the row's part in the epilogue

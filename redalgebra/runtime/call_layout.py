@@ -25,8 +25,8 @@ def _signature(c, inputs: dict, params: dict, keep):
                 face = a.__cuda_array_interface__
                 parts.append((enc, True, tuple(a.shape), face["typestr"], face.get("strides"), face["data"][0] % 16))
             else:
-                a = np.asarray(a)
-                parts.append((enc, False, a.shape, a.dtype.str))  # copied to a fresh device array
+                a = np.asarray(a)  # copied to a fresh device array (as the (n, L) rows where K-major)
+                parts.append((enc, False, a.shape, a.dtype.str, a.ndim == 3 and k_major(a)))
         for p in c.params:
             v = params[p.name]
             parts.append(tuple(v.shape) if _is_device(v) else np.shape(v))
@@ -35,16 +35,36 @@ def _signature(c, inputs: dict, params: dict, keep):
     return tuple(parts), None if keep is None else tuple(np.shape(keep))
 
 
-def _alignment(inputs: dict, c, length: int, reps: dict, per_element: bool = True) -> tuple[bool, bool, bool]:
+def k_major(a) -> bool:
+    """Whether the 3-D array ``a`` (on the device or the host) is laid out K-major: shape (1, L, n) with the axis
+    innermost, the transpose of a C-contiguous (n, L) matrix (``W.T[None]``: how PyTorch's ``Linear`` holds its
+    weight)."""
+    shape = tuple(a.shape)
+    if len(shape) != 3 or shape[0] != 1 or shape[1] < 2 or shape[2] < 2:
+        return False
+    if _is_device(a):
+        strides = a.__cuda_array_interface__.get("strides")
+    else:
+        strides = getattr(a, "strides", None)
+    item = _dtype(a).itemsize
+    return strides is not None and tuple(strides[1:]) == (item, shape[1] * item)
+
+
+def _alignment(inputs: dict, c, length: int, reps: dict, per_element: bool = True,
+               major: tuple = ()) -> tuple[bool, bool, bool]:
     """(every per-element array starts 16-byte aligned and is contiguous along the axis, every row
     pitch is a multiple of 16 bytes, every array has one contiguous row of ``length`` per row); ``per_element``:
-    the call writes per-element outputs (arrays of its own, rows of ``length``)."""
+    the call writes per-element outputs (arrays of its own, rows of ``length``); ``major``: inputs given K-major
+    (:func:`k_major`), judged as the (n, L) rows they are read as."""
     arrays = {}
     for s in c.inputs:
         a = inputs[s.name]
         a = a.bits if isinstance(a, Encoded) else a
         item = _dtype(a).itemsize
-        if _is_device(a):
+        if s.name in major:
+            ptr = a.__cuda_array_interface__["data"][0] if _is_device(a) else 0
+            arrays[s.name] = (ptr, (length * item, item), item, reps[s.name])
+        elif _is_device(a):
             face = a.__cuda_array_interface__
             strides = face.get("strides") or (a.shape[1] * item * (1 if s.size is None else a.shape[2]), item)
             arrays[s.name] = (face["data"][0], strides, item, reps[s.name])

@@ -36,7 +36,7 @@ from ..errors import EvaluationError, NotFusableError, RedalgebraError
 from .backends import check_backend, cuda_module, device_capability, multiprocessors
 from .cache import load
 from .formats import BFloat16, Encoded, as_bfloat16, dtype_of as _dtype, is_device as _is_device
-from .call_layout import OUT_ARRAYS, _alignment, _c_contiguous, _contiguous_alignment, _signature
+from .call_layout import OUT_ARRAYS, _alignment, _c_contiguous, _contiguous_alignment, _signature, k_major
 from .driver import c_strides
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
@@ -46,6 +46,23 @@ DEFAULT_STRATEGY = {"cpu": "auto", "cuda": "auto", "cudasim": "auto"}
 def _host(array: np.ndarray, stored: str | None):
     """An output copied to the host, as the user receives it (bfloat16 wrapped, e4m3 as bytes)."""
     return BFloat16(array) if stored == "bfloat16" else array
+
+
+class KMajorUnread(EvaluationError):
+    """A device input laid out K-major that the call's strategy does not read as it lies (``Spec.k_major``): a
+    raw device array is refused with this message; a torch call copies the view instead."""
+
+
+class _KMajorRows:
+    """A K-major device array (shape (1, L, n), the axis innermost) as the C-contiguous (n, L) matrix it is: the same
+    memory through the CUDA array interface (``Spec.k_major``)."""
+
+    __slots__ = ("base", "shape", "ndim", "__cuda_array_interface__")
+
+    def __init__(self, a):
+        face = a.__cuda_array_interface__
+        self.base, self.shape, self.ndim = a, (face["shape"][2], face["shape"][1]), 2
+        self.__cuda_array_interface__ = {**face, "shape": self.shape, "strides": None}
 
 
 @dataclass
@@ -165,7 +182,7 @@ class Kernel:
                    [np.shape(params[p.name])[0] for p in c.params if np.ndim(params[p.name]) == (1 if p.size is None else 2)])
         if keep is not None and tuple(np.shape(keep)) != (rows, length):
             raise EvaluationError(f"keep must be (rows, L) = ({rows}, {length}) booleans, got shape {tuple(np.shape(keep))}")
-        sizes, dtypes, reps = {}, [], {}
+        sizes, dtypes, reps, major = {}, [], {}, []
         for s in c.inputs:
             a = inputs[s.name]
             encoded = a.dtype if isinstance(a, Encoded) else None
@@ -180,7 +197,9 @@ class Kernel:
             if want == 3:
                 self._size(sizes, s.size, a.shape[2], s.name)
             dt = _dtype(a)
-            if _is_device(a) and self.backend == "cuda" and not _c_contiguous(a, dt.itemsize):
+            if want == 3 and k_major(a):  # read as the (n, L) rows it is where the strategy can (Spec.k_major)
+                major.append(s.name)
+            elif _is_device(a) and self.backend == "cuda" and not _c_contiguous(a, dt.itemsize):
                 raise EvaluationError(f"input {s.name} is a device array that is not C-contiguous (strides "
                                       f"{a.__cuda_array_interface__.get('strides')}): the kernels index rows by their "
                                       f"length; pass a contiguous copy (cupy.ascontiguousarray, .copy())")
@@ -192,20 +211,31 @@ class Kernel:
         for p in c.params:
             if p.size is not None:
                 self._size(sizes, p.size, np.shape(params[p.name])[-1], p.name)
-        alignment = _alignment(inputs, c, length, reps, bool(self.fused.per_element_outputs))
-        strategy, spec, extra = self.spec_for(rows, length, dtypes, sizes, keep is not None, alignment, reps)
+        alignment = _alignment(inputs, c, length, reps, bool(self.fused.per_element_outputs), tuple(major))
+        strategy, spec, extra = self.spec_for(rows, length, dtypes, sizes, keep is not None, alignment, reps,
+                                              tuple(major))
+        for name in major:
+            a = getattr(inputs[name], "bits", inputs[name])
+            if name not in spec.k_major and _is_device(a) and self.backend == "cuda":
+                raise KMajorUnread(
+                    f"input {name} is a device array laid out K-major (shape {tuple(a.shape)}, strides "
+                    f"{a.__cuda_array_interface__.get('strides')}): only columns_wgmma with fp8_products reads "
+                    f"weights so (e4m3, one matrix for all rows, L a multiple of 128, 16-byte aligned); {strategy} "
+                    f"indexes rows by their length: pass a contiguous copy (cupy.ascontiguousarray, .copy())")
         return spec, rows, length, reps, strategy, extra
 
     def spec_for(self, rows: int, length: int, dtypes=(), sizes: dict | None = None, keep: bool = False,
-                 alignment: tuple | None = None, reps: dict | None = None) -> tuple[str, Spec, dict]:
+                 alignment: tuple | None = None, reps: dict | None = None,
+                 k_major: tuple = ()) -> tuple[str, Spec, dict]:
         """(strategy, compile-time Spec, launch-only values such as ``nseg``) of a call with ``rows`` rows
         of ``length``: ``auto`` resolved and the strategy's launch policy applied, as a call would.
 
         ``dtypes``: ``{input: "float32" | "float16" | "bfloat16" | "e4m3"}`` (float32 where not given); ``sizes``:
         the vector dimensions; ``alignment``: (vec_ok, pitch_ok, same_frame), by default that of fresh
         aligned, contiguous device arrays (as host inputs are copied to); ``reps``: ``{input: rows sharing each
-        of its rows}`` (1 where not given; a weight given once for all rows has ``rows``). Used by calls and
-        ``redalgebra ptx``.
+        of its rows}`` (1 where not given; a weight given once for all rows has ``rows``); ``k_major``: inputs given
+        K-major, shape (1, L, n) with the axis innermost (``Spec.k_major`` lists those the strategy reads so). Used
+        by calls and ``redalgebra ptx``.
         """
         c = self.fused.cascade
         given = self.to_generated(dict(dtypes))
@@ -224,7 +254,8 @@ class Kernel:
                                    ("fast_exp", self.fast_exp), ("group", self.group), ("batch", self.batch), ("out_dtype", self.out_dtype),
                                    ("simulator", self.backend == "cudasim"), ("persistent", self.persistent),
                                    ("fp8_products", self.fp8_products),
-                                   ("cc", device_capability(self.backend))))
+                                   ("cc", device_capability(self.backend))),
+                          k_major=tuple(self.to_generated({k: 0 for k in k_major})))
         strategy = self.resolve(rows, length, sizes, reps, problem)
         policy = get(strategy).configure(self.fused, problem)
         extra = {k: policy.pop(k) for k in list(policy) if k not in Spec.__dataclass_fields__}
@@ -287,6 +318,8 @@ class Kernel:
         outs = self._outputs(src, rows, length, spec, on_device, out)
         named = {s.name: (inputs[s.name].bits if isinstance(inputs[s.name], Encoded) else inputs[s.name])
                  for s in c.inputs}
+        for name in spec.k_major:  # the (n, L) rows a K-major input is (the same memory on the device)
+            named[name] = _KMajorRows(named[name]) if _is_device(named[name]) else np.asarray(named[name])[0].T
         named.update({f"rep_{s.name}": reps[s.name] for s in c.inputs})
         named.update({p.name: self._param(p, params[p.name], rows) for p in c.params})
         named["keep"] = np.zeros((1, 1), np.uint8) if keep is None else np.ascontiguousarray(np.asarray(keep), np.uint8)

@@ -23,7 +23,8 @@ def signature(fused: FusedCascade, spec: Spec, args: tuple, scratch: tuple = (),
     by_name = {}
     for s in c.inputs:
         base = stored.get(dtypes.get(s.name), types.float32)
-        by_name[s.name] = types.Array(base, 2 if s.size is None else 3, "C")
+        # (an input read K-major, Spec.k_major: bound as its (n, L) rows)
+        by_name[s.name] = types.Array(base, 2 if s.size is None or s.name in spec.k_major else 3, "C")
         by_name[f"rep_{s.name}"] = types.int64
     for p in c.params:
         by_name[p.name] = types.Array(types.float32, 1 if p.size is None else 2, "C")

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..derive import FusedCascade
 from ..errors import RedalgebraError
-from .compile import Kernel, compile
+from .compile import Kernel, KMajorUnread, compile
 from .formats import BFloat16, as_bfloat16, as_e4m3
 
 _OPS: dict = {}  # op name -> (cascade text, op)
@@ -143,19 +143,42 @@ def _call(kernel: Kernel, inputs: dict, params: dict, keep, out) -> dict:
         key = _signature(kernel, inputs, params, keep, device)
         if key is not None:
             prepared = kernel._calls.get(key)
-            if prepared is not None:  # the key holds every input's shape and strides: they are contiguous
+            if prepared is not None:  # the key holds every input's shape and strides: contiguous, or K-major where read so
                 return prepared(inputs, params, keep, out)
-            # the kernels index rows by their length: a view is copied on the device; clone, not .contiguous():
-            # torch calls a size-1 dimension of stride 0 contiguous, numba does not
+            # the kernels index rows by their length: a view is copied on the device (clone, not .contiguous():
+            # torch calls a size-1 dimension of stride 0 contiguous, numba does not) — but a K-major weight (W.t()
+            # of an (n, L) matrix, as (1, L, n)), which a strategy may read as it lies (Spec.k_major)
             views = {name: t.clone(memory_format=torch.contiguous_format) for name, t in inputs.items()
-                     if is_tensor(t) and (not t.is_contiguous() or 0 in t.stride())}
+                     if is_tensor(t) and (not t.is_contiguous() or 0 in t.stride()) and not _k_major(t)}
             if views:
                 return _call(kernel, {**inputs, **views}, params, keep, out)
             if len(kernel._calls) >= 256:
                 kernel._calls.clear()
-            prepared = kernel._calls[key] = _Call(kernel, inputs, params, keep, device)
+            try:
+                prepared = _Call(kernel, inputs, params, keep, device)
+            except KMajorUnread:  # this signature's strategy reads rows by their length: its K-major views copied
+                prepared = _Copied(kernel, tuple(name for name, t in inputs.items() if is_tensor(t) and _k_major(t)))
+            kernel._calls[key] = prepared
             return prepared(inputs, params, keep, out)
     return _into(_slow_call(kernel, inputs, params, keep), out)
+
+
+def _k_major(t) -> bool:
+    """Whether tensor ``t`` is (1, L, n) with the axis innermost: ``W.t()[None]`` of a contiguous (n, L) ``W``."""
+    return t.dim() == 3 and t.shape[0] == 1 and t.shape[1] > 1 and t.shape[2] > 1 and t.stride()[1:] == (1, t.shape[1])
+
+
+class _Copied:
+    """A signature whose K-major views the strategy does not read as they lie: each call copies them, then runs the
+    contiguous copies' prepared call."""
+
+    def __init__(self, kernel: Kernel, names: tuple):
+        self.kernel, self.names = kernel, names
+
+    def __call__(self, inputs: dict, params: dict, keep, given=None) -> dict:
+        torch = _torch()
+        copies = {name: inputs[name].clone(memory_format=torch.contiguous_format) for name in self.names}
+        return _call(self.kernel, {**inputs, **copies}, params, keep, given)
 
 
 def _into(results: dict, out) -> dict:

@@ -31,6 +31,8 @@ class Problem:
     reps: tuple = ()           # ((input, rows that share each of its rows), ...): a weight given once has rep = rows
     options: tuple = ()        # ((name, value), ...): threads, tile, segments, fast_exp, group, out_dtype,
     #                            simulator, persistent (None: the policy chooses)
+    k_major: tuple = ()        # vector inputs given K-major (shape (1, L, n), the axis innermost): a strategy that
+    #                            reads them so lists them in Spec.k_major; the others' calls copy or refuse them
 
     def option(self, name: str, default=None):
         value = dict(self.options).get(name)

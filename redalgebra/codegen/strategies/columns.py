@@ -492,9 +492,16 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
                 fast_exp=p.option("fast_exp", False), pre_vec=prepass_vec(fused, p))
 
 
+def vector_columns(spec: Spec, named) -> int:
+    """The vector length n of a call's arguments: the last dimension of a vector input (the only 3-D arguments
+    besides the scratch), or the first of one read K-major (:attr:`Spec.k_major`: bound as its (n, L) rows)."""
+    if spec.k_major:
+        return named[spec.k_major[0]].shape[0]
+    return next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
+
+
 def grid(rows: int, spec: Spec, named) -> dict:
-    # the vector length: the last dimension of a vector input (the only 3-D arguments besides the scratch)
-    n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
+    n = vector_columns(spec, named)
     chunks = -(-n // spec.vec)
     return {"scalars": (rows, spec.threads),
             # rows on x (up to 2**31 - 1 blocks), the columns on y (65535 blocks of 16-byte chunks: ample)

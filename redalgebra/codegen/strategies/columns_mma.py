@@ -51,6 +51,7 @@ from ..emit import Spec
 from ..tree import Assign, Barrier, Call, For, If, Load, Shared
 from . import SMS, VEC, Problem, Strategy, register
 from .columns import ColumnsKernel, build as columns_build, prepass_vec, refusal as columns_refusal, split_body
+from .columns import vector_columns
 from .products import KINDS
 
 #: Rows of a block (the m16 of the instruction); elements of a tile (the factors' rows are padded to whole tiles;
@@ -479,7 +480,7 @@ def grid(rows: int, spec: Spec, named) -> dict:
     if spec.batch < BM and rows > spec.batch:  # blocks step by BM rows: rows past a block's products would be skipped
         raise RedalgebraError(f"columns_mma: kernels built for {spec.batch} rows a block run at most that many rows, "
                               f"got {rows}")
-    n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
+    n = vector_columns(spec, named)
     fac = named["fac"].shape[1] if "fac" in named else 0  # (none where columns_wgmma's tiles compute the factors)
     return {"scalars": (rows, spec.threads), "rowfactors": (rows, row_threads(spec)),  # a block per row
             "factors": ((rows, max(1, -(-fac // (spec.threads * FACTORS_EACH)))), spec.threads),

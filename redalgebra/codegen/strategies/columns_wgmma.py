@@ -51,7 +51,7 @@ from ..emit import Spec
 from ..tree import Assign, Barrier, Call, For, If, Store, While
 from . import SMS, Problem, Strategy, register
 from . import columns_mma
-from .columns import PREPASS_TILE, build as columns_build, factor_part, prepass_vec
+from .columns import PREPASS_TILE, build as columns_build, factor_part, prepass_vec, vector_columns
 from .columns_mma import ColumnsMmaKernel, exact_factors
 from .products import KINDS
 from .rows import RowsKernel
@@ -125,7 +125,9 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         self.kind = "e4m3" if self.fp8 else "f16" if self.bytes else KINDS[self.dtypes.get(self.x)]
         self.fac_store = fac_store(spec.dtypes, self.f, self.fp8)
         self.fac_layout = "tiles"  # the factors row by row (the tiles are staged by cp.async)
-        self.source = "wt" if self.fp8 else "wf" if self.bytes else self.x
+        # (Spec.k_major: the weights given K-major, bound as the (n, L) rows the instruction reads: not transposed)
+        self.transposed = self.fp8 and self.x not in spec.k_major
+        self.source = "wt" if self.transposed else "wf" if self.bytes else self.x
         self.stages = spec.stages
         self.stage = stage_units(self.bm, self.bc)
         self.ahead = self.stages - 2  # tiles loading while one is multiplied and one group of products is in flight
@@ -149,7 +151,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         # (the product's: a producer warpgroup beside the consumers, with Spec.fp8_products or Spec.producer; its one
         # block a multiprocessor takes no min_blocks)
         extra = producer_threads(self.spec)
-        return {**super().bounds(), **({"transpose": 256} if self.fp8 else {}),
+        return {**super().bounds(), **({"transpose": 256} if self.transposed else {}),
                 **({"tiles": self.spec.threads + extra} if extra else {})}
 
     def _prepass_kernel(self):
@@ -424,7 +426,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
             out = [("tiles", tuple(common + ["rows", "length", "nseg"]), "tiles", self.tiles())]
         else:
             out = super().kernels()
-        if self.bytes or self.fp8:  # the weights widened (transposed) first, the products reading them
+        if self.bytes or self.transposed:  # the weights widened (transposed) first, the products reading them
             copy = "wt" if self.fp8 else "wf"
             at = next(i for i, k in enumerate(out) if k[0] == "tiles")
             name, targs, grid_name, tbody = out[at]
@@ -437,7 +439,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
 
     def scratch(self) -> tuple:
         extra = (("wf", "float16", "axis", self.n_const),) if self.bytes else \
-            (("wt", "uint8", "transposed", self.n_const),) if self.fp8 else ()
+            (("wt", "uint8", "transposed", self.n_const),) if self.transposed else ()
         return extra if self.tf else super().scratch() + extra
 
 
@@ -597,6 +599,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     # epilogue writes, each rounded once more (float32 otherwise, as the other columns strategies write them)
     want = p.option("out_dtype")
     c = fused.cascade
+    major = k_major(fused, p) if fp8 else ()
     outs = tuple((o.name, want) for o in c.outputs if c.sizes[o.name] is not None) \
         if want in ("bfloat16", "float16") else ()
     return dict(threads=threads, group=bc // 8, vec=8, tile=2 * BK if fp8 else BK, batch=threads // 2,
@@ -604,12 +607,21 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
                 shared=shared, stages=stages, row_threads=ROW_THREADS or _row_threads(threads, p.length),
                 row_spec=() if staged else row_spec(fused, p), persistent=persistent, tile_factors=staged,
-                out_dtypes=outs)
+                out_dtypes=outs, k_major=major)
+
+
+def k_major(fused: FusedCascade, p: Problem) -> tuple:
+    """The weights the FP8 product reads as they lie (:attr:`Spec.k_major`): given K-major (``p.k_major``) — the
+    (n, L) rows its producer copies 128 bytes at a time — when ``L`` is a multiple of the tile (128: no row is read
+    past its end, where the transposed copy has zeros) and the call's arrays start on the 16-byte grid
+    (``p.vec_ok``). Other weights are transposed by the module's first kernel."""
+    weights = next(s.name for s in fused.cascade.inputs if s.size is not None)
+    return (weights,) if weights in p.k_major and p.length % (2 * BK) == 0 and p.vec_ok else ()
 
 
 def grid(rows: int, spec: Spec, named) -> dict:
     out = columns_mma.grid(rows, spec, named)
-    n = next(a.shape[2] for k, a in named.items() if getattr(a, "ndim", 0) == 3 and not k.startswith(("part_", "out_")))
+    n = vector_columns(spec, named)
     if "wf" in named:  # e4m3 weights widened: a thread per 16 elements of a row (per element: rows not of 16 bytes)
         per = -(-n // 16) if n % 16 == 0 else n
         out["widen"] = (-(-named["wf"].shape[0] * per // spec.threads), spec.threads)

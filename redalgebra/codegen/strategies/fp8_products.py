@@ -85,7 +85,7 @@ class Fp8Products:
         pt, ppass = PRODUCER, PRODUCER // 8  # (every producer thread's rows share one swizzle: ppass % 8 == 0)
         out = [Assign("kt0", f"lo + ({tile}) * {self.bk}"), Assign("sd", f"sb + ({stage}) * {self.b_units}")]
         for src, rows, first, last, base in (("fac", self.bm, "r0", "rows - 1", 0),
-                                             ("wt", self.bc, "cb", f"{self.n - 1}", self.b_base)):
+                                             (self.source, self.bc, "cb", f"{self.n - 1}", self.b_base)):
             for v in range(-(-rows * 8 // pt)):
                 copy = Call("cp_async16_at", ("sm", f"sd + {base + ppass * v * ROW} + pdo", src,
                                               f"min({first} + pr + {ppass * v}, {last}) * {src}.shape[1] + pco + kt0",

@@ -1,0 +1,112 @@
+"""Weights given K-major — ``W.T[None]`` of an (n, L) matrix, how PyTorch's ``Linear`` holds its weight: the FP8
+product reads them as the (n, L) rows its instruction takes (``Spec.k_major``: no transposing kernel); every other
+strategy copies them (host arrays) or refuses them by name (raw device arrays; torch views are copied)."""
+
+import re
+
+import numpy as np
+import pytest
+
+from redalgebra.runtime import as_e4m3, compile
+from redalgebra.runtime import backends
+from redalgebra.runtime.call_layout import _alignment, k_major
+from redalgebra.runtime.compile import KMajorUnread, _KMajorRows
+from redalgebra.runtime.formats import to_float
+from redalgebra.runtime.ptx import signature
+from tests.catalogue import fused
+from tests.runtime.test_columns import _problem, _reference
+
+
+def _fp8_problem(rows, length, n):
+    inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16")
+    w = as_e4m3(to_float(inputs["w"]))
+    lying = as_e4m3(np.ascontiguousarray(w.bits[0].T).T[None])  # the same bytes, K-major
+    assert lying.bits.shape == w.bits.shape and k_major(lying.bits) and not k_major(w.bits)
+    return inputs, params, w, lying
+
+
+@pytest.mark.parametrize("rows,length,n,read", [
+    (17, 256, 72, True),    # two tiles of 128: read as it lies; 72 rows of the weights (not a multiple of 16)
+    (5, 300, 136, False),   # L not a multiple of the tile: the rows would be read past their end; transposed instead
+])
+def test_the_fp8_product_reads_k_major_weights_as_they_lie(rows, length, n, read):
+    inputs, params, w, lying = _fp8_problem(rows, length, n)
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=True)
+    ref = _reference("fp8_quant_gemm", dict(inputs, w=w), params, None, rows)["y"]
+    got = kernel(dict(inputs, w=lying), params)["y"]
+    assert np.nanmax(np.abs(got - ref)) <= 1e-5 * np.nanmax(np.abs(ref))
+    np.testing.assert_array_equal(got, kernel(dict(inputs, w=w), params)["y"])  # the same sums, in the same order
+    spec = kernel._planned(dict(inputs, w=lying), params, None)[0]
+    assert spec.k_major == (("w",) if read else ())
+    source = kernel.source(spec, "columns_wgmma").source
+    assert ("def transpose(" in source) == (not read) and ("wt" in source) == (not read)
+
+
+def test_k_major_weights_run_the_same_product_kernel_on_their_own_rows(monkeypatch):
+    # the product kernel is the transposed weights' one, reading ``w`` (bound as its (n, L) rows, typed as the scratch
+    # ``wt`` is: 2-D C-contiguous bytes) where that one reads ``wt``; no transposing kernel, no scratch for it
+    monkeypatch.setattr(backends, "_capability", lambda: (9, 0))
+    kernel = compile(fused("fp8_quant_gemm"), "cuda", "columns_wgmma", fp8_products=True)
+    args = (4096, 7168, {"x": "bfloat16", "w": "e4m3"}, {"n": 7168})
+    src_t = kernel.source(kernel.spec_for(*args, reps={"w": 4096})[1], "columns_wgmma")
+    strategy, spec, _ = kernel.spec_for(*args, reps={"w": 4096}, k_major=("w",))
+    assert strategy == "columns_wgmma" and spec.k_major == ("w",) and spec.fp8_products
+    src_k = kernel.source(spec, strategy)
+    entries_t, entries_k = {e[0]: e for e in src_t.entries}, {e[0]: e for e in src_k.entries}
+    assert set(entries_t) - set(entries_k) == {"transpose"} and "wt" not in {name for name, *_ in src_k.scratch}
+    assert entries_k["tiles"][1] == tuple(a for a in entries_t["tiles"][1] if a != "wt")
+
+    def body(source, name):
+        text = source.split(f"def {name}(")[1]
+        return text[text.index("\n"):].split("\ndef ")[0]
+    assert body(src_k.source, "tiles") == re.sub(r"\bwt\b", "w", body(src_t.source, "tiles"))
+    assert re.search(r"\bwt\b", body(src_t.source, "tiles"))
+    types_k = dict(zip(entries_k["tiles"][1], signature(kernel.fused, spec, entries_k["tiles"][1], src_k.scratch)))
+    types_t = dict(zip(entries_t["tiles"][1], signature(kernel.fused, spec, entries_t["tiles"][1], src_t.scratch)))
+    assert types_k["w"] == types_t["wt"] and types_k["w"].ndim == 2 and types_k["w"].layout == "C"
+    # the 16-bit product and an exact FP8 product do not read them so: the strategy's own layout
+    for options in ({}, {"fp8_products": False}):
+        k = compile(fused("fp8_quant_gemm"), "cuda", "columns_wgmma", **options)
+        assert k.spec_for(*args, reps={"w": 4096}, k_major=("w",))[1].k_major == ()
+
+
+class _Device:
+    """What the call reads of a device array: its CUDA array interface."""
+
+    def __init__(self, shape, strides, typestr="|u1", address=1 << 20):
+        self.shape = shape
+        self.__cuda_array_interface__ = {"shape": shape, "strides": strides, "typestr": typestr,
+                                         "data": (address, False), "version": 3}
+
+
+def test_k_major_layouts_are_recognised_and_bound_as_their_rows():
+    assert k_major(_Device((1, 256, 72), (18432, 1, 256))) and k_major(np.zeros((72, 256), np.uint8).T[None])
+    assert not k_major(_Device((1, 256, 72), None)) and not k_major(np.zeros((1, 256, 72), np.uint8))
+    assert not k_major(_Device((2, 256, 72), (18432, 1, 256)))  # one matrix for all rows only
+    assert not k_major(_Device((1, 256, 72), (18432, 1, 512)))  # a slice of longer rows
+    assert not k_major(_Device((1, 256, 1), (256, 1, 256)))     # one column: C-contiguous as well
+    rows = _KMajorRows(_Device((1, 256, 72), (18432, 1, 256), address=(1 << 20) + 16))
+    face = rows.__cuda_array_interface__
+    assert rows.shape == face["shape"] == (72, 256) and face["strides"] is None and face["data"][0] == (1 << 20) + 16
+    # judged as the rows it is read as: aligned where its first byte is
+    c = fused("fp8_quant_gemm").cascade
+    x = _Device((8, 256), None, "<i2")
+    for address, aligned in (((1 << 20), True), ((1 << 20) + 8, False)):
+        w = _Device((1, 256, 72), (18432, 1, 256), address=address)
+        assert _alignment({"x": x, "w": w}, c, 256, {"x": 1, "w": 8}, True, ("w",))[:2] == (aligned, aligned)
+
+
+def test_a_raw_device_array_k_major_is_refused_by_name_where_it_is_not_read_so(monkeypatch):
+    monkeypatch.setattr(backends, "_capability", lambda: (9, 0))
+    kernel = compile(fused("fp8_quant_gemm"), "cuda", "columns_wgmma")  # the exact product: rows by their length
+    x = as_e4m3(_Device((8, 256), None, "|u1"))  # (its dtype aside, as the layout reads it)
+    w = as_e4m3(_Device((1, 256, 72), (18432, 1, 256)))
+    with pytest.raises(KMajorUnread, match="input w is a device array laid out K-major .* columns_wgmma with "
+                                           "fp8_products reads"):
+        kernel._layout({"x": x, "w": w}, {}, None)
+    with pytest.raises(KMajorUnread):  # L not a multiple of 128, even with fp8_products
+        compile(fused("fp8_quant_gemm"), "cuda", "columns_wgmma", fp8_products=True)._layout(
+            {"x": as_e4m3(_Device((8, 200), None)), "w": as_e4m3(_Device((1, 200, 72), (14400, 1, 200)))}, {}, None)
+    spec = compile(fused("fp8_quant_gemm"), "cuda", "columns_wgmma", fp8_products=True)._layout(
+        {"x": x, "w": w}, {}, None)[0]
+    assert spec.k_major == ("w",)

@@ -203,60 +203,61 @@ if not config.ENABLE_CUDASIM:  # on the GPU, bfloat16 is the high half of a floa
 '''
 
 #: ``fp8(n / d)`` by a row constant ``d`` (``codegen.quotients``' ``Quotient8``, printed by the ``rows`` kernels; the
-#: tree modules of the CUDA back ends append these, the simulator's too, so that its tests run the same arithmetic;
-#: before sm_89, which cannot convert to e4m3, they divide): ``n * r`` with ``r = 1/d`` correctly rounded is within 2^-23 of the quotient relatively (two roundings
-#: of relative error 2^-24), and the correctly rounded quotient within 2^-24 more, so where everything within 2^-21 of
-#: the product rounds to the same e4m3 value (``e4m3_sure``) the product rounds as the quotient does. Two cases
-#: outside that bound round alike all the same: a float32 subnormal product (its bracket shrinks to itself, but every
-#: value that small rounds to an e4m3 zero of its sign) and a product or quotient past float32's range (both saturate
-#: to ±448). Elsewhere (about one in 2^15 of e4m3's range, and every quotient by a ``d`` out of
-#: ``rt_recip8``'s range: ``r`` is NaN) the division is made. Two quotients a test: four multiplies, two conversions
-#: and a comparison in place of two IEEE divisions (faster on the H200 only where the value is stored wider).
+#: tree modules of the CUDA back ends append these, the simulator's too, so that its tests run the same arithmetic):
+#: the float32 quotient ``RN(n / d)`` from ``r = RN(1 / d)``, a row constant, by a product and two corrections with the
+#: exact remainder, no division. Why it is exact (no sampling: the checks only confirm it):
+#:
+#: - ``q0 = RN(n r)`` is within 2^-23 of ``n / d`` relatively (two roundings of relative error below 2^-24);
+#: - the remainder ``e0 = RN(n - d q0)`` (one FMA) has relative error at most 2^-24, so ``q1 = RN(q0 + e0 r)`` is
+#:   ``RN(n/d + (n/d - q0) g)`` with ``|g| < 2^-22``: within 2^-45 of ``n / d`` before its rounding, so one of the two
+#:   float32 neighbours of ``n / d`` (a faithful quotient);
+#: - Markstein's theorem (IBM J. Res. Develop. 34(1), 1990; the FMA division of the Handbook of Floating-Point
+#:   Arithmetic): with ``q1`` faithful and ``r`` within 2^-24 of ``1/d`` relatively, ``e1 = RN(n - d q1)`` is exact and
+#:   ``RN(q1 + e1 r)`` is ``RN(n / d)``.
+#:
+#: The ranges that argument needs: ``|d|`` in [2^-92, 2^100] (``rt_recip8``: ``r`` normal, and every remainder of a
+#: quotient of 2^-11 or more on float32's grid, subnormal or not, so exact where the theorem says so); elsewhere ``r``
+#: is NaN and the row divides (the ``rows`` kernel tests ``r`` once a row where the values are stored as e4m3
+#: bytes, ``rt_q8c`` an element at a time where they are stored wider: each measured faster there). Quotients that
+#: matter to e4m3 lie in [2^-11, 2^10): smaller ones round to an e4m3 zero either way (the corrections keep their
+#: sign: their error is below half of any nonzero ``|n / d|``), and from ``|q0| >= 2^10`` on (infinities, NaN too)
+#: ``q0`` is returned, which saturates to ±448 as the quotient does; a zero ``q0`` is returned too, keeping the sign of
+#: ``-0 / d``, which the corrections would lose. So every e4m3 byte is the division's, and the float32 value too
+#: wherever the quotient is in [2^-11, 2^10). (``q0`` is not always faithful: 11.5 % of 100 M quotients of
+#: significands near 2 were not; yet ``q1`` was the division in all of 200 M such cases, exactly modelled: a search,
+#: not a proof, so the second correction stays: two FMAs an element.)
 QUOTIENT_HELPERS = """
-_Q8_TINY = np.float32(2.0 ** -126)
-_Q8_HUGE = np.float32(2.0 ** 126)
+_Q8_TINY = np.float32(2.0 ** -92)
+_Q8_HUGE = np.float32(2.0 ** 100)
+_Q8_BIG = np.float32(1024.0)
+_Q8_ZERO = np.float32(0.0)
 
 
 @cuda.jit(device=True)
 def rt_recip8(d):
-    \"\"\"1 / d correctly rounded, for rt_q8's quotients by d; NaN where |d| is outside [2^-126, 2^126) (there the
-    reciprocal would be subnormal or its quotients out of range), which sends them to the division.\"\"\"
+    \"\"\"1 / d correctly rounded, for rt_q8's quotients by d; NaN where |d| is outside [2^-92, 2^100], which sends them
+    to the division.\"\"\"
     m = abs(d)
-    if m >= _Q8_TINY and m < _Q8_HUGE:
+    if m >= _Q8_TINY and m <= _Q8_HUGE:
         return _FP8_ONE / d
     return NAN
 
 
 @cuda.jit(device=True)
 def rt_q8(n, d, r):
-    \"\"\"A float32 that rounds to e4m3 as n / d does (r = rt_recip8(d)): the product n * r where e4m3_sure finds it
-    rounds alike, the quotient elsewhere.\"\"\"
+    \"\"\"A float32 that rounds to e4m3 as n / d does, r = rt_recip8(d) not NaN (the kernel divides a row where it is,
+    testing r once a row): the product by the reciprocal corrected twice by the remainder.\"\"\"
     q = n * r
-    if r == r and e4m3_sure(q, q):
-        return q
-    return n / d
+    q1 = fma32(fma32(-q, d, n), r, q)
+    q2 = fma32(fma32(-q1, d, n), r, q1)
+    return q2 if abs(q) < _Q8_BIG and q != _Q8_ZERO else q
 
 
 @cuda.jit(device=True)
-def rt_q8x2(n0, n1, d, r):
-    \"\"\"rt_q8 of two numerators by one d: one test for both.\"\"\"
-    q0 = n0 * r
-    q1 = n1 * r
-    if r == r and e4m3_sure(q0, q1):
-        return q0, q1
-    return n0 / d, n1 / d
-
-
-@cuda.jit(device=True)
-def rt_q8_divided(n, d, r):
-    return n / d
-
-
-@cuda.jit(device=True)
-def rt_q8x2_divided(n0, n1, d, r):
-    return n0 / d, n1 / d
-
-
-if not (config.ENABLE_CUDASIM or fp8_in_hardware()):  # e4m3_sure converts to e4m3: sm_89 and later
-    rt_q8, rt_q8x2 = rt_q8_divided, rt_q8x2_divided  # noqa: F811
+def rt_q8c(n, d, r):
+    \"\"\"rt_q8 testing r itself: the division where it is NaN (for values stored wider, whose kernels test it an
+    element at a time).\"\"\"
+    if r != r:
+        return n / d
+    return rt_q8(n, d, r)
 """

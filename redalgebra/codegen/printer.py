@@ -233,6 +233,9 @@ class KernelPrinter(StrPrinter):
             return self._print(sp.Mul(*sp.Mul.make_args(n), sp.Pow(d, -1, evaluate=False), evaluate=False))
         return f"rt_q8({', '.join(self._print(a) for a in expr.args)})"
 
+    def _print_CheckedQuotient8(self, expr):
+        return f"rt_q8c({', '.join(self._print(a) for a in expr.args)})"
+
     def _print_Reciprocal8(self, expr):
         return f"rt_recip8({self._print(expr.args[0])})"
 

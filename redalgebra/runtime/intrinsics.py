@@ -36,13 +36,15 @@ the stand-ins' rounding.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 from llvmlite import ir
 from numba import config, types
 
 from .formats import _f32, bf16_bits, e4m3_bits, e4m3_values, f16_bits  # host rounding (NumPy), re-exported
 
-__all__ = ["LOG2E", "bf16_bits", "div_full", "sqrt_full", "fresh", "uniform", "pick", "e4m3", "e4m3_round", "e4m3_sure", "fp8_in_hardware", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
+__all__ = ["LOG2E", "bf16_bits", "div_full", "sqrt_full", "fresh", "uniform", "pick", "e4m3", "e4m3_round", "fma32", "fp8_in_hardware", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
            "ld_e4m3", "ld_e4m3x16", "ld_f32x4",
            "ld_f32x4_nc", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x2", "st_b16x8", "st_h16x2", "st_e4m3x4", "st_f32x2", "st_f32x4", "st_h16",
            "st_h16x8"]
@@ -173,14 +175,36 @@ def _sim_e4m3_round(x):
     return np.float32(e4m3_values(e4m3_bits(_f32(x)))[()])
 
 
-#: ``e4m3_sure``'s bracket: 1 ∓ 2^-21 (exact in float32).
-_SURE_BELOW, _SURE_ABOVE = np.float32(1 - 2.0 ** -21), np.float32(1 + 2.0 ** -21)
+#: The least magnitude float32 rounds to infinity (to nearest): the largest finite value and half its step.
+_F32_OVERFLOW = Fraction(2 ** 128 - 2 ** 103)
 
 
-def _sim_e4m3_sure(q0, q1):
-    q = _f32([q0, q1])
+def _round_f32(x: Fraction) -> np.float32:
+    """``x`` (not zero) rounded to float32: to nearest, ties to even, ±inf from :data:`_F32_OVERFLOW` on."""
+    if abs(x) >= _F32_OVERFLOW:
+        return np.float32(np.inf if x > 0 else -np.inf)
     with np.errstate(all="ignore"):
-        return bool(np.array_equal(e4m3_bits(_f32(q * _SURE_BELOW)), e4m3_bits(_f32(q * _SURE_ABOVE))))
+        f = np.float32(float(x))  # (within a step: float() rounds to float64 first)
+    best = None
+    for c in (np.nextafter(f, np.float32(-np.inf)), f, np.nextafter(f, np.float32(np.inf))):
+        if not np.isfinite(c):
+            continue
+        key = (abs(Fraction(float(c)) - x), int(np.array(c).view(np.uint32)) & 1)  # nearer, then even
+        if best is None or key < best[0]:
+            best = (key, c)
+    return np.float32(best[1])
+
+
+def _sim_fma32(a, b, c):
+    a, b, c = np.float32(a), np.float32(b), np.float32(c)
+    if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(c)):
+        with np.errstate(all="ignore"):  # infinities and NaN by IEEE's rules (the product of finite values exact)
+            return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
+    x = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    if x == 0:  # an exact zero: -0 only where both terms are zeros of that sign
+        negative = (a == 0 or b == 0) and c == 0 and np.signbit(a) != np.signbit(b) and np.signbit(c)
+        return np.float32(-0.0 if negative else 0.0)
+    return _round_f32(x)
 
 def _sim_st_e4m3x4(a, row, col, v0, v1, v2, v3):
     out = _span(a, row, col, 4, _U8)
@@ -627,27 +651,19 @@ def e4m3_round(typingctx, x):
     return types.float32(x), codegen
 
 
-@_device(_sim_e4m3_sure)
-def e4m3_sure(typingctx, q0, q1):
-    """Whether ``q0`` and ``q1`` are each sure to round to e4m3 as any float32 within 2^-21 of it (relatively) does:
-    both ends of each bracket, ``q * (1 ∓ 2^-21)`` rounded, round to the same e4m3 byte (two conversions of a pair,
-    one comparison; rounding to e4m3 is monotone, so everything between rounds alike). NaN is sure (a NaN byte both
-    ways); so are zeros, infinities and e4m3's subnormals where their brackets agree.
-
-    The fast half of ``fp8(n / d)`` by a row constant ``d`` (the generated ``rt_q8``): ``q = n * (1/d)``, with ``1/d``
-    correctly rounded, is within 2^-23 (relatively, and a step for float32's subnormals) of the quotient, so where
-    ``q`` is sure it rounds to e4m3 as the quotient does, and the division is skipped."""
-    _number("e4m3_sure", q0)
-    _number("e4m3_sure", q1)
+@_device(_sim_fma32)
+def fma32(typingctx, a, b, c):
+    """``a * b + c`` in float32 rounded once (``fma.rn.f32``; the simulator's stand-in computes it exactly, then rounds
+    to nearest even), whatever NVVM's contraction settings. The quotients of ``fp8(n / d)`` by a row constant (the
+    generated ``rt_q8``) correct a product by the reciprocal with it."""
+    for v in (a, b, c):
+        _number("fma32", v)
 
     def codegen(context, builder, sig, args):
-        f32 = ir.FloatType()
-        q0, q1 = (context.cast(builder, v, t, types.float32) for v, t in zip(args, sig.args))
-        below, above = f32(float(_SURE_BELOW)), f32(float(_SURE_ABOVE))
-        low = _e4m3_pair(builder, builder.fmul(q0, below), builder.fmul(q1, below))
-        high = _e4m3_pair(builder, builder.fmul(q0, above), builder.fmul(q1, above))
-        return builder.icmp_unsigned("==", low, high)
-    return types.boolean(q0, q1), codegen
+        values = [context.cast(builder, v, t, types.float32) for v, t in zip(args, sig.args)]
+        return builder.fma(*values)
+    return types.float32(a, b, c), codegen
+
 
 @_device(_sim_ld_e4m3)
 def ld_e4m3(typingctx, a, row, col):

@@ -409,8 +409,9 @@ def test_the_factor_kernels_compute_a_rows_invariants_once(name, invariant, elem
 
 @pytest.mark.parametrize("name,invariant,element", [
     ("rmsnorm_gemm", "r_h0 = (_K1/rt_sqrt(p_eps + s_ss/p_h))", "e_g_0_0*e_x_0_0*r_h0"),
-    # divided by the row's max, as written: by its reciprocal where that rounds to e4m3 alike (codegen.quotients)
-    ("fp8_quant_gemm", "r_h0 = rt_max(", "= rt_fp8(rt_q8(_K"),
+    # divided by the row's max, as written: the reciprocal's product corrected by FMAs (codegen.quotients), testing
+    # the reciprocal an element at a time where the factors are stored wider
+    ("fp8_quant_gemm", "r_h0 = rt_max(", "= rt_fp8(rt_q8c(_K"),
 ])
 def test_without_a_mask_the_factors_are_a_rows_kernels_per_element_output(name, invariant, element):
     # the scalar part with the factors as a per-element output, built by the rows strategy: the row read once into

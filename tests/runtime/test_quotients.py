@@ -1,26 +1,35 @@
-"""``fp8(n / d)`` by a row constant in the ``rows`` kernels: divided where the store rounds to e4m3 bytes; where the
-value is rounded by ``rt_fp8`` and stored wider, the product ``n * (1/d)`` where it is sure to round to e4m3 as the
-quotient does, the division elsewhere (``codegen.quotients``, ``intrinsics.e4m3_sure``). The kernels' quantised values
-equal those of the float32 division bit for bit, on the values where a product alone would not."""
+"""``fp8(n / d)`` by a row constant in the ``rows`` kernels: ``rt_q8``, the product by the correctly rounded reciprocal
+corrected twice by its remainder (``fma32``), no division (``codegen.quotients``, ``codegen.helpers.QUOTIENT_HELPERS``).
+Its float32 value is the division's wherever the quotient is in [2^-11, 2^10), and its e4m3 rounding everywhere; the
+kernels' quantised values equal those of the float32 division bit for bit, on values where the product alone would
+not."""
 
 import re
+from fractions import Fraction
 
 import numpy as np
 import pytest
+from numba import cuda
 
 from redalgebra import derive, parse
+from redalgebra.codegen.helpers import QUOTIENT_HELPERS
 from redalgebra.runtime import compile
 from redalgebra.runtime.formats import e4m3_bits
-from redalgebra.runtime.intrinsics import _sim_e4m3_sure
+from redalgebra.runtime.intrinsics import _round_f32, _sim_fma32
 
 FP8_QUANT = "input x\nreduce a = max(abs(x))\nout q = fp8(x * 448 / max(a, 1e-12))\n"
-TINY, HUGE = np.float32(2.0 ** -126), np.float32(2.0 ** 126)
 
 
-def _recip(d):
-    """``rt_recip8``: 1/d correctly rounded where |d| is in [2^-126, 2^126), else NaN."""
-    with np.errstate(all="ignore"):
-        return np.where((np.abs(d) >= TINY) & (np.abs(d) < HUGE), np.float32(1) / d, np.float32(np.nan)).astype(np.float32)
+def _helpers(**replace):
+    """The generated helpers ``rt_recip8`` and ``rt_q8`` as the simulator runs them (``replace``: text substitutions,
+    for mutants)."""
+    text = QUOTIENT_HELPERS
+    for old, new in replace.items():
+        assert old in text
+        text = text.replace(old, new)
+    ns = {"np": np, "cuda": cuda, "fma32": _sim_fma32, "NAN": np.float32(np.nan), "_FP8_ONE": np.float32(1)}
+    exec(text, ns)
+    return ns["rt_recip8"], ns["rt_q8"], ns["rt_q8c"]
 
 
 def _midpoints() -> np.ndarray:
@@ -34,61 +43,87 @@ def _decode(bits):
     return e4m3_to_float(bits)
 
 
-def _quotient_case(n, d):
-    """(e4m3 of the product where sure else of the quotient, e4m3 of the quotient, how many were sure)."""
-    n, d = np.asarray(n, np.float32), np.asarray(d, np.float32)
+@pytest.mark.parametrize("a,b,c", [
+    (1 + 2.0 ** -12, 1 + 2.0 ** -12, 2.0 ** -60),   # 1 + 2^-11 + 2^-24 + 2^-60: float64 first would round to the tie
+    (1 + 2.0 ** -12, 1 + 2.0 ** -12, -(2.0 ** -60)),
+    (3.0, 1 / 3, -1.0),                              # the remainder of a product: exact
+    (1e20, 1e20, 1.0), (2.0 ** 64, 2.0 ** 64, -(2.0 ** 100)),  # past float32's range: inf
+    (2.0 ** -75, 2.0 ** -75, 2.0 ** -149),          # subnormal results
+    (0.0, 5.0, -0.0), (-0.0, 5.0, -0.0), (2.0, 3.0, -6.0), (np.inf, 0.0, 1.0), (np.inf, 1.0, -np.inf),
+])
+def test_fma32_rounds_the_exact_sum_once(a, b, c):
+    a, b, c = np.float32(a), np.float32(b), np.float32(c)
+    got = _sim_fma32(a, b, c)
+    if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(c)):
+        assert np.isnan(got)
+        return
+    exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    if exact == 0:  # IEEE: -0 only for (-0) + (-0)
+        assert got == 0 and np.signbit(got) == (a * b == 0 and np.signbit(np.float32(a * b)) and np.signbit(c))
+        return
+    # the nearest float32 (ties to even), by exact comparisons against both neighbours
+    assert np.isinf(got) or all(abs(Fraction(float(got)) - exact) <= abs(Fraction(float(n)) - exact)
+                                for n in (np.nextafter(got, np.float32(-np.inf)), np.nextafter(got, np.float32(np.inf))))
+    assert _round_f32(exact) == got
+    if c == np.float32(2.0 ** -60):
+        assert got == np.float32(1 + 2.0 ** -11 + 2.0 ** -23) != np.float32(float(a) * float(b) + float(c))
+
+
+def _cases(rng, count):
+    """(n, d): divisors over float32's range and past the fast one's ([2^-92, 2^100]), numerators whose quotients lie
+    next to float32's rounding ties (where a product's error shows), scaled from 2^-14 to 2^11, or next to e4m3's;
+    and special values."""
+    d = (rng.uniform(1, 2, count) * np.exp2(rng.integers(-110, 115, count))).astype(np.float32)
+    d *= rng.choice(np.array([-1, 1], np.float32), count)
+    quotient = rng.uniform(1, 2, count) * np.exp2(rng.integers(-14, 11, count)) * (1 + 2.0 ** -24)
+    quotient[::2] = rng.choice(_midpoints(), count // 2 + count % 2)  # half of them next to e4m3's rounding boundaries
     with np.errstate(all="ignore"):
-        q = (n * _recip(d)).astype(np.float32)
-        exact = (n / d).astype(np.float32)
-    sure = np.array([r == r and _sim_e4m3_sure(v, v) for v, r in zip(q, _recip(np.broadcast_to(d, q.shape)))])
-    fast = np.where(sure, q, exact)
-    return e4m3_bits(fast), e4m3_bits(exact), int(sure.sum())
+        n = (quotient * d.astype(np.float64)).astype(np.float32)
+    n = (n.view(np.int32) + rng.integers(-2, 3, count).astype(np.int32)).view(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-40, 3e38], np.float32)
+    n = np.concatenate([n, special, special])
+    d = np.concatenate([d, np.full(special.size, 3.0, np.float32), np.full(special.size, -1e-30, np.float32)])
+    return n, d
 
 
-def test_sure_products_round_to_e4m3_as_the_quotients_do():
-    rng = np.random.default_rng(7)
-    count = 40_000
-    # divisors: bfloat16-like scales, then float32 of every magnitude, the fast range's edges and beyond it; quotients
-    # in e4m3's range, a fifth of them scaled down into its subnormals and below
+def _quotients(n, d, **mutant):
+    rt_recip8, rt_q8, rt_q8c = _helpers(**mutant)
     with np.errstate(all="ignore"):
-        d = np.concatenate([rng.uniform(1e-3, 1e3, count // 2),
-                            np.exp2(rng.uniform(-140, 140, count // 2)) * rng.choice([-1, 1], count // 2)])
-        scale = np.where(rng.random(count) < 0.2, np.exp2(-rng.integers(0, 40, count).astype(float)), 1.0)
-        d = d.astype(np.float32)
-        n = (d.astype(np.float64) * rng.uniform(-450, 450, count) * scale).astype(np.float32)
-    fast, exact, sure = _quotient_case(n, d)
-    np.testing.assert_array_equal(fast, exact)
-    assert sure > count * 0.7  # the product is taken for most: the division is the exception
+        # (as the kernels call it: the row divided where the reciprocal is NaN, tested once a row or by rt_q8c)
+        got = np.array([rt_q8(a, b, r) if r == r else a / b for a, b, r in zip(n, d, map(rt_recip8, d))], np.float32)
+        checked = np.array([rt_q8c(a, b, rt_recip8(b)) for a, b in zip(n, d)], np.float32)
+        want = (n / d).astype(np.float32)
+    np.testing.assert_array_equal(checked.view(np.int32), got.view(np.int32))
+    return got, want
 
 
-def test_quotients_next_to_every_rounding_boundary_take_the_division_where_the_product_would_round_otherwise():
-    mids = _midpoints()
-    rng = np.random.default_rng(11)
-    n, d = [], []
-    for m in mids:
-        dd = rng.uniform(1, 2, 6).astype(np.float32) * np.float32(2.0 ** rng.integers(-20, 20))
-        base = (m.astype(np.float64) * dd.astype(np.float64)).astype(np.float32)
-        for k in range(-6, 7):
-            n.append((base.view(np.int32) + k).view(np.float32))
-            d.append(dd)
-    n, d = np.concatenate(n), np.concatenate(d)
-    fast, exact, _ = _quotient_case(n, d)
-    np.testing.assert_array_equal(fast, exact)
-    with np.errstate(all="ignore"):
-        product = e4m3_bits((n * _recip(d)).astype(np.float32))
-    assert (product != exact).sum() > 50  # the product alone would round some of these to the other side
+def test_the_quotient_is_the_float32_division_wherever_e4m3_can_tell():
+    n, d = _cases(np.random.default_rng(7), 6000)
+    got, want = _quotients(n, d)
+    np.testing.assert_array_equal(e4m3_bits(got), e4m3_bits(want))  # every byte, zeros' signs and saturation too
+    fast = (np.abs(d) >= 2.0 ** -92) & (np.abs(d) <= 2.0 ** 100)
+    span = fast & (np.abs(want) >= 2.0 ** -11) & (np.abs(want) < 1024)
+    np.testing.assert_array_equal(got[span].view(np.int32), want[span].view(np.int32))
+    assert span.sum() > 3000
+    with np.errstate(all="ignore"):  # the reciprocal's product alone is off on many of these
+        product = (n * (np.float32(1) / d)).astype(np.float32)
+    assert (product[span].view(np.int32) != want[span].view(np.int32)).sum() > 500
+    assert (e4m3_bits(product) != e4m3_bits(want)).sum() > 0
 
 
-@pytest.mark.parametrize("q,want", [(0.0, True), (-0.0, True), (448.0, True), (3e38, True), (np.inf, True),
-                                    (np.nan, True), (1.0625, False), (1.0625 * (1 + 2.0 ** -22), False), (1.0625 * (1 + 2.0 ** -20), True), (1.5, True),
-                                    (-432.0, False), (2.0 ** -10, False), (2.0 ** -10 * (1 + 2.0 ** -19), True),
-                                    (1e-30, True)])
-def test_sure_brackets_each_value_by_two_to_the_minus_21(q, want):
-    # 1.0625 is the midpoint between 1 and 1.125 (2^-22 past it is inside the bracket), 432 between 416 and 448, 2^-10
-    # between 0 and e4m3's least subnormal;
-    # 2^-20 beyond a midpoint is outside the bracket; everything past 448 saturates to it
-    assert _sim_e4m3_sure(np.float32(q), np.float32(q)) is want
-    assert _sim_e4m3_sure(np.float32(1.5), np.float32(q)) is want  # a pair is sure where both are
+@pytest.mark.parametrize("mutant", [
+    {" and q != _Q8_ZERO else q": " else q"},  # -0 / d would lose its sign
+    {"    return q2 if": "    return q if"},  # no correction: the product alone
+])
+def test_the_checks_fail_without_the_parts_they_can_see(mutant):
+    # (two parts the proof needs are not seen by sampling: the second correction, which was never wrong in 200 M
+    # adversarial cases, and the 2^-92 floor of the fast range, whose remainders would leave float32's grid only for
+    # quotients within about 2^-39 of a tie)
+    n, d = _cases(np.random.default_rng(7), 6000)
+    got, want = _quotients(n, d, **mutant)
+    assert (e4m3_bits(got) != e4m3_bits(want)).any() or (got.view(np.int32) != want.view(np.int32))[
+        (np.abs(want) >= 2.0 ** -11) & (np.abs(want) < 1024) & (np.abs(d) >= 2.0 ** -92) & (np.abs(d) <= 2.0 ** 100)
+    ].any()
 
 
 def _float32_quantised(x):
@@ -108,13 +143,20 @@ def _assert_quantised_as_divided(kernel, x):
     return q if q.dtype == np.uint8 else e4m3_bits(q)
 
 
-@pytest.mark.parametrize("out_dtype,form", [(None, "/r_h0"), ("float32", "rt_q8x2(_K")])
-def test_the_rows_kernel_quantises_as_the_float32_division_bit_for_bit(out_dtype, form):
-    # stored as e4m3 bytes the quotient is divided (the store rounds); stored wider, rounded by rt_fp8, it is the
-    # product by the reciprocal where e4m3_sure says so, the division elsewhere
+@pytest.mark.parametrize("out_dtype", [None, "float32"])
+def test_the_rows_kernel_quantises_as_the_float32_division_bit_for_bit(out_dtype):
+    # stored as e4m3 bytes (the store rounds) or wider (rounded by rt_fp8): rt_q8 either way, no division an element
     kernel = compile(derive(parse(FP8_QUANT)), "cudasim", "rows", out_dtype=out_dtype)
     src = kernel.source(kernel._layout({"x": np.zeros((3, 40), np.float32)}, {}, None)[0], "rows").source
-    assert form in src and bool(re.search(r"r_h\d+ = rt_recip8\(", src)) == (out_dtype is not None)
+    # stored as e4m3 bytes: the reciprocal tested once a row (the row divided where it is NaN); stored wider, by
+    # rt_q8c an element at a time (each measured faster so)
+    guards = re.findall(r"if (r_h\d+) == \1:", src)
+    assert re.search(r"r_h\d+ = rt_recip8\(", src)
+    if out_dtype is None:
+        assert "rt_q8(_K" in src and "rt_q8c(_K" not in src and len(guards) == 1, guards
+        assert src.count("/r_h") == src.count("rt_q8(_K")  # the divided copy of the stores
+    else:
+        assert "rt_q8c(_K" in src and "rt_q8(_K" not in src and not guards and "/r_h" not in src
     rng = np.random.default_rng(3)
     # rows whose largest |x| is 3 · 2^k: 448 x / a is then within a few steps of e4m3 boundaries for chosen x
     mids = _midpoints()
@@ -168,13 +210,11 @@ def test_an_fp8_quotient_inside_another_fp8_or_by_a_varying_divisor_computes_as_
             np.testing.assert_array_equal(q if q.dtype == np.uint8 else e4m3_bits(q), want, err_msg=f"{text} {out_dtype}")
 
 
-def test_the_fast_quotient_is_kept_to_gpus_that_convert_to_e4m3():
-    # e4m3_sure's conversion needs sm_89: on older GPUs the quotients divide
+def test_the_quotient_helpers_go_only_where_a_quotient_is_printed():
+    # the CUDA tree modules carry rt_q8 (the FMA form, for every GPU); the legacy one-kernel modules print no quotient
+    # and carry none of it
     kernel = compile(derive(parse(FP8_QUANT)), "cuda", "rows", out_dtype="float32")
     src = kernel.source(kernel.spec_for(3, 64, {"x": "float32"})[1], "rows").source
-    assert "e4m3_sure(q0, q1)" in src and re.search(
-        r"\nif not \(config\.ENABLE_CUDASIM or fp8_in_hardware\(\)\):[^\n]*\n"
-        r"    rt_q8, rt_q8x2 = rt_q8_divided, rt_q8x2_divided", src)
-    # (the legacy one-kernel modules print no quotient and carry none of it)
+    assert "def rt_q8(n, d, r):" in src and "fma32(fma32(-q1, d, n), r, q1)" in src
     legacy = compile(derive(parse(FP8_QUANT)), "cuda", "block")
     assert "rt_q8" not in legacy.source(legacy.spec_for(3, 64, {"x": "float32"})[1], "block").source

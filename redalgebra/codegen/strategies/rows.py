@@ -36,7 +36,7 @@ from ...errors import RedalgebraError
 from ...ir.functions import Dot, RoundE4M3, VSum
 from ..emit import Spec
 from ..printer import invariants, print_expr
-from ..quotients import Quotient8, e4m3_quotients
+from ..quotients import CheckedQuotient8, Quotient8, e4m3_quotients
 from ..states import ScalarState, TopKState, bind_program, merge_stmts, require_scalar_elements, states_of
 from ..tree import Assign, Barrier, Comment, For, If, Load, Shared, Shuffle, Store
 from . import VEC, Strategy, register
@@ -484,12 +484,33 @@ class RowsKernel(TreeKernel):
     def element_outputs(self) -> tuple[list, list]:
         """(row-invariant temporaries computed once, the per-chunk stores)."""
         acc = self.final_access()
-        # fp8 of a quotient by a row constant, rounded as the division: tested products for outputs stored wider,
-        # divided where the store rounds to e4m3 bytes (quotients.py: which the H200 measured faster where)
+        # fp8 of a quotient by a row constant, rounded as the division is without dividing (quotients.py)
         fixed = self.element_names().isdisjoint
-        hoisted, exprs = self._hoist([(s, e4m3_quotients(e.xreplace(self.cached), fixed,
-                                                         self.out_dtypes.get(s.name) != "e4m3"))
+        hoisted, exprs = self._hoist([(s, e4m3_quotients(e.xreplace(self.cached), fixed))
                                       for s, e in self.f.finalize.steps if s.name in self.varying], acc)
+        # (each rt_q8's third argument: its Reciprocal8, or the name the hoisting gave it)
+        reciprocals = sorted({q.args[2] for _, e in exprs for q in e.atoms(Quotient8) if len(q.args) == 3}, key=str)
+        if not reciprocals:
+            return hoisted, self.stores(exprs)
+        if any(self.out_dtypes.get(s.name) != "e4m3" for s, e in exprs if e.atoms(Quotient8)):
+            # values stored wider: each quotient tests the reciprocal (rt_q8c; H200, the exact product's float16
+            # factors M4096 x K7168: 50.1 us so, 58.7 with the row's test below; gpu/README.md)
+            return hoisted, self.stores([(s, e.replace(lambda q: isinstance(q, Quotient8) and len(q.args) == 3,
+                                                       lambda q: CheckedQuotient8(*q.args))) for s, e in exprs])
+        # rt_q8 takes the row's reciprocal as it is: a row whose divisor is out of its range (rt_recip8's NaN) is
+        # divided, tested once a row here, not once an element (H200, the quantiser 16384 x 7168: 139.0 us so,
+        # 146.9 testing it an element at a time)
+        pre, guard = [], []
+        for r in reciprocals:
+            before, text = print_expr(r, self.element_access(0, 0, "s"), self.consts, None, self.counter, tree=True)
+            pre += before
+            guard.append(f"{text} == {text}")
+        divided = [(s, e.replace(lambda q: isinstance(q, Quotient8) and len(q.args) == 3,
+                                 lambda q: Quotient8(*q.args[:2]))) for s, e in exprs]
+        return hoisted, pre + [If(" and ".join(guard), tuple(self.stores(exprs)), tuple(self.stores(divided)))]
+
+    def stores(self, exprs) -> list:
+        """The per-chunk stores of the per-element outputs ``exprs`` ((symbol, expression) pairs)."""
         stores = []
         for i in range(self.tile):
             wide, narrow = [], []
@@ -498,42 +519,16 @@ class RowsKernel(TreeKernel):
                 if dtype == "e4m3" and isinstance(expr, RoundE4M3):
                     expr = expr.args[0]  # the byte conversion rounds (to nearest even, saturating)
                 values = [f"y_{sym.name}_{c}" for c in range(self.vec)]
-                paired = self.quotient_pairs(i, expr, values)
-                wide += paired or []
                 for c in range(self.vec):
                     pre, text = print_expr(expr, self.element_access(i, c, "s"), self.consts, None, self.counter, tree=True)
-                    if paired is None:
-                        wide += pre + [Assign(values[c], text)]
+                    wide += pre + [Assign(values[c], text)]
                     narrow.append(If(f"c0_{i} + {c} >= 0 and c0_{i} + {c} < length",
                                      tuple(pre + [Store(self.array(sym.name), "row", f"c0_{i} + {c}", (text,), dtype)])))
                 width = WIDE_STORES.get((dtype, self.vec), 1)
                 wide += [Store(self.array(sym.name), "row", f"c0_{i} + {k}", tuple(values[k:k + width]), dtype)
                          for k in range(0, self.vec, width)]
             stores.append(If(f"full_{i}", tuple(wide), tuple(narrow)))
-        return hoisted, stores
-
-    def quotient_pairs(self, i: int, expr, values: list) -> list | None:
-        """The statements that compute a chunk's ``values`` of an ``fp8`` quotient by a row constant two at a time
-        (``rt_q8x2``: one test for both, :mod:`..quotients`), or None for any other expression or an odd chunk."""
-        rounded = isinstance(expr, RoundE4M3)
-        q = expr.args[0] if rounded else expr
-        if not isinstance(q, Quotient8) or len(q.args) != 3 or self.vec % 2:
-            return None
-        out = []
-        for c in range(0, self.vec, 2):
-            texts = []
-            for k in (c, c + 1):
-                pre, text = print_expr(q.args[0], self.element_access(i, k, "s"), self.consts, None, self.counter,
-                                       tree=True)
-                out += pre
-                texts.append(text)
-            for a in q.args[1:]:  # the divisor and its reciprocal (row constants)
-                pre, text = print_expr(a, self.element_access(i, c, "s"), self.consts, None, self.counter, tree=True)
-                out += pre
-                texts.append(text)
-            out.append(Assign(f"{values[c]}, {values[c + 1]}", f"rt_q8x2({', '.join(texts)})"))
-            out += [Assign(values[k], f"rt_fp8({values[k]})") for k in (c, c + 1) if rounded]
-        return out
+        return stores
 
     def array(self, output: str) -> str:
         """The array a per-element output is stored in."""

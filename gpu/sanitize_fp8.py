@@ -1,0 +1,66 @@
+"""The FP8 kernels under compute-sanitizer, at small hostile shapes: the FP8 product reading K-major weights as they
+lie (the producer's copies straight from the user's memory), and the ``rows`` quantiser's two quotient forms (the
+reciprocal tested once a row, for e4m3 bytes; an element at a time, ``rt_q8c``, for float32), with rows whose scale
+is out of the fast range (divided). Each call is checked against the float32 division or float64.
+
+    compute-sanitizer --tool memcheck python3 gpu/sanitize_fp8.py
+    compute-sanitizer --tool racecheck python3 gpu/sanitize_fp8.py
+
+Prints a line per case; exits 1 on a wrong value (the sanitizer's own report says the rest).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+
+import redalgebra as ra
+from redalgebra import workloads
+from redalgebra.runtime.formats import e4m3_bits, e4m3_to_float
+
+QUANT = "input x\nreduce a = max(abs(x))\nout q = fp8(x * 448 / max(a, 1e-12))\n"
+
+
+def fp8_products(m: int, k: int, n: int, seg) -> bool:
+    torch.manual_seed(m + k + n)
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w = (torch.randn(n, k, device="cuda") * 0.05).to(torch.float8_e4m3fn)  # (n, L): a Linear layer's weight
+    kern = ra.compile(ra.derive(workloads.get("fp8_quant_gemm").cascade), "cuda", "columns_wgmma", fp8_products=True,
+                      **({"segments": seg} if seg else {}))
+    got = kern({"x": x, "w": w.t()[None]}, {})["y"].double()
+    a = x.float().abs().amax(-1, keepdim=True).clamp(min=1e-12)
+    want = ((x.float() * 448 / a).to(torch.float8_e4m3fn).double() @ w.double().t()) * (a.double() / 448)
+    err = float((got - want).abs().max()) / float(want.abs().max())
+    print(f"FP8 products, K-major weights, M{m} K{k} N{n} segments {seg or 'auto'}: {err:.2e}", flush=True)
+    return err <= 4e-4
+
+
+def quantiser(rows: int, length: int, out_dtype) -> bool:
+    rng = np.random.default_rng(rows + length)
+    x = rng.normal(size=(rows, length)).astype(np.float32)
+    x[0] *= np.float32(1e-38)  # a scale below the fast range: the row divided
+    x[-1, 0] = np.float32(3e38)  # one above it
+    kern = ra.compile(ra.derive(ra.parse(QUANT)), "cuda", "rows", out_dtype=out_dtype)
+    got = np.asarray(kern({"x": x})["q"])
+    a = np.maximum(np.abs(x).max(axis=1, keepdims=True), np.float32(1e-12)).astype(np.float32)
+    with np.errstate(all="ignore"):
+        want = e4m3_bits(((x * np.float32(448)).astype(np.float32) / a).astype(np.float32))
+    if got.dtype == np.uint8:
+        bad = int((got != want).sum())
+    else:  # the rounded values (a zero's sign aside)
+        w = e4m3_to_float(want)
+        bad = int((~((got == w) | (np.isnan(got) & np.isnan(w)))).sum())
+    print(f"quantiser {rows} x {length} stored as {out_dtype or 'e4m3'}: {bad} differ", flush=True)
+    return bad == 0
+
+
+def main() -> int:
+    ok = all([fp8_products(130, 256, 72, None), fp8_products(5, 384, 80, 3), quantiser(5, 1001, None),
+              quantiser(5, 1001, "float32"), quantiser(3, 7168, None)])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

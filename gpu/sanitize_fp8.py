@@ -1,7 +1,7 @@
 """The FP8 kernels under compute-sanitizer, at small hostile shapes: the FP8 product reading K-major weights as they
 lie (the producer's copies straight from the user's memory), and the ``rows`` quantiser's two quotient forms (the
-reciprocal tested once a row, for e4m3 bytes; an element at a time, ``rt_q8c``, for float32), with rows whose scale
-is out of the fast range (divided). Each call is checked against the float32 division or float64.
+reciprocal tested once a row, for e4m3 bytes; an element at a time, ``rt_q8c``, for float32), with a row whose scale
+is above the fast range (divided; the cascade's clamp keeps scales from going below it). Each call is checked against the float32 division or float64.
 
     compute-sanitizer --tool memcheck python3 gpu/sanitize_fp8.py
     compute-sanitizer --tool racecheck python3 gpu/sanitize_fp8.py
@@ -40,8 +40,8 @@ def fp8_products(m: int, k: int, n: int, seg) -> bool:
 def quantiser(rows: int, length: int, out_dtype) -> bool:
     rng = np.random.default_rng(rows + length)
     x = rng.normal(size=(rows, length)).astype(np.float32)
-    x[0] *= np.float32(1e-38)  # a scale below the fast range: the row divided
-    x[-1, 0] = np.float32(3e38)  # one above it
+    x[0] *= np.float32(1e-38)  # a tiny row (its scale clamped to 1e-12 by the cascade: inside the fast range)
+    x[-1, 0] = np.float32(3e38)  # a scale above the fast range: the row divided
     kern = ra.compile(ra.derive(ra.parse(QUANT)), "cuda", "rows", out_dtype=out_dtype)
     got = np.asarray(kern({"x": x})["q"])
     a = np.maximum(np.abs(x).max(axis=1, keepdims=True), np.float32(1e-12)).astype(np.float32)

@@ -210,7 +210,9 @@ if not config.ENABLE_CUDASIM:  # on the GPU, bfloat16 is the high half of a floa
 #: - ``q0 = RN(n r)`` is within 2^-23 of ``n / d`` relatively (two roundings of relative error below 2^-24);
 #: - the remainder ``e0 = RN(n - d q0)`` (one FMA) has relative error at most 2^-24, so ``q1 = RN(q0 + e0 r)`` is
 #:   ``RN(n/d + (n/d - q0) g)`` with ``|g| < 2^-22``: within 2^-45 of ``n / d`` before its rounding, so one of the two
-#:   float32 neighbours of ``n / d`` (a faithful quotient);
+#:   float32 neighbours of ``n / d`` (a faithful quotient). (Where ``e0`` is subnormal and off the grid — ``q0`` just
+#:   below 2^-11 with ``|d|`` near 2^-92 — its error is at most 2^-150, which ``r`` scales to at most 2^-58: far below
+#:   half of ``q1``'s step, so ``q1`` is faithful still.)
 #: - Markstein's theorem (IBM J. Res. Develop. 34(1), 1990; the FMA division of the Handbook of Floating-Point
 #:   Arithmetic): with ``q1`` faithful and ``r`` within 2^-24 of ``1/d`` relatively, ``e1 = RN(n - d q1)`` is exact and
 #:   ``RN(q1 + e1 r)`` is ``RN(n / d)``.
@@ -220,8 +222,9 @@ if not config.ENABLE_CUDASIM:  # on the GPU, bfloat16 is the high half of a floa
 #: is NaN and the row divides (the ``rows`` kernel tests ``r`` once a row where the values are stored as e4m3
 #: bytes, ``rt_q8c`` an element at a time where they are stored wider: each measured faster there). Quotients that
 #: matter to e4m3 lie in [2^-11, 2^10): smaller ones round to an e4m3 zero either way (the corrections keep their
-#: sign: their error is below half of any nonzero ``|n / d|``), and from ``|q0| >= 2^10`` on (infinities, NaN too)
-#: ``q0`` is returned, which saturates to ±448 as the quotient does; a zero ``q0`` is returned too, keeping the sign of
+#: sign: their error is below half of any nonzero ``|n / d|``), and from ``|q0| >= 2^11`` on (infinities, NaN too)
+#: ``q0`` is returned, which saturates to ±448 as the quotient does (every quotient below 2^10 has a ``q0`` below
+#: 2^11, so is corrected); a zero ``q0`` is returned too, keeping the sign of
 #: ``-0 / d``, which the corrections would lose. So every e4m3 byte is the division's, and the float32 value too
 #: wherever the quotient is in [2^-11, 2^10). (``q0`` is not always faithful: 11.5 % of 100 M quotients of
 #: significands near 2 were not; yet ``q1`` was the division in all of 200 M such cases, exactly modelled: a search,
@@ -229,7 +232,7 @@ if not config.ENABLE_CUDASIM:  # on the GPU, bfloat16 is the high half of a floa
 QUOTIENT_HELPERS = """
 _Q8_TINY = np.float32(2.0 ** -92)
 _Q8_HUGE = np.float32(2.0 ** 100)
-_Q8_BIG = np.float32(1024.0)
+_Q8_BIG = np.float32(2048.0)
 _Q8_ZERO = np.float32(0.0)
 
 

@@ -211,18 +211,33 @@ class Kernel:
         for p in c.params:
             if p.size is not None:
                 self._size(sizes, p.size, np.shape(params[p.name])[-1], p.name)
-        alignment = _alignment(inputs, c, length, reps, bool(self.fused.per_element_outputs), tuple(major))
-        strategy, spec, extra = self.spec_for(rows, length, dtypes, sizes, keep is not None, alignment, reps,
-                                              tuple(major))
-        for name in major:
-            a = getattr(inputs[name], "bits", inputs[name])
-            if name not in spec.k_major and _is_device(a) and self.backend == "cuda":
-                raise KMajorUnread(
-                    f"input {name} is a device array laid out K-major (shape {tuple(a.shape)}, strides "
-                    f"{a.__cuda_array_interface__.get('strides')}): only columns_wgmma with fp8_products reads "
-                    f"weights so (e4m3, one matrix for all rows, L a multiple of 128, 16-byte aligned); {strategy} "
-                    f"indexes rows by their length: pass a contiguous copy (cupy.ascontiguousarray, .copy())")
+        def plan(major):
+            alignment = _alignment(inputs, c, length, reps, bool(self.fused.per_element_outputs), tuple(major))
+            return self.spec_for(rows, length, dtypes, sizes, keep is not None, alignment, reps, tuple(major))
+
+        device = [n for n in major if _is_device(getattr(inputs[n], "bits", inputs[n])) and self.backend == "cuda"]
+        try:
+            strategy, spec, extra = plan(major)
+        except RedalgebraError as err:  # (e.g. K-major weights off the 16-byte grid: a copy would be aligned)
+            if not device:
+                raise
+            raise self._k_major_unread(inputs, device, str(err)) from None
+        unread = [n for n in major if n not in spec.k_major]
+        if any(n in device for n in unread):
+            raise self._k_major_unread(inputs, [n for n in unread if n in device],
+                                       f"{strategy} reads rows by their length")
+        if unread:  # host arrays copied contiguous (1, L, n): judged so
+            strategy, spec, extra = plan([n for n in major if n in spec.k_major])
         return spec, rows, length, reps, strategy, extra
+
+    @staticmethod
+    def _k_major_unread(inputs: dict, names: list, why: str) -> "KMajorUnread":
+        a = getattr(inputs[names[0]], "bits", inputs[names[0]])
+        return KMajorUnread(
+            f"input {names[0]} is a device array laid out K-major (shape {tuple(a.shape)}, strides "
+            f"{a.__cuda_array_interface__.get('strides')}), which this call cannot read as it lies ({why}); only "
+            f"columns_wgmma with fp8_products reads weights so (e4m3, one matrix for all rows, L a multiple of 128, "
+            f"16-byte aligned): pass a contiguous copy (cupy.ascontiguousarray, .copy())")
 
     def spec_for(self, rows: int, length: int, dtypes=(), sizes: dict | None = None, keep: bool = False,
                  alignment: tuple | None = None, reps: dict | None = None,

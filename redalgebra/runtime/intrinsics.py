@@ -186,7 +186,9 @@ def _round_f32(x: Fraction) -> np.float32:
     with np.errstate(all="ignore"):
         f = np.float32(float(x))  # (within a step: float() rounds to float64 first)
     best = None
-    for c in (np.nextafter(f, np.float32(-np.inf)), f, np.nextafter(f, np.float32(np.inf))):
+    with np.errstate(all="ignore"):  # (a neighbour past float32's range is inf: skipped)
+        around = (np.nextafter(f, np.float32(-np.inf)), f, np.nextafter(f, np.float32(np.inf)))
+    for c in around:
         if not np.isfinite(c):
             continue
         key = (abs(Fraction(float(c)) - x), int(np.array(c).view(np.uint32)) & 1)  # nearer, then even

@@ -110,3 +110,39 @@ def test_a_raw_device_array_k_major_is_refused_by_name_where_it_is_not_read_so(m
     spec = compile(fused("fp8_quant_gemm"), "cuda", "columns_wgmma", fp8_products=True)._layout(
         {"x": x, "w": w}, {}, None)[0]
     assert spec.k_major == ("w",)
+
+
+def test_k_major_weights_off_the_16_byte_grid_are_copied_not_refused(monkeypatch):
+    # a raw device array is refused by name (a torch view is then copied, to fresh aligned memory), never with the
+    # strategy's own alignment message
+    monkeypatch.setattr(backends, "_capability", lambda: (9, 0))
+    kernel = compile(fused("fp8_quant_gemm"), "cuda", "columns_wgmma", fp8_products=True)
+    x = as_e4m3(_Device((8, 256), None))
+    w = as_e4m3(_Device((1, 256, 72), (18432, 1, 256), address=(1 << 20) + 8))
+    with pytest.raises(KMajorUnread, match="input w is a device array laid out K-major .* 16-byte"):
+        kernel._layout({"x": x, "w": w}, {}, None)
+
+
+def test_only_the_weights_the_product_reads_are_read_k_major():
+    # a cascade with a second vector input: neither is read K-major (the product's are not told apart by position)
+    text = ("input x\ninput v[n]\ninput w[n]\nreduce a = max(abs(x))\n"
+            "reduce acc = sum(w*fp8(448*x/max(1e-12, a)))\nout y = acc*max(1e-12, a)/448\n")
+    from redalgebra import derive, parse
+    kernel = compile(derive(parse(text)), "cudasim", "columns_wgmma", fp8_products=True)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(17, 256)).astype(np.float32)
+    lying = as_e4m3(np.ascontiguousarray(as_e4m3(rng.normal(size=(72, 256)).astype(np.float32)).bits).T[None])
+    for v_major in (True, False):
+        inputs = {"x": x, "v": lying if v_major else as_e4m3(np.ascontiguousarray(lying.bits)),
+                  "w": as_e4m3(np.ascontiguousarray(lying.bits)) if v_major else lying}
+        assert kernel._planned(inputs, {}, None)[0].k_major == ()
+
+
+def test_host_k_major_weights_not_read_so_are_judged_as_the_copy_they_become():
+    # L = 200 (not a multiple of 128): the host array is copied contiguous, and planned as that copy (16-byte loads of
+    # the factors' rows), not as the (n, L) rows it would have been read as
+    inputs, params, w, lying = _fp8_problem(5, 200, 72)
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=True)
+    spec_lying = kernel._planned(dict(inputs, w=lying), params, None)[0]
+    spec_given = kernel._planned(dict(inputs, w=w), params, None)[0]
+    assert spec_lying == spec_given and spec_lying.k_major == ()

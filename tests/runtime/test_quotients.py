@@ -81,8 +81,12 @@ def _cases(rng, count):
         n = (quotient * d.astype(np.float64)).astype(np.float32)
     n = (n.view(np.int32) + rng.integers(-2, 3, count).astype(np.int32)).view(np.float32)
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-40, 3e38], np.float32)
-    n = np.concatenate([n, special, special])
-    d = np.concatenate([d, np.full(special.size, 3.0, np.float32), np.full(special.size, -1e-30, np.float32)])
+    # quotients just below 2^10, whose product may round up to it (corrected all the same)
+    top_d = (rng.uniform(1, 2, 64) * np.exp2(rng.integers(-20, 20, 64))).astype(np.float32)
+    top_n = (1024 * (1 - rng.uniform(0, 2.0 ** -21, 64)) * top_d.astype(np.float64)).astype(np.float32)
+    top_n[0], top_d[0] = np.float32(2021.5665), np.float32(1.9741862)  # (2021.5665 * (1/1.9741862) rounds to 1024)
+    n = np.concatenate([n, special, special, top_n])
+    d = np.concatenate([d, np.full(special.size, 3.0, np.float32), np.full(special.size, -1e-30, np.float32), top_d])
     return n, d
 
 
@@ -114,6 +118,7 @@ def test_the_quotient_is_the_float32_division_wherever_e4m3_can_tell():
 @pytest.mark.parametrize("mutant", [
     {" and q != _Q8_ZERO else q": " else q"},  # -0 / d would lose its sign
     {"    return q2 if": "    return q if"},  # no correction: the product alone
+    {"_Q8_BIG = np.float32(2048.0)": "_Q8_BIG = np.float32(1024.0)"},  # quotients just below 2^10 left uncorrected
 ])
 def test_the_checks_fail_without_the_parts_they_can_see(mutant):
     # (two parts the proof needs are not seen by sampling: the second correction, which was never wrong in 200 M

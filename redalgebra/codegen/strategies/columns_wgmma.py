@@ -614,9 +614,11 @@ def k_major(fused: FusedCascade, p: Problem) -> tuple:
     """The weights the FP8 product reads as they lie (:attr:`Spec.k_major`): given K-major (``p.k_major``) — the
     (n, L) rows its producer copies 128 bytes at a time — when ``L`` is a multiple of the tile (128: no row is read
     past its end, where the transposed copy has zeros) and the call's arrays start on the 16-byte grid
-    (``p.vec_ok``). Other weights are transposed by the module's first kernel."""
-    weights = next(s.name for s in fused.cascade.inputs if s.size is not None)
-    return (weights,) if weights in p.k_major and p.length % (2 * BK) == 0 and p.vec_ok else ()
+    (``p.vec_ok``), and they are the cascade's one vector input (the one the product reads). Other weights are
+    transposed by the module's first kernel."""
+    vectors = [s.name for s in fused.cascade.inputs if s.size is not None]
+    ok = len(vectors) == 1 and vectors[0] in p.k_major and p.length % (2 * BK) == 0 and p.vec_ok
+    return tuple(vectors) if ok else ()
 
 
 def grid(rows: int, spec: Spec, named) -> dict:

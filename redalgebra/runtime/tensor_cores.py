@@ -18,7 +18,7 @@ element offset (non-coherent), ``ld_w4_stream_at`` the same without keeping the 
 once), ``ld_w2_stream_at`` its 8 bytes, ``st_w2_at`` stores two words; ``e4m3_pairs`` and ``b16_pairs`` make the
 operands' words (a column's rows ``k`` and ``k + 1``) from two rows' words, e4m3 bytes widened to float16 exactly.
 
-Built on the helpers of :mod:`.intrinsics` (pointers, packing, the simulator switch); like those, each name is
+Built on the helpers of :mod:`.lowering` (pointers, packing, the simulator switch); like those, each name is
 an inlined intrinsic on CUDA and a Python stand-in under the simulator. The warp-collective stand-ins meet
 their warp's other lanes at a barrier of 32 threads (the simulator runs a Python thread per CUDA thread) and
 compute the warp's result from all lanes' operands, as the PTX ISA defines it. The ``cp.async`` stand-ins keep each
@@ -36,13 +36,14 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 
-from .intrinsics import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _asm, _bf16_pair, _check, _device, _elements, _f32, _number, _vector,
-                         _pack, _pointer, _span, bf16_bits, e4m3_values, f16_bits)
+from .formats import _f32, bf16_bits, e4m3_values, f16_bits
+from .lowering import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _asm, _bf16_pair, _check, _device, _elements, _number,
+                       _pack, _pointer, _span, _vector)
 
 from .sim_async import _shared_flat, _sim_check_write, _sim_commit, _sim_named_barrier, _sim_stage, _sim_wait
 
 if not SIMULATOR:
-    from .intrinsics import TypingError
+    from .lowering import TypingError
 
 __all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "ld_w2_stream_at",
            "st_w2_at", "st_w4_at", "lds_w4", "sts_w4",

@@ -15,14 +15,14 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 
-from .intrinsics import SIMULATOR, _device
+from .lowering import SIMULATOR, _device
 from .formats import e4m3_values
 from .sim_async import _sim_wgmma_commit, _sim_wgmma_read, _sim_wgmma_wait
 from .tensor_cores import (_check_shared, _shared_address, _shared_flat, _side_effect, _sim_unpack, _wait,
                            _warp_collective)
 
 if not SIMULATOR:
-    from .intrinsics import TypingError
+    from .lowering import TypingError
 
 __all__ = ["swizzle_pad", "wgmma_desc", "wgmma_ss_bf16", "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_ss_e4m3", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold", "fence_async"]
 

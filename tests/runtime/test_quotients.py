@@ -15,7 +15,7 @@ from redalgebra import derive, parse
 from redalgebra.codegen.helpers import QUOTIENT_HELPERS
 from redalgebra.runtime import compile
 from redalgebra.runtime.formats import e4m3_bits
-from redalgebra.runtime.intrinsics import _round_f32, _sim_fma32
+from redalgebra.runtime.arithmetic import _round_f32, _sim_fma32
 
 FP8_QUANT = "input x\nreduce a = max(abs(x))\nout q = fp8(x * 448 / max(a, 1e-12))\n"
 
@@ -121,9 +121,9 @@ def test_the_quotient_is_the_float32_division_wherever_e4m3_can_tell():
     {"_Q8_BIG = np.float32(2048.0)": "_Q8_BIG = np.float32(1024.0)"},  # quotients just below 2^10 left uncorrected
 ])
 def test_the_checks_fail_without_the_parts_they_can_see(mutant):
-    # (two parts the proof needs are not seen by sampling: the second correction, which was never wrong in 200 M
-    # adversarial cases, and the 2^-92 floor of the fast range, whose remainders would leave float32's grid only for
-    # quotients within about 2^-39 of a tie)
+    # (two parts the proof needs are not seen by sampling: the second correction — one alone was never wrong in 200 M
+    # adversarial quotients, benchmarks/quotient_search.py — and the 2^-92 floor of the fast range, whose remainders
+    # would leave float32's grid only for quotients within about 2^-39 of a tie)
     n, d = _cases(np.random.default_rng(7), 6000)
     got, want = _quotients(n, d, **mutant)
     assert (e4m3_bits(got) != e4m3_bits(want)).any() or (got.view(np.int32) != want.view(np.int32))[

@@ -1,0 +1,131 @@
+"""The machinery of the generated kernels' intrinsics (:mod:`.memory`, :mod:`.arithmetic`, :mod:`.tensor_cores`):
+:func:`_device`, which makes a typer a ``numba.cuda`` intrinsic on the GPU and its plain-Python stand-in under the
+simulator; the typing checks; the llvmlite helpers that address an element and emit inline PTX; and the stand-ins'
+checked view of an array (:func:`_span`). No intrinsic is defined here."""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import config, types
+
+SIMULATOR = bool(config.ENABLE_CUDASIM)
+_B16_TYPES = (types.uint16, types.int16)  # bfloat16 patterns
+
+if not SIMULATOR:
+    try:  # numba-cuda's own extension API (its typing is separate from numba's)
+        from numba.cuda.core.errors import TypingError
+        from numba.cuda.extending import intrinsic
+    except ImportError:  # pragma: no cover - older numba-cuda
+        from numba.core.errors import TypingError
+        from numba.core.extending import intrinsic
+
+
+def _span(a, row, col, n, kinds):
+    """The ``n`` elements ``a[row, col:col+n]`` as a NumPy view (``row`` an integer or a tuple indexing the
+    leading dimensions), checking what the GPU does not."""
+    ary = getattr(a, "_ary", a)  # a simulator device array wraps a NumPy array
+    lead = tuple(int(r) for r in row) if isinstance(row, tuple) else (int(row),)
+    if ary.ndim != len(lead) + 1 or not ary.flags.c_contiguous or ary.dtype.name not in kinds:
+        raise TypeError(f"need a {len(lead) + 1}-D C-contiguous array of {'/'.join(kinds)}, got {ary.dtype} {ary.shape}")
+    if not (all(0 <= r < d for r, d in zip(lead, ary.shape)) and 0 <= col and col + n <= ary.shape[-1]):
+        raise IndexError(f"[{', '.join(map(str, lead))}, {col}:{col + n}] is outside an array of shape {ary.shape}")
+    size = n * ary.itemsize
+    flat = int(np.ravel_multi_index(lead + (col,), ary.shape))
+    if (ary.ctypes.data + flat * ary.itemsize) % size:
+        raise ValueError(f"misaligned {8 * size}-bit access at [{', '.join(map(str, lead))}, {col}]")
+    return ary[lead + (slice(col, col + n),)]
+
+
+_F32, _B16, _F16, _U8 = ("float32",), ("uint16", "int16"), ("float16",), ("uint8", "int8")  # for the stand-ins
+
+
+def _device(stand_in):
+    """Decorator: the typer becomes an intrinsic named like it; under the simulator, ``stand_in``."""
+    def decorate(typer):
+        if SIMULATOR:
+            stand_in.__name__, stand_in.__qualname__, stand_in.__doc__ = typer.__name__, typer.__name__, typer.__doc__
+            return stand_in
+        return intrinsic(typer)
+    return decorate
+
+
+def _lead(row) -> int:
+    """How many leading dimensions ``row`` indexes: 1 for an integer, ``n`` for a tuple of ``n`` integers."""
+    if isinstance(row, types.Integer):
+        return 1
+    if isinstance(row, types.BaseTuple) and all(isinstance(t, types.Integer) for t in row.types):
+        return len(row.types)
+    return 0
+
+
+def _check(name, array, dtypes, row, col):
+    """Reject a call whose array is not C-contiguous of ``dtypes`` with ``row`` indexing all but its last
+    dimension, or whose indices are not integers."""
+    if not (isinstance(array, types.Array) and array.layout == "C" and array.dtype in dtypes):
+        raise TypingError(f"{name}: needs a C-contiguous array of {'/'.join(map(str, dtypes))}, got {array}")
+    if _lead(row) != array.ndim - 1 or not isinstance(col, types.Integer):
+        raise TypingError(f"{name}: a {array.ndim}-D array takes a row of {array.ndim - 1} integer(s) and an integer "
+                          f"column, got {row}, {col}")
+
+
+def _pointer(context, builder, sig, args, element):
+    """``&a[row, col]`` in the global address space, as a pointer to ``element`` (a vector or a scalar)."""
+    aty, rty, cty = sig.args[:3]
+    ary = context.make_array(aty)(context, builder, args[0])
+    if isinstance(rty, types.BaseTuple):  # (r0, r1, …): the leading dimensions, row-major
+        lead = [context.cast(builder, builder.extract_value(args[1], k), t, types.intp) for k, t in enumerate(rty.types)]
+    else:
+        lead = [context.cast(builder, args[1], rty, types.intp)]
+    flat = lead[0]
+    for k, r in enumerate(lead[1:] + [context.cast(builder, args[2], cty, types.intp)], start=1):
+        flat = builder.add(builder.mul(flat, builder.extract_value(ary.shape, k)), r)
+    p = builder.gep(ary.data, [flat], inbounds=True)
+    return builder.addrspacecast(builder.bitcast(p, element.as_pointer()), element.as_pointer(1))
+
+
+def _asm(builder, result, text, constraints, operands):
+    """One inline PTX instruction whose only effect is its result (``readnone``: LLVM may move or merge it)."""
+    fnty = ir.FunctionType(result, [o.type for o in operands])
+    return builder.call(ir.InlineAsm(fnty, text, constraints), operands, attrs=("nounwind", "readnone"))
+
+
+def _vector(builder, values):
+    """An LLVM vector of ``values`` (all of one type)."""
+    v = ir.Constant(ir.VectorType(values[0].type, len(values)), ir.Undefined)
+    for k, x in enumerate(values):
+        v = builder.insert_element(v, x, ir.IntType(32)(k))
+    return v
+
+
+def _elements(builder, vector):
+    return [builder.extract_element(vector, ir.IntType(32)(k)) for k in range(vector.type.count)]
+
+
+def _bf16_pair(builder, word):
+    """The two bfloat16 of a 32-bit word as float32: the low half (lower address) first."""
+    f32, i32 = ir.FloatType(), ir.IntType(32)
+    return [builder.bitcast(builder.shl(word, i32(16)), f32), builder.bitcast(builder.and_(word, i32(0xFFFF0000)), f32)]
+
+
+def _pack(builder, kind, lo, hi):
+    """Two float32 rounded to nearest even into one 32-bit word of ``kind`` (``bf16`` or ``f16``), ``lo`` low."""
+    return _asm(builder, ir.IntType(32), f"cvt.rn.{kind}x2.f32 $0, $1, $2;", "=r,f,f", [hi, lo])
+
+
+def _e4m3_pair(builder, lo, hi):
+    """Two float32 as e4m3 bytes of a 16-bit word, ``lo`` in the low byte (saturating, sm_89+)."""
+    return _asm(builder, ir.IntType(16), "cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;", "=h,f,f", [hi, lo])
+
+
+def _e4m3_halves(builder, bits):
+    """Two e4m3 bytes (a 16-bit word, the lower address low) as two float16, exactly (``cvt.rn.f16x2.e4m3x2``,
+    sm_89 and later), widened to float32."""
+    word = _asm(builder, ir.IntType(32), "cvt.rn.f16x2.e4m3x2 $0, $1;", "=r,h", [bits])
+    halves = _elements(builder, builder.bitcast(word, ir.VectorType(ir.HalfType(), 2)))
+    return [builder.fpext(h, ir.FloatType()) for h in halves]
+
+
+def _number(name, x):
+    if not isinstance(x, (types.Float, types.Integer)):
+        raise TypingError(f"{name}: needs a number, got {x}")

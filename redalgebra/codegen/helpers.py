@@ -226,9 +226,9 @@ if not config.ENABLE_CUDASIM:  # on the GPU, bfloat16 is the high half of a floa
 #: ``q0`` is returned, which saturates to ±448 as the quotient does (every quotient below 2^10 has a ``q0`` below
 #: 2^11, so is corrected); a zero ``q0`` is returned too, keeping the sign of
 #: ``-0 / d``, which the corrections would lose. So every e4m3 byte is the division's, and the float32 value too
-#: wherever the quotient is in [2^-11, 2^10). (``q0`` is not always faithful: 11.5 % of 100 M quotients of
-#: significands near 2 were not; yet ``q1`` was the division in all of 200 M such cases, exactly modelled: a search,
-#: not a proof, so the second correction stays: two FMAs an element.)
+#: wherever the quotient is in [2^-11, 2^10). (``q0`` is not always faithful: it was not for 7 % of 200 M quotients
+#: of significands near 2 or uniform; yet ``q1`` was the division for all of them, in an exact model
+#: (``benchmarks/quotient_search.py``): a search, not a proof, so the second correction stays: two FMAs an element.)
 QUOTIENT_HELPERS = """
 _Q8_TINY = np.float32(2.0 ** -92)
 _Q8_HUGE = np.float32(2.0 ** 100)

@@ -495,8 +495,7 @@ class RowsKernel(TreeKernel):
         if any(self.out_dtypes.get(s.name) != "e4m3" for s, e in exprs if e.atoms(Quotient8)):
             # values stored wider: each quotient tests the reciprocal (rt_q8c; H200, the exact product's float16
             # factors M4096 x K7168: 50.1 us so, 58.7 with the row's test below; gpu/README.md)
-            return hoisted, self.stores([(s, e.replace(lambda q: isinstance(q, Quotient8) and len(q.args) == 3,
-                                                       lambda q: CheckedQuotient8(*q.args))) for s, e in exprs])
+            return hoisted, self.stores(_requotient(exprs, CheckedQuotient8))
         # rt_q8 takes the row's reciprocal as it is: a row whose divisor is out of its range (rt_recip8's NaN) is
         # divided, tested once a row here, not once an element (H200, the quantiser 16384 x 7168: 139.0 us so,
         # 146.9 testing it an element at a time)
@@ -505,8 +504,7 @@ class RowsKernel(TreeKernel):
             before, text = print_expr(r, self.element_access(0, 0, "s"), self.consts, None, self.counter, tree=True)
             pre += before
             guard.append(f"{text} == {text}")
-        divided = [(s, e.replace(lambda q: isinstance(q, Quotient8) and len(q.args) == 3,
-                                 lambda q: Quotient8(*q.args[:2]))) for s, e in exprs]
+        divided = _requotient(exprs, lambda n, d, r: Quotient8(n, d))
         return hoisted, pre + [If(" and ".join(guard), tuple(self.stores(exprs)), tuple(self.stores(divided)))]
 
     def stores(self, exprs) -> list:
@@ -598,6 +596,12 @@ class RowsKernel(TreeKernel):
 
     def copy_state(self, src: str, dst: str) -> list:
         return [stmt for st in self.states.values() for stmt in st.copy(src, dst)]
+
+
+def _requotient(exprs, make) -> list:
+    """``exprs`` ((symbol, expression) pairs) with every ``Quotient8(n, d, r)`` made ``make(n, d, r)``."""
+    return [(s, e.replace(lambda q: isinstance(q, Quotient8) and len(q.args) == 3, lambda q: make(*q.args)))
+            for s, e in exprs]
 
 
 # -- signature, grid, registration (the launch policy: rows_policy.py) ------------------------------------------------------------

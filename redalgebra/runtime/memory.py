@@ -106,6 +106,15 @@ def _f32x4_load(name, invariant, a, row, col):
     return types.UniTuple(types.float32, 4)(a, row, col), codegen
 
 
+def _f32_store(name, a, row, col, count):
+    """Signature and code of a store of ``count`` float32 (2 or 4) as one vector, aligned to its size."""
+    def codegen(context, builder, sig, args):
+        p = _pointer(context, builder, sig, args, ir.VectorType(ir.FloatType(), count))
+        builder.store(_vector(builder, list(args[3:])), p, align=4 * count)
+        return context.get_dummy_value()
+    return _store_sig(name, a, (types.float32,), row, col, count), codegen
+
+
 def _packed_store(name, kind, dtypes, a, row, col, count=8):
     """Signature and code of a ``count``-value store (8: 16 bytes; 2: 4 bytes) rounded pairwise to ``kind`` (``bf16``
     or ``f16``)."""
@@ -170,22 +179,14 @@ def ld_h16x8(typingctx, a, row, col):
 @_device(_sim_st_f32x4)
 def st_f32x4(typingctx, a, row, col, v0, v1, v2, v3):
     """Store four float32 at ``a[row, col:col+4]``, one 128-bit store (``st.global.v4.f32``)."""
-    def codegen(context, builder, sig, args):
-        p = _pointer(context, builder, sig, args, ir.VectorType(ir.FloatType(), 4))
-        builder.store(_vector(builder, list(args[3:])), p, align=16)
-        return context.get_dummy_value()
-    return _store_sig("st_f32x4", a, (types.float32,), row, col, 4), codegen
+    return _f32_store("st_f32x4", a, row, col, 4)
 
 
 @_device(_sim_st_f32x2)
 def st_f32x2(typingctx, a, row, col, v0, v1):
     """Store two float32 at ``a[row, col:col+2]``, one 64-bit store (``st.global.v2.f32``; ``col`` even on a row of
     an even pitch)."""
-    def codegen(context, builder, sig, args):
-        p = _pointer(context, builder, sig, args, ir.VectorType(ir.FloatType(), 2))
-        builder.store(_vector(builder, list(args[3:])), p, align=8)
-        return context.get_dummy_value()
-    return _store_sig("st_f32x2", a, (types.float32,), row, col, 2), codegen
+    return _f32_store("st_f32x2", a, row, col, 2)
 
 
 @_device(_sim_st_b16x2)

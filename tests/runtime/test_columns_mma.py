@@ -372,6 +372,63 @@ def test_columns_wgmma_walking_blocks_match_the_reference(monkeypatch, resident,
     assert np.max(np.abs(out - ref)) <= 1e-5 * np.max(np.abs(ref))
 
 
+def _tile_places(source: str, rows: int, nmb_cols: int, nseg: int, length: int) -> list:
+    """Each block's (segment, row block, column block) by the generated product kernel's own statements (the
+    lines from ``segl`` to ``gw`` and from ``sg`` to ``nb``), evaluated in Python for every block."""
+    lines = [ln.strip() for ln in source.splitlines()]
+    head = [ln for ln in lines if ln.split(" = ")[0] in ("segl", "nmb", "gw")][:3]
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("sg = int32(uint32(tile)"))
+    body = lines[first:first + 7]
+    assert body[-1].startswith("nb = ")
+    space = {"int32": int, "uint32": int, "min": min, "max": max, "rows": rows, "length": length, "nseg": nseg}
+    for ln in head:
+        exec(ln, space)
+    places = []
+    for tile in range(space["nmb"] * nmb_cols * nseg):
+        space["tile"] = tile
+        for ln in body:
+            exec(ln, space)
+        places.append((space["sg"], space["mb"], space["nb"], space["gw"]))
+    return places
+
+
+@pytest.mark.parametrize("rows,n,segments,raster,groups", [
+    (80, 136, None, 2 * 16 * 2 * 192, [2, 2, 1]),     # 5 row blocks in groups of 2, 2, 1; 3 column blocks
+    (80, 136, 2, 2 * 16 * 2 * 128, [2, 2, 1]),        # the same in each of two segments (128 elements each)
+    (48, 72, None, 1 << 30, [3]),                     # every row block one group (the order before groups)
+    (48, 72, None, 1, [1, 1, 1]),                     # at least one row block a group
+])
+def test_columns_wgmma_walks_its_tiles_in_groups_of_row_blocks(monkeypatch, rows, n, segments, raster, groups):
+    # blocks in order take every column block of a group of row blocks (as many as RASTER_BYTES of factors hold)
+    # before the next group, so that the blocks running at once share a few row blocks in L2; every tile exactly once
+    from redalgebra.codegen.strategies import columns_wgmma
+
+    monkeypatch.setattr(columns_wgmma, "RASTER_BYTES", raster)
+    length = 130 if segments is None else 256
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=segments)
+    strategy, spec, _ = kernel.spec_for(rows, length, {"x": "bfloat16", "w": "bfloat16"}, {"n": n}, reps={"w": rows})
+    nseg, nnb = spec.segments, -(-n // 64)
+    places = _tile_places(kernel.source(spec, strategy).source, rows, nnb, nseg, length)
+    assert sorted(p[:3] for p in places) == [(s, m, c) for s in range(nseg) for m in range(-(-rows // 16))
+                                              for c in range(nnb)]
+    per_segment = len(places) // nseg
+    for s in range(nseg):
+        order = places[s * per_segment:(s + 1) * per_segment]
+        assert all(p[0] == s for p in order)
+        seen, start = [], 0
+        for size in groups:  # a group's tiles: its row blocks first, then each column block
+            block = order[start:start + size * nnb]
+            assert [(p[1], p[2]) for p in block] == [(sum(groups[:len(seen)]) + i % size, i // size)
+                                                     for i in range(size * nnb)]
+            seen.append(size)
+            start += size * nnb
+    # and the kernel so ordered computes the reference (every tile's outputs stored once, in its place)
+    inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16")
+    out = kernel(inputs, params)["y"]
+    ref = _reference("fp8_quant_gemm", inputs, params, None, rows)["y"]
+    assert np.max(np.abs(out - ref)) <= 1e-5 * np.max(np.abs(ref))
+
+
 @pytest.mark.parametrize("n,branches", [(64, 0), (72, 1), (40, 0)])
 def test_columns_wgmma_stores_neighbouring_columns_together(n, branches):
     # each output's two columns of a thread computed from their own accumulators, then one 8-byte store; the columns

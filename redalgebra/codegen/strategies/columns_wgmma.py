@@ -70,6 +70,16 @@ THREADS, SIM_THREADS, COLUMNS, SIM_COLUMNS = 256, 32, 256, 64
 BLOCK_THREADS, BLOCK_COLUMNS = (32, 128, 256), (64, 128, 256)
 #: Shared memory a block may take (bytes, the H200's 227 KB) and the most stages.
 MAX_SHARED, MOST_STAGES = 232448, 6
+#: Bytes of the factors' row blocks a group of the product's tiles reads (each block a tile: ``gw`` row blocks — as
+#: many as hold this many bytes of their segment, at least one — walked with every column block before the next
+#: group, so that the blocks running at once read a few row blocks over and over, from L2, and each weight column
+#: block once a group). In blocks' order row blocks first, each wave of blocks read all of the factors (29 MB at M4096
+#: K7168 FP8), and no wave found them in L2: ``ncu`` counted 563 MB moved to and from DRAM (1.21 TB/s over 466 µs)
+#: where the operands are 80 MB and the outputs 117 MB. Measured on the H200 (``gpu/kernel_steps.py``, interleaved
+#: processes): the FP8 product M4096 K = N = 7168 (groups of 18 row blocks) 411.0 and 410.8 µs against 424.3 and
+#: 423.5 in that order, 414.7 with 8 MB; RMSNorm's product M4096 K = N = 4096 the same (195.3, 192.4 against 194.1,
+#: 194.9).
+RASTER_BYTES = 16 << 20
 #: Threads of the scalars-and-factors kernel's block, where set: ``columns``' block-a-row kernel with that block
 #: (the ``rows`` kernel of :func:`row_spec` is then not taken); :func:`configure`'s choice otherwise. Read by
 #: :func:`configure` only (a sweep's hook: ``gpu/rowfactors_sweep.py``).
@@ -109,6 +119,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         # 128 elements (one 128-byte row either way)
         self.fp8 = bool(spec.fp8_products)
         self.bk = 2 * BK if self.fp8 else BK
+        self.factor_bytes = 1 if self.fp8 else 2  # (a factor's bytes: e4m3, or the 16-bit type)
         if spec.threads not in BLOCK_THREADS or self.bc not in BLOCK_COLUMNS or spec.batch != self.bm or \
                 spec.tile != self.bk:
             raise RedalgebraError(f"columns_wgmma: blocks of {', '.join(map(str, BLOCK_THREADS))} threads (16 rows a "
@@ -272,15 +283,20 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         return out + [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(partial))]
 
     def span(self, tile: str) -> list:
-        """The block's tile ``tile`` of the output (row blocks first, then column blocks, then segments of the axis):
-        its first row ``r0``, first column ``cb``, segment ``sg`` and that segment's tiles ``lo`` .. ``hi``
-        (``ntile`` of them), and each thread's copy offsets. 32-bit divisions: a 64-bit one is a subroutine call,
+        """The block's tile ``tile`` of the output — segments of the axis outermost, then groups of ``gw`` row blocks
+        (:data:`RASTER_BYTES`), each group's tiles row blocks first, then column blocks — its first row ``r0``, first
+        column ``cb``, segment ``sg`` and that segment's tiles ``lo`` .. ``hi`` (``ntile`` of them), and each thread's
+        copy offsets. 32-bit divisions: a 64-bit one is a subroutine call,
         which makes ptxas serialize the wgmmas (back to signed: offsets computed from them may step below a row's
         start before a clamp)."""
-        return [Assign("mb", f"int32(uint32({tile}) % uint32(nmb))"),
-                Assign("rest", f"int32(uint32({tile}) // uint32(nmb))"),
-                Assign("nb", f"int32(uint32(rest) % uint32({self.nnb}))"),
-                Assign("sg", f"int32(uint32(rest) // uint32({self.nnb}))"),
+        nnb = self.nnb
+        return [Assign("sg", f"int32(uint32({tile}) // uint32(nmb * {nnb}))"),
+                Assign("st_", f"{tile} - sg * nmb * {nnb}"),
+                Assign("gi", f"int32(uint32(st_) // uint32(gw * {nnb}))"),
+                Assign("gm", "min(nmb - gi * gw, gw)"),
+                Assign("wi", f"st_ - gi * gw * {nnb}"),
+                Assign("mb", "gi * gw + int32(uint32(wi) % uint32(gm))"),
+                Assign("nb", "int32(uint32(wi) // uint32(gm))"),
                 Assign("r0", f"mb * {self.bm}"), Assign("cb", f"nb * {self.bc}"),
                 Assign("rw", f"int32(uint32(min(r0, rows - 1)) // uint32(rep_{self.x}))"),
                 Assign("lo", "sg * segl"), Assign("hi", "min(lo + segl, length)"),
@@ -331,7 +347,9 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
                Assign("sm", "cuda.shared.array(0, uint16)"), Assign("sb", "swizzle_pad(sm)"),
                Assign("segl", f"int32((uint32(length + nseg - 1) // uint32(nseg) + {bk - 1}) // {bk} * {bk})"),
                Assign("nmb", f"int32(uint32(rows + {self.bm - 1}) // uint32({self.bm}))"),
-               Assign("total", f"nmb * {self.nnb} * nseg"), Assign("tile", "cuda.blockIdx.x")]
+               Assign("total", f"nmb * {self.nnb} * nseg"), Assign("tile", "cuda.blockIdx.x"),
+               Assign("gw", f"int32(max(min(uint32(nmb), uint32({min(RASTER_BYTES // (self.bm * self.factor_bytes), 2 ** 31)}) // "
+                            f"uint32(max(segl, {bk}))), uint32(1)))")]
         # descriptors of stage 0: the warpgroup's 64 factor rows (K-major), the weight tile (MN-major: blocks of 64
         # columns 64 rows of 128 bytes apart)
         # (Spec.fp8_products: the weight tile K-major too, as the factor tile)

@@ -114,7 +114,8 @@ def _cmd_ptx(args) -> int:
         raise RedalgebraError(f"{c.name} has vector size{'s' * (len(missing) > 1)} {', '.join(missing)}: "
                               f"give {' '.join(f'--size {d}=VALUE' for d in missing)}")
     sizes = {d: sizes[d] for d in dims}
-    kernel = compile_kernel(fused, "cuda", args.strategy, fp8_products=args.fp8_products)  # needs no GPU
+    kernel = compile_kernel(fused, "cuda", args.strategy, fp8_products=args.fp8_products,
+                            persistent=True if args.persistent else None)  # needs no GPU
     reps = {s.name: args.rows for s in c.inputs if s.size is not None} if args.shared else None
     dtypes = input_dtypes(args.dtype, [s.name for s in c.inputs])
     strategy, spec, extra = kernel.spec_for(args.rows, args.length, dtypes, sizes, reps=reps)
@@ -297,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the vector inputs are given once for all rows (a weight matrix every token reads)")
     p.add_argument("--fp8-products", action="store_true",
                    help="columns_wgmma: the product on the FP8 instruction (e4m3 weights; not exact: see compile())")
+    p.add_argument("--persistent", action="store_true",
+                   help="blocks that walk their work (rows, or columns_wgmma's output tiles) instead of a block each")
     p.add_argument("--out", metavar="FILE", help="write the PTX to FILE (the summary still printed)")
     p.set_defaults(run=_cmd_ptx)
     p = sub.add_parser("prove", help="write the proof document (Markdown) of a cascade or the catalogue")

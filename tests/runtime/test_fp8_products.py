@@ -84,8 +84,41 @@ def test_fp8_products_run_the_exact_product_where_the_instruction_does_not_apply
         _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, group=32)
     with pytest.raises(RedalgebraError, match="tiles of 128 elements"):
         _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, tile=64)
-    with pytest.raises(RedalgebraError, match="persistent is not built"):
-        _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, persistent=True)
+    assert "while tile < total:" in _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, persistent=True)
+
+
+@pytest.mark.parametrize("resident,rows,length,n,segments", [
+    # 3 row blocks x 2 column blocks on 4 blocks (two walk two tiles, two one); a partial last tile of the axis
+    (4, 36, 400, 72, None),
+    # one block walks all 12 tiles (3 x 2 x 2 segments: 512 elements in segments of two tiles, the ring wrapping
+    # within a tile and across them), and two blocks 6 each
+    (1, 40, 512, 72, 2),
+    (2, 40, 512, 72, 2),
+    # one block, one output tile of one axis tile (fewer than the ring's stages)
+    (1, 5, 100, 40, None),
+])
+def test_fp8_products_blocks_walk_the_output_tiles_with_the_ring_running_on(monkeypatch, resident, rows, length, n,
+                                                                            segments):
+    # persistent: the producer copies the next output tile's first tiles while the consumers store this one; the
+    # simulator's copies land at the producer's waits and its wgmma reads are tracked until waited for, so a stage
+    # reused too early or read before its copies landed fails here; the same outputs as a block a tile, bit for bit
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: resident)
+    inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16")
+    inputs["w"] = as_e4m3(to_float(inputs["w"]))
+    outs = []
+    for persistent in (None, True):
+        kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=segments, fp8_products=True,
+                         persistent=persistent)
+        outs.append(kernel(inputs, params)["y"])
+        steps = kernel.prepare(inputs, params).steps  # the simulator's launch configurations
+        grid = [tuple(c.grid_dim) for c, names, _ in steps if "fac" in names and "nseg" in names]
+        tiles = -(-rows // 16) * -(-n // 64) * (segments or 1)
+        assert [g[0] for g in grid] == [min(resident, tiles) if persistent else tiles]
+    ref = _reference("fp8_quant_gemm", inputs, params, None, rows)["y"]
+    assert np.nanmax(np.abs(outs[1] - ref)) <= 1e-5 * np.nanmax(np.abs(ref))
+    assert np.array_equal(outs[0], outs[1])
 
 
 STATIC_FP8 = """input x

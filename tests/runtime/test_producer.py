@@ -37,3 +37,32 @@ def test_the_16_bit_product_with_a_producer_warpgroup_computes_what_the_block_ba
     assert "bar_sync(" in sources[1] and "bar_sync(" not in sources[0]
     assert np.array_equal(outs[0], outs[1], equal_nan=True)
     assert np.isfinite(outs[1]).all()
+
+
+@pytest.mark.parametrize("name,rows,length,n,segments,resident", [
+    # one block walking 4 output tiles of 5 axis tiles each (the ring of four wrapping across them)
+    ("rmsnorm_gemm", 20, 300, 72, None, 1),
+    # two consumer warpgroups taking turns across output tiles: one block walking the two segments' tiles
+    ("fp8_quant_gemm", 65, 320, 64, 2, 1),
+])
+def test_the_16_bit_producer_walking_the_output_tiles_computes_what_a_block_a_tile_does(
+        monkeypatch, name, rows, length, n, segments, resident):
+    import importlib
+
+    from redalgebra.codegen.strategies import producer, tile_factors
+
+    monkeypatch.setattr(tile_factors, "TILE_FACTORS", False)
+    monkeypatch.setattr(producer, "SIXTEEN_BIT", True)
+    monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: resident)
+    inputs, params = _problem(name, rows, length, n, "bfloat16")
+    outs = []
+    for persistent in (None, True):
+        kernel = compile(fused(name), "cudasim", "columns_wgmma", segments=segments, persistent=persistent,
+                         **({"threads": 256} if rows > 64 else {}))
+        dtypes = {s: "bfloat16" for s in inputs}
+        spec = kernel.spec_for(rows, length, dtypes, {"n": n}, reps={"w": rows})[1]
+        assert spec.producer and spec.persistent == bool(persistent)
+        assert ("while tile < total:" in kernel.source(spec, "columns_wgmma").source) == bool(persistent)
+        outs.append(kernel(inputs, params)["y"])
+    assert np.array_equal(outs[0], outs[1], equal_nan=True)
+    assert np.isfinite(outs[1]).all()

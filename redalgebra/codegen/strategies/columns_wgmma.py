@@ -315,8 +315,9 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         return out
 
     # -- the products -----------------------------------------------------------------------------------------------
-    def products(self, wait: bool = True, acc: str = "ac") -> list:
-        """The four products of the staged tile ``it`` into ``acc``, one group committed: this warpgroup's 64 factor
+    def products(self, wait: bool = True, acc: str = "ac", at: str = "it") -> list:
+        """The four products of the tile staged at ``at`` (the ring's count: ``it``, the tile's) into ``acc``, one group
+        committed: this warpgroup's 64 factor
         rows (K-major, 32 bytes a step) times the weight tile — ``k16`` steps of 16-bit values, the weight tile
         MN-major (16 rows of 128 bytes a step); with :attr:`Spec.fp8_products` ``k32`` steps of e4m3 values, the weight
         tile K-major too (32 bytes a step), summed afresh (``scale_d`` 0 at the first step)."""
@@ -326,8 +327,8 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         sw = "sw" if self.tf else "sa"  # (the weights' stage: one ring for both tiles without Spec.tile_factors)
         for ks in range(4):
             value = f"{op}({value}, da + sa + {2 * ks}, db + {sw} + {b_step * ks}, {int(ks > 0 or not self.fp8)})"
-        rings = [Assign("sw", f"(uint32(it) % uint32({self.stages})) * {self.b_units * 2 // 16}")] if self.tf else []
-        return [Assign("sa", f"(uint32(it) % uint32({self.xstages})) * {self.a_units * 2 // 16}"), *rings,
+        rings = [Assign("sw", f"(uint32({at}) % uint32({self.stages})) * {self.b_units * 2 // 16}")] if self.tf else []
+        return [Assign("sa", f"(uint32({at}) % uint32({self.xstages})) * {self.a_units * 2 // 16}"), *rings,
                 Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())] + (
                     [Call("wgmma_wait1", ())] if wait else [])
 
@@ -356,9 +357,11 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         lbo = 16 if self.fp8 else BK * ROW * 2
         out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})"),
                 Assign("db", f"wgmma_desc(sm, sb + {self.b_base}, {lbo}, {ATOM})")]
-        if producer_threads(self.spec):  # a producer warpgroup and the consumers (a block a tile, never persistent)
-            return out + [If("tile < total", tuple(self.span("tile") + self.specialized(
-                self.epilogue(segmented, "r0", "cb", "sg"))))]
+        if producer_threads(self.spec):  # a producer warpgroup and the consumers (a block a tile, or walking them)
+            epilogue = self.epilogue(segmented, "r0", "cb", "sg")
+            if self.spec.persistent:
+                return out + self.specialized(epilogue, self.span)
+            return out + [If("tile < total", tuple(self.span("tile") + self.specialized(epilogue)))]
         if self.tf:  # the staged activations' row pitch in 16-bit elements (a shift: a 64-bit division is a call,
             # which makes ptxas serialize the wgmmas)
             out.append(Assign("xp", f"int32({self.staged}.strides[0] >> 1)"))
@@ -576,9 +579,6 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     if fp8 and p.option("group") and bc > 128:
         return (f"columns_wgmma: fp8_products takes blocks of 64 or 128 columns (group 8 or 16; its fresh sums take "
                 f"a second set of accumulators), got {bc}")
-    if fp8 and p.option("persistent"):
-        return ("columns_wgmma: fp8_products launches a block a tile (its producer warpgroup's ring); persistent is "
-                "not built")
     return None
 
 
@@ -603,8 +603,8 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     stages, shared = plan(threads, bc, bool(staged))
     persistent = bool(p.option("persistent"))
     # a producer warpgroup: the FP8 product always, the 16-bit one where asked (producer.SIXTEEN_BIT; not with the
-    # factors in the tiles, nor with blocks walking the tiles)
-    producer = not fp8 and producer_block.SIXTEEN_BIT and not staged and not persistent
+    # factors in the tiles)
+    producer = not fp8 and producer_block.SIXTEEN_BIT and not staged
     if fp8 or producer:  # (named barriers enough for four stages)
         cut = max(stages - PRODUCER_STAGES, 0)
         stages, shared = stages - cut, shared - cut * 2 * stage_units(threads // 2, bc)

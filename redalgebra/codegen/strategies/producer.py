@@ -21,7 +21,7 @@ warpgroups (the turns couple them anyway) 410–411 µs at four stages, the same
 
 from __future__ import annotations
 
-from ..tree import Assign, Call, For, If
+from ..tree import Assign, Call, For, If, While
 from .wgmma import WgmmaKernel
 
 #: Threads of the product's producer (a warpgroup: 16 copies a thread a tile of the FP8 product; two warps, 32 copies
@@ -55,7 +55,7 @@ class Producer:
         return (groups, lambda st, g: f"1 + {g} + {groups} * ({st})",
                 lambda st: f"{1 + groups * s} + ({st})", lambda g: f"{1 + (groups + 1) * s} + ({g})")
 
-    def specialized(self, epilogue: list) -> list:
+    def specialized(self, epilogue: list, span=None) -> list:
         """The product's block, warp-specialized. The producer warpgroup copies tile ``t`` into stage ``t % S`` once
         both consumer warpgroups have released it (an "empty" barrier: their products of tile ``t - S`` complete),
         keeps ``S - 1`` tiles in flight, and signals each tile's arrival to each consumer warpgroup (its "full"
@@ -68,51 +68,79 @@ class Producer:
         (the partial last tile's zero fill included).
         Every barrier's arrivals match its waits exactly (an "empty" arrival only where the producer will wait for
         it; warpgroup 0's first turn handed before the loop, its last taken after it, so that the loop has no branch
-        on the warpgroup: with one, LLVM made three copies of the loop)."""
+        on the warpgroup: with one, LLVM made three copies of the loop).
+
+        ``span`` (a function of a tile's expression giving its statements, :meth:`span`): the block walks the output's
+        tiles (``tile``, ``tile + gridDim.x``, ...; :attr:`Spec.persistent`). The ring then runs on across them: its
+        stages are counted by ``gq``, the block's tiles of the axis before this output tile's, so the producer copies
+        the next output tile's first tiles while the consumers store this one's outputs. The consumers then release
+        every stage (the last of an output tile once its sums are complete) and the producer, past its last tile,
+        waits for the releases it did not wait for before."""
         t, pt, s = self.spec.threads, PRODUCER, self.stages
+        walk = span is not None
         ahead = s - 1
         groups, full, empty, turn = self.barriers()
         per = t // groups + pt  # threads meeting at a "full" barrier
+        q = "gq + it" if walk else "it"  # (the tile of the axis counted along the ring)
         prod = [Assign("ptid", f"tid - {t}")]
         if self.fp8:
-            prod += self.producer_offsets()
+            offsets = self.producer_offsets()
             copies = self.producer_copies
         else:  # (the 16-bit product's copies, partial last tile included, spread over the producer's threads)
-            prod += self.offsets(pt, "ptid")
+            offsets = self.offsets(pt, "ptid")
             copies = lambda tile, stage: self.issue(tile, stage, pt, "ptid")  # noqa: E731
         arrive = [Call("bar_arrive", (full("sf", g), str(per))) for g in range(groups)]
-        step = [Assign("st", f"int32(uint32(it) % uint32({s}))"),
-                If(f"it >= {s}", (Call("bar_sync", (empty("st"), str(t + pt))),))] + copies("it", "st") + [
+        step = [Assign("st", f"int32(uint32({q}) % uint32({s}))"),
+                If(f"{q} >= {s}", (Call("bar_sync", (empty("st"), str(t + pt))),))] + copies("it", "st") + [
             Call("cp_commit", ()),
-            If(f"it >= {ahead - 1}", (Call(f"cp_wait{ahead - 1}", ()), Call("fence_async", ()),
-                                      Assign("sf", f"int32(uint32(it - {ahead - 1}) % uint32({s}))"), *arrive))]
-        prod += [For("it", "0", "ntile", tuple(step)), Call("cp_wait0", ()), Call("fence_async", ()),
-                 For("jt", f"max(ntile - {ahead - 1}, 0)", "ntile",
-                     (Assign("sf", f"int32(uint32(jt) % uint32({s}))"), *arrive))]
+            If(f"{q} >= {ahead - 1}", (Call(f"cp_wait{ahead - 1}", ()), Call("fence_async", ()),
+                                       Assign("sf", f"int32(uint32({q} - {ahead - 1}) % uint32({s}))"), *arrive))]
+        count = "gq" if walk else "ntile"  # (the tiles of the axis the ring took)
+        last = [Call("cp_wait0", ()), Call("fence_async", ()),
+                For("jt", f"max({count} - {ahead - 1}, 0)", count,
+                    (Assign("sf", f"int32(uint32(jt) % uint32({s}))"), *arrive))]
+        if walk:  # (the releases of the ring's last stages, each waited for once)
+            prod += [Assign("gq", "0"), Assign("tile", "cuda.blockIdx.x"),
+                     While("tile < total", tuple(span("tile") + offsets + [For("it", "0", "ntile", tuple(step)),
+                                                                           Assign("gq", "ntile", "+"),
+                                                                           Assign("tile", "cuda.gridDim.x", "+")]))]
+            prod += last + [For("jt", f"max(gq - {s}, 0)", "gq", (
+                Call("bar_sync", (empty(f"int32(uint32(jt) % uint32({s}))"), str(t + pt))),))]
+        else:
+            prod += offsets + [For("it", "0", "ntile", tuple(step))] + last
         zero = self.consts.name(0.0)
+        sums = [Assign(f"{a}_{j}_{i}", zero) for a in ("ac", "tf")[:1 + self.fp8] for j in range(self.bc // 8)
+                for i in range(4)]
         cons = [Assign("wgi", "uniform(int32(warp // 4))")] if groups > 1 else []
-        cons += [Assign(f"{a}_{j}_{i}", zero) for a in ("ac", "tf")[:1 + self.fp8] for j in range(self.bc // 8)
-                 for i in range(4)]
-        release = If(f"it > 0 and it + {s - 1} < ntile",
-                     (Call("bar_arrive", (empty(f"int32(uint32(it - 1) % uint32({s}))"), str(t + pt))),))
+        free = lambda tile: (Call("bar_arrive", (empty(f"int32(uint32({tile}) % uint32({s}))"), str(t + pt))),)  # noqa: E731
+        release = If("it > 0" if walk else f"it > 0 and it + {s - 1} < ntile", free(f"{q} - 1"))
         mine = full("st", "wgi" if groups > 1 else 0)
         if self.fp8:  # tile it - 1's group completed and its sums promoted before tile it's products (fresh sums)
             settle = [Call("wgmma_wait0", ())] + self.promote("tf")
-            before, products, after = settle + [release], self.products(wait=False, acc="tf"), []
+            before, products, after = settle + [release], self.products(wait=False, acc="tf", at=q), []
         else:  # tile it's products issued, then tile it - 1's group completed (one group left in flight)
             settle = [Call("wgmma_wait0", ())]
-            before, products, after = [], self.products(wait=False), [Call("wgmma_wait1", ()), release]
-        body = [Assign("st", f"int32(uint32(it) % uint32({s}))"), Call("bar_sync", (mine, str(per)))] + before
+            before, products, after = [], self.products(wait=False, at=q), [Call("wgmma_wait1", ()), release]
+        body = [Assign("st", f"int32(uint32({q}) % uint32({s}))"), Call("bar_sync", (mine, str(per)))] + before
         if groups > 1:  # (warpgroup 0's first turn handed by warpgroup 1 before the loop, its last taken after)
             body += [Call("bar_sync", (turn("wgi"), str(t)))] + products + [Call("bar_arrive", (turn("1 - wgi"), str(t)))]
-            loop = [If("wgi == 1", (Call("bar_arrive", (turn(0), str(t))),)), For("it", "0", "ntile", tuple(body + after)),
-                    If("wgi == 0", (Call("bar_sync", (turn(0), str(t))),))]
+            first, final = [If("wgi == 1", (Call("bar_arrive", (turn(0), str(t))),))], \
+                [If("wgi == 0", (Call("bar_sync", (turn(0), str(t))),))]
         else:
-            loop = [For("it", "0", "ntile", tuple(body + products + after))]
+            body += products
+            first, final = [], []
+        loop = For("it", "0", "ntile", tuple(body + after))
         # (every sum held live past the loop, as the default loop's: the epilogue of a partial column block stores
         # only some, and with the others dead LLVM copied the loop three times and ptxas serialized the wgmmas)
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
-        cons += loop + settle + [Assign(acc, f"wgmma_hold({acc})")] + epilogue
+        hold = [Assign(acc, f"wgmma_hold({acc})")]
+        if walk:  # each output tile's sums afresh; its last stage released once they are complete
+            done = [If("ntile > 0", free("gq + ntile - 1")), Assign("gq", "ntile", "+")]
+            cons += first + [Assign("gq", "0"), Assign("tile", "cuda.blockIdx.x"), While("tile < total", tuple(
+                span("tile") + sums + [loop] + settle + done + hold + epilogue + [Assign("tile", "cuda.gridDim.x", "+")]))]
+            cons += final
+        else:
+            cons += sums + first + [loop] + final + settle + hold + epilogue
         # (no register hand-over between the warpgroups: ptxas ignores setmaxnreg in code compiled for linking, as
         # numba-cuda's is — "C7504 'setmaxnreg' ignored to maintain compatibility across compilation units" — so a
         # block of twelve warps keeps one count, at most 168 a thread; the FP8 product takes 144)

@@ -36,6 +36,7 @@ BARE = frozenset("""
     pp sp fresh uniform every op pe pf pk kz fma32
     mb nb nmb rest sg total tile nxt er0 ecb esg xp rsc kx0 sx sw
     ptid pr pco pdo sf jt wgi n0 oc sh transpose col wf widen
+    gw gi gm gq nsup
 """.split())
 #: What comes before the first underscore of the generator's other identifiers (``s_m``, ``e_x_0_1``).
 PREFIXES = frozenset("""

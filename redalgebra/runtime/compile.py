@@ -236,8 +236,9 @@ class Kernel:
         return KMajorUnread(
             f"input {names[0]} is a device array laid out K-major (shape {tuple(a.shape)}, strides "
             f"{a.__cuda_array_interface__.get('strides')}), which this call cannot read as it lies ({why}); only "
-            f"columns_wgmma with fp8_products reads weights so (e4m3, one matrix for all rows, L a multiple of 128, "
-            f"16-byte aligned): pass a contiguous copy (cupy.ascontiguousarray, .copy())")
+            f"columns_wgmma with fp8_products (e4m3, L a multiple of 128) and columns_mma (L a multiple of 64) read "
+            f"weights so (one matrix for all rows, 16-byte aligned): pass a contiguous copy (cupy.ascontiguousarray, "
+            f".copy())")
 
     def spec_for(self, rows: int, length: int, dtypes=(), sizes: dict | None = None, keep: bool = False,
                  alignment: tuple | None = None, reps: dict | None = None,
@@ -516,8 +517,11 @@ class Launch:
         with warnings.catch_warnings():  # the simulator runs float32 scalars through NumPy in threads,
             warnings.simplefilter("ignore", RuntimeWarning)  # which warn on IEEE inf/nan (errstate is per thread)
             warnings.filterwarnings("ignore", message=".*under-utilization.*")  # small test grids, by design
+            from .sim_async import _sim_barriers_done
+
             for kernel, _, args in self.steps:
                 kernel(*args)
+                _sim_barriers_done(getattr(getattr(kernel, "dispatcher", kernel), "__name__", "a kernel"))
 
 
 

@@ -161,3 +161,16 @@ def _sim_named_barrier(blocking: bool):
                                            f"{DEADLOCK_SECONDS} s (a deadlock: arrivals that do not match the waits)")
                     _NAMED_LOCK.wait(0.05)
     return barrier
+
+
+def _sim_barriers_done(kernel: str) -> None:
+    """After a simulated kernel: a named barrier's round that some threads joined and no thread completed is an error
+    (on the GPU an arrival no wait consumes is a kernel's bug: a later round, or the next block on the multiprocessor,
+    would count it). Every open round is cleared, so that one kernel's fault is reported once."""
+    with _NAMED_LOCK:
+        left = sorted((k[1], k[2], len(v[0])) for k, v in _NAMED.items())
+        _NAMED.clear()
+    if left:
+        block, bid, n = left[0]
+        raise RuntimeError(f"{kernel}: named barrier {bid} of block {block} ended with {n} threads arrived in a round "
+                           f"no one completed ({len(left)} such rounds: arrivals that do not match the waits)")

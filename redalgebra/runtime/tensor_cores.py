@@ -45,7 +45,7 @@ from .sim_async import _shared_flat, _sim_check_write, _sim_commit, _sim_named_b
 if not SIMULATOR:
     from .lowering import TypingError
 
-__all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "ld_w2_stream_at",
+__all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "e4m3_halves", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "ld_w2_stream_at",
            "st_w2_at", "st_w4_at", "lds_w4", "sts_w4",
            "prefetch_l2_at", "grid_wait", "grid_launch", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
@@ -101,6 +101,11 @@ def _sim_e4m3_pairs(lo, hi):
     a, b = np.array([lo], np.uint32).view(np.uint8), np.array([hi], np.uint32).view(np.uint8)
     wide = f16_bits(e4m3_values(np.stack([a, b], axis=1).reshape(-1)))  # (lo, hi) of byte 0, of byte 1, …
     return tuple(_words(wide[2 * c:2 * c + 2]) for c in range(4))
+
+
+def _sim_e4m3_halves(word):
+    wide = f16_bits(e4m3_values(np.array([word], np.uint32).view(np.uint8)))  # bytes 0 … 3 as float16
+    return _words(wide[0:2]), _words(wide[2:4])
 
 
 def _sim_b16_pairs(lo, hi):
@@ -438,6 +443,23 @@ def e4m3_pairs(typingctx, lo, hi):
         out = _asm(builder, ir.LiteralStructType([i32] * 4), E4M3_PAIRS_PTX, ",".join(["=r"] * 4 + ["r"] * 2), words)
         return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(4)])
     return rt(lo, hi), codegen
+
+
+@_device(_sim_e4m3_halves)
+def e4m3_halves(typingctx, word):
+    """A word of four e4m3 bytes as two words of two float16: bytes 0 and 1 (byte 0 in the low half), then bytes 2
+    and 3, widened exactly by ``cvt.rn.f16x2.e4m3x2`` (sm_89 and later) — a column's four consecutive elements of K-major
+    weights as its ``mma`` A words."""
+    _check_words("e4m3_halves", word)
+    rt = types.UniTuple(types.uint32, 2)
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        w = context.cast(builder, args[0], sig.args[0], types.uint32)
+        text = "{.reg .b16 l, h; mov.b32 {l, h}, $2; cvt.rn.f16x2.e4m3x2 $0, l; cvt.rn.f16x2.e4m3x2 $1, h;}"
+        out = _asm(builder, ir.LiteralStructType([i32] * 2), text, "=r,=r,r", [w])
+        return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(2)])
+    return rt(word), codegen
 
 
 @_device(_sim_b16_pairs)

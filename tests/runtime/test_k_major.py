@@ -102,7 +102,7 @@ def test_a_raw_device_array_k_major_is_refused_by_name_where_it_is_not_read_so(m
     x = as_e4m3(_Device((8, 256), None, "|u1"))  # (its dtype aside, as the layout reads it)
     w = as_e4m3(_Device((1, 256, 72), (18432, 1, 256)))
     with pytest.raises(KMajorUnread, match="input w is a device array laid out K-major .* columns_wgmma with "
-                                           "fp8_products reads"):
+                                           "fp8_products .* and columns_mma .* read weights so"):
         kernel._layout({"x": x, "w": w}, {}, None)
     with pytest.raises(KMajorUnread):  # L not a multiple of 128, even with fp8_products
         compile(fused("fp8_quant_gemm"), "cuda", "columns_wgmma", fp8_products=True)._layout(
@@ -146,3 +146,47 @@ def test_host_k_major_weights_not_read_so_are_judged_as_the_copy_they_become():
     spec_lying = kernel._planned(dict(inputs, w=lying), params, None)[0]
     spec_given = kernel._planned(dict(inputs, w=w), params, None)[0]
     assert spec_lying == spec_given and spec_lying.k_major == ()
+
+
+@pytest.mark.parametrize("name,dtype,rows,length,n,segments", [
+    # e4m3 weights (16 elements of a column a lane's load): a token (one n8 tile); 16 rows (8 columns a lane) in three
+    # segments of whole super-steps of 64, a partial column block (144 = 128 + 16)
+    ("fp8_quant_gemm", "e4m3", 1, 128, 64, None),
+    ("fp8_quant_gemm", "e4m3", 16, 320, 144, 3),
+    # 16-bit weights: 8 elements a lane's load, two steps a super-step of 32; RMSNorm's rounded factors
+    ("fp8_quant_gemm", "bfloat16", 3, 192, 72, 2),
+    ("rmsnorm_gemm", "bfloat16", 9, 256, 40, None),
+])
+def test_columns_mma_reads_k_major_weights_as_they_lie(name, dtype, rows, length, n, segments):
+    # a Linear layer's (n, L) weight given as W.T[None]: each lane loads 16 bytes of one column (consecutive elements
+    # of the axis), the factors stored in the matching order; the sums are the contiguous weights' up to the float32
+    # order of their terms
+    inputs, params = _problem(name, rows, length, n, "bfloat16")
+    w = as_e4m3(to_float(inputs["w"])) if dtype == "e4m3" else inputs["w"]
+    lying = type(w)(np.ascontiguousarray(w.bits[0].T).T[None])
+    assert k_major(lying.bits) and not k_major(w.bits)
+    kernel = compile(fused(name), "cudasim", "columns_mma", segments=segments)
+    spec = kernel._planned(dict(inputs, w=lying), params, None)[0]
+    assert spec.k_major == ("w",)
+    got = kernel(dict(inputs, w=lying), params)["y"]
+    given = kernel(dict(inputs, w=w), params)["y"]
+    ref = _reference(name, dict(inputs, w=w), params, None, rows)["y"]
+    # (RMSNorm: its factors rounded to bfloat16, as with contiguous weights)
+    tol = 2 ** -9 + 1e-5 if name == "rmsnorm_gemm" else 1e-5
+    assert np.nanmax(np.abs(got - ref)) <= tol * np.nanmax(np.abs(ref))
+    assert np.nanmax(np.abs(got - given)) <= 1e-6 * np.nanmax(np.abs(ref))
+    source = kernel.source(spec, "columns_mma").source
+    assert ("e4m3_halves(" in source) == (dtype == "e4m3") and "e4m3_pairs(" not in source
+
+
+@pytest.mark.parametrize("length", [200, 96])
+def test_columns_mma_copies_k_major_weights_whose_axis_is_not_whole_super_steps(length):
+    # L not a multiple of 64: a lane's 16 bytes of a column would run past the row's end at the last super-step; the
+    # host array is copied contiguous and planned as that copy
+    inputs, params = _problem("fp8_quant_gemm", 5, length, 64, "bfloat16")
+    w = as_e4m3(to_float(inputs["w"]))
+    lying = as_e4m3(np.ascontiguousarray(w.bits[0].T).T[None])
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma")
+    spec = kernel._planned(dict(inputs, w=lying), params, None)[0]
+    assert spec.k_major == () and spec == kernel._planned(dict(inputs, w=w), params, None)[0]
+    np.testing.assert_array_equal(kernel(dict(inputs, w=lying), params)["y"], kernel(dict(inputs, w=w), params)["y"])

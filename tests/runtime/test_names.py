@@ -109,6 +109,15 @@ def test_the_generators_own_names_are_the_ones_listed(name, monkeypatch):
         resolved, spec, _ = k.spec_for(256, 256, {"x": "bfloat16", "w": "e4m3"}, sizes, reps={"w": 256})
         assert spec.fp8_products
         missing |= _unlisted(k.source(spec, resolved), declared, "columns_wgmma+fp8")
+        k = compile(f, "cuda", "columns_wgmma", fp8_products=True, persistent=True)  # the blocks walking the tiles
+        resolved, spec, _ = k.spec_for(256, 256, {"x": "bfloat16", "w": "e4m3"}, sizes, reps={"w": 256})
+        missing |= _unlisted(k.source(spec, resolved), declared, "columns_wgmma+fp8 persistent")
+        for dtype in ("e4m3", "bfloat16"):  # K-major weights read as they lie
+            k = compile(f, "cuda", "columns_mma")
+            resolved, spec, _ = k.spec_for(4, 256, {"x": "bfloat16", "w": dtype}, sizes, reps={"w": 4},
+                                           k_major=("w",))
+            assert spec.k_major == ("w",)
+            missing |= _unlisted(k.source(spec, resolved), declared, f"columns_mma K-major {dtype}")
     assert not missing, sorted(missing)
 
 

@@ -40,10 +40,9 @@ def test_the_16_bit_product_with_a_producer_warpgroup_computes_what_the_block_ba
 
 
 @pytest.mark.parametrize("name,rows,length,n,segments,resident", [
-    # one block walking 4 output tiles of 5 axis tiles each (the ring of four wrapping across them)
+    # one block walking 4 output tiles of 5 axis tiles each (the ring of four wrapping across them); two consumer
+    # warpgroups walking: test_fp8_products.py
     ("rmsnorm_gemm", 20, 300, 72, None, 1),
-    # two consumer warpgroups taking turns across output tiles: one block walking the two segments' tiles
-    ("fp8_quant_gemm", 65, 320, 64, 2, 1),
 ])
 def test_the_16_bit_producer_walking_the_output_tiles_computes_what_a_block_a_tile_does(
         monkeypatch, name, rows, length, n, segments, resident):

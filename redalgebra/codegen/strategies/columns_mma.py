@@ -34,6 +34,10 @@ on ``mma.sync.m16n8k16``:
    before their products; no shared memory and no barrier in the loop. At the end the warps' sums meet in shared
    memory and are added in warp order (deterministic). The products are float16 ones for e4m3 weights: the factors
    must then be FP8 (exact in float16 too).
+   **K-major weights** (``W.T[None]`` of a Linear layer's (n, L) weight, :attr:`Spec.k_major`: the call binds them
+   as those (n, L) rows) are read as they lie (:meth:`ColumnsMmaKernel.k_major_loop`): a lane's 16-byte load is 16
+   (e4m3) or 8 (16-bit) consecutive elements of one column, four steps' (two steps') worth of that column's ``k``
+   for the lane, taken as the fragment's words directly (no ``prmt``); the factors are stored in that order.
 4. **The segments' sums** and the outputs: ``columns``' third kernel (or the tiles kernel itself when the axis is
    one segment).
 
@@ -146,6 +150,10 @@ class ColumnsMmaKernel(ColumnsKernel):
         self.nt = spec.batch // 8  # n8 tiles of rows: 1 where a block has at most 8 rows, else 2
         self.warps = spec.threads // 32
         self.bc = 8 * self.each  # the block's columns: eight lanes' loads
+        # Spec.k_major: the weights given K-major, bound as their (n, L) rows — a lane's 16-byte load is KL elements
+        # of one column; 4 lanes' loads a super-step of 4 KL elements (k_major_loop)
+        self.km = self.x in spec.k_major
+        self.kl = 16 // (1 if self.bytes else 2) if self.km else 4
         blocks = BLOCKS_E4M3 if self.bytes else BLOCKS
         if spec.threads not in blocks or spec.batch not in (8, BM) or spec.tile != BK \
                 or spec.group not in loads(self.bytes):
@@ -225,8 +233,15 @@ class ColumnsMmaKernel(ColumnsKernel):
         pack = f"pack_{self.kind}x2"
         at = (f"(row // 16 * (fac.shape[1] // 16) + kx // 16) * {FRAGMENT} + 8 * (4 * (row % 8) + (kx % 16) // 4) + "
               f"4 * ((row // 8) % 2)")
+        if self.km:  # K-major weights (:meth:`k_major_loop`): element kx of super-step kx // (4 KL), lane (kx % 4 KL) // KL,
+            # step (kx % KL) // 4 of the super-step's KL // 4
+            kl = self.kl
+            at = (f"(row // 16 * (fac.shape[1] // 16) + kx // {4 * kl} * {kl // 4} + (kx % {kl}) // 4) * {FRAGMENT} + "
+                  f"8 * (4 * (row % 8) + (kx % {4 * kl}) // {kl}) + 4 * ((row // 8) % 2)")
+        # (the next four elements: the next lane's place, or with K-major weights the lane's place in the next step)
+        nxt = FRAGMENT if self.km else 8
         return [Assign("fo", at)] + [
-            Call("st_w2_at", ("fac", f"fo + {8 * h}", f"{pack}({values[4 * h]}, {values[4 * h + 1]})",
+            Call("st_w2_at", ("fac", f"fo + {nxt * h}", f"{pack}({values[4 * h]}, {values[4 * h + 1]})",
                               f"{pack}({values[4 * h + 2]}, {values[4 * h + 3]})")) for h in (0, 1)]
 
     # -- 3. the products ------------------------------------------------------------------------------
@@ -274,6 +289,57 @@ class ColumnsMmaKernel(ColumnsKernel):
                     out.append(Assign(regs, f"{mma}({a}, {b[nt]}, {regs})"))
         return out
 
+    def k_major_loop(self) -> tuple[list, list]:
+        """The products' loop over K-major weights (:attr:`Spec.k_major`, bound as their (n, L) rows): (its setup, its
+        loops). Lane ``(lg, tq)`` loads 16 bytes of each of its ``EACH`` columns — ``KL`` elements (16 e4m3, 8 16-bit
+        values), ``KL tq … KL tq + KL - 1`` of a super-step of ``4 KL`` — the same bytes a step's loads take in rows,
+        for ``KL / 4`` steps of 16. Step ``s`` of the super-step takes the lane's elements ``4 s … 4 s + 3``: as the
+        instruction's ``k = 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9`` (the factors are stored in that order:
+        :meth:`factor_store`), a column's word ``s`` of e4m3 bytes widened as two float16 words (``e4m3_halves``), or
+        its words ``2 s``, ``2 s + 1`` of 16-bit values as they are. Segments are whole super-steps (the axis a multiple
+        of ``4 KL``: :func:`k_major`), so no load is past a row's end and there is no partial step; the warps take the
+        super-steps in turn, :data:`UNROLL` steps' loads in flight before their products, as the rows' loop."""
+        n, w, each, kl = self.n, self.warps, self.each, self.kl
+        spl, sk = kl // 4, 4 * kl  # steps of a super-step, its elements
+        su = max(UNROLL // spl, 1)  # super-steps loaded before their products
+        setup = [Assign("nsup", f"max(hi - lo, 0) // {sk}"),
+                 # the lane's first column (a partial last block's lanes past the last read the last columns: not
+                 # stored), its elements of the segment's first super-step
+                 Assign("wo", f"min(cb + {each} * lg, {n - each}) * length + lo + {kl} * tq"),
+                 Assign("nmain", f"max(nsup - warp - {(su - 1) * w} + {su * w - 1}, 0) // {su * w}")]
+
+        def load(u: str, sup: str) -> list:
+            out = [Assign(", ".join(f"wv_{u}_{c}_{q}" for q in range(4)),
+                          f"ld_w4_stream_at({self.x}, wo + {c} * length + ({sup}) * {sk})") for c in range(each)]
+            return out + [Assign(f"fa_{u}_{st}_0, fa_{u}_{st}_1, fb_{u}_{st}_0, fb_{u}_{st}_1",
+                                 f"ld_w4_at(fac, fq + (({sup}) * {spl} + {st}) * {FRAGMENT})") for st in range(spl)]
+
+        def products(u: str) -> list:
+            out, mma = [], f"mma_{self.kind}"
+            for st in range(spl):
+                b = [f"fa_{u}_{st}_0, fa_{u}_{st}_1", f"fb_{u}_{st}_0, fb_{u}_{st}_1"]
+                for mt in range(each // 2):  # m16 tile mt: rows g and g + 8 are the lane's columns 2 mt, 2 mt + 1
+                    c0, c1 = 2 * mt, 2 * mt + 1
+                    if self.bytes:
+                        out += [Assign("a0, a2", f"e4m3_halves(wv_{u}_{c0}_{st})"),
+                                Assign("a1, a3", f"e4m3_halves(wv_{u}_{c1}_{st})")]
+                        a = "a0, a1, a2, a3"
+                    else:
+                        a = f"wv_{u}_{c0}_{2 * st}, wv_{u}_{c1}_{2 * st}, wv_{u}_{c0}_{2 * st + 1}, wv_{u}_{c1}_{2 * st + 1}"
+                    for nt in range(self.nt):
+                        regs = ", ".join(f"ac_{mt}_{nt}_{i}" for i in range(4))
+                        out.append(Assign(regs, f"{mma}({a}, {b[nt]}, {regs})"))
+            return out
+
+        body = [Assign("ks", f"warp + it * {su * w}")]
+        for u in range(su):
+            body += load(str(u), f"ks + {u * w}")
+        for u in range(su):
+            body += products(str(u))
+        loops = [For("it", "0", "nmain", tuple(body)),
+                 For("ks", f"warp + nmain * {su * w}", "nsup", tuple(load("t", "ks") + products("t")), str(w))]
+        return setup, loops
+
     def tiles(self) -> list:
         """A block: 16 rows, the ``8 EACH`` columns of one 16-byte load per lane and weight row (128 e4m3, 64 of a
         16-bit type), a segment of the axis; its warps take its steps of 16 elements in turn (warp ``w`` steps ``w,
@@ -288,26 +354,32 @@ class ColumnsMmaKernel(ColumnsKernel):
                Assign("rw", f"int32(uint32(min(r0, rows - 1)) // uint32(rep_{self.x}))"),
                # segments of whole tiles (the factors' rows are padded to whole tiles with zeros)
                Assign("segl", f"int32((uint32(length + nseg - 1) // uint32(nseg) + {BK - 1}) // {BK} * {BK})"),
-               Assign("lo", "cuda.blockIdx.z * segl"), Assign("hi", "min(lo + segl, length)"),
-               Assign("nfull", "max(hi - lo, 0) // 16"), Assign("nstep", "max(hi - lo + 15, 0) // 16"),
-               # the block's factors of the segment's first step, this lane's 16 bytes (rows past the last hold
-               # whatever the scratch held: their outputs are not stored)
-               Assign("fq", f"(cuda.blockIdx.x * (fac.shape[1] // 16) + lo // 16) * {FRAGMENT} + 8 * lane"),
-               # columns past the last read the last 16 bytes (not stored either)
-               Assign("wo", f"(rw * length + lo + 4 * tq) * {n} + min(cb + {each} * lg, {n - each})"),
-               Assign("nmain", f"max(nfull - warp - {(un - 1) * w} + {un * w - 1}, 0) // {un * w}")]
+               Assign("lo", "cuda.blockIdx.z * segl"), Assign("hi", "min(lo + segl, length)")]
+        if not self.km:
+            out += [Assign("nfull", "max(hi - lo, 0) // 16"), Assign("nstep", "max(hi - lo + 15, 0) // 16")]
+        # the block's factors of the segment's first step, this lane's 16 bytes (rows past the last hold whatever the
+        # scratch held: their outputs are not stored)
+        out.append(Assign("fq", f"(cuda.blockIdx.x * (fac.shape[1] // 16) + lo // 16) * {FRAGMENT} + 8 * lane"))
+        if self.km:
+            setup, loops = self.k_major_loop()
+        else:
+            # columns past the last read the last 16 bytes (not stored either)
+            setup = [Assign("wo", f"(rw * length + lo + 4 * tq) * {n} + min(cb + {each} * lg, {n - each})"),
+                     Assign("nmain", f"max(nfull - warp - {(un - 1) * w} + {un * w - 1}, 0) // {un * w}")]
+            body = [Assign("ks", f"warp + it * {un * w}")]
+            for u in range(un):
+                body += self.load_step(str(u), f"ks + {u * w}", False)
+            for u in range(un):
+                body += self.step_products(str(u))
+            tail = self.load_step("t", "ks", True) + self.step_products("t")
+            loops = [For("it", "0", "nmain", tuple(body)), For("ks", f"warp + nmain * {un * w}", "nstep", tuple(tail),
+                                                                str(w))]
+        out += setup
         zero = self.consts.name(0.0)
         slots = [(mt, nt, i) for mt in range(each // 2) for nt in range(self.nt) for i in range(4)]
         out += self.early_start()
         out += [Assign(f"ac_{mt}_{nt}_{i}", zero) for mt, nt, i in slots]
-        body = [Assign("ks", f"warp + it * {un * w}")]
-        for u in range(un):
-            body += self.load_step(str(u), f"ks + {u * w}", False)
-        for u in range(un):
-            body += self.step_products(str(u))
-        out.append(For("it", "0", "nmain", tuple(body)))
-        tail = self.load_step("t", "ks", True) + self.step_products("t")
-        out.append(For("ks", f"warp + nmain * {un * w}", "nstep", tuple(tail), str(w)))
+        out += loops
         if w > 1:  # the warps' sums meet: slot (j, i) of lane l at red[warp, slot, l], added by the slot's warp
             out.append(Shared("red", (str(w), str(len(slots)), "32")))
             out += [Assign(f"red[warp, {k}, lane]", f"ac_{mt}_{nt}_{i}") for k, (mt, nt, i) in enumerate(slots)]
@@ -342,10 +414,15 @@ class ColumnsMmaKernel(ColumnsKernel):
         the wait for the factors."""
         if not self.spec.dependent:
             return []
-        row = f"(rw * length + pk) * {self.n} + cb"
-        return [For("pk", "lo + tid", f"min(hi, lo + {PREFETCH_ROWS})", (Call("prefetch_l2_at", (self.x, row)),),
-                    str(self.spec.threads)),
-                Call("grid_launch", ()), Call("grid_wait", ())]
+        if self.km:  # K-major: the block's columns' first lines (as many bytes as PREFETCH_ROWS rows' lines)
+            line, per = 128 // (1 if self.bytes else 2), max(PREFETCH_ROWS // self.bc, 1)  # (elements, lines a column)
+            at = f"min(cb + pk // {per}, {self.n - 1}) * length + min(lo + {line} * (pk % {per}), max(hi - 1, lo))"
+            warm = For("pk", "tid", str(self.bc * per), (Call("prefetch_l2_at", (self.x, at)),), str(self.spec.threads))
+        else:
+            row = f"(rw * length + pk) * {self.n} + cb"
+            warm = For("pk", "lo + tid", f"min(hi, lo + {PREFETCH_ROWS})", (Call("prefetch_l2_at", (self.x, row)),),
+                       str(self.spec.threads))
+        return [warm, Call("grid_launch", ()), Call("grid_wait", ())]
 
     def kernels(self) -> list:
         from ..kernels import kernel_args
@@ -473,7 +550,18 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=8 if p.rows <= 8 else BM, segments=int(nseg),
                 nseg=int(nseg),
                 pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False), min_blocks=minb,
-                dependent=dependent)
+                dependent=dependent, k_major=k_major(fused, p))
+
+
+def k_major(fused: FusedCascade, p: Problem) -> tuple:
+    """The weights the products read as they lie (:attr:`Spec.k_major`): given K-major (``p.k_major``: ``W.T[None]`` of
+    a Linear layer's (n, L) weight), bound as those (n, L) rows — a lane's 16-byte load then holds 16 (e4m3) or 8
+    (16-bit) consecutive elements of one column (:meth:`ColumnsMmaKernel.k_major_loop`) — when ``L`` is a multiple of
+    64 (whole super-steps: no load past a row's end, no partial step) and the call's arrays start on the 16-byte grid
+    (``p.vec_ok``), and they are the cascade's one vector input. Other K-major weights are copied by the call."""
+    vectors = [s.name for s in fused.cascade.inputs if s.size is not None]
+    ok = len(vectors) == 1 and vectors[0] in p.k_major and p.length % BK == 0 and p.vec_ok
+    return tuple(vectors) if ok else ()
 
 
 def grid(rows: int, spec: Spec, named) -> dict:

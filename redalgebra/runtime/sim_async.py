@@ -163,13 +163,20 @@ def _sim_named_barrier(blocking: bool):
     return barrier
 
 
+def _sim_barriers_clear() -> list:
+    """Forget every open named-barrier round (before a simulated kernel: a kernel stopped by an error, or a test of
+    the stand-ins, may have left one); returns them as ``(block, barrier, threads arrived)``."""
+    with _NAMED_LOCK:
+        left = sorted((k[1], k[2], len(v[0])) for k, v in _NAMED.items())
+        _NAMED.clear()
+    return left
+
+
 def _sim_barriers_done(kernel: str) -> None:
     """After a simulated kernel: a named barrier's round that some threads joined and no thread completed is an error
     (on the GPU an arrival no wait consumes is a kernel's bug: a later round, or the next block on the multiprocessor,
     would count it). Every open round is cleared, so that one kernel's fault is reported once."""
-    with _NAMED_LOCK:
-        left = sorted((k[1], k[2], len(v[0])) for k, v in _NAMED.items())
-        _NAMED.clear()
+    left = _sim_barriers_clear()
     if left:
         block, bid, n = left[0]
         raise RuntimeError(f"{kernel}: named barrier {bid} of block {block} ended with {n} threads arrived in a round "

@@ -399,6 +399,7 @@ def case_fp8_gemm(m, hidden, n, candidates, weights="float16", k_major=False):
         xq, sx = fp8_quant_eager(x)
         return {"y": (xq.double() @ w.double()) * sx.double()}
     item, label = (1, " e4m3 weights") if weights == "e4m3" else (2, "")
+    label += " K-major" if k_major else ""  # (its own autotuning key: the contiguous case's choice may not read them)
     note = "" if weights == "e4m3" else "our weights are float16: twice the baseline's weight bytes"
     return Case("fp8_quant_gemm", f"M{m} K{hidden} N{n}{label}", "bfloat16", fused_of("fp8_quant_gemm"),
                 [(inputs, {}, (x,))], base, reference, hidden * n * item + m * hidden * 2 + m * n * 4, candidates,
@@ -475,7 +476,9 @@ def all_cases(quick: bool) -> dict:
         "fp8gemm": [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_mma@256", "columns", "columns@128s38"))
                     for m in (1, 16)] + [lambda: case_fp8_gemm(4096, 7168, 7168, ("columns_wgmma", "columns_mma"))]
         + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_mma@64", "columns"), "e4m3")
-           for m in (1, 16)] + [lambda: case_fp8_gemm(4096, 7168, 7168, ("columns_wgmma",), "e4m3", k_major=True)],
+           for m in (1, 16)] + [lambda: case_fp8_gemm(4096, 7168, 7168, ("columns_wgmma",), "e4m3", k_major=True)]
+        + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_mma@64"), "e4m3", k_major=True)
+           for m in (1, 16)],  # (a Linear layer's weights as they lie, read so by columns_mma)
         "normgemm": [lambda m=m: case_rmsnorm_gemm(m, 4096, 4096, ("columns_mma", "columns", "columns@128s38"))
                      for m in (1, 16)] + [lambda: case_rmsnorm_gemm(4096, 4096, 4096, ("columns_wgmma", "columns_mma"))],
         "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")

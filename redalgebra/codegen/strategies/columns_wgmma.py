@@ -610,7 +610,9 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
         stages, shared = stages - cut, shared - cut * 2 * stage_units(threads // 2, bc)
     # the product's blocks walk the output's tiles only when asked (``persistent``): on the H200, mixed — RMSNorm + GEMM
     # M4096 K = N = 4096's product took 192.5 us alone launched a block a tile, 196.1 walking (three runs each,
-    # interleaved), FP8 M4096 K = N = 7168's 646 and 639 (two each). Not launched while the factors' kernel runs (Spec.dependent,
+    # interleaved), FP8 M4096 K = N = 7168's 646 and 639 (two each, the exact product); the FP8 instruction's product,
+    # its producer warpgroup walking on (the ring running across tiles), 413.3 and 414.6 against 414.0 and 407.5 us
+    # (two each, interleaved). Not launched while the factors' kernel runs (Spec.dependent,
     # the weights' first tiles loading meanwhile): the module's time was the same, 245.0 against 245.1 us (two runs
     # each; gpu/README.md)
     # outputs of the vector reduction's width stored in 16 bits only when asked (out_dtype): half the bytes the

@@ -143,5 +143,5 @@ class Producer:
             cons += sums + first + [loop] + final + settle + hold + epilogue
         # (no register hand-over between the warpgroups: ptxas ignores setmaxnreg in code compiled for linking, as
         # numba-cuda's is — "C7504 'setmaxnreg' ignored to maintain compatibility across compilation units" — so a
-        # block of twelve warps keeps one count, at most 168 a thread; the FP8 product takes 144)
+        # block of twelve warps keeps one count, at most 168 a thread; the FP8 product takes 144, 146 walking its tiles)
         return [If(f"warp >= {t // 32}", tuple(prod), tuple(cons))]

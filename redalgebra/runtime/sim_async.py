@@ -159,7 +159,7 @@ def _sim_named_barrier(blocking: bool):
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"named barrier {bid}: {len(state[0])} of {count} threads arrived in "
                                            f"{DEADLOCK_SECONDS} s (a deadlock: arrivals that do not match the waits)")
-                    _NAMED_LOCK.wait(0.05)
+                    _NAMED_LOCK.wait(0.5)
     return barrier
 
 

@@ -173,27 +173,50 @@ def _sim_unpack(kind):
 
 
 _WARPS: dict = {}
+_WARPS_LOCK = threading.Lock()
+
+
+class _CombineFailed:
+    """A warp collective's ``combine`` that raised: each lane raises its error."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def _warp_meeting():
+    """A warp's meeting point: a barrier of its 32 lanes whose last arrival computes lane 0's ``combine`` of the
+    lanes' values before any lane leaves (one wait a collective; a lane reads the result before it can arrive at the
+    next collective, whose combine runs only once every lane has)."""
+    slots, result, pending = [None] * 32, [None], [None]
+
+    def combine():
+        try:
+            result[0] = pending[0](list(slots))
+        except Exception as err:  # noqa: BLE001 - raised by every lane below
+            result[0] = _CombineFailed(err)
+    return threading.Barrier(32, action=combine, timeout=120), slots, result, pending
 
 
 def _warp_collective(value, combine):
     """``combine(values of lanes 0..31)[lane]``: the lanes of this thread's warp meet at a barrier."""
-    import threading
-
     me = threading.current_thread()  # the simulator's thread of this CUDA thread
     tid, block = me.thread_id, me.blockIdx
     key = (block.x, block.y, block.z, tid // 32)
     entry = _WARPS.get(key)
     if entry is None or entry[0].broken:
-        entry = _WARPS.setdefault(key, (threading.Barrier(32, timeout=120), [None] * 32, [None]))
-    barrier, slots, result = entry
+        with _WARPS_LOCK:  # (the warp's lanes arrive together: one meeting point for all of them)
+            entry = _WARPS.get(key)
+            if entry is None or entry[0].broken:
+                entry = _WARPS[key] = _warp_meeting()
+    barrier, slots, result, pending = entry
     slots[tid % 32] = value
-    barrier.wait()
     if tid % 32 == 0:
-        result[0] = combine(list(slots))
+        pending[0] = combine
     barrier.wait()
-    out = result[0][tid % 32]
-    barrier.wait()
-    return out
+    out = result[0]
+    if isinstance(out, _CombineFailed):
+        raise out.error
+    return out[tid % 32]
 
 
 def _sim_ldsm(transposed):
@@ -445,6 +468,11 @@ def e4m3_pairs(typingctx, lo, hi):
     return rt(lo, hi), codegen
 
 
+#: ``e4m3_halves``' PTX: the word's two 16-bit halves, each widened to a word of two float16 (the low byte low).
+E4M3_HALVES_PTX = ("{.reg .b16 h<2>; mov.b32 {h0, h1}, $2; "
+                   "cvt.rn.f16x2.e4m3x2 $0, h0; cvt.rn.f16x2.e4m3x2 $1, h1;}")
+
+
 @_device(_sim_e4m3_halves)
 def e4m3_halves(typingctx, word):
     """A word of four e4m3 bytes as two words of two float16: bytes 0 and 1 (byte 0 in the low half), then bytes 2
@@ -456,8 +484,7 @@ def e4m3_halves(typingctx, word):
     def codegen(context, builder, sig, args):
         i32 = ir.IntType(32)
         w = context.cast(builder, args[0], sig.args[0], types.uint32)
-        text = "{.reg .b16 l, h; mov.b32 {l, h}, $2; cvt.rn.f16x2.e4m3x2 $0, l; cvt.rn.f16x2.e4m3x2 $1, h;}"
-        out = _asm(builder, ir.LiteralStructType([i32] * 2), text, "=r,=r,r", [w])
+        out = _asm(builder, ir.LiteralStructType([i32] * 2), E4M3_HALVES_PTX, "=r,=r,r", [w])
         return context.make_tuple(builder, rt, [builder.extract_value(out, k) for k in range(2)])
     return rt(word), codegen
 

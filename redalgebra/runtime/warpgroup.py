@@ -61,29 +61,27 @@ def _sim_wgmma_desc(s, idx, lbo, sbo):
     return _SimDesc((_shared_flat(s).view(np.uint16), 2 * int(idx), int(lbo), int(sbo)))
 
 
-def _desc_read(desc, byte_address):
-    """The 16-bit value at ``byte_address`` of a swizzled operand."""
+def _gather(desc, addresses: np.ndarray, size: int) -> np.ndarray:
+    """The values of ``size`` bytes (2: 16-bit patterns, little-endian; 1: e4m3 bytes) at the (unswizzled) byte
+    ``addresses`` of a swizzled operand, in their shape; the first address outside the shared array (or a 16-bit one
+    misaligned), in C order, is an error."""
     raw = desc[0].view(np.uint8)
-    at = swizzled(byte_address)
-    if at % 2 or not 0 <= at <= raw.size - 2:
-        raise IndexError(f"wgmma: operand byte {at} is outside the shared array ({raw.size} bytes) or misaligned")
-    return raw[at:at + 2].view(np.uint16)[0]
+    at = swizzled(addresses)
+    bad = (at < 0) | (at > raw.size - size) | ((at % 2 != 0) if size == 2 else False)
+    if bad.any():
+        first = int(at[bad][0])
+        raise IndexError(f"wgmma: operand byte {first} is outside the shared array ({raw.size} bytes)"
+                         + (" or misaligned" if size == 2 else ""))
+    if size == 1:
+        return raw[at]
+    return raw[at].astype(np.uint16) | (raw[at + 1].astype(np.uint16) << 8)
 
 
-def _desc_byte(desc, byte_address):
-    """The byte at ``byte_address`` of a swizzled operand (e4m3 values)."""
-    raw = desc[0].view(np.uint8)
-    at = swizzled(byte_address)
-    if not 0 <= at < raw.size:
-        raise IndexError(f"wgmma: operand byte {at} is outside the shared array ({raw.size} bytes)")
-    return raw[at]
-
-
-def _read_chunks(desc, addresses) -> None:
+def _read_chunks(desc, addresses: np.ndarray) -> None:
     """Record the 16-byte chunks of the operand's bytes at (unswizzled) ``addresses`` as read by this thread's open
     ``wgmma`` group (:func:`~.tensor_cores._sim_wgmma_read`)."""
     base = desc[0].view(np.uint8).ctypes.data
-    _sim_wgmma_read({(base + swizzled(a)) >> 4 for a in addresses})
+    _sim_wgmma_read(set(((base + swizzled(np.asarray(addresses, np.int64))) >> 4).ravel().tolist()))
 
 
 def _k_major(desc, rows, first=0, k=16, size=2):
@@ -91,21 +89,21 @@ def _k_major(desc, rows, first=0, k=16, size=2):
     ``(r // 8) SBO + (r % 8) 128`` (a thread reads only its warp's rows: a simulated block may be one warp); values
     of ``size`` bytes (2: 16-bit patterns, 1: e4m3 bytes)."""
     _, start, _, sbo = desc
-    _read_chunks(desc, [start + (r // 8) * sbo + (r % 8) * 128 + b for r in range(first, first + rows)
-                        for b in range(0, k * size, 16)])
-    read, kind = (_desc_read, np.uint16) if size == 2 else (_desc_byte, np.uint8)
-    return np.array([[read(desc, start + (r // 8) * sbo + (r % 8) * 128 + size * kk) for kk in range(k)]
-                     for r in range(first, first + rows)], kind)
+    r = np.arange(first, first + rows, dtype=np.int64)[:, None]
+    row = start + (r // 8) * sbo + (r % 8) * 128
+    _read_chunks(desc, row + np.arange(0, k * size, 16, dtype=np.int64)[None, :])
+    return _gather(desc, row + size * np.arange(k, dtype=np.int64)[None, :], size)
 
 
 def _mn_major(desc, n, k=16):
     """The ``k × n`` operand an MN-major (transposed) 128B-swizzled descriptor gives: ``n`` in 64-value blocks LBO
     apart, ``k`` in rows of 128 bytes, eight rows an atom, atoms SBO apart."""
     _, start, lbo, sbo = desc
-    _read_chunks(desc, [start + (c // 64) * lbo + (kk // 8) * sbo + (kk % 8) * 128 + 2 * (c % 64)
-                        for c in range(0, n, 8) for kk in range(k)])
-    return np.array([[_desc_read(desc, start + (c // 64) * lbo + (kk // 8) * sbo + (kk % 8) * 128 + 2 * (c % 64))
-                      for c in range(n)] for kk in range(k)], np.uint16)
+    kk = np.arange(k, dtype=np.int64)[:, None]
+    c = np.arange(n, dtype=np.int64)[None, :]
+    at = start + (c // 64) * lbo + (kk // 8) * sbo + (kk % 8) * 128 + 2 * (c % 64)
+    _read_chunks(desc, at[:, ::8])
+    return _gather(desc, at, 2)
 
 
 def _sim_halves(kind):

@@ -45,3 +45,33 @@ def test_off_hopper_the_kernels_run_one_after_the_other(monkeypatch):
     spec, source = _module(monkeypatch, (8, 9))
     assert not spec.dependent and "grid_wait" not in "".join(_bodies(source).values())
     assert "prefetch_l2_at(" not in source.split("def ")[-1]
+
+
+@pytest.mark.parametrize("k_major", [False, True])
+def test_the_products_prefetch_stays_inside_the_weights_with_empty_segments(monkeypatch, k_major):
+    # the dependent launch's L2 prefetch (its simulator stand-in refuses an address outside the array) in a module
+    # whose last segments are empty (640 elements in 7 segments of 128): with K-major weights, the clamped offsets of
+    # an empty segment pointed past the weights' end before that segment's prefetch was skipped
+    import dataclasses
+
+    import numpy as np
+
+    from redalgebra.codegen import strategies
+    from redalgebra.runtime import as_e4m3
+    from redalgebra.runtime.formats import to_float
+    from tests.runtime.test_columns import _problem, _reference
+
+    strategy = strategies.REGISTRY["columns_mma"]
+
+    def configure(f, p):  # (the simulator is never given the dependent launch: forced here)
+        return dict(strategy.configure(f, p), dependent=True)
+    monkeypatch.setitem(strategies.REGISTRY, "columns_mma", dataclasses.replace(strategy, configure=configure))
+    inputs, params = _problem("fp8_quant_gemm", 1, 640, 64, "bfloat16")
+    w = as_e4m3(to_float(inputs["w"]))
+    given = as_e4m3(np.ascontiguousarray(w.bits[0].T).T[None]) if k_major else w
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma", segments=7)
+    spec = kernel._planned(dict(inputs, w=given), params, None)[0]
+    assert spec.dependent and spec.k_major == (("w",) if k_major else ())
+    out = kernel(dict(inputs, w=given), params)["y"]
+    ref = _reference("fp8_quant_gemm", dict(inputs, w=w), params, None, 1)["y"]
+    assert np.max(np.abs(out - ref)) <= 1e-5 * np.max(np.abs(ref))

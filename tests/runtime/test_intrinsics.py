@@ -600,13 +600,15 @@ def test_real_intrinsics_compile_to_single_vector_instructions_in_sm90_ptx():
     assert facts == want
 
 
-def _run_e4m3_pairs_ptx(text: str, lo: int, hi: int) -> tuple:
-    """Execute ``e4m3_pairs``' PTX text on two 32-bit words, instruction by instruction, as the PTX ISA defines
-    ``prmt.b32`` (default mode), ``mov.b32 {lo, hi}`` and ``cvt.rn.f16x2.e4m3x2`` (the low byte to the low half): an
-    independent check of the text the GPU runs against the simulator's stand-in."""
+def _run_e4m3_ptx(text: str, *words: int) -> tuple:
+    """Execute the PTX text of ``e4m3_pairs`` (or ``e4m3_halves``) on its 32-bit input words, instruction by
+    instruction, as the PTX ISA defines ``prmt.b32`` (default mode), ``mov.b32 {lo, hi}`` and ``cvt.rn.f16x2.e4m3x2``
+    (the low byte to the low half): an independent check of the text the GPU runs against the simulator's stand-in.
+    The outputs are ``$0 …``, the inputs the operands after them."""
     import re
 
-    reg, out = {"$4": lo, "$5": hi}, {}
+    outputs = 4 if len(words) == 2 else 2
+    reg, out = {f"${outputs + k}": w for k, w in enumerate(words)}, {}
 
     def f16_of(byte):
         return int(f16_bits(np.array([e4m3_value(byte)], np.float32))[0])
@@ -617,19 +619,51 @@ def _run_e4m3_pairs_ptx(text: str, lo: int, hi: int) -> tuple:
             pool = [(reg[m[2]] >> (8 * i)) & 0xFF for i in range(4)] + [(reg[m[3]] >> (8 * i)) & 0xFF for i in range(4)]
             sel = int(m[4], 16)
             reg[m[1]] = sum(pool[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
-        elif m := re.fullmatch(r"mov\.b32 \{(h\d), (h\d)\}, (p\d)", ins):
+        elif m := re.fullmatch(r"mov\.b32 \{(h\d), (h\d)\}, (p\d|\$\d)", ins):
             reg[m[1]], reg[m[2]] = reg[m[3]] & 0xFFFF, reg[m[3]] >> 16
         elif m := re.fullmatch(r"cvt\.rn\.f16x2\.e4m3x2 \$(\d), (h\d)", ins):
             out[int(m[1])] = f16_of(reg[m[2]] & 0xFF) | (f16_of(reg[m[2]] >> 8) << 16)
         else:
             raise AssertionError(f"an instruction this check does not know: {ins}")
-    return tuple(out[k] for k in range(4))
+    return tuple(out[k] for k in range(outputs))
 
 
-def test_e4m3_pairs_ptx_computes_what_its_stand_in_computes(rng):
+def test_e4m3_pairs_and_halves_ptx_compute_what_their_stand_ins_compute(rng):
     words = rng.integers(0, 2 ** 32, size=(16, 2), dtype=np.uint64).astype(np.uint32)
     words[:] = np.where((words.view(np.uint8) & 0x7F) == 0x7F, 0, words.view(np.uint8)).view(np.uint32)  # (no NaN:
     # its float16 pattern is the format's, compared as bits below)
     for lo, hi in words:
         want = tuple(int(w) for w in tc.e4m3_pairs(lo, hi))
-        assert _run_e4m3_pairs_ptx(tc.E4M3_PAIRS_PTX, int(lo), int(hi)) == want
+        assert _run_e4m3_ptx(tc.E4M3_PAIRS_PTX, int(lo), int(hi)) == want
+        assert _run_e4m3_ptx(tc.E4M3_HALVES_PTX, int(lo)) == tuple(int(w) for w in tc.e4m3_halves(lo))
+
+
+def test_the_simulators_warp_collectives_combine_each_round_and_fail_on_every_lane():
+    # a warp's 32 lanes meet once a collective: each gets its entry of lane 0's combine of the round's values, rounds
+    # run back to back without mixing; a combine that raises raises on every lane (none left waiting for a partner)
+    import threading
+    from types import SimpleNamespace
+
+    got, errors = {}, []
+
+    class Lane(threading.Thread):
+        def __init__(self, lane):
+            super().__init__()
+            self.thread_id, self.blockIdx = lane, SimpleNamespace(x=7, y=0, z=0)
+
+        def run(self):
+            lane = self.thread_id
+            for r in range(5):
+                got[lane, r] = tc._warp_collective(lane * 10 + r, lambda v: [sum(v) + i for i in range(32)])
+            try:
+                tc._warp_collective(lane, lambda v: [][1])
+            except IndexError as err:
+                errors.append(err)
+    lanes = [Lane(k) for k in range(32)]
+    for t in lanes:
+        t.start()
+    for t in lanes:
+        t.join(30)
+    assert not any(t.is_alive() for t in lanes)
+    assert all(got[lane, r] == sum(k * 10 + r for k in range(32)) + lane for lane in range(32) for r in range(5))
+    assert len(errors) == 32

@@ -156,18 +156,23 @@ def test_host_k_major_weights_not_read_so_are_judged_as_the_copy_they_become():
     # 16-bit weights: 8 elements a lane's load, two steps a super-step of 32; RMSNorm's rounded factors
     ("fp8_quant_gemm", "bfloat16", 3, 192, 72, 2),
     ("rmsnorm_gemm", "bfloat16", 9, 256, 40, None),
+    # three row blocks of 16 (8 e4m3 columns a lane), two segments
+    ("fp8_quant_gemm", "e4m3", 33, 192, 64, 2),
+    # two warps taking 14 super-steps in turn: the loop's rest (warps of one a super-step) runs
+    ("fp8_quant_gemm", "bfloat16-threads64", 2, 448, 16, None),
 ])
 def test_columns_mma_reads_k_major_weights_as_they_lie(name, dtype, rows, length, n, segments):
     # a Linear layer's (n, L) weight given as W.T[None]: each lane loads 16 bytes of one column (consecutive elements
     # of the axis), the factors stored in the matching order; the sums are the contiguous weights' up to the float32
     # order of their terms
+    dtype, _, threads = dtype.partition("-threads")
     inputs, params = _problem(name, rows, length, n, "bfloat16")
     w = as_e4m3(to_float(inputs["w"])) if dtype == "e4m3" else inputs["w"]
     lying = type(w)(np.ascontiguousarray(w.bits[0].T).T[None])
     assert k_major(lying.bits) and not k_major(w.bits)
-    kernel = compile(fused(name), "cudasim", "columns_mma", segments=segments)
+    kernel = compile(fused(name), "cudasim", "columns_mma", segments=segments, threads=int(threads) if threads else None)
     spec = kernel._planned(dict(inputs, w=lying), params, None)[0]
-    assert spec.k_major == ("w",)
+    assert spec.k_major == ("w",) and (not threads or spec.threads == int(threads))
     got = kernel(dict(inputs, w=lying), params)["y"]
     given = kernel(dict(inputs, w=w), params)["y"]
     ref = _reference(name, dict(inputs, w=w), params, None, rows)["y"]

@@ -49,6 +49,29 @@ def test_the_swizzled_layouts_give_exact_integer_products():
         assert good, line
 
 
+def test_the_simulators_descriptor_reads_follow_the_swizzle_value_by_value():
+    # the stand-ins read an operand through its descriptor in one gather: each value is the one at the swizzled
+    # address (byte ^ ((byte >> 3) & 0x70)), 16-bit ones little-endian; an address past the array is an error
+    from redalgebra.runtime import tensor_cores  # noqa: F401 - (imports warpgroup, which it re-exports)
+    from redalgebra.runtime import warpgroup as wg
+
+    raw = np.arange(4096, dtype=np.uint32).astype(np.uint8) * np.uint8(7)
+    desc = wg._SimDesc((raw.view(np.uint16), 1024, 2048, 1024))
+    at = lambda a: a ^ ((a >> 3) & 0x70)  # noqa: E731
+    u16 = lambda a: int(raw[at(a)]) | int(raw[at(a) + 1]) << 8  # noqa: E731
+    rows = wg._k_major(desc, 16, 8, 16, 2)
+    assert rows.dtype == np.uint16 and rows.shape == (16, 16)
+    assert all(rows[r, k] == u16(1024 + ((8 + r) // 8) * 1024 + ((8 + r) % 8) * 128 + 2 * k)
+               for r in range(16) for k in range(16))
+    e4m3 = wg._k_major(desc, 8, 0, 32, 1)
+    assert all(e4m3[r, k] == raw[at(1024 + r * 128 + k)] for r in range(8) for k in range(32))
+    cols = wg._mn_major(wg._SimDesc((raw.view(np.uint16), 0, 2048, 1024)), 72)
+    assert cols.shape == (16, 72) and all(cols[k, c] == u16((c // 64) * 2048 + (k // 8) * 1024 + (k % 8) * 128
+                                                            + 2 * (c % 64)) for k in range(16) for c in range(72))
+    with pytest.raises(IndexError, match="operand byte 4096 is outside the shared array \\(4096 bytes\\)"):
+        wg._k_major(wg._SimDesc((raw.view(np.uint16), 3072, 0, 1024)), 16)
+
+
 def _attention_problem(cc, **options):
     sizes, dtypes = (("d", 128),), (("k", "float16"), ("v", "float16"))
     base = dict(threads=None, tile=None, segments=None, group=None, batch=None, simulator=False, cc=cc)

@@ -417,7 +417,9 @@ class ColumnsMmaKernel(ColumnsKernel):
         if self.km:  # K-major: the block's columns' first lines (as many bytes as PREFETCH_ROWS rows' lines)
             line, per = 128 // (1 if self.bytes else 2), max(PREFETCH_ROWS // self.bc, 1)  # (elements, lines a column)
             at = f"min(cb + pk // {per}, {self.n - 1}) * length + min(lo + {line} * (pk % {per}), max(hi - 1, lo))"
-            warm = For("pk", "tid", str(self.bc * per), (Call("prefetch_l2_at", (self.x, at)),), str(self.spec.threads))
+            # (none for an empty segment, lo >= length: its clamped offsets would point past the weights' end)
+            warm = If("lo < hi", (For("pk", "tid", str(self.bc * per), (Call("prefetch_l2_at", (self.x, at)),),
+                                      str(self.spec.threads)),))
         else:
             row = f"(rw * length + pk) * {self.n} + cb"
             warm = For("pk", "lo + tid", f"min(hi, lo + {PREFETCH_ROWS})", (Call("prefetch_l2_at", (self.x, row)),),

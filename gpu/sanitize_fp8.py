@@ -1,5 +1,7 @@
 """The FP8 kernels under compute-sanitizer, at small hostile shapes: the FP8 product reading K-major weights as they
-lie (the producer's copies straight from the user's memory), and the ``rows`` quantiser's two quotient forms (the
+lie (the producer's copies straight from the user's memory), a block a tile and walking the tiles (``persistent``:
+the ring of stages running on across tiles); ``columns_mma`` (a few rows) reading K-major e4m3 and bfloat16 weights as
+they lie, with empty segments (their L2 prefetch skipped); and the ``rows`` quantiser's two quotient forms (the
 reciprocal tested once a row, for e4m3 bytes; an element at a time, ``rt_q8c``, for float32), with a row whose scale
 is above the fast range (divided; the cascade's clamp keeps scales from going below it). Each call is checked against the float32 division or float64.
 
@@ -25,18 +27,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quotient_check import QUANT, float32_quantised  # noqa: E402
 
 
-def fp8_products(m: int, k: int, n: int, seg) -> bool:
+def _linear(m: int, k: int, n: int, kind: str = "e4m3"):
+    """Activations (m, k) in bfloat16, a Linear layer's (n, k) weight, and the float64 reference quantising at each
+    row's absmax."""
     torch.manual_seed(m + k + n)
     x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-    w = (torch.randn(n, k, device="cuda") * 0.05).to(torch.float8_e4m3fn)  # (n, L): a Linear layer's weight
-    kern = ra.compile(ra.derive(workloads.get("fp8_quant_gemm").cascade), "cuda", "columns_wgmma", fp8_products=True,
-                      **({"segments": seg} if seg else {}))
-    got = kern({"x": x, "w": w.t()[None]}, {})["y"].double()
+    w = torch.randn(n, k, device="cuda") * 0.05
+    w = w.to(torch.float8_e4m3fn if kind == "e4m3" else torch.bfloat16)
     a = x.float().abs().amax(-1, keepdim=True).clamp(min=1e-12)
     want = ((x.float() * 448 / a).to(torch.float8_e4m3fn).double() @ w.double().t()) * (a.double() / 448)
+    return x, w, want
+
+
+def fp8_products(m: int, k: int, n: int, seg, persistent=None) -> bool:
+    x, w, want = _linear(m, k, n)
+    kern = ra.compile(ra.derive(workloads.get("fp8_quant_gemm").cascade), "cuda", "columns_wgmma", fp8_products=True,
+                      persistent=persistent, **({"segments": seg} if seg else {}))
+    got = kern({"x": x, "w": w.t()[None]}, {})["y"].double()
     err = float((got - want).abs().max()) / float(want.abs().max())
-    print(f"FP8 products, K-major weights, M{m} K{k} N{n} segments {seg or 'auto'}: {err:.2e}", flush=True)
+    print(f"FP8 products{' walking' if persistent else ''}, K-major weights, M{m} K{k} N{n} segments {seg or 'auto'}: "
+          f"{err:.2e}", flush=True)
     return err <= 4e-4
+
+
+def columns_mma(m: int, k: int, n: int, kind: str, seg) -> bool:
+    x, w, want = _linear(m, k, n, kind)
+    kern = ra.compile(ra.derive(workloads.get("fp8_quant_gemm").cascade), "cuda", "columns_mma",
+                      **({"segments": seg} if seg else {}))
+    got = kern({"x": x, "w": w.t()[None]}, {})["y"].double()
+    err = float((got - want).abs().max()) / float(want.abs().max())
+    print(f"columns_mma, K-major {kind} weights, M{m} K{k} N{n} segments {seg or 'auto'}: {err:.2e}", flush=True)
+    return err <= 1e-5
 
 
 def quantiser(rows: int, length: int, out_dtype) -> bool:
@@ -57,8 +78,12 @@ def quantiser(rows: int, length: int, out_dtype) -> bool:
 
 
 def main() -> int:
-    ok = all([fp8_products(130, 256, 72, None), fp8_products(5, 384, 80, 3), quantiser(5, 1001, None),
-              quantiser(5, 1001, "float32"), quantiser(3, 7168, None)])
+    ok = all([fp8_products(130, 256, 72, None), fp8_products(5, 384, 80, 3),
+              fp8_products(130, 256, 72, None, True), fp8_products(5, 384, 80, 3, True),
+              # 640 elements in 7 segments of 128: the last two empty
+              columns_mma(1, 640, 64, "e4m3", 7), columns_mma(16, 320, 144, "e4m3", 3),
+              columns_mma(9, 192, 72, "bf16", None), columns_mma(33, 256, 40, "bf16", 2),
+              quantiser(5, 1001, None), quantiser(5, 1001, "float32"), quantiser(3, 7168, None)])
     return 0 if ok else 1
 
 

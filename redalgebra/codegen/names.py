@@ -44,7 +44,7 @@ PREFIXES = frozenset("""
     reduce rep rr rt s sh shfl shi si st t t0 tk tki v x xs xv y cp ldsm mma pack unpack cf fa pa pf rc row sc tr tx xb
     wgmma swizzle fence ce cc so div ga gb tq dk dv dq dl ac f e4m3 fo shk shki cv ci fd wo wd fp8 b16 fb wk wv BOUNDS
     grid prefetch z numba rv sv sqrt lds sts xw0 xw1 xw2 xw3 ro lv shr s0 s1 s2 s3 o0 bar kk lc lk nn ow tf
-    tw
+    tw regs
 """.split())
 
 

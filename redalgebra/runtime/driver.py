@@ -77,6 +77,41 @@ _MAX_DYNAMIC_SHARED = 8
 _STATIC_LIMIT = 48 * 1024
 
 
+@lru_cache(maxsize=1)
+def _module_api():
+    """The driver's ``cuModuleLoadData`` and ``cuModuleGetFunction`` through ctypes (loaded once)."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    load, get = lib.cuModuleLoadData, lib.cuModuleGetFunction
+    load.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p]
+    get.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p]
+    load.restype = get.restype = ctypes.c_int
+    return load, get
+
+
+#: Modules loaded from a kernel's whole PTX, by its text (kept loaded: their functions are launched for the process's
+#: life).
+_WHOLE: dict = {}
+
+
+def whole_program_function(ptx: str) -> int:
+    """The ``CUfunction`` of the one kernel in ``ptx``, the module compiled as a whole program by the driver's JIT
+    (``cuModuleLoadData``; into the current context). For kernels that hand registers between warpgroups
+    (``setmaxnreg``): numba-cuda links its kernels as relocatable code, in which ptxas ignores it (C7504)."""
+    import re
+
+    names = re.findall(r"^\s*(?:\.visible\s+)?\.entry\s+([\w$]+)\s*\(", ptx, re.M)
+    if len(names) != 1:
+        raise RedalgebraError(f"a whole-program kernel's PTX must hold one entry, found {len(names)}")
+    if ptx not in _WHOLE:
+        load, _ = _module_api()
+        module = ctypes.c_void_p()
+        _check(load(ctypes.byref(module), ptx.encode() + b"\0"), "cuModuleLoadData (the kernel's PTX, whole)")
+        _WHOLE[ptx] = module
+    function = ctypes.c_void_p()
+    _check(_module_api()[1](ctypes.byref(function), _WHOLE[ptx], names[0].encode()), "cuModuleGetFunction")
+    return function.value
+
+
 def _check(code: int, what: str) -> None:
     if code:
         text = ctypes.c_char_p()
@@ -129,11 +164,26 @@ class DriverStep:
         dispatcher = configured.dispatcher
         argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
         overload = dispatcher.compile(argtypes)  # the overload a numba launch would select
-        kernel = int(overload._codelibrary.get_cufunc().handle)
         launch, get_function, _, set_attribute = _libcuda()
-        function = ctypes.c_void_p()
-        _check(get_function(ctypes.byref(function), kernel), "cuKernelGetFunction")
-        self.function = function.value
+        self.function = None
+        # a register hand-over (the kernel calls regs_take: setmaxnreg) is honoured only in a whole program, not in
+        # numba's linked one (asked of the kernel's names, not its PTX: a kernel numba loaded from its cache has none)
+        if "regs_take" in getattr(getattr(dispatcher, "py_func", None), "__code__", compile("", "", "eval")).co_names:
+            from numba import cuda
+
+            cuda.current_context()  # (numba's context, current: the module loads into it)
+            try:
+                self.function = whole_program_function(overload._codelibrary.get_asm_str())
+            except RedalgebraError as err:  # e.g. a driver older than the PTX: numba's linked kernel, which is right
+                import warnings
+
+                warnings.warn(f"{err}: launching the kernel as numba links it, where ptxas ignores the register "
+                              f"hand-over (setmaxnreg) and the consumers spill", stacklevel=2)
+        if self.function is None:
+            kernel = int(overload._codelibrary.get_cufunc().handle)
+            function = ctypes.c_void_p()
+            _check(get_function(ctypes.byref(function), kernel), "cuKernelGetFunction")
+            self.function = function.value
         self.grid, self.block = tuple(configured.griddim), tuple(configured.blockdim)
         self.shared = int(configured.sharedmem)
         if self.shared > _STATIC_LIMIT:  # dynamic shared memory beyond 48 KB (up to 227 KB on Hopper)

@@ -51,7 +51,7 @@ __all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "e4m3_halves", "b16_pair
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_ss_e4m3", "wgmma_fence",
            "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
-           "fence_async", "bar_sync", "bar_arrive"]
+           "fence_async", "bar_sync", "bar_arrive", "regs_give", "regs_take"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -524,6 +524,16 @@ cp_commit = _wait("cp_commit", "cp.async.commit_group;", _sim_commit)
 # one start while this one runs (``griddepcontrol.launch_dependents``).
 grid_wait = _wait("grid_wait", "griddepcontrol.wait;")
 grid_launch = _wait("grid_launch", "griddepcontrol.launch_dependents;")
+# Hopper's register reallocation between warpgroups (sm_90a; every warp of a warpgroup executes it): a producer
+# warpgroup gives registers back (``regs_give``: down to 88 a thread) and two consumer warpgroups take them
+# (``regs_take``: up to 208), a block of three warpgroups launched at 168 a thread: 128 × 88 + 256 × 208 = 384 × 168,
+# what the block holds. ptxas (whole program, no GPU needed) assembles the FP8 product of 192 columns without spills
+# at these counts, and spills at 72 / 208 (the producer's copies) or with the consumers at 168. ptxas honours
+# setmaxnreg only compiling the whole program (C7504 otherwise: code compiled for linking, as numba-cuda's is), so a
+# kernel calling them is loaded from its PTX by the driver (:class:`.driver.DriverStep`).
+REGS_GIVE, REGS_TAKE = 88, 208
+regs_give = _wait("regs_give", f"setmaxnreg.dec.sync.aligned.u32 {REGS_GIVE};")
+regs_take = _wait("regs_take", f"setmaxnreg.inc.sync.aligned.u32 {REGS_TAKE};")
 cp_wait0 = _wait("cp_wait0", "cp.async.wait_group 0;", _sim_wait(0))
 cp_wait1 = _wait("cp_wait1", "cp.async.wait_group 1;", _sim_wait(1))
 cp_wait2 = _wait("cp_wait2", "cp.async.wait_group 2;", _sim_wait(2))

@@ -80,7 +80,7 @@ def test_fp8_products_run_the_exact_product_where_the_instruction_does_not_apply
     with pytest.raises(RedalgebraError, match="fp8_products must be True or False"):
         compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products="yes")
     assert compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=np.bool_(True)).fp8_products
-    with pytest.raises(RedalgebraError, match="fp8_products takes blocks of 64 or 128 columns"):
+    with pytest.raises(RedalgebraError, match="fp8_products takes blocks of 64, 128, 192 columns"):
         _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, group=32)
     with pytest.raises(RedalgebraError, match="tiles of 128 elements"):
         _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, tile=64)
@@ -170,3 +170,73 @@ def test_fp8_products_two_consumer_warpgroups_walk_the_output_tiles(monkeypatch)
     # the GPU's block (two consumer warpgroups taking turns, 128 rows), a block a tile and one block walking two column
     # blocks' tiles of two axis tiles each: the turns run on across the tiles
     test_fp8_products_blocks_walk_the_output_tiles_with_the_ring_running_on(monkeypatch, 1, 65, 256, 128, None, 256)
+
+
+def test_fp8_products_of_192_columns_hand_the_producers_registers_to_the_consumers():
+    # group 24: 192 columns a block, m64n192k32 products, two sets of 96 accumulators a consumer thread, which fit only
+    # with the producer's registers (setmaxnreg); on the simulator the same sums (K-major weights, a partial last column
+    # block of 8 of 192), and only the 192-column block asks for the hand-over
+    inputs, params = _problem("fp8_quant_gemm", 65, 256, 200, "bfloat16")
+    inputs["w"] = as_e4m3(np.ascontiguousarray(as_e4m3(to_float(inputs["w"])).bits[0].T).T[None])
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=True, group=24, threads=256)
+    out = kernel(inputs, params)["y"]
+    ref = _reference("fp8_quant_gemm", inputs, params, None, 65)["y"]
+    assert np.max(np.abs(out - ref)) <= 1e-5 * np.max(np.abs(ref))
+    source = _fp8_source("fp8_quant_gemm", inputs, 65, 256, 200, group=24, threads=256)
+    assert "regs_give()" in source and "regs_take()" in source
+    assert "regs_give()" not in _fp8_source("fp8_quant_gemm", inputs, 65, 256, 200, group=16, threads=256)
+    with pytest.raises(RedalgebraError, match="192, group 24, on the FP8 instruction"):  # (16-bit products: refused)
+        compile(fused("rmsnorm_gemm"), "cudasim", "columns_wgmma", group=24)(*_problem("rmsnorm_gemm", 4, 64, 200,
+                                                                                        "bfloat16"))
+
+
+#: Compiles the 192-column FP8 product's PTX for the GPU (a process of its own: this one runs the simulator), at
+#: M4096 K = N = 7168, and writes its product kernel's module to the path given.
+_PTX_192 = r"""
+import re, sys
+import redalgebra.runtime.backends as backends
+backends._capability = lambda: (9, 0)
+from redalgebra import workloads
+from redalgebra.derive import derive
+from redalgebra.runtime.compile import compile
+from redalgebra.runtime.ptx import compile_ptx
+kernel = compile(derive(workloads.get("fp8_quant_gemm").cascade), "cuda", "columns_wgmma", fp8_products=True, group=24)
+strategy, spec, _ = kernel.spec_for(4096, 7168, {"x": "bfloat16", "w": "e4m3"}, {"n": 7168}, reps={"w": 4096})
+modules = re.split(r"(?m)^(?=\s*\.version\b)", compile_ptx(kernel.fused, strategy, spec))
+open(sys.argv[1], "w").write(next(m for m in modules if re.search(r"\.entry\s+\S*tiles", m)))
+"""
+
+
+@pytest.mark.slow
+def test_the_register_hand_over_fills_the_block_and_its_ptx_assembles_without_spills(tmp_path):
+    # the counts: the producer's 128 threads and the consumers' 256 hold what the block was launched with (384 at
+    # ptxas's 168, the most 384 threads get); the PTX of the 192-column FP8 product at M4096 K = N = 7168 asks for
+    # them, and ptxas, compiling the whole program as the driver's JIT does, assembles it without spilling (compiled
+    # for linking, as numba-cuda's own launch is, it spills 392 bytes: gpu/README.md). No GPU needed; ptxas where
+    # installed
+    import os
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from redalgebra.runtime.tensor_cores import REGS_GIVE, REGS_TAKE
+
+    assert 128 * REGS_GIVE + 256 * REGS_TAKE == 384 * 168 and REGS_GIVE % 8 == REGS_TAKE % 8 == 0
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    made = subprocess.run([sys.executable, "-c", _PTX_192, str(tmp_path / "tiles.ptx")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-2000:]
+    tiles = (tmp_path / "tiles.ptx").read_text()
+    assert f"setmaxnreg.dec.sync.aligned.u32 {REGS_GIVE};" in tiles and f"setmaxnreg.inc.sync.aligned.u32 {REGS_TAKE};" \
+        in tiles and "m64n192k32.f32.e4m3.e4m3" in tiles
+    ptxas = shutil.which("ptxas") or shutil.which("/usr/local/cuda/bin/ptxas")
+    if ptxas is None:
+        pytest.skip("no ptxas on this machine")
+    # (the installed ptxas may be older than the NVVM that wrote the PTX: the kernel uses nothing past ISA 9.0)
+    (tmp_path / "tiles.ptx").write_text(re.sub(r"(?m)^\.version \d+\.\d+", ".version 9.0", tiles))
+    run = subprocess.run([ptxas, "-arch=sm_90a", "-O3", "-v", str(tmp_path / "tiles.ptx"), "-o",
+                          str(tmp_path / "tiles.cubin")], capture_output=True, text=True, timeout=300)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-2000:]
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log) and "Used 168 registers" in log, log[-2000:]

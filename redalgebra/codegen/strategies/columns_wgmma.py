@@ -68,6 +68,9 @@ BK = ROW
 #: block on the GPU (one m64n256 product per warpgroup and k16 step) and in the simulator; the sizes taken.
 THREADS, SIM_THREADS, COLUMNS, SIM_COLUMNS = 256, 32, 256, 64
 BLOCK_THREADS, BLOCK_COLUMNS = (32, 128, 256), (64, 128, 256)
+#: ... and the FP8 product's (its K-major 128-byte weight rows: any multiple of 64 up to 192, whose two sets of
+#: accumulators take the producer's registers: producer.HAND_OVER_COLUMNS)
+FP8_BLOCK_COLUMNS = (64, 128, 192)
 #: Shared memory a block may take (bytes, the H200's 227 KB) and the most stages.
 MAX_SHARED, MOST_STAGES = 232448, 6
 #: Bytes of the factors' row blocks a group of the product's tiles reads (each block a tile: ``gw`` row blocks — as
@@ -120,10 +123,11 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         self.fp8 = bool(spec.fp8_products)
         self.bk = 2 * BK if self.fp8 else BK
         self.factor_bytes = 1 if self.fp8 else 2  # (a factor's bytes: e4m3, or the 16-bit type)
-        if spec.threads not in BLOCK_THREADS or self.bc not in BLOCK_COLUMNS or spec.batch != self.bm or \
+        columns = FP8_BLOCK_COLUMNS if self.fp8 else BLOCK_COLUMNS
+        if spec.threads not in BLOCK_THREADS or self.bc not in columns or spec.batch != self.bm or \
                 spec.tile != self.bk:
             raise RedalgebraError(f"columns_wgmma: blocks of {', '.join(map(str, BLOCK_THREADS))} threads (16 rows a "
-                                  f"warp), {', '.join(map(str, BLOCK_COLUMNS))} columns, tiles of {self.bk} elements")
+                                  f"warp), {', '.join(map(str, columns))} columns, tiles of {self.bk} elements")
         self.red = next(r for r in self.vector_reds)
         factor, vector = self.factors[self.red]
         self.factor, self.x = factor, vector.name
@@ -560,8 +564,10 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     if threads not in allowed:
         return (f"columns_wgmma: blocks of {' or '.join(map(str, allowed))} threads (whole warpgroups; one warp in "
                 f"the simulator), got {threads}")
-    if bc not in BLOCK_COLUMNS:
-        return f"columns_wgmma: blocks of {', '.join(map(str, BLOCK_COLUMNS))} columns (group {bc // 8})"
+    fp8 = fp8_applies(fused, p)
+    if bc not in BLOCK_COLUMNS and not (fp8 and bc in FP8_BLOCK_COLUMNS):
+        return (f"columns_wgmma: blocks of {', '.join(map(str, BLOCK_COLUMNS))} columns (group {bc // 8}; 192, "
+                f"group 24, on the FP8 instruction: fp8_products with e4m3 weights)")
     bm = threads // 2
     reps = dict(p.reps)
     share = min(reps.get(s.name, 1) for s in fused.cascade.inputs if s.size is not None)
@@ -571,14 +577,13 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     if e4m3 and share < p.rows:
         return ("columns_wgmma: e4m3 weights are widened to float16 once a call, for one weight matrix shared by every "
                 "row; here there are several: use columns_mma")
-    fp8 = fp8_applies(fused, p)
     tile = 2 * BK if fp8 else BK
     for name, fixed in (("tile", tile), ("batch", bm)):
         if p.option(name) not in (None, fixed):
             return f"columns_wgmma: the {name} is fixed by the instruction shapes ({bm} rows, tiles of {tile} elements)"
-    if fp8 and p.option("group") and bc > 128:
-        return (f"columns_wgmma: fp8_products takes blocks of 64 or 128 columns (group 8 or 16; its fresh sums take "
-                f"a second set of accumulators), got {bc}")
+    if fp8 and p.option("group") and bc not in FP8_BLOCK_COLUMNS:
+        return (f"columns_wgmma: fp8_products takes blocks of {', '.join(map(str, FP8_BLOCK_COLUMNS))} columns (group "
+                f"8, 16 or 24; its fresh sums take a second set of accumulators), got {bc}")
     return None
 
 

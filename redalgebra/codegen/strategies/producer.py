@@ -29,6 +29,9 @@ from .wgmma import WgmmaKernel
 #: barriers are 15 a block, and the ring takes three a stage — a "full" one for each consumer warpgroup, an "empty"
 #: one — and two more, the warpgroups' turns).
 PRODUCER, PRODUCER_STAGES = 128, 4
+#: The FP8 product's widest block without a register hand-over (columns): wider blocks (``group=24``: 192 columns,
+#: two warpgroups' 96 + 96 accumulators a thread) take the producer's registers (``regs_give``, ``regs_take``).
+HAND_OVER_COLUMNS = 128
 
 
 #: Whether ``columns_wgmma``'s 16-bit product (bfloat16 or float16 products: RMSNorm + GEMM, the exact FP8 product)
@@ -141,7 +144,11 @@ class Producer:
             cons += final
         else:
             cons += sums + first + [loop] + final + settle + hold + epilogue
-        # (no register hand-over between the warpgroups: ptxas ignores setmaxnreg in code compiled for linking, as
-        # numba-cuda's is — "C7504 'setmaxnreg' ignored to maintain compatibility across compilation units" — so a
-        # block of twelve warps keeps one count, at most 168 a thread; the FP8 product takes 144, 146 walking its tiles)
+        # A block of twelve warps keeps one register count, at most 168 a thread: the FP8 product of 128 columns takes
+        # 144 (146 walking its tiles). Wider FP8 blocks (HAND_OVER_COLUMNS: two sets of accumulators, 96 + 96 a
+        # thread at 192 columns) need more: the producer hands its registers to the two consumer warpgroups
+        # (setmaxnreg), which ptxas honours only compiling the whole program — the call's driver launch loads such a
+        # kernel from its PTX (runtime.driver); numba's own launch links it, the hand-over ignored (C7504), and spills
+        if self.fp8 and groups > 1 and self.bc > HAND_OVER_COLUMNS:
+            prod, cons = [Call("regs_give", ())] + prod, [Call("regs_take", ())] + cons
         return [If(f"warp >= {t // 32}", tuple(prod), tuple(cons))]

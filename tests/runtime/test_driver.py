@@ -60,3 +60,32 @@ def test_the_launch_config_is_laid_out_as_the_driver_reads_it():
     assert ctypes.sizeof(LaunchAttribute) == 72 and LaunchAttribute.value.offset == 8
     assert (LaunchConfig.shared.offset, LaunchConfig.stream.offset, LaunchConfig.attrs.offset,
             LaunchConfig.count.offset, ctypes.sizeof(LaunchConfig)) == (24, 32, 40, 48, 56)
+
+
+def test_a_whole_program_kernel_is_one_entry_of_its_ptx(monkeypatch):
+    # a kernel handing registers between warpgroups is loaded from its PTX by the driver and found by its entry's
+    # name: PTX of no entry or of two is refused before the driver is asked; one entry (visible or not) is looked up
+    # by that name
+    from redalgebra.runtime import driver
+
+    asked = []
+
+    def load(module, image):
+        module._obj.value = 7
+        asked.append(("load", image))
+        return 0
+
+    def get(function, module, name):
+        function._obj.value = 11
+        asked.append(("get", module.value, name))
+        return 0
+    monkeypatch.setattr(driver, "_module_api", lambda: (load, get))
+    monkeypatch.setattr(driver, "_WHOLE", {})
+    entry = ".visible .entry _Z5tilesPf(\n.param .u64 a\n)\n{\nret;\n}\n"
+    with pytest.raises(RedalgebraError, match="one entry, found 0"):
+        driver.whole_program_function(".version 9.0\n.target sm_90a\n")
+    with pytest.raises(RedalgebraError, match="one entry, found 2"):
+        driver.whole_program_function(entry + entry.replace("tiles", "other"))
+    ptx = ".version 9.0\n.target sm_90a\n" + entry
+    assert driver.whole_program_function(ptx) == 11 and driver.whole_program_function(ptx) == 11
+    assert asked == [("load", ptx.encode() + b"\0"), ("get", 7, b"_Z5tilesPf"), ("get", 7, b"_Z5tilesPf")]

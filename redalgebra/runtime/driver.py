@@ -79,37 +79,99 @@ _STATIC_LIMIT = 48 * 1024
 
 @lru_cache(maxsize=1)
 def _module_api():
-    """The driver's ``cuModuleLoadData`` and ``cuModuleGetFunction`` through ctypes (loaded once)."""
+    """The driver's ``cuModuleLoadData``, ``cuModuleGetFunction``, ``cuFuncGetAttribute``, ``cuCtxGetCurrent`` and
+    ``cuDriverGetVersion`` through ctypes (loaded once)."""
     lib = ctypes.CDLL("libcuda.so.1")
-    load, get = lib.cuModuleLoadData, lib.cuModuleGetFunction
+    load, get, attribute = lib.cuModuleLoadData, lib.cuModuleGetFunction, lib.cuFuncGetAttribute
+    context, version = lib.cuCtxGetCurrent, lib.cuDriverGetVersion
     load.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p]
     get.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p]
-    load.restype = get.restype = ctypes.c_int
-    return load, get
+    attribute.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_void_p]
+    context.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    version.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    for f in (load, get, attribute, context, version):
+        f.restype = ctypes.c_int
+    return load, get, attribute, context, version
 
 
-#: Modules loaded from a kernel's whole PTX, by its text (kept loaded: their functions are launched for the process's
-#: life).
+#: Functions loaded from a kernel's whole PTX, by (context, code library): kept loaded for the process's life; the
+#: library is held, so that its ``id`` is not reused.
 _WHOLE: dict = {}
+#: ``CUDA_ERROR_UNSUPPORTED_PTX_VERSION``; ``CU_FUNC_ATTRIBUTE_NUM_REGS``.
+_UNSUPPORTED_PTX, _NUM_REGS = 222, 4
 
 
-def whole_program_function(ptx: str) -> int:
-    """The ``CUfunction`` of the one kernel in ``ptx``, the module compiled as a whole program by the driver's JIT
-    (``cuModuleLoadData``; into the current context). For kernels that hand registers between warpgroups
-    (``setmaxnreg``): numba-cuda links its kernels as relocatable code, in which ptxas ignores it (C7504)."""
+def _entry(ptx: str) -> str:
     import re
 
     names = re.findall(r"^\s*(?:\.visible\s+)?\.entry\s+([\w$]+)\s*\(", ptx, re.M)
     if len(names) != 1:
         raise RedalgebraError(f"a whole-program kernel's PTX must hold one entry, found {len(names)}")
-    if ptx not in _WHOLE:
-        load, _ = _module_api()
-        module = ctypes.c_void_p()
-        _check(load(ctypes.byref(module), ptx.encode() + b"\0"), "cuModuleLoadData (the kernel's PTX, whole)")
-        _WHOLE[ptx] = module
-    function = ctypes.c_void_p()
-    _check(_module_api()[1](ctypes.byref(function), _WHOLE[ptx], names[0].encode()), "cuModuleGetFunction")
+    return names[0]
+
+
+def _driver_isa() -> str | None:
+    """The newest PTX ISA the driver's JIT takes (CUDA 13.m: 9.m; 12.m: 8.m, to 8.8), or None if unknown."""
+    version = ctypes.c_int()
+    if _module_api()[4](ctypes.byref(version)):
+        return None
+    major, minor = divmod(version.value // 10, 100)
+    return {13: f"9.{minor}", 12: f"8.{min(minor, 8)}"}.get(major)
+
+
+def whole_program_function(ptx: str, threads: int, needs: int) -> int:
+    """The ``CUfunction`` of the one kernel in ``ptx``, the module compiled as a whole program by the driver's JIT
+    (``cuModuleLoadData``, into the current context), for kernels that hand registers between warpgroups
+    (``setmaxnreg``): numba-cuda links its kernels as relocatable code, in which ptxas ignores it (C7504). A PTX
+    newer than the driver takes is tried again at the driver's version (it fails there if it uses anything newer:
+    the JIT refuses what it does not know). ``needs``: the registers the hand-over's counts add up to over the block's
+    ``threads`` — a function launched with fewer would wait forever in ``setmaxnreg.inc``, so it is refused."""
+    import re
+
+    name = _entry(ptx)
+    load, get, attribute, _, _ = _module_api()
+    module = ctypes.c_void_p()
+    code = load(ctypes.byref(module), ptx.encode())
+    isa = _driver_isa() if code == _UNSUPPORTED_PTX else None
+    if isa is not None:
+        code = load(ctypes.byref(module), re.sub(r"(?m)^(\s*)\.version\s+\d+\.\d+", rf"\g<1>.version {isa}",
+                                                 ptx).encode())
+    _check(code, f"cuModuleLoadData (the kernel's PTX, whole{'; again at ISA ' + isa if isa else ''})")
+    function, regs = ctypes.c_void_p(), ctypes.c_int()
+    _check(get(ctypes.byref(function), module, name.encode()), "cuModuleGetFunction")
+    _check(attribute(ctypes.byref(regs), _NUM_REGS, function), "cuFuncGetAttribute")
+    if threads * regs.value < needs:
+        raise RedalgebraError(f"the whole-program kernel was built with {regs.value} registers a thread: its block of "
+                              f"{threads} threads holds fewer than the {needs} its register hand-over adds up to")
     return function.value
+
+
+def _whole_program(overload, threads: int):
+    """:func:`whole_program_function` of a numba overload, once per context (a warning and None where it cannot be
+    loaded so: the caller launches numba's linked kernel, which is right but spills)."""
+    import warnings
+
+    from numba import cuda
+
+    from .tensor_cores import REGS_GIVE, REGS_TAKE, PRODUCER_THREADS
+
+    cuda.current_context()  # (numba's context, current: the module loads into it)
+    context = ctypes.c_void_p()
+    library = overload._codelibrary
+    try:
+        _check(_module_api()[3](ctypes.byref(context)), "cuCtxGetCurrent")
+        key = (context.value, id(library))
+        if key not in _WHOLE:
+            ptxes = library.get_asm_strs()
+            if len(ptxes) != 1 or getattr(library, "_linking_files", None):
+                raise RedalgebraError("the kernel is more than one PTX module (debug information, or files to link)")
+            needs = PRODUCER_THREADS * REGS_GIVE + (threads - PRODUCER_THREADS) * REGS_TAKE
+            _WHOLE[key] = (whole_program_function(ptxes[0], threads, needs), library)
+        return _WHOLE[key][0]
+    except RedalgebraError as err:
+        warnings.warn(f"{err}: launching the kernel as numba links it, where ptxas ignores the register hand-over "
+                      f"(setmaxnreg) and the consumers spill", stacklevel=3)
+        return None
 
 
 def _check(code: int, what: str) -> None:
@@ -167,18 +229,12 @@ class DriverStep:
         launch, get_function, _, set_attribute = _libcuda()
         self.function = None
         # a register hand-over (the kernel calls regs_take: setmaxnreg) is honoured only in a whole program, not in
-        # numba's linked one (asked of the kernel's names, not its PTX: a kernel numba loaded from its cache has none)
-        if "regs_take" in getattr(getattr(dispatcher, "py_func", None), "__code__", compile("", "", "eval")).co_names:
-            from numba import cuda
-
-            cuda.current_context()  # (numba's context, current: the module loads into it)
-            try:
-                self.function = whole_program_function(overload._codelibrary.get_asm_str())
-            except RedalgebraError as err:  # e.g. a driver older than the PTX: numba's linked kernel, which is right
-                import warnings
-
-                warnings.warn(f"{err}: launching the kernel as numba links it, where ptxas ignores the register "
-                              f"hand-over (setmaxnreg) and the consumers spill", stacklevel=2)
+        # numba's linked one (found by the kernel's global names, which cost nothing to ask: the generator calls
+        # regs_take in the kernel itself, never in a device function)
+        code = getattr(getattr(dispatcher, "py_func", None), "__code__", None)
+        if code is not None and "regs_take" in code.co_names:
+            block = tuple(configured.blockdim)
+            self.function = _whole_program(overload, block[0] * block[1] * block[2])
         if self.function is None:
             kernel = int(overload._codelibrary.get_cufunc().handle)
             function = ctypes.c_void_p()

@@ -532,6 +532,9 @@ grid_launch = _wait("grid_launch", "griddepcontrol.launch_dependents;")
 # setmaxnreg only compiling the whole program (C7504 otherwise: code compiled for linking, as numba-cuda's is), so a
 # kernel calling them is loaded from its PTX by the driver (:class:`.driver.DriverStep`).
 REGS_GIVE, REGS_TAKE = 88, 208
+#: The threads that give (a warpgroup: the generator's producer, ``codegen.strategies.producer.PRODUCER``); the
+#: block's others take.
+PRODUCER_THREADS = 128
 regs_give = _wait("regs_give", f"setmaxnreg.dec.sync.aligned.u32 {REGS_GIVE};")
 regs_take = _wait("regs_take", f"setmaxnreg.inc.sync.aligned.u32 {REGS_TAKE};")
 cp_wait0 = _wait("cp_wait0", "cp.async.wait_group 0;", _sim_wait(0))

@@ -62,30 +62,104 @@ def test_the_launch_config_is_laid_out_as_the_driver_reads_it():
             LaunchConfig.count.offset, ctypes.sizeof(LaunchConfig)) == (24, 32, 40, 48, 56)
 
 
-def test_a_whole_program_kernel_is_one_entry_of_its_ptx(monkeypatch):
-    # a kernel handing registers between warpgroups is loaded from its PTX by the driver and found by its entry's
-    # name: PTX of no entry or of two is refused before the driver is asked; one entry (visible or not) is looked up
-    # by that name
+class _Driver:
+    """Stand-ins of the driver calls the whole-program load makes (ctypes out-parameters written through ``_obj``):
+    ``refuse`` error codes the loads return in turn, ``regs`` the function's register count."""
+
+    def __init__(self, refuse=(), regs=168, version=13000):
+        self.refuse, self.regs, self.version, self.asked = list(refuse), regs, version, []
+
+    def api(self):
+        def load(module, image):
+            self.asked.append(("load", image))
+            module._obj.value = 7
+            return self.refuse.pop(0) if self.refuse else 0
+
+        def get(function, module, name):
+            self.asked.append(("get", module._obj.value if hasattr(module, "_obj") else module.value, name))
+            function._obj.value = 11
+            return 0
+
+        def attribute(out, which, function):
+            out._obj.value = self.regs
+            return 0
+
+        def context(out):
+            out._obj.value = 5
+            return 0
+
+        def version(out):
+            out._obj.value = self.version
+            return 0
+        return load, get, attribute, context, version
+
+
+ENTRY = ".visible .entry _Z5tilesPf(\n.param .u64 a\n)\n{\nret;\n}\n"
+
+
+def test_a_whole_program_kernel_is_the_one_entry_of_its_ptx_with_the_registers_its_hand_over_needs(monkeypatch):
+    # PTX of no entry or of two is refused before the driver is asked; one entry (visible or not) is looked up by its
+    # name; a PTX newer than the driver is loaded again at the driver's ISA (CUDA 13.0: 9.0); a function built with
+    # fewer registers than the hand-over's counts add up to is refused (its setmaxnreg.inc would wait forever)
     from redalgebra.runtime import driver
 
-    asked = []
-
-    def load(module, image):
-        module._obj.value = 7
-        asked.append(("load", image))
-        return 0
-
-    def get(function, module, name):
-        function._obj.value = 11
-        asked.append(("get", module.value, name))
-        return 0
-    monkeypatch.setattr(driver, "_module_api", lambda: (load, get))
-    monkeypatch.setattr(driver, "_WHOLE", {})
-    entry = ".visible .entry _Z5tilesPf(\n.param .u64 a\n)\n{\nret;\n}\n"
+    fake = _Driver(refuse=[driver._UNSUPPORTED_PTX])
+    monkeypatch.setattr(driver, "_module_api", fake.api)
     with pytest.raises(RedalgebraError, match="one entry, found 0"):
-        driver.whole_program_function(".version 9.0\n.target sm_90a\n")
+        driver.whole_program_function(".version 9.5\n.target sm_90a\n", 384, 64512)
     with pytest.raises(RedalgebraError, match="one entry, found 2"):
-        driver.whole_program_function(entry + entry.replace("tiles", "other"))
-    ptx = ".version 9.0\n.target sm_90a\n" + entry
-    assert driver.whole_program_function(ptx) == 11 and driver.whole_program_function(ptx) == 11
-    assert asked == [("load", ptx.encode() + b"\0"), ("get", 7, b"_Z5tilesPf"), ("get", 7, b"_Z5tilesPf")]
+        driver.whole_program_function(ENTRY + ENTRY.replace("tiles", "other"), 384, 64512)
+    assert fake.asked == []
+    ptx = ".version 9.5\n.target sm_90a\n" + ENTRY
+    assert driver.whole_program_function(ptx, 384, 64512) == 11
+    assert fake.asked[0] == ("load", ptx.encode()) and fake.asked[1] == ("load", ptx.replace("9.5", "9.0").encode())
+    assert fake.asked[2][2] == b"_Z5tilesPf"
+    fake.regs = 167  # 384 x 167 < 128 x 88 + 256 x 208
+    with pytest.raises(RedalgebraError, match="167 registers a thread"):
+        driver.whole_program_function(ptx, 384, 64512)
+
+
+def test_a_kernel_handing_registers_over_is_launched_whole_or_as_numba_links_it_with_a_warning(monkeypatch):
+    # DriverStep: a kernel whose function calls regs_take is loaded from its PTX once per context and library; where
+    # the driver refuses it (or it is more than one module), a warning, and numba's linked kernel
+    from redalgebra.runtime import driver
+
+    class Library:
+        def __init__(self, ptxes):
+            self.ptxes, self.linked = ptxes, 0
+
+        def get_asm_strs(self):
+            return self.ptxes
+
+        def get_cufunc(self):
+            self.linked += 1
+            return type("F", (), {"handle": 3})()
+
+    def kernel():
+        regs_take()  # noqa: F821 - a name in the function's globals, as the generated kernels import it
+
+    def configured(library):
+        dispatcher = type("D", (), {"py_func": staticmethod(kernel), "typeof_pyval": staticmethod(lambda a: a),
+                                    "compile": staticmethod(lambda t: type("O", (), {"_codelibrary": library})())})()
+        return type("C", (), {"dispatcher": dispatcher, "griddim": (2, 1, 1), "blockdim": (384, 1, 1),
+                              "sharedmem": 0})()
+
+    def get_function(out, kernel):
+        out._obj.value = 13
+        return 0
+    monkeypatch.setattr(driver, "_libcuda", lambda: (None, get_function, lambda code, text: 0, None))
+    monkeypatch.setattr(driver, "_WHOLE", {})
+    monkeypatch.setattr("numba.cuda.current_context", lambda: None)
+    fake = _Driver()
+    monkeypatch.setattr(driver, "_module_api", fake.api)
+    library = Library([".version 9.0\n" + ENTRY])
+    assert driver.DriverStep(configured(library), (), ()).function == 11
+    assert driver.DriverStep(configured(library), (), ()).function == 11 and len(fake.asked) == 2  # (loaded once)
+    refused = Library([".version 9.0\n" + ENTRY])
+    fake.refuse = [218]  # CUDA_ERROR_INVALID_PTX
+    with pytest.warns(UserWarning, match="launching the kernel as numba links it"):
+        assert driver.DriverStep(configured(refused), (), ()).function == 13
+    two = Library([".version 9.0\n" + ENTRY, ".version 9.0\n"])
+    with pytest.warns(UserWarning, match="more than one PTX module"):
+        assert driver.DriverStep(configured(two), (), ()).function == 13
+    assert refused.linked == two.linked == 1 and library.linked == 0

@@ -163,3 +163,12 @@ def test_a_kernel_handing_registers_over_is_launched_whole_or_as_numba_links_it_
     with pytest.warns(UserWarning, match="more than one PTX module"):
         assert driver.DriverStep(configured(two), (), ()).function == 13
     assert refused.linked == two.linked == 1 and library.linked == 0
+    # a kernel without the hand-over: numba's linked kernel, its PTX never asked for
+    plain = Library(None)
+
+    def kernel():  # noqa: F811 - the plain kernel
+        return 0
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert driver.DriverStep(configured(plain), (), ()).function == 13 and plain.linked == 1

@@ -227,4 +227,7 @@ def facts_text(facts: dict) -> list[str]:
         [f"ptxas: {f['registers']} registers per thread at most, {f['spill_stores']}/{f['spill_loads']} bytes "
          f"spilled (stores/loads), {f['stack_bytes']} bytes of stack"] if "registers" in f else []) + (
         [f"ptxas: wgmma serialized ({f['wgmma_serialized']} warning(s): a call or a compiler-inserted fence)"]
-        if f.get("wgmma_serialized") else []) + [f"ptxas: {loss}" for loss in f.get("performance_losses", ())]
+        if f.get("wgmma_serialized") else []) + [f"ptxas: {loss}" for loss in f.get("performance_losses", ())] + (
+        ["(assembled for linking, as numba-cuda links: the call's driver launch loads a kernel handing registers over "
+         "from its whole PTX, where setmaxnreg is honoured and these counts and spills do not hold)"]
+        if any("C7504" in loss and "setmaxnreg" in loss for loss in f.get("performance_losses", ())) else [])

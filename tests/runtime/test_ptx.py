@@ -385,3 +385,6 @@ def test_ptxas_performance_losses_are_reported():
         pytest.skip("no nvJitLink here to assemble the PTX")
     assert any("C7504" in loss and "setmaxnreg" in loss for loss in facts["performance_losses"]), facts
     assert any(line.startswith("ptxas: (C7504)") for line in facts_text(facts))
+    # ... with what a call does about it (the driver launch loads such a kernel as a whole program)
+    assert any("from its whole PTX, where setmaxnreg is honoured" in line for line in facts_text(facts))
+    assert not any("whole PTX" in line for line in facts_text(dict(facts, performance_losses=())))

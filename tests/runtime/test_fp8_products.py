@@ -22,7 +22,7 @@ from tests.runtime.test_columns import _problem, _reference
     # that a group of products not yet waited for reads), its last tiles signalled after its loop
     (16, 1280, 64, 1),
     # the GPU's block: two consumer warpgroups taking turns, five tiles (the producer's ring wrapped)
-    (100, 640, 64, 1),
+    (65, 640, 64, 1),
     # the GPU's 128 columns a block (group 16): 8 tiles in segments of 2, so that segments 4 … 6 have none; four
     # tiles (the ring full once)
     (5, 1000, 136, 7),

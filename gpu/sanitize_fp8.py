@@ -1,6 +1,6 @@
 """The FP8 kernels under compute-sanitizer, at small hostile shapes: the FP8 product reading K-major weights as they
 lie (the producer's copies straight from the user's memory), a block a tile and walking the tiles (``persistent``:
-the ring of stages running on across tiles); ``columns_mma`` (a few rows) reading K-major e4m3 and bfloat16 weights as
+the ring of stages running on across tiles), in blocks of 128 and of 192 columns (``group=24``: setmaxnreg); ``columns_mma`` (a few rows) reading K-major e4m3 and bfloat16 weights as
 they lie, with empty segments (their L2 prefetch skipped); and the ``rows`` quantiser's two quotient forms (the
 reciprocal tested once a row, for e4m3 bytes; an element at a time, ``rt_q8c``, for float32), with a row whose scale
 is above the fast range (divided; the cascade's clamp keeps scales from going below it). Each call is checked against the float32 division or float64.
@@ -39,14 +39,14 @@ def _linear(m: int, k: int, n: int, kind: str = "e4m3"):
     return x, w, want
 
 
-def fp8_products(m: int, k: int, n: int, seg, persistent=None) -> bool:
+def fp8_products(m: int, k: int, n: int, seg, persistent=None, group=None) -> bool:
     x, w, want = _linear(m, k, n)
     kern = ra.compile(ra.derive(workloads.get("fp8_quant_gemm").cascade), "cuda", "columns_wgmma", fp8_products=True,
-                      persistent=persistent, **({"segments": seg} if seg else {}))
+                      persistent=persistent, group=group, **({"segments": seg} if seg else {}))
     got = kern({"x": x, "w": w.t()[None]}, {})["y"].double()
     err = float((got - want).abs().max()) / float(want.abs().max())
-    print(f"FP8 products{' walking' if persistent else ''}, K-major weights, M{m} K{k} N{n} segments {seg or 'auto'}: "
-          f"{err:.2e}", flush=True)
+    print(f"FP8 products{' walking' if persistent else ''}{f' of {8 * group} columns' if group else ''}, K-major "
+          f"weights, M{m} K{k} N{n} segments {seg or 'auto'}: {err:.2e}", flush=True)
     return err <= 4e-4
 
 
@@ -80,6 +80,8 @@ def quantiser(rows: int, length: int, out_dtype) -> bool:
 def main() -> int:
     ok = all([fp8_products(130, 256, 72, None), fp8_products(5, 384, 80, 3),
               fp8_products(130, 256, 72, None, True), fp8_products(5, 384, 80, 3, True),
+              # blocks of 192 columns, the producer's registers handed to the consumers (a partial last block)
+              fp8_products(130, 256, 200, None, None, 24), fp8_products(5, 384, 264, 3, True, 24),
               # 640 elements in 7 segments of 128: the last two empty
               columns_mma(1, 640, 64, "e4m3", 7), columns_mma(16, 320, 144, "e4m3", 3),
               columns_mma(9, 192, 72, "bf16", None), columns_mma(33, 256, 40, "bf16", 2),

@@ -114,8 +114,10 @@ def _cmd_ptx(args) -> int:
         raise RedalgebraError(f"{c.name} has vector size{'s' * (len(missing) > 1)} {', '.join(missing)}: "
                               f"give {' '.join(f'--size {d}=VALUE' for d in missing)}")
     sizes = {d: sizes[d] for d in dims}
+    if args.group is not None and args.group < 1:
+        raise RedalgebraError(f"--group must be a positive integer, got {args.group}")
     kernel = compile_kernel(fused, "cuda", args.strategy, fp8_products=args.fp8_products,
-                            persistent=True if args.persistent else None)  # needs no GPU
+                            persistent=True if args.persistent else None, group=args.group)  # needs no GPU
     reps = {s.name: args.rows for s in c.inputs if s.size is not None} if args.shared else None
     dtypes = input_dtypes(args.dtype, [s.name for s in c.inputs])
     strategy, spec, extra = kernel.spec_for(args.rows, args.length, dtypes, sizes, reps=reps)
@@ -300,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="columns_wgmma: the product on the FP8 instruction (e4m3 weights; not exact: see compile())")
     p.add_argument("--persistent", action="store_true",
                    help="blocks that walk their work (rows, or columns_wgmma's output tiles) instead of a block each")
+    p.add_argument("--group", type=int, metavar="G",
+                   help="the strategy's group (rows: threads a row; vrows: lanes an element; columns strategies: "
+                        "columns a block / 8, e.g. 24 for columns_wgmma's FP8 blocks of 192); default: chosen per shape")
     p.add_argument("--out", metavar="FILE", help="write the PTX to FILE (the summary still printed)")
     p.set_defaults(run=_cmd_ptx)
     p = sub.add_parser("prove", help="write the proof document (Markdown) of a cascade or the catalogue")

@@ -155,6 +155,7 @@ def test_ptx_prints_the_summary_and_writes_the_ptx(tmp_path):
     (["ptx", "safe_softmax", "--strategy", "fastest"], "choose one of thread"),
     (["ptx", "attention", "--size", "d=wide"], "--size takes NAME=VALUE"),
     (["ptx", "safe_softmax", "--rows", "0"], "--rows must be a positive integer"),
+    (["ptx", "safe_softmax", "--group", "0"], "--group must be a positive integer"),
 ])
 def test_ptx_bad_input_exits_2_with_a_message(capsys, argv, fragment):
     code, _, err = run(capsys, *argv)

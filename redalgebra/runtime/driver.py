@@ -153,7 +153,7 @@ def _whole_program(overload, threads: int):
 
     from numba import cuda
 
-    from .tensor_cores import REGS_GIVE, REGS_TAKE, PRODUCER_THREADS
+    from .sync import PRODUCER_THREADS, REGS_GIVE, REGS_TAKE
 
     cuda.current_context()  # (numba's context, current: the module loads into it)
     context = ctypes.c_void_p()

@@ -90,6 +90,13 @@ def _asm(builder, result, text, constraints, operands):
     return builder.call(ir.InlineAsm(fnty, text, constraints), operands, attrs=("nounwind", "readnone"))
 
 
+def _side_effect(builder, text, constraints, operands, result=None):
+    """An inline PTX instruction that touches memory (never moved across others that do)."""
+    fnty = ir.FunctionType(result or ir.VoidType(), [o.type for o in operands])
+    constraints = ",".join(c for c in (constraints, "~{memory}") if c)
+    return builder.call(ir.InlineAsm(fnty, text, constraints, side_effect=True), operands)
+
+
 def _vector(builder, values):
     """An LLVM vector of ``values`` (all of one type)."""
     v = ir.Constant(ir.VectorType(values[0].type, len(values)), ir.Undefined)

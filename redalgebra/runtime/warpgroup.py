@@ -15,11 +15,11 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 
-from .lowering import SIMULATOR, _device
+from .lowering import SIMULATOR, _device, _side_effect
 from .formats import e4m3_values
 from .sim_async import _sim_wgmma_commit, _sim_wgmma_read, _sim_wgmma_wait
-from .tensor_cores import (_check_shared, _shared_address, _shared_flat, _side_effect, _sim_unpack, _wait,
-                           _warp_collective)
+from .sync import _wait
+from .tensor_cores import _check_shared, _shared_address, _shared_flat, _sim_unpack, _warp_collective
 
 if not SIMULATOR:
     from .lowering import TypingError

@@ -207,10 +207,10 @@ def test_the_register_hand_over_fills_the_block_and_its_ptx_assembles_without_sp
     import subprocess
     import sys
 
-    from redalgebra.runtime.tensor_cores import REGS_GIVE, REGS_TAKE
+    from redalgebra.runtime.sync import REGS_GIVE, REGS_TAKE
 
     from redalgebra.codegen.strategies.producer import PRODUCER
-    from redalgebra.runtime.tensor_cores import PRODUCER_THREADS
+    from redalgebra.runtime.sync import PRODUCER_THREADS
 
     assert PRODUCER == PRODUCER_THREADS == 128 and 24 <= REGS_GIVE <= 168 <= REGS_TAKE <= 256
     assert 128 * REGS_GIVE + 256 * REGS_TAKE == 384 * 168 and REGS_GIVE % 8 == REGS_TAKE % 8 == 0

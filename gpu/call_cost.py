@@ -22,7 +22,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import as_tensors, prepared_case  # noqa: E402
+from bench import prepared_case  # noqa: E402
+from cases import as_tensors  # noqa: E402
 
 
 def per_call_us(fn, calls: int) -> float:

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redalgebra as ra  # noqa: E402
 from redalgebra.runtime.tensors import _slow_call  # noqa: E402
 
-from bench import FP8_QUANT  # noqa: E402
+from cases import FP8_QUANT  # noqa: E402
 from harness import median_ms  # noqa: E402
 
 FAILURES = []

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import bench  # noqa: E402
+import cases  # noqa: E402
 from harness import median_ms  # noqa: E402
 
 from redalgebra.runtime.cache import load  # noqa: E402
@@ -47,12 +48,12 @@ def time_source(kernel, spec, source: str, inputs, params) -> float:
 
 def main() -> int:
     runner = bench.Runner(1.0, Path("/tmp/diagnose-autotune.json"), True)
-    cases = [("decode B16", lambda: bench.case_attention(16, 32, 1, 4096, 128, (), "decode_attention", "LLaMA"),
+    cases = [("decode B16", lambda: cases.case_attention(16, 32, 1, 4096, 128, (), "decode_attention", "LLaMA"),
               ("lanes@256x4", "lanes@256x8", "lanes@512x4", "lanes@512x8", "lanes@128x8", "lanes@128x16")),
-             ("decode B1", lambda: bench.case_attention(1, 32, 1, 65536, 128, (), "decode_attention", "LLaMA"),
+             ("decode B1", lambda: cases.case_attention(1, 32, 1, 65536, 128, (), "decode_attention", "LLaMA"),
               ("split_lanes@256x4", "split_lanes@256x8", "split_lanes@512x4s16")),
-             ("mla B16", lambda: bench.case_mla(16, 4096, ()), ("lanes@256x1", "lanes@256x2", "lanes@512x2")),
-             ("softmax", lambda: bench.case_softmax(8192, 32768, "float32", ()), ("tile@512",))]
+             ("mla B16", lambda: cases.case_mla(16, 4096, ()), ("lanes@256x1", "lanes@256x2", "lanes@512x2")),
+             ("softmax", lambda: cases.case_softmax(8192, 32768, "float32", ()), ("tile@512",))]
     for label, build, configs in cases:
         case = build()
         inputs, params, _ = case.copies[0]

@@ -16,7 +16,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import fp8_quant_eager  # noqa: E402
+from cases import fp8_quant_eager  # noqa: E402
 
 
 def rel(got, ref) -> float:

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import bench  # noqa: E402
+import cases  # noqa: E402
 from harness import median_ms  # noqa: E402
 
 
@@ -50,10 +51,10 @@ def host_ms(fn, n: int = 50) -> float:
 
 def main() -> int:
     runner = bench.Runner(1.0, Path("/tmp/autotune.json"), True)
-    cases = [(lambda: bench.case_attention(16, 32, 1, 4096, 128, (), "decode_attention", "LLaMA"), "lanes@256x4"),
-             (lambda: bench.case_softmax(8192, 32768, "float32", ()), "tile@512"),
-             (lambda: bench.case_moe(16384, 128, 8, (), "Qwen3"), "warp@128"),
-             (lambda: bench.case_fp8_quant(16384, 7168, ()), "tile@512")]
+    cases = [(lambda: cases.case_attention(16, 32, 1, 4096, 128, (), "decode_attention", "LLaMA"), "lanes@256x4"),
+             (lambda: cases.case_softmax(8192, 32768, "float32", ()), "tile@512"),
+             (lambda: cases.case_moe(16384, 128, 8, (), "Qwen3"), "warp@128"),
+             (lambda: cases.case_fp8_quant(16384, 7168, ()), "tile@512")]
     for build, config in cases:
         case = build()
         launch = runner.kernel(case, config).prepare(*case.copies[0][:2])

@@ -20,7 +20,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import compiled_fn, prepared_case, rmsnorm_gemm_eager  # noqa: E402
+from bench import prepared_case  # noqa: E402
+from cases import compiled_fn, rmsnorm_gemm_eager  # noqa: E402
 from kernel_steps import time_launches  # noqa: E402
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import Runner, all_cases  # noqa: E402
+from bench import Runner  # noqa: E402
+from cases import all_cases  # noqa: E402
 from kernel_steps import time_launches  # noqa: E402
 
 from redalgebra.codegen.strategies import columns_wgmma, tile_factors  # noqa: E402

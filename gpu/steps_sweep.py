@@ -16,7 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import Runner, all_cases  # noqa: E402
+from bench import Runner  # noqa: E402
+from cases import all_cases  # noqa: E402
 
 from redalgebra.codegen.strategies import columns_mma  # noqa: E402
 

@@ -25,7 +25,7 @@ import redalgebra as ra  # noqa: E402
 from redalgebra import workloads  # noqa: E402
 from redalgebra.runtime import as_bfloat16, as_e4m3  # noqa: E402
 
-from bench import ours_input  # noqa: E402
+from cases import ours_input  # noqa: E402
 from kernel_steps import time_launches  # noqa: E402
 
 FUSED = ra.derive(workloads.get("fp8_quant_gemm").cascade)

@@ -305,10 +305,9 @@ class ColumnsMmaKernel(ColumnsKernel):
         setup = [Assign("nsup", f"max(hi - lo, 0) // {sk}"),
                  # the lane's first column (a partial last block's lanes past the last read the last columns: not
                  # stored), its elements of the segment's first super-step
-                 Assign("wo", f"min(cb + {each} * lg, {n - each}) * length + lo + {kl} * tq"),
-                 Assign("nmain", f"max(nsup - warp - {(su - 1) * w} + {su * w - 1}, 0) // {su * w}")]
+                 Assign("wo", f"min(cb + {each} * lg, {n - each}) * length + lo + {kl} * tq")]
 
-        def load(u: str, sup: str) -> list:
+        def load(u: str, sup: str, tail: bool) -> list:  # (whole super-steps: none is partial)
             out = [Assign(", ".join(f"wv_{u}_{c}_{q}" for q in range(4)),
                           f"ld_w4_stream_at({self.x}, wo + {c} * length + ({sup}) * {sk})") for c in range(each)]
             return out + [Assign(f"fa_{u}_{st}_0, fa_{u}_{st}_1, fb_{u}_{st}_0, fb_{u}_{st}_1",
@@ -331,14 +330,24 @@ class ColumnsMmaKernel(ColumnsKernel):
                         out.append(Assign(regs, f"{mma}({a}, {b[nt]}, {regs})"))
             return out
 
-        body = [Assign("ks", f"warp + it * {su * w}")]
-        for u in range(su):
-            body += load(str(u), f"ks + {u * w}")
-        for u in range(su):
+        count, loops = self.warps_take_steps("nsup", "nsup", su, load, products)
+        return setup + [count], loops
+
+    def warps_take_steps(self, full: str, total: str, ahead: int, load, products) -> tuple:
+        """The products' loops (and, first, the count of their main loop's rounds): the warps take the segment's ``total`` steps in turn (warp ``w`` steps ``w, w + W,
+        …``), ``ahead`` steps' loads in flight before their products while whole rounds of the ``full`` steps last
+        (``nmain`` of them), then the rest one at a time (``load(u, step, tail)``: the loads of step ``step`` into
+        registers named by ``u``; ``tail``: a step that may be partial)."""
+        w = self.warps
+        body = [Assign("ks", f"warp + it * {ahead * w}")]
+        for u in range(ahead):
+            body += load(str(u), f"ks + {u * w}", False)
+        for u in range(ahead):
             body += products(str(u))
-        loops = [For("it", "0", "nmain", tuple(body)),
-                 For("ks", f"warp + nmain * {su * w}", "nsup", tuple(load("t", "ks") + products("t")), str(w))]
-        return setup, loops
+        return (Assign("nmain", f"max({full} - warp - {(ahead - 1) * w} + {ahead * w - 1}, 0) // {ahead * w}"),
+                [For("it", "0", "nmain", tuple(body)),
+                 For("ks", f"warp + nmain * {ahead * w}", total, tuple(load("t", "ks", True) + products("t")),
+                     str(w))])
 
     def tiles(self) -> list:
         """A block: 16 rows, the ``8 EACH`` columns of one 16-byte load per lane and weight row (128 e4m3, 64 of a
@@ -364,16 +373,8 @@ class ColumnsMmaKernel(ColumnsKernel):
             setup, loops = self.k_major_loop()
         else:
             # columns past the last read the last 16 bytes (not stored either)
-            setup = [Assign("wo", f"(rw * length + lo + 4 * tq) * {n} + min(cb + {each} * lg, {n - each})"),
-                     Assign("nmain", f"max(nfull - warp - {(un - 1) * w} + {un * w - 1}, 0) // {un * w}")]
-            body = [Assign("ks", f"warp + it * {un * w}")]
-            for u in range(un):
-                body += self.load_step(str(u), f"ks + {u * w}", False)
-            for u in range(un):
-                body += self.step_products(str(u))
-            tail = self.load_step("t", "ks", True) + self.step_products("t")
-            loops = [For("it", "0", "nmain", tuple(body)), For("ks", f"warp + nmain * {un * w}", "nstep", tuple(tail),
-                                                                str(w))]
+            count, loops = self.warps_take_steps("nfull", "nstep", un, self.load_step, self.step_products)
+            setup = [Assign("wo", f"(rw * length + lo + 4 * tq) * {n} + min(cb + {each} * lg, {n - each})"), count]
         out += setup
         zero = self.consts.name(0.0)
         slots = [(mt, nt, i) for mt in range(each // 2) for nt in range(self.nt) for i in range(4)]

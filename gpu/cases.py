@@ -257,10 +257,16 @@ def fp8_quant_cascade(x):
     """The cascades' quantisation (``FP8_QUANT``, ``fp8_quant_gemm``): each element ``x · 448 / a`` in float32, then
     rounded to e4m3; and the scale ``a / 448``. The float64 references take it: PyTorch's eager quantiser divides by
     the rounded ``a / 448`` instead, which rounds about 0.02 % of the quotients to the other e4m3 neighbour (on the
-    development machine: 894 of 3.7 M codes of normal bfloat16 rows), and at M4096 K = N = 7168 moved the products'
-    outputs by 0.008–0.012 of the largest — a difference of references, not of kernels."""
+    development machine: 894 of 3.7 M codes of normal bfloat16 rows; bench measured the FP8 product at M4096 K = N =
+    7168 0.008–0.012 of the largest output from the eager form's reference, ``weights_check.py`` 1.1e-4 from this)."""
     a = x.float().abs().amax(dim=-1, keepdim=True).clamp(min=1e-12)
     return (x.float() * 448.0 / a).to(torch.float8_e4m3fn), a / 448.0
+
+
+def fp8_gemm_reference(x, w_kn):
+    """``fp8_quant_gemm``'s outputs in float64: ``x`` quantised as the cascade does, times the (L, n) weights, scaled."""
+    q, s = fp8_quant_cascade(x)
+    return (q.double() @ w_kn.double()) * s.double()
 
 
 def case_fp8_quant(rows, hidden, candidates):
@@ -333,8 +339,7 @@ def case_fp8_gemm(m, hidden, n, candidates, weights="float16", k_major=False):
     inputs = {"x": ours_input(x), "w": ours_input(wq.t()[None] if k_major else w.view(1, hidden, n))}
 
     def reference(x):
-        xq, sx = fp8_quant_cascade(x)
-        return {"y": (xq.double() @ w.double()) * sx.double()}
+        return {"y": fp8_gemm_reference(x, w)}
     item, label = (1, " e4m3 weights") if weights == "e4m3" else (2, "")
     label += " K-major" if k_major else ""  # (its own autotuning key: the contiguous case's choice may not read them)
     note = "" if weights == "e4m3" else "our weights are float16: twice the baseline's weight bytes"

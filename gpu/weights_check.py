@@ -25,17 +25,10 @@ import redalgebra as ra  # noqa: E402
 from redalgebra import workloads  # noqa: E402
 from redalgebra.runtime import as_bfloat16, as_e4m3  # noqa: E402
 
-from cases import ours_input  # noqa: E402
+from cases import fp8_gemm_reference as reference, ours_input  # noqa: E402
 from kernel_steps import time_launches  # noqa: E402
 
 FUSED = ra.derive(workloads.get("fp8_quant_gemm").cascade)
-
-
-def reference(x: torch.Tensor, w_kn: torch.Tensor) -> torch.Tensor:
-    """Quantised at the row's absmax (as PyTorch and the cascade do), the product and the scale in float64."""
-    a = x.float().abs().amax(-1, keepdim=True).clamp(min=1e-12)
-    q = (x.float() * 448 / a).to(torch.float8_e4m3fn)
-    return (q.double() @ w_kn.double()) * (a.double() / 448)
 
 
 def columns_mma(rows: int, kind: str, length: int, n: int) -> int:

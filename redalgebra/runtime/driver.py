@@ -110,13 +110,17 @@ def _entry(ptx: str) -> str:
     return names[0]
 
 
+#: The newest PTX ISA of each CUDA 12 driver (12.6 kept 12.5's; 12.8 and 12.9 brought 8.7 and 8.8); CUDA 13.m: 9.m.
+_ISA_12 = {0: "8.0", 1: "8.1", 2: "8.2", 3: "8.3", 4: "8.4", 5: "8.5", 6: "8.5", 8: "8.7", 9: "8.8"}
+
+
 def _driver_isa() -> str | None:
-    """The newest PTX ISA the driver's JIT takes (CUDA 13.m: 9.m; 12.m: 8.m, to 8.8), or None if unknown."""
+    """The newest PTX ISA the driver's JIT takes, or None if unknown."""
     version = ctypes.c_int()
     if _module_api()[4](ctypes.byref(version)):
         return None
     major, minor = divmod(version.value // 10, 100)
-    return {13: f"9.{minor}", 12: f"8.{min(minor, 8)}"}.get(major)
+    return f"9.{minor}" if major == 13 else _ISA_12.get(minor) if major == 12 else None
 
 
 def whole_program_function(ptx: str, threads: int, needs: int) -> int:

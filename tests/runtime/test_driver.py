@@ -114,6 +114,9 @@ def test_a_whole_program_kernel_is_the_one_entry_of_its_ptx_with_the_registers_i
     assert driver.whole_program_function(ptx, 384, 64512) == 11
     assert fake.asked[0] == ("load", ptx.encode()) and fake.asked[1] == ("load", ptx.replace("9.5", "9.0").encode())
     assert fake.asked[2][2] == b"_Z5tilesPf"
+    for version, isa in ((13010, "9.1"), (12060, "8.5"), (12090, "8.8"), (11080, None)):  # (the drivers' ISAs)
+        fake.version = version
+        assert driver._driver_isa() == isa
     fake.regs = 167  # 384 x 167 < 128 x 88 + 256 x 208
     with pytest.raises(RedalgebraError, match="167 registers a thread"):
         driver.whole_program_function(ptx, 384, 64512)

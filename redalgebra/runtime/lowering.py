@@ -115,6 +115,29 @@ def _bf16_pair(builder, word):
     return [builder.bitcast(builder.shl(word, i32(16)), f32), builder.bitcast(builder.and_(word, i32(0xFFFF0000)), f32)]
 
 
+def _h16_pair(builder, word):
+    """The two float16 of a 32-bit word as float32, exactly: the low half (lower address) first."""
+    halves = _elements(builder, builder.bitcast(word, ir.VectorType(ir.HalfType(), 2)))
+    return [builder.fpext(h, ir.FloatType()) for h in halves]
+
+
+def _e4m3_quad(builder, word):
+    """The four e4m3 bytes of a 32-bit word as float32, exactly: the lower address first."""
+    i16, i32 = ir.IntType(16), ir.IntType(32)
+    return (_e4m3_halves(builder, builder.trunc(word, i16))
+            + _e4m3_halves(builder, builder.trunc(builder.lshr(word, i32(16)), i16)))
+
+
+#: A 16-byte chunk, as four 32-bit words (the lower address first), decoded to float32 values by its stored type:
+#: the global loads (``ld_f32x4``, ``ld_b16x8``, …) and the shared ones (``lds_f32x4``, …) decode alike.
+CHUNK_DECODERS = {
+    "float32": lambda builder, words: [builder.bitcast(w, ir.FloatType()) for w in words],
+    "bfloat16": lambda builder, words: [f for w in words for f in _bf16_pair(builder, w)],
+    "float16": lambda builder, words: [f for w in words for f in _h16_pair(builder, w)],
+    "e4m3": lambda builder, words: [f for w in words for f in _e4m3_quad(builder, w)],
+}
+
+
 def _pack(builder, kind, lo, hi):
     """Two float32 rounded to nearest even into one 32-bit word of ``kind`` (``bf16`` or ``f16``), ``lo`` low."""
     return _asm(builder, ir.IntType(32), f"cvt.rn.{kind}x2.f32 $0, $1, $2;", "=r,f,f", [hi, lo])

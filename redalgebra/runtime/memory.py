@@ -10,7 +10,7 @@ from llvmlite import ir
 from numba import types
 
 from .formats import _f32, bf16_bits, e4m3_bits, e4m3_values, f16_bits
-from .lowering import (_B16, _B16_TYPES, _F16, _F32, _U8, _asm, _bf16_pair, _check, _device, _e4m3_halves, _e4m3_pair,
+from .lowering import (CHUNK_DECODERS, _B16, _B16_TYPES, _F16, _F32, _U8, _asm, _bf16_pair, _check, _device, _e4m3_halves, _e4m3_pair,
                        _elements, _pack, _pointer, _span, _vector)
 
 
@@ -152,28 +152,28 @@ def ld_f32x4_nc(typingctx, a, row, col):
     return _f32x4_load("ld_f32x4_nc", True, a, row, col)
 
 
+def _chunk_load(name, kind, dtypes, a, row, col):
+    """Signature and code of a 16-byte load of ``a[row, col:…]`` decoded to float32 by its stored type ``kind``
+    (:data:`~.lowering.CHUNK_DECODERS`)."""
+    _check(name, a, dtypes, row, col)
+
+    def codegen(context, builder, sig, args):
+        words = _elements(builder, _load128(context, builder, sig, args, ir.IntType(32)))
+        return context.make_tuple(builder, sig.return_type, CHUNK_DECODERS[kind](builder, words))
+    return types.UniTuple(types.float32, 16 if kind == "e4m3" else 8)(a, row, col), codegen
+
+
 @_device(_sim_ld_b16x8)
 def ld_b16x8(typingctx, a, row, col):
     """The eight bfloat16 patterns ``a[row, col:col+8]`` (uint16/int16) as a float32 8-tuple, one 128-bit load
     (``ld.global.v4.u32``); decoding is exact: the pattern shifted into the upper half."""
-    _check("ld_b16x8", a, _B16_TYPES, row, col)
-
-    def codegen(context, builder, sig, args):
-        words = _elements(builder, _load128(context, builder, sig, args, ir.IntType(32)))
-        return context.make_tuple(builder, sig.return_type, [f for w in words for f in _bf16_pair(builder, w)])
-    return types.UniTuple(types.float32, 8)(a, row, col), codegen
+    return _chunk_load("ld_b16x8", "bfloat16", _B16_TYPES, a, row, col)
 
 
 @_device(_sim_ld_h16x8)
 def ld_h16x8(typingctx, a, row, col):
     """The eight float16 ``a[row, col:col+8]`` as a float32 8-tuple (exact), one 128-bit load."""
-    _check("ld_h16x8", a, (types.float16,), row, col)
-
-    def codegen(context, builder, sig, args):
-        words = _load128(context, builder, sig, args, ir.IntType(32))
-        halves = _elements(builder, builder.bitcast(words, ir.VectorType(ir.HalfType(), 8)))
-        return context.make_tuple(builder, sig.return_type, [builder.fpext(h, ir.FloatType()) for h in halves])
-    return types.UniTuple(types.float32, 8)(a, row, col), codegen
+    return _chunk_load("ld_h16x8", "float16", (types.float16,), a, row, col)
 
 
 @_device(_sim_st_f32x4)
@@ -255,16 +255,7 @@ def ld_e4m3(typingctx, a, row, col):
 def ld_e4m3x16(typingctx, a, row, col):
     """The sixteen e4m3 bytes ``a[row, col:col+16]`` (uint8/int8) as a float32 16-tuple, one 128-bit load
     (``col`` and the row's start 16-byte aligned), decoded pairwise by ``cvt.rn.f16x2.e4m3x2``."""
-    _check("ld_e4m3x16", a, (types.uint8, types.int8), row, col)
-
-    def codegen(context, builder, sig, args):
-        i16, i32 = ir.IntType(16), ir.IntType(32)
-        values = []
-        for w in _elements(builder, _load128(context, builder, sig, args, i32)):
-            values += _e4m3_halves(builder, builder.trunc(w, i16))
-            values += _e4m3_halves(builder, builder.trunc(builder.lshr(w, i32(16)), i16))
-        return context.make_tuple(builder, sig.return_type, values)
-    return types.UniTuple(types.float32, 16)(a, row, col), codegen
+    return _chunk_load("ld_e4m3x16", "e4m3", (types.uint8, types.int8), a, row, col)
 
 
 @_device(_sim_st_e4m3x4)

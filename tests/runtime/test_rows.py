@@ -139,6 +139,38 @@ def test_persistent_blocks_are_chosen_for_many_16_bit_rows_of_8_to_32_kb():
     assert not compile(fused("logsumexp"), "cuda").spec_for(32768, 8192, {"x": "bfloat16"})[1].persistent
 
 
+@pytest.mark.parametrize("name,dtypes", [("safe_softmax", ("bfloat16", "float16")), ("cross_entropy_onehot", ("float32",)),
+                                         ("fp8_quant", ("bfloat16",))])
+def test_walking_blocks_copy_the_next_row_ahead_into_shared_memory(name, dtypes):
+    # one block (the simulator's one multiprocessor) walks every row, each thread copying its whole chunks of the
+    # next row into the other half of a shared stage while it works on this one; the simulator lands a copy only at
+    # the wait that covers its group, so reading a chunk before its copy has landed reads the previous row's values.
+    # Rows off the 16-byte grid (partial first and last chunks, read from global memory), two groups a block (the
+    # last run holds a row past the end), two inputs copied ahead (cross-entropy against a one-hot row)
+    f = derive(parse(FP8_QUANT)) if name == "fp8_quant" else fused(name)
+    options = dict(group=32, threads=64, persistent=True)
+    kernel = compile(f, "cudasim", "rows", **options)
+    spec = kernel.spec_for(5, 77, {x.name: dtypes[0] for x in f.cascade.inputs})[1]
+    source = kernel.source(spec, "rows").source
+    assert spec.prefetch and "cp_async16(pf_" in source and "cp_wait1()" in source
+    results = check(f, "cudasim", "rows", shapes=((5, 77), (4, 64), (3, 300)), dtypes=dtypes, **options)
+    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+    assert all(not r.note for r in results)
+
+
+def test_the_next_row_is_copied_ahead_where_the_blocks_walk_rows_and_the_stage_fits():
+    softmax = compile(fused("safe_softmax"), "cuda")
+    _, spec, _ = softmax.spec_for(32768, 8192, {"x": "bfloat16"})  # 2 halves x 512 threads x 2 chunks: 32 KB
+    assert spec.persistent and spec.prefetch
+    assert not softmax.spec_for(64, 8192, {"x": "bfloat16"})[1].prefetch  # a block a row: no next row
+    rows = compile(fused("safe_softmax"), "cuda", "rows", persistent=True, group=1024, threads=1024, tile=2)
+    assert not rows.spec_for(32768, 16384, {"x": "bfloat16"})[1].prefetch  # 64 KB: past static shared memory
+    with pytest.raises(RedalgebraError, match="prefetching the next row needs"):
+        from redalgebra.codegen.emit import Spec
+        from redalgebra.codegen.strategies.rows import RowsKernel
+        RowsKernel(fused("safe_softmax"), Spec(threads=64, group=64, vec=4, tile=1, resident=True, prefetch=True))
+
+
 def test_a_thread_holds_as_many_chunks_as_its_share_of_the_row():
     # 257 float32 off the 16-byte grid: 66 chunks over 16 threads are 5 each, not 8
     _, spec, _ = compile(fused("safe_softmax"), "cuda").spec_for(65536, 257, {"x": "float32"})

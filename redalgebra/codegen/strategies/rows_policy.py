@@ -28,6 +28,12 @@ def out_dtypes(fused: FusedCascade, dtypes: dict, want: str | None) -> tuple:
     return tuple(out)
 
 
+#: Blocks walking the rows copy each thread's chunks of the next row into shared memory (``cp.async``) while they
+#: reduce and store this one, where the two halves of the stage fit in this many bytes of static shared memory
+#: (None: never; a sweep's hook). Measured on the H200: gpu/README.md.
+PREFETCH_BYTES = 48 * 1024
+
+
 #: Rows from which a row's index no longer fits 32 bits: its arithmetic is then 64-bit (``Spec.wide_rows``).
 WIDE_ROWS = 2 ** 31
 
@@ -77,7 +83,16 @@ def configure(fused: FusedCascade, p) -> dict:
             group = threads = min(1024, pow2(-(-chunks // 2)))
             tile = -(-chunks // group)
             min_blocks = 2048 // threads
+    staged_bytes = 2 * 16 * tile * threads * len(prefetched_inputs([x.name for x in fused.cascade.inputs], dtypes, vec))
+    prefetch = (bool(persistent) and resident and staged_bytes > 0 and PREFETCH_BYTES is not None
+                and staged_bytes <= PREFETCH_BYTES)
     return dict(threads=threads, group=group, tile=tile, vec=vec, shifted=wide and not p.pitch_ok,
                 resident=resident, staged=staged, fast_exp=p.option("fast_exp", False),
                 out_dtypes=out_dtypes(fused, dtypes, p.option("out_dtype")), persistent=bool(persistent),
-                min_blocks=min_blocks, wide_rows=p.rows >= WIDE_ROWS)
+                min_blocks=min_blocks, wide_rows=p.rows >= WIDE_ROWS, prefetch=prefetch)
+
+
+def prefetched_inputs(names, dtypes: dict, vec: int) -> list:
+    """The inputs (of ``names``) whose chunks are 16 bytes — ``vec`` elements of their dtype: those a ``rows`` kernel
+    with :attr:`~..emit.Spec.prefetch` copies ahead (an input of another width is read element by element)."""
+    return [x for x in names if vec > 1 and VEC.get(dtypes.get(x, "float32")) == vec]

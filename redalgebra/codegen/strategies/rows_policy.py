@@ -29,9 +29,9 @@ def out_dtypes(fused: FusedCascade, dtypes: dict, want: str | None) -> tuple:
 
 
 #: Blocks walking the rows copy each thread's chunks of the next row into shared memory (``cp.async``) while they
-#: reduce and store this one, where the two halves of the stage fit in this many bytes of static shared memory
+#: reduce and store this one, where the two halves of the stage fit in this many bytes
 #: (None: never; a sweep's hook). Measured on the H200: gpu/README.md.
-PREFETCH_BYTES = 48 * 1024
+PREFETCH_BYTES = 40 * 1024  # (static shared memory is 48 KB a block: room left for the reductions' boxes)
 
 
 #: Rows from which a row's index no longer fits 32 bits: its arithmetic is then 64-bit (``Spec.wide_rows``).

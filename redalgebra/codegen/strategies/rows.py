@@ -22,7 +22,12 @@ quantisers, routers):
 
 Many 16-bit rows of 8-32 KB are walked by *persistent* blocks: the grid is as many blocks as fit on
 the GPU at once (registers capped for 2048 resident threads per multiprocessor) and each block takes
-rows ``blockIdx, blockIdx + gridDim, …``, rather than one block launched per row or group of rows.
+rows ``blockIdx, blockIdx + gridDim, …``, rather than one block launched per row or group of rows. Such a block
+copies the next row ahead (``Spec.prefetch``): before it reads a row, each thread issues ``cp.async`` copies of its
+whole chunks of the block's next row into the other half of a shared stage, so that row's loads are in flight while
+this one is reduced and stored. A thread reads only the chunks it copied itself, so its own ``cp.async`` wait (one
+group committed per row, empty past the last: "all but the latest") makes them readable — no barrier; partial chunks
+(a row off the 16-byte grid, its end) are read from global memory as before.
 """
 
 from __future__ import annotations

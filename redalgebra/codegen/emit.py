@@ -42,8 +42,6 @@ class Spec:
     wide_rows: bool = False      # rows: 2**31 rows or more (a row's index arithmetic in 64 bits; 32 below)
     persistent: bool = False     # rows: each block walks rows (blockIdx, + gridDim, …) and the grid is capped at
     #                              multiprocessors × min_blocks: no block launched per row
-    prefetch: bool = False       # rows, persistent and resident: each thread copies its chunks of the block's next
-    #                              row into shared memory (cp.async) while it works on this one
     segments: int = 1            # vrows, columns: blocks per row (> 1: a partial kernel per segment, then a combine)
     batch: int = 1               # columns: rows processed together by a block (they share its vector reads)
     shared: int = 0              # bytes of dynamic shared memory per block (mma: the staged tiles)

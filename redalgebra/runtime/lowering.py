@@ -128,10 +128,9 @@ def _e4m3_quad(builder, word):
             + _e4m3_halves(builder, builder.trunc(builder.lshr(word, i32(16)), i16)))
 
 
-#: A 16-byte chunk, as four 32-bit words (the lower address first), decoded to float32 values by its stored type:
-#: the global loads (``ld_f32x4``, ``ld_b16x8``, …) and the shared ones (``lds_f32x4``, …) decode alike.
+#: A 16-byte chunk, as four 32-bit words (the lower address first), decoded to float32 values by its stored type
+#: (the 16-byte loads ``ld_b16x8``, ``ld_h16x8``, ``ld_e4m3x16``).
 CHUNK_DECODERS = {
-    "float32": lambda builder, words: [builder.bitcast(w, ir.FloatType()) for w in words],
     "bfloat16": lambda builder, words: [f for w in words for f in _bf16_pair(builder, w)],
     "float16": lambda builder, words: [f for w in words for f in _h16_pair(builder, w)],
     "e4m3": lambda builder, words: [f for w in words for f in _e4m3_quad(builder, w)],

@@ -37,7 +37,7 @@ from llvmlite import ir
 from numba import types
 
 from .formats import _f32, bf16_bits, e4m3_values, f16_bits
-from .lowering import (CHUNK_DECODERS, SIMULATOR, _B16, _B16_TYPES, _F16, _F32, _U8, _asm, _bf16_pair, _check, _device, _elements, _number,
+from .lowering import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _asm, _bf16_pair, _check, _device, _elements, _number,
                        _pack, _pointer, _side_effect, _span, _vector)
 
 from .sim_async import _shared_flat, _sim_check_write, _sim_stage
@@ -46,7 +46,7 @@ if not SIMULATOR:
     from .lowering import TypingError
 
 __all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "e4m3_halves", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "ld_w2_stream_at",
-           "st_w2_at", "st_w4_at", "lds_w4", "sts_w4", "lds_f32x4", "lds_b16x8", "lds_h16x8", "lds_e4m3x16",
+           "st_w2_at", "st_w4_at", "lds_w4", "sts_w4",
            "prefetch_l2_at", "grid_wait", "grid_launch", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_ss_e4m3", "wgmma_fence",
@@ -59,11 +59,8 @@ __all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "e4m3_halves", "b16_pair
 # --------------------------------------------------------------------------------------------------
 def _sim_cp_async16(s, sidx, a, row, col, nbytes):
     def source():
-        size = getattr(a, "_ary", a).dtype.itemsize
-        if size == 1:  # 16 bytes: sixteen e4m3
+        if getattr(a, "_ary", a).dtype.itemsize == 1:  # 16 bytes: sixteen e4m3
             return _span(a, row, col, 16, _U8).view(np.uint16)
-        if size == 4:  # four float32 (a ``rows`` kernel's chunk)
-            return _span(a, row, col, 4, _F32).view(np.uint16)
         return _span(a, row, col, 8, _B16 + _F16).view(np.uint16)
     _sim_stage("cp_async16", s, sidx, source, nbytes)
 
@@ -289,11 +286,11 @@ def _check_shared(name, s, idx):
 
 @_device(_sim_cp_async16)
 def cp_async16(typingctx, s, sidx, a, row, col, nbytes):
-    """Copy the 16 bytes at ``a[row, col]`` (eight 16-bit values, sixteen bytes or four float32) to ``s[sidx:sidx+8]`` (``cp.async.cg.shared.global``;
+    """Copy the 16 bytes at ``a[row, col]`` (eight 16-bit values, or sixteen bytes) to ``s[sidx:sidx+8]`` (``cp.async.cg.shared.global``;
     ``nbytes`` 16, or 0 to fill zeros without reading). Both addresses 16-byte aligned; complete after
     ``cp_commit`` and a ``cp_wait*`` that covers its group (and a barrier, for the other threads' copies)."""
     _check_shared("cp_async16", s, sidx)
-    _check("cp_async16", a, _B16_TYPES + (types.float16, types.uint8, types.int8, types.float32), row, col)
+    _check("cp_async16", a, _B16_TYPES + (types.float16, types.uint8, types.int8), row, col)
     if not isinstance(nbytes, types.Integer):
         raise TypingError(f"cp_async16: the source size must be an integer, got {nbytes}")
 
@@ -543,40 +540,6 @@ def sts_w4(typingctx, s, idx, w0, w1, w2, w3):
         _side_effect(builder, "st.shared.v4.u32 [$0], {$1, $2, $3, $4};", "r,r,r,r,r", [address, *words])
         return context.get_dummy_value()
     return types.void(s, idx, w0, w1, w2, w3), codegen
-
-
-def _shared_chunk_loader(name: str, kind: str):
-    """The intrinsic ``name(s, idx)``: the 16 bytes at ``s[idx]`` (a 16-bit shared array; ``idx`` a multiple of 8)
-    decoded as ``kind`` (float32, bfloat16, float16 or e4m3) to a tuple of float32, one ``ld.shared.v4.u32`` — what
-    a global ``ld_f32x4``/``ld_b16x8``/``ld_h16x8``/``ld_e4m3x16`` gives for the same bytes (the chunks a ``rows``
-    kernel copied ahead with ``cp_async16``; ordered with the other memory instructions: after a ``cp.async``
-    wait)."""
-    count = {"float32": 4, "e4m3": 16}.get(kind, 8)
-    decode = {"float32": lambda u16: u16.view(np.float32), "float16": lambda u16: u16.view(np.float16),
-              "bfloat16": lambda u16: (u16.astype(np.uint32) << 16).view(np.float32),
-              "e4m3": lambda u16: e4m3_values(u16.view(np.uint8))}[kind]
-
-    def stand_in(s, idx):
-        return tuple(np.float32(v) for v in decode(_sim_shared_chunk(name, s, idx).view(np.uint16)))
-
-    def typer(typingctx, s, idx):
-        _check_shared(name, s, idx)
-        rt = types.UniTuple(types.float32, count)
-
-        def codegen(context, builder, sig, args):
-            address = _shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            out = _side_effect(builder, "ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r", [address],
-                               ir.LiteralStructType([ir.IntType(32)] * 4))
-            words = [builder.extract_value(out, k) for k in range(4)]
-            return context.make_tuple(builder, rt, CHUNK_DECODERS[kind](builder, words))
-        return rt(s, idx), codegen
-    typer.__name__ = typer.__qualname__ = name
-    typer.__doc__ = f"The 16 bytes at ``s[idx]`` of shared memory as {count} float32 decoded from {kind}."
-    return _device(stand_in)(typer)
-
-
-lds_f32x4, lds_b16x8, lds_h16x8, lds_e4m3x16 = (_shared_chunk_loader(f"lds_{k}", kind) for k, kind in (
-    ("f32x4", "float32"), ("b16x8", "bfloat16"), ("h16x8", "float16"), ("e4m3x16", "e4m3")))
 
 
 ldsm_x4 = _device(_sim_ldsm(False))(_ldsm("ldsm_x4", False))

@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 
 from redalgebra import RedalgebraError
 from redalgebra.runtime import as_bfloat16, as_e4m3, compile
-from redalgebra.runtime.check import check
 from redalgebra.runtime.formats import to_float
 from tests.catalogue import fused
 from tests.runtime.test_columns import _problem, _reference
@@ -511,26 +510,6 @@ def test_the_factors_kernel_takes_the_rows_policys_block_without_walking_the_row
         assert row["vec"] == 1
     else:
         assert (row["threads"], row["group"], row["tile"], row["vec"]) == shape
-
-
-@pytest.mark.parametrize("name", ["rmsnorm_gemm", "fp8_quant_gemm"])
-def test_the_factors_kernel_walking_the_rows_copies_the_next_row_ahead(name, monkeypatch):
-    # columns_wgmma.ROW_WALKING: the factors' rows kernel walks the rows (the rows policy's blocks, in the simulator
-    # asked for), each thread copying its chunks of the next row into shared memory; 150 row runs on the grid's cap
-    # of 132 blocks (the H200's multiprocessors), so some blocks walk two; bfloat16 rows of 72 (a partial last chunk)
-    from redalgebra.codegen.strategies import columns_wgmma
-
-    monkeypatch.setattr(columns_wgmma, "ROW_WALKING", True)
-    kernel = compile(fused(name), "cudasim", "columns_wgmma")
-    dtypes = {s.name: "bfloat16" for s in kernel.fused.cascade.inputs}
-    strategy, spec, _ = kernel.spec_for(300, 72, dtypes, {"n": 64}, reps={"w": 300})
-    row = dict(spec.row_spec)
-    assert row["persistent"] and row["prefetch"]
-    factors = kernel.source(spec, strategy).source.split("def factors")[1].split("def tiles")[0]
-    assert "for run in range(cuda.blockIdx.x" in factors and "cp_async16(pf_x" in factors
-    results = check(fused(name), "cudasim", "columns_wgmma", shapes=((300, 72),), dtypes=("bfloat16",),
-                    sizes={"n": 64})
-    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
 
 
 #: A softmax-weighted sum: two scalar reductions, exp(x - m) computed once an element (a term the factors share with

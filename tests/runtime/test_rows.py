@@ -54,8 +54,11 @@ def test_fp8_outputs_are_e4m3_bytes_that_decode_to_the_reference():
     got = e4m3_to_float(out["q"])
     assert np.all(np.abs(got - want) <= np.abs(want) / 16 + 2.0 ** -9)  # half an e4m3 step (3 mantissa bits)
     assert np.allclose(out["s"][:, 0] if out["s"].ndim > 1 else out["s"], scale[:, 0], rtol=1e-6)
-    results = check(f, "cudasim", "rows", shapes=((3, 37), (2, 1)), dtypes=("float32", "bfloat16"))
+    # the codes from the row's final scale (rows computes the outputs after the whole row is reduced): held to the
+    # float32 tolerance, not to the cast's "exact in ℝ only" one
+    results = check(f, "cudasim", "rows", shapes=((3, 37), (2, 1), (2, 300)), dtypes=("float32", "bfloat16"))
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+    assert all(not r.note and r.tolerance < 1e-3 for r in results), "\n".join(r.line() for r in results)
     wide = compile(f, "cudasim", "rows", out_dtype="float32")({"x": x})
     assert wide["q"].dtype == np.float32
 
@@ -137,38 +140,6 @@ def test_persistent_blocks_are_chosen_for_many_16_bit_rows_of_8_to_32_kb():
     forced = compile(fused("safe_softmax"), "cuda", group=256)  # the caller's launch shape is kept
     assert not forced.spec_for(32768, 8192, {"x": "bfloat16"})[1].persistent
     assert not compile(fused("logsumexp"), "cuda").spec_for(32768, 8192, {"x": "bfloat16"})[1].persistent
-
-
-@pytest.mark.parametrize("name,dtypes", [("safe_softmax", ("bfloat16", "float16")), ("cross_entropy_onehot", ("float32",)),
-                                         ("fp8_quant", ("bfloat16",))])
-def test_walking_blocks_copy_the_next_row_ahead_into_shared_memory(name, dtypes):
-    # one block (the simulator's one multiprocessor) walks every row, each thread copying its whole chunks of the
-    # next row into the other half of a shared stage while it works on this one; the simulator lands a copy only at
-    # the wait that covers its group, so reading a chunk before its copy has landed reads the previous row's values.
-    # Rows off the 16-byte grid (partial first and last chunks, read from global memory), two groups a block (the
-    # last run holds a row past the end), two inputs copied ahead (cross-entropy against a one-hot row)
-    f = derive(parse(FP8_QUANT)) if name == "fp8_quant" else fused(name)
-    options = dict(group=32, threads=64, persistent=True)
-    kernel = compile(f, "cudasim", "rows", **options)
-    spec = kernel.spec_for(5, 77, {x.name: dtypes[0] for x in f.cascade.inputs})[1]
-    source = kernel.source(spec, "rows").source
-    assert spec.prefetch and "cp_async16(pf_" in source and "cp_wait1()" in source
-    results = check(f, "cudasim", "rows", shapes=((5, 77), (4, 64), (3, 300)), dtypes=dtypes, **options)
-    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
-    assert all(not r.note for r in results)
-
-
-def test_the_next_row_is_copied_ahead_where_the_blocks_walk_rows_and_the_stage_fits():
-    softmax = compile(fused("safe_softmax"), "cuda")
-    _, spec, _ = softmax.spec_for(32768, 8192, {"x": "bfloat16"})  # 2 halves x 512 threads x 2 chunks: 32 KB
-    assert spec.persistent and spec.prefetch
-    assert not softmax.spec_for(64, 8192, {"x": "bfloat16"})[1].prefetch  # a block a row: no next row
-    rows = compile(fused("safe_softmax"), "cuda", "rows", persistent=True, group=1024, threads=1024, tile=2)
-    assert not rows.spec_for(32768, 16384, {"x": "bfloat16"})[1].prefetch  # 64 KB: past static shared memory
-    with pytest.raises(RedalgebraError, match="prefetching the next row needs"):
-        from redalgebra.codegen.emit import Spec
-        from redalgebra.codegen.strategies.rows import RowsKernel
-        RowsKernel(fused("safe_softmax"), Spec(threads=64, group=64, vec=4, tile=1, resident=True, prefetch=True))
 
 
 def test_a_thread_holds_as_many_chunks_as_its_share_of_the_row():

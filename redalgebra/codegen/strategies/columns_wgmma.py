@@ -87,10 +87,6 @@ RASTER_BYTES = 16 << 20
 #: (the ``rows`` kernel of :func:`row_spec` is then not taken); :func:`configure`'s choice otherwise. Read by
 #: :func:`configure` only (a sweep's hook: ``gpu/rowfactors_sweep.py``).
 ROW_THREADS = None
-#: Whether the ``rows`` kernel of :func:`row_spec` takes the ``rows`` policy's blocks walking the rows (and, with them,
-#: the next row copied ahead into shared memory, ``Spec.prefetch``) where that policy walks them; False: a block a row
-#: group. A sweep's hook (``gpu/prefetch_ab.py``); measured on the H200: gpu/README.md.
-ROW_WALKING = False
 
 
 def refusal(fused: FusedCascade, dtypes: dict | None = None) -> str | None:
@@ -170,9 +166,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         # (the product's: a producer warpgroup beside the consumers, with Spec.fp8_products or Spec.producer; its one
         # block a multiprocessor takes no min_blocks)
         extra = producer_threads(self.spec)
-        row = dict(self.spec.row_spec)
-        walking = {"factors": (row["threads"], row["min_blocks"])} if row.get("persistent") and row["min_blocks"] else {}
-        return {**super().bounds(), **walking, **({"transpose": 256} if self.transposed else {}),
+        return {**super().bounds(), **({"transpose": 256} if self.transposed else {}),
                 **({"tiles": self.spec.threads + extra} if extra else {})}
 
     def _prepass_kernel(self):
@@ -499,7 +493,7 @@ def fac_store(dtypes, fused: FusedCascade, fp8: bool = False) -> str:
 
 #: The ``rows`` fields of :attr:`Spec.row_spec`.
 ROW_FIELDS = ("threads", "group", "tile", "vec", "shifted", "resident", "staged", "persistent", "min_blocks",
-              "wide_rows", "prefetch")
+              "wide_rows")
 
 
 def row_spec(fused: FusedCascade, p: Problem) -> tuple:
@@ -522,13 +516,9 @@ def row_spec(fused: FusedCascade, p: Problem) -> tuple:
     q = Problem(rows=p.rows, length=p.length, sizes=p.sizes, dtypes=tuple((k, v) for k, v in p.dtypes if k in names),
                 vec_ok=p.vec_ok, pitch_ok=p.pitch_ok, same_frame=False,
                 reps=tuple((k, v) for k, v in p.reps if k in names),
-                options=(("simulator", p.option("simulator")), ("fast_exp", p.option("fast_exp")),
-                         # (the simulator's policy never walks rows by itself: asked to, where the hook is set)
-                         ("persistent", True if ROW_WALKING and p.option("simulator") else None)))
+                options=(("simulator", p.option("simulator")), ("fast_exp", p.option("fast_exp"))))
     try:
-        cfg = rows_configure(sub, q)
-        if not ROW_WALKING:
-            cfg.update(persistent=False, min_blocks=0, prefetch=False)
+        cfg = {**rows_configure(sub, q), "persistent": False, "min_blocks": 0}
     except RedalgebraError:  # a shape the rows policy refuses: columns' kernel
         return ()
     return tuple((k, cfg[k]) for k in ROW_FIELDS)
@@ -666,10 +656,7 @@ def grid(rows: int, spec: Spec, named) -> dict:
         out["transpose"] = ((named["wt"].shape[1] // 64, -(-n // TRANSPOSE_COLUMNS)), 256)
     row = dict(spec.row_spec)
     per = row["threads"] // row["group"] if row else 1  # rows a block of the scalars-and-factors kernel
-    blocks = -(-rows // per)
-    if row.get("persistent"):  # blocks walking the rows: as many as are resident at once (the policy's min_blocks)
-        blocks = min(blocks, SMS * max(1, row["min_blocks"]))
-    out["rowfactors"] = (blocks, row_threads(spec))
+    out["rowfactors"] = (-(-rows // per), row_threads(spec))
     # a block a tile of the output, numbered in one dimension; with Spec.persistent, as many as are resident, a block
     # a multiprocessor, walking the tiles (Strategy.walking, :meth:`ColumnsWgmmaKernel.tiles`)
     out["tiles"] = ((-(-rows // spec.batch) * -(-n // (spec.group * 8)) * spec.segments, 1, 1),

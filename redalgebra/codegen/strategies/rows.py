@@ -22,12 +22,7 @@ quantisers, routers):
 
 Many 16-bit rows of 8-32 KB are walked by *persistent* blocks: the grid is as many blocks as fit on
 the GPU at once (registers capped for 2048 resident threads per multiprocessor) and each block takes
-rows ``blockIdx, blockIdx + gridDim, …``, rather than one block launched per row or group of rows. Such a block
-copies the next row ahead (``Spec.prefetch``): before it reads a row, each thread issues ``cp.async`` copies of its
-whole chunks of the block's next row into the other half of a shared stage, so that row's loads are in flight while
-this one is reduced and stored. A thread reads only the chunks it copied itself, so its own ``cp.async`` wait (one
-group committed per row, empty past the last: "all but the latest") makes them readable — no barrier; partial chunks
-(a row off the 16-byte grid, its end) are read from global memory as before.
+rows ``blockIdx, blockIdx + gridDim, …``, rather than one block launched per row or group of rows.
 """
 
 from __future__ import annotations
@@ -43,10 +38,10 @@ from ..emit import Spec
 from ..printer import invariants, print_expr
 from ..quotients import CheckedQuotient8, Quotient8, e4m3_quotients
 from ..states import ScalarState, TopKState, bind_program, merge_stmts, require_scalar_elements, states_of
-from ..tree import Assign, Barrier, Call, Comment, For, If, Load, Shared, Shuffle, Store
+from ..tree import Assign, Barrier, Comment, For, If, Load, Shared, Shuffle, Store
 from . import VEC, Strategy, register
 from .base import TreeKernel
-from .rows_policy import configure, prefetched_inputs
+from .rows_policy import configure
 from .selection import warp_rounds
 
 #: Independent partial states per scalar reduction in a thread's fold (chains of dependent adds, maxes).
@@ -82,13 +77,6 @@ class RowsKernel(TreeKernel):
         #                          columns past the row's end are written as zeros (a GEMM's tiles read them)
         self.divisors = False    # a row constant that divides is hoisted as the divisor, not as its reciprocal:
         #                          each element is divided by it, as written (x * 448 / a, not x * 448 * (1 / a))
-        # with Spec.prefetch, the inputs whose chunks are copied ahead into shared memory (16 bytes a chunk); the row's
-        # first read takes them there (``from_stage``)
-        self.prefetched = prefetched_inputs(self.scalars, self.dtypes, self.vec) if spec.prefetch else []
-        if spec.prefetch and not (spec.persistent and spec.resident):
-            raise RedalgebraError("rows: prefetching the next row needs blocks walking the rows (persistent) with the "
-                                  "row in registers (resident)")
-        self.from_stage = False
 
     # -- access to one element's registers ---------------------------------------------------------
     def element_access(self, i: int, c: int, prefix: str = "o"):
@@ -139,11 +127,8 @@ class RowsKernel(TreeKernel):
                        (Load((regs[c],), s, f"rr_{s}", f"c0_{i} + {c}", dtype),), (Assign(regs[c], self.consts.name(0.0)),))
                     for c in range(v)]
             narrow += each
-            if self.from_stage and s in self.prefetched:  # copied ahead by this thread: its own 16 bytes
-                wide.append(Assign(", ".join(regs), f"{SHARED_LOADS[dtype]}(pf_{s}, {self.slot(i, 'pb')})"))
-            else:
-                wide += [Load(regs, s, f"rr_{s}", f"c0_{i}", dtype)] if VEC.get(dtype) == v else \
-                    [Load((regs[c],), s, f"rr_{s}", f"c0_{i} + {c}", dtype) for c in range(v)]
+            wide += [Load(regs, s, f"rr_{s}", f"c0_{i}", dtype)] if VEC.get(dtype) == v else \
+                [Load((regs[c],), s, f"rr_{s}", f"c0_{i} + {c}", dtype) for c in range(v)]
         out.append(If(f"full_{i}", tuple(wide), tuple(narrow)))
         for i_c in range(v):
             acc = self.element_access(i, i_c)
@@ -581,46 +566,8 @@ class RowsKernel(TreeKernel):
         # from refilling a shared box that a slower warp has still to read for this one
         rows_per_block = self.spec.threads // self.group
         end = [Barrier()] if self.group > 32 else []
-        runs = f"(rows + {rows_per_block - 1}) // {rows_per_block}"
-        if not self.prefetched:
-            return self.threads_setup() + [For("run", "cuda.blockIdx.x", runs, tuple(self.row_body(self.setup("run")) + end),
-                                               "cuda.gridDim.x")]
-        # the block's next row copied ahead into the other half of the stage (``pb``: this row's half) while this
-        # one is reduced and stored: a group committed every run (empty past the last), so that waiting for all but
-        # the latest lands this row's copies
-        size = str(2 * self.tile * self.spec.threads * 8)
-        ahead = [If("run + cuda.gridDim.x < runs", tuple(self.copy_ahead("run + cuda.gridDim.x", "1 - pb"))),
-                 Call("cp_commit", ()), Call("cp_wait1", ())]
-        self.from_stage = True
-        try:
-            row = self.row_body(self.setup("run"))
-        finally:
-            self.from_stage = False
-        return (self.threads_setup() + [Shared(f"pf_{x}", (size,), "uint16") for x in self.prefetched]
-                + [Assign("runs", runs), Assign("pb", "0"),
-                   If("cuda.blockIdx.x < runs", tuple(self.copy_ahead("cuda.blockIdx.x", "0"))), Call("cp_commit", ()),
-                   For("run", "cuda.blockIdx.x", "runs", tuple(ahead + row + end + [Assign("pb", "1 - pb")]),
-                       "cuda.gridDim.x")])
-
-    def slot(self, i: int, half: str) -> str:
-        """The 16-bit index of this thread's ``i``-th chunk in half ``half`` of a prefetched input's stage: a warp's
-        chunks side by side (conflict-free 16-byte accesses)."""
-        return f"(({half}) * {self.tile * self.spec.threads} + {i * self.spec.threads} + tid) * 8"
-
-    def copy_ahead(self, run: str, half: str) -> list:
-        """``cp.async`` copies of this thread's whole chunks of its group's row in run ``run`` into half ``half`` of
-        the stage — the chunks :meth:`load_chunk` reads there (the partial ones it reads from global memory)."""
-        rows_per_block, v = self.spec.threads // self.group, self.vec
-        out = [Assign("nrow", f"min(({run}) * {rows_per_block} + grp, rows - 1)")]
-        out += [Assign(f"nrr_{x}", f"nrow // rep_{x}" if self.spec.wide_rows else f"int32(uint32(nrow) // uint32(rep_{x}))")
-                for x in self.prefetched]
-        out.append(Assign("nlo", f"-((nrow * length) % {v})" if self.spec.shifted else "0"))
-        for i in range(self.tile):
-            copies = tuple(Call("cp_async16", (f"pf_{x}", self.slot(i, half), x, f"nrr_{x}", f"nc0_{i}", "16"))
-                           for x in self.prefetched)
-            out += [Assign(f"nc0_{i}", f"nlo + {v} * (gt + {self.group * i})"),
-                    If(f"nc0_{i} >= 0 and nc0_{i} + {v} <= length", copies)]
-        return out
+        return self.threads_setup() + [For("run", "cuda.blockIdx.x", f"(rows + {rows_per_block - 1}) // {rows_per_block}",
+                                           tuple(self.row_body(self.setup("run")) + end), "cuda.gridDim.x")]
 
     def row_body(self, out: list) -> list:
         """The statements of one row, after ``out`` (the row's setup)."""
@@ -649,10 +596,6 @@ class RowsKernel(TreeKernel):
 
     def copy_state(self, src: str, dst: str) -> list:
         return [stmt for st in self.states.values() for stmt in st.copy(src, dst)]
-
-
-#: The shared-memory twins of the 16-byte loads (:data:`~..tree._WIDE`): a prefetched chunk read from the stage.
-SHARED_LOADS = {"float32": "lds_f32x4", "bfloat16": "lds_b16x8", "float16": "lds_h16x8", "e4m3": "lds_e4m3x16"}
 
 
 def _requotient(exprs, make) -> list:

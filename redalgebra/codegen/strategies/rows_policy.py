@@ -28,12 +28,6 @@ def out_dtypes(fused: FusedCascade, dtypes: dict, want: str | None) -> tuple:
     return tuple(out)
 
 
-#: Blocks walking the rows copy each thread's chunks of the next row into shared memory (``cp.async``) while they
-#: reduce and store this one, where the two halves of the stage fit in this many bytes
-#: (None: never; a sweep's hook). Measured on the H200: gpu/README.md.
-PREFETCH_BYTES = 40 * 1024  # (static shared memory is 48 KB a block: room left for the reductions' boxes)
-
-
 #: Rows from which a row's index no longer fits 32 bits: its arithmetic is then 64-bit (``Spec.wide_rows``).
 WIDE_ROWS = 2 ** 31
 
@@ -79,20 +73,13 @@ def configure(fused: FusedCascade, p) -> dict:
             # 16-bit rows of 8-32 KB (H200, softmax): bf16 32768 x 8192 0.376 -> 0.305 ms, 65536 x 4096
             # 0.438 -> 0.283 ms, 8192 x 16384 0.214 -> 0.179 ms; float32 rows gained nothing (16384 x 8192:
             # 0.267 -> 0.279 ms). Two chunks per thread, the block as large as that needs, registers capped
-            # so that 2048 threads stay resident, the grid as many blocks as fit
+            # so that 2048 threads stay resident, the grid as many blocks as fit. (Copying the block's next row
+            # into shared memory while it works on this one measured slower: bf16 softmax 32768 x 8192 299.0
+            # against 295.2 us, the FP8 quantiser 16384 x 7168 153.9 against 139.3; gpu/README.md, 2026-12-03)
             group = threads = min(1024, pow2(-(-chunks // 2)))
             tile = -(-chunks // group)
             min_blocks = 2048 // threads
-    staged_bytes = 2 * 16 * tile * threads * len(prefetched_inputs([x.name for x in fused.cascade.inputs], dtypes, vec))
-    prefetch = (bool(persistent) and resident and staged_bytes > 0 and PREFETCH_BYTES is not None
-                and staged_bytes <= PREFETCH_BYTES)
     return dict(threads=threads, group=group, tile=tile, vec=vec, shifted=wide and not p.pitch_ok,
                 resident=resident, staged=staged, fast_exp=p.option("fast_exp", False),
                 out_dtypes=out_dtypes(fused, dtypes, p.option("out_dtype")), persistent=bool(persistent),
-                min_blocks=min_blocks, wide_rows=p.rows >= WIDE_ROWS, prefetch=prefetch)
-
-
-def prefetched_inputs(names, dtypes: dict, vec: int) -> list:
-    """The inputs (of ``names``) whose chunks are 16 bytes — ``vec`` elements of their dtype: those a ``rows`` kernel
-    with :attr:`~..emit.Spec.prefetch` copies ahead (an input of another width is read element by element)."""
-    return [x for x in names if vec > 1 and VEC.get(dtypes.get(x, "float32")) == vec]
+                min_blocks=min_blocks, wide_rows=p.rows >= WIDE_ROWS)

@@ -1,6 +1,6 @@
 """The FP8 kernels under compute-sanitizer, at small hostile shapes: the FP8 product reading K-major weights as they
 lie (the producer's copies straight from the user's memory), a block a tile and walking the tiles (``persistent``:
-the ring of stages running on across tiles), in blocks of 128 and of 192 columns (``group=24``: setmaxnreg); ``columns_mma`` (a few rows) reading K-major e4m3 and bfloat16 weights as
+the ring of stages running on across tiles), in blocks of 128, 160 and 192 columns (``group=20``, ``24``: setmaxnreg); ``columns_mma`` (a few rows) reading K-major e4m3 and bfloat16 weights as
 they lie, with empty segments (their L2 prefetch skipped); and the ``rows`` quantiser's two quotient forms (the
 reciprocal tested once a row, for e4m3 bytes; an element at a time, ``rt_q8c``, for float32), with a row whose scale
 is above the fast range (divided; the cascade's clamp keeps scales from going below it). Each call is checked against the float32 division or float64.
@@ -81,6 +81,7 @@ def main() -> int:
              lambda: fp8_products(130, 256, 72, None, True), lambda: fp8_products(5, 384, 80, 3, True),
              # blocks of 192 columns, the producer's registers handed to the consumers (a partial last block)
              lambda: fp8_products(130, 256, 200, None, None, 24), lambda: fp8_products(5, 384, 264, 3, True, 24),
+             lambda: fp8_products(130, 256, 200, None, None, 20),  # 160 columns (a partial last block of 40)
              # 640 elements in 7 segments of 128: the last two empty
              lambda: columns_mma(1, 640, 64, "e4m3", 7), lambda: columns_mma(16, 320, 144, "e4m3", 3),
              lambda: columns_mma(9, 192, 72, "bf16", None), lambda: columns_mma(33, 256, 40, "bf16", 2),

@@ -80,7 +80,7 @@ def test_fp8_products_run_the_exact_product_where_the_instruction_does_not_apply
     with pytest.raises(RedalgebraError, match="fp8_products must be True or False"):
         compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products="yes")
     assert compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=np.bool_(True)).fp8_products
-    with pytest.raises(RedalgebraError, match="fp8_products takes blocks of 64, 128, 192 columns"):
+    with pytest.raises(RedalgebraError, match="fp8_products takes blocks of 64, 128, 160, 192 columns"):
         _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, group=32)
     with pytest.raises(RedalgebraError, match="tiles of 128 elements"):
         _fp8_source("fp8_quant_gemm", inputs, 20, 64, 16, tile=64)
@@ -172,32 +172,34 @@ def test_fp8_products_two_consumer_warpgroups_walk_the_output_tiles(monkeypatch)
     test_fp8_products_blocks_walk_the_output_tiles_with_the_ring_running_on(monkeypatch, 1, 65, 256, 128, None, 256)
 
 
-def test_fp8_products_of_192_columns_hand_the_producers_registers_to_the_consumers():
-    # group 24: 192 columns a block, m64n192k32 products, two sets of 96 accumulators a consumer thread, which fit only
-    # with the producer's registers (setmaxnreg); on the simulator the same sums (K-major weights, a partial last column
-    # block of 8 of 192), and only the 192-column block asks for the hand-over
+@pytest.mark.parametrize("group", [20, 24])
+def test_fp8_products_wider_than_128_columns_hand_the_producers_registers_to_the_consumers(group):
+    # groups 20 and 24: 160 or 192 columns a block, m64n160k32 or m64n192k32 products, two sets of 80 or 96
+    # accumulators a consumer thread, given the producer's registers (setmaxnreg); on the simulator the same sums
+    # (K-major weights, a partial last column block: 40 of 160, 8 of 192), and only these blocks ask for the hand-over
     inputs, params = _problem("fp8_quant_gemm", 65, 256, 200, "bfloat16")
     inputs["w"] = as_e4m3(np.ascontiguousarray(as_e4m3(to_float(inputs["w"])).bits[0].T).T[None])
-    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=True, group=24, threads=256)
+    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", fp8_products=True, group=group, threads=256)
     out = kernel(inputs, params)["y"]
     ref = _reference("fp8_quant_gemm", inputs, params, None, 65)["y"]
     assert np.max(np.abs(out - ref)) <= 1e-5 * np.max(np.abs(ref))
-    source = _fp8_source("fp8_quant_gemm", inputs, 65, 256, 200, group=24, threads=256)
+    source = _fp8_source("fp8_quant_gemm", inputs, 65, 256, 200, group=group, threads=256)
     # once each, the first statement of the producer's branch (warps 8 … 11: a whole warpgroup) and of the consumers'
     # (the stand-ins do nothing: where they stand is what the GPU's setmaxnreg needs)
     lines = [ln.strip() for ln in source.splitlines()]
     assert lines.count("regs_give()") == lines.count("regs_take()") == 1
     assert lines[lines.index("regs_give()") - 1] == "if warp >= 8:" and lines[lines.index("regs_take()") - 1] == "else:"
     assert "regs_give()" not in _fp8_source("fp8_quant_gemm", inputs, 65, 256, 200, group=16, threads=256)
-    with pytest.raises(RedalgebraError, match="192, group 24, on the FP8 instruction"):  # (16-bit products: refused)
-        compile(fused("rmsnorm_gemm"), "cudasim", "columns_wgmma", group=24)(*_problem("rmsnorm_gemm", 4, 64, 200,
-                                                                                        "bfloat16"))
+    with pytest.raises(RedalgebraError, match="groups 20 and 24, on the FP8 instruction"):  # (16-bit products: refused)
+        compile(fused("rmsnorm_gemm"), "cudasim", "columns_wgmma", group=group)(*_problem("rmsnorm_gemm", 4, 64, 200,
+                                                                                           "bfloat16"))
 
 
 @pytest.mark.slow
-def test_the_register_hand_over_fills_the_block_and_its_ptx_assembles_without_spills(tmp_path):
+@pytest.mark.parametrize("group", [20, 24])
+def test_the_register_hand_over_fills_the_block_and_its_ptx_assembles_without_spills(tmp_path, group):
     # the counts: the producer's 128 threads and the consumers' 256 hold what the block was launched with (384 at
-    # ptxas's 168, the most 384 threads get); the PTX of the 192-column FP8 product at M4096 K = N = 7168 asks for
+    # ptxas's 168, the most 384 threads get); the PTX of the 160- or 192-column FP8 product at M4096 K = N = 7168 asks for
     # them, and ptxas, compiling the whole program as the driver's JIT does, assembles it without spilling (compiled
     # for linking, as numba-cuda's own launch is, it spills 392 bytes: gpu/README.md). No GPU needed; ptxas where
     # installed
@@ -218,7 +220,7 @@ def test_the_register_hand_over_fills_the_block_and_its_ptx_assembles_without_sp
     # that the setmaxnreg ptxas ignores in the linked build is honoured where a call loads it
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     made = subprocess.run([sys.executable, "-m", "redalgebra", "ptx", "fp8_quant_gemm", "--strategy", "columns_wgmma",
-                           "--dtype", "bfloat16,w=e4m3", "--shared", "--fp8-products", "--group", "24", "--rows",
+                           "--dtype", "bfloat16,w=e4m3", "--shared", "--fp8-products", "--group", str(group), "--rows",
                            "4096", "--length", "7168", "--size", "n=7168", "--out", str(tmp_path / "module.ptx")],
                           env=env, capture_output=True, text=True, timeout=600)
     assert made.returncode == 0, made.stderr[-2000:]
@@ -226,7 +228,7 @@ def test_the_register_hand_over_fills_the_block_and_its_ptx_assembles_without_sp
     tiles = next(m for m in re.split(r"(?m)^(?=\s*\.version\b)", (tmp_path / "module.ptx").read_text())
                  if re.search(r"\.entry\s+\S*tiles", m))
     assert f"setmaxnreg.dec.sync.aligned.u32 {REGS_GIVE};" in tiles and f"setmaxnreg.inc.sync.aligned.u32 {REGS_TAKE};" \
-        in tiles and "m64n192k32.f32.e4m3.e4m3" in tiles
+        in tiles and f"m64n{8 * group}k32.f32.e4m3.e4m3" in tiles
     ptxas = shutil.which("ptxas") or shutil.which("/usr/local/cuda/bin/ptxas")
     if ptxas is None:
         pytest.skip("no ptxas on this machine")

@@ -68,9 +68,11 @@ BK = ROW
 #: block on the GPU (one m64n256 product per warpgroup and k16 step) and in the simulator; the sizes taken.
 THREADS, SIM_THREADS, COLUMNS, SIM_COLUMNS = 256, 32, 256, 64
 BLOCK_THREADS, BLOCK_COLUMNS = (32, 128, 256), (64, 128, 256)
-#: ... and the FP8 product's (its K-major 128-byte weight rows: any multiple of 64 up to 192, whose two sets of
-#: accumulators take the producer's registers: producer.HAND_OVER_COLUMNS)
-FP8_BLOCK_COLUMNS = (64, 128, 192)
+#: ... and the FP8 product's (its K-major 128-byte weight rows; past 128 columns its two sets of accumulators take the
+#: producer's registers: producer.HAND_OVER_COLUMNS). 160 columns make M4096 N7168's 1440 tiles 10.9 waves of one
+#: block a multiprocessor (the last 91 % full), where 128 make 13.6 (58 %) and 192 make 9.2 (21 %): on the H200 the
+#: 192-column product ran the tensor pipe 67.7 % of the time against 65.0 %, but no faster (gpu/README.md)
+FP8_BLOCK_COLUMNS = (64, 128, 160, 192)
 #: Shared memory a block may take (bytes, the H200's 227 KB) and the most stages.
 MAX_SHARED, MOST_STAGES = 232448, 6
 #: Bytes of the factors' row blocks a group of the product's tiles reads (each block a tile: ``gw`` row blocks — as
@@ -566,8 +568,8 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
                 f"the simulator), got {threads}")
     fp8 = fp8_applies(fused, p)
     if bc not in BLOCK_COLUMNS and not (fp8 and bc in FP8_BLOCK_COLUMNS):
-        return (f"columns_wgmma: blocks of {', '.join(map(str, BLOCK_COLUMNS))} columns (group {bc // 8}; 192, "
-                f"group 24, on the FP8 instruction: fp8_products with e4m3 weights)")
+        return (f"columns_wgmma: blocks of {', '.join(map(str, BLOCK_COLUMNS))} columns (group {bc // 8}; 160 and "
+                f"192, groups 20 and 24, on the FP8 instruction: fp8_products with e4m3 weights)")
     bm = threads // 2
     reps = dict(p.reps)
     share = min(reps.get(s.name, 1) for s in fused.cascade.inputs if s.size is not None)
@@ -583,7 +585,7 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
             return f"columns_wgmma: the {name} is fixed by the instruction shapes ({bm} rows, tiles of {tile} elements)"
     if fp8 and p.option("group") and bc not in FP8_BLOCK_COLUMNS:
         return (f"columns_wgmma: fp8_products takes blocks of {', '.join(map(str, FP8_BLOCK_COLUMNS))} columns (group "
-                f"8, 16 or 24; its fresh sums take a second set of accumulators), got {bc}")
+                f"8, 16, 20 or 24; its fresh sums take a second set of accumulators), got {bc}")
     return None
 
 

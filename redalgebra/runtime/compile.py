@@ -560,7 +560,9 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     segments : int, optional
         Segments per row for the split strategies (blocks that fold a row's segments in parallel).
     group : int, optional
-        ``rows``: threads per row (a power of two); chosen from the length when omitted.
+        ``rows``: threads per row (a power of two); chosen from the length when omitted. The columns strategies:
+        columns a block / 8 (``columns_wgmma`` with ``fp8_products``: 8, 16, 20 or 24; chosen from the shape when
+        omitted, 160 columns where their whole waves finish sooner than 128's).
     out_dtype : None | ``"float32"`` | ``"bfloat16"`` | ``"float16"``
         Outputs in the input's dtype where the strategy writes it (``rows``: bfloat16 in, bfloat16
         out; ``fp8(…)`` outputs as e4m3 bytes), or float32 for every output; a 16-bit type: every

@@ -239,3 +239,20 @@ def test_the_register_hand_over_fills_the_block_and_its_ptx_assembles_without_sp
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-2000:]
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log) and "Used 168 registers" in log, log[-2000:]
+
+
+def test_the_fp8_products_block_width_is_the_one_whose_whole_waves_finish_first():
+    # one block a multiprocessor (132 on the H200): M4096 N7168 makes 1792 tiles of 128 columns (14 waves, the last
+    # 58 % full) or 1440 of 160 (11 waves, 91 %): 160, measured faster there; N4096 makes 1024 of 128 (8 waves, 97 %)
+    # or 832 of 160 (7 waves, 30 % in the last): 128; few tiles (the axis in segments), walking blocks (which spill
+    # at 160) and the caller's own group keep what they had. (The policy for an sm_90 GPU, read without one.)
+    from redalgebra.codegen import Problem
+    from redalgebra.codegen.strategies.columns_wgmma import configure
+
+    def group(rows, n, **options):
+        p = Problem(rows=rows, length=7168, sizes=(("n", n),), dtypes=(("x", "bfloat16"), ("w", "e4m3")), vec_ok=True,
+                    pitch_ok=True, reps=(("w", rows),),
+                    options=(("cc", (9, 0)), ("simulator", False), ("fp8_products", True), *options.items()))
+        return configure(fused("fp8_quant_gemm"), p)["group"]
+    assert group(4096, 7168) == 20 and group(4096, 4096) == 16 and group(256, 7168) == 16
+    assert group(4096, 7168, persistent=True) == 16 and group(4096, 7168, group=24) == 24

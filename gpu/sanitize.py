@@ -104,7 +104,7 @@ def verify(case, kernel, resolved, inputs, params, keep, raw):
     # as check judges: a cast at a running scale unless the strategy's scales are final; tensor-core products
     # with their factors rounded to the 16-bit type
     chosen = get(resolved, "cuda")
-    running = kernel.fused.exact_in_reals_only and resolved != "nonincremental" and not chosen.final_scales
+    running = kernel.fused.exact_in_reals_only and resolved != "nonincremental" and not chosen.final(kernel.fused)
     return judge(kernel.user or kernel.fused, raw, inputs, params, keep, case.dtype, running, chosen.rounds(kernel.fused))
 
 

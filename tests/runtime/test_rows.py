@@ -54,13 +54,26 @@ def test_fp8_outputs_are_e4m3_bytes_that_decode_to_the_reference():
     got = e4m3_to_float(out["q"])
     assert np.all(np.abs(got - want) <= np.abs(want) / 16 + 2.0 ** -9)  # half an e4m3 step (3 mantissa bits)
     assert np.allclose(out["s"][:, 0] if out["s"].ndim > 1 else out["s"], scale[:, 0], rtol=1e-6)
-    # the codes from the row's final scale (rows computes the outputs after the whole row is reduced): held to the
-    # float32 tolerance, not to the cast's "exact in ℝ only" one
+    # the codes from the row's final scale (rows computes the outputs after the whole row is reduced, resident or
+    # walked in passes: 8 threads of one chunk hold 32 of 300): held to the float32 tolerance, not to the cast's
+    # "exact in ℝ only" one
     results = check(f, "cudasim", "rows", shapes=((3, 37), (2, 1), (2, 300)), dtypes=("float32", "bfloat16"))
+    results += check(f, "cudasim", "rows", shapes=((2, 300),), dtypes=("float32",), group=8, tile=1, threads=8)
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
     assert all(not r.note and r.tolerance < 1e-3 for r in results), "\n".join(r.line() for r in results)
     wide = compile(f, "cudasim", "rows", out_dtype="float32")({"x": x})
     assert wide["q"].dtype == np.float32
+
+
+def test_a_cast_inside_a_reduction_is_held_to_the_cast_tolerance_where_rows_folds_at_running_scales():
+    # a sum of fp8 codes: walked in passes (or merged across threads) the codes round at the running absmax, so check
+    # allows the cast's tolerance and says why; the cascade whose casts are all in its outputs is held to float32's
+    from redalgebra.codegen.strategies import get
+
+    inside = derive(parse("input x\nreduce a = max(abs(x))\nreduce t = sum(fp8(x * 448 / max(a, 1e-12)))\nout y = t\n"))
+    assert not get("rows").final(inside) and get("rows").final(derive(parse(FP8_QUANT)))
+    results = check(inside, "cudasim", "rows", shapes=((3, 37), (2, 130)), dtypes=("float32",), group=4, tile=1, threads=8)
+    assert all(r.passed and "running scale" in r.note for r in results), "\n".join(r.line() for r in results)
 
 
 def test_rows_refuses_elements_with_vectors_and_auto_sends_them_to_vrows():

@@ -51,8 +51,9 @@ class Strategy:
     grid: Callable                    # (rows, spec, named arguments) -> {entry grid name: (blocks, threads)}
     sim: str | None = None            # the strategy the simulator runs instead; None: this one as is
     shared_states: bool = False       # every thread's state in shared memory (threads fitted to it)
-    final_scales: bool = False        # every reduction folded with its dependencies final (level order): a cast
-    #                                   such as fp8 rounds at the row's final scale, as the unfused form does
+    final_scales: bool | Callable = False  # every cast rounds at the row's final scale, as the unfused form does
+    #                                   (every reduction folded with its dependencies final: the level order); a
+    #                                   callable (fused -> bool) where that depends on the cascade
     rounds_products: bool | Callable = False  # factors enter tensor-core products in the vector inputs' 16-bit
     #                                   type; a callable (fused -> bool) where that depends on the cascade
     vector_multiple: int = 1          # vectors must have a multiple of this many components (the tensor cores: 16)
@@ -60,6 +61,11 @@ class Strategy:
     shared_vectors: bool = False      # needs each vector row shared by a block's rows (check gives them once)
     walking: tuple | None = None      # with Spec.persistent, the grids whose blocks walk their work by gridDim (None:
     #                                   every grid): launched with as many blocks as are resident at once
+
+    def final(self, fused) -> bool:
+        """Whether this strategy rounds every cast of ``fused`` at the row's final scale (``check`` then holds it to the
+        float32 tolerance, not the cast's)."""
+        return self.final_scales(fused) if callable(self.final_scales) else self.final_scales
 
     def rounds(self, fused) -> bool:
         """Whether this strategy rounds ``fused``'s factors before a product (``check`` then allows that rounding)."""

@@ -10,8 +10,8 @@ from llvmlite import ir
 from numba import types
 
 from .formats import _f32, bf16_bits, e4m3_bits, e4m3_values, f16_bits
-from .lowering import (CHUNK_DECODERS, _B16, _B16_TYPES, _F16, _F32, _U8, _asm, _bf16_pair, _check, _device, _e4m3_halves, _e4m3_pair,
-                       _elements, _pack, _pointer, _span, _vector)
+from .lowering import (CHUNK_DECODERS, _B16, _B16_TYPES, _F16, _F32, _U8, _asm, _bf16_pair, _check, _device,
+                       _e4m3_halves, _e4m3_pair, _elements, _pack, _pointer, _span, _vector)
 
 
 def _sim_ld_f32x4(a, row, col):

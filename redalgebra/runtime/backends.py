@@ -54,6 +54,24 @@ def _capability():
         return None
 
 
+def device_multiprocessors(backend: str):
+    """The current GPU's multiprocessor count on the ``cuda`` back end, else None (the launch policies then plan for
+    an H200's 132)."""
+    if backend != "cuda":
+        return None
+    return _multiprocessors()
+
+
+@functools.lru_cache(maxsize=1)
+def _multiprocessors():
+    try:
+        from numba import cuda
+
+        return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+    except Exception:  # noqa: BLE001 - no numba-cuda, driver or device (building PTX offline): nothing to go by
+        return None
+
+
 def multiprocessors(cuda) -> int:
     """The current device's multiprocessor count (the simulator's stand-in device may not say: 1)."""
     count = getattr(cuda.get_current_device(), "MULTIPROCESSOR_COUNT", None)

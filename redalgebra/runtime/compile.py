@@ -33,7 +33,7 @@ from ..codegen.strategies.vrows import refusal as vrows_refusal
 from ..codegen.strategies.vrows import too_wide as vrows_too_wide
 from ..derive import FusedCascade
 from ..errors import EvaluationError, NotFusableError, RedalgebraError
-from .backends import check_backend, cuda_module, device_capability, multiprocessors
+from .backends import check_backend, cuda_module, device_capability, device_multiprocessors, multiprocessors
 from .cache import load
 from .formats import BFloat16, Encoded, as_bfloat16, dtype_of as _dtype, is_device as _is_device
 from .call_layout import OUT_ARRAYS, _alignment, _c_contiguous, _contiguous_alignment, _signature, k_major
@@ -270,7 +270,8 @@ class Kernel:
                                    ("fast_exp", self.fast_exp), ("group", self.group), ("batch", self.batch), ("out_dtype", self.out_dtype),
                                    ("simulator", self.backend == "cudasim"), ("persistent", self.persistent),
                                    ("fp8_products", self.fp8_products),
-                                   ("cc", device_capability(self.backend))),
+                                   ("cc", device_capability(self.backend)),
+                                   ("sms", device_multiprocessors(self.backend))),
                           k_major=tuple(self.to_generated({k: 0 for k in k_major})))
         strategy = self.resolve(rows, length, sizes, reps, problem)
         policy = get(strategy).configure(self.fused, problem)

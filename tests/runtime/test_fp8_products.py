@@ -245,7 +245,8 @@ def test_the_fp8_products_block_width_is_the_one_whose_whole_waves_finish_first(
     # one block a multiprocessor (132 on the H200): M4096 N7168 makes 1792 tiles of 128 columns (14 waves, the last
     # 58 % full) or 1440 of 160 (11 waves, 91 %): 160, measured faster there; N4096 makes 1024 of 128 (8 waves, 97 %)
     # or 832 of 160 (7 waves, 30 % in the last): 128; few tiles (the axis in segments), walking blocks (which spill
-    # at 160) and the caller's own group keep what they had. (The policy for an sm_90 GPU, read without one.)
+    # at 160) and the caller's own group keep what they had. (The policy for an sm_90 GPU, read without one: an H200's
+    # 132 multiprocessors unless told.)
     from redalgebra.codegen import Problem
     from redalgebra.codegen.strategies.columns_wgmma import configure
 
@@ -256,3 +257,6 @@ def test_the_fp8_products_block_width_is_the_one_whose_whole_waves_finish_first(
         return configure(fused("fp8_quant_gemm"), p)["group"]
     assert group(4096, 7168) == 20 and group(4096, 4096) == 16 and group(256, 7168) == 16
     assert group(4096, 7168, persistent=True) == 16 and group(4096, 7168, group=24) == 24
+    # another GPU's multiprocessors (the call's device, option sms): N4096's 1024 tiles of 128 columns are 9.8 waves on
+    # 104, its 832 of 160 exactly 8 — 160 there
+    assert group(4096, 4096, sms=104) == 20 and group(4096, 4096, sms=132) == 16

@@ -30,13 +30,23 @@ class Problem:
     same_frame: bool = False   # every per-element array has pitch = length and one row per row
     reps: tuple = ()           # ((input, rows that share each of its rows), ...): a weight given once has rep = rows
     options: tuple = ()        # ((name, value), ...): threads, tile, segments, fast_exp, group, out_dtype,
-    #                            simulator, persistent (None: the policy chooses)
+    #                            simulator, persistent (None: the policy chooses), cc and sms (the GPU's compute
+    #                            capability and multiprocessors, on the cuda back end)
     k_major: tuple = ()        # vector inputs given K-major (shape (1, L, n), the axis innermost): a strategy that
     #                            reads them so lists them in Spec.k_major; the others' calls copy or refuse them
 
     def option(self, name: str, default=None):
         value = dict(self.options).get(name)
         return default if value is None else value
+
+    def multiprocessors(self) -> int:
+        """The GPU's multiprocessors (option ``sms``, the current device's on the ``cuda`` back end), else the H200's
+        :data:`SMS` (building offline, the simulator)."""
+        return int(self.option("sms") or SMS)
+
+    def busy_blocks(self) -> int:
+        """Blocks that keep the GPU busy: about four a multiprocessor (:data:`BUSY_BLOCKS` on an H200)."""
+        return 4 * self.multiprocessors()
 
 
 @dataclass(frozen=True)

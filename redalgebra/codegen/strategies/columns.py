@@ -33,7 +33,7 @@ from ...ir.functions import Dot, VSum
 from ...ir.nodes import Cascade, Input, Let, Output, Param, Reduction
 from ..emit import Spec
 from ..tree import Assign, Barrier, For, If, Load, Shared, Store
-from . import BUSY_BLOCKS, VEC, Problem, Strategy, pow2, register
+from . import VEC, Problem, Strategy, pow2, register
 from .base import TreeKernel
 
 #: Accumulators a thread holds per vector reduction (rows of the batch × columns of its chunk).
@@ -480,7 +480,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     blocks = -(-chunks // cb) * -(-p.rows // batch)
     nseg = p.option("segments")
     if nseg is None:
-        nseg = min(-(-BUSY_BLOCKS // blocks), max(1, -(-p.length // (4 * step))))
+        nseg = min(-(-p.busy_blocks() // blocks), max(1, -(-p.length // (4 * step))))
     nseg = max(1, min(int(nseg), max(p.length, 1)))
     # the span staged at once: the whole segment when its factors fit the shared memory, whole inner steps
     nvec = sum(1 for r in c.reductions if c.sizes[r.name] is not None)

@@ -53,7 +53,7 @@ from ...errors import RedalgebraError
 from ...ir.functions import RoundE4M3
 from ..emit import Spec
 from ..tree import Assign, Barrier, Call, For, If, Load, Shared
-from . import SMS, VEC, Problem, Strategy, register
+from . import VEC, Problem, Strategy, register
 from .columns import ColumnsKernel, build as columns_build, prepass_vec, refusal as columns_refusal, split_body
 from .columns import vector_columns
 from .products import KINDS
@@ -545,7 +545,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     # loads of e4m3 weights; segments until they are all busy once, not past it (a second, partial wave costs as much
     # as the first)
     minb = p.option("min_blocks") or (RESIDENT + (each < load_columns(e4m3))) * 128 // threads
-    nseg = p.option("segments") or max(1, min(SMS * minb // blocks, tiles // 2))
+    nseg = p.option("segments") or max(1, min(p.multiprocessors() * minb // blocks, tiles // 2))
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
     # on Hopper each kernel after the first starts while the one before runs (programmatic dependent launch)
     dependent = not p.option("simulator") and tuple(p.option("cc") or ())[:1] >= (9,)

@@ -602,10 +602,10 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     if fp8 and not p.option("group"):  # fresh sums beside the float32 ones: 128 columns a block, or 160 (below)
         bc = min(bc, 128)
         if not p.option("simulator") and not p.option("persistent"):
-            bc = fp8_block_columns(-(-p.rows // (threads // 2)), n)
+            bc = fp8_block_columns(-(-p.rows // (threads // 2)), n, p.multiprocessors())
     blocks = -(-p.rows // (threads // 2)) * -(-n // bc)
     tiles = -(-p.length // (2 * BK if fp8 else BK))
-    nseg = p.option("segments") or max(1, min(SMS // blocks, tiles // 4))
+    nseg = p.option("segments") or max(1, min(p.multiprocessors() // blocks, tiles // 4))
     nseg = min(int(nseg), max(tiles, 1))  # (the tiles are numbered in the grid's x: no limit of its z)
     staged = "" if fp8 else choose_tile_factors(fused, p, int(nseg))
     stages, shared = plan(threads, bc, bool(staged))
@@ -648,13 +648,13 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
 FP8_COLUMN_RATES = {128: 1.0, 160: 1.037}
 
 
-def fp8_block_columns(row_blocks: int, n: int) -> int:
-    """The FP8 product's columns a block: the width whose blocks, one a multiprocessor, finish the output's tiles
-    soonest — whole waves of tiles times the width, over its rate (:data:`FP8_COLUMN_RATES`). Fewer tiles than
-    multiprocessors take 128 (the axis is then split into segments, which narrower blocks fill better)."""
-    if row_blocks * -(-n // 128) < SMS:
+def fp8_block_columns(row_blocks: int, n: int, sms: int = SMS) -> int:
+    """The FP8 product's columns a block: the width whose blocks, one on each of ``sms`` multiprocessors, finish the
+    output's tiles soonest — whole waves of tiles times the width, over its rate (:data:`FP8_COLUMN_RATES`). Fewer
+    tiles than multiprocessors take 128 (the axis is then split into segments, which narrower blocks fill better)."""
+    if row_blocks * -(-n // 128) < sms:
         return 128
-    return min(FP8_COLUMN_RATES, key=lambda bc: (-(-row_blocks * -(-n // bc) // SMS) * bc / FP8_COLUMN_RATES[bc], bc))
+    return min(FP8_COLUMN_RATES, key=lambda bc: (-(-row_blocks * -(-n // bc) // sms) * bc / FP8_COLUMN_RATES[bc], bc))
 
 
 def k_major(fused: FusedCascade, p: Problem) -> tuple:

@@ -8,7 +8,7 @@ the grid — live here, beside their names.
 from __future__ import annotations
 
 from ...errors import RedalgebraError
-from . import BUSY_BLOCKS, REGISTRY, Problem, Strategy, register
+from . import REGISTRY, Problem, Strategy, register
 
 SHARED_BYTES = 48 * 1024  # static shared memory a block may declare
 
@@ -75,7 +75,7 @@ def _segments(name: str, p: Problem, threads: int, tile: int) -> int:
     if p.option("segments"):
         nseg = p.option("segments")
     elif name.startswith("split_lanes"):
-        nseg = min(64, -(-BUSY_BLOCKS // p.rows), -(-p.length // (threads // 32 * tile * 2)))
+        nseg = min(64, -(-p.busy_blocks() // p.rows), -(-p.length // (threads // 32 * tile * 2)))
     else:
         nseg = min(32, -(-p.length // (threads * 8)))
     return max(1, min(nseg, p.length))

@@ -37,7 +37,7 @@ from ...ir.functions import Dot, VSum
 from ..emit import Spec
 from ..states import ComponentState, ScalarState, bind_program, merge_stmts, identity_text
 from ..tree import Assign, Barrier, For, If, Load, Shuffle, Store
-from . import BUSY_BLOCKS, VEC, Problem, Strategy, pow2, register
+from . import VEC, Problem, Strategy, pow2, register
 from .base import TreeKernel, named_nodes
 
 #: Components of its vector inputs one lane may hold (at 32 lanes per element: vectors of about 1500 in all).
@@ -449,7 +449,8 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     per_step = threads // group * tile
     nseg = p.option("segments")
     if nseg is None:
-        nseg = 1 if p.rows >= BUSY_BLOCKS else min(-(-BUSY_BLOCKS // max(p.rows, 1)), -(-p.length // (2 * per_step)))
+        busy = p.busy_blocks()
+        nseg = 1 if p.rows >= busy else min(-(-busy // max(p.rows, 1)), -(-p.length // (2 * per_step)))
     nseg = max(1, min(int(nseg), max(p.length, 1)))
     return dict(threads=threads, group=group, vec=vec, tile=tile, segments=nseg, nseg=nseg,
                 fast_exp=p.option("fast_exp", False))

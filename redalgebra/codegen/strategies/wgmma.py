@@ -57,7 +57,7 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
 from ..tree import Assign, Barrier, Call, For, If
-from . import SMS, Problem, Strategy, register
+from . import Problem, Strategy, register
 from . import mma
 from .mma import BN, MmaKernel
 from .products import MOST_COMPONENTS, SHARED_LIMIT, WIDE_MULTIPLE, WIDEST, column_groups, dots
@@ -503,7 +503,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     if nseg is None:
         rep = max(1, min(dict(p.reps).get(s.name, 1) for s in fused.cascade.inputs if s.size is not None))
         blocks = max(1, p.rows // rep * -(-rep // bm))
-        busy = SMS * (2 if threads <= THREADS else 1)
+        busy = p.multiprocessors() * (2 if threads <= THREADS else 1)
         # (at least 8 tiles a segment: MLA B4 ran 0.0953 ms in 8 segments of 8 tiles, 0.0989 in 16 of 4 — the
         # segments' states are written and merged, as many bytes as the latent itself at 16)
         nseg = 1 if p.option("simulator") else max(1, min(busy // blocks, -(-p.length // (8 * BN))))

@@ -22,6 +22,7 @@ from harness import copies_for  # noqa: E402
 from redalgebra import parse, workloads  # noqa: E402
 from redalgebra.derive import derive  # noqa: E402
 from redalgebra.runtime import as_bfloat16, as_e4m3  # noqa: E402
+from redalgebra.workloads.masks import CAUSAL_ATTENTION  # noqa: E402
 
 FP8_QUANT = """\
 # per-token FP8 (e4m3) quantisation alone: the scale from the row's abs-max, every element rounded
@@ -135,23 +136,6 @@ def sdpa_with(backend, causal=False):
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
     return run
-
-
-#: Causal prefill written in the cascade: the query at position qpos sees the keys at pos <= qpos (the mma
-#: strategy skips the tiles above the diagonal: the mask reads only positions and a row param).
-CAUSAL_ATTENTION = """\
-input k[d]
-input v[d]
-param q[d]
-param scale > 0
-param qpos int
-let s = dot(q, k) * scale
-let sc = where(pos <= qpos, s, -inf)
-reduce m = max(sc)
-reduce l = sum(exp(sc - m))
-reduce o = sum(exp(sc - m) * v)
-out y = o / l
-"""
 
 
 def case_attention(batch, heads, queries, length, dim, candidates, name, label, dtype="float16", causal=False):

@@ -25,24 +25,9 @@ from redalgebra import derive, evaluate, parse, workloads  # noqa: E402
 from redalgebra.runtime import compile  # noqa: E402
 from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE  # noqa: E402
 from redalgebra.runtime.formats import as_bfloat16, bfloat16_to_float  # noqa: E402
-from redalgebra.workloads.masks import query_positions  # noqa: E402
+from redalgebra.workloads.masks import CAUSAL_ATTENTION as CAUSAL, query_positions  # noqa: E402
 from validate import finish  # noqa: E402
 
-#: Causal prefill written in the cascade (as ``bench.py`` times it): each row's position a param, so a block stops at
-#: its first tile above the diagonal
-CAUSAL = """\
-input k[d]
-input v[d]
-param q[d]
-param scale > 0
-param qpos int
-let s = dot(q, k) * scale
-let sc = where(pos <= qpos, s, -inf)
-reduce m = max(sc)
-reduce l = sum(exp(sc - m))
-reduce o = sum(exp(sc - m) * v)
-out y = o / l
-"""
 
 # (workload, groups, rows per group, L, d, dtype, masked, query exact in 16 bits); "causal": CAUSAL, the rows of a
 # group at the group's last positions (more rows than keys: the first rows see no key)

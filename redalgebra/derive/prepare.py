@@ -66,6 +66,13 @@ def has_casts(c: Cascade) -> bool:
     return any(s.expr.has(*CASTS) for s in c.statements if getattr(s, "expr", None) is not None)
 
 
+def casts_in_reductions(c: Cascade) -> bool:
+    """Whether a reduction's body rounds (a cast in it, or in a let it reads): where the fused form folds such a body
+    at running dependencies, its cast rounds at a running scale; casts in the outputs alone apply to final values."""
+    keep = set(element_atoms(c))
+    return any(inline(r.body, c, keep).has(*CASTS) for r in c.reductions)
+
+
 def bodies(c: Cascade) -> dict[str, sp.Expr]:
     """``F_i`` of every reduction in element atoms, params and reduction results (real arithmetic)."""
     keep = set(element_atoms(c))

@@ -39,37 +39,30 @@ def cuda_module(backend: str):
 
 def device_capability(backend: str):
     """The current GPU's compute capability ``(major, minor)`` on the ``cuda`` back end, else None."""
-    if backend != "cuda":
-        return None
-    return _capability()
-
-
-@functools.lru_cache(maxsize=1)
-def _capability():
-    try:
-        from numba import cuda
-
-        return tuple(cuda.get_current_device().compute_capability)
-    except Exception:  # noqa: BLE001 - no numba-cuda, driver or device (building PTX offline): nothing to go by
-        return None
+    return _capability() if backend == "cuda" else None
 
 
 def device_multiprocessors(backend: str):
     """The current GPU's multiprocessor count on the ``cuda`` back end, else None (the launch policies then plan for
     an H200's 132)."""
-    if backend != "cuda":
-        return None
-    return _multiprocessors()
+    return _device()[1] if backend == "cuda" else None
 
 
 @functools.lru_cache(maxsize=1)
-def _multiprocessors():
+def _device() -> tuple:
+    """(compute capability, multiprocessors) of the current GPU, asked once; (None, None) without one."""
     try:
         from numba import cuda
 
-        return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+        device = cuda.get_current_device()
+        count = getattr(device, "MULTIPROCESSOR_COUNT", None)
+        return tuple(device.compute_capability), int(count) if count else None
     except Exception:  # noqa: BLE001 - no numba-cuda, driver or device (building PTX offline): nothing to go by
-        return None
+        return None, None
+
+
+def _capability():
+    return _device()[0]
 
 
 def multiprocessors(cuda) -> int:

@@ -26,6 +26,24 @@ def query_positions(queries: int, keys: int, heads: int = 1) -> np.ndarray:
     return np.tile(np.arange(queries) + (keys - queries), heads)
 
 
+#: Attention with the causal mask written in the cascade: each row's query position a param (:func:`query_positions`),
+#: so the tensor-core strategies stop a row block at its first key tile above the diagonal (``alibi_attention`` is the
+#: catalogue's cascade with this mask and ALiBi's biases).
+CAUSAL_ATTENTION = """\
+input k[d]
+input v[d]
+param q[d]
+param scale > 0
+param qpos int
+let s = dot(q, k) * scale
+let sc = where(pos <= qpos, s, -inf)
+reduce m = max(sc)
+reduce l = sum(exp(sc - m))
+reduce o = sum(exp(sc - m) * v)
+out y = o / l
+"""
+
+
 def alibi_slopes(heads: int, queries: int = 1) -> np.ndarray:
     """ALiBi's slope per row, head-major: head ``h`` (0-based) has ``2 ** (-8 (h + 1) / heads)``
     (Press et al., ICLR 2022; exact for a power-of-two head count)."""

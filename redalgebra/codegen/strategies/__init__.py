@@ -45,7 +45,7 @@ class Problem:
         return int(self.option("sms") or SMS)
 
     def busy_blocks(self) -> int:
-        """Blocks that keep the GPU busy: about four a multiprocessor (:data:`BUSY_BLOCKS` on an H200)."""
+        """Blocks that keep the GPU busy, about four a multiprocessor: few rows are split into segments up to this."""
         return 4 * self.multiprocessors()
 
 
@@ -86,10 +86,9 @@ REGISTRY: dict[str, Strategy] = {}
 
 #: Components of 16 bytes (one 128-bit load), by stored dtype.
 VEC = {"float32": 4, "float16": 8, "bfloat16": 8, "e4m3": 16}
-#: Multiprocessors of an H200 (launch policies split few rows into segments until each has its blocks).
+#: Multiprocessors of an H200: what the launch policies plan for where the call's GPU is not known
+#: (:meth:`Problem.multiprocessors`).
 SMS = 132
-#: Blocks that keep an H200 busy (about four per multiprocessor): few rows are split into segments up to this.
-BUSY_BLOCKS = 4 * SMS
 
 
 def pow2(n: int) -> int:
@@ -134,4 +133,4 @@ def for_target(name: str, target: str) -> Strategy:
 
 from . import legacy, rows, vrows, columns, columns_mma, columns_wgmma, mma, wgmma  # noqa: E402,F401,I001 - registration, in the order the lists show
 
-__all__ = ["BUSY_BLOCKS", "Problem", "REGISTRY", "VEC", "Strategy", "for_target", "get", "names", "pow2", "register"]
+__all__ = ["Problem", "REGISTRY", "VEC", "Strategy", "for_target", "get", "names", "pow2", "register"]

@@ -32,9 +32,9 @@ from dataclasses import replace
 import sympy as sp
 
 from ...derive import FusedCascade
-from ...derive.prepare import element_atoms, inline
+from ...derive.prepare import casts_in_reductions
 from ...errors import RedalgebraError
-from ...ir.functions import CASTS, Dot, RoundE4M3, VSum
+from ...ir.functions import Dot, RoundE4M3, VSum
 from ..emit import Spec
 from ..printer import invariants, print_expr
 from ..quotients import CheckedQuotient8, Quotient8, e4m3_quotients
@@ -630,15 +630,8 @@ def grid(rows: int, spec: Spec, named) -> dict:
     return {"rows": (-(-rows // per), spec.threads)}
 
 
-def casts_in_outputs_only(fused: FusedCascade) -> bool:
-    """Whether every cast of ``fused`` is in its outputs, none in a reduction's body (a let's included). ``rows``
-    computes the outputs from the row's final state (after the whole row is reduced, in registers or in passes), so
-    such casts round at the row's final scale, as the unfused form does; a cast inside a body rounds at a running
-    scale where the row is folded in passes or its threads' states merged (not staged)."""
-    c = fused.cascade
-    keep = set(element_atoms(c))
-    return not any(inline(r.body, c, keep).has(*CASTS) for r in c.reductions)
-
-
+# final_scales: the outputs are computed from the row's final state (after the whole row is reduced, in registers or in
+# passes), so a cast in the outputs rounds at the row's final scale, as the unfused form does; a cast inside a
+# reduction's body rounds at a running scale where the row is folded in passes or its threads' states merged
 register(Strategy("rows", "cuda", "a group of threads per row, the row in registers, 128-bit loads and stores, "
-                  "outputs in the input's dtype", build, configure, grid, final_scales=casts_in_outputs_only))
+                  "outputs in the input's dtype", build, configure, grid, final_scales=lambda fused: not casts_in_reductions(fused.cascade)))

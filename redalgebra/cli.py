@@ -114,9 +114,10 @@ def _cmd_ptx(args) -> int:
         raise RedalgebraError(f"{c.name} has vector size{'s' * (len(missing) > 1)} {', '.join(missing)}: "
                               f"give {' '.join(f'--size {d}=VALUE' for d in missing)}")
     sizes = {d: sizes[d] for d in dims}
-    if args.group is not None and args.group < 1:
-        raise RedalgebraError(f"--group must be a positive integer, got {args.group}")
-    kernel = compile_kernel(fused, "cuda", args.strategy, fp8_products=args.fp8_products,
+    for name in ("group", "threads"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise RedalgebraError(f"--{name} must be a positive integer, got {getattr(args, name)}")
+    kernel = compile_kernel(fused, "cuda", args.strategy, fp8_products=args.fp8_products, threads=args.threads,
                             persistent=True if args.persistent else None, group=args.group)  # needs no GPU
     reps = {s.name: args.rows for s in c.inputs if s.size is not None} if args.shared else None
     dtypes = input_dtypes(args.dtype, [s.name for s in c.inputs])
@@ -305,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group", type=int, metavar="G",
                    help="the strategy's group (rows: threads a row; vrows: lanes an element; columns strategies: "
                         "columns a block / 8, e.g. 24 for columns_wgmma's FP8 blocks of 192); default: chosen per shape")
+    p.add_argument("--threads", type=int, metavar="T",
+                   help="threads a block (wgmma: 384 for two consumer warpgroups and a producer); default: chosen "
+                        "per shape")
     p.add_argument("--out", metavar="FILE", help="write the PTX to FILE (the summary still printed)")
     p.set_defaults(run=_cmd_ptx)
     p = sub.add_parser("prove", help="write the proof document (Markdown) of a cascade or the catalogue")

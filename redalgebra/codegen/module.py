@@ -9,7 +9,7 @@ back ends).
 from __future__ import annotations
 
 from .helpers import CACHE_LINE, HELPER_CONSTANTS, HELPERS, QUOTIENT_HELPERS
-from .tree import INTRINSICS, PRINTERS, SIM_SHUFFLE_SLOTS, TENSOR_CORES, Shared, Shuffle, walk
+from .tree import INTRINSICS, PRINTERS, SIM_SHUFFLE_SLOTS, TENSOR_CORES, Call, Shared, Shuffle, walk
 
 
 def assemble(fused, spec, target: str, strategy: str, kernels: list, consts, constants: dict, outputs: tuple,
@@ -20,9 +20,11 @@ def assemble(fused, spec, target: str, strategy: str, kernels: list, consts, con
     bounds = bounds or {}
     from .kernels import KernelSource
 
-    printer = PRINTERS[target]()
     bodies = []
     for name, args, _, tree in kernels:
+        printer = PRINTERS[target]()
+        # (warps in roles at named barriers: the simulator's shuffles meet by warp, SimPrinter)
+        printer.warp_meets = any(isinstance(s, Call) and s.fn == "bar_sync" for s in walk(tree))
         if target == "cudasim" and any(isinstance(s, Shuffle) for s in walk(tree)):  # the exchange boxes
             slots, own = str(SIM_SHUFFLE_SLOTS), bounds.get(name, spec.threads)
             threads = str(own[0] if isinstance(own, tuple) else own)  # the kernel's block

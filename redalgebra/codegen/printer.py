@@ -53,6 +53,9 @@ class Access:
     lane_sum: str | None = None
     # subexpressions computed once beforehand (a row's invariants, out of its elements' code): ``{expr: register}``
     named: dict = field(default_factory=dict)
+    # with the fast exponential: ``{register of z: register of -z·log2(e)}`` — ``exp(x - z)`` is then printed
+    # ``ex2(fma32(x, LOG2E, -z·log2(e)))``, one fused multiply-add an element instead of a subtraction and a product
+    shifted: dict = field(default_factory=dict)
 
     def is_vector(self, expr: sp.Basic) -> bool:
         """True when ``expr`` has a vector symbol outside a dot/vsum (so it is itself a vector)."""
@@ -201,7 +204,15 @@ class KernelPrinter(StrPrinter):
         raise RedalgebraError(f"no kernel rule for the function {name} in {expr}")
 
     def _print_exp(self, expr):
-        return f"{self.access.exp}({self._print(expr.args[0])})"
+        arg = expr.args[0]
+        if self.access.shifted and self.access.exp == "fast_exp" and isinstance(arg, sp.Add):
+            for term in arg.args:  # a term -z with z's -z·log2(e) at hand (Access.shifted)
+                z = -term
+                shift = self.access.shifted.get(self.access.scalar.get(z.name)) if isinstance(z, sp.Symbol) else None
+                if shift is not None:
+                    rest = sp.Add(*[a for a in arg.args if a is not term])
+                    return f"ex2(fma32({self._print(rest)}, LOG2E, {shift}))"
+        return f"{self.access.exp}({self._print(arg)})"
 
     def _print_log(self, expr):
         return f"rt_log({self._print(expr.args[0])})"

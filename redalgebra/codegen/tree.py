@@ -163,7 +163,7 @@ def scalar_load(dtype: str, array: str, row: str, col: str) -> str:
 
 #: Intrinsics a printed tree may call (imported by the generated module on the CUDA back ends).
 INTRINSICS = ("ld_f32x4", "ld_b16x8", "ld_h16x8", "ld_e4m3", "ld_e4m3x16", "st_f32x2", "st_f32x4", "st_b16x8", "st_h16x8", "st_e4m3x4", "ld_b16",
-              "st_b16", "st_h16", "st_b16x2", "st_h16x2", "e4m3", "e4m3_round", "fma32", "fp8_in_hardware", "fast_exp", "max_nan", "min_nan", "div_full", "sqrt_full", "pick", "fresh", "uniform")
+              "st_b16", "st_h16", "st_b16x2", "st_h16x2", "e4m3", "e4m3_round", "fma32", "fp8_in_hardware", "fast_exp", "ex2", "LOG2E", "max_nan", "min_nan", "div_full", "sqrt_full", "pick", "fresh", "uniform")
 #: ... and those of ``redalgebra.runtime.tensor_cores``.
 TENSOR_CORES = ("cp_async16", "cp_async16_at", "e4m3_pairs", "e4m3_halves", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "ld_w2_stream_at", "st_w2_at",
                 "st_w4_at", "lds_w4", "sts_w4",
@@ -171,7 +171,7 @@ TENSOR_CORES = ("cp_async16", "cp_async16_at", "e4m3_pairs", "e4m3_halves", "b16
                 "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
                 "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_ss_e4m3",
                 "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold", "fence_async", "bar_sync",
-                "bar_arrive", "regs_give", "regs_take")
+                "bar_arrive", "regs_give", "regs_take", "warp_sync")
 
 
 class TreePrinter:
@@ -262,7 +262,11 @@ SIM_SHUFFLE_SLOTS = 4
 class SimPrinter(TreePrinter):
     """The CUDA simulator: shuffles exchange through ``shfl_f``/``shfl_i`` (a slot per thread and per
     shuffle of a batch). Consecutive independent shuffles share one pair of barriers — the simulator
-    runs a thread per OS thread, and its barriers are what makes a shuffle slow there."""
+    runs a thread per OS thread, and its barriers are what makes a shuffle slow there. In a kernel whose warps take
+    roles at named barriers (a producer warpgroup's never reach the consumers' shuffles), only each warp's threads
+    meet (``warp_meets``)."""
+
+    warp_meets = False
 
     def lines(self, stmts) -> list[str]:
         out: list[str] = []
@@ -285,8 +289,7 @@ class SimPrinter(TreePrinter):
         reads_earlier = any(re.search(rf"\b{re.escape(b.target)}\b", s.value) for b in batch)
         return bool(batch) and len(same) < SIM_SHUFFLE_SLOTS and not reads_earlier
 
-    @staticmethod
-    def _exchange(batch: list) -> list[str]:
+    def _exchange(self, batch: list) -> list[str]:
         if not batch:
             return []
         slots, put, get = {"float32": 0, "int32": 0}, [], []
@@ -295,7 +298,8 @@ class SimPrinter(TreePrinter):
             slots[s.dtype] += 1
             put.append(f"{box}[{k}, tid] = {s.value}")
             get.append(f"{s.target} = {box}[{k}, tid ^ ({s.offset})]")
-        return put + ["cuda.syncthreads()"] + get + ["cuda.syncthreads()"]
+        meet = "warp_sync()" if self.warp_meets else "cuda.syncthreads()"
+        return put + [meet] + get + [meet]
 
 
 class CpuPrinter(TreePrinter):

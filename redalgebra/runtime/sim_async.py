@@ -123,6 +123,8 @@ def _sim_wait(n):
 #: never taken for a later block's (the manager's ``id`` cannot be reused while the entry holds it).
 _NAMED: dict = {}
 _NAMED_LOCK = threading.Condition()
+#: Where the rounds of a warp's meetings are numbered from (past the named barriers' 1 … 15).
+WARP_ROUNDS = 100
 #: How long a simulated ``bar_sync`` waits before it reports a deadlock.
 DEADLOCK_SECONDS = 60
 
@@ -133,34 +135,47 @@ def _sim_named_barrier(blocking: bool):
     at once. A thread arriving twice in one round is an error (on the GPU its warp would be counted twice: a kernel's
     bug), as is a round not completed within :data:`DEADLOCK_SECONDS` (arrivals that do not match the waits)."""
     def barrier(bid, count):
-        t = threading.current_thread()
         bid, count = int(bid), int(count)
         if not (1 <= bid <= 15 and count > 0 and count % 32 == 0):
             raise RuntimeError(f"named barrier {bid} of {count} threads: barriers 1 … 15, whole warps")
-        manager = getattr(t, "_manager", None)
-        key = (id(manager), tuple(getattr(t, "blockIdx", ())), bid)
-        with _NAMED_LOCK:
-            state = _NAMED.get(key)
-            if state is None or state[2] is not manager:
-                state = _NAMED[key] = [set(), False, manager]
-            if t in state[0]:
-                raise RuntimeError(f"named barrier {bid}: a thread arrived twice in one round (its warp would be "
-                                   f"counted twice)")
-            state[0].add(t)
-            if len(state[0]) == count:
-                del _NAMED[key]
-                state[1] = True
-                _NAMED_LOCK.notify_all()
-            elif blocking:
-                deadline = time.monotonic() + DEADLOCK_SECONDS
-                while not state[1]:
-                    if getattr(t, "abort", False):
-                        raise RuntimeError(f"named barrier {bid}: the kernel stopped")
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"named barrier {bid}: {len(state[0])} of {count} threads arrived in "
-                                           f"{DEADLOCK_SECONDS} s (a deadlock: arrivals that do not match the waits)")
-                    _NAMED_LOCK.wait(0.5)
+        _meet(bid, count, blocking, f"named barrier {bid}")
     return barrier
+
+
+def _sim_warp_meet():
+    """The stand-in of ``warp_sync`` (``bar.warp.sync``): the 32 threads of this thread's warp meet. The simulator's
+    shuffles exchange through shared boxes between two such meetings where the kernel's warps take roles at named
+    barriers (a producer's warps never reach the consumers' block barrier)."""
+    t = threading.current_thread()
+    _meet(WARP_ROUNDS + int(t.thread_id) // 32, 32, True, "a warp's meeting")
+
+
+def _meet(bid, count: int, blocking: bool, what: str) -> None:
+    """This thread's arrival at round ``bid`` of its block (:func:`_sim_named_barrier`), waiting for the round's
+    ``count`` threads if ``blocking``."""
+    t = threading.current_thread()
+    manager = getattr(t, "_manager", None)
+    key = (id(manager), tuple(getattr(t, "blockIdx", ())), bid)
+    with _NAMED_LOCK:
+        state = _NAMED.get(key)
+        if state is None or state[2] is not manager:
+            state = _NAMED[key] = [set(), False, manager]
+        if t in state[0]:
+            raise RuntimeError(f"{what}: a thread arrived twice in one round (its warp would be counted twice)")
+        state[0].add(t)
+        if len(state[0]) == count:
+            del _NAMED[key]
+            state[1] = True
+            _NAMED_LOCK.notify_all()
+        elif blocking:
+            deadline = time.monotonic() + DEADLOCK_SECONDS
+            while not state[1]:
+                if getattr(t, "abort", False):
+                    raise RuntimeError(f"{what}: the kernel stopped")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{what}: {len(state[0])} of {count} threads arrived in "
+                                       f"{DEADLOCK_SECONDS} s (a deadlock: arrivals that do not match the waits)")
+                _NAMED_LOCK.wait(0.5)
 
 
 def _sim_barriers_clear() -> list:

@@ -11,13 +11,13 @@ from llvmlite import ir
 from numba import types
 
 from .lowering import SIMULATOR, _device, _side_effect
-from .sim_async import _sim_commit, _sim_named_barrier, _sim_wait
+from .sim_async import _sim_commit, _sim_named_barrier, _sim_wait, _sim_warp_meet
 
 if not SIMULATOR:
     from .lowering import TypingError
 
 __all__ = ["cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "grid_wait", "grid_launch",
-           "regs_give", "regs_take", "bar_sync", "bar_arrive"]
+           "regs_give", "regs_take", "bar_sync", "bar_arrive", "warp_sync"]
 
 
 def _sim_nothing():
@@ -85,3 +85,6 @@ def _named_barrier(name, op, stand_in):
 # that ``bar_sync`` on that barrier (the barrier orders memory as the block's does).
 bar_sync = _named_barrier("bar_sync", "barrier.sync.aligned", _sim_named_barrier(True))
 bar_arrive = _named_barrier("bar_arrive", "barrier.arrive.aligned", _sim_named_barrier(False))
+# The threads of one warp meet (``__syncwarp``). The simulator's shuffles exchange through shared boxes between two
+# such meetings in a kernel whose warps take roles at named barriers (codegen.tree.SimPrinter).
+warp_sync = _wait("warp_sync", "bar.warp.sync -1;", _sim_warp_meet)

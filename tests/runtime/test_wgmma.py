@@ -304,3 +304,54 @@ def test_a_tiles_products_run_past_the_loops_barrier_at_d128():
     drain = lines.index("wgmma_wait0()", products)
     indent = len(raw[loop]) - len(raw[loop].lstrip())
     assert len(raw[drain]) - len(raw[drain].lstrip()) == indent  # after the loop, not in it
+
+
+@pytest.mark.parametrize("groups,R,L,d,dtype,masked,query16", [
+    # five tiles (the last partial) through a ring of four stages: every stage reused, a release waited for; a mask
+    # with a fully masked row; a float32 query (the residual's products inside the turn's scores)
+    (1, 40, 300, 16, "float16", True, False),
+    # two groups, d = 64, a whole tile and a partial one; a row block partly past its group's rows
+    (2, 20, 130, 64, "bfloat16", False, True),
+])
+def test_a_producer_warpgroup_and_two_consumer_warpgroups_taking_turns(groups, R, L, d, dtype, masked, query16):
+    # threads=96 in the simulator (three warps: two consumer "warpgroups" of a warp, the producer's), as 384 on the
+    # GPU: the producer copies the tiles into the ring, the consumers meet it at named barriers only
+    assert_matches_the_reference("wgmma", "attention", groups, R, L, d, dtype, masked, query16, threads=96)
+
+
+def test_the_producer_block_meets_at_named_barriers_only_once_its_roles_split(monkeypatch):
+    # on the GPU: 384 threads (launch bounds), one block barrier (the residuals' vote) before the roles split, none in
+    # either role's loop; a "full" barrier a stage and consumer warpgroup (256 threads: one warpgroup and the
+    # producer), an "empty" one a stage (384), the turns (256) around the products' issue; four stages
+    import importlib
+
+    compile_module = importlib.import_module("redalgebra.runtime.compile")
+    monkeypatch.setattr(compile_module, "device_capability", lambda backend: (9, 0))  # (an H200's, without one)
+    kernel = compile(fused("attention"), "cuda", "wgmma", threads=384)
+    spec = kernel.spec_for(64 * 2048, 2048, {"k": "float16", "v": "float16"}, {"d": 128},
+                           reps={"k": 2048, "v": 2048})[1]
+    assert spec.producer and spec.threads == 256 and spec.stages == 4
+    lines = [ln.strip() for ln in kernel.source(spec, "wgmma").source.splitlines()]
+    assert "BOUNDS_kernel = {} if config.ENABLE_CUDASIM else {'launch_bounds': 384, 'cache': CACHE}" in lines
+    split = lines.index("if warp >= 8:")
+    assert sum("syncthreads" in ln for ln in lines) == 1 and "cuda.syncthreads_or" in " ".join(lines[:split])
+    body = lines[split:]
+    assert "bar_sync(1 + wgi + 2 * (st), 256)" in body and "bar_sync(9 + (st), 384)" in body
+    assert "bar_arrive(9 + (sp), 384)" in body and "bar_sync(13 + (wgi), 256)" in body
+    assert "bar_arrive(13 + (1 - wgi), 256)" in body
+    # the turn taken before the scores' products are issued, handed on after the pending P·V's, before the waits
+    take = body.index("bar_sync(13 + (wgi), 256)")
+    scores = next(i for i in range(take, len(body)) if "wgmma_ss_f16(" in body[i])
+    give = body.index("bar_arrive(13 + (1 - wgi), 256)", scores)
+    pending = next(i for i in range(scores, give) if "wgmma_rs_f16(" in body[i])
+    assert take < scores < pending < give < body.index("wgmma_wait1()", give)
+    # the factors exp(s - m) with the fast exponential: ex2(s·log2(e) - m·log2(e)), one fused multiply-add an element
+    # (the row's -m·log2(e) once, where its floored maximum is found)
+    assert "zn_m_0 = -(z_m_0 * LOG2E)" in body and "pf_o_0_0_0 = ex2(fma32(e_s_0_0_0, LOG2E, zn_m_0))" in body
+    assert not any("fast_exp(-z_m" in ln for ln in body)
+
+
+def test_a_producer_warpgroup_refuses_a_gated_cascade_with_a_message():
+    # the tiles a causal mask skips are voted on at the block's barrier, which the producer's warps never reach
+    with pytest.raises(RedalgebraError, match="without a gate"):
+        assert_matches_the_reference("wgmma", "alibi_attention", 1, 20, 40, 16, "bfloat16", False, True, threads=96)

@@ -152,6 +152,10 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         self.prefix = self.gate is not None and prefix(self.gate[1])
         self.whole, self.kept = False, set()
 
+    def bounds(self) -> dict:
+        """Launch bounds of the kernels whose block is not ``Spec.threads``, by name (none here)."""
+        return {}
+
     def check_widths(self) -> None:
         for x in self.vin:
             if self.size[x] % 16 or self.size[x] > MOST_COMPONENTS:
@@ -201,6 +205,8 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
                 acc.scalar[f"{r.name}_a"] = f"s_{r.name}_{h}"
                 acc.scalar[f"{r.name}_n"] = f"n_{r.name}_{h}"
                 acc.scalar[f"{r.name}_z"] = f"z_{r.name}_{h}"  # (tile_update.floored)
+                if self.spec.fast_exp:  # its -z·log2(e) (tile_update.floors): exp(e - z) by a fused multiply-add
+                    acc.shifted[f"z_{r.name}_{h}"] = f"zn_{r.name}_{h}"
             else:
                 acc.vector[r.name] = f"o_{r.name}_{{j}}"
         if j is not None:
@@ -366,7 +372,8 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         out += [Assign(f"s_{r.name}_{h}", f"n_{r.name}_{h}") for r in self.scal for h in self.rows]
         return out
 
-    def loop(self) -> list:
+    def initial(self) -> list:
+        """The row's states before its first tile: each scalar reduction's identity, the vector sums' zeros."""
         out = []
         for r in self.scal:
             out += [Assign(f"s_{r.name}_{h}", self.identity(r.name)) for h in self.rows]
@@ -374,14 +381,21 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         for r in self.vred:
             out += [Assign(f"o_{r.name}_{m}_{j}_{i}", zero) for m in range(self.mt)
                     for j in range(self.cols(r) // 8) for i in range(4)]
+        return out
+
+    def count(self) -> list:
+        """``ntile``: the block's tiles of the axis; with segments, segment ``seg``'s, from tile ``tfirst`` (none past
+        the row's end)."""
+        if self.segmented:
+            return [Assign("nall", f"(length + {BN - 1}) // {BN}"),
+                    Assign("tps", "int32(uint32(nall + nseg - 1) // uint32(nseg))"),
+                    Assign("tfirst", "seg * tps"), Assign("ntile", "max(0, min(nall - tfirst, tps))")]
+        return [Assign("ntile", f"(length + {BN - 1}) // {BN}")]
+
+    def loop(self) -> list:
         # a commit group per tile (empty past the last), ``ahead`` tiles loading ahead of the one computed
         ahead, first = self.ahead, self.first
-        out += self.copy_setup()
-        if self.segmented:  # segment ``seg`` of the row: ``ntile`` tiles from tile ``tfirst`` (none past the row's end)
-            out += [Assign("nall", f"(length + {BN - 1}) // {BN}"), Assign("tps", "int32(uint32(nall + nseg - 1) // uint32(nseg))"),
-                    Assign("tfirst", "seg * tps"), Assign("ntile", "max(0, min(nall - tfirst, tps))")]
-        else:
-            out.append(Assign("ntile", f"(length + {BN - 1}) // {BN}"))
+        out = self.initial() + self.copy_setup() + self.count()
         if self.gate is not None:  # ``lv``: bit k, whether tile it + k is live (found when its copies are issued)
             out.append(Assign("lv", "0"))
         for s_ in range(ahead):
@@ -580,7 +594,7 @@ def build(fused: FusedCascade, spec: Spec, target: str, kernel=None, name: str =
     outputs = tuple((o.name, "row", None if c.sizes[o.name] is None else k.lay.size_const(c.sizes[o.name]))
                     for o in c.outputs)
     kernels = k.kernels()
-    src = assemble(fused, spec, target, name, kernels, k.consts, k.lay.constants, outputs, {})
+    src = assemble(fused, spec, target, name, kernels, k.consts, k.lay.constants, outputs, {}, k.bounds())
     if k.segmented:
         from dataclasses import replace
 

@@ -18,6 +18,15 @@ class TileCopies:
     """The copies of the vector inputs' tiles, mixed into :class:`~.mma.MmaKernel`, whose attributes it reads (``vin``,
     ``size``, ``threads``, ``base``, ``pitch``)."""
 
+    #: (threads, index) of a producer warpgroup making the copies (:class:`~.tile_producer.TileProducer`) while its
+    #: statements are built; None: the block's threads (``tid``).
+    producing: tuple | None = None
+
+    @property
+    def copiers(self) -> tuple[int, str]:
+        """(the threads that copy a tile, the name of a thread's index among them)."""
+        return self.producing or (self.threads, "tid")
+
     def landed(self) -> list:
         """What makes this thread's shared-memory writes readable by the products, before the block's barrier."""
         return []
@@ -35,8 +44,9 @@ class TileCopies:
         it exists, for the last of a tile not a multiple of the block)."""
         for x in self.vin:
             total = BN * (self.size[x] // 8)
-            for u in range(-(-total // self.threads)):
-                yield x, u, None if (u + 1) * self.threads <= total else f"tid + {u * self.threads} < {total}"
+            n, tid = self.copiers
+            for u in range(-(-total // n)):
+                yield x, u, None if (u + 1) * n <= total else f"{tid} + {u * n} < {total}"
 
     def copy_setup(self) -> list:
         """What each copy needs that does not change from tile to tile, once. Where every input's copies are
@@ -64,7 +74,8 @@ class TileCopies:
     def copy_place(self, x: str, u: int) -> tuple[str, str]:
         """The element of the tile and the first component of the thread's ``u``-th copy of ``x`` (text)."""
         per_row = self.size[x] // 8
-        return f"(tid + {u * self.threads}) // {per_row}", f"8 * ((tid + {u * self.threads}) % {per_row})"
+        n, tid = self.copiers
+        return f"({tid} + {u * n}) // {per_row}", f"8 * (({tid} + {u * n}) % {per_row})"
 
     def stage_step(self, x: str, rows: int) -> int | None:
         """How far (16-bit units) in a stage a copy ``rows`` elements after another lies, when that is the same for
@@ -77,9 +88,10 @@ class TileCopies:
         copies are ``period`` places plus constants; a swizzled stage repeats every eight rows: 256 threads copying
         MLA's 64 chunks a row are four rows apart, a period of two)."""
         per_row = self.size[x] // 8
-        if self.threads % per_row or (BN * per_row) % self.threads:
+        n = self.copiers[0]
+        if n % per_row or (BN * per_row) % n:
             return None
-        rows = self.threads // per_row
+        rows = n // per_row
         for period in (1, 2, 4, 8):
             if (BN // rows) % period == 0:
                 step = self.stage_step(x, rows * period)

@@ -17,6 +17,9 @@ from ..tree import Assign, Barrier, If, Shuffle, scalar_load
 
 #: Elements per tile (of keys: the scores of a 64-row block by 64 elements).
 BN = 64
+#: Partial folds of a row's terms in a tile (chains side by side), and their registers' names.
+FOLDS = 4
+FOLD_NAMES = ("tr", "tq", "tu", "tw")
 
 
 class TileUpdate:
@@ -125,6 +128,8 @@ class TileUpdate:
         for h in self.rows:
             pre, text = self.print(sp.Piecewise((sp.Integer(0), sp.Eq(new, -sp.oo)), (new, True)), self.access(h))
             out += pre + [Assign(f"z_{r.name}_{h}", text)]
+            if self.spec.fast_exp:  # (exp(e - z) as ex2(e·log2(e) - z·log2(e)), one fused multiply-add: access)
+                out.append(Assign(f"zn_{r.name}_{h}", f"-(z_{r.name}_{h} * LOG2E)"))
         return out
 
     def shares(self, r) -> str | None:
@@ -142,17 +147,18 @@ class TileUpdate:
         term = self.new_term(r, self.bodies[r.name])
         ident = self.identity(r.name)
         kept = self.shares(r)
-        # two partial folds per row, over the even and the odd n8 tiles: two chains of dependent instructions in
-        # flight instead of one (the monoids are commutative: the tile's terms are reduced in any order anyway)
+        # partial folds per row, each over every FOLDS-th n8 tile: chains of dependent instructions in flight side
+        # by side instead of one (the monoids are commutative: the tile's terms are reduced in any order anyway)
         # where every element counts (a whole tile, no mask), a fold starts at its first term, not at the identity
+        folds = FOLD_NAMES[:max(1, min(FOLDS, self.bn // 8))]
         first = set()
-        if self.bn < 16 or any(self.ok(m, j, i) is not None for m, j, i in self.slots()):
+        if self.bn < 8 * len(folds) or any(self.ok(m, j, i) is not None for m, j, i in self.slots()):
             for h in self.rows:
-                out += [Assign(f"tr_{h}", ident), Assign(f"tq_{h}", ident)]
-            first = {f"{a}_{h}" for a in ("tr", "tq") for h in self.rows}
+                out += [Assign(f"{a}_{h}", ident) for a in folds]
+            first = {f"{a}_{h}" for a in folds for h in self.rows}
         for m, j, i in self.slots():
             h = 2 * m + (i >> 1)
-            into = f"{'tq' if j & 1 else 'tr'}_{h}"
+            into = f"{folds[j % len(folds)]}_{h}"
             acc = self.access(h, m, j, i)
             acc.scalar[fold.name] = into
             started = into in first
@@ -167,11 +173,15 @@ class TileUpdate:
         if kept is not None:
             self.kept.add(kept)
         other = sp.Symbol("__other", extended_real=True)
-        for h in self.rows:
-            acc = self.access(h)
-            acc.scalar[fold.name], acc.scalar[other.name] = f"tr_{h}", f"tq_{h}"
-            pre, text = self.print(r.monoid.combine(fold, other), acc)
-            out += pre + [Assign(f"tr_{h}", text)]
+        step = 1
+        while step < len(folds):  # the partial folds joined pairwise into the first
+            for k in range(0, len(folds) - step, 2 * step):
+                for h in self.rows:
+                    acc = self.access(h)
+                    acc.scalar[fold.name], acc.scalar[other.name] = f"{folds[k]}_{h}", f"{folds[k + step]}_{h}"
+                    pre, text = self.print(r.monoid.combine(fold, other), acc)
+                    out += pre + [Assign(f"{folds[k]}_{h}", text)]
+            step *= 2
         for off in (1, 2):
             for h in self.rows:
                 acc = self.access(h)

@@ -62,6 +62,7 @@ from . import mma
 from .mma import BN, MmaKernel
 from .products import MOST_COMPONENTS, SHARED_LIMIT, WIDE_MULTIPLE, WIDEST, column_groups, dots
 from .products import applicable as form_and_call
+from .tile_producer import TileProducer
 
 #: Threads of a block: one warpgroup (64 rows) on the GPU, one warp (16 rows) in the simulator.
 THREADS, SIM_THREADS = 128, 32
@@ -99,8 +100,9 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid:
     return base, tiles, 2 * at + ATOM
 
 
-class WgmmaKernel(MmaKernel):
-    """Builds the statement tree of a ``wgmma`` kernel: :class:`~.mma.MmaKernel` with other products."""
+class WgmmaKernel(TileProducer, MmaKernel):
+    """Builds the statement tree of a ``wgmma`` kernel: :class:`~.mma.MmaKernel` with other products (and, asked for,
+    a producer warpgroup: :class:`~.tile_producer.TileProducer`)."""
 
     def __init__(self, fused: FusedCascade, spec: Spec, target: str = "cuda"):
         super().__init__(fused, spec, target)
@@ -110,6 +112,7 @@ class WgmmaKernel(MmaKernel):
         # the params' residuals staged where the launch's shared memory (configure's plan) holds them
         self.resid = shared_plan(fused, sizes, self.bm, self.stages, True, self.ncol)[-1] <= (spec.shared or SHARED_LIMIT)
         self.base, self.qtile, self.shared_bytes = shared_plan(fused, sizes, self.bm, self.stages, self.resid, self.ncol)
+        self.check_producer()
 
     def check_widths(self) -> None:
         for x in self.vin:  # (any width: shared memory bounds them, the sums' columns are split)
@@ -195,6 +198,8 @@ class WgmmaKernel(MmaKernel):
                 # stage. Waited for with these scores instead, by a wait for the older group and one for the newer,
                 # ptxas serializes every product of the kernel
                 out += self.finish_pending()
+            if g == 0:  # (with a producer warpgroup: this warpgroup's turn to issue products, TileProducer)
+                out += self.turn_take()
             # the next tiles' copies issued while the first products run (their address arithmetic and the
             # load queue's throttling off the products' path)
             out += [Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())]
@@ -202,7 +207,10 @@ class WgmmaKernel(MmaKernel):
                 out += self.take_copies() + [Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
             else:  # every group's scores committed, then the products left in flight: all but those waited for
                 out += self.take_copies()
-                out += [If("pp", tuple(after) + (Call("wgmma_wait1", ()),), (Call("wgmma_wait0", ()),))]
+                give = self.turn_give()
+                # (with turns, the turn handed on once both products are issued, before the waits)
+                out += [If("pp", tuple(after + give) + (Call("wgmma_wait1", ()),),
+                           tuple(give) + (Call("wgmma_wait0", ()),))]
                 out.append(Assign(acc, f"wgmma_hold({acc})"))
             if self.resid:
                 value = acc
@@ -244,7 +252,11 @@ class WgmmaKernel(MmaKernel):
         return out
 
     def loop(self) -> list:
-        # the scores' accumulators exist before the first tile (each tile's first product ignores them: scale 0)
+        return self.prelude() + super().loop()
+
+    def prelude(self) -> list:
+        """What the tiles' loop needs first: the scores' accumulators, which exist before the first tile (each tile's
+        first product ignores them: scale 0), the pending products' flag and words, the params' descriptors."""
         zero = self.consts.name(0.0)
         out = [Assign(f"sc_{g}_0_{j}_{i}", zero) for g in range(len(self.sums)) for _, j, i in self.slots()]
         if self.pipelined:  # no products pending; the factor words exist before the first tile packs them
@@ -253,7 +265,7 @@ class WgmmaKernel(MmaKernel):
                     for i in range(4)]
         if self.late_wait and self.vred:  # the words a pending product reads, held at the next tile's wait
             out += [Assign(f"pa_{kk}_{i}", "uint32(0)") for kk in range(BN // 16) for i in range(4)]
-        return out + self.descriptors() + super().loop()
+        return out + self.descriptors()
 
     # -- the pipelined order (FlashAttention-3's within a warpgroup) -----------------------------------------
     @property
@@ -282,7 +294,7 @@ class WgmmaKernel(MmaKernel):
         self.scaling = {}
         out.append(If(self.whole_test(), tuple(self.updates(True)), tuple(self.updates(False))))
         scaling, self.scaling = self.scaling, None
-        out += self.finish_pending() + [st for key in sorted(scaling) for st in scaling[key]]
+        out += self.finish_pending() + self.release() + [st for key in sorted(scaling) for st in scaling[key]]
         for r in self.vred:
             for kk in range(BN // 16):
                 out += self.factor_words(r, kk, 0, f"pa_{r.name}_{kk}")
@@ -399,13 +411,23 @@ def _groups(fused: FusedCascade, p: Problem) -> int:
     return column_groups(widths) or 1
 
 
+def _producer(fused: FusedCascade, p: Problem) -> int:
+    """Threads of the block's producer warpgroup (:mod:`.tile_producer`): asked for by a block of three warpgroups
+    (``threads=384``; three warps, ``96``, in the simulator, whose consumer warpgroups are a warp each), else 0."""
+    unit = SIM_THREADS if p.option("simulator") else THREADS
+    return unit if p.option("threads") == 3 * unit and _groups(fused, p) == 1 else 0
+
+
 def _threads(fused: FusedCascade, p: Problem) -> int:
-    """The caller's block size, else one warpgroup (one warp in the simulator), or a warpgroup per column group
-    (whole warpgroups in the simulator too: its stand-ins place a warp's rows by its index in the warpgroup)."""
+    """The caller's block size (less its producer's threads: the consumers'), else one warpgroup (one warp in the
+    simulator), or a warpgroup per column group (whole warpgroups in the simulator too: its stand-ins place a warp's
+    rows by its index in the warpgroup)."""
     groups = _groups(fused, p)
     if groups > 1:
         return p.option("threads") or 128 * groups
-    return p.option("threads") or (SIM_THREADS if p.option("simulator") else THREADS)
+    if p.option("threads"):
+        return p.option("threads") - _producer(fused, p)
+    return SIM_THREADS if p.option("simulator") else THREADS
 
 
 def _rows(fused: FusedCascade, p: Problem) -> int:
@@ -478,8 +500,10 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     if reason is not None:
         return reason
     threads, groups = _threads(fused, p), _groups(fused, p)
-    allowed = (32, 64, 128, 256) if p.option("simulator") and groups == 1 else (128 * groups,) if groups > 1 \
-        else (128, 256)
+    # (three warpgroups: two consumers and a producer, tile_producer; in the simulator three warps)
+    allowed = (32, 64, 96, 128, 256) if p.option("simulator") and groups == 1 else (128 * groups,) if groups > 1 \
+        else (128, 256, 384)
+    threads += _producer(fused, p)
     if threads not in allowed:
         split = f" (vector sums of {groups} warpgroups' columns)" if groups > 1 else " (whole warpgroups)"
         return f"wgmma: blocks of {', '.join(map(str, allowed))} threads{split}, got {threads}"
@@ -510,10 +534,20 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     nseg = max(1, min(int(nseg), max(-(-p.length // BN), 1), 65535))
     # (the kernel reads the count at run time: one compiled kernel for every count of segments above one)
     return dict(threads=threads, tile=BN, batch=bm, group=16, vec=8, segments=min(nseg, 2), nseg=nseg,
-                fast_exp=p.option("fast_exp", True), shared=shared, stages=stages)
+                fast_exp=p.option("fast_exp", True), shared=shared, stages=stages,
+                producer=bool(_producer(fused, p)))
+
+
+def grid(rows: int, spec: Spec, named) -> dict:
+    """:func:`.mma.grid`, the blocks of a producer warpgroup's kernel with its threads (half the consumers')."""
+    out = mma.grid(rows, spec, named)
+    if spec.producer:
+        blocks, threads, *rest = out["rows"]
+        out["rows"] = (blocks, threads + spec.threads // 2, *rest)
+    return out
 
 
 register(Strategy("wgmma", "cuda", "mma's tiles on Hopper's warpgroup instructions (sm_90a): operands from "
                   "128-byte-swizzled shared memory by descriptors, P·V with the factors in registers",
-                  functools.partial(mma.build, kernel=WgmmaKernel, name="wgmma"), configure, mma.grid,
+                  functools.partial(mma.build, kernel=WgmmaKernel, name="wgmma"), configure, grid,
                   rounds_products=True, vector_multiple=16, cc=(9, 0, "a")))

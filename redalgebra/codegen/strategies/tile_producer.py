@@ -1,0 +1,138 @@
+"""``wgmma``'s block warp-specialized: a producer warpgroup and two consumer warpgroups taking turns (FlashAttention-3's
+schedule, derived for any cascade ``wgmma`` builds).
+
+With one warpgroup a block, a tile is a chain: the scores on the tensor cores, the derived update on the CUDA cores,
+then ``P · V`` — each unit idle while the other works, two blocks a multiprocessor overlapping only as they drift.
+Asked for with a block of three warpgroups (``threads=384``; three warps in the simulator), the block takes 128 rows
+and splits its warps by role:
+
+- **The producer warpgroup** makes every ``cp.async`` copy of the vector inputs' tiles into a ring of ``stages``
+  stages. It copies tile ``t`` into stage ``t % S`` once both consumer warpgroups have released tile ``t - S`` (an
+  "empty" barrier a stage), keeps :meth:`TileProducer.in_flight` tiles' copies in flight, and signals each landed
+  tile to each consumer warpgroup (a "full" barrier a stage and warpgroup: ``cp_wait``, the proxy fence,
+  ``bar_arrive``).
+- **Two consumer warpgroups** of 64 rows each take every tile in the pipelined order (:attr:`WgmmaKernel.pipelined`:
+  a tile's ``P · V`` is issued after the next tile's scores and runs while the update is computed). They issue their
+  products in turns (a turn barrier each): a warpgroup waits for its turn, issues the tile's scores and the pending
+  ``P · V``, hands the turn on, then waits for its scores and computes the update — so one warpgroup's products run
+  on the tensor cores while the other's update runs on the CUDA cores, by construction. A stage is released once the
+  products reading it are complete (the pending ``P · V``: the stage of the tile before).
+
+Named barriers: one "full" a stage and consumer warpgroup, one "empty" a stage, two turns (``3 S + 2`` of the 15; four
+stages fit, 192 KB of shared memory at d = 128 with the query's residuals). Every arrival is matched by a wait: an
+"empty" arrival only for a stage the producer will wait for; warpgroup 0's first turn handed by warpgroup 1 before
+the loop, its last taken after it (no branch on the warpgroup inside the loop). The block meets at barrier 0 only
+while it stages the params, before the roles split. Both consumer warpgroups see the same tiles, so the turns stay
+balanced; tiles that a gate would skip (a causal mask) need every warp's vote at the block's barrier, so such
+cascades keep one or two warpgroups without a producer.
+"""
+
+from __future__ import annotations
+
+from ...errors import RedalgebraError
+from ..tree import Assign, Call, For, If
+
+
+class TileProducer:
+    """The warp-specialized block of a :class:`~.wgmma.WgmmaKernel` (``Spec.producer``), whose ``params``, ``prelude``,
+    ``initial``, ``count``, ``tile``, ``drain``, ``issue`` and ``copy_setup`` it calls."""
+
+    @property
+    def producer(self) -> bool:
+        return bool(self.spec.producer)
+
+    def check_producer(self) -> None:
+        """Why this kernel cannot take a producer warpgroup, raised."""
+        if not self.producer:
+            return
+        if self.ncol != 1 or self.threads // 32 % 2:
+            raise RedalgebraError("wgmma: a producer warpgroup serves two consumer warpgroups of one row tile each "
+                                  "(threads=384), not column groups")
+        if self.gate is not None:
+            raise RedalgebraError("wgmma: a producer warpgroup takes cascades without a gate (the tiles a gate skips "
+                                  "are voted on at the block's barrier): use threads=128 or 256")
+        if not self.pipelined or 3 * self.stages + 2 > 15:
+            raise RedalgebraError(f"wgmma: a producer warpgroup needs 3 or 4 stages of tiles, got {self.stages}")
+
+    @property
+    def group(self) -> int:
+        """Threads of a consumer warpgroup (a warp in the simulator), and of the producer."""
+        return self.threads // 2
+
+    def barrier_ids(self):
+        """("full" barrier of stage ``st`` and warpgroup ``w``, "empty" barrier of stage ``st``, turn barrier of
+        warpgroup ``w``) as functions of expressions: named barriers 1 … 3 S + 2."""
+        s = self.stages
+        return (lambda st, w: f"1 + {w} + 2 * ({st})", lambda st: f"{1 + 2 * s} + ({st})",
+                lambda w: f"{1 + 3 * s} + ({w})")
+
+    def turn_take(self) -> list:
+        if not self.producer:
+            return []
+        return [Call("bar_sync", (self.barrier_ids()[2]("wgi"), str(self.threads)))]
+
+    def turn_give(self) -> list:
+        if not self.producer:
+            return []
+        return [Call("bar_arrive", (self.barrier_ids()[2]("1 - wgi"), str(self.threads)))]
+
+    def release(self) -> list:
+        """The pending tile's stage (``sp``: tile ``it - 1``) released once its products are complete, where the
+        producer will wait for it (tile ``it - 1 + S`` exists)."""
+        if not self.producer:
+            return []
+        empty = self.barrier_ids()[1]
+        return [If(f"pp != 0 and it + {self.stages - 1} < ntile",
+                   (Call("bar_arrive", (empty("sp"), str(self.threads + self.group))),))]
+
+    @property
+    def in_flight(self) -> int:
+        """Tiles whose copies the producer keeps in flight before it waits for the oldest: the consumers hold two
+        stages (the tile computed, the pending ``P · V``'s), so at most ``S - 2`` are ahead of them."""
+        return max(1, self.stages - 2)
+
+    def bounds(self) -> dict:
+        if not self.producer:
+            return super().bounds()
+        return {"partial" if self.segmented else "kernel": self.threads + self.group}
+
+    def kernel(self) -> list:
+        if not self.producer:
+            return super().kernel()
+        warps = self.threads // 32
+        head = [Assign("seg", "cuda.blockIdx.y")] if self.segmented else []
+        *staging, split = self.params()  # (every thread at the block's barrier that votes for the residuals)
+        consumers = [Assign("wgi", f"uniform(int32(warp // {self.group // 32}))")] + self.prelude() + \
+            self.initial() + self.count() + self.consumer_loop() + (self.parts() if self.segmented else self.outputs())
+        # (no register hand-over: ptxas assembles attention at d = 128 in the 168 registers a thread of 384 get, 162 to
+        # 167 without spills, linked or whole; with setmaxnreg at 88 / 208, compiled whole, the producer spilled)
+        return head + self.setup() + [If(f"warp < {warps}", tuple(staging), (Assign("inexact", "0"),)), split,
+                                      If(f"warp >= {warps}", tuple(self.producer_loop()), tuple(consumers))]
+
+    def consumer_loop(self) -> list:
+        full, _, turn = self.barrier_ids()
+        t = str(self.threads)
+        step = [Assign("st", f"uint32(it) % uint32({self.stages})"),
+                Call("bar_sync", (full("st", "wgi"), str(2 * self.group)))] + self.lanes("fresh(tid)")
+        self.next_copies = []
+        step += self.tile()
+        return [If("wgi == 1", (Call("bar_arrive", (turn(0), t)),)), For("it", "0", "ntile", tuple(step))] + \
+            self.drain() + [If("wgi == 0", (Call("bar_sync", (turn(0), t)),))]
+
+    def producer_loop(self) -> list:
+        full, empty, _ = self.barrier_ids()
+        s, a = self.stages, self.in_flight
+        self.producing = (self.group, "ptid")
+        try:
+            out = [Assign("ptid", f"tid - {self.threads}")] + self.copy_setup() + self.count()
+            arrive = [Call("bar_arrive", (full("sf", w), str(2 * self.group))) for w in range(2)]
+            step = [Assign("st", f"uint32(it) % uint32({s})"),
+                    If(f"it >= {s}", (Call("bar_sync", (empty("st"), str(self.threads + self.group))),))]
+            step += self.issue(f"{self.first}it", "st") + [Call("cp_commit", ())]
+            step.append(If(f"it >= {a - 1}", (Call(f"cp_wait{a - 1}", ()), Call("fence_async", ()),
+                                               Assign("sf", f"uint32(it - {a - 1}) % uint32({s})"), *arrive)))
+            last = [Call("cp_wait0", ()), Call("fence_async", ()),
+                    For("jt", f"max(ntile - {a - 1}, 0)", "ntile", (Assign("sf", f"uint32(jt) % uint32({s})"), *arrive))]
+            return out + [For("it", "0", "ntile", tuple(step))] + last
+        finally:
+            self.producing = None

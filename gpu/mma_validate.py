@@ -89,6 +89,7 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="the small cases, for compute-sanitizer")
     ap.add_argument("--strategy", default="mma", choices=("mma", "wgmma"))
     ap.add_argument("--threads", type=int, help="threads per block (the strategy's default if not given)")
+    ap.add_argument("--tile", type=int, help="elements a tile (wgmma with threads=384: 64 or 128)")
     ap.add_argument("--only", help="comma-separated workloads: the cases of these only (e.g. causal)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
@@ -99,7 +100,7 @@ def main() -> int:
         fused = derive(cascade(name))
         inputs, params, keep = problem(name, groups, R, L, d, dtype, masked, exact, rng)
         t0 = time.time()
-        kernel = compile(fused, "cuda", args.strategy, threads=args.threads)
+        kernel = compile(fused, "cuda", args.strategy, threads=args.threads, tile=args.tile)
         out = kernel(inputs, params, keep)
         wide = {k: np.repeat(np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64), R, 0)
                 for k, v in inputs.items()}

@@ -169,6 +169,7 @@ def _whole_program(overload, threads: int):
             ptxes = library.get_asm_strs()
             if len(ptxes) != 1 or getattr(library, "_linking_files", None):
                 raise RedalgebraError("the kernel is more than one PTX module (debug information, or files to link)")
+            # (the hand-over to 232, sync.REGS_TAKE_MOST, adds up to the same 384 × 168)
             needs = PRODUCER_THREADS * REGS_GIVE + (threads - PRODUCER_THREADS) * REGS_TAKE
             _WHOLE[key] = (whole_program_function(ptxes[0], threads, needs), library)
         return _WHOLE[key][0]
@@ -236,7 +237,7 @@ class DriverStep:
         # numba's linked one (found by the kernel's global names, which cost nothing to ask: the generator calls
         # regs_take in the kernel itself, never in a device function)
         code = getattr(getattr(dispatcher, "py_func", None), "__code__", None)
-        if code is not None and "regs_take" in code.co_names:
+        if code is not None and any(name.startswith("regs_take") for name in code.co_names):
             block = tuple(configured.blockdim)
             self.function = _whole_program(overload, block[0] * block[1] * block[2])
         if self.function is None:

@@ -17,7 +17,8 @@ if not SIMULATOR:
     from .lowering import TypingError
 
 __all__ = ["cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "grid_wait", "grid_launch",
-           "regs_give", "regs_take", "bar_sync", "bar_arrive", "warp_sync"]
+           "regs_give", "regs_take", "regs_give40", "regs_take232", "bar_sync", "bar_arrive",
+           "warp_sync"]
 
 
 def _sim_nothing():
@@ -56,6 +57,13 @@ REGS_GIVE, REGS_TAKE = 88, 208
 PRODUCER_THREADS = 128
 regs_give = _wait("regs_give", f"setmaxnreg.dec.sync.aligned.u32 {REGS_GIVE};")
 regs_take = _wait("regs_take", f"setmaxnreg.inc.sync.aligned.u32 {REGS_TAKE};")
+# The same hand-over further, as FlashAttention-3 makes it: a producer that only issues copies keeps 40 (its copies a
+# loop: codegen.strategies.tile_producer), two consumer warpgroups take 232 (wgmma's attention in tiles of 128 keys:
+# the scores, the factors and the sums of d = 128 at once; ptxas assembles it without spills at 40 / 232, and spills
+# at 88 / 208 or 56 / 224). 128 × 40 + 256 × 232 = 384 × 168.
+REGS_GIVE_MOST, REGS_TAKE_MOST = 40, 232
+regs_give40 = _wait("regs_give40", f"setmaxnreg.dec.sync.aligned.u32 {REGS_GIVE_MOST};")
+regs_take232 = _wait("regs_take232", f"setmaxnreg.inc.sync.aligned.u32 {REGS_TAKE_MOST};")
 cp_wait0 = _wait("cp_wait0", "cp.async.wait_group 0;", _sim_wait(0))
 cp_wait1 = _wait("cp_wait1", "cp.async.wait_group 1;", _sim_wait(1))
 cp_wait2 = _wait("cp_wait2", "cp.async.wait_group 2;", _sim_wait(2))

@@ -306,17 +306,19 @@ def test_a_tiles_products_run_past_the_loops_barrier_at_d128():
     assert len(raw[drain]) - len(raw[drain].lstrip()) == indent  # after the loop, not in it
 
 
-@pytest.mark.parametrize("groups,R,L,d,dtype,masked,query16", [
+@pytest.mark.parametrize("groups,R,L,d,dtype,masked,query16,tile", [
     # five tiles (the last partial) through a ring of four stages: every stage reused, a release waited for; a mask
     # with a fully masked row; a float32 query (the residual's products inside the turn's scores)
-    (1, 40, 300, 16, "float16", True, False),
+    (1, 40, 300, 16, "float16", True, False, None),
     # two groups, d = 64, a whole tile and a partial one; a row block partly past its group's rows
-    (2, 20, 130, 64, "bfloat16", False, True),
+    (2, 20, 130, 64, "bfloat16", False, True, None),
+    # tiles of 128 elements: three (the last partial), 128-column score tiles, 8 steps of P·V a tile
+    (1, 40, 300, 16, "float16", True, False, 128),
 ])
-def test_a_producer_warpgroup_and_two_consumer_warpgroups_taking_turns(groups, R, L, d, dtype, masked, query16):
+def test_a_producer_warpgroup_and_two_consumer_warpgroups_taking_turns(groups, R, L, d, dtype, masked, query16, tile):
     # threads=96 in the simulator (three warps: two consumer "warpgroups" of a warp, the producer's), as 384 on the
     # GPU: the producer copies the tiles into the ring, the consumers meet it at named barriers only
-    assert_matches_the_reference("wgmma", "attention", groups, R, L, d, dtype, masked, query16, threads=96)
+    assert_matches_the_reference("wgmma", "attention", groups, R, L, d, dtype, masked, query16, threads=96, tile=tile)
 
 
 def test_the_producer_block_meets_at_named_barriers_only_once_its_roles_split(monkeypatch):
@@ -355,3 +357,6 @@ def test_a_producer_warpgroup_refuses_a_gated_cascade_with_a_message():
     # the tiles a causal mask skips are voted on at the block's barrier, which the producer's warps never reach
     with pytest.raises(RedalgebraError, match="without a gate"):
         assert_matches_the_reference("wgmma", "alibi_attention", 1, 20, 40, 16, "bfloat16", False, True, threads=96)
+    # tiles of 128 elements only with the producer's two consumer warpgroups
+    with pytest.raises(RedalgebraError, match="or 128 with a producer warpgroup"):
+        assert_matches_the_reference("wgmma", "attention", 1, 20, 40, 16, "bfloat16", False, True, tile=128)

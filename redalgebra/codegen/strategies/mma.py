@@ -138,7 +138,8 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         self.rw = "warp" if self.ncol == 1 else "rw"
         # with column groups, each computes the scores of its own share of a tile's elements (``bn`` of them, from
         # element ``key0`` of the tile), the groups exchanging row partials and factors through shared memory
-        self.bn = BN // self.ncol
+        self.kt = spec.tile or BN  # elements of a tile (wgmma's two consumer warpgroups: 64 or 128)
+        self.bn = self.kt // self.ncol
         self.key0 = "" if self.ncol == 1 else f" + {self.bn} * cg"
         self.bm = spec.batch  # rows of the block
         if spec.threads % 32 or self.bm * self.ncol != spec.threads // 32 * 16 * self.mt or self.mt > 2:
@@ -331,7 +332,7 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
                             body.append(Assign(f"fa_{m}_0, fa_{m}_1, fa_{m}_2, fa_{m}_3",
                                                f"ldsm_x4(sm, {tile} + ({16 * self.mt} * warp + {16 * m} + (lane & 15)) "
                                                f"* {pq} + {16 * ks} + 8 * (lane >> 4))"))
-                        for jp in range(BN // 16):
+                        for jp in range(self.kt // 16):
                             body += self.products(f"ldsm_x4(sm, xb_{x} + ({16 * jp} + krow) * {self.pitch[x]} + "
                                                   f"{16 * ks} + kcol)", 2 * jp, f"sc_{g}", "fa")
                     return body
@@ -353,7 +354,7 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
     def sum_products(self, r, x: str, dv: int) -> list:
         """``o_r += P · V`` for the tile: the factors as A fragments, the staged tile by transposing ``ldmatrix``."""
         out = []
-        for kk in range(BN // 16):
+        for kk in range(self.kt // 16):
             for m in range(self.mt):
                 out += self.factor_words(r, kk, m, f"pa_{m}")
             for np_ in range(dv // 16):
@@ -364,7 +365,7 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
     def tile(self) -> list:
         scores = self.scores()
         out = self.take_copies() + [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
-        out += [Assign("kb", f"({self.first}it) * {BN}")] + scores
+        out += [Assign("kb", f"({self.first}it) * {self.kt}")] + scores
         # every tile but a row's last is whole: its element-wise work without a test (two selects) per element
         out.append(If(self.whole_test(), tuple(self.updates(True)), tuple(self.updates(False))))
         for r in self.vred:
@@ -387,10 +388,10 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         """``ntile``: the block's tiles of the axis; with segments, segment ``seg``'s, from tile ``tfirst`` (none past
         the row's end)."""
         if self.segmented:
-            return [Assign("nall", f"(length + {BN - 1}) // {BN}"),
+            return [Assign("nall", f"(length + {self.kt - 1}) // {self.kt}"),
                     Assign("tps", "int32(uint32(nall + nseg - 1) // uint32(nseg))"),
                     Assign("tfirst", "seg * tps"), Assign("ntile", "max(0, min(nall - tfirst, tps))")]
-        return [Assign("ntile", f"(length + {BN - 1}) // {BN}")]
+        return [Assign("ntile", f"(length + {self.kt - 1}) // {self.kt}")]
 
     def loop(self) -> list:
         # a commit group per tile (empty past the last), ``ahead`` tiles loading ahead of the one computed
@@ -416,7 +417,7 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
             step += self.tile()
             assert not self.next_copies, "the tile did not issue the copies"
         elif self.copies_in_tile:  # the live tile issues them with its scores (their ``kb`` then its own again)
-            self.next_copies = loads + [Assign("kb", f"({first}it) * {BN}")]
+            self.next_copies = loads + [Assign("kb", f"({first}it) * {self.kt}")]
             step += [If("lv & 1", tuple(self.tile()), tuple(self.skipped() + loads)), Assign("lv", "lv >> 1")]
             assert not self.next_copies, "the tile did not issue the copies"
         else:  # a tile that no row of the block sees (above a causal diagonal) is skipped whole
@@ -433,7 +434,7 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         attention: every tile but the diagonal one). The same barrier, as a reduction (``bar.red.and``)."""
         if not self.prefix:
             return [Barrier()]
-        out = [Assign("pe", f"float32(({self.first}it) * {BN} + {BN - 1})"), Assign("every", "1")]
+        out = [Assign("pe", f"float32(({self.first}it) * {self.kt} + {self.kt - 1})"), Assign("every", "1")]
         for h in self.rows:
             pre, text = self.print(self.gate[1], self.at_position(h, "pe"))
             out += pre + [If(f"not {text}", (Assign("every", "0"),))]
@@ -475,7 +476,7 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         """``live``: whether the gate's condition holds for some element of tile ``tile`` and row of the block (sets
         ``kb`` and ``lt`` for that tile)."""
         _, cond = self.gate
-        out = [Assign("kb", f"({tile}) * {BN}"), Assign("lt", f"kb{self.key0} + 2 * t"), Assign("lf", "float32(lt)"),
+        out = [Assign("kb", f"({tile}) * {self.kt}"), Assign("lt", f"kb{self.key0} + 2 * t"), Assign("lf", "float32(lt)"),
                Assign("seen", "0")]
         if self.prefix:  # true at the tile's first position for some row, or nowhere in it: a test a row
             out.append(Assign("pf", "float32(kb)"))

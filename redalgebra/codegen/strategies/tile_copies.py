@@ -33,7 +33,7 @@ class TileCopies:
 
     def stage_base(self, x: str, stage: str) -> str:
         """The 16-bit index of shared memory where stage ``stage`` of vector input ``x``'s tiles begins."""
-        return f"{self.base[x]} + {stage} * {BN * self.pitch[x]}"
+        return f"{self.base[x]} + {stage} * {self.kt * self.pitch[x]}"
 
     def stage_offset(self, x: str, element: str, column: str) -> str:
         """... and how far from there component ``column`` (a multiple of 8) of its element ``element`` lies."""
@@ -43,7 +43,7 @@ class TileCopies:
         """``(x, u, guard)``: the thread's ``u``-th 16-byte copy of a tile of vector input ``x`` (``guard``: the test that
         it exists, for the last of a tile not a multiple of the block)."""
         for x in self.vin:
-            total = BN * (self.size[x] // 8)
+            total = self.kt * (self.size[x] // 8)
             n, tid = self.copiers
             for u in range(-(-total // n)):
                 yield x, u, None if (u + 1) * n <= total else f"{tid} + {u * n} < {total}"
@@ -89,11 +89,11 @@ class TileCopies:
         MLA's 64 chunks a row are four rows apart, a period of two)."""
         per_row = self.size[x] // 8
         n = self.copiers[0]
-        if n % per_row or (BN * per_row) % n:
+        if n % per_row or (self.kt * per_row) % n:
             return None
         rows = n // per_row
         for period in (1, 2, 4, 8):
-            if (BN // rows) % period == 0:
+            if (self.kt // rows) % period == 0:
                 step = self.stage_step(x, rows * period)
                 if step is not None:
                     return rows, step, period
@@ -109,7 +109,7 @@ class TileCopies:
                 at = self.stage_offset(x, f"({ce})", f"({cc})")
             else:
                 ce, cc, at = f"ce_{x}_{u}", f"cc_{x}_{u}", f"so_{x}_{u}"
-            copy = [Assign("cl", f"({tile}) * {BN} + {ce}"),
+            copy = [Assign("cl", f"({tile}) * {self.kt} + {ce}"),
                     Call("cp_async16", ("sm", f"{self.stage_base(x, stage)} + {at}", x, f"(rr_{x}, min(cl, length - 1))",
                                         cc, "pick(cl < length, 16, 0)"))]
             out += copy if guard is None else [If(guard, tuple(copy))]
@@ -119,11 +119,11 @@ class TileCopies:
         full = []
         for x in self.vin:
             rows, step, period = self.regular(x)
-            full.append(Assign(f"ga_{x}", f"gb_{x} + ({tile}) * {BN * self.size[x]}"))
+            full.append(Assign(f"ga_{x}", f"gb_{x} + ({tile}) * {self.kt * self.size[x]}"))
             full += [Call("cp_async16_at", ("sm", f"{self.stage_base(x, stage)} + so_{x}_{u % period} + {u // period * step}",
                                             x, f"ga_{x} + {u * rows * self.size[x]}", "16"))
-                     for u in range(BN // rows)]
-        return [If(f"({tile}) * {BN} + {BN} <= length", tuple(full), tuple(out))]
+                     for u in range(self.kt // rows)]
+        return [If(f"({tile}) * {self.kt} + {self.kt} <= length", tuple(full), tuple(out))]
 
     def take_copies(self) -> list:
         """The next tiles' copies (:meth:`~.mma.MmaKernel.loop`), once: where the tile issues them (its start, unless the products

@@ -104,10 +104,15 @@ class TileProducer:
         *staging, split = self.params()  # (every thread at the block's barrier that votes for the residuals)
         consumers = [Assign("wgi", f"uniform(int32(warp // {self.group // 32}))")] + self.prelude() + \
             self.initial() + self.count() + self.consumer_loop() + (self.parts() if self.segmented else self.outputs())
-        # (no register hand-over: ptxas assembles attention at d = 128 in the 168 registers a thread of 384 get, 162 to
-        # 167 without spills, linked or whole; with setmaxnreg at 88 / 208, compiled whole, the producer spilled)
+        producer = self.producer_loop()
+        # tiles of 128 elements (scores and factors twice a 64-element tile's) hand the producer's registers to the
+        # consumers (setmaxnreg; a kernel calling it is loaded from its whole PTX, runtime.driver). Tiles of 64 keep
+        # the 168 registers a thread of 384 get: ptxas assembles attention at d = 128 in 162 to 167 without spills,
+        # linked or whole (with the hand-over, compiled whole, its producer spilled 20 bytes)
+        if self.kt > 64:
+            producer, consumers = [Call("regs_give40", ())] + producer, [Call("regs_take232", ())] + consumers
         return head + self.setup() + [If(f"warp < {warps}", tuple(staging), (Assign("inexact", "0"),)), split,
-                                      If(f"warp >= {warps}", tuple(self.producer_loop()), tuple(consumers))]
+                                      If(f"warp >= {warps}", tuple(producer), tuple(consumers))]
 
     def consumer_loop(self) -> list:
         full, _, turn = self.barrier_ids()
@@ -128,7 +133,7 @@ class TileProducer:
             arrive = [Call("bar_arrive", (full("sf", w), str(2 * self.group))) for w in range(2)]
             step = [Assign("st", f"uint32(it) % uint32({s})"),
                     If(f"it >= {s}", (Call("bar_sync", (empty("st"), str(self.threads + self.group))),))]
-            step += self.issue(f"{self.first}it", "st") + [Call("cp_commit", ())]
+            step += self.producer_issue(f"{self.first}it", "st") + [Call("cp_commit", ())]
             step.append(If(f"it >= {a - 1}", (Call(f"cp_wait{a - 1}", ()), Call("fence_async", ()),
                                                Assign("sf", f"uint32(it - {a - 1}) % uint32({s})"), *arrive)))
             last = [Call("cp_wait0", ()), Call("fence_async", ()),
@@ -136,3 +141,32 @@ class TileProducer:
             return out + [For("it", "0", "ntile", tuple(step))] + last
         finally:
             self.producing = None
+
+    def producer_issue(self, tile: str, stage: str) -> list:
+        """The producer's copies of tile ``tile`` into stage ``stage``: :meth:`~.tile_copies.TileCopies.issue`'s, each
+        input's as a loop the compiler does not unroll (its count through ``fresh``). Unrolled, ptxas computed every
+        copy's addresses first: the producer then needed about 150 registers at tiles of 128 elements, where the
+        register hand-over leaves it 88 (it spilled 432 bytes)."""
+        n, out, whole = self.group, [], []
+        for x in self.vin:
+            per_row = self.size[x] // 8
+            total = self.kt * per_row
+            count = -(-total // n)
+            regular = self.regular(x)
+            e, c = f"(ptid + u * {n}) // {per_row}", f"8 * ((ptid + u * {n}) % {per_row})"
+            copy = [Assign("cl", f"({tile}) * {self.kt} + {e}"),
+                    Call("cp_async16", ("sm", f"{self.stage_base(x, stage)} + {self.stage_offset(x, f'({e})', f'({c})')}",
+                                        x, f"(rr_{x}, min(cl, length - 1))", c, "pick(cl < length, 16, 0)"))]
+            guarded = copy if total % n == 0 else [If(f"ptid + u * {n} < {total}", tuple(copy))]
+            out.append(For("u", "0", f"fresh({count})", tuple(guarded)))
+            if regular is None or regular[2] != 1:
+                whole = None
+            elif whole is not None:
+                rows, step_, _ = regular
+                whole += [Assign(f"ga_{x}", f"gb_{x} + ({tile}) * {self.kt * self.size[x]}"),
+                          For("u", "0", f"fresh({self.kt // rows})", (Call("cp_async16_at", (
+                              "sm", f"{self.stage_base(x, stage)} + so_{x}_0 + u * {step_}", x,
+                              f"ga_{x} + u * {rows * self.size[x]}", "16")),))]
+        if whole is None:  # (copies of no fixed step: each computes its place)
+            return out
+        return [If(f"({tile}) * {self.kt} + {self.kt} <= length", tuple(whole), tuple(out))]

@@ -46,14 +46,14 @@ class TileUpdate:
     def whole_test(self) -> str:
         """Whether the tile takes the whole path: every element in the row, and, with a gate true on a prefix of the
         row, the gate true for all of them (``op``, found at the loop's barrier): no test per element at all."""
-        test = f"kb + {BN} <= length"
+        test = f"kb + {self.kt} <= length"
         return f"op != 0 and {test}" if self.prefix else test
 
     def elements(self) -> list:
         """The per-element inputs and lets of the thread's 32 elements (``lt``: its first element's position); on the
         whole path of a gate true on a prefix (:meth:`whole_test`), the gate's let is its value, unmasked."""
         out = [Assign("lt", f"kb{self.key0} + 2 * t"), Assign("lf", "float32(lt)"),
-               Assign("rem", f"int32(min(length - lt, {BN}))")]
+               Assign("rem", f"int32(min(length - lt, {self.kt}))")]
         for m, j, i in self.slots():
             # a whole tile's elements are all in the row; a partial tile's past it read the last (and do not count)
             at = f"lt + {8 * j + (i & 1)}" if self.whole else f"min(lt + {8 * j + (i & 1)}, length - 1)"

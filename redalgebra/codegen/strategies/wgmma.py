@@ -74,9 +74,10 @@ def _blocks(n: int) -> int:
     return -(-n // ROW)
 
 
-def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid: bool = True, groups: int = 1):
+def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid: bool = True, groups: int = 1,
+                tile: int = BN):
     """The dynamic shared memory, in 16-bit units from the first 1024-byte boundary: ``(base, param tiles, bytes)``.
-    ``stages`` tiles of every vector input (``BN`` rows, ``ceil(n / 64)`` blocks of 64 columns), then for every dot
+    ``stages`` tiles of every vector input (``tile`` rows, ``ceil(n / 64)`` blocks of 64 columns), then for every dot
     product its param's rows of the block as 16-bit values and (``resid``) as residuals; with column ``groups``,
     then the tile's factors (``rows`` × ``BN``, the A operand of ``P · V``) and each scalar reduction's row partials
     of every group (float32); 1024 bytes more to reach the boundary."""
@@ -88,7 +89,7 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid:
     for x in c.inputs:
         if x.size is not None:
             base[x.name] = at
-            at += stages * _blocks(length(x)) * BN * ROW
+            at += stages * _blocks(length(x)) * tile * ROW
     params, tiles = {p.name: p for p in c.params}, []
     for dot in dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values())):
         p = next(params[a.name] for a in dot.args if a.name in params)
@@ -110,8 +111,9 @@ class WgmmaKernel(TileProducer, MmaKernel):
             raise RedalgebraError("wgmma: 16 rows per warp (a warpgroup's 64-row tile is four warps of 16 rows)")
         sizes = dict(spec.sizes)
         # the params' residuals staged where the launch's shared memory (configure's plan) holds them
-        self.resid = shared_plan(fused, sizes, self.bm, self.stages, True, self.ncol)[-1] <= (spec.shared or SHARED_LIMIT)
-        self.base, self.qtile, self.shared_bytes = shared_plan(fused, sizes, self.bm, self.stages, self.resid, self.ncol)
+        plan = functools.partial(shared_plan, fused, sizes, self.bm, self.stages, groups=self.ncol, tile=self.kt)
+        self.resid = plan(True)[-1] <= (spec.shared or SHARED_LIMIT)
+        self.base, self.qtile, self.shared_bytes = plan(self.resid)
         self.check_producer()
 
     def check_widths(self) -> None:
@@ -142,10 +144,10 @@ class WgmmaKernel(TileProducer, MmaKernel):
 
     # -- the swizzled layout --------------------------------------------------------------------------------
     def stage_base(self, x: str, stage: str) -> str:
-        return f"sb + {self.base[x]} + {stage} * {_blocks(self.size[x]) * BN * ROW}"
+        return f"sb + {self.base[x]} + {stage} * {_blocks(self.size[x]) * self.kt * ROW}"
 
     def stage_offset(self, x: str, element: str, column: str) -> str:
-        return f"({column} // {ROW}) * {BN * ROW} + {element} * {ROW} + (({column} & {ROW - 1}) ^ (({element} & 7) << 3))"
+        return f"({column} // {ROW}) * {self.kt * ROW} + {element} * {ROW} + (({column} & {ROW - 1}) ^ (({element} & 7) << 3))"
 
     def stage_step(self, x: str, rows: int) -> int | None:
         # rows apart by a multiple of 8: the same row within an atom, the same swizzle
@@ -183,7 +185,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
                 p, x = self.param_of(self.dot_list[n]), self.input_of(self.dot_list[n])
                 for ks in range(self.size[p] // 16):
                     a = ((ks // 4) * self.bm * ROW + (ks % 4) * 16) // 8
-                    b = ((ks // 4) * BN * ROW + (ks % 4) * 16) // 8
+                    b = ((ks // 4) * self.kt * ROW + (ks % 4) * 16) // 8
                     value = (f"wgmma_ss_{self.kind}({value}, {desc} + {a}, dk_{x} + {b}, "
                              f"{0 if first and ks == 0 else 1})")
                 return value
@@ -261,10 +263,10 @@ class WgmmaKernel(TileProducer, MmaKernel):
         out = [Assign(f"sc_{g}_0_{j}_{i}", zero) for g in range(len(self.sums)) for _, j, i in self.slots()]
         if self.pipelined:  # no products pending; the factor words exist before the first tile packs them
             out += [Assign("pp", "0"), Assign("sp", "uint32(0)")]
-            out += [Assign(f"pa_{r.name}_{kk}_{i}", "uint32(0)") for r in self.vred for kk in range(BN // 16)
+            out += [Assign(f"pa_{r.name}_{kk}_{i}", "uint32(0)") for r in self.vred for kk in range(self.kt // 16)
                     for i in range(4)]
         if self.late_wait and self.vred:  # the words a pending product reads, held at the next tile's wait
-            out += [Assign(f"pa_{kk}_{i}", "uint32(0)") for kk in range(BN // 16) for i in range(4)]
+            out += [Assign(f"pa_{kk}_{i}", "uint32(0)") for kk in range(self.kt // 16) for i in range(4)]
         return out + self.descriptors()
 
     # -- the pipelined order (FlashAttention-3's within a warpgroup) -----------------------------------------
@@ -290,13 +292,13 @@ class WgmmaKernel(TileProducer, MmaKernel):
             return super().tile()
         scores = self.scores(after=self.pending())
         out = self.take_copies() + [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
-        out += [Assign("kb", f"({self.first}it) * {BN}")] + scores
+        out += [Assign("kb", f"({self.first}it) * {self.kt}")] + scores
         self.scaling = {}
         out.append(If(self.whole_test(), tuple(self.updates(True)), tuple(self.updates(False))))
         scaling, self.scaling = self.scaling, None
         out += self.finish_pending() + self.release() + [st for key in sorted(scaling) for st in scaling[key]]
         for r in self.vred:
-            for kk in range(BN // 16):
+            for kk in range(self.kt // 16):
                 out += self.factor_words(r, kk, 0, f"pa_{r.name}_{kk}")
         out += [Assign("sp", "st"), Assign("pp", "1")]
         return out + [Assign(f"s_{r.name}_{h}", f"n_{r.name}_{h}") for r in self.scal for h in self.rows]
@@ -315,7 +317,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
             acc = self.tiles(f"o_{r.name}_0", self.cols(r) // 8)
             out.append(Assign(acc, f"wgmma_hold({acc})"))
         for name in dict.fromkeys(f"pa_{r.name}" if self.pipelined else "pa" for r in self.vred):
-            words = self.tiles(name, BN // 16)
+            words = self.tiles(name, self.kt // 16)
             out.append(Assign(words, f"wgmma_hold({words})"))
         return out
 
@@ -350,7 +352,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
         deferred wait (:attr:`late_wait`) only committed."""
         if self.ncol > 1:
             return self.shared_sum_products(r, x, dv)
-        out = [s for kk in range(BN // 16) for s in self.factor_words(r, kk, 0, f"pa_{kk}")]
+        out = [s for kk in range(self.kt // 16) for s in self.factor_words(r, kk, 0, f"pa_{kk}")]
         out += self.value_products([r], lambda r_: "pa", lambda x_: f"xb_{x_}")
         if self.late_wait:
             return out + [Call("wgmma_commit", ())]
@@ -364,11 +366,11 @@ class WgmmaKernel(TileProducer, MmaKernel):
         out, chains = [], []
         for r in sums:
             x, dv = self.factors[r.name][1], self.cols(r)
-            acc, held = self.tiles(f"o_{r.name}_0", dv // 8), self.tiles(words(r), BN // 16)
-            out += [Assign(f"dv_{x}", f"wgmma_desc(sm, {stage(x)}, {BN * ROW * 2}, {ATOM})"),
+            acc, held = self.tiles(f"o_{r.name}_0", dv // 8), self.tiles(words(r), self.kt // 16)
+            out += [Assign(f"dv_{x}", f"wgmma_desc(sm, {stage(x)}, {self.kt * ROW * 2}, {ATOM})"),
                     Assign(acc, f"wgmma_hold({acc})"), Assign(held, f"wgmma_hold({held})")]
             value = acc
-            for kk in range(BN // 16):
+            for kk in range(self.kt // 16):
                 fragment = ", ".join(f"{words(r)}_{kk}_{i}" for i in range(4))
                 value = f"wgmma_rs_{self.kind}({value}, {fragment}, dv_{x} + {16 * kk * ROW // 8})"
             chains.append(Assign(acc, value))
@@ -394,11 +396,11 @@ class WgmmaKernel(TileProducer, MmaKernel):
             out += self.deferred
         out += [Assign(acc, f"wgmma_hold({acc})"), Call("wgmma_fence", ())]
         value = acc
-        for kk in range(BN // 16):
+        for kk in range(self.kt // 16):
             value = f"wgmma_sst_{self.kind}({value}, dp + {2 * kk}, dv_{x} + {16 * kk * ROW // 8}, 1)"
-        start = f"xb_{x} + cg * {dv // ROW * BN * ROW}"
+        start = f"xb_{x} + cg * {dv // ROW * self.kt * ROW}"
         return [Assign("dp", f"wgmma_desc(sm, sb + {self.base['P']}, 16, {ATOM})"),
-                Assign(f"dv_{x}", f"wgmma_desc(sm, {start}, {BN * ROW * 2}, {ATOM})")] + out + [Assign(acc, value)] + \
+                Assign(f"dv_{x}", f"wgmma_desc(sm, {start}, {self.kt * ROW * 2}, {ATOM})")] + out + [Assign(acc, value)] + \
             self.wait(acc)
 
 
@@ -449,15 +451,21 @@ def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
     fit beside them; else (MLA's 576-wide query) they are not (:meth:`WgmmaKernel.residual_products`)."""
     sizes, rows = dict(p.sizes), _rows(fused, p)
     blocks = 2 if _threads(fused, p) <= THREADS else 1
-    groups = _groups(fused, p)
+    groups, tile = _groups(fused, p), _tile(p)
+    least = 3 if _producer(fused, p) else mma.STAGES  # (a producer's consumers: the pipelined order)
     for resid in (True, False):
-        fixed = shared_plan(fused, sizes, rows, 0, resid, groups)[-1]
-        per = shared_plan(fused, sizes, rows, 1, resid, groups)[-1] - fixed
+        fixed = shared_plan(fused, sizes, rows, 0, resid, groups, tile)[-1]
+        per = shared_plan(fused, sizes, rows, 1, resid, groups, tile)[-1] - fixed
         stages = min(mma.MOST_STAGES, (SM_SHARED // blocks - RESERVED - fixed) // per)
-        if stages >= mma.STAGES:
+        if stages >= least:
             break
-    stages = max(mma.STAGES, stages)
+    stages = max(least, stages)
     return stages, fixed + stages * per
+
+
+def _tile(p: Problem) -> int:
+    """Elements of a tile: :data:`~.tile_update.BN`, or the caller's (128 with a producer warpgroup: applicable)."""
+    return p.option("tile") or BN
 
 
 def _shared_bytes(fused: FusedCascade, p: Problem) -> int:
@@ -507,9 +515,12 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     if threads not in allowed:
         split = f" (vector sums of {groups} warpgroups' columns)" if groups > 1 else " (whole warpgroups)"
         return f"wgmma: blocks of {', '.join(map(str, allowed))} threads{split}, got {threads}"
-    for name, fixed in (("tile", BN), ("batch", _rows(fused, p)), ("group", 16)):
+    if p.option("tile") not in (None, BN) and not (p.option("tile") == 2 * BN and _producer(fused, p)):
+        return (f"wgmma: tiles of {BN} elements, or {2 * BN} with a producer warpgroup (threads=384), got "
+                f"{p.option('tile')}")
+    for name, fixed in (("batch", _rows(fused, p)), ("group", 16)):
         if p.option(name) not in (None, fixed):
-            return f"wgmma: the {name} is fixed by the instruction shapes (tiles of {BN} elements, 16 rows per warp)"
+            return f"wgmma: the {name} is fixed by the instruction shapes (16 rows per warp)"
     return None
 
 
@@ -530,10 +541,10 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
         busy = p.multiprocessors() * (2 if threads <= THREADS else 1)
         # (at least 8 tiles a segment: MLA B4 ran 0.0953 ms in 8 segments of 8 tiles, 0.0989 in 16 of 4 — the
         # segments' states are written and merged, as many bytes as the latent itself at 16)
-        nseg = 1 if p.option("simulator") else max(1, min(busy // blocks, -(-p.length // (8 * BN))))
-    nseg = max(1, min(int(nseg), max(-(-p.length // BN), 1), 65535))
+        nseg = 1 if p.option("simulator") else max(1, min(busy // blocks, -(-p.length // (8 * _tile(p)))))
+    nseg = max(1, min(int(nseg), max(-(-p.length // _tile(p)), 1), 65535))
     # (the kernel reads the count at run time: one compiled kernel for every count of segments above one)
-    return dict(threads=threads, tile=BN, batch=bm, group=16, vec=8, segments=min(nseg, 2), nseg=nseg,
+    return dict(threads=threads, tile=_tile(p), batch=bm, group=16, vec=8, segments=min(nseg, 2), nseg=nseg,
                 fast_exp=p.option("fast_exp", True), shared=shared, stages=stages,
                 producer=bool(_producer(fused, p)))
 

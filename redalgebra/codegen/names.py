@@ -37,6 +37,7 @@ BARE = frozenset("""
     mb nb nmb rest sg total tile nxt er0 ecb esg xp rsc kx0 sx sw
     ptid pr pco pdo sf jt wgi n0 oc sh transpose col wf widen
     gw gi gm gq nsup
+    LOG2E ex2
 """.split())
 #: What comes before the first underscore of the generator's other identifiers (``s_m``, ``e_x_0_1``).
 PREFIXES = frozenset("""
@@ -44,7 +45,7 @@ PREFIXES = frozenset("""
     reduce rep rr rt s sh shfl shi si st t t0 tk tki v x xs xv y cp ldsm mma pack unpack cf fa pa pf rc row sc tr tx xb
     wgmma swizzle fence ce cc so div ga gb tq dk dv dq dl ac f e4m3 fo shk shki cv ci fd wo wd fp8 b16 fb wk wv BOUNDS
     grid prefetch z numba rv sv sqrt lds sts xw0 xw1 xw2 xw3 ro lv shr s0 s1 s2 s3 o0 bar kk lc lk nn ow tf
-    tw regs
+    tw regs tu zn warp
 """.split())
 
 

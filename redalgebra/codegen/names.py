@@ -37,7 +37,7 @@ BARE = frozenset("""
     mb nb nmb rest sg total tile nxt er0 ecb esg xp rsc kx0 sx sw
     ptid pr pco pdo sf jt wgi n0 oc sh transpose col wf widen
     gw gi gm gq nsup
-    LOG2E ex2
+    LOG2E ex2 ml mo go cand nlive nopen
 """.split())
 #: What comes before the first underscore of the generator's other identifiers (``s_m``, ``e_x_0_1``).
 PREFIXES = frozenset("""

@@ -353,10 +353,54 @@ def test_the_producer_block_meets_at_named_barriers_only_once_its_roles_split(mo
     assert not any("fast_exp(-z_m" in ln for ln in body)
 
 
-def test_a_producer_warpgroup_refuses_a_gated_cascade_with_a_message():
-    # the tiles a causal mask skips are voted on at the block's barrier, which the producer's warps never reach
-    with pytest.raises(RedalgebraError, match="without a gate"):
-        assert_matches_the_reference("wgmma", "alibi_attention", 1, 20, 40, 16, "bfloat16", False, True, threads=96)
+RECENT = """\
+input k[d]
+input v[d]
+param q[d]
+param qpos int
+let s = dot(q, k)
+let sc = where(pos > qpos - 64, s, -inf)
+reduce m = max(sc)
+reduce l = sum(exp(sc - m))
+reduce o = sum(exp(sc - m) * v)
+out y = o / l
+"""
+
+
+def test_a_producer_warpgroup_refuses_a_gate_not_true_on_a_prefix_with_a_message():
+    # the tiles a gate true on the row's last keys skips are voted on at the block's barrier every tile, which the
+    # producer's warps never reach
+    from redalgebra import derive
+    from redalgebra.ir import parse
+
+    rng = np.random.default_rng(2)
+    inputs = {x: rng.normal(size=(1, 40, 16)).astype(np.float16) for x in ("k", "v")}
+    params = {"q": rng.normal(size=(8, 16)).astype(np.float32), "qpos": np.arange(8, dtype=np.int64)}
+    with pytest.raises(RedalgebraError, match="true on a prefix of the row"):
+        compile(derive(parse(RECENT)), "cudasim", "wgmma", threads=96)(inputs, params)
     # tiles of 128 elements only with the producer's two consumer warpgroups
     with pytest.raises(RedalgebraError, match="or 128 with a producer warpgroup"):
         assert_matches_the_reference("wgmma", "attention", 1, 20, 40, 16, "bfloat16", False, True, tile=128)
+
+
+@pytest.mark.parametrize("tile", [None, 128])
+def test_a_producer_block_reads_no_tile_its_causal_mask_hides(tile):
+    # queries at positions 0 … 299 over their 300 keys, blocks of 32 rows: the values from key 256 on (a tile of 64
+    # or 128 keys) are NaN. Only the last blocks' rows see them (and are NaN); a block that read that tile at all would make its rows NaN too (a
+    # masked key's factor 0 times NaN), where the other rows' outputs are those of clean values. The block's live
+    # tiles and its whole ones are counted before the producer and the consumers part (ALiBi's gate, pos <= qpos:
+    # true on a prefix of the row)
+    from redalgebra import evaluate, workloads
+
+    rng = np.random.default_rng(4)
+    R = L = 300
+    inputs = {x: rng.normal(size=(1, L, 16)).astype(np.float16) for x in ("k", "v")}
+    params = {"q": rng.normal(size=(R, 16)).astype(np.float16).astype(np.float32), "scale": np.float32(0.25),
+              "slope": np.float32(0.3), "qpos": np.arange(R, dtype=np.float32)}
+    wide = {k_: np.repeat(v_.astype(np.float64), R, 0) for k_, v_ in inputs.items()}
+    ref = evaluate(workloads.get("alibi_attention").cascade, wide, params)["y"]
+    inputs["v"][0, 256:] = np.nan
+    out = compile(fused("alibi_attention"), "cudasim", "wgmma", threads=96, tile=tile)(inputs, params)["y"]
+    assert np.isnan(out[256:]).all() and np.isfinite(out[:256]).all()
+    err = np.abs(out - ref)[:256].max() / np.abs(ref[:256]).max()
+    assert err <= TOLERANCE["float16"] + STORE_ROUNDING["float16"], err

@@ -23,14 +23,18 @@ stages fit, 192 KB of shared memory at d = 128 with the query's residuals). Ever
 "empty" arrival only for a stage the producer will wait for; warpgroup 0's first turn handed by warpgroup 1 before
 the loop, its last taken after it (no branch on the warpgroup inside the loop). The block meets at barrier 0 only
 while it stages the params, before the roles split. Both consumer warpgroups see the same tiles, so the turns stay
-balanced; tiles that a gate would skip (a causal mask) need every warp's vote at the block's barrier, so such
-cascades keep one or two warpgroups without a producer.
+balanced. A gate true on a prefix of the row (a causal mask) is decided before the roles split: the block's live
+tiles and those it sees whole are both prefixes, counted once (:meth:`TileProducer.spans`); other gates, whose tiles
+are voted on at the block's barrier every tile, keep one or two warpgroups without a producer.
 """
 
 from __future__ import annotations
 
 from ...errors import RedalgebraError
-from ..tree import Assign, Call, For, If
+from ..tree import Assign, Call, For, If, While
+
+#: Bits of the block's tile counts voted on (spans): up to 2**20 tiles a row.
+BITS = 21
 
 
 class TileProducer:
@@ -48,9 +52,10 @@ class TileProducer:
         if self.ncol != 1 or self.threads // 32 % 2:
             raise RedalgebraError("wgmma: a producer warpgroup serves two consumer warpgroups of one row tile each "
                                   "(threads=384), not column groups")
-        if self.gate is not None:
-            raise RedalgebraError("wgmma: a producer warpgroup takes cascades without a gate (the tiles a gate skips "
-                                  "are voted on at the block's barrier): use threads=128 or 256")
+        if self.gate is not None and not self.prefix:
+            raise RedalgebraError("wgmma: a producer warpgroup takes cascades without a gate, or with one true on a "
+                                  "prefix of the row (a causal mask): the tiles another gate skips are voted on at the "
+                                  "block's barrier every tile; use threads=128 or 256")
         if not self.pipelined or 3 * self.stages + 2 > 15:
             raise RedalgebraError(f"wgmma: a producer warpgroup needs 3 or 4 stages of tiles, got {self.stages}")
 
@@ -103,7 +108,7 @@ class TileProducer:
         head = [Assign("seg", "cuda.blockIdx.y")] if self.segmented else []
         *staging, split = self.params()  # (every thread at the block's barrier that votes for the residuals)
         consumers = [Assign("wgi", f"uniform(int32(warp // {self.group // 32}))")] + self.prelude() + \
-            self.initial() + self.count() + self.consumer_loop() + (self.parts() if self.segmented else self.outputs())
+            self.initial() + self.consumer_loop() + (self.parts() if self.segmented else self.outputs())
         producer = self.producer_loop()
         # tiles of 128 elements (scores and factors twice a 64-element tile's) hand the producer's registers to the
         # consumers (setmaxnreg; a kernel calling it is loaded from its whole PTX, runtime.driver). Tiles of 64 keep
@@ -111,14 +116,49 @@ class TileProducer:
         # linked or whole (with the hand-over, compiled whole, its producer spilled 20 bytes)
         if self.kt > 64:
             producer, consumers = [Call("regs_give40", ())] + producer, [Call("regs_take232", ())] + consumers
-        return head + self.setup() + [If(f"warp < {warps}", tuple(staging), (Assign("inexact", "0"),)), split,
-                                      If(f"warp >= {warps}", tuple(producer), tuple(consumers))]
+        return head + self.setup() + [If(f"warp < {warps}", tuple(staging), (Assign("inexact", "0"),)), split] + \
+            self.count() + self.spans() + [If(f"warp >= {warps}", tuple(producer), tuple(consumers))]
+
+    def spans(self) -> list:
+        """With a gate true on a prefix of the row (a causal mask; :func:`.products.prefix`), before the roles split:
+        ``ntile`` lowered to the block's live tiles (those whose first position the gate holds at for some row of the
+        block) and ``nopen``, the tiles every row of the block sees whole (the gate holds at their last position):
+        both are prefixes of the row's tiles. Each consumer thread counts its own rows' tiles in turn (no barrier);
+        the block takes the largest count of live tiles and the smallest of open ones bit by bit, a vote at barrier 0
+        a bit (``syncthreads_or``, ``syncthreads_and``; the producer's threads vote neither up nor down). The
+        consumers then skip no tile and test no mask on the open ones (``op``), and the producer copies the live
+        ones only — the tiles no row sees are never read."""
+        if not self.prefix:
+            return []
+        _, cond = self.gate
+        warps, first = self.threads // 32, self.first
+        live, whole = [Assign("kb", f"({first}ml) * {self.kt}"), Assign("lt", f"kb{self.key0} + 2 * t"),
+                       Assign("lf", "float32(lt)"), Assign("pf", "float32(kb)")], \
+            [Assign("pe", f"float32(({first}mo) * {self.kt} + {self.kt - 1})"), Assign("go", "1")]
+        for h in self.rows:
+            pre, text = self.print(cond, self.at_position(h, "pf"))
+            live += pre + [If(text, (Assign("go", "1"),))]
+            pre, text = self.print(cond, self.at_position(h, "pe"))
+            whole += pre + [If(f"not {text}", (Assign("go", "0"),))]
+        own = [Assign("ml", "0"), Assign("go", "1"),
+               While("go != 0", (Assign("go", "0"), If("ml < ntile", tuple(live)), Assign("ml", "ml + go"))),
+               Assign("mo", "0"), Assign("go", "1"),
+               While("go != 0", (Assign("go", "0"), If("mo < ml", tuple(whole)), Assign("mo", "mo + go")))]
+        vote = lambda acc, test, how: For("b", str(BITS - 1), "-1", (  # noqa: E731
+            If("(1 << b) <= ntile", (Assign("cand", f"{acc} | (1 << b)"),
+                                     Assign(acc, f"pick(cuda.syncthreads_{how}(int32({test} >= cand)) != 0, cand, {acc})"))),),
+            "-1")
+        return [If(f"warp < {warps}", tuple(own), (Assign("ml", "0"), Assign("mo", f"{1 << BITS}"))),
+                Assign("nlive", "0"), vote("nlive", "ml", "or"), Assign("nopen", "0"), vote("nopen", "mo", "and"),
+                Assign("ntile", "nlive")]
 
     def consumer_loop(self) -> list:
         full, _, turn = self.barrier_ids()
         t = str(self.threads)
         step = [Assign("st", f"uint32(it) % uint32({self.stages})"),
                 Call("bar_sync", (full("st", "wgi"), str(2 * self.group)))] + self.lanes("fresh(tid)")
+        if self.prefix:  # (every row of the block sees the tile whole: no mask an element, spans)
+            step.append(Assign("op", "int32(it < nopen)"))
         self.next_copies = []
         step += self.tile()
         return [If("wgi == 1", (Call("bar_arrive", (turn(0), t)),)), For("it", "0", "ntile", tuple(step))] + \
@@ -129,7 +169,7 @@ class TileProducer:
         s, a = self.stages, self.in_flight
         self.producing = (self.group, "ptid")
         try:
-            out = [Assign("ptid", f"tid - {self.threads}")] + self.copy_setup() + self.count()
+            out = [Assign("ptid", f"tid - {self.threads}")] + self.copy_setup()
             arrive = [Call("bar_arrive", (full("sf", w), str(2 * self.group))) for w in range(2)]
             step = [Assign("st", f"uint32(it) % uint32({s})"),
                     If(f"it >= {s}", (Call("bar_sync", (empty("st"), str(self.threads + self.group))),))]

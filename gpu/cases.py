@@ -373,7 +373,7 @@ def compiled_fn(key, fn):
 LONG = ("rows", "rows@512g512", "tile@512")
 DECODE = ("vrows", "vrows@128x2", "vrows@256x4", "split_lanes@256x4")
 #: wgmma: one or two warpgroups per block (Hopper); mma: 16 or 32 rows per warp (32: each key fragment serves two row tiles)
-PREFILL = ("wgmma@128", "wgmma@256", "mma@128g16", "mma@128g32")
+PREFILL = ("wgmma@128", "wgmma@256", "wgmma@384", "wgmma@384x128", "mma@128g16", "mma@128g32")
 
 
 def all_cases(quick: bool) -> dict:
@@ -390,9 +390,9 @@ def all_cases(quick: bool) -> dict:
                     lambda: case_attention(8, 16, 197, 197, 64, PREFILL, "attention", "ViT-L"),
                     lambda: case_attention(1, 64, 2048, 2048, 128, PREFILL, "attention", "LLaMA-65B"),
                     lambda: case_attention(1, 64, 4096, 4096, 128, PREFILL, "attention", "LLaMA-65B")],
-        "prefill_causal": [lambda L=L: case_attention(1, 64, L, L, 128, ("wgmma", "mma"), "causal_attention", "LLaMA-65B",
+        "prefill_causal": [lambda L=L: case_attention(1, 64, L, L, 128, ("wgmma", "wgmma@384x128", "mma"), "causal_attention", "LLaMA-65B",
                                                       causal=True) for L in (2048, 4096)],
-        "prefill_bf16": [lambda: case_attention(1, 64, 2048, 2048, 128, ("wgmma", "mma"), "attention", "LLaMA-65B",
+        "prefill_bf16": [lambda: case_attention(1, 64, 2048, 2048, 128, ("wgmma", "wgmma@384x128", "mma"), "attention", "LLaMA-65B",
                                                 "bfloat16")],
         "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("rows", "rows@128g16", "warp@128"), lab)
                 for t, e, k, lab in ((16384, 128, 8, "Qwen3"), (4096, 128, 8, "Qwen3"), (32768, 128, 8, "Qwen3"),

@@ -306,19 +306,22 @@ def test_a_tiles_products_run_past_the_loops_barrier_at_d128():
     assert len(raw[drain]) - len(raw[drain].lstrip()) == indent  # after the loop, not in it
 
 
-@pytest.mark.parametrize("groups,R,L,d,dtype,masked,query16,tile", [
+@pytest.mark.parametrize("groups,R,L,d,dtype,masked,query16,options", [
     # five tiles (the last partial) through a ring of four stages: every stage reused, a release waited for; a mask
     # with a fully masked row; a float32 query (the residual's products inside the turn's scores)
-    (1, 40, 300, 16, "float16", True, False, None),
+    (1, 40, 300, 16, "float16", True, False, {}),
     # two groups, d = 64, a whole tile and a partial one; a row block partly past its group's rows
-    (2, 20, 130, 64, "bfloat16", False, True, None),
+    (2, 20, 130, 64, "bfloat16", False, True, {}),
     # tiles of 128 elements: three (the last partial), 128-column score tiles, 8 steps of P·V a tile
-    (1, 40, 300, 16, "float16", True, False, 128),
+    (1, 40, 300, 16, "float16", True, False, {"tile": 128}),
+    # the row in three segments of four tiles (the last of two), merged by the combine kernel
+    (1, 40, 700, 16, "float16", True, False, {"segments": 3}),
 ])
-def test_a_producer_warpgroup_and_two_consumer_warpgroups_taking_turns(groups, R, L, d, dtype, masked, query16, tile):
+def test_a_producer_warpgroup_and_two_consumer_warpgroups_taking_turns(groups, R, L, d, dtype, masked, query16,
+                                                                         options):
     # threads=96 in the simulator (three warps: two consumer "warpgroups" of a warp, the producer's), as 384 on the
     # GPU: the producer copies the tiles into the ring, the consumers meet it at named barriers only
-    assert_matches_the_reference("wgmma", "attention", groups, R, L, d, dtype, masked, query16, threads=96, tile=tile)
+    assert_matches_the_reference("wgmma", "attention", groups, R, L, d, dtype, masked, query16, threads=96, **options)
 
 
 def test_the_producer_block_meets_at_named_barriers_only_once_its_roles_split(monkeypatch):

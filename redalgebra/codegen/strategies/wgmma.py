@@ -525,8 +525,9 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
 
 
 def configure(fused: FusedCascade, p: Problem) -> dict:
-    """One warpgroup of 128 threads (64 rows; two warpgroups with ``threads=256``; a warpgroup per column group of
-    wide vector sums), tiles of 64 elements, exp by ``ex2.approx`` unless asked otherwise (as
+    """One warpgroup of 128 threads (64 rows; two warpgroups with ``threads=256``; two consumer warpgroups and a
+    producer with ``threads=384``, :mod:`.tile_producer`; a warpgroup per column group of wide vector sums), tiles of
+    64 elements (128 asked for with the producer), exp by ``ex2.approx`` unless asked otherwise (as
     :func:`.mma.configure`); on the GPU, segments of the axis across blocks while the blocks would not fill the
     multiprocessors (a decode step: MLA's 128 heads of a few tokens are a few blocks), each of at least eight tiles."""
     reason = applicable(fused, p)

@@ -150,14 +150,15 @@ def whole_program_function(ptx: str, threads: int, needs: int) -> int:
     return function.value
 
 
-def _whole_program(overload, threads: int):
+def _whole_program(overload, threads: int, most: bool = False):
     """:func:`whole_program_function` of a numba overload, once per context (a warning and None where it cannot be
-    loaded so: the caller launches numba's linked kernel, which is right but spills)."""
+    loaded so: the caller launches numba's linked kernel, which is right but spills). ``most``: the kernel hands
+    registers over as far as ``regs_take232`` does."""
     import warnings
 
     from numba import cuda
 
-    from .sync import PRODUCER_THREADS, REGS_GIVE, REGS_TAKE
+    from .sync import PRODUCER_THREADS, REGS_GIVE, REGS_GIVE_MOST, REGS_TAKE, REGS_TAKE_MOST
 
     cuda.current_context()  # (numba's context, current: the module loads into it)
     context = ctypes.c_void_p()
@@ -169,8 +170,8 @@ def _whole_program(overload, threads: int):
             ptxes = library.get_asm_strs()
             if len(ptxes) != 1 or getattr(library, "_linking_files", None):
                 raise RedalgebraError("the kernel is more than one PTX module (debug information, or files to link)")
-            # (the hand-over to 232, sync.REGS_TAKE_MOST, adds up to the same 384 × 168)
-            needs = PRODUCER_THREADS * REGS_GIVE + (threads - PRODUCER_THREADS) * REGS_TAKE
+            give, take = (REGS_GIVE_MOST, REGS_TAKE_MOST) if most else (REGS_GIVE, REGS_TAKE)
+            needs = PRODUCER_THREADS * give + (threads - PRODUCER_THREADS) * take
             _WHOLE[key] = (whole_program_function(ptxes[0], threads, needs), library)
         return _WHOLE[key][0]
     except RedalgebraError as err:
@@ -239,7 +240,7 @@ class DriverStep:
         code = getattr(getattr(dispatcher, "py_func", None), "__code__", None)
         if code is not None and any(name.startswith("regs_take") for name in code.co_names):
             block = tuple(configured.blockdim)
-            self.function = _whole_program(overload, block[0] * block[1] * block[2])
+            self.function = _whole_program(overload, block[0] * block[1] * block[2], "regs_take232" in code.co_names)
         if self.function is None:
             kernel = int(overload._codelibrary.get_cufunc().handle)
             function = ctypes.c_void_p()

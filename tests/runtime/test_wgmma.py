@@ -314,7 +314,7 @@ def test_a_tiles_products_run_past_the_loops_barrier_at_d128():
     (2, 20, 130, 64, "bfloat16", False, True, {}),
     # tiles of 128 elements: three (the last partial), 128-column score tiles, 8 steps of P·V a tile
     (1, 40, 300, 16, "float16", True, False, {"tile": 128}),
-    # the row in three segments of four tiles (the last of two), merged by the combine kernel
+    # the row in three segments (of four, four and three tiles), merged by the combine kernel
     (1, 40, 700, 16, "float16", True, False, {"segments": 3}),
 ])
 def test_a_producer_warpgroup_and_two_consumer_warpgroups_taking_turns(groups, R, L, d, dtype, masked, query16,
@@ -386,8 +386,8 @@ def test_a_producer_warpgroup_refuses_a_gate_not_true_on_a_prefix_with_a_message
         assert_matches_the_reference("wgmma", "attention", 1, 20, 40, 16, "bfloat16", False, True, tile=128)
 
 
-@pytest.mark.parametrize("tile", [None, 128])
-def test_a_producer_block_reads_no_tile_its_causal_mask_hides(tile):
+@pytest.mark.parametrize("options", [{}, {"tile": 128}, {"segments": 4}])
+def test_a_producer_block_reads_no_tile_its_causal_mask_hides(options):
     # queries at positions 0 … 299 over their 300 keys, blocks of 32 rows: the values from key 256 on (a tile of 64
     # or 128 keys) are NaN. Only the last blocks' rows see them (and are NaN); a block that read that tile at all would make its rows NaN too (a
     # masked key's factor 0 times NaN), where the other rows' outputs are those of clean values. The block's live
@@ -403,7 +403,8 @@ def test_a_producer_block_reads_no_tile_its_causal_mask_hides(tile):
     wide = {k_: np.repeat(v_.astype(np.float64), R, 0) for k_, v_ in inputs.items()}
     ref = evaluate(workloads.get("alibi_attention").cascade, wide, params)["y"]
     inputs["v"][0, 256:] = np.nan
-    out = compile(fused("alibi_attention"), "cudasim", "wgmma", threads=96, tile=tile)(inputs, params)["y"]
+    # (four segments of five tiles: two, two, one and none)
+    out = compile(fused("alibi_attention"), "cudasim", "wgmma", threads=96, **options)(inputs, params)["y"]
     assert np.isnan(out[256:]).all() and np.isfinite(out[:256]).all()
     err = np.abs(out - ref)[:256].max() / np.abs(ref[:256]).max()
     assert err <= TOLERANCE["float16"] + STORE_ROUNDING["float16"], err

@@ -76,7 +76,7 @@ THREADS, SIM_THREADS = 128, 32
 STAGES, MOST_STAGES = 2, 4
 
 
-def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int = STAGES):
+def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int = STAGES, tile: int = BN):
     """The dynamic shared memory, in 16-bit units: ``(pitch, base, param tiles, bytes)``. ``stages`` tiles of every
     vector input, then for every dot product its param's rows of the block as 16-bit values and as residuals
     (``rows`` of the block each). Every row is padded by 8 values (16 bytes): the 8 rows an ``ldmatrix`` reads then fall in
@@ -89,7 +89,7 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int = STAGE
     for x in c.inputs:
         if x.size is not None:
             pitch[x.name], base[x.name] = length(x) + 8, at
-            at += stages * BN * pitch[x.name]
+            at += stages * tile * pitch[x.name]
     params, tiles = {p.name: p for p in c.params}, []
     for dot in dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values())):
         p = next(params[a.name] for a in dot.args if a.name in params)
@@ -148,7 +148,8 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         if not 2 <= self.stages <= MOST_STAGES:
             raise RedalgebraError(f"mma: 2 to {MOST_STAGES} stages of tiles, got {self.stages}")
         self.resid = True  # the params' residuals staged in shared memory beside their values
-        self.pitch, self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm, self.stages)
+        self.pitch, self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm, self.stages,
+                                                                           self.kt)
         self.gate = gate(fused, self.prologue, self.bodies, self.factors)
         self.prefix = self.gate is not None and prefix(self.gate[1])
         self.whole, self.kept = False, set()
@@ -435,10 +436,17 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         if not self.prefix:
             return [Barrier()]
         out = [Assign("pe", f"float32(({self.first}it) * {self.kt} + {self.kt - 1})"), Assign("every", "1")]
-        for h in self.rows:
-            pre, text = self.print(self.gate[1], self.at_position(h, "pe"))
-            out += pre + [If(f"not {text}", (Assign("every", "0"),))]
+        out += self.gate_at("pe", (Assign("every", "0"),), negate=True)
         return out + [Assign("op", "cuda.syncthreads_and(every)")]
+
+    def gate_at(self, pos: str, then: tuple, negate: bool = False) -> list:
+        """``then`` where the gate holds (``negate``: fails) at position ``pos`` (a float32 name) for some row of the
+        thread: a test a row."""
+        out = []
+        for h in self.rows:
+            pre, text = self.print(self.gate[1], self.at_position(h, pos))
+            out += pre + [If(f"not {text}" if negate else text, then)]
+        return out
 
     def at_position(self, h: int, pos: str):
         """Names for row ``h`` with the element position ``pos`` (a float32 name)."""
@@ -479,10 +487,7 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         out = [Assign("kb", f"({tile}) * {self.kt}"), Assign("lt", f"kb{self.key0} + 2 * t"), Assign("lf", "float32(lt)"),
                Assign("seen", "0")]
         if self.prefix:  # true at the tile's first position for some row, or nowhere in it: a test a row
-            out.append(Assign("pf", "float32(kb)"))
-            for h in self.rows:
-                pre, text = self.print(cond, self.at_position(h, "pf"))
-                out += pre + [If(text, (Assign("seen", "1"),))]
+            out += [Assign("pf", "float32(kb)")] + self.gate_at("pf", (Assign("seen", "1"),))
             return out + [Assign("live", "cuda.syncthreads_or(seen)")]
         for m, j, i in self.slots():
             pre, text = self.print(cond, self.access(2 * m + (i >> 1), m, j, i))

@@ -22,6 +22,7 @@ warpgroups (the turns couple them anyway) 410–411 µs at four stages, the same
 from __future__ import annotations
 
 from ..tree import Assign, Call, For, If, While
+from .tile_producer import ring_barriers
 from .wgmma import WgmmaKernel
 
 #: Threads of the product's producer (a warpgroup: 16 copies a thread a tile of the FP8 product; two warps, 32 copies
@@ -53,10 +54,8 @@ class Producer:
     def barriers(self) -> tuple:
         """(consumer warpgroups, "full" barrier of stage ``st`` and warpgroup ``g``, "empty" barrier of stage ``st``,
         turn barrier of warpgroup ``g``) as functions of expressions, named barriers 1 … 15."""
-        groups, s = max(self.spec.threads // 128, 1), self.stages
-        assert (groups + 1) * s + groups <= 15, "named barriers are 1 … 15"
-        return (groups, lambda st, g: f"1 + {g} + {groups} * ({st})",
-                lambda st: f"{1 + groups * s} + ({st})", lambda g: f"{1 + (groups + 1) * s} + ({g})")
+        groups = max(self.spec.threads // 128, 1)
+        return (groups, *ring_barriers(groups, self.stages))
 
     def specialized(self, epilogue: list, span=None) -> list:
         """The product's block, warp-specialized. The producer warpgroup copies tile ``t`` into stage ``t % S`` once

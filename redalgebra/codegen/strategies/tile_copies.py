@@ -11,7 +11,6 @@ to tile are computed once, before the loop (:meth:`TileCopies.copy_setup`). The 
 from __future__ import annotations
 
 from ..tree import Assign, Call, If
-from .tile_update import BN
 
 
 class TileCopies:
@@ -109,9 +108,7 @@ class TileCopies:
                 at = self.stage_offset(x, f"({ce})", f"({cc})")
             else:
                 ce, cc, at = f"ce_{x}_{u}", f"cc_{x}_{u}", f"so_{x}_{u}"
-            copy = [Assign("cl", f"({tile}) * {self.kt} + {ce}"),
-                    Call("cp_async16", ("sm", f"{self.stage_base(x, stage)} + {at}", x, f"(rr_{x}, min(cl, length - 1))",
-                                        cc, "pick(cl < length, 16, 0)"))]
+            copy = self.copy_one(x, tile, stage, ce, cc, at)
             out += copy if guard is None else [If(guard, tuple(copy))]
         if not fast:
             return out
@@ -124,6 +121,13 @@ class TileCopies:
                                             x, f"ga_{x} + {u * rows * self.size[x]}", "16"))
                      for u in range(self.kt // rows)]
         return [If(f"({tile}) * {self.kt} + {self.kt} <= length", tuple(full), tuple(out))]
+
+    def copy_one(self, x: str, tile: str, stage: str, ce: str, cc: str, at: str) -> list:
+        """The copy of element ``ce`` (of tile ``tile``), components ``cc …`` of ``x`` to place ``at`` of stage
+        ``stage``: zeros past the row's end (its source clamped to the row's last element)."""
+        return [Assign("cl", f"({tile}) * {self.kt} + {ce}"),
+                Call("cp_async16", ("sm", f"{self.stage_base(x, stage)} + {at}", x, f"(rr_{x}, min(cl, length - 1))",
+                                    cc, "pick(cl < length, 16, 0)"))]
 
     def take_copies(self) -> list:
         """The next tiles' copies (:meth:`~.mma.MmaKernel.loop`), once: where the tile issues them (its start, unless the products

@@ -22,7 +22,7 @@ Named barriers: one "full" a stage and consumer warpgroup, one "empty" a stage, 
 stages fit, 192 KB of shared memory at d = 128 with the query's residuals). Every arrival is matched by a wait: an
 "empty" arrival only for a stage the producer will wait for; warpgroup 0's first turn handed by warpgroup 1 before
 the loop, its last taken after it (no branch on the warpgroup inside the loop). The block meets at barrier 0 only
-while it stages the params, before the roles split. Both consumer warpgroups see the same tiles, so the turns stay
+while it stages the params (and, under a causal mask, votes on its tile counts), before the roles split. Both consumer warpgroups see the same tiles, so the turns stay
 balanced. A gate true on a prefix of the row (a causal mask) is decided before the roles split: the block's live
 tiles and those it sees whole are both prefixes, counted once (:meth:`TileProducer.spans`); other gates, whose tiles
 are voted on at the block's barrier every tile, keep one or two warpgroups without a producer.
@@ -33,13 +33,23 @@ from __future__ import annotations
 from ...errors import RedalgebraError
 from ..tree import Assign, Call, For, If, While
 
-#: Bits of the block's tile counts voted on (spans): up to 2**20 tiles a row.
+#: Bits of the block's tile counts voted on (spans): counts below 2**21 (rows of 134 million keys in tiles of 64;
+#: a row's length is an int32's, and its tiles fewer).
 BITS = 21
+
+
+def ring_barriers(groups: int, stages: int) -> tuple:
+    """The named barriers of a producer's ring (``wgmma``'s here and ``columns_wgmma``'s, :mod:`.producer`): ("full" barrier
+    of stage ``st`` and consumer warpgroup ``g``, "empty" barrier of stage ``st``, turn barrier of warpgroup ``g``)
+    as functions of expressions, numbered 1 … (groups + 1) · stages + groups."""
+    assert (groups + 1) * stages + groups <= 15, "named barriers are 1 … 15"
+    return (lambda st, g: f"1 + {g} + {groups} * ({st})", lambda st: f"{1 + groups * stages} + ({st})",
+            lambda g: f"{1 + (groups + 1) * stages} + ({g})")
 
 
 class TileProducer:
     """The warp-specialized block of a :class:`~.wgmma.WgmmaKernel` (``Spec.producer``), whose ``params``, ``prelude``,
-    ``initial``, ``count``, ``tile``, ``drain``, ``issue`` and ``copy_setup`` it calls."""
+    ``initial``, ``count``, ``tile``, ``drain``, ``gate_at``, ``copy_setup`` and ``copy_one`` it calls."""
 
     @property
     def producer(self) -> bool:
@@ -66,10 +76,8 @@ class TileProducer:
 
     def barrier_ids(self):
         """("full" barrier of stage ``st`` and warpgroup ``w``, "empty" barrier of stage ``st``, turn barrier of
-        warpgroup ``w``) as functions of expressions: named barriers 1 … 3 S + 2."""
-        s = self.stages
-        return (lambda st, w: f"1 + {w} + 2 * ({st})", lambda st: f"{1 + 2 * s} + ({st})",
-                lambda w: f"{1 + 3 * s} + ({w})")
+        warpgroup ``w``) as functions of expressions: named barriers 1 … 3 S + 2 (:func:`ring_barriers`)."""
+        return ring_barriers(2, self.stages)
 
     def turn_take(self) -> list:
         if not self.producer:
@@ -130,16 +138,10 @@ class TileProducer:
         ones only — the tiles no row sees are never read."""
         if not self.prefix:
             return []
-        _, cond = self.gate
         warps, first = self.threads // 32, self.first
-        live, whole = [Assign("kb", f"({first}ml) * {self.kt}"), Assign("lt", f"kb{self.key0} + 2 * t"),
-                       Assign("lf", "float32(lt)"), Assign("pf", "float32(kb)")], \
-            [Assign("pe", f"float32(({first}mo) * {self.kt} + {self.kt - 1})"), Assign("go", "1")]
-        for h in self.rows:
-            pre, text = self.print(cond, self.at_position(h, "pf"))
-            live += pre + [If(text, (Assign("go", "1"),))]
-            pre, text = self.print(cond, self.at_position(h, "pe"))
-            whole += pre + [If(f"not {text}", (Assign("go", "0"),))]
+        live = [Assign("pf", f"float32(({first}ml) * {self.kt})")] + self.gate_at("pf", (Assign("go", "1"),))
+        whole = [Assign("pe", f"float32(({first}mo) * {self.kt} + {self.kt - 1})"), Assign("go", "1")] + \
+            self.gate_at("pe", (Assign("go", "0"),), negate=True)
         own = [Assign("ml", "0"), Assign("go", "1"),
                While("go != 0", (Assign("go", "0"), If("ml < ntile", tuple(live)), Assign("ml", "ml + go"))),
                Assign("mo", "0"), Assign("go", "1"),
@@ -185,8 +187,8 @@ class TileProducer:
     def producer_issue(self, tile: str, stage: str) -> list:
         """The producer's copies of tile ``tile`` into stage ``stage``: :meth:`~.tile_copies.TileCopies.issue`'s, each
         input's as a loop the compiler does not unroll (its count through ``fresh``). Unrolled, ptxas computed every
-        copy's addresses first: the producer then needed about 150 registers at tiles of 128 elements, where the
-        register hand-over leaves it 88 (it spilled 432 bytes)."""
+        copy's addresses first: the producer then needed about 150 registers at tiles of 128 elements (with 88 it
+        spilled 432 bytes; the hand-over leaves it 40, as a loop it needs no more)."""
         n, out, whole = self.group, [], []
         for x in self.vin:
             per_row = self.size[x] // 8
@@ -194,9 +196,7 @@ class TileProducer:
             count = -(-total // n)
             regular = self.regular(x)
             e, c = f"(ptid + u * {n}) // {per_row}", f"8 * ((ptid + u * {n}) % {per_row})"
-            copy = [Assign("cl", f"({tile}) * {self.kt} + {e}"),
-                    Call("cp_async16", ("sm", f"{self.stage_base(x, stage)} + {self.stage_offset(x, f'({e})', f'({c})')}",
-                                        x, f"(rr_{x}, min(cl, length - 1))", c, "pick(cl < length, 16, 0)"))]
+            copy = self.copy_one(x, tile, stage, e, c, self.stage_offset(x, f"({e})", f"({c})"))
             guarded = copy if total % n == 0 else [If(f"ptid + u * {n} < {total}", tuple(copy))]
             out.append(For("u", "0", f"fresh({count})", tuple(guarded)))
             if regular is None or regular[2] != 1:

@@ -152,7 +152,7 @@ class TileUpdate:
         # where every element counts (a whole tile, no mask), a fold starts at its first term, not at the identity
         folds = FOLD_NAMES[:max(1, min(FOLDS, self.bn // 8))]
         first = set()
-        if self.bn < 8 * len(folds) or any(self.ok(m, j, i) is not None for m, j, i in self.slots()):
+        if any(self.ok(m, j, i) is not None for m, j, i in self.slots()):
             for h in self.rows:
                 out += [Assign(f"{a}_{h}", ident) for a in folds]
             first = {f"{a}_{h}" for a in folds for h in self.rows}

@@ -79,7 +79,7 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid:
     """The dynamic shared memory, in 16-bit units from the first 1024-byte boundary: ``(base, param tiles, bytes)``.
     ``stages`` tiles of every vector input (``tile`` rows, ``ceil(n / 64)`` blocks of 64 columns), then for every dot
     product its param's rows of the block as 16-bit values and (``resid``) as residuals; with column ``groups``,
-    then the tile's factors (``rows`` × ``BN``, the A operand of ``P · V``) and each scalar reduction's row partials
+    then the tile's factors (``rows`` × ``tile``, the A operand of ``P · V``) and each scalar reduction's row partials
     of every group (float32); 1024 bytes more to reach the boundary."""
     c = fused.cascade
 
@@ -96,8 +96,8 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid:
         tiles.append(at)
         at += (2 if resid else 1) * _blocks(length(p)) * rows * ROW
     if groups > 1:
-        base["P"], base["X"] = at, at + rows * BN
-        at += rows * BN + 2 * groups * rows * sum(c.sizes[r.name] is None for r in c.reductions)
+        base["P"], base["X"] = at, at + rows * tile
+        at += rows * tile + 2 * groups * rows * sum(c.sizes[r.name] is None for r in c.reductions)
     return base, tiles, 2 * at + ATOM
 
 
@@ -361,7 +361,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
     def value_products(self, sums, words, stage) -> list:
         """``o_r += P · V`` issued for each vector sum ``r`` of ``sums``: the factors as A fragments in registers (the
         words ``{words(r)}_{kk}_{i}``), the value tile read transposed from ``stage(x)`` by ``wgmma_rs`` per 16 keys
-        (components in blocks of 64 values ``BN`` rows apart). The accumulators and the words pass through
+        (components in blocks of 64 values a tile's ``kt`` rows apart). The accumulators and the words pass through
         ``wgmma_hold`` before the fence, so that their writes (the scaling, the packing) stay before it."""
         out, chains = [], []
         for r in sums:
@@ -444,8 +444,8 @@ SM_SHARED, RESERVED = 233472, 1024
 def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
     """``(stages, bytes)``: as many tiles in flight (up to :data:`~.mma.MOST_STAGES`) as fit beside the params when two
     blocks of one warpgroup share a multiprocessor (one block's element-wise work then overlaps the other's
-    products), or one block of two warpgroups; at least two (three or more: the pipelined order,
-    :attr:`WgmmaKernel.pipelined`; d = 64 gets four, d = 128 two: three would fit only without the residuals
+    products), or one block of two warpgroups; at least two, three with a producer warpgroup (three or more: the
+    pipelined order, :attr:`WgmmaKernel.pipelined`; d = 64 gets four, d = 128 two: three would fit only without the residuals
     staged, and measured 0.415 against 0.418 ms at LLaMA-65B L2048, while a query not exact in 16 bits would
     then multiply its residual by ``mma.sync``). The params' residuals are staged too where two stages
     fit beside them; else (MLA's 576-wide query) they are not (:meth:`WgmmaKernel.residual_products`)."""

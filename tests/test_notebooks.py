@@ -16,10 +16,15 @@ def test_the_seven_notebooks_are_there():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_and_its_checks_pass(path):
+def test_notebook_runs_and_its_checks_pass(path, tmp_path):
+    from jupyter_client import KernelManager
+
     nb = nbformat.read(path, as_version=4)
     assert "assert" in nb.cells[-1].source, "a notebook ends in its checks"
-    client = NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    # the kernel's channels on Unix sockets of the test's own folder: over TCP, two workers starting kernels at once
+    # drew the same free port, and one kernel died binding it ("Address already in use")
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=str(tmp_path / "kernel"))
+    client = NotebookClient(nb, km=km, timeout=120, resources={"metadata": {"path": str(path.parent)}})
     start = time.time()
     client.execute()  # raises CellExecutionError, with the cell and traceback, on any failure
     assert time.time() - start < 120, f"{path.name} took {time.time() - start:.0f}s"

@@ -17,7 +17,7 @@ from redalgebra.runtime import compile
 from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE
 from redalgebra.runtime.compile import choose
 from tests.catalogue import fused
-from tests.runtime.test_mma import assert_matches_the_reference
+from tests.runtime.test_mma import _problem, assert_matches_the_reference
 
 CHECK = Path(__file__).resolve().parents[2] / "gpu" / "wgmma_check.py"
 
@@ -408,3 +408,27 @@ def test_a_producer_block_reads_no_tile_its_causal_mask_hides(options):
     assert np.isnan(out[256:]).all() and np.isfinite(out[:256]).all()
     err = np.abs(out - ref)[:256].max() / np.abs(ref[:256]).max()
     assert err <= TOLERANCE["float16"] + STORE_ROUNDING["float16"], err
+
+
+@pytest.mark.slow
+def test_the_fast_exponential_by_a_fused_multiply_add_in_the_simulator():
+    # exp(s - m) printed as ex2(fma32(s, LOG2E, -m·log2 e)) where the kernel takes the fast exponential (the CUDA
+    # default): run here on the instructions' stand-ins (compile takes fast_exp on CUDA only: the option set on the
+    # kernel directly) — one warpgroup, the producer block, and MLA's column groups, whose floors are per group
+    import dataclasses
+
+    inputs, params, keep = _problem("attention", 1, 40, 300, 16, "float16", True, False)
+    wide = {k_: np.repeat(v_.astype(np.float64), 40, 0) for k_, v_ in inputs.items()}
+    from redalgebra import evaluate, workloads
+
+    ref = evaluate(workloads.get("attention").cascade, wide, params, keep)["y"]
+    fin = np.isfinite(ref)
+    for options in ({}, {"threads": 96}):
+        kernel = dataclasses.replace(compile(fused("attention"), "cudasim", "wgmma", **options), fast_exp=True)
+        out = kernel(inputs, params, keep)["y"]
+        assert "ex2(fma32(" in next(iter(kernel._compiled.values()))[0].source
+        assert np.array_equal(np.isnan(out), np.isnan(ref))
+        assert np.abs(out - ref)[fin].max() <= (TOLERANCE["float16"] + STORE_ROUNDING["float16"]) * np.abs(ref[fin]).max()
+    inputs, params, ref = _mla(1, 20, 70, 256, 16, exact=True, seed=3)
+    kernel = dataclasses.replace(compile(fused("mla_decode"), "cudasim", "wgmma"), fast_exp=True)
+    _assert_close(kernel(inputs, params)["y"], ref)

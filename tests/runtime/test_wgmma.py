@@ -17,7 +17,7 @@ from redalgebra.runtime import compile
 from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE
 from redalgebra.runtime.compile import choose
 from tests.catalogue import fused
-from tests.runtime.test_mma import _problem, assert_matches_the_reference
+from tests.runtime.test_mma import CAUSAL, _problem, assert_matches_the_reference
 
 CHECK = Path(__file__).resolve().parents[2] / "gpu" / "wgmma_check.py"
 
@@ -356,18 +356,8 @@ def test_the_producer_block_meets_at_named_barriers_only_once_its_roles_split(mo
     assert not any("fast_exp(-z_m" in ln for ln in body)
 
 
-RECENT = """\
-input k[d]
-input v[d]
-param q[d]
-param qpos int
-let s = dot(q, k)
-let sc = where(pos > qpos - 64, s, -inf)
-reduce m = max(sc)
-reduce l = sum(exp(sc - m))
-reduce o = sum(exp(sc - m) * v)
-out y = o / l
-"""
+# causal attention (test_mma's) with its gate true on the row's last keys instead: not on a prefix
+RECENT = CAUSAL.replace("pos <= qpos", "pos > qpos - 64")
 
 
 def test_a_producer_warpgroup_refuses_a_gate_not_true_on_a_prefix_with_a_message():
@@ -389,8 +379,9 @@ def test_a_producer_warpgroup_refuses_a_gate_not_true_on_a_prefix_with_a_message
 @pytest.mark.parametrize("options", [{}, {"tile": 128}, {"segments": 4}])
 def test_a_producer_block_reads_no_tile_its_causal_mask_hides(options):
     # queries at positions 0 … 299 over their 300 keys, blocks of 32 rows: the values from key 256 on (a tile of 64
-    # or 128 keys) are NaN. Only the last blocks' rows see them (and are NaN); a block that read that tile at all would make its rows NaN too (a
-    # masked key's factor 0 times NaN), where the other rows' outputs are those of clean values. The block's live
+    # or 128 keys) are NaN. Only the last blocks' rows see them (and are NaN); a block that read that tile at all would
+    # make its rows NaN too (a masked key's factor 0 times NaN), where the other rows' outputs are those of clean
+    # values. The block's live
     # tiles and its whole ones are counted before the producer and the consumers part (ALiBi's gate, pos <= qpos:
     # true on a prefix of the row)
     from redalgebra import evaluate, workloads
@@ -428,7 +419,8 @@ def test_the_fast_exponential_by_a_fused_multiply_add_in_the_simulator():
         out = kernel(inputs, params, keep)["y"]
         assert "ex2(fma32(" in next(iter(kernel._compiled.values()))[0].source
         assert np.array_equal(np.isnan(out), np.isnan(ref))
-        assert np.abs(out - ref)[fin].max() <= (TOLERANCE["float16"] + STORE_ROUNDING["float16"]) * np.abs(ref[fin]).max()
+        tol = TOLERANCE["float16"] + STORE_ROUNDING["float16"]
+        assert np.abs(out - ref)[fin].max() <= tol * np.abs(ref[fin]).max()
     inputs, params, ref = _mla(1, 20, 70, 256, 16, exact=True, seed=3)
     kernel = dataclasses.replace(compile(fused("mla_decode"), "cudasim", "wgmma"), fast_exp=True)
     _assert_close(kernel(inputs, params)["y"], ref)

@@ -148,8 +148,8 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         if not 2 <= self.stages <= MOST_STAGES:
             raise RedalgebraError(f"mma: 2 to {MOST_STAGES} stages of tiles, got {self.stages}")
         self.resid = True  # the params' residuals staged in shared memory beside their values
-        self.pitch, self.base, self.qtile, self.shared_bytes = shared_plan(fused, dict(spec.sizes), self.bm, self.stages,
-                                                                           self.kt)
+        plan = shared_plan(fused, dict(spec.sizes), self.bm, self.stages, self.kt)
+        self.pitch, self.base, self.qtile, self.shared_bytes = plan
         self.gate = gate(fused, self.prologue, self.bodies, self.factors)
         self.prefix = self.gate is not None and prefix(self.gate[1])
         self.whole, self.kept = False, set()

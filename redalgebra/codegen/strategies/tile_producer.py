@@ -14,18 +14,24 @@ and splits its warps by role:
 - **Two consumer warpgroups** of 64 rows each take every tile in the pipelined order (:attr:`WgmmaKernel.pipelined`:
   a tile's ``P · V`` is issued after the next tile's scores and runs while the update is computed). They issue their
   products in turns (a turn barrier each): a warpgroup waits for its turn, issues the tile's scores and the pending
-  ``P · V``, hands the turn on, then waits for its scores and computes the update — so one warpgroup's products run
-  on the tensor cores while the other's update runs on the CUDA cores, by construction. A stage is released once the
-  products reading it are complete (the pending ``P · V``: the stage of the tile before).
+  ``P · V``, hands the turn on, then waits for its scores and computes the update, so that one warpgroup's products
+  run on the tensor cores while the other's update runs on the CUDA cores. A stage is released once the products
+  reading it are complete (the pending ``P · V``: the stage of the tile before).
+
+Measured on the H200 (LLaMA-65B L2048 d128, ``gpu/README.md``): correct, and not faster than one warpgroup a block
+(0.3606–0.3790 ms against 0.3579; without the turns 340.6 µs against 349.7, not slower). The tensor pipe and the
+issue slots are both under half busy: each consumer warp waits on its own chain of scores, maximum, exponentials and
+sums, which the turns do not shorten. So it is opt-in; ``auto`` keeps one warpgroup a block.
 
 Named barriers: one "full" a stage and consumer warpgroup, one "empty" a stage, two turns (``3 S + 2`` of the 15; four
 stages fit, 192 KB of shared memory at d = 128 with the query's residuals). Every arrival is matched by a wait: an
 "empty" arrival only for a stage the producer will wait for; warpgroup 0's first turn handed by warpgroup 1 before
 the loop, its last taken after it (no branch on the warpgroup inside the loop). The block meets at barrier 0 only
-while it stages the params (and, under a causal mask, votes on its tile counts), before the roles split. Both consumer warpgroups see the same tiles, so the turns stay
-balanced. A gate true on a prefix of the row (a causal mask) is decided before the roles split: the block's live
-tiles and those it sees whole are both prefixes, counted once (:meth:`TileProducer.spans`); other gates, whose tiles
-are voted on at the block's barrier every tile, keep one or two warpgroups without a producer.
+while it stages the params (and, under a causal mask, votes on its tile counts), before the roles split. Both consumer
+warpgroups see the same tiles, so the turns stay balanced. A gate true on a prefix of the row (a causal mask) is
+decided before the roles split: the block's live tiles and those it sees whole are both prefixes, counted once
+(:meth:`TileProducer.spans`); other gates, whose tiles are voted on at the block's barrier every tile, keep one or two
+warpgroups without a producer.
 """
 
 from __future__ import annotations
@@ -39,9 +45,9 @@ BITS = 21
 
 
 def ring_barriers(groups: int, stages: int) -> tuple:
-    """The named barriers of a producer's ring (``wgmma``'s here and ``columns_wgmma``'s, :mod:`.producer`): ("full" barrier
-    of stage ``st`` and consumer warpgroup ``g``, "empty" barrier of stage ``st``, turn barrier of warpgroup ``g``)
-    as functions of expressions, numbered 1 … (groups + 1) · stages + groups."""
+    """The named barriers of a producer's ring (``wgmma``'s here and ``columns_wgmma``'s, :mod:`.producer`): ("full"
+    barrier of stage ``st`` and consumer warpgroup ``g``, "empty" barrier of stage ``st``, turn barrier of warpgroup
+    ``g``) as functions of expressions, numbered 1 … (groups + 1) · stages + groups."""
     assert (groups + 1) * stages + groups <= 15, "named barriers are 1 … 15"
     return (lambda st, g: f"1 + {g} + {groups} * ({st})", lambda st: f"{1 + groups * stages} + ({st})",
             lambda g: f"{1 + (groups + 1) * stages} + ({g})")
@@ -119,9 +125,9 @@ class TileProducer:
             self.initial() + self.consumer_loop() + (self.parts() if self.segmented else self.outputs())
         producer = self.producer_loop()
         # tiles of 128 elements (scores and factors twice a 64-element tile's) hand the producer's registers to the
-        # consumers (setmaxnreg; a kernel calling it is loaded from its whole PTX, runtime.driver). Tiles of 64 keep
-        # the 168 registers a thread of 384 get: ptxas assembles attention at d = 128 in 162 to 167 without spills,
-        # linked or whole (with the hand-over, compiled whole, its producer spilled 20 bytes)
+        # consumers (setmaxnreg; a kernel calling it is loaded from its whole PTX, runtime.driver): without it ptxas
+        # spilled 576 bytes and serialized the wgmmas. Tiles of 64 keep the 168 registers a thread of 384 get: ptxas
+        # assembles attention at d = 128 in them without spills
         if self.kt > 64:
             producer, consumers = [Call("regs_give40", ())] + producer, [Call("regs_take232", ())] + consumers
         return head + self.setup() + [If(f"warp < {warps}", tuple(staging), (Assign("inexact", "0"),)), split] + \
@@ -146,10 +152,10 @@ class TileProducer:
                While("go != 0", (Assign("go", "0"), If("ml < ntile", tuple(live)), Assign("ml", "ml + go"))),
                Assign("mo", "0"), Assign("go", "1"),
                While("go != 0", (Assign("go", "0"), If("mo < ml", tuple(whole)), Assign("mo", "mo + go")))]
-        vote = lambda acc, test, how: For("b", str(BITS - 1), "-1", (  # noqa: E731
-            If("(1 << b) <= ntile", (Assign("cand", f"{acc} | (1 << b)"),
-                                     Assign(acc, f"pick(cuda.syncthreads_{how}(int32({test} >= cand)) != 0, cand, {acc})"))),),
-            "-1")
+        def vote(acc, test, how):  # bit by bit, from the highest a count of tiles may have
+            ballot = f"cuda.syncthreads_{how}(int32({test} >= cand))"
+            return For("b", str(BITS - 1), "-1", (If("(1 << b) <= ntile", (
+                Assign("cand", f"{acc} | (1 << b)"), Assign(acc, f"pick({ballot} != 0, cand, {acc})"))),), "-1")
         return [If(f"warp < {warps}", tuple(own), (Assign("ml", "0"), Assign("mo", f"{1 << BITS}"))),
                 Assign("nlive", "0"), vote("nlive", "ml", "or"), Assign("nopen", "0"), vote("nopen", "mo", "and"),
                 Assign("ntile", "nlive")]
@@ -178,8 +184,8 @@ class TileProducer:
             step += self.producer_issue(f"{self.first}it", "st") + [Call("cp_commit", ())]
             step.append(If(f"it >= {a - 1}", (Call(f"cp_wait{a - 1}", ()), Call("fence_async", ()),
                                                Assign("sf", f"uint32(it - {a - 1}) % uint32({s})"), *arrive)))
-            last = [Call("cp_wait0", ()), Call("fence_async", ()),
-                    For("jt", f"max(ntile - {a - 1}, 0)", "ntile", (Assign("sf", f"uint32(jt) % uint32({s})"), *arrive))]
+            last = [Call("cp_wait0", ()), Call("fence_async", ()), For("jt", f"max(ntile - {a - 1}, 0)", "ntile", (
+                Assign("sf", f"uint32(jt) % uint32({s})"), *arrive))]
             return out + [For("it", "0", "ntile", tuple(step))] + last
         finally:
             self.producing = None

@@ -87,8 +87,6 @@ class KernelSource:
     spec: object = None     # the Spec it was generated for
     written: tuple = ()     # scratch arrays not zero-filled per call: every launch writes whole before reading them
     #                         (or what it reads unwritten cannot reach a stored output: the strategy's build says)
-    restored: tuple = ()    # scratch arrays zero when a launch starts that every launch leaves zero (counters): zeroed
-    #                         once where they are kept between calls
     bounds: tuple = ()      # ((kernel name, launch bounds), ...) of kernels launched with other blocks than spec's
 
 

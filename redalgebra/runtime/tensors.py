@@ -288,11 +288,8 @@ class _Call:
         # allocations of the FP8 product's four cost more host time than its kernels take); the rest is zero-filled
         # per call
         scratch = [(name, named[name].shape, getattr(torch, np.dtype(named[name].dtype).name)) for name, *_ in src.scratch]
-        # (and the counters every launch sets back to zero, zeroed once: src.restored)
-        kept = set(src.written) | set(src.restored)
-        self.kept = tuple(entry for entry in scratch if entry[0] in kept)
-        self.restored = frozenset(src.restored)
-        self.scratch = tuple(entry for entry in scratch if entry[0] not in kept)
+        self.kept = tuple(entry for entry in scratch if entry[0] in src.written)
+        self.scratch = tuple(entry for entry in scratch if entry[0] not in src.written)
         self.per_stream: dict = {}  # stream handle -> {name: its data pointer}, with the tensors kept alive
         self.params = tuple((p, self._way(p, params[p.name], device)) for p in c.params)
         self.numbers: dict = {}  # (param, value) -> its (rows,) device tensor
@@ -381,9 +378,7 @@ class _Call:
             if held is None:
                 if len(self.per_stream) >= 16:
                     self.per_stream.clear()
-                tensors = [(name, (torch.zeros if name in self.restored else torch.empty)(shape, dtype=dtype,
-                                                                                          device=self.device))
-                           for name, shape, dtype in self.kept]
+                tensors = [(name, torch.empty(shape, dtype=dtype, device=self.device)) for name, shape, dtype in self.kept]
                 held = self.per_stream[stream] = ({name: t.data_ptr() for name, t in tensors}, tensors)
             pointers.update(held[0])
         for step in self.steps:

@@ -15,7 +15,7 @@ from tests.runtime.test_columns import _problem, _reference
 @pytest.mark.parametrize("name,rows,length,n,dtype,segments,masked,tol,threads", [
     # FP8 factors are exact in bfloat16: only the float32 summation order differs (the float32 tolerance).
     # Two blocks of rows (the second of one row), 40 of a block's 64 columns, two segments (a tile each, the second
-    # partial) summed by the products' kernel (the last block of a tile's segments), a mask with a fully masked row
+    # partial) summed by the combine kernel, a mask with a fully masked row
     ("fp8_quant_gemm", 17, 100, 40, "bfloat16", 2, True, 1e-5, None),
     # one partial step, two warps taking the steps in turn (their sums met in shared memory), a second block of 8
     # columns, float16 weights
@@ -50,28 +50,6 @@ def test_columns_mma_matches_the_reference(name, rows, length, n, dtype, segment
     assert np.nanmax(np.abs(out - ref)) <= tol * scale
     if keep is not None:
         assert (out[-1] == 0).all()  # nothing kept: the sum is empty
-
-
-def test_the_last_block_of_a_tiles_segments_sums_them_and_sets_its_counter_back():
-    """Segments summed by the products' kernel itself: no third kernel; a prepared launch run again on the same scratch
-    (as a torch call keeps it between calls) finds its counters at zero — each launch sets them back — and stores
-    every output again."""
-    rows, length, n = 9, 300, 144
-    inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16")
-    inputs["w"] = as_e4m3(to_float(inputs["w"]))
-    kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma", segments=3, threads=64)
-    ref = _reference("fp8_quant_gemm", inputs, params, None, rows)["y"]
-    launch = kernel.prepare(inputs, params)
-    assert [k.__name__ for k, _, _ in launch.steps][-1] != "combine" and len(launch.steps) == 2
-    counters = next(a for _, names, args in launch.steps for name, a in zip(names, args) if name == "cnt_tiles")
-    spec = kernel.spec_for(rows, length, {"x": "bfloat16", "w": "e4m3"}, {"n": n}, reps={"w": rows})[1]
-    assert counters.shape == (rows, -(-n // (8 * spec.group)))  # (row blocks up to the rows, column blocks)
-    out = launch.outputs["y"]
-    for _ in range(2):
-        out[...] = np.nan
-        launch.run()
-        assert not np.asarray(counters).any()
-        assert np.max(np.abs(np.asarray(out) - ref)) <= 1e-5 * np.max(np.abs(ref))
 
 
 @pytest.mark.parametrize("dtype,rows,n,segments,masked", [

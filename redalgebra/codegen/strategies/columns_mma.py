@@ -407,32 +407,7 @@ class ColumnsMmaKernel(ColumnsKernel):
                     stored = If(f"{col} < {n}", tuple(body))
                     stmts.append(If(f"warp == {k % w}", (stored,)) if w > 1 else stored)
                 out += [Assign("orow", f"r0 + {8 * nt} + 2 * tq + {bit}"), If("orow < rows", tuple(stmts))]
-        return out + (self.last_block_sums() if self.folds else [])
-
-    # -- the segments' sums in the products' kernel -----------------------------------------------------------------
-    @property
-    def folds(self) -> bool:
-        """Whether the segments' sums are added by the products' kernel itself: the last block of a tile's segments to
-        finish (counted by an atomic counter a tile) adds them, in segment order, and stores the outputs — no third
-        kernel (at a few rows its launch cost the host as much as a kernel's whole time on the device)."""
-        return self.spec.segments > 1
-
-    def last_block_sums(self) -> list:
-        """The block's partial sums made visible (a fence), then its tile's counter raised by one thread: the block
-        that finds every other segment counted is the last, adds the tile's segments in order (``columns``' combine,
-        one output a thread at a time) and sets the counter back to zero for the next launch. The partials it reads
-        were written by other blocks before their fence and their count, and this multiprocessor has not read them in
-        this launch (each tile's are read once, by its last block), so no stale copy of them is in its L1."""
-        tile = "(cuda.blockIdx.x, cuda.blockIdx.y)"
-        count = (Assign("seen", f"cuda.atomic.add(cnt_tiles, {tile}, 1)"),
-                 Assign("lastb[0]", "int32(1) if seen == nseg - 1 else int32(0)"))
-        cols = self.bc
-        at = (Assign("frow", f"r0 + fz // {cols}"), Assign("fcol", f"cb + fz % {cols}"),
-              If(f"frow < rows and fcol < {self.n}", tuple(self.combine_at("frow", "fcol"))))
-        last = (Call("cuda.threadfence", ()), If("tid == 0", (Assign(f"cnt_tiles[{tile[1:-1]}]", "0"),)),
-                For("fz", "tid", str(BM * cols), at, str(self.spec.threads)))
-        return [Shared("lastb", ("1",), "int32"), Call("cuda.threadfence", ()), Barrier(), If("tid == 0", count),
-                Barrier(), If("lastb[0] != 0", last)]
+        return out
 
     def early_start(self) -> list:
         """Launched while the factors' kernel runs (``Spec.dependent``): the block's first weight rows brought into L2
@@ -459,17 +434,13 @@ class ColumnsMmaKernel(ColumnsKernel):
         common = [a for a in args if a not in ("rows", "length")]
         pre = [f"out_pre_{r}" for r in self.scalar_reds]
         part = [f"part_{self.red}"] if self.spec.segments > 1 else []
-        counters = ["cnt_tiles"] if self.folds else []
-        self.tile_columns = self.lay.size_const(-(-self.n // self.bc))  # (the counters' width: column blocks)
         out = [self.factors_kernel(tuple(common + pre + ["fac", "rows", "length"]))]
-        out.append(("tiles", tuple(common + pre + ["fac"] + part + counters + ["rows", "length", "nseg"]), "tiles",
-                    self.tiles()))
-        combine = part and not self.folds
-        if combine:
+        out.append(("tiles", tuple(common + pre + ["fac"] + part + ["rows", "length", "nseg"]), "tiles", self.tiles()))
+        if part:
             out.append(("combine", tuple(common + pre + part + ["rows", "length", "nseg"]), "combine", self.combine()))
         if self.spec.dependent:  # the factors' kernel lets the products start at once; the combine waits for them
             out[0] = out[0][:3] + ([Call("grid_launch", ())] + list(out[0][3]),)
-            if combine:
+            if part:
                 out[-1] = out[-1][:3] + ([Call("grid_wait", ())] + list(out[-1][3]),)
         return out
 
@@ -491,9 +462,7 @@ class ColumnsMmaKernel(ColumnsKernel):
     def scratch(self) -> tuple:
         # (the fragments' order: the rows rounded up to blocks of 16)
         fac = ("fac", {"bfloat16": "uint16", "float16": "float16", "e4m3": "uint8"}[self.fac_store], self.fac_layout, None)
-        # a counter a tile (row block, column block) of the segments' sums, zero between launches (last_block_sums)
-        counters = (("cnt_tiles", "int32", "rows", self.tile_columns),) if self.folds else ()
-        return super().scratch() + (fac,) + counters
+        return super().scratch() + (fac,)
 
 
 # -- registration ----------------------------------------------------------------------------------------
@@ -505,10 +474,8 @@ def build(fused: FusedCascade, spec: Spec, target: str):
     # per row), the factors (the padding past the row's end too), the segments' sums (every block, an empty
     # segment's zeros too) — but the factor rows past the last row up to a whole block of 16: the products read
     # them and nothing else (an output row of mma.sync depends on its own factor row only), and their outputs are
-    # not stored; the tiles' counters are zero from their allocation on, each launch setting them back
-    names = tuple(name for name, *_ in src.scratch)
-    return replace(src, written=tuple(n for n in names if n != "cnt_tiles"),
-                   restored=tuple(n for n in names if n == "cnt_tiles"))
+    # not stored
+    return replace(src, written=tuple(name for name, *_ in src.scratch))
 
 
 def _threads(p: Problem) -> int:

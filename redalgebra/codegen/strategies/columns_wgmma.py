@@ -443,9 +443,6 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         return out
 
 
-    #: The segments' sums by ``columns``' combine kernel (the product's epilogue writes its partial sums only).
-    folds = False
-
     def kernels(self) -> list:
         """``columns_mma``'s kernels (:attr:`Spec.tile_factors`: the product's alone); e4m3 weights widened to float16
         first."""

@@ -22,7 +22,7 @@ warpgroups (the turns couple them anyway) 410–411 µs at four stages, the same
 from __future__ import annotations
 
 from ..tree import Assign, Call, For, If, While
-from .tile_producer import ring_barriers
+from .tile_producer import ring_barriers, ring_producer
 from .wgmma import WgmmaKernel
 
 #: Threads of the product's producer (a warpgroup: 16 copies a thread a tile of the FP8 product; two warps, 32 copies
@@ -92,15 +92,9 @@ class Producer:
             offsets = self.offsets(pt, "ptid")
             copies = lambda tile, stage: self.issue(tile, stage, pt, "ptid")  # noqa: E731
         arrive = [Call("bar_arrive", (full("sf", g), str(per))) for g in range(groups)]
-        step = [Assign("st", f"int32(uint32({q}) % uint32({s}))"),
-                If(f"{q} >= {s}", (Call("bar_sync", (empty("st"), str(t + pt))),))] + copies("it", "st") + [
-            Call("cp_commit", ()),
-            If(f"{q} >= {ahead - 1}", (Call(f"cp_wait{ahead - 1}", ()), Call("fence_async", ()),
-                                       Assign("sf", f"int32(uint32({q} - {ahead - 1}) % uint32({s}))"), *arrive))]
-        count = "gq" if walk else "ntile"  # (the tiles of the axis the ring took)
-        last = [Call("cp_wait0", ()), Call("fence_async", ()),
-                For("jt", f"max({count} - {ahead - 1}, 0)", count,
-                    (Assign("sf", f"int32(uint32(jt) % uint32({s}))"), *arrive))]
+        # (count: the tiles of the axis the ring took)
+        step, last = ring_producer(q, s, ahead, lambda e: f"int32(uint32({e}) % uint32({s}))", copies("it", "st"),
+                                   arrive, empty, str(t + pt), "gq" if walk else "ntile")
         if walk:  # (the releases of the ring's last stages, each waited for once)
             prod += [Assign("gq", "0"), Assign("tile", "cuda.blockIdx.x"),
                      While("tile < total", tuple(span("tile") + offsets + [For("it", "0", "ntile", tuple(step)),

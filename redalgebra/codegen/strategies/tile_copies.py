@@ -10,7 +10,7 @@ to tile are computed once, before the loop (:meth:`TileCopies.copy_setup`). The 
 
 from __future__ import annotations
 
-from ..tree import Assign, Call, If
+from ..tree import Assign, Call, For, If
 
 
 class TileCopies:
@@ -38,10 +38,10 @@ class TileCopies:
         """... and how far from there component ``column`` (a multiple of 8) of its element ``element`` lies."""
         return f"{element} * {self.pitch[x]} + {column}"
 
-    def copies(self):
+    def copies(self, only: str | None = None):
         """``(x, u, guard)``: the thread's ``u``-th 16-byte copy of a tile of vector input ``x`` (``guard``: the test that
-        it exists, for the last of a tile not a multiple of the block)."""
-        for x in self.vin:
+        it exists, for the last of a tile not a multiple of the block); ``only``: of that input alone."""
+        for x in (only,) if only else self.vin:
             total = self.kt * (self.size[x] // 8)
             n, tid = self.copiers
             for u in range(-(-total // n)):
@@ -70,11 +70,13 @@ class TileCopies:
                     Assign(f"so_{at}", self.stage_offset(x, f"ce_{at}", f"cc_{at}"))]
         return out
 
-    def copy_place(self, x: str, u: int) -> tuple[str, str]:
-        """The element of the tile and the first component of the thread's ``u``-th copy of ``x`` (text)."""
+    def copy_place(self, x: str, u: int | str) -> tuple[str, str]:
+        """The element of the tile and the first component of the thread's ``u``-th copy of ``x`` (text; ``u`` a number
+        or the name of a loop's counter)."""
         per_row = self.size[x] // 8
         n, tid = self.copiers
-        return f"({tid} + {u * n}) // {per_row}", f"8 * (({tid} + {u * n}) % {per_row})"
+        at = f"{tid} + {u * n}" if isinstance(u, int) else f"{tid} + {u} * {n}"
+        return f"({at}) // {per_row}", f"8 * (({at}) % {per_row})"
 
     def stage_step(self, x: str, rows: int) -> int | None:
         """How far (16-bit units) in a stage a copy ``rows`` elements after another lies, when that is the same for
@@ -98,18 +100,31 @@ class TileCopies:
                     return rows, step, period
         return None
 
-    def issue(self, tile: str, stage: str) -> list:
-        """``cp.async`` copies of tile ``tile`` of every vector input into stage ``stage`` (zeros past the row's end)."""
-        fast = all(self.regular(x) for x in self.vin)
+    def issue(self, tile: str, stage: str, loop: bool = False) -> list:
+        """``cp.async`` copies of tile ``tile`` of every vector input into stage ``stage`` (zeros past the row's end).
+        ``loop``: each input's copies as a loop the compiler does not unroll (its count through ``fresh``), their places
+        computed in it — a producer warpgroup's (:mod:`.tile_producer`): unrolled, ptxas computed every copy's address
+        first, and the producer needed about 150 registers at tiles of 128 elements (with 88 it spilled 432 bytes; the
+        hand-over leaves it 40, and as loops its copies need no more)."""
+        fast = all(self.regular(x) and not (loop and self.regular(x)[2] != 1) for x in self.vin)
+        n, tid = self.copiers
         out = []
-        for x, u, guard in self.copies():
-            if fast:  # (the places of a partial tile's copies computed here: see copy_setup)
-                ce, cc = self.copy_place(x, u)
-                at = self.stage_offset(x, f"({ce})", f"({cc})")
-            else:
-                ce, cc, at = f"ce_{x}_{u}", f"cc_{x}_{u}", f"so_{x}_{u}"
-            copy = self.copy_one(x, tile, stage, ce, cc, at)
-            out += copy if guard is None else [If(guard, tuple(copy))]
+        for x in self.vin:
+            if loop:  # (the places computed here, whether or not the copies are regular)
+                total = self.kt * (self.size[x] // 8)
+                ce, cc = self.copy_place(x, "u")
+                copy = self.copy_one(x, tile, stage, ce, cc, self.stage_offset(x, f"({ce})", f"({cc})"))
+                body = copy if total % n == 0 else [If(f"{tid} + u * {n} < {total}", tuple(copy))]
+                out.append(For("u", "0", f"fresh({-(-total // n)})", tuple(body)))
+                continue
+            for _, u, guard in self.copies(x):
+                if fast:  # (the places of a partial tile's copies computed here: see copy_setup)
+                    ce, cc = self.copy_place(x, u)
+                    at = self.stage_offset(x, f"({ce})", f"({cc})")
+                else:
+                    ce, cc, at = f"ce_{x}_{u}", f"cc_{x}_{u}", f"so_{x}_{u}"
+                copy = self.copy_one(x, tile, stage, ce, cc, at)
+                out += copy if guard is None else [If(guard, tuple(copy))]
         if not fast:
             return out
         # a tile inside the row: no clamp, no test, one address per input and constant steps (immediate offsets)
@@ -117,6 +132,11 @@ class TileCopies:
         for x in self.vin:
             rows, step, period = self.regular(x)
             full.append(Assign(f"ga_{x}", f"gb_{x} + ({tile}) * {self.kt * self.size[x]}"))
+            if loop:
+                full.append(For("u", "0", f"fresh({self.kt // rows})", (Call("cp_async16_at", (
+                    "sm", f"{self.stage_base(x, stage)} + so_{x}_0 + u * {step}", x,
+                    f"ga_{x} + u * {rows * self.size[x]}", "16")),)))
+                continue
             full += [Call("cp_async16_at", ("sm", f"{self.stage_base(x, stage)} + so_{x}_{u % period} + {u // period * step}",
                                             x, f"ga_{x} + {u * rows * self.size[x]}", "16"))
                      for u in range(self.kt // rows)]

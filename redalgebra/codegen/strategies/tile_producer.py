@@ -53,9 +53,27 @@ def ring_barriers(groups: int, stages: int) -> tuple:
             lambda g: f"{1 + (groups + 1) * stages} + ({g})")
 
 
+def ring_producer(q: str, stages: int, ahead: int, stage, copies: list, arrive: list, empty, waiters: str,
+                  count: str) -> tuple[list, list]:
+    """The producer warpgroup's side of a ring of ``stages`` stages (``wgmma``'s block here, ``columns_wgmma``'s in
+    :mod:`.producer`): (a tile's step, what follows the last tile). Tile ``q`` (its count along the ring) waits for its
+    stage ``st`` to be released (the "empty" barrier ``empty(st)`` of ``waiters`` threads) once the ring has gone
+    round, issues ``copies`` into it and commits them; with ``ahead`` tiles' copies in flight it waits for the oldest,
+    fences its writes to the instructions' proxy and signals its stage ``sf`` (``arrive``: the "full" arrivals).
+    After the last of ``count`` tiles, the ones still in flight are waited for and signalled. ``stage(e)``: the stage
+    of tile ``e`` (text)."""
+    step = [Assign("st", stage(q)), If(f"{q} >= {stages}", (Call("bar_sync", (empty("st"), waiters)),))]
+    step += copies + [Call("cp_commit", ()),
+                      If(f"{q} >= {ahead - 1}", (Call(f"cp_wait{ahead - 1}", ()), Call("fence_async", ()),
+                                                 Assign("sf", stage(f"{q} - {ahead - 1}")), *arrive))]
+    last = [Call("cp_wait0", ()), Call("fence_async", ()),
+            For("jt", f"max({count} - {ahead - 1}, 0)", count, (Assign("sf", stage("jt")), *arrive))]
+    return step, last
+
+
 class TileProducer:
     """The warp-specialized block of a :class:`~.wgmma.WgmmaKernel` (``Spec.producer``), whose ``params``, ``prelude``,
-    ``initial``, ``count``, ``tile``, ``drain``, ``gate_at``, ``copy_setup`` and ``copy_one`` it calls."""
+    ``initial``, ``count``, ``tile``, ``drain``, ``gate_at``, ``copy_setup`` and ``issue`` it calls."""
 
     @property
     def producer(self) -> bool:
@@ -174,45 +192,14 @@ class TileProducer:
 
     def producer_loop(self) -> list:
         full, empty, _ = self.barrier_ids()
-        s, a = self.stages, self.in_flight
+        s = self.stages
         self.producing = (self.group, "ptid")
         try:
-            out = [Assign("ptid", f"tid - {self.threads}")] + self.copy_setup()
             arrive = [Call("bar_arrive", (full("sf", w), str(2 * self.group))) for w in range(2)]
-            step = [Assign("st", f"uint32(it) % uint32({s})"),
-                    If(f"it >= {s}", (Call("bar_sync", (empty("st"), str(self.threads + self.group))),))]
-            step += self.producer_issue(f"{self.first}it", "st") + [Call("cp_commit", ())]
-            step.append(If(f"it >= {a - 1}", (Call(f"cp_wait{a - 1}", ()), Call("fence_async", ()),
-                                               Assign("sf", f"uint32(it - {a - 1}) % uint32({s})"), *arrive)))
-            last = [Call("cp_wait0", ()), Call("fence_async", ()), For("jt", f"max(ntile - {a - 1}, 0)", "ntile", (
-                Assign("sf", f"uint32(jt) % uint32({s})"), *arrive))]
-            return out + [For("it", "0", "ntile", tuple(step))] + last
+            step, last = ring_producer("it", s, self.in_flight, lambda e: f"uint32({e}) % uint32({s})",
+                                       self.issue(f"{self.first}it", "st", loop=True), arrive, empty,
+                                       str(self.threads + self.group), "ntile")
+            return [Assign("ptid", f"tid - {self.threads}")] + self.copy_setup() + \
+                [For("it", "0", "ntile", tuple(step))] + last
         finally:
             self.producing = None
-
-    def producer_issue(self, tile: str, stage: str) -> list:
-        """The producer's copies of tile ``tile`` into stage ``stage``: :meth:`~.tile_copies.TileCopies.issue`'s, each
-        input's as a loop the compiler does not unroll (its count through ``fresh``). Unrolled, ptxas computed every
-        copy's addresses first: the producer then needed about 150 registers at tiles of 128 elements (with 88 it
-        spilled 432 bytes; the hand-over leaves it 40, as a loop it needs no more)."""
-        n, out, whole = self.group, [], []
-        for x in self.vin:
-            per_row = self.size[x] // 8
-            total = self.kt * per_row
-            count = -(-total // n)
-            regular = self.regular(x)
-            e, c = f"(ptid + u * {n}) // {per_row}", f"8 * ((ptid + u * {n}) % {per_row})"
-            copy = self.copy_one(x, tile, stage, e, c, self.stage_offset(x, f"({e})", f"({c})"))
-            guarded = copy if total % n == 0 else [If(f"ptid + u * {n} < {total}", tuple(copy))]
-            out.append(For("u", "0", f"fresh({count})", tuple(guarded)))
-            if regular is None or regular[2] != 1:
-                whole = None
-            elif whole is not None:
-                rows, step_, _ = regular
-                whole += [Assign(f"ga_{x}", f"gb_{x} + ({tile}) * {self.kt * self.size[x]}"),
-                          For("u", "0", f"fresh({self.kt // rows})", (Call("cp_async16_at", (
-                              "sm", f"{self.stage_base(x, stage)} + so_{x}_0 + u * {step_}", x,
-                              f"ga_{x} + u * {rows * self.size[x]}", "16")),))]
-        if whole is None:  # (copies of no fixed step: each computes its place)
-            return out
-        return [If(f"({tile}) * {self.kt} + {self.kt} <= length", tuple(whole), tuple(out))]

@@ -2,6 +2,7 @@
 
     python3 gpu/bench.py [--cases softmax,decode,...] [--quick] [--out gpu/results/h200/bench.csv]
     redalgebra bench [same options]          # runs this script
+    python3 gpu/bench.py --targets --out gpu/results/h200/targets.csv   # the tensor-core targets' cases and table
 
 For every case (workload × shape × dtype, from the paper's model families): the baselines — PyTorch
 eager (the unfused sequence of ops), ``torch.compile`` of the same function, the library kernel where
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import Progress, Row, copy_bandwidth, environment, median_ms, rotating, write_csv  # noqa: E402
+import targets  # noqa: E402
 
 from redalgebra.runtime import as_e4m3, compile  # noqa: E402
 from redalgebra.runtime.compile import KMajorUnread  # noqa: E402
@@ -238,6 +240,8 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", help="comma-separated configurations to try instead of each case's candidates "
                     "(implies --retune), e.g. rows@256x4g256,rows@512x2g512")
     ap.add_argument("--traceback", action="store_true", help="print the traceback of failing configurations")
+    ap.add_argument("--targets", action="store_true", help="the tensor-core targets' cases only (gpu/targets.py), then "
+                    "their table, printed and written beside --out as targets.md")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("redalgebra bench needs a CUDA GPU (and PyTorch with CUDA); none is visible here.", file=sys.stderr)
@@ -248,9 +252,13 @@ def main(argv=None) -> int:
         print(f"unknown case group(s) {unknown}; choose from {groups}", file=sys.stderr)
         return 2
     pick = None if args.pick is None else {int(i) for i in args.pick.split(",")}
-    builders = [(g, b) for g in args.cases.split(",") for i, b in enumerate(cases[g]) if pick is None or i in pick]
+    if args.targets:
+        builders = [((g, i), cases[g][i]) for g, i in targets.cases()]
+    else:
+        builders = [((g, i), b) for g in args.cases.split(",") for i, b in enumerate(cases[g])
+                    if pick is None or i in pick]
     if args.overhead:
-        builders.append(("overhead", None))
+        builders.append((("overhead", 0), None))
     t0 = time.time()
     out = Path(args.out)
     copy = copy_bandwidth()
@@ -259,7 +267,8 @@ def main(argv=None) -> int:
     runner = Runner(copy, out.parent / "autotune.json", args.retune or bool(args.configs))
     rows: list[Row] = []
     progress = Progress(len(builders))
-    for group, build in builders:
+    results = {}  # (group, index) -> the case's rows (the targets' table)
+    for (group, index), build in builders:
         if time.time() - t0 > args.budget:
             print(f"skipped a {group} case: past the {args.budget:.0f}s budget", file=sys.stderr, flush=True)
             progress.step("skipped")
@@ -276,6 +285,7 @@ def main(argv=None) -> int:
             case.candidates = tuple(args.configs.split(","))
         for r in runner.run(case):
             rows.append(r)
+            results.setdefault((group, index), []).append(r)
             print(f"{r.case:<20} {r.shape:<36} {r.dtype:<8} {r.system:<40} {r.ms:9.4f} ms {r.gbps:7.0f} GB/s "
                   f"{100 * r.frac_copy:5.1f}% {r.tflops:6.1f} TF/s {r.valid:<5} {r.note}", flush=True)
         write_csv(rows, out, meta)
@@ -284,6 +294,10 @@ def main(argv=None) -> int:
         progress.step(group)
     progress.close()
     print(f"wrote {out} ({len(rows)} rows) in {time.time() - t0:.0f}s")
+    if args.targets:
+        text = targets.table(results)
+        (out.parent / "targets.md").write_text(f"{meta}\n\n{text}\n")
+        print(text)
     return 0
 
 

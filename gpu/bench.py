@@ -38,6 +38,31 @@ from redalgebra.runtime.check import STORE_ROUNDING  # noqa: E402
 from cases import Case, all_cases, as_tensors, compiled_fn, fused_of, softmax_eager  # noqa: E402
 
 
+def worst_error(case: Case, outputs: dict, want: dict) -> float:
+    """The worst error of ``outputs`` (as a launch or a call returns them: 16-bit ones maybe as bit patterns) relative
+    to the largest value of their float64 references ``want``, less the rounding of storing an output in a narrower
+    type (``check.STORE_ROUNDING``): at most ``case.tol`` passes. A NaN where the reference has none (or none where it
+    has one) is an infinite error: ``max`` would drop a NaN."""
+    worst = 0.0
+    for name in case.outputs:
+        got = torch.as_tensor(outputs[name], device="cuda")
+        stored = {torch.uint16: "bfloat16", torch.int16: "bfloat16", torch.uint8: "e4m3"}.get(got.dtype)
+        got = got.view({"bfloat16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}[stored]) if stored else got
+        slack = STORE_ROUNDING.get(stored or str(got.dtype).replace("torch.", ""), 0.0)
+        got = got.double()
+        ref = want[name].reshape(got.shape).double()
+        if not torch.equal(torch.isnan(got), torch.isnan(ref)):
+            return float("inf")
+        seen = ~torch.isnan(ref)
+        scale = ref[seen].abs().max().clamp(min=1e-30) if seen.any() else 1.0
+        diff = torch.where(got == ref, 0.0, got - ref)  # (equal infinities: no error)
+        error = float((diff[seen].abs().max() / scale).item()) - slack if seen.any() else 0.0
+        if error != error:  # (inf - inf: an infinity where the reference has another)
+            return float("inf")
+        worst = max(worst, error)
+    return worst
+
+
 def prepared_case(group: str, index: int, config: str):
     """``(case, runner, kernel, launch)``: bench's case ``index`` of ``group``, its kernel under ``config`` (bench's
     configuration syntax, not tuned) and a launch prepared on its first input copy — what the single-case scripts
@@ -155,17 +180,7 @@ class Runner:
         launch.run()
         torch.cuda.synchronize()
         want = case.reference(*case.copies[0][2])
-        worst = 0.0
-        for name in case.outputs:
-            got = torch.as_tensor(launch.outputs[name], device="cuda")
-            stored = {torch.uint16: "bfloat16", torch.int16: "bfloat16", torch.uint8: "e4m3"}.get(got.dtype)
-            got = got.view({"bfloat16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}[stored]) if stored else got
-            slack = STORE_ROUNDING.get(stored or str(got.dtype).replace("torch.", ""), 0.0)
-            got = got.double()
-            ref = want[name].reshape(got.shape)
-            scale = ref.abs().max().clamp(min=1e-30)
-            worst = max(worst, float(((got - ref).abs().max() / scale).item()) - slack)
-        return worst
+        return worst_error(case, {name: launch.outputs[name] for name in case.outputs}, want)
 
     @staticmethod
     def moved(case: Case, launch) -> int:
@@ -230,7 +245,8 @@ class Runner:
 def main(argv=None) -> int:
     groups = list(all_cases(False))
     ap = argparse.ArgumentParser(prog="redalgebra bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="gpu/results/h200/bench.csv", help="CSV written after every case")
+    ap.add_argument("--out", help="CSV written after every case (default gpu/results/h200/bench.csv; with --targets, "
+                    "targets.csv there)")
     ap.add_argument("--cases", default=",".join(groups), help=f"comma-separated groups of: {', '.join(groups)}")
     ap.add_argument("--quick", action="store_true", help="the first shape of each group only")
     ap.add_argument("--retune", action="store_true", help="try every candidate even where autotune.json has a choice")
@@ -246,6 +262,9 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("redalgebra bench needs a CUDA GPU (and PyTorch with CUDA); none is visible here.", file=sys.stderr)
         return 2
+    if args.targets and (args.quick or args.pick or args.cases != ",".join(groups)):
+        print("--targets runs the targets' own cases: --quick, --pick and --cases do not apply", file=sys.stderr)
+        return 2
     cases = all_cases(args.quick)
     unknown = [g for g in args.cases.split(",") if g not in cases]
     if unknown:
@@ -260,7 +279,7 @@ def main(argv=None) -> int:
     if args.overhead:
         builders.append((("overhead", 0), None))
     t0 = time.time()
-    out = Path(args.out)
+    out = Path(args.out or f"gpu/results/h200/{'targets' if args.targets else 'bench'}.csv")
     copy = copy_bandwidth()
     print(f"copy bandwidth {copy:.0f} GB/s (4 GiB device-to-device, read + write)", flush=True)
     meta = {**environment(), "copy_gbps": round(copy, 1)}

@@ -20,42 +20,47 @@ OURS, PER_CALL = "redalgebra (tuned)", "redalgebra per call"
 SDPA = ("sdpa flash", "sdpa cudnn")
 FP8_SMALL = ("torch.compile quant + torch._scaled_mm",)
 FP8_LARGE = ("torch._scaled_mm alone (x quantised beforehand)",)
+K_MAJOR = "K7168 N7168 e4m3 weights K-major"
 
 
 @dataclass(frozen=True)
 class Target:
     """``ours ≥ least ×`` the fastest of ``baselines`` on case ``index`` of bench's ``group`` (``baselines`` empty:
-    ours at ``least`` of the copy bandwidth or more)."""
+    ours at ``least`` of the copy bandwidth or more); ``shape``: words the case's shape and dtype hold (a case list
+    reordered shows as the wrong case, not as another case's numbers)."""
 
     label: str
     group: str
     index: int
     baselines: tuple
     least: float
+    shape: str = ""
 
 
 TARGETS = (
-    Target("prefill LLaMA-65B L2048 fp16, vs flash", "prefill", 2, ("sdpa flash",), 1.1),
-    Target("prefill LLaMA-65B L2048 fp16, vs cuDNN", "prefill", 2, ("sdpa cudnn",), 0.8),
-    Target("prefill LLaMA-65B L4096 fp16, vs flash", "prefill", 3, ("sdpa flash",), 1.1),
-    Target("prefill LLaMA-65B L4096 fp16, vs cuDNN", "prefill", 3, ("sdpa cudnn",), 0.8),
-    Target("prefill LLaMA-65B L2048 bf16, vs flash", "prefill_bf16", 0, ("sdpa flash",), 1.1),
-    Target("prefill LLaMA-65B L2048 bf16, vs cuDNN", "prefill_bf16", 0, ("sdpa cudnn",), 0.8),
-    Target("prefill LLaMA-65B L2048 causal, vs flash", "prefill_causal", 0, ("sdpa flash",), 1.1),
-    Target("prefill LLaMA-65B L2048 causal, vs cuDNN", "prefill_causal", 0, ("sdpa cudnn",), 0.8),
-    Target("prefill LLaMA-65B L4096 causal, vs flash", "prefill_causal", 1, ("sdpa flash",), 1.1),
-    Target("prefill LLaMA-65B L4096 causal, vs cuDNN", "prefill_causal", 1, ("sdpa cudnn",), 0.8),
-    Target("prefill BERT-base, vs the best SDPA", "prefill", 0, SDPA, 1.0),
-    Target("prefill ViT-L, vs the best SDPA", "prefill", 1, SDPA, 1.0),
-    Target("MLA decode B4, vs eager", "mla", 0, ("eager",), 2.0),
-    Target("MLA decode B4, of copy", "mla", 0, (), 0.7),
-    Target("MLA decode B16, vs eager", "mla", 1, ("eager",), 2.0),
-    Target("MLA decode B16, of copy", "mla", 1, (), 0.7),
-    Target("FP8 quant + GEMM M1 (e4m3, K-major)", "fp8gemm", 6, FP8_SMALL, 3.0),
-    Target("FP8 quant + GEMM M16 (e4m3, K-major)", "fp8gemm", 7, FP8_SMALL, 3.0),
-    Target("FP8 quant + GEMM M4096 (e4m3, K-major)", "fp8gemm", 5, FP8_LARGE, 0.8),
-    Target("RMSNorm + GEMM M16", "normgemm", 1, ("torch.compile",), 1.0),
-    Target("RMSNorm + GEMM M4096", "normgemm", 2, ("torch.compile",), 1.0),
+    Target("prefill LLaMA-65B L2048 fp16, vs flash", "prefill", 2, ("sdpa flash",), 1.1, "L2048 D128 Q2048 float16"),
+    Target("prefill LLaMA-65B L2048 fp16, vs cuDNN", "prefill", 2, ("sdpa cudnn",), 0.8, "L2048 D128 Q2048 float16"),
+    Target("prefill LLaMA-65B L4096 fp16, vs flash", "prefill", 3, ("sdpa flash",), 1.1, "L4096 D128 Q4096 float16"),
+    Target("prefill LLaMA-65B L4096 fp16, vs cuDNN", "prefill", 3, ("sdpa cudnn",), 0.8, "L4096 D128 Q4096 float16"),
+    Target("prefill LLaMA-65B L2048 bf16, vs flash", "prefill_bf16", 0, ("sdpa flash",), 1.1,
+           "L2048 D128 Q2048 bfloat16"),
+    Target("prefill LLaMA-65B L2048 bf16, vs cuDNN", "prefill_bf16", 0, ("sdpa cudnn",), 0.8,
+           "L2048 D128 Q2048 bfloat16"),
+    Target("prefill LLaMA-65B L2048 causal, vs flash", "prefill_causal", 0, ("sdpa flash",), 1.1, "L2048 D128 Q2048"),
+    Target("prefill LLaMA-65B L2048 causal, vs cuDNN", "prefill_causal", 0, ("sdpa cudnn",), 0.8, "L2048 D128 Q2048"),
+    Target("prefill LLaMA-65B L4096 causal, vs flash", "prefill_causal", 1, ("sdpa flash",), 1.1, "L4096 D128 Q4096"),
+    Target("prefill LLaMA-65B L4096 causal, vs cuDNN", "prefill_causal", 1, ("sdpa cudnn",), 0.8, "L4096 D128 Q4096"),
+    Target("prefill BERT-base, vs the best SDPA", "prefill", 0, SDPA, 1.0, "BERT-base"),
+    Target("prefill ViT-L, vs the best SDPA", "prefill", 1, SDPA, 1.0, "ViT-L"),
+    Target("MLA decode B4, vs eager", "mla", 0, ("eager",), 2.0, "B4 H128"),
+    Target("MLA decode B4, of copy", "mla", 0, (), 0.7, "B4 H128"),
+    Target("MLA decode B16, vs eager", "mla", 1, ("eager",), 2.0, "B16 H128"),
+    Target("MLA decode B16, of copy", "mla", 1, (), 0.7, "B16 H128"),
+    Target("FP8 quant + GEMM M1 (e4m3, K-major)", "fp8gemm", 6, FP8_SMALL, 3.0, f"M1 {K_MAJOR}"),
+    Target("FP8 quant + GEMM M16 (e4m3, K-major)", "fp8gemm", 7, FP8_SMALL, 3.0, f"M16 {K_MAJOR}"),
+    Target("FP8 quant + GEMM M4096 (e4m3, K-major)", "fp8gemm", 5, FP8_LARGE, 0.8, f"M4096 {K_MAJOR}"),
+    Target("RMSNorm + GEMM M16", "normgemm", 1, ("torch.compile",), 1.0, "M16 K4096"),
+    Target("RMSNorm + GEMM M4096", "normgemm", 2, ("torch.compile",), 1.0, "M4096 K4096"),
 )
 
 
@@ -95,6 +100,10 @@ def table(results: dict, targets=TARGETS) -> str:
         rows = results.get((t.group, t.index))
         if not rows:
             lines.append(f"| {t.label} | not run | | | | | | {_goal(t)} | |")
+            continue
+        where = f"{rows[0].shape} {rows[0].dtype} "
+        if t.shape not in where:
+            lines.append(f"| {t.label} | wrong case: {where.strip()} (expected {t.shape}) | | | | | | {_goal(t)} | |")
             continue
         m = measure(t, rows)
         unit = "" if t.baselines else " of copy"

@@ -105,7 +105,8 @@ class TileCopies:
         ``loop``: each input's copies as a loop the compiler does not unroll (its count through ``fresh``), their places
         computed in it — a producer warpgroup's (:mod:`.tile_producer`): unrolled, ptxas computed every copy's address
         first, and the producer needed about 150 registers at tiles of 128 elements (with 88 it spilled 432 bytes; the
-        hand-over leaves it 40, and as loops its copies need no more)."""
+        hand-over leaves it 40, and as loops its copies need no more). A loop steps one place at a time, so an input
+        whose regular copies repeat only every few (a period above 1) takes the per-copy path for every tile."""
         fast = all(self.regular(x) and not (loop and self.regular(x)[2] != 1) for x in self.vin)
         n, tid = self.copiers
         out = []

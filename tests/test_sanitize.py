@@ -1,9 +1,6 @@
 """gpu/sanitize.py without a GPU: its cases, the plan's grouping, the reference check, the sanitizer-log parser
 and the attribution of reports to cases. (The kernels themselves run in ``gpu/sanitize.py --dry-run``.)"""
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,18 +9,11 @@ import pytest
 from redalgebra import workloads
 from redalgebra.codegen.strategies import names
 from redalgebra.ir import evaluate
-
-PATH = Path(__file__).resolve().parent.parent / "gpu" / "sanitize.py"
-
+from tests.gpu_scripts import loaded
 
 @pytest.fixture(scope="module")
 def S():
-    spec = importlib.util.spec_from_file_location("gpu_sanitize", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while they are made
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    yield from loaded("sanitize")
 
 
 def test_cases_cover_every_real_strategy_and_distinct_cascade_at_every_length(S):

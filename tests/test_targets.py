@@ -1,24 +1,17 @@
 """gpu/targets.py without a GPU: the targets' table from one run's rows (ratios to the fastest named baseline, fractions
 of copy, missing cases and systems)."""
 
-import importlib.util
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-PATH = Path(__file__).resolve().parent.parent / "gpu" / "targets.py"
+from tests.gpu_scripts import GPU, loaded
 
 
 @pytest.fixture(scope="module")
 def T():
-    spec = importlib.util.spec_from_file_location("gpu_targets", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while they are made
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    yield from loaded("targets")
 
 
 def row(system, ms, frac_copy=0.0, shape="S", dtype="float16"):
@@ -72,18 +65,18 @@ def test_the_table_has_a_line_a_target_and_says_which_cases_did_not_run_or_are_n
 
 def test_every_named_baseline_is_one_bench_times(T):
     # (the systems' names as gpu/cases.py writes them: a misspelt one would leave its target without a verdict)
-    text = (PATH.parent / "cases.py").read_text()
+    text = (GPU / "cases.py").read_text()
     names = {b for t in T.TARGETS for b in t.baselines}
     assert names and not [n for n in names if f'"{n}"' not in text]
 
 
 def test_every_target_reads_a_case_bench_has(T):
     pytest.importorskip("torch")
-    sys.path.insert(0, str(PATH.parent))
+    sys.path.insert(0, str(GPU))
     try:
         from cases import all_cases  # gpu/cases.py: builders only, nothing made on a device until one is called
     finally:
-        sys.path.remove(str(PATH.parent))
+        sys.path.remove(str(GPU))
     groups = all_cases(False)
     for group, index in T.cases():
         assert index < len(groups[group]), (group, index)  # (the shapes are checked when the table is made)

@@ -107,7 +107,7 @@ class TileCopies:
         first, and the producer needed about 150 registers at tiles of 128 elements (with 88 it spilled 432 bytes; the
         hand-over leaves it 40, and as loops its copies need no more). A loop steps one place at a time, so an input
         whose regular copies repeat only every few (a period above 1) takes the per-copy path for every tile."""
-        fast = all(self.regular(x) and not (loop and self.regular(x)[2] != 1) for x in self.vin)
+        fast = all(r is not None and not (loop and r[2] != 1) for r in map(self.regular, self.vin))
         n, tid = self.copiers
         out = []
         for x in self.vin:

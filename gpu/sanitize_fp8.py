@@ -1,12 +1,13 @@
 """The FP8 kernels under compute-sanitizer, at small hostile shapes: the FP8 product reading K-major weights as they
 lie (the producer's copies straight from the user's memory), a block a tile and walking the tiles (``persistent``:
 the ring of stages running on across tiles), in blocks of 128, 160 and 192 columns (``group=20``, ``24``: setmaxnreg); ``columns_mma`` (a few rows) reading K-major e4m3 and bfloat16 weights as
-they lie, with empty segments (their L2 prefetch skipped); and the ``rows`` quantiser's two quotient forms (the
+they lie (e4m3 ones on the FP8 instruction too, ``mma.m16n8k32``), with empty segments (their L2 prefetch skipped); and the ``rows`` quantiser's two quotient forms (the
 reciprocal tested once a row, for e4m3 bytes; an element at a time, ``rt_q8c``, for float32), with a row whose scale
 is above the fast range (divided; the cascade's clamp keeps scales from going below it). Each call is checked against the float32 division or float64.
 
     compute-sanitizer --tool memcheck python3 gpu/sanitize_fp8.py
     compute-sanitizer --tool racecheck python3 gpu/sanitize_fp8.py
+    compute-sanitizer --tool memcheck python3 gpu/sanitize_fp8.py columns_mma     # the cases of named checks alone
 
 Prints a line per case; exits 1 on a wrong value (the sanitizer's own report says the rest).
 """
@@ -49,14 +50,15 @@ def fp8_products(m: int, k: int, n: int, seg, persistent=None, group=None) -> bo
     return err <= 4e-4
 
 
-def columns_mma(m: int, k: int, n: int, kind: str, seg) -> bool:
+def columns_mma(m: int, k: int, n: int, kind: str, seg, fp8: bool = False) -> bool:
     x, w, want = _linear(m, k, n, kind)
-    kern = ra.compile(ra.derive(workloads.get("fp8_quant_gemm").cascade), "cuda", "columns_mma",
+    kern = ra.compile(ra.derive(workloads.get("fp8_quant_gemm").cascade), "cuda", "columns_mma", fp8_products=fp8,
                       **({"segments": seg} if seg else {}))
     got = kern({"x": x, "w": w.t()[None]}, {})["y"].double()
     err = float((got - want).abs().max()) / float(want.abs().max())
-    print(f"columns_mma, K-major {kind} weights, M{m} K{k} N{n} segments {seg or 'auto'}: {err:.2e}", flush=True)
-    return err <= 1e-5
+    print(f"columns_mma{' on the FP8 instruction' if fp8 else ''}, K-major {kind} weights, M{m} K{k} N{n} segments "
+          f"{seg or 'auto'}: {err:.2e}", flush=True)
+    return err <= (4e-4 if fp8 else 1e-5)  # (the FP8 instruction: as the FP8 products above)
 
 
 def quantiser(rows: int, length: int, out_dtype) -> bool:
@@ -76,7 +78,7 @@ def quantiser(rows: int, length: int, out_dtype) -> bool:
     return bad == 0
 
 
-def main() -> int:
+def main(argv) -> int:
     cases = [lambda: fp8_products(130, 256, 72, None), lambda: fp8_products(5, 384, 80, 3),
              lambda: fp8_products(130, 256, 72, None, True), lambda: fp8_products(5, 384, 80, 3, True),
              # blocks of 192 columns, the producer's registers handed to the consumers (a partial last block)
@@ -85,9 +87,14 @@ def main() -> int:
              # 640 elements in 7 segments of 128: the last two empty
              lambda: columns_mma(1, 640, 64, "e4m3", 7), lambda: columns_mma(16, 320, 144, "e4m3", 3),
              lambda: columns_mma(9, 192, 72, "bf16", None), lambda: columns_mma(33, 256, 40, "bf16", 2),
+             # the FP8 instruction (mma.m16n8k32.e4m3): a token, 16 rows in three segments, two row blocks
+             lambda: columns_mma(1, 640, 64, "e4m3", 7, True), lambda: columns_mma(16, 320, 144, "e4m3", 3, True),
+             lambda: columns_mma(20, 448, 208, "e4m3", None, True),
              lambda: quantiser(5, 1001, None), lambda: quantiser(5, 1001, "float32"),
              lambda: quantiser(3, 7168, None)]
-    ok = True
+    if argv:  # e.g. `columns_mma`: the cases of those checks alone
+        cases = [case for case in cases if any(name in case.__code__.co_names for name in argv)]
+    ok = bool(cases)
     for case in cases:  # every case runs, whatever an earlier one raised
         try:
             ok = case() and ok
@@ -98,4 +105,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -406,11 +406,11 @@ def all_cases(quick: bool) -> dict:
         + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_mma@64", "columns"), "e4m3")
            for m in (1, 16)] + [lambda: case_fp8_gemm(4096, 7168, 7168, ("columns_wgmma", "columns_wgmma+fp8", "columns_wgmma+fp8@256g20",
                                                    "columns_wgmma+fp8@256g24"), "e4m3", k_major=True)]
-        + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_mma@64", "columns_mma+fp8",
-                                                     "columns_mma+fp8@64"), "e4m3", k_major=True)
-           for m in (1, 16)]  # (a Linear layer's weights as they lie, read so by columns_mma; +fp8: mma.m16n8k32.e4m3)
-        + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_mma+fp8"), "e4m3", k_major=True)
-           for m in (64, 256)],  # (between the targets' token counts: four and sixteen blocks of rows)
+        + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_mma@64"), "e4m3", k_major=True)
+           for m in (1, 16)]  # (a Linear layer's weights as they lie, read so by columns_mma)
+        # between the targets' token counts, where `auto` turns from columns_mma to columns_wgmma (GEMM_ROWS)
+        + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_wgmma", "auto"), "e4m3", k_major=True)
+           for m in (64, 128, 256)],
         "normgemm": [lambda m=m: case_rmsnorm_gemm(m, 4096, 4096, ("columns_mma", "columns", "columns@128s38"))
                      for m in (1, 16)] + [lambda: case_rmsnorm_gemm(4096, 4096, 4096, ("columns_wgmma", "columns_mma"))],
         "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")

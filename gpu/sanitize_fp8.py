@@ -1,7 +1,7 @@
 """The FP8 kernels under compute-sanitizer, at small hostile shapes: the FP8 product reading K-major weights as they
 lie (the producer's copies straight from the user's memory), a block a tile and walking the tiles (``persistent``:
 the ring of stages running on across tiles), in blocks of 128, 160 and 192 columns (``group=20``, ``24``: setmaxnreg); ``columns_mma`` (a few rows) reading K-major e4m3 and bfloat16 weights as
-they lie (e4m3 ones on the FP8 instruction too, ``mma.m16n8k32``), with empty segments (their L2 prefetch skipped); and the ``rows`` quantiser's two quotient forms (the
+they lie, with empty segments (their L2 prefetch skipped); and the ``rows`` quantiser's two quotient forms (the
 reciprocal tested once a row, for e4m3 bytes; an element at a time, ``rt_q8c``, for float32), with a row whose scale
 is above the fast range (divided; the cascade's clamp keeps scales from going below it). Each call is checked against the float32 division or float64.
 
@@ -50,15 +50,14 @@ def fp8_products(m: int, k: int, n: int, seg, persistent=None, group=None) -> bo
     return err <= 4e-4
 
 
-def columns_mma(m: int, k: int, n: int, kind: str, seg, fp8: bool = False) -> bool:
+def columns_mma(m: int, k: int, n: int, kind: str, seg) -> bool:
     x, w, want = _linear(m, k, n, kind)
-    kern = ra.compile(ra.derive(workloads.get("fp8_quant_gemm").cascade), "cuda", "columns_mma", fp8_products=fp8,
+    kern = ra.compile(ra.derive(workloads.get("fp8_quant_gemm").cascade), "cuda", "columns_mma",
                       **({"segments": seg} if seg else {}))
     got = kern({"x": x, "w": w.t()[None]}, {})["y"].double()
     err = float((got - want).abs().max()) / float(want.abs().max())
-    print(f"columns_mma{' on the FP8 instruction' if fp8 else ''}, K-major {kind} weights, M{m} K{k} N{n} segments "
-          f"{seg or 'auto'}: {err:.2e}", flush=True)
-    return err <= (4e-4 if fp8 else 1e-5)  # (the FP8 instruction: as the FP8 products above)
+    print(f"columns_mma, K-major {kind} weights, M{m} K{k} N{n} segments {seg or 'auto'}: {err:.2e}", flush=True)
+    return err <= 1e-5
 
 
 def quantiser(rows: int, length: int, out_dtype) -> bool:
@@ -87,9 +86,7 @@ def main(argv) -> int:
              # 640 elements in 7 segments of 128: the last two empty
              lambda: columns_mma(1, 640, 64, "e4m3", 7), lambda: columns_mma(16, 320, 144, "e4m3", 3),
              lambda: columns_mma(9, 192, 72, "bf16", None), lambda: columns_mma(33, 256, 40, "bf16", 2),
-             # the FP8 instruction (mma.m16n8k32.e4m3): a token, 16 rows in three segments, two row blocks
-             lambda: columns_mma(1, 640, 64, "e4m3", 7, True), lambda: columns_mma(16, 320, 144, "e4m3", 3, True),
-             lambda: columns_mma(20, 448, 208, "e4m3", None, True),
+             lambda: columns_mma(20, 448, 208, "e4m3", None),  # two blocks of rows, the second of four
              lambda: quantiser(5, 1001, None), lambda: quantiser(5, 1001, "float32"),
              lambda: quantiser(3, 7168, None)]
     if argv:  # e.g. `columns_mma`: the cases of those checks alone

@@ -36,9 +36,9 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 
-from .formats import _f32, bf16_bits, e4m3_bits, e4m3_values, f16_bits
-from .lowering import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _asm, _bf16_pair, _check, _device, _e4m3_pair, _elements,
-                       _number, _pack, _pointer, _side_effect, _span, _vector)
+from .formats import _f32, bf16_bits, e4m3_values, f16_bits
+from .lowering import (SIMULATOR, _B16, _B16_TYPES, _F16, _U8, _asm, _bf16_pair, _check, _device, _elements, _number,
+                       _pack, _pointer, _side_effect, _span, _vector)
 
 from .sim_async import _shared_flat, _sim_check_write, _sim_stage
 
@@ -48,7 +48,7 @@ if not SIMULATOR:
 __all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "e4m3_halves", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "ld_w2_stream_at",
            "st_w2_at", "st_w4_at", "lds_w4", "sts_w4",
            "prefetch_l2_at", "grid_wait", "grid_launch", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
-           "mma_e4m3", "pack_bf16x2", "pack_f16x2", "pack_e4m3x4", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
+           "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_ss_e4m3", "wgmma_fence",
            "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
            "fence_async", "bar_sync", "bar_arrive", "regs_give", "regs_take", "regs_give40", "regs_take232", "warp_sync"]
@@ -259,27 +259,6 @@ def _sim_mma(kind):
                     for lane in range(32)]
         return _warp_collective(((a0, a1, a2, a3), (b0, b1), (c0, c1, c2, c3)), combine)
     return mma
-
-
-def _sim_mma_e4m3(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-    def combine(slots):
-        A, B, C = np.zeros((16, 32)), np.zeros((32, 8)), np.zeros((16, 8))
-        for lane, (a, b, c) in enumerate(slots):
-            g, t = lane >> 2, lane & 3
-            for r in range(4):  # word r: row g (+ 8 for words 1 and 3), k 4 t … 4 t + 3 (+ 16 for words 2 and 3)
-                k = 4 * t + 16 * (r >> 1)
-                A[g + 8 * (r & 1), k:k + 4] = e4m3_values(np.array([a[r]], np.uint32).view(np.uint8))
-            for r in range(2):  # word r: k 4 t … 4 t + 3 (+ 16 for word 1) of column g
-                B[4 * t + 16 * r:4 * t + 16 * r + 4, g] = e4m3_values(np.array([b[r]], np.uint32).view(np.uint8))
-            for r in range(4):
-                C[g + 8 * (r >> 1), 2 * t + (r & 1)] = c[r]
-        D = _f32(A @ B + C)
-        return [tuple(D[(lane >> 2) + 8 * (r >> 1), 2 * (lane & 3) + (r & 1)] for r in range(4)) for lane in range(32)]
-    return _warp_collective(((a0, a1, a2, a3), (b0, b1), (c0, c1, c2, c3)), combine)
-
-
-def _sim_pack_e4m3x4(v0, v1, v2, v3):
-    return np.uint32(e4m3_bits(_f32([v0, v1, v2, v3])).view(np.uint8).view(np.uint32)[0])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -572,7 +551,7 @@ ldsm_x4_t.__doc__ = """``ldsm_x4`` transposed (``ldmatrix.x4.trans``): word ``m`
 column ``l >> 2`` of matrix ``m`` — the B fragment of a row-major ``[k][n]`` operand."""
 
 
-def _mma(name, kind, k=16):
+def _mma(name, kind):
     def typer(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         rt = types.UniTuple(types.float32, 4)
 
@@ -581,7 +560,7 @@ def _mma(name, kind, k=16):
             words = [context.cast(builder, v, t, types.uint32) for v, t in zip(args[:6], sig.args[:6])]
             accs = [context.cast(builder, v, t, types.float32) for v, t in zip(args[6:], sig.args[6:])]
             fnty = ir.FunctionType(ir.LiteralStructType([f32] * 4), [i32] * 6 + [f32] * 4)
-            asm = ir.InlineAsm(fnty, f"mma.sync.aligned.m16n8k{k}.row.col.f32.{kind}.{kind}.f32 {{$0, $1, $2, $3}}, "
+            asm = ir.InlineAsm(fnty, f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 {{$0, $1, $2, $3}}, "
                                      "{$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
                                "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f")
             out = builder.call(asm, words + accs)
@@ -597,27 +576,6 @@ mma_bf16.__doc__ = """``(d0, d1, d2, d3) = A·B + C`` on bfloat16 fragments (``m
 accumulators); A in four words, B in two, C and D in the accumulator layout of the module's notes."""
 mma_f16 = _device(_sim_mma("f16"))(_mma("mma_f16", "f16"))
 mma_f16.__doc__ = """``mma_bf16`` on float16 fragments."""
-mma_e4m3 = _device(_sim_mma_e4m3)(_mma("mma_e4m3", "e4m3", 32))
-mma_e4m3.__doc__ = """``(d0, d1, d2, d3) = A·B + C`` on e4m3 fragments, 16×32 by 32×8 (``mma.sync.aligned.m16n8k32``,
-sm_89 and later), float32 accumulators in the layout of ``mma_bf16``. Each word holds four bytes, consecutive ``k``:
-A's words ``(g, 4t …)``, ``(g + 8, 4t …)``, ``(g, 16 + 4t …)``, ``(g + 8, 16 + 4t …)``; B's ``k = 4t …`` and
-``16 + 4t …`` of column ``g``. The instruction may sum in fewer bits than float32: callers add its result of fresh
-(zero) accumulators to their float32 sums."""
-
-
-@_device(_sim_pack_e4m3x4)
-def pack_e4m3x4(typingctx, v0, v1, v2, v3):
-    """Round four float32 as ``e4m3`` does (nearest even, saturating at ±448) into one word, ``v0`` in its low byte."""
-    for v in (v0, v1, v2, v3):
-        _number("pack_e4m3x4", v)
-
-    def codegen(context, builder, sig, args):
-        i32 = ir.IntType(32)
-        f = [context.cast(builder, v, t, types.float32) for v, t in zip(args, sig.args)]
-        lo = builder.zext(_e4m3_pair(builder, f[0], f[1]), i32)
-        hi = builder.zext(_e4m3_pair(builder, f[2], f[3]), i32)
-        return builder.or_(lo, builder.shl(hi, i32(16)))
-    return types.uint32(v0, v1, v2, v3), codegen
 
 
 def _packer(name, kind, bits):

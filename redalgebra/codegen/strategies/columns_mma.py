@@ -154,9 +154,6 @@ class ColumnsMmaKernel(ColumnsKernel):
         # of one column; 4 lanes' loads a super-step of 4 KL elements (k_major_loop)
         self.km = self.x in spec.k_major
         self.kl = 16 // (1 if self.bytes else 2) if self.km else 4
-        # Spec.fp8_products (K-major e4m3 weights, fp8() factors: configure): the factors stored as e4m3 bytes and the
-        # products on the FP8 instruction (k32_loop)
-        self.fp8 = bool(spec.fp8_products) and self.km and self.bytes
         blocks = BLOCKS_E4M3 if self.bytes else BLOCKS
         if spec.threads not in blocks or spec.batch not in (8, BM) or spec.tile != BK \
                 or spec.group not in loads(self.bytes):
@@ -233,11 +230,6 @@ class ColumnsMmaKernel(ColumnsKernel):
         rows in blocks of 16, each block's steps of 16 elements one after another, a step lane by lane — two 8-byte
         stores, elements ``kx … kx + 3`` at lane ``4 (row % 8) + (kx % 16) // 4``, the next four at the next lane, the
         rows ``8 … 15`` of a block 4 values into a lane's 8."""
-        if self.fp8:  # e4m3 bytes: a super-step of 64 elements in the place of its four steps' (k32_loop)
-            at = (f"(row // 16 * (fac.shape[1] // 16) + kx // 64 * 4) * {FRAGMENT} + 16 * (4 * (row % 8) + (kx % 64) // 16) "
-                  f"+ 8 * ((row // 8) % 2) + 4 * ((kx % 16) // 8)")
-            return [Assign("fo", at), Call("st_w2_at", ("fac", "fo", f"pack_e4m3x4({', '.join(values[:4])})",
-                                                        f"pack_e4m3x4({', '.join(values[4:])})"))]
         pack = f"pack_{self.kind}x2"
         at = (f"(row // 16 * (fac.shape[1] // 16) + kx // 16) * {FRAGMENT} + 8 * (4 * (row % 8) + (kx % 16) // 4) + "
               f"4 * ((row // 8) % 2)")
@@ -321,9 +313,6 @@ class ColumnsMmaKernel(ColumnsKernel):
             return out + [Assign(f"fa_{u}_{st}_0, fa_{u}_{st}_1, fb_{u}_{st}_0, fb_{u}_{st}_1",
                                  f"ld_w4_at(fac, fq + (({sup}) * {spl} + {st}) * {FRAGMENT})") for st in range(spl)]
 
-        if self.fp8:
-            return self.k32_loop(setup, su, sk)
-
         def products(u: str) -> list:
             out, mma = [], f"mma_{self.kind}"
             for st in range(spl):
@@ -339,39 +328,6 @@ class ColumnsMmaKernel(ColumnsKernel):
                     for nt in range(self.nt):
                         regs = ", ".join(f"ac_{mt}_{nt}_{i}" for i in range(4))
                         out.append(Assign(regs, f"{mma}({a}, {b[nt]}, {regs})"))
-            return out
-
-        count, loops = self.warps_take_steps("nsup", "nsup", su, load, products)
-        return setup + [count], loops
-
-    def k32_loop(self, setup: list, su: int, sk: int) -> tuple[list, list]:
-        """:meth:`k_major_loop` on the FP8 instruction (:attr:`Spec.fp8_products`): lane ``(lg, tq)``'s 16 bytes of a
-        column are elements ``16 tq … 16 tq + 15`` of the super-step, four words of four; half ``h`` of the
-        super-step is one ``mma.m16n8k32.e4m3`` whose ``k = 4 tq …`` are the column's word ``2 h`` and ``k = 16 + 4 tq
-        …`` its word ``2 h + 1`` (A: rows ``g`` and ``g + 8`` are the lane's columns ``2 mt`` and ``2 mt + 1``), and
-        whose B words are the same elements of the factor rows ``lg`` (and ``lg + 8``): 16 bytes of each a lane, which
-        :meth:`factor_store` puts at lane ``(lg, tq)``'s 32 bytes of the super-step (a sum does not depend on the
-        order of its terms: A and B need only agree). No widening, half the products of the float16 instruction.
-        Each product is of fresh accumulators, added to the float32 sums (the instruction may sum in fewer bits)."""
-        each = self.each
-
-        def load(u: str, sup: str, tail: bool) -> list:
-            out = [Assign(", ".join(f"wv_{u}_{c}_{q}" for q in range(4)),
-                          f"ld_w4_stream_at({self.x}, wo + {c} * length + ({sup}) * {sk})") for c in range(each)]
-            at = f"fq + ({sup}) * {4 * FRAGMENT}"
-            return out + [Assign(", ".join(f"fa_{u}_{q}" for q in range(4)), f"ld_w4_at(fac, {at})"),
-                          Assign(", ".join(f"fb_{u}_{q}" for q in range(4)), f"ld_w4_at(fac, {at} + 8)")]
-
-        def products(u: str) -> list:
-            out, zero = [], ", ".join([self.consts.name(0.0)] * 4)
-            for h in (0, 1):
-                b = [f"fa_{u}_{2 * h}, fa_{u}_{2 * h + 1}", f"fb_{u}_{2 * h}, fb_{u}_{2 * h + 1}"]
-                for mt in range(each // 2):
-                    c0, c1 = 2 * mt, 2 * mt + 1
-                    a = f"wv_{u}_{c0}_{2 * h}, wv_{u}_{c1}_{2 * h}, wv_{u}_{c0}_{2 * h + 1}, wv_{u}_{c1}_{2 * h + 1}"
-                    for nt in range(self.nt):
-                        out.append(Assign("q0, q1, q2, q3", f"mma_e4m3({a}, {b[nt]}, {zero})"))
-                        out += [Assign(f"ac_{mt}_{nt}_{i}", f"q{i}", "+") for i in range(4)]
             return out
 
         count, loops = self.warps_take_steps("nsup", "nsup", su, load, products)
@@ -412,8 +368,7 @@ class ColumnsMmaKernel(ColumnsKernel):
             out += [Assign("nfull", "max(hi - lo, 0) // 16"), Assign("nstep", "max(hi - lo + 15, 0) // 16")]
         # the block's factors of the segment's first step, this lane's 16 bytes (rows past the last hold whatever the
         # scratch held: their outputs are not stored)
-        out.append(Assign("fq", f"(cuda.blockIdx.x * (fac.shape[1] // 16) + lo // 16) * {FRAGMENT} + "
-                                f"{16 if self.fp8 else 8} * lane"))
+        out.append(Assign("fq", f"(cuda.blockIdx.x * (fac.shape[1] // 16) + lo // 16) * {FRAGMENT} + 8 * lane"))
         if self.km:
             setup, loops = self.k_major_loop()
         else:
@@ -595,13 +550,10 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     # on Hopper each kernel after the first starts while the one before runs (programmatic dependent launch)
     dependent = not p.option("simulator") and tuple(p.option("cc") or ())[:1] >= (9,)
     # rows of a block: 16, or 8 (one n8 tile of products) where there are no more
-    major = k_major(fused, p)
-    # the FP8 instruction when asked, on K-major e4m3 weights with fp8() factors (k32_loop); the exact product elsewhere
-    fp8 = bool(p.option("fp8_products")) and e4m3 and bool(major) and exact_factors(fused)
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=8 if p.rows <= 8 else BM, segments=int(nseg),
                 nseg=int(nseg),
                 pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False), min_blocks=minb,
-                dependent=dependent, k_major=major, fp8_products=fp8)
+                dependent=dependent, k_major=k_major(fused, p))
 
 
 def k_major(fused: FusedCascade, p: Problem) -> tuple:

@@ -156,8 +156,8 @@ def test_host_k_major_weights_not_read_so_are_judged_as_the_copy_they_become():
     # 16-bit weights: 8 elements a lane's load, two steps a super-step of 32; RMSNorm's rounded factors
     ("fp8_quant_gemm", "bfloat16", 3, 192, 72, 2),
     ("rmsnorm_gemm", "bfloat16", 9, 256, 40, None),
-    # three row blocks of 16 (8 e4m3 columns a lane), two segments
-    ("fp8_quant_gemm", "e4m3", 33, 192, 64, 2),
+    # three row blocks of 16 (8 e4m3 columns a lane), two segments of a super-step
+    ("fp8_quant_gemm", "e4m3", 33, 128, 64, 2),
     # two warps taking 14 super-steps in turn: the loop's rest (warps of one a super-step) runs
     ("fp8_quant_gemm", "bfloat16-threads64", 2, 448, 16, None),
 ])

@@ -378,8 +378,9 @@ def test_a_producer_warpgroup_refuses_a_gate_not_true_on_a_prefix_with_a_message
 
 @pytest.mark.parametrize("options", [{}, {"tile": 128}, {"segments": 4}])
 def test_a_producer_block_reads_no_tile_its_causal_mask_hides(options):
-    # queries at positions 0 … 299 over their 300 keys, blocks of 32 rows: the values from key 256 on (a tile of 64
-    # or 128 keys) are NaN. Only the last blocks' rows see them (and are NaN); a block that read that tile at all would
+    # queries at positions 0 … 169 over their 170 keys, blocks of 32 rows: the values from key 128 on (a tile of 64
+    # or 128 keys, the last one partial) are NaN. Only the last blocks' rows see them (and are NaN); a block that read
+    # that tile at all would
     # make its rows NaN too (a masked key's factor 0 times NaN), where the other rows' outputs are those of clean
     # values. The block's live
     # tiles and its whole ones are counted before the producer and the consumers part (ALiBi's gate, pos <= qpos:
@@ -387,17 +388,17 @@ def test_a_producer_block_reads_no_tile_its_causal_mask_hides(options):
     from redalgebra import evaluate, workloads
 
     rng = np.random.default_rng(4)
-    R = L = 300
+    R = L = 170
     inputs = {x: rng.normal(size=(1, L, 16)).astype(np.float16) for x in ("k", "v")}
     params = {"q": rng.normal(size=(R, 16)).astype(np.float16).astype(np.float32), "scale": np.float32(0.25),
               "slope": np.float32(0.3), "qpos": np.arange(R, dtype=np.float32)}
     wide = {k_: np.repeat(v_.astype(np.float64), R, 0) for k_, v_ in inputs.items()}
     ref = evaluate(workloads.get("alibi_attention").cascade, wide, params)["y"]
-    inputs["v"][0, 256:] = np.nan
-    # (four segments of five tiles: two, two, one and none)
+    inputs["v"][0, 128:] = np.nan
+    # (four segments of three tiles of 64: one, one, one partial and none)
     out = compile(fused("alibi_attention"), "cudasim", "wgmma", threads=96, **options)(inputs, params)["y"]
-    assert np.isnan(out[256:]).all() and np.isfinite(out[:256]).all()
-    err = np.abs(out - ref)[:256].max() / np.abs(ref[:256]).max()
+    assert np.isnan(out[128:]).all() and np.isfinite(out[:128]).all()
+    err = np.abs(out - ref)[:128].max() / np.abs(ref[:128]).max()
     assert err <= TOLERANCE["float16"] + STORE_ROUNDING["float16"], err
 
 

@@ -18,14 +18,14 @@ from tests.runtime.test_columns import _problem, _reference
     (17, 300, 72, None),
     (5, 640, 256, 3),
     (20, 300, 136, 2),
-    # ten tiles in one segment: every stage of the producer's ring reused (the simulator reports a copy into a stage
-    # that a group of products not yet waited for reads), its last tiles signalled after its loop
-    (16, 1280, 64, 1),
+    # six tiles in one segment: every stage of the producer's ring of four reused (the simulator reports a copy into a
+    # stage that a group of products not yet waited for reads), its last tiles signalled after its loop
+    (16, 768, 64, 1),
     # the GPU's block: two consumer warpgroups taking turns, five tiles (the producer's ring wrapped)
     (65, 640, 64, 1),
-    # the GPU's 128 columns a block (group 16): 8 tiles in segments of 2, so that segments 4 … 6 have none; four
+    # the GPU's 128 columns a block (group 16): 6 tiles in segments of 2, so that segments 3 and 4 have none; four
     # tiles (the ring full once)
-    (5, 1000, 136, 7),
+    (5, 768, 136, 5),
     (5, 512, 136, 1),
 ])
 def test_columns_wgmma_multiplies_e4m3_on_the_fp8_instruction_when_asked(rows, length, n, segments):

@@ -24,17 +24,11 @@ from ..codegen.kernels import scratch_shape
 from ..codegen.strategies import for_target, get
 from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns import scalars_fuse as columns_scalars_fuse
-from ..codegen.strategies.columns_mma import applicable as columns_mma_applicable
-from ..codegen.strategies.columns_mma import exact_factors as columns_exact
-from ..codegen.strategies.columns_wgmma import applicable as columns_wgmma_applicable
-from ..codegen.strategies.mma import applicable as mma_applicable
-from ..codegen.strategies.wgmma import applicable as wgmma_applicable
-from ..codegen.strategies.vrows import refusal as vrows_refusal
-from ..codegen.strategies.vrows import too_wide as vrows_too_wide
 from ..derive import FusedCascade
 from ..errors import EvaluationError, NotFusableError, RedalgebraError
 from .backends import check_backend, cuda_module, device_capability, device_multiprocessors, multiprocessors
 from .cache import load
+from .choice import choose
 from .formats import BFloat16, Encoded, as_bfloat16, dtype_of as _dtype, is_device as _is_device
 from .call_layout import OUT_ARRAYS, _alignment, _c_contiguous, _contiguous_alignment, _signature, k_major
 from .driver import c_strides
@@ -633,83 +627,3 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     fp8_products = bool(fp8_products)
     return Kernel(generated, backend, strategy, threads, tile, fast_exp, segments, group, out_dtype, min_blocks,
                   persistent, batch, fp8_products, rename=rename, user=fused if rename else None)
-
-
-#: Rows that must share a vector row for ``auto`` to take the tensor cores (a warp's 16 rows of its tile).
-MMA_ROWS = 16
-#: Rows from which a product of shared weights is a GEMM on Hopper's ``wgmma`` (``columns_wgmma``: 128-row blocks):
-#: two blocks of rows. Measured on the H200 (FP8 quantisation + GEMM, K = N = 7168, e4m3 weights, gpu/README.md):
-#: ``columns_mma`` 0.0430, 0.0828, 0.1615 ms at 64, 128, 256 rows; ``columns_wgmma`` 0.0984 at 128, 0.1143 at 256
-#: and 0.634 at 4096 (``columns_mma`` about 7x slower there).
-GEMM_ROWS = 256
-#: ... where ``columns_wgmma`` would copy weights given K-major (its exact product does not read them as they lie) and
-#: ``columns_mma`` reads them so: the copy is a transposing one on every call, 0.30 ms of the public call for 7168 x
-#: 7168 e4m3 at 256 rows (0.418 ms against the kernel's 0.114), more than ``columns_mma``'s whole 0.16 ms. From the
-#: slopes above (``columns_mma`` 0.63 us a row, ``columns_wgmma`` 0.135) the two meet near 750 rows with the copy
-#: (an estimate: 1024 rows not measured); from there the GEMM, copy and all.
-GEMM_ROWS_COPIED = 1024
-
-
-def _gemm_rows(fused: FusedCascade, problem: Problem) -> int:
-    """:data:`GEMM_ROWS`, or :data:`GEMM_ROWS_COPIED` where the call's K-major weights would be copied by
-    ``columns_wgmma`` and read as they lie by ``columns_mma``."""
-    if not problem.k_major:
-        return GEMM_ROWS
-    try:
-        wgmma_reads = set(get("columns_wgmma").configure(fused, problem).get("k_major", ()))
-        mma_reads = set(get("columns_mma").configure(fused, problem).get("k_major", ()))
-    except RedalgebraError:  # (a strategy refusing the call: the rows decide alone)
-        return GEMM_ROWS
-    copied = set(problem.k_major) - wgmma_reads
-    return GEMM_ROWS_COPIED if copied and copied <= mma_reads else GEMM_ROWS
-
-
-def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = None, reps: dict | None = None,
-           problem: Problem | None = None) -> str:
-    """``strategy="auto"``: the strategy for a shape.
-
-    Elements with 16-bit vector inputs that at least :data:`MMA_ROWS` rows share (prefill attention's keys and
-    values, shared by a head's queries), whose dot products multiply a vector param by a vector input and whose
-    vector sums are a factor times a vector input: ``mma`` (the products on the tensor cores; ``problem`` gives
-    the dtypes and alignment it needs), ``wgmma`` on an sm_90 GPU (Hopper's warpgroup instructions; it also takes
-    vector sums up to 512 wide, split across two warpgroups: MLA decode's latent values).
-
-    Elements that are scalars: ``rows`` (the row in registers, 128-bit loads). Elements with vector inputs that
-    rows share (a weight matrix given once for all tokens: ``reps``), that are too wide for a lane's
-    registers, or that meet a cast (fp8), and whose components are independent (no dot product): ``columns`` (the scalar reductions
-    first, then column tiles of a batch of rows reading each weight once, FP8 rounded at the final scale);
-    ``columns_mma`` (the same level order, the products on the tensor cores) where the factors are FP8 values (exact
-    in the weights' 16-bit type) and the call suits it — a factor it would round (RMSNorm's) stays on ``columns``
-    unless asked for; ``columns_wgmma`` (the product as a GEMM on ``wgmma``; e4m3 weights widened to float16 first) instead
-    from :data:`GEMM_ROWS` rows on an sm_90 GPU (:data:`GEMM_ROWS_COPIED` where it would copy K-major weights that
-    ``columns_mma`` reads as they lie).
-    Other elements with vectors (attention's keys and values): ``vrows`` (a group of lanes per element, 128-bit loads, segments across
-    blocks when the rows are few; its launch policy chooses from the shape), which ran every decode shape of
-    the H200 bench at 94-106 % of copy bandwidth; where it cannot (a top-k, per-element outputs, vectors too
-    wide for a lane's registers such as a 7168-wide weight row) segments
-    across blocks (``split_lanes``) for long rows that are few enough, else a warp per element (``lanes``).
-    """
-    vectors = [s for s in fused.cascade.inputs if s.size is not None]
-    if not vectors:
-        return "rows"
-    shared = min((reps or {}).get(s.name, 1) for s in vectors)
-    if problem is not None and shared >= MMA_ROWS:
-        # (wgmma also takes vector sums wider than mma's 128 columns: MLA's 512-wide latent values)
-        if tuple(problem.option("cc") or ())[:2] == (9, 0) and wgmma_applicable(fused, problem) is None:
-            return "wgmma"
-        if mma_applicable(fused, problem) is None:
-            return "mma"
-    wide = vrows_too_wide(fused, sizes or {})
-    # a cast (fp8) rounds at a running scale in a one-pass kernel: the level order rounds at the final one
-    if columns_refusal(fused) is None and (shared > 1 or wide or fused.exact_in_reals_only):
-        # the products on the tensor cores where the factors are exact in the weights' 16-bit type (FP8) and the
-        # call suits them (its applicability asks the weights shared by whole blocks of rows)
-        exact = problem is not None and columns_exact(fused) and columns_mma_applicable(fused, problem) is None
-        hopper = problem is not None and tuple(problem.option("cc") or ())[:2] == (9, 0)
-        if exact and hopper and rows >= _gemm_rows(fused, problem) and columns_wgmma_applicable(fused, problem) is None:
-            return "columns_wgmma"
-        return "columns_mma" if exact else "columns"
-    if vrows_refusal(fused) is None and not wide:
-        return "vrows"
-    widest = max((sizes or {}).get(s.size, s.size if isinstance(s.size, int) else 0) for s in vectors)
-    return "split_lanes" if length >= 1024 and rows <= 4096 and widest <= 256 else "lanes"

@@ -6,7 +6,7 @@ import pytest
 from redalgebra import RedalgebraError, derive, evaluate, parse
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import check
-from redalgebra.runtime.compile import choose
+from redalgebra.runtime.choice import choose
 from redalgebra.runtime.formats import as_bfloat16, to_float
 from tests.catalogue import fused
 

@@ -278,7 +278,7 @@ def test_columns_wgmma_takes_e4m3_weights_as_int8_and_without_scalar_reductions(
 
 def test_auto_takes_wgmma_for_many_rows_on_hopper():
     from redalgebra.codegen import Problem
-    from redalgebra.runtime.compile import GEMM_ROWS, choose
+    from redalgebra.runtime.choice import GEMM_ROWS, choose
 
     f = fused("fp8_quant_gemm")
 
@@ -300,7 +300,7 @@ def test_auto_keeps_columns_mma_where_the_gemm_would_copy_k_major_weights(length
     # GEMM_ROWS_COPIED rows; where the GEMM reads them too (the FP8 products, asked for) or columns_mma would copy them
     # as well (L not whole super-steps of 64), GEMM_ROWS decides as for contiguous weights
     from redalgebra.codegen import Problem
-    from redalgebra.runtime.compile import GEMM_ROWS, GEMM_ROWS_COPIED, choose
+    from redalgebra.runtime.choice import GEMM_ROWS, GEMM_ROWS_COPIED, choose
 
     f = fused("fp8_quant_gemm")
 

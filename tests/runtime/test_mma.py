@@ -11,7 +11,7 @@ from redalgebra import RedalgebraError, derive, evaluate, parse, workloads
 from redalgebra.codegen import Problem
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE
-from redalgebra.runtime.compile import choose
+from redalgebra.runtime.choice import choose
 from redalgebra.runtime.formats import as_bfloat16, bfloat16_to_float
 from tests.catalogue import fused
 

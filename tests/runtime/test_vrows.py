@@ -6,7 +6,7 @@ import pytest
 from redalgebra import RedalgebraError, derive, parse
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import check
-from redalgebra.runtime.compile import choose
+from redalgebra.runtime.choice import choose
 from tests.catalogue import fused
 
 # a bias per key (a scalar input beside the vectors), a position, the value row summed in the finalize (a lane

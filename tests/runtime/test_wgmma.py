@@ -15,7 +15,7 @@ from redalgebra import RedalgebraError
 from redalgebra.codegen import Problem
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE
-from redalgebra.runtime.compile import choose
+from redalgebra.runtime.choice import choose
 from tests.catalogue import fused
 from tests.runtime.test_mma import CAUSAL, _problem, assert_matches_the_reference
 

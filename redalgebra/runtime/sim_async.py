@@ -49,6 +49,9 @@ _READS = threading.local()
 #: against all of them; a thread that ended without waiting, a kernel stopped by an error, is dropped: its shared
 #: memory is gone).
 _IN_FLIGHT: dict = {}
+#: Held for every change and copy of :data:`_IN_FLIGHT` (a copy of the dict in one thread met another thread's change:
+#: a collection started inside the copy can run Python code, and so switch threads).
+_IN_FLIGHT_LOCK = threading.Lock()
 
 
 def _sim_reads() -> _Reads:
@@ -61,7 +64,8 @@ def _sim_wgmma_read(chunks) -> None:
     """Record the absolute 16-byte chunks a ``wgmma`` issued by this thread reads (its open group)."""
     state = _sim_reads()
     state.open.update(chunks)
-    _IN_FLIGHT[id(state)] = state
+    with _IN_FLIGHT_LOCK:
+        _IN_FLIGHT[id(state)] = state
 
 
 def _sim_wgmma_commit() -> None:
@@ -75,7 +79,8 @@ def _sim_wgmma_wait(n: int):
         state = _sim_reads()
         del state.groups[:max(len(state.groups) - n, 0)]
         if not state.groups and not state.open:
-            _IN_FLIGHT.pop(id(state), None)
+            with _IN_FLIGHT_LOCK:
+                _IN_FLIGHT.pop(id(state), None)
     return wait
 
 
@@ -84,9 +89,12 @@ def _sim_check_write(name: str, array, byte_offset: int, nbytes: int = 16) -> No
     group still in flight reads."""
     start = np.asarray(array).ctypes.data + int(byte_offset)
     chunks = set(range(start >> 4, (start + nbytes - 1 >> 4) + 1))
-    for key, state in list(_IN_FLIGHT.items()):
+    with _IN_FLIGHT_LOCK:
+        states = list(_IN_FLIGHT.items())
+    for key, state in states:
         if not state.thread.is_alive():
-            _IN_FLIGHT.pop(key, None)
+            with _IN_FLIGHT_LOCK:
+                _IN_FLIGHT.pop(key, None)
         elif any(chunks & group for group in (*state.groups, state.open)):
             raise RuntimeError(f"{name}: writes shared memory (byte {int(byte_offset)}) that a wgmma group still in "
                                f"flight reads: wait for its group before the stage is reused")

@@ -410,7 +410,7 @@ def all_cases(quick: bool) -> dict:
            for m in (1, 16)]  # (a Linear layer's weights as they lie, read so by columns_mma)
         # between the targets' token counts, where `auto` turns from columns_mma to columns_wgmma (GEMM_ROWS)
         + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_wgmma", "auto"), "e4m3", k_major=True)
-           for m in (64, 128, 256)],
+           for m in (64, 128, 256, 1024)],
         "normgemm": [lambda m=m: case_rmsnorm_gemm(m, 4096, 4096, ("columns_mma", "columns", "columns@128s38"))
                      for m in (1, 16)] + [lambda: case_rmsnorm_gemm(4096, 4096, 4096, ("columns_wgmma", "columns_mma"))],
         "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")

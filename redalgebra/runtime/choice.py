@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from ..codegen import Problem
-from ..codegen.strategies import get
 from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns_mma import applicable as columns_mma_applicable
 from ..codegen.strategies.columns_mma import exact_factors as columns_exact
@@ -14,7 +13,6 @@ from ..codegen.strategies.wgmma import applicable as wgmma_applicable
 from ..codegen.strategies.vrows import refusal as vrows_refusal
 from ..codegen.strategies.vrows import too_wide as vrows_too_wide
 from ..derive import FusedCascade
-from ..errors import RedalgebraError
 
 
 #: Rows that must share a vector row for ``auto`` to take the tensor cores (a warp's 16 rows of its tile).
@@ -22,28 +20,8 @@ MMA_ROWS = 16
 #: Rows from which a product of shared weights is a GEMM on Hopper's ``wgmma`` (``columns_wgmma``: 128-row blocks):
 #: two blocks of rows. Measured on the H200 (FP8 quantisation + GEMM, K = N = 7168, e4m3 weights, gpu/README.md):
 #: ``columns_mma`` 0.0430, 0.0828, 0.1615 ms at 64, 128, 256 rows; ``columns_wgmma`` 0.0984 at 128, 0.1143 at 256
-#: and 0.634 at 4096 (``columns_mma`` about 7x slower there).
+#: and 0.634 at 4096 (``columns_mma`` about 7x slower there); at 1024, 0.594 against 0.216.
 GEMM_ROWS = 256
-#: ... where ``columns_wgmma`` would copy weights given K-major (its exact product does not read them as they lie) and
-#: ``columns_mma`` reads them so: the copy is a transposing one on every call, 0.30 ms of the public call for 7168 x
-#: 7168 e4m3 at 256 rows (0.418 ms against the kernel's 0.114), more than ``columns_mma``'s whole 0.16 ms. From the
-#: slopes above (``columns_mma`` 0.63 us a row, ``columns_wgmma`` 0.135) the two meet near 750 rows with the copy
-#: (an estimate: 1024 rows not measured); from there the GEMM, copy and all.
-GEMM_ROWS_COPIED = 1024
-
-
-def _gemm_rows(fused: FusedCascade, problem: Problem) -> int:
-    """:data:`GEMM_ROWS`, or :data:`GEMM_ROWS_COPIED` where the call's K-major weights would be copied by
-    ``columns_wgmma`` and read as they lie by ``columns_mma``."""
-    if not problem.k_major:
-        return GEMM_ROWS
-    try:
-        wgmma_reads = set(get("columns_wgmma").configure(fused, problem).get("k_major", ()))
-        mma_reads = set(get("columns_mma").configure(fused, problem).get("k_major", ()))
-    except RedalgebraError:  # (a strategy refusing the call: the rows decide alone)
-        return GEMM_ROWS
-    copied = set(problem.k_major) - wgmma_reads
-    return GEMM_ROWS_COPIED if copied and copied <= mma_reads else GEMM_ROWS
 
 
 def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = None, reps: dict | None = None,
@@ -63,8 +41,8 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     ``columns_mma`` (the same level order, the products on the tensor cores) where the factors are FP8 values (exact
     in the weights' 16-bit type) and the call suits it — a factor it would round (RMSNorm's) stays on ``columns``
     unless asked for; ``columns_wgmma`` (the product as a GEMM on ``wgmma``; e4m3 weights widened to float16 first) instead
-    from :data:`GEMM_ROWS` rows on an sm_90 GPU (:data:`GEMM_ROWS_COPIED` where it would copy K-major weights that
-    ``columns_mma`` reads as they lie).
+    from :data:`GEMM_ROWS` rows on an sm_90 GPU. (Both read weights given K-major as they lie where ``columns_mma`` can:
+    ``auto`` once kept ``columns_mma`` up to 1024 rows where ``columns_wgmma`` copied them on every call.)
     Other elements with vectors (attention's keys and values): ``vrows`` (a group of lanes per element, 128-bit loads, segments across
     blocks when the rows are few; its launch policy chooses from the shape), which ran every decode shape of
     the H200 bench at 94-106 % of copy bandwidth; where it cannot (a top-k, per-element outputs, vectors too
@@ -88,7 +66,7 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
         # call suits them (its applicability asks the weights shared by whole blocks of rows)
         exact = problem is not None and columns_exact(fused) and columns_mma_applicable(fused, problem) is None
         hopper = problem is not None and tuple(problem.option("cc") or ())[:2] == (9, 0)
-        if exact and hopper and rows >= _gemm_rows(fused, problem) and columns_wgmma_applicable(fused, problem) is None:
+        if exact and hopper and rows >= GEMM_ROWS and columns_wgmma_applicable(fused, problem) is None:
             return "columns_wgmma"
         return "columns_mma" if exact else "columns"
     if vrows_refusal(fused) is None and not wide:

@@ -230,9 +230,9 @@ class Kernel:
         return KMajorUnread(
             f"input {names[0]} is a device array laid out K-major (shape {tuple(a.shape)}, strides "
             f"{a.__cuda_array_interface__.get('strides')}), which this call cannot read as it lies ({why}); only "
-            f"columns_wgmma with fp8_products (e4m3, L a multiple of 128) and columns_mma (L a multiple of 64) read "
-            f"weights so (one matrix for all rows, 16-byte aligned): pass a contiguous copy (cupy.ascontiguousarray, "
-            f".copy())")
+            f"columns_wgmma (e4m3 weights; 16-bit ones with L a multiple of 64; with fp8_products L a multiple of "
+            f"128) and columns_mma (L a multiple of 64) read weights so (one matrix for all rows, 16-byte aligned): "
+            f"pass a contiguous copy (cupy.ascontiguousarray, .copy())")
 
     def spec_for(self, rows: int, length: int, dtypes=(), sizes: dict | None = None, keep: bool = False,
                  alignment: tuple | None = None, reps: dict | None = None,

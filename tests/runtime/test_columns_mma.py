@@ -293,28 +293,30 @@ def test_auto_takes_wgmma_for_many_rows_on_hopper():
     assert strategy(4096, (9, 0), "e4m3") == "columns_wgmma"  # e4m3 weights: widened to float16 first
 
 
-@pytest.mark.parametrize("length,fp8", [(7168, False), (7168, True), (200, False)])
-def test_auto_keeps_columns_mma_where_the_gemm_would_copy_k_major_weights(length, fp8):
-    # weights given K-major (a Linear layer's W.t()): columns_wgmma's exact product copies them on every call (a
-    # transposing copy, 0.30 ms at 7168 x 7168 on the H200), columns_mma reads them as they lie, so the GEMM waits for
-    # GEMM_ROWS_COPIED rows; where the GEMM reads them too (the FP8 products, asked for) or columns_mma would copy them
-    # as well (L not whole super-steps of 64), GEMM_ROWS decides as for contiguous weights
+@pytest.mark.parametrize("length,dtype,fp8", [(7168, "e4m3", False), (7168, "e4m3", True), (200, "e4m3", False),
+                                              (4096, "bfloat16", False)])
+def test_auto_takes_the_gemm_for_k_major_weights_from_the_same_rows(length, dtype, fp8):
+    # weights given K-major (a Linear layer's W.t()): columns_wgmma reads them along their rows (the exact product's
+    # e4m3 widened row by row whatever L, 16-bit read as they lie), so GEMM_ROWS decides as for contiguous weights.
+    # (When its exact product copied them on every call — 0.30 ms at 7168 x 7168, more than columns_mma's whole 0.16
+    # ms at 256 rows — auto kept columns_mma up to 1024 rows.)
     from redalgebra.codegen import Problem
-    from redalgebra.runtime.choice import GEMM_ROWS, GEMM_ROWS_COPIED, choose
+    from redalgebra.codegen.strategies.columns_wgmma import configure
+    from redalgebra.runtime.choice import GEMM_ROWS, choose
 
     f = fused("fp8_quant_gemm")
 
-    def strategy(rows, k_major):
-        p = Problem(rows=rows, length=length, sizes=(("n", 7168),), dtypes=(("x", "bfloat16"), ("w", "e4m3")),
-                    vec_ok=True, pitch_ok=True, reps=(("w", rows),), k_major=k_major,
-                    options=(("cc", (9, 0)), ("simulator", False), ("fp8_products", fp8)))
-        return choose(f, rows, length, {"n": 7168}, {"w": rows}, p)
-    assert GEMM_ROWS < GEMM_ROWS_COPIED
-    assert strategy(GEMM_ROWS, ()) == "columns_wgmma"
-    copied = length % 64 == 0 and not fp8
-    assert strategy(GEMM_ROWS, ("w",)) == ("columns_mma" if copied else "columns_wgmma")
-    assert strategy(GEMM_ROWS_COPIED - 1, ("w",)) == ("columns_mma" if copied else "columns_wgmma")
-    assert strategy(GEMM_ROWS_COPIED, ("w",)) == "columns_wgmma"
+    def problem(rows, k_major):
+        return Problem(rows=rows, length=length, sizes=(("n", 7168),), dtypes=(("x", "bfloat16"), ("w", dtype)),
+                       vec_ok=True, pitch_ok=True, reps=(("w", rows),), k_major=k_major,
+                       options=(("cc", (9, 0)), ("simulator", False), ("fp8_products", fp8)))
+    for k_major in ((), ("w",)):
+        assert choose(f, GEMM_ROWS, length, {"n": 7168}, {"w": GEMM_ROWS}, problem(GEMM_ROWS, k_major)) == "columns_wgmma"
+        assert choose(f, GEMM_ROWS - 1, length, {"n": 7168}, {"w": GEMM_ROWS - 1},
+                      problem(GEMM_ROWS - 1, k_major)) == "columns_mma"
+    # read as they lie, not copied — but the FP8 product's e4m3 rows only where L is whole tiles of 128
+    read = not fp8 or length % 128 == 0
+    assert configure(f, problem(GEMM_ROWS, ("w",)))["k_major"] == (("w",) if read else ())
 
 
 def test_columns_wgmma_takes_a_block_a_row_as_wide_as_one_pass_of_the_row():

@@ -1,6 +1,7 @@
-"""Weights given K-major — ``W.T[None]`` of an (n, L) matrix, how PyTorch's ``Linear`` holds its weight: the FP8
-product reads them as the (n, L) rows its instruction takes (``Spec.k_major``: no transposing kernel); every other
-strategy copies them (host arrays) or refuses them by name (raw device arrays; torch views are copied)."""
+"""Weights given K-major — ``W.T[None]`` of an (n, L) matrix, how PyTorch's ``Linear`` holds its weight: the
+products of ``columns_wgmma`` (FP8 and exact) and ``columns_mma`` read them as the (n, L) rows they are
+(``Spec.k_major``: no transposing kernel or copy) where no row is read past its end; elsewhere they are copied (host
+arrays) or refused by name (raw device arrays; torch views are copied)."""
 
 import re
 
@@ -64,10 +65,12 @@ def test_k_major_weights_run_the_same_product_kernel_on_their_own_rows(monkeypat
     types_k = dict(zip(entries_k["tiles"][1], signature(kernel.fused, spec, entries_k["tiles"][1], src_k.scratch)))
     types_t = dict(zip(entries_t["tiles"][1], signature(kernel.fused, spec, entries_t["tiles"][1], src_t.scratch)))
     assert types_k["w"] == types_t["wt"] and types_k["w"].ndim == 2 and types_k["w"].layout == "C"
-    # the 16-bit product and an exact FP8 product do not read them so: the strategy's own layout
+    # the exact product reads them along their rows too, e4m3 widened row by row into float16 rows (its own kernel:
+    # test_the_exact_product_reads_k_major_weights_along_their_rows)
     for options in ({}, {"fp8_products": False}):
         k = compile(fused("fp8_quant_gemm"), "cuda", "columns_wgmma", **options)
-        assert k.spec_for(*args, reps={"w": 4096}, k_major=("w",))[1].k_major == ()
+        spec = k.spec_for(*args, reps={"w": 4096}, k_major=("w",))[1]
+        assert spec.k_major == ("w",) and not spec.fp8_products
 
 
 class _Device:
@@ -98,12 +101,15 @@ def test_k_major_layouts_are_recognised_and_bound_as_their_rows():
 
 def test_a_raw_device_array_k_major_is_refused_by_name_where_it_is_not_read_so(monkeypatch):
     monkeypatch.setattr(backends, "_capability", lambda: (9, 0))
-    kernel = compile(fused("fp8_quant_gemm"), "cuda", "columns_wgmma")  # the exact product: rows by their length
+    kernel = compile(fused("fp8_quant_gemm"), "cuda", "columns_wgmma")  # the exact product
     x = as_e4m3(_Device((8, 256), None, "|u1"))  # (its dtype aside, as the layout reads it)
     w = as_e4m3(_Device((1, 256, 72), (18432, 1, 256)))
-    with pytest.raises(KMajorUnread, match="input w is a device array laid out K-major .* columns_wgmma with "
-                                           "fp8_products .* and columns_mma .* read weights so"):
-        kernel._layout({"x": x, "w": w}, {}, None)
+    # 16-bit weights whose axis is not whole tiles of 64: their rows would be read past their end
+    w16 = _Device((1, 200, 72), (28800, 2, 400), "<f2")
+    with pytest.raises(KMajorUnread, match="input w is a device array laid out K-major .* columns_wgmma .* 16-bit "
+                                           "ones with L a multiple of 64.* and columns_mma .* read weights so"):
+        kernel._layout({"x": _Device((8, 200), None, "<f2"), "w": w16}, {}, None)
+    assert kernel._layout({"x": x, "w": w}, {}, None)[0].k_major == ("w",)  # e4m3: widened row by row
     with pytest.raises(KMajorUnread):  # L not a multiple of 128, even with fp8_products
         compile(fused("fp8_quant_gemm"), "cuda", "columns_wgmma", fp8_products=True)._layout(
             {"x": as_e4m3(_Device((8, 200), None)), "w": as_e4m3(_Device((1, 200, 72), (14400, 1, 200)))}, {}, None)
@@ -146,6 +152,36 @@ def test_host_k_major_weights_not_read_so_are_judged_as_the_copy_they_become():
     spec_lying = kernel._planned(dict(inputs, w=lying), params, None)[0]
     spec_given = kernel._planned(dict(inputs, w=w), params, None)[0]
     assert spec_lying == spec_given and spec_lying.k_major == ()
+
+
+@pytest.mark.parametrize("name,dtype,rows,length,n", [
+    # e4m3 rows widened: L = 72 is not whole 16-byte chunks (a load an element) nor whole tiles (the padding's zeros
+    # read), one partial column block; then 16-byte chunks (L = 144) over two row blocks and a partial column block
+    ("fp8_quant_gemm", "e4m3", 3, 72, 8),
+    ("fp8_quant_gemm", "e4m3", 17, 144, 72),
+    # 16-bit rows read as they lie (whole tiles of 64); RMSNorm's rounded factors
+    ("rmsnorm_gemm", "bfloat16", 9, 128, 40),
+])
+def test_the_exact_product_reads_k_major_weights_along_their_rows(name, dtype, rows, length, n):
+    # a Linear layer's (n, L) weight given as W.T[None]: the weight tile is K-major as the factor tile is (wgmma_ss),
+    # no transposing copy; the same sums, in the same order, as the contiguous weights' (the simulator poisons the
+    # widened rows' scratch, so a pad left unwritten shows as NaN)
+    inputs, params = _problem(name, rows, length, n, "bfloat16")
+    w = as_e4m3(to_float(inputs["w"])) if dtype == "e4m3" else inputs["w"]
+    lying = type(w)(np.ascontiguousarray(w.bits[0].T).T[None])
+    kernel = compile(fused(name), "cudasim", "columns_wgmma")
+    spec = kernel._planned(dict(inputs, w=lying), params, None)[0]
+    assert spec.k_major == ("w",) and not spec.fp8_products
+    got = kernel(dict(inputs, w=lying), params)["y"]
+    ref = _reference(name, dict(inputs, w=w), params, None, rows)["y"]
+    tol = 2 ** -9 + 1e-5 if name == "rmsnorm_gemm" else 1e-5  # (RMSNorm: its factors rounded to bfloat16)
+    assert np.nanmax(np.abs(got - ref)) <= tol * np.nanmax(np.abs(ref))
+    np.testing.assert_array_equal(got, kernel(dict(inputs, w=w), params)["y"])
+    source = kernel.source(spec, "columns_wgmma").source
+    tiles = source.split("def tiles(")[1].split("\ndef ")[0]
+    op = "wgmma_ss_f16(" if dtype == "e4m3" else "wgmma_ss_bf16("
+    assert op in tiles and "wgmma_sst_" not in tiles
+    assert ("def widen(" in source) == (dtype == "e4m3")
 
 
 @pytest.mark.parametrize("name,dtype,rows,length,n,segments", [

@@ -29,7 +29,15 @@ read by the instruction from shared memory:
 **The factors in the product's tiles** (:attr:`Spec.tile_factors`, off by default): :mod:`.tile_factors`.
 
 **e4m3 weights** are widened to float16 by a first kernel of the module (every e4m3 value is a float16, exactly), and
-the product is the float16 one. Not the FP8 instruction (``m64n256k32.e4m3.e4m3``, twice the products a cycle): on
+the product is the float16 one.
+
+**Weights given K-major** (``W.T[None]`` of an (n, L) matrix, as PyTorch's ``Linear`` holds its weight;
+:attr:`Spec.k_major`, :func:`k_major`) are read along their rows: the weight tile is then K-major as the factor tile is
+(``bc`` rows of 128 bytes), the products ``wgmma_ss`` (both operands K-major), the copies a weight row's 16-byte
+chunks. 16-bit weights are read as they lie where ``L`` is a multiple of the tile (no row read past its end); e4m3
+weights are widened row by row into float16 rows ``wf[n, k]``, padded with zeros to whole tiles. Without this every
+call copied them first, a transposing copy: 0.30 ms of a 7168 × 7168 e4m3 call at 256 tokens, whose product takes
+0.115 ms (gpu/README.md). Not the FP8 instruction (``m64n256k32.e4m3.e4m3``, twice the products a cycle): on
 an H200 its sums keep fewer bits than float32 — against float64, 5.6e-4 of the largest output at K = 1001 and 1.9e-3
 at K = 7168, where the float16 product is within 3e-7 (the FP8 accumulation DeepSeek-V3's report describes, about 14
 bits). Only for one weight matrix shared by every row (the widened copy is one matrix).
@@ -144,6 +152,12 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         self.fac_layout = "tiles"  # the factors row by row (the tiles are staged by cp.async)
         # (Spec.k_major: the weights given K-major, bound as the (n, L) rows the instruction reads: not transposed)
         self.transposed = self.fp8 and self.x not in spec.k_major
+        # the weight tile K-major (``bc`` rows of 128 bytes along the axis): the FP8 product's always, the exact
+        # product's where the weights are given K-major (the 16-bit ones read as they lie, e4m3 widened row by row)
+        self.b_k_major = self.fp8 or self.x in spec.k_major
+        if self.b_k_major and not self.fp8 and spec.tile_factors:
+            raise RedalgebraError("columns_wgmma: weights read K-major take the factors from their own kernel, not "
+                                  "from the product's tiles (tile_factors)")
         self.source = "wt" if self.transposed else "wf" if self.bytes else self.x
         self.stages = spec.stages
         self.stage = stage_units(self.bm, self.bc)
@@ -219,9 +233,11 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
     def widen(self) -> list:
         """e4m3 weights as float16 in ``wf[k, n]`` (exactly: every e4m3 value is a float16): a thread per 16
         elements of a row, one 128-bit load and two 128-bit stores (a thread per element where a row is not a
-        multiple of 16 bytes)."""
+        multiple of 16 bytes). Weights given K-major (:attr:`b_k_major`): :meth:`widen_rows`."""
         t, n = self.spec.threads, self.n
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("wi", f"cuda.blockIdx.x * {t} + tid")]
+        if self.b_k_major:
+            return out + self.widen_rows()
         if n % 16 == 0:
             values = [f"wv_{v}" for v in range(16)]
             body = (Assign(", ".join(values), f"ld_e4m3x16({self.x}, (0, wk), wc)"),
@@ -229,6 +245,20 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
             return out + [Assign("wk", f"wi // {n // 16}"), Assign("wc", f"16 * (wi % {n // 16})"), If("wk < length", body)]
         return out + [Assign("wk", f"wi // {n}"), Assign("wc", f"wi % {n}"),
                       If("wk < length", (Call("st_h16", ("wf", "wk", "wc", f"ld_e4m3({self.x}, (0, wk), wc)")),))]
+
+    def widen_rows(self) -> list:
+        """e4m3 weights given K-major, rows ``w[n, :L]``, as float16 rows ``wf[n, k]`` padded with zeros to the
+        scratch's width (whole tiles: the product reads them whole): a thread per 16 elements, one 128-bit load where
+        the row's 16 bytes are all in and the rows are of whole 16 bytes (decided per call: ``length`` is not a
+        constant), else a load an element; two 128-bit stores."""
+        values = [f"wv_{v}" for v in range(16)]
+        one = [Assign(v, self.consts.name(0.0)) for v in values]
+        one += [If(f"wc + {v} < length", (Assign(f"wv_{v}", f"ld_e4m3({self.x}, wn, wc + {v})"),)) for v in range(16)]
+        body = (If("wc + 16 <= length and length % 16 == 0",
+                   (Assign(", ".join(values), f"ld_e4m3x16({self.x}, wn, wc)"),), tuple(one)),
+                Call("st_h16x8", ("wf", "wn", "wc", *values[:8])), Call("st_h16x8", ("wf", "wn", "wc + 8", *values[8:])))
+        return [Assign("wpr", "wf.shape[1] // 16"), Assign("wn", "wi // wpr"), Assign("wc", "16 * (wi % wpr)"),
+                If(f"wn < {self.n}", body)]
 
     def offsets(self, t: int | None = None, tid: str = "tid") -> list:
         """Each thread's copies as element offsets from a tile's first element, and their swizzled places in a stage
@@ -249,6 +279,9 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
             else:
                 out.append(Assign(f"fo_{u}", f"min(r0 + {q} // 8, rows - 1) * fac.shape[1] + 8 * ({tid} % 8)"))
             out.append(Assign(f"fd_{u}", f"({q} // 8) * {ROW} + ((({tid} % 8) ^ (({q} // 8) & 7)) << 3)"))
+        if self.b_k_major:  # a weight row's 16-byte chunk wc8 of rows wr, + t / 8, ... (issue_rows)
+            return out + [Assign("wr", f"{tid} // 8"), Assign("wc8", f"{tid} % 8"),
+                          Assign("wd", f"{self.b_base} + wr * {ROW} + ((wc8 ^ (wr & 7)) << 3)")]
         out += [Assign("wcol", f"cb + 8 * ({tid} % {per_row})"),
                 Assign("wn", f"pick(wcol < {self.n}, 16, 0)"),
                 Assign("wrow", "rw * length"), Assign("wcl", f"min(wcol, {self.n - 8})"),
@@ -271,14 +304,13 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         """``cp.async`` of tile ``tile`` into ``stage``: the factors (always whole: the rows are padded to whole tiles
         with zeros; none under :attr:`Spec.tile_factors`, whose activations :meth:`issue_x` copies), the weights from
         the offsets plus constants, or, in the segment's last partial tile, 0 bytes for the rows past its end (their
-        factors are 0, but 0 · NaN is not)."""
-        na, nb, per_row, step = self.chunks(t)
+        factors are 0, but 0 · NaN is not); a K-major weight tile's rows by :meth:`issue_rows`."""
+        _, nb, per_row, step = self.chunks(t)
         out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sd", f"sb + {stage} * {self.b_units}")]
         whole, partial = [Assign("wt", f"wo + kt0 * {self.n}")], []
-        if not self.tf:  # (under Spec.tile_factors the activations are copied by issue_x, a tile further ahead)
-            for u in range(na):
-                out += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sd + fd_{u}", "fac", f"fo_{u} + kt0",
-                                                                           "16")), t=t, tid=tid)
+        if self.b_k_major:
+            return out + self.a_copies(t, tid) + self.issue_rows(t, tid)
+        out += self.a_copies(t, tid)
         for u in range(nb):
             whole += self.guarded(u, BK * per_row, Call("cp_async16_at", ("sm", f"sd + wd_{u}", self.source,
                                                                 f"wt + {u * step * self.n}", "wn")), t=t, tid=tid)
@@ -287,6 +319,32 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
                 "sm", f"sd + wd_{u}", self.source, f"(wrow + min({kr}, hi - 1)) * {self.n} + wcl",
                 f"pick({kr} < hi, wn, 0)")), t=t, tid=tid)
         return out + [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(partial))]
+
+    def a_copies(self, t: int | None, tid: str) -> list:
+        """The factor tile's copies (always whole: the rows are padded to whole tiles with zeros; none under
+        :attr:`Spec.tile_factors`, whose activations :meth:`issue_x` copies, a tile further ahead)."""
+        if self.tf:
+            return []
+        na = self.chunks(t)[0]
+        return [st for u in range(na) for st in self.guarded(u, self.bm * 8, Call(
+            "cp_async16_at", ("sm", f"sd + fd_{u}", "fac", f"fo_{u} + kt0", "16")), t=t, tid=tid)]
+
+    def issue_rows(self, t: int | None, tid: str) -> list:
+        """The weight tile's copies where it is K-major (:attr:`b_k_major`, the exact product): ``bc`` rows of the
+        weights (output columns ``cb ..``, clamped to the last), 128 bytes of each from ``kt0``, in 16-byte chunks —
+        thread ``tid`` takes chunk ``tid % 8`` of rows ``tid // 8``, ``+ t / 8``, … into their swizzled places. Always
+        whole: 16-bit weights are read so only where the axis is whole tiles, and the widened rows are padded."""
+        t = t or self.spec.threads
+        step = t // 8  # (rows a pass; a multiple of 8 on the GPU, so that every pass's rows share one swizzle)
+        out = []
+        for u in range(-(-self.bc * 8 // t)):
+            kr = f"wr + {u * step}"
+            place = f"wd + {u * step * ROW}" if step % 8 == 0 else \
+                f"{self.b_base} + ({kr}) * {ROW} + ((wc8 ^ (({kr}) & 7)) << 3)"
+            copy = Call("cp_async16_at", ("sm", f"sd + {place}", self.source,
+                                          f"min(cb + {kr}, {self.n - 1}) * {self.source}.shape[1] + kt0 + 8 * wc8", "16"))
+            out += self.guarded(u, self.bc * 8, copy, t=t, tid=tid)
+        return out
 
     def span(self, tile: str) -> list:
         """The block's tile ``tile`` of the output — segments of the axis outermost, then groups of ``gw`` row blocks
@@ -327,7 +385,9 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         rows (K-major, 32 bytes a step) times the weight tile — ``k16`` steps of 16-bit values, the weight tile
         MN-major (16 rows of 128 bytes a step); with :attr:`Spec.fp8_products` ``k32`` steps of e4m3 values, the weight
         tile K-major too (32 bytes a step), summed afresh (``scale_d`` 0 at the first step)."""
-        op, b_step = ("wgmma_ss_e4m3", 2) if self.fp8 else (f"wgmma_sst_{self.kind}", 16 * ROW * 2 // 16)
+        # (a K-major weight tile steps 32 bytes along its rows; an MN-major one 16 rows of 128 bytes)
+        op = "wgmma_ss_e4m3" if self.fp8 else f"wgmma_ss_{self.kind}" if self.b_k_major else f"wgmma_sst_{self.kind}"
+        b_step = 2 if self.b_k_major else 16 * ROW * 2 // 16
         acc = WgmmaKernel.tiles(acc, self.bc // 8)
         value = acc
         sw = "sw" if self.tf else "sa"  # (the weights' stage: one ring for both tiles without Spec.tile_factors)
@@ -360,7 +420,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         # descriptors of stage 0: the warpgroup's 64 factor rows (K-major), the weight tile (MN-major: blocks of 64
         # columns 64 rows of 128 bytes apart)
         # (Spec.fp8_products: the weight tile K-major too, as the factor tile)
-        lbo = 16 if self.fp8 else BK * ROW * 2
+        lbo = 16 if self.b_k_major else BK * ROW * 2
         out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})"),
                 Assign("db", f"wgmma_desc(sm, sb + {self.b_base}, {lbo}, {ATOM})")]
         if producer_threads(self.spec):  # a producer warpgroup and the consumers (a block a tile, or walking them)
@@ -465,7 +525,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         return out
 
     def scratch(self) -> tuple:
-        extra = (("wf", "float16", "axis", self.n_const),) if self.bytes else \
+        extra = (("wf", "float16", "transposed" if self.b_k_major else "axis", self.n_const),) if self.bytes else \
             (("wt", "uint8", "transposed", self.n_const),) if self.transposed else ()
         return extra if self.tf else super().scratch() + extra
 
@@ -607,7 +667,9 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     tiles = -(-p.length // (2 * BK if fp8 else BK))
     nseg = p.option("segments") or max(1, min(p.multiprocessors() // blocks, tiles // 4))
     nseg = min(int(nseg), max(tiles, 1))  # (the tiles are numbered in the grid's x: no limit of its z)
-    staged = "" if fp8 else choose_tile_factors(fused, p, int(nseg))
+    major = k_major(fused, p, fp8)
+    # (weights read K-major take their factors from the factors' kernel: the tile-factor path copies MN-major tiles)
+    staged = "" if fp8 or major else choose_tile_factors(fused, p, int(nseg))
     stages, shared = plan(threads, bc, bool(staged))
     persistent = bool(p.option("persistent"))
     # a producer warpgroup: the FP8 product always, the 16-bit one where asked (producer.SIXTEEN_BIT; not with the
@@ -627,7 +689,6 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     # epilogue writes, each rounded once more (float32 otherwise, as the other columns strategies write them)
     want = p.option("out_dtype")
     c = fused.cascade
-    major = k_major(fused, p) if fp8 else ()
     outs = tuple((o.name, want) for o in c.outputs if c.sizes[o.name] is not None) \
         if want in ("bfloat16", "float16") else ()
     return dict(threads=threads, group=bc // 8, vec=8, tile=2 * BK if fp8 else BK, batch=threads // 2,
@@ -657,21 +718,29 @@ def fp8_block_columns(row_blocks: int, n: int, sms: int = SMS) -> int:
     return min(FP8_COLUMN_RATES, key=lambda bc: (-(-row_blocks * -(-n // bc) // sms) * bc / FP8_COLUMN_RATES[bc], bc))
 
 
-def k_major(fused: FusedCascade, p: Problem) -> tuple:
-    """The weights the FP8 product reads as they lie (:attr:`Spec.k_major`): given K-major (``p.k_major``) — the
-    (n, L) rows its producer copies 128 bytes at a time — when ``L`` is a multiple of the tile (128: no row is read
-    past its end, where the transposed copy has zeros) and the call's arrays start on the 16-byte grid
-    (``p.vec_ok``), and they are the cascade's one vector input (the one the product reads). Other weights are
-    transposed by the module's first kernel."""
+def k_major(fused: FusedCascade, p: Problem, fp8: bool = True) -> tuple:
+    """The weights the product reads along their rows (:attr:`Spec.k_major`): given K-major (``p.k_major``), the
+    cascade's one vector input (the one the product reads), one matrix shared by every row, and the call's arrays on
+    the 16-byte grid (``p.vec_ok``) — the (n, L) rows copied 128 bytes at a time — where no row is read past its end:
+    the FP8 product (``fp8``) reads e4m3 rows as they lie when ``L`` is a multiple of its tile (128; the transposed
+    copy has zeros there); the exact product reads 16-bit rows as they lie when ``L`` is a multiple of its tile (64),
+    and widens e4m3 rows into padded float16 rows whatever ``L``. Other weights: the FP8 product transposes them by
+    the module's first kernel; the exact product's call copies them (``KMajorUnread``)."""
     vectors = [s.name for s in fused.cascade.inputs if s.size is not None]
-    ok = len(vectors) == 1 and vectors[0] in p.k_major and p.length % (2 * BK) == 0 and p.vec_ok
-    return tuple(vectors) if ok else ()
+    if len(vectors) != 1 or vectors[0] not in p.k_major or not p.vec_ok or \
+            dict(p.reps).get(vectors[0], 1) < p.rows:
+        return ()
+    e4m3 = dict(p.dtypes).get(vectors[0]) == "e4m3"
+    whole = p.length % (2 * BK) == 0 if fp8 else (e4m3 or p.length % BK == 0)
+    return tuple(vectors) if whole else ()
 
 
 def grid(rows: int, spec: Spec, named) -> dict:
     out = columns_mma.grid(rows, spec, named)
     n = vector_columns(spec, named)
-    if "wf" in named:  # e4m3 weights widened: a thread per 16 elements of a row (per element: rows not of 16 bytes)
+    if "wf" in named and spec.k_major:  # e4m3 rows widened: a thread per 16 elements of a padded row
+        out["widen"] = (-(-n * (named["wf"].shape[1] // 16) // spec.threads), spec.threads)
+    elif "wf" in named:  # e4m3 weights widened: a thread per 16 elements of a row (per element: rows not of 16 bytes)
         per = -(-n // 16) if n % 16 == 0 else n
         out["widen"] = (-(-named["wf"].shape[0] * per // spec.threads), spec.threads)
     if "wt" in named:  # e4m3 weights as rows (Spec.fp8_products): a block of 256 threads a 64 x 64 tile

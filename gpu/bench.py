@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import Progress, Row, copy_bandwidth, environment, median_ms, rotating, write_csv  # noqa: E402
 import targets  # noqa: E402
 
-from redalgebra.runtime import as_e4m3, compile  # noqa: E402
+from redalgebra.runtime import compile  # noqa: E402
 from redalgebra.runtime.compile import KMajorUnread  # noqa: E402
-from redalgebra.runtime.formats import E4M3  # noqa: E402
+from redalgebra.runtime.formats import Encoded  # noqa: E402
 from redalgebra.runtime.check import STORE_ROUNDING  # noqa: E402
 
 from cases import Case, all_cases, as_tensors, compiled_fn, fused_of, softmax_eager  # noqa: E402
@@ -81,8 +81,8 @@ def prepare(kernel, inputs: dict, params: dict):
     try:
         return kernel.prepare(inputs, params)
     except KMajorUnread:
-        return kernel.prepare({k: as_e4m3(v.bits.contiguous()) if isinstance(v, E4M3) else v
-                               for k, v in inputs.items()}, params)
+        return kernel.prepare({k: type(v)(v.bits.contiguous()) if isinstance(v, Encoded) else
+                               v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}, params)
 
 
 def parse_config(text: str) -> dict:

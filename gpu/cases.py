@@ -339,14 +339,16 @@ def rmsnorm_gemm_eager(x, g, w, eps):
     return ((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * g) @ w
 
 
-def case_rmsnorm_gemm(m, hidden, n, candidates):
-    """RMSNorm then a GEMM (LLaMA-7B's q projection: hidden 4096), bfloat16; the weights shared by the tokens."""
+def case_rmsnorm_gemm(m, hidden, n, candidates, k_major=False):
+    """RMSNorm then a GEMM (LLaMA-7B's q projection: hidden 4096), bfloat16; the weights shared by the tokens;
+    ``k_major``: ours given as a ``Linear`` layer holds them, ``W.t()[None]`` of an (n, K) matrix (the same values)."""
     x, g, w = randn((m, hidden), "bfloat16"), randn((hidden,), "bfloat16"), randn((hidden, n), "bfloat16", 0.02)
     eps = 1e-5
     io = hidden * n * 2 + m * hidden * 2 + m * n * 2
     base = [("eager", lambda x: rmsnorm_gemm_eager(x, g, w, eps), io),
             ("torch.compile", lambda x: compiled_fn("rmsnorm_gemm", rmsnorm_gemm_eager)(x, g, w, eps), io)]
-    inputs = {"x": ours_input(x), "g": ours_input(g.view(1, hidden)), "w": ours_input(w.view(1, hidden, n))}
+    inputs = {"x": ours_input(x), "g": ours_input(g.view(1, hidden)),
+              "w": ours_input(w.t().contiguous().t()[None] if k_major else w.view(1, hidden, n))}
     params = {"h": np.float32(hidden), "eps": np.float32(eps)}
 
     def reference(x):
@@ -355,7 +357,8 @@ def case_rmsnorm_gemm(m, hidden, n, candidates):
     # columns_mma rounds each normalised factor to bfloat16 before its product (as the eager baseline rounds the
     # normalised row): 2^-9 more than columns' float32 factors
     tol = 1e-4 + (2.0 ** -9 if any(c.startswith(("columns_mma", "columns_wgmma")) for c in candidates) else 0.0)
-    return Case("rmsnorm_gemm", f"LLaMA-7B M{m} K{hidden} N{n}", "bfloat16", fused_of("rmsnorm_gemm"),
+    return Case("rmsnorm_gemm", f"LLaMA-7B M{m} K{hidden} N{n}{' K-major' if k_major else ''}", "bfloat16",
+                fused_of("rmsnorm_gemm"),
                 [(inputs, params, (x,))], base, reference, hidden * n * 2 + m * hidden * 2 + m * n * 4, candidates,
                 flops=2.0 * m * hidden * n, tol=tol)
 
@@ -412,7 +415,10 @@ def all_cases(quick: bool) -> dict:
         + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_wgmma", "auto"), "e4m3", k_major=True)
            for m in (64, 128, 256, 1024)],
         "normgemm": [lambda m=m: case_rmsnorm_gemm(m, 4096, 4096, ("columns_mma", "columns", "columns@128s38"))
-                     for m in (1, 16)] + [lambda: case_rmsnorm_gemm(4096, 4096, 4096, ("columns_wgmma", "columns_mma"))],
+                     for m in (1, 16)] + [lambda: case_rmsnorm_gemm(4096, 4096, 4096, ("columns_wgmma", "columns_mma"))]
+        # (a Linear layer's weights as they lie: read along their rows by both products)
+        + [lambda m=m: case_rmsnorm_gemm(m, 4096, 4096, ("columns_mma", "columns_wgmma", "auto"), k_major=True)
+           for m in (16, 1024, 4096)],
         "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")
                      for L in (1024, 4096, 16384, 65536)],
         "incremental": [lambda L=L: case_softmax(2**25 // L, L, "float32", ("rows", "tile@256", "nonincremental@256"),

@@ -1,17 +1,20 @@
 """What bounds a warp-specialized ``columns_wgmma`` product: the kernel timed with one part of its generated source
 taken out at a time.
 
-    python3 gpu/ablate_product.py fp8gemm 5 columns_wgmma+fp8@256g20
+    python3 gpu/ablate_product.py fp8gemm 5 columns_wgmma+fp8@256g20 ["built,no turns"]
 
 GROUP INDEX CONFIG as for ``kernel_steps.py`` (a configuration whose product has a producer warpgroup: the FP8
 products). Variants of the product kernel (``tiles``), each compiled from the patched source and timed alone
 (``kernel_steps.time_launches``), in turn, twice:
 
 - ``built``: as generated (checked against float64 first);
+- ``no turns``: the consumer warpgroups issue their products without taking turns (still right: checked too);
 - ``no copies``: the producer issues no ``cp.async`` (it still commits, waits and signals): the consumers' bound;
 - ``no products``: every ``wgmma`` replaced by holding its accumulators: the producer's and the barriers' bound;
 - ``no promotion``: the consumers do not add a tile's FP8 sums into their float32 sums (the wait for them stays);
-- ``skeleton``: neither copies nor products — the named barriers' ring alone.
+- ``no stores``: the epilogue's stores behind a test that never holds (the outputs still computed);
+- ``skeleton``: neither copies nor products — the named barriers' ring, the promotions and the epilogue; then
+  without the promotions, and without the stores.
 
 The ablated kernels compute wrong results on purpose; they are timed, never validated.
 """
@@ -45,29 +48,48 @@ def no_promotion(text: str) -> str:
     return re.sub(r"(?m)^ {16}ac_\d+_\d+ \+= tf_\d+_\d+\n", "", text)
 
 
-VARIANTS = {"built": lambda t: t, "no copies": no_copies, "no products": no_products, "no promotion": no_promotion,
-            "skeleton": lambda t: no_products(no_copies(t))}
+def no_stores(text: str) -> str:
+    """The epilogue's ``st_f32x2(out_y, row, column, a, b)`` behind a test of ``a`` that never holds (its values still
+    computed: the sums stay live)."""
+    return re.sub(r"(?m)^(\s*)(st_f32x2\(out_\w+, [^,]+, [^,]+, (\w+), \w+\))$", r"\1if \3 == -1.2345e-37: \2", text)
+
+
+def no_turns(text: str) -> str:
+    """The consumer warpgroups' turn barriers (named barriers 13 and 14: each issues its products after the other's)
+    as ``pass``: each issues as soon as its tile is in. Still right (the turns only order the issues): validated."""
+    return re.sub(r"(?m)^(\s*)bar_(sync|arrive)\(13 \+ .*$", r"\1pass", text)
+
+
+#: The variants that still compute the product (validated against float64 before they are timed).
+RIGHT = ("built", "no turns")
+VARIANTS = {"built": lambda t: t, "no turns": no_turns, "no copies": no_copies, "no products": no_products, "no promotion": no_promotion,
+            "no stores": no_stores, "skeleton": lambda t: no_products(no_copies(t)),
+            "skeleton, no promotion": lambda t: no_promotion(no_products(no_copies(t))),
+            "skeleton, no stores": lambda t: no_stores(no_products(no_copies(t)))}
 
 
 def main(argv) -> int:
     group, index, config = argv[0], int(argv[1]), argv[2]
+    names = argv[3].split(",") if len(argv) > 3 else list(VARIANTS)  # (a subset: "built,no turns")
     case, runner, kernel, launch = prepared_case(group, index, config)
     print(f"{case.name} {case.shape} {config}: err {runner.validate(case, launch):.3g}")
     (key, (src, _)), = [(k, v) for k, v in kernel._compiled.items()]
     at = [name for name, *_ in (src.entries or ())].index("tiles")
     inputs, params, _ = case.copies[0]
     prepared = {}
-    for name, patch in VARIANTS.items():
+    for name, patch in ((n, VARIANTS[n]) for n in names):
         text = patch(src.source)
         if name != "built" and text == src.source:
             print(f"{name}: the patch changed nothing; skipped")
             continue
         kernel._compiled[key] = (src, load(text))
         prepared[name] = kernel.prepare(inputs, params)
+        if name in RIGHT[1:]:
+            print(f"{name}: err {runner.validate(case, prepared[name]):.3g}")
     for round_ in range(2):
         for name, variant in prepared.items():
             us = time_launches(lambda v=variant: v.driver[at].launch(0))
-            print(f"round {round_}: {name:>13}: product {us:7.1f} us")
+            print(f"round {round_}: {name:>22}: product {us:7.1f} us")
     return 0
 
 

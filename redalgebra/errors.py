@@ -85,3 +85,8 @@ class BudgetExhausted(RedalgebraError):
     The prover and the analysis turn it into an ``"unknown"`` verdict; it reaches a caller only from
     work that has no such verdict to give (the derivation of formulas).
     """
+
+
+class PerformanceHint(UserWarning):
+    """A warning, not an error: the call runs and is right, but a documented choice (an exactness ``auto`` keeps) makes
+    it much slower than an option the message names, with what that option changes."""

@@ -25,10 +25,10 @@ from ..codegen.strategies import for_target, get
 from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns import scalars_fuse as columns_scalars_fuse
 from ..derive import FusedCascade
-from ..errors import EvaluationError, NotFusableError, RedalgebraError
+from ..errors import EvaluationError, NotFusableError, PerformanceHint, RedalgebraError
 from .backends import check_backend, cuda_module, device_capability, device_multiprocessors, multiprocessors
 from .cache import load
-from .choice import choose
+from .choice import ROUNDED_GAIN, ROUNDED_NOTE, choose, rounded_alternative
 from .formats import BFloat16, Encoded, as_bfloat16, dtype_of as _dtype, is_device as _is_device
 from .call_layout import OUT_ARRAYS, _alignment, _c_contiguous, _contiguous_alignment, _signature, k_major
 from .driver import c_strides
@@ -84,6 +84,7 @@ class Kernel:
     user: FusedCascade | None = field(default=None, repr=False)  # the cascade as given, when renamed
     _plans: dict = field(default_factory=dict, repr=False)  # call signature -> _layout's result
     _calls: dict = field(default_factory=dict, repr=False)  # torch call signature -> prepared call (tensors.py)
+    _hinted: set = field(default_factory=set, repr=False)  # the PerformanceHints given (choice.rounded_alternative)
 
     def to_generated(self, d):
         """A dict keyed by user names, keyed by the generated code's names."""
@@ -131,6 +132,13 @@ class Kernel:
         """The registered strategy ``rows`` rows of ``length`` run with (``auto`` chooses; the simulator's twin).
         ``problem``: the call's dtypes and alignment, for strategies that depend on them (the tensor cores)."""
         name = choose(self.fused, rows, length, sizes, reps, problem) if self.strategy == "auto" else self.strategy
+        if self.strategy == "auto" and name == "columns":  # (said once a kernel and alternative)
+            alt = rounded_alternative(self.fused, rows, reps, problem)
+            if alt is not None and alt not in self._hinted:
+                self._hinted.add(alt)
+                factor = f"here {self.fused.cascade.name or 'the cascade'}'s"
+                warnings.warn(PerformanceHint(ROUNDED_NOTE.format(factor=factor, alt=alt, gain=ROUNDED_GAIN[alt])),
+                              stacklevel=2)
         return for_target(name, self.backend).name
 
     def source(self, spec: Spec, strategy: str | None = None) -> KernelSource:

@@ -633,3 +633,36 @@ def test_a_16_bit_out_dtype_returns_every_output_in_that_type(backend, strategy,
 def test_out_dtype_names_the_types_it_takes():
     with pytest.raises(RedalgebraError, match="out_dtype is None .* 'bfloat16' or 'float16'"):
         compile(fused("rmsnorm_gemm"), "cudasim", "columns_wgmma", out_dtype="e4m3")
+
+
+def test_auto_keeping_rounded_factors_exact_names_the_tensor_core_strategy_once(monkeypatch):
+    # RMSNorm's factors x·r·g are not exact in bfloat16: auto keeps them in float32 on CUDA cores (columns), 56x slower
+    # than columns_wgmma at 4096 tokens on the H200; the call says so, once a kernel and alternative, with what the
+    # alternative rounds. FP8 factors are exact (auto takes the tensor cores itself), and a call the tensor cores do
+    # not suit (one row sharing the weights) gets no hint.
+    import warnings
+
+    from redalgebra.errors import PerformanceHint
+    from redalgebra.runtime import backends
+
+    monkeypatch.setattr(backends, "_capability", lambda: (9, 0))
+    dtypes = {"x": "bfloat16", "g": "bfloat16", "w": "bfloat16"}
+
+    def hints(kernel, rows, reps=None, **kw):
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            strategy = kernel.spec_for(rows, 4096, sizes={"n": 4096}, reps=reps or {"w": rows, "g": rows}, **kw)[0]
+        return strategy, [str(w.message) for w in got if issubclass(w.category, PerformanceHint)]
+    kernel = compile(fused("rmsnorm_gemm"), "cuda")
+    strategy, said = hints(kernel, 4096, dtypes=dtypes)
+    assert strategy == "columns" and len(said) == 1 and "strategy='columns_wgmma'" in said[0] and "2^-9" in said[0]
+    assert hints(kernel, 4096, dtypes=dtypes) == ("columns", [])  # once a kernel
+    strategy, said = hints(kernel, 64, dtypes=dtypes)
+    assert strategy == "columns" and len(said) == 1 and "strategy='columns_mma'" in said[0]
+    assert hints(compile(fused("rmsnorm_gemm"), "cuda"), 4096, reps={"w": 1, "g": 1}, dtypes=dtypes)[1] == []
+    fp8 = compile(fused("fp8_quant_gemm"), "cuda")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        assert fp8.spec_for(4096, 7168, dtypes={"x": "bfloat16", "w": "e4m3"}, sizes={"n": 7168},
+                            reps={"w": 4096})[0] == "columns_wgmma"
+    assert not [w for w in got if issubclass(w.category, PerformanceHint)]

@@ -60,7 +60,8 @@ DEFAULT_CSVS = (DEFAULT_CSV, *(DEFAULT_CSV.with_name(f"{name}.csv") for name in
                                 "s11_bench_softmax", "s13_run2_bench_gemm", "s13_run5_bench_quant",
                                 "s14_run2_bench_norm", "s14_run4_bench_fp8", "s15_bench_fp8_kmajor", "s18_run1_bench",
                                 "s18_run2_bench_fp8", "s19_run1_targets", "s19_run2_normgemm", "s19_run3_fp8mma",
-                                "s19_run4_fp8mid", "s19_run5_fp8mid")))
+                                "s19_run4_fp8mid", "s19_run5_fp8mid", "s20_run1_fp8mid", "s20_run2_fp8k",
+                                "s20_run2_normk")))
 ABLATION, INCREMENTAL = "softmax_levels", "softmax_incremental"
 COMPUTE_BOUND = {"attention", "causal_attention", "mla_decode", "fp8_quant_gemm"}  # judged by FLOP/s, left out of the roofline
 OVERHEAD = "call_overhead"  # host time per call, not a kernel: in no figure

@@ -154,24 +154,29 @@ def test_host_k_major_weights_not_read_so_are_judged_as_the_copy_they_become():
     assert spec_lying == spec_given and spec_lying.k_major == ()
 
 
-@pytest.mark.parametrize("name,dtype,rows,length,n", [
+@pytest.mark.parametrize("name,dtype,rows,length,n,options", [
     # e4m3 rows widened: L = 72 is not whole 16-byte chunks (a load an element) nor whole tiles (the padding's zeros
-    # read), one partial column block; then 16-byte chunks (L = 144) over two row blocks and a partial column block
-    ("fp8_quant_gemm", "e4m3", 3, 72, 8),
-    ("fp8_quant_gemm", "e4m3", 17, 144, 72),
-    # 16-bit rows read as they lie (whole tiles of 64); RMSNorm's rounded factors
-    ("rmsnorm_gemm", "bfloat16", 9, 128, 40),
+    # read), one partial column block; then 16-byte chunks (L = 144) over two row blocks and a partial column block;
+    # then the axis in two segments (each block's tiles from its segment's start)
+    ("fp8_quant_gemm", "e4m3", 3, 72, 8, {}),
+    ("fp8_quant_gemm", "e4m3", 17, 144, 72, {}),
+    ("fp8_quant_gemm", "e4m3", 5, 100, 16, {"segments": 2}),
+    # 16-bit rows read as they lie (whole tiles of 64); RMSNorm's rounded factors; blocks walking the output's tiles
+    # (the next tile's first copies issued while this one's outputs are stored)
+    ("rmsnorm_gemm", "bfloat16", 9, 128, 40, {}),
+    ("rmsnorm_gemm", "bfloat16", 9, 256, 40, {"persistent": True}),
 ])
-def test_the_exact_product_reads_k_major_weights_along_their_rows(name, dtype, rows, length, n):
+def test_the_exact_product_reads_k_major_weights_along_their_rows(name, dtype, rows, length, n, options):
     # a Linear layer's (n, L) weight given as W.T[None]: the weight tile is K-major as the factor tile is (wgmma_ss),
     # no transposing copy; the same sums, in the same order, as the contiguous weights' (the simulator poisons the
     # widened rows' scratch, so a pad left unwritten shows as NaN)
     inputs, params = _problem(name, rows, length, n, "bfloat16")
     w = as_e4m3(to_float(inputs["w"])) if dtype == "e4m3" else inputs["w"]
     lying = type(w)(np.ascontiguousarray(w.bits[0].T).T[None])
-    kernel = compile(fused(name), "cudasim", "columns_wgmma")
+    kernel = compile(fused(name), "cudasim", "columns_wgmma", **options)
     spec = kernel._planned(dict(inputs, w=lying), params, None)[0]
     assert spec.k_major == ("w",) and not spec.fp8_products
+    assert spec.segments == options.get("segments", 1) and spec.persistent == options.get("persistent", False)
     got = kernel(dict(inputs, w=lying), params)["y"]
     ref = _reference(name, dict(inputs, w=w), params, None, rows)["y"]
     tol = 2 ** -9 + 1e-5 if name == "rmsnorm_gemm" else 1e-5  # (RMSNorm: its factors rounded to bfloat16)

@@ -1,7 +1,8 @@
 """The FP8 kernels under compute-sanitizer, at small hostile shapes: the FP8 product reading K-major weights as they
 lie (the producer's copies straight from the user's memory), a block a tile and walking the tiles (``persistent``:
-the ring of stages running on across tiles), in blocks of 128, 160 and 192 columns (``group=20``, ``24``: setmaxnreg); ``columns_mma`` (a few rows) reading K-major e4m3 and bfloat16 weights as
-they lie, with empty segments (their L2 prefetch skipped); and the ``rows`` quantiser's two quotient forms (the
+the ring of stages running on across tiles), in blocks of 128, 160 and 192 columns (``group=20``, ``24``: setmaxnreg); the
+exact product reading K-major weights along their rows (e4m3 widened row by row, bfloat16 as they lie); ``columns_mma``
+(a few rows) reading K-major e4m3 and bfloat16 weights as they lie, with empty segments (their L2 prefetch skipped); and the ``rows`` quantiser's two quotient forms (the
 reciprocal tested once a row, for e4m3 bytes; an element at a time, ``rt_q8c``, for float32), with a row whose scale
 is above the fast range (divided; the cascade's clamp keeps scales from going below it). Each call is checked against the float32 division or float64.
 
@@ -60,6 +61,22 @@ def columns_mma(m: int, k: int, n: int, kind: str, seg) -> bool:
     return err <= 1e-5
 
 
+def exact_k_major(m: int, k: int, n: int, kind: str, seg, persistent=None) -> bool:
+    """``columns_wgmma``'s exact product reading a Linear layer's weight along its rows (e4m3 widened row by row into
+    padded float16 rows, 16-bit ones as they lie): the call must not copy it (its prepared call is a ``_Call``, not
+    a ``_Copied``)."""
+    x, w, want = _linear(m, k, n, kind)
+    kern = ra.compile(ra.derive(workloads.get("fp8_quant_gemm").cascade), "cuda", "columns_wgmma",
+                      persistent=persistent, **({"segments": seg} if seg else {}))
+    got = kern({"x": x, "w": w.t()[None]}, {})["y"].double()
+    read = [type(c).__name__ for c in kern._calls.values()] == ["_Call"]
+    err = float((got - want).abs().max()) / float(want.abs().max())
+    print(f"exact product{' walking' if persistent else ''}, K-major {kind} weights "
+          f"{'read along their rows' if read else 'COPIED'}, M{m} K{k} N{n} segments {seg or 'auto'}: {err:.2e}",
+          flush=True)
+    return err <= 1e-5 and read
+
+
 def quantiser(rows: int, length: int, out_dtype) -> bool:
     rng = np.random.default_rng(rows + length)
     x = rng.normal(size=(rows, length)).astype(np.float32)
@@ -87,6 +104,10 @@ def main(argv) -> int:
              lambda: columns_mma(1, 640, 64, "e4m3", 7), lambda: columns_mma(16, 320, 144, "e4m3", 3),
              lambda: columns_mma(9, 192, 72, "bf16", None), lambda: columns_mma(33, 256, 40, "bf16", 2),
              lambda: columns_mma(20, 448, 208, "e4m3", None),  # two blocks of rows, the second of four
+             # the exact product's K-major weights: e4m3 widened (L = 200: a load an element, the padding read; two
+             # row blocks; then 16-byte chunks, segments, a partial last block of 8 columns), bfloat16 as they lie
+             lambda: exact_k_major(130, 200, 72, "e4m3", None), lambda: exact_k_major(5, 384, 264, "e4m3", 3),
+             lambda: exact_k_major(130, 256, 72, "bf16", None), lambda: exact_k_major(5, 384, 80, "bf16", None, True),
              lambda: quantiser(5, 1001, None), lambda: quantiser(5, 1001, "float32"),
              lambda: quantiser(3, 7168, None)]
     if argv:  # e.g. `columns_mma`: the cases of those checks alone

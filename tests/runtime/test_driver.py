@@ -175,3 +175,22 @@ def test_a_kernel_handing_registers_over_is_launched_whole_or_as_numba_links_it_
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert driver.DriverStep(configured(plain), (), ()).function == 13 and plain.linked == 1
+
+
+def test_a_binding_points_each_named_array_at_its_new_data_and_leaves_the_others():
+    # a step's fields as DriverStep packs them (a name passed twice has two data fields); a binding sets what changed
+    # and leaves the fields of names not given, or given the pointer they hold, as they are
+    from redalgebra.runtime.driver import DriverStep
+
+    step = object.__new__(DriverStep)
+    x, w = ctypes.c_void_p(0x1000), ctypes.c_void_p(0x2000)
+    out = [ctypes.c_void_p(0x3000), ctypes.c_void_p(0x3000)]
+    step.pointers = {"x": [x], "w": [w], "out": out}
+    step._held = {name: fields[0].value for name, fields in step.pointers.items()}
+    step.bind({"x": 0x1100, "out": 0x3300, "other": 0x9000})
+    assert (x.value, w.value, [f.value for f in out]) == (0x1100, 0x2000, [0x3300, 0x3300])
+    w.value = 0x2200  # (set here only to show that a pointer the step already holds is not written again)
+    step.bind({"x": 0x1100, "w": 0x2000, "out": 0x3000})
+    assert (x.value, w.value, [f.value for f in out]) == (0x1100, 0x2200, [0x3000, 0x3000])
+    step.bind({"w": 0x2400})
+    assert w.value == 0x2400 and step._held == {"x": 0x1100, "w": 0x2400, "out": 0x3000}

@@ -29,7 +29,10 @@ read by the instruction from shared memory:
 **The factors in the product's tiles** (:attr:`Spec.tile_factors`, off by default): :mod:`.tile_factors`.
 
 **e4m3 weights** are widened to float16 by a first kernel of the module (every e4m3 value is a float16, exactly), and
-the product is the float16 one.
+the product is the float16 one. Not the FP8 instruction (``m64n256k32.e4m3.e4m3``, twice the products a cycle): on
+an H200 its sums keep fewer bits than float32 — against float64, 5.6e-4 of the largest output at K = 1001 and 1.9e-3
+at K = 7168, where the float16 product is within 3e-7 (the FP8 accumulation DeepSeek-V3's report describes, about 14
+bits). Only for one weight matrix shared by every row (the widened copy is one matrix).
 
 **Weights given K-major** (``W.T[None]`` of an (n, L) matrix, as PyTorch's ``Linear`` holds its weight;
 :attr:`Spec.k_major`, :func:`k_major`) are read along their rows: the weight tile is then K-major as the factor tile is
@@ -37,10 +40,7 @@ the product is the float16 one.
 chunks. 16-bit weights are read as they lie where ``L`` is a multiple of the tile (no row read past its end); e4m3
 weights are widened row by row into float16 rows ``wf[n, k]``, padded with zeros to whole tiles. Without this every
 call copied them first, a transposing copy: 0.30 ms of a 7168 × 7168 e4m3 call at 256 tokens, whose product takes
-0.115 ms (gpu/README.md). Not the FP8 instruction (``m64n256k32.e4m3.e4m3``, twice the products a cycle): on
-an H200 its sums keep fewer bits than float32 — against float64, 5.6e-4 of the largest output at K = 1001 and 1.9e-3
-at K = 7168, where the float16 product is within 3e-7 (the FP8 accumulation DeepSeek-V3's report describes, about 14
-bits). Only for one weight matrix shared by every row (the widened copy is one matrix).
+0.115 ms; the call now takes 0.117 ms there, against 0.424 (measured on the H200, gpu/README.md).
 
 **The FP8 instruction when asked** (``compile(..., fp8_products=True)``): :mod:`.fp8_products`.
 
@@ -419,7 +419,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
                             f"uint32(max(segl, {bk}))), uint32(1)))")]
         # descriptors of stage 0: the warpgroup's 64 factor rows (K-major), the weight tile (MN-major: blocks of 64
         # columns 64 rows of 128 bytes apart)
-        # (Spec.fp8_products: the weight tile K-major too, as the factor tile)
+        # (Spec.fp8_products, or weights given K-major: the weight tile K-major too, as the factor tile)
         lbo = 16 if self.b_k_major else BK * ROW * 2
         out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})"),
                 Assign("db", f"wgmma_desc(sm, sb + {self.b_base}, {lbo}, {ATOM})")]

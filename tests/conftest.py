@@ -28,16 +28,19 @@ _BLOCK_MANAGER_RUN = "54626c6819f55d51"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _simulator_manager_yields_the_gil():
+def _simulator_manager_waits_for_its_threads():
     """The CUDA simulator runs a Python thread per CUDA thread, and a manager thread that polls them in a loop
-    (which are blocked at ``syncthreads``, which are alive) without ever waiting: the threads it runs wait up to
-    the interpreter's switch interval (5 ms) for the GIL each time it holds it — most of the wall time of a
-    block whose threads meet at barriers often (the tensor cores' stand-ins' warp barriers too). The same loop,
-    giving the GIL up once a round (``time.sleep(0)``): the same threads, barriers, order of checks and errors,
-    in a half to a fifth of the time. Applied only where numba-cuda's loop is the one it was copied from."""
+    (which are blocked at ``syncthreads``, which are alive) without ever waiting: every round reads each thread's flags
+    and asks each whether it is alive, while the threads it runs wait for the GIL. Here the threads tell the manager
+    instead: a thread arriving at ``syncthreads``, or ending (its error recorded first), counts itself under the
+    manager's condition and wakes it; the manager, asleep on the condition between those events, checks then what
+    numba-cuda's loop checks: a thread's error stops the block (every thread aborted and released, the error raised),
+    and when every live thread is blocked at ``syncthreads`` all are released together. The same threads, barrier
+    semantics (a thread that has ended no longer counts) and errors, without the polling. Applied only where
+    numba-cuda's loop is the one this was written from (numba-cuda 0.30's ``BlockManager.run``)."""
     import hashlib
     import inspect
-    import time
+    import threading
 
     import numpy as np
     from numba.cuda.simulator import kernel
@@ -47,35 +50,63 @@ def _simulator_manager_yields_the_gil():
         yield  # another numba-cuda: its own loop, unchanged
         return
 
-    def run(self, grid_point, *args):  # numba-cuda 0.30's BlockManager.run, plus the sleep(0)
-        threads, livethreads, blockedthreads = set(), set(), set()
+    class Thread(kernel.BlockThread):
+        """numba-cuda's simulated CUDA thread, which tells its manager when it blocks at ``syncthreads`` and when it
+        ends (``BlockThread.syncthreads`` and ``run`` otherwise as they are)."""
+
+        def syncthreads(self):
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads call")
+            events = self._manager.events
+            with events:
+                self.syncthreads_blocked = True
+                self._manager.blocked += 1
+                events.notify()
+            self.syncthreads_event.wait()
+            self.syncthreads_event.clear()
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads clear")
+
+        def run(self):
+            try:
+                super().run()  # (which records the thread's error in self.exception)
+            finally:
+                events = self._manager.events
+                with events:
+                    self._manager.ended.append(self)
+                    events.notify()
+
+    def run(self, grid_point, *args):  # numba-cuda 0.30's BlockManager.run, woken by its threads instead of polling
+        self.events, self.blocked, self.ended = threading.Condition(), 0, []
+        threads = []
         for block_point in np.ndindex(*self._block_dim):
 
             def target():
                 self._f(*args)
 
-            t = kernel.BlockThread(target, self, grid_point, block_point, self._debug)
+            t = Thread(target, self, grid_point, block_point, self._debug)
             t.start()
-            threads.add(t)
-            livethreads.add(t)
-        while livethreads:
-            for t in livethreads:
-                if t.syncthreads_blocked:
-                    blockedthreads.add(t)
-                elif t.exception:
+            threads.append(t)
+        with self.events:
+            while True:
+                failed = next((t for t in self.ended if t.exception), None)
+                if failed is not None:
                     for t_other in threads:
                         t_other.abort = True
                         t_other.syncthreads_blocked = False
                         t_other.syncthreads_event.set()
-                    raise t.exception[0].with_traceback(t.exception[1])
-            if livethreads == blockedthreads:
-                for t in blockedthreads:
-                    t.syncthreads_blocked = False
-                    t.syncthreads_event.set()
-                blockedthreads = set()
-            livethreads = set([t for t in livethreads if t.is_alive()])
-            time.sleep(0)  # the GIL to the threads that wait for it
+                    raise failed.exception[0].with_traceback(failed.exception[1])
+                if len(self.ended) == len(threads):
+                    break
+                if self.blocked and self.blocked == len(threads) - len(self.ended):  # every live thread waits
+                    self.blocked = 0
+                    for t in threads:
+                        if t.syncthreads_blocked:
+                            t.syncthreads_blocked = False
+                            t.syncthreads_event.set()
+                self.events.wait()
         for t in threads:
+            t.join()
             if t.exception:
                 raise t.exception[0].with_traceback(t.exception[1])
 

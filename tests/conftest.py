@@ -115,6 +115,46 @@ def _simulator_manager_waits_for_its_threads():
     manager.run = original
 
 
+# numba-cuda's FakeCUDAKernel.__call__, as the fixture below was written from (sha256 of its source, first 16 hex digits)
+_FAKE_KERNEL_CALL = "71c9d298b7bc6278"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _simulator_device_calls_in_the_kernels_module_go_straight():
+    """A device function called in the simulator swaps its module's ``cuda`` for the running kernel's fake module
+    around the call (``swapped_cuda_module``: an import, a global lock and a per-module lock, a reference count), a
+    call of a generated module's helpers on every simulated thread. A kernel's launch has made that swap for the
+    whole launch already, in the kernel's own module; a device function defined there (the generated helpers) is
+    called directly while the launch runs, with the same globals and the same fake module as the swap would give it.
+    Device functions of other modules, and calls outside a launch, go through numba-cuda's ``__call__`` as before.
+    Applied only where ``FakeCUDAKernel.__call__`` is the one this was written from (numba-cuda 0.30's)."""
+    import hashlib
+    import inspect
+
+    from numba.cuda.simulator import kernel
+
+    fake = kernel.FakeCUDAKernel
+    if hashlib.sha256(inspect.getsource(fake.__call__).encode()).hexdigest()[:16] != _FAKE_KERNEL_CALL:
+        yield  # another numba-cuda: its own call, unchanged
+        return
+    launched = [None]  # the globals of the kernel whose launch runs (the simulator runs one launch at a time)
+
+    def call(self, *args):
+        if self._device:
+            if self.fn.__globals__ is launched[0]:
+                return self.fn(*args)  # (its globals swapped by the launch, which lasts longer than this call)
+            return original(self, *args)
+        launched[0] = self.fn.__globals__
+        try:
+            return original(self, *args)
+        finally:
+            launched[0] = None
+
+    original, fake.__call__ = fake.__call__, call
+    yield
+    fake.__call__ = original
+
+
 _EARLY: list = []  # the PTX jobs' process and its folder, started with a whole-suite session
 
 

@@ -33,7 +33,8 @@ def _simulator_manager_waits_for_its_threads():
     (which are blocked at ``syncthreads``, which are alive) without ever waiting: every round reads each thread's flags
     and asks each whether it is alive, while the threads it runs wait for the GIL. Here the threads tell the manager
     instead: a thread arriving at ``syncthreads``, or ending (its error recorded first), counts itself under the
-    manager's condition and wakes it; the manager, asleep on the condition between those events, checks then what
+    manager's condition, and wakes the manager when it is the last live thread to block, or ends with an error, or
+    ends the block (one wake a barrier, not one an arrival); the manager, asleep on the condition, checks then what
     numba-cuda's loop checks: a thread's error stops the block (every thread aborted and released, the error raised),
     and when every live thread is blocked at ``syncthreads`` all are released together. The same threads, barrier
     semantics (a thread that has ended no longer counts) and errors, without the polling. Applied only where
@@ -57,11 +58,12 @@ def _simulator_manager_waits_for_its_threads():
         def syncthreads(self):
             if self.abort:
                 raise RuntimeError("abort flag set on syncthreads call")
-            events = self._manager.events
-            with events:
+            manager = self._manager
+            with manager.events:
                 self.syncthreads_blocked = True
-                self._manager.blocked += 1
-                events.notify()
+                manager.blocked += 1
+                if manager.blocked == manager.count - len(manager.ended):  # the last live thread: wake the manager
+                    manager.events.notify()
             self.syncthreads_event.wait()
             self.syncthreads_event.clear()
             if self.abort:
@@ -71,13 +73,15 @@ def _simulator_manager_waits_for_its_threads():
             try:
                 super().run()  # (which records the thread's error in self.exception)
             finally:
-                events = self._manager.events
-                with events:
-                    self._manager.ended.append(self)
-                    events.notify()
+                manager = self._manager
+                with manager.events:
+                    manager.ended.append(self)
+                    if self.exception or manager.blocked == manager.count - len(manager.ended):  # (all ended: 0 == 0)
+                        manager.events.notify()
 
     def run(self, grid_point, *args):  # numba-cuda 0.30's BlockManager.run, woken by its threads instead of polling
         self.events, self.blocked, self.ended = threading.Condition(), 0, []
+        self.count = int(np.prod(self._block_dim))
         threads = []
         for block_point in np.ndindex(*self._block_dim):
 

@@ -28,16 +28,20 @@ _BLOCK_MANAGER_RUN = "54626c6819f55d51"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _simulator_manager_yields_the_gil():
+def _simulator_manager_waits_for_its_threads():
     """The CUDA simulator runs a Python thread per CUDA thread, and a manager thread that polls them in a loop
-    (which are blocked at ``syncthreads``, which are alive) without ever waiting: the threads it runs wait up to
-    the interpreter's switch interval (5 ms) for the GIL each time it holds it — most of the wall time of a
-    block whose threads meet at barriers often (the tensor cores' stand-ins' warp barriers too). The same loop,
-    giving the GIL up once a round (``time.sleep(0)``): the same threads, barriers, order of checks and errors,
-    in a half to a fifth of the time. Applied only where numba-cuda's loop is the one it was copied from."""
+    (which are blocked at ``syncthreads``, which are alive) without ever waiting: every round reads each thread's flags
+    and asks each whether it is alive, while the threads it runs wait for the GIL. Here the threads tell the manager
+    instead: a thread arriving at ``syncthreads``, or ending (its error recorded first), counts itself under the
+    manager's condition, and wakes the manager when it is the last live thread to block, or ends with an error, or
+    ends the block (one wake a barrier, not one an arrival); the manager, asleep on the condition, checks then what
+    numba-cuda's loop checks: a thread's error stops the block (every thread aborted and released, the error raised),
+    and when every live thread is blocked at ``syncthreads`` all are released together. The same threads, barrier
+    semantics (a thread that has ended no longer counts) and errors, without the polling. Applied only where
+    numba-cuda's loop is the one this was written from (numba-cuda 0.30's ``BlockManager.run``)."""
     import hashlib
     import inspect
-    import time
+    import threading
 
     import numpy as np
     from numba.cuda.simulator import kernel
@@ -47,41 +51,158 @@ def _simulator_manager_yields_the_gil():
         yield  # another numba-cuda: its own loop, unchanged
         return
 
-    def run(self, grid_point, *args):  # numba-cuda 0.30's BlockManager.run, plus the sleep(0)
-        threads, livethreads, blockedthreads = set(), set(), set()
+    class Thread(kernel.BlockThread):
+        """numba-cuda's simulated CUDA thread, which tells its manager when it blocks at ``syncthreads`` and when it
+        ends (``BlockThread.syncthreads`` and ``run`` otherwise as they are)."""
+
+        def syncthreads(self):
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads call")
+            manager = self._manager
+            with manager.events:
+                self.syncthreads_blocked = True
+                manager.blocked += 1
+                if manager.blocked == manager.count - len(manager.ended):  # the last live thread: wake the manager
+                    manager.events.notify()
+            self.syncthreads_event.wait()
+            self.syncthreads_event.clear()
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads clear")
+
+        def run(self):
+            try:
+                super().run()  # (which records the thread's error in self.exception)
+            finally:
+                manager = self._manager
+                with manager.events:
+                    manager.ended.append(self)
+                    if self.exception or manager.blocked == manager.count - len(manager.ended):  # (all ended: 0 == 0)
+                        manager.events.notify()
+
+    def run(self, grid_point, *args):  # numba-cuda 0.30's BlockManager.run, woken by its threads instead of polling
+        self.events, self.blocked, self.ended = threading.Condition(), 0, []
+        self.count = int(np.prod(self._block_dim))
+        threads = []
         for block_point in np.ndindex(*self._block_dim):
 
             def target():
                 self._f(*args)
 
-            t = kernel.BlockThread(target, self, grid_point, block_point, self._debug)
+            t = Thread(target, self, grid_point, block_point, self._debug)
             t.start()
-            threads.add(t)
-            livethreads.add(t)
-        while livethreads:
-            for t in livethreads:
-                if t.syncthreads_blocked:
-                    blockedthreads.add(t)
-                elif t.exception:
+            threads.append(t)
+        with self.events:
+            while True:
+                failed = next((t for t in self.ended if t.exception), None)
+                if failed is not None:
                     for t_other in threads:
                         t_other.abort = True
                         t_other.syncthreads_blocked = False
                         t_other.syncthreads_event.set()
-                    raise t.exception[0].with_traceback(t.exception[1])
-            if livethreads == blockedthreads:
-                for t in blockedthreads:
-                    t.syncthreads_blocked = False
-                    t.syncthreads_event.set()
-                blockedthreads = set()
-            livethreads = set([t for t in livethreads if t.is_alive()])
-            time.sleep(0)  # the GIL to the threads that wait for it
+                    raise failed.exception[0].with_traceback(failed.exception[1])
+                if len(self.ended) == len(threads):
+                    break
+                if self.blocked and self.blocked == len(threads) - len(self.ended):  # every live thread waits
+                    self.blocked = 0
+                    for t in threads:
+                        if t.syncthreads_blocked:
+                            t.syncthreads_blocked = False
+                            t.syncthreads_event.set()
+                self.events.wait()
         for t in threads:
+            t.join()
             if t.exception:
                 raise t.exception[0].with_traceback(t.exception[1])
 
     original, manager.run = manager.run, run
     yield
     manager.run = original
+
+
+# numba-cuda's FakeCUDAKernel.__call__, as the fixture below was written from (sha256 of its source, first 16 hex digits)
+_FAKE_KERNEL_CALL = "71c9d298b7bc6278"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _simulator_device_calls_in_the_kernels_module_go_straight():
+    """A device function called in the simulator swaps its module's ``cuda`` for the running kernel's fake module
+    around the call (``swapped_cuda_module``: an import, a global lock and a per-module lock, a reference count), a
+    call of a generated module's helpers on every simulated thread. A kernel's launch has made that swap for the
+    whole launch already, in the kernel's own module; a device function defined there (the generated helpers) is
+    called directly while the launch runs, with the same globals and the same fake module as the swap would give it.
+    Device functions of other modules, and calls outside a launch, go through numba-cuda's ``__call__`` as before.
+    Applied only where ``FakeCUDAKernel.__call__`` is the one this was written from (numba-cuda 0.30's)."""
+    import hashlib
+    import inspect
+
+    from numba.cuda.simulator import kernel
+
+    fake = kernel.FakeCUDAKernel
+    if hashlib.sha256(inspect.getsource(fake.__call__).encode()).hexdigest()[:16] != _FAKE_KERNEL_CALL:
+        yield  # another numba-cuda: its own call, unchanged
+        return
+    launched = [None]  # the globals of the kernel whose launch runs (the simulator runs one launch at a time)
+
+    def call(self, *args):
+        if self._device:
+            if self.fn.__globals__ is launched[0]:
+                return self.fn(*args)  # (its globals swapped by the launch, which lasts longer than this call)
+            return original(self, *args)
+        launched[0] = self.fn.__globals__
+        try:
+            return original(self, *args)
+        finally:
+            launched[0] = None
+
+    original, fake.__call__ = fake.__call__, call
+    yield
+    fake.__call__ = original
+
+
+# numba-cuda's FakeCUDAShared.array, as the fixture below was written from (sha256 of its source, first 16 hex digits)
+_FAKE_SHARED_ARRAY = "46c69699220dd500"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _simulator_shared_arrays_found_by_their_callers_line():
+    """The simulator's ``cuda.shared.array`` finds a block's array by the file and line that ask for it, which it
+    reads from ``traceback.extract_stack``: every frame of the stack (pytest's some fifty among them) summarised and
+    its source line read, on every simulated thread at every allocation. The same file and line straight from the
+    calling frame (``co_filename``, ``f_lineno``: what the summary holds); the rest of the method as it is. Applied
+    only where the method is the one this was written from (numba-cuda 0.30's)."""
+    import hashlib
+    import inspect
+    import sys
+
+    import numpy as np
+    from numba.cuda.simulator import kernelapi
+
+    types, numpy_support = kernelapi.types, kernelapi.numpy_support  # (the names the method uses, from its module)
+    shared = kernelapi.FakeCUDAShared
+    if hashlib.sha256(inspect.getsource(shared.array).encode()).hexdigest()[:16] != _FAKE_SHARED_ARRAY:
+        yield  # another numba-cuda: its own method, unchanged
+        return
+
+    def array(self, shape, dtype, alignment=None):  # numba-cuda 0.30's FakeCUDAShared.array but for the caller
+        if alignment is not None:
+            raise RuntimeError("Array alignment is not supported in cudasim")
+        if isinstance(dtype, types.Type):
+            dtype = numpy_support.as_dtype(dtype)
+        if shape == 0:
+            count = self._dynshared_size // dtype.itemsize
+            return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+        frame = sys._getframe(1)
+        caller = (frame.f_code.co_filename, frame.f_lineno)
+        del frame
+        res = self._allocations.get(caller)
+        if res is None:
+            res = np.empty(shape, dtype)
+            self._allocations[caller] = res
+        return res
+
+    original, shared.array = shared.array, array
+    yield
+    shared.array = original
 
 
 _EARLY: list = []  # the PTX jobs' process and its folder, started with a whole-suite session

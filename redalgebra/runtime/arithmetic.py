@@ -5,6 +5,8 @@ is a ``numba.cuda`` intrinsic on the GPU and a plain-Python stand-in of the same
 
 from __future__ import annotations
 
+import math
+import struct
 from fractions import Fraction
 
 import numpy as np
@@ -91,16 +93,40 @@ def _round_f32(x: Fraction) -> np.float32:
     return np.float32(best[1])
 
 
+#: :data:`_F32_OVERFLOW` as a float (exact: 2**128 - 2**103 has 25 significant bits).
+_F32_OVERFLOW_FLOAT = float(_F32_OVERFLOW)
+#: A float64's bytes, little-endian: the first one's last bit is the significand's.
+_FLOAT64 = struct.Struct("<d")
+
+
 def _sim_fma32(a, b, c):
-    a, b, c = np.float32(a), np.float32(b), np.float32(c)
-    if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(c)):
+    """``a * b + c`` of float32 values rounded once to float32, to nearest even, as ``fma.rn.f32`` computes it.
+
+    In float64 without fractions: the product of two float32 is exact (48 significant bits, its exponent far inside
+    float64's range), and the sum ``s`` with its error ``e`` (Knuth's TwoSum: ``s + e`` is ``a * b + c`` exactly).
+    The sum rounded to odd (``s`` when exact or odd, else its neighbour towards ``e``: the value keeps, in its last bit,
+    whether anything was dropped) has 53 bits, at least twice float32's 24 plus two, so rounding it to float32 to
+    nearest even rounds the exact sum once (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved
+    algorithms using rounding to odd", 2008). The float64 value is compared with :data:`_F32_OVERFLOW` before the cast
+    (the odd rounding never crosses it: it is a float64 with its last bit even). ``_round_f32`` of the exact
+    fraction is the reference it is tested against."""
+    a, b, c = float(np.float32(a)), float(np.float32(b)), float(np.float32(c))
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
         with np.errstate(all="ignore"):  # infinities and NaN by IEEE's rules (the product of finite values exact)
             return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
-    x = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
-    if x == 0:  # an exact zero: -0 only where both terms are zeros of that sign
-        negative = (a == 0 or b == 0) and c == 0 and np.signbit(a) != np.signbit(b) and np.signbit(c)
+    p = a * b
+    s = p + c
+    z = s - p
+    e = (p - (s - z)) + (c - z)
+    if s == 0 and e == 0:  # an exact zero: -0 only where both terms are zeros of that sign
+        negative = (a == 0 or b == 0) and c == 0 and math.copysign(1, a) != math.copysign(1, b) \
+            and math.copysign(1, c) < 0
         return np.float32(-0.0 if negative else 0.0)
-    return _round_f32(x)
+    if e != 0 and not _FLOAT64.pack(s)[0] & 1:  # inexact and even (its lowest byte's last bit): the odd neighbour
+        s = math.nextafter(s, math.inf if e > 0 else -math.inf)
+    if abs(s) >= _F32_OVERFLOW_FLOAT:
+        return np.float32(math.copysign(math.inf, s))
+    return np.float32(s)
 
 
 def _ex2(builder, x):

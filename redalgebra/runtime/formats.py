@@ -11,12 +11,22 @@ import numpy as np
 from ..errors import RedalgebraError
 
 
-def e4m3_values(codes) -> np.ndarray:
-    """The float32 values of FP8 e4m3 bytes ``s eeee mmm`` (bias 7, no infinities, ``0x7F``/``0xFF`` NaN): exact."""
-    c = np.asarray(codes).astype(np.int32)
+def _e4m3_decoded(c: np.ndarray) -> np.ndarray:
+    """The float32 values of the e4m3 bytes in the low 8 bits of the integers ``c``, from the format's fields."""
     e, m = (c >> 3) & 0xF, (c & 7).astype(np.float64)
     mag = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7))
     return np.where((c & 0x7F) == 0x7F, np.nan, np.where(c & 0x80, -mag, mag)).astype(np.float32)
+
+
+#: Every e4m3 byte's value, by its code: :func:`e4m3_values` looks codes up here (the CUDA simulator's stand-ins
+#: decode a tensor-core operand a call, on every simulated thread).
+_E4M3_VALUES = _e4m3_decoded(np.arange(256, dtype=np.int32))
+_E4M3_VALUES.flags.writeable = False
+
+
+def e4m3_values(codes) -> np.ndarray:
+    """The float32 values of FP8 e4m3 bytes ``s eeee mmm`` (bias 7, no infinities, ``0x7F``/``0xFF`` NaN): exact."""
+    return np.asarray(_E4M3_VALUES[np.asarray(codes).astype(np.int32) & 0xFF])
 
 
 e4m3_to_float = e4m3_values

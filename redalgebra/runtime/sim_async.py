@@ -91,11 +91,13 @@ def _sim_check_write(name: str, array, byte_offset: int, nbytes: int = 16) -> No
     chunks = set(range(start >> 4, (start + nbytes - 1 >> 4) + 1))
     with _IN_FLIGHT_LOCK:
         states = list(_IN_FLIGHT.items())
-    for key, state in states:
+    for key, state in states:  # (whether the thread still runs asked only of a group the write meets: the same verdict)
+        if all(chunks.isdisjoint(group) for group in (*state.groups, state.open)):
+            continue
         if not state.thread.is_alive():
             with _IN_FLIGHT_LOCK:
                 _IN_FLIGHT.pop(key, None)
-        elif any(chunks & group for group in (*state.groups, state.open)):
+        else:
             raise RuntimeError(f"{name}: writes shared memory (byte {int(byte_offset)}) that a wgmma group still in "
                                f"flight reads: wait for its group before the stage is reused")
 
@@ -126,11 +128,11 @@ def _sim_wait(n):
     return wait
 
 
-#: Named barriers' rounds, by (block manager, block, barrier): ``[threads arrived, completed, manager]``. A round is
+#: Named barriers' rounds, by (block manager, block, barrier): ``[threads arrived, completed (an event), manager]``. A round is
 #: forgotten when it completes; the entry holds its block's manager, so that a stopped kernel's unfinished round is
 #: never taken for a later block's (the manager's ``id`` cannot be reused while the entry holds it).
 _NAMED: dict = {}
-_NAMED_LOCK = threading.Condition()
+_NAMED_LOCK = threading.Lock()
 #: Where the rounds of a warp's meetings are numbered from (past the named barriers' 1 … 15).
 WARP_ROUNDS = 100
 #: How long a simulated ``bar_sync`` waits before it reports a deadlock.
@@ -160,30 +162,31 @@ def _sim_warp_meet():
 
 def _meet(bid, count: int, blocking: bool, what: str) -> None:
     """This thread's arrival at round ``bid`` of its block (:func:`_sim_named_barrier`), waiting for the round's
-    ``count`` threads if ``blocking``."""
+    ``count`` threads if ``blocking``. A waiting thread sleeps on its round's own event, set by the round's last
+    arrival (a condition shared by every round would wake every waiting thread of the block at each completion)."""
     t = threading.current_thread()
     manager = getattr(t, "_manager", None)
     key = (id(manager), tuple(getattr(t, "blockIdx", ())), bid)
     with _NAMED_LOCK:
         state = _NAMED.get(key)
         if state is None or state[2] is not manager:
-            state = _NAMED[key] = [set(), False, manager]
+            state = _NAMED[key] = [set(), threading.Event(), manager]
         if t in state[0]:
             raise RuntimeError(f"{what}: a thread arrived twice in one round (its warp would be counted twice)")
         state[0].add(t)
         if len(state[0]) == count:
             del _NAMED[key]
-            state[1] = True
-            _NAMED_LOCK.notify_all()
-        elif blocking:
-            deadline = time.monotonic() + DEADLOCK_SECONDS
-            while not state[1]:
-                if getattr(t, "abort", False):
-                    raise RuntimeError(f"{what}: the kernel stopped")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{what}: {len(state[0])} of {count} threads arrived in "
-                                       f"{DEADLOCK_SECONDS} s (a deadlock: arrivals that do not match the waits)")
-                _NAMED_LOCK.wait(0.5)
+            state[1].set()
+            return
+    if blocking:
+        deadline = time.monotonic() + DEADLOCK_SECONDS
+        while not state[1].is_set():
+            if getattr(t, "abort", False):
+                raise RuntimeError(f"{what}: the kernel stopped")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what}: {len(state[0])} of {count} threads arrived in "
+                                   f"{DEADLOCK_SECONDS} s (a deadlock: arrivals that do not match the waits)")
+            state[1].wait(0.5)
 
 
 def _sim_barriers_clear() -> list:

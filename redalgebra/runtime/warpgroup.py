@@ -9,6 +9,7 @@ a Python stand-in that decodes the swizzled layout through the descriptors as th
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -61,20 +62,28 @@ def _sim_wgmma_desc(s, idx, lbo, sbo):
     return _SimDesc((_shared_flat(s).view(np.uint16), 2 * int(idx), int(lbo), int(sbo)))
 
 
-def _gather(desc, addresses: np.ndarray, size: int) -> np.ndarray:
+def _gather(desc, addresses: np.ndarray, size: int, layout=None) -> np.ndarray:
     """The values of ``size`` bytes (2: 16-bit patterns, little-endian; 1: e4m3 bytes) at the (unswizzled) byte
     ``addresses`` of a swizzled operand, in their shape; the first address outside the shared array (or a 16-bit one
-    misaligned), in C order, is an error."""
+    misaligned), in C order, is an error. ``layout``: the addresses' :func:`_layout`, when the caller has it."""
     raw = desc[0].view(np.uint8)
-    at = swizzled(addresses)
-    bad = (at < 0) | (at > raw.size - size) | ((at % 2 != 0) if size == 2 else False)
-    if bad.any():
+    at, low, high, odd = layout or _layout(addresses)
+    if low < 0 or high > raw.size - size or (size == 2 and odd):  # (the first bad address, as the mask finds it)
+        bad = (at < 0) | (at > raw.size - size) | ((at % 2 != 0) if size == 2 else False)
         first = int(at[bad][0])
         raise IndexError(f"wgmma: operand byte {first} is outside the shared array ({raw.size} bytes)"
                          + (" or misaligned" if size == 2 else ""))
     if size == 1:
         return raw[at]
-    return raw[at].astype(np.uint16) | (raw[at + 1].astype(np.uint16) << 8)
+    return raw.view("<u2")[at >> 1]  # (even addresses: the 16-bit value at byte a is element a / 2, little-endian)
+
+
+def _layout(addresses: np.ndarray):
+    """The swizzled positions of the byte ``addresses`` (read-only), their least and greatest, and whether one is odd:
+    what :func:`_gather` checks against the shared array it reads."""
+    at = swizzled(addresses)
+    at.flags.writeable = False
+    return at, int(at.min()), int(at.max()), bool((at % 2).any())
 
 
 def _read_chunks(desc, addresses: np.ndarray) -> None:
@@ -84,26 +93,46 @@ def _read_chunks(desc, addresses: np.ndarray) -> None:
     _sim_wgmma_read(set(((base + swizzled(np.asarray(addresses, np.int64))) >> 4).ravel().tolist()))
 
 
+@functools.lru_cache(maxsize=4096)
+def _k_major_layout(start: int, sbo: int, rows: int, first: int, k: int, size: int):
+    """:func:`_k_major`'s addresses, by the operand's geometry (every lane of a warpgroup asks for the same ones, at
+    every step of a kernel's loop): the chunks' and the values' (with the values' :func:`_layout`)."""
+    r = np.arange(first, first + rows, dtype=np.int64)[:, None]
+    row = start + (r // 8) * sbo + (r % 8) * 128
+    chunks = row + np.arange(0, k * size, 16, dtype=np.int64)[None, :]
+    values = row + size * np.arange(k, dtype=np.int64)[None, :]
+    chunks.flags.writeable = values.flags.writeable = False
+    return chunks, values, _layout(values)
+
+
 def _k_major(desc, rows, first=0, k=16, size=2):
     """Rows ``first ..`` of the ``k``-wide operand a K-major 128B-swizzled descriptor gives: row ``r`` at
     ``(r // 8) SBO + (r % 8) 128`` (a thread reads only its warp's rows: a simulated block may be one warp); values
     of ``size`` bytes (2: 16-bit patterns, 1: e4m3 bytes)."""
     _, start, _, sbo = desc
-    r = np.arange(first, first + rows, dtype=np.int64)[:, None]
-    row = start + (r // 8) * sbo + (r % 8) * 128
-    _read_chunks(desc, row + np.arange(0, k * size, 16, dtype=np.int64)[None, :])
-    return _gather(desc, row + size * np.arange(k, dtype=np.int64)[None, :], size)
+    chunks, values, layout = _k_major_layout(start, sbo, rows, first, k, size)
+    _read_chunks(desc, chunks)
+    return _gather(desc, values, size, layout)
+
+
+@functools.lru_cache(maxsize=4096)
+def _mn_major_layout(start: int, lbo: int, sbo: int, n: int, k: int):
+    """:func:`_mn_major`'s addresses by the operand's geometry: the chunks' and the values' (with their layout)."""
+    kk = np.arange(k, dtype=np.int64)[:, None]
+    c = np.arange(n, dtype=np.int64)[None, :]
+    at = start + (c // 64) * lbo + (kk // 8) * sbo + (kk % 8) * 128 + 2 * (c % 64)
+    chunks = at[:, ::8]
+    at.flags.writeable = False
+    return chunks, at, _layout(at)
 
 
 def _mn_major(desc, n, k=16):
     """The ``k × n`` operand an MN-major (transposed) 128B-swizzled descriptor gives: ``n`` in 64-value blocks LBO
     apart, ``k`` in rows of 128 bytes, eight rows an atom, atoms SBO apart."""
     _, start, lbo, sbo = desc
-    kk = np.arange(k, dtype=np.int64)[:, None]
-    c = np.arange(n, dtype=np.int64)[None, :]
-    at = start + (c // 64) * lbo + (kk // 8) * sbo + (kk % 8) * 128 + 2 * (c % 64)
-    _read_chunks(desc, at[:, ::8])
-    return _gather(desc, at, 2)
+    chunks, at, layout = _mn_major_layout(start, lbo, sbo, n, k)
+    _read_chunks(desc, chunks)
+    return _gather(desc, at, 2, layout)
 
 
 def _sim_halves(kind):
@@ -123,6 +152,23 @@ def _wgmma_place():
     return (tid // 32) % 4, lane >> 2, lane & 3
 
 
+@functools.lru_cache(maxsize=None)
+def _fragment(g: int, t: int, tiles: int):
+    """The rows and columns of a warp's ``16 × 8 tiles`` product that lane ``(g, t)`` holds, tile by tile: value ``i``
+    of tile ``j`` is row ``g + 8 (i >> 1)``, column ``8 j + 2 t + (i & 1)``."""
+    j, i = np.divmod(np.arange(4 * tiles), 4)
+    return g + 8 * (i >> 1), 8 * j + 2 * t + (i & 1)
+
+
+def _accumulators(d, g, t, acc, scale_d: bool):
+    """Lane ``(g, t)``'s accumulators from the warp's product ``d`` (float64) plus the old ones when ``scale_d``,
+    added in float64 and rounded once to float32, as tiles of four float32."""
+    rows, cols = _fragment(g, t, len(acc))
+    old = np.array(acc, np.float64).reshape(-1) if scale_d else 0.0
+    values = (d[rows, cols] + old).astype(np.float32)
+    return tuple(tuple(values[4 * j:4 * j + 4]) for j in range(len(acc)))
+
+
 def _sim_wgmma_ss(kind, transposed=False):
     widen = _sim_halves(kind)
     k, size = (32, 1) if kind == "e4m3" else (16, 2)
@@ -131,9 +177,7 @@ def _sim_wgmma_ss(kind, transposed=False):
         w, g, t = _wgmma_place()
         a = widen(_k_major(da, 16, 16 * w, k, size))
         b = widen(_mn_major(db, 8 * len(acc))) if transposed else widen(_k_major(db, 8 * len(acc), 0, k, size)).T
-        d = a @ b
-        return tuple(tuple(np.float32(d[g + 8 * (i >> 1), 8 * j + 2 * t + (i & 1)] + (float(c) if scale_d else 0.0))
-                           for i, c in enumerate(tile)) for j, tile in enumerate(acc))
+        return _accumulators(a @ b, g, t, acc, bool(scale_d))
     return wgmma
 
 
@@ -154,8 +198,7 @@ def _sim_wgmma_rs(kind):
             return [D] * 32
         d = _warp_collective((a0, a1, a2, a3), combine)
         _, g, t = _wgmma_place()
-        return tuple(tuple(np.float32(d[g + 8 * (i >> 1), 8 * j + 2 * t + (i & 1)] + float(c)) for i, c in enumerate(tile))
-                     for j, tile in enumerate(acc))
+        return _accumulators(d, g, t, acc, True)
     return wgmma
 
 

@@ -69,6 +69,51 @@ def test_fma32_rounds_the_exact_sum_once(a, b, c):
         assert got == np.float32(1 + 2.0 ** -11 + 2.0 ** -23) != np.float32(float(a) * float(b) + float(c))
 
 
+def test_fma32_in_float64_rounds_as_the_exact_fraction_does(rng):
+    """The stand-in's float64 arithmetic (an exact product, TwoSum, rounding to odd) against ``_round_f32`` of the
+    exact fraction, bit for bit and sign for sign, where a shortcut would go wrong: sums that cancel, ties of float32
+    (small integers times a power of two, with halves and quarters), results below float32's normal range, sums
+    crossing its overflow, random bit patterns (every class, NaN and infinities among them), and products that are
+    float32 ties exactly, ``(1 + m 2^-12)^2`` for odd ``m`` (scaled), nudged off the tie by a term below float64's
+    last bit (where rounding the float64 sum to float32 rounds twice, to the wrong neighbour)."""
+    count = 1500
+    a = (rng.uniform(1, 2, count) * np.exp2(rng.integers(-80, 80, count))).astype(np.float32)
+    b = (rng.uniform(1, 2, count) * np.exp2(rng.integers(-80, 80, count))).astype(np.float32)
+    p = a.astype(np.float64) * b.astype(np.float64)
+    ties_a = (rng.integers(-2 ** 12, 2 ** 12, count) * 2.0 ** 10).astype(np.float32)
+    ties_b = rng.integers(-2 ** 12, 2 ** 12, count).astype(np.float32)
+    ties_c = (rng.integers(-2 ** 24, 2 ** 24, count) * 2.0 ** rng.integers(-2, 3, count)).astype(np.float32)
+    tiny = (rng.uniform(1, 2, count) * np.exp2(rng.integers(-90, -60, count))).astype(np.float32)
+    big = (rng.uniform(1, 2, count) * 2.0 ** 63).astype(np.float32)
+    odd, scale = 2 * rng.integers(0, 600, count) + 1, rng.integers(-40, 40, count)
+    tie = ((1 + odd * 2.0 ** -12) * np.exp2(scale)).astype(np.float32)
+    nudge = (rng.choice([-1, 1], count) * np.exp2(2 * scale - 60 - rng.integers(0, 20, count))).astype(np.float32)
+    with np.errstate(all="ignore"):
+        triples = [
+            (a, b, (-p).astype(np.float32)),  # cancelling: the product's float32 rounding left
+            (a, b, (p * np.exp2(-rng.integers(20, 60, count)) * rng.choice([-1, 1], count)).astype(np.float32)),
+            (ties_a, ties_b, ties_c),
+            (tiny, tiny, (rng.uniform(-1, 1, count) * 2.0 ** -126).astype(np.float32)),
+            (big, big, (-rng.uniform(0, 2, count) * 2.0 ** 127).astype(np.float32)),
+            (tie, tie, nudge),
+            tuple(rng.integers(0, 2 ** 32, (3, count), dtype=np.uint64).astype(np.uint32).view(np.float32)),
+        ]
+    for xs, ys, zs in triples:
+        for x, y, z in zip(xs, ys, zs):
+            got = _sim_fma32(x, y, z)
+            if not (np.isfinite(x) and np.isfinite(y) and np.isfinite(z)):
+                with np.errstate(all="ignore"):
+                    want = np.float32(np.float64(x) * np.float64(y) + np.float64(z))
+                assert np.isnan(got) == np.isnan(want) and (np.isnan(got) or got == want), (x, y, z)
+                continue
+            exact = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
+            if exact == 0:
+                assert got == 0 and np.signbit(got) == (x * y == 0 and np.signbit(np.float32(x * y)) and np.signbit(z))
+                continue
+            want = _round_f32(exact)
+            assert type(got) is np.float32 and got.view(np.uint32) == want.view(np.uint32), (x, y, z, got, want)
+
+
 def _cases(rng, count):
     """(n, d): divisors over float32's range and past the fast one's ([2^-92, 2^100]), numerators whose quotients lie
     next to float32's rounding ties (where a product's error shows), scaled from 2^-14 to 2^11, or next to e4m3's;

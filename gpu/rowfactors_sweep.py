@@ -26,7 +26,7 @@ from bench import Runner  # noqa: E402
 from cases import all_cases  # noqa: E402
 from kernel_steps import time_launches  # noqa: E402
 
-from redalgebra.codegen.strategies import columns_wgmma, tile_factors  # noqa: E402
+from redalgebra.codegen.strategies import columns_wgmma_policy, tile_factors  # noqa: E402
 
 
 def rows_variant(text: str):
@@ -44,13 +44,13 @@ def main(argv) -> int:
     group, index, variants = argv[0], int(argv[1]), argv[2:]
     case = all_cases(False)[group][index]()
     print(f"{case.name} {case.shape} {case.dtype}", flush=True)
-    policy = columns_wgmma.rows_configure
+    policy = columns_wgmma_policy.rows_configure
     for variant in variants:
         # read when the module is configured
         tile_factors.TILE_FACTORS = variant == "tiles"
-        columns_wgmma.ROW_THREADS = int(variant) if variant.isdigit() else None
+        columns_wgmma_policy.ROW_THREADS = int(variant) if variant.isdigit() else None
         fields = None if variant.isdigit() or variant == "tiles" else rows_variant(variant)
-        columns_wgmma.rows_configure = policy if fields is None else (
+        columns_wgmma_policy.rows_configure = policy if fields is None else (
             lambda fused, p, fields=fields: {**policy(fused, p), **fields, "resident": True, "staged": True})
         runner = Runner(1.0, Path("/nonexistent/autotune.json"), True)  # a fresh kernel per variant
         row = runner.ours(case, "columns_wgmma", "candidate", case.reps)

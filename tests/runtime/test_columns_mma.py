@@ -303,7 +303,7 @@ def test_auto_takes_the_gemm_for_k_major_weights_from_the_same_rows(length, dtyp
     # (When its exact product copied them on every call — 0.30 ms at 7168 x 7168, more than columns_mma's whole 0.16
     # ms at 256 rows — auto kept columns_mma up to 1024 rows.)
     from redalgebra.codegen import Problem
-    from redalgebra.codegen.strategies.columns_wgmma import configure
+    from redalgebra.codegen.strategies.columns_wgmma_policy import configure
     from redalgebra.runtime.choice import GEMM_ROWS, choose
 
     f = fused("fp8_quant_gemm")
@@ -326,7 +326,7 @@ def test_columns_wgmma_takes_a_block_a_row_as_wide_as_one_pass_of_the_row():
     # of 32 elements a thread, so that short rows keep more rows in flight (measured on the H200: RMSNorm K4096 58.5
     # -> 42.6 us at 128 threads); the simulator's one-warp block keeps its 32
     from redalgebra.codegen import Problem
-    from redalgebra.codegen.strategies.columns_wgmma import configure
+    from redalgebra.codegen.strategies.columns_wgmma_policy import configure
 
     f = fused("rmsnorm_gemm")
 
@@ -526,7 +526,7 @@ def test_without_a_mask_the_factors_are_a_rows_kernels_per_element_output(name, 
 ])
 def test_the_factors_kernel_takes_the_rows_policys_block_without_walking_the_rows(name, length, shape):
     from redalgebra.codegen import Problem
-    from redalgebra.codegen.strategies.columns_wgmma import configure
+    from redalgebra.codegen.strategies.columns_wgmma_policy import configure
 
     f = fused(name)
     dtypes = tuple((s.name, "bfloat16") for s in f.cascade.inputs)

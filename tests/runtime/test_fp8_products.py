@@ -248,7 +248,7 @@ def test_the_fp8_products_block_width_is_the_one_whose_whole_waves_finish_first(
     # at 160) and the caller's own group keep what they had. (The policy for an sm_90 GPU, read without one: an H200's
     # 132 multiprocessors unless told.)
     from redalgebra.codegen import Problem
-    from redalgebra.codegen.strategies.columns_wgmma import configure
+    from redalgebra.codegen.strategies.columns_wgmma_policy import configure
 
     def group(rows, n, **options):
         p = Problem(rows=rows, length=7168, sizes=(("n", n),), dtypes=(("x", "bfloat16"), ("w", "e4m3")), vec_ok=True,

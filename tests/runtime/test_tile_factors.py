@@ -24,7 +24,7 @@ def test_the_factors_are_computed_in_the_products_tiles_where_the_factor_separat
     import redalgebra as ra
     from redalgebra.codegen import Problem
     from redalgebra.codegen.strategies import tile_factors
-    from redalgebra.codegen.strategies.columns_wgmma import configure
+    from redalgebra.codegen.strategies.columns_wgmma_policy import configure
 
     assert configure(fused("rmsnorm_gemm"), Problem(
         rows=4096, length=4096, sizes=(("n", 4096),), dtypes=(("x", "bfloat16"), ("g", "bfloat16"), ("w", "bfloat16")),

@@ -23,6 +23,25 @@ def rng():
     return np.random.default_rng(12345)
 
 
+def _written_from(function, digest: str) -> bool:
+    """Whether numba-cuda's ``function`` is the one a patch below was written from (``digest``: the sha256 of its
+    source, first 16 hex digits); where it is not, the patch leaves numba-cuda as it is."""
+    import hashlib
+    import inspect
+
+    return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()[:16] == digest
+
+
+def _patched(owner, name: str, replacement):
+    """``owner.name`` replaced by ``replacement`` for the session (a fixture's body: ``yield from``), restored after."""
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
 # numba-cuda's BlockManager.run, as this patch was written from (sha256 of its source, first 16 hex digits)
 _BLOCK_MANAGER_RUN = "54626c6819f55d51"
 
@@ -39,15 +58,13 @@ def _simulator_manager_waits_for_its_threads():
     and when every live thread is blocked at ``syncthreads`` all are released together. The same threads, barrier
     semantics (a thread that has ended no longer counts) and errors, without the polling. Applied only where
     numba-cuda's loop is the one this was written from (numba-cuda 0.30's ``BlockManager.run``)."""
-    import hashlib
-    import inspect
     import threading
 
     import numpy as np
     from numba.cuda.simulator import kernel
 
     manager = kernel.BlockManager
-    if hashlib.sha256(inspect.getsource(manager.run).encode()).hexdigest()[:16] != _BLOCK_MANAGER_RUN:
+    if not _written_from(manager.run, _BLOCK_MANAGER_RUN):
         yield  # another numba-cuda: its own loop, unchanged
         return
 
@@ -114,9 +131,7 @@ def _simulator_manager_waits_for_its_threads():
             if t.exception:
                 raise t.exception[0].with_traceback(t.exception[1])
 
-    original, manager.run = manager.run, run
-    yield
-    manager.run = original
+    yield from _patched(manager, "run", run)
 
 
 # numba-cuda's FakeCUDAKernel.__call__, as the fixture below was written from (sha256 of its source, first 16 hex digits)
@@ -132,13 +147,10 @@ def _simulator_device_calls_in_the_kernels_module_go_straight():
     called directly while the launch runs, with the same globals and the same fake module as the swap would give it.
     Device functions of other modules, and calls outside a launch, go through numba-cuda's ``__call__`` as before.
     Applied only where ``FakeCUDAKernel.__call__`` is the one this was written from (numba-cuda 0.30's)."""
-    import hashlib
-    import inspect
-
     from numba.cuda.simulator import kernel
 
     fake = kernel.FakeCUDAKernel
-    if hashlib.sha256(inspect.getsource(fake.__call__).encode()).hexdigest()[:16] != _FAKE_KERNEL_CALL:
+    if not _written_from(fake.__call__, _FAKE_KERNEL_CALL):
         yield  # another numba-cuda: its own call, unchanged
         return
     launched = [None]  # the globals of the kernel whose launch runs (the simulator runs one launch at a time)
@@ -154,9 +166,8 @@ def _simulator_device_calls_in_the_kernels_module_go_straight():
         finally:
             launched[0] = None
 
-    original, fake.__call__ = fake.__call__, call
-    yield
-    fake.__call__ = original
+    original = fake.__call__
+    yield from _patched(fake, "__call__", call)
 
 
 # numba-cuda's FakeCUDAShared.array, as the fixture below was written from (sha256 of its source, first 16 hex digits)
@@ -170,8 +181,6 @@ def _simulator_shared_arrays_found_by_their_callers_line():
     its source line read, on every simulated thread at every allocation. The same file and line straight from the
     calling frame (``co_filename``, ``f_lineno``: what the summary holds); the rest of the method as it is. Applied
     only where the method is the one this was written from (numba-cuda 0.30's)."""
-    import hashlib
-    import inspect
     import sys
 
     import numpy as np
@@ -179,7 +188,7 @@ def _simulator_shared_arrays_found_by_their_callers_line():
 
     types, numpy_support = kernelapi.types, kernelapi.numpy_support  # (the names the method uses, from its module)
     shared = kernelapi.FakeCUDAShared
-    if hashlib.sha256(inspect.getsource(shared.array).encode()).hexdigest()[:16] != _FAKE_SHARED_ARRAY:
+    if not _written_from(shared.array, _FAKE_SHARED_ARRAY):
         yield  # another numba-cuda: its own method, unchanged
         return
 
@@ -200,9 +209,7 @@ def _simulator_shared_arrays_found_by_their_callers_line():
             self._allocations[caller] = res
         return res
 
-    original, shared.array = shared.array, array
-    yield
-    shared.array = original
+    yield from _patched(shared, "array", array)
 
 
 _EARLY: list = []  # the PTX jobs' process and its folder, started with a whole-suite session

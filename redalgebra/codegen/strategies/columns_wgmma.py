@@ -267,12 +267,12 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         with zeros; none under :attr:`Spec.tile_factors`, whose activations :meth:`issue_x` copies), the weights from
         the offsets plus constants, or, in the segment's last partial tile, 0 bytes for the rows past its end (their
         factors are 0, but 0 · NaN is not); a K-major weight tile's rows by :meth:`issue_rows`."""
-        _, nb, per_row, step = self.chunks(t)
         out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sd", f"sb + {stage} * {self.b_units}")]
-        whole, partial = [Assign("wt", f"wo + kt0 * {self.n}")], []
-        if self.b_k_major:
-            return out + self.a_copies(t, tid) + self.issue_rows(t, tid)
         out += self.a_copies(t, tid)
+        if self.b_k_major:
+            return out + self.issue_rows(t, tid)
+        _, nb, per_row, step = self.chunks(t)
+        whole, partial = [Assign("wt", f"wo + kt0 * {self.n}")], []
         for u in range(nb):
             whole += self.guarded(u, BK * per_row, Call("cp_async16_at", ("sm", f"sd + wd_{u}", self.source,
                                                                 f"wt + {u * step * self.n}", "wn")), t=t, tid=tid)

@@ -42,12 +42,19 @@ class _Reads:
     def __init__(self):
         self.open, self.groups = set(), []
         self.thread = threading.current_thread()
+        self.block = _block_of(self.thread)
+
+
+def _block_of(thread):
+    """The simulated block a thread runs in: numba-cuda's block manager, one a block (None outside a launch)."""
+    return getattr(thread, "_manager", None)
 
 
 _READS = threading.local()
-#: Every simulated thread's :class:`_Reads` with a group in flight (a write by any thread of the block is checked
-#: against all of them; a thread that ended without waiting, a kernel stopped by an error, is dropped: its shared
-#: memory is gone).
+#: Every simulated thread's :class:`_Reads` with a group in flight. A write by a thread is checked against those of its
+#: own block only: a block's shared memory is its own, and a kernel stopped by an error leaves threads behind that
+#: may still run a while (blocked at a named barrier until its deadlock timeout) while a later launch reuses the
+#: same addresses. A thread that ended without waiting is dropped: its shared memory is gone.
 _IN_FLIGHT: dict = {}
 #: Held for every change and copy of :data:`_IN_FLIGHT` (a copy of the dict in one thread met another thread's change:
 #: a collection started inside the copy can run Python code, and so switch threads).
@@ -89,6 +96,7 @@ def _sim_check_write(name: str, array, byte_offset: int, nbytes: int = 16) -> No
     group still in flight reads."""
     start = np.asarray(array).ctypes.data + int(byte_offset)
     chunks = set(range(start >> 4, (start + nbytes - 1 >> 4) + 1))
+    block = _block_of(threading.current_thread())
     with _IN_FLIGHT_LOCK:
         states = list(_IN_FLIGHT.items())
     for key, state in states:  # (whether the thread still runs asked only of a group the write meets: the same verdict)
@@ -97,7 +105,7 @@ def _sim_check_write(name: str, array, byte_offset: int, nbytes: int = 16) -> No
         if not state.thread.is_alive():
             with _IN_FLIGHT_LOCK:
                 _IN_FLIGHT.pop(key, None)
-        else:
+        elif state.block is block:
             raise RuntimeError(f"{name}: writes shared memory (byte {int(byte_offset)}) that a wgmma group still in "
                                f"flight reads: wait for its group before the stage is reused")
 

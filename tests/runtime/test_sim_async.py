@@ -56,6 +56,50 @@ def test_the_simulator_tracks_wgmma_reads_until_their_wait():
     assert not sim_async._sim_reads().groups
 
 
+def test_a_wgmma_group_left_in_flight_by_a_stopped_block_does_not_race_a_later_blocks_writes():
+    # a kernel stopped by an error leaves threads behind (blocked at a named barrier until its timeout) with groups
+    # in flight; a later launch that reuses the addresses is another block: its writes are not that group's race,
+    # while a write by a thread of the group's own block still is
+    import threading
+
+    from redalgebra.runtime import sim_async
+
+    buf = np.zeros(64, np.uint8)
+    chunk = buf.ctypes.data >> 4
+    stopped, later = object(), object()  # two blocks' managers
+    issued, release, verdicts = threading.Event(), threading.Event(), {}
+
+    def left_behind():
+        sim_async._sim_wgmma_read({chunk})
+        sim_async._sim_wgmma_commit()
+        issued.set()
+        release.wait(30)  # alive, its group in flight, as a thread blocked at a barrier
+
+    def write(manager):
+        threading.current_thread()._manager = manager
+        try:
+            sim_async._sim_check_write("test", buf, 0)
+            verdicts[manager] = "written"
+        except RuntimeError as error:
+            verdicts[manager] = str(error)
+
+    behind = threading.Thread(target=left_behind)
+    behind._manager = stopped
+    behind.start()
+    try:
+        assert issued.wait(30)
+        for manager in (later, stopped):
+            writer = threading.Thread(target=write, args=(manager,))
+            writer.start()
+            writer.join()
+        assert verdicts[later] == "written"
+        assert "a wgmma group still in flight reads" in verdicts[stopped]
+    finally:
+        release.set()
+        behind.join()
+    sim_async._sim_check_write("test", buf, 0)  # (the ended thread's group is dropped for the tests after this one)
+
+
 def test_the_simulators_named_barriers_hold_a_bar_sync_until_the_count_arrives():
     # bar_sync returns once `count` threads have arrived (bar_arrive's included) and bar_arrive never waits; each
     # completion starts the barrier afresh, so the next round counts anew; a thread arriving twice in a round, a

@@ -90,6 +90,12 @@ def row_threads(spec: Spec) -> int:
 #: 128-byte line a row, 64 KB a block, about 25 MB over the ~400 blocks of one wave (half the H200's L2: what the
 #: memory moves in the factors' 6 µs, and none evicted before it is read).
 PREFETCH_ROWS = 512
+#: Rounds of the products' loop (a warp's steps loaded together) whose weights a warp brings into L2 ahead of its loads
+#: (``Spec.prefetch``, ``prefetch.global.L2``: no register holds them). A warp has one round's loads in flight, and
+#: at 16 rows four blocks a multiprocessor (a quarter of its warps) cover the loads' latency: the products streamed 51
+#: MB of e4m3 weights at half the DRAM's rate (gpu/README.md). 0: none — built and simulator-tested, not yet timed on
+#: a GPU (``gpu/prefetch_sweep.py`` sweeps it), so off.
+PREFETCH = 0
 
 #: Factors of one step of 16 rows (16 elements each), in the fragments' order: lane ``4 g + t``'s eight are rows
 #: ``g`` and ``g + 8``, elements ``4 t … 4 t + 3`` of the step.
@@ -330,16 +336,34 @@ class ColumnsMmaKernel(ColumnsKernel):
                         out.append(Assign(regs, f"{mma}({a}, {b[nt]}, {regs})"))
             return out
 
-        count, loops = self.warps_take_steps("nsup", "nsup", su, load, products)
+        def warm(sup: str) -> list:  # the lines of super-step sup of the lane's columns lane, lane + 32, ...
+            return [Call("prefetch_l2_at", (self.x, f"min(cb + lane + {32 * j}, {n - 1}) * length + "
+                                                    f"min(lo + ({sup}) * {sk}, hi - 1)"))
+                    for j in range(-(-self.bc // 32))]
+
+        count, loops = self.warps_take_steps("nsup", "nsup", su, load, products, warm)
         return setup + [count], loops
 
-    def warps_take_steps(self, full: str, total: str, ahead: int, load, products) -> tuple:
-        """The products' loops (and, first, the count of their main loop's rounds): the warps take the segment's ``total`` steps in turn (warp ``w`` steps ``w, w + W,
-        …``), ``ahead`` steps' loads in flight before their products while whole rounds of the ``full`` steps last
-        (``nmain`` of them), then the rest one at a time (``load(u, step, tail)``: the loads of step ``step`` into
-        registers named by ``u``; ``tail``: a step that may be partial)."""
+    def warm_step(self, step: str) -> list:
+        """Row-major weights: the lines of step ``step`` (16 weight rows of the block's columns) brought into L2, a
+        row's first line by lanes 0 … 15, its last column's line (where a row of the block's columns crosses a line)
+        by lanes 16 … 31."""
+        n = self.n
+        col = f"min(cb + {self.bc - 1} * (lane // 16), {n - 1})"
+        row = f"rw * length + min(lo + 16 * ({step}) + lane % 16, hi - 1)"
+        return [Call("prefetch_l2_at", (self.x, f"({row}) * {n} + {col}"))]
+
+    def warps_take_steps(self, full: str, total: str, ahead: int, load, products, warm) -> tuple:
+        """The products' loops (and, first, the count of their main loop's rounds): the warps take the segment's
+        ``total`` steps in turn (warp ``w`` steps ``w, w + W, …``), ``ahead`` steps' loads in flight before their
+        products while whole rounds of the ``full`` steps last (``nmain`` of them), then the rest one at a time
+        (``load(u, step, tail)``: the loads of step ``step`` into registers named by ``u``; ``tail``: a step that may
+        be partial). Each round of the main loop first brings the weights of the warp's round ``Spec.prefetch`` rounds
+        later into L2 (``warm(step)``: in bounds, a step past the segment's end clamped to its last element)."""
         w = self.warps
         body = [Assign("ks", f"warp + it * {ahead * w}")]
+        for u in range(ahead if self.spec.prefetch else 0):
+            body += warm(f"ks + {u * w + self.spec.prefetch * ahead * w}")
         for u in range(ahead):
             body += load(str(u), f"ks + {u * w}", False)
         for u in range(ahead):
@@ -373,7 +397,8 @@ class ColumnsMmaKernel(ColumnsKernel):
             setup, loops = self.k_major_loop()
         else:
             # columns past the last read the last 16 bytes (not stored either)
-            count, loops = self.warps_take_steps("nfull", "nstep", un, self.load_step, self.step_products)
+            count, loops = self.warps_take_steps("nfull", "nstep", un, self.load_step, self.step_products,
+                                                 self.warm_step)
             setup = [Assign("wo", f"(rw * length + lo + 4 * tq) * {n} + min(cb + {each} * lg, {n - each})"), count]
         out += setup
         zero = self.consts.name(0.0)
@@ -553,7 +578,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=8 if p.rows <= 8 else BM, segments=int(nseg),
                 nseg=int(nseg),
                 pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False), min_blocks=minb,
-                dependent=dependent, k_major=k_major(fused, p))
+                dependent=dependent, k_major=k_major(fused, p), prefetch=PREFETCH)
 
 
 def k_major(fused: FusedCascade, p: Problem) -> tuple:

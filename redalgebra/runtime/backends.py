@@ -34,6 +34,10 @@ def cuda_module(backend: str):
                               f" run the {backend} back end in a fresh process")
     if backend == "cuda" and not cuda.is_available():
         raise RedalgebraError("no CUDA GPU is available here; use backend='cudasim' (or 'cpu')")
+    if not want_sim:
+        from .front_end import install
+
+        install()  # (the compiler's two quadratic passes in linear time: the same PTX)
     return cuda
 
 

@@ -170,6 +170,9 @@ def load(source: str):
     name = path.stem
     if name in sys.modules:
         return sys.modules[name]
+    from .front_end import install
+
+    install("cpu")  # (numba's SSA pass in linear time: the same code)
     module = types.ModuleType(name)
     module.__file__ = str(path)
     sys.modules[name] = module

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 import sympy as sp
 
@@ -623,6 +624,14 @@ def _with_hint(r: ReductionAnalysis, c: Cascade) -> ReductionAnalysis:
     return r
 
 
+#: Analyses already made in this process, by (cascade, budget, hints), the most recently used last: a cascade is a
+#: frozen value and its analysis a function of it (the proofs are symbolic), so an equal cascade analysed again — a
+#: notebook's cell re-run, ``compile`` or ``check`` deriving what ``derive`` derived — gets the same verdicts at once.
+#: An analysis that the time budget cut short is not kept (a later call may have the time).
+_ANALYSES: "OrderedDict" = OrderedDict()
+ANALYSES_KEPT = 256
+
+
 def analyze(cascade: Cascade, budget_s: float | None = None, hints: bool = True) -> Analysis:
     """Decide, with proofs, whether and how each reduction of ``cascade`` fuses.
 
@@ -633,24 +642,43 @@ def analyze(cascade: Cascade, budget_s: float | None = None, hints: bool = True)
     param of no declared sign, try each sign and name the declaration that makes it fuse.
     """
     seconds = _budget.DEFAULT_SECONDS if budget_s is None else budget_s
+    key = (cascade, seconds, bool(hints))
+    try:
+        kept = _ANALYSES.get(key)
+    except TypeError:  # (a cascade holding something unhashable: analysed every time)
+        key = kept = None
+    if kept is not None:
+        _ANALYSES.move_to_end(key)
+        return kept
+    analysis, complete = _analyze(cascade, seconds, hints)
+    if key is not None and complete and not any((r.reason or "").startswith("unknown") for r in analysis.reductions):
+        _ANALYSES[key] = analysis
+        while len(_ANALYSES) > ANALYSES_KEPT:
+            _ANALYSES.popitem(last=False)
+    return analysis
+
+
+def _analyze(cascade: Cascade, seconds: float, hints: bool) -> tuple:
+    """:func:`analyze`'s work: (the analysis, whether the budget let it finish)."""
     deps = reduction_dependencies(build_graph(cascade))
     with _budget.budget(seconds, f"the analysis of {cascade.name}"):
         try:
             F, facts = bodies(cascade), sign_facts(cascade)
         except BudgetExhausted as err:
             return Analysis(cascade, tuple(_undecided(r, None, (), cascade, err) for r in cascade.reductions), {},
-                            False)
+                            False), False
         reds = _verdicts(cascade, F, facts, deps)
+        complete = True
         try:
             reds = [_with_hint(r, cascade) for r in reds] if hints else reds
         except BudgetExhausted:
-            pass  # the verdicts stand without hints
+            complete = False  # the verdicts stand without hints
     # a deferred result is formed only at the end, so a later reduction that reads it would compare with
     # its emptiness guard: there the correction form is kept where its range was proved (H != 0 taken
     # away from empty states, as before deferral existed)
     read = {d for r in cascade.reductions for d in deps[r.name]}
     reds = [replace(r, deferred=False) if r.deferred and r.name in read and r.proofs[-1].proved else r for r in reds]
-    return Analysis(cascade, tuple(reds), facts, has_casts(cascade))
+    return Analysis(cascade, tuple(reds), facts, has_casts(cascade)), complete
 
 
 def _undecided(r: Reduction, F, deps, c: Cascade, err: Exception) -> ReductionAnalysis:

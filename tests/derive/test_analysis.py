@@ -126,3 +126,25 @@ def test_an_input_may_declare_its_sign_and_a_refusal_names_that_declaration():
     assert analyze(c).fusable and str(c).startswith("input x >= 0\n") and parse(str(c)) == c
     with pytest.raises(RedalgebraError, match="a sign is declared for a scalar input"):
         parse("input k[4] >= 0\nreduce s = sum(k)\nout y = s")
+
+
+def test_an_equal_cascade_is_analysed_once_and_a_cut_short_analysis_is_not_kept(monkeypatch):
+    # the analysis is a function of the (frozen) cascade: an equal cascade, parsed again, gets the kept verdicts at
+    # once; another budget or hints setting is another entry; one the budget cut short is analysed afresh next time
+    from redalgebra.derive import analysis
+
+    monkeypatch.setattr(analysis, "_ANALYSES", type(analysis._ANALYSES)())
+    calls = []
+    work = analysis._analyze
+    monkeypatch.setattr(analysis, "_analyze", lambda *a: calls.append(a[1:]) or work(*a))
+    text = "input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))\nout y = s\n"
+    first = analyze(parse(text))
+    assert analyze(parse(text)) is first and len(calls) == 1
+    assert analyze(parse(text), hints=False).fusable and analyze(parse(text), budget_s=45).fusable and len(calls) == 3
+    trap = "input x\nreduce m = max(x)\nreduce s = sum((x - m + 1)**1000)\n"
+    cut = analyze(parse(trap), budget_s=0.3)
+    assert cut["s"].reason.startswith("unknown") and analyze(parse(trap), budget_s=0.3) is not cut and len(calls) == 5
+    monkeypatch.setattr(analysis, "ANALYSES_KEPT", 2)  # the least recently used goes first
+    analyze(parse(text), hints=False)
+    analyze(parse(text.replace("exp(x - m)", "exp(m - x)")))
+    assert len(analysis._ANALYSES) == 2 and analyze(parse(text)) is not first

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 import sympy as sp
@@ -629,6 +630,7 @@ def _with_hint(r: ReductionAnalysis, c: Cascade) -> ReductionAnalysis:
 #: notebook's cell re-run, ``compile`` or ``check`` deriving what ``derive`` derived — gets the same verdicts at once.
 #: An analysis that the time budget cut short is not kept (a later call may have the time).
 _ANALYSES: "OrderedDict" = OrderedDict()
+_ANALYSES_LOCK = threading.Lock()  # (analyses may run in threads: the test of a budget in a worker thread)
 ANALYSES_KEPT = 256
 
 
@@ -644,17 +646,20 @@ def analyze(cascade: Cascade, budget_s: float | None = None, hints: bool = True)
     seconds = _budget.DEFAULT_SECONDS if budget_s is None else budget_s
     key = (cascade, seconds, bool(hints))
     try:
-        kept = _ANALYSES.get(key)
+        hash(key)
     except TypeError:  # (a cascade holding something unhashable: analysed every time)
-        key = kept = None
-    if kept is not None:
-        _ANALYSES.move_to_end(key)
-        return kept
+        key = None
+    with _ANALYSES_LOCK:
+        kept = _ANALYSES.get(key) if key is not None else None
+        if kept is not None:
+            _ANALYSES.move_to_end(key)
+            return kept
     analysis, complete = _analyze(cascade, seconds, hints)
     if key is not None and complete and not any((r.reason or "").startswith("unknown") for r in analysis.reductions):
-        _ANALYSES[key] = analysis
-        while len(_ANALYSES) > ANALYSES_KEPT:
-            _ANALYSES.popitem(last=False)
+        with _ANALYSES_LOCK:
+            _ANALYSES[key] = analysis
+            while len(_ANALYSES) > ANALYSES_KEPT:
+                _ANALYSES.popitem(last=False)
     return analysis
 
 

@@ -63,16 +63,18 @@ def install(compiler: str = "cuda") -> tuple:
 
     applied = []
     prefix = "numba.cuda" if compiler == "cuda" else "numba"
+    ssa = lowering = analysis = ir_utils = None
     try:
         ssa = importlib.import_module(f"{prefix}.core.ssa")
-        lowering = importlib.import_module("numba.cuda.lowering") if compiler == "cuda" else None
+        if compiler == "cuda":
+            lowering, analysis, ir_utils = (importlib.import_module(f"numba.cuda.{m}")
+                                            for m in ("lowering", "core.analysis", "core.ir_utils"))
     except ImportError:  # another layout of numba: nothing to do
-        ssa = lowering = None
+        ssa = lowering = analysis = ir_utils = None
     if lowering is not None and written_from(lowering.Lower._find_singly_assigned_variable, LOWER_FIND_SINGLY_ASSIGNED):
         lowering.Lower._find_singly_assigned_variable = _find_singly_assigned_variable(lowering)
         applied.append("lowering")
-    if lowering is not None:
-        analysis, ir_utils = (importlib.import_module(f"numba.cuda.core.{m}") for m in ("analysis", "ir_utils"))
+    if analysis is not None:
         if written_from(analysis.compute_live_map, LIVE_MAP) and ir_utils.compute_live_map is analysis.compute_live_map:
             analysis.compute_live_map = ir_utils.compute_live_map = _live_map(analysis.compute_live_map)
             applied.append("liveness")

@@ -26,6 +26,7 @@ from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns import scalars_fuse as columns_scalars_fuse
 from ..derive import FusedCascade
 from ..errors import EvaluationError, NotFusableError, PerformanceHint, RedalgebraError
+from ..ir.reference import _integers
 from .backends import check_backend, cuda_module, device_capability, device_multiprocessors, multiprocessors
 from .cache import load
 from .choice import ROUNDED_GAIN, ROUNDED_NOTE, choose, rounded_alternative
@@ -35,6 +36,12 @@ from .driver import c_strides
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
 DEFAULT_STRATEGY = {"cpu": "auto", "cuda": "auto", "cudasim": "auto"}
+#: Strategies that multiply a float32 param (a query) on the tensor cores as its 16-bit value plus a residual: with
+#: float16 vectors, a component of 65520 or more has no float16 value (it rounds to inf) and the scores would be NaN.
+SPLIT_QUERY = ("mma", "wgmma")
+#: The largest magnitude of an ``int`` param (a label, a query's position): the kernels compute in float32, where every
+#: integer up to 2**24 is exact, and so is its difference with a position.
+INT_PARAM_LIMIT = 2 ** 24
 
 
 def _host(array: np.ndarray, stored: str | None):
@@ -57,6 +64,23 @@ class _KMajorRows:
         face = a.__cuda_array_interface__
         self.base, self.shape, self.ndim = a, (face["shape"][2], face["shape"][1]), 2
         self.__cuda_array_interface__ = {**face, "shape": self.shape, "strides": None}
+
+
+def _query_fits_float16(strategy: str, c, named: dict) -> None:
+    """Refuse, before a launch, a vector param given on the host that ``strategy``'s float16 products cannot hold (the
+    kernels would return NaN scores where the reference has numbers). A param on the device is not read back for
+    this (a synchronisation on every call): the strategy's documentation says so."""
+    for p in c.params:
+        a = named.get(p.name)
+        if p.size is None or _is_device(a):
+            continue
+        big = np.isfinite(a) & (np.abs(a) >= 65520)
+        if big.any():
+            raise EvaluationError(
+                f"param {p.name} has components of magnitude up to {float(np.abs(a[big]).max()):.6g}, beyond float16's "
+                f"range (65504): {strategy} multiplies it on the tensor cores as a float16 value plus a residual, "
+                f"which would make the scores NaN. Pass the vectors in bfloat16 (float32's range), scale {p.name} "
+                f"down and the score's scale up by the same power of two, or use strategy='vrows'")
 
 
 @dataclass
@@ -212,7 +236,11 @@ class Kernel:
             dtypes.append((s.name, encoded or _FLOAT_DTYPES[dt]))
         for p in c.params:
             if p.size is not None:
-                self._size(sizes, p.size, np.shape(params[p.name])[-1], p.name)
+                shape = () if params[p.name] is None else np.shape(params[p.name])
+                if not shape:
+                    raise EvaluationError(f"param {p.name} is a vector of size {p.size}: pass (size,) or (rows, size) "
+                                          f"values, got {type(params[p.name]).__name__}")
+                self._size(sizes, p.size, shape[-1], p.name)
         def plan(major):
             alignment = _alignment(inputs, c, length, reps, bool(self.fused.per_element_outputs), tuple(major))
             return self.spec_for(rows, length, dtypes, sizes, keep is not None, alignment, reps, tuple(major))
@@ -314,13 +342,23 @@ class Kernel:
                                       f"{'(rows,)' if p.size is None else '(rows, size)'} with rows = {rows}, got "
                                       f"{_dtype(value)} {shape} (or pass a host value, broadcast on the host)")
             return value
-        a = np.asarray(value, dtype=np.float32)
+        given = np.asarray(value)
+        if given.dtype.kind not in "fiub":  # (strings, complex numbers, objects: not what a float32 param can hold)
+            raise EvaluationError(f"param {p.name}: real numbers, got {given.dtype} values")
+        if p.integer:  # whole numbers, exact in float32 with every position added (the kernels compute in float32)
+            given = _integers(p, given, np.float64)
+            if given.size and np.abs(given).max() > INT_PARAM_LIMIT:
+                raise EvaluationError(f"param {p.name} (declared int) is computed in float32 by the kernels, where "
+                                      f"integers are exact up to {INT_PARAM_LIMIT}; got {np.abs(given).max():.0f}")
+        a = given.astype(np.float32)
         if p.size is None:
             a = np.broadcast_to(a.reshape(-1), (rows,)) if a.size in (1, rows) else None
         else:
-            a = np.broadcast_to(a.reshape(-1, a.shape[-1]), (rows, a.shape[-1])) if a.ndim in (1, 2) else None
+            a = a[None] if a.ndim == 1 else a
+            a = np.broadcast_to(a, (rows, a.shape[-1])) if a.ndim == 2 and a.shape[0] in (1, rows) else None
         if a is None:
-            raise EvaluationError(f"param {p.name}: expected {'a number or (rows,)' if p.size is None else '(size,) or (rows, size)'}")
+            raise EvaluationError(f"param {p.name}: expected {'a number or (rows,)' if p.size is None else '(size,) or (rows, size)'}"
+                                  f" with rows = {rows}, got shape {given.shape}")
         return np.ascontiguousarray(a)
 
     # -- call --------------------------------------------------------------------------------------
@@ -341,7 +379,11 @@ class Kernel:
             named[name] = _KMajorRows(named[name]) if _is_device(named[name]) else np.asarray(named[name])[0].T
         named.update({f"rep_{s.name}": reps[s.name] for s in c.inputs})
         named.update({p.name: self._param(p, params[p.name], rows) for p in c.params})
-        named["keep"] = np.zeros((1, 1), np.uint8) if keep is None else np.ascontiguousarray(np.asarray(keep), np.uint8)
+        if strategy in SPLIT_QUERY and "float16" in dict(spec.dtypes).values():
+            _query_fits_float16(strategy, c, named)
+        # (a mask is read as booleans, as the reference reads it: 0.5 and 256 keep an element)
+        named["keep"] = np.zeros((1, 1), np.uint8) if keep is None else \
+            np.ascontiguousarray(np.asarray(keep, dtype=bool), np.uint8)
         named.update({f"out_{name.replace('.', '_')}": outs[name] for name, _, _ in src.outputs})
         nseg = extra.get("nseg", 1)
         named.update(rows=rows, length=length, nseg=nseg, seglen=-(-length // nseg))

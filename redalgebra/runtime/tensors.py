@@ -202,7 +202,8 @@ def _slow_call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
     """Through ``Kernel.run``: CPU tensors (as NumPy), and what the prepared path does not take."""
     c = kernel.fused.cascade
     first = inputs[c.inputs[0].name]
-    rows = max(int(t.shape[0]) for t in inputs.values() if is_tensor(t) and t.dim() >= 1)
+    # (no input with rows — 0-d tensors — goes on to Kernel.run, which says what it wants)
+    rows = max((int(t.shape[0]) for t in inputs.values() if is_tensor(t) and t.dim() >= 1), default=1)
     got = kernel._run({k: _input(v) if is_tensor(v) else v for k, v in inputs.items()},
                      {p.name: _param(params[p.name], rows, p.size is not None) for p in c.params if p.name in params},
                      keep.cpu().numpy() if is_tensor(keep) else keep)
@@ -351,7 +352,8 @@ class _Call:
                 pointers[p.name] = t.data_ptr()
         if keep is not None:
             k = keep if is_tensor(keep) else torch.from_numpy(np.asarray(keep))
-            k = (k.view(torch.uint8) if k.dtype == torch.bool else k.to(torch.uint8)).to(self.device).contiguous()
+            # (read as booleans, as the reference reads a mask: 0.5 and 256 keep an element)
+            k = (k if k.dtype == torch.bool else k != 0).view(torch.uint8).to(self.device).contiguous()
             alive.append(k)
             pointers["keep"] = k.data_ptr()
         out, late = {}, None

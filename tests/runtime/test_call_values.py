@@ -1,0 +1,75 @@
+"""What a call makes of the values it is given: a mask read as booleans, integer params checked as the reference
+checks them, params of the wrong shape or kind refused by name, and values a tensor-core strategy cannot hold refused
+before the launch — never a traceback from NumPy or a silent wrong answer."""
+
+import numpy as np
+import pytest
+
+from redalgebra import RedalgebraError, evaluate, workloads
+from redalgebra.runtime import compile
+from tests.catalogue import fused
+
+
+def test_a_mask_that_is_not_boolean_is_read_as_booleans():
+    # 0.5 and 256 keep an element (the reference's reading); before, the cast to bytes dropped 0.5 and wrapped 256
+    kernel = compile(fused("safe_softmax"), "cpu")
+    x = np.array([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]], np.float32)
+    want = kernel({"x": x})["y"]
+    for keep in (np.array([[0.5, 0.5, 1.0], [256, 1, -3]]), np.array([[2, 3, 1], [1, 1, 1]], np.int64)):
+        np.testing.assert_array_equal(kernel({"x": x}, None, keep)["y"], want)
+    torch = pytest.importorskip("torch")
+    got = kernel({"x": torch.from_numpy(x)}, None, torch.tensor([[0.5, 0.5, 1.0], [256.0, 1.0, -3.0]]))["y"]
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_integer_params_are_whole_numbers_exact_in_float32():
+    # ALiBi's query position: 2**30 - pos is not a float32 number (the bias vanished, silently); 2.5 is no position
+    rng = np.random.default_rng(3)
+    k, v = (rng.normal(size=(4, 20, 8)).astype(np.float32) for _ in range(2))
+    params = {"q": rng.normal(size=8).astype(np.float32), "scale": 0.3, "slope": 0.1}
+    kernel = compile(fused("alibi_attention"), "cpu")
+    good = dict(params, qpos=np.array([2, 5, 19, 3]))
+    ref = evaluate(workloads.get("alibi_attention").cascade, {"k": k, "v": v}, good)["y"]
+    np.testing.assert_allclose(kernel({"k": k, "v": v}, good)["y"], ref, rtol=1e-5, atol=1e-6)
+    with pytest.raises(RedalgebraError, match="exact up to 16777216"):
+        kernel({"k": k, "v": v}, dict(params, qpos=np.array([2 ** 30, 5, 19, 3])))
+    with pytest.raises(RedalgebraError, match="whole numbers, got 2.5"):
+        kernel({"k": k, "v": v}, dict(params, qpos=np.array([2.5, 5, 19, 3])))
+
+
+@pytest.mark.parametrize("q,message", [
+    (np.ones((2, 8), np.float32), r"\(size,\) or \(rows, size\) with rows = 3, got shape \(2, 8\)"),
+    (1.0, "is a vector of size d: pass"),
+    (None, "is a vector of size d: pass"),
+    (np.array(["a"] * 8), "real numbers, got <U1"),
+])
+def test_params_of_the_wrong_shape_or_kind_are_refused_by_name(q, message):
+    k = np.random.default_rng(4).normal(size=(3, 20, 8)).astype(np.float32)
+    kernel = compile(fused("attention"), "cpu")
+    with pytest.raises(RedalgebraError, match=message):
+        kernel({"k": k, "v": k}, {"q": q, "scale": 0.5})
+    with pytest.raises(RedalgebraError, match="real numbers, got complex128"):
+        kernel({"k": k, "v": k}, {"q": np.ones(8), "scale": 1 + 2j})
+
+
+def test_a_zero_dimensional_tensor_is_refused_by_name():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RedalgebraError, match=r"must be a 2-D array \(rows, L\), got shape \(\)"):
+        compile(fused("safe_softmax"), "cpu")({"x": torch.tensor(1.0)})
+
+
+@pytest.mark.parametrize("strategy", ["mma", "wgmma"])
+def test_a_query_beyond_float16_is_refused_where_float16_products_would_make_it_nan(strategy):
+    # the float32 query is multiplied as a float16 value plus a residual: 1e5 has no float16 value (the scores were
+    # NaN, silently); within the range the call answers, and bfloat16 keys take the large query
+    rng = np.random.default_rng(2)
+    k, v = (rng.normal(size=(1, 40, 16)).astype(np.float16) for _ in range(2))
+    q = (rng.normal(size=(5, 16)) * 1e5).astype(np.float32)
+    kernel = compile(fused("attention"), "cudasim", strategy)
+    with pytest.raises(RedalgebraError, match="beyond float16's range"):
+        kernel({"k": k, "v": v}, {"q": q, "scale": 1e-5})
+    near = np.clip(q, -65000, 65000)
+    y = kernel({"k": k, "v": v}, {"q": near, "scale": 1e-5})["y"]
+    wide = {"k": np.broadcast_to(k.astype(np.float64), (5, 40, 16)), "v": np.broadcast_to(v.astype(np.float64), (5, 40, 16))}
+    ref = evaluate(workloads.get("attention").cascade, wide, {"q": near.astype(np.float64), "scale": 1e-5})["y"]
+    assert np.isfinite(y).all() and np.abs(y - ref).max() <= 1e-3 * np.abs(ref).max()

@@ -30,6 +30,11 @@ def cuda_module(backend: str):
     except ImportError as err:
         raise RedalgebraError(f"the {backend} back end needs numba-cuda: pip install 'redalgebra[cuda]' ({err})") from None
     if bool(config.ENABLE_CUDASIM) != want_sim:
+        if want_sim:  # numba imported without it: real CUDA, or only the CPU back end (its kernels import numba)
+            raise RedalgebraError("the CUDA simulator is chosen when numba is first imported, and this process imported "
+                                  "numba without it (real CUDA, the CPU back end or another import did): set "
+                                  "NUMBA_ENABLE_CUDASIM=1 before starting Python, or run the cudasim back end first or "
+                                  "in a fresh process")
         raise RedalgebraError(f"this process already uses {'the CUDA simulator' if config.ENABLE_CUDASIM else 'real CUDA'};"
                               f" run the {backend} back end in a fresh process")
     if backend == "cuda" and not cuda.is_available():

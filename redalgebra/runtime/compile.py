@@ -108,7 +108,7 @@ class Kernel:
     user: FusedCascade | None = field(default=None, repr=False)  # the cascade as given, when renamed
     _plans: dict = field(default_factory=dict, repr=False)  # call signature -> _layout's result
     _calls: dict = field(default_factory=dict, repr=False)  # torch call signature -> prepared call (tensors.py)
-    _hinted: set = field(default_factory=set, repr=False)  # the PerformanceHints given (choice.rounded_alternative)
+    _hinted: set = field(default_factory=set, repr=False)  # the hints given once (choice.rounded_alternative; "no gradient")
 
     def to_generated(self, d):
         """A dict keyed by user names, keyed by the generated code's names."""
@@ -189,8 +189,12 @@ class Kernel:
         if missing:
             raise EvaluationError(f"{c.name}: no value given for {missing}")
         for s in c.inputs:  # the number of dimensions first: every message below reads shape[0] and shape[1]
-            shape = tuple(getattr(getattr(inputs[s.name], "bits", inputs[s.name]), "shape", ()))
+            given = getattr(inputs[s.name], "bits", inputs[s.name])
             want = 2 if s.size is None else 3
+            if not hasattr(given, "shape"):
+                raise EvaluationError(f"input {s.name} must be an array of {want} dimensions (a NumPy array, a torch "
+                                      f"tensor or a CUDA device array), got a {type(given).__name__}")
+            shape = tuple(given.shape)
             if len(shape) != want:
                 raise EvaluationError(f"input {s.name} must be a {want}-D array (rows, L{', size' if want == 3 else ''}), "
                                       f"got shape {shape}")

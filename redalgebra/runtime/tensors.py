@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import sys
+import warnings
 
 import numpy as np
 
@@ -136,6 +137,19 @@ def call(kernel: Kernel, inputs: dict, params: dict | None = None, keep=None, ou
                                     kernel.to_generated(out)))
 
 
+def _no_gradient(kernel: Kernel, inputs: dict, params: dict) -> None:
+    """Warn once a kernel where a tensor that requires grad is given with grad mode on: the outputs carry no gradient
+    (the kernels compute forward values; ``torch_op`` refuses such a call, this one runs it, as inference with a
+    model's parameters does). Asked on a signature's first call, not on every one."""
+    if "no gradient" in kernel._hinted or not _torch().is_grad_enabled():
+        return
+    if any(is_tensor(t) and t.requires_grad for t in (*inputs.values(), *params.values())):
+        kernel._hinted.add("no gradient")
+        warnings.warn(f"{kernel.fused.cascade.name}: an input or param requires grad, and the outputs carry no gradient "
+                      f"(redalgebra's kernels compute forward values only); call under torch.no_grad() or "
+                      f"torch.inference_mode() to say so", stacklevel=4)
+
+
 def _call(kernel: Kernel, inputs: dict, params: dict, keep, out) -> dict:
     if kernel.backend == "cuda":
         torch = _torch()
@@ -152,6 +166,7 @@ def _call(kernel: Kernel, inputs: dict, params: dict, keep, out) -> dict:
                      if is_tensor(t) and (not t.is_contiguous() or 0 in t.stride()) and not _k_major(t)}
             if views:
                 return _call(kernel, {**inputs, **views}, params, keep, out)
+            _no_gradient(kernel, inputs, params)
             if len(kernel._calls) >= 256:
                 kernel._calls.clear()
             try:
@@ -160,6 +175,7 @@ def _call(kernel: Kernel, inputs: dict, params: dict, keep, out) -> dict:
                 prepared = _Copied(kernel, tuple(name for name, t in inputs.items() if is_tensor(t) and _k_major(t)))
             kernel._calls[key] = prepared
             return prepared(inputs, params, keep, out)
+    _no_gradient(kernel, inputs, params)
     return _into(_slow_call(kernel, inputs, params, keep), out)
 
 

@@ -73,3 +73,45 @@ def test_a_query_beyond_float16_is_refused_where_float16_products_would_make_it_
     wide = {"k": np.broadcast_to(k.astype(np.float64), (5, 40, 16)), "v": np.broadcast_to(v.astype(np.float64), (5, 40, 16))}
     ref = evaluate(workloads.get("attention").cascade, wide, {"q": near.astype(np.float64), "scale": 1e-5})["y"]
     assert np.isfinite(y).all() and np.abs(y - ref).max() <= 1e-3 * np.abs(ref).max()
+
+
+def test_an_input_without_a_shape_is_named_with_its_type():
+    with pytest.raises(RedalgebraError, match="must be an array of 2 dimensions .* got a list"):
+        compile(fused("safe_softmax"), "cpu")({"x": [[1.0] * 8] * 6})
+
+
+def test_the_simulator_after_the_cpu_in_one_process_says_why_it_cannot_run():
+    # the CPU back end imports numba without the simulator, which numba fixes at its import: the message says so
+    # (it spoke of real CUDA, which the process had not used)
+    import os
+    import subprocess
+    import sys
+
+    script = ("import numpy as np\nfrom redalgebra import RedalgebraError, workloads\nfrom redalgebra.derive import derive\n"
+              "from redalgebra.runtime import compile\nf = derive(workloads.get('safe_softmax').cascade)\n"
+              "compile(f, 'cpu')({'x': np.ones((2, 8), np.float32)})\n"
+              "try:\n    compile(f, 'cudasim')({'x': np.ones((2, 8), np.float32)})\n"
+              "except RedalgebraError as err:\n    print(err)\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert "chosen when numba is first imported" in done.stdout and "NUMBA_ENABLE_CUDASIM=1" in done.stdout, \
+        done.stderr[-2000:]
+
+
+def test_a_tensor_that_requires_grad_gets_a_warning_that_the_outputs_carry_none():
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    x = torch.randn(3, 8, requires_grad=True)
+    kernel = compile(fused("safe_softmax"), "cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            kernel({"x": x})  # said to be inference: no warning
+    with pytest.warns(UserWarning, match="outputs carry no gradient"):
+        y = kernel({"x": x})["y"]
+    assert y.grad_fn is None
+    np.testing.assert_allclose(y.numpy(), torch.softmax(x.detach(), -1).numpy(), rtol=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kernel({"x": x})  # once a kernel

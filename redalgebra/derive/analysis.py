@@ -655,12 +655,28 @@ def analyze(cascade: Cascade, budget_s: float | None = None, hints: bool = True)
             _ANALYSES.move_to_end(key)
             return kept
     analysis, complete = _analyze(cascade, seconds, hints)
-    if key is not None and complete and not any((r.reason or "").startswith("unknown") for r in analysis.reductions):
+    if key is not None and complete and not _cut_short(analysis.reductions):
         with _ANALYSES_LOCK:
             _ANALYSES[key] = analysis
             while len(_ANALYSES) > ANALYSES_KEPT:
                 _ANALYSES.popitem(last=False)
     return analysis
+
+
+def _cut_short(value, depth: int = 0) -> bool:
+    """Whether a budget cut any of ``value``'s proofs short (a :class:`Proof` whose ``exhausted`` is true, anywhere in
+    the verdicts, their attempts and terms), or a verdict says it is unknown: such an analysis is not kept."""
+    if depth > 8:
+        return False
+    if getattr(value, "exhausted", False) is True or (isinstance(value, ReductionAnalysis)
+                                                      and (value.reason or "").startswith("unknown")):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_cut_short(v, depth + 1) for v in value)
+    if hasattr(value, "__dataclass_fields__"):
+        return any(_cut_short(getattr(value, f), depth + 1) for f in value.__dataclass_fields__
+                   if not isinstance(getattr(value, f), (str, int, float, bool, type(None), sp.Basic)))
+    return False
 
 
 def _analyze(cascade: Cascade, seconds: float, hints: bool) -> tuple:

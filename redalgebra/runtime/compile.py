@@ -39,8 +39,8 @@ DEFAULT_STRATEGY = {"cpu": "auto", "cuda": "auto", "cudasim": "auto"}
 #: Strategies that multiply a float32 param (a query) on the tensor cores as its 16-bit value plus a residual: with
 #: float16 vectors, a component of 65520 or more has no float16 value (it rounds to inf) and the scores would be NaN.
 SPLIT_QUERY = ("mma", "wgmma")
-#: The largest magnitude of an ``int`` param (a label, a query's position): the kernels compute in float32, where every
-#: integer up to 2**24 is exact, and so is its difference with a position.
+#: The largest magnitude of an ``int`` param (a label, a query's position) a call takes: the kernels compute in float32,
+#: where every integer up to 2**24 is exact (a sum or difference with a position past it may still round).
 INT_PARAM_LIMIT = 2 ** 24
 
 
@@ -66,13 +66,33 @@ class _KMajorRows:
         self.__cuda_array_interface__ = {**face, "shape": self.shape, "strides": None}
 
 
+def param_values(p, value) -> np.ndarray:
+    """A host param's values as an array of real numbers (exact ones — fractions, SymPy numbers — as float64), an
+    ``int`` param's checked: whole numbers of magnitude at most :data:`INT_PARAM_LIMIT`; else a named error."""
+    given = np.asarray(value)
+    if given.dtype.kind == "O":  # (Fraction, Decimal, SymPy numbers: real numbers NumPy holds as objects)
+        try:
+            given = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            pass
+    if given.dtype.kind not in "fiub":  # (strings, complex numbers, other objects: not what a float32 param holds)
+        raise EvaluationError(f"param {p.name}: real numbers, got {given.dtype} values")
+    if p.integer:
+        given = _integers(p, given, np.float64)
+        if given.size and np.abs(given).max() > INT_PARAM_LIMIT:
+            raise EvaluationError(f"param {p.name} (declared int) is computed in float32 by the kernels, where "
+                                  f"integers are exact up to {INT_PARAM_LIMIT} in magnitude; got "
+                                  f"{np.abs(given).max():.0f}")
+    return given
+
+
 def _query_fits_float16(strategy: str, c, named: dict) -> None:
     """Refuse, before a launch, a vector param given on the host that ``strategy``'s float16 products cannot hold (the
     kernels would return NaN scores where the reference has numbers). A param on the device is not read back for
     this (a synchronisation on every call): the strategy's documentation says so."""
     for p in c.params:
         a = named.get(p.name)
-        if p.size is None or _is_device(a):
+        if p.size is None or a is None or _is_device(a):
             continue
         big = np.isfinite(a) & (np.abs(a) >= 65520)
         if big.any():
@@ -346,14 +366,7 @@ class Kernel:
                                       f"{'(rows,)' if p.size is None else '(rows, size)'} with rows = {rows}, got "
                                       f"{_dtype(value)} {shape} (or pass a host value, broadcast on the host)")
             return value
-        given = np.asarray(value)
-        if given.dtype.kind not in "fiub":  # (strings, complex numbers, objects: not what a float32 param can hold)
-            raise EvaluationError(f"param {p.name}: real numbers, got {given.dtype} values")
-        if p.integer:  # whole numbers, exact in float32 with every position added (the kernels compute in float32)
-            given = _integers(p, given, np.float64)
-            if given.size and np.abs(given).max() > INT_PARAM_LIMIT:
-                raise EvaluationError(f"param {p.name} (declared int) is computed in float32 by the kernels, where "
-                                      f"integers are exact up to {INT_PARAM_LIMIT}; got {np.abs(given).max():.0f}")
+        given = param_values(p, value)
         a = given.astype(np.float32)
         if p.size is None:
             a = np.broadcast_to(a.reshape(-1), (rows,)) if a.size in (1, rows) else None

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import inspect
+import threading
 from collections import Counter, defaultdict
 
 #: sha256 (first 16 hex digits) of the sources these patches were written from: numba-cuda 0.30's lowering and
@@ -38,6 +39,7 @@ SSA = {"numba.cuda.core.ssa": ("aa09fda773d906df", "66a25c0bc90d6ed1"),
        "numba.core.ssa": ("c497422bcf049990", "d17efdbed57062bf")}
 
 _installed: dict = {}  # compiler ("cuda", "cpu") -> the patches applied to it
+_INSTALLING = threading.Lock()
 #: Within one SSA reconstruction: each variable's blocks (labels) where a statement names it, and the names of each
 #: statement met (statements compared by identity).
 _OCCURS: contextvars.ContextVar = contextvars.ContextVar("occurs", default=None)
@@ -46,6 +48,8 @@ _OCCURS: contextvars.ContextVar = contextvars.ContextVar("occurs", default=None)
 def written_from(function, digest: str) -> bool:
     """Whether ``function``'s source is the one a patch was written from (``digest``: the sha256 of its source, first
     16 hex digits)."""
+    if hasattr(function, "__wrapped__"):  # a wrapper (a patch, ours or another's): getsource would read what it wraps
+        return False
     try:
         source = inspect.getsource(function)
     except (OSError, TypeError):
@@ -57,8 +61,13 @@ def install(compiler: str = "cuda") -> tuple:
     """Apply the patches that apply to this numba-cuda (``compiler="cuda"``: importing it, so only where the real
     CUDA back end is wanted) or this numba's CPU compiler (``"cpu"``), once a process; returns the names of those
     applied."""
-    if compiler in _installed:
+    with _INSTALLING:
+        if compiler not in _installed:
+            _installed[compiler] = _install(compiler)
         return _installed[compiler]
+
+
+def _install(compiler: str) -> tuple:
     import importlib
 
     applied = []
@@ -82,8 +91,7 @@ def install(compiler: str = "cuda") -> tuple:
     if ssa is not None and written_from(ssa._run_ssa, run) and written_from(ssa._run_block_rewrite, rewrite):
         ssa._run_ssa, ssa._run_block_rewrite = _ssa_run(ssa._run_ssa), _block_rewrite(ssa, ssa._run_block_rewrite)
         applied.append("ssa")
-    _installed[compiler] = tuple(applied)
-    return _installed[compiler]
+    return tuple(applied)
 
 
 def _find_singly_assigned_variable(lowering):
@@ -139,7 +147,8 @@ def _live_map(original):
 
     def compute(cfg, blocks, var_use_map, var_def_map):
         order = list(cfg.topo_order())
-        order += [label for label in blocks if label not in set(order)]
+        seen = set(order)
+        order += [label for label in blocks if label not in seen]
         reach = defaultdict(set)
         for label in var_def_map:
             reach[label] |= var_def_map[label] | var_use_map[label]

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..derive import FusedCascade
 from ..errors import RedalgebraError
-from .compile import Kernel, KMajorUnread, compile
+from .compile import SPLIT_QUERY, Kernel, KMajorUnread, _query_fits_float16, compile, param_values
 from .formats import BFloat16, as_bfloat16, as_e4m3
 
 _OPS: dict = {}  # op name -> (cascade text, op)
@@ -74,8 +74,9 @@ def _param(t, rows: int, vector: bool):
         return t
     t = t.detach()
     if t.is_cuda and t.dim() == (2 if vector else 1) and t.shape[0] == rows:
-        return t.float().contiguous()
-    return t.float().cpu().numpy()
+        return t.float().contiguous()  # (an int param's values not read back to be checked: a synchronisation)
+    # (integers as they are: the call checks an int param's on the host)
+    return (t if not t.is_floating_point() else t.float()).cpu().numpy()
 
 
 def out_dtypes(fused: FusedCascade, first):
@@ -285,9 +286,12 @@ class _Call:
         rows = max(int(t.shape[0]) for t in inputs.values())
         host_params = {p.name: _param(params[p.name], rows, p.size is not None) for p in c.params}
         host_keep = keep.cpu().numpy() if is_tensor(keep) else keep
-        src, module, named, outs, rows = kernel._arguments({k: _input(v) for k, v in inputs.items()},
-                                                           host_params, host_keep)
+        given = {k: _input(v) for k, v in inputs.items()}
+        src, module, named, outs, rows = kernel._arguments(given, host_params, host_keep)
         launch = kernel._device_launch(src, module, named, rows)
+        spec, *_, strategy, _ = kernel._planned(given, host_params, host_keep)  # (the signature's plan, kept)
+        # the strategy whose float16 products refuse a large query, checked on every call's host params too
+        self.split_query = strategy if strategy in SPLIT_QUERY and "float16" in dict(spec.dtypes).values() else None
         self.steps = launch.driver
         self.rows = rows
         self.inputs = tuple(s.name for s in c.inputs)
@@ -330,6 +334,8 @@ class _Call:
         return _CONVERTED
 
     def _number(self, p, value) -> "torch.Tensor":  # noqa: F821
+        if p.integer:
+            param_values(p, value)  # (whole, within float32's integers: as a call on the host checks)
         value = float(value)  # np.float32(0.5) and 0.5: one cached tensor
         key = (p.name, value.hex())  # by its bits: -0.0 is not 0.0's tensor, and a NaN finds its own
         t = self.numbers.get(key)
@@ -345,8 +351,11 @@ class _Call:
             if value.device == self.device:
                 return value
             value = value.cpu().numpy()  # another GPU's
+        host = self.kernel._param(p, value, self.rows)
+        if self.split_query:  # (a query the float16 products cannot hold: refused, as on the first call)
+            _query_fits_float16(self.split_query, self.kernel.fused.cascade, {p.name: host})
         # a copy: the layout may return a broadcast (read-only) view
-        return _torch().from_numpy(np.array(self.kernel._param(p, value, self.rows))).to(self.device)
+        return _torch().from_numpy(np.array(host)).to(self.device)
 
     def __call__(self, inputs: dict, params: dict, keep, given=None) -> dict:
         torch = _torch()
@@ -368,8 +377,11 @@ class _Call:
                 pointers[p.name] = t.data_ptr()
         if keep is not None:
             k = keep if is_tensor(keep) else torch.from_numpy(np.asarray(keep))
-            # (read as booleans, as the reference reads a mask: 0.5 and 256 keep an element)
-            k = (k if k.dtype == torch.bool else k != 0).view(torch.uint8).to(self.device).contiguous()
+            # (read as booleans, as the reference reads a mask: 0.5 and 256 keep an element; the kernels test bytes
+            # against 0, so a uint8 mask is read as it is)
+            if k.dtype != torch.uint8:
+                k = (k if k.dtype == torch.bool else k != 0).view(torch.uint8)
+            k = k.to(self.device).contiguous()
             alive.append(k)
             pointers["keep"] = k.data_ptr()
         out, late = {}, None

@@ -148,3 +148,19 @@ def test_an_equal_cascade_is_analysed_once_and_a_cut_short_analysis_is_not_kept(
     analyze(parse(text), hints=False)
     analyze(parse(text.replace("exp(x - m)", "exp(m - x)")))
     assert len(analysis._ANALYSES) == 2 and analyze(parse(text)) is not first
+
+
+def test_an_analysis_whose_proof_ran_out_of_time_is_not_kept(monkeypatch):
+    # a proof past its own budget is "unknown" inside a verdict whose reason does not start so (the reduction is
+    # refused by its attempts): such a refusal is not the cascade's, and an equal cascade is analysed afresh
+    from redalgebra.algebra import prover
+    from redalgebra.derive import analysis
+
+    monkeypatch.setattr(analysis, "_ANALYSES", type(analysis._ANALYSES)())
+    text = "input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))\nout y = s\n"
+    saved = prover.PROOF_SECONDS
+    monkeypatch.setattr(prover, "PROOF_SECONDS", 1e-4)  # a proof that runs past its time on a busy machine
+    cut = analyze(parse(text))
+    monkeypatch.setattr(prover, "PROOF_SECONDS", saved)
+    assert not cut.fusable and any(p.exhausted for r in cut.reductions for p in r.proofs)
+    assert len(analysis._ANALYSES) == 0 and analyze(parse(text)).fusable

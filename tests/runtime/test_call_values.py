@@ -115,3 +115,29 @@ def test_a_tensor_that_requires_grad_gets_a_warning_that_the_outputs_carry_none(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         kernel({"x": x})  # once a kernel
+
+
+def test_exact_numbers_are_params_and_torch_integers_are_checked():
+    # a Fraction, a Decimal and a SymPy number are real numbers (NumPy holds them as objects); a torch int tensor's
+    # values are checked as a NumPy array's (they were made float32 first, and 2**24 + 1 rounded unseen)
+    import decimal
+    import fractions
+
+    import sympy as sp
+
+    rng = np.random.default_rng(3)
+    k, v = (rng.normal(size=(4, 20, 8)).astype(np.float32) for _ in range(2))
+    q = rng.normal(size=8).astype(np.float32)
+    kernel = compile(fused("attention"), "cpu")
+    want = kernel({"k": k, "v": v}, {"q": q, "scale": 0.5})["y"]
+    for scale in (fractions.Fraction(1, 2), decimal.Decimal("0.5"), sp.Rational(1, 2)):
+        np.testing.assert_array_equal(kernel({"k": k, "v": v}, {"q": q, "scale": scale})["y"], want)
+    with pytest.raises(RedalgebraError, match="real numbers, got <U3"):
+        kernel({"k": k, "v": v}, {"q": q, "scale": "0.5"})
+    torch = pytest.importorskip("torch")
+    alibi = compile(fused("alibi_attention"), "cpu")
+    params = {"q": torch.from_numpy(q), "scale": 0.3, "slope": 0.1}
+    tensors = {"k": torch.from_numpy(k), "v": torch.from_numpy(v)}
+    with pytest.raises(RedalgebraError, match="exact up to 16777216"):
+        alibi(tensors, dict(params, qpos=torch.tensor([2 ** 24 + 1, 5, 19, 3])))
+    assert alibi(tensors, dict(params, qpos=torch.tensor([2, 5, 19, 3])))["y"].shape == (4, 8)

@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import prepared_case  # noqa: E402
+from bench import Runner, prepared_case  # noqa: E402
 
 
 def time_launches(launch, count: int = 200) -> float:
@@ -30,6 +30,21 @@ def time_launches(launch, count: int = 200) -> float:
     b.record()
     torch.cuda.synchronize()
     return a.elapsed_time(b) / count * 1000
+
+
+def variant_line(case, config: str) -> str:
+    """``config`` on ``case`` with a fresh kernel (the module-level choices a sweep sets are read when it is
+    configured): the module checked against float64 and timed as ``bench.py`` times a configuration, then each kernel
+    alone with its registers and local memory — the line a sweep prints per variant."""
+    runner = Runner(1.0, Path("/nonexistent/autotune.json"), True)
+    row = runner.ours(case, config, "candidate", case.reps)
+    launch = runner.kernel(case, config).prepare(*case.copies[0][:2])
+    steps = []
+    for (kernel, _, args), step in zip(launch.steps, launch.driver):
+        overload = kernel.dispatcher.overloads[tuple(kernel.dispatcher.typeof_pyval(a) for a in args)]
+        steps.append(f"{time_launches(lambda: step.launch(0)):.1f} us ({overload.regs_per_thread} regs, "
+                     f"{overload.local_mem_per_thread} B local)")
+    return f"{row.ms:.4f} ms, {row.valid} (err {row.max_err:.2e}); kernels alone {', '.join(steps)}"
 
 
 def main(argv) -> int:

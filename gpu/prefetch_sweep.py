@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench import Runner  # noqa: E402
 from cases import all_cases  # noqa: E402
-from kernel_steps import time_launches  # noqa: E402
+from kernel_steps import variant_line  # noqa: E402
 
 from redalgebra.codegen.strategies import columns_mma  # noqa: E402
 
@@ -40,17 +40,8 @@ def main(argv) -> int:
         for r in range(args.rounds):
             for d in distances:
                 columns_mma.PREFETCH = d  # read when the module is configured
-                runner = Runner(1.0, Path("/nonexistent/autotune.json"), True)  # a fresh kernel per distance
-                row = runner.ours(case, args.config, "candidate", case.reps)
-                launch = runner.kernel(case, args.config).prepare(*case.copies[0][:2])
-                steps = []
-                for (kernel, _, kargs), step in zip(launch.steps, launch.driver):
-                    overload = kernel.dispatcher.overloads[tuple(kernel.dispatcher.typeof_pyval(a) for a in kargs)]
-                    steps.append(f"{time_launches(lambda: step.launch(0)):.1f} us ({overload.regs_per_thread} regs, "
-                                 f"{overload.local_mem_per_thread} B local)")
-                print(f"  round {r} prefetch {d}: {row.ms:.4f} ms, {row.valid} (err {row.max_err:.2e}); kernels alone "
-                      f"{', '.join(steps)}", flush=True)
-        for b in runner.baselines(case):
+                print(f"  round {r} prefetch {d}: {variant_line(case, args.config)}", flush=True)
+        for b in Runner(1.0, Path("/nonexistent/autotune.json"), True).baselines(case):
             print(f"  {b.system}: {b.ms:.4f} ms", flush=True)
     return 0
 

@@ -22,9 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import Runner  # noqa: E402
 from cases import all_cases  # noqa: E402
-from kernel_steps import time_launches  # noqa: E402
+from kernel_steps import variant_line  # noqa: E402
 
 from redalgebra.codegen.strategies import columns_wgmma_policy, tile_factors  # noqa: E402
 
@@ -52,16 +51,7 @@ def main(argv) -> int:
         fields = None if variant.isdigit() or variant == "tiles" else rows_variant(variant)
         columns_wgmma_policy.rows_configure = policy if fields is None else (
             lambda fused, p, fields=fields: {**policy(fused, p), **fields, "resident": True, "staged": True})
-        runner = Runner(1.0, Path("/nonexistent/autotune.json"), True)  # a fresh kernel per variant
-        row = runner.ours(case, "columns_wgmma", "candidate", case.reps)
-        launch = runner.kernel(case, "columns_wgmma").prepare(*case.copies[0][:2])
-        steps = []
-        for (kernel, _, args), step in zip(launch.steps, launch.driver):
-            overload = kernel.dispatcher.overloads[tuple(kernel.dispatcher.typeof_pyval(a) for a in args)]
-            steps.append(f"{time_launches(lambda: step.launch(0)):.1f} us ({overload.regs_per_thread} regs, "
-                         f"{overload.local_mem_per_thread} B local)")
-        print(f"  {variant}: {row.ms:.4f} ms, {row.valid} (err {row.max_err:.2e}); kernels alone "
-              f"{', '.join(steps)}", flush=True)
+        print(f"  {variant}: {variant_line(case, 'columns_wgmma')}", flush=True)
     return 0
 
 

@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from contextlib import contextmanager
 
@@ -169,22 +170,41 @@ def budget(seconds: float | None, what: str):
             state.closing -= 1
 
 
-def cache_decided(fn):
-    """Memoize ``fn`` (hashable arguments) except results undecided for lack of time: a :class:`Proof`
-    whose ``exhausted`` is true, or a tuple starting with one."""
-    memo: dict = {}
+def cache_decided(fn=None, *, undecided=None, kept: int | None = None):
+    """Memoize ``fn`` (hashable arguments; others are not kept) except results undecided for lack of time: by default
+    a :class:`Proof` whose ``exhausted`` is true, or a tuple starting with one; ``undecided(result)`` says so instead
+    where given. ``kept``: at most this many results, the least recently used dropped first (None: every one). Safe
+    to call from several threads (analyses run in worker threads too)."""
+    if fn is None:
+        return lambda f: cache_decided(f, undecided=undecided, kept=kept)
+    memo: OrderedDict = OrderedDict()
+    lock = threading.Lock()
+
+    def exhausted(out) -> bool:
+        return getattr(out[0] if isinstance(out, tuple) else out, "exhausted", False)
+
+    test = undecided or exhausted
 
     @functools.wraps(fn)
     def wrapper(*args):
-        if args in memo:
-            return memo[args]
+        try:
+            hash(args)
+        except TypeError:
+            return fn(*args)
+        with lock:
+            if args in memo:
+                memo.move_to_end(args)
+                return memo[args]
         out = fn(*args)
-        proof = out[0] if isinstance(out, tuple) else out
-        if not getattr(proof, "exhausted", False):
-            memo[args] = out
+        if not test(out):
+            with lock:
+                memo[args] = out
+                while kept is not None and len(memo) > kept:
+                    memo.popitem(last=False)
         return out
 
     wrapper.cache_clear = memo.clear
+    wrapper.cache = memo
     return wrapper
 
 

@@ -60,7 +60,7 @@ def document(cascade: Cascade, title: str | None = None) -> str:
                 if t.analysis is not None:
                     out += [f"Term `sum({t.E})`:", ""] + [ln for q in t.analysis.proofs for ln in _proof_md(q)] + [""]
         elif r.route:
-            from .analysis import ROUTES
+            from .routes import ROUTES
 
             out += [rf"$\otimes$ = {r.route}, $G = {latex(r.G)}$, $H = {latex(r.H)}$: {ROUTES[r.route].text}", ""]
         elif r.fusable:

@@ -326,9 +326,9 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
             out.proofs[s.name] = tuple(ra.proofs[:2])  # distributivity and separability
             continue
         if ra is not None and ra.route is not None:
-            # a ⊗ of analysis.ROUTES: power's r = prod(G^H(D)) = exp(H(D) · sum(log G)) for G >= 0 keeps the sum of
+            # a ⊗ of routes.ROUTES: power's r = prod(G^H(D)) = exp(H(D) · sum(log G)) for G >= 0 keeps the sum of
             # logs (a product of the G would overflow where the G^H do not); H = 0 gives 1, as 0^0 = 1
-            from .analysis import ROUTES
+            from .routes import ROUTES
 
             route = ROUTES[ra.route]
             g = _fresh(f"{s.name}_{route.suffix}", taken)

@@ -150,3 +150,24 @@ def test_bad_assumptions_are_reported():
         prove_distributes(monoids.max, monoids.mul, assumptions={"c": "positive"})
     with pytest.raises(RedalgebraError, match="does not use"):
         prove_distributes(monoids.max, monoids.mul, assumptions={"z": ">0"})
+
+
+def test_cache_decided_keeps_decided_results_up_to_its_bound():
+    # the memo of the prover and the analysis: a result that `undecided` calls undecided is computed afresh each time,
+    # at most `kept` results are kept (the least recently used go first), unhashable arguments are not kept
+    from redalgebra.algebra.budget import cache_decided
+
+    calls = []
+
+    @cache_decided(undecided=lambda out: out < 0, kept=2)
+    def f(x):
+        calls.append(x)
+        return x if not isinstance(x, list) else len(x)
+
+    f(1), f(2), f(1), f(3)  # 3 drops 2, the least recently used
+    assert calls == [1, 2, 3] and list(f.cache) == [(1,), (3,)]  # (kept by the arguments' tuple)
+    f(2)
+    assert calls == [1, 2, 3, 2]
+    f(-1), f(-1)
+    assert calls[-2:] == [-1, -1] and (-1,) not in f.cache
+    assert f([1, 2]) == 2 and f([1, 2]) == 2 and calls[-2:] == [[1, 2], [1, 2]]

@@ -19,7 +19,7 @@ def test_catalogue_cascades_fuse_with_every_proof_proved(name):
         if r.terms is not None:  # a multi-term sum: every term with dependencies is a single separable term
             assert all(t.analysis is None or (t.analysis.otimes is not None and all(p.proved for p in t.analysis.proofs))
                        for t in r.terms.terms)
-        elif r.route:  # a ⊗ of analysis.ROUTES (power: a product of powers): no monoid ⊗, G and H as found
+        elif r.route:  # a ⊗ of routes.ROUTES (power: a product of powers): no monoid ⊗, G and H as found
             assert r.otimes is None and r.G is not None and r.H is not None
         elif r.deps:
             assert r.otimes is not None and r.G is not None and r.H is not None
@@ -128,26 +128,20 @@ def test_an_input_may_declare_its_sign_and_a_refusal_names_that_declaration():
         parse("input k[4] >= 0\nreduce s = sum(k)\nout y = s")
 
 
-def test_an_equal_cascade_is_analysed_once_and_a_cut_short_analysis_is_not_kept(monkeypatch):
+def test_an_equal_cascade_is_analysed_once_and_a_cut_short_analysis_is_not_kept():
     # the analysis is a function of the (frozen) cascade: an equal cascade, parsed again, gets the kept verdicts at
     # once; another budget or hints setting is another entry; one the budget cut short is analysed afresh next time
     from redalgebra.derive import analysis
 
-    monkeypatch.setattr(analysis, "_ANALYSES", type(analysis._ANALYSES)())
-    calls = []
-    work = analysis._analyze
-    monkeypatch.setattr(analysis, "_analyze", lambda *a: calls.append(a[1:]) or work(*a))
+    kept = analysis._analyze.cache
+    analysis._analyze.cache_clear()
     text = "input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))\nout y = s\n"
     first = analyze(parse(text))
-    assert analyze(parse(text)) is first and len(calls) == 1
-    assert analyze(parse(text), hints=False).fusable and analyze(parse(text), budget_s=45).fusable and len(calls) == 3
+    assert analyze(parse(text)) is first and len(kept) == 1
+    assert analyze(parse(text), hints=False).fusable and analyze(parse(text), budget_s=45).fusable and len(kept) == 3
     trap = "input x\nreduce m = max(x)\nreduce s = sum((x - m + 1)**1000)\n"
     cut = analyze(parse(trap), budget_s=0.3)
-    assert cut["s"].reason.startswith("unknown") and analyze(parse(trap), budget_s=0.3) is not cut and len(calls) == 5
-    monkeypatch.setattr(analysis, "ANALYSES_KEPT", 2)  # the least recently used goes first
-    analyze(parse(text), hints=False)
-    analyze(parse(text.replace("exp(x - m)", "exp(m - x)")))
-    assert len(analysis._ANALYSES) == 2 and analyze(parse(text)) is not first
+    assert cut["s"].reason.startswith("unknown") and len(kept) == 3 and analyze(parse(trap), budget_s=0.3) is not cut
 
 
 def test_an_analysis_whose_proof_ran_out_of_time_is_not_kept(monkeypatch):
@@ -156,11 +150,11 @@ def test_an_analysis_whose_proof_ran_out_of_time_is_not_kept(monkeypatch):
     from redalgebra.algebra import prover
     from redalgebra.derive import analysis
 
-    monkeypatch.setattr(analysis, "_ANALYSES", type(analysis._ANALYSES)())
+    analysis._analyze.cache_clear()
     text = "input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))\nout y = s\n"
     saved = prover.PROOF_SECONDS
     monkeypatch.setattr(prover, "PROOF_SECONDS", 1e-4)  # a proof that runs past its time on a busy machine
     cut = analyze(parse(text))
     monkeypatch.setattr(prover, "PROOF_SECONDS", saved)
     assert not cut.fusable and any(p.exhausted for r in cut.reductions for p in r.proofs)
-    assert len(analysis._ANALYSES) == 0 and analyze(parse(text)).fusable
+    assert len(analysis._analyze.cache) == 0 and analyze(parse(text)).fusable

@@ -23,12 +23,9 @@ def rng():
     return np.random.default_rng(12345)
 
 
-def _written_from(function, digest: str) -> bool:
-    """Whether numba-cuda's ``function`` is the one a patch below was written from (``digest``: the sha256 of its
-    source, first 16 hex digits); where it is not, the patch leaves numba-cuda as it is."""
-    from redalgebra.runtime.front_end import written_from
-
-    return written_from(function, digest)
+# whether numba-cuda's function is the one a patch below was written from (the sha256 of its source, first 16 hex
+# digits); where it is not, the patch leaves numba-cuda as it is
+from redalgebra.runtime.front_end import written_from as _written_from  # noqa: E402
 
 
 def _patched(owner, name: str, replacement):

@@ -49,7 +49,7 @@ class Spec:
     pre_vec: int = 1             # columns, columns_mma: elements per wide load of the scalar reductions' kernel
     dependent: bool = False      # a module's kernels after its first may start while the one before runs (Hopper's
     #                              programmatic dependent launch): they wait for it (grid_wait) before reading it
-    prefetch: int = 0            # columns_mma: rounds of its products' loop whose weights a warp brings into L2 ahead
+    unroll: int = 0              # columns_mma: steps of 16 elements a warp loads before their products (0: its UNROLL)
     row_threads: int = 0         # columns_wgmma: the block of its scalars-and-factors kernel, a block a row (0: threads)
     row_spec: tuple = ()         # columns_wgmma: ((field, value), ...) of the ``rows`` kernel that computes the scalars
     #                              and writes the factors from a row held in registers (empty: the block-a-row kernel)

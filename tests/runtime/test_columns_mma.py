@@ -81,17 +81,16 @@ def test_columns_mma_with_8_byte_loads_matches_the_reference(dtype, rows, n, seg
 @pytest.mark.parametrize("dtype,rows,length,n,segments,threads,lying", [
     # e4m3 K-major: 9 rows (8 columns a lane), three segments of super-steps, a partial column block
     ("e4m3", 9, 192, 144, 3, None, True),
-    # bfloat16 K-major, two warps taking 14 super-steps in turn (the main loop's prefetches past its last round)
+    # bfloat16 K-major, two warps taking 14 super-steps in turn (rounds of several super-steps, then the rest)
     ("bfloat16", 2, 448, 16, None, 64, True),
     # row-major: e4m3 over 9 rows in two segments; bfloat16 with two warps and a partial last step
     ("e4m3", 9, 200, 144, 2, 64, False),
     ("bfloat16", 3, 437, 72, None, 64, False),
 ])
-def test_the_weights_brought_into_l2_ahead_change_no_sum(monkeypatch, dtype, rows, length, n, segments, threads,
-                                                          lying):
-    # Spec.prefetch: each round of the products' loop brings a later round's weight lines into L2. The simulator's
-    # prefetch refuses an address outside the weights (the GPU would not fault, and would waste the line); the sums
-    # are those without it, bit for bit
+def test_the_steps_loaded_before_their_products_change_no_sum(monkeypatch, dtype, rows, length, n, segments,
+                                                              threads, lying):
+    # Spec.unroll: a warp's rounds of loads before their products. A warp adds its steps in the same order whatever
+    # the rounds, so the sums are the same bit for bit, and each is the reference's
     from redalgebra.codegen.strategies import columns_mma
 
     inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16")
@@ -100,14 +99,16 @@ def test_the_weights_brought_into_l2_ahead_change_no_sum(monkeypatch, dtype, row
         w = type(w)(np.ascontiguousarray(w.bits[0].T).T[None])
     inputs = dict(inputs, w=w)
     got = {}
-    for ahead in (0, 3):
-        monkeypatch.setattr(columns_mma, "PREFETCH", ahead)
+    for unroll in (1, 3, 8):
+        monkeypatch.setattr(columns_mma, "UNROLL", unroll)
         kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma", segments=segments, threads=threads)
         spec = kernel._planned(inputs, params, None)[0]
-        assert spec.prefetch == ahead and bool(spec.k_major) == lying
-        assert ("prefetch_l2_at(" in kernel.source(spec, "columns_mma").source) == (ahead > 0)
-        got[ahead] = kernel(inputs, params)["y"]
-    np.testing.assert_array_equal(got[3], got[0])
+        assert spec.unroll == unroll and bool(spec.k_major) == lying
+        got[unroll] = kernel(inputs, params)["y"]
+    want = _reference("fp8_quant_gemm", inputs, params, None, rows)["y"]
+    np.testing.assert_allclose(got[1], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    np.testing.assert_array_equal(got[3], got[1])
+    np.testing.assert_array_equal(got[8], got[1])
 
 
 def test_a_kernel_built_for_8_rows_a_block_refuses_more_rows_rather_than_skipping_them():

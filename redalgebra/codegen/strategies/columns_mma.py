@@ -59,7 +59,7 @@ from .columns import vector_columns
 from .products import KINDS
 
 #: Rows of a block (the m16 of the instruction); elements of a tile (the factors' rows are padded to whole tiles;
-#: segments are whole tiles); steps of 16 elements a warp loads before their products.
+#: segments are whole tiles); steps of 16 elements a warp loads before their products (``Spec.unroll``).
 BM, BK, UNROLL = 16, 64, 4
 #: Blocks of 128 threads a multiprocessor holds (the launch bounds: at most 168 registers a thread; ptxas took 158-164
 #: at N = K = 7168, no spills).
@@ -90,12 +90,6 @@ def row_threads(spec: Spec) -> int:
 #: 128-byte line a row, 64 KB a block, about 25 MB over the ~400 blocks of one wave (half the H200's L2: what the
 #: memory moves in the factors' 6 µs, and none evicted before it is read).
 PREFETCH_ROWS = 512
-#: Rounds of the products' loop (a warp's steps loaded together) whose weights a warp brings into L2 ahead of its loads
-#: (``Spec.prefetch``, ``prefetch.global.L2``: no register holds them). A warp has one round's loads in flight, and
-#: at 16 rows four blocks a multiprocessor (a quarter of its warps) cover the loads' latency: the products streamed 51
-#: MB of e4m3 weights at half the DRAM's rate (gpu/README.md). 0: none — built and simulator-tested, not yet timed on
-#: a GPU (``gpu/prefetch_sweep.py`` sweeps it), so off.
-PREFETCH = 0
 
 #: Factors of one step of 16 rows (16 elements each), in the fragments' order: lane ``4 g + t``'s eight are rows
 #: ``g`` and ``g + 8``, elements ``4 t … 4 t + 3`` of the step.
@@ -160,6 +154,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         # of one column; 4 lanes' loads a super-step of 4 KL elements (k_major_loop)
         self.km = self.x in spec.k_major
         self.kl = 16 // (1 if self.bytes else 2) if self.km else 4
+        self.unroll = spec.unroll or UNROLL  # steps' loads in flight before their products
         blocks = BLOCKS_E4M3 if self.bytes else BLOCKS
         if spec.threads not in blocks or spec.batch not in (8, BM) or spec.tile != BK \
                 or spec.group not in loads(self.bytes):
@@ -304,10 +299,10 @@ class ColumnsMmaKernel(ColumnsKernel):
         :meth:`factor_store`), a column's word ``s`` of e4m3 bytes widened as two float16 words (``e4m3_halves``), or
         its words ``2 s``, ``2 s + 1`` of 16-bit values as they are. Segments are whole super-steps (the axis a multiple
         of ``4 KL``: :func:`k_major`), so no load is past a row's end and there is no partial step; the warps take the
-        super-steps in turn, :data:`UNROLL` steps' loads in flight before their products, as the rows' loop."""
+        super-steps in turn, :attr:`unroll` steps' loads in flight before their products, as the rows' loop."""
         n, w, each, kl = self.n, self.warps, self.each, self.kl
         spl, sk = kl // 4, 4 * kl  # steps of a super-step, its elements
-        su = max(UNROLL // spl, 1)  # super-steps loaded before their products
+        su = max(self.unroll // spl, 1)  # super-steps loaded before their products
         setup = [Assign("nsup", f"max(hi - lo, 0) // {sk}"),
                  # the lane's first column (a partial last block's lanes past the last read the last columns: not
                  # stored), its elements of the segment's first super-step
@@ -336,34 +331,17 @@ class ColumnsMmaKernel(ColumnsKernel):
                         out.append(Assign(regs, f"{mma}({a}, {b[nt]}, {regs})"))
             return out
 
-        def warm(sup: str) -> list:  # the lines of super-step sup of the lane's columns lane, lane + 32, ...
-            return [Call("prefetch_l2_at", (self.x, f"min(cb + lane + {32 * j}, {n - 1}) * length + "
-                                                    f"min(lo + ({sup}) * {sk}, hi - 1)"))
-                    for j in range(-(-self.bc // 32))]
-
-        count, loops = self.warps_take_steps("nsup", "nsup", su, load, products, warm)
+        count, loops = self.warps_take_steps("nsup", "nsup", su, load, products)
         return setup + [count], loops
 
-    def warm_step(self, step: str) -> list:
-        """Row-major weights: the lines of step ``step`` (16 weight rows of the block's columns) brought into L2, a
-        row's first line by lanes 0 … 15, its last column's line (where a row of the block's columns crosses a line)
-        by lanes 16 … 31."""
-        n = self.n
-        col = f"min(cb + {self.bc - 1} * (lane // 16), {n - 1})"
-        row = f"rw * length + min(lo + 16 * ({step}) + lane % 16, hi - 1)"
-        return [Call("prefetch_l2_at", (self.x, f"({row}) * {n} + {col}"))]
-
-    def warps_take_steps(self, full: str, total: str, ahead: int, load, products, warm) -> tuple:
+    def warps_take_steps(self, full: str, total: str, ahead: int, load, products) -> tuple:
         """The products' loops (and, first, the count of their main loop's rounds): the warps take the segment's
         ``total`` steps in turn (warp ``w`` steps ``w, w + W, …``), ``ahead`` steps' loads in flight before their
         products while whole rounds of the ``full`` steps last (``nmain`` of them), then the rest one at a time
         (``load(u, step, tail)``: the loads of step ``step`` into registers named by ``u``; ``tail``: a step that may
-        be partial). Each round of the main loop first brings the weights of the warp's round ``Spec.prefetch`` rounds
-        later into L2 (``warm(step)``: in bounds, a step past the segment's end clamped to its last element)."""
+        be partial)."""
         w = self.warps
         body = [Assign("ks", f"warp + it * {ahead * w}")]
-        for u in range(ahead if self.spec.prefetch else 0):
-            body += warm(f"ks + {u * w + self.spec.prefetch * ahead * w}")
         for u in range(ahead):
             body += load(str(u), f"ks + {u * w}", False)
         for u in range(ahead):
@@ -376,9 +354,9 @@ class ColumnsMmaKernel(ColumnsKernel):
     def tiles(self) -> list:
         """A block: 16 rows, the ``8 EACH`` columns of one 16-byte load per lane and weight row (128 e4m3, 64 of a
         16-bit type), a segment of the axis; its warps take its steps of 16 elements in turn (warp ``w`` steps ``w,
-        w + W, …``), :data:`UNROLL` steps' loads in flight before their products, no shared memory and no barrier in
+        w + W, …``), :attr:`unroll` steps' loads in flight before their products, no shared memory and no barrier in
         the loop. The warps' sums meet in shared memory at the end and are added in warp order."""
-        n, w, each, un = self.n, self.warps, self.each, UNROLL
+        n, w, each, un = self.n, self.warps, self.each, self.unroll
         segmented = self.spec.segments > 1
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
                Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
@@ -397,8 +375,7 @@ class ColumnsMmaKernel(ColumnsKernel):
             setup, loops = self.k_major_loop()
         else:
             # columns past the last read the last 16 bytes (not stored either)
-            count, loops = self.warps_take_steps("nfull", "nstep", un, self.load_step, self.step_products,
-                                                 self.warm_step)
+            count, loops = self.warps_take_steps("nfull", "nstep", un, self.load_step, self.step_products)
             setup = [Assign("wo", f"(rw * length + lo + 4 * tq) * {n} + min(cb + {each} * lg, {n - each})"), count]
         out += setup
         zero = self.consts.name(0.0)
@@ -578,7 +555,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=8 if p.rows <= 8 else BM, segments=int(nseg),
                 nseg=int(nseg),
                 pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False), min_blocks=minb,
-                dependent=dependent, k_major=k_major(fused, p), prefetch=PREFETCH)
+                dependent=dependent, k_major=k_major(fused, p), unroll=UNROLL)
 
 
 def k_major(fused: FusedCascade, p: Problem) -> tuple:

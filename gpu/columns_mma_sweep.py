@@ -1,0 +1,54 @@
+"""``columns_mma``'s products swept over the steps a warp loads before their products (``Spec.unroll``, the module's
+``UNROLL``) and bench's configurations, on bench's cases in one process: each variant checked against float64 and
+timed as ``bench.py`` times a configuration (the module), each of its kernels timed alone, in rounds that alternate
+the variants (the GPU's clock drifts between rounds), beside the case's baselines.
+
+    python3 gpu/columns_mma_sweep.py fp8gemm:7,normgemm:3 4:columns_mma,8:columns_mma@128m3 --rounds 2
+
+A variant is ``UNROLL:CONFIG`` (CONFIG as bench's ``--configs``: ``m3`` three blocks a multiprocessor, ``g16`` a
+lane's 16-byte loads). Prints a line per case, variant and round: the module's time, its error, each kernel alone
+with its registers and local memory; then the baselines' times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench import Runner  # noqa: E402
+from cases import all_cases  # noqa: E402
+from kernel_steps import variant_line  # noqa: E402
+
+from redalgebra.codegen.strategies import columns_mma  # noqa: E402
+
+
+def main(argv) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases", help="GROUP:INDEX,... (bench's groups and indices)")
+    ap.add_argument("variants", help="UNROLL:CONFIG,... e.g. 4:columns_mma,8:columns_mma@128m3")
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args(argv)
+    variants = [(int(u), config) for u, config in (v.split(":", 1) for v in args.variants.split(","))]
+    every = all_cases(False)
+    for text in args.cases.split(","):
+        group, index = text.split(":")
+        case = every[group][int(index)]()
+        print(f"{case.name} {case.shape} {case.dtype}", flush=True)
+        for r in range(args.rounds):
+            for unroll, config in variants:
+                columns_mma.UNROLL = unroll  # read when the module is configured
+                try:
+                    line = variant_line(case, config)
+                except Exception as e:  # a variant the policy refuses, or that fails to build: say so, go on
+                    line = f"failed: {type(e).__name__}: {str(e)[:200]}"
+                print(f"  round {r} unroll {unroll} {config}: {line}", flush=True)
+        for b in Runner(1.0, Path("/nonexistent/autotune.json"), True).baselines(case):
+            print(f"  {b.system}: {b.ms:.4f} ms", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,12 +1,15 @@
-"""``columns_mma``'s products swept over the steps a warp loads before their products (``Spec.unroll``, the module's
-``UNROLL``) and bench's configurations, on bench's cases in one process: each variant checked against float64 and
-timed as ``bench.py`` times a configuration (the module), each of its kernels timed alone, in rounds that alternate
-the variants (the GPU's clock drifts between rounds), beside the case's baselines.
+"""``columns_mma``'s products swept over the module's settings (``UNROLL``: the steps a warp loads before their
+products, ``Spec.unroll``; any other module-level name, e.g. ``FRAGMENT=0`` to time the products with every block
+reading the same factors — wrong sums, a bound on what the factors' reads cost) and bench's configurations, on
+bench's cases in one process: each variant checked against float64 and timed as ``bench.py`` times a configuration
+(the module), each of its kernels timed alone, in rounds that alternate the variants (the GPU's clock drifts between
+rounds), beside the case's baselines.
 
     python3 gpu/columns_mma_sweep.py fp8gemm:7,normgemm:3 4:columns_mma,8:columns_mma@128m3 --rounds 2
+    python3 gpu/columns_mma_sweep.py fp8gemm:7 4:columns_mma,UNROLL=4+FRAGMENT=0:columns_mma
 
-A variant is ``UNROLL:CONFIG`` (CONFIG as bench's ``--configs``: ``m3`` three blocks a multiprocessor, ``g16`` a
-lane's 16-byte loads). Prints a line per case, variant and round: the module's time, its error, each kernel alone
+A variant is ``SETTINGS:CONFIG``: SETTINGS a number (``UNROLL``) or ``NAME=VALUE+...``; CONFIG as bench's
+``--configs`` (``m3`` three blocks a multiprocessor, ``g16`` a lane's 16-byte loads). Prints a line per case, variant and round: the module's time, its error, each kernel alone
 with its registers and local memory; then the baselines' times.
 """
 
@@ -25,26 +28,35 @@ from kernel_steps import variant_line  # noqa: E402
 from redalgebra.codegen.strategies import columns_mma  # noqa: E402
 
 
+def _settings(text: str) -> dict:
+    """``8`` -> {UNROLL: 8}; ``UNROLL=8+FRAGMENT=0`` -> both."""
+    if text.isdigit():
+        return {"UNROLL": int(text)}
+    return {name: int(value) for name, value in (kv.split("=") for kv in text.split("+"))}
+
+
 def main(argv) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("cases", help="GROUP:INDEX,... (bench's groups and indices)")
     ap.add_argument("variants", help="UNROLL:CONFIG,... e.g. 4:columns_mma,8:columns_mma@128m3")
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args(argv)
-    variants = [(int(u), config) for u, config in (v.split(":", 1) for v in args.variants.split(","))]
+    variants = [(settings, config) for settings, config in (v.split(":", 1) for v in args.variants.split(","))]
+    defaults = {name: getattr(columns_mma, name) for name in ("UNROLL", "FRAGMENT")}
     every = all_cases(False)
     for text in args.cases.split(","):
         group, index = text.split(":")
         case = every[group][int(index)]()
         print(f"{case.name} {case.shape} {case.dtype}", flush=True)
         for r in range(args.rounds):
-            for unroll, config in variants:
-                columns_mma.UNROLL = unroll  # read when the module is configured
+            for settings, config in variants:
+                for name, value in {**defaults, **_settings(settings)}.items():  # read when the module is built
+                    setattr(columns_mma, name, value)
                 try:
                     line = variant_line(case, config)
                 except Exception as e:  # a variant the policy refuses, or that fails to build: say so, go on
                     line = f"failed: {type(e).__name__}: {str(e)[:200]}"
-                print(f"  round {r} unroll {unroll} {config}: {line}", flush=True)
+                print(f"  round {r} {settings} {config}: {line}", flush=True)
         for b in Runner(1.0, Path("/nonexistent/autotune.json"), True).baselines(case):
             print(f"  {b.system}: {b.ms:.4f} ms", flush=True)
     return 0

@@ -19,26 +19,41 @@ import torch
 L2_BYTES = 60 * 2**20
 
 
-def median_ms(fn, reps: int = 10, warmup: int = 3, batch: int = 10) -> float:
+#: The shortest timed window (ms): a window of a few short calls would time the first call's host latency, which
+#: nothing overlaps, as the device's (a 20 us kernel timed two calls a window read 60 us a call).
+MIN_WINDOW_MS = 1.0
+#: The most calls a window is widened to.
+MAX_BATCH = 500
+
+
+def median_ms(fn, reps: int = 10, warmup: int = 3, batch: int = 10, min_window_ms: float = MIN_WINDOW_MS) -> float:
     """Median over ``reps`` of the CUDA-event time of ``batch`` calls of ``fn()`` back to back, per call.
 
     Back to back, the host's launch work (0.1-0.2 ms for a numba launch, similar for a compiled
     PyTorch graph; ``overhead.py`` measures it) overlaps the previous kernel, so the time is the
     device's, as the CUDA profiler reports it; events around a single call would add the host's
-    launch latency to every system and hide the kernels' differences.
+    launch latency to every system and hide the kernels' differences. A window shorter than
+    ``min_window_ms`` (:data:`MIN_WINDOW_MS`) is widened (more calls, up to :data:`MAX_BATCH`) until it is not: with
+    few short calls the first one's host latency would count as the device's (0: one call's latency, as asked).
     """
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
+
+    def window(n: int) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(batch):
+        for _ in range(n):
             fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / batch)
+        return start.elapsed_time(end)
+
+    first = window(batch)
+    while first < min_window_ms and batch < MAX_BATCH:
+        batch = min(MAX_BATCH, max(2 * batch, int(batch * 1.5 * min_window_ms / max(first, 1e-3))))
+        first = window(batch)
+    times = [first / batch] + [window(batch) / batch for _ in range(reps - 1)]
     return statistics.median(times)
 
 

@@ -59,10 +59,11 @@ from .columns import vector_columns
 from .products import KINDS
 
 #: Rows of a block (the m16 of the instruction); elements of a tile (the factors' rows are padded to whole tiles;
-#: segments are whole tiles); steps of 16 elements a warp loads before their products (``Spec.unroll``).
+#: segments are whole tiles); steps of 16 elements a warp loads before their products (``Spec.unroll``: 8 and 16 were
+#: slower or the same on the H200, at 1 and 16 tokens, four blocks a multiprocessor or three; gpu/README.md).
 BM, BK, UNROLL = 16, 64, 4
 #: Rounds of loads a warp holds in registers (``Spec.stages``): 1, a round loaded then multiplied; 2, the next round's
-#: loads issued before this round's products.
+#: loads issued before this round's products — slower or the same on the H200 (2 or 4 steps a round; gpu/README.md).
 STAGES = 1
 #: Blocks of 128 threads a multiprocessor holds (the launch bounds: at most 168 registers a thread; ptxas took 158-164
 #: at N = K = 7168, no spills).

@@ -1,12 +1,14 @@
 """``columns_mma``'s products swept over the module's settings (``UNROLL``: the steps a warp loads before their
 products, ``Spec.unroll``; any other module-level name, e.g. ``FRAGMENT=0`` to time the products with every block
-reading the same factors — wrong sums, a bound on what the factors' reads cost) and bench's configurations, on
+reading the same factors — wrong sums, a bound on what the factors' reads cost; ``NT=1``, the products of the first
+n8 tile of rows alone at 16 rows — wrong sums for rows 8 … 15, a bound on what the second tile's ``mma.sync`` cost) and
+bench's configurations, on
 bench's cases in one process: each variant checked against float64 and timed as ``bench.py`` times a configuration
 (the module), each of its kernels timed alone, in rounds that alternate the variants (the GPU's clock drifts between
 rounds), beside the case's baselines.
 
     python3 gpu/columns_mma_sweep.py fp8gemm:7,normgemm:3 4:columns_mma,8:columns_mma@128m3 --rounds 2
-    python3 gpu/columns_mma_sweep.py fp8gemm:7 4:columns_mma,UNROLL=4+FRAGMENT=0:columns_mma
+    python3 gpu/columns_mma_sweep.py fp8gemm:7 4:columns_mma,UNROLL=4+FRAGMENT=0:columns_mma,NT=1:columns_mma
 
 A variant is ``SETTINGS:CONFIG``: SETTINGS a number (``UNROLL``) or ``NAME=VALUE+...``; CONFIG as bench's
 ``--configs`` (``m3`` three blocks a multiprocessor, ``g16`` a lane's 16-byte loads). Prints a line per case, variant and round: the module's time, its error, each kernel alone
@@ -26,6 +28,18 @@ from cases import all_cases  # noqa: E402
 from kernel_steps import variant_line  # noqa: E402
 
 from redalgebra.codegen.strategies import columns_mma  # noqa: E402
+
+
+_CHECK = columns_mma.ColumnsMmaKernel.check_launch
+
+
+def _tiles_at_most(nt: int):
+    """``ColumnsMmaKernel.check_launch`` with at most ``nt`` n8 tiles of rows multiplied (0: as built)."""
+    def check_launch(self):
+        _CHECK(self)
+        if nt:
+            self.nt = min(self.nt, nt)
+    return check_launch
 
 
 def _settings(text: str) -> dict:
@@ -50,7 +64,9 @@ def main(argv) -> int:
         print(f"{case.name} {case.shape} {case.dtype}", flush=True)
         for r in range(args.rounds):
             for settings, config in variants:
-                for name, value in {**defaults, **_settings(settings)}.items():  # read when the module is built
+                chosen = {**defaults, **_settings(settings)}
+                columns_mma.ColumnsMmaKernel.check_launch = _tiles_at_most(chosen.pop("NT", 0))
+                for name, value in chosen.items():  # read when the module is built
                     setattr(columns_mma, name, value)
                 try:
                     line = variant_line(case, config)

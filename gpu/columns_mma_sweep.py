@@ -56,7 +56,7 @@ def main(argv) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args(argv)
     variants = [(settings, config) for settings, config in (v.split(":", 1) for v in args.variants.split(","))]
-    defaults = {name: getattr(columns_mma, name) for name in ("UNROLL", "STAGES", "FRAGMENT")}
+    defaults = {name: getattr(columns_mma, name) for name in ("UNROLL", "FRAGMENT")}
     every = all_cases(False)
     for text in args.cases.split(","):
         group, index = text.split(":")

@@ -45,8 +45,7 @@ class Spec:
     segments: int = 1            # vrows, columns: blocks per row (> 1: a partial kernel per segment, then a combine)
     batch: int = 1               # columns: rows processed together by a block (they share its vector reads)
     shared: int = 0              # bytes of dynamic shared memory per block (mma: the staged tiles)
-    stages: int = 2              # mma, wgmma: tiles of the vector inputs in shared memory (stages - 1 loading ahead);
-    #                              columns_mma: rounds of loads a warp holds in registers (2: the next round in flight)
+    stages: int = 2              # mma, wgmma: tiles of the vector inputs in shared memory (stages - 1 loading ahead)
     pre_vec: int = 1             # columns, columns_mma: elements per wide load of the scalar reductions' kernel
     dependent: bool = False      # a module's kernels after its first may start while the one before runs (Hopper's
     #                              programmatic dependent launch): they wait for it (grid_wait) before reading it

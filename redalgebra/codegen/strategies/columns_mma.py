@@ -62,9 +62,6 @@ from .products import KINDS
 #: segments are whole tiles); steps of 16 elements a warp loads before their products (``Spec.unroll``: 8 and 16 were
 #: slower or the same on the H200, at 1 and 16 tokens, four blocks a multiprocessor or three; gpu/README.md).
 BM, BK, UNROLL = 16, 64, 4
-#: Rounds of loads a warp holds in registers (``Spec.stages``): 1, a round loaded then multiplied; 2, the next round's
-#: loads issued before this round's products — slower or the same on the H200 (2 or 4 steps a round; gpu/README.md).
-STAGES = 1
 #: Blocks of 128 threads a multiprocessor holds (the launch bounds: at most 168 registers a thread; ptxas took 158-164
 #: at N = K = 7168, no spills).
 RESIDENT = 3
@@ -343,27 +340,18 @@ class ColumnsMmaKernel(ColumnsKernel):
         ``total`` steps in turn (warp ``w`` steps ``w, w + W, …``), ``ahead`` steps' loads (a round) in flight before
         their products while whole rounds of the ``full`` steps last (``nmain`` of them), then the rest one at a time
         (``load(u, step, tail)``: the loads of step ``step`` into registers named by ``u``; ``tail``: a step that may
-        be partial). With ``Spec.stages`` 2 the next round's loads are issued before this round's products, into a
-        second set of registers moved into the first after them: the warp's loads stay in flight while it multiplies."""
+        be partial). (The next round's loads issued before this round's products, into a second set of registers,
+        were slower or the same on the H200: gpu/README.md, 2026-12-04.)"""
         w = self.warps
-        count = Assign("nmain", f"max({full} - warp - {(ahead - 1) * w} + {ahead * w - 1}, 0) // {ahead * w}")
-        tail = For("ks", f"warp + nmain * {ahead * w}", total, tuple(load("t", "ks", True) + products("t")), str(w))
-
-        def loads(prefix: str, first: str) -> list:
-            return [a for u in range(ahead) for a in load(f"{prefix}{u}", f"{first} + {u * w}", False)]
-
-        def multiplied(prefix: str) -> list:
-            return [a for u in range(ahead) for a in products(f"{prefix}{u}")]
-
-        if self.spec.stages < 2:
-            body = [Assign("ks", f"warp + it * {ahead * w}")] + loads("", "ks") + multiplied("")
-            return count, [For("it", "0", "nmain", tuple(body)), tail]
-        first, ahead_ = loads("", "warp"), loads("n", "ks")
-        assert all(isinstance(a, Assign) and not a.op for a in first + ahead_)  # (untested loads: no branch)
-        moves = [Assign(a.target, b.target) for a, b in zip(first, ahead_)]
-        body = [Assign("ks", f"warp + (it + 1) * {ahead * w}")] + ahead_ + multiplied("") + moves
-        main = If("nmain > 0", tuple(first + [For("it", "0", "nmain - 1", tuple(body))] + multiplied("")))
-        return count, [main, tail]
+        body = [Assign("ks", f"warp + it * {ahead * w}")]
+        for u in range(ahead):
+            body += load(str(u), f"ks + {u * w}", False)
+        for u in range(ahead):
+            body += products(str(u))
+        return (Assign("nmain", f"max({full} - warp - {(ahead - 1) * w} + {ahead * w - 1}, 0) // {ahead * w}"),
+                [For("it", "0", "nmain", tuple(body)),
+                 For("ks", f"warp + nmain * {ahead * w}", total, tuple(load("t", "ks", True) + products("t")),
+                     str(w))])
 
     def tiles(self) -> list:
         """A block: 16 rows, the ``8 EACH`` columns of one 16-byte load per lane and weight row (128 e4m3, 64 of a
@@ -569,7 +557,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=8 if p.rows <= 8 else BM, segments=int(nseg),
                 nseg=int(nseg),
                 pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False), min_blocks=minb,
-                dependent=dependent, k_major=k_major(fused, p), unroll=UNROLL, stages=STAGES)
+                dependent=dependent, k_major=k_major(fused, p), unroll=UNROLL)
 
 
 def k_major(fused: FusedCascade, p: Problem) -> tuple:

@@ -34,6 +34,7 @@ workload.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 
 import sympy as sp
@@ -606,4 +607,32 @@ def generate(fused: FusedCascade, backend: str = "cpu", strategy: str | None = N
         raise RedalgebraError(f"unknown back end {backend!r}; choose one of cpu, cuda, cudasim")
     family = "cpu" if backend == "cpu" else "cuda"
     strategy = strategy or next(n for n, s in REGISTRY.items() if s.backend == family)
-    return get(strategy, backend).build(fused, spec or Spec(), backend)
+    src = get(strategy, backend).build(fused, spec or Spec(), backend)
+    _no_argument_assigned(src, fused.cascade)
+    return src
+
+
+#: A statement's assigned names in the generated code: ``for a in``, ``a = ``, ``a, b = ``, ``a += `` (the printer's
+#: forms; a subscripted target, ``out_y[r] = ``, writes into an array, not over a name).
+_TARGETS = re.compile(r"^[ \t]*(?:for[ \t]+([A-Za-z_][\w, ]*?)[ \t]+in\b|([A-Za-z_][\w, ]*?)[ \t]*"
+                      r"(?:\+|-|\*|/|//|%|\*\*|&|\||\^|<<|>>)?=(?!=))", re.M)
+
+
+def _no_argument_assigned(src: KernelSource, c) -> None:
+    """Refuse generated kernels that assign one of the cascade's inputs or params: a local of the generator's that
+    took a user's name (:mod:`.names` renames the names it knows the generator uses; this catches one it does not,
+    which would otherwise overwrite the argument: a crash or a wrong number). The module's helpers (``rt_*``) have
+    their own locals; only the kernels' lines are read, by the printer's statement forms."""
+    arguments = {s.name for s in c.inputs} | {p.name for p in c.params}
+    kernels = {e[0] for e in src.entries} or {"kernel"}
+    for chunk in re.split(r"(?m)^(?=def )", src.source):
+        name = chunk[4:chunk.find("(")] if chunk.startswith("def ") else None
+        if name not in kernels:
+            continue
+        for m in _TARGETS.finditer(chunk):
+            for target in (m.group(1) or m.group(2)).split(","):
+                if target.strip() in arguments:
+                    raise RedalgebraError(
+                        f"{c.name or 'the cascade'}: the {src.strategy} kernel {name!r} uses the name "
+                        f"{target.strip()!r} for its own variable (a name redalgebra should have renamed: please "
+                        f"report it); rename {target.strip()!r} in the cascade to run it")

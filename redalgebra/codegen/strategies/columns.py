@@ -248,12 +248,12 @@ class ColumnsKernel(TreeKernel):
         return out
 
     def stage(self) -> list:
-        """The factors of the step's ``KT`` elements for the batch's rows, into shared ``sf_<r>[m, i]``."""
+        """The factors of the step's ``KT`` elements for the batch's rows, into shared ``sf_<r>[gen_m, gen_i]``."""
         acc = self.base()
-        body = [Assign("m", f"idx // {self.kt}"), Assign("i", f"idx % {self.kt}"), Assign("l", "base + i"),
-                Assign("row", "min(r0 + m, rows - 1)")]
+        body = [Assign("gen_m", f"gen_idx // {self.kt}"), Assign("gen_i", f"gen_idx % {self.kt}"),
+                Assign("l", "base + gen_i"), Assign("row", "min(r0 + gen_m, rows - 1)")]
         body += self.row_scalars(acc, "row")
-        ok = "l < hi and r0 + m < rows" + (" and keep[row, min(l, length - 1)] != 0" if self.spec.has_keep else "")
+        ok = "l < hi and r0 + gen_m < rows" + (" and keep[row, min(l, length - 1)] != 0" if self.spec.has_keep else "")
         inside = [Assign("lc", "min(l, hi - 1)")]
         for s in self.sin:
             inside.append(Assign(f"rr_{s}", f"row // rep_{s}"))
@@ -267,12 +267,12 @@ class ColumnsKernel(TreeKernel):
         for r in self.vector_reds:
             factor, _ = self.factors[r]
             pre, text = self.print(factor, acc)
-            inside += pre + [Assign(f"sf_{r}[m, i]", text)]
-        flag = [Assign("sk[m, i]", "1")] if self.spec.has_keep else []
-        unflag = [Assign("sk[m, i]", "0")] if self.spec.has_keep else []
-        body.append(If(ok, tuple(inside + flag), tuple([Assign(f"sf_{r}[m, i]", zero) for r in self.vector_reds]
+            inside += pre + [Assign(f"sf_{r}[gen_m, gen_i]", text)]
+        flag = [Assign("sk[gen_m, gen_i]", "1")] if self.spec.has_keep else []
+        unflag = [Assign("sk[gen_m, gen_i]", "0")] if self.spec.has_keep else []
+        body.append(If(ok, tuple(inside + flag), tuple([Assign(f"sf_{r}[gen_m, gen_i]", zero) for r in self.vector_reds]
                                                        + unflag)))
-        return [For("idx", "tid", str(self.bm * self.kt), tuple(body), str(self.spec.threads))]
+        return [For("gen_idx", "tid", str(self.bm * self.kt), tuple(body), str(self.spec.threads))]
 
     def accumulate(self) -> list:
         """This thread's chunk of every vector input for its ``UNROLL`` elements of an inner step (index ``sub``
@@ -312,8 +312,8 @@ class ColumnsKernel(TreeKernel):
                 for c in range(v):
                     total = f"t_{r}_{mi}_{c}"
                     keep.append(Assign(total, f"red[0, kt + {mi * self.ks}, ct * {v} + {c}]"))
-                    keep.append(For("k", "1", str(self.ks),
-                                    (Assign(total, f"red[k, kt + {mi * self.ks}, ct * {v} + {c}]", "+"),)))
+                    keep.append(For("gen_k", "1", str(self.ks),
+                                    (Assign(total, f"red[gen_k, kt + {mi * self.ks}, ct * {v} + {c}]", "+"),)))
                 out.append(If(f"kt + {mi * self.ks} < {self.bm}", tuple(keep)))
             out.append(Barrier())
         return out

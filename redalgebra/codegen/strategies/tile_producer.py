@@ -172,8 +172,8 @@ class TileProducer:
                While("go != 0", (Assign("go", "0"), If("mo < ml", tuple(whole)), Assign("mo", "mo + go")))]
         def vote(acc, test, how):  # bit by bit, from the highest a count of tiles may have
             ballot = f"cuda.syncthreads_{how}(int32({test} >= cand))"
-            return For("b", str(BITS - 1), "-1", (If("(1 << b) <= ntile", (
-                Assign("cand", f"{acc} | (1 << b)"), Assign(acc, f"pick({ballot} != 0, cand, {acc})"))),), "-1")
+            return For("gen_b", str(BITS - 1), "-1", (If("(1 << gen_b) <= ntile", (
+                Assign("cand", f"{acc} | (1 << gen_b)"), Assign(acc, f"pick({ballot} != 0, cand, {acc})"))),), "-1")
         return [If(f"warp < {warps}", tuple(own), (Assign("ml", "0"), Assign("mo", f"{1 << BITS}"))),
                 Assign("nlive", "0"), vote("nlive", "ml", "or"), Assign("nopen", "0"), vote("nopen", "mo", "and"),
                 Assign("ntile", "nlive")]

@@ -145,7 +145,7 @@ class VRowsKernel(TreeKernel):
             for sym, _ in self.f.prologue.steps:
                 acc.scalar[sym.name] = f"e_{sym.name}_{i}"
             for n, sym in enumerate(self.lane_sums.values()):
-                acc.scalar[sym.name] = f"ls{n}_{i}"
+                acc.scalar[sym.name] = f"ls_{n}_{i}"
             acc.scalar["element.index"] = f"l_{i}"
             acc.scalar["pos"] = f"float32(l_{i})"
         return bind_program(acc, self.f.update, self.states, {"": prefix})
@@ -218,7 +218,7 @@ class VRowsKernel(TreeKernel):
 
     def elements(self) -> list:
         """The step's lane sums (interleaved over its elements) and the prologue of each element."""
-        items = [(f"ls{n}_{i}", node, self.access(i, "s")) for i in range(self.tile)
+        items = [(f"ls_{n}_{i}", node, self.access(i, "s")) for i in range(self.tile)
                  for n, node in enumerate(self.lane_sums)]
         out = self.sums(items) if items else []
         for i in range(self.tile):

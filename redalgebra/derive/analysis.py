@@ -41,8 +41,8 @@ from ..ir import ADD, MUL, Cascade, Input, Monoid, Reduction, build_graph, reduc
 from ..ir.printer import CascadePrinter, latex, reducer_text
 from .multiterm import MultiTerm, split
 from .routes import ROUTES
-from .prepare import SignFact, abstract_conditions, bodies, element_atoms, has_casts, integer_symbols, sign_facts, \
-    sign_of
+from .prepare import SignFact, abstract_conditions, bodies, cast_in_body, element_atoms, has_casts, \
+    integer_symbols, sign_facts, sign_of
 
 CANDIDATES = (MUL, ADD)
 _ANCHOR_VALUES = (0, 1, 2)
@@ -526,6 +526,11 @@ def _multi_term(r, algebra, elems, dep_syms, atoms, c: Cascade, facts, deps):
 
     if algebra.has(sp.oo, -sp.oo, sp.zoo):
         return None, "it is not multi-term separable either: the body is infinite somewhere"
+    own = next((x for x in c.reductions if x.name == r.name), None)  # (the cascade's reduction, not a term of one)
+    cast = None if own is None else cast_in_body(own, c)
+    if cast is not None:  # rounding is not additive: the terms' sums would never round
+        return None, (f"it is not multi-term separable either: the cast {cast} rounds each element, which sums of "
+                      f"separate terms of the body cannot reproduce")
     terms, why = split(r.name, algebra, elems, dep_syms, atoms, scalars, sub)
     if terms is None:
         return None, why if why.startswith("it is not") else f"it is not multi-term separable either: {why}"

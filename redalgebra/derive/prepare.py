@@ -73,6 +73,14 @@ def casts_in_reductions(c: Cascade) -> bool:
     return any(inline(r.body, c, keep).has(*CASTS) for r in c.reductions)
 
 
+def cast_in_body(r: Reduction, c: Cascade) -> sp.Expr | None:
+    """A cast in reduction ``r``'s body (lets inlined), or None. A form that sums parts of the body apart (the
+    multi-term rewrite works in real arithmetic, where ``fp8(u)`` is ``u``) would never round: ``sum(fp8(x - m))``
+    is not ``sum(x) - L·m`` once rounded, nor is ``sum(fp8(x) - m)`` ``sum(x) - L·m``."""
+    body = inline(r.body, c, set(element_atoms(c)))
+    return next((e for e in sp.preorder_traversal(body) if isinstance(e, CASTS)), None)
+
+
 def bodies(c: Cascade) -> dict[str, sp.Expr]:
     """``F_i`` of every reduction in element atoms, params and reduction results (real arithmetic)."""
     keep = set(element_atoms(c))

@@ -248,3 +248,26 @@ def test_counterexamples_respect_what_the_states_satisfy(text, inside):
 def test_the_analysis_says_what_the_states_decided():
     a = analyze(parse("input x\nreduce m = max(x)\nreduce d = sum(abs(x - m))\nout y = d\n"))
     assert "on the states the cascade reaches" in a.text() and "= m - x [proved]" in a.text()
+
+
+@pytest.mark.parametrize("text", [
+    "input x\nreduce m = max(x)\nreduce s = sum(fp8(x - m))\nout y = s\n",           # a cast of the dependency
+    "input x\nreduce m = max(x)\nlet q = fp8(x - m)\nreduce s = sum(q * q)\nout y = s\n",  # through a let
+    "input x\nreduce m = max(x)\nreduce s = sum(fp8(x) - m)\nout y = s\n",            # of the element alone
+])
+def test_a_body_that_rounds_is_not_split_into_terms_that_would_not(text):
+    # the split works in real arithmetic (fp8(u) is u there): its partial sums, and the kernels built from the
+    # rewritten cascade (the levels strategy too), never rounded — sum(fp8(x - m)) came out as sum(x) - L·m
+    from redalgebra import compile
+    from redalgebra.derive import unfused
+
+    c = parse(text)
+    s = analyze(c)["s"]
+    assert not s.fusable and "cast fp8(" in s.reason and "cannot reproduce" in s.reason
+    with pytest.raises(NotFusableError):
+        derive(c)
+    x = np.array([[0.0, -1.55, 0.3], [2.0, 1.0, 0.7]], np.float32)  # fp8(-1.55) = -1.5: rounding shows
+    want = evaluate(c, {"x": x.astype(np.float64)})["y"]
+    for strategy in ("auto", "levels"):
+        got = compile(unfused(c), "cpu", strategy)({"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -422,12 +422,16 @@ def _factor(expr: sp.Expr) -> sp.Expr:
 
 def _empty_guard(expr, stmts, symbols, c, analysis):
     """``count == 0`` when the combination is not finite on an empty segment (a max of -inf, a division by the
-    count) — there the sum is 0 — else None.  A count is added to the state when one is needed."""
-    risky = any(isinstance(s, Reduction) and s.monoid.identity in (sp.oo, -sp.oo) and s.symbol in expr.free_symbols
-                for s in stmts)
+    count or by a sum that is 0 there) — there the sum is 0 — else None.  A count is added to the state when one is
+    needed."""
+    reds = [s for s in stmts if isinstance(s, Reduction) and s.symbol in expr.free_symbols]
+    risky = any(s.monoid.identity in (sp.oo, -sp.oo) for s in reds)
     counts = [s for s in stmts if isinstance(s, Reduction) and s.body == 1 and s.monoid is ADD]
     _, den = sp.fraction(sp.together(expr))
     risky |= any(s.symbol in den.free_symbols for s in counts)
+    # the combination at the empty state (every reduction its identity): 1/sqrt(ss) · Σk is 0 · zoo there
+    at_empty = expr.xreplace({s.symbol: s.monoid.identity for s in reds})
+    risky |= at_empty is sp.nan or at_empty.has(sp.nan, sp.zoo, sp.oo, -sp.oo)
     if not risky:
         return None
     return _empty(stmts, symbols, c)

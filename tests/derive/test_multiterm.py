@@ -271,3 +271,22 @@ def test_a_body_that_rounds_is_not_split_into_terms_that_would_not(text):
     for strategy in ("auto", "levels"):
         got = compile(unfused(c), "cpu", strategy)({"x": x})["y"]
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_factor_applied_at_the_end_and_infinite_on_an_empty_row_gives_the_empty_sum():
+    # sum(k / sqrt(ss)) keeps Σk and applies 1/sqrt(ss) at the end (one term of the split): on a fully masked row
+    # that was 0 · inf = NaN
+    # where the reference's empty sum is 0; a row of zeros, not masked, is NaN in both (0 / 0 per element)
+    from redalgebra import compile
+
+    c = parse("input k[d]\nreduce ss = sum(dot(k, k))\nreduce s = sum(k / sqrt(ss))\nout y = s\n")
+    f = derive(c)
+    assert analyze(c)["s"].fusable
+    k = np.arange(27, dtype=np.float32).reshape(3, 3, 3) + 1
+    k[2] = 0.0
+    keep = np.array([[False] * 3, [True, True, False], [True] * 3])
+    want = evaluate(c, {"k": k.astype(np.float64)}, {}, keep)["y"]
+    assert (want[0] == 0).all() and np.isnan(want[2]).all()
+    for backend, strategy in (("cpu", "row"), ("cpu", "levels"), ("cudasim", "auto")):
+        got = compile(f, backend, strategy)({"k": k}, {}, keep)["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f"{backend} {strategy}")

@@ -215,7 +215,13 @@ class KernelPrinter(StrPrinter):
         return f"{self.access.exp}({self._print(arg)})"
 
     def _print_log(self, expr):
-        return f"rt_log({self._print(expr.args[0])})"
+        arg = expr.args[0]
+        if isinstance(arg, sp.Add) and len(arg.args) == 2 and all(isinstance(t, sp.exp) for t in arg.args):
+            # log(exp(a) + exp(b)), logsumexp's ⊕: each exp overflows float32 past 88 (and underflows below -103)
+            # where the result does not; rt_logaddexp takes it as max(a, b) + log1p(exp(-|a - b|))
+            a, b = (self._print(t.args[0]) for t in arg.args)
+            return f"rt_logaddexp({a}, {b})"
+        return f"rt_log({self._print(arg)})"
 
     def _print_Abs(self, expr):
         return f"abs({self._print(expr.args[0])})"

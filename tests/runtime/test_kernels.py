@@ -267,3 +267,21 @@ def test_check_draws_inputs_with_their_declared_signs():
     f = derive(parse("input x > 0\ninput z <= 0\nreduce s = sum(x * z)\nout y = s"))
     inputs, _, _ = random_problem(f, 3, 37, np.random.default_rng(1))
     assert (inputs["x"] > 0).all() and (inputs["z"] <= 0).all()
+
+
+@pytest.mark.parametrize("backend,strategy", [("cpu", "row"), ("cpu", "levels"), ("cudasim", "auto")])
+def test_logsumexp_holds_values_whose_exponential_float32_cannot(backend, strategy):
+    # logsumexp's ⊕ is log(exp(a) + exp(b)): printed as written, x = 100 overflowed to inf and x = -200 underflowed
+    # to -inf where the result is an ordinary number (np.logaddexp's)
+    import redalgebra as ra
+
+    c = ra.parse("input x\nreduce m = max(x)\nreduce l = logsumexp(x)\nreduce t = logsumexp(x - m)\n"
+                 "out y = l\nout z = t\n")
+    x = np.array([[100.0, 99.0, 98.0], [-200.0, -201.0, -202.0], [1e-30, -1e30, -1e30], [0.5, 1.0, 2.0],
+                  [-np.inf, -np.inf, 3.0]], np.float32)
+    keep = np.ones(x.shape, bool)
+    keep[2, 0] = False  # a row of -1e30 alone left
+    want = ra.evaluate(c, {"x": x.astype(np.float64)}, {}, keep)
+    got = ra.compile(ra.derive(c), backend, strategy)({"x": x}, {}, keep)
+    for name in ("y", "z"):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, err_msg=name)

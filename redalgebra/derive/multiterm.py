@@ -378,15 +378,15 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
                 mean_part = t.rest * sp.Mul(*[symbols[x] for x in sums]) / n
                 if t.rest != 1:
                     mean_part = symbols[sums[0]] * symbols[rest_sum] / n
-                combination += t.coefficient * symbols[cname]
-                plain += t.coefficient * mean_part
+                combination += _zero_if_empty(t.coefficient, symbols[cname], stmts)
+                plain += _zero_if_empty(t.coefficient, mean_part, stmts)
                 continue
             if t.count:
                 name = reduction(sp.Integer(1), "count" if "count" not in taken else f"{s.name}_count")
             else:
                 name = reduction(t.E, f"{s.name}_{next(k)}", t.analysis)
             pieces.append((t, name))
-            plain += t.coefficient * symbols[name]
+            plain += _zero_if_empty(t.coefficient, symbols[name], stmts)
         out.partials[s.name] = tuple(pieces)
         # the power-sum part, factored: the variance's s**2/count - 2*s**2/n + count*s**2/n**2 is
         # s**2*(count - n)**2/(count*n**2), which never subtracts two large numbers
@@ -418,6 +418,17 @@ def _factor(expr: sp.Expr) -> sp.Expr:
     hidden = hide(expr)
     back = {d: e for e, d in opaque.items()}
     return sp.factor(sp.together(hidden)).xreplace(back)
+
+
+def _zero_if_empty(coefficient: sp.Expr, partial: sp.Expr, stmts) -> sp.Expr:
+    """A term ``c_t · S_t`` of the combination; 0 where its partial sum is 0 and ``c_t`` reads a max or min (which is
+    ±inf where its own elements are none: ``sum(where(pos < w, x - m, 0))`` with ``m = max(where(pos < w, x, -inf))``
+    on a row that selects nothing is 0 in the reference, and ``-m · sum([pos < w])`` would be ``inf · 0``)."""
+    infinite = {s.symbol for s in stmts if isinstance(s, Reduction) and s.monoid.identity in (sp.oo, -sp.oo)}
+    term = coefficient * partial
+    if not (coefficient.free_symbols & infinite):
+        return term
+    return sp.Piecewise((sp.Integer(0), sp.Eq(partial, 0)), (term, True))
 
 
 def _empty_guard(expr, stmts, symbols, c, analysis):

@@ -290,3 +290,20 @@ def test_a_factor_applied_at_the_end_and_infinite_on_an_empty_row_gives_the_empt
     for backend, strategy in (("cpu", "row"), ("cpu", "levels"), ("cudasim", "auto")):
         got = compile(f, backend, strategy)({"k": k}, {}, keep)["y"]
         np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f"{backend} {strategy}")
+
+
+@pytest.mark.parametrize("value", ["x - m", "(x - m)**2"])
+def test_a_term_whose_max_is_infinite_on_a_row_that_selects_nothing_adds_nothing(value):
+    # m = max(where(pos < w, x, -inf)) is -inf on a row with w = 0, where the split's -m · sum([pos < w]) was
+    # inf · 0 = NaN; the reference's where picks 0 for every element, so the sum is 0
+    from redalgebra import compile
+
+    c = parse(f"input x\nparam w int >= 0\nreduce m = max(where(pos < w, x, -inf))\n"
+              f"reduce s = sum(where(pos < w, {value}, 0))\nout y = s\n")
+    x = np.array([[0.5, 1.0, -2.0]] * 3, np.float32)
+    p = {"w": np.array([0, 2, 3])}
+    want = evaluate(c, {"x": x.astype(np.float64)}, p)["y"]
+    assert want[0] == 0
+    for strategy in ("row", "levels"):
+        got = compile(derive(c), "cpu", strategy)({"x": x}, p)["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=strategy)

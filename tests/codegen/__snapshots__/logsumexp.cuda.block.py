@@ -66,6 +66,17 @@ def rt_log1p(x):
 
 
 @cuda.jit(device=True)
+def rt_logaddexp(a, b):
+    """log(exp(a) + exp(b)) without forming exp(a) or exp(b) (each overflows float32 past 88): max(a, b) +
+    log1p(exp(-|a - b|)); ±inf when the larger is (both -inf, or both inf: their difference would be nan), nan
+    when either is."""
+    m = a if a > b or a != a else b
+    if m == NEG_INF or m == -NEG_INF:
+        return m
+    return m + math.log1p(math.exp(-abs(a - b)))
+
+
+@cuda.jit(device=True)
 def rt_floor(x):
     """floor as a float32 (numba's math.floor returns an integer), -0 kept as in NumPy; nan and ±inf stay
     (the simulator's math.floor raises on them)."""

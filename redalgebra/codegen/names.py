@@ -48,7 +48,7 @@ PREFIXES = frozenset("""
     wgmma swizzle fence ce cc so div ga gb tq dk dv dq dl ac f e4m3 fo shk shki cv ci fd wo wd fp8 b16 fb wk wv BOUNDS
     grid prefetch z numba rv sv sqrt lds sts xw0 xw1 xw2 xw3 ro lv shr s0 s1 s2 s3 o0 bar kk lc lk nn ow tf
     tw regs tu zn warp
-    gen l ls sf a w rw
+    gen
 """.split())
 
 

@@ -526,8 +526,7 @@ def _multi_term(r, algebra, elems, dep_syms, atoms, c: Cascade, facts, deps):
 
     if algebra.has(sp.oo, -sp.oo, sp.zoo):
         return None, "it is not multi-term separable either: the body is infinite somewhere"
-    own = next((x for x in c.reductions if x.name == r.name), None)  # (the cascade's reduction, not a term of one)
-    cast = None if own is None else cast_in_body(own, c)
+    cast = cast_in_body(r, c)
     if cast is not None:  # rounding is not additive: the terms' sums would never round
         return None, (f"it is not multi-term separable either: the cast {cast} rounds each element, which sums of "
                       f"separate terms of the body cannot reproduce")

@@ -420,13 +420,17 @@ def _factor(expr: sp.Expr) -> sp.Expr:
     return sp.factor(sp.together(hidden)).xreplace(back)
 
 
+def _infinite(stmts) -> list:
+    """The reductions whose empty value is infinite (a max's -inf, a min's inf)."""
+    return [s for s in stmts if isinstance(s, Reduction) and s.monoid.identity in (sp.oo, -sp.oo)]
+
+
 def _zero_if_empty(coefficient: sp.Expr, partial: sp.Expr, stmts) -> sp.Expr:
     """A term ``c_t · S_t`` of the combination; 0 where its partial sum is 0 and ``c_t`` reads a max or min (which is
     ±inf where its own elements are none: ``sum(where(pos < w, x - m, 0))`` with ``m = max(where(pos < w, x, -inf))``
     on a row that selects nothing is 0 in the reference, and ``-m · sum([pos < w])`` would be ``inf · 0``)."""
-    infinite = {s.symbol for s in stmts if isinstance(s, Reduction) and s.monoid.identity in (sp.oo, -sp.oo)}
     term = coefficient * partial
-    if not (coefficient.free_symbols & infinite):
+    if not any(s.symbol in coefficient.free_symbols for s in _infinite(stmts)):
         return term
     return sp.Piecewise((sp.Integer(0), sp.Eq(partial, 0)), (term, True))
 
@@ -435,12 +439,10 @@ def _empty_guard(expr, stmts, symbols, c, analysis):
     """``count == 0`` when the combination is not finite on an empty segment (a max of -inf, a division by the
     count or by a sum that is 0 there) — there the sum is 0 — else None.  A count is added to the state when one is
     needed."""
+    risky = any(s.symbol in expr.free_symbols for s in _infinite(stmts))
+    # the combination at the empty state (every reduction its identity) is not finite: a division by the count
+    # (0 / 0), 1/sqrt(ss) · Σk (zoo · 0)
     reds = [s for s in stmts if isinstance(s, Reduction) and s.symbol in expr.free_symbols]
-    risky = any(s.monoid.identity in (sp.oo, -sp.oo) for s in reds)
-    counts = [s for s in stmts if isinstance(s, Reduction) and s.body == 1 and s.monoid is ADD]
-    _, den = sp.fraction(sp.together(expr))
-    risky |= any(s.symbol in den.free_symbols for s in counts)
-    # the combination at the empty state (every reduction its identity): 1/sqrt(ss) · Σk is 0 · zoo there
     at_empty = expr.xreplace({s.symbol: s.monoid.identity for s in reds})
     risky |= at_empty is sp.nan or at_empty.has(sp.nan, sp.zoo, sp.oo, -sp.oo)
     if not risky:

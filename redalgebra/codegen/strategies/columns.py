@@ -248,7 +248,7 @@ class ColumnsKernel(TreeKernel):
         return out
 
     def stage(self) -> list:
-        """The factors of the step's ``KT`` elements for the batch's rows, into shared ``sf_<r>[gen_m, gen_i]``."""
+        """The factors of the step's ``KT`` elements for the batch's rows, into shared ``gen_sf_<r>[gen_m, gen_i]``."""
         acc = self.base()
         body = [Assign("gen_m", f"gen_idx // {self.kt}"), Assign("gen_i", f"gen_idx % {self.kt}"),
                 Assign("l", "base + gen_i"), Assign("row", "min(r0 + gen_m, rows - 1)")]
@@ -267,10 +267,10 @@ class ColumnsKernel(TreeKernel):
         for r in self.vector_reds:
             factor, _ = self.factors[r]
             pre, text = self.print(factor, acc)
-            inside += pre + [Assign(f"sf_{r}[gen_m, gen_i]", text)]
+            inside += pre + [Assign(f"gen_sf_{r}[gen_m, gen_i]", text)]
         flag = [Assign("sk[gen_m, gen_i]", "1")] if self.spec.has_keep else []
         unflag = [Assign("sk[gen_m, gen_i]", "0")] if self.spec.has_keep else []
-        body.append(If(ok, tuple(inside + flag), tuple([Assign(f"sf_{r}[gen_m, gen_i]", zero) for r in self.vector_reds]
+        body.append(If(ok, tuple(inside + flag), tuple([Assign(f"gen_sf_{r}[gen_m, gen_i]", zero) for r in self.vector_reds]
                                                        + unflag)))
         return [For("gen_idx", "tid", str(self.bm * self.kt), tuple(body), str(self.spec.threads))]
 
@@ -283,8 +283,8 @@ class ColumnsKernel(TreeKernel):
         for u in range(UNROLL):
             out.append(Assign(f"l{u}", f"base + sub + kt + {u * self.ks}"))
             for x in vectors:
-                regs = tuple(f"w_{x}_{u}_{c}" for c in range(v))
-                load = Load(regs, x, (f"rw_{x}", f"min(l{u}, hi - 1)"), "col0", self.dtypes.get(x, "float32"))
+                regs = tuple(f"gen_w_{x}_{u}_{c}" for c in range(v))
+                load = Load(regs, x, (f"gen_rw_{x}", f"min(l{u}, hi - 1)"), "col0", self.dtypes.get(x, "float32"))
                 out.append(If("colok", (load,), tuple(Assign(r_, zero) for r_ in regs)))
                 # past the range: the weights of the clamped element are not this one's (an inf there times the
                 # factor's 0 would be NaN)
@@ -293,8 +293,8 @@ class ColumnsKernel(TreeKernel):
             for r in self.vector_reds:
                 x = str(self.factors[r][1])
                 for m in range(self.bm):
-                    out.append(Assign(f"s_{m}", f"sf_{r}[{m}, sub + kt + {u * self.ks}]"))
-                    fma = [Assign(f"a_{r}_{m}_{c}", f"s_{m} * w_{x}_{u}_{c}", "+") for c in range(v)]
+                    out.append(Assign(f"s_{m}", f"gen_sf_{r}[{m}, sub + kt + {u * self.ks}]"))
+                    fma = [Assign(f"gen_a_{r}_{m}_{c}", f"s_{m} * gen_w_{x}_{u}_{c}", "+") for c in range(v)]
                     # a masked element adds nothing, whatever its weights hold (the reference skips it)
                     out += [If(f"sk[{m}, sub + kt + {u * self.ks}] != 0", tuple(fma))] if self.spec.has_keep else fma
         return out
@@ -305,7 +305,7 @@ class ColumnsKernel(TreeKernel):
         width = self.cb * v
         out.append(Shared("red", (str(self.ks), str(self.bm), str(width))))
         for r in self.vector_reds:
-            out += [Assign(f"red[kt, {m}, ct * {v} + {c}]", f"a_{r}_{m}_{c}") for m in range(self.bm) for c in range(v)]
+            out += [Assign(f"red[kt, {m}, ct * {v} + {c}]", f"gen_a_{r}_{m}_{c}") for m in range(self.bm) for c in range(v)]
             out.append(Barrier())
             for mi in range(-(-self.bm // self.ks)):
                 keep = []
@@ -354,12 +354,12 @@ class ColumnsKernel(TreeKernel):
                Assign("r0", f"cuda.blockIdx.x * {self.bm}"), Assign("seg", "cuda.blockIdx.z"),
                Assign("lo", "seg * seglen"), Assign("hi", "min(lo + seglen, length)")]
         for x in self.vin:  # a batch shares its weight row (the policy makes the batch divide the repeat)
-            out.append(Assign(f"rw_{x}", f"min(r0, rows - 1) // rep_{x}"))
-        out += [Shared(f"sf_{r}", (str(self.bm), str(self.kt))) for r in self.vector_reds]
+            out.append(Assign(f"gen_rw_{x}", f"min(r0, rows - 1) // rep_{x}"))
+        out += [Shared(f"gen_sf_{r}", (str(self.bm), str(self.kt))) for r in self.vector_reds]
         if self.spec.has_keep:  # which staged elements the mask keeps
             out.append(Shared("sk", (str(self.bm), str(self.kt)), "int32"))
         zero = self.consts.name(0.0)
-        out += [Assign(f"a_{r}_{m}_{c}", zero) for r in self.vector_reds for m in range(self.bm) for c in range(v)]
+        out += [Assign(f"gen_a_{r}_{m}_{c}", zero) for r in self.vector_reds for m in range(self.bm) for c in range(v)]
         # the span's factors staged once, then inner steps without barriers (warps stream their loads freely)
         inner = For("sub", "0", f"min({self.kt}, hi - base)", tuple(self.accumulate()), str(self.step))
         span = self.stage() + [Barrier(), inner, Barrier()]

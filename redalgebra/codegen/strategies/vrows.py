@@ -145,9 +145,9 @@ class VRowsKernel(TreeKernel):
             for sym, _ in self.f.prologue.steps:
                 acc.scalar[sym.name] = f"e_{sym.name}_{i}"
             for n, sym in enumerate(self.lane_sums.values()):
-                acc.scalar[sym.name] = f"ls_{n}_{i}"
-            acc.scalar["element.index"] = f"l_{i}"
-            acc.scalar["pos"] = f"float32(l_{i})"
+                acc.scalar[sym.name] = f"gen_ls_{n}_{i}"
+            acc.scalar["element.index"] = f"gen_l_{i}"
+            acc.scalar["pos"] = f"float32(gen_l_{i})"
         return bind_program(acc, self.f.update, self.states, {"": prefix})
 
     # -- pieces ---------------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ class VRowsKernel(TreeKernel):
 
     def loads(self, i: int, first: str, hi: str) -> list:
         """Element ``i`` of the step (``l_i``) into registers; its index clamped into the row for the reads."""
-        out = [Assign(f"l_{i}", f"{first} + {i * self.groups}"), Assign(f"lc_{i}", f"min(l_{i}, {hi} - 1)")]
+        out = [Assign(f"gen_l_{i}", f"{first} + {i * self.groups}"), Assign(f"lc_{i}", f"min(gen_l_{i}, {hi} - 1)")]
         for x in self.vinputs:
             n, dtype = self.size[x], self.dtypes.get(x, "float32")
             for t in range(self.slots(n)):
@@ -218,7 +218,7 @@ class VRowsKernel(TreeKernel):
 
     def elements(self) -> list:
         """The step's lane sums (interleaved over its elements) and the prologue of each element."""
-        items = [(f"ls_{n}_{i}", node, self.access(i, "s")) for i in range(self.tile)
+        items = [(f"gen_ls_{n}_{i}", node, self.access(i, "s")) for i in range(self.tile)
                  for n, node in enumerate(self.lane_sums)]
         out = self.sums(items) if items else []
         for i in range(self.tile):
@@ -231,8 +231,8 @@ class VRowsKernel(TreeKernel):
         return out
 
     def ok(self, i: int, hi: str) -> str:
-        ok = f"l_{i} < {hi}"
-        return f"{ok} and keep[row, l_{i}] != 0" if self.spec.has_keep else ok
+        ok = f"gen_l_{i} < {hi}"
+        return f"{ok} and keep[row, gen_l_{i}] != 0" if self.spec.has_keep else ok
 
     def degenerate(self, name: str):
         if name not in self.f.degenerate:
@@ -248,7 +248,7 @@ class VRowsKernel(TreeKernel):
             st, stmts = self.states[r.name], []
             for i in range(self.tile):
                 fold = st.fold("o", r.monoid, self.bodies[r.name], self.access(i, "o"), self.consts, self.counter,
-                               f"l_{i}")
+                               f"gen_l_{i}")
                 stmts += [If(self.ok(i, hi), tuple(fold))] if guarded else fold
             cond = self.degenerate(r.name)
             if cond is not None:

@@ -242,3 +242,12 @@ def test_a_generated_local_that_takes_an_argument_name_is_refused_not_run(monkey
     inputs, _ = _gemm_inputs(3, 128, 64, False)
     with pytest.raises(ra.RedalgebraError, match="uses the name 'kt' for its own variable"):
         compile(f, "cudasim", "columns")(inputs, {"kt": np.float32(0.5)})
+
+
+def test_names_like_the_generators_registers_but_not_its_own_are_kept():
+    # the generator's registers made from a user's name take the gen_ prefix (gen_w_x_0_0, gen_l_0), so a_scale,
+    # w_gate, l_sum are the user's as written: no rename, no translation on every call
+    c = ra.parse("input x\ninput w_gate[n]\nparam a_scale > 0\nreduce l_sum = sum(x * x)\n"
+                 "reduce acc = sum(x / sqrt(l_sum) * w_gate)\nout y = acc * a_scale\n")
+    assert unsafe(c) == []
+    assert unsafe(ra.parse("input x\nparam gen_k > 0\nreduce s = sum(x * gen_k)\nout y = s\n")) == ["gen_k"]

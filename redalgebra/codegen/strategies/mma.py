@@ -367,13 +367,19 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
     def tile(self) -> list:
         scores = self.scores()
         out = self.take_copies() + [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
-        out += [Assign("kb", f"({self.first}it) * {self.kt}")] + scores
+        out += self.tile_start() + scores
         # every tile but a row's last is whole: its element-wise work without a test (two selects) per element
-        out.append(If(self.whole_test(), tuple(self.updates(True)), tuple(self.updates(False))))
+        out.append(If("gen_wh", tuple(self.updates(True)), tuple(self.updates(False))))
         for r in self.vred:
             out += self.sum_products(r, self.factors[r.name][1], self.cols(r))
         out += [Assign(f"s_{r.name}_{h}", f"n_{r.name}_{h}") for r in self.scal for h in self.rows]
         return out
+
+    def tile_start(self) -> list:
+        """``kb``, the tile's first element, and ``gen_wh``, whether the tile is whole (:meth:`whole_test`), found
+        before its products and copies are issued: tested after them, the test read the row's length again into a
+        register that the copies' addresses had just held, waiting for the copies to be issued."""
+        return [Assign("kb", f"({self.first}it) * {self.kt}"), Assign("gen_wh", self.whole_test())]
 
     def initial(self) -> list:
         """The row's states before its first tile: each scalar reduction's identity, the vector sums' zeros."""

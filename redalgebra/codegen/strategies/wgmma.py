@@ -292,9 +292,9 @@ class WgmmaKernel(TileProducer, MmaKernel):
             return super().tile()
         scores = self.scores(after=self.pending())
         out = self.take_copies() + [Assign(f"xb_{x}", self.stage_base(x, "st")) for x in self.vin]
-        out += [Assign("kb", f"({self.first}it) * {self.kt}")] + scores
+        out += self.tile_start() + scores
         self.scaling = {}
-        out.append(If(self.whole_test(), tuple(self.updates(True)), tuple(self.updates(False))))
+        out.append(If("gen_wh", tuple(self.updates(True)), tuple(self.updates(False))))
         scaling, self.scaling = self.scaling, None
         out += self.finish_pending() + self.release() + [st for key in sorted(scaling) for st in scaling[key]]
         for r in self.vred:

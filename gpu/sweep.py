@@ -4,10 +4,10 @@ that alternate the variants (the GPU's clock drifts between rounds), beside the 
 
     python3 gpu/sweep.py fp8gemm:7,normgemm:3 4:columns_mma,8:columns_mma@128m3 --rounds 2
     python3 gpu/sweep.py fp8gemm:7 4:columns_mma,UNROLL=4+FRAGMENT=0:columns_mma,NT=1:columns_mma
-    python3 gpu/sweep.py prefill:2 -:wgmma@128,tile_update.SKIP_UNIT=0:wgmma@128
+    python3 gpu/sweep.py prefill:2 built:wgmma@128,mma.STAGES=3:wgmma@128
 
 A variant is ``SETTINGS:CONFIG``: CONFIG as bench's ``--configs`` (``m3`` three blocks a multiprocessor, ``g16`` a
-lane's 16-byte loads); SETTINGS ``-`` (as built), a number (``columns_mma.UNROLL``: the steps a warp loads before their
+lane's 16-byte loads); SETTINGS ``built`` (as built), a number (``columns_mma.UNROLL``: the steps a warp loads before their
 products, ``Spec.unroll``) or ``NAME=VALUE+...``, each NAME a module-level setting of
 ``redalgebra.codegen.strategies`` — ``module.NAME``, or a bare NAME of ``columns_mma``: ``FRAGMENT=0`` times the products
 with every block reading the same factors (wrong sums, a bound on what the factors' reads cost); ``NT=1`` the products of
@@ -45,8 +45,8 @@ def _tiles_at_most(nt: int):
 
 
 def _settings(text: str) -> dict:
-    """``8`` -> {(columns_mma, UNROLL): 8}; ``UNROLL=8+tile_update.SKIP_UNIT=0`` -> both; ``-`` -> none."""
-    if text == "-":
+    """``8`` -> {(columns_mma, UNROLL): 8}; ``UNROLL=8+tile_update.SKIP_UNIT=0`` -> both; ``built`` -> none."""
+    if text == "built":
         return {}
     if text.isdigit():
         return {("columns_mma", "UNROLL"): int(text)}

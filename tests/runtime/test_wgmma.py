@@ -208,6 +208,37 @@ def test_auto_takes_wgmma_for_mla_on_hopper():
     assert configure(f, replace(problem((9, 0)), rows=2048))["nseg"] == 4  # sixteen tokens: 32 blocks, 4 segments
 
 
+def test_long_ungated_rows_of_128_components_take_the_producer_block_by_default():
+    # LLaMA-65B prefill (64 heads, L2048, d = 128): two consumer warpgroups and a producer on tiles of 128 keys, the
+    # block measured fastest on the H200; a caller's block, a gate (causal: its block measured slower), a mask,
+    # short rows, d = 64 and too few row tiles to fill the GPU keep one warpgroup on tiles of 64
+    from dataclasses import replace
+
+    from redalgebra.codegen.strategies.wgmma import configure
+
+    base = dict(threads=None, tile=None, segments=None, group=None, batch=None, simulator=False, cc=(9, 0))
+
+    def spec(name="attention", rows=64 * 2048, length=2048, d=128, keep=False, **options):
+        p = Problem(rows, length, (("d", d),), (("k", "float16"), ("v", "float16")), keep, True, True, True,
+                    (("k", length), ("v", length)), tuple({**base, **options}.items()))
+        out = configure(fused(name), p)
+        return out["threads"], out["tile"], out["producer"]
+
+    assert spec() == (256, 128, True) and spec(length=4096, rows=64 * 4096) == (256, 128, True)
+    assert spec(threads=128) == (128, 64, False) and spec(tile=64) == (128, 64, False)
+    assert spec("alibi_attention") == (128, 64, False)  # where(pos <= qpos, ..., -inf): a gate
+    assert spec(keep=True) == (128, 64, False)
+    assert spec(length=512, rows=12 * 512) == (128, 64, False) and spec(d=64) == (128, 64, False)
+    assert spec(rows=4 * 2048) == (128, 64, False)  # 64 row tiles of 128: under the 132 multiprocessors
+    assert spec(simulator=True)[2] is False
+    sizes = {"d": 128}
+    reps = {"k": 2048, "v": 2048}
+    p = Problem(64 * 2048, 2048, (("d", 128),), (("k", "float16"), ("v", "float16")), False, True, True, True,
+                tuple(reps.items()), tuple(base.items()))
+    assert choose(fused("attention"), 64 * 2048, 2048, sizes, reps, p) == "wgmma"
+    assert configure(fused("attention"), replace(p, rows=64 * 2048))["stages"] == 3
+
+
 HOLE = """\
 input k[d]
 input v[d]
@@ -322,6 +353,16 @@ def test_a_producer_warpgroup_and_two_consumer_warpgroups_taking_turns(groups, R
     # threads=96 in the simulator (three warps: two consumer "warpgroups" of a warp, the producer's), as 384 on the
     # GPU: the producer copies the tiles into the ring, the consumers meet it at named barriers only
     assert_matches_the_reference("wgmma", "attention", groups, R, L, d, dtype, masked, query16, threads=96, **options)
+
+
+@pytest.mark.parametrize("chain", [0, 1, 3])
+def test_the_producers_whole_tile_copies_from_bases_moved_on_every_few_copies(chain, monkeypatch):
+    # d = 64 in a producer warp of 32 threads: 16 copies a thread, input and tile; the bases moved on after every copy
+    # (1), after three (the last group short) or a loop (0) copy the same tiles
+    from redalgebra.codegen.strategies import tile_copies
+
+    monkeypatch.setattr(tile_copies, "CHAIN", chain)
+    assert_matches_the_reference("wgmma", "attention", 1, 20, 130, 64, "float16", False, True, threads=96)
 
 
 def test_the_producer_block_meets_at_named_barriers_only_once_its_roles_split(monkeypatch):

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from ..tree import Assign, Call, For, If
 
+#: A producer's whole-tile copies of an input: unrolled, this many at constant offsets from bases moved on through
+#: ``fresh`` (:meth:`TileCopies.chained`); 0: a loop the compiler does not unroll.
+CHAIN = 4
+
 
 class TileCopies:
     """The copies of the vector inputs' tiles, mixed into :class:`~.mma.MmaKernel`, whose attributes it reads (``vin``,
@@ -133,6 +137,9 @@ class TileCopies:
         for x in self.vin:
             rows, step, period = self.regular(x)
             full.append(Assign(f"ga_{x}", f"gb_{x} + ({tile}) * {self.kt * self.size[x]}"))
+            if loop and CHAIN:
+                full += self.chained(x, stage, rows, step)
+                continue
             if loop:
                 full.append(For("u", "0", f"fresh({self.kt // rows})", (Call("cp_async16_at", (
                     "sm", f"{self.stage_base(x, stage)} + so_{x}_0 + u * {step}", x,
@@ -142,6 +149,21 @@ class TileCopies:
                                             x, f"ga_{x} + {u * rows * self.size[x]}", "16"))
                      for u in range(self.kt // rows)]
         return [If(f"({tile}) * {self.kt} + {self.kt} <= length", tuple(full), tuple(out))]
+
+    def chained(self, x: str, stage: str, rows: int, step: int) -> list:
+        """A producer's copies of a whole tile of ``x``, unrolled: ``CHAIN`` copies at constant offsets from two bases
+        (the place in the stage, the element in ``x``), then the bases moved on through ``fresh``, so that ptxas
+        neither computes every copy's address first (the registers the loop form saves) nor pays a loop's counter,
+        branch and index products a copy (the loop form's)."""
+        per = rows * self.size[x]
+        out = [Assign("gen_sa", f"{self.stage_base(x, stage)} + so_{x}_0"), Assign("gen_ga", f"ga_{x}")]
+        for u in range(self.kt // rows):
+            k = u % CHAIN
+            if u and not k:
+                out += [Assign("gen_sa", f"fresh(gen_sa + {CHAIN * step})"),
+                        Assign("gen_ga", f"fresh(gen_ga + {CHAIN * per})")]
+            out.append(Call("cp_async16_at", ("sm", f"gen_sa + {k * step}", x, f"gen_ga + {k * per}", "16")))
+        return out
 
     def copy_one(self, x: str, tile: str, stage: str, ce: str, cc: str, at: str) -> list:
         """The copy of element ``ce`` (of tile ``tile``), components ``cc …`` of ``x`` to place ``at`` of stage

@@ -18,10 +18,12 @@ and splits its warps by role:
   run on the tensor cores while the other's update runs on the CUDA cores. A stage is released once the products
   reading it are complete (the pending ``P · V``: the stage of the tile before).
 
-Measured on the H200 (LLaMA-65B L2048 d128, ``gpu/README.md``): correct, and not faster than one warpgroup a block
-(0.3606–0.3790 ms against 0.3579; without the turns 340.6 µs against 349.7, not slower). The tensor pipe and the
-issue slots are both under half busy: each consumer warp waits on its own chain of scores, maximum, exponentials and
-sums, which the turns do not shorten. So it is opt-in; ``auto`` keeps one warpgroup a block.
+Measured on the H200 (LLaMA-65B d128, ``gpu/README.md``): with the producer's copies as a loop, not faster than one
+warpgroup a block (0.3606–0.3790 ms against 0.3579 at L2048): the producer issued 22 instructions a copy, 32 % of the
+block's, and the consumers waited at the "full" barriers. With its whole tiles' copies unrolled from bases moved on
+every few copies (:meth:`~.tile_copies.TileCopies.chained`), tiles of 128: 0.294–0.297 ms against 0.346–0.347 at
+L2048, 1.02–1.04 against 1.26–1.29 ms at L4096, so it is the policy's block for long ungated rows of 128 components
+(:func:`~.wgmma.with_defaults`); a causal mask's block stays one warpgroup (0.229 against 0.220 ms).
 
 Named barriers: one "full" a stage and consumer warpgroup, one "empty" a stage, two turns (``3 S + 2`` of the 15; four
 stages fit, 192 KB of shared memory at d = 128 with the query's residuals). Every arrival is matched by a wait: an

@@ -239,6 +239,29 @@ def test_long_ungated_rows_of_128_components_take_the_producer_block_by_default(
     assert configure(fused("attention"), replace(p, rows=64 * 2048))["stages"] == 3
 
 
+def test_the_policys_block_gives_way_where_it_does_not_fit(monkeypatch):
+    # a GPU with less shared memory a block: the producer block's 225 KB do not fit, one warpgroup's do — wgmma
+    # still takes the call, on the block that fits, rather than refusing it
+    from redalgebra.codegen.strategies import products
+    from redalgebra.codegen.strategies.wgmma import applicable, configure
+
+    monkeypatch.setattr(products, "SHARED_LIMIT", 150_000)
+    base = dict(threads=None, tile=None, segments=None, group=None, batch=None, simulator=False, cc=(9, 0))
+    p = Problem(64 * 2048, 2048, (("d", 128),), (("k", "float16"), ("v", "float16")), False, True, True, True,
+                (("k", 2048), ("v", 2048)), tuple(base.items()))
+    assert applicable(fused("attention"), p) is None
+    spec = configure(fused("attention"), p)
+    assert (spec["threads"], spec["tile"], spec["producer"]) == (128, 64, False)
+    asked = replace_options(p, threads=384, tile=128)  # asked for, it is refused with the reason
+    assert "more than a block has" in applicable(fused("attention"), asked)
+
+
+def replace_options(p, **options):
+    from dataclasses import replace
+
+    return replace(p, options=tuple(dict(p.options, **options).items()))
+
+
 HOLE = """\
 input k[d]
 input v[d]

@@ -523,10 +523,19 @@ def hopper_refusal(p: Problem, name: str, instead: str) -> str | None:
     return None
 
 
+def _block(fused: FusedCascade, p: Problem) -> Problem:
+    """The call with the policy's block (:func:`with_defaults`) where that block suits it, else as given."""
+    chosen = with_defaults(fused, p)
+    return chosen if chosen is p or _applicable(fused, chosen) is None else p
+
+
 def applicable(fused: FusedCascade, p: Problem) -> str | None:
     """Why ``wgmma`` does not suit this call (None: it does): :func:`.products.applicable`'s reasons (with wide vectors),
-    then the device and the block (the policy's, :func:`with_defaults`, where the caller chose none)."""
-    p = with_defaults(fused, p)
+    then the device and the block (the policy's, :func:`with_defaults`, where the caller chose none and it suits)."""
+    return _applicable(fused, _block(fused, p))
+
+
+def _applicable(fused: FusedCascade, p: Problem) -> str | None:
     reason = form_and_call(fused, p, "wgmma", _shared_bytes, wide=True)
     if reason is not None:
         return reason
@@ -556,10 +565,10 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     64 elements (128 asked for with the producer), exp by ``ex2.approx`` unless asked otherwise (as
     :func:`.mma.configure`); on the GPU, segments of the axis across blocks while the blocks would not fill the
     multiprocessors (a decode step: MLA's 128 heads of a few tokens are a few blocks), each of at least eight tiles."""
-    reason = applicable(fused, p)
+    p = _block(fused, p)
+    reason = _applicable(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
-    p = with_defaults(fused, p)
     threads, bm = _threads(fused, p), _rows(fused, p)
     stages, shared = _stages(fused, p)
     nseg = p.option("segments")

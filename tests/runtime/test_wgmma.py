@@ -218,9 +218,10 @@ def test_long_ungated_rows_of_128_components_take_the_producer_block_by_default(
 
     base = dict(threads=None, tile=None, segments=None, group=None, batch=None, simulator=False, cc=(9, 0))
 
-    def spec(name="attention", rows=64 * 2048, length=2048, d=128, keep=False, **options):
+    def spec(name="attention", rows=64 * 2048, length=2048, d=128, keep=False, rep=None, **options):
+        rep = rep or length
         p = Problem(rows, length, (("d", d),), (("k", "float16"), ("v", "float16")), keep, True, True, True,
-                    (("k", length), ("v", length)), tuple({**base, **options}.items()))
+                    (("k", rep), ("v", rep)), tuple({**base, **options}.items()))
         out = configure(fused(name), p)
         return out["threads"], out["tile"], out["producer"]
 
@@ -230,6 +231,8 @@ def test_long_ungated_rows_of_128_components_take_the_producer_block_by_default(
     assert spec(keep=True) == (128, 64, False)
     assert spec(length=512, rows=12 * 512) == (128, 64, False) and spec(d=64) == (128, 64, False)
     assert spec(rows=4 * 2048) == (128, 64, False)  # 64 row tiles of 128: under the 132 multiprocessors
+    # groups of 64 rows sharing their keys (GQA): a 128-row tile would be half padding; 100 rows pad alike either way
+    assert spec(rep=64) == (128, 64, False) and spec(rep=100, rows=100 * 1024) == (256, 128, True)
     assert spec(simulator=True)[2] is False
     sizes = {"d": 128}
     reps = {"k": 2048, "v": 2048}

@@ -234,6 +234,12 @@ def test_long_ungated_rows_of_128_components_take_the_producer_block_by_default(
     # groups of 64 rows sharing their keys (GQA): a 128-row tile would be half padding; 100 rows pad alike either way
     assert spec(rep=64) == (128, 64, False) and spec(rep=100, rows=100 * 1024) == (256, 128, True)
     assert spec(simulator=True)[2] is False
+    # a cascade with no vector input at all (a softmax): the policy leaves the call as it is, and wgmma says why not
+    from redalgebra.codegen.strategies.wgmma import applicable, with_defaults
+
+    plain = Problem(8192, 4096, (), (("x", "bfloat16"),), False, True, True, True, (), tuple(base.items()))
+    assert with_defaults(fused("safe_softmax"), plain) is plain
+    assert "wgmma" in applicable(fused("safe_softmax"), plain)
     sizes = {"d": 128}
     reps = {"k": 2048, "v": 2048}
     p = Problem(64 * 2048, 2048, (("d", 128),), (("k", "float16"), ("v", "float16")), False, True, True, True,

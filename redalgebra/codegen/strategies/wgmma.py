@@ -425,18 +425,21 @@ def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
     """``p`` with the block the policy prefers where the caller chose none: two consumer warpgroups and a producer
     (``threads=384``) on tiles of 128 elements for long rows (``PRODUCER_LENGTH`` elements or more) of one row tile's
     vector sums ``PRODUCER_WIDTH`` wide, ungated and unmasked, in groups sharing their keys that 128-row tiles pad no
-    more than 64-row ones, with enough row tiles of 128 to fill the GPU once; else ``p`` as given. Measured on the H200 (``gpu/README.md``, 2026-12-04), LLaMA-65B prefill at d = 128: 0.294 ms
-    against 0.347 for one warpgroup a block at L2048, 1.02–1.03 against 1.26–1.27 ms at L4096; a causal mask's block
-    (0.229 against 0.220 ms) and BERT's 512-key rows at d = 64 (0.045 against 0.038 ms) stay with one warpgroup."""
+    more than 64-row ones, with enough row tiles of 128 to fill the GPU once; else ``p`` as given. Measured on the
+    H200 (``gpu/README.md``, 2026-12-04), LLaMA-65B prefill at d = 128: 0.294 ms against 0.347 for one warpgroup a
+    block at L2048, 1.02–1.03 against 1.26–1.27 ms at L4096; a causal mask's block (0.229 against 0.220 ms) and BERT's
+    512-key rows at d = 64 (0.045 against 0.038 ms) stay with one warpgroup."""
     if p.option("simulator") or any(p.option(o) is not None for o in ("threads", "tile", "segments")):
         return p
     widths = {n for n in dict(p.sizes).values()}
-    rep = max(1, min(dict(p.reps).get(s.name, 1) for s in fused.cascade.inputs if s.size is not None))
+    if widths != {PRODUCER_WIDTH}:  # (no vector input at all, or other widths)
+        return p
+    rep = max(1, min((dict(p.reps).get(s.name, 1) for s in fused.cascade.inputs if s.size is not None), default=1))
     tile = 2 * THREADS // 32 * 16  # (rows of the block: two warpgroups')
     # row tiles of 128 over groups of rep rows sharing their keys: no more padding than tiles of 64 (a GQA group of
     # 64 rows would leave half of every block idle), and enough of them to fill the GPU once
     tiles = p.rows // rep * -(-rep // tile)
-    if (p.has_keep or p.length < PRODUCER_LENGTH or widths != {PRODUCER_WIDTH} or _groups(fused, p) != 1
+    if (p.has_keep or p.length < PRODUCER_LENGTH or _groups(fused, p) != 1
             or -(-rep // tile) * tile > -(-rep // (tile // 2)) * (tile // 2) or tiles < p.multiprocessors()
             or any(e.has(-sp.oo) for _, e in fused.prologue.steps)):  # (a let that may gate elements out)
         return p

@@ -530,7 +530,8 @@ def _multi_term(r, algebra, elems, dep_syms, atoms, c: Cascade, facts, deps):
     if cast is not None:  # rounding is not additive: the terms' sums would never round
         return None, (f"it is not multi-term separable either: the cast {cast} rounds each element, which sums of "
                       f"separate terms of the body cannot reproduce")
-    terms, why = split(r.name, algebra, elems, dep_syms, atoms, scalars, sub)
+    positive = frozenset(d for d in deps if d in facts and facts[d].sign == ">0")
+    terms, why = split(r.name, algebra, elems, dep_syms, atoms, scalars, sub, positive)
     if terms is None:
         return None, why if why.startswith("it is not") else f"it is not multi-term separable either: {why}"
     return terms, None

@@ -113,16 +113,24 @@ def _expand(F: sp.Expr) -> sp.Expr:
     return sp.expand(F, power_exp=False, power_base=False, log=False)
 
 
-def split(name: str, F: sp.Expr, elems: list, deps: list, atoms: dict, scalars: set, sub) -> tuple:
+def split(name: str, F: sp.Expr, elems: list, deps: list, atoms: dict, scalars: set, sub,
+          positive: frozenset = frozenset()) -> tuple:
     """``(MultiTerm, None)`` when ``F`` is a sum of separable terms, else ``(None, why)``.
 
     ``elems``: the per-element symbols of ``F`` (inputs, element atoms, conditional atoms); ``deps``: the
     reduction results; ``atoms``: conditional atoms → their Piecewise; ``scalars``: per-element scalar
-    symbols that may be centred; ``sub(E)``: the single-term analysis of ``sum(E)``.
+    symbols that may be centred; ``sub(E)``: the single-term analysis of ``sum(E)``; ``positive``: the names of
+    the reductions known positive on a non-empty segment (a sum of exponentials): the log of a product of
+    positive factors is the sum of their logs (``log(exp(x - m)/l) = x - m - log(l)``), and the proof assumes it.
     """
     elem_set = set(elems)
+    signed = {d: sp.Symbol(d.name, positive=True) for d in deps if d.name in positive}
+    if signed and F.has(sp.log):
+        F_split = sp.expand_log(F.xreplace(signed)).xreplace({v: k for k, v in signed.items()})
+    else:
+        F_split = F
     groups: dict = {}
-    for term in sp.Add.make_args(_expand(F)):
+    for term in sp.Add.make_args(_expand(F_split)):
         coef, part = [], []
         for f in sp.Mul.make_args(term):
             (part if f.free_symbols & elem_set else coef).append(f)
@@ -159,7 +167,8 @@ def split(name: str, F: sp.Expr, elems: list, deps: list, atoms: dict, scalars: 
                       f"it unfused (strategy 'unfused')")
     total = sum((t.coefficient * t.E for t in terms), sp.Integer(0))
     F_written = F.xreplace(atoms)
-    proof = prove_equal(total, F_written, claim=f"F_{name} is the sum of its {len(terms)} separable terms")
+    proof = prove_equal(total, F_written, claim=f"F_{name} is the sum of its {len(terms)} separable terms",
+                        assumptions={d.name: ">0" for d in signed} if F_split is not F else None)
     if not proof.proved:
         return None, f"the expansion into terms could not be proved equal to F ({proof.status})"
     return MultiTerm(tuple(terms), proof, _note(terms)), None

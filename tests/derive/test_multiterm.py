@@ -307,3 +307,27 @@ def test_a_term_whose_max_is_infinite_on_a_row_that_selects_nothing_adds_nothing
     for strategy in ("row", "levels"):
         got = compile(derive(c), "cpu", strategy)({"x": x}, p)["y"]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=strategy)
+
+
+def test_a_log_of_positive_factors_is_split_into_their_logs():
+    # sum(log(p)) of a softmax's p = exp(x - m)/l: l, a sum of exponentials, is positive on a non-empty segment, so
+    # log(exp(x - m)/l) = x - m - log(l) — two terms, sum(x) and a count — proved under l > 0; a row masked whole is
+    # the empty sum, 0
+    from redalgebra import compile
+
+    c = parse("input x\nreduce m = max(x)\nreduce l = sum(exp(x - m))\nreduce s = sum(log(exp(x - m) / l))\n"
+              "out y = s\n")
+    a = analyze(c)["s"]
+    assert a.fusable and a.terms is not None and len(a.terms.terms) == 2
+    assert a.terms.proof.proved and "l" in str(a.terms.proof.assumptions)
+    rng = np.random.default_rng(0)
+    x = (3 * rng.normal(size=(4, 37))).astype(np.float32)
+    keep = np.ones(x.shape, bool)
+    keep[1] = False
+    keep[2, 5:] = False
+    want = evaluate(c, {"x": x.astype(np.float64)}, {}, keep)["y"]
+    assert want[1] == 0
+    f = derive(c)
+    for backend, strategy in (("cpu", "row"), ("cudasim", "auto")):
+        got = compile(f, backend, strategy)({"x": x}, {}, keep)["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"{backend} {strategy}")

@@ -389,12 +389,17 @@ def test_a_producer_warpgroup_and_two_consumer_warpgroups_taking_turns(groups, R
 
 @pytest.mark.parametrize("chain", [0, 1, 3])
 def test_the_producers_whole_tile_copies_from_bases_moved_on_every_few_copies(chain, monkeypatch):
-    # d = 64 in a producer warp of 32 threads: 16 copies a thread, input and tile; the bases moved on after every copy
-    # (1), after three (the last group short) or a loop (0) copy the same tiles
+    # d = 32 in a producer warp of 32 threads: copies 8 rows apart (the swizzle's period: one place a thread), 8 a
+    # thread, input and tile; the bases moved on after every copy (1), after three (the last group short), or a loop
+    # (0) copy the same tiles. (At d = 64 and 128 a simulated producer's copies are 4 and 2 rows apart, a period of 2
+    # and 4 places, and take the per-copy path: the chained form is not reached there.)
     from redalgebra.codegen.strategies import tile_copies
 
     monkeypatch.setattr(tile_copies, "CHAIN", chain)
-    assert_matches_the_reference("wgmma", "attention", 1, 20, 130, 64, "float16", False, True, threads=96)
+    kernel = compile(fused("attention"), "cudasim", "wgmma", threads=96)
+    spec = kernel.spec_for(20, 130, {"k": "float16", "v": "float16"}, {"d": 32}, reps={"k": 20, "v": 20})[1]
+    assert ("gen_sa = " in kernel.source(spec, "wgmma").source) == bool(chain)
+    assert_matches_the_reference("wgmma", "attention", 1, 20, 130, 32, "float16", False, True, threads=96)
 
 
 @pytest.mark.parametrize("L,d,options", [(130, 64, {}), (300, 16, {"tile": 128}), (700, 16, {"segments": 3}),

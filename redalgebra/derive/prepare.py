@@ -69,8 +69,7 @@ def has_casts(c: Cascade) -> bool:
 def casts_in_reductions(c: Cascade) -> bool:
     """Whether a reduction's body rounds (a cast in it, or in a let it reads): where the fused form folds such a body
     at running dependencies, its cast rounds at a running scale; casts in the outputs alone apply to final values."""
-    keep = set(element_atoms(c))
-    return any(inline(r.body, c, keep).has(*CASTS) for r in c.reductions)
+    return any(cast_in_body(r, c) is not None for r in c.reductions)
 
 
 def cast_in_body(r: Reduction, c: Cascade) -> sp.Expr | None:

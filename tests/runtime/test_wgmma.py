@@ -387,18 +387,19 @@ def test_a_producer_warpgroup_and_two_consumer_warpgroups_taking_turns(groups, R
     assert_matches_the_reference("wgmma", "attention", groups, R, L, d, dtype, masked, query16, threads=96, **options)
 
 
-@pytest.mark.parametrize("chain", [0, 1, 3])
+@pytest.mark.parametrize("chain", [1, 3, 8])
 def test_the_producers_whole_tile_copies_from_bases_moved_on_every_few_copies(chain, monkeypatch):
     # d = 32 in a producer warp of 32 threads: copies 8 rows apart (the swizzle's period: one place a thread), 8 a
-    # thread, input and tile; the bases moved on after every copy (1), after three (the last group short), or a loop
-    # (0) copy the same tiles. (At d = 64 and 128 a simulated producer's copies are 4 and 2 rows apart, a period of 2
+    # thread, input and tile; the bases moved on after every copy (1), after three (the last group short), or never
+    # (8) copy the same tiles. (At d = 64 and 128 a simulated producer's copies are 4 and 2 rows apart, a period of 2
     # and 4 places, and take the per-copy path: the chained form is not reached there.)
     from redalgebra.codegen.strategies import tile_copies
 
     monkeypatch.setattr(tile_copies, "CHAIN", chain)
     kernel = compile(fused("attention"), "cudasim", "wgmma", threads=96)
     spec = kernel.spec_for(20, 130, {"k": "float16", "v": "float16"}, {"d": 32}, reps={"k": 20, "v": 20})[1]
-    assert ("gen_sa = " in kernel.source(spec, "wgmma").source) == bool(chain)
+    source = kernel.source(spec, "wgmma").source
+    assert "gen_sa = " in source and ("gen_sa = fresh(" in source) == (chain < 8)
     assert_matches_the_reference("wgmma", "attention", 1, 20, 130, 32, "float16", False, True, threads=96)
 
 
@@ -410,6 +411,11 @@ def test_the_first_tile_copied_while_the_params_are_staged(L, d, options, monkey
     from redalgebra.codegen.strategies import tile_producer
 
     monkeypatch.setattr(tile_producer, "EARLY", True)
+    kernel = compile(fused("attention"), "cudasim", "wgmma", threads=96, **options)
+    spec = kernel.spec_for(20, L, {"k": "float16", "v": "float16"}, {"d": d}, True, reps={"k": 20, "v": 20})[1]
+    lines = [ln.strip() for ln in kernel.source(spec, "wgmma").source.splitlines()]
+    early, vote = lines.index("if 0 < ntile:"), next(i for i, ln in enumerate(lines) if "syncthreads_or" in ln)
+    assert early < vote and "if it > 0:" in lines[vote:]  # issued before the block's vote; the loop skips tile 0
     assert_matches_the_reference("wgmma", "attention", 1, 20, L, d, "float16", True, True, threads=96, **options)
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from ..tree import Assign, Call, For, If
 
 #: A producer's whole-tile copies of an input: unrolled, this many at constant offsets from bases moved on through
-#: ``fresh`` (:meth:`TileCopies.chained`); 0: a loop the compiler does not unroll.
+#: ``fresh`` (:meth:`TileCopies.chained`). As a loop the compiler does not unroll (commit 25d1fb7 and before) they
+#: cost 22 instructions a copy and LLaMA-65B prefill 14–20 % (``gpu/README.md``, 2026-12-04).
 CHAIN = 4
 
 
@@ -106,11 +107,12 @@ class TileCopies:
 
     def issue(self, tile: str, stage: str, loop: bool = False) -> list:
         """``cp.async`` copies of tile ``tile`` of every vector input into stage ``stage`` (zeros past the row's end).
-        ``loop``: each input's copies as a loop the compiler does not unroll (its count through ``fresh``), their places
-        computed in it — a producer warpgroup's (:mod:`.tile_producer`): unrolled, ptxas computed every copy's address
-        first, and the producer needed about 150 registers at tiles of 128 elements (with 88 it spilled 432 bytes; the
-        hand-over leaves it 40, and as loops its copies need no more). A loop steps one place at a time, so an input
-        whose regular copies repeat only every few (a period above 1) takes the per-copy path for every tile."""
+        ``loop``: a producer warpgroup's (:mod:`.tile_producer`), in few registers: a partial tile's copies as a loop the
+        compiler does not unroll (its count through ``fresh``), their places computed in it; a whole tile's chained
+        (:meth:`chained`). Unrolled plainly, ptxas computed every copy's address first, and the producer needed about 150
+        registers at tiles of 128 elements (with 88 it spilled 432 bytes; the hand-over leaves it 40). The chained form
+        steps one place at a time, so an input whose regular copies repeat only every few (a period above 1) takes the
+        per-copy loop for every tile."""
         fast = all(r is not None and not (loop and r[2] != 1) for r in map(self.regular, self.vin))
         n, tid = self.copiers
         out = []
@@ -137,13 +139,8 @@ class TileCopies:
         for x in self.vin:
             rows, step, period = self.regular(x)
             full.append(Assign(f"ga_{x}", f"gb_{x} + ({tile}) * {self.kt * self.size[x]}"))
-            if loop and CHAIN:
-                full += self.chained(x, stage, rows, step)
-                continue
             if loop:
-                full.append(For("u", "0", f"fresh({self.kt // rows})", (Call("cp_async16_at", (
-                    "sm", f"{self.stage_base(x, stage)} + so_{x}_0 + u * {step}", x,
-                    f"ga_{x} + u * {rows * self.size[x]}", "16")),)))
+                full += self.chained(x, stage, rows, step)
                 continue
             full += [Call("cp_async16_at", ("sm", f"{self.stage_base(x, stage)} + so_{x}_{u % period} + {u // period * step}",
                                             x, f"ga_{x} + {u * rows * self.size[x]}", "16"))

@@ -426,8 +426,8 @@ def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
     (``threads=384``) on tiles of 128 elements for long rows (``PRODUCER_LENGTH`` elements or more) of one row tile's
     vector sums ``PRODUCER_WIDTH`` wide, ungated and unmasked, in groups sharing their keys that 128-row tiles pad no
     more than 64-row ones, with enough row tiles of 128 to fill the GPU once; else ``p`` as given. Measured on the
-    H200 (``gpu/README.md``, 2026-12-04), LLaMA-65B prefill at d = 128: 0.294 ms against 0.347 for one warpgroup a
-    block at L2048, 1.02–1.03 against 1.26–1.27 ms at L4096; a causal mask's block (0.229 against 0.220 ms) and BERT's
+    H200 (``gpu/README.md``, 2026-12-04), LLaMA-65B prefill at d = 128: 0.294–0.297 ms against 0.346–0.347 for one
+    warpgroup a block at L2048, 1.02–1.04 against 1.26–1.29 ms at L4096; a causal mask's block (0.229 against 0.220 ms) and BERT's
     512-key rows at d = 64 (0.045 against 0.038 ms) stay with one warpgroup."""
     if p.option("simulator") or any(p.option(o) is not None for o in ("threads", "tile", "segments")):
         return p
@@ -435,12 +435,12 @@ def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
     if widths != {PRODUCER_WIDTH}:  # (no vector input at all, or other widths)
         return p
     rep = max(1, min((dict(p.reps).get(s.name, 1) for s in fused.cascade.inputs if s.size is not None), default=1))
-    tile = 2 * THREADS // 32 * 16  # (rows of the block: two warpgroups')
+    bm = 2 * (THREADS // 32) * 16  # (rows of the block: two warpgroups' 64)
     # row tiles of 128 over groups of rep rows sharing their keys: no more padding than tiles of 64 (a GQA group of
     # 64 rows would leave half of every block idle), and enough of them to fill the GPU once
-    tiles = p.rows // rep * -(-rep // tile)
+    tiles = p.rows // rep * -(-rep // bm)
     if (p.has_keep or p.length < PRODUCER_LENGTH or _groups(fused, p) != 1
-            or -(-rep // tile) * tile > -(-rep // (tile // 2)) * (tile // 2) or tiles < p.multiprocessors()
+            or -(-rep // bm) * bm > -(-rep // (bm // 2)) * (bm // 2) or tiles < p.multiprocessors()
             or any(e.has(-sp.oo) for _, e in fused.prologue.steps)):  # (a let that may gate elements out)
         return p
     return dataclasses.replace(p, options=tuple(dict(p.options, threads=3 * THREADS, tile=2 * BN).items()))
@@ -531,16 +531,19 @@ def hopper_refusal(p: Problem, name: str, instead: str) -> str | None:
     return None
 
 
-def _block(fused: FusedCascade, p: Problem) -> Problem:
-    """The call with the policy's block (:func:`with_defaults`) where that block suits it, else as given."""
+def _block(fused: FusedCascade, p: Problem) -> tuple[Problem, str | None]:
+    """(The call with the policy's block (:func:`with_defaults`) where that block suits it, else as given; why
+    ``wgmma`` does not suit it then, or None.)"""
     chosen = with_defaults(fused, p)
-    return chosen if chosen is p or _applicable(fused, chosen) is None else p
+    if chosen is not p and _applicable(fused, chosen) is None:
+        return chosen, None
+    return p, _applicable(fused, p)
 
 
 def applicable(fused: FusedCascade, p: Problem) -> str | None:
     """Why ``wgmma`` does not suit this call (None: it does): :func:`.products.applicable`'s reasons (with wide vectors),
     then the device and the block (the policy's, :func:`with_defaults`, where the caller chose none and it suits)."""
-    return _applicable(fused, _block(fused, p))
+    return _block(fused, p)[1]
 
 
 def _applicable(fused: FusedCascade, p: Problem) -> str | None:
@@ -573,8 +576,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     64 elements (128 asked for with the producer), exp by ``ex2.approx`` unless asked otherwise (as
     :func:`.mma.configure`); on the GPU, segments of the axis across blocks while the blocks would not fill the
     multiprocessors (a decode step: MLA's 128 heads of a few tokens are a few blocks), each of at least eight tiles."""
-    p = _block(fused, p)
-    reason = _applicable(fused, p)
+    p, reason = _block(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
     threads, bm = _threads(fused, p), _rows(fused, p)

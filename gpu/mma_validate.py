@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from redalgebra import derive, evaluate, parse, workloads  # noqa: E402
+from redalgebra.codegen.strategies.wgmma import _gating  # noqa: E402
 from redalgebra.runtime import compile  # noqa: E402
 from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE  # noqa: E402
 from redalgebra.runtime.formats import as_bfloat16, bfloat16_to_float  # noqa: E402
@@ -37,6 +38,8 @@ SMALL = [  # for compute-sanitizer (each access checked: slow): partial tiles an
     ("alibi_attention", 2, 20, 77, 32, "bfloat16", True, True),
     ("softcap_attention", 1, 16, 1, 16, "float16", False, False),
     ("causal", 2, 70, 200, 64, "float16", False, True),
+    # more row tiles than an H200 has multiprocessors: blocks walking row tiles (--persistent) take two of them
+    ("attention", 140, 40, 70, 16, "float16", True, False),
 ]
 CASES = [
     ("attention", 4, 64, 512, 64, "float16", False, True),
@@ -49,6 +52,8 @@ CASES = [
     ("attention", 8, 64, 200, 16, "bfloat16", True, True),
     ("causal", 2, 200, 333, 64, "float16", False, True),
     ("causal", 1, 300, 257, 128, "bfloat16", True, True),
+    ("attention", 150, 130, 129, 64, "float16", True, False),
+    ("attention", 100, 256, 2047, 128, "bfloat16", False, True),
 ]
 
 
@@ -90,6 +95,8 @@ def main() -> int:
     ap.add_argument("--strategy", default="mma", choices=("mma", "wgmma"))
     ap.add_argument("--threads", type=int, help="threads per block (the strategy's default if not given)")
     ap.add_argument("--tile", type=int, help="elements a tile (wgmma with threads=384: 64 or 128)")
+    ap.add_argument("--persistent", action="store_true",
+                    help="blocks walking row tiles (wgmma's producer block) where the cascade has no gate")
     ap.add_argument("--only", help="comma-separated workloads: the cases of these only (e.g. causal)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
@@ -100,7 +107,8 @@ def main() -> int:
         fused = derive(cascade(name))
         inputs, params, keep = problem(name, groups, R, L, d, dtype, masked, exact, rng)
         t0 = time.time()
-        kernel = compile(fused, "cuda", args.strategy, threads=args.threads, tile=args.tile)
+        walk = True if args.persistent and not _gating(fused) else None
+        kernel = compile(fused, "cuda", args.strategy, threads=args.threads, tile=args.tile, persistent=walk)
         out = kernel(inputs, params, keep)
         wide = {k: np.repeat(np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64), R, 0)
                 for k, v in inputs.items()}

@@ -135,7 +135,8 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
     (thread-private memory: arrays indexed at run time, spills; the bytes the kernels declare); ``f64`` (float64 arithmetic, :func:`f64_instructions`); ``ex2``
     (``ex2.approx``); ``shfl_bfly`` (butterfly shuffles); ``sm_90`` (the target line); the tensor cores'
     ``mma`` (``mma.sync``), ``wgmma`` (``wgmma.mma_async``), ``ldmatrix`` and ``cp_async`` (16-byte copies to shared memory), ``e4m3_widen`` (pairs of e4m3 bytes widened to float16); ``ld_stream`` (global loads that
-    skip L1: data read once); with ``assemble``,
+    skip L1: data read once); ``block_barriers`` (the block's barrier 0: ``syncthreads`` and its votes) and
+    ``named_votes`` (votes at a named barrier of some of the block's threads, ``bar_red_or``); with ``assemble``,
     ptxas's ``registers``, ``spill_stores``, ``spill_loads`` and ``stack_bytes`` (:func:`ptxas_facts`).
     """
     ptx = re.sub(r"//[^\n]*", "", ptx)  # comments (such as the summary ``redalgebra ptx`` writes) count for nothing
@@ -161,7 +162,11 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
                  ldmatrix=len(re.findall(r"\bldmatrix\.sync\.aligned\b", ptx)),
                  cp_async=len(re.findall(r"\bcp\.async\.cg\.shared\.global\b", ptx)),
                  e4m3_widen=len(re.findall(r"\bcvt\.rn\.f16x2\.e4m3x2\b", ptx)),
-                 ld_stream=len(re.findall(r"\bld\.global\.nc\.L1::no_allocate\b", ptx)))
+                 ld_stream=len(re.findall(r"\bld\.global\.nc\.L1::no_allocate\b", ptx)),
+                 block_barriers=len(re.findall(r"\bbar(?:rier)?\.sync(?:\.aligned)?\s+0\s*;", ptx)) +
+                 len(re.findall(r"\bbar(?:rier)?\.red\.\w+\.\w+\s+%\w+,\s*0\s*,\s*!?%\w+\s*;", ptx)),
+                 named_votes=len(re.findall(r"\bbar(?:rier)?\.red\.\w+\.\w+\s+%?\w+,\s*%?\w+\s*,\s*%?\w+\s*,\s*!?%?\w+\s*;",
+                                            ptx)))
     if assemble:
         facts.update(ptxas_facts(ptx) or {})
     return facts

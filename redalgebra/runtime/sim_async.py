@@ -160,6 +160,15 @@ def _sim_named_barrier(blocking: bool):
     return barrier
 
 
+def _sim_named_vote(bid, count, pred):
+    """The stand-in of ``bar_red_or``: :func:`_sim_named_barrier`'s ``bar.sync`` that returns 1 where any of the round's
+    threads passed a non-zero ``pred``, else 0."""
+    bid, count = int(bid), int(count)
+    if not (1 <= bid <= 15 and count > 0 and count % 32 == 0):
+        raise RuntimeError(f"named barrier {bid} of {count} threads: barriers 1 … 15, whole warps")
+    return int(_meet(bid, count, True, f"named barrier {bid}", bool(pred)))
+
+
 def _sim_warp_meet():
     """The stand-in of ``warp_sync`` (``bar.warp.sync``): the 32 threads of this thread's warp meet. The simulator's
     shuffles exchange through shared boxes between two such meetings where the kernel's warps take roles at named
@@ -168,9 +177,9 @@ def _sim_warp_meet():
     _meet(WARP_ROUNDS + int(t.thread_id) // 32, 32, True, "a warp's meeting")
 
 
-def _meet(bid, count: int, blocking: bool, what: str) -> None:
+def _meet(bid, count: int, blocking: bool, what: str, vote: bool = False) -> bool:
     """This thread's arrival at round ``bid`` of its block (:func:`_sim_named_barrier`), waiting for the round's
-    ``count`` threads if ``blocking``. A waiting thread sleeps on its round's own event, set by the round's last
+    ``count`` threads if ``blocking``; returns whether any thread of the round voted (``vote``), once it completed. A waiting thread sleeps on its round's own event, set by the round's last
     arrival (a condition shared by every round would wake every waiting thread of the block at each completion)."""
     t = threading.current_thread()
     manager = getattr(t, "_manager", None)
@@ -178,14 +187,15 @@ def _meet(bid, count: int, blocking: bool, what: str) -> None:
     with _NAMED_LOCK:
         state = _NAMED.get(key)
         if state is None or state[2] is not manager:
-            state = _NAMED[key] = [set(), threading.Event(), manager]
+            state = _NAMED[key] = [set(), threading.Event(), manager, [False]]
         if t in state[0]:
             raise RuntimeError(f"{what}: a thread arrived twice in one round (its warp would be counted twice)")
         state[0].add(t)
+        state[3][0] = state[3][0] or vote
         if len(state[0]) == count:
             del _NAMED[key]
             state[1].set()
-            return
+            return state[3][0]
     if blocking:
         deadline = time.monotonic() + DEADLOCK_SECONDS
         while not state[1].is_set():
@@ -195,6 +205,7 @@ def _meet(bid, count: int, blocking: bool, what: str) -> None:
                 raise RuntimeError(f"{what}: {len(state[0])} of {count} threads arrived in "
                                    f"{DEADLOCK_SECONDS} s (a deadlock: arrivals that do not match the waits)")
             state[1].wait(0.5)
+    return state[3][0]
 
 
 def _sim_barriers_clear() -> list:

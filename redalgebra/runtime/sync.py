@@ -11,14 +11,14 @@ from llvmlite import ir
 from numba import types
 
 from .lowering import SIMULATOR, _device, _side_effect
-from .sim_async import _sim_commit, _sim_named_barrier, _sim_wait, _sim_warp_meet
+from .sim_async import _sim_commit, _sim_named_barrier, _sim_named_vote, _sim_wait, _sim_warp_meet
 
 if not SIMULATOR:
     from .lowering import TypingError
 
 __all__ = ["cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "grid_wait", "grid_launch",
            "regs_give", "regs_take", "regs_give40", "regs_take232", "bar_sync", "bar_arrive",
-           "warp_sync"]
+           "bar_red_or", "warp_sync"]
 
 
 def _sim_nothing():
@@ -93,6 +93,26 @@ def _named_barrier(name, op, stand_in):
 # that ``bar_sync`` on that barrier (the barrier orders memory as the block's does).
 bar_sync = _named_barrier("bar_sync", "barrier.sync.aligned", _sim_named_barrier(True))
 bar_arrive = _named_barrier("bar_arrive", "barrier.arrive.aligned", _sim_named_barrier(False))
+
+
+@_device(_sim_named_vote)
+def bar_red_or(typingctx, bid, count, pred):
+    """``bar_red_or(b, n, x)``: ``bar_sync(b, n)`` that also returns 1 where ``x`` is non-zero in any of the ``n``
+    threads, else 0 (``bar.red.or.pred``): the block's ``syncthreads_or`` among some of its warps only (a producer
+    warpgroup's consumers voting while the producer copies on)."""
+    if not all(isinstance(a, types.Integer) for a in (bid, count, pred)):
+        raise TypingError("bar_red_or(barrier, threads, value): three integers")
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        values = [context.cast(builder, v, t, types.int32) for v, t in zip(args, sig.args)]
+        text = ("{\n.reg .pred q, p;\nsetp.ne.u32 q, $3, 0;\nbar.red.or.pred p, $1, $2, q;\n"
+                "selp.u32 $0, 1, 0, p;\n}")
+        return _side_effect(builder, text, "=r,r,r,r", [builder.trunc(v, i32) if v.type != i32 else v
+                                                        for v in values], i32)
+    return types.int32(bid, count, pred), codegen
+
+
 # The threads of one warp meet (``__syncwarp``). The simulator's shuffles exchange through shared boxes between two
 # such meetings in a kernel whose warps take roles at named barriers (codegen.tree.SimPrinter).
 warp_sync = _wait("warp_sync", "bar.warp.sync -1;", _sim_warp_meet)

@@ -51,7 +51,7 @@ __all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "e4m3_halves", "b16_pair
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_ss_e4m3", "wgmma_fence",
            "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold",
-           "fence_async", "bar_sync", "bar_arrive", "regs_give", "regs_take", "regs_give40", "regs_take232", "warp_sync"]
+           "fence_async", "bar_sync", "bar_arrive", "bar_red_or", "regs_give", "regs_take", "regs_give40", "regs_take232", "warp_sync"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -662,7 +662,7 @@ unpack_f16x2.__doc__ = "The two float16 of a word as float32 (low half first), e
 
 
 # waits, barriers and the register hand-over live in .sync, and are exported from here too
-from .sync import (bar_arrive, bar_sync, cp_commit, cp_wait0, cp_wait1, cp_wait2, cp_wait3, cp_wait4,  # noqa: E402
+from .sync import (bar_arrive, bar_red_or, bar_sync, cp_commit, cp_wait0, cp_wait1, cp_wait2, cp_wait3, cp_wait4,  # noqa: E402
                    grid_launch, grid_wait, regs_give, regs_give40, regs_take, regs_take232, warp_sync)
 
 # Hopper's warpgroup instructions live in .warpgroup (built on the helpers above) and are exported from here too

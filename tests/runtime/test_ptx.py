@@ -104,6 +104,9 @@ def _jobs() -> list:
               4096, "bfloat16", {"shared": True, "vector_dtype": "e4m3", "fp8_products": True})]
     jobs += [(_key("attention", "mma", 4096, 512), "attention", "mma", 4096, 512, "bfloat16", {})]
     jobs += [(_key("attention", "wgmma", 4096, 512), "attention", "wgmma", 4096, 512, "bfloat16", {})]
+    # the producer block walking row tiles, as the policy builds it for long prefill rows
+    jobs += [(_key("attention", "wgmma", 4096, 2048, "walking"), "attention", "wgmma", 4096, 2048, "bfloat16",
+              {"heads": 2048, "threads": 384, "tile": 128, "persistent": True})]
     # MLA decode: four tokens' 128 heads over their latent rows (each shared by its token's heads: reps of 128), at
     # half MLA's widths (256 + 16: the same kernel's structure, compiled in a third of the time)
     jobs.insert(0, (_key("mla_decode", "wgmma", 512, 4096), "mla_decode", "wgmma", 512, 4096, "bfloat16",
@@ -346,6 +349,17 @@ def test_wgmma_multiplies_by_warpgroups_without_serializing(report):
     # copies issued while the scores' products run hold their addresses beside the accumulators in flight: 233
     # (and 2.5-7 % faster at LLaMA-65B on the H200) — the bound is the hoisting's, with a margin below it
     assert facts["registers"] <= 240, facts
+
+
+def test_the_walking_producer_block_meets_at_named_barriers_only(report):
+    # blocks walking row tiles: the consumers vote on their query's residuals at a named barrier of their 256 threads
+    # (bar.red.or with a thread count), never at the block's barrier 0, which the producer, copying on, would not
+    # reach; ptxas accepts the vote's inline PTX (assembled here). Tiles of 128 keys: 8 steps of the scores, 8 of the
+    # pending P·V in the loop and 8 in its drain
+    facts = report[_key("attention", "wgmma", 4096, 2048, "walking")]
+    assert facts["strategy"] == "wgmma" and facts["wgmma"] == 8 + 8 + 8, facts
+    assert facts["block_barriers"] == 0 and facts["named_votes"] == 1, facts
+    assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
 
 
 @pytest.mark.slow

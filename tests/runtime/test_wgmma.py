@@ -373,10 +373,12 @@ def test_a_tiles_products_run_past_the_loops_barrier_at_d128():
     # five tiles (the last partial) through a ring of four stages: every stage reused, a release waited for; a mask
     # with a fully masked row; a float32 query (the residual's products inside the turn's scores)
     (1, 40, 300, 16, "float16", True, False, {}),
-    # two groups, d = 64, a whole tile and a partial one; a row block partly past its group's rows
-    (2, 20, 130, 64, "bfloat16", False, True, {}),
-    # tiles of 128 elements: three (the last partial), 128-column score tiles, 8 steps of P·V a tile
-    (1, 40, 300, 16, "float16", True, False, {"tile": 128}),
+    # two groups, d = 64, a whole tile and a partial one; a row block partly past its group's rows; a block a row
+    # tile (the others here walk theirs: one simulated multiprocessor, one block taking both row tiles)
+    (2, 20, 130, 64, "bfloat16", False, True, {"persistent": False}),
+    # tiles of 128 elements: three (the last partial), 128-column score tiles, 8 steps of P·V a tile; two groups,
+    # each row tile walked reading its own group's keys
+    (2, 20, 300, 16, "float16", True, False, {"tile": 128}),
     # the row in three segments (of four, four and three tiles), merged by the combine kernel
     (1, 40, 700, 16, "float16", True, False, {"segments": 3}),
 ])
@@ -427,10 +429,10 @@ def test_the_producer_block_meets_at_named_barriers_only_once_its_roles_split(mo
 
     compile_module = importlib.import_module("redalgebra.runtime.compile")
     monkeypatch.setattr(compile_module, "device_capability", lambda backend: (9, 0))  # (an H200's, without one)
-    kernel = compile(fused("attention"), "cuda", "wgmma", threads=384)
+    kernel = compile(fused("attention"), "cuda", "wgmma", threads=384, persistent=False)
     spec = kernel.spec_for(64 * 2048, 2048, {"k": "float16", "v": "float16"}, {"d": 128},
                            reps={"k": 2048, "v": 2048})[1]
-    assert spec.producer and spec.threads == 256 and spec.stages == 4
+    assert spec.producer and spec.threads == 256 and spec.stages == 4 and not spec.persistent
     lines = [ln.strip() for ln in kernel.source(spec, "wgmma").source.splitlines()]
     assert "BOUNDS_kernel = {} if config.ENABLE_CUDASIM else {'launch_bounds': 384, 'cache': CACHE}" in lines
     split = lines.index("if warp >= 8:")
@@ -449,6 +451,48 @@ def test_the_producer_block_meets_at_named_barriers_only_once_its_roles_split(mo
     # (the row's -m·log2(e) once, where its floored maximum is found)
     assert "zn_m_0 = -(z_m_0 * LOG2E)" in body and "pf_o_0_0_0 = ex2(fma32(e_s_0_0_0, LOG2E, zn_m_0))" in body
     assert not any("fast_exp(-z_m" in ln for ln in body)
+
+
+def test_the_producer_block_walks_row_tiles_voting_at_a_barrier_of_its_consumers(monkeypatch):
+    # by default (no gate, one segment) the block walks row tiles: no barrier of the whole block at all (the
+    # producer copies on into the next row tile's keys), the consumers' vote on their query's residuals at named
+    # barrier 15 of their 256 threads, the ring's stage counted across row tiles, and the producer, past its last
+    # tile, waiting for the releases it did not wait for
+    import importlib
+
+    compile_module = importlib.import_module("redalgebra.runtime.compile")
+    monkeypatch.setattr(compile_module, "device_capability", lambda backend: (9, 0))
+    kernel = compile(fused("attention"), "cuda", "wgmma", threads=384, tile=128)
+    spec = kernel.spec_for(64 * 2048, 2048, {"k": "float16", "v": "float16"}, {"d": 128},
+                           reps={"k": 2048, "v": 2048})[1]
+    assert spec.producer and spec.persistent and spec.stages == 3 and spec.segments == 1
+    lines = [ln.strip() for ln in kernel.source(spec, "wgmma").source.splitlines()]
+    assert not any("syncthreads" in ln for ln in lines)
+    split = lines.index("if warp >= 8:")
+    assert lines.count("while tile < total:") == 2 and lines.index("while tile < total:") > split
+    consumers = lines[lines.index("else:", lines.index("for jt in range(max(gq - 3, 0), gq):")):]
+    assert "split = bar_red_or(15, 256, inexact)" in consumers and "st = uint32(gq + it) % uint32(3)" in consumers
+    assert "bar_sync(7 + (uint32(jt) % uint32(3)), 384)" in lines[split:]
+    # a row tile's last stage released once its sums are complete (the producer waits for every release)
+    assert "if pp != 0:" in consumers and "if ntile > 0:" in consumers
+
+
+def test_blocks_walk_row_tiles_only_as_the_producer_block_of_an_ungated_row_with_messages():
+    from redalgebra import derive
+    from redalgebra.ir import parse
+
+    def spec(f, source=False, **options):
+        kernel = compile(f, "cudasim", "wgmma", **options)
+        chosen = kernel.spec_for(40, 300, {"k": "float16", "v": "float16"}, {"d": 16}, reps={"k": 40, "v": 40})[1]
+        return kernel.source(chosen, "wgmma") if source else chosen
+    attention, causal = fused("attention"), derive(parse(CAUSAL))
+    assert spec(attention, threads=96).persistent and not spec(attention, threads=96, persistent=False).persistent
+    assert not spec(attention, threads=96, segments=3).persistent  # (segments: a block a row tile)
+    assert not spec(causal, threads=96).persistent  # (a gate: its tile counts voted on by the whole block)
+    with pytest.raises(RedalgebraError, match="only as the producer block"):
+        spec(attention, threads=32, persistent=True)
+    with pytest.raises(RedalgebraError, match="without a gate and rows in one segment"):
+        spec(causal, source=True, threads=96, persistent=True)
 
 
 # causal attention (test_mma's) with its gate true on the row's last keys instead: not on a prefix

@@ -227,19 +227,27 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         return acc
 
     # -- pieces -----------------------------------------------------------------------------------------
-    def setup(self) -> list:
-        c, first = self.c, self.vin[0]
+    def setup(self, block: str | None = "cuda.blockIdx.x") -> list:
+        """The thread's indices and the shared arrays, then the row tile numbered ``block`` (:meth:`row_tile`; none
+        where ``block`` is None: a block walking row tiles takes each in its loop)."""
         out = self.lanes("cuda.threadIdx.x") + [
-               Assign("sm", "cuda.shared.array(0, uint16)"), Assign("smw", "cuda.shared.array(0, uint32)"),
-               Assign("grows", f"rep_{first}"), Assign("ntr", f"(grows + {self.bm - 1}) // {self.bm}"),
+               Assign("sm", "cuda.shared.array(0, uint16)"), Assign("smw", "cuda.shared.array(0, uint32)")]
+        return out + (self.row_tile(block) if block is not None else [])
+
+    def row_tile(self, block: str) -> list:
+        """Row tile ``block`` of the call's: its group of rows sharing their vectors (``grp``), its place in the group
+        (``rt``), the thread's rows (``row_{h}``, ``ok_{h}``, ``rc_{h}``: clamped into the group), their scalar params
+        and each vector input's row (``rr_{x}``)."""
+        c, first = self.c, self.vin[0]
+        out = [Assign("grows", f"rep_{first}"), Assign("ntr", f"(grows + {self.bm - 1}) // {self.bm}"),
                # 32-bit divisions: a 64-bit one is a subroutine call, and any call serializes Hopper's wgmma
-               Assign("grp", "uint32(cuda.blockIdx.x) // uint32(ntr)"), Assign("rt", "cuda.blockIdx.x - grp * ntr")]
+               Assign("grp", f"uint32({block}) // uint32(ntr)"), Assign("rt", f"{block} - grp * ntr")]
         if self.gate is not None:
             # gated tiles (a causal mask): the row tiles that see the most tiles first, across all groups, so that
             # the last blocks to start are the short ones
             out += [Assign("ngrp", "uint32(rows) // uint32(grows)"),
-                    Assign("bt", "uint32(cuda.blockIdx.x) // uint32(ngrp)"),
-                    Assign("grp", "uint32(cuda.blockIdx.x) - bt * ngrp"), Assign("rt", "ntr - 1 - bt")]
+                    Assign("bt", f"uint32({block}) // uint32(ngrp)"),
+                    Assign("grp", f"uint32({block}) - bt * ngrp"), Assign("rt", "ntr - 1 - bt")]
         out.append(Assign("gend", "grp * grows + grows"))
         for h in self.rows:
             out += [Assign(f"row_{h}", f"grp * grows + rt * {self.bm} + {16 * self.mt} * {self.rw} + lg + {8 * h}"),

@@ -65,6 +65,7 @@ from . import mma
 from .mma import BN, MmaKernel
 from .products import MOST_COMPONENTS, SHARED_LIMIT, WIDE_MULTIPLE, WIDEST, column_groups, dots
 from .products import applicable as form_and_call
+from . import tile_producer
 from .tile_producer import TileProducer
 
 #: Threads of a block: one warpgroup (64 rows) on the GPU, one warp (16 rows) in the simulator.
@@ -131,8 +132,8 @@ class WgmmaKernel(TileProducer, MmaKernel):
                                   f"{WIDE_MULTIPLE} up to {WIDEST} (split across two warpgroups): use vrows")
         return groups
 
-    def setup(self) -> list:
-        out = super().setup() + [Assign("sb", "swizzle_pad(sm)")]
+    def setup(self, block: str | None = "cuda.blockIdx.x") -> list:
+        out = super().setup(block) + [Assign("sb", "swizzle_pad(sm)")]
         if self.ncol > 1:  # the groups' row partials: float32 from ``xf`` on
             out += [Assign("smf", "cuda.shared.array(0, float32)"), Assign("xf", f"((sb + {self.base['X']}) >> 1)")]
         return out
@@ -441,7 +442,7 @@ def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
     tiles = p.rows // rep * -(-rep // bm)
     if (p.has_keep or p.length < PRODUCER_LENGTH or _groups(fused, p) != 1
             or -(-rep // bm) * bm > -(-rep // (bm // 2)) * (bm // 2) or tiles < p.multiprocessors()
-            or any(e.has(-sp.oo) for _, e in fused.prologue.steps)):  # (a let that may gate elements out)
+            or _gating(fused)):
         return p
     return dataclasses.replace(p, options=tuple(dict(p.options, threads=3 * THREADS, tile=2 * BN).items()))
 
@@ -588,12 +589,31 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
         busy = p.multiprocessors() * (2 if threads <= THREADS else 1)
         # (at least 8 tiles a segment: MLA B4 ran 0.0953 ms in 8 segments of 8 tiles, 0.0989 in 16 of 4 — the
         # segments' states are written and merged, as many bytes as the latent itself at 16)
-        nseg = 1 if p.option("simulator") else max(1, min(busy // blocks, -(-p.length // (8 * _tile(p)))))
+        nseg = 1 if p.option("simulator") or p.option("persistent") else max(1, min(busy // blocks, -(-p.length // (8 * _tile(p)))))
     nseg = max(1, min(int(nseg), max(-(-p.length // _tile(p)), 1), 65535))
     # (the kernel reads the count at run time: one compiled kernel for every count of segments above one)
+    producer = bool(_producer(fused, p))
     return dict(threads=threads, tile=_tile(p), batch=bm, group=16, vec=8, segments=min(nseg, 2), nseg=nseg,
-                fast_exp=p.option("fast_exp", True), shared=shared, stages=stages,
-                producer=bool(_producer(fused, p)))
+                fast_exp=p.option("fast_exp", True), shared=shared, stages=stages, producer=producer,
+                persistent=_walking(fused, p, producer, nseg))
+
+
+def _walking(fused: FusedCascade, p: Problem, producer: bool, nseg: int) -> bool:
+    """Whether the producer block walks row tiles (:attr:`~.tile_producer.TileProducer.walking`): as asked
+    (``persistent``), else by :data:`~.tile_producer.PERSISTENT` where no let may gate elements out and the row is
+    one segment."""
+    asked = p.option("persistent")
+    if asked and not producer:
+        raise RedalgebraError("wgmma: blocks walk row tiles (persistent) only as the producer block (threads=384): "
+                              "use persistent=None")
+    if asked is not None:
+        return bool(asked)
+    return producer and nseg == 1 and tile_producer.PERSISTENT and not _gating(fused)
+
+
+def _gating(fused: FusedCascade) -> bool:
+    """Whether a let of the cascade may gate elements out (``where(…, -inf)``: a causal mask)."""
+    return any(e.has(-sp.oo) for _, e in fused.prologue.steps)
 
 
 def grid(rows: int, spec: Spec, named) -> dict:
@@ -608,4 +628,4 @@ def grid(rows: int, spec: Spec, named) -> dict:
 register(Strategy("wgmma", "cuda", "mma's tiles on Hopper's warpgroup instructions (sm_90a): operands from "
                   "128-byte-swizzled shared memory by descriptors, P·V with the factors in registers",
                   functools.partial(mma.build, kernel=WgmmaKernel, name="wgmma"), configure, grid,
-                  rounds_products=True, vector_multiple=16, cc=(9, 0, "a")))
+                  rounds_products=True, vector_multiple=16, cc=(9, 0, "a"), walking=("rows",)))

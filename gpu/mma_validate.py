@@ -53,6 +53,8 @@ CASES = [
     ("causal", 2, 200, 333, 64, "float16", False, True),
     ("causal", 1, 300, 257, 128, "bfloat16", True, True),
     ("attention", 150, 130, 129, 64, "float16", True, False),
+    # causal row tiles of unequal counts, more of them than multiprocessors: walked in a snake where blocks walk
+    ("causal", 60, 300, 300, 128, "float16", False, True),
     ("attention", 100, 256, 2047, 128, "bfloat16", False, True),
 ]
 

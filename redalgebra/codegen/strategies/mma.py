@@ -234,10 +234,11 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
                Assign("sm", "cuda.shared.array(0, uint16)"), Assign("smw", "cuda.shared.array(0, uint32)")]
         return out + (self.row_tile(block) if block is not None else [])
 
-    def row_tile(self, block: str) -> list:
+    def row_tile(self, block: str, own: str | None = None) -> list:
         """Row tile ``block`` of the call's: its group of rows sharing their vectors (``grp``), its place in the group
-        (``rt``), the thread's rows (``row_{h}``, ``ok_{h}``, ``rc_{h}``: clamped into the group), their scalar params
-        and each vector input's row (``rr_{x}``)."""
+        (``rt``), the thread's rows (``row_{h}``, ``ok_{h}``, ``rc_{h}``: clamped into the group; every ``h`` the
+        tile's row ``own`` where given: a producer's thread a row), their scalar params and each vector input's row
+        (``rr_{x}``)."""
         c, first = self.c, self.vin[0]
         out = [Assign("grows", f"rep_{first}"), Assign("ntr", f"(grows + {self.bm - 1}) // {self.bm}"),
                # 32-bit divisions: a 64-bit one is a subroutine call, and any call serializes Hopper's wgmma
@@ -250,7 +251,8 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
                     Assign("grp", f"uint32({block}) - bt * ngrp"), Assign("rt", "ntr - 1 - bt")]
         out.append(Assign("gend", "grp * grows + grows"))
         for h in self.rows:
-            out += [Assign(f"row_{h}", f"grp * grows + rt * {self.bm} + {16 * self.mt} * {self.rw} + lg + {8 * h}"),
+            at = own if own is not None else f"{16 * self.mt} * {self.rw} + lg + {8 * h}"
+            out += [Assign(f"row_{h}", f"grp * grows + rt * {self.bm} + {at}"),
                     Assign(f"ok_{h}", f"row_{h} < gend"), Assign(f"rc_{h}", f"min(row_{h}, gend - 1)")]
             out += [Assign(f"p_{p.name}_{h}", f"{p.name}[rc_{h}]") for p in c.params if p.size is None]
         out += [Assign(f"rr_{x}", f"uint32(rc_0) // uint32(rep_{x})") for x in self.vin]

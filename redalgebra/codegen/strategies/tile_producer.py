@@ -56,8 +56,9 @@ EARLY = False
 #: Whether the producer block walks row tiles by default (:attr:`TileProducer.walking`: a block a multiprocessor,
 #: ``Spec.persistent``) where no let may gate elements out and the row is one segment.
 PERSISTENT = True
-#: The named barrier at which a walking block's consumers vote on their params' residuals (past the ring's).
-VOTE = 15
+#: The named barriers at which a walking block's consumers vote (on their params' residuals, and under a gate true on
+#: a prefix of the row on their tile counts) and its producer votes (on the live tiles), past the ring's.
+VOTE, PRODUCER_VOTE = 15, 14
 #: Bits of the block's tile counts voted on (spans): counts below 2**21 (rows of 134 million keys in tiles of 64;
 #: a row's length is an int32's, and its tiles fewer).
 BITS = 21
@@ -111,9 +112,9 @@ class TileProducer:
                                   "block's barrier every tile; use threads=128 or 256")
         if not self.pipelined or 3 * self.stages + 2 > 15:
             raise RedalgebraError(f"wgmma: a producer warpgroup needs 3 or 4 stages of tiles, got {self.stages}")
-        if self.walking and (self.gate is not None or self.segmented):
-            raise RedalgebraError("wgmma: a producer block walks row tiles (persistent) only for cascades without a "
-                                  "gate and rows in one segment: use persistent=False")
+        if self.walking and (self.segmented or self.gate is not None and 3 * self.stages + 2 >= PRODUCER_VOTE):
+            raise RedalgebraError("wgmma: a producer block walks row tiles (persistent) with rows in one segment, and "
+                                  "under a gate with at most 3 stages (its named barriers): use persistent=False")
 
     @property
     def walking(self) -> bool:
@@ -196,18 +197,28 @@ class TileProducer:
         counted across row tiles (``gq``: the block's tiles before this row tile's). A row tile's last stage is
         released once its sums are complete, and the producer, past its last tile, waits for the releases it did not
         wait for before (every arrival matched by a wait)."""
-        assert 3 * self.stages + 2 < VOTE
+        assert 3 * self.stages + 2 < VOTE and self.group == self.bm
         warps, first = self.threads // 32, self.vin[0]
         *staging, _ = self.params()
+        if self.prefix:  # (row tiles of unequal counts, longest first: each block takes them in a snake, first to
+            # last, then back, so that a block's long ones pair with its short ones)
+            step = [Assign("wk", "wk + 1"), Assign("tile", "wk * cuda.gridDim.x + pick((wk & 1) != 0, "
+                                                           "cuda.gridDim.x - 1 - cuda.blockIdx.x, cuda.blockIdx.x)")]
+        else:
+            step = [Assign("tile", "cuda.gridDim.x", "+")]
 
-        def walk(body: list) -> list:
-            return [Assign("gq", "0"), Assign("tile", "cuda.blockIdx.x"), While("tile < total", tuple(
-                self.row_tile("tile") + self.count() + body +
-                [Assign("gq", "ntile", "+"), Assign("tile", "cuda.gridDim.x", "+")]))]
+        def walk(body: list, own: str | None = None) -> list:
+            return [Assign("gq", "0")] + [Assign("wk", "0")] * self.prefix + [Assign("tile", "cuda.blockIdx.x"), While("tile < total", tuple(
+                self.row_tile("tile", own) + self.count() + body + [Assign("gq", "ntile", "+")] + step))]
         _, empty, _ = self.barrier_ids()
         last = [If("ntile > 0", (Call("bar_arrive", (empty("sp"), str(self.threads + self.group))),))]
+        spans = []
+        if self.prefix:  # the block's live tiles and those every row sees whole, voted on by the consumers
+            spans = self.own_spans() + [Assign("nlive", "0"), self.span_vote("nlive", "ml", "or", (VOTE, self.threads)),
+                                        Assign("nopen", "0"), self.span_vote("nopen", "mo", "and", (VOTE, self.threads)),
+                                        Assign("ntile", "nlive")]
         consumers = [Assign("wgi", f"uniform(int32(warp // {self.group // 32}))")] + walk(
-            staging + [Assign("split", f"bar_red_or({VOTE}, {self.threads}, inexact)")] + self.prelude() +
+            staging + [Assign("split", f"bar_red_or({VOTE}, {self.threads}, inexact)")] + spans + self.prelude() +
             self.initial() + self.consumer_loop() + last + self.outputs())
         producer = self.walking_producer(walk)
         if self.kt > 64:  # (the registers handed over, as kernel() says)
@@ -227,8 +238,14 @@ class TileProducer:
             step, last = ring_producer("gq + it", s, self.in_flight, stage, self.issue("it", "st", loop=True),
                                        arrive, empty, waiters, "gq")
             releases = For("jt", f"max(gq - {s}, 0)", "gq", (Call("bar_sync", (empty(stage("jt")), waiters)),))
+            spans, own = [], None
+            if self.prefix:  # the same live tiles, found by the producer's threads, a row of the block each
+                own = "ptid"
+                spans = self.own_spans(whole=False) + [
+                    Assign("nlive", "0"), self.span_vote("nlive", "ml", "or", (PRODUCER_VOTE, self.group)),
+                    Assign("ntile", "nlive")]
             return [Assign("ptid", f"tid - {self.threads}")] + \
-                walk(self.copy_setup() + [For("it", "0", "ntile", tuple(step))]) + last + [releases]
+                walk(spans + self.copy_setup() + [For("it", "0", "ntile", tuple(step))], own) + last + [releases]
         finally:
             self.producing = None
 
@@ -243,21 +260,38 @@ class TileProducer:
         ones only — the tiles no row sees are never read."""
         if not self.prefix:
             return []
-        warps, first = self.threads // 32, self.first
+        warps = self.threads // 32
+        return [If(f"warp < {warps}", tuple(self.own_spans()), (Assign("ml", "0"), Assign("mo", f"{1 << BITS}"))),
+                Assign("nlive", "0"), self.span_vote("nlive", "ml", "or"), Assign("nopen", "0"),
+                self.span_vote("nopen", "mo", "and"), Assign("ntile", "nlive")]
+
+    def own_spans(self, whole: bool = True) -> list:
+        """``ml``: the live tiles of the thread's rows (the gate holds at a tile's first position for one of them);
+        with ``whole``, ``mo``: those they see whole (it holds at its last for all of them) — both prefixes."""
+        first = self.first
         live = [Assign("pf", f"float32(({first}ml) * {self.kt})")] + self.gate_at("pf", (Assign("go", "1"),))
-        whole = [Assign("pe", f"float32(({first}mo) * {self.kt} + {self.kt - 1})"), Assign("go", "1")] + \
+        out = [Assign("ml", "0"), Assign("go", "1"),
+               While("go != 0", (Assign("go", "0"), If("ml < ntile", tuple(live)), Assign("ml", "ml + go")))]
+        if not whole:
+            return out
+        seen = [Assign("pe", f"float32(({first}mo) * {self.kt} + {self.kt - 1})"), Assign("go", "1")] + \
             self.gate_at("pe", (Assign("go", "0"),), negate=True)
-        own = [Assign("ml", "0"), Assign("go", "1"),
-               While("go != 0", (Assign("go", "0"), If("ml < ntile", tuple(live)), Assign("ml", "ml + go"))),
-               Assign("mo", "0"), Assign("go", "1"),
-               While("go != 0", (Assign("go", "0"), If("mo < ml", tuple(whole)), Assign("mo", "mo + go")))]
-        def vote(acc, test, how):  # bit by bit, from the highest a count of tiles may have
+        return out + [Assign("mo", "0"), Assign("go", "1"),
+                      While("go != 0", (Assign("go", "0"), If("mo < ml", tuple(seen)), Assign("mo", "mo + go")))]
+
+    @staticmethod
+    def span_vote(acc: str, test: str, how: str, barrier: tuple | None = None) -> For:
+        """``acc``: the largest (``how`` "or") or smallest ("and") of ``test`` over the voting threads, bit by bit from
+        the highest a count of tiles may have: the whole block at barrier 0, or ``barrier`` (id, threads) — a
+        named barrier's vote is an "or" only, so "and" asks whether no thread is below the candidate."""
+        if barrier is None:
             ballot = f"cuda.syncthreads_{how}(int32({test} >= cand))"
-            return For("gen_b", str(BITS - 1), "-1", (If("(1 << gen_b) <= ntile", (
-                Assign("cand", f"{acc} | (1 << gen_b)"), Assign(acc, f"pick({ballot} != 0, cand, {acc})"))),), "-1")
-        return [If(f"warp < {warps}", tuple(own), (Assign("ml", "0"), Assign("mo", f"{1 << BITS}"))),
-                Assign("nlive", "0"), vote("nlive", "ml", "or"), Assign("nopen", "0"), vote("nopen", "mo", "and"),
-                Assign("ntile", "nlive")]
+        elif how == "or":
+            ballot = f"bar_red_or({barrier[0]}, {barrier[1]}, int32({test} >= cand))"
+        else:
+            ballot = f"(1 - bar_red_or({barrier[0]}, {barrier[1]}, int32({test} < cand)))"
+        return For("gen_b", str(BITS - 1), "-1", (If("(1 << gen_b) <= ntile", (
+            Assign("cand", f"{acc} | (1 << gen_b)"), Assign(acc, f"pick({ballot} != 0, cand, {acc})"))),), "-1")
 
     def consumer_loop(self) -> list:
         full, _, turn = self.barrier_ids()

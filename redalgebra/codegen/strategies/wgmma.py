@@ -595,20 +595,21 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     producer = bool(_producer(fused, p))
     return dict(threads=threads, tile=_tile(p), batch=bm, group=16, vec=8, segments=min(nseg, 2), nseg=nseg,
                 fast_exp=p.option("fast_exp", True), shared=shared, stages=stages, producer=producer,
-                persistent=_walking(fused, p, producer, nseg))
+                persistent=_walking(fused, p, producer, nseg, stages))
 
 
-def _walking(fused: FusedCascade, p: Problem, producer: bool, nseg: int) -> bool:
+def _walking(fused: FusedCascade, p: Problem, producer: bool, nseg: int, stages: int) -> bool:
     """Whether the producer block walks row tiles (:attr:`~.tile_producer.TileProducer.walking`): as asked
-    (``persistent``), else by :data:`~.tile_producer.PERSISTENT` where no let may gate elements out and the row is
-    one segment."""
+    (``persistent``), else by :data:`~.tile_producer.PERSISTENT` where the row is one segment and, if a let may gate
+    elements out, the ring has at most 3 stages."""
     asked = p.option("persistent")
     if asked and not producer:
         raise RedalgebraError("wgmma: blocks walk row tiles (persistent) only as the producer block (threads=384): "
                               "use persistent=None")
     if asked is not None:
         return bool(asked)
-    return producer and nseg == 1 and tile_producer.PERSISTENT and not _gating(fused)
+    # (under a gate, the producer's own vote takes a named barrier: at most 3 stages)
+    return producer and nseg == 1 and tile_producer.PERSISTENT and (not _gating(fused) or stages <= 3)
 
 
 def _gating(fused: FusedCascade) -> bool:

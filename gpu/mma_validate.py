@@ -40,6 +40,7 @@ SMALL = [  # for compute-sanitizer (each access checked: slow): partial tiles an
     ("causal", 2, 70, 200, 64, "float16", False, True),
     # more row tiles than an H200 has multiprocessors: blocks walking row tiles (--persistent) take two of them
     ("attention", 140, 40, 70, 16, "float16", True, False),
+    ("causal", 140, 40, 70, 128, "float16", False, True),
 ]
 CASES = [
     ("attention", 4, 64, 512, 64, "float16", False, True),

@@ -210,8 +210,9 @@ def test_auto_takes_wgmma_for_mla_on_hopper():
 
 def test_long_ungated_rows_of_128_components_take_the_producer_block_by_default():
     # LLaMA-65B prefill (64 heads, L2048, d = 128): two consumer warpgroups and a producer on tiles of 128 keys, the
-    # block measured fastest on the H200; a caller's block, a gate (causal: its block measured slower), a mask,
-    # short rows, d = 64 and too few row tiles to fill the GPU keep one warpgroup on tiles of 64
+    # block measured fastest on the H200, its blocks walking row tiles, a causal mask's too; a caller's block, a gate
+    # not true on a prefix of the row, a mask, short rows, d = 64 and too few row tiles to fill the GPU keep one
+    # warpgroup on tiles of 64
     from dataclasses import replace
 
     from redalgebra.codegen.strategies.wgmma import configure
@@ -222,12 +223,17 @@ def test_long_ungated_rows_of_128_components_take_the_producer_block_by_default(
         rep = rep or length
         p = Problem(rows, length, (("d", d),), (("k", "float16"), ("v", "float16")), keep, True, True, True,
                     (("k", rep), ("v", rep)), tuple({**base, **options}.items()))
-        out = configure(fused(name), p)
+        out = configure(fused(name) if isinstance(name, str) else name, p)
+        assert out["persistent"] == out["producer"]
         return out["threads"], out["tile"], out["producer"]
 
     assert spec() == (256, 128, True) and spec(length=4096, rows=64 * 4096) == (256, 128, True)
     assert spec(threads=128) == (128, 64, False) and spec(tile=64) == (128, 64, False)
-    assert spec("alibi_attention") == (128, 64, False)  # where(pos <= qpos, ..., -inf): a gate
+    assert spec("alibi_attention") == (256, 128, True)  # where(pos <= qpos, ..., -inf): a gate on a prefix
+    from redalgebra import derive
+    from redalgebra.ir import parse
+
+    assert spec(derive(parse(RECENT))) == (128, 64, False)  # pos > qpos - 64: on the row's last keys
     assert spec(keep=True) == (128, 64, False)
     assert spec(length=512, rows=12 * 512) == (128, 64, False) and spec(d=64) == (128, 64, False)
     assert spec(rows=4 * 2048) == (128, 64, False)  # 64 row tiles of 128: under the 132 multiprocessors
@@ -477,8 +483,9 @@ def test_the_producer_block_walks_row_tiles_voting_at_a_barrier_of_its_consumers
     assert "if pp != 0:" in consumers and "if ntile > 0:" in consumers
 
 
-def test_blocks_walk_row_tiles_only_as_the_producer_block_of_an_ungated_row_with_messages():
+def test_blocks_walk_row_tiles_only_as_the_producer_block_in_one_segment_with_messages(monkeypatch):
     from redalgebra import derive
+    from redalgebra.codegen.strategies import mma
     from redalgebra.ir import parse
 
     def spec(f, source=False, **options):
@@ -488,11 +495,14 @@ def test_blocks_walk_row_tiles_only_as_the_producer_block_of_an_ungated_row_with
     attention, causal = fused("attention"), derive(parse(CAUSAL))
     assert spec(attention, threads=96).persistent and not spec(attention, threads=96, persistent=False).persistent
     assert not spec(attention, threads=96, segments=3).persistent  # (segments: a block a row tile)
-    assert not spec(causal, threads=96).persistent  # (a gate: its tile counts voted on by the whole block)
+    # a gate: the producer's vote on its tile counts takes a named barrier, one more than a ring of 4 stages leaves
+    assert spec(causal, threads=96).stages == 4 and not spec(causal, threads=96).persistent
     with pytest.raises(RedalgebraError, match="only as the producer block"):
         spec(attention, threads=32, persistent=True)
-    with pytest.raises(RedalgebraError, match="without a gate and rows in one segment"):
+    with pytest.raises(RedalgebraError, match="under a gate with at most 3 stages"):
         spec(causal, source=True, threads=96, persistent=True)
+    monkeypatch.setattr(mma, "MOST_STAGES", 3)
+    assert spec(causal, threads=96).persistent
 
 
 # causal attention (test_mma's) with its gate true on the row's last keys instead: not on a prefix
@@ -515,16 +525,25 @@ def test_a_producer_warpgroup_refuses_a_gate_not_true_on_a_prefix_with_a_message
         assert_matches_the_reference("wgmma", "attention", 1, 20, 40, 16, "bfloat16", False, True, tile=128)
 
 
-@pytest.mark.parametrize("options", [{}, {"tile": 128}, {"segments": 4}])
-def test_a_producer_block_reads_no_tile_its_causal_mask_hides(options):
+@pytest.mark.parametrize("options", [{}, {"tile": 128}, {"segments": 4}, {"tile": 128, "walk": True}])
+def test_a_producer_block_reads_no_tile_its_causal_mask_hides(options, monkeypatch):
     # queries at positions 0 … 169 over their 170 keys, blocks of 32 rows: the values from key 128 on (a tile of 64
     # or 128 keys, the last one partial) are NaN. Only the last blocks' rows see them (and are NaN); a block that read
     # that tile at all would
     # make its rows NaN too (a masked key's factor 0 times NaN), where the other rows' outputs are those of clean
     # values. The block's live
     # tiles and its whole ones are counted before the producer and the consumers part (ALiBi's gate, pos <= qpos:
-    # true on a prefix of the row)
+    # true on a prefix of the row). Tiles of 128 here take 3 stages, and one block walks the six row tiles, each role
+    # counting the live tiles itself; "walk": four blocks taking them in a snake (0 … 3, then blocks 3 and 2 take 4
+    # and 5)
+    import importlib
+
     from redalgebra import evaluate, workloads
+    from redalgebra.codegen.strategies import mma
+
+    if options.pop("walk", False):
+        monkeypatch.setattr(mma, "MOST_STAGES", 3)
+        monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: 4)
 
     rng = np.random.default_rng(4)
     R = L = 170
@@ -535,7 +554,10 @@ def test_a_producer_block_reads_no_tile_its_causal_mask_hides(options):
     ref = evaluate(workloads.get("alibi_attention").cascade, wide, params)["y"]
     inputs["v"][0, 128:] = np.nan
     # (four segments of three tiles of 64: one, one, one partial and none)
-    out = compile(fused("alibi_attention"), "cudasim", "wgmma", threads=96, **options)(inputs, params)["y"]
+    kernel = compile(fused("alibi_attention"), "cudasim", "wgmma", threads=96, **options)
+    out = kernel(inputs, params)["y"]
+    chosen = kernel.spec_for(R, L, {"k": "float16", "v": "float16"}, {"d": 16}, reps={"k": R, "v": R})[1]
+    assert chosen.persistent == (chosen.stages == 3 and "segments" not in options)
     assert np.isnan(out[128:]).all() and np.isfinite(out[:128]).all()
     err = np.abs(out - ref)[:128].max() / np.abs(ref[:128]).max()
     assert err <= TOLERANCE["float16"] + STORE_ROUNDING["float16"], err

@@ -63,7 +63,7 @@ from ..tree import Assign, Barrier, Call, For, If
 from . import Problem, Strategy, register
 from . import mma
 from .mma import BN, MmaKernel
-from .products import MOST_COMPONENTS, SHARED_LIMIT, WIDE_MULTIPLE, WIDEST, column_groups, dots
+from .products import MOST_COMPONENTS, SHARED_LIMIT, WIDE_MULTIPLE, WIDEST, column_groups, dots, prefix
 from .products import applicable as form_and_call
 from . import tile_producer
 from .tile_producer import TileProducer
@@ -425,11 +425,13 @@ PRODUCER_LENGTH, PRODUCER_WIDTH = 2048, 128
 def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
     """``p`` with the block the policy prefers where the caller chose none: two consumer warpgroups and a producer
     (``threads=384``) on tiles of 128 elements for long rows (``PRODUCER_LENGTH`` elements or more) of one row tile's
-    vector sums ``PRODUCER_WIDTH`` wide, ungated and unmasked, in groups sharing their keys that 128-row tiles pad no
-    more than 64-row ones, with enough row tiles of 128 to fill the GPU once; else ``p`` as given. Measured on the
-    H200 (``gpu/README.md``, 2026-12-04), LLaMA-65B prefill at d = 128: 0.294–0.297 ms against 0.346–0.347 for one
-    warpgroup a block at L2048, 1.02–1.04 against 1.26–1.29 ms at L4096; a causal mask's block (0.229 against 0.220 ms) and BERT's
-    512-key rows at d = 64 (0.045 against 0.038 ms) stay with one warpgroup."""
+    vector sums ``PRODUCER_WIDTH`` wide, unmasked, ungated or gated on a prefix of the row (a causal mask), in groups
+    sharing their keys that 128-row tiles pad no more than 64-row ones, with enough row tiles of 128 to fill the GPU
+    once; else ``p`` as given. Its blocks walk row tiles (:mod:`.tile_producer`). Measured on the H200
+    (``gpu/README.md``, 2026-12-04), LLaMA-65B prefill at d = 128: 0.284–0.287 ms against 0.346–0.347 for one
+    warpgroup a block at L2048, 1.017–1.020 against 1.26–1.29 ms at L4096; causal 0.2199–0.2201 against 0.2238–0.2247
+    at L2048, 0.679–0.680 against 0.762–0.763 ms at L4096. BERT's 512-key rows at d = 64 (0.045 against 0.038 ms for
+    the producer block a row tile) stay with one warpgroup."""
     if p.option("simulator") or any(p.option(o) is not None for o in ("threads", "tile", "segments")):
         return p
     widths = {n for n in dict(p.sizes).values()}
@@ -442,7 +444,7 @@ def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
     tiles = p.rows // rep * -(-rep // bm)
     if (p.has_keep or p.length < PRODUCER_LENGTH or _groups(fused, p) != 1
             or -(-rep // bm) * bm > -(-rep // (bm // 2)) * (bm // 2) or tiles < p.multiprocessors()
-            or _gating(fused)):
+            or not _prefix_gated(fused)):
         return p
     return dataclasses.replace(p, options=tuple(dict(p.options, threads=3 * THREADS, tile=2 * BN).items()))
 
@@ -610,6 +612,13 @@ def _walking(fused: FusedCascade, p: Problem, producer: bool, nseg: int, stages:
         return bool(asked)
     # (under a gate, the producer's own vote takes a named barrier: at most 3 stages)
     return producer and nseg == 1 and tile_producer.PERSISTENT and (not _gating(fused) or stages <= 3)
+
+
+def _prefix_gated(fused: FusedCascade) -> bool:
+    """Whether every let that may gate elements out is ``where(c, …, -inf)`` with ``c`` true on a prefix of the row (a
+    causal mask: :func:`.products.prefix`), as the producer block takes it; none at all included."""
+    return all(isinstance(e, sp.Piecewise) and len(e.args) == 2 and prefix(e.args[0].cond)
+               for _, e in fused.prologue.steps if e.has(-sp.oo))
 
 
 def _gating(fused: FusedCascade) -> bool:

@@ -22,24 +22,27 @@ Measured on the H200 (LLaMA-65B d128, ``gpu/README.md``): with the producer's co
 warpgroup a block (0.3606–0.3790 ms against 0.3579 at L2048): the producer issued 22 instructions a copy, 32 % of the
 block's, and the consumers waited at the "full" barriers. With its whole tiles' copies unrolled from bases moved on
 every few copies (:meth:`~.tile_copies.TileCopies.chained`), tiles of 128: 0.294–0.297 ms against 0.346–0.347 at
-L2048, 1.02–1.04 against 1.26–1.29 ms at L4096, so it is the policy's block for long ungated rows of 128 components
-(:func:`~.wgmma.with_defaults`); a causal mask's block stays one warpgroup (0.229 against 0.220 ms).
+L2048, 1.02–1.04 against 1.26–1.29 ms at L4096, so it is the policy's block for long rows of 128 components
+(:func:`~.wgmma.with_defaults`); a causal mask's, a row tile a block, was slower than one warpgroup (0.229 against
+0.220 ms).
 
-**Walking row tiles** (:attr:`TileProducer.walking`, ``Spec.persistent``; by default where no let may gate elements
-out and the row is one segment, :data:`PERSISTENT`): as many blocks as multiprocessors, each taking row tiles
+**Walking row tiles** (:attr:`TileProducer.walking`, ``Spec.persistent``; by default in one segment and, under a
+gate, with at most three stages, :data:`PERSISTENT`): as many blocks as multiprocessors, each taking row tiles
 ``blockIdx.x``, ``+ gridDim.x``, …, its ring counted across them, so that the producer copies the next row tile's
 first tiles while the consumers store this one's outputs and stage its query, and the block's prologue is paid once
 a multiprocessor instead of once a row tile (one block fits a multiprocessor: nothing else hid it). The consumers
-vote on their query's residuals at a named barrier of their own (:data:`VOTE`, ``bar_red_or``). Measured on the
-H200 (one process, two rounds): LLaMA-65B L2048 0.2843/0.2873 ms against 0.2961/0.2946 a block a row tile (float16),
-0.2831/0.2851 against 0.2914/0.2939 (bfloat16); L4096 1.0169/1.0198 against 1.0237/1.0257.
+vote on their query's residuals at a named barrier of their own (:data:`VOTE`, ``bar_red_or``); under a gate true on
+a prefix of the row each role counts its tiles itself (:meth:`TileProducer.walking_kernel`). Measured on the H200
+(one process, two rounds): LLaMA-65B L2048 0.2843/0.2873 ms against 0.2961/0.2946 a block a row tile (float16),
+0.2831/0.2851 against 0.2914/0.2939 (bfloat16); L4096 1.0169/1.0198 against 1.0237/1.0257; causal L2048
+0.2201/0.2199 against 0.2247/0.2238 for one warpgroup a block, L4096 0.6792/0.6803 against 0.7629/0.7623.
 
 Named barriers: one "full" a stage and consumer warpgroup, one "empty" a stage, two turns (``3 S + 2`` of the 15; four
 stages fit, 192 KB of shared memory at d = 128 with the query's residuals). Every arrival is matched by a wait: an
 "empty" arrival only for a stage the producer will wait for; warpgroup 0's first turn handed by warpgroup 1 before
 the loop, its last taken after it (no branch on the warpgroup inside the loop). A block of one row tile meets at
-barrier 0 only while it stages the params (and, under a causal mask, votes on its tile counts), before the roles split. Both consumer
-warpgroups see the same tiles, so the turns stay balanced. A gate true on a prefix of the row (a causal mask) is
+barrier 0 only while it stages the params (and, under a causal mask, votes on its tile counts), before the roles
+split. Both consumer warpgroups see the same tiles, so the turns stay balanced. A gate true on a prefix of the row (a causal mask) is
 decided before the roles split: the block's live tiles and those it sees whole are both prefixes, counted once
 (:meth:`TileProducer.spans`); other gates, whose tiles are voted on at the block's barrier every tile, keep one or two
 warpgroups without a producer.
@@ -54,7 +57,7 @@ from ..tree import Assign, Call, For, If, While
 #: (:meth:`TileProducer.producer_loop`; cascades without a gate).
 EARLY = False
 #: Whether the producer block walks row tiles by default (:attr:`TileProducer.walking`: a block a multiprocessor,
-#: ``Spec.persistent``) where no let may gate elements out and the row is one segment.
+#: ``Spec.persistent``) where the row is one segment and, under a gate, the ring has at most three stages.
 PERSISTENT = True
 #: The named barriers at which a walking block's consumers vote (on their params' residuals, and under a gate true on
 #: a prefix of the row on their tile counts) and its producer votes (on the live tiles), past the ring's.
@@ -196,26 +199,31 @@ class TileProducer:
         ``bar_red_or``), so that the producer never waits for them but at its ring's barriers; the ring's tiles are
         counted across row tiles (``gq``: the block's tiles before this row tile's). A row tile's last stage is
         released once its sums are complete, and the producer, past its last tile, waits for the releases it did not
-        wait for before (every arrival matched by a wait)."""
+        wait for before (every arrival matched by a wait). Under a gate true on a prefix of the row, each role counts
+        the row tile's live tiles itself (:meth:`spans`' counts, each at its own named barrier: the consumers the live
+        and the whole ones of their rows, the producer the live ones, a row of the block a thread), and the row tiles,
+        longest first (:meth:`~.mma.MmaKernel.row_tile`), are taken in a snake: round ``k`` ascending for an even
+        ``k``, descending for an odd one, so that a block's long row tiles pair with its short ones."""
         assert 3 * self.stages + 2 < VOTE and self.group == self.bm
         warps, first = self.threads // 32, self.vin[0]
         *staging, _ = self.params()
-        if self.prefix:  # (row tiles of unequal counts, longest first: each block takes them in a snake, first to
-            # last, then back, so that a block's long ones pair with its short ones)
+        if self.prefix:  # (the snake)
+            start = [Assign("wk", "0")]
             step = [Assign("wk", "wk + 1"), Assign("tile", "wk * cuda.gridDim.x + pick((wk & 1) != 0, "
                                                            "cuda.gridDim.x - 1 - cuda.blockIdx.x, cuda.blockIdx.x)")]
         else:
-            step = [Assign("tile", "cuda.gridDim.x", "+")]
+            start, step = [], [Assign("tile", "cuda.gridDim.x", "+")]
 
         def walk(body: list, own: str | None = None) -> list:
-            return [Assign("gq", "0")] + [Assign("wk", "0")] * self.prefix + [Assign("tile", "cuda.blockIdx.x"), While("tile < total", tuple(
-                self.row_tile("tile", own) + self.count() + body + [Assign("gq", "ntile", "+")] + step))]
+            each = self.row_tile("tile", own) + self.count() + body + [Assign("gq", "ntile", "+")] + step
+            return [Assign("gq", "0")] + start + [Assign("tile", "cuda.blockIdx.x"), While("tile < total", tuple(each))]
         _, empty, _ = self.barrier_ids()
         last = [If("ntile > 0", (Call("bar_arrive", (empty("sp"), str(self.threads + self.group))),))]
         spans = []
         if self.prefix:  # the block's live tiles and those every row sees whole, voted on by the consumers
-            spans = self.own_spans() + [Assign("nlive", "0"), self.span_vote("nlive", "ml", "or", (VOTE, self.threads)),
-                                        Assign("nopen", "0"), self.span_vote("nopen", "mo", "and", (VOTE, self.threads)),
+            vote = (VOTE, self.threads)
+            spans = self.own_spans() + [Assign("nlive", "0"), self.span_vote("nlive", "ml", "or", vote),
+                                        Assign("nopen", "0"), self.span_vote("nopen", "mo", "and", vote),
                                         Assign("ntile", "nlive")]
         consumers = [Assign("wgi", f"uniform(int32(warp // {self.group // 32}))")] + walk(
             staging + [Assign("split", f"bar_red_or({VOTE}, {self.threads}, inexact)")] + spans + self.prelude() +

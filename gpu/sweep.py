@@ -4,7 +4,7 @@ that alternate the variants (the GPU's clock drifts between rounds), beside the 
 
     python3 gpu/sweep.py fp8gemm:7,normgemm:3 4:columns_mma,8:columns_mma@128m3 --rounds 2
     python3 gpu/sweep.py fp8gemm:7 4:columns_mma,UNROLL=4+FRAGMENT=0:columns_mma,NT=1:columns_mma
-    python3 gpu/sweep.py prefill:2,prefill:3 built:wgmma,tile_producer.EARLY=1:wgmma,tile_copies.CHAIN=8:wgmma
+    python3 gpu/sweep.py prefill:2,prefill:3 built:wgmma,tile_producer.PERSISTENT=0:wgmma,tile_copies.CHAIN=8:wgmma
 
 A variant is ``SETTINGS:CONFIG``: CONFIG as bench's ``--configs`` (``m3`` three blocks a multiprocessor, ``g16`` a
 lane's 16-byte loads); SETTINGS ``built`` (as built), a number (``columns_mma.UNROLL``: the steps a warp loads before their

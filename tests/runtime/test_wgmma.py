@@ -411,22 +411,6 @@ def test_the_producers_whole_tile_copies_from_bases_moved_on_every_few_copies(ch
     assert_matches_the_reference("wgmma", "attention", 1, 20, 130, 32, "float16", False, True, threads=96)
 
 
-@pytest.mark.parametrize("L,d,options", [(130, 64, {}), (300, 16, {"tile": 128}), (700, 16, {"segments": 3}),
-                                         (1, 16, {})])
-def test_the_first_tile_copied_while_the_params_are_staged(L, d, options, monkeypatch):
-    # tile_producer.EARLY: the producer issues the first tile's copies before the block's barrier (a segment's first
-    # tile with segments; none where the row has no tile), its loop an empty group for it
-    from redalgebra.codegen.strategies import tile_producer
-
-    monkeypatch.setattr(tile_producer, "EARLY", True)
-    kernel = compile(fused("attention"), "cudasim", "wgmma", threads=96, **options)
-    spec = kernel.spec_for(20, L, {"k": "float16", "v": "float16"}, {"d": d}, True, reps={"k": 20, "v": 20})[1]
-    lines = [ln.strip() for ln in kernel.source(spec, "wgmma").source.splitlines()]
-    early, vote = lines.index("if 0 < ntile:"), next(i for i, ln in enumerate(lines) if "syncthreads_or" in ln)
-    assert early < vote and "if it > 0:" in lines[vote:]  # issued before the block's vote; the loop skips tile 0
-    assert_matches_the_reference("wgmma", "attention", 1, 20, L, d, "float16", True, True, threads=96, **options)
-
-
 def test_the_producer_block_meets_at_named_barriers_only_once_its_roles_split(monkeypatch):
     # on the GPU: 384 threads (launch bounds), one block barrier (the residuals' vote) before the roles split, none in
     # either role's loop; a "full" barrier a stage and consumer warpgroup (256 threads: one warpgroup and the

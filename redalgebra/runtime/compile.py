@@ -639,7 +639,9 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
         ``rows``: launch only as many blocks as fit on the GPU at once (multiprocessors × ``min_blocks``),
         each walking rows, instead of a block per row; chosen from the shape when omitted. ``columns_wgmma``:
         the product's blocks (multiprocessors × ``min_blocks``, one a multiprocessor by default) walk the
-        output's tiles (off when omitted).
+        output's tiles (off when omitted). ``wgmma``: the producer block (``threads=384``) walks row tiles, a block a
+        multiprocessor, its rows then in one segment; by default where the row is one segment (and, under a causal
+        mask, the ring has at most three stages); ``True`` with a smaller block is refused.
     batch : int, optional
         ``columns``: rows a block processes together (they share its reads of the vector inputs; it must
         divide how many rows share each vector row); chosen from the shape when omitted.

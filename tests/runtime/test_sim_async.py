@@ -117,8 +117,13 @@ def test_the_simulators_named_barriers_hold_a_bar_sync_until_the_count_arrives()
             sync(7, 96)
             passed.append((r, arrived[r]))  # (the producers' arrivals of round r when this one passed it)
 
-    def producer():  # a warp that arrives
+    def producer():  # a warp that arrives, in round r once every consumer has passed round r - 1 (on the GPU the
+        # kernel's barriers order that; here the threads' start under load may not, and an arrival early for round r
+        # would count in round r - 1: a thread arriving twice)
         for r in range(3):
+            deadline = time.monotonic() + 20
+            while r and sum(q == r - 1 for q, _ in list(passed)) < 64 and time.monotonic() < deadline:
+                time.sleep(0.001)
             time.sleep(0.05)
             with lock:
                 arrived[r] += 1

@@ -179,8 +179,9 @@ def _sim_warp_meet():
 
 def _meet(bid, count: int, blocking: bool, what: str, vote: bool = False) -> bool:
     """This thread's arrival at round ``bid`` of its block (:func:`_sim_named_barrier`), waiting for the round's
-    ``count`` threads if ``blocking``; returns whether any thread of the round voted (``vote``), once it completed. A waiting thread sleeps on its round's own event, set by the round's last
-    arrival (a condition shared by every round would wake every waiting thread of the block at each completion)."""
+    ``count`` threads if ``blocking``; returns whether any thread of the round voted (``vote``), once it completed. A
+    waiting thread sleeps on its round's own event, set by the round's last arrival (a condition shared by every round
+    would wake every waiting thread of the block at each completion)."""
     t = threading.current_thread()
     manager = getattr(t, "_manager", None)
     key = (id(manager), tuple(getattr(t, "blockIdx", ())), bid)

@@ -483,6 +483,13 @@ def test_blocks_walk_row_tiles_only_as_the_producer_block_in_one_segment_with_me
     assert spec(causal, threads=96).stages == 4 and not spec(causal, threads=96).persistent
     with pytest.raises(RedalgebraError, match="only as the producer block"):
         spec(attention, threads=32, persistent=True)
+    # (said by applicable, so that auto takes another strategy rather than failing the call)
+    from redalgebra.codegen.strategies.wgmma import applicable
+
+    base = dict(threads=32, tile=None, segments=None, group=None, batch=None, simulator=True, persistent=True)
+    p = Problem(40, 300, (("d", 16),), (("k", "float16"), ("v", "float16")), False, True, True, True,
+                (("k", 40), ("v", 40)), tuple(base.items()))
+    assert "only as the producer block" in applicable(attention, p)
     with pytest.raises(RedalgebraError, match="under a gate with at most 3 stages"):
         spec(causal, source=True, threads=96, persistent=True)
     monkeypatch.setattr(mma, "MOST_STAGES", 3)

@@ -570,6 +570,8 @@ def _applicable(fused: FusedCascade, p: Problem) -> str | None:
     for name, fixed in (("batch", _rows(fused, p)), ("group", 16)):
         if p.option(name) not in (None, fixed):
             return f"wgmma: the {name} is fixed by the instruction shapes (16 rows per warp)"
+    if p.option("persistent") and not _producer(fused, p):
+        return "wgmma: blocks walk row tiles (persistent) only as the producer block (threads=384)"
     return None
 
 
@@ -604,10 +606,7 @@ def _walking(fused: FusedCascade, p: Problem, producer: bool, nseg: int, stages:
     """Whether the producer block walks row tiles (:attr:`~.tile_producer.TileProducer.walking`): as asked
     (``persistent``), else by :data:`~.tile_producer.PERSISTENT` where the row is one segment and, if a let may gate
     elements out, the ring has at most 3 stages."""
-    asked = p.option("persistent")
-    if asked and not producer:
-        raise RedalgebraError("wgmma: blocks walk row tiles (persistent) only as the producer block (threads=384): "
-                              "use persistent=None")
+    asked = p.option("persistent")  # (asked of another block: refused by applicable)
     if asked is not None:
         return bool(asked)
     # (under a gate, the producer's own vote takes a named barrier: at most 3 stages)

@@ -472,10 +472,9 @@ def test_blocks_walk_row_tiles_only_as_the_producer_block_in_one_segment_with_me
     from redalgebra.codegen.strategies import mma
     from redalgebra.ir import parse
 
-    def spec(f, source=False, **options):
+    def spec(f, **options):
         kernel = compile(f, "cudasim", "wgmma", **options)
-        chosen = kernel.spec_for(40, 300, {"k": "float16", "v": "float16"}, {"d": 16}, reps={"k": 40, "v": 40})[1]
-        return kernel.source(chosen, "wgmma") if source else chosen
+        return kernel.spec_for(40, 300, {"k": "float16", "v": "float16"}, {"d": 16}, reps={"k": 40, "v": 40})[1]
     attention, causal = fused("attention"), derive(parse(CAUSAL))
     assert spec(attention, threads=96).persistent and not spec(attention, threads=96, persistent=False).persistent
     assert not spec(attention, threads=96, segments=3).persistent  # (segments: a block a row tile)
@@ -490,8 +489,10 @@ def test_blocks_walk_row_tiles_only_as_the_producer_block_in_one_segment_with_me
     p = Problem(40, 300, (("d", 16),), (("k", "float16"), ("v", "float16")), False, True, True, True,
                 (("k", 40), ("v", 40)), tuple(base.items()))
     assert "only as the producer block" in applicable(attention, p)
-    with pytest.raises(RedalgebraError, match="under a gate with at most 3 stages"):
-        spec(causal, source=True, threads=96, persistent=True)
+    with pytest.raises(RedalgebraError, match="under a gate with at most 3 stages"):  # (said before any source)
+        spec(causal, threads=96, persistent=True)
+    with pytest.raises(RedalgebraError, match="each row in one segment"):
+        spec(attention, threads=96, persistent=True, segments=3)
     monkeypatch.setattr(mma, "MOST_STAGES", 3)
     assert spec(causal, threads=96).persistent
 

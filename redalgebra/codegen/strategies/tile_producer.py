@@ -112,9 +112,11 @@ class TileProducer:
                                   "block's barrier every tile; use threads=128 or 256")
         if not self.pipelined or 3 * self.stages + 2 > 15:
             raise RedalgebraError(f"wgmma: a producer warpgroup needs 3 or 4 stages of tiles, got {self.stages}")
-        if self.walking and (self.segmented or self.gate is not None and 3 * self.stages + 2 >= PRODUCER_VOTE):
-            raise RedalgebraError("wgmma: a producer block walks row tiles (persistent) with rows in one segment, and "
-                                  "under a gate with at most 3 stages (its named barriers): use persistent=False")
+        if self.walking and self.segmented:
+            raise RedalgebraError("wgmma: blocks walking row tiles (persistent) take each row in one segment")
+        if self.walking and self.gate is not None and 3 * self.stages + 2 >= PRODUCER_VOTE:
+            raise RedalgebraError("wgmma: blocks walk row tiles (persistent) under a gate with at most 3 stages (the "
+                                  "producer's vote takes a named barrier): use persistent=False")
 
     @property
     def walking(self) -> bool:

@@ -570,8 +570,14 @@ def _applicable(fused: FusedCascade, p: Problem) -> str | None:
     for name, fixed in (("batch", _rows(fused, p)), ("group", 16)):
         if p.option(name) not in (None, fixed):
             return f"wgmma: the {name} is fixed by the instruction shapes (16 rows per warp)"
-    if p.option("persistent") and not _producer(fused, p):
-        return "wgmma: blocks walk row tiles (persistent) only as the producer block (threads=384)"
+    if p.option("persistent"):
+        if not _producer(fused, p):
+            return "wgmma: blocks walk row tiles (persistent) only as the producer block (threads=384)"
+        if (p.option("segments") or 1) > 1:
+            return "wgmma: blocks walking row tiles (persistent) take each row in one segment: leave segments out"
+        if _gating(fused) and _stages(fused, p)[0] > 3:
+            return ("wgmma: blocks walk row tiles (persistent) under a gate with at most 3 stages (the producer's "
+                    "vote takes a named barrier), and this call's ring has 4: use persistent=False")
     return None
 
 

@@ -107,6 +107,9 @@ def _jobs() -> list:
     # the producer block walking row tiles, as the policy builds it for long prefill rows
     jobs += [(_key("attention", "wgmma", 4096, 2048, "walking"), "attention", "wgmma", 4096, 2048, "bfloat16",
               {"heads": 2048, "threads": 384, "tile": 128, "persistent": True})]
+    # ... and a causal mask's (ALiBi's gate), the policy's block there: each role's vote at its own named barrier
+    jobs += [(_key("alibi_attention", "wgmma", 64 * 2048, 2048, "walking"), "alibi_attention", "wgmma", 64 * 2048,
+              2048, "bfloat16", {"heads": 2048})]
     # MLA decode: four tokens' 128 heads over their latent rows (each shared by its token's heads: reps of 128), at
     # half MLA's widths (256 + 16: the same kernel's structure, compiled in a third of the time)
     jobs.insert(0, (_key("mla_decode", "wgmma", 512, 4096), "mla_decode", "wgmma", 512, 4096, "bfloat16",
@@ -360,6 +363,10 @@ def test_the_walking_producer_block_meets_at_named_barriers_only(report):
     assert facts["strategy"] == "wgmma" and facts["wgmma"] == 8 + 8 + 8, facts
     assert facts["block_barriers"] == 0 and facts["named_votes"] == 1, facts
     assert facts["ld_local"] == facts["st_local"] == facts["local_bytes"] == 0
+    # under a causal mask (the policy's block, walking): the counts' votes at named barriers too (bit by bit, each
+    # unrolled), still none at barrier 0
+    gated = report[_key("alibi_attention", "wgmma", 64 * 2048, 2048, "walking")]
+    assert gated["strategy"] == "wgmma" and gated["block_barriers"] == 0 and gated["named_votes"] > 3, gated
 
 
 @pytest.mark.slow

@@ -234,6 +234,9 @@ def test_long_ungated_rows_of_128_components_take_the_producer_block_by_default(
     from redalgebra.ir import parse
 
     assert spec(derive(parse(RECENT))) == (128, 64, False)  # pos > qpos - 64: on the row's last keys
+    assert spec(derive(parse(CAUSAL.replace("where(pos <= qpos, s, -inf)", "where(pos <= qpos, -inf, s)")))) == \
+        (128, 64, False)  # -inf on the prefix: no gate
+    assert spec("alibi_attention", persistent=False) == (128, 64, False)  # (a gated block a row tile: slower)
     assert spec(keep=True) == (128, 64, False)
     assert spec(length=512, rows=12 * 512) == (128, 64, False) and spec(d=64) == (128, 64, False)
     assert spec(rows=4 * 2048) == (128, 64, False)  # 64 row tiles of 128: under the 132 multiprocessors

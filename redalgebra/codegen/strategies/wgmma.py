@@ -444,7 +444,8 @@ def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
     tiles = p.rows // rep * -(-rep // bm)
     if (p.has_keep or p.length < PRODUCER_LENGTH or _groups(fused, p) != 1
             or -(-rep // bm) * bm > -(-rep // (bm // 2)) * (bm // 2) or tiles < p.multiprocessors()
-            or not _prefix_gated(fused)):
+            or not _prefix_gated(fused) or _gating(fused) and p.option("persistent") is False):
+        # (under a gate, the producer block a row tile a block measured slower than one warpgroup)
         return p
     return dataclasses.replace(p, options=tuple(dict(p.options, threads=3 * THREADS, tile=2 * BN).items()))
 
@@ -622,7 +623,8 @@ def _walking(fused: FusedCascade, p: Problem, producer: bool, nseg: int, stages:
 def _prefix_gated(fused: FusedCascade) -> bool:
     """Whether every let that may gate elements out is ``where(c, …, -inf)`` with ``c`` true on a prefix of the row (a
     causal mask: :func:`.products.prefix`), as the producer block takes it; none at all included."""
-    return all(isinstance(e, sp.Piecewise) and len(e.args) == 2 and prefix(e.args[0].cond)
+    return all(isinstance(e, sp.Piecewise) and len(e.args) == 2 and e.args[1].expr == -sp.oo
+               and e.args[1].cond == sp.true and prefix(e.args[0].cond)
                for _, e in fused.prologue.steps if e.has(-sp.oo))
 
 

@@ -177,15 +177,17 @@ class TileProducer:
         *staging, split = self.params()  # (every thread at the block's barrier that votes for the residuals)
         consumers = [Assign("wgi", f"uniform(int32(warp // {self.group // 32}))")] + self.prelude() + \
             self.initial() + self.consumer_loop() + (self.parts() if self.segmented else self.outputs())
-        producer = self.producer_loop()
-        # tiles of 128 elements (scores and factors twice a 64-element tile's) hand the producer's registers to the
-        # consumers (setmaxnreg; a kernel calling it is loaded from its whole PTX, runtime.driver): without it ptxas
-        # spilled 576 bytes and serialized the wgmmas. Tiles of 64 keep the 168 registers a thread of 384 get: ptxas
-        # assembles attention at d = 128 in them without spills
+        return head + self.setup() + [If(f"warp < {warps}", tuple(staging), (Assign("inexact", "0"),)), split] + \
+            self.count() + self.spans() + [self.roles(self.producer_loop(), consumers)]
+
+    def roles(self, producer: list, consumers: list) -> If:
+        """The block split by role. Tiles of 128 elements (scores and factors twice a 64-element tile's) hand the
+        producer's registers to the consumers (setmaxnreg; a kernel calling it is loaded from its whole PTX,
+        runtime.driver): without it ptxas spilled 576 bytes and serialized the wgmmas. Tiles of 64 keep the 168
+        registers a thread of 384 get: ptxas assembles attention at d = 128 in them without spills."""
         if self.kt > 64:
             producer, consumers = [Call("regs_give40", ())] + producer, [Call("regs_take232", ())] + consumers
-        return head + self.setup() + [If(f"warp < {warps}", tuple(staging), (Assign("inexact", "0"),)), split] + \
-            self.count() + self.spans() + [If(f"warp >= {warps}", tuple(producer), tuple(consumers))]
+        return If(f"warp >= {self.threads // 32}", tuple(producer), tuple(consumers))
 
     def walking_kernel(self) -> list:
         """The block walking row tiles (:attr:`walking`). Both roles take the same row tiles in the same order; the
@@ -199,7 +201,7 @@ class TileProducer:
         longest first (:meth:`~.mma.MmaKernel.row_tile`), are taken in a snake: round ``k`` ascending for an even
         ``k``, descending for an odd one, so that a block's long row tiles pair with its short ones."""
         assert 3 * self.stages + 2 < VOTE and self.group == self.bm
-        warps, first = self.threads // 32, self.vin[0]
+        first = self.vin[0]
         *staging, _ = self.params()
         if self.prefix:  # (the snake)
             start = [Assign("wk", "0")]
@@ -213,43 +215,13 @@ class TileProducer:
             return [Assign("gq", "0")] + start + [Assign("tile", "cuda.blockIdx.x"), While("tile < total", tuple(each))]
         _, empty, _ = self.barrier_ids()
         last = [If("ntile > 0", (Call("bar_arrive", (empty("sp"), str(self.threads + self.group))),))]
-        spans = []
-        if self.prefix:  # the block's live tiles and those every row sees whole, voted on by the consumers
-            vote = (VOTE, self.threads)
-            spans = self.own_spans() + [Assign("nlive", "0"), self.span_vote("nlive", "ml", "or", vote),
-                                        Assign("nopen", "0"), self.span_vote("nopen", "mo", "and", vote),
-                                        Assign("ntile", "nlive")]
+        # (under a gate, the block's live tiles and those every row sees whole, voted on by the consumers)
+        spans = self.own_spans() + self.span_votes((VOTE, self.threads)) if self.prefix else []
         consumers = [Assign("wgi", f"uniform(int32(warp // {self.group // 32}))")] + walk(
             staging + [Assign("split", f"bar_red_or({VOTE}, {self.threads}, inexact)")] + spans + self.prelude() +
             self.initial() + self.consumer_loop() + last + self.outputs())
-        producer = self.walking_producer(walk)
-        if self.kt > 64:  # (the registers handed over, as kernel() says)
-            producer, consumers = [Call("regs_give40", ())] + producer, [Call("regs_take232", ())] + consumers
         total = f"int32(uint32(rows) // uint32(rep_{first})) * ((rep_{first} + {self.bm - 1}) // {self.bm})"
-        return self.setup(None) + [Assign("total", total),
-                                   If(f"warp >= {warps}", tuple(producer), tuple(consumers))]
-
-    def walking_producer(self, walk) -> list:
-        """The producer's side of :meth:`walking_kernel`: each row tile's copies at the ring's count ``gq + it``."""
-        full, empty, _ = self.barrier_ids()
-        s, waiters = self.stages, str(self.threads + self.group)
-        self.producing = (self.group, "ptid")
-        try:
-            arrive = [Call("bar_arrive", (full("sf", w), str(2 * self.group))) for w in range(2)]
-            stage = lambda e: f"uint32({e}) % uint32({s})"  # noqa: E731
-            step, last = ring_producer("gq + it", s, self.in_flight, stage, self.issue("it", "st", loop=True),
-                                       arrive, empty, waiters, "gq")
-            releases = For("jt", f"max(gq - {s}, 0)", "gq", (Call("bar_sync", (empty(stage("jt")), waiters)),))
-            spans, own = [], None
-            if self.prefix:  # the same live tiles, found by the producer's threads, a row of the block each
-                own = "ptid"
-                spans = self.own_spans(whole=False) + [
-                    Assign("nlive", "0"), self.span_vote("nlive", "ml", "or", (PRODUCER_VOTE, self.group)),
-                    Assign("ntile", "nlive")]
-            return [Assign("ptid", f"tid - {self.threads}")] + \
-                walk(spans + self.copy_setup() + [For("it", "0", "ntile", tuple(step))], own) + last + [releases]
-        finally:
-            self.producing = None
+        return self.setup(None) + [Assign("total", total), self.roles(self.producer_loop(walk), consumers)]
 
     def spans(self) -> list:
         """With a gate true on a prefix of the row (a causal mask; :func:`.products.prefix`), before the roles split:
@@ -263,9 +235,17 @@ class TileProducer:
         if not self.prefix:
             return []
         warps = self.threads // 32
-        return [If(f"warp < {warps}", tuple(self.own_spans()), (Assign("ml", "0"), Assign("mo", f"{1 << BITS}"))),
-                Assign("nlive", "0"), self.span_vote("nlive", "ml", "or"), Assign("nopen", "0"),
-                self.span_vote("nopen", "mo", "and"), Assign("ntile", "nlive")]
+        return [If(f"warp < {warps}", tuple(self.own_spans()), (Assign("ml", "0"), Assign("mo", f"{1 << BITS}")))] + \
+            self.span_votes()
+
+    def span_votes(self, barrier: tuple | None = None, whole: bool = True) -> list:
+        """``ntile`` lowered to ``nlive``, the largest of the voters' live tiles (:meth:`own_spans`), and with
+        ``whole`` ``nopen``, the smallest of those they see whole: votes at barrier 0 or ``barrier``
+        (:meth:`span_vote`)."""
+        out = [Assign("nlive", "0"), self.span_vote("nlive", "ml", "or", barrier)]
+        if whole:
+            out += [Assign("nopen", "0"), self.span_vote("nopen", "mo", "and", barrier)]
+        return out + [Assign("ntile", "nlive")]
 
     def own_spans(self, whole: bool = True) -> list:
         """``ml``: the live tiles of the thread's rows (the gate holds at a tile's first position for one of them);
@@ -307,20 +287,29 @@ class TileProducer:
         return [If("wgi == 1", (Call("bar_arrive", (turn(0), t)),)), For("it", "0", "ntile", tuple(step))] + \
             self.drain() + [If("wgi == 0", (Call("bar_sync", (turn(0), t)),))]
 
-    def producer_loop(self) -> list:
-        """The producer's loop over the block's tiles and what follows it. (Its first tile's copies issued before the
-        block's barrier at which the consumers stage the params, so that the two latencies overlap, measured at most
-        2 % faster on the H200, 2026-12-04: walking row tiles, :meth:`walking_kernel`, overlaps more, and took its
-        place.)"""
+    def producer_loop(self, walk=None) -> list:
+        """The producer's loop over the block's tiles and what follows it; with ``walk`` (:meth:`walking_kernel`'s
+        loop over row tiles), each row tile's copies at the ring's count ``gq + it``, and past the last row tile the
+        releases it did not wait for. Under a gate, walking, the producer's threads find the row tile's live tiles
+        themselves, a row of the block each. (Its first tile's copies issued before the block's barrier at which the
+        consumers stage the params, so that the two latencies overlap, measured at most 2 % faster on the H200,
+        2026-12-04: walking row tiles overlaps more, and took its place.)"""
         full, empty, _ = self.barrier_ids()
-        s = self.stages
+        s, waiters = self.stages, str(self.threads + self.group)
+        stage = lambda e: f"uint32({e}) % uint32({s})"  # noqa: E731
         self.producing = (self.group, "ptid")
         try:
             arrive = [Call("bar_arrive", (full("sf", w), str(2 * self.group))) for w in range(2)]
-            start = [Assign("ptid", f"tid - {self.threads}")] + self.copy_setup()
-            copies = self.issue(f"{self.first}it", "st", loop=True)
-            step, last = ring_producer("it", s, self.in_flight, lambda e: f"uint32({e}) % uint32({s})", copies,
-                                       arrive, empty, str(self.threads + self.group), "ntile")
-            return start + [For("it", "0", "ntile", tuple(step))] + last
+            q, count = ("gq + it", "gq") if walk else ("it", "ntile")
+            step, last = ring_producer(q, s, self.in_flight, stage, self.issue(f"{self.first}it", "st", loop=True),
+                                       arrive, empty, waiters, count)
+            start, loop = [Assign("ptid", f"tid - {self.threads}")], [For("it", "0", "ntile", tuple(step))]
+            if walk is None:
+                return start + self.copy_setup() + loop + last
+            releases = For("jt", f"max(gq - {s}, 0)", "gq", (Call("bar_sync", (empty(stage("jt")), waiters)),))
+            spans, own = [], None
+            if self.prefix:
+                spans, own = self.own_spans(whole=False) + self.span_votes((PRODUCER_VOTE, self.group), False), "ptid"
+            return start + walk(spans + self.copy_setup() + loop, own) + last + [releases]
         finally:
             self.producing = None

@@ -365,6 +365,12 @@ class Kernel:
                 raise EvaluationError(f"param {p.name}: a device array must be float32 of shape "
                                       f"{'(rows,)' if p.size is None else '(rows, size)'} with rows = {rows}, got "
                                       f"{_dtype(value)} {shape} (or pass a host value, broadcast on the host)")
+            face = value.__cuda_array_interface__
+            if p.size is not None and (not _c_contiguous(value, 4) or face["data"][0] % 16):
+                # (the tensor-core kernels read a vector param's rows in 16-byte loads)
+                raise EvaluationError(f"param {p.name}: a device array must be C-contiguous and start 16-byte aligned "
+                                      f"(strides {face.get('strides')}, address {face['data'][0]:#x}): pass a "
+                                      f"contiguous copy (.contiguous(), cupy.ascontiguousarray)")
             return value
         given = param_values(p, value)
         a = given.astype(np.float32)

@@ -102,3 +102,24 @@ def test_device_arrays_that_numba_would_not_type_c_contiguous_are_recognised():
     assert not _c_contiguous(dev((4, 8), (64, 4)), 4)  # a slice of wider rows
     assert not _c_contiguous(dev((1, 8), (0, 4)), 4) and not _c_contiguous(dev((4, 8), (0, 4)), 4)  # broadcasts
     assert not _c_contiguous(dev((4, 8), (4, 16)), 4)  # a transposed view
+
+
+def test_a_device_vector_param_must_be_contiguous_and_aligned_for_16_byte_loads():
+    # the tensor-core kernels read a vector param's rows (attention's queries) four float32 at a time
+    from redalgebra.runtime.compile import Kernel
+
+    class DeviceArray:  # what the call reads of a device array (its CUDA array interface)
+        def __init__(self, shape, strides=None, address=1 << 20):
+            self.shape = shape
+            self.__cuda_array_interface__ = {"shape": shape, "typestr": "<f4", "data": (address, False),
+                                             "strides": strides, "version": 3}
+    kernel = compile(fused("attention"), "cpu")
+    q = next(p for p in kernel.fused.cascade.params if p.name == "q")
+    good = DeviceArray((4, 16))
+    assert Kernel._param(kernel, q, good, 4) is good
+    assert Kernel._param(kernel, q, DeviceArray((4, 16), (64, 4)), 4) is not None  # C strides spelled out
+    for bad, why in ((DeviceArray((4, 16), (128, 4)), r"strides \(128, 4\)"),  # a slice of wider rows
+                     (DeviceArray((4, 16), None, (1 << 20) + 4), "strides None, address 0x100004")):
+        with pytest.raises(EvaluationError, match=f"param q: a device array must be C-contiguous and start 16-byte "
+                                                  f"aligned \\({why}"):
+            Kernel._param(kernel, q, bad, 4)

@@ -468,6 +468,13 @@ def test_the_producer_block_walks_row_tiles_voting_at_a_barrier_of_its_consumers
     assert "bar_sync(7 + (uint32(jt) % uint32(3)), 384)" in lines[split:]
     # a row tile's last stage released once its sums are complete (the producer waits for every release)
     assert "if pp != 0:" in consumers and "if ntile > 0:" in consumers
+    # the query staged in 16-byte loads, a warp's 32 a row (32 chunks of 4 components: the thread's column fixed, its
+    # rows 8 apart), 16 a thread, all issued before the first is rounded
+    loads = [i for i, ln in enumerate(consumers) if "= ld_f32x4(q, min(grp * grows + rt * 128 + gen_qr0_0 + " in ln]
+    assert len(loads) == 16 and "gen_qr0_0 + 120, gend - 1), 4 * gen_qc_0)" in consumers[loads[-1]]
+    assert loads[-1] < min(i for i, ln in enumerate(consumers) if ln.startswith("qw = pack_f16x2("))
+    vote = consumers.index("split = bar_red_or(15, 256, inexact)")
+    assert not any("q[rc_" in ln for ln in consumers[:vote])  # (past it: the residuals' products, where split)
 
 
 def test_blocks_walk_row_tiles_only_as_the_producer_block_in_one_segment_with_messages(monkeypatch):

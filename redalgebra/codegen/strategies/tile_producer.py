@@ -59,6 +59,10 @@ PERSISTENT = True
 #: The named barriers at which a walking block's consumers vote (on their params' residuals, and under a gate true on
 #: a prefix of the row on their tile counts) and its producer votes (on the live tiles), past the ring's.
 VOTE, PRODUCER_VOTE = 15, 14
+#: Timing bounds only (wrong results; ``gpu/sweep.py`` ``tile_producer.ABLATE=N``), bits of the walking block: 1, the
+#: consumers stage the query of their first row tile only; 2, no outputs stored (a condition no row meets); 4, no
+#: tile masked (every live tile taken whole). 0: as built.
+ABLATE = 0
 #: Bits of the block's tile counts voted on (spans): counts below 2**21 (rows of 134 million keys in tiles of 64;
 #: a row's length is an int32's, and its tiles fewer).
 BITS = 21
@@ -217,9 +221,14 @@ class TileProducer:
         last = [If("ntile > 0", (Call("bar_arrive", (empty("sp"), str(self.threads + self.group))),))]
         # (under a gate, the block's live tiles and those every row sees whole, voted on by the consumers)
         spans = self.own_spans() + self.span_votes((VOTE, self.threads)) if self.prefix else []
+        outputs = self.outputs()
+        if ABLATE & 1:
+            staging = [Assign("inexact", "0"), If("gq == 0", tuple(staging))]
+        if ABLATE & 2:
+            outputs = [If("rows < 0", tuple(outputs))]
         consumers = [Assign("wgi", f"uniform(int32(warp // {self.group // 32}))")] + walk(
             staging + [Assign("split", f"bar_red_or({VOTE}, {self.threads}, inexact)")] + spans + self.prelude() +
-            self.initial() + self.consumer_loop() + last + self.outputs())
+            self.initial() + self.consumer_loop() + last + outputs)
         total = f"int32(uint32(rows) // uint32(rep_{first})) * ((rep_{first} + {self.bm - 1}) // {self.bm})"
         return self.setup(None) + [Assign("total", total), self.roles(self.producer_loop(walk), consumers)]
 
@@ -281,7 +290,7 @@ class TileProducer:
         step = [Assign("st", f"uint32({'gq + ' if self.walking else ''}it) % uint32({self.stages})"),
                 Call("bar_sync", (full("st", "wgi"), str(2 * self.group)))] + self.lanes("fresh(tid)")
         if self.prefix:  # (every row of the block sees the tile whole: no mask an element, spans)
-            step.append(Assign("op", "int32(it < nopen)"))
+            step.append(Assign("op", "1" if ABLATE & 4 else "int32(it < nopen)"))
         self.next_copies = []
         step += self.tile()
         return [If("wgi == 1", (Call("bar_arrive", (turn(0), t)),)), For("it", "0", "ntile", tuple(step))] + \

@@ -166,6 +166,66 @@ class WgmmaKernel(TileProducer, MmaKernel):
         return (f"((sb + {at} + (16 * {self.rw} + lg + {8 * h}) * {ROW} + ((lg ^ {chunk}) << 3) + 2 * t) >> 1)",
                 _blocks(self.size[p]) * self.bm * ROW // 2)
 
+    def params(self) -> list:
+        """Every dot's param rows of the block into shared memory, as :meth:`~.mma.MmaKernel.params` (the 16-bit
+        values, the residuals, ``split``), but read in 16-byte loads spread over the block's rows
+        (:meth:`param_loads`, then :meth:`param_stores`). The operands are read by descriptors, so no thread needs its
+        own rows. (The fragments' order, two 4-byte loads a pair of components, took 1–5 % more of prefill attention
+        on the H200: ``gpu/README.md``, 2026-12-04.) With column groups (MLA's 576-wide query, staged once a block)
+        the fragments' order stays."""
+        if self.ncol > 1:
+            return super().params()
+        return self.param_loads() + self.param_stores() + self.landed() + [Assign("split", "cuda.syncthreads_or(inexact)")]
+
+    def param_chunks(self):
+        """(dot, param, 16-byte chunks a row, row and chunk expressions, k) of every load a thread makes: the threads
+        take the rows' four-component chunks in turn (a warp's 32 loads a contiguous 512 bytes)."""
+        threads = self.threads
+        for n, dot in enumerate(self.dot_list):
+            p = self.param_of(dot)
+            chunks = self.size[p] // 4  # (the sizes are multiples of 16)
+            for k in range(self.bm * chunks // threads):
+                if threads % chunks == 0:  # (a thread's chunks: one column, rows threads // chunks apart)
+                    yield n, p, chunks, f"gen_qr0_{n} + {k * threads // chunks}", f"gen_qc_{n}", k
+                else:
+                    yield n, p, chunks, f"gen_qr_{n}_{k}", f"gen_qc_{n}_{k}", k
+
+    def param_loads(self) -> list:
+        """Every load of the block's param rows into registers (``gen_qv_*``; rows past the group's clamped into it,
+        as :meth:`~.mma.MmaKernel.row_tile`'s), all issued before any is used."""
+        out, threads = [], self.threads
+        for n, p, chunks, r, c, k in self.param_chunks():
+            if k == 0 and threads % chunks == 0:
+                out += [Assign(f"gen_qr0_{n}", f"uint32(tid) // uint32({chunks})"),
+                        Assign(f"gen_qc_{n}", f"tid - gen_qr0_{n} * {chunks}")]
+            elif threads % chunks:
+                out += [Assign(r, f"uint32(tid + {k * threads}) // uint32({chunks})"),
+                        Assign(c, f"tid + {k * threads} - {r} * {chunks}")]
+            v = ", ".join(f"gen_qv_{n}_{k}_{i}" for i in range(4))
+            out.append(Assign(v, f"ld_f32x4({p}, min(grp * grows + rt * {self.bm} + {r}, gend - 1), 4 * {c})"))
+        return out
+
+    def param_stores(self) -> list:
+        """The loaded chunks (:meth:`param_loads`) rounded to two 16-bit words each, written at their swizzled place
+        (and their residuals' where staged), and ``inexact``: whether any residual is not zero."""
+        pack, unpack = f"pack_{self.kind}x2", f"unpack_{self.kind}x2"
+        out = [Assign("inexact", "0")]
+        for n, p, chunks, r, c, k in self.param_chunks():
+            lo = _blocks(self.size[p]) * self.bm * ROW // 2  # (words from a value to its residual)
+            # the chunk's 16-bit word: block of 64 components, row, 16-byte chunk swizzled by the row
+            out.append(Assign(f"gen_qa_{n}_{k}", f"((sb + {self.qtile[n]} + ({c} >> 4) * {self.bm * ROW} + ({r}) * "
+                                                f"{ROW} + (((4 * {c}) & {ROW - 1}) ^ ((({r}) & 7) << 3))) >> 1)"))
+            for w in range(2):
+                a, b = f"gen_qv_{n}_{k}_{2 * w}", f"gen_qv_{n}_{k}_{2 * w + 1}"
+                out += [Assign("qw", f"{pack}({a}, {b})"), Assign("u0, u1", f"{unpack}(qw)"),
+                        Assign("d0", f"{a} - u0"), Assign("d1", f"{b} - u1"),
+                        Assign("d0", "pick(d0 == d0, d0, float32(0))"), Assign("d1", "pick(d1 == d1, d1, float32(0))"),
+                        Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)"),
+                        Assign(f"smw[gen_qa_{n}_{k} + {w}]", "qw")]
+                if self.resid:
+                    out.append(Assign(f"smw[gen_qa_{n}_{k} + {w + lo}]", f"{pack}(d0, d1)"))
+        return out
+
     # -- products -------------------------------------------------------------------------------------------
     @staticmethod
     def tiles(prefix: str, count: int) -> str:

@@ -12,7 +12,8 @@ products, ``Spec.unroll``) or ``NAME=VALUE+...``, each NAME a module-level setti
 ``redalgebra.codegen.strategies`` — ``module.NAME``, or a bare NAME of ``columns_mma``: ``FRAGMENT=0`` times the products
 with every block reading the same factors (wrong sums, a bound on what the factors' reads cost); ``NT=1`` the products of
 the first n8 tile of rows alone at 16 rows (wrong sums for rows 8 … 15, a bound on what the second tile's ``mma.sync``
-cost). Settings not named in a variant are as built. Prints a line per case, variant and round: the module's time, its
+cost); ``tile_producer.ABLATE=N`` times the walking attention block without a part of a row tile's work (wrong
+outputs, a bound on what it costs: 1 the query's staging after the first row tile, 2 the outputs, 4 the mask). Settings not named in a variant are as built. Prints a line per case, variant and round: the module's time, its
 error, each kernel alone with its registers and local memory; then the baselines' times.
 """
 

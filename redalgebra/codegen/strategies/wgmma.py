@@ -178,8 +178,9 @@ class WgmmaKernel(TileProducer, MmaKernel):
         return self.param_loads() + self.param_stores() + self.landed() + [Assign("split", "cuda.syncthreads_or(inexact)")]
 
     def param_chunks(self):
-        """(dot, param, 16-byte chunks a row, row and chunk expressions, k) of every load a thread makes: the threads
-        take the rows' four-component chunks in turn (a warp's 32 loads a contiguous 512 bytes)."""
+        """(the dot's index, its param, the param's 16-byte chunks a row, the row and chunk expressions, the load's
+        index) of every load a thread makes: the threads take the rows' four-component chunks in turn (a warp's 32
+        loads a contiguous 512 bytes); ``bm · chunks / threads`` is ``d / 8`` (16 rows a warp of 32 threads)."""
         threads = self.threads
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)

@@ -469,9 +469,10 @@ def test_the_producer_block_walks_row_tiles_voting_at_a_barrier_of_its_consumers
     # a row tile's last stage released once its sums are complete (the producer waits for every release)
     assert "if pp != 0:" in consumers and "if ntile > 0:" in consumers
     # the query staged in 16-byte loads, a warp's 32 a row (32 chunks of 4 components: the thread's column fixed, its
-    # rows 8 apart), 16 a thread, all issued before the first is rounded
-    loads = [i for i, ln in enumerate(consumers) if "= ld_f32x4(q, min(grp * grows + rt * 128 + gen_qr0_0 + " in ln]
-    assert len(loads) == 16 and "gen_qr0_0 + 120, gend - 1), 4 * gen_qc_0)" in consumers[loads[-1]]
+    # rows 4 apart), 16 a thread, all issued before the first is rounded; each warpgroup its own 64 rows
+    loads = [i for i, ln in enumerate(consumers)
+             if "= ld_f32x4(q, min(grp * grows + rt * 128 + 64 * wgi + gen_qr0_0 + " in ln]
+    assert len(loads) == 16 and "gen_qr0_0 + 60, gend - 1), 4 * gen_qc_0)" in consumers[loads[-1]]
     assert loads[-1] < min(i for i, ln in enumerate(consumers) if ln.startswith("qw = pack_f16x2("))
     vote = consumers.index("split = bar_red_or(15, 256, inexact)")
     assert not any("q[rc_" in ln for ln in consumers[:vote])  # (past it: the residuals' products, where split)
@@ -588,3 +589,39 @@ def test_the_fast_exponential_by_a_fused_multiply_add_in_the_simulator():
     inputs, params, ref = _mla(1, 20, 70, 256, 16, exact=True, seed=3)
     kernel = dataclasses.replace(compile(fused("mla_decode"), "cudasim", "wgmma"), fast_exp=True)
     _assert_close(kernel(inputs, params)["y"], ref)
+
+
+def test_a_walking_warpgroup_stages_only_the_query_rows_it_reads_itself(monkeypatch):
+    # nothing orders the two consumer warpgroups between one row tile's last products and the next row tile's vote,
+    # and on the GPU a wgmma reads its operands after it is issued: a warpgroup that staged the other's rows of the
+    # next row tile could overwrite them while the other's products still read them. Here the second consumer's reads
+    # of its query rows are delayed (the simulator's wgmma reads as it is issued), two row tiles in one block, a
+    # float32 query not exact in float16 (the residuals' chain reads its rows too)
+    import threading
+    import time
+
+    from redalgebra.runtime import tensor_cores  # noqa: F401 - (warpgroup is imported through it)
+    from redalgebra.runtime import warpgroup
+
+    k_major = warpgroup._k_major
+
+    def late(desc, rows, first=0, k=16, size=2):
+        if rows == 16 and threading.current_thread().thread_id // 32 == 1:  # (the second consumer's query rows)
+            time.sleep(0.05)
+        return k_major(desc, rows, first, k, size)
+    monkeypatch.setattr(warpgroup, "_k_major", late)
+    rng = np.random.default_rng(7)
+    R, L, d = 64, 40, 16
+    inputs = {x: rng.normal(size=(1, L, d)).astype(np.float16) for x in ("k", "v")}
+    params = {"q": (rng.normal(size=(R, d)) * 30).astype(np.float32), "scale": np.float32(0.25)}
+    kernel = compile(fused("attention"), "cudasim", "wgmma", threads=96)
+    assert kernel.spec_for(R, L, {"k": "float16", "v": "float16"}, {"d": d}, reps={"k": R, "v": R})[1].persistent
+    out = kernel(inputs, params)["y"]
+    _assert_close(out, _reference_of_attention(inputs, params, R))
+
+
+def _reference_of_attention(inputs, params, rows):
+    from redalgebra import evaluate, workloads
+
+    wide = {k: np.repeat(v.astype(np.float64), rows, 0) for k, v in inputs.items()}
+    return evaluate(workloads.get("attention").cascade, wide, params)["y"]

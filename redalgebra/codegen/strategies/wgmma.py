@@ -179,29 +179,43 @@ class WgmmaKernel(TileProducer, MmaKernel):
 
     def param_chunks(self):
         """(the dot's index, its param, the param's 16-byte chunks a row, the row and chunk expressions, the load's
-        index) of every load a thread makes: the threads take the rows' four-component chunks in turn (a warp's 32
-        loads a contiguous 512 bytes); ``bm · chunks / threads`` is ``d / 8`` (16 rows a warp of 32 threads)."""
-        threads = self.threads
+        index) of every load a thread makes: the stagers take the rows' four-component chunks in turn (a warp's 32
+        loads a contiguous 512 bytes), ``d / 8`` loads a thread (16 rows a warp of 32 threads). The stagers are the
+        block's consumers, or in a block walking row tiles each consumer warpgroup for its own rows (:meth:`stagers`)."""
+        threads, rows, first = self.stagers()
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)
             chunks = self.size[p] // 4  # (the sizes are multiples of 16)
-            for k in range(self.bm * chunks // threads):
+            for k in range(rows * chunks // threads):
                 if threads % chunks == 0:  # (a thread's chunks: one column, rows threads // chunks apart)
-                    yield n, p, chunks, f"gen_qr0_{n} + {k * threads // chunks}", f"gen_qc_{n}", k
+                    yield n, p, chunks, f"{first}gen_qr0_{n} + {k * threads // chunks}", f"gen_qc_{n}", k
                 else:
-                    yield n, p, chunks, f"gen_qr_{n}_{k}", f"gen_qc_{n}_{k}", k
+                    yield n, p, chunks, f"{first}gen_qr_{n}_{k}", f"gen_qc_{n}_{k}", k
+
+    def stagers(self) -> tuple[int, int, str]:
+        """(threads, rows, the first row's expression with a `` + ``) of a group of threads staging its rows of the
+        params: the block's consumers, all rows; but in a block walking row tiles each consumer warpgroup its own 64
+        rows (16 a warp in the simulator), the rows only its own products read. There a warpgroup stages the next row
+        tile's rows while the other may still be reading this one's (nothing orders the two from one row tile's last
+        products to the next row tile's vote): the rows it read itself are free once its own products are waited for."""
+        if not self.walking:
+            return self.threads, self.bm, ""
+        return self.group, self.bm * self.group // self.threads, f"{self.bm * self.group // self.threads} * wgi + "
 
     def param_loads(self) -> list:
         """Every load of the block's param rows into registers (``gen_qv_*``; rows past the group's clamped into it,
         as :meth:`~.mma.MmaKernel.row_tile`'s), all issued before any is used."""
-        out, threads = [], self.threads
+        out = []
+        threads, _, _ = self.stagers()
+        tid = f"(tid - {threads} * wgi)" if self.walking else "tid"  # (the thread's index among the stagers)
         for n, p, chunks, r, c, k in self.param_chunks():
             if k == 0 and threads % chunks == 0:
-                out += [Assign(f"gen_qr0_{n}", f"uint32(tid) // uint32({chunks})"),
-                        Assign(f"gen_qc_{n}", f"tid - gen_qr0_{n} * {chunks}")]
+                out += [Assign(f"gen_qr0_{n}", f"uint32({tid}) // uint32({chunks})"),
+                        Assign(f"gen_qc_{n}", f"{tid} - gen_qr0_{n} * {chunks}")]
             elif threads % chunks:
-                out += [Assign(r, f"uint32(tid + {k * threads}) // uint32({chunks})"),
-                        Assign(c, f"tid + {k * threads} - {r} * {chunks}")]
+                qr = r.split(" + ")[-1]
+                out += [Assign(qr, f"uint32({tid} + {k * threads}) // uint32({chunks})"),
+                        Assign(c, f"{tid} + {k * threads} - {qr} * {chunks}")]
             v = ", ".join(f"gen_qv_{n}_{k}_{i}" for i in range(4))
             out.append(Assign(v, f"ld_f32x4({p}, min(grp * grows + rt * {self.bm} + {r}, gend - 1), 4 * {c})"))
         return out

@@ -20,10 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench import Runner  # noqa: E402
-from cases import case_attention  # noqa: E402
 
 
 def tile_counts(queries: int, length: int, causal: bool, bm: int = 128, bn: int = 128) -> tuple[int, int]:
@@ -35,7 +31,18 @@ def tile_counts(queries: int, length: int, causal: bool, bm: int = 128, bn: int 
     return rows, live
 
 
+def fit(xs: list, ys: list) -> tuple[float, float, float]:
+    """(F, t, the worst relative misfit) of ``ys ≈ F · rows + t · tiles`` for ``xs`` = [(rows, tiles), ...]."""
+    (f, t), *_ = np.linalg.lstsq(np.array(xs, float), np.array(ys, float), rcond=None)
+    model = np.array(xs, float) @ (f, t)
+    return float(f), float(t), max(abs(a - b) / b for a, b in zip(model, ys))
+
+
 def main(argv) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench import Runner
+    from cases import case_attention
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="wgmma@384x128")
     ap.add_argument("--queries", type=int, default=2048)
@@ -59,9 +66,7 @@ def main(argv) -> int:
             print(f"{'causal' if causal else 'full  '} Q{args.queries} L{length}: {row.ms:.4f} ms ({row.valid}, err "
                   f"{row.max_err:.1e}); a multiprocessor's row tiles {xs[-1][0]:.2f}, tiles {xs[-1][1]:.1f}", flush=True)
         if len(xs) >= 2:
-            (f, t), *_ = np.linalg.lstsq(np.array(xs), np.array(ys), rcond=None)
-            fit = np.array(xs) @ (f, t)
-            worst = max(abs(a - b) / b for a, b in zip(fit, ys))
+            f, t, worst = fit(xs, ys)
             print(f"  fit ({'causal' if causal else 'full'}): F = {f:.2f} us a row tile, t = {t:.3f} us a tile "
                   f"(worst misfit {100 * worst:.1f} %)", flush=True)
     return 0

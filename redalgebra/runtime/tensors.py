@@ -27,7 +27,8 @@ import numpy as np
 
 from ..derive import FusedCascade
 from ..errors import RedalgebraError
-from .compile import SPLIT_QUERY, Kernel, KMajorUnread, _query_fits_float16, compile, param_values
+from .arguments import SPLIT_QUERY, bound_param, param_values, query_fits_float16
+from .compile import Kernel, KMajorUnread, compile
 from .formats import BFloat16, as_bfloat16, as_e4m3
 
 _OPS: dict = {}  # op name -> (cascade text, op)
@@ -351,9 +352,9 @@ class _Call:
             if value.device == self.device:
                 return value
             value = value.cpu().numpy()  # another GPU's
-        host = self.kernel._param(p, value, self.rows)
+        host = bound_param(p, value, self.rows)
         if self.split_query:  # (a query the float16 products cannot hold: refused, as on the first call)
-            _query_fits_float16(self.split_query, self.kernel.fused.cascade, {p.name: host})
+            query_fits_float16(self.split_query, self.kernel.fused.cascade, {p.name: host})
         # a copy: the layout may return a broadcast (read-only) view
         return _torch().from_numpy(np.array(host)).to(self.device)
 

@@ -72,7 +72,7 @@ def test_outputs_are_written_into_arrays_given_as_out():
 
 def test_a_device_out_array_off_a_16_byte_boundary_is_refused_by_name():
     # the kernels store 16 bytes at a time: on the GPU a contiguous slice starting 4 bytes past a boundary would fault
-    from redalgebra.runtime.compile import Kernel
+    from redalgebra.runtime.arguments import given_outputs
 
     class DeviceArray:  # what the check reads of a device array (its CUDA array interface)
         def __init__(self, address):
@@ -80,10 +80,9 @@ def test_a_device_out_array_off_a_16_byte_boundary_is_refused_by_name():
             self.__cuda_array_interface__ = {"shape": (4, 33), "typestr": "<f4", "data": (address, False),
                                              "strides": None, "version": 3}
     shapes = {"y": ((4, 33), np.float32)}
-    kernel = compile(fused("safe_softmax"), "cpu")
-    assert Kernel._given_outputs(kernel, {"y": DeviceArray(1 << 20)}, shapes, True)["y"].shape == (4, 33)
+    assert given_outputs({"y": DeviceArray(1 << 20)}, shapes, True)["y"].shape == (4, 33)
     with pytest.raises(EvaluationError, match=r"out\['y'\] must start on a 16-byte boundary .* 4 bytes past one"):
-        Kernel._given_outputs(kernel, {"y": DeviceArray((1 << 20) + 4)}, shapes, True)
+        given_outputs({"y": DeviceArray((1 << 20) + 4)}, shapes, True)
 
 
 def test_device_arrays_that_numba_would_not_type_c_contiguous_are_recognised():
@@ -106,7 +105,7 @@ def test_device_arrays_that_numba_would_not_type_c_contiguous_are_recognised():
 
 def test_a_device_vector_param_must_be_contiguous_and_aligned_for_16_byte_loads():
     # the tensor-core kernels read a vector param's rows (attention's queries) four float32 at a time
-    from redalgebra.runtime.compile import Kernel
+    from redalgebra.runtime.arguments import bound_param
 
     class DeviceArray:  # what the call reads of a device array (its CUDA array interface)
         def __init__(self, shape, strides=None, address=1 << 20):
@@ -116,10 +115,11 @@ def test_a_device_vector_param_must_be_contiguous_and_aligned_for_16_byte_loads(
     kernel = compile(fused("attention"), "cpu")
     q = next(p for p in kernel.fused.cascade.params if p.name == "q")
     good = DeviceArray((4, 16))
-    assert Kernel._param(kernel, q, good, 4) is good
-    assert Kernel._param(kernel, q, DeviceArray((4, 16), (64, 4)), 4) is not None  # C strides spelled out
+    assert bound_param(q, good, 4) is good
+    spelled = DeviceArray((4, 16), (64, 4))  # C strides spelled out
+    assert bound_param(q, spelled, 4) is spelled
     for bad, why in ((DeviceArray((4, 16), (128, 4)), r"strides \(128, 4\)"),  # a slice of wider rows
                      (DeviceArray((4, 16), None, (1 << 20) + 4), "strides None, address 0x100004")):
         with pytest.raises(EvaluationError, match=f"param q: a device array must be C-contiguous and start 16-byte "
                                                   f"aligned \\({why}"):
-            Kernel._param(kernel, q, bad, 4)
+            bound_param(q, bad, 4)

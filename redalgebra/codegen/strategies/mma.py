@@ -18,7 +18,7 @@ vector row: ``Problem.reps``; 16 rows in the simulator) and walks the axis in ti
    keeps about twice the type's bits (measured in the simulator for float16: 6e-8 relative at
    components near 1, 1e-5 near 1e-3, where the float16 residual is subnormal; bfloat16's residual
    has float32's exponent range). A float16 query beyond ±65504 has no such split (its scores would be
-   NaN): a call refuses such a param given on the host (``compile.SPLIT_QUERY``; one on the device is not read back
+   NaN): a call refuses such a param given on the host (``arguments.SPLIT_QUERY``; one on the device is not read back
    to check), and a −inf key component beside a query with a residual has none either.
 3. **The derived update, per tile.** Each thread holds 32 scores per row tile of 16: rows ``g`` and
    ``g + 8`` of it, elements ``8 j + 2 t`` and ``+ 1`` (``g = lane >> 2``, ``t = lane & 3``); a warp takes

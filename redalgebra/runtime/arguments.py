@@ -1,0 +1,137 @@
+"""A call's params and outputs as the kernels take them: params checked and broadcast to a row per row (device arrays
+as they are, within the contract the kernels read them by), the outputs' shapes and dtypes, the caller's output arrays
+checked, and what a call refuses before a launch. Used by :class:`~.compile.Kernel` and the torch front end
+(:mod:`.tensors`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..codegen import KernelSource
+from ..errors import EvaluationError
+from ..ir.reference import _integers
+from .call_layout import OUT_ARRAYS, _c_contiguous
+from .driver import c_strides
+from .formats import BFloat16, Encoded, dtype_of as _dtype, is_device as _is_device
+
+#: Strategies that multiply a float32 param (a query) on the tensor cores as its 16-bit value plus a residual: with
+#: float16 vectors, a component of 65520 or more has no float16 value (it rounds to inf) and the scores would be NaN.
+SPLIT_QUERY = ("mma", "wgmma")
+#: The largest magnitude of an ``int`` param (a label, a query's position) a call takes: the kernels compute in float32,
+#: where every integer up to 2**24 is exact (a sum or difference with a position past it may still round).
+INT_PARAM_LIMIT = 2 ** 24
+
+
+def host_output(array: np.ndarray, stored: str | None):
+    """An output copied to the host, as the user receives it (bfloat16 wrapped, e4m3 as bytes)."""
+    return BFloat16(array) if stored == "bfloat16" else array
+
+
+def param_values(p, value) -> np.ndarray:
+    """A host param's values as an array of real numbers (exact ones — fractions, SymPy numbers — as float64), an
+    ``int`` param's checked: whole numbers of magnitude at most :data:`INT_PARAM_LIMIT`; else a named error."""
+    given = np.asarray(value)
+    if given.dtype.kind == "O":  # (Fraction, Decimal, SymPy numbers: real numbers NumPy holds as objects)
+        try:
+            given = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            pass
+    if given.dtype.kind not in "fiub":  # (strings, complex numbers, other objects: not what a float32 param holds)
+        raise EvaluationError(f"param {p.name}: real numbers, got {given.dtype} values")
+    if p.integer:
+        given = _integers(p, given, np.float64)
+        if given.size and np.abs(given).max() > INT_PARAM_LIMIT:
+            raise EvaluationError(f"param {p.name} (declared int) is computed in float32 by the kernels, where "
+                                  f"integers are exact up to {INT_PARAM_LIMIT} in magnitude; got "
+                                  f"{np.abs(given).max():.0f}")
+    return given
+
+
+def query_fits_float16(strategy: str, c, named: dict) -> None:
+    """Refuse, before a launch, a vector param given on the host that ``strategy``'s float16 products cannot hold (the
+    kernels would return NaN scores where the reference has numbers). A param on the device is not read back for
+    this (a synchronisation on every call): the strategy's documentation says so."""
+    for p in c.params:
+        a = named.get(p.name)
+        if p.size is None or a is None or _is_device(a):
+            continue
+        big = np.isfinite(a) & (np.abs(a) >= 65520)
+        if big.any():
+            raise EvaluationError(
+                f"param {p.name} has components of magnitude up to {float(np.abs(a[big]).max()):.6g}, beyond float16's "
+                f"range (65504): {strategy} multiplies it on the tensor cores as a float16 value plus a residual, "
+                f"which would make the scores NaN. Pass the vectors in bfloat16 (float32's range), scale {p.name} "
+                f"down and the score's scale up by the same power of two, or use strategy='vrows'")
+
+
+def bound_param(p, value, rows: int):
+    """A param as the kernels take it: a device array as it is (float32, a row per row; a vector one C-contiguous and
+    16-byte aligned), else its host values checked (:func:`param_values`) and broadcast to a row per row."""
+    if _is_device(value):  # used as it is: it must already have one row per row
+        want = (rows,) if p.size is None else (rows, None)
+        shape = tuple(value.shape)
+        if _dtype(value) != np.float32 or len(shape) != len(want) or shape[0] != rows:
+            raise EvaluationError(f"param {p.name}: a device array must be float32 of shape "
+                                  f"{'(rows,)' if p.size is None else '(rows, size)'} with rows = {rows}, got "
+                                  f"{_dtype(value)} {shape} (or pass a host value, broadcast on the host)")
+        face = value.__cuda_array_interface__
+        if p.size is not None and (not _c_contiguous(value, 4) or face["data"][0] % 16):
+            # (the tensor-core kernels read a vector param's rows in 16-byte loads)
+            raise EvaluationError(f"param {p.name}: a device array must be C-contiguous and start 16-byte aligned "
+                                  f"(strides {face.get('strides')}, address {face['data'][0]:#x}): pass a "
+                                  f"contiguous copy (.contiguous(), cupy.ascontiguousarray)")
+        return value
+    given = param_values(p, value)
+    a = given.astype(np.float32)
+    if p.size is None:
+        a = np.broadcast_to(a.reshape(-1), (rows,)) if a.size in (1, rows) else None
+    else:
+        a = a[None] if a.ndim == 1 else a
+        a = np.broadcast_to(a, (rows, a.shape[-1])) if a.ndim == 2 and a.shape[0] in (1, rows) else None
+    if a is None:
+        raise EvaluationError(f"param {p.name}: expected {'a number or (rows,)' if p.size is None else '(size,) or (rows, size)'}"
+                              f" with rows = {rows}, got shape {given.shape}")
+    return np.ascontiguousarray(a)
+
+
+def given_outputs(out, shapes: dict, on_device: bool) -> dict:
+    """The caller's output arrays, each checked against what the kernel writes."""
+    if not out:
+        return {}
+    unknown = sorted(set(out) - set(shapes))
+    if unknown:
+        raise EvaluationError(f"out: no output named {unknown}; the outputs are {sorted(shapes)}")
+    given = {}
+    for name, array in out.items():
+        array = array.bits if isinstance(array, Encoded) else array
+        shape, dtype = shapes[name][0], np.dtype(shapes[name][1])
+        where = "a device array" if on_device else "a NumPy array"
+        if on_device != _is_device(array) or (not on_device and not isinstance(array, np.ndarray)):
+            raise EvaluationError(f"out[{name!r}] must be {where} (like the inputs), got {type(array).__name__}")
+        got = _dtype(array)
+        same_kind = got == dtype or (got.itemsize == dtype.itemsize and got.kind in "iu" and dtype.kind in "iu")
+        strides = (array.__cuda_array_interface__.get("strides") if on_device else
+                   (None if array.flags.c_contiguous else array.strides))
+        if tuple(array.shape) != shape or not same_kind or strides not in (None, c_strides(shape, got.itemsize)):
+            stored = {np.dtype(np.uint16): "bfloat16 bit patterns", np.dtype(np.uint8): "e4m3 bytes"}.get(dtype, dtype)
+            raise EvaluationError(f"out[{name!r}] must be a contiguous {shape} array of {stored}, got "
+                                  f"{got} {tuple(array.shape)}" + ("" if strides is None else " (strided)"))
+        if on_device and array.__cuda_array_interface__["data"][0] % 16:
+            raise EvaluationError(f"out[{name!r}] must start on a 16-byte boundary (the kernels store 16 bytes at "
+                                  f"a time); this one starts {array.__cuda_array_interface__['data'][0] % 16} "
+                                  f"bytes past one, as a slice of a larger array may")
+        given[name] = array
+    return given
+
+
+def output_shapes(src: KernelSource, rows: int, length: int) -> dict:
+    """``{output: (shape, NumPy dtype)}`` of what the kernels write (bfloat16 as uint16, e4m3 as uint8)."""
+    shapes = {}
+    for name, kind, size in src.outputs:
+        width = () if size is None else (src.constants[size],)
+        if kind == "index":
+            shapes[name] = ((rows, size if isinstance(size, int) else src.constants[size]), np.int32)
+        else:
+            dtype = OUT_ARRAYS[dict(src.out_dtypes).get(name, "float32")]
+            shapes[name] = ((rows, length, *width) if kind == "element" else (rows, *width), dtype)
+    return shapes

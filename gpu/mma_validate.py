@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from redalgebra import derive, evaluate, parse, workloads  # noqa: E402
-from redalgebra.codegen.strategies.wgmma import _gating  # noqa: E402
+from redalgebra.codegen.strategies.wgmma_policy import _gating  # noqa: E402
 from redalgebra.runtime import compile  # noqa: E402
 from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE  # noqa: E402
 from redalgebra.runtime.formats import as_bfloat16, bfloat16_to_float  # noqa: E402

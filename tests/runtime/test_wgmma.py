@@ -89,7 +89,7 @@ def test_auto_takes_wgmma_on_hopper_only_and_mma_where_its_options_do_not_apply(
 
 
 def test_wgmma_refuses_with_a_message():
-    from redalgebra.codegen.strategies.wgmma import configure
+    from redalgebra.codegen.strategies.wgmma_policy import configure
 
     with pytest.raises(RedalgebraError, match="need an sm_90 GPU; this one is sm_80: use mma"):
         configure(fused("attention"), _attention_problem((8, 0)))
@@ -170,9 +170,9 @@ def test_a_residual_that_does_not_fit_is_multiplied_from_registers(monkeypatch):
     # MLA's 576-wide query and its residual do not fit in shared memory beside two stages of keys: the residual's
     # product is mma.sync's, its A fragments computed from the query in global memory. Forced here at 128 + 16 (one
     # warpgroup, one warp in the simulator) by less shared memory; the GPU runs it at 512 + 64 (gpu/mla_check.py)
-    from redalgebra.codegen.strategies import wgmma
+    from redalgebra.codegen.strategies import wgmma_policy
 
-    monkeypatch.setattr(wgmma, "SM_SHARED", 60_000)
+    monkeypatch.setattr(wgmma_policy, "SM_SHARED", 60_000)
     # scores of tens of units: the query rounded to float16 would move the outputs several times the tolerance
     inputs, params, ref = _mla(1, 16, 40, 128, 16, exact=False, seed=1, spread=30.0)
     kernel = compile(fused("mla_decode"), "cudasim", "wgmma")
@@ -197,7 +197,7 @@ def test_auto_takes_wgmma_for_mla_on_hopper():
     assert choose(f, 512, 4096, sizes, reps, problem((8, 0))) == "vrows"  # mma's accumulators hold 128 columns
     # 320 columns: not two warpgroups' whole 64-column blocks
     assert choose(f, 512, 4096, {"r": 320, "e": 64}, reps, problem((9, 0), 320)) == "vrows"
-    from redalgebra.codegen.strategies.wgmma import configure
+    from redalgebra.codegen.strategies.wgmma_policy import configure
 
     spec = configure(f, problem((9, 0)))
     # four tokens' 128 heads are 8 blocks of 64 rows: split into segments of at least 8 tiles (8 of them; 16 would
@@ -215,7 +215,7 @@ def test_long_ungated_rows_of_128_components_take_the_producer_block_by_default(
     # warpgroup on tiles of 64
     from dataclasses import replace
 
-    from redalgebra.codegen.strategies.wgmma import configure
+    from redalgebra.codegen.strategies.wgmma_policy import configure
 
     base = dict(threads=None, tile=None, segments=None, group=None, batch=None, simulator=False, cc=(9, 0))
 
@@ -244,7 +244,7 @@ def test_long_ungated_rows_of_128_components_take_the_producer_block_by_default(
     assert spec(rep=64) == (128, 64, False) and spec(rep=100, rows=100 * 1024) == (256, 128, True)
     assert spec(simulator=True)[2] is False
     # a cascade with no vector input at all (a softmax): the policy leaves the call as it is, and wgmma says why not
-    from redalgebra.codegen.strategies.wgmma import applicable, with_defaults
+    from redalgebra.codegen.strategies.wgmma_policy import applicable, with_defaults
 
     plain = Problem(8192, 4096, (), (("x", "bfloat16"),), False, True, True, True, (), tuple(base.items()))
     assert with_defaults(fused("safe_softmax"), plain) is plain
@@ -261,7 +261,7 @@ def test_the_policys_block_gives_way_where_it_does_not_fit(monkeypatch):
     # a GPU with less shared memory a block: the producer block's 225 KB do not fit, one warpgroup's do — wgmma
     # still takes the call, on the block that fits, rather than refusing it
     from redalgebra.codegen.strategies import products
-    from redalgebra.codegen.strategies.wgmma import applicable, configure
+    from redalgebra.codegen.strategies.wgmma_policy import applicable, configure
 
     monkeypatch.setattr(products, "SHARED_LIMIT", 150_000)
     base = dict(threads=None, tile=None, segments=None, group=None, batch=None, simulator=False, cc=(9, 0))
@@ -494,7 +494,7 @@ def test_blocks_walk_row_tiles_only_as_the_producer_block_in_one_segment_with_me
     with pytest.raises(RedalgebraError, match="only as the producer block"):
         spec(attention, threads=32, persistent=True)
     # (said by applicable, so that auto takes another strategy rather than failing the call)
-    from redalgebra.codegen.strategies.wgmma import applicable
+    from redalgebra.codegen.strategies.wgmma_policy import applicable
 
     base = dict(threads=32, tile=None, segments=None, group=None, batch=None, simulator=True, persistent=True)
     p = Problem(40, 300, (("d", 16),), (("k", "float16"), ("v", "float16")), False, True, True, True,

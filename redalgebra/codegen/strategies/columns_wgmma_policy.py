@@ -16,7 +16,7 @@ from . import producer as producer_block
 from .fp8_products import TRANSPOSE_COLUMNS, fp8_applies
 from .producer import PRODUCER_STAGES, producer_threads
 from .tile_factors import choose as choose_tile_factors
-from .wgmma import ATOM, ROW, hopper_refusal
+from .wgmma_policy import ATOM, ROW, hopper_refusal
 
 #: Elements of a staged tile (one 128-byte swizzled row of 16-bit values).
 BK = ROW

@@ -23,7 +23,7 @@ warpgroup a block (0.3606–0.3790 ms against 0.3579 at L2048): the producer iss
 block's, and the consumers waited at the "full" barriers. With its whole tiles' copies unrolled from bases moved on
 every few copies (:meth:`~.tile_copies.TileCopies.chained`), tiles of 128: 0.294–0.297 ms against 0.346–0.347 at
 L2048, 1.02–1.04 against 1.26–1.29 ms at L4096, so it is the policy's block for long rows of 128 components
-(:func:`~.wgmma.with_defaults`); a causal mask's, a row tile a block, was slower than one warpgroup (0.229 against
+(:func:`~.wgmma_policy.with_defaults`); a causal mask's, a row tile a block, was slower than one warpgroup (0.229 against
 0.220 ms).
 
 **Walking row tiles** (:attr:`TileProducer.walking`, ``Spec.persistent``; by default in one segment and, under a
@@ -59,9 +59,9 @@ PERSISTENT = True
 #: The named barriers at which a walking block's consumers vote (on their params' residuals, and under a gate true on
 #: a prefix of the row on their tile counts) and its producer votes (on the live tiles), past the ring's.
 VOTE, PRODUCER_VOTE = 15, 14
-#: Timing bounds only (wrong results; ``gpu/sweep.py`` ``tile_producer.ABLATE=N``), bits of the walking block: 1, the
-#: consumers stage the query of their first row tile only; 2, no outputs stored (a condition no row meets); 4, no
-#: tile masked (every live tile taken whole). 0: as built.
+#: Timing bounds only (wrong results; ``gpu/sweep.py`` ``tile_producer.ABLATE=N``), bits: in a walking block, 1, the
+#: consumers stage the query of their first row tile only, 2, no outputs stored (a condition no row meets); in any
+#: producer block under a prefix gate, 4, no tile masked (every live tile taken whole). 0: as built.
 ABLATE = 0
 #: Bits of the block's tile counts voted on (spans): counts below 2**21 (rows of 134 million keys in tiles of 64;
 #: a row's length is an int32's, and its tiles fewer).

@@ -1,0 +1,289 @@
+"""``wgmma``'s launch policy: its block sizes and the shared memory it plans (:func:`shared_plan`, :func:`_stages`),
+the policy's block for long prefill rows (:func:`with_defaults`), whether it suits a call (:func:`applicable`), what it
+takes (:func:`configure`, as the registry calls it) and its grid. The kernels are built by :mod:`.wgmma`."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import sympy as sp
+
+from ...derive import FusedCascade
+from ...errors import RedalgebraError
+from ..emit import Spec
+from . import Problem
+from . import mma
+from .mma import BN
+from .products import column_groups, dots, prefix
+from .products import applicable as form_and_call
+from . import tile_producer
+
+#: Threads of a block: one warpgroup (64 rows) on the GPU, one warp (16 rows) in the simulator.
+THREADS, SIM_THREADS = 128, 32
+#: 16-bit values in a 128-byte row of the swizzled layout; bytes of an atom (eight rows).
+ROW, ATOM = 64, 1024
+
+
+def _blocks(n: int) -> int:
+    return -(-n // ROW)
+
+
+def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid: bool = True, groups: int = 1,
+                tile: int = BN):
+    """The dynamic shared memory, in 16-bit units from the first 1024-byte boundary: ``(base, param tiles, bytes)``.
+    ``stages`` tiles of every vector input (``tile`` rows, ``ceil(n / 64)`` blocks of 64 columns), then for every dot
+    product its param's rows of the block as 16-bit values and (``resid``) as residuals; with column ``groups``,
+    then the tile's factors (``rows`` × ``tile``, the A operand of ``P · V``) and each scalar reduction's row partials
+    of every group (float32); 1024 bytes more to reach the boundary."""
+    c = fused.cascade
+
+    def length(x):
+        return x.size if isinstance(x.size, int) else sizes[x.size]
+    base, at = {}, 0
+    for x in c.inputs:
+        if x.size is not None:
+            base[x.name] = at
+            at += stages * _blocks(length(x)) * tile * ROW
+    params, tiles = {p.name: p for p in c.params}, []
+    for dot in dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values())):
+        p = next(params[a.name] for a in dot.args if a.name in params)
+        tiles.append(at)
+        at += (2 if resid else 1) * _blocks(length(p)) * rows * ROW
+    if groups > 1:
+        base["P"], base["X"] = at, at + rows * tile
+        at += rows * tile + 2 * groups * rows * sum(c.sizes[r.name] is None for r in c.reductions)
+    return base, tiles, 2 * at + ATOM
+
+
+def _groups(fused: FusedCascade, p: Problem) -> int:
+    """Warpgroups that share a row tile (:func:`.products.column_groups`; 1 where it refuses, said by applicable)."""
+    c, sizes = fused.cascade, dict(p.sizes)
+    widths = [s if isinstance(s, int) else sizes.get(s, 0) for s in (c.sizes[r.name] for r in c.reductions)
+              if s is not None]
+    return column_groups(widths) or 1
+
+
+#: Elements a row from which long prefill-like calls take the producer block with tiles of 128 by default
+#: (:func:`with_defaults`), and the components of the vector sums it was measured at.
+PRODUCER_LENGTH, PRODUCER_WIDTH = 2048, 128
+
+
+def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
+    """``p`` with the block the policy prefers where the caller chose none: two consumer warpgroups and a producer
+    (``threads=384``) on tiles of 128 elements for long rows (``PRODUCER_LENGTH`` elements or more) of one row tile's
+    vector sums ``PRODUCER_WIDTH`` wide, unmasked, ungated or gated on a prefix of the row (a causal mask), in groups
+    sharing their keys that 128-row tiles pad no more than 64-row ones, with enough row tiles of 128 to fill the GPU
+    once; else ``p`` as given. Its blocks walk row tiles (:mod:`.tile_producer`). Measured on the H200
+    (``gpu/README.md``, 2026-12-04), LLaMA-65B prefill at d = 128: 0.284–0.287 ms against 0.346–0.347 for one
+    warpgroup a block at L2048, 1.017–1.020 against 1.26–1.29 ms at L4096; causal 0.2199–0.2201 against 0.2238–0.2247
+    at L2048, 0.679–0.680 against 0.762–0.763 ms at L4096. BERT's 512-key rows at d = 64 (0.045 against 0.038 ms for
+    the producer block a row tile) stay with one warpgroup."""
+    if p.option("simulator") or any(p.option(o) is not None for o in ("threads", "tile", "segments")):
+        return p
+    widths = {n for n in dict(p.sizes).values()}
+    if widths != {PRODUCER_WIDTH}:  # (no vector input at all, or other widths)
+        return p
+    rep = max(1, min((dict(p.reps).get(s.name, 1) for s in fused.cascade.inputs if s.size is not None), default=1))
+    bm = 2 * (THREADS // 32) * 16  # (rows of the block: two warpgroups' 64)
+    # row tiles of 128 over groups of rep rows sharing their keys: no more padding than tiles of 64 (a GQA group of
+    # 64 rows would leave half of every block idle), and enough of them to fill the GPU once
+    tiles = p.rows // rep * -(-rep // bm)
+    if (p.has_keep or p.length < PRODUCER_LENGTH or _groups(fused, p) != 1
+            or -(-rep // bm) * bm > -(-rep // (bm // 2)) * (bm // 2) or tiles < p.multiprocessors()
+            or not _prefix_gated(fused) or _gating(fused) and p.option("persistent") is False):
+        # (under a gate, the producer block a row tile a block measured slower than one warpgroup)
+        return p
+    return dataclasses.replace(p, options=tuple(dict(p.options, threads=3 * THREADS, tile=2 * BN).items()))
+
+
+def _producer(fused: FusedCascade, p: Problem) -> int:
+    """Threads of the block's producer warpgroup (:mod:`.tile_producer`): asked for by a block of three warpgroups
+    (``threads=384``; three warps, ``96``, in the simulator, whose consumer warpgroups are a warp each), else 0."""
+    unit = SIM_THREADS if p.option("simulator") else THREADS
+    return unit if p.option("threads") == 3 * unit and _groups(fused, p) == 1 else 0
+
+
+def _threads(fused: FusedCascade, p: Problem) -> int:
+    """The caller's block size (less its producer's threads: the consumers'), else one warpgroup (one warp in the
+    simulator), or a warpgroup per column group (whole warpgroups in the simulator too: its stand-ins place a warp's
+    rows by its index in the warpgroup)."""
+    groups = _groups(fused, p)
+    if groups > 1:
+        return p.option("threads") or 128 * groups
+    if p.option("threads"):
+        return p.option("threads") - _producer(fused, p)
+    return SIM_THREADS if p.option("simulator") else THREADS
+
+
+def _rows(fused: FusedCascade, p: Problem) -> int:
+    """Rows of a block: 16 a warp, the warps of a row tile's column groups counted once."""
+    return _threads(fused, p) // 32 * 16 // _groups(fused, p)
+
+
+#: Shared memory of a multiprocessor, and what each block resident there reserves besides its own (bytes).
+SM_SHARED, RESERVED = 233472, 1024
+
+
+def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
+    """``(stages, bytes)``: as many tiles in flight (up to :data:`~.mma.MOST_STAGES`) as fit beside the params when two
+    blocks of one warpgroup share a multiprocessor (one block's element-wise work then overlaps the other's
+    products), or one block of two warpgroups; at least two, three with a producer warpgroup (three or more: the
+    pipelined order, :attr:`WgmmaKernel.pipelined`; d = 64 gets four, d = 128 two: three would fit only without the residuals
+    staged, and measured 0.415 against 0.418 ms at LLaMA-65B L2048, while a query not exact in 16 bits would
+    then multiply its residual by ``mma.sync``). The params' residuals are staged too where two stages
+    fit beside them; else (MLA's 576-wide query) they are not (:meth:`WgmmaKernel.residual_products`)."""
+    sizes, rows = dict(p.sizes), _rows(fused, p)
+    blocks = 2 if _threads(fused, p) <= THREADS else 1
+    groups, tile = _groups(fused, p), _tile(p)
+    least = 3 if _producer(fused, p) else mma.STAGES  # (a producer's consumers: the pipelined order)
+    for resid in (True, False):
+        fixed = shared_plan(fused, sizes, rows, 0, resid, groups, tile)[-1]
+        per = shared_plan(fused, sizes, rows, 1, resid, groups, tile)[-1] - fixed
+        stages = min(mma.MOST_STAGES, (SM_SHARED // blocks - RESERVED - fixed) // per)
+        if stages >= least:
+            break
+    stages = max(least, stages)
+    return stages, fixed + stages * per
+
+
+def _tile(p: Problem) -> int:
+    """Elements of a tile: :data:`~.tile_update.BN`, or the caller's (128 with a producer warpgroup: applicable)."""
+    return p.option("tile") or BN
+
+
+def _shared_bytes(fused: FusedCascade, p: Problem) -> int:
+    return _stages(fused, p)[1]
+
+
+@functools.lru_cache(maxsize=1)
+def _targets_sm90a() -> bool:
+    """Whether the installed numba-cuda builds for ``sm_90a`` on a cc 9.0 GPU (0.30 does; older releases are not
+    known to)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major, minor = (int(x) for x in version("numba-cuda").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
+        return False
+    return (major, minor) >= (0, 30)
+
+
+def hopper_refusal(p: Problem, name: str, instead: str) -> str | None:
+    """Why strategy ``name`` cannot build Hopper's warpgroup instructions for this call (None: it can): another
+    GPU, or a numba-cuda that does not build sm_90a; ``instead`` is the strategy to name."""
+    if p.option("simulator"):
+        return None
+    cc = p.option("cc")
+    if cc is not None and tuple(cc)[:2] != (9, 0):
+        return f"{name}: Hopper's warpgroup instructions need an sm_90 GPU; this one is sm_{cc[0]}{cc[1]}: use {instead}"
+    if not _targets_sm90a():
+        return f"{name}: numba-cuda 0.30 or later is needed to build sm_90a kernels: pip install -U numba-cuda; use {instead}"
+    return None
+
+
+def _block(fused: FusedCascade, p: Problem) -> tuple[Problem, str | None]:
+    """(The call with the policy's block (:func:`with_defaults`) where that block suits it, else as given; why
+    ``wgmma`` does not suit it then, or None.)"""
+    chosen = with_defaults(fused, p)
+    if chosen is not p and _applicable(fused, chosen) is None:
+        return chosen, None
+    return p, _applicable(fused, p)
+
+
+def applicable(fused: FusedCascade, p: Problem) -> str | None:
+    """Why ``wgmma`` does not suit this call (None: it does): :func:`.products.applicable`'s reasons (with wide vectors),
+    then the device and the block (the policy's, :func:`with_defaults`, where the caller chose none and it suits)."""
+    return _block(fused, p)[1]
+
+
+def _applicable(fused: FusedCascade, p: Problem) -> str | None:
+    reason = form_and_call(fused, p, "wgmma", _shared_bytes, wide=True)
+    if reason is not None:
+        return reason
+    reason = hopper_refusal(p, "wgmma", "mma")
+    if reason is not None:
+        return reason
+    threads, groups = _threads(fused, p), _groups(fused, p)
+    # (three warpgroups: two consumers and a producer, tile_producer; in the simulator three warps)
+    allowed = (32, 64, 96, 128, 256) if p.option("simulator") and groups == 1 else (128 * groups,) if groups > 1 \
+        else (128, 256, 384)
+    threads += _producer(fused, p)
+    if threads not in allowed:
+        split = f" (vector sums of {groups} warpgroups' columns)" if groups > 1 else " (whole warpgroups)"
+        return f"wgmma: blocks of {', '.join(map(str, allowed))} threads{split}, got {threads}"
+    if p.option("tile") not in (None, BN) and not (p.option("tile") == 2 * BN and _producer(fused, p)):
+        return (f"wgmma: tiles of {BN} elements, or {2 * BN} with a producer warpgroup (threads=384), got "
+                f"{p.option('tile')}")
+    for name, fixed in (("batch", _rows(fused, p)), ("group", 16)):
+        if p.option(name) not in (None, fixed):
+            return f"wgmma: the {name} is fixed by the instruction shapes (16 rows per warp)"
+    if p.option("persistent"):
+        if not _producer(fused, p):
+            return "wgmma: blocks walk row tiles (persistent) only as the producer block (threads=384)"
+        if (p.option("segments") or 1) > 1:
+            return "wgmma: blocks walking row tiles (persistent) take each row in one segment: leave segments out"
+        if _gating(fused) and _stages(fused, p)[0] > 3:
+            return ("wgmma: blocks walk row tiles (persistent) under a gate with at most 3 stages (the producer's "
+                    "vote takes a named barrier), and this call's ring has 4: use persistent=False")
+    return None
+
+
+def configure(fused: FusedCascade, p: Problem) -> dict:
+    """One warpgroup of 128 threads (64 rows; two warpgroups with ``threads=256``; two consumer warpgroups and a
+    producer with ``threads=384``, :mod:`.tile_producer`; a warpgroup per column group of wide vector sums), tiles of
+    64 elements (128 asked for with the producer), exp by ``ex2.approx`` unless asked otherwise (as
+    :func:`.mma.configure`); on the GPU, segments of the axis across blocks while the blocks would not fill the
+    multiprocessors (a decode step: MLA's 128 heads of a few tokens are a few blocks), each of at least eight tiles."""
+    p, reason = _block(fused, p)
+    if reason is not None:
+        raise RedalgebraError(reason)
+    threads, bm = _threads(fused, p), _rows(fused, p)
+    stages, shared = _stages(fused, p)
+    nseg = p.option("segments")
+    if nseg is None:
+        rep = max(1, min(dict(p.reps).get(s.name, 1) for s in fused.cascade.inputs if s.size is not None))
+        blocks = max(1, p.rows // rep * -(-rep // bm))
+        busy = p.multiprocessors() * (2 if threads <= THREADS else 1)
+        # (at least 8 tiles a segment: MLA B4 ran 0.0953 ms in 8 segments of 8 tiles, 0.0989 in 16 of 4 — the
+        # segments' states are written and merged, as many bytes as the latent itself at 16)
+        nseg = 1 if p.option("simulator") or p.option("persistent") else max(1, min(busy // blocks, -(-p.length // (8 * _tile(p)))))
+    nseg = max(1, min(int(nseg), max(-(-p.length // _tile(p)), 1), 65535))
+    # (the kernel reads the count at run time: one compiled kernel for every count of segments above one)
+    producer = bool(_producer(fused, p))
+    return dict(threads=threads, tile=_tile(p), batch=bm, group=16, vec=8, segments=min(nseg, 2), nseg=nseg,
+                fast_exp=p.option("fast_exp", True), shared=shared, stages=stages, producer=producer,
+                persistent=_walking(fused, p, producer, nseg, stages))
+
+
+def _walking(fused: FusedCascade, p: Problem, producer: bool, nseg: int, stages: int) -> bool:
+    """Whether the producer block walks row tiles (:attr:`~.tile_producer.TileProducer.walking`): as asked
+    (``persistent``), else by :data:`~.tile_producer.PERSISTENT` where the row is one segment and, if a let may gate
+    elements out, the ring has at most 3 stages."""
+    asked = p.option("persistent")  # (asked of another block: refused by applicable)
+    if asked is not None:
+        return bool(asked)
+    # (under a gate, the producer's own vote takes a named barrier: at most 3 stages)
+    return producer and nseg == 1 and tile_producer.PERSISTENT and (not _gating(fused) or stages <= 3)
+
+
+def _prefix_gated(fused: FusedCascade) -> bool:
+    """Whether every let that may gate elements out is ``where(c, …, -inf)`` with ``c`` true on a prefix of the row (a
+    causal mask: :func:`.products.prefix`), as the producer block takes it; none at all included."""
+    return all(isinstance(e, sp.Piecewise) and len(e.args) == 2 and e.args[1].expr == -sp.oo
+               and e.args[1].cond == sp.true and prefix(e.args[0].cond)
+               for _, e in fused.prologue.steps if e.has(-sp.oo))
+
+
+def _gating(fused: FusedCascade) -> bool:
+    """Whether a let of the cascade may gate elements out (``where(…, -inf)``: a causal mask)."""
+    return any(e.has(-sp.oo) for _, e in fused.prologue.steps)
+
+
+def grid(rows: int, spec: Spec, named) -> dict:
+    """:func:`.mma.grid`, the blocks of a producer warpgroup's kernel with its threads (half the consumers')."""
+    out = mma.grid(rows, spec, named)
+    if spec.producer:
+        blocks, threads, *rest = out["rows"]
+        out["rows"] = (blocks, threads + spec.threads // 2, *rest)
+    return out

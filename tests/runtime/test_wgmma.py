@@ -468,11 +468,11 @@ def test_the_producer_block_walks_row_tiles_voting_at_a_barrier_of_its_consumers
     assert "bar_sync(7 + (uint32(jt) % uint32(3)), 384)" in lines[split:]
     # a row tile's last stage released once its sums are complete (the producer waits for every release)
     assert "if pp != 0:" in consumers and "if ntile > 0:" in consumers
-    # the query staged in 16-byte loads, a warp's 32 a row (32 chunks of 4 components: the thread's column fixed, its
-    # rows 4 apart), 16 a thread, all issued before the first is rounded; each warpgroup its own 64 rows
+    # the query staged in 16-byte loads, a warp's 32 a row (32 chunks of 4 components: the thread's column fixed),
+    # 16 a thread, all issued before the first is rounded; each warp its own 16 rows
     loads = [i for i, ln in enumerate(consumers)
-             if "= ld_f32x4(q, min(grp * grows + rt * 128 + 64 * wgi + gen_qr0_0 + " in ln]
-    assert len(loads) == 16 and "gen_qr0_0 + 60, gend - 1), 4 * gen_qc_0)" in consumers[loads[-1]]
+             if "= ld_f32x4(q, min(grp * grows + rt * 128 + 16 * warp + gen_qr0_0 + " in ln]
+    assert len(loads) == 16 and "gen_qr0_0 + 15, gend - 1), 4 * gen_qc_0)" in consumers[loads[-1]]
     assert loads[-1] < min(i for i, ln in enumerate(consumers) if ln.startswith("qw = pack_f16x2("))
     vote = consumers.index("split = bar_red_or(15, 256, inexact)")
     assert not any("q[rc_" in ln for ln in consumers[:vote])  # (past it: the residuals' products, where split)
@@ -625,3 +625,45 @@ def _reference_of_attention(inputs, params, rows):
 
     wide = {k: np.repeat(v.astype(np.float64), rows, 0) for k, v in inputs.items()}
     return evaluate(workloads.get("attention").cascade, wide, params)["y"]
+
+
+@pytest.mark.parametrize("threads,R,d,out_dtype", [
+    # a block walking row tiles (two consumer warps and a producer), d = 80: a row's ten 16-byte chunks do not divide
+    # a warp's lanes; a partial last row tile
+    (96, 50, 80, "float16"),
+    # one warpgroup (a warp in the simulator), a row tile a block, bfloat16
+    (32, 20, 32, "bfloat16"),
+])
+def test_outputs_asked_in_16_bits_leave_through_shared_memory_as_the_float32_ones_rounded(threads, R, d, out_dtype):
+    # each warp writes its accumulators' pairs into its own rows of the staged query, then stores whole 16-byte
+    # chunks; rounding once, at the store, gives exactly the float32 outputs rounded to nearest
+    from redalgebra.runtime.formats import as_bfloat16
+
+    rng = np.random.default_rng(11)
+    L = 70
+    inputs = {x: rng.normal(size=(1, L, d)).astype(np.float16) for x in ("k", "v")}
+    params = {"q": rng.normal(size=(R, d)).astype(np.float32), "scale": np.float32(d ** -0.5)}
+    wide = compile(fused("attention"), "cudasim", "wgmma", threads=threads)(inputs, params)["y"]
+    kernel = compile(fused("attention"), "cudasim", "wgmma", threads=threads, out_dtype=out_dtype)
+    spec = kernel.spec_for(R, L, {"k": "float16", "v": "float16"}, {"d": d}, reps={"k": R, "v": R})[1]
+    assert spec.persistent == (threads == 96) and spec.out_dtypes == (("y", out_dtype),)
+    source = kernel.source(spec, "wgmma").source
+    assert source.count("st_w4_at(out_y, orow * ") == d // 16 and "st_h16x2(" not in source
+    got = kernel(inputs, params)["y"]
+    if out_dtype == "float16":
+        assert got.dtype == np.float16 and np.array_equal(got, wide.astype(np.float16))
+    else:
+        assert np.array_equal(got.bits, as_bfloat16(wide).bits)
+
+
+def test_outputs_in_16_bits_from_the_fragments_and_from_the_segments_combine():
+    # where the outputs cannot leave through the staged rows (segments: the combine kernel stores them; mma: no
+    # staged rows), each is still rounded once, from the same float32 value
+    rng = np.random.default_rng(12)
+    R, L, d = 8, 150, 16
+    inputs = {x: rng.normal(size=(1, L, d)).astype(np.float16) for x in ("k", "v")}
+    params = {"q": rng.normal(size=(R, d)).astype(np.float32), "scale": np.float32(0.25)}
+    for strategy, options in (("wgmma", {"segments": 2}), ("mma", {})):
+        wide = compile(fused("attention"), "cudasim", strategy, **options)(inputs, params)["y"]
+        got = compile(fused("attention"), "cudasim", strategy, out_dtype="float16", **options)(inputs, params)["y"]
+        assert got.dtype == np.float16 and np.array_equal(got, wide.astype(np.float16)), strategy

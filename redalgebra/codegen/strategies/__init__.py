@@ -91,6 +91,16 @@ VEC = {"float32": 4, "float16": 8, "bfloat16": 8, "e4m3": 16}
 SMS = 132
 
 
+def vector_out_dtypes(fused, want: str | None) -> tuple:
+    """``((output, want), ...)`` for the outputs of a vector's width where ``out_dtype`` asks for a 16-bit type: stored
+    so by the kernels (half the bytes they write, each rounded once more); ``()`` otherwise (float32, as the
+    tensor-core strategies write them unless asked)."""
+    if want not in ("bfloat16", "float16"):
+        return ()
+    c = fused.cascade
+    return tuple((o.name, want) for o in c.outputs if c.sizes[o.name] is not None)
+
+
 def pow2(n: int) -> int:
     """The smallest power of two at least ``n`` (1 for ``n <= 1``)."""
     p = 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
-from . import SMS, Problem
+from . import SMS, Problem, vector_out_dtypes
 from . import columns_mma
 from .columns import PREPASS_TILE, factor_part, prepass_vec, vector_columns
 from .rows_policy import configure as rows_configure
@@ -206,10 +206,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     # each; gpu/README.md)
     # outputs of the vector reduction's width stored in 16 bits only when asked (out_dtype): half the bytes the
     # epilogue writes, each rounded once more (float32 otherwise, as the other columns strategies write them)
-    want = p.option("out_dtype")
-    c = fused.cascade
-    outs = tuple((o.name, want) for o in c.outputs if c.sizes[o.name] is not None) \
-        if want in ("bfloat16", "float16") else ()
+    outs = vector_out_dtypes(fused, p.option("out_dtype"))
     return dict(threads=threads, group=bc // 8, vec=8, tile=2 * BK if fp8 else BK, batch=threads // 2,
                 segments=int(nseg), fp8_products=fp8, producer=producer,
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),

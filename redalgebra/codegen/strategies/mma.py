@@ -62,7 +62,7 @@ from ...errors import RedalgebraError
 from ..emit import Spec
 from ..states import identity_text
 from ..tree import Assign, Barrier, Call, For, If, Store, While
-from . import Problem, Strategy, register
+from . import Problem, Strategy, register, vector_out_dtypes
 from .base import TreeKernel
 from .columns import split_body
 from .products import KINDS, MOST_COMPONENTS, dots, gate, prefix, refusal, replace_sums, summed
@@ -513,7 +513,7 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
 
     def outputs(self) -> list:
         out = []
-        outs = {o.name for o in self.c.outputs}
+        outs, stored = {o.name for o in self.c.outputs}, dict(self.spec.out_dtypes)
         for h in self.rows:
             m, hh = divmod(h, 2)
             acc = self.access(h, deps="s")
@@ -534,11 +534,19 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
                         pre, text = self.print(expr, acc, f"{m}_{j}_{2 * hh + b}")
                         values.append(f"y_{sym.name}_{j}_{b}")
                         out += pre + [Assign(values[-1], text)]
-                    # the thread's two neighbouring components, one 8-byte store (the vectors are whole 16-component
-                    # blocks, so an even component on a row of an even length)
-                    stores.append(Store(f"out_{sym.name}", f"row_{h}", self.column(n, j, 0), tuple(values)))
+                    stores.append(self.store_pair(sym.name, n, h, j, tuple(values), stored.get(sym.name, "float32")))
             out.append(If(f"ok_{h}", tuple(stores)))
-        return out
+        return out + self.outputs_out()
+
+    def store_pair(self, name: str, n: int, h: int, j: int, values: tuple, dtype: str):
+        """The thread's two neighbouring components ``values`` of the ``n``-vector output ``name`` (its accumulator
+        pair ``(h, j)``), one 8-byte store (4 bytes in a 16-bit type asked for: out_dtype; the vectors are whole
+        16-component blocks, so an even component on a row of an even length)."""
+        return Store(f"out_{name}", f"row_{h}", self.column(n, j, 0), values, dtype)
+
+    def outputs_out(self) -> list:
+        """What follows the outputs' stores (nothing here: see :class:`~.wgmma.WgmmaKernel`)."""
+        return []
 
     @property
     def lead(self) -> str:
@@ -617,7 +625,8 @@ def build(fused: FusedCascade, spec: Spec, target: str, kernel=None, name: str =
     outputs = tuple((o.name, "row", None if c.sizes[o.name] is None else k.lay.size_const(c.sizes[o.name]))
                     for o in c.outputs)
     kernels = k.kernels()
-    src = assemble(fused, spec, target, name, kernels, k.consts, k.lay.constants, outputs, {}, k.bounds())
+    src = assemble(fused, spec, target, name, kernels, k.consts, k.lay.constants, outputs,
+                   {n: d for n, d in spec.out_dtypes if d != "float32"}, k.bounds())
     if k.segmented:
         from dataclasses import replace
 
@@ -662,7 +671,8 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
             raise RedalgebraError(f"mma: the {name} is fixed by the instruction shapes (tiles of {BN} elements, "
                                   f"{per_warp} rows per warp, one segment)")
     return dict(threads=threads, tile=BN, batch=bm, group=per_warp, vec=8, segments=1,
-                fast_exp=p.option("fast_exp", True), shared=shared_plan(fused, dict(p.sizes), bm)[-1])
+                fast_exp=p.option("fast_exp", True), shared=shared_plan(fused, dict(p.sizes), bm)[-1],
+                out_dtypes=vector_out_dtypes(fused, p.option("out_dtype")))
 
 
 def grid(rows: int, spec: Spec, named) -> dict:

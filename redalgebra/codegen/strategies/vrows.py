@@ -337,9 +337,11 @@ class VRowsKernel(TreeKernel):
             pre, text = self.print(expr, acc, str(c))
             out += pre + [Assign(f"y_{name}_{c}", text)]
             values.append(f"y_{name}_{c}")
-        wide = 4 if self.vec % 4 == 0 and n % 4 == 0 else 1
+        dtype = dict(self.spec.out_dtypes).get(name, "float32")  # (16 bits: the tensor-core strategies' combine)
+        most = 4 if dtype == "float32" else 2
+        wide = most if self.vec % most == 0 and n % most == 0 else 1
         for c in range(0, self.count(n), wide):
-            store = Store(f"out_{name}", "row", self.component(c), tuple(values[c:c + wide]), "float32")
+            store = Store(f"out_{name}", "row", self.component(c), tuple(values[c:c + wide]), dtype)
             cond = self.inside(n, c)
             out += [store] if cond is None else [If(cond, (store,))]
         return out

@@ -66,6 +66,10 @@ from .tile_producer import TileProducer
 # (the swizzled layout's constants are the policy's, which plans the shared memory; other kernels import them here)
 from .wgmma_policy import ATOM, ROW, THREADS, _blocks, configure, grid, shared_plan
 
+#: Outputs asked for in 16 bits leave through shared memory (:attr:`WgmmaKernel.staged_outputs`); 0 stores them from
+#: the fragments (a timing setting: ``gpu/sweep.py``).
+STAGE_OUTPUTS = 1
+
 
 class WgmmaKernel(TileProducer, MmaKernel):
     """Builds the statement tree of a ``wgmma`` kernel: :class:`~.mma.MmaKernel` with other products (and, asked for,
@@ -159,14 +163,14 @@ class WgmmaKernel(TileProducer, MmaKernel):
     def stagers(self) -> tuple[int, int, str, str]:
         """(threads, rows, the first row's expression with a `` + ``, a thread's index among them) of a group of
         threads staging its rows of the params: the block's consumers, all rows; but in a block walking row tiles each
-        consumer warpgroup its own 64 rows (16 a warp in the simulator), the rows only its own products read. There a
-        warpgroup stages the next row tile's rows while the other may still be reading this one's (nothing orders the
-        two from one row tile's last products to the next row tile's vote): the rows it read itself are free once its
-        own products are waited for."""
+        warp its own 16 rows, the rows of its own accumulators. There a warpgroup stages the next row tile's rows while
+        the other may still be reading this one's (nothing orders the two from one row tile's last products to the next
+        row tile's vote): the rows it read itself are free once its own products are waited for. And a warp's rows
+        hold its outputs on their way out (:meth:`outputs_out`) until the warp stages them again: no other warp
+        writes them meanwhile."""
         if not self.walking:
             return self.threads, self.bm, "", "tid"
-        rows = self.bm * self.group // self.threads
-        return self.group, rows, f"{rows} * wgi + ", f"(tid - {self.group} * wgi)"
+        return 32, 16, f"16 * {self.rw} + ", "lane"
 
     def param_loads(self) -> list:
         """Every load of the block's param rows into registers (``gen_qv_*``; rows past the group's clamped into it,
@@ -203,6 +207,66 @@ class WgmmaKernel(TileProducer, MmaKernel):
                         Assign(f"smw[gen_qa_{n}_{k} + {w}]", "qw")]
                 if self.resid:
                     out.append(Assign(f"smw[gen_qa_{n}_{k} + {w + lo}]", f"{pack}(d0, d1)"))
+        return out
+
+    # -- outputs ----------------------------------------------------------------------------------------------
+    @property
+    def staged_outputs(self) -> bool:
+        """Whether the vector outputs, asked for in a 16-bit type (``out_dtype``), leave through shared memory: each
+        warp writes its accumulators' pairs as words into its own rows of the first param's staged rows (free once
+        its products are waited for, and wide enough: the output no wider than the param), then stores whole
+        16-byte chunks, a warp's 32 stores covering contiguous rows. From the fragments, a warp's 4-byte stores would
+        cover half of each 32-byte sector they touch. One warpgroup's column groups (MLA) and segments' states keep
+        the fragments' stores."""
+        stored = dict(self.spec.out_dtypes)
+        vectors = [o.name for o in self.c.outputs if self.c.sizes[o.name] is not None]
+        if not STAGE_OUTPUTS or self.ncol > 1 or self.segmented or not vectors or \
+                any(stored.get(v) not in ("bfloat16", "float16") for v in vectors):
+            return False
+        room = self.size[self.param_of(self.dot_list[0])]
+        return all(self.out_width(v) <= room for v in vectors)
+
+    def out_width(self, name: str) -> int:
+        return self.lay.constants[self.lay.size_const(self.c.sizes[name])]
+
+    def staged_half(self, row: str, low: str, col: int | str) -> str:
+        """The 16-bit index in ``sm`` of component ``col`` (a multiple of 8, or of 2 within a chunk; an int or an
+        expression) of the block's row ``row`` (``low``: the row's value mod 8) in the first param's staged rows:
+        blocks of 64 components, the row's 16-byte chunks swizzled by the row (as :meth:`param_stores` writes them)."""
+        at = self.qtile[0]
+        if isinstance(col, int):
+            return f"sb + {at + (col // ROW) * self.bm * ROW} + ({row}) * {ROW} + ({col % ROW} ^ (({low}) << 3))"
+        return f"sb + {at} + (({col}) >> 6) * {self.bm * ROW} + ({row}) * {ROW} + ((({col}) & {ROW - 1}) ^ (({low}) << 3))"
+
+    def store_pair(self, name: str, n: int, h: int, j: int, values: tuple, dtype: str):
+        if not self.staged_outputs:
+            return super().store_pair(name, n, h, j, values, dtype)
+        row = f"16 * {self.rw} + lg + {8 * h}"
+        pack = "pack_bf16x2" if dtype == "bfloat16" else "pack_f16x2"
+        # (a pair at the chunk's word t: the chunk 8 j // 8 of the row, swizzled; conflict-free, the 8 rows of a
+        # warp's store at 8 different chunks)
+        return Assign(f"smw[({self.staged_half(row, 'lg', 8 * j)} + 2 * t) >> 1]", f"{pack}({', '.join(values)})")
+
+    def outputs_out(self) -> list:
+        """The staged outputs (:attr:`staged_outputs`) from each warp's rows, a 16-byte chunk a lane at a time: a
+        chunk ``c`` of row ``i`` of the warp's 16 is read and stored where the row is the group's."""
+        if not self.staged_outputs:
+            return []
+        out, words = [Call("warp_sync", ())], "gen_ow_0, gen_ow_1, gen_ow_2, gen_ow_3"
+        for o in self.c.outputs:
+            if self.c.sizes[o.name] is None:
+                continue
+            n = self.out_width(o.name)
+            chunks = n // 8
+            for k in range(16 * chunks // 32):
+                i, c = f"gen_oi_{k}", f"gen_oc_{k}"
+                row = f"16 * {self.rw} + {i}"
+                out += [Assign(i, f"uint32(lane + {32 * k}) // uint32({chunks})"),
+                        Assign(c, f"lane + {32 * k} - {i} * {chunks}"),
+                        Assign("orow", f"grp * grows + rt * {self.bm} + {row}"),
+                        If("orow < gend", (Assign(words, f"lds_w4(sm, {self.staged_half(row, f'({i} & 7)', f'8 * {c}')})"),
+                                           Call("st_w4_at", (f"out_{o.name}", f"orow * {n} + 8 * {c}", words))))]
+            out.append(Call("warp_sync", ()))  # (every lane's reads done before any lane writes the rows again)
         return out
 
     # -- products -------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import sympy as sp
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
-from . import Problem
+from . import Problem, vector_out_dtypes
 from . import mma
 from .mma import BN
 from .products import column_groups, dots, prefix
@@ -253,7 +253,8 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     producer = bool(_producer(fused, p))
     return dict(threads=threads, tile=_tile(p), batch=bm, group=16, vec=8, segments=min(nseg, 2), nseg=nseg,
                 fast_exp=p.option("fast_exp", True), shared=shared, stages=stages, producer=producer,
-                persistent=_walking(fused, p, producer, nseg, stages))
+                persistent=_walking(fused, p, producer, nseg, stages),
+                out_dtypes=vector_out_dtypes(fused, p.option("out_dtype")))
 
 
 def _walking(fused: FusedCascade, p: Problem, producer: bool, nseg: int, stages: int) -> bool:

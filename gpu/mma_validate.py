@@ -100,6 +100,8 @@ def main() -> int:
     ap.add_argument("--tile", type=int, help="elements a tile (wgmma with threads=384: 64 or 128)")
     ap.add_argument("--persistent", action="store_true",
                     help="blocks walking row tiles (wgmma's producer block) where the cascade has no gate")
+    ap.add_argument("--out-dtype", choices=("float16", "bfloat16"),
+                    help="the outputs stored in this 16-bit type by the kernels (out_dtype): one more rounding allowed")
     ap.add_argument("--only", help="comma-separated workloads: the cases of these only (e.g. causal)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
@@ -111,13 +113,16 @@ def main() -> int:
         inputs, params, keep = problem(name, groups, R, L, d, dtype, masked, exact, rng)
         t0 = time.time()
         walk = True if args.persistent and not _gating(fused) else None
-        kernel = compile(fused, "cuda", args.strategy, threads=args.threads, tile=args.tile, persistent=walk)
+        kernel = compile(fused, "cuda", args.strategy, threads=args.threads, tile=args.tile, persistent=walk,
+                         out_dtype=args.out_dtype)
         out = kernel(inputs, params, keep)
         wide = {k: np.repeat(np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64), R, 0)
                 for k, v in inputs.items()}
         ref = evaluate(fused.cascade, wide, params, keep)
         tol = TOLERANCE[dtype] + STORE_ROUNDING[dtype]  # the factors rounded to 16 bits once (see the strategy)
+        tol += STORE_ROUNDING[args.out_dtype] if args.out_dtype else 0.0  # (and the outputs, where asked)
         for o, got in out.items():
+            got = bfloat16_to_float(got.bits) if hasattr(got, "bits") else got
             got, want = np.asarray(got, np.float64), ref[o]
             fin = np.isfinite(want)
             scale = np.abs(want[fin]).max() if fin.any() else 1.0

@@ -139,9 +139,11 @@ def sdpa_with(backend, causal=False):
     return run
 
 
-def case_attention(batch, heads, queries, length, dim, candidates, name, label, dtype="float16", causal=False):
+def case_attention(batch, heads, queries, length, dim, candidates, name, label, dtype="float16", causal=False,
+                   query16=False):
     """Attention with ``queries`` query rows per head (1: decode). Tensors (B, H, ·, D) in ``dtype``; ``causal``:
-    the last ``queries`` positions of ``length`` (prefill: all), each seeing the keys up to its own."""
+    the last ``queries`` positions of ``length`` (prefill: all), each seeing the keys up to its own; ``query16``: our
+    kernel given the query in ``dtype`` as the model holds it (read as it is by ``wgmma``), not widened to float32."""
     from torch.nn.attention import SDPBackend
 
     rows = batch * heads * queries
@@ -154,7 +156,8 @@ def case_attention(batch, heads, queries, length, dim, candidates, name, label, 
         v = randn((batch, heads, length, dim), dtype)
         inputs = {"k": ours_input(k.view(batch * heads, length, dim)), "v": ours_input(v.view(batch * heads, length, dim))}
         # the query as a model has it, on the device (a host array would be copied on every call)
-        params = {"q": q.float().reshape(rows, dim), "scale": np.float32(scale)}
+        query = q.reshape(rows, dim) if query16 else q.float().reshape(rows, dim)
+        params = {"q": ours_input(query) if query16 else query, "scale": np.float32(scale)}
         if causal:  # rows in the order (batch, head, query): query i sits at position length - queries + i
             qpos = torch.arange(length - queries, length, device="cuda", dtype=torch.float32)
             params["qpos"] = qpos.repeat(batch * heads)
@@ -172,7 +175,8 @@ def case_attention(batch, heads, queries, length, dim, candidates, name, label, 
             s = s.masked_fill(above, float("-inf"))
         return {"y": (torch.softmax(s, dim=-1) @ v.double()).reshape(rows, dim)}
     flops = 4.0 * rows * length * dim / (2 if causal else 1)
-    shape = f"{label} B{batch} H{heads} L{length} D{dim}" + (f" Q{queries}" if queries > 1 else "")
+    shape = f"{label} B{batch} H{heads} L{length} D{dim}" + (f" Q{queries}" if queries > 1 else "") + \
+        (" q16" if query16 else "")
     wl = CAUSAL_ATTENTION if causal else "decode_attention" if queries == 1 else "attention"
     return Case(name, shape, dtype, fused_of(wl), copies, base, reference,
                 kv_bytes + rows * dim * 4 + rows * dim * 4, candidates, flops=flops,
@@ -402,6 +406,11 @@ def all_cases(quick: bool) -> dict:
                                                       causal=True) for L in (2048, 4096)],
         "prefill_bf16": [lambda: case_attention(1, 64, 2048, 2048, 128, ("wgmma", "wgmma@384x128", "mma"), "attention", "LLaMA-65B",
                                                 "bfloat16")],
+        # the query given in the keys' 16-bit type (the device tensor as it is): wgmma stages it without widening
+        "prefill_q16": [lambda c=c, L=L, dt=dt: case_attention(1, 64, L, L, 128, ("wgmma",), "causal_attention" if c else
+                                                               "attention", "LLaMA-65B", dt, causal=c, query16=True)
+                        for c, L, dt in ((True, 2048, "float16"), (False, 2048, "float16"), (True, 4096, "float16"),
+                                         (False, 2048, "bfloat16"))],
         "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("rows", "rows@128g16", "warp@128"), lab)
                 for t, e, k, lab in ((16384, 128, 8, "Qwen3"), (4096, 128, 8, "Qwen3"), (32768, 128, 8, "Qwen3"),
                                      (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]

@@ -102,6 +102,8 @@ def main() -> int:
                     help="blocks walking row tiles (wgmma's producer block) where the cascade has no gate")
     ap.add_argument("--out-dtype", choices=("float16", "bfloat16"),
                     help="the outputs stored in this 16-bit type by the kernels (out_dtype): one more rounding allowed")
+    ap.add_argument("--query16", action="store_true",
+                    help="a query exact in float16 given as a float16 device array (wgmma stages it as it is)")
     ap.add_argument("--only", help="comma-separated workloads: the cases of these only (e.g. causal)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
@@ -115,7 +117,12 @@ def main() -> int:
         walk = True if args.persistent and not _gating(fused) else None
         kernel = compile(fused, "cuda", args.strategy, threads=args.threads, tile=args.tile, persistent=walk,
                          out_dtype=args.out_dtype)
-        out = kernel(inputs, params, keep)
+        given = params
+        if args.query16 and exact and dtype == "float16":  # (the same values, read as they are)
+            from numba import cuda
+            given = {k: cuda.to_device(np.ascontiguousarray(v.astype(np.float16))) if np.ndim(v) == 2 else v
+                     for k, v in params.items()}
+        out = kernel(inputs, given, keep)
         wide = {k: np.repeat(np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64), R, 0)
                 for k, v in inputs.items()}
         ref = evaluate(fused.cascade, wide, params, keep)

@@ -12,7 +12,7 @@ from ..errors import EvaluationError
 from ..ir.reference import _integers
 from .call_layout import OUT_ARRAYS, _c_contiguous
 from .driver import c_strides
-from .formats import BFloat16, Encoded, dtype_of as _dtype, is_device as _is_device
+from .formats import BFloat16, Encoded, dtype_of as _dtype, is_device as _is_device, to_float
 
 #: Strategies that multiply a float32 param (a query) on the tensor cores as its 16-bit value plus a residual: with
 #: float16 vectors, a component of 65520 or more has no float16 value (it rounds to inf) and the scores would be NaN.
@@ -53,8 +53,8 @@ def query_fits_float16(strategy: str, c, named: dict) -> None:
     this (a synchronisation on every call): the strategy's documentation says so."""
     for p in c.params:
         a = named.get(p.name)
-        if p.size is None or a is None or _is_device(a):
-            continue
+        if p.size is None or a is None or _is_device(a) or np.asarray(a).dtype.itemsize == 2:
+            continue  # (a param staged in 16 bits holds its own values)
         big = np.isfinite(a) & (np.abs(a) >= 65520)
         if big.any():
             raise EvaluationError(
@@ -64,24 +64,35 @@ def query_fits_float16(strategy: str, c, named: dict) -> None:
                 f"down and the score's scale up by the same power of two, or use strategy='vrows'")
 
 
-def bound_param(p, value, rows: int):
-    """A param as the kernels take it: a device array as it is (float32, a row per row; a vector one C-contiguous and
-    16-byte aligned), else its host values checked (:func:`param_values`) and broadcast to a row per row."""
+def bound_param(p, value, rows: int, kind: str = "float32"):
+    """A param as the kernels take it: a device array as it is (float32, or the 16-bit ``kind`` the call's strategy
+    stages as it is: ``Strategy.params16``; a row per row; a vector one C-contiguous and 16-byte aligned), else its host
+    values checked (:func:`param_values`) and broadcast to a row per row."""
+    if isinstance(value, Encoded) and kind == "bfloat16":  # (bfloat16 bit patterns on the device)
+        value = value.bits
     if _is_device(value):  # used as it is: it must already have one row per row
         want = (rows,) if p.size is None else (rows, None)
         shape = tuple(value.shape)
-        if _dtype(value) != np.float32 or len(shape) != len(want) or shape[0] != rows:
+        stored = {"float32": (np.float32,), "float16": (np.float16,), "bfloat16": (np.uint16, np.int16)}[kind]
+        if _dtype(value) not in [np.dtype(t) for t in stored] or len(shape) != len(want) or shape[0] != rows:
             raise EvaluationError(f"param {p.name}: a device array must be float32 of shape "
                                   f"{'(rows,)' if p.size is None else '(rows, size)'} with rows = {rows}, got "
                                   f"{_dtype(value)} {shape} (or pass a host value, broadcast on the host)")
         face = value.__cuda_array_interface__
-        if p.size is not None and (not _c_contiguous(value, 4) or face["data"][0] % 16):
+        if p.size is not None and (not _c_contiguous(value, _dtype(value).itemsize) or face["data"][0] % 16):
             # (the tensor-core kernels read a vector param's rows in 16-byte loads)
             raise EvaluationError(f"param {p.name}: a device array must be C-contiguous and start 16-byte aligned "
                                   f"(strides {face.get('strides')}, address {face['data'][0]:#x}): pass a "
                                   f"contiguous copy (.contiguous(), cupy.ascontiguousarray)")
         return value
-    given = param_values(p, value)
+    if kind != "float32":  # a vector given on the host in the 16-bit type the strategy stages as it is (its bits)
+        given = np.asarray(value.bits if isinstance(value, Encoded) else value)
+        a = given[None] if given.ndim == 1 else given
+        if a.ndim != 2 or a.shape[0] not in (1, rows):
+            raise EvaluationError(f"param {p.name}: expected (size,) or (rows, size) with rows = {rows}, got shape "
+                                  f"{given.shape}")
+        return np.ascontiguousarray(np.broadcast_to(a, (rows, a.shape[-1])))
+    given = param_values(p, to_float(value) if isinstance(value, Encoded) else value)
     a = given.astype(np.float32)
     if p.size is None:
         a = np.broadcast_to(a.reshape(-1), (rows,)) if a.size in (1, rows) else None

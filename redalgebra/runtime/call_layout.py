@@ -29,10 +29,23 @@ def _signature(c, inputs: dict, params: dict, keep):
                 parts.append((enc, False, a.shape, a.dtype.str, a.ndim == 3 and k_major(a)))
         for p in c.params:
             v = params[p.name]
-            parts.append(tuple(v.shape) if _is_device(v) else np.shape(v))
+            kind = param_kind(v) if p.size is not None else None
+            v = v.bits if isinstance(v, Encoded) else v
+            parts.append((kind, tuple(v.shape) if _is_device(v) else np.shape(v)))
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return tuple(parts), None if keep is None else tuple(np.shape(keep))
+
+
+def param_kind(value) -> str | None:
+    """``"float16"`` or ``"bfloat16"`` for a vector param given in a 16-bit type (float16, or bfloat16 bit patterns
+    wrapped with ``as_bfloat16``; on the device or the host), which a strategy reading such params stages as it is
+    (``Strategy.params16``; host values are widened to float32 for the others); None otherwise."""
+    if isinstance(value, Encoded):
+        return value.dtype if value.dtype == "bfloat16" else None
+    if (_is_device(value) or isinstance(value, np.ndarray)) and _dtype(value) == np.float16:
+        return "float16"
+    return None
 
 
 def k_major(a) -> bool:

@@ -31,13 +31,19 @@ from .cache import load
 from .choice import ROUNDED_GAIN, ROUNDED_NOTE, choose, rounded_alternative
 from .formats import Encoded, as_bfloat16, dtype_of as _dtype, is_device as _is_device
 from .arguments import SPLIT_QUERY, bound_param, given_outputs, host_output, output_shapes, query_fits_float16
-from .call_layout import _alignment, _c_contiguous, _contiguous_alignment, _signature, k_major
+from .call_layout import _alignment, _c_contiguous, _contiguous_alignment, _signature, k_major, param_kind
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
 DEFAULT_STRATEGY = {"cpu": "auto", "cuda": "auto", "cudasim": "auto"}
 class KMajorUnread(EvaluationError):
     """A device input laid out K-major that the call's strategy does not read as it lies (``Spec.k_major``): a
     raw device array is refused with this message; a torch call copies the view instead."""
+
+
+class Params16Unread(EvaluationError):
+    """A vector param given on the device in 16 bits that the call's strategy does not stage as it is
+    (``Strategy.params16``): a raw device array is refused with this message; a torch call widens it instead (a host
+    array is widened on the host)."""
 
 
 class _KMajorRows:
@@ -207,22 +213,35 @@ class Kernel:
                                       f"bfloat16 bit patterns wrapped with as_bfloat16(), or FP8 e4m3 bytes wrapped "
                                       f"with as_e4m3()")
             dtypes.append((s.name, encoded or _FLOAT_DTYPES[dt]))
+        halves, on_device = [], False
         for p in c.params:
             if p.size is not None:
-                shape = () if params[p.name] is None else np.shape(params[p.name])
+                kind = param_kind(params[p.name]) if self.backend != "cpu" else None
+                if kind is not None:  # (read as it is by a strategy that stages it so, Strategy.params16)
+                    halves.append((p.name, kind))
+                    on_device |= _is_device(getattr(params[p.name], "bits", params[p.name]))
+                value = params[p.name].bits if isinstance(params[p.name], Encoded) else params[p.name]
+                shape = () if value is None else tuple(np.shape(value))
                 if not shape:
                     raise EvaluationError(f"param {p.name} is a vector of size {p.size}: pass (size,) or (rows, size) "
                                           f"values, got {type(params[p.name]).__name__}")
                 self._size(sizes, p.size, shape[-1], p.name)
         def plan(major):
             alignment = _alignment(inputs, c, length, reps, bool(self.fused.per_element_outputs), tuple(major))
+            try:
+                return self.spec_for(rows, length, dtypes + halves, sizes, keep is not None, alignment, reps,
+                                     tuple(major))
+            except Params16Unread:
+                if on_device:
+                    raise
+            # (16-bit params given on the host that the strategy does not stage as they are: widened on the host)
             return self.spec_for(rows, length, dtypes, sizes, keep is not None, alignment, reps, tuple(major))
 
         device = [n for n in major if _is_device(getattr(inputs[n], "bits", inputs[n])) and self.backend == "cuda"]
         try:
             strategy, spec, extra = plan(major)
         except RedalgebraError as err:  # (e.g. K-major weights off the 16-byte grid: a copy would be aligned)
-            if not device:
+            if not device or isinstance(err, Params16Unread):
                 raise
             raise self._k_major_unread(inputs, device, str(err)) from None
         unread = [n for n in major if n not in spec.k_major]
@@ -258,7 +277,9 @@ class Kernel:
         """
         c = self.fused.cascade
         given = self.to_generated(dict(dtypes))
-        dtypes = tuple((s.name, given.get(s.name, "float32")) for s in c.inputs)
+        # (vector params given in 16 bits on the device named too: Strategy.params16)
+        dtypes = tuple((s.name, given.get(s.name, "float32")) for s in c.inputs) + \
+            tuple((p.name, given[p.name]) for p in c.params if given.get(p.name, "float32") != "float32")
         sizes = dict(self.to_generated(dict(sizes or {})))
         missing = sorted({x.size for x in (*c.inputs, *c.params) if isinstance(x.size, str)} - set(sizes))
         if missing:
@@ -277,7 +298,18 @@ class Kernel:
                                    ("sms", device_multiprocessors(self.backend))),
                           k_major=tuple(self.to_generated({k: 0 for k in k_major})))
         strategy = self.resolve(rows, length, sizes, reps, problem)
-        policy = get(strategy).configure(self.fused, problem)
+        halves = [p.name for p in c.params if given.get(p.name, "float32") != "float32"]
+        if halves and not get(strategy).params16:
+            names = ", ".join(halves)  # (user_messages names them as the user does)
+            raise Params16Unread(f"param {names} is given on the device in 16 bits, which {strategy} does not read (it "
+                                 f"reads float32 params; wgmma stages a query in the keys' 16-bit type as it is): pass "
+                                 f"{names} in float32 (.float()) or use strategy='wgmma'")
+        try:
+            policy = get(strategy).configure(self.fused, problem)
+        except RedalgebraError as err:
+            if halves:  # (maybe the 16-bit params: said so, and a torch call or a host array widens them)
+                raise Params16Unread(str(err)) from None
+            raise
         extra = {k: policy.pop(k) for k in list(policy) if k not in Spec.__dataclass_fields__}
         if self.min_blocks:  # the caller's launch bounds over the policy's
             policy["min_blocks"] = self.min_blocks
@@ -323,7 +355,8 @@ class Kernel:
         for name in spec.k_major:  # the (n, L) rows a K-major input is (the same memory on the device)
             named[name] = _KMajorRows(named[name]) if _is_device(named[name]) else np.asarray(named[name])[0].T
         named.update({f"rep_{s.name}": reps[s.name] for s in c.inputs})
-        named.update({p.name: bound_param(p, params[p.name], rows) for p in c.params})
+        kinds = dict(spec.dtypes)
+        named.update({p.name: bound_param(p, params[p.name], rows, kinds.get(p.name, "float32")) for p in c.params})
         if strategy in SPLIT_QUERY and "float16" in dict(spec.dtypes).values():
             query_fits_float16(strategy, c, named)
         # (a mask is read as booleans, as the reference reads it: 0.5 and 256 keep an element)

@@ -26,8 +26,8 @@ def signature(fused: FusedCascade, spec: Spec, args: tuple, scratch: tuple = (),
         # (an input read K-major, Spec.k_major: bound as its (n, L) rows)
         by_name[s.name] = types.Array(base, 2 if s.size is None or s.name in spec.k_major else 3, "C")
         by_name[f"rep_{s.name}"] = types.int64
-    for p in c.params:
-        by_name[p.name] = types.Array(types.float32, 1 if p.size is None else 2, "C")
+    for p in c.params:  # (float32, or a vector param given in 16 bits where the strategy stages it so)
+        by_name[p.name] = types.Array(stored.get(dtypes.get(p.name), types.float32), 1 if p.size is None else 2, "C")
     by_name["keep"] = types.Array(types.uint8, 2, "C")
     varying, sizes = set(fused.per_element_outputs), c.sizes
     for o in c.outputs:

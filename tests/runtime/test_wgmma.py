@@ -669,3 +669,52 @@ def test_outputs_in_16_bits_from_the_fragments_and_from_the_segments_combine():
         wide = compile(fused("attention"), "cudasim", strategy, **options)(inputs, params)["y"]
         got = compile(fused("attention"), "cudasim", strategy, out_dtype="float16", **options)(inputs, params)["y"]
         assert got.dtype == np.float16 and np.array_equal(got, wide.astype(np.float16)), strategy
+
+
+@pytest.mark.parametrize("threads,R,d", [(96, 50, 80), (32, 20, 32)])
+def test_a_query_given_in_16_bits_is_staged_as_it_is(threads, R, d):
+    # a float16 query (as a model holds it): its words staged as they are, a 16-byte load a chunk of eight, no
+    # residuals — bit for bit what the same values given in float32 give (their residuals all zero); a strategy that
+    # reads float32 params (mma) gets them widened on the host
+    rng = np.random.default_rng(5)
+    L = 70
+    inputs = {x: rng.normal(size=(1, L, d)).astype(np.float16) for x in ("k", "v")}
+    q16 = rng.normal(size=(R, d)).astype(np.float16)
+    params = {"q": q16.astype(np.float32), "scale": np.float32(d ** -0.5)}
+    kernel = compile(fused("attention"), "cudasim", "wgmma", threads=threads)
+    want = kernel(inputs, params)["y"]
+    assert np.array_equal(kernel(inputs, {**params, "q": q16})["y"], want)
+    spec = kernel.spec_for(R, L, {"k": "float16", "v": "float16", "q": "float16"}, {"d": d}, reps={"k": R, "v": R})[1]
+    assert ("q", "float16") in spec.dtypes
+    lines = [ln.strip() for ln in kernel.source(spec, "wgmma").source.splitlines()]
+    loads = [ln for ln in lines if "= ld_w4_at(q, " in ln]
+    rows, stagers = (16, 32) if threads == 96 else (16, threads)  # (a warp its own rows, walking; else the block's)
+    assert len(loads) == rows * (d // 8) // stagers
+    assert sum("sts_w4(sm, " in ln for ln in lines) == len(loads) and not any("ld_f32x4(q" in ln for ln in lines)
+    mma = compile(fused("attention"), "cudasim", "mma")
+    assert np.array_equal(mma(inputs, {**params, "q": q16})["y"], mma(inputs, params)["y"])
+
+
+class _Device:
+    """What a call reads of a device array before its launch: its CUDA array interface."""
+
+    def __init__(self, shape, typestr):
+        self.shape = shape
+        self.__cuda_array_interface__ = {"shape": shape, "strides": None, "typestr": typestr,
+                                         "data": (1 << 20, False), "version": 3}
+
+
+def test_a_query_in_16_bits_on_the_device_is_refused_where_it_would_not_be_read_as_it_is():
+    from redalgebra.runtime.formats import as_bfloat16
+
+    rng = np.random.default_rng(6)
+    R, L, d = 16, 40, 16
+    params = {"q": _Device((R, d), "<f2"), "scale": np.float32(0.25)}
+    f16 = {x: rng.normal(size=(1, L, d)).astype(np.float16) for x in ("k", "v")}
+    # mma reads float32 params
+    with pytest.raises(RedalgebraError, match=r"param q is given on the device in 16 bits, which mma does not read"):
+        compile(fused("attention"), "cudasim", "mma")(f16, params)
+    # bfloat16 keys: a float16 query's words are not what the bfloat16 products read
+    b16 = {x: as_bfloat16(rng.normal(size=(1, L, d)).astype(np.float32)) for x in ("k", "v")}
+    with pytest.raises(RedalgebraError, match=r"param q given in float16 is staged as it is only where the vector inputs"):
+        compile(fused("attention"), "cudasim", "wgmma")(b16, params)

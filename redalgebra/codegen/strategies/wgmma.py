@@ -80,6 +80,9 @@ class WgmmaKernel(TileProducer, MmaKernel):
         if self.mt != 1:
             raise RedalgebraError("wgmma: 16 rows per warp (a warpgroup's 64-row tile is four warps of 16 rows)")
         sizes = dict(spec.sizes)
+        names = {p.name for p in fused.cascade.params}
+        #: vector params given in the products' 16-bit type (``float16``, ``bfloat16``): staged as they are
+        self.param16 = {k: v for k, v in spec.dtypes if k in names and v != "float32"}
         # the params' residuals staged where the launch's shared memory (configure's plan) holds them
         plan = functools.partial(shared_plan, fused, sizes, self.bm, self.stages, groups=self.ncol, tile=self.kt)
         self.resid = plan(True)[-1] <= (spec.shared or SHARED_LIMIT)
@@ -153,7 +156,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
         threads, rows, first, _ = self.stagers()
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)
-            chunks = self.size[p] // 4  # (the sizes are multiples of 16)
+            chunks = self.size[p] // (8 if p in self.param16 else 4)  # (the sizes are multiples of 16)
             for k in range(rows * chunks // threads):
                 if threads % chunks == 0:
                     yield n, p, chunks, f"{first}gen_qr0_{n} + {k * threads // chunks}", f"gen_qc_{n}", k
@@ -185,7 +188,11 @@ class WgmmaKernel(TileProducer, MmaKernel):
                 out += [Assign(f"gen_qr_{n}_{k}", f"uint32({tid} + {k * threads}) // uint32({chunks})"),
                         Assign(c, f"{tid} + {k * threads} - gen_qr_{n}_{k} * {chunks}")]
             v = ", ".join(f"gen_qv_{n}_{k}_{i}" for i in range(4))
-            out.append(Assign(v, f"ld_f32x4({p}, min(grp * grows + rt * {self.bm} + {r}, gend - 1), 4 * {c})"))
+            row = f"min(grp * grows + rt * {self.bm} + {r}, gend - 1)"
+            if p in self.param16:  # (four words of eight 16-bit values, as they are staged)
+                out.append(Assign(v, f"ld_w4_at({p}, {row} * {self.size[p]} + 8 * {c})"))
+            else:
+                out.append(Assign(v, f"ld_f32x4({p}, {row}, 4 * {c})"))
         return out
 
     def param_stores(self) -> list:
@@ -194,6 +201,11 @@ class WgmmaKernel(TileProducer, MmaKernel):
         pack, unpack = f"pack_{self.kind}x2", f"unpack_{self.kind}x2"
         out = [Assign("inexact", "0")]
         for n, p, chunks, r, c, k in self.param_chunks():
+            if p in self.param16:  # given in the products' 16-bit type: its words as they are, no residual
+                at = (f"sb + {self.qtile[n]} + ({c} >> 3) * {self.bm * ROW} + ({r}) * {ROW} + "
+                      f"(((8 * {c}) & {ROW - 1}) ^ ((({r}) & 7) << 3))")
+                out.append(Call("sts_w4", ("sm", at, *(f"gen_qv_{n}_{k}_{i}" for i in range(4)))))
+                continue
             lo = _blocks(self.size[p]) * self.bm * ROW // 2  # (words from a value to its residual)
             # the chunk's 16-bit word: block of 64 components, row, 16-byte chunk swizzled by the row
             out.append(Assign(f"gen_qa_{n}_{k}", f"((sb + {self.qtile[n]} + ({c} >> 4) * {self.bm * ROW} + ({r}) * "
@@ -517,4 +529,4 @@ class WgmmaKernel(TileProducer, MmaKernel):
 register(Strategy("wgmma", "cuda", "mma's tiles on Hopper's warpgroup instructions (sm_90a): operands from "
                   "128-byte-swizzled shared memory by descriptors, P·V with the factors in registers",
                   functools.partial(mma.build, kernel=WgmmaKernel, name="wgmma"), configure, grid,
-                  rounds_products=True, vector_multiple=16, cc=(9, 0, "a"), walking=("rows",)))
+                  rounds_products=True, vector_multiple=16, cc=(9, 0, "a"), walking=("rows",), params16=True))

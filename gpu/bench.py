@@ -31,7 +31,7 @@ from harness import Progress, Row, copy_bandwidth, environment, median_ms, rotat
 import targets  # noqa: E402
 
 from redalgebra.runtime import compile  # noqa: E402
-from redalgebra.runtime.compile import KMajorUnread  # noqa: E402
+from redalgebra.runtime.compile import KMajorUnread, Params16Unread  # noqa: E402
 from redalgebra.runtime.formats import Encoded  # noqa: E402
 from redalgebra.runtime.check import STORE_ROUNDING  # noqa: E402
 
@@ -77,9 +77,15 @@ def prepared_case(group: str, index: int, config: str):
 
 def prepare(kernel, inputs: dict, params: dict):
     """``kernel.prepare``; K-major weights a configuration does not read as they lie given as a contiguous copy (as a
-    user's torch call copies them), made here, before any timing."""
+    user's torch call copies them), and a 16-bit query a configuration does not stage as it is widened to float32 (as
+    a user's torch call widens it), made here, before any timing."""
     try:
-        return kernel.prepare(inputs, params)
+        try:
+            return kernel.prepare(inputs, params)
+        except Params16Unread:
+            params = {k: v.float() if isinstance(v, torch.Tensor) and v.dtype == torch.float16 else
+                      v.bits.view(torch.bfloat16).float() if isinstance(v, Encoded) else v for k, v in params.items()}
+            return kernel.prepare(inputs, params)
     except KMajorUnread:
         return kernel.prepare({k: type(v)(v.bits.contiguous()) if isinstance(v, Encoded) else
                                v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}, params)
@@ -224,7 +230,7 @@ class Runner:
         try:
             kernel = self.kernel(case, config)
             # as a user calls it: torch tensors as they are (bfloat16 included), params as given
-            fns = [lambda i=as_tensors(i), p=p: kernel(i, p) for i, p, _ in case.copies]
+            fns = [lambda i=as_tensors(i), p=as_tensors(p): kernel(i, p) for i, p, _ in case.copies]
             ms = median_ms(rotating(fns), max(3, case.reps // 2), batch=case.batch)
             return self.row(case, system, ms, nbytes, kind="call", config=config, valid="ok")
         except Exception as err:  # noqa: BLE001 - reported as a result

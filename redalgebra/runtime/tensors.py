@@ -28,7 +28,7 @@ import numpy as np
 from ..derive import FusedCascade
 from ..errors import RedalgebraError
 from .arguments import SPLIT_QUERY, bound_param, param_values, query_fits_float16
-from .compile import Kernel, KMajorUnread, compile
+from .compile import Kernel, KMajorUnread, Params16Unread, compile
 from .formats import BFloat16, as_bfloat16, as_e4m3
 
 _OPS: dict = {}  # op name -> (cascade text, op)
@@ -69,12 +69,17 @@ def _input(t):
     return t if t.is_cuda else t.detach().numpy()
 
 
-def _param(t, rows: int, vector: bool):
-    """A param tensor: on the GPU as it is when it has one row per row (float32), else via the host."""
+def _param(t, rows: int, vector: bool, halves: bool = False):
+    """A param tensor: on the GPU as it is when it has one row per row (float32; with ``halves``, a vector one in
+    float16 or bfloat16 too, which a strategy may stage as it is: ``Strategy.params16``), else via the host."""
     if not is_tensor(t):
         return t
     t = t.detach()
     if t.is_cuda and t.dim() == (2 if vector else 1) and t.shape[0] == rows:
+        torch = _torch()
+        if halves and vector and t.dtype in (torch.float16, torch.bfloat16):
+            t = t.contiguous() if t.data_ptr() % 16 == 0 else t.clone()  # (read in 16-byte loads)
+            return as_bfloat16(t.view(torch.int16)) if t.dtype == torch.bfloat16 else t
         return t.float().contiguous()  # (an int param's values not read back to be checked: a synchronisation)
     # (integers as they are: the call checks an int param's on the host)
     return (t if not t.is_floating_point() else t.float()).cpu().numpy()
@@ -172,7 +177,10 @@ def _call(kernel: Kernel, inputs: dict, params: dict, keep, out) -> dict:
             if len(kernel._calls) >= 256:
                 kernel._calls.clear()
             try:
-                prepared = _Call(kernel, inputs, params, keep, device)
+                try:  # a query as the model holds it (float16, bfloat16): read as it is where the strategy stages it so
+                    prepared = _Call(kernel, inputs, params, keep, device, halves=True)
+                except Params16Unread:  # (the strategy reads float32 params: widened on each call)
+                    prepared = _Call(kernel, inputs, params, keep, device)
             except KMajorUnread:  # this signature's strategy reads rows by their length: its K-major views copied
                 prepared = _Copied(kernel, tuple(name for name, t in inputs.items() if is_tensor(t) and _k_major(t)))
             kernel._calls[key] = prepared
@@ -277,7 +285,7 @@ class _Call:
     packed, what to allocate per call, and how each pointer is found. The first call of a signature
     builds it through ``Kernel``'s own layout (all its checks and messages) and compiles the kernels."""
 
-    def __init__(self, kernel: Kernel, inputs: dict, params: dict, keep, device: int):
+    def __init__(self, kernel: Kernel, inputs: dict, params: dict, keep, device: int, halves: bool = False):
         torch = _torch()
         c = kernel.fused.cascade
         self.kernel = kernel
@@ -285,12 +293,14 @@ class _Call:
         self.device = first.device
         self.index = first.device.index
         rows = max(int(t.shape[0]) for t in inputs.values())
-        host_params = {p.name: _param(params[p.name], rows, p.size is not None) for p in c.params}
+        host_params = {p.name: _param(params[p.name], rows, p.size is not None, halves) for p in c.params}
         host_keep = keep.cpu().numpy() if is_tensor(keep) else keep
         given = {k: _input(v) for k, v in inputs.items()}
         src, module, named, outs, rows = kernel._arguments(given, host_params, host_keep)
         launch = kernel._device_launch(src, module, named, rows)
         spec, *_, strategy, _ = kernel._planned(given, host_params, host_keep)  # (the signature's plan, kept)
+        # each param's dtype as the kernels read it: float32, or a vector one staged in 16 bits as it is
+        self.kinds = {p.name: getattr(torch, dict(spec.dtypes).get(p.name, "float32")) for p in c.params}
         # the strategy whose float16 products refuse a large query, checked on every call's host params too
         self.split_query = strategy if strategy in SPLIT_QUERY and "float16" in dict(spec.dtypes).values() else None
         self.steps = launch.driver
@@ -327,7 +337,8 @@ class _Call:
         torch = _torch()
         if isinstance(value, torch.Tensor):
             if value.get_device() == device and value.dim() == (2 if p.size is not None else 1) \
-                    and value.shape[0] == self.rows and value.dtype == torch.float32 and value.is_contiguous():
+                    and value.shape[0] == self.rows and value.dtype == self.kinds[p.name] and value.is_contiguous() \
+                    and value.data_ptr() % 16 == 0:
                 return _DIRECT
             return _CONVERTED
         if p.size is None and isinstance(value, _NUMBERS) and not isinstance(value, bool):
@@ -347,6 +358,8 @@ class _Call:
         return t
 
     def _converted(self, p, value) -> "torch.Tensor":  # noqa: F821
+        if self.kinds[p.name] != _torch().float32:  # (16 bits, as the signature's: a contiguous copy on the device)
+            return value.detach().to(self.device).clone(memory_format=_torch().contiguous_format)
         value = _param(value, self.rows, p.size is not None)  # a GPU tensor of one row per row, float32 and contiguous
         if is_tensor(value):
             if value.device == self.device:

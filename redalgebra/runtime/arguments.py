@@ -75,7 +75,7 @@ def bound_param(p, value, rows: int, kind: str = "float32"):
         shape = tuple(value.shape)
         stored = {"float32": (np.float32,), "float16": (np.float16,), "bfloat16": (np.uint16, np.int16)}[kind]
         if _dtype(value) not in [np.dtype(t) for t in stored] or len(shape) != len(want) or shape[0] != rows:
-            raise EvaluationError(f"param {p.name}: a device array must be float32 of shape "
+            raise EvaluationError(f"param {p.name}: a device array must be {kind} of shape "
                                   f"{'(rows,)' if p.size is None else '(rows, size)'} with rows = {rows}, got "
                                   f"{_dtype(value)} {shape} (or pass a host value, broadcast on the host)")
         face = value.__cuda_array_interface__

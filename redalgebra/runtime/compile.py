@@ -183,8 +183,10 @@ class Kernel:
                 raise EvaluationError(f"param {p.name}: expected a number or an array of numbers, got a ragged "
                                       f"{type(params[p.name]).__name__}") from None
         length = tuple(inputs[c.inputs[0].name].shape)[1]
+        given = {p.name: getattr(params[p.name], "bits", params[p.name]) for p in c.params}  # (bfloat16 as its bits)
         rows = max([tuple(inputs[s.name].shape)[0] for s in c.inputs] +
-                   [np.shape(params[p.name])[0] for p in c.params if np.ndim(params[p.name]) == (1 if p.size is None else 2)])
+                   [tuple(np.shape(given[p.name]))[0] for p in c.params
+                    if np.ndim(given[p.name]) == (1 if p.size is None else 2)])
         if keep is not None and tuple(np.shape(keep)) != (rows, length):
             raise EvaluationError(f"keep must be (rows, L) = ({rows}, {length}) booleans, got shape {tuple(np.shape(keep))}")
         sizes, dtypes, reps, major = {}, [], {}, []

@@ -718,3 +718,17 @@ def test_a_query_in_16_bits_on_the_device_is_refused_where_it_would_not_be_read_
     b16 = {x: as_bfloat16(rng.normal(size=(1, L, d)).astype(np.float32)) for x in ("k", "v")}
     with pytest.raises(RedalgebraError, match=r"param q given in float16 is staged as it is only where the vector inputs"):
         compile(fused("attention"), "cudasim", "wgmma")(b16, params)
+
+
+def test_a_bfloat16_query_counts_its_rows_and_is_staged_as_it_is():
+    # bfloat16 bit patterns wrapped with as_bfloat16 (NumPy has no bfloat16): the call's rows are the query's, more
+    # than the shared keys' one row; staged as they are, as the same values in float32
+    from redalgebra.runtime.formats import as_bfloat16, bfloat16_to_float
+
+    rng = np.random.default_rng(8)
+    R, L, d = 20, 40, 32
+    inputs = {x: as_bfloat16(rng.normal(size=(1, L, d)).astype(np.float32)) for x in ("k", "v")}
+    q = as_bfloat16(rng.normal(size=(R, d)).astype(np.float32))
+    kernel = compile(fused("attention"), "cudasim", "wgmma", threads=32)
+    want = kernel(inputs, {"q": bfloat16_to_float(q.bits), "scale": np.float32(0.2)})["y"]
+    assert want.shape == (R, d) and np.array_equal(kernel(inputs, {"q": q, "scale": np.float32(0.2)})["y"], want)

@@ -292,7 +292,10 @@ class _Call:
         first = inputs[c.inputs[0].name]
         self.device = first.device
         self.index = first.device.index
-        rows = max(int(t.shape[0]) for t in inputs.values())
+        # (the call's rows: a param's too, where a row of the inputs is shared by many rows: a head's K/V by its queries)
+        rows = max([int(t.shape[0]) for t in inputs.values()] +
+                   [int(v.shape[0]) for p in c.params for v in (params[p.name],)
+                    if is_tensor(v) and v.dim() == (2 if p.size is not None else 1)])
         host_params = {p.name: _param(params[p.name], rows, p.size is not None, halves) for p in c.params}
         host_keep = keep.cpu().numpy() if is_tensor(keep) else keep
         given = {k: _input(v) for k, v in inputs.items()}

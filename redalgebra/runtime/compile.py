@@ -551,7 +551,7 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
         out; ``fp8(…)`` outputs as e4m3 bytes), or float32 for every output; a 16-bit type: every
         output in it (top-k indices aside), stored so by the kernels where the strategy can
         (``rows``' per-element outputs, ``columns_wgmma``'s outputs of the weights' width: half the
-        bytes a GEMM's epilogue writes) and converted on return elsewhere (host arrays and torch
+        bytes a GEMM's epilogue writes; ``mma``'s and ``wgmma``'s vector outputs) and converted on return elsewhere (host arrays and torch
         tensors; CUDA device arrays given as inputs get the outputs as the kernels stored them).
     min_blocks : int, optional
         CUDA launch bounds: registers limited so that this many blocks fit on a multiprocessor (more

@@ -671,11 +671,11 @@ def test_outputs_in_16_bits_from_the_fragments_and_from_the_segments_combine():
         assert got.dtype == np.float16 and np.array_equal(got, wide.astype(np.float16)), strategy
 
 
-@pytest.mark.parametrize("threads,R,d", [(96, 50, 80), (32, 20, 32)])
+@pytest.mark.parametrize("threads,R,d", [(96, 40, 48), (32, 20, 32)])
 def test_a_query_given_in_16_bits_is_staged_as_it_is(threads, R, d):
     # a float16 query (as a model holds it): its words staged as they are, a 16-byte load a chunk of eight, no
-    # residuals — bit for bit what the same values given in float32 give (their residuals all zero); a strategy that
-    # reads float32 params (mma) gets them widened on the host
+    # residuals — bit for bit what the same values given in float32 give (their residuals all zero; d = 48: a row's
+    # six chunks do not divide a warp's lanes); a strategy that reads float32 params (mma) gets them widened on the host
     rng = np.random.default_rng(5)
     L = 70
     inputs = {x: rng.normal(size=(1, L, d)).astype(np.float16) for x in ("k", "v")}
@@ -691,8 +691,9 @@ def test_a_query_given_in_16_bits_is_staged_as_it_is(threads, R, d):
     rows, stagers = (16, 32) if threads == 96 else (16, threads)  # (a warp its own rows, walking; else the block's)
     assert len(loads) == rows * (d // 8) // stagers
     assert sum("sts_w4(sm, " in ln for ln in lines) == len(loads) and not any("ld_f32x4(q" in ln for ln in lines)
-    mma = compile(fused("attention"), "cudasim", "mma")
-    assert np.array_equal(mma(inputs, {**params, "q": q16})["y"], mma(inputs, params)["y"])
+    if threads == 32:
+        mma = compile(fused("attention"), "cudasim", "mma")
+        assert np.array_equal(mma(inputs, {**params, "q": q16})["y"], mma(inputs, params)["y"])
 
 
 class _Device:

@@ -141,8 +141,9 @@ class WgmmaKernel(TileProducer, MmaKernel):
         (:meth:`param_loads`, then :meth:`param_stores`). The operands are read by descriptors, so no thread needs its
         own rows. (The fragments' order, two 4-byte loads a pair of components, took 1–5 % more of prefill attention
         on the H200, measured with every consumer staging any of the block's rows: ``gpu/README.md``, 2026-12-04;
-        :meth:`stagers` since.) With column groups (MLA's 576-wide query, staged once a block)
-        the fragments' order stays."""
+        :meth:`stagers` since.) A param given in the products' 16-bit type (:attr:`param16`) is loaded and written as
+        it is: eight values a load, no rounding, no residual. With column groups (MLA's 576-wide query, staged once a
+        block) the fragments' order stays."""
         if self.ncol > 1:
             return super().params()
         return self.param_loads() + self.param_stores() + self.landed() + [Assign("split", "cuda.syncthreads_or(inexact)")]

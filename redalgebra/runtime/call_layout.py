@@ -31,7 +31,7 @@ def _signature(c, inputs: dict, params: dict, keep):
             v = params[p.name]
             kind = param_kind(v) if p.size is not None else None
             v = v.bits if isinstance(v, Encoded) else v
-            parts.append((kind, tuple(v.shape) if _is_device(v) else np.shape(v)))
+            parts.append((kind, _is_device(v), tuple(v.shape) if _is_device(v) else np.shape(v)))
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return tuple(parts), None if keep is None else tuple(np.shape(keep))

@@ -78,7 +78,8 @@ def _param(t, rows: int, vector: bool, halves: bool = False):
     if t.is_cuda and t.dim() == (2 if vector else 1) and t.shape[0] == rows:
         torch = _torch()
         if halves and vector and t.dtype in (torch.float16, torch.bfloat16):
-            t = t.contiguous() if t.data_ptr() % 16 == 0 else t.clone()  # (read in 16-byte loads)
+            # (read in 16-byte loads: a contiguous copy where it is not contiguous or not aligned)
+            t = t.contiguous() if t.data_ptr() % 16 == 0 else t.clone(memory_format=torch.contiguous_format)
             return as_bfloat16(t.view(torch.int16)) if t.dtype == torch.bfloat16 else t
         return t.float().contiguous()  # (an int param's values not read back to be checked: a synchronisation)
     # (integers as they are: the call checks an int param's on the host)
@@ -259,8 +260,8 @@ def _signature(kernel: Kernel, inputs: dict, params: dict, keep, device: int):
             parts.append((t.dtype, t.shape, t.stride(), t.data_ptr() % 16))
         for p in specs:
             v = params[p.name]
-            if isinstance(v, tensor):
-                parts.append((v.get_device() == device, v.dtype, v.shape, v.stride()))
+            if isinstance(v, tensor):  # (its alignment too: a vector param is read in 16-byte loads where direct, _way)
+                parts.append((v.get_device() == device, v.dtype, v.shape, v.stride(), v.data_ptr() % 16))
             elif isinstance(v, _NUMBERS) and not isinstance(v, bool):
                 parts.append(float)
             else:

@@ -229,14 +229,16 @@ class WgmmaKernel(TileProducer, MmaKernel):
         warp writes its accumulators' pairs as words into its own rows of the first param's staged rows (free once
         its products are waited for, and wide enough: the output no wider than the param), then stores whole
         16-byte chunks, a warp's 32 stores covering contiguous rows. From the fragments, a warp's 4-byte stores would
-        cover half of each 32-byte sector they touch. Only in a block walking row tiles: a block of a row tile (BERT's
+        cover half of each 32-byte sector they touch. One vector output only (two would share the rows). Only in a
+        block walking row tiles: a block of a row tile (BERT's
         two warpgroups at d = 64) took 155 registers instead of 128 this way, one block a multiprocessor instead of
         two, and ran 19–27 % slower on the H200 (``gpu/README.md``, 2026-12-04); it stores from the fragments. One
         warpgroup's column groups (MLA) and segments' states keep the fragments' stores too."""
         stored = dict(self.spec.out_dtypes)
         vectors = [o.name for o in self.c.outputs if self.c.sizes[o.name] is not None]
-        if not STAGE_OUTPUTS or not self.walking or self.ncol > 1 or self.segmented or not vectors or \
-                any(stored.get(v) not in ("bfloat16", "float16") for v in vectors):
+        # (one vector output: every pair is written before the copies, all into the same rows)
+        if not STAGE_OUTPUTS or not self.walking or self.ncol > 1 or self.segmented or len(vectors) != 1 or \
+                stored.get(vectors[0]) not in ("bfloat16", "float16"):
             return False
         room = self.size[self.param_of(self.dot_list[0])]
         return all(self.out_width(v) <= room for v in vectors)

@@ -221,9 +221,8 @@ class Kernel:
                 kind = param_kind(params[p.name]) if self.backend != "cpu" else None
                 if kind is not None:  # (read as it is by a strategy that stages it so, Strategy.params16)
                     halves.append((p.name, kind))
-                    on_device |= _is_device(getattr(params[p.name], "bits", params[p.name]))
-                value = params[p.name].bits if isinstance(params[p.name], Encoded) else params[p.name]
-                shape = () if value is None else tuple(np.shape(value))
+                    on_device |= _is_device(given[p.name])
+                shape = () if given[p.name] is None else tuple(np.shape(given[p.name]))
                 if not shape:
                     raise EvaluationError(f"param {p.name} is a vector of size {p.size}: pass (size,) or (rows, size) "
                                           f"values, got {type(params[p.name]).__name__}")

@@ -66,7 +66,7 @@ from .tile_producer import TileProducer
 # (the swizzled layout's constants are the policy's, which plans the shared memory; other kernels import them here)
 from .wgmma_policy import ATOM, ROW, THREADS, _blocks, configure, grid, shared_plan
 
-#: Outputs asked for in 16 bits leave through shared memory (:attr:`WgmmaKernel.staged_outputs`); 0 stores them from
+#: Outputs asked for in 16 bits leave through shared memory (:attr:`WgmmaKernel.staged_output`); 0 stores them from
 #: the fragments (a timing setting: ``gpu/sweep.py``).
 STAGE_OUTPUTS = 1
 
@@ -170,7 +170,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
         warp its own 16 rows, the rows of its own accumulators. There a warpgroup stages the next row tile's rows while
         the other may still be reading this one's (nothing orders the two from one row tile's last products to the next
         row tile's vote): the rows it read itself are free once its own products are waited for. And a warp's rows
-        hold its outputs on their way out (:meth:`outputs_out`) until the warp stages them again: no other warp
+        hold its output on its way out (:meth:`outputs_out`) until the warp stages them again: no other warp
         writes them meanwhile."""
         if not self.walking:
             return self.threads, self.bm, "", "tid"
@@ -203,14 +203,12 @@ class WgmmaKernel(TileProducer, MmaKernel):
         out = [Assign("inexact", "0")]
         for n, p, chunks, r, c, k in self.param_chunks():
             if p in self.param16:  # given in the products' 16-bit type: its words as they are, no residual
-                at = (f"sb + {self.qtile[n]} + ({c} >> 3) * {self.bm * ROW} + ({r}) * {ROW} + "
-                      f"(((8 * {c}) & {ROW - 1}) ^ ((({r}) & 7) << 3))")
+                at = self.staged_half(n, r, f"({r}) & 7", f"8 * {c}")
                 out.append(Call("sts_w4", ("sm", at, *(f"gen_qv_{n}_{k}_{i}" for i in range(4)))))
                 continue
             lo = _blocks(self.size[p]) * self.bm * ROW // 2  # (words from a value to its residual)
-            # the chunk's 16-bit word: block of 64 components, row, 16-byte chunk swizzled by the row
-            out.append(Assign(f"gen_qa_{n}_{k}", f"((sb + {self.qtile[n]} + ({c} >> 4) * {self.bm * ROW} + ({r}) * "
-                                                f"{ROW} + (((4 * {c}) & {ROW - 1}) ^ ((({r}) & 7) << 3))) >> 1)"))
+            # the chunk's first 32-bit word
+            out.append(Assign(f"gen_qa_{n}_{k}", f"(({self.staged_half(n, r, f'({r}) & 7', f'4 * {c}')}) >> 1)"))
             for w in range(2):
                 a, b = f"gen_qv_{n}_{k}_{2 * w}", f"gen_qv_{n}_{k}_{2 * w + 1}"
                 out += [Assign("qw", f"{pack}({a}, {b})"), Assign("u0, u1", f"{unpack}(qw)"),
@@ -224,67 +222,62 @@ class WgmmaKernel(TileProducer, MmaKernel):
 
     # -- outputs ----------------------------------------------------------------------------------------------
     @property
-    def staged_outputs(self) -> bool:
-        """Whether the vector outputs, asked for in a 16-bit type (``out_dtype``), leave through shared memory: each
-        warp writes its accumulators' pairs as words into its own rows of the first param's staged rows (free once
-        its products are waited for, and wide enough: the output no wider than the param), then stores whole
-        16-byte chunks, a warp's 32 stores covering contiguous rows. From the fragments, a warp's 4-byte stores would
-        cover half of each 32-byte sector they touch. One vector output only (two would share the rows). Only in a
-        block walking row tiles: a block of a row tile (BERT's
-        two warpgroups at d = 64) took 155 registers instead of 128 this way, one block a multiprocessor instead of
-        two, and ran 19–27 % slower on the H200 (``gpu/README.md``, 2026-12-04); it stores from the fragments. One
-        warpgroup's column groups (MLA) and segments' states keep the fragments' stores too."""
-        stored = dict(self.spec.out_dtypes)
+    def staged_output(self) -> str | None:
+        """The vector output that leaves through shared memory, asked for in a 16-bit type (``out_dtype``): each warp
+        writes its accumulators' pairs as words into its own rows of the first param's staged rows (free once its
+        products are waited for, and wide enough: the output no wider than the param), then stores whole 16-byte
+        chunks, a warp's 32 stores covering contiguous rows. From the fragments, a warp's 4-byte stores would cover
+        half of each 32-byte sector they touch. One vector output only (two would share the rows); None otherwise.
+        Only in a block walking row tiles: a block of a row tile (BERT's two warpgroups at d = 64) took 155 registers
+        instead of 128 this way, one block a multiprocessor instead of two, and ran 19–27 % slower on the H200
+        (``gpu/README.md``, 2026-12-04); it stores from the fragments. One warpgroup's column groups (MLA) and
+        segments' states keep the fragments' stores too."""
         vectors = [o.name for o in self.c.outputs if self.c.sizes[o.name] is not None]
-        # (one vector output: every pair is written before the copies, all into the same rows)
         if not STAGE_OUTPUTS or not self.walking or self.ncol > 1 or self.segmented or len(vectors) != 1 or \
-                stored.get(vectors[0]) not in ("bfloat16", "float16"):
-            return False
-        room = self.size[self.param_of(self.dot_list[0])]
-        return all(self.out_width(v) <= room for v in vectors)
+                dict(self.spec.out_dtypes).get(vectors[0]) not in ("bfloat16", "float16") or \
+                self.out_width(vectors[0]) > self.size[self.param_of(self.dot_list[0])]:
+            return None
+        return vectors[0]
 
     def out_width(self, name: str) -> int:
         return self.lay.constants[self.lay.size_const(self.c.sizes[name])]
 
-    def staged_half(self, row: str, low: str, col: int | str) -> str:
+    def staged_half(self, n: int, row: str, low: str, col: int | str) -> str:
         """The 16-bit index in ``sm`` of component ``col`` (a multiple of 8, or of 2 within a chunk; an int or an
-        expression) of the block's row ``row`` (``low``: the row's value mod 8) in the first param's staged rows:
-        blocks of 64 components, the row's 16-byte chunks swizzled by the row (as :meth:`param_stores` writes them)."""
-        at = self.qtile[0]
+        expression) of the block's row ``row`` (``low``: the row's value mod 8) in dot ``n``'s staged param rows:
+        blocks of 64 components, the row's 16-byte chunks swizzled by the row."""
+        at = self.qtile[n]
         if isinstance(col, int):
             return f"sb + {at + (col // ROW) * self.bm * ROW} + ({row}) * {ROW} + ({col % ROW} ^ (({low}) << 3))"
         return f"sb + {at} + (({col}) >> 6) * {self.bm * ROW} + ({row}) * {ROW} + ((({col}) & {ROW - 1}) ^ (({low}) << 3))"
 
     def store_pair(self, name: str, n: int, h: int, j: int, values: tuple, dtype: str):
-        if not self.staged_outputs:
+        if name != self.staged_output:
             return super().store_pair(name, n, h, j, values, dtype)
         row = f"16 * {self.rw} + lg + {8 * h}"
         pack = "pack_bf16x2" if dtype == "bfloat16" else "pack_f16x2"
         # (a pair at the chunk's word t: the chunk 8 j // 8 of the row, swizzled; conflict-free, the 8 rows of a
         # warp's store at 8 different chunks)
-        return Assign(f"smw[({self.staged_half(row, 'lg', 8 * j)} + 2 * t) >> 1]", f"{pack}({', '.join(values)})")
+        return Assign(f"smw[({self.staged_half(0, row, 'lg', 8 * j)} + 2 * t) >> 1]", f"{pack}({', '.join(values)})")
 
     def outputs_out(self) -> list:
-        """The staged outputs (:attr:`staged_outputs`) from each warp's rows, a 16-byte chunk a lane at a time: a
-        chunk ``c`` of row ``i`` of the warp's 16 is read and stored where the row is the group's."""
-        if not self.staged_outputs:
+        """The staged output (:attr:`staged_output`) from each warp's rows, a 16-byte chunk a lane at a time: a chunk
+        ``c`` of row ``i`` of the warp's 16 is read and stored where the row is the group's."""
+        name = self.staged_output
+        if name is None:
             return []
         out, words = [Call("warp_sync", ())], "gen_ow_0, gen_ow_1, gen_ow_2, gen_ow_3"
-        for o in self.c.outputs:
-            if self.c.sizes[o.name] is None:
-                continue
-            n = self.out_width(o.name)
-            chunks = n // 8
-            for k in range(16 * chunks // 32):
-                i, c = f"gen_oi_{k}", f"gen_oc_{k}"
-                row = f"16 * {self.rw} + {i}"
-                out += [Assign(i, f"uint32(lane + {32 * k}) // uint32({chunks})"),
-                        Assign(c, f"lane + {32 * k} - {i} * {chunks}"),
-                        Assign("orow", f"grp * grows + rt * {self.bm} + {row}"),
-                        If("orow < gend", (Assign(words, f"lds_w4(sm, {self.staged_half(row, f'({i} & 7)', f'8 * {c}')})"),
-                                           Call("st_w4_at", (f"out_{o.name}", f"orow * {n} + 8 * {c}", words))))]
-            out.append(Call("warp_sync", ()))  # (every lane's reads done before any lane writes the rows again)
-        return out
+        n = self.out_width(name)
+        chunks = n // 8
+        for k in range(16 * chunks // 32):
+            i, c = f"gen_oi_{k}", f"gen_oc_{k}"
+            row = f"16 * {self.rw} + {i}"
+            out += [Assign(i, f"uint32(lane + {32 * k}) // uint32({chunks})"),
+                    Assign(c, f"lane + {32 * k} - {i} * {chunks}"),
+                    Assign("orow", f"grp * grows + rt * {self.bm} + {row}"),
+                    If("orow < gend", (Assign(words, f"lds_w4(sm, {self.staged_half(0, row, f'({i} & 7)', f'8 * {c}')})"),
+                                       Call("st_w4_at", (f"out_{name}", f"orow * {n} + 8 * {c}", words))))]
+        return out + [Call("warp_sync", ())]  # (every lane's reads done before any lane writes the rows again)
 
     # -- products -------------------------------------------------------------------------------------------
     @staticmethod

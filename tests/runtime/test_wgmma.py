@@ -558,9 +558,15 @@ def test_a_producer_block_reads_no_tile_its_causal_mask_hides(options, monkeypat
     inputs["v"][0, 128:] = np.nan
     # (four segments of three tiles of 64: one, one, one partial and none)
     kernel = compile(fused("alibi_attention"), "cudasim", "wgmma", threads=96, **options)
-    out = kernel(inputs, params)["y"]
-    chosen = kernel.spec_for(R, L, {"k": "float16", "v": "float16"}, {"d": 16}, reps={"k": R, "v": R})[1]
-    assert chosen.persistent == (chosen.stages == 3 and "segments" not in options)
+    walking = "tile" in options  # (the query then given in float16: each next row tile's copied ahead, the snake's)
+    q = params["q"].astype(np.float16) if walking else params["q"]
+    out = kernel(inputs, {**params, "q": q})["y"]
+    chosen = kernel.spec_for(R, L, {"k": "float16", "v": "float16", "q": q.dtype.name}, {"d": 16},
+                             reps={"k": R, "v": R})[1]
+    assert chosen.persistent == walking and chosen.stages == (3 if walking else 4)
+    copies = sum(ln.strip().startswith("cp_async16_at(sm, ") and ", q, " in ln
+                 for ln in kernel.source(chosen, "wgmma").source.splitlines())
+    assert copies == (2 * 16 * 2 // 32 if walking else 0)  # (16 rows of two chunks a warp, twice)
     assert np.isnan(out[128:]).all() and np.isfinite(out[:128]).all()
     err = np.abs(out - ref)[:128].max() / np.abs(ref[:128]).max()
     assert err <= TOLERANCE["float16"] + STORE_ROUNDING["float16"], err

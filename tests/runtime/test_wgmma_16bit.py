@@ -88,10 +88,13 @@ def test_a_query_given_in_16_bits_is_staged_as_it_is(threads, R, d):
     assert ("q", "float16") in spec.dtypes
     lines = [ln.strip() for ln in kernel.source(spec, "wgmma").source.splitlines()]
     loads = [ln for ln in lines if "= ld_w4_at(q, " in ln]
-    # a warp its own 16 rows where the block walks row tiles (then the rows' index names the warp), else the block's
+    copies = [ln for ln in lines if ln.startswith("cp_async16_at(sm, ") and ", q, " in ln]
+    # where the block walks row tiles, a warp copies its own 16 rows (the rows' index names the warp) by cp.async,
+    # the first row tile's before the walk and each next one's after the tiles; else the block loads its rows
     walking = threads == 96
-    assert len(loads) == 16 * (d // 8) // (32 if walking else threads)
-    assert all(("16 * warp + " in ln) == walking for ln in loads)
+    per_thread = 16 * (d // 8) // (32 if walking else threads)
+    assert (len(copies), len(loads)) == ((2 * per_thread, 0) if walking else (0, per_thread))
+    assert all("16 * warp + " in ln for ln in copies) and not any("16 * warp + " in ln for ln in loads)
     assert sum("sts_w4(sm, " in ln for ln in lines) == len(loads) and not any("ld_f32x4(q" in ln for ln in lines)
     if not walking:  # mma reads float32 params: planned with the host query widened, the same outputs
         mma = compile(fused("attention"), "cudasim", "mma")

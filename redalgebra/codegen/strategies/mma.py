@@ -239,17 +239,8 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         (``rt``), the thread's rows (``row_{h}``, ``ok_{h}``, ``rc_{h}``: clamped into the group; every ``h`` the
         tile's row ``own`` where given: a producer's thread a row), their scalar params and each vector input's row
         (``rr_{x}``)."""
-        c, first = self.c, self.vin[0]
-        out = [Assign("grows", f"rep_{first}"), Assign("ntr", f"(grows + {self.bm - 1}) // {self.bm}"),
-               # 32-bit divisions: a 64-bit one is a subroutine call, and any call serializes Hopper's wgmma
-               Assign("grp", f"uint32({block}) // uint32(ntr)"), Assign("rt", f"{block} - grp * ntr")]
-        if self.gate is not None:
-            # gated tiles (a causal mask): the row tiles that see the most tiles first, across all groups, so that
-            # the last blocks to start are the short ones
-            out += [Assign("ngrp", "uint32(rows) // uint32(grows)"),
-                    Assign("bt", f"uint32({block}) // uint32(ngrp)"),
-                    Assign("grp", f"uint32({block}) - bt * ngrp"), Assign("rt", "ntr - 1 - bt")]
-        out.append(Assign("gend", "grp * grows + grows"))
+        c = self.c
+        out = self.row_groups() + self.tile_place(block) + [Assign("gend", "grp * grows + grows")]
         for h in self.rows:
             at = own if own is not None else f"{16 * self.mt} * {self.rw} + lg + {8 * h}"
             out += [Assign(f"row_{h}", f"grp * grows + rt * {self.bm} + {at}"),
@@ -257,6 +248,22 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
             out += [Assign(f"p_{p.name}_{h}", f"{p.name}[rc_{h}]") for p in c.params if p.size is None]
         out += [Assign(f"rr_{x}", f"uint32(rc_0) // uint32(rep_{x})") for x in self.vin]
         return out
+
+    def row_groups(self) -> list:
+        """The call's groups of rows sharing their vectors: ``grows`` rows a group, ``ntr`` row tiles a group and,
+        under a gate, ``ngrp`` groups."""
+        out = [Assign("grows", f"rep_{self.vin[0]}"), Assign("ntr", f"(grows + {self.bm - 1}) // {self.bm}")]
+        return out + [Assign("ngrp", "uint32(rows) // uint32(grows)")] * (self.gate is not None)
+
+    def tile_place(self, block: str, grp: str = "grp", rt: str = "rt") -> list:
+        """``grp``, ``rt``: row tile ``block``'s group of rows and its place in the group (``grows``, ``ntr`` and, under
+        a gate, ``ngrp`` assigned before, :meth:`row_tile`). Gated (a causal mask), the row tiles that see the most
+        tiles come first, across all groups, so that the last blocks to start are the short ones."""
+        # 32-bit divisions: a 64-bit one is a subroutine call, and any call serializes Hopper's wgmma
+        if self.gate is None:
+            return [Assign(grp, f"uint32({block}) // uint32(ntr)"), Assign(rt, f"{block} - {grp} * ntr")]
+        return [Assign(f"{rt}_b", f"uint32({block}) // uint32(ngrp)"),
+                Assign(grp, f"uint32({block}) - {rt}_b * ngrp"), Assign(rt, f"ntr - 1 - {rt}_b")]
 
     def lanes(self, tid: str) -> list:
         """The thread's indices from ``tid``: its lane, warp, ``lg``/``t`` (the fragments' group and thread), ``cg``

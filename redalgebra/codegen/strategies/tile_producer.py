@@ -206,13 +206,18 @@ class TileProducer:
         ``k``, descending for an odd one, so that a block's long row tiles pair with its short ones."""
         assert 3 * self.stages + 2 < VOTE and self.group == self.bm
         first = self.vin[0]
-        *staging, _ = self.params()
         if self.prefix:  # (the snake)
             start = [Assign("wk", "0")]
-            step = [Assign("wk", "wk + 1"), Assign("tile", "wk * cuda.gridDim.x + pick((wk & 1) != 0, "
-                                                           "cuda.gridDim.x - 1 - cuda.blockIdx.x, cuda.blockIdx.x)")]
+            following = ("(wk + 1) * cuda.gridDim.x + pick(((wk + 1) & 1) != 0, cuda.gridDim.x - 1 - cuda.blockIdx.x, "
+                         "cuda.blockIdx.x)")
+            step = [Assign("tile", following), Assign("wk", "wk + 1")]
         else:
-            start, step = [], [Assign("tile", "cuda.gridDim.x", "+")]
+            start, following = [], "tile + cuda.gridDim.x"
+            step = [Assign("tile", following)]
+        if self.params_ahead:  # (the first row tile's params copied before the walk, each next one's after its tiles)
+            staging, ahead = [Call("cp_wait0", ())] + self.landed() + [Assign("inexact", "0")], self.params_copied(following)
+        else:
+            (*staging, _), ahead = self.params(), []
 
         def walk(body: list, own: str | None = None) -> list:
             each = self.row_tile("tile", own) + self.count() + body + [Assign("gq", "ntile", "+")] + step
@@ -222,13 +227,14 @@ class TileProducer:
         # (under a gate, the block's live tiles and those every row sees whole, voted on by the consumers)
         spans = self.own_spans() + self.span_votes((VOTE, self.threads)) if self.prefix else []
         outputs = self.outputs()
-        if ABLATE & 1:
+        if ABLATE & 1 and not ahead:
             staging = [Assign("inexact", "0"), If("gq == 0", tuple(staging))]
         if ABLATE & 2:
             outputs = [If("rows < 0", tuple(outputs))]
-        consumers = [Assign("wgi", f"uniform(int32(warp // {self.group // 32}))")] + walk(
+        consumers = [Assign("wgi", f"uniform(int32(warp // {self.group // 32}))")] + \
+            (self.row_groups() + self.params_copied("cuda.blockIdx.x") if ahead else []) + walk(
             staging + [Assign("split", f"bar_red_or({VOTE}, {self.threads}, inexact)")] + spans + self.prelude() +
-            self.initial() + self.consumer_loop() + last + outputs)
+            self.initial() + self.consumer_loop(ahead) + last + outputs)
         total = f"int32(uint32(rows) // uint32(rep_{first})) * ((rep_{first} + {self.bm - 1}) // {self.bm})"
         return self.setup(None) + [Assign("total", total), self.roles(self.producer_loop(walk), consumers)]
 
@@ -284,7 +290,9 @@ class TileProducer:
         return For("gen_b", str(BITS - 1), "-1", (If("(1 << gen_b) <= ntile", (
             Assign("cand", f"{acc} | (1 << gen_b)"), Assign(acc, f"pick({ballot} != 0, cand, {acc})"))),), "-1")
 
-    def consumer_loop(self) -> list:
+    def consumer_loop(self, after: list = ()) -> list:
+        """The consumers' loop over the row tile's tiles, then ``after`` (every score of the warpgroup waited for), the
+        pending products drained."""
         full, _, turn = self.barrier_ids()
         t = str(self.threads)
         step = [Assign("st", f"uint32({'gq + ' if self.walking else ''}it) % uint32({self.stages})"),
@@ -294,7 +302,7 @@ class TileProducer:
         self.next_copies = []
         step += self.tile()
         return [If("wgi == 1", (Call("bar_arrive", (turn(0), t)),)), For("it", "0", "ntile", tuple(step))] + \
-            self.drain() + [If("wgi == 0", (Call("bar_sync", (turn(0), t)),))]
+            list(after) + self.drain() + [If("wgi == 0", (Call("bar_sync", (turn(0), t)),))]
 
     def producer_loop(self, walk=None) -> list:
         """The producer's loop over the block's tiles and what follows it; with ``walk`` (:meth:`walking_kernel`'s

@@ -69,6 +69,9 @@ from .wgmma_policy import ATOM, ROW, THREADS, _blocks, configure, grid, shared_p
 #: Outputs asked for in 16 bits leave through shared memory (:attr:`WgmmaKernel.staged_output`); 0 stores them from
 #: the fragments (a timing setting: ``gpu/sweep.py``).
 STAGE_OUTPUTS = 1
+#: A block walking row tiles copies the next row tile's 16-bit params while its last products run
+#: (:attr:`WgmmaKernel.params_ahead`); 0 loads them after the outputs are stored (a timing setting).
+PARAMS_AHEAD = 1
 
 
 class WgmmaKernel(TileProducer, MmaKernel):
@@ -176,9 +179,10 @@ class WgmmaKernel(TileProducer, MmaKernel):
             return self.threads, self.bm, "", "tid"
         return 32, 16, f"16 * {self.rw} + ", "lane"
 
-    def param_loads(self) -> list:
+    def param_loads(self, grp: str = "grp", rt: str = "rt", copy: bool = False) -> list:
         """Every load of the block's param rows into registers (``gen_qv_*``; rows past the group's clamped into it,
-        as :meth:`~.mma.MmaKernel.row_tile`'s), all issued before any is used."""
+        as :meth:`~.mma.MmaKernel.row_tile`'s), all issued before any is used; with ``copy``, of row tile ``(grp,
+        rt)``'s 16-bit params (:attr:`params_ahead`) straight to their staged place by ``cp.async``, committed."""
         out = []
         threads, _, _, tid = self.stagers()
         for n, p, chunks, r, c, k in self.param_chunks():
@@ -189,12 +193,31 @@ class WgmmaKernel(TileProducer, MmaKernel):
                 out += [Assign(f"gen_qr_{n}_{k}", f"uint32({tid} + {k * threads}) // uint32({chunks})"),
                         Assign(c, f"{tid} + {k * threads} - gen_qr_{n}_{k} * {chunks}")]
             v = ", ".join(f"gen_qv_{n}_{k}_{i}" for i in range(4))
-            row = f"min(grp * grows + rt * {self.bm} + {r}, gend - 1)"
-            if p in self.param16:  # (four words of eight 16-bit values, as they are staged)
+            row = f"min({grp} * grows + {rt} * {self.bm} + {r}, {grp} * grows + grows - 1)"
+            if copy:
+                at = self.staged_half(n, r, f"({r}) & 7", f"8 * {c}")
+                out.append(Call("cp_async16_at", ("sm", at, p, f"{row} * {self.size[p]} + 8 * {c}", "16")))
+            elif p in self.param16:  # (four words of eight 16-bit values, as they are staged)
                 out.append(Assign(v, f"ld_w4_at({p}, {row} * {self.size[p]} + 8 * {c})"))
             else:
                 out.append(Assign(v, f"ld_f32x4({p}, {row}, 4 * {c})"))
-        return out
+        return out + [Call("cp_commit", ())] * copy
+
+    @property
+    def params_ahead(self) -> bool:
+        """Whether a block walking row tiles copies the next row tile's params into their staged rows by ``cp.async``
+        as soon as its warps' last scores are waited for (:meth:`params_copied`): every param given in the products'
+        16-bit type (nothing to round), and their rows not carrying an output (:attr:`staged_output`). The copies land
+        while the last ``P · V`` runs and the outputs are stored; the next row tile only waits for them. Each warp
+        copies its own 16 rows (:meth:`stagers`), read by its own warpgroup's scores only, all waited for by then."""
+        return bool(PARAMS_AHEAD and self.walking and self.staged_output is None and self.param16 and
+                    all(self.param_of(dot) in self.param16 for dot in self.dot_list))
+
+    def params_copied(self, block: str) -> list:
+        """Row tile ``block``'s param rows of the warp copied by ``cp.async`` (:attr:`params_ahead`), if it is one of the
+        call's row tiles."""
+        return [If(f"{block} < total", tuple(self.tile_place(block, "gen_ag", "gen_ar") +
+                                             self.param_loads("gen_ag", "gen_ar", copy=True)))]
 
     def param_stores(self) -> list:
         """The loaded chunks (:meth:`param_loads`) rounded to two 16-bit words each, written at their swizzled place

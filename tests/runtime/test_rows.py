@@ -284,24 +284,3 @@ def test_a_rows_index_is_divided_in_32_bits_below_two_to_the_31_rows_and_in_64_f
         assert spec.wide_rows == wide
         assert ("rr_x = row // rep_x" in source) == wide
         assert ("rr_x = int32(uint32(row) // uint32(rep_x))" in source) == (not wide)
-
-
-@pytest.mark.parametrize("late", [1, 0])
-def test_inputs_read_by_the_outputs_alone_are_loaded_after_the_reductions(late, monkeypatch):
-    # LayerNorm's weight and bias are read by its per-element output alone: loaded once the row's statistics are
-    # reduced (across the block: its barrier), so that the row's loads in flight hold x's registers only. Rows of 130
-    # (a partial chunk: the late inputs read element by element too) and of 8; bfloat16 (one 16-byte load a chunk)
-    from redalgebra.codegen.strategies import rows
-
-    monkeypatch.setattr(rows, "LATE_INPUTS", late)
-    results = check(fused("layernorm"), "cudasim", "rows", shapes=((3, 130), (2, 8)), dtypes=("float32", "bfloat16"),
-                    threads=64)
-    assert all(r.passed for r in results), "\n".join(r.line() for r in results)
-    kernel = compile(fused("layernorm"), "cudasim", "rows", threads=64)
-    x = as_bfloat16(np.zeros((3, 130), np.float32))
-    spec = kernel._layout({"x": x, "g": x, "b": x}, {"eps": np.float32(1e-5)}, None)[0]
-    src = kernel.source(spec, "rows").source
-    barrier = src.index("cuda.syncthreads()")
-    assert src.index("ld_b16x8(x, ") < barrier
-    for name in ("g", "b"):
-        assert (src.index(f"ld_b16x8({name}, ") > barrier) == bool(late), name

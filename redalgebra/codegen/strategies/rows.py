@@ -47,9 +47,6 @@ from .selection import warp_rounds
 
 #: Independent partial states per scalar reduction in a thread's fold (chains of dependent adds, maxes).
 ACC = 4
-#: A resident row's inputs read only by its per-element outputs are loaded after its reductions
-#: (:attr:`RowsKernel.late`); 0 loads every input with the row (a timing setting).
-LATE_INPUTS = 1
 #: Widths of the stores of one chunk of ``V`` elements, by (output dtype, V): elements per store.
 WIDE_STORES = {("float32", 4): 4, ("bfloat16", 8): 8, ("float16", 8): 8, ("e4m3", 4): 4, ("e4m3", 8): 4,
                # 16-bit values from chunks of 16 e4m3 inputs (columns_wgmma's factors): two 16-byte stores
@@ -118,43 +115,13 @@ class RowsKernel(TreeKernel):
         lo = f"-((row * length) % {self.vec})" if self.spec.shifted and self.vec > 1 else "0"
         return out + [Assign("lo", lo), Assign("nch", f"(length - lo + {self.vec - 1}) // {self.vec}")]
 
-    @property
-    def late(self) -> list:
-        """The inputs of a resident row read by its per-element outputs alone (RMSNorm's weight ``g``, beside the
-        activations its sum of squares reads): loaded after the row's reductions (:meth:`late_chunks`), so that the
-        registers held while the row's loads are in flight are those the reductions need, and more rows fit a
-        multiprocessor."""
-        if not (LATE_INPUTS and self.spec.resident and self.varying):
-            return []
-        read = set()
-        for e in [e for _, e in self.f.prologue.steps] + [self.f.bodies[r.name] for r in self.c.reductions]:
-            read |= {a.name for a in e.free_symbols}
-        return [s for s in self.scalars if s not in read]
-
-    def late_chunks(self) -> list:
-        """The late inputs' chunks (:attr:`late`) into their registers, at the chunks the row's loads placed."""
-        return [st for i in range(self.tile) for st in self.load_inputs(i, self.late)]
-
     def load_chunk(self, i: int, chunk: str) -> list:
-        """Chunk ``chunk`` into registers ``e_<input>_<i>_<c>`` (zeros outside the row); the :attr:`late` inputs'
-        later."""
+        """Chunk ``chunk`` into registers ``e_<input>_<i>_<c>`` (zeros outside the row)."""
         v = self.vec
         out = [Assign(f"c0_{i}", f"lo + {v} * ({chunk})"), Assign(f"full_{i}", f"c0_{i} >= 0 and c0_{i} + {v} <= length")]
         out.append(Assign(f"fc0_{i}", f"float32(c0_{i})"))  # for ``pos``; dropped by the compiler when unused
-        late = self.late
-        out += self.load_inputs(i, [s for s in self.scalars if s not in late])
-        for i_c in range(v):
-            acc = self.element_access(i, i_c)
-            for sym, expr in self.f.prologue.steps:
-                pre, text = print_expr(expr, acc, self.consts, None, self.counter, tree=True)
-                out += pre + [Assign(f"e_{sym.name}_{i}_{i_c}", text)]
-        return out
-
-    def load_inputs(self, i: int, inputs: list) -> list:
-        """Chunk ``i``'s elements of ``inputs`` into their registers: one load a chunk where it is whole."""
-        v = self.vec
         wide, narrow = [], []
-        for s in inputs:
+        for s in self.scalars:
             regs = tuple(f"e_{s}_{i}_{c}" for c in range(v))
             dtype = self.dtypes.get(s, "float32")
             each = [If(f"c0_{i} + {c} >= 0 and c0_{i} + {c} < length",
@@ -163,7 +130,13 @@ class RowsKernel(TreeKernel):
             narrow += each
             wide += [Load(regs, s, f"rr_{s}", f"c0_{i}", dtype)] if VEC.get(dtype) == v else \
                 [Load((regs[c],), s, f"rr_{s}", f"c0_{i} + {c}", dtype) for c in range(v)]
-        return [If(f"full_{i}", tuple(wide), tuple(narrow))] if inputs else []
+        out.append(If(f"full_{i}", tuple(wide), tuple(narrow)))
+        for i_c in range(v):
+            acc = self.element_access(i, i_c)
+            for sym, expr in self.f.prologue.steps:
+                pre, text = print_expr(expr, acc, self.consts, None, self.counter, tree=True)
+                out += pre + [Assign(f"e_{sym.name}_{i}_{i_c}", text)]
+        return out
 
     def ok(self, i: int, c: int) -> str:
         """Whether register ``(i, c)`` holds an element of the row (and the mask keeps it)."""
@@ -617,7 +590,7 @@ class RowsKernel(TreeKernel):
             hoisted, stores = self.element_outputs()
             out += hoisted
             if self.spec.resident:
-                out += [If("live", tuple(self.late_chunks() + stores + self.padding()))]
+                out += [If("live", tuple(stores + self.padding()))]
             else:
                 out += [If("live", tuple(self.passes(lambda first: self.chunks(first) + stores) + self.padding()))]
         return out

@@ -414,6 +414,16 @@ def all_cases(quick: bool) -> dict:
                                                                "attention", "LLaMA-65B", dt, causal=c, query16=False)
                         for c, L, dt in ((True, 2048, "float16"), (False, 2048, "float16"), (True, 4096, "float16"),
                                          (False, 2048, "bfloat16"))],
+        # shapes in no catalogue, as a user brings them (the call's `auto`): head dimensions other than 64 and 128
+        # (Phi-2's 80, 96, Gemma's 256), a long row at d = 64, a length on no tile's grid
+        "prefill_general": [lambda b=b, h=h, L=L, d=d, lab=lab, c=c: case_attention(
+            b, h, L, L, d, ("auto",), "causal_attention" if c else "attention", lab, causal=c)
+            for b, h, L, d, lab, c in ((1, 32, 2048, 80, "Phi-2", False), (1, 32, 2048, 96, "d96", False),
+                                       (1, 16, 2048, 256, "Gemma-7B", False), (1, 32, 4096, 64, "d64", False),
+                                       (1, 64, 1999, 128, "odd", False), (1, 64, 1999, 128, "odd", True),
+                                       (1, 64, 1024, 128, "LLaMA-65B", False), (1, 64, 1024, 128, "LLaMA-65B", True),
+                                       (1, 32, 2048, 64, "d64", False), (1, 64, 1536, 128, "LLaMA-65B", True),
+                                       (1, 32, 4096, 64, "d64", True))],
         "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("rows", "rows@128g16", "warp@128"), lab)
                 for t, e, k, lab in ((16384, 128, 8, "Qwen3"), (4096, 128, 8, "Qwen3"), (32768, 128, 8, "Qwen3"),
                                      (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]

@@ -208,10 +208,10 @@ def test_auto_takes_wgmma_for_mla_on_hopper():
     assert configure(f, replace(problem((9, 0)), rows=2048))["nseg"] == 4  # sixteen tokens: 32 blocks, 4 segments
 
 
-def test_long_ungated_rows_of_128_components_take_the_producer_block_by_default():
+def test_long_rows_of_64_or_128_components_take_the_producer_block_by_default():
     # LLaMA-65B prefill (64 heads, L2048, d = 128): two consumer warpgroups and a producer on tiles of 128 keys, the
     # block measured fastest on the H200, its blocks walking row tiles, a causal mask's too; a caller's block, a gate
-    # not true on a prefix of the row, a mask, short rows, d = 64 and too few row tiles to fill the GPU keep one
+    # not true on a prefix of the row, a mask, short rows, other widths and too few row tiles to fill the GPU keep one
     # warpgroup on tiles of 64
     from dataclasses import replace
 
@@ -238,7 +238,14 @@ def test_long_ungated_rows_of_128_components_take_the_producer_block_by_default(
         (128, 64, False)  # -inf on the prefix: no gate
     assert spec("alibi_attention", persistent=False) == (128, 64, False)  # (a gated block a row tile: slower)
     assert spec(keep=True) == (128, 64, False)
-    assert spec(length=512, rows=12 * 512) == (128, 64, False) and spec(d=64) == (128, 64, False)
+    assert spec(length=512, rows=12 * 512) == (128, 64, False)
+    # the rows from which it is faster (PRODUCER_LENGTHS): at d = 128 from 1024 keys, under a causal mask from 1536;
+    # at d = 64 from 2048; other widths (Phi-2's 80) never
+    assert spec(length=1024, rows=64 * 1024) == (256, 128, True)
+    assert spec("alibi_attention", length=1024, rows=64 * 1024) == (128, 64, False)
+    assert spec("alibi_attention", length=1536, rows=64 * 1536) == (256, 128, True)
+    assert spec(d=64) == (256, 128, True) and spec(d=64, length=1024, rows=64 * 1024) == (128, 64, False)
+    assert spec(d=80) == (128, 64, False) and spec(d=80, length=8192, rows=64 * 8192) == (128, 64, False)
     assert spec(rows=4 * 2048) == (128, 64, False)  # 64 row tiles of 128: under the 132 multiprocessors
     # groups of 64 rows sharing their keys (GQA): a 128-row tile would be half padding; 100 rows pad alike either way
     assert spec(rep=64) == (128, 64, False) and spec(rep=100, rows=100 * 1024) == (256, 128, True)

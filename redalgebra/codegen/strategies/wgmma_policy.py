@@ -65,14 +65,19 @@ def _groups(fused: FusedCascade, p: Problem) -> int:
 
 
 #: Elements a row from which long prefill-like calls take the producer block with tiles of 128 by default
-#: (:func:`with_defaults`), and the components of the vector sums it was measured at.
-PRODUCER_LENGTH, PRODUCER_WIDTH = 2048, 128
+#: (:func:`with_defaults`), by the components of the vector sums and whether a gate is true on a prefix of the row
+#: (a causal mask); other widths keep one warpgroup. Measured on the H200 (``gpu/README.md``, 2026-12-04, sixth
+#: session; 64 heads at d = 128, 32 at d = 64), the producer block against one warpgroup, ms: d = 128 L1024
+#: 0.0732 / 0.0905, L1999 0.2711 / 0.3298; causal L1024 0.0682 / 0.0656 (slower), L1999 0.1944 / 0.2065 — the
+#: causal threshold between them; d = 64 L4096 0.3553 / 0.4356 (BERT's L512, below, slower); d = 80 and 96 at L2048
+#: 0.23–0.26 against 0.18 (slower, any tile).
+PRODUCER_LENGTHS = {(128, False): 1024, (128, True): 1536, (64, False): 2048, (64, True): 2048}
 
 
 def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
     """``p`` with the block the policy prefers where the caller chose none: two consumer warpgroups and a producer
-    (``threads=384``) on tiles of 128 elements for long rows (``PRODUCER_LENGTH`` elements or more) of one row tile's
-    vector sums ``PRODUCER_WIDTH`` wide, unmasked, ungated or gated on a prefix of the row (a causal mask), in groups
+    (``threads=384``) on tiles of 128 elements for long rows (:data:`PRODUCER_LENGTHS` elements or more, by the
+    width) of one row tile's vector sums 64 or 128 wide, unmasked, ungated or gated on a prefix of the row (a causal mask), in groups
     sharing their keys that 128-row tiles pad no more than 64-row ones, with enough row tiles of 128 to fill the GPU
     once; else ``p`` as given. Its blocks walk row tiles (:mod:`.tile_producer`). Measured on the H200
     (``gpu/README.md``, 2026-12-04), LLaMA-65B prefill at d = 128: 0.284–0.287 ms against 0.346–0.347 for one
@@ -82,14 +87,15 @@ def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
     if p.option("simulator") or any(p.option(o) is not None for o in ("threads", "tile", "segments")):
         return p
     widths = {n for n in dict(p.sizes).values()}
-    if widths != {PRODUCER_WIDTH}:  # (no vector input at all, or other widths)
+    shortest = PRODUCER_LENGTHS.get((min(widths), _gating(fused))) if len(widths) == 1 else None
+    if shortest is None:  # (no vector input at all, or other widths)
         return p
     rep = max(1, min((dict(p.reps).get(s.name, 1) for s in fused.cascade.inputs if s.size is not None), default=1))
     bm = 2 * (THREADS // 32) * 16  # (rows of the block: two warpgroups' 64)
     # row tiles of 128 over groups of rep rows sharing their keys: no more padding than tiles of 64 (a GQA group of
     # 64 rows would leave half of every block idle), and enough of them to fill the GPU once
     tiles = p.rows // rep * -(-rep // bm)
-    if (p.has_keep or p.length < PRODUCER_LENGTH or _groups(fused, p) != 1
+    if (p.has_keep or p.length < shortest or _groups(fused, p) != 1
             or -(-rep // bm) * bm > -(-rep // (bm // 2)) * (bm // 2) or tiles < p.multiprocessors()
             or not _prefix_gated(fused) or _gating(fused) and p.option("persistent") is False):
         # (under a gate, the producer block a row tile a block measured slower than one warpgroup)

@@ -193,7 +193,8 @@ class WgmmaKernel(TileProducer, MmaKernel):
                 out += [Assign(f"gen_qr_{n}_{k}", f"uint32({tid} + {k * threads}) // uint32({chunks})"),
                         Assign(c, f"{tid} + {k * threads} - gen_qr_{n}_{k} * {chunks}")]
             v = ", ".join(f"gen_qv_{n}_{k}_{i}" for i in range(4))
-            row = f"min({grp} * grows + {rt} * {self.bm} + {r}, {grp} * grows + grows - 1)"
+            end = "gend" if grp == "grp" else f"{grp} * grows + grows"  # (the group's end)
+            row = f"min({grp} * grows + {rt} * {self.bm} + {r}, {end} - 1)"
             if copy:
                 at = self.staged_half(n, r, f"({r}) & 7", f"8 * {c}")
                 out.append(Call("cp_async16_at", ("sm", at, p, f"{row} * {self.size[p]} + 8 * {c}", "16")))

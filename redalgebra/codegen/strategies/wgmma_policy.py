@@ -19,6 +19,9 @@ from .products import column_groups, dots, prefix
 from .products import applicable as form_and_call
 from . import tile_producer
 
+#: Params given in the products' 16-bit type plan no residual rows (:func:`_stages`); 0 plans them as for float32
+#: params (a timing setting: ``gpu/sweep.py``).
+NO_RESIDUALS = 1
 #: Threads of a block: one warpgroup (64 rows) on the GPU, one warp (16 rows) in the simulator.
 THREADS, SIM_THREADS = 128, 32
 #: 16-bit values in a 128-byte row of the swizzled layout; bytes of an atom (eight rows).
@@ -138,12 +141,17 @@ def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
     pipelined order, :attr:`WgmmaKernel.pipelined`; d = 64 gets four, d = 128 two: three would fit only without the residuals
     staged, and measured 0.415 against 0.418 ms at LLaMA-65B L2048, while a query not exact in 16 bits would
     then multiply its residual by ``mma.sync``). The params' residuals are staged too where two stages
-    fit beside them; else (MLA's 576-wide query) they are not (:meth:`WgmmaKernel.residual_products`)."""
+    fit beside them; else (MLA's 576-wide query) they are not (:meth:`WgmmaKernel.residual_products`). Params given
+    in the products' 16-bit type have no residuals: without a gate their shared memory goes to the ring
+    (:func:`_exact_params`: three stages at d = 80 … 128 beside two blocks of one warpgroup, and so the pipelined
+    order). Measured on the H200 (``gpu/README.md``, 2026-12-04, sixth session; one warpgroup, ms, three stages /
+    two): d80 L2048 0.1638 / 0.1753, d128 L1024 0.0876 / 0.0903, but d96 L2048 0.1806 / 0.1777 and causal d128
+    L1024 0.0671 / 0.0646 — so a gated cascade keeps two stages."""
     sizes, rows = dict(p.sizes), _rows(fused, p)
     blocks = 2 if _threads(fused, p) <= THREADS else 1
     groups, tile = _groups(fused, p), _tile(p)
     least = 3 if _producer(fused, p) else mma.STAGES  # (a producer's consumers: the pipelined order)
-    for resid in (True, False):
+    for resid in (False,) if _exact_params(fused, p) else (True, False):
         fixed = shared_plan(fused, sizes, rows, 0, resid, groups, tile)[-1]
         per = shared_plan(fused, sizes, rows, 1, resid, groups, tile)[-1] - fixed
         stages = min(mma.MOST_STAGES, (SM_SHARED // blocks - RESERVED - fixed) // per)
@@ -151,6 +159,17 @@ def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
             break
     stages = max(least, stages)
     return stages, fixed + stages * per
+
+
+def _exact_params(fused: FusedCascade, p: Problem) -> bool:
+    """Whether every dot product's param is given in the products' 16-bit type (staged as it is: no residual), in a
+    cascade without a gate (:func:`_stages` says why)."""
+    if _gating(fused):
+        return False
+    dtypes, params = dict(p.dtypes), {q.name for q in fused.cascade.params}
+    names = {a.name for dot in dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values()))
+             for a in dot.args if a.name in params}
+    return bool(NO_RESIDUALS and names) and all(dtypes.get(n, "float32") != "float32" for n in names)
 
 
 def _tile(p: Problem) -> int:

@@ -14,7 +14,8 @@ from tests.runtime.test_columns import _problem, _reference
 @pytest.mark.parametrize("rows,length,n,segments", [
     # the product on the FP8 instruction (fp8_products): the e4m3 weights transposed to rows by a kernel of the module
     # (72 columns: rows not of 16 bytes, two 8-byte loads a chunk), three tiles of 128; 256 columns in 16-byte
-    # chunks, five tiles in three segments of two, two and one; 2 row blocks x 3 column blocks x 2 segments
+    # chunks, five tiles in three segments of two, two and one; 2 row blocks x 2 column blocks (128 columns and 8:
+    # group 16 past 128 columns) x 2 segments
     (17, 300, 72, None),
     (5, 640, 256, 3),
     (20, 300, 136, 2),
@@ -23,9 +24,9 @@ from tests.runtime.test_columns import _problem, _reference
     (16, 768, 64, 1),
     # the GPU's block: two consumer warpgroups taking turns, five tiles (the producer's ring wrapped)
     (65, 640, 64, 1),
-    # the GPU's 128 columns a block (group 16): 6 tiles in segments of 2, so that segments 3 and 4 have none; four
-    # tiles (the ring full once)
-    (5, 768, 136, 5),
+    # the GPU's 128 columns a block (group 16): 4 tiles in segments of 2, so that segment 3 has none; four tiles in
+    # one (the ring full once)
+    (5, 512, 136, 3),
     (5, 512, 136, 1),
 ])
 def test_columns_wgmma_multiplies_e4m3_on_the_fp8_instruction_when_asked(rows, length, n, segments):
@@ -88,13 +89,13 @@ def test_fp8_products_run_the_exact_product_where_the_instruction_does_not_apply
 
 
 @pytest.mark.parametrize("resident,rows,length,n,segments", [
-    # 3 row blocks x 2 column blocks on 4 blocks (two walk two tiles, two one); a partial last tile of the axis
-    (4, 36, 300, 72, None),
+    # 2 row blocks x 2 column blocks on 3 blocks (one walks two tiles, two one); a partial last tile of the axis
+    (3, 17, 300, 72, None),
     # one block, one output tile of one axis tile (fewer than the ring's stages)
     (1, 5, 100, 40, None),
-    # one block walks all 16 tiles (2 x 2 x 4 segments of 2, 2, 1 and 0 axis tiles: the ring wrapping within a tile
-    # and across them, an empty output tile inside the walk)
-    (1, 20, 640, 72, 4),
+    # one block walks all 8 tiles (1 x 2 x 4 segments of 2, 2, 1 and 0 axis tiles: the ring wrapping within a tile
+    # and across them, an empty output tile inside the walk; row blocks walked: the case above)
+    (1, 9, 640, 72, 4),
 ])
 def test_fp8_products_blocks_walk_the_output_tiles_with_the_ring_running_on(monkeypatch, resident, rows, length, n,
                                                                             segments, threads=None):
@@ -137,7 +138,7 @@ def test_fp8_products_take_factors_without_a_scalar_reduction():
     import redalgebra as ra
     from redalgebra import evaluate
 
-    rows, length, n = 20, 300, 72
+    rows, length, n = 9, 300, 72
     rng = np.random.default_rng(3)
     x = rng.normal(size=(rows, length)).astype(np.float32)
     w = as_e4m3((rng.normal(size=(1, length, n)) * 0.05).astype(np.float32))

@@ -28,7 +28,7 @@ def _fp8_problem(rows, length, n):
 
 @pytest.mark.parametrize("rows,length,n,read", [
     (17, 256, 72, True),    # two tiles of 128: read as it lies; 72 rows of the weights (not a multiple of 16)
-    (5, 300, 136, False),   # L not a multiple of the tile: the rows would be read past their end; transposed instead
+    (5, 200, 72, False),    # L not a multiple of the tile: the rows would be read past their end; transposed instead
 ])
 def test_the_fp8_product_reads_k_major_weights_as_they_lie(rows, length, n, read):
     inputs, params, w, lying = _fp8_problem(rows, length, n)
@@ -156,10 +156,12 @@ def test_host_k_major_weights_not_read_so_are_judged_as_the_copy_they_become():
 
 @pytest.mark.parametrize("name,dtype,rows,length,n,options", [
     # e4m3 rows widened: L = 72 is not whole 16-byte chunks (a load an element) nor whole tiles (the padding's zeros
-    # read), one partial column block; then 16-byte chunks (L = 144) over two row blocks and a partial column block;
-    # then the axis in two segments (each block's tiles from its segment's start)
+    # read), one partial column block; then 16-byte chunks (L = 80, a tile and a partial one) over two row blocks and
+    # a partial column block (80 = 64 + 16); then the axis in two segments (each block's tiles from its segment's
+    # start). (n = 80, a multiple of 16: the contiguous weights compared with are widened 16 elements a thread, not a
+    # thread an element as at n = 8)
     ("fp8_quant_gemm", "e4m3", 3, 72, 8, {}),
-    ("fp8_quant_gemm", "e4m3", 17, 144, 72, {}),
+    ("fp8_quant_gemm", "e4m3", 17, 80, 80, {}),
     ("fp8_quant_gemm", "e4m3", 5, 100, 16, {"segments": 2}),
     # 16-bit rows read as they lie (whole tiles of 64); RMSNorm's rounded factors; blocks walking the output's tiles
     # (the next tile's first copies issued while this one's outputs are stored)
@@ -190,15 +192,15 @@ def test_the_exact_product_reads_k_major_weights_along_their_rows(name, dtype, r
 
 
 @pytest.mark.parametrize("name,dtype,rows,length,n,segments", [
-    # e4m3 weights (16 elements of a column a lane's load): a token (one n8 tile); 16 rows (8 columns a lane) in three
-    # segments of whole super-steps of 64, a partial column block (144 = 128 + 16)
+    # e4m3 weights (16 elements of a column a lane's load): a token (one n8 tile); 9 rows (two n8 tiles, 8 columns a
+    # lane) in three segments of whole super-steps of 64 (two, two and one), a partial column block (80 = 64 + 16)
     ("fp8_quant_gemm", "e4m3", 1, 128, 64, None),
-    ("fp8_quant_gemm", "e4m3", 16, 320, 144, 3),
+    ("fp8_quant_gemm", "e4m3", 9, 320, 80, 3),
     # 16-bit weights: 8 elements a lane's load, two steps a super-step of 32; RMSNorm's rounded factors
     ("fp8_quant_gemm", "bfloat16", 3, 192, 72, 2),
     ("rmsnorm_gemm", "bfloat16", 9, 256, 40, None),
-    # three row blocks of 16 (8 e4m3 columns a lane), two segments of a super-step
-    ("fp8_quant_gemm", "e4m3", 33, 128, 64, 2),
+    # two row blocks of 16, the second of one row (8 e4m3 columns a lane), two segments of a super-step
+    ("fp8_quant_gemm", "e4m3", 17, 128, 64, 2),
     # two warps taking 14 super-steps in turn: the loop's rest (warps of one a super-step) runs
     ("fp8_quant_gemm", "bfloat16-threads64", 2, 448, 16, None),
 ])
@@ -229,7 +231,7 @@ def test_columns_mma_reads_k_major_weights_as_they_lie(name, dtype, rows, length
 def test_columns_mma_copies_k_major_weights_whose_axis_is_not_whole_super_steps(length):
     # L not a multiple of 64: a lane's 16 bytes of a column would run past the row's end at the last super-step; the
     # host array is copied contiguous and planned as that copy
-    inputs, params = _problem("fp8_quant_gemm", 5, length, 64, "bfloat16")
+    inputs, params = _problem("fp8_quant_gemm", 2, length, 64, "bfloat16")
     w = as_e4m3(to_float(inputs["w"]))
     lying = as_e4m3(np.ascontiguousarray(w.bits[0].T).T[None])
     kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma")

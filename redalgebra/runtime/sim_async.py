@@ -25,10 +25,25 @@ def _shared_flat(s):
 _COPIES = threading.local()
 
 
-def _sim_pending():
-    if not hasattr(_COPIES, "groups"):
-        _COPIES.open, _COPIES.groups = [], []
-    return _COPIES
+class _Copies:
+    """One simulated thread's copies not yet landed (:data:`_COPIES`), and the 16-byte chunks of shared memory they
+    write (absolute addresses, counted), which a ``wgmma`` of the thread's block must not read before they land
+    (:func:`_sim_wgmma_read`)."""
+
+    def __init__(self):
+        self.open, self.groups, self.chunks = [], [], {}
+        self.thread = threading.current_thread()
+        self.block = _block_of(self.thread)
+
+
+#: Every simulated thread's :class:`_Copies` with a copy not yet landed, by its ``id``.
+_LANDING: dict = {}
+
+
+def _sim_pending() -> _Copies:
+    if not hasattr(_COPIES, "state"):
+        _COPIES.state = _Copies()
+    return _COPIES.state
 
 
 class _Reads:
@@ -68,7 +83,19 @@ def _sim_reads() -> _Reads:
 
 
 def _sim_wgmma_read(chunks) -> None:
-    """Record the absolute 16-byte chunks a ``wgmma`` issued by this thread reads (its open group)."""
+    """Record the absolute 16-byte chunks a ``wgmma`` issued by this thread reads (its open group); refuse the read
+    where a ``cp.async`` copy of the block not yet waited for writes one of them (on the GPU the product would read
+    the chunk before or after the copy lands, by luck)."""
+    with _IN_FLIGHT_LOCK:
+        landing = list(_LANDING.values())
+    block = _block_of(threading.current_thread())
+    for copies in landing:
+        if not copies.thread.is_alive():  # (a thread that ended without waiting: its block's memory is gone)
+            with _IN_FLIGHT_LOCK:
+                _LANDING.pop(id(copies), None)
+        elif copies.block is block and not chunks.isdisjoint(copies.chunks):
+            raise RuntimeError("wgmma: reads shared memory that a cp.async copy not yet waited for writes: wait for "
+                               "the copy's group (and meet the copying threads) before the product")
     state = _sim_reads()
     state.open.update(chunks)
     with _IN_FLIGHT_LOCK:
@@ -118,7 +145,12 @@ def _sim_stage(name, s, sidx, source, nbytes):
         raise IndexError(f"{name}: shared index {sidx} is misaligned or outside {dst.size} 16-bit values")
     values = np.array(source(), np.uint16) if int(nbytes) == 16 else np.zeros(8, np.uint16)
     _sim_check_write(name, dst, 2 * int(sidx))
-    _sim_pending().open.append((dst, int(sidx), values))
+    pending = _sim_pending()
+    pending.open.append((dst, int(sidx), values))
+    chunk = (dst.ctypes.data + 2 * int(sidx)) >> 4
+    pending.chunks[chunk] = pending.chunks.get(chunk, 0) + 1
+    with _IN_FLIGHT_LOCK:
+        _LANDING[id(pending)] = pending
 
 
 def _sim_commit():
@@ -133,6 +165,13 @@ def _sim_wait(n):
         while len(pending.groups) > n:
             for dst, at, values in pending.groups.pop(0):
                 dst[at:at + 8] = values
+                chunk = (dst.ctypes.data + 2 * at) >> 4
+                pending.chunks[chunk] -= 1
+                if not pending.chunks[chunk]:
+                    del pending.chunks[chunk]
+        if not pending.open and not pending.groups:
+            with _IN_FLIGHT_LOCK:
+                _LANDING.pop(id(pending), None)
     return wait
 
 

@@ -245,6 +245,7 @@ def test_long_rows_of_64_or_128_components_take_the_producer_block_by_default():
     assert spec("alibi_attention", length=1024, rows=64 * 1024) == (128, 64, False)
     assert spec("alibi_attention", length=1536, rows=64 * 1536) == (256, 128, True)
     assert spec(d=64) == (256, 128, True) and spec(d=64, length=1024, rows=64 * 1024) == (128, 64, False)
+    assert spec("alibi_attention", d=64) == (128, 64, False)  # (a causal mask at d = 64: from 4096 keys)
     assert spec(d=80) == (128, 64, False) and spec(d=80, length=8192, rows=64 * 8192) == (128, 64, False)
     assert spec(rows=4 * 2048) == (128, 64, False)  # 64 row tiles of 128: under the 132 multiprocessors
     # groups of 64 rows sharing their keys (GQA): a 128-row tile would be half padding; 100 rows pad alike either way

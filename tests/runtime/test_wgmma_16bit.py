@@ -161,3 +161,26 @@ def test_a_16_bit_query_leaves_its_residuals_shared_memory_to_the_ring(d, length
         return configure(f, p)["stages"]
     assert stages(fused("attention"), "float16") == 3 and stages(fused("attention"), "float32") == 2
     assert stages(derive(parse(CAUSAL)), "float16") == 2
+
+
+def test_the_simulator_refuses_products_reading_rows_a_copy_not_yet_waited_for_writes(monkeypatch):
+    # the next row tile's query copied at the top of every tile instead of after the last one: the scores then read
+    # rows whose copies have not landed (on the GPU the old or the new values, by luck). The simulator's products read
+    # as they are issued, so the outputs would pass; the copies in flight are tracked and the read is refused instead
+    import dataclasses
+
+    from redalgebra.codegen.strategies.tile_producer import TileProducer
+
+    loop = TileProducer.consumer_loop
+
+    def copies_in_every_tile(self, after=()):
+        out = loop(self, ())
+        out[1] = dataclasses.replace(out[1], body=tuple(after) + tuple(out[1].body))
+        return out
+    monkeypatch.setattr(TileProducer, "consumer_loop", copies_in_every_tile)
+    rng = np.random.default_rng(5)
+    R, L, d = 40, 70, 48
+    inputs = {x: rng.normal(size=(1, L, d)).astype(np.float16) for x in ("k", "v")}
+    params = {"q": rng.normal(size=(R, d)).astype(np.float16), "scale": np.float32(d ** -0.5)}
+    with pytest.raises(Exception, match="a cp.async copy not yet waited for writes"):
+        compile(fused("attention"), "cudasim", "wgmma", threads=96)(inputs, params)

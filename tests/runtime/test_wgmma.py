@@ -608,30 +608,36 @@ def test_the_fast_exponential_by_a_fused_multiply_add_in_the_simulator():
 def test_a_walking_warpgroup_stages_only_the_query_rows_it_reads_itself(monkeypatch):
     # nothing orders the two consumer warpgroups between one row tile's last products and the next row tile's vote,
     # and on the GPU a wgmma reads its operands after it is issued: a warpgroup that staged the other's rows of the
-    # next row tile could overwrite them while the other's products still read them. Here the second consumer's reads
-    # of its query rows are delayed (the simulator's wgmma reads as it is issued), two row tiles in one block, a
-    # float32 query not exact in float16 (the residuals' chain reads its rows too)
+    # next row tile could overwrite them while the other's products still read them. Here the second consumer's
+    # products stay in flight longer (each of its wgmma steps delayed while its reads are recorded): with a 16-bit
+    # query the next row tile's rows are copied by cp.async, which the simulator refuses into rows a group in flight
+    # reads; a float32 query's rows are stored by each warp too (its loads index the warp's own rows)
     import threading
     import time
 
-    from redalgebra.runtime import tensor_cores  # noqa: F401 - (warpgroup is imported through it)
-    from redalgebra.runtime import warpgroup
+    from redalgebra.runtime import sim_async
 
-    k_major = warpgroup._k_major
+    reads = sim_async._sim_reads
 
-    def late(desc, rows, first=0, k=16, size=2):
-        if rows == 16 and threading.current_thread().thread_id // 32 == 1:  # (the second consumer's query rows)
-            time.sleep(0.05)
-        return k_major(desc, rows, first, k, size)
-    monkeypatch.setattr(warpgroup, "_k_major", late)
+    def late():
+        state = reads()
+        if threading.current_thread().thread_id // 32 == 1 and (state.open or state.groups):
+            time.sleep(0.2)  # (the second consumer warp, with products in flight)
+        return state
+    monkeypatch.setattr(sim_async, "_sim_reads", late)
     rng = np.random.default_rng(7)
-    R, L, d = 64, 40, 16
+    R, L, d = 64, 40, 32  # (d = 32: a block-wide mapping would give each warp rows of both warps)
     inputs = {x: rng.normal(size=(1, L, d)).astype(np.float16) for x in ("k", "v")}
-    params = {"q": (rng.normal(size=(R, d)) * 30).astype(np.float32), "scale": np.float32(0.25)}
     kernel = compile(fused("attention"), "cudasim", "wgmma", threads=96)
-    assert kernel.spec_for(R, L, {"k": "float16", "v": "float16"}, {"d": d}, reps={"k": R, "v": R})[1].persistent
-    out = kernel(inputs, params)["y"]
-    _assert_close(out, _reference_of_attention(inputs, params, R))
+    for q in (rng.normal(size=(R, d)).astype(np.float16), (rng.normal(size=(R, d)) * 30).astype(np.float32)):
+        params = {"q": q, "scale": np.float32(0.25)}
+        spec = kernel.spec_for(R, L, {"k": "float16", "v": "float16", "q": q.dtype.name}, {"d": d},
+                               reps={"k": R, "v": R})[1]
+        assert spec.persistent
+        loads = [ln for ln in kernel.source(spec, "wgmma").source.splitlines() if "q, min(" in ln and "gen_qr" in ln]
+        assert loads and all("16 * warp + gen_qr" in ln for ln in loads)
+        if q.dtype == np.float16:  # (the float32 query's plain stores are not tracked: its loads' rows said above)
+            _assert_close(kernel(inputs, params)["y"], _reference_of_attention(inputs, params, R))
 
 
 def _reference_of_attention(inputs, params, rows):

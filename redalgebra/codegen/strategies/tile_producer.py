@@ -203,7 +203,10 @@ class TileProducer:
         the row tile's live tiles itself (:meth:`spans`' counts, each at its own named barrier: the consumers the live
         and the whole ones of their rows, the producer the live ones, a row of the block a thread), and the row tiles,
         longest first (:meth:`~.mma.MmaKernel.row_tile`), are taken in a snake: round ``k`` ascending for an even
-        ``k``, descending for an odd one, so that a block's long row tiles pair with its short ones."""
+        ``k``, descending for an odd one, so that a block's long row tiles pair with its short ones. Params given in the
+        products' 16-bit type are copied ahead (:attr:`~.wgmma.WgmmaKernel.params_ahead`): the first row tile's before
+        the walk, each next one's once the consumers' tiles are done (``following``: the walk's next row tile); a row
+        tile then only waits for its copies."""
         assert 3 * self.stages + 2 < VOTE and self.group == self.bm
         first = self.vin[0]
         if self.prefix:  # (the snake)

@@ -86,16 +86,9 @@ def _sim_wgmma_read(chunks) -> None:
     """Record the absolute 16-byte chunks a ``wgmma`` issued by this thread reads (its open group); refuse the read
     where a ``cp.async`` copy of the block not yet waited for writes one of them (on the GPU the product would read
     the chunk before or after the copy lands, by luck)."""
-    with _IN_FLIGHT_LOCK:
-        landing = list(_LANDING.values())
-    block = _block_of(threading.current_thread())
-    for copies in landing:
-        if not copies.thread.is_alive():  # (a thread that ended without waiting: its block's memory is gone)
-            with _IN_FLIGHT_LOCK:
-                _LANDING.pop(id(copies), None)
-        elif copies.block is block and not chunks.isdisjoint(copies.chunks):
-            raise RuntimeError("wgmma: reads shared memory that a cp.async copy not yet waited for writes: wait for "
-                               "the copy's group (and meet the copying threads) before the product")
+    if _met_in_block(_LANDING, chunks, lambda copies: (copies.chunks,)):
+        raise RuntimeError("wgmma: reads shared memory that a cp.async copy not yet waited for writes: wait for "
+                           "the copy's group (and meet the copying threads) before the product")
     state = _sim_reads()
     state.open.update(chunks)
     with _IN_FLIGHT_LOCK:
@@ -123,18 +116,28 @@ def _sim_check_write(name: str, array, byte_offset: int, nbytes: int = 16) -> No
     group still in flight reads."""
     start = np.asarray(array).ctypes.data + int(byte_offset)
     chunks = set(range(start >> 4, (start + nbytes - 1 >> 4) + 1))
+    if _met_in_block(_IN_FLIGHT, chunks, lambda state: (*state.groups, state.open)):
+        raise RuntimeError(f"{name}: writes shared memory (byte {int(byte_offset)}) that a wgmma group still in "
+                           f"flight reads: wait for its group before the stage is reused")
+
+
+def _met_in_block(registry: dict, chunks: set, held) -> bool:
+    """Whether a running thread of this thread's block holds, in ``registry`` (:data:`_IN_FLIGHT`'s reads,
+    :data:`_LANDING`'s copies), a set of chunks (``held(state)``) that meets ``chunks``. A thread that ended without
+    waiting is dropped: its block's shared memory is gone (whether it still runs asked only of a state the chunks
+    meet: the same verdict)."""
     block = _block_of(threading.current_thread())
     with _IN_FLIGHT_LOCK:
-        states = list(_IN_FLIGHT.items())
-    for key, state in states:  # (whether the thread still runs asked only of a group the write meets: the same verdict)
-        if all(chunks.isdisjoint(group) for group in (*state.groups, state.open)):
+        states = list(registry.items())
+    for key, state in states:
+        if all(chunks.isdisjoint(h) for h in held(state)):
             continue
         if not state.thread.is_alive():
             with _IN_FLIGHT_LOCK:
-                _IN_FLIGHT.pop(key, None)
+                registry.pop(key, None)
         elif state.block is block:
-            raise RuntimeError(f"{name}: writes shared memory (byte {int(byte_offset)}) that a wgmma group still in "
-                               f"flight reads: wait for its group before the stage is reused")
+            return True
+    return False
 
 
 def _sim_stage(name, s, sidx, source, nbytes):

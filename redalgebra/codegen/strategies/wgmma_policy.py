@@ -32,6 +32,13 @@ def _blocks(n: int) -> int:
     return -(-n // ROW)
 
 
+def dot_params(fused: FusedCascade) -> list:
+    """The param of every dot product of the cascade, in the dots' order (a param twice where two dots read it)."""
+    params = {p.name: p for p in fused.cascade.params}
+    return [next(params[a.name] for a in dot.args if a.name in params)
+            for dot in dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values()))]
+
+
 def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid: bool = True, groups: int = 1,
                 tile: int = BN):
     """The dynamic shared memory, in 16-bit units from the first 1024-byte boundary: ``(base, param tiles, bytes)``.
@@ -48,9 +55,8 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid:
         if x.size is not None:
             base[x.name] = at
             at += stages * _blocks(length(x)) * tile * ROW
-    params, tiles = {p.name: p for p in c.params}, []
-    for dot in dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values())):
-        p = next(params[a.name] for a in dot.args if a.name in params)
+    tiles = []
+    for p in dot_params(fused):
         tiles.append(at)
         at += (2 if resid else 1) * _blocks(length(p)) * rows * ROW
     if groups > 1:
@@ -145,7 +151,7 @@ def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
     then multiply its residual by ``mma.sync``). The params' residuals are staged too where two stages
     fit beside them; else (MLA's 576-wide query) they are not (:meth:`WgmmaKernel.residual_products`). Params given
     in the products' 16-bit type have no residuals: without a gate their shared memory goes to the ring
-    (:func:`_exact_params`: three stages at d = 80 … 128 beside two blocks of one warpgroup, and so the pipelined
+    (:func:`_residual_free`: three stages at d = 80 … 128 beside two blocks of one warpgroup, and so the pipelined
     order). Measured on the H200 (``gpu/README.md``, 2026-12-04, sixth session; one warpgroup, ms, three stages /
     two): d80 L2048 0.1638 / 0.1753, d128 L1024 0.0876 / 0.0903, but d96 L2048 0.1806 / 0.1777 and causal d128
     L1024 0.0671 / 0.0646 — so a gated cascade keeps two stages."""
@@ -153,7 +159,7 @@ def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
     blocks = 2 if _threads(fused, p) <= THREADS else 1
     groups, tile = _groups(fused, p), _tile(p)
     least = 3 if _producer(fused, p) else mma.STAGES  # (a producer's consumers: the pipelined order)
-    for resid in (False,) if _exact_params(fused, p) else (True, False):
+    for resid in (False,) if _residual_free(fused, p) else (True, False):
         fixed = shared_plan(fused, sizes, rows, 0, resid, groups, tile)[-1]
         per = shared_plan(fused, sizes, rows, 1, resid, groups, tile)[-1] - fixed
         stages = min(mma.MOST_STAGES, (SM_SHARED // blocks - RESERVED - fixed) // per)
@@ -163,15 +169,13 @@ def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
     return stages, fixed + stages * per
 
 
-def _exact_params(fused: FusedCascade, p: Problem) -> bool:
-    """Whether every dot product's param is given in the products' 16-bit type (staged as it is: no residual), in a
-    cascade without a gate (:func:`_stages` says why)."""
-    if _gating(fused):
+def _residual_free(fused: FusedCascade, p: Problem) -> bool:
+    """Whether the ring plans no residual rows: every dot product's param given in the products' 16-bit type (staged
+    as it is: no residual), in a cascade without a gate (:func:`_stages` says why)."""
+    if not NO_RESIDUALS or _gating(fused):
         return False
-    dtypes, params = dict(p.dtypes), {q.name for q in fused.cascade.params}
-    names = {a.name for dot in dots([e for _, e in fused.prologue.steps] + list(fused.bodies.values()))
-             for a in dot.args if a.name in params}
-    return bool(NO_RESIDUALS and names) and all(dtypes.get(n, "float32") != "float32" for n in names)
+    dtypes, params = dict(p.dtypes), dot_params(fused)
+    return bool(params) and all(dtypes.get(q.name, "float32") != "float32" for q in params)
 
 
 def _tile(p: Problem) -> int:

@@ -41,6 +41,9 @@ SMALL = [  # for compute-sanitizer (each access checked: slow): partial tiles an
     # more row tiles than an H200 has multiprocessors: blocks walking row tiles (--persistent) take two of them
     ("attention", 140, 40, 70, 16, "float16", True, False),
     ("causal", 140, 40, 70, 128, "float16", False, True),
+    # rows of 10 and 12 16-byte chunks, copied as if of 16 (the padding's copies never issued)
+    ("attention", 2, 70, 256, 80, "float16", True, True),
+    ("causal", 2, 70, 200, 96, "bfloat16", False, True),
 ]
 CASES = [
     ("attention", 4, 64, 512, 64, "float16", False, True),
@@ -57,6 +60,9 @@ CASES = [
     # causal row tiles of unequal counts, more of them than multiprocessors: walked in a snake where blocks walk
     ("causal", 60, 300, 300, 128, "float16", False, True),
     ("attention", 100, 256, 2047, 128, "bfloat16", False, True),
+    ("attention", 32, 128, 2048, 80, "float16", False, True),
+    ("attention", 3, 100, 1001, 96, "bfloat16", True, False),
+    ("causal", 8, 256, 1024, 80, "bfloat16", False, True),
 ]
 
 
@@ -105,11 +111,12 @@ def main() -> int:
     ap.add_argument("--query16", action="store_true",
                     help="a query exact in float16 given as a float16 device array (wgmma stages it as it is)")
     ap.add_argument("--only", help="comma-separated workloads: the cases of these only (e.g. causal)")
+    ap.add_argument("--widths", help="comma-separated head dimensions: the cases of these only (e.g. 80,96)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     failures, rows_out = 0, []
     for name, groups, R, L, d, dtype, masked, exact in SMALL if args.small else CASES:
-        if args.only and name not in args.only.split(","):
+        if args.only and name not in args.only.split(",") or args.widths and str(d) not in args.widths.split(","):
             continue
         fused = derive(cascade(name))
         inputs, params, keep = problem(name, groups, R, L, d, dtype, masked, exact, rng)

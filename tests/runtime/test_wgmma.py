@@ -240,13 +240,15 @@ def test_long_rows_of_64_or_128_components_take_the_producer_block_by_default():
     assert spec(keep=True) == (128, 64, False)
     assert spec(length=512, rows=12 * 512) == (128, 64, False)
     # the rows from which it is faster (PRODUCER_LENGTHS): at d = 128 from 1024 keys, under a causal mask from 1536;
-    # at d = 64 from 2048; other widths (Phi-2's 80) never
+    # at d = 64 from 2048; widths between them (Phi-2's 80, 96) as 128; narrower ones never
     assert spec(length=1024, rows=64 * 1024) == (256, 128, True)
     assert spec("alibi_attention", length=1024, rows=64 * 1024) == (128, 64, False)
     assert spec("alibi_attention", length=1536, rows=64 * 1536) == (256, 128, True)
     assert spec(d=64) == (256, 128, True) and spec(d=64, length=1024, rows=64 * 1024) == (128, 64, False)
     assert spec("alibi_attention", d=64) == (128, 64, False)  # (a causal mask at d = 64: from 4096 keys)
-    assert spec(d=80) == (128, 64, False) and spec(d=80, length=8192, rows=64 * 8192) == (128, 64, False)
+    assert spec(d=80) == (256, 128, True) and spec(d=96, length=1024, rows=64 * 1024) == (256, 128, True)
+    assert spec("alibi_attention", d=80, length=1024, rows=64 * 1024) == (128, 64, False)
+    assert spec(d=32) == (128, 64, False) and spec(d=32, length=8192, rows=64 * 8192) == (128, 64, False)
     assert spec(rows=4 * 2048) == (128, 64, False)  # 64 row tiles of 128: under the 132 multiprocessors
     # groups of 64 rows sharing their keys (GQA): a 128-row tile would be half padding; 100 rows pad alike either way
     assert spec(rep=64) == (128, 64, False) and spec(rep=100, rows=100 * 1024) == (256, 128, True)
@@ -420,6 +422,18 @@ def test_the_producers_whole_tile_copies_from_bases_moved_on_every_few_copies(ch
     source = kernel.source(spec, "wgmma").source
     assert "gen_sa = " in source and ("gen_sa = fresh(" in source) == (chain < 8)
     assert_matches_the_reference("wgmma", "attention", 1, 20, 130, 32, "float16", False, True, threads=96)
+
+
+@pytest.mark.parametrize("strategy,threads", [("wgmma", 32), ("wgmma", 96), ("mma", 32)])
+def test_rows_whose_chunks_do_not_divide_the_copiers_are_copied_as_if_padded(strategy, threads):
+    # d = 48: six 16-byte chunks a row, 32 copying threads (a simulated warpgroup, or the producer's warp): copied as
+    # eight a row, the padding's threads idle (on the GPU d = 80 and 96: ten and twelve, as sixteen). The last tile
+    # whole: a padding copy issued would read past the keys' end (the simulator checks every copy's bounds)
+    kernel = compile(fused("attention"), "cudasim", strategy, threads=threads)
+    spec = kernel.spec_for(20, 128, {"k": "float16", "v": "float16"}, {"d": 48}, reps={"k": 20, "v": 20})[1]
+    source = kernel.source(spec, strategy).source
+    assert "8 * (tid % 8) < 48" in source or "8 * (ptid % 8) < 48" in source
+    assert_matches_the_reference(strategy, "attention", 1, 20, 128, 48, "float16", True, True, threads=threads)
 
 
 def test_the_producer_block_meets_at_named_barriers_only_once_its_roles_split(monkeypatch):

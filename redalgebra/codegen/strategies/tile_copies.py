@@ -16,6 +16,9 @@ from ..tree import Assign, Call, For, If
 #: ``fresh`` (:meth:`TileCopies.chained`). As a loop the compiler does not unroll (commit 25d1fb7 and before) they
 #: cost 22 instructions a copy and LLaMA-65B prefill 14–20 % (``gpu/README.md``, 2026-12-04).
 CHAIN = 4
+#: Whether a row whose 16-byte chunks do not divide the copying threads (d = 80: 10 chunks, 128 threads) is copied as
+#: if padded to the next count that does (:meth:`TileCopies.chunks`); False: the irregular copies (timing only).
+PAD_CHUNKS = True
 
 
 class TileCopies:
@@ -47,10 +50,29 @@ class TileCopies:
         """``(x, u, guard)``: the thread's ``u``-th 16-byte copy of a tile of vector input ``x`` (``guard``: the test that
         it exists, for the last of a tile not a multiple of the block); ``only``: of that input alone."""
         for x in (only,) if only else self.vin:
-            total = self.kt * (self.size[x] // 8)
+            total = self.kt * self.chunks(x)
             n, tid = self.copiers
             for u in range(-(-total // n)):
-                yield x, u, None if (u + 1) * n <= total else f"{tid} + {u * n} < {total}"
+                tests = [t for t in (None if (u + 1) * n <= total else f"{tid} + {u * n} < {total}", self.chunk_test(x))
+                         if t]
+                yield x, u, " and ".join(tests) or None
+
+    def chunks(self, x: str) -> int:
+        """The 16-byte chunks of a row of ``x`` as its copies count them: the row's own, or where they do not divide
+        the copying threads, the next count that does (the padding's copies never issued: :meth:`chunk_test`), so that each
+        thread's copies of a tile are all of one column, a fixed number of rows apart (:meth:`regular`: unrolled from
+        one address). d = 80 and 96 (10 and 12 chunks a row, 128 threads) copy as 16; irregular, each copy's place was
+        held in registers (one warpgroup) or computed in a loop (a producer's, 22 instructions a copy)."""
+        own, n = self.size[x] // 8, self.copiers[0]
+        if not PAD_CHUNKS or n % own == 0:
+            return own
+        return next((c for c in range(own + 1, n + 1) if n % c == 0 and self.kt * c % n == 0), own)
+
+    def chunk_test(self, x: str) -> str | None:
+        """The test that this thread's copies of ``x`` are of the row's own chunks, not of the padding :meth:`chunks`
+        counts (the same for all of them: the padded count divides the copying threads); None where there is none."""
+        c, tid = self.chunks(x), self.copiers[1]
+        return None if c == self.size[x] // 8 else f"8 * ({tid} % {c}) < {self.size[x]}"
 
     def copy_setup(self) -> list:
         """What each copy needs that does not change from tile to tile, once. Where every input's copies are
@@ -78,7 +100,7 @@ class TileCopies:
     def copy_place(self, x: str, u: int | str) -> tuple[str, str]:
         """The element of the tile and the first component of the thread's ``u``-th copy of ``x`` (text; ``u`` a number
         or the name of a loop's counter)."""
-        per_row = self.size[x] // 8
+        per_row = self.chunks(x)
         n, tid = self.copiers
         at = f"{tid} + {u * n}" if isinstance(u, int) else f"{tid} + {u} * {n}"
         return f"({at}) // {per_row}", f"8 * (({at}) % {per_row})"
@@ -93,7 +115,7 @@ class TileCopies:
         ``rows`` elements apart, and copies ``period`` apart lie ``step`` units of a stage apart (then a full tile's
         copies are ``period`` places plus constants; a swizzled stage repeats every eight rows: 256 threads copying
         MLA's 64 chunks a row are four rows apart, a period of two)."""
-        per_row = self.size[x] // 8
+        per_row = self.chunks(x)
         n = self.copiers[0]
         if n % per_row or (self.kt * per_row) % n:
             return None
@@ -118,10 +140,11 @@ class TileCopies:
         out = []
         for x in self.vin:
             if loop:  # (the places computed here, whether or not the copies are regular)
-                total = self.kt * (self.size[x] // 8)
+                total = self.kt * self.chunks(x)
                 ce, cc = self.copy_place(x, "u")
                 copy = self.copy_one(x, tile, stage, ce, cc, self.stage_offset(x, f"({ce})", f"({cc})"))
-                body = copy if total % n == 0 else [If(f"{tid} + u * {n} < {total}", tuple(copy))]
+                tests = [t for t in (None if total % n == 0 else f"{tid} + u * {n} < {total}", self.chunk_test(x)) if t]
+                body = [If(" and ".join(tests), tuple(copy))] if tests else copy
                 out.append(For("u", "0", f"fresh({-(-total // n)})", tuple(body)))
                 continue
             for _, u, guard in self.copies(x):
@@ -134,17 +157,19 @@ class TileCopies:
                 out += copy if guard is None else [If(guard, tuple(copy))]
         if not fast:
             return out
-        # a tile inside the row: no clamp, no test, one address per input and constant steps (immediate offsets)
+        # a tile inside the row: no clamp, no test (but the padding's), one address per input and constant steps (immediate offsets)
         full = []
         for x in self.vin:
             rows, step, period = self.regular(x)
-            full.append(Assign(f"ga_{x}", f"gb_{x} + ({tile}) * {self.kt * self.size[x]}"))
+            mine = [Assign(f"ga_{x}", f"gb_{x} + ({tile}) * {self.kt * self.size[x]}")]
             if loop:
-                full += self.chained(x, stage, rows, step)
-                continue
-            full += [Call("cp_async16_at", ("sm", f"{self.stage_base(x, stage)} + so_{x}_{u % period} + {u // period * step}",
-                                            x, f"ga_{x} + {u * rows * self.size[x]}", "16"))
-                     for u in range(self.kt // rows)]
+                mine += self.chained(x, stage, rows, step)
+            else:
+                mine += [Call("cp_async16_at", ("sm", f"{self.stage_base(x, stage)} + so_{x}_{u % period} + {u // period * step}",
+                                                x, f"ga_{x} + {u * rows * self.size[x]}", "16"))
+                         for u in range(self.kt // rows)]
+            live = self.chunk_test(x)
+            full += [If(live, tuple(mine))] if live else mine
         return [If(f"({tile}) * {self.kt} + {self.kt} <= length", tuple(full), tuple(out))]
 
     def chained(self, x: str, stage: str, rows: int, step: int) -> list:

@@ -424,7 +424,8 @@ def all_cases(quick: bool) -> dict:
                                        (1, 64, 1024, 128, "LLaMA-65B", False), (1, 64, 1024, 128, "LLaMA-65B", True),
                                        (1, 32, 2048, 64, "d64", False), (1, 64, 1536, 128, "LLaMA-65B", True),
                                        (1, 32, 4096, 64, "d64", True), (1, 32, 2048, 80, "Phi-2", True),
-                                       (1, 32, 1024, 96, "d96", False), (1, 32, 1024, 80, "Phi-2", True))],
+                                       (1, 32, 1024, 96, "d96", False), (1, 32, 1024, 80, "Phi-2", True),
+                                       (1, 32, 2048, 192, "d192", False), (1, 16, 2048, 256, "Gemma-7B", True))],
         "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("rows", "rows@128g16", "warp@128"), lab)
                 for t, e, k, lab in ((16384, 128, 8, "Qwen3"), (4096, 128, 8, "Qwen3"), (32768, 128, 8, "Qwen3"),
                                      (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]

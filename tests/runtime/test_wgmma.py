@@ -249,6 +249,9 @@ def test_long_rows_of_64_or_128_components_take_the_producer_block_by_default():
     assert spec(d=80) == (256, 128, True) and spec(d=96, length=1024, rows=64 * 1024) == (256, 128, True)
     assert spec("alibi_attention", d=80, length=1024, rows=64 * 1024) == (128, 64, False)
     assert spec(d=32) == (128, 64, False) and spec(d=32, length=8192, rows=64 * 8192) == (128, 64, False)
+    # wider (d = 129 … 256): the producer block whose consumers hold the sums whole, tiles of 32, at any length,
+    # masked too (d = 192: no other block on the tensor cores holds it)
+    assert spec(d=256) == spec(d=192, length=256, rows=4 * 256) == spec(d=160, keep=True) == (256, 32, True)
     assert spec(rows=4 * 2048) == (128, 64, False)  # 64 row tiles of 128: under the 132 multiprocessors
     # groups of 64 rows sharing their keys (GQA): a 128-row tile would be half padding; 100 rows pad alike either way
     assert spec(rep=64) == (128, 64, False) and spec(rep=100, rows=100 * 1024) == (256, 128, True)
@@ -408,20 +411,21 @@ def test_a_producer_warpgroup_and_two_consumer_warpgroups_taking_turns(groups, R
     assert_matches_the_reference("wgmma", "attention", groups, R, L, d, dtype, masked, query16, threads=96, **options)
 
 
-@pytest.mark.parametrize("chain", [1, 3, 8])
-def test_the_producers_whole_tile_copies_from_bases_moved_on_every_few_copies(chain, monkeypatch):
+@pytest.mark.parametrize("chain,d", [(1, 32), (3, 32), (8, 32), (3, 64)])
+def test_the_producers_whole_tile_copies_from_bases_moved_on_every_few_copies(chain, d, monkeypatch):
     # d = 32 in a producer warp of 32 threads: copies 8 rows apart (the swizzle's period: one place a thread), 8 a
     # thread, input and tile; the bases moved on after every copy (1), after three (the last group short), or never
-    # (8) copy the same tiles. (At d = 64 and 128 a simulated producer's copies are 4 and 2 rows apart, a period of 2
-    # and 4 places, and take the per-copy path: the chained form is not reached there.)
+    # (8) copy the same tiles. At d = 64 the copies are 4 rows apart, two swizzles: two places a thread (a period of
+    # 2, as d = 256 on the GPU), the chain rounded up to 4
     from redalgebra.codegen.strategies import tile_copies
 
     monkeypatch.setattr(tile_copies, "CHAIN", chain)
     kernel = compile(fused("attention"), "cudasim", "wgmma", threads=96)
-    spec = kernel.spec_for(20, 130, {"k": "float16", "v": "float16"}, {"d": 32}, reps={"k": 20, "v": 20})[1]
+    spec = kernel.spec_for(20, 130, {"k": "float16", "v": "float16"}, {"d": d}, reps={"k": 20, "v": 20})[1]
     source = kernel.source(spec, "wgmma").source
     assert "gen_sa = " in source and ("gen_sa = fresh(" in source) == (chain < 8)
-    assert_matches_the_reference("wgmma", "attention", 1, 20, 130, 32, "float16", False, True, threads=96)
+    assert ("gen_sa_1 = fresh(gen_sa_1 + " in source) == (d == 64)
+    assert_matches_the_reference("wgmma", "attention", 1, 20, 130, d, "float16", False, True, threads=96)
 
 
 @pytest.mark.parametrize("strategy,threads", [("wgmma", 32), ("wgmma", 96), ("mma", 32)])
@@ -434,6 +438,22 @@ def test_rows_whose_chunks_do_not_divide_the_copiers_are_copied_as_if_padded(str
     source = kernel.source(spec, strategy).source
     assert "8 * (tid % 8) < 48" in source or "8 * (ptid % 8) < 48" in source
     assert_matches_the_reference(strategy, "attention", 1, 20, 128, 48, "float16", True, True, threads=threads)
+
+
+@pytest.mark.parametrize("name,d,dtype,masked", [("attention", 256, "float16", True),
+                                                  ("alibi_attention", 192, "bfloat16", False)])
+def test_a_producer_blocks_consumers_hold_vector_sums_up_to_256_wide(name, d, dtype, masked):
+    # the block for d = 129 … 256 (Gemma's 256; 192, which no column groups hold): each consumer warpgroup holds all d
+    # columns of its rows' sums, on tiles of 32 (three or four stages fit beside the query's rows); a keep mask, a causal gate.
+    # d = 192 in the simulator: 24 chunks a row copied as 32 by the producer's warp, a row a copy (eight swizzles)
+    kernel = compile(fused(name), "cudasim", "wgmma", threads=96)
+    spec = kernel.spec_for(20, 100, {"k": dtype, "v": dtype}, {"d": d}, reps={"k": 20, "v": 20})[1]
+    assert spec.producer and spec.tile == 32 and spec.stages >= 3
+    assert_matches_the_reference("wgmma", name, 1, 20, 100, d, dtype, masked, True, threads=96)
+    if d % 128:  # one warpgroup holds 128 at most, and column groups multiples of 128
+        with pytest.raises(RedalgebraError, match="256 with a producer"):
+            compile(fused(name), "cudasim", "wgmma", threads=32).spec_for(20, 100, {"k": dtype, "v": dtype},
+                                                                          {"d": d}, reps={"k": 20, "v": 20})
 
 
 def test_the_producer_block_meets_at_named_barriers_only_once_its_roles_split(monkeypatch):

@@ -30,13 +30,18 @@ SHARED_LIMIT = 232448
 #: at most WIDEST / 2 columns (128 float32 a thread) in whole 64-column blocks of the staged tile.
 WIDEST, WIDE_MULTIPLE = 512, 128
 
+#: ... or, in a block with a producer warpgroup (``wgmma``, ``threads=384``), held whole by each consumer warpgroup up
+#: to this many components (128 float32 a thread: the producer's registers handed to the consumers, tiles of 32
+#: elements so that the ring's stages fit beside the query's rows), whatever their width's multiple (d = 192, 256).
+PRODUCER_COMPONENTS = 256
 
-def column_groups(widths) -> int | None:
+
+def column_groups(widths, most: int = MOST_COMPONENTS) -> int | None:
     """Warpgroups that share a row tile, each with its share of the vector sums' columns: 1 up to
-    :data:`MOST_COMPONENTS`, 2 for multiples of :data:`WIDE_MULTIPLE` up to :data:`WIDEST` (at most WIDEST columns in
-    all); None: no split holds them."""
+    :data:`MOST_COMPONENTS` wide, or ``most`` in all (:data:`PRODUCER_COMPONENTS` in a producer block), 2 for multiples of
+    :data:`WIDE_MULTIPLE` up to :data:`WIDEST` (at most WIDEST columns in all); None: no split holds them."""
     widths = list(widths)
-    if max(widths, default=0) <= MOST_COMPONENTS:
+    if max(widths, default=0) <= MOST_COMPONENTS or sum(widths) <= most:
         return 1
     if all(w % WIDE_MULTIPLE == 0 for w in widths) and sum(widths) <= WIDEST:
         return 2
@@ -185,10 +190,12 @@ def prefix(cond) -> bool:
     return bool(slope > 0) == below
 
 
-def applicable(fused: FusedCascade, p: Problem, name: str, shared, wide: bool = False) -> str | None:
+def applicable(fused: FusedCascade, p: Problem, name: str, shared, wide: bool = False,
+               most: int = MOST_COMPONENTS) -> str | None:
     """Why the tensor-core strategy ``name`` does not suit this call (None: it does): the cascade's form, then the
     types and sizes; ``shared(fused, problem)``: the bytes of shared memory the strategy's block needs; ``wide``: vector
-    inputs of any multiple of 16 components, vector sums split by :func:`column_groups`."""
+    inputs of any multiple of 16 components, vector sums split by :func:`column_groups` (one warpgroup's up to
+    ``most``)."""
     reason = refusal(fused, name)
     if reason is not None:
         return reason
@@ -203,9 +210,11 @@ def applicable(fused: FusedCascade, p: Problem, name: str, shared, wide: bool = 
         n = length(s.size)
         if n % 16 or (n > MOST_COMPONENTS and not wide):
             return f"{name}: vectors of a multiple of 16 components, at most {MOST_COMPONENTS}; {s.name} has {n}"
-    if wide and column_groups(length(c.sizes[r.name]) for r in c.reductions if c.sizes[r.name] is not None) is None:
-        return (f"{name}: vector sums of at most {MOST_COMPONENTS} components, or multiples of {WIDE_MULTIPLE} up to "
-                f"{WIDEST} in all (split across two warpgroups); use vrows")
+    if wide and column_groups((length(c.sizes[r.name]) for r in c.reductions if c.sizes[r.name] is not None),
+                              most) is None:
+        return (f"{name}: vector sums of at most {MOST_COMPONENTS} components ({PRODUCER_COMPONENTS} with a producer "
+                f"warpgroup, threads=384), or multiples of {WIDE_MULTIPLE} up to {WIDEST} in all (split across two "
+                f"warpgroups); use vrows")
     if not p.vec_ok:  # (with a multiple of 16 components, every element's vector then starts on one too)
         return f"{name}: the vector inputs must start on 16-byte boundaries (cp.async copies 16 bytes)"
     reps = dict(p.reps)

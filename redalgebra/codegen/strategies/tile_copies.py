@@ -132,10 +132,8 @@ class TileCopies:
         ``loop``: a producer warpgroup's (:mod:`.tile_producer`), in few registers: a partial tile's copies as a loop the
         compiler does not unroll (its count through ``fresh``), their places computed in it; a whole tile's chained
         (:meth:`chained`). Unrolled plainly, ptxas computed every copy's address first, and the producer needed about 150
-        registers at tiles of 128 elements (with 88 it spilled 432 bytes; the hand-over leaves it 40). The chained form
-        steps one place at a time, so an input whose regular copies repeat only every few (a period above 1) takes the
-        per-copy loop for every tile."""
-        fast = all(r is not None and not (loop and r[2] != 1) for r in map(self.regular, self.vin))
+        registers at tiles of 128 elements (with 88 it spilled 432 bytes; the hand-over leaves it 40)."""
+        fast = all(r is not None for r in map(self.regular, self.vin))
         n, tid = self.copiers
         out = []
         for x in self.vin:
@@ -163,7 +161,7 @@ class TileCopies:
             rows, step, period = self.regular(x)
             mine = [Assign(f"ga_{x}", f"gb_{x} + ({tile}) * {self.kt * self.size[x]}")]
             if loop:
-                mine += self.chained(x, stage, rows, step)
+                mine += self.chained(x, stage, rows, step, period)
             else:
                 mine += [Call("cp_async16_at", ("sm", f"{self.stage_base(x, stage)} + so_{x}_{u % period} + {u // period * step}",
                                                 x, f"ga_{x} + {u * rows * self.size[x]}", "16"))
@@ -172,19 +170,24 @@ class TileCopies:
             full += [If(live, tuple(mine))] if live else mine
         return [If(f"({tile}) * {self.kt} + {self.kt} <= length", tuple(full), tuple(out))]
 
-    def chained(self, x: str, stage: str, rows: int, step: int) -> list:
-        """A producer's copies of a whole tile of ``x``, unrolled: ``CHAIN`` copies at constant offsets from two bases
-        (the place in the stage, the element in ``x``), then the bases moved on through ``fresh``, so that ptxas
-        neither computes every copy's address first (the registers the loop form saves) nor pays a loop's counter,
-        branch and index products a copy (the loop form's)."""
-        per = rows * self.size[x]
-        out = [Assign("gen_sa", f"{self.stage_base(x, stage)} + so_{x}_0"), Assign("gen_ga", f"ga_{x}")]
+    def chained(self, x: str, stage: str, rows: int, step: int, period: int = 1) -> list:
+        """A producer's copies of a whole tile of ``x``, unrolled: ``CHAIN`` copies (rounded up to a multiple of the
+        ``period``) at constant offsets from bases (the places in the stage, one per copy of a period, and the element
+        in ``x``), then the bases moved on through ``fresh``, so that ptxas neither computes every copy's address
+        first (the registers the loop form saves) nor pays a loop's counter, branch and index products a copy (the
+        loop form's). A period above 1: a row of more chunks than a warpgroup's threads over 8 (d = 256: copies 4
+        rows apart, two swizzles) — taken by the per-copy loop before, 22 instructions a copy."""
+        per, chain = rows * self.size[x], -(-CHAIN // period) * period
+        sa = [f"gen_sa_{v}" if v else "gen_sa" for v in range(period)]
+        out = [Assign(sa[v], f"{self.stage_base(x, stage)} + so_{x}_{v}") for v in range(period)]
+        out.append(Assign("gen_ga", f"ga_{x}"))
         for u in range(self.kt // rows):
-            k = u % CHAIN
+            k = u % chain
             if u and not k:
-                out += [Assign("gen_sa", f"fresh(gen_sa + {CHAIN * step})"),
-                        Assign("gen_ga", f"fresh(gen_ga + {CHAIN * per})")]
-            out.append(Call("cp_async16_at", ("sm", f"gen_sa + {k * step}", x, f"gen_ga + {k * per}", "16")))
+                out += [Assign(a, f"fresh({a} + {chain // period * step})") for a in sa]
+                out.append(Assign("gen_ga", f"fresh(gen_ga + {chain * per})"))
+            out.append(Call("cp_async16_at", ("sm", f"{sa[k % period]} + {k // period * step}", x,
+                                              f"gen_ga + {k * per}", "16")))
         return out
 
     def copy_one(self, x: str, tile: str, stage: str, ce: str, cc: str, at: str) -> list:

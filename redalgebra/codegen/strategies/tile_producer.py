@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from ...errors import RedalgebraError
 from ..tree import Assign, Call, For, If, While
+from .products import MOST_COMPONENTS
 
 #: Whether the producer block walks row tiles by default (:attr:`TileProducer.walking`: a block a multiprocessor,
 #: ``Spec.persistent``) where the row is one segment and, under a gate, the ring has at most three stages.
@@ -187,9 +188,11 @@ class TileProducer:
     def roles(self, producer: list, consumers: list) -> If:
         """The block split by role. Tiles of 128 elements (scores and factors twice a 64-element tile's) hand the
         producer's registers to the consumers (setmaxnreg; a kernel calling it is loaded from its whole PTX,
-        runtime.driver): without it ptxas spilled 576 bytes and serialized the wgmmas. Tiles of 64 keep the 168
-        registers a thread of 384 get: ptxas assembles attention at d = 128 in them without spills."""
-        if self.kt > 64:
+        runtime.driver): without it ptxas spilled 576 bytes and serialized the wgmmas; so do vector sums wider than
+        :data:`~.products.MOST_COMPONENTS` (d = 256 on tiles of 32: 312 bytes spilled in 168 registers, none in 232).
+        Tiles of 64 keep the 168 registers a thread of 384 get: ptxas assembles attention at d = 128 in them without
+        spills."""
+        if self.kt > 64 or any(self.cols(r) > MOST_COMPONENTS for r in self.vred):
             producer, consumers = [Call("regs_give40", ())] + producer, [Call("regs_take232", ())] + consumers
         return If(f"warp >= {self.threads // 32}", tuple(producer), tuple(consumers))
 

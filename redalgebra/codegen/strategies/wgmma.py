@@ -61,7 +61,7 @@ from ..tree import Assign, Barrier, Call, For, If
 from . import Strategy, register
 from . import mma
 from .mma import MmaKernel
-from .products import MOST_COMPONENTS, SHARED_LIMIT, WIDE_MULTIPLE, WIDEST, column_groups
+from .products import MOST_COMPONENTS, PRODUCER_COMPONENTS, SHARED_LIMIT, WIDE_MULTIPLE, WIDEST, column_groups
 from .tile_producer import TileProducer
 # (the swizzled layout's constants are the policy's, which plans the shared memory; other kernels import them here)
 from .wgmma_policy import ATOM, ROW, THREADS, _blocks, configure, grid, shared_plan
@@ -98,10 +98,12 @@ class WgmmaKernel(TileProducer, MmaKernel):
                 raise RedalgebraError(f"wgmma: vectors of a multiple of 16 components; {x} has {self.size[x]}: use vrows")
 
     def column_groups(self) -> int:
-        groups = column_groups([self.size[r.name] for r in self.c.reductions if self.c.sizes[r.name] is not None])
+        groups = column_groups([self.size[r.name] for r in self.c.reductions if self.c.sizes[r.name] is not None],
+                               PRODUCER_COMPONENTS if self.producer else MOST_COMPONENTS)
         if groups is None:
-            raise RedalgebraError(f"wgmma: vector sums of at most {MOST_COMPONENTS} components, or multiples of "
-                                  f"{WIDE_MULTIPLE} up to {WIDEST} (split across two warpgroups): use vrows")
+            raise RedalgebraError(f"wgmma: vector sums of at most {MOST_COMPONENTS} components ({PRODUCER_COMPONENTS} "
+                                  f"with a producer warpgroup), or multiples of {WIDE_MULTIPLE} up to {WIDEST} (split "
+                                  f"across two warpgroups): use vrows")
         return groups
 
     def setup(self, block: str | None = "cuda.blockIdx.x") -> list:

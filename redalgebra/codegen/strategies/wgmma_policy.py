@@ -15,7 +15,7 @@ from ..emit import Spec
 from . import Problem, vector_out_dtypes
 from . import mma
 from .mma import BN
-from .products import column_groups, dots, prefix
+from .products import MOST_COMPONENTS, PRODUCER_COMPONENTS, column_groups, dots, prefix
 from .products import applicable as form_and_call
 from . import tile_producer
 
@@ -65,12 +65,23 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid:
     return base, tiles, 2 * at + ATOM
 
 
+def _widths(fused: FusedCascade, p: Problem) -> list:
+    """The components of the cascade's vector sums in this call."""
+    c, sizes = fused.cascade, dict(p.sizes)
+    return [s if isinstance(s, int) else sizes.get(s, 0) for s in (c.sizes[r.name] for r in c.reductions)
+            if s is not None]
+
+
+def _most(p: Problem) -> int:
+    """The widest vector sum one warpgroup holds in this call's block: :data:`~.products.PRODUCER_COMPONENTS` where it
+    asks for a producer warpgroup (``threads=384``; 96 in the simulator), else :data:`~.products.MOST_COMPONENTS`."""
+    unit = SIM_THREADS if p.option("simulator") else THREADS
+    return PRODUCER_COMPONENTS if p.option("threads") == 3 * unit else MOST_COMPONENTS
+
+
 def _groups(fused: FusedCascade, p: Problem) -> int:
     """Warpgroups that share a row tile (:func:`.products.column_groups`; 1 where it refuses, said by applicable)."""
-    c, sizes = fused.cascade, dict(p.sizes)
-    widths = [s if isinstance(s, int) else sizes.get(s, 0) for s in (c.sizes[r.name] for r in c.reductions)
-              if s is not None]
-    return column_groups(widths) or 1
+    return column_groups(_widths(fused, p), _most(p)) or 1
 
 
 #: Elements a row from which long prefill-like calls take the producer block with tiles of 128 by default
@@ -105,6 +116,8 @@ def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
     the producer block a row tile) stay with one warpgroup."""
     if p.option("simulator") or any(p.option(o) is not None for o in ("threads", "tile", "segments")):
         return p
+    if MOST_COMPONENTS < max(_widths(fused, p), default=0) <= PRODUCER_COMPONENTS:
+        return _wide(fused, p)
     widths = {n for n in dict(p.sizes).values()}
     shortest = PRODUCER_LENGTHS.get((_band(min(widths)), _gating(fused))) if len(widths) == 1 else None
     if shortest is None:  # (no vector input at all, or other widths)
@@ -120,6 +133,18 @@ def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
         # (under a gate, the producer block a row tile a block measured slower than one warpgroup)
         return p
     return dataclasses.replace(p, options=tuple(dict(p.options, threads=3 * THREADS, tile=2 * BN).items()))
+
+
+def _wide(fused: FusedCascade, p: Problem) -> Problem:
+    """Vector sums 129 to 256 wide (d = 192, 256): the producer block whose consumers hold them whole
+    (:data:`~.products.PRODUCER_COMPONENTS`), on tiles of 32 elements (a ring of four stages beside the query's 128
+    rows), wherever it takes the cascade — masked or not, at any length; else ``p`` (column groups at multiples of 128,
+    or ``vrows``). Measured on the H200 (``gpu/README.md``, 2026-12-04, seventh session): Gemma-7B H16 L2048 d256
+    0.153 ms against 0.270 on column groups (cuDNN 0.112), causal 0.121 (cuDNN 0.099); d = 192, which no column
+    groups hold, 0.251 (cuDNN 0.167)."""
+    if not _prefix_gated(fused) or _gating(fused) and p.option("persistent") is False:
+        return p
+    return dataclasses.replace(p, options=tuple(dict(p.options, threads=3 * THREADS, tile=BN // 2).items()))
 
 
 def _producer(fused: FusedCascade, p: Problem) -> int:
@@ -187,8 +212,11 @@ def _residual_free(fused: FusedCascade, p: Problem) -> bool:
 
 
 def _tile(p: Problem) -> int:
-    """Elements of a tile: :data:`~.tile_update.BN`, or the caller's (128 with a producer warpgroup: applicable)."""
-    return p.option("tile") or BN
+    """Elements of a tile: the caller's (32 or 128 with a producer warpgroup: applicable), else
+    :data:`~.tile_update.BN`, or half of it in a producer block of vectors wider than
+    :data:`~.products.MOST_COMPONENTS` (whose stages of 64 would not fit three beside the query: :func:`_wide`)."""
+    wide = _most(p) > MOST_COMPONENTS and max(dict(p.sizes).values(), default=0) > MOST_COMPONENTS
+    return p.option("tile") or (BN // 2 if wide else BN)
 
 
 def _shared_bytes(fused: FusedCascade, p: Problem) -> int:
@@ -237,7 +265,7 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
 
 
 def _applicable(fused: FusedCascade, p: Problem) -> str | None:
-    reason = form_and_call(fused, p, "wgmma", _shared_bytes, wide=True)
+    reason = form_and_call(fused, p, "wgmma", _shared_bytes, wide=True, most=_most(p))
     if reason is not None:
         return reason
     reason = hopper_refusal(p, "wgmma", "mma")
@@ -254,8 +282,8 @@ def _applicable(fused: FusedCascade, p: Problem) -> str | None:
     if threads not in allowed:
         split = f" (vector sums of {groups} warpgroups' columns)" if groups > 1 else " (whole warpgroups)"
         return f"wgmma: blocks of {', '.join(map(str, allowed))} threads{split}, got {threads}"
-    if p.option("tile") not in (None, BN) and not (p.option("tile") == 2 * BN and _producer(fused, p)):
-        return (f"wgmma: tiles of {BN} elements, or {2 * BN} with a producer warpgroup (threads=384), got "
+    if p.option("tile") not in (None, BN) and not (p.option("tile") in (BN // 2, 2 * BN) and _producer(fused, p)):
+        return (f"wgmma: tiles of {BN} elements, or {BN // 2} or {2 * BN} with a producer warpgroup (threads=384), got "
                 f"{p.option('tile')}")
     for name, fixed in (("batch", _rows(fused, p)), ("group", 16)):
         if p.option(name) not in (None, fixed):

@@ -44,6 +44,9 @@ SMALL = [  # for compute-sanitizer (each access checked: slow): partial tiles an
     # rows of 10 and 12 16-byte chunks, copied as if of 16 (the padding's copies never issued)
     ("attention", 2, 70, 256, 80, "float16", True, True),
     ("causal", 2, 70, 200, 96, "bfloat16", False, True),
+    # vector sums of 192 and 256 held whole by a producer block's consumers (tiles of 32)
+    ("attention", 2, 70, 130, 256, "float16", True, True),
+    ("causal", 2, 70, 200, 192, "bfloat16", False, True),
 ]
 CASES = [
     ("attention", 4, 64, 512, 64, "float16", False, True),
@@ -63,6 +66,9 @@ CASES = [
     ("attention", 32, 128, 2048, 80, "float16", False, True),
     ("attention", 3, 100, 1001, 96, "bfloat16", True, False),
     ("causal", 8, 256, 1024, 80, "bfloat16", False, True),
+    ("attention", 16, 128, 2048, 256, "float16", False, True),
+    ("attention", 2, 100, 1001, 192, "bfloat16", True, False),
+    ("causal", 4, 256, 1024, 256, "bfloat16", False, True),
 ]
 
 

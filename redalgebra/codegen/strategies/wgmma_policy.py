@@ -137,14 +137,14 @@ def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
 
 def _wide(fused: FusedCascade, p: Problem) -> Problem:
     """Vector sums 129 to 256 wide (d = 192, 256): the producer block whose consumers hold them whole
-    (:data:`~.products.PRODUCER_COMPONENTS`), on tiles of 32 elements (a ring of four stages beside the query's 128
-    rows), wherever it takes the cascade — masked or not, at any length; else ``p`` (column groups at multiples of 128,
-    or ``vrows``). Measured on the H200 (``gpu/README.md``, 2026-12-04, seventh session): Gemma-7B H16 L2048 d256
-    0.153 ms against 0.270 on column groups (cuDNN 0.112), causal 0.121 (cuDNN 0.099); d = 192, which no column
-    groups hold, 0.251 (cuDNN 0.167)."""
+    (:data:`~.products.PRODUCER_COMPONENTS`), on tiles of 64 elements up to 192 components, of 32 above (:func:`_tile`:
+    four stages beside the query's 128 rows), wherever it takes the cascade — masked or not, at any length; else ``p``
+    (column groups at multiples of 128, or ``vrows``). Measured on the H200 (``gpu/README.md``, 2026-12-04, seventh
+    session): Gemma-7B H16 L2048 d256 0.153 ms against 0.270 on column groups (cuDNN 0.112), causal 0.121 (cuDNN
+    0.099); d = 192, which no column groups hold, 0.194 on tiles of 64, 0.250 on tiles of 32 (cuDNN 0.169)."""
     if not _prefix_gated(fused) or _gating(fused) and p.option("persistent") is False:
         return p
-    return dataclasses.replace(p, options=tuple(dict(p.options, threads=3 * THREADS, tile=BN // 2).items()))
+    return dataclasses.replace(p, options=tuple(dict(p.options, threads=3 * THREADS).items()))
 
 
 def _producer(fused: FusedCascade, p: Problem) -> int:
@@ -213,9 +213,9 @@ def _residual_free(fused: FusedCascade, p: Problem) -> bool:
 
 def _tile(p: Problem) -> int:
     """Elements of a tile: the caller's (32 or 128 with a producer warpgroup: applicable), else
-    :data:`~.tile_update.BN`, or half of it in a producer block of vectors wider than
-    :data:`~.products.MOST_COMPONENTS` (whose stages of 64 would not fit three beside the query: :func:`_wide`)."""
-    wide = _most(p) > MOST_COMPONENTS and max(dict(p.sizes).values(), default=0) > MOST_COMPONENTS
+    :data:`~.tile_update.BN`, or half of it in a producer block of vectors wider than 192 (more than three blocks of 64
+    columns: three stages of 64 elements would not fit beside the query's 128 rows, :func:`_wide`)."""
+    wide = _most(p) > MOST_COMPONENTS and _blocks(max(dict(p.sizes).values(), default=0)) > 3
     return p.option("tile") or (BN // 2 if wide else BN)
 
 

@@ -34,7 +34,9 @@ warps of 16 rows):
    beside two stages of keys (MLA's 576-wide query) keeps only its 16-bit rows in shared memory; a block whose
    params are not exact in 16 bits adds the residual's product by ``mma.sync``, its A fragments computed from the
    param in global memory. Few rows (a decode step) split the axis into segments across blocks, merged by
-   ``vrows``' combine kernel with the derived merge.
+   ``vrows``' combine kernel with the derived merge. In a block with a producer warpgroup (``threads=384``) a
+   consumer warpgroup holds up to 256 columns whole instead (:data:`~.products.PRODUCER_COMPONENTS`, 128 float32 a
+   thread with the producer's registers handed over): heads of 192 or 256 components, on tiles of 64 or 32 keys.
 
 6. **Pipelined order** (:attr:`WgmmaKernel.pipelined`, FlashAttention-3's within a warpgroup): where a stage is to
    spare, a tile's ``P · V`` is issued after the next tile's scores and left in flight while the warpgroup waits for

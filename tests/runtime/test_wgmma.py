@@ -258,6 +258,9 @@ def test_long_rows_of_64_or_128_components_take_the_producer_block_by_default():
     # masked too (d = 192: no other block on the tensor cores holds it)
     assert spec(d=256) == spec(d=208, keep=True) == (256, 32, True)  # (more than three blocks of 64 columns)
     assert spec(d=192, length=256, rows=4 * 256) == spec(d=160, keep=True) == (256, 64, True)
+    # ... but where column groups hold them too (d = 256), only as d = 128's block is given: masked, or too few row
+    # tiles to fill the GPU (a decode step's), the column groups
+    assert spec(d=256, keep=True)[2] is False and spec(d=256, rows=8 * 2048)[2] is False
     assert spec(rows=4 * 2048) == (128, 64, False)  # 64 row tiles of 128: under the 132 multiprocessors
     # groups of 64 rows sharing their keys (GQA): a 128-row tile would be half padding; 100 rows pad alike either way
     assert spec(rep=64) == (128, 64, False) and spec(rep=100, rows=100 * 1024) == (256, 128, True)
@@ -444,6 +447,8 @@ def test_rows_whose_chunks_do_not_divide_the_copiers_are_copied_as_if_padded(str
     source = kernel.source(spec, strategy).source
     assert "8 * (tid % 8) < 48" in source or "8 * (ptid % 8) < 48" in source
     assert_matches_the_reference(strategy, "attention", 1, 20, 128, 48, "float16", True, True, threads=threads)
+    if threads == 32 and strategy == "wgmma":  # a partial last tile: its copies (clamped, zeros past the end) padded too
+        assert_matches_the_reference(strategy, "attention", 1, 20, 100, 48, "float16", True, True, threads=threads)
 
 
 @pytest.mark.parametrize("name,d,dtype,masked", [("attention", 256, "float16", True),

@@ -53,9 +53,7 @@ class TileCopies:
             total = self.kt * self.chunks(x)
             n, tid = self.copiers
             for u in range(-(-total // n)):
-                tests = [t for t in (None if (u + 1) * n <= total else f"{tid} + {u * n} < {total}", self.chunk_test(x))
-                         if t]
-                yield x, u, " and ".join(tests) or None
+                yield x, u, self.copy_test(x, None if (u + 1) * n <= total else f"{tid} + {u * n} < {total}")
 
     def chunks(self, x: str) -> int:
         """The 16-byte chunks of a row of ``x`` as its copies count them: the row's own, or where they do not divide
@@ -67,6 +65,11 @@ class TileCopies:
         if not PAD_CHUNKS or n % own == 0:
             return own
         return next((c for c in range(own + 1, n + 1) if n % c == 0 and self.kt * c % n == 0), own)
+
+    def copy_test(self, x: str, within: str | None) -> str | None:
+        """The test that a copy of ``x`` exists: ``within`` (that it lies within the tile's copies) and
+        :meth:`chunk_test`; None where there is none."""
+        return " and ".join(t for t in (within, self.chunk_test(x)) if t) or None
 
     def chunk_test(self, x: str) -> str | None:
         """The test that this thread's copies of ``x`` are of the row's own chunks, not of the padding :meth:`chunks`
@@ -111,7 +114,8 @@ class TileCopies:
         return rows * self.pitch[x]
 
     def regular(self, x: str) -> tuple[int, int, int] | None:
-        """``(rows, step, period)`` when the thread's copies of a tile of ``x`` are all needed and all of one column,
+        """``(rows, step, period)`` when the thread's copies of a tile of ``x`` are all needed (but the padding's,
+        :meth:`chunks`) and all of one column,
         ``rows`` elements apart, and copies ``period`` apart lie ``step`` units of a stage apart (then a full tile's
         copies are ``period`` places plus constants; a swizzled stage repeats every eight rows: 256 threads copying
         MLA's 64 chunks a row are four rows apart, a period of two)."""
@@ -141,8 +145,8 @@ class TileCopies:
                 total = self.kt * self.chunks(x)
                 ce, cc = self.copy_place(x, "u")
                 copy = self.copy_one(x, tile, stage, ce, cc, self.stage_offset(x, f"({ce})", f"({cc})"))
-                tests = [t for t in (None if total % n == 0 else f"{tid} + u * {n} < {total}", self.chunk_test(x)) if t]
-                body = [If(" and ".join(tests), tuple(copy))] if tests else copy
+                test = self.copy_test(x, None if total % n == 0 else f"{tid} + u * {n} < {total}")
+                body = [If(test, tuple(copy))] if test else copy
                 out.append(For("u", "0", f"fresh({-(-total // n)})", tuple(body)))
                 continue
             for _, u, guard in self.copies(x):

@@ -72,11 +72,17 @@ def _widths(fused: FusedCascade, p: Problem) -> list:
             if s is not None]
 
 
-def _most(p: Problem) -> int:
-    """The widest vector sum one warpgroup holds in this call's block: :data:`~.products.PRODUCER_COMPONENTS` where it
-    asks for a producer warpgroup (``threads=384``; 96 in the simulator), else :data:`~.products.MOST_COMPONENTS`."""
+def _asks_producer(p: Problem) -> int:
+    """The producer warpgroup's threads where the call asks for a block of three warpgroups (``threads=384``; three
+    warps, ``96``, in the simulator, whose consumer warpgroups are a warp each), else 0."""
     unit = SIM_THREADS if p.option("simulator") else THREADS
-    return PRODUCER_COMPONENTS if p.option("threads") == 3 * unit else MOST_COMPONENTS
+    return unit if p.option("threads") == 3 * unit else 0
+
+
+def _most(p: Problem) -> int:
+    """The widest vector sums one warpgroup holds in this call's block (in all): :data:`~.products.PRODUCER_COMPONENTS`
+    where it asks for a producer warpgroup, else :data:`~.products.MOST_COMPONENTS`."""
+    return PRODUCER_COMPONENTS if _asks_producer(p) else MOST_COMPONENTS
 
 
 def _groups(fused: FusedCascade, p: Problem) -> int:
@@ -86,7 +92,8 @@ def _groups(fused: FusedCascade, p: Problem) -> int:
 
 #: Elements a row from which long prefill-like calls take the producer block with tiles of 128 by default
 #: (:func:`with_defaults`), by the components of the vector sums and whether a gate is true on a prefix of the row
-#: (a causal mask); widths between 64 and 128 take 128's (:func:`_band`), others keep one warpgroup. Measured on the H200 (``gpu/README.md``, 2026-12-04, sixth
+#: (a causal mask); widths between 64 and 128 take 128's (:func:`_band`), wider ones :func:`_wide`'s block, others
+#: keep one warpgroup. Measured on the H200 (``gpu/README.md``, 2026-12-04, sixth
 #: session; 64 heads at d = 128, 32 at d = 64), the producer block against one warpgroup, ms: d = 128 L1024
 #: 0.0732 / 0.0905, L1999 0.2711 / 0.3298; causal L1024 0.0682 / 0.0656 (slower), L1999 0.1944 / 0.2065 — the
 #: causal threshold between them; d = 64 L2048 0.0989 / 0.1163, L4096 0.3553 / 0.4356 (BERT's L512, below, slower),
@@ -106,9 +113,8 @@ def _band(width: int) -> int:
 def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
     """``p`` with the block the policy prefers where the caller chose none: two consumer warpgroups and a producer
     (``threads=384``) on tiles of 128 elements for long rows (:data:`PRODUCER_LENGTHS` elements or more, by the
-    width) of one row tile's vector sums 64 or 128 wide, unmasked, ungated or gated on a prefix of the row (a causal mask), in groups
-    sharing their keys that 128-row tiles pad no more than 64-row ones, with enough row tiles of 128 to fill the GPU
-    once; else ``p`` as given. Its blocks walk row tiles (:mod:`.tile_producer`), but under a gate with a ring of four
+    width) of one row tile's vector sums 64 to 128 wide, unmasked, ungated or gated on a prefix of the row (a causal
+    mask), where its row tiles fill the GPU (:func:`_fills`); sums 129 to 256 wide: :func:`_wide`; else ``p`` as given. Its blocks walk row tiles (:mod:`.tile_producer`), but under a gate with a ring of four
     stages (d = 64), where each takes one. Measured on the H200
     (``gpu/README.md``, 2026-12-04), LLaMA-65B prefill at d = 128: 0.284–0.287 ms against 0.346–0.347 for one
     warpgroup a block at L2048, 1.017–1.020 against 1.26–1.29 ms at L4096; causal 0.2199–0.2201 against 0.2238–0.2247
@@ -122,36 +128,48 @@ def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
     shortest = PRODUCER_LENGTHS.get((_band(min(widths)), _gating(fused))) if len(widths) == 1 else None
     if shortest is None:  # (no vector input at all, or other widths)
         return p
-    rep = max(1, min((dict(p.reps).get(s.name, 1) for s in fused.cascade.inputs if s.size is not None), default=1))
-    bm = 2 * (THREADS // 32) * 16  # (rows of the block: two warpgroups' 64)
-    # row tiles of 128 over groups of rep rows sharing their keys: no more padding than tiles of 64 (a GQA group of
-    # 64 rows would leave half of every block idle), and enough of them to fill the GPU once
-    tiles = p.rows // rep * -(-rep // bm)
-    if (p.has_keep or p.length < shortest or _groups(fused, p) != 1
-            or -(-rep // bm) * bm > -(-rep // (bm // 2)) * (bm // 2) or tiles < p.multiprocessors()
-            or not _prefix_gated(fused) or _gating(fused) and p.option("persistent") is False):
-        # (under a gate, the producer block a row tile a block measured slower than one warpgroup)
+    if p.has_keep or p.length < shortest or _groups(fused, p) != 1 or not _fills(fused, p) or not _takes(fused, p):
         return p
     return dataclasses.replace(p, options=tuple(dict(p.options, threads=3 * THREADS, tile=2 * BN).items()))
+
+
+def _fills(fused: FusedCascade, p: Problem) -> bool:
+    """Whether row tiles of 128 over the groups of rows sharing their keys pad them no more than tiles of 64 (a GQA
+    group of 64 rows would leave half of every block idle), and are enough to fill the GPU once."""
+    rep = max(1, min((dict(p.reps).get(s.name, 1) for s in fused.cascade.inputs if s.size is not None), default=1))
+    bm = 2 * (THREADS // 32) * 16  # (rows of the block: two warpgroups' 64)
+    tiles = p.rows // rep * -(-rep // bm)
+    return -(-rep // bm) * bm <= -(-rep // (bm // 2)) * (bm // 2) and tiles >= p.multiprocessors()
+
+
+def _takes(fused: FusedCascade, p: Problem) -> bool:
+    """Whether the producer block takes the cascade as the policy would give it: ungated or gated on a prefix of the
+    row, and under a gate walking row tiles (a block a row tile measured slower than one warpgroup there)."""
+    return _prefix_gated(fused) and not (_gating(fused) and p.option("persistent") is False)
 
 
 def _wide(fused: FusedCascade, p: Problem) -> Problem:
     """Vector sums 129 to 256 wide (d = 192, 256): the producer block whose consumers hold them whole
     (:data:`~.products.PRODUCER_COMPONENTS`), on tiles of 64 elements up to 192 components, of 32 above (:func:`_tile`:
-    four stages beside the query's 128 rows), wherever it takes the cascade — masked or not, at any length; else ``p``
-    (column groups at multiples of 128, or ``vrows``). Measured on the H200 (``gpu/README.md``, 2026-12-04, seventh
-    session): Gemma-7B H16 L2048 d256 0.153 ms against 0.270 on column groups (cuDNN 0.112), causal 0.121 (cuDNN
-    0.099); d = 192, which no column groups hold, 0.194 on tiles of 64, 0.250 on tiles of 32 (cuDNN 0.169)."""
-    if not _prefix_gated(fused) or _gating(fused) and p.option("persistent") is False:
+    three or four stages beside the query's 128 rows), wherever it takes the cascade (:func:`_takes`). Where column
+    groups hold the sums too (multiples of 128: d = 256, MLA's latent at half its width), only as the policy's block
+    for d = 128 is given (unmasked, from d = 128's :data:`PRODUCER_LENGTHS`, its row tiles filling the GPU): a decode
+    step's few rows keep the column groups, and the wide block was measured on prefill only; else (d = 192) masked or
+    not, at any length; else ``p`` (column groups, or ``vrows``). Measured on the H200 (``gpu/README.md``, 2026-12-04,
+    seventh session): Gemma-7B H16 L2048 d256 0.153 ms against 0.270 on column groups (cuDNN 0.112), causal 0.121
+    (cuDNN 0.099); d = 192, which no column groups hold, 0.194 on tiles of 64, 0.250 on tiles of 32 (cuDNN 0.169)."""
+    if not _takes(fused, p):
+        return p
+    if column_groups(_widths(fused, p)) is not None and (
+            p.has_keep or p.length < PRODUCER_LENGTHS[(128, _gating(fused))] or not _fills(fused, p)):
         return p
     return dataclasses.replace(p, options=tuple(dict(p.options, threads=3 * THREADS).items()))
 
 
 def _producer(fused: FusedCascade, p: Problem) -> int:
-    """Threads of the block's producer warpgroup (:mod:`.tile_producer`): asked for by a block of three warpgroups
-    (``threads=384``; three warps, ``96``, in the simulator, whose consumer warpgroups are a warp each), else 0."""
-    unit = SIM_THREADS if p.option("simulator") else THREADS
-    return unit if p.option("threads") == 3 * unit and _groups(fused, p) == 1 else 0
+    """Threads of the block's producer warpgroup (:mod:`.tile_producer`): asked for (:func:`_asks_producer`) where
+    the sums need no column groups, else 0."""
+    return _asks_producer(p) if _groups(fused, p) == 1 else 0
 
 
 def _threads(fused: FusedCascade, p: Problem) -> int:

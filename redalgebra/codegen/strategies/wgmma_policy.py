@@ -93,14 +93,13 @@ def _groups(fused: FusedCascade, p: Problem) -> int:
 #: Elements a row from which long prefill-like calls take the producer block with tiles of 128 by default
 #: (:func:`with_defaults`), by the components of the vector sums and whether a gate is true on a prefix of the row
 #: (a causal mask); widths between 64 and 128 take 128's (:func:`_band`), wider ones :func:`_wide`'s block, others
-#: keep one warpgroup. Measured on the H200 (``gpu/README.md``, 2026-12-04, sixth
-#: session; 64 heads at d = 128, 32 at d = 64), the producer block against one warpgroup, ms: d = 128 L1024
+#: keep one warpgroup. Measured on the H200 (``gpu/README.md``, 2026-12-04, sixth session; 64 heads at d = 128, 32 at d = 64), the producer block against one warpgroup, ms: d = 128 L1024
 #: 0.0732 / 0.0905, L1999 0.2711 / 0.3298; causal L1024 0.0682 / 0.0656 (slower), L1999 0.1944 / 0.2065 — the
 #: causal threshold between them; d = 64 L2048 0.0989 / 0.1163, L4096 0.3553 / 0.4356 (BERT's L512, below, slower),
 #: causal L4096 0.2638 / 0.2836 (not timed shorter; its ring of four stages keeps a block a row tile there, as
 #: walking under a gate takes three at most); d = 80 and 96 at L2048 0.23–0.26 against 0.18 while their copies
-#: were irregular, 0.111 / 0.151 and 0.117 / 0.157 once copied as rows of 16 chunks (:meth:`~.tile_copies.TileCopies.chunks`;
-#: 2026-12-04, seventh session).
+#: were irregular, 0.111 / 0.151 and 0.117 / 0.157 once copied as rows of 16 chunks
+#: (:meth:`~.tile_copies.TileCopies.chunks`; 2026-12-04, seventh session).
 PRODUCER_LENGTHS = {(128, False): 1024, (128, True): 1536, (64, False): 2048, (64, True): 4096}
 
 
@@ -114,8 +113,9 @@ def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
     """``p`` with the block the policy prefers where the caller chose none: two consumer warpgroups and a producer
     (``threads=384``) on tiles of 128 elements for long rows (:data:`PRODUCER_LENGTHS` elements or more, by the
     width) of one row tile's vector sums 64 to 128 wide, unmasked, ungated or gated on a prefix of the row (a causal
-    mask), where its row tiles fill the GPU (:func:`_fills`); sums 129 to 256 wide: :func:`_wide`; else ``p`` as given. Its blocks walk row tiles (:mod:`.tile_producer`), but under a gate with a ring of four
-    stages (d = 64), where each takes one. Measured on the H200
+    mask), where its row tiles fill the GPU (:func:`_fills`); sums 129 to 256 wide: :func:`_wide`; else ``p`` as
+    given. Its blocks walk row tiles (:mod:`.tile_producer`), but under a gate with a ring of four stages (d = 64),
+    where each takes one. Measured on the H200
     (``gpu/README.md``, 2026-12-04), LLaMA-65B prefill at d = 128: 0.284–0.287 ms against 0.346–0.347 for one
     warpgroup a block at L2048, 1.017–1.020 against 1.26–1.29 ms at L4096; causal 0.2199–0.2201 against 0.2238–0.2247
     at L2048, 0.679–0.680 against 0.762–0.763 ms at L4096. BERT's 512-key rows at d = 64 (0.045 against 0.038 ms for

@@ -551,6 +551,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
 
 
 register(Strategy("wgmma", "cuda", "mma's tiles on Hopper's warpgroup instructions (sm_90a): operands from "
-                  "128-byte-swizzled shared memory by descriptors, P·V with the factors in registers",
+                  "128-byte-swizzled shared memory by descriptors, P·V with the factors in registers; vector sums up "
+                  "to 128 wide a warpgroup, 256 with a producer warpgroup, 512 in column groups",
                   functools.partial(mma.build, kernel=WgmmaKernel, name="wgmma"), configure, grid,
                   rounds_products=True, vector_multiple=16, cc=(9, 0, "a"), walking=("rows",), params16=True))

@@ -128,7 +128,7 @@ try:
     # in this process's group (its own session, start() makes it): a kill of the group stops the compiling pool too
     proc = subprocess.Popen([sys.executable, "-c", script, jobs], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    deadline = time.monotonic() + 900
+    deadline = time.monotonic() + 1800  # (at the lowest priority, beside a whole suite's workers: slow but not stuck)
     while True:
         try:
             out, err = proc.communicate(timeout=1)
@@ -136,7 +136,7 @@ try:
             break
         except subprocess.TimeoutExpired:
             if os.getppid() != parent or time.monotonic() > deadline:
-                report["stderr"], stop = "stopped: " + ("900 s passed" if os.getppid() == parent else "pytest is gone"), True
+                report["stderr"], stop = "stopped: " + ("1800 s passed" if os.getppid() == parent else "pytest is gone"), True
                 break
 except BaseException as err:  # noqa: BLE001 - said in the report
     report["stderr"], stop = repr(err), True
@@ -165,7 +165,7 @@ def report(tmp_path_factory):
     if not path:  # this module run on its own: compile now
         path = str(tmp_path_factory.mktemp("ptx") / "report.json")
         start(path).wait()
-    deadline = time.monotonic() + 960  # (the wrapper stops the jobs at 900 s and writes its report whatever happens)
+    deadline = time.monotonic() + 1860  # (the wrapper stops the jobs at 1800 s and writes its report whatever happens)
     while not os.path.exists(path):
         assert time.monotonic() < deadline, "the PTX jobs wrote no report"
         time.sleep(0.5)

@@ -130,17 +130,14 @@ def _met_in_block(registry: dict, chunks: set, held) -> bool:
     block = _block_of(threading.current_thread())
     with _IN_FLIGHT_LOCK:
         states = list(registry.items())
+    met = False
     for key, state in states:
-        if state.block is not block or all(chunks.isdisjoint(h) for h in held(state)):
-            if not state.thread.is_alive():
-                with _IN_FLIGHT_LOCK:
-                    registry.pop(key, None)
-            continue
-        if state.thread.is_alive():
-            return True
-        with _IN_FLIGHT_LOCK:
-            registry.pop(key, None)
-    return False
+        if not state.thread.is_alive():
+            with _IN_FLIGHT_LOCK:
+                registry.pop(key, None)
+        elif state.block is block and any(not chunks.isdisjoint(h) for h in held(state)):
+            met = True
+    return met
 
 
 def _sim_stage(name, s, sidx, source, nbytes):

@@ -37,6 +37,13 @@ WIDEST, WIDE_MULTIPLE = 512, 128
 PRODUCER_COMPONENTS = 256
 
 
+def wide_refusal(name: str) -> str:
+    """Why ``name`` takes no block for vector sums that :func:`column_groups` does not split."""
+    return (f"{name}: vector sums of at most {MOST_COMPONENTS} components ({PRODUCER_COMPONENTS} with a producer "
+            f"warpgroup, threads=384), or multiples of {WIDE_MULTIPLE} up to {WIDEST} in all (split across two "
+            f"warpgroups); use vrows")
+
+
 def column_groups(widths, most: int = MOST_COMPONENTS) -> int | None:
     """Warpgroups that share a row tile, each with its share of the vector sums' columns: 1 up to
     :data:`MOST_COMPONENTS` wide, or ``most`` in all (:data:`PRODUCER_COMPONENTS` in a producer block), 2 for multiples of
@@ -213,9 +220,7 @@ def applicable(fused: FusedCascade, p: Problem, name: str, shared, wide: bool = 
             return f"{name}: vectors of a multiple of 16 components, at most {MOST_COMPONENTS}; {s.name} has {n}"
     if wide and column_groups((length(c.sizes[r.name]) for r in c.reductions if c.sizes[r.name] is not None),
                               most) is None:
-        return (f"{name}: vector sums of at most {MOST_COMPONENTS} components ({PRODUCER_COMPONENTS} with a producer "
-                f"warpgroup, threads=384), or multiples of {WIDE_MULTIPLE} up to {WIDEST} in all (split across two "
-                f"warpgroups); use vrows")
+        return wide_refusal(name)
     if not p.vec_ok:  # (with a multiple of 16 components, every element's vector then starts on one too)
         return f"{name}: the vector inputs must start on 16-byte boundaries (cp.async copies 16 bytes)"
     reps = dict(p.reps)

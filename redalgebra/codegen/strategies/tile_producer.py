@@ -190,9 +190,8 @@ class TileProducer:
         producer's registers to the consumers (setmaxnreg; a kernel calling it is loaded from its whole PTX,
         runtime.driver): without it ptxas spilled 576 bytes and serialized the wgmmas; so do vector sums wider than
         :data:`~.products.MOST_COMPONENTS` in all (d = 256 on tiles of 32: 312 bytes spilled in 168 registers, none in
-        232).
-        Tiles of 64 keep the 168 registers a thread of 384 get: ptxas assembles attention at d = 128 in them without
-        spills."""
+        232). Tiles of 64 keep the 168 registers a thread of 384 get: ptxas assembles attention at d = 128 in them
+        without spills."""
         if self.kt > 64 or sum(self.cols(r) for r in self.vred) > MOST_COMPONENTS:
             producer, consumers = [Call("regs_give40", ())] + producer, [Call("regs_take232", ())] + consumers
         return If(f"warp >= {self.threads // 32}", tuple(producer), tuple(consumers))

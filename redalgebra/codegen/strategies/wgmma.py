@@ -63,7 +63,7 @@ from ..tree import Assign, Barrier, Call, For, If
 from . import Strategy, register
 from . import mma
 from .mma import MmaKernel
-from .products import MOST_COMPONENTS, PRODUCER_COMPONENTS, SHARED_LIMIT, WIDE_MULTIPLE, WIDEST, column_groups
+from .products import MOST_COMPONENTS, PRODUCER_COMPONENTS, SHARED_LIMIT, column_groups, wide_refusal
 from .tile_producer import TileProducer
 # (the swizzled layout's constants are the policy's, which plans the shared memory; other kernels import them here)
 from .wgmma_policy import ATOM, ROW, THREADS, _blocks, configure, grid, shared_plan
@@ -103,9 +103,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
         groups = column_groups([self.size[r.name] for r in self.c.reductions if self.c.sizes[r.name] is not None],
                                PRODUCER_COMPONENTS if self.producer else MOST_COMPONENTS)
         if groups is None:
-            raise RedalgebraError(f"wgmma: vector sums of at most {MOST_COMPONENTS} components ({PRODUCER_COMPONENTS} "
-                                  f"with a producer warpgroup), or multiples of {WIDE_MULTIPLE} up to {WIDEST} (split "
-                                  f"across two warpgroups): use vrows")
+            raise RedalgebraError(wide_refusal("wgmma"))
         return groups
 
     def setup(self, block: str | None = "cuda.blockIdx.x") -> list:

@@ -39,7 +39,11 @@ def cuda_module(backend: str):
                               f" run the {backend} back end in a fresh process")
     if backend == "cuda" and not cuda.is_available():
         raise RedalgebraError("no CUDA GPU is available here; use backend='cudasim' (or 'cpu')")
-    if not want_sim:
+    if want_sim:
+        from .sim_async import poison_dynamic_shared
+
+        poison_dynamic_shared()  # (no zeros by luck: what a kernel never wrote reads as NaN)
+    else:
         from .front_end import install
 
         install()  # (the compiler's two quadratic passes in linear time: the same PTX)

@@ -14,6 +14,26 @@ import time
 import numpy as np
 
 
+def poison_dynamic_shared() -> None:
+    """Make the simulator's dynamic shared memory start as ``0xFF`` bytes (a NaN in every 16- and 32-bit float type),
+    not numba's zeros: on the GPU a block's shared memory holds whatever was there before, so a kernel that reads what
+    it never wrote (a row's padding to 16 components left unwritten, :func:`~..codegen.strategies.products.staged`)
+    would pass in the simulator by its luck. Once a launch: its blocks run one after the other on the same memory,
+    each finding the last one's leftovers, as a multiprocessor's next block may. Installed by
+    :func:`~.backends.cuda_module`, once a process."""
+    from numba.cuda.simulator import kernelapi
+
+    shared = kernelapi.FakeCUDAShared
+    if getattr(shared, "poisoned", False):
+        return
+    init = shared.__init__
+
+    def __init__(self, dynshared_size):
+        init(self, dynshared_size)
+        self._dynshared.fill(-1)
+    shared.__init__, shared.poisoned = __init__, True
+
+
 def _shared_flat(s):
     return np.asarray(getattr(s, "_ary", s)).reshape(-1)
 

@@ -1,7 +1,9 @@
 """The tensor-core kernels' tile copies (``strategies/tile_copies.py``) for head widths and block sizes in no
-catalogue: every 16-byte chunk of a tile copied exactly once and no padding ever, and the unrolled forms (a whole
-tile's copies from one address, a producer's chained ones) placing each copy where the per-copy form does. The
-copies' places are the generator's own expressions, evaluated here for every thread."""
+catalogue: every 16-byte chunk of a tile's staged rows copied exactly once (a width of a multiple of 8 but not of 16
+staged with a chunk of zeros a row: copied as no bytes, from inside the row), nothing of the copy count's padding
+ever, and the unrolled forms (a whole tile's copies from one address, a producer's chained ones) placing each copy
+where the per-copy form does. The copies' places are the generator's own expressions, evaluated here for every
+thread."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from redalgebra.codegen.strategies import tile_copies
+from redalgebra.codegen.strategies.products import staged
 from redalgebra.codegen.strategies.tile_copies import TileCopies
 from redalgebra.codegen.strategies.wgmma import WgmmaKernel
 from redalgebra.codegen.tree import Assign, Call
@@ -24,7 +27,8 @@ class Copies(TileCopies):
 
     def __init__(self, size: int, kt: int, threads: int, swizzled: bool):
         self.size, self.kt, self.vin, self.base = {"k": size}, kt, ["k"], {"k": 0}
-        self.pitch = {"k": size + 8}
+        self.width = {"k": staged(size)}
+        self.pitch = {"k": self.width["k"] + 8}
         self.producing = (threads, "tid")
         self.swizzled = swizzled
 
@@ -39,7 +43,7 @@ class Copies(TileCopies):
         return (WgmmaKernel.stage_step if self.swizzled else TileCopies.stage_step)(self, x, rows)
 
 
-_NAMES = {"fresh": lambda v: v, "uint32": int, "min": min, "max": max}
+_NAMES = {"fresh": lambda v: v, "uint32": int, "min": min, "max": max, "pick": lambda c, a, b: a if c else b}
 
 
 def _fn(expr: str):
@@ -49,14 +53,14 @@ def _fn(expr: str):
 
 
 def _run(statements, env: dict) -> list:
-    """The 16-byte copies ``statements`` make (``cp_async16_at``: (place in the stage, element offset in ``k``)),
-    assignments evaluated in order."""
+    """The 16-byte copies ``statements`` make (``cp_async16_at``: (place in the stage, element offset in ``k``, bytes
+    read)), assignments evaluated in order."""
     out = []
     for s in statements:
         if isinstance(s, Assign):
             env[s.target] = _fn(s.value)(**env)
         elif isinstance(s, Call) and s.fn == "cp_async16_at":
-            out.append((_fn(s.args[1])(**env), _fn(s.args[3])(**env)))
+            out.append(tuple(_fn(s.args[i])(**env) for i in (1, 3, 4)))
     return out
 
 
@@ -68,18 +72,23 @@ def test_every_chunk_of_a_tile_is_copied_once_and_the_unrolled_forms_place_it_as
     for size in WIDTHS:
         c = Copies(size, kt, threads, swizzled)
         chunks = c.chunks("k")
-        assert chunks >= size // 8 and threads % chunks == 0 or chunks == size // 8
-        own = {(e, 8 * j) for e in range(kt) for j in range(size // 8)}
+        width = staged(size)
+        assert chunks >= width // 8 and threads % chunks == 0 or chunks == width // 8
+        own = {(e, 8 * j) for e in range(kt) for j in range(width // 8)}
         seen, place = Counter(), {}
         for _, u, guard in c.copies("k"):
             ce, cc = (_fn(e) for e in c.copy_place("k", u))
             at = _fn(c.stage_offset("k", f"({c.copy_place('k', u)[0]})", f"({c.copy_place('k', u)[1]})"))
+            source = _fn(c.source_column("k", c.copy_place("k", u)[1]))
+            read = _fn(c.source_bytes("k", c.copy_place("k", u)[1]))
             test = _fn(guard or "True")
             for tid in range(threads):
                 if test(tid=tid):
                     seen[ce(tid=tid), cc(tid=tid)] += 1
-                    place[tid, u] = (at(tid=tid), ce(tid=tid) * size + cc(tid=tid))
-        assert seen == Counter(own), (size, kt, threads)  # each chunk once, nothing of the padding
+                    # (a chunk of the row's padding to 16 components: no bytes read, from the row's last chunk)
+                    assert read(tid=tid) == (16 if cc(tid=tid) < size else 0) and source(tid=tid) < size
+                    place[tid, u] = (at(tid=tid), ce(tid=tid) * size + source(tid=tid), read(tid=tid))
+        assert seen == Counter(own), (size, kt, threads)  # each chunk once, nothing of the copy count's padding
         regular = c.regular("k")
         if regular is None:
             continue
@@ -91,8 +100,8 @@ def test_every_chunk_of_a_tile_is_copied_once_and_the_unrolled_forms_place_it_as
                 env[s.target] = _fn(s.value)(**env)
             env["ga_k"] = env["gb_k"]
             # (stage 0 begins at 0: the places are the per-copy form's stage offsets)
-            unrolled = [(env[f"so_k_{u % period}"] + u // period * step, env["ga_k"] + u * rows * size)
-                        for u in range(kt // rows)]
+            unrolled = [(env[f"so_k_{u % period}"] + u // period * step, env["ga_k"] + u * rows * size,
+                         env.get("zs_k", 16)) for u in range(kt // rows)]
             chained = _run(c.chained("k", "0", rows, step, period), dict(env))
             assert unrolled == chained, (size, kt, threads, tid)
             if live(tid=tid):  # the per-copy form's places, in the same order

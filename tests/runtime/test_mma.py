@@ -90,7 +90,8 @@ def test_auto_takes_the_tensor_cores_for_shared_16bit_keys():
     assert choose(f, 4096, 512, sizes, reps, problem()) == "mma"
     assert choose(f, 4096, 512, sizes, reps, problem("float32")) == "vrows"  # no float32 tensor-core product
     assert choose(f, 4096, 512, sizes, {"k": 4, "v": 4}, problem(reps=4)) == "vrows"  # few rows share a key
-    assert choose(f, 4096, 512, {"d": 24}, reps, problem(d=24)) == "vrows"  # not a multiple of 16
+    assert choose(f, 4096, 512, {"d": 24}, reps, problem(d=24)) == "mma"  # staged as 32, its padding zeros
+    assert choose(f, 4096, 512, {"d": 20}, reps, problem(d=20)) == "vrows"  # rows not of whole 16-byte chunks
     assert choose(f, 4096, 512, sizes, reps, problem(vec_ok=False)) == "vrows"  # cp.async needs 16-byte rows
     spec = compile(f, "cuda").spec_for(4096, 512, {"k": "float16", "v": "float16"}, sizes, reps=reps)
     assert spec[0] == "mma" and spec[1].threads == 128 and spec[1].batch == 64

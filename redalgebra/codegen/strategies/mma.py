@@ -65,7 +65,7 @@ from ..tree import Assign, Barrier, Call, For, If, Store, While
 from . import Problem, Strategy, register, vector_out_dtypes
 from .base import TreeKernel
 from .columns import split_body
-from .products import KINDS, MOST_COMPONENTS, dots, gate, prefix, refusal, replace_sums, summed
+from .products import KINDS, MOST_COMPONENTS, dots, gate, prefix, refusal, replace_sums, staged, summed
 from .products import applicable as form_and_call
 from .tile_copies import TileCopies
 from .tile_update import BN, TileUpdate
@@ -84,8 +84,8 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int = STAGE
     distinct banks."""
     c = fused.cascade
 
-    def length(x):
-        return x.size if isinstance(x.size, int) else sizes[x.size]
+    def length(x):  # (the staged components: padded to a multiple of 16)
+        return staged(x.size if isinstance(x.size, int) else sizes[x.size])
     pitch, base, at = {}, {}, 0
     for x in c.inputs:
         if x.size is not None:
@@ -116,6 +116,9 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
             raise RedalgebraError(f"mma: the tensor cores take bfloat16 or float16 vectors of one type; {c.name}'s are "
                                   f"{', '.join(sorted(kinds))}: use vrows")
         self.kind = KINDS[kinds.pop()]
+        #: every vector's components as staged and multiplied (:func:`~.products.staged`: a multiple of 16, the
+        #: padding zeros); ``size`` stays the row's own, as global memory holds it
+        self.width = {name: staged(n) for name, n in self.size.items()}
         self.check_widths()
         exprs = [e for _, e in fused.prologue.steps] + [fused.bodies[r.name] for r in c.reductions]
         self.dots = dots(exprs)
@@ -161,8 +164,8 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
 
     def check_widths(self) -> None:
         for x in self.vin:
-            if self.size[x] % 16 or self.size[x] > MOST_COMPONENTS:
-                raise RedalgebraError(f"mma: vectors of a multiple of 16 components, at most {MOST_COMPONENTS}; "
+            if self.size[x] % 8 or self.width[x] > MOST_COMPONENTS:
+                raise RedalgebraError(f"mma: vectors of a multiple of 8 components, at most {MOST_COMPONENTS}; "
                                       f"{x} has {self.size[x]}: use vrows")
 
     def column_groups(self) -> int:
@@ -170,8 +173,8 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         return 1
 
     def cols(self, r) -> int:
-        """The columns of vector sum ``r`` (a reduction) each warp holds."""
-        return self.size[r.name] // self.ncol
+        """The columns of vector sum ``r`` (a reduction) each warp holds (as staged: the padding's too)."""
+        return self.width[r.name] // self.ncol
 
     # -- names ---------------------------------------------------------------------------------------
     def param_of(self, dot) -> str:
@@ -289,25 +292,35 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         out = [Assign("inexact", "0")]
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)
-            steps = self.size[p] // 16
+            steps = self.width[p] // 16
             # with column groups sharing the rows, each group stages every other step of 16 components (group g the
             # steps 2 k + g: half the words a thread, no branch), where the steps pair up
             paired = self.ncol > 1 and steps % 2 == 0
             for ks, m, r in itertools.product(range(steps // 2 if paired else steps), range(self.mt), range(4)):
                 h, c0 = 2 * m + (r & 1), (32 if paired else 16) * ks + 8 * (r >> 1)
                 at, lo = self.param_word(n, p, m, h, c0, paired)
-                out += self.param_pair(p, h, f"{c0} + {'16 * cg + ' if paired else ''}2 * t")
+                if c0 >= self.size[p]:  # the padding (:func:`~.products.staged`; never with column groups): zeros
+                    out += [Assign("qw", "uint32(0)"), Assign("d0", "float32(0)"), Assign("d1", "float32(0)")]
+                else:
+                    out += self.param_pair(p, h, f"{c0} + {'16 * cg + ' if paired else ''}2 * t")
                 out += [Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)")]
                 writes = [Assign(f"smw[{at}]", "qw")] + [Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")] * self.resid
                 out += writes if self.ncol == 1 or paired else [If("cg == 0", tuple(writes))]
         return out + self.landed() + [Assign("split", "cuda.syncthreads_or(inexact)")]
 
-    def param_pair(self, p: str, h: int, col: str) -> list:
+    def param_pair(self, p: str, h: int, col: str, padded: bool = False) -> list:
         """Components ``col`` and ``+ 1`` of the thread's row ``h`` of param ``p``: ``qw``, their 16-bit values packed;
-        ``d0``, ``d1``: their residuals (0 for a NaN)."""
+        ``d0``, ``d1``: their residuals (0 for a NaN). ``padded``: ``col`` may lie in the row's padding
+        (:func:`~.products.staged`), which reads zeros (the row's last pair read instead, then dropped)."""
         pack, unpack = f"pack_{self.kind}x2", f"unpack_{self.kind}x2"
-        return [Assign("v0", f"{p}[rc_{h}, {col}]"), Assign("v1", f"{p}[rc_{h}, {col} + 1]"),
-                Assign("qw", f"{pack}(v0, v1)"), Assign("u0, u1", f"{unpack}(qw)"),
+        n = self.size[p]
+        if padded and n != self.width[p]:
+            load = [Assign("cq", f"min({col}, {n - 2})"), Assign("v0", f"{p}[rc_{h}, cq]"),
+                    Assign("v1", f"{p}[rc_{h}, cq + 1]"), Assign("v0", f"pick({col} < {n}, v0, float32(0))"),
+                    Assign("v1", f"pick({col} < {n}, v1, float32(0))")]
+        else:
+            load = [Assign("v0", f"{p}[rc_{h}, {col}]"), Assign("v1", f"{p}[rc_{h}, {col} + 1]")]
+        return load + [Assign("qw", f"{pack}(v0, v1)"), Assign("u0, u1", f"{unpack}(qw)"),
                 Assign("d0", "v0 - u0"), Assign("d1", "v1 - u1"),
                 # branch-free (a conditional is three blocks of numba's IR, 32 of them per param row)
                 Assign("d0", "pick(d0 == d0, d0, float32(0))"), Assign("d1", "pick(d1 == d1, d1, float32(0))")]
@@ -318,7 +331,7 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         how many words further its residual is). The word's index is the
         16-bit index shifted, not floor-divided: it is even and not negative, and numba's floor division of a signed
         64-bit integer adds a sign fix-up that ptxas cannot drop (about a third of a store's instructions)."""
-        pq = self.size[p] + 8
+        pq = self.width[p] + 8
         col = f"{c0} + 16 * cg" if grouped else f"{c0}"
         return (f"(({self.qtile[n]} + ({16 * self.mt} * {self.rw} + lg + {8 * h}) * {pq} + {col} + 2 * t) >> 1)",
                 self.bm * pq // 2)
@@ -342,7 +355,7 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
             late = []
             for n in group:
                 p, x = self.param_of(self.dot_list[n]), self.input_of(self.dot_list[n])
-                ksteps, pq = self.size[p] // 16, self.size[p] + 8
+                ksteps, pq = self.width[p] // 16, self.width[p] + 8
 
                 def products(tile):
                     body = []
@@ -575,7 +588,7 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
             for r in self.vred:
                 writes += [Store(f"part_{r.name}", (f"row_{h}", "seg"), self.column(self.size[r.name], j, 0),
                                  tuple(f"o_{r.name}_{m}_{j}_{2 * hh + b}" for b in range(2)))
-                           for j in range(self.cols(r) // 8)]
+                           for j in range(self.size[r.name] // self.ncol // 8)]  # (the row's own columns)
             out.append(If(f"ok_{h}", tuple(writes)))
         return out
 
@@ -696,4 +709,4 @@ def grid(rows: int, spec: Spec, named) -> dict:
 
 register(Strategy("mma", "cuda", "rows sharing their element vectors in tiles of 64 by 64: dot products and "
                   "vector sums on the tensor cores (mma.sync), cp.async staging, the derived update per tile",
-                  build, configure, grid, rounds_products=True, vector_multiple=16))
+                  build, configure, grid, rounds_products=True, vector_multiple=8))

@@ -37,6 +37,15 @@ WIDEST, WIDE_MULTIPLE = 512, 128
 PRODUCER_COMPONENTS = 256
 
 
+def staged(n: int) -> int:
+    """The components a vector of ``n`` is staged and multiplied as: the next multiple of 16 (one ``k16`` step of the
+    instructions a 16 components). A width of a multiple of 8 but not of 16 (Stable Diffusion's 40, SigLIP's 72,
+    ViT-g's 88: rows of whole 16-byte chunks) is padded in shared memory by one chunk of zeros a row, which its
+    copies zero-fill (``cp.async`` of no bytes) and its params' stores write; the padding's products add zeros, its
+    output columns are not stored."""
+    return -(-n // 16) * 16
+
+
 def wide_refusal(name: str) -> str:
     """Why ``name`` takes no block for vector sums that :func:`column_groups` does not split."""
     return (f"{name}: vector sums of at most {MOST_COMPONENTS} components ({PRODUCER_COMPONENTS} with a producer "
@@ -202,7 +211,7 @@ def applicable(fused: FusedCascade, p: Problem, name: str, shared, wide: bool = 
                most: int = MOST_COMPONENTS) -> str | None:
     """Why the tensor-core strategy ``name`` does not suit this call (None: it does): the cascade's form, then the
     types and sizes; ``shared(fused, problem)``: the bytes of shared memory the strategy's block needs; ``wide``: vector
-    inputs of any multiple of 16 components, vector sums split by :func:`column_groups` (one warpgroup's up to
+    inputs of any width (a multiple of 8, :func:`staged`), vector sums split by :func:`column_groups` (one warpgroup's up to
     ``most``)."""
     reason = refusal(fused, name)
     if reason is not None:
@@ -216,12 +225,12 @@ def applicable(fused: FusedCascade, p: Problem, name: str, shared, wide: bool = 
         return x if isinstance(x, int) else sizes.get(x, 0)
     for s in vin:
         n = length(s.size)
-        if n % 16 or (n > MOST_COMPONENTS and not wide):
-            return f"{name}: vectors of a multiple of 16 components, at most {MOST_COMPONENTS}; {s.name} has {n}"
-    if wide and column_groups((length(c.sizes[r.name]) for r in c.reductions if c.sizes[r.name] is not None),
+        if n % 8 or (staged(n) > MOST_COMPONENTS and not wide):
+            return f"{name}: vectors of a multiple of 8 components, at most {MOST_COMPONENTS}; {s.name} has {n}"
+    if wide and column_groups((staged(length(c.sizes[r.name])) for r in c.reductions if c.sizes[r.name] is not None),
                               most) is None:
         return wide_refusal(name)
-    if not p.vec_ok:  # (with a multiple of 16 components, every element's vector then starts on one too)
+    if not p.vec_ok:  # (with a multiple of 8 16-bit components, every element's vector then starts on one too)
         return f"{name}: the vector inputs must start on 16-byte boundaries (cp.async copies 16 bytes)"
     reps = dict(p.reps)
     if len({reps.get(s.name, 1) for s in vin}) != 1:

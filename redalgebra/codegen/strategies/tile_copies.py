@@ -1,6 +1,7 @@
 """How the tiles of the vector inputs reach shared memory in the tensor-core kernels (``mma``, ``wgmma``).
 
-Each thread issues its share of a tile's 16-byte ``cp.async`` copies into a stage (zeros past the row's end). Where
+Each thread issues its share of a tile's 16-byte ``cp.async`` copies into a stage (zeros past the row's end, and in
+a row's padding to a multiple of 16 components, :func:`~.products.staged`: copies of no bytes). Where
 every copy of a tile is regular (the same column, a fixed number of elements apart), a tile inside the row is copied
 from one address a thread and input with constant steps (immediate offsets); the places that do not change from tile
 to tile are computed once, before the loop (:meth:`TileCopies.copy_setup`). The layout of a stage (padded rows for
@@ -23,7 +24,7 @@ PAD_CHUNKS = True
 
 class TileCopies:
     """The copies of the vector inputs' tiles, mixed into :class:`~.mma.MmaKernel`, whose attributes it reads (``vin``,
-    ``size``, ``threads``, ``base``, ``pitch``)."""
+    ``size``, ``width``, ``threads``, ``base``, ``pitch``)."""
 
     #: (threads, index) of a producer warpgroup making the copies (:class:`~.tile_producer.TileProducer`) while its
     #: statements are built; None: the block's threads (``tid``).
@@ -61,7 +62,7 @@ class TileCopies:
         thread's copies of a tile are all of one column, a fixed number of rows apart (:meth:`regular`: unrolled from
         one address). d = 80 and 96 (10 and 12 chunks a row, 128 threads) copy as 16; irregular, each copy's place was
         held in registers (one warpgroup) or computed in a loop (a producer's, 22 instructions a copy)."""
-        own, n = self.size[x] // 8, self.copiers[0]
+        own, n = self.width[x] // 8, self.copiers[0]
         if not PAD_CHUNKS or n % own == 0:
             return own
         return next((c for c in range(own + 1, n + 1) if n % c == 0 and self.kt * c % n == 0), own)
@@ -75,12 +76,26 @@ class TileCopies:
         """The test that this thread's copies of ``x`` are of the row's own chunks, not of the padding :meth:`chunks`
         counts (the same for all of them: the padded count divides the copying threads); None where there is none."""
         c, tid = self.chunks(x), self.copiers[1]
-        return None if c == self.size[x] // 8 else f"8 * ({tid} % {c}) < {self.size[x]}"
+        return None if c == self.width[x] // 8 else f"8 * ({tid} % {c}) < {self.width[x]}"
+
+    def padded(self, x: str) -> bool:
+        """Whether ``x``'s rows are staged wider than they are (:func:`~.products.staged`): a chunk of zeros a row,
+        copied as no bytes from the row's last chunk (:meth:`source_column`, :meth:`source_bytes`)."""
+        return self.width[x] != self.size[x]
+
+    def source_column(self, x: str, cc: str) -> str:
+        """The first component a copy of ``x`` at staged component ``cc`` reads: ``cc``, but in the padding the row's
+        last chunk (an address inside the row; the copy reads none of it)."""
+        return f"min({cc}, {self.size[x] - 8})" if self.padded(x) else cc
+
+    def source_bytes(self, x: str, cc: str) -> str:
+        """The bytes a whole tile's copy of ``x`` at staged component ``cc`` reads: 16, none in the padding (zeros)."""
+        return f"pick({cc} < {self.size[x]}, 16, 0)" if self.padded(x) else "16"
 
     def copy_setup(self) -> list:
         """What each copy needs that does not change from tile to tile, once. Where every input's copies are
-        regular (:meth:`regular`), only their first places in a stage (``so_{x}_{v}``, one per period) and global
-        offset (``gb_{x}``): the copies of a partial tile compute theirs when issued, so that no per-copy value is
+        regular (:meth:`regular`), only their first places in a stage (``so_{x}_{v}``, one per period), global
+        offset (``gb_{x}``) and, in a padded row (:meth:`padded`), bytes (``zs_{x}``): the copies of a partial tile compute theirs when issued, so that no per-copy value is
         live across the loop (MLA's 18 copies a thread would otherwise hold 54 registers). Else, for every copy,
         ``ce_{x}_{u}`` (its element of the tile), ``cc_{x}_{u}`` (its first component), ``so_{x}_{u}`` (its place)."""
         out = []
@@ -91,7 +106,10 @@ class TileCopies:
                     ce, cc = self.copy_place(x, v)
                     out.append(Assign(f"so_{x}_{v}", self.stage_offset(x, f"({ce})", f"({cc})")))
                 ce, cc = self.copy_place(x, 0)
-                out.append(Assign(f"gb_{x}", f"(rr_{x} * {x}.shape[1] + {ce}) * {self.size[x]} + {cc}"))
+                out.append(Assign(f"gb_{x}", f"(rr_{x} * {x}.shape[1] + {ce}) * {self.size[x]} + "
+                                             f"{self.source_column(x, f'({cc})')}"))
+                if self.padded(x):
+                    out.append(Assign(f"zs_{x}", self.source_bytes(x, f"({cc})")))
             return out
         for x, u, _ in self.copies():
             ce, cc = self.copy_place(x, u)
@@ -168,7 +186,7 @@ class TileCopies:
                 mine += self.chained(x, stage, rows, step, period)
             else:
                 mine += [Call("cp_async16_at", ("sm", f"{self.stage_base(x, stage)} + so_{x}_{u % period} + {u // period * step}",
-                                                x, f"ga_{x} + {u * rows * self.size[x]}", "16"))
+                                                x, f"ga_{x} + {u * rows * self.size[x]}", self.whole_bytes(x)))
                          for u in range(self.kt // rows)]
             live = self.chunk_test(x)
             full += [If(live, tuple(mine))] if live else mine
@@ -191,15 +209,21 @@ class TileCopies:
                 out += [Assign(a, f"fresh({a} + {chain // period * step})") for a in sa]
                 out.append(Assign("gen_ga", f"fresh(gen_ga + {chain * per})"))
             out.append(Call("cp_async16_at", ("sm", f"{sa[k % period]} + {k // period * step}", x,
-                                              f"gen_ga + {k * per}", "16")))
+                                              f"gen_ga + {k * per}", self.whole_bytes(x))))
         return out
+
+    def whole_bytes(self, x: str) -> str:
+        """The bytes each of the thread's copies of a whole tile of ``x`` reads (:meth:`copy_setup`'s ``zs_{x}``)."""
+        return f"zs_{x}" if self.padded(x) else "16"
 
     def copy_one(self, x: str, tile: str, stage: str, ce: str, cc: str, at: str) -> list:
         """The copy of element ``ce`` (of tile ``tile``), components ``cc …`` of ``x`` to place ``at`` of stage
-        ``stage``: zeros past the row's end (its source clamped to the row's last element)."""
+        ``stage``: zeros past the row's end (its source clamped to the row's last element) and in the row's padding
+        (:meth:`padded`)."""
+        size = f"pick(cl < length, {self.source_bytes(x, cc)}, 0)" if self.padded(x) else "pick(cl < length, 16, 0)"
         return [Assign("cl", f"({tile}) * {self.kt} + {ce}"),
                 Call("cp_async16", ("sm", f"{self.stage_base(x, stage)} + {at}", x, f"(rr_{x}, min(cl, length - 1))",
-                                    cc, "pick(cl < length, 16, 0)"))]
+                                    self.source_column(x, cc), size))]
 
     def take_copies(self) -> list:
         """The next tiles' copies (:meth:`~.mma.MmaKernel.loop`), once: where the tile issues them (its start, unless the products

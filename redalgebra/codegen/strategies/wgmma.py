@@ -96,11 +96,11 @@ class WgmmaKernel(TileProducer, MmaKernel):
 
     def check_widths(self) -> None:
         for x in self.vin:  # (any width: shared memory bounds them, the sums' columns are split)
-            if self.size[x] % 16:
-                raise RedalgebraError(f"wgmma: vectors of a multiple of 16 components; {x} has {self.size[x]}: use vrows")
+            if self.size[x] % 8:
+                raise RedalgebraError(f"wgmma: vectors of a multiple of 8 components; {x} has {self.size[x]}: use vrows")
 
     def column_groups(self) -> int:
-        groups = column_groups([self.size[r.name] for r in self.c.reductions if self.c.sizes[r.name] is not None],
+        groups = column_groups([self.width[r.name] for r in self.c.reductions if self.c.sizes[r.name] is not None],
                                PRODUCER_COMPONENTS if self.producer else MOST_COMPONENTS)
         if groups is None:
             raise RedalgebraError(wide_refusal("wgmma"))
@@ -122,7 +122,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
 
     # -- the swizzled layout --------------------------------------------------------------------------------
     def stage_base(self, x: str, stage: str) -> str:
-        return f"sb + {self.base[x]} + {stage} * {_blocks(self.size[x]) * self.kt * ROW}"
+        return f"sb + {self.base[x]} + {stage} * {_blocks(self.width[x]) * self.kt * ROW}"
 
     def stage_offset(self, x: str, element: str, column: str) -> str:
         return f"({column} // {ROW}) * {self.kt * ROW} + {element} * {ROW} + (({column} & {ROW - 1}) ^ (({element} & 7) << 3))"
@@ -138,7 +138,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
         at = self.qtile[n] + (c0 // ROW) * self.bm * ROW
         chunk = f"({(c0 % ROW) // 8} ^ (cg << 1))" if grouped else f"{(c0 % ROW) // 8}"
         return (f"((sb + {at} + (16 * {self.rw} + lg + {8 * h}) * {ROW} + ((lg ^ {chunk}) << 3) + 2 * t) >> 1)",
-                _blocks(self.size[p]) * self.bm * ROW // 2)
+                _blocks(self.width[p]) * self.bm * ROW // 2)
 
     def params(self) -> list:
         """Every dot's param rows of the block into shared memory, as :meth:`~.mma.MmaKernel.params` (the 16-bit
@@ -162,7 +162,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
         threads, rows, first, _ = self.stagers()
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)
-            chunks = self.size[p] // (8 if p in self.param16 else 4)  # (the sizes are multiples of 16)
+            chunks = self.width[p] // (8 if p in self.param16 else 4)  # (as staged: multiples of 16)
             for k in range(rows * chunks // threads):
                 if threads % chunks == 0:
                     yield n, p, chunks, f"{first}gen_qr0_{n} + {k * threads // chunks}", f"gen_qc_{n}", k
@@ -197,13 +197,23 @@ class WgmmaKernel(TileProducer, MmaKernel):
             v = ", ".join(f"gen_qv_{n}_{k}_{i}" for i in range(4))
             end = "gend" if grp == "grp" else f"{grp} * grows + grows"  # (the group's end)
             row = f"min({grp} * grows + {rt} * {self.bm} + {r}, {end} - 1)"
+            # a chunk in the row's padding (staged wider: products.staged) reads the row's last and is dropped
+            step = 8 if p in self.param16 or copy else 4
+            col, pad = f"{step} * {c}", self.size[p] != self.width[p]
+            at = f"min({col}, {self.size[p] - step})" if pad else col
             if copy:
-                at = self.staged_half(n, r, f"({r}) & 7", f"8 * {c}")
-                out.append(Call("cp_async16_at", ("sm", at, p, f"{row} * {self.size[p]} + 8 * {c}", "16")))
-            elif p in self.param16:  # (four words of eight 16-bit values, as they are staged)
-                out.append(Assign(v, f"ld_w4_at({p}, {row} * {self.size[p]} + 8 * {c})"))
+                size = f"pick({col} < {self.size[p]}, 16, 0)" if pad else "16"
+                out.append(Call("cp_async16_at", ("sm", self.staged_half(n, r, f"({r}) & 7", col), p,
+                                                  f"{row} * {self.size[p]} + {at}", size)))
+                continue
+            if p in self.param16:  # (four words of eight 16-bit values, as they are staged)
+                out.append(Assign(v, f"ld_w4_at({p}, {row} * {self.size[p]} + {at})"))
             else:
-                out.append(Assign(v, f"ld_f32x4({p}, {row}, 4 * {c})"))
+                out.append(Assign(v, f"ld_f32x4({p}, {row}, {at})"))
+            if pad:
+                zero = "uint32(0)" if p in self.param16 else "float32(0)"
+                out += [Assign(f"gen_qv_{n}_{k}_{i}", f"pick({col} < {self.size[p]}, gen_qv_{n}_{k}_{i}, {zero})")
+                        for i in range(4)]
         return out + [Call("cp_commit", ())] * copy
 
     @property
@@ -232,7 +242,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
                 at = self.staged_half(n, r, f"({r}) & 7", f"8 * {c}")
                 out.append(Call("sts_w4", ("sm", at, *(f"gen_qv_{n}_{k}_{i}" for i in range(4)))))
                 continue
-            lo = _blocks(self.size[p]) * self.bm * ROW // 2  # (words from a value to its residual)
+            lo = _blocks(self.width[p]) * self.bm * ROW // 2  # (words from a value to its residual)
             # the chunk's first 32-bit word
             out.append(Assign(f"gen_qa_{n}_{k}", f"(({self.staged_half(n, r, f'({r}) & 7', f'4 * {c}')}) >> 1)"))
             for w in range(2):
@@ -261,7 +271,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
         vectors = [o.name for o in self.c.outputs if self.c.sizes[o.name] is not None]
         if not STAGE_OUTPUTS or not self.walking or self.ncol > 1 or self.segmented or len(vectors) != 1 or \
                 dict(self.spec.out_dtypes).get(vectors[0]) not in ("bfloat16", "float16") or \
-                self.out_width(vectors[0]) > self.size[self.param_of(self.dot_list[0])]:
+                self.out_width(vectors[0]) > self.width[self.param_of(self.dot_list[0])]:
             return None
         return vectors[0]
 
@@ -295,14 +305,15 @@ class WgmmaKernel(TileProducer, MmaKernel):
         out, words = [Call("warp_sync", ())], "gen_ow_0, gen_ow_1, gen_ow_2, gen_ow_3"
         n = self.out_width(name)
         chunks = n // 8
-        for k in range(16 * chunks // 32):
+        for k in range(-(-16 * chunks // 32)):  # (an odd count of chunks, d = 72: the last round's lanes in part)
             i, c = f"gen_oi_{k}", f"gen_oc_{k}"
             row = f"16 * {self.rw} + {i}"
+            inside = "orow < gend" if 32 * (k + 1) <= 16 * chunks else f"orow < gend and lane < {16 * chunks - 32 * k}"
             out += [Assign(i, f"uint32(lane + {32 * k}) // uint32({chunks})"),
                     Assign(c, f"lane + {32 * k} - {i} * {chunks}"),
                     Assign("orow", f"grp * grows + rt * {self.bm} + {row}"),
-                    If("orow < gend", (Assign(words, f"lds_w4(sm, {self.staged_half(0, row, f'({i} & 7)', f'8 * {c}')})"),
-                                       Call("st_w4_at", (f"out_{name}", f"orow * {n} + 8 * {c}", words))))]
+                    If(inside, (Assign(words, f"lds_w4(sm, {self.staged_half(0, row, f'({i} & 7)', f'8 * {c}')})"),
+                                Call("st_w4_at", (f"out_{name}", f"orow * {n} + 8 * {c}", words))))]
         return out + [Call("warp_sync", ())]  # (every lane's reads done before any lane writes the rows again)
 
     # -- products -------------------------------------------------------------------------------------------
@@ -326,7 +337,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
                 # one assignment of the nested products: each reassignment of 32 names would cost numba's SSA pass;
                 # each operand's descriptor is its tile's plus the step's offset (16-byte units of the address field)
                 p, x = self.param_of(self.dot_list[n]), self.input_of(self.dot_list[n])
-                for ks in range(self.size[p] // 16):
+                for ks in range(self.width[p] // 16):
                     a = ((ks // 4) * self.bm * ROW + (ks % 4) * 16) // 8
                     b = ((ks // 4) * self.kt * ROW + (ks % 4) * 16) // 8
                     value = (f"wgmma_ss_{self.kind}({value}, {desc} + {a}, dk_{x} + {b}, "
@@ -376,12 +387,12 @@ class WgmmaKernel(TileProducer, MmaKernel):
         p, x = self.param_of(self.dot_list[n]), self.input_of(self.dot_list[n])
         body = []
         for r in range(4):
-            body += self.param_pair(p, r & 1, f"16 * ks + {8 * (r >> 1)} + 2 * t")
+            body += self.param_pair(p, r & 1, f"16 * ks + {8 * (r >> 1)} + 2 * t", padded=True)
             body.append(Assign(f"fa_0_{r}", f"{pack}(d0, d1)"))
         for jp in range(self.bn // 16):
             at = self.stage_offset(x, f"({16 * jp}{self.key0} + krow)", "(16 * ks + kcol)")
             body += self.products(f"ldsm_x4(sm, xb_{x} + {at})", 2 * jp, f"sc_{g}", "fa")
-        return [For("ks", "0", str(self.size[p] // 16), tuple(body))]
+        return [For("ks", "0", str(self.width[p] // 16), tuple(body))]
 
     def descriptors(self) -> list:
         """``dq_{n}``, ``dl_{n}``: the descriptors of dot ``n``'s param tile of the warpgroup (values, residuals),
@@ -389,7 +400,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
         out = []
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)
-            lo = self.qtile[n] + _blocks(self.size[p]) * self.bm * ROW
+            lo = self.qtile[n] + _blocks(self.width[p]) * self.bm * ROW
             # the warpgroup's 64 rows (with column groups, every warpgroup the block's 64)
             group = f" + {ROW * ROW} * uniform(int32(warp // 4))" if self.ncol == 1 else ""
             for name, at in ((f"dq_{n}", self.qtile[n]), (f"dl_{n}", lo))[:1 + self.resid]:
@@ -552,4 +563,4 @@ register(Strategy("wgmma", "cuda", "mma's tiles on Hopper's warpgroup instructio
                   "128-byte-swizzled shared memory by descriptors, P·V with the factors in registers; vector sums up "
                   "to 128 wide a warpgroup, 256 with a producer warpgroup, 512 in column groups",
                   functools.partial(mma.build, kernel=WgmmaKernel, name="wgmma"), configure, grid,
-                  rounds_products=True, vector_multiple=16, cc=(9, 0, "a"), walking=("rows",), params16=True))
+                  rounds_products=True, vector_multiple=8, cc=(9, 0, "a"), walking=("rows",), params16=True))

@@ -15,7 +15,7 @@ from ..emit import Spec
 from . import Problem, vector_out_dtypes
 from . import mma
 from .mma import BN
-from .products import MOST_COMPONENTS, PRODUCER_COMPONENTS, column_groups, dots, prefix
+from .products import MOST_COMPONENTS, PRODUCER_COMPONENTS, column_groups, dots, prefix, staged
 from .products import applicable as form_and_call
 from . import tile_producer
 
@@ -48,8 +48,8 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid:
     of every group (float32); 1024 bytes more to reach the boundary."""
     c = fused.cascade
 
-    def length(x):
-        return x.size if isinstance(x.size, int) else sizes[x.size]
+    def length(x):  # (the staged components: padded to a multiple of 16)
+        return staged(x.size if isinstance(x.size, int) else sizes[x.size])
     base, at = {}, 0
     for x in c.inputs:
         if x.size is not None:
@@ -66,9 +66,9 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid:
 
 
 def _widths(fused: FusedCascade, p: Problem) -> list:
-    """The components of the cascade's vector sums in this call."""
+    """The components of the cascade's vector sums in this call, as staged (:func:`~.products.staged`)."""
     c, sizes = fused.cascade, dict(p.sizes)
-    return [s if isinstance(s, int) else sizes.get(s, 0) for s in (c.sizes[r.name] for r in c.reductions)
+    return [staged(s if isinstance(s, int) else sizes.get(s, 0)) for s in (c.sizes[r.name] for r in c.reductions)
             if s is not None]
 
 
@@ -124,7 +124,7 @@ def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
         return p
     if MOST_COMPONENTS < max(_widths(fused, p), default=0) <= PRODUCER_COMPONENTS:
         return _wide(fused, p)
-    widths = {n for n in dict(p.sizes).values()}
+    widths = {staged(n) for n in dict(p.sizes).values()}
     shortest = PRODUCER_LENGTHS.get((_band(min(widths)), _gating(fused))) if len(widths) == 1 else None
     if shortest is None:  # (no vector input at all, or other widths)
         return p

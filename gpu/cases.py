@@ -425,7 +425,13 @@ def all_cases(quick: bool) -> dict:
                                        (1, 32, 2048, 64, "d64", False), (1, 64, 1536, 128, "LLaMA-65B", True),
                                        (1, 32, 4096, 64, "d64", True), (1, 32, 2048, 80, "Phi-2", True),
                                        (1, 32, 1024, 96, "d96", False), (1, 32, 1024, 80, "Phi-2", True),
-                                       (1, 32, 2048, 192, "d192", False), (1, 16, 2048, 256, "Gemma-7B", True))],
+                                       (1, 32, 2048, 192, "d192", False), (1, 16, 2048, 256, "Gemma-7B", True),
+                                       # heads of a multiple of 8, not of 16 (staged as the next multiple of 16):
+                                       # Stable Diffusion 1.5's d40 over a 64 × 64 latent, SigLIP's d72 over 27 × 27
+                                       # patches, ViT-g's d88, a long d72
+                                       (2, 8, 4096, 40, "SD-1.5", False), (8, 16, 729, 72, "SigLIP", False),
+                                       (8, 16, 257, 88, "ViT-g", False), (1, 32, 2048, 72, "d72", False),
+                                       (1, 32, 2048, 72, "d72", True))],
         "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("rows", "rows@128g16", "warp@128"), lab)
                 for t, e, k, lab in ((16384, 128, 8, "Qwen3"), (4096, 128, 8, "Qwen3"), (32768, 128, 8, "Qwen3"),
                                      (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]

@@ -47,6 +47,9 @@ SMALL = [  # for compute-sanitizer (each access checked: slow): partial tiles an
     # vector sums of 192 and 256 held whole by a producer block's consumers (tiles of 32)
     ("attention", 2, 70, 130, 256, "float16", True, True),
     ("causal", 2, 70, 200, 192, "bfloat16", False, True),
+    # heads of a multiple of 8, not of 16: staged as the next multiple of 16, the padding's chunk copied as no bytes
+    ("attention", 2, 70, 130, 72, "float16", True, False),
+    ("causal", 2, 70, 200, 40, "bfloat16", False, True),
 ]
 CASES = [
     ("attention", 4, 64, 512, 64, "float16", False, True),
@@ -69,6 +72,10 @@ CASES = [
     ("attention", 16, 128, 2048, 256, "float16", False, True),
     ("attention", 2, 100, 1001, 192, "bfloat16", True, False),
     ("causal", 4, 256, 1024, 256, "bfloat16", False, True),
+    ("attention", 16, 128, 2048, 72, "bfloat16", False, True),
+    ("attention", 3, 100, 1001, 88, "float16", True, False),
+    ("causal", 8, 256, 1024, 40, "float16", False, True),
+    ("attention", 2, 100, 1001, 136, "bfloat16", True, False),
 ]
 
 

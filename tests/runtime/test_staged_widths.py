@@ -86,3 +86,26 @@ def test_which_widths_the_tensor_cores_take():
     kernel = compile(f, "cudasim", "wgmma")
     with pytest.raises(RedalgebraError, match="multiple of 8 components.*k has 36"):
         kernel.spec_for(20, 70, {"k": "float16", "v": "float16"}, {"d": 36}, reps={"k": 20, "v": 20})
+
+
+@pytest.mark.parametrize("strategy,options", [("wgmma", {}), ("wgmma", {"threads": 96}), ("mma", {})])
+def test_a_typed_cascade_of_two_padded_widths_and_a_summed_narrow_product(strategy, options):
+    # keys of 24 components and values of 40 (each staged as its own multiple of 16), and MLA's form with a rope of 8
+    # (its product summed with the latent's into one chain of accumulators: the rope's staged 16 half zeros)
+    from redalgebra import derive, evaluate, parse
+
+    rng = np.random.default_rng(4)
+    R, L = 20, 75
+    two = derive(parse("input k[a]\ninput v[b]\nparam q[a]\nparam scale\nlet s = scale * dot(q, k)\nreduce m = max(s)\n"
+                       "reduce l = sum(exp(s - m))\nreduce o = sum(exp(s - m) * v)\nout y = o / l\n"))
+    rope = derive(parse("input c[r]\ninput kr[e]\nparam qc[r]\nparam qr[e]\nlet s = dot(qc, c) + dot(qr, kr)\n"
+                        "reduce m = max(s)\nreduce l = sum(exp(s - m))\nreduce o = sum(exp(s - m) * c)\nout y = o / l\n"))
+    calls = [(two, {"k": 24, "v": 40}, {"q": 24}, {"scale": np.float32(0.2)}),
+             (rope, {"c": 64, "kr": 8}, {"qc": 64, "qr": 8}, {})]
+    for f, widths, vector_params, scalars in calls:
+        inputs = {x: rng.normal(size=(1, L, n)).astype(np.float16) for x, n in widths.items()}
+        params = {p: (rng.normal(size=(R, n)) * 0.3).astype(np.float32) for p, n in vector_params.items()} | scalars
+        wide = {x: np.repeat(a.astype(np.float64), R, 0) for x, a in inputs.items()}
+        ref = evaluate(f.cascade, wide, params)["y"]
+        out = compile(f, "cudasim", strategy, **options)(inputs, params)["y"]
+        assert out.shape == ref.shape and np.abs(out - ref).max() <= 2e-3 * np.abs(ref).max(), f.cascade.name

@@ -26,6 +26,10 @@ from tests.runtime.test_mma import assert_matches_the_reference
     ("wgmma", "attention", 20, 150, 88, "float16", True, False, {"segments": 2}),
     # mma.sync: ldmatrix rows of 32 + 8 components, the query's padding staged as zeros from the generator
     ("mma", "attention", 20, 100, 24, "bfloat16", True, False, {}),
+    # one chunk a row and one of zeros: every copy's row two chunks, half of them of no bytes
+    ("wgmma", "attention", 20, 77, 8, "float16", True, False, {}),
+    # the producer block's wide consumers (129 … 256 components held whole): 136 staged as 144, tiles of 64
+    ("wgmma", "attention", 20, 77, 136, "float16", True, False, {"threads": 96}),
 ])
 def test_widths_of_a_multiple_of_8_match_the_reference(strategy, name, R, L, d, dtype, masked, query16, options):
     assert_matches_the_reference(strategy, name, 1, R, L, d, dtype, masked, query16, **options)

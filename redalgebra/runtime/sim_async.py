@@ -15,23 +15,27 @@ import numpy as np
 
 
 def poison_dynamic_shared() -> None:
-    """Make the simulator's dynamic shared memory start as ``0xFF`` bytes (a NaN in every 16- and 32-bit float type),
-    not numba's zeros: on the GPU a block's shared memory holds whatever was there before, so a kernel that reads what
-    it never wrote (a row's padding to 16 components left unwritten, :func:`~..codegen.strategies.products.staged`)
-    would pass in the simulator by its luck. Once a launch: its blocks run one after the other on the same memory,
-    each finding the last one's leftovers, as a multiprocessor's next block may. Installed by
-    :func:`~.backends.cuda_module`, once a process."""
-    from numba.cuda.simulator import kernelapi
+    """Make every simulated block's dynamic shared memory start as ``0xFF`` bytes (a NaN in every 16- and 32-bit float
+    type), not numba's zeros, nor what the launch's previous block left there (the simulator runs a launch's blocks
+    one after the other on one buffer): on the GPU a block's shared memory holds whatever was there before, so a kernel
+    that reads what it never wrote (a row's padding to 16 components left unwritten,
+    :func:`~..codegen.strategies.products.staged`) would pass in the simulator by its luck. Installed by
+    :func:`~.backends.cuda_module`, once a process; a simulator without the internals it reads is left as it is
+    (``tests/runtime/test_sim_async.py`` checks that it took)."""
+    from numba.cuda.simulator import kernel
 
-    shared = kernelapi.FakeCUDAShared
-    if getattr(shared, "poisoned", False):
+    manager = getattr(kernel, "BlockManager", None)
+    context = getattr(kernel, "_get_kernel_context", None)
+    if manager is None or context is None or getattr(manager, "poisoned", False):
         return
-    init = shared.__init__
+    run = manager.run
 
-    def __init__(self, dynshared_size):
-        init(self, dynshared_size)
-        self._dynshared.fill(-1)
-    shared.__init__, shared.poisoned = __init__, True
+    def poisoned_run(self, grid_point, *args):
+        shared = getattr(getattr(context(), "_shared", None), "_dynshared", None)
+        if shared is not None:
+            shared.fill(-1)
+        return run(self, grid_point, *args)
+    manager.run, manager.poisoned = poisoned_run, True
 
 
 def _shared_flat(s):

@@ -81,12 +81,18 @@ def test_every_chunk_of_a_tile_is_copied_once_and_the_unrolled_forms_place_it_as
             at = _fn(c.stage_offset("k", f"({c.copy_place('k', u)[0]})", f"({c.copy_place('k', u)[1]})"))
             source = _fn(c.source_column("k", c.copy_place("k", u)[1]))
             read = _fn(c.source_bytes("k", c.copy_place("k", u)[1]))
+            # the per-copy form's own copy (a partial tile's, the producer's loop): its column and bytes, every
+            # element of the tile inside the row
+            one = c.copy_one("k", "0", "0", *c.copy_place("k", u), "0")[1]
+            one_column, one_bytes = _fn(one.args[4]), _fn(one.args[5])
             test = _fn(guard or "True")
             for tid in range(threads):
                 if test(tid=tid):
                     seen[ce(tid=tid), cc(tid=tid)] += 1
                     # (a chunk of the row's padding to 16 components: no bytes read, from the row's last chunk)
                     assert read(tid=tid) == (16 if cc(tid=tid) < size else 0) and source(tid=tid) < size
+                    cl = ce(tid=tid)
+                    assert (one_column(tid=tid), one_bytes(tid=tid, cl=cl, length=kt)) == (source(tid=tid), read(tid=tid))
                     place[tid, u] = (at(tid=tid), ce(tid=tid) * size + source(tid=tid), read(tid=tid))
         assert seen == Counter(own), (size, kt, threads)  # each chunk once, nothing of the copy count's padding
         regular = c.regular("k")

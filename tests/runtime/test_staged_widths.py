@@ -9,6 +9,7 @@ import pytest
 
 from redalgebra import RedalgebraError
 from redalgebra.codegen import Problem
+from redalgebra.codegen.strategies.products import column_groups
 from redalgebra.runtime import compile
 from redalgebra.runtime.choice import choose
 from tests.catalogue import fused
@@ -90,6 +91,12 @@ def test_which_widths_the_tensor_cores_take():
     kernel = compile(f, "cudasim", "wgmma")
     with pytest.raises(RedalgebraError, match="multiple of 8 components.*k has 36"):
         kernel.spec_for(20, 70, {"k": "float16", "v": "float16"}, {"d": 36}, reps={"k": 20, "v": 20})
+    # column groups split a sum's columns evenly: never a padded one (its padding would be the last group's), which a
+    # producer block's consumers hold whole instead
+    assert column_groups([256]) == 2 and column_groups([248]) is None and column_groups([248], 256) == 1
+    assert column_groups([120]) == 1 and column_groups([136]) is None and column_groups([136, 8], 256) == 1
+    with pytest.raises(RedalgebraError, match="256 with a producer"):
+        kernel.spec_for(20, 70, {"k": "float16", "v": "float16"}, {"d": 248}, reps={"k": 20, "v": 20})
 
 
 @pytest.mark.parametrize("strategy,options", [("wgmma", {}), ("wgmma", {"threads": 96}), ("mma", {})])

@@ -156,13 +156,14 @@ def test_wide_vector_sums_split_across_two_warpgroups_with_segments():
     # exact in float16 (scores of tens: rounded, it would move the outputs 1.5e-3, 15 times the tolerance): its
     # values and residuals are staged by both groups, each every other step of 16 components. The exponential is the
     # fast one, as on the GPU by default (compile takes fast_exp on CUDA only: set on the kernel directly), printed as
-    # ex2(fma32(s, LOG2E, -m·log2 e)) with the floors per group
+    # ex2(fma32(s, LOG2E, -m·log2 e)) with the floors per group. A rope of 24 components, staged as 32: its two steps
+    # of 16 paired across the groups, the second group's the padding's (read as zeros, not past the row)
     import dataclasses
 
-    inputs, params, ref = _mla(1, 20, 70, 256, 16, exact=False, seed=1, spread=30.0)
+    inputs, params, ref = _mla(1, 20, 70, 256, 24, exact=False, seed=1, spread=30.0)
     kernel = dataclasses.replace(compile(fused("mla_decode"), "cudasim", "wgmma", segments=2), fast_exp=True)
     _assert_close(kernel(inputs, params)["y"], ref)
-    spec = kernel.spec_for(20, 70, {"c": "float16", "kr": "float16"}, {"r": 256, "e": 16}, reps={"c": 20, "kr": 20})[1]
+    spec = kernel.spec_for(20, 70, {"c": "float16", "kr": "float16"}, {"r": 256, "e": 24}, reps={"c": 20, "kr": 20})[1]
     assert spec.threads == 256 and spec.batch == 64 and spec.segments == 2  # (a count above one: read at run time)
     source = kernel.source(spec, "wgmma").source
     assert "ex2(fma32(" in source

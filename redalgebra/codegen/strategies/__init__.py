@@ -66,7 +66,7 @@ class Strategy:
     #                                   callable (fused -> bool) where that depends on the cascade
     rounds_products: bool | Callable = False  # factors enter tensor-core products in the vector inputs' 16-bit
     #                                   type; a callable (fused -> bool) where that depends on the cascade
-    vector_multiple: int = 1          # vectors must have a multiple of this many components (the tensor cores: 16)
+    vector_multiple: int = 1          # vectors must have a multiple of this many components (mma, wgmma: 8)
     cc: tuple = (9, 0)                # the compute capability its PTX is built for (wgmma: sm_90a, (9, 0, "a"))
     shared_vectors: bool = False      # needs each vector row shared by a block's rows (check gives them once)
     walking: tuple | None = None      # with Spec.persistent, the grids whose blocks walk their work by gridDim (None:

@@ -299,10 +299,11 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
             for ks, m, r in itertools.product(range(steps // 2 if paired else steps), range(self.mt), range(4)):
                 h, c0 = 2 * m + (r & 1), (32 if paired else 16) * ks + 8 * (r >> 1)
                 at, lo = self.param_word(n, p, m, h, c0, paired)
-                if c0 >= self.size[p]:  # the padding (:func:`~.products.staged`; never with column groups): zeros
+                if c0 >= self.size[p]:  # the padding (:func:`~.products.staged`), every group's: zeros
                     out += [Assign("qw", "uint32(0)"), Assign("d0", "float32(0)"), Assign("d1", "float32(0)")]
-                else:
-                    out += self.param_pair(p, h, f"{c0} + {'16 * cg + ' if paired else ''}2 * t")
+                else:  # (paired, the second group's step may be the padding: MLA's rope of 24 staged as 32)
+                    out += self.param_pair(p, h, f"{c0} + {'16 * cg + ' if paired else ''}2 * t",
+                                           padded=paired and c0 + 16 >= self.size[p])
                 out += [Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)")]
                 writes = [Assign(f"smw[{at}]", "qw")] + [Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")] * self.resid
                 out += writes if self.ncol == 1 or paired else [If("cg == 0", tuple(writes))]
@@ -560,8 +561,8 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
 
     def store_pair(self, name: str, n: int, h: int, j: int, values: tuple, dtype: str):
         """The thread's two neighbouring components ``values`` of the ``n``-vector output ``name`` (its accumulator
-        pair ``(h, j)``), one 8-byte store (4 bytes in a 16-bit type asked for: out_dtype; the vectors are whole
-        16-component blocks, so an even component on a row of an even length)."""
+        pair ``(h, j)``), one 8-byte store (4 bytes in a 16-bit type asked for: out_dtype; the vectors are multiples of
+        8 components, so an even component on a row of an even length)."""
         return Store(f"out_{name}", f"row_{h}", self.column(n, j, 0), values, dtype)
 
     def outputs_out(self) -> list:

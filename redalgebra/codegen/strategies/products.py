@@ -55,10 +55,13 @@ def wide_refusal(name: str) -> str:
 
 def column_groups(widths, most: int = MOST_COMPONENTS) -> int | None:
     """Warpgroups that share a row tile, each with its share of the vector sums' columns: 1 up to
-    :data:`MOST_COMPONENTS` wide, or ``most`` in all (:data:`PRODUCER_COMPONENTS` in a producer block), 2 for multiples of
-    :data:`WIDE_MULTIPLE` up to :data:`WIDEST` (at most WIDEST columns in all); None: no split holds them."""
+    :data:`MOST_COMPONENTS` wide, or ``most`` in all (:data:`PRODUCER_COMPONENTS` in a producer block), as staged
+    (:func:`staged`), 2 for multiples of :data:`WIDE_MULTIPLE` up to :data:`WIDEST` (at most WIDEST columns in all:
+    never a padded width, whose padding would fall in the last group's columns); None: no split holds them.
+    ``widths``: the sums' own components."""
     widths = list(widths)
-    if max(widths, default=0) <= MOST_COMPONENTS or sum(widths) <= most:
+    held = [staged(w) for w in widths]
+    if max(held, default=0) <= MOST_COMPONENTS or sum(held) <= most:
         return 1
     if all(w % WIDE_MULTIPLE == 0 for w in widths) and sum(widths) <= WIDEST:
         return 2
@@ -227,7 +230,7 @@ def applicable(fused: FusedCascade, p: Problem, name: str, shared, wide: bool = 
         n = length(s.size)
         if n % 8 or (staged(n) > MOST_COMPONENTS and not wide):
             return f"{name}: vectors of a multiple of 8 components, at most {MOST_COMPONENTS}; {s.name} has {n}"
-    if wide and column_groups((staged(length(c.sizes[r.name])) for r in c.reductions if c.sizes[r.name] is not None),
+    if wide and column_groups((length(c.sizes[r.name]) for r in c.reductions if c.sizes[r.name] is not None),
                               most) is None:
         return wide_refusal(name)
     if not p.vec_ok:  # (with a multiple of 8 16-bit components, every element's vector then starts on one too)

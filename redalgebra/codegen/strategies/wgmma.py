@@ -100,7 +100,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
                 raise RedalgebraError(f"wgmma: vectors of a multiple of 8 components; {x} has {self.size[x]}: use vrows")
 
     def column_groups(self) -> int:
-        groups = column_groups([self.width[r.name] for r in self.c.reductions if self.c.sizes[r.name] is not None],
+        groups = column_groups([self.size[r.name] for r in self.c.reductions if self.c.sizes[r.name] is not None],
                                PRODUCER_COMPONENTS if self.producer else MOST_COMPONENTS)
         if groups is None:
             raise RedalgebraError(wide_refusal("wgmma"))
@@ -156,7 +156,8 @@ class WgmmaKernel(TileProducer, MmaKernel):
     def param_chunks(self):
         """(the dot's index, its param, the param's 16-byte chunks a row, the chunk's row and column expressions, the
         load's index) of every load a thread makes: the stagers take the rows' four-component chunks in turn (a
-        warp's 32 loads a contiguous 512 bytes), ``d / 8`` loads a thread (16 rows a warp of 32 threads). Where a
+        warp's 32 loads a contiguous 512 bytes), ``w / 8`` loads a thread (``w``: the staged width; 16 rows a warp of 32
+        threads), a chunk of the row's padding read as zeros (:meth:`param_loads`). Where a
         row's chunks divide the stagers, a thread's chunks share one column, rows ``threads // chunks`` apart
         (``gen_qr0_{n}``, ``gen_qc_{n}``); else each load has its own (``gen_qr_{n}_{k}``, ``gen_qc_{n}_{k}``)."""
         threads, rows, first, _ = self.stagers()

@@ -66,9 +66,10 @@ def shared_plan(fused: FusedCascade, sizes: dict, rows: int, stages: int, resid:
 
 
 def _widths(fused: FusedCascade, p: Problem) -> list:
-    """The components of the cascade's vector sums in this call, as staged (:func:`~.products.staged`)."""
+    """The components of the cascade's vector sums in this call (their own: :func:`.products.column_groups` stages
+    them; the policy's bounds, multiples of 16, classify a multiple of 8 as its staged width)."""
     c, sizes = fused.cascade, dict(p.sizes)
-    return [staged(s if isinstance(s, int) else sizes.get(s, 0)) for s in (c.sizes[r.name] for r in c.reductions)
+    return [s if isinstance(s, int) else sizes.get(s, 0) for s in (c.sizes[r.name] for r in c.reductions)
             if s is not None]
 
 

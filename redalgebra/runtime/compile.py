@@ -369,12 +369,10 @@ class Kernel:
         for name, dtype, layout, width in src.scratch:
             shape = scratch_shape(layout, rows, length, nseg, None if width is None else src.constants[width])
             named[name] = np.zeros(shape, dtype)
-            if name in src.written and self.backend == "cudasim":
+            if name in src.written:
                 # what a strategy says it writes whole before reading is poisoned on the simulator, so that a read
                 # of an entry it did not write shows in the outputs (the GPU's allocation is not zero-filled)
-                kind = np.dtype(dtype).kind
-                if kind in "fiu":
-                    named[name][...] = np.nan if kind == "f" else np.iinfo(dtype).max
+                _poisoned(named[name], self.backend)
         return src, module, named, outs, rows
 
     def __call__(self, inputs: dict, params: dict | None = None, keep=None, out: dict | None = None) -> dict:
@@ -467,11 +465,21 @@ class Kernel:
         shapes = output_shapes(src, rows, length)
         given = given_outputs(out, shapes, on_device)
         if not on_device:
-            return {name: given[name] if name in given else np.zeros(shape, dtype)
+            return {name: given[name] if name in given else _poisoned(np.zeros(shape, dtype), self.backend)
                     for name, (shape, dtype) in shapes.items()}
         cuda = cuda_module(self.backend)
         return {name: given[name] if name in given else cuda.device_array(shape, dtype)
                 for name, (shape, dtype) in shapes.items()}
+
+def _poisoned(array: np.ndarray, backend: str) -> np.ndarray:
+    """``array`` filled with NaN (floats) or the type's largest value (integers) on the simulator: an allocation on the
+    GPU is not zero-filled (a call on device arrays gets its outputs so), so a kernel that leaves an entry unwritten
+    shows it there instead of passing on numba's zeros. Elsewhere ``array`` as it is."""
+    kind = array.dtype.kind
+    if backend == "cudasim" and kind in "fiu":
+        array[...] = np.nan if kind == "f" else np.iinfo(array.dtype).max
+    return array
+
 
 @functools.cache
 def _torch_call():

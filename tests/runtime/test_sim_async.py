@@ -170,3 +170,15 @@ def test_every_simulated_block_starts_with_nan_bytes_in_its_dynamic_shared_memor
     out = np.zeros(3, np.uint16)
     first_reads[3, 1, 0, 64](out)
     assert (out == 0xFFFF).all()
+
+
+def test_outputs_allocated_for_a_simulated_call_start_as_nan_not_zeros():
+    # as a call on device arrays gets them on the GPU (not zero-filled): an entry a kernel leaves unwritten shows
+    # as NaN (floats) or the type's largest value, where numba's zeros would pass for a zero result; the CPU back
+    # end's arrays are left as allocated
+    from redalgebra.runtime.compile import _poisoned
+
+    for dtype, want in (("float32", np.nan), ("uint16", 0xFFFF), ("int32", 2 ** 31 - 1)):
+        got = _poisoned(np.zeros((2, 3), dtype), "cudasim")
+        assert np.array_equal(got, np.full((2, 3), want, dtype), equal_nan=True), dtype
+        assert not _poisoned(np.zeros(4, dtype), "cpu").any()

@@ -40,9 +40,9 @@ def cuda_module(backend: str):
     if backend == "cuda" and not cuda.is_available():
         raise RedalgebraError("no CUDA GPU is available here; use backend='cudasim' (or 'cpu')")
     if want_sim:
-        from .sim_async import poison_dynamic_shared
+        from .sim_async import poison_shared_memory
 
-        poison_dynamic_shared()  # (no zeros by luck: what a kernel never wrote reads as NaN)
+        poison_shared_memory()  # (no zeros by luck: what a kernel never wrote reads as NaN)
     else:
         from .front_end import install
 

@@ -14,14 +14,14 @@ import time
 import numpy as np
 
 
-def poison_dynamic_shared() -> None:
-    """Make every simulated block's dynamic shared memory start as ``0xFF`` bytes (a NaN in every 16- and 32-bit float
-    type), not numba's zeros, nor what the launch's previous block left there (the simulator runs a launch's blocks
-    one after the other on one buffer): on the GPU a block's shared memory holds whatever was there before, so a kernel
-    that reads what it never wrote (a row's padding to 16 components left unwritten,
-    :func:`~..codegen.strategies.products.staged`) would pass in the simulator by its luck. Installed by
-    :func:`~.backends.cuda_module`, once a process; a simulator without the internals it reads is left as it is
-    (``tests/runtime/test_sim_async.py`` checks that it took)."""
+def poison_shared_memory() -> None:
+    """Make every simulated block's shared memory start as ``0xFF`` bytes (a NaN in every 16- and 32-bit float type):
+    its dynamic shared memory, not numba's zeros nor what the launch's previous block left there (the simulator runs a
+    launch's blocks one after the other on one buffer), and its static arrays from the second block on. On the GPU a
+    block's shared memory holds whatever was there before, so a kernel that reads what it never wrote (a row's
+    padding to 16 components left unwritten, :func:`~..codegen.strategies.products.staged`) would pass in the
+    simulator by its luck. Installed by :func:`~.backends.cuda_module`, once a process; a simulator without the
+    internals it reads is left as it is (``tests/runtime/test_sim_async.py`` checks that it took)."""
     from numba.cuda.simulator import kernel
 
     manager = getattr(kernel, "BlockManager", None)
@@ -31,9 +31,13 @@ def poison_dynamic_shared() -> None:
     run = manager.run
 
     def poisoned_run(self, grid_point, *args):
-        shared = getattr(getattr(context(), "_shared", None), "_dynshared", None)
-        if shared is not None:
-            shared.fill(-1)
+        shared = getattr(context(), "_shared", None)
+        dynamic = getattr(shared, "_dynshared", None)
+        if dynamic is not None:
+            dynamic.fill(-1)
+        for array in getattr(shared, "_allocations", {}).values():  # (static arrays: the last block's, to this one)
+            if isinstance(array, np.ndarray):
+                array.view(np.uint8).fill(0xFF)
         return run(self, grid_point, *args)
     manager.run, manager.poisoned = poisoned_run, True
 

@@ -151,25 +151,29 @@ def test_the_simulators_named_barriers_hold_a_bar_sync_until_the_count_arrives()
     sim_async._sim_barriers_done("k")
 
 
-def test_every_simulated_block_starts_with_nan_bytes_in_its_dynamic_shared_memory():
+def test_every_simulated_block_starts_with_nan_bytes_in_its_shared_memory():
     # not numba's zeros, nor what the launch's previous block wrote (the simulator runs its blocks one after the
-    # other on one buffer): a kernel reading shared memory it never wrote reads 0xFFFF, a NaN in 16 bits, as the
-    # GPU's leftovers would give it nothing it can count on
+    # other on one buffer, and keeps a static array for the next block): a kernel reading shared memory it never
+    # wrote reads 0xFFFF, a NaN in 16 bits, as the GPU's leftovers would give it nothing it can count on
+    from numba import uint16
+
     from redalgebra.runtime.backends import cuda_module
 
     # (the simulator swaps the module a kernel's globals name ``cuda``: defined with such a global)
-    from numba import uint16
-
     space = {"cuda": cuda_module("cudasim"), "uint16": uint16}
     exec("def first_reads(out):\n"
          "    sm = cuda.shared.array(0, uint16)\n"
-         "    out[cuda.blockIdx.x] = sm[5]\n"
+         "    st = cuda.shared.array(8, uint16)\n"
+         "    out[cuda.blockIdx.x, 0] = sm[5]\n"
+         "    out[cuda.blockIdx.x, 1] = st[5]\n"
          "    cuda.syncthreads()\n"
-         "    sm[5] = 7\n", space)  # (7 left for the next block)
+         "    sm[5] = 7\n"
+         "    st[5] = 7\n", space)  # (7 left for the next block)
     first_reads = space["cuda"].jit(space["first_reads"])
-    out = np.zeros(3, np.uint16)
+    out = np.zeros((3, 2), np.uint16)
     first_reads[3, 1, 0, 64](out)
-    assert (out == 0xFFFF).all()
+    # (a static array's first block reads what np.empty gave it)
+    assert (out[:, 0] == 0xFFFF).all() and (out[1:, 1] == 0xFFFF).all()
 
 
 def test_outputs_allocated_for_a_simulated_call_start_as_nan_not_zeros():

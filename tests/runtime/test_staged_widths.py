@@ -1,7 +1,7 @@
 """Vectors of a multiple of 8 components but not of 16 on the tensor cores (Stable Diffusion's d = 40, SigLIP's and
 DiT's 72, ViT-g's 88), in the CUDA simulator: staged as the next multiple of 16 (``products.staged``), the padding's
 chunk of every row zero-filled by copies of no bytes and written as zeros with the params, its output columns never
-stored. The simulator's shared memory starts as NaN bytes (``sim_async.poison_dynamic_shared``), so a padding left
+stored. The simulator's shared memory starts as NaN bytes (``sim_async.poison_shared_memory``), so a padding left
 unwritten makes these outputs NaN instead of passing by the simulator's zeros."""
 
 import numpy as np

@@ -214,8 +214,8 @@ def applicable(fused: FusedCascade, p: Problem, name: str, shared, wide: bool = 
                most: int = MOST_COMPONENTS) -> str | None:
     """Why the tensor-core strategy ``name`` does not suit this call (None: it does): the cascade's form, then the
     types and sizes; ``shared(fused, problem)``: the bytes of shared memory the strategy's block needs; ``wide``: vector
-    inputs of any width (a multiple of 8, :func:`staged`), vector sums split by :func:`column_groups` (one warpgroup's up to
-    ``most``)."""
+    inputs of any width (a multiple of 8, :func:`staged`), vector sums split by :func:`column_groups` (one
+    warpgroup's up to ``most``)."""
     reason = refusal(fused, name)
     if reason is not None:
         return reason

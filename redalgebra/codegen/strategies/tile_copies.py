@@ -95,9 +95,10 @@ class TileCopies:
     def copy_setup(self) -> list:
         """What each copy needs that does not change from tile to tile, once. Where every input's copies are
         regular (:meth:`regular`), only their first places in a stage (``so_{x}_{v}``, one per period), global
-        offset (``gb_{x}``) and, in a padded row (:meth:`padded`), bytes (``zs_{x}``): the copies of a partial tile compute theirs when issued, so that no per-copy value is
-        live across the loop (MLA's 18 copies a thread would otherwise hold 54 registers). Else, for every copy,
-        ``ce_{x}_{u}`` (its element of the tile), ``cc_{x}_{u}`` (its first component), ``so_{x}_{u}`` (its place)."""
+        offset (``gb_{x}``) and, in a padded row (:meth:`padded`), bytes (``zs_{x}``): the copies of a partial tile
+        compute theirs when issued, so that no per-copy value is live across the loop (MLA's 18 copies a thread would
+        otherwise hold 54 registers). Else, for every copy, ``ce_{x}_{u}`` (its element of the tile), ``cc_{x}_{u}``
+        (its first component), ``so_{x}_{u}`` (its place)."""
         out = []
         if all(self.regular(x) for x in self.vin):
             for x in self.vin:

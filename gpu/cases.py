@@ -431,7 +431,9 @@ def all_cases(quick: bool) -> dict:
                                        # patches, ViT-g's d88, a long d72
                                        (2, 8, 4096, 40, "SD-1.5", False), (8, 16, 729, 72, "SigLIP", False),
                                        (8, 16, 257, 88, "ViT-g", False), (1, 32, 2048, 72, "d72", False),
-                                       (1, 32, 2048, 72, "d72", True))],
+                                       (1, 32, 2048, 72, "d72", True))]
+        # ... and Stable Diffusion 1.5's cross-attention: a 64 × 64 latent's queries over 77 text tokens (index 21)
+        + [lambda: case_attention(2, 8, 4096, 77, 40, ("auto",), "attention", "SD-1.5 cross")],
         "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("rows", "rows@128g16", "warp@128"), lab)
                 for t, e, k, lab in ((16384, 128, 8, "Qwen3"), (4096, 128, 8, "Qwen3"), (32768, 128, 8, "Qwen3"),
                                      (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]

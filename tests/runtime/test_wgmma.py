@@ -259,6 +259,15 @@ def test_long_rows_of_64_or_128_components_take_the_producer_block_by_default():
     # masked too (d = 192: no other block on the tensor cores holds it)
     assert spec(d=256) == spec(d=208, keep=True) == (256, 32, True)  # (more than three blocks of 64 columns)
     assert spec(d=192, length=256, rows=4 * 256) == spec(d=160, keep=True) == (256, 64, True)
+    # (tiles of 32 where three stages of 64 would not fit beside the query's rows: keys of 256 beside values of 128
+    # fit, 48 KB a stage, and keep 64; the simulator plans the GPU's)
+    narrow = derive(parse("input k[a]\ninput v[b]\nparam q[a]\nlet s = dot(q, k)\nreduce m = max(s)\n"
+                          "reduce l = sum(exp(s - m))\nreduce o = sum(exp(s - m) * v)\nout y = o / l\n"))
+    p = Problem(64 * 2048, 2048, (("a", 256), ("b", 128)), (("k", "float16"), ("v", "float16")), False, True, True,
+                True, (("k", 2048), ("v", 2048)), tuple({**base, "threads": 384}.items()))
+    assert configure(narrow, p)["tile"] == 64 and configure(narrow, replace(p, sizes=(("a", 256), ("b", 256))))["tile"] == 32
+    assert configure(fused("attention"), replace(p, sizes=(("d", 256),), options=tuple(
+        {**base, "threads": 96, "simulator": True}.items())))["tile"] == 32
     # ... but where column groups hold them too (d = 256), only as d = 128's block is given: masked, or too few row
     # tiles to fill the GPU (a decode step's), the column groups
     assert spec(d=256, keep=True)[2] is False and spec(d=256, rows=8 * 2048)[2] is False

@@ -209,7 +209,7 @@ def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
     L1024 0.0671 / 0.0646 — so a gated cascade keeps two stages."""
     sizes, rows = dict(p.sizes), _rows(fused, p)
     blocks = 2 if _threads(fused, p) <= THREADS else 1
-    groups, tile = _groups(fused, p), _tile(p)
+    groups, tile = _groups(fused, p), _tile(fused, p)
     least = 3 if _producer(fused, p) else mma.STAGES  # (a producer's consumers: the pipelined order)
     for resid in (False,) if _residual_free(fused, p) else (True, False):
         fixed = shared_plan(fused, sizes, rows, 0, resid, groups, tile)[-1]
@@ -230,12 +230,22 @@ def _residual_free(fused: FusedCascade, p: Problem) -> bool:
     return bool(params) and all(dtypes.get(q.name, "float32") != "float32" for q in params)
 
 
-def _tile(p: Problem) -> int:
+def _tile(fused: FusedCascade, p: Problem) -> int:
     """Elements of a tile: the caller's (32 or 128 with a producer warpgroup: applicable), else
-    :data:`~.tile_update.BN`, or half of it in a producer block of vectors wider than 192 (more than three blocks of 64
-    columns: three stages of 64 elements would not fit beside the query's 128 rows, :func:`_wide`)."""
-    wide = _most(p) > MOST_COMPONENTS and _blocks(max(dict(p.sizes).values(), default=0)) > 3
-    return p.option("tile") or (BN // 2 if wide else BN)
+    :data:`~.tile_update.BN`, or half of it in a producer block whose ring would not hold three stages of 64 elements
+    beside the params' rows (the pipelined order's least: :func:`_stages`) — vectors wider than 192 components in
+    attention (d = 256: 64 KB a stage beside the query's 64 KB), whose keys and values the ring holds alike; keys of
+    256 beside values of 128 take 64 (48 KB a stage, three fit). Planned for the GPU's block (its two consumer
+    warpgroups' 128 rows), in the simulator too, which so runs the GPU's tiles."""
+    if p.option("tile"):
+        return p.option("tile")
+    if _most(p) > MOST_COMPONENTS:
+        sizes, rows = dict(p.sizes), 2 * (THREADS // 32) * 16
+        fixed = shared_plan(fused, sizes, rows, 0, False, 1, BN)[-1]
+        per = shared_plan(fused, sizes, rows, 1, False, 1, BN)[-1] - fixed
+        if (SM_SHARED - RESERVED - fixed) // per < 3:
+            return BN // 2
+    return BN
 
 
 def _shared_bytes(fused: FusedCascade, p: Problem) -> int:
@@ -346,7 +356,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     p, reason = _block(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
-    threads, bm = _threads(fused, p), _rows(fused, p)
+    threads, bm, tile = _threads(fused, p), _rows(fused, p), _tile(fused, p)
     stages, shared = _stages(fused, p)
     nseg = p.option("segments")
     if nseg is None:
@@ -355,11 +365,11 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
         busy = p.multiprocessors() * (2 if threads <= THREADS else 1)
         # (at least 8 tiles a segment: MLA B4 ran 0.0953 ms in 8 segments of 8 tiles, 0.0989 in 16 of 4 — the
         # segments' states are written and merged, as many bytes as the latent itself at 16)
-        nseg = 1 if p.option("simulator") or p.option("persistent") else max(1, min(busy // blocks, -(-p.length // (8 * _tile(p)))))
-    nseg = max(1, min(int(nseg), max(-(-p.length // _tile(p)), 1), 65535))
+        nseg = 1 if p.option("simulator") or p.option("persistent") else max(1, min(busy // blocks, -(-p.length // (8 * tile))))
+    nseg = max(1, min(int(nseg), max(-(-p.length // tile), 1), 65535))
     # (the kernel reads the count at run time: one compiled kernel for every count of segments above one)
     producer = bool(_producer(fused, p))
-    return dict(threads=threads, tile=_tile(p), batch=bm, group=16, vec=8, segments=min(nseg, 2), nseg=nseg,
+    return dict(threads=threads, tile=tile, batch=bm, group=16, vec=8, segments=min(nseg, 2), nseg=nseg,
                 fast_exp=p.option("fast_exp", True), shared=shared, stages=stages, producer=producer,
                 persistent=_walking(fused, p, producer, nseg, stages),
                 out_dtypes=vector_out_dtypes(fused, p.option("out_dtype")))

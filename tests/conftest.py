@@ -200,9 +200,8 @@ def _simulator_shared_arrays_found_by_their_callers_line():
         caller = (frame.f_code.co_filename, frame.f_lineno)
         del frame
         res = self._allocations.get(caller)
-        if res is None:
-            res = np.empty(shape, dtype)
-            self._allocations[caller] = res
+        if res is None:  # (setdefault: threads racing to allocate the line share the first one's array)
+            res = self._allocations.setdefault(caller, np.empty(shape, dtype))
         return res
 
     yield from _patched(shared, "array", array)

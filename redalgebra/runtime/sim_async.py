@@ -17,7 +17,9 @@ import numpy as np
 def poison_shared_memory() -> None:
     """Make every simulated block's shared memory start as ``0xFF`` bytes (a NaN in every 16- and 32-bit float type):
     its dynamic shared memory, not numba's zeros nor what the launch's previous block left there (the simulator runs a
-    launch's blocks one after the other on one buffer), and its static arrays from the second block on. On the GPU a
+    launch's blocks one after the other on one buffer), and its static arrays, as each is allocated and again at every
+    later block (the simulator keeps them for the launch). Hooked where the simulator builds a block's manager, in the
+    launch's thread just before the block runs (``tests/conftest.py`` replaces its ``run``). On the GPU a
     block's shared memory holds whatever was there before, so a kernel that reads what it never wrote (a row's
     padding to 16 components left unwritten, :func:`~..codegen.strategies.products.staged`) would pass in the
     simulator by its luck. Installed by :func:`~.backends.cuda_module`, once a process; a simulator without the
@@ -28,18 +30,31 @@ def poison_shared_memory() -> None:
     context = getattr(kernel, "_get_kernel_context", None)
     if manager is None or context is None or getattr(manager, "poisoned", False):
         return
-    run = manager.run
+    init = manager.__init__
 
-    def poisoned_run(self, grid_point, *args):
+    class Poisoned(dict):  # a static array filled as it is first allocated (numba's ``array`` or conftest's)
+        def __setitem__(self, key, array):
+            self.setdefault(key, array)
+
+        def setdefault(self, key, array):  # (atomic: two threads allocating one line get the same array)
+            if isinstance(array, np.ndarray):
+                array.view(np.uint8).fill(0xFF)
+            return super().setdefault(key, array)
+
+    def poisoned_init(self, *args, **kwargs):  # (built in the launch's thread, just before the block's run)
+        init(self, *args, **kwargs)
         shared = getattr(context(), "_shared", None)
         dynamic = getattr(shared, "_dynshared", None)
         if dynamic is not None:
             dynamic.fill(-1)
-        for array in getattr(shared, "_allocations", {}).values():  # (static arrays: the last block's, to this one)
-            if isinstance(array, np.ndarray):
-                array.view(np.uint8).fill(0xFF)
-        return run(self, grid_point, *args)
-    manager.run, manager.poisoned = poisoned_run, True
+        allocations = getattr(shared, "_allocations", None)
+        if isinstance(allocations, dict):
+            if not isinstance(allocations, Poisoned):
+                shared._allocations = allocations = Poisoned(allocations)
+            for array in allocations.values():
+                if isinstance(array, np.ndarray):
+                    array.view(np.uint8).fill(0xFF)
+    manager.__init__, manager.poisoned = poisoned_init, True
 
 
 def _shared_flat(s):

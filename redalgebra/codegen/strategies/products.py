@@ -32,8 +32,8 @@ WIDEST, WIDE_MULTIPLE = 512, 128
 
 #: ... or, in a block with a producer warpgroup (``wgmma``, ``threads=384``), held whole by each consumer warpgroup up
 #: to this many components in all (128 float32 a thread: the producer's registers handed to the consumers, tiles of
-#: 64 or, above 192 components, 32 elements so that the ring's stages fit beside the query's rows), whatever their
-#: width's multiple (d = 192, 256).
+#: 64 or, where three stages of 64 would not fit beside the query's rows, 32 elements: attention above 192
+#: components, ``wgmma_policy._tile``), whatever their width's multiple (d = 192, 256).
 PRODUCER_COMPONENTS = 256
 
 

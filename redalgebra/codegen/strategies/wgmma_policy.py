@@ -151,8 +151,8 @@ def _takes(fused: FusedCascade, p: Problem) -> bool:
 
 def _wide(fused: FusedCascade, p: Problem) -> Problem:
     """Vector sums 129 to 256 wide (d = 192, 256): the producer block whose consumers hold them whole
-    (:data:`~.products.PRODUCER_COMPONENTS`), on tiles of 64 elements up to 192 components, of 32 above (:func:`_tile`:
-    three or four stages beside the query's 128 rows), wherever it takes the cascade (:func:`_takes`). Where column
+    (:data:`~.products.PRODUCER_COMPONENTS`), on tiles of 64 elements, of 32 where three stages of 64 would not fit
+    beside the query's 128 rows (:func:`_tile`: attention above 192 components), wherever it takes the cascade (:func:`_takes`). Where column
     groups hold the sums too (multiples of 128: d = 256, MLA's latent at half its width), only as the policy's block
     for d = 128 is given (unmasked, from d = 128's :data:`PRODUCER_LENGTHS`, its row tiles filling the GPU): a decode
     step's few rows keep the column groups, and the wide block was measured on prefill only; else (d = 192) masked or
@@ -235,8 +235,11 @@ def _tile(fused: FusedCascade, p: Problem) -> int:
     :data:`~.tile_update.BN`, or half of it in a producer block whose ring would not hold three stages of 64 elements
     beside the params' rows (the pipelined order's least: :func:`_stages`) — vectors wider than 192 components in
     attention (d = 256: 64 KB a stage beside the query's 64 KB), whose keys and values the ring holds alike; keys of
-    256 beside values of 128 take 64 (48 KB a stage, three fit). Planned for the GPU's block (its two consumer
-    warpgroups' 128 rows), in the simulator too, which so runs the GPU's tiles."""
+    256 beside values of 128 take 64 (48 KB a stage, three fit). Planned without the params' residual rows: a float32
+    query not exact in 16 bits then adds its residual's product from global memory (``mma.sync``), as attention's at
+    d = 192 does; a 16-bit query has none (before, such keys took tiles of 32 and staged the residuals: neither form
+    is timed). Planned for the GPU's block (its two consumer warpgroups' 128 rows), in the simulator too, which so
+    runs the GPU's tiles."""
     if p.option("tile"):
         return p.option("tile")
     if _most(p) > MOST_COMPONENTS:

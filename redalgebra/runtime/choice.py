@@ -8,7 +8,7 @@ from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns_mma import applicable as columns_mma_applicable
 from ..codegen.strategies.columns_mma import exact_factors as columns_exact
 from ..codegen.strategies.columns_wgmma_policy import applicable as columns_wgmma_applicable
-from ..codegen.strategies.mma import applicable as mma_applicable
+from ..codegen.strategies.mma_policy import applicable as mma_applicable
 from ..codegen.strategies.wgmma_policy import applicable as wgmma_applicable
 from ..codegen.strategies.vrows import refusal as vrows_refusal
 from ..codegen.strategies.vrows import too_wide as vrows_too_wide

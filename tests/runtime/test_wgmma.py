@@ -544,7 +544,7 @@ def test_the_producer_block_walks_row_tiles_voting_at_a_barrier_of_its_consumers
 
 def test_blocks_walk_row_tiles_only_as_the_producer_block_in_one_segment_with_messages(monkeypatch):
     from redalgebra import derive
-    from redalgebra.codegen.strategies import mma
+    from redalgebra.codegen.strategies import mma_policy
     from redalgebra.ir import parse
 
     def spec(f, **options):
@@ -568,7 +568,7 @@ def test_blocks_walk_row_tiles_only_as_the_producer_block_in_one_segment_with_me
         spec(causal, threads=96, persistent=True)
     with pytest.raises(RedalgebraError, match="each row in one segment"):
         spec(attention, threads=96, persistent=True, segments=3)
-    monkeypatch.setattr(mma, "MOST_STAGES", 3)
+    monkeypatch.setattr(mma_policy, "MOST_STAGES", 3)
     assert spec(causal, threads=96).persistent
 
 
@@ -606,10 +606,10 @@ def test_a_producer_block_reads_no_tile_its_causal_mask_hides(options, monkeypat
     import importlib
 
     from redalgebra import evaluate, workloads
-    from redalgebra.codegen.strategies import mma
+    from redalgebra.codegen.strategies import mma_policy
 
     if options.pop("walk", False):
-        monkeypatch.setattr(mma, "MOST_STAGES", 3)
+        monkeypatch.setattr(mma_policy, "MOST_STAGES", 3)
         monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: 4)
 
     rng = np.random.default_rng(4)

@@ -13,8 +13,8 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
 from . import Problem, vector_out_dtypes
-from . import mma
-from .mma import BN
+from . import mma_policy
+from .tile_update import BN
 from .products import MOST_COMPONENTS, PRODUCER_COMPONENTS, column_groups, dots, prefix, staged
 from .products import applicable as form_and_call
 from . import tile_producer
@@ -195,7 +195,7 @@ SM_SHARED, RESERVED = 233472, 1024
 
 
 def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
-    """``(stages, bytes)``: as many tiles in flight (up to :data:`~.mma.MOST_STAGES`) as fit beside the params when two
+    """``(stages, bytes)``: as many tiles in flight (up to :data:`~.mma_policy.MOST_STAGES`) as fit beside the params when two
     blocks of one warpgroup share a multiprocessor (one block's element-wise work then overlaps the other's
     products), or one block of two warpgroups; at least two, three with a producer warpgroup (three or more: the
     pipelined order, :attr:`WgmmaKernel.pipelined`; d = 64 gets four, d = 128 two: three would fit only without the residuals
@@ -210,11 +210,11 @@ def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
     sizes, rows = dict(p.sizes), _rows(fused, p)
     blocks = 2 if _threads(fused, p) <= THREADS else 1
     groups, tile = _groups(fused, p), _tile(fused, p)
-    least = 3 if _producer(fused, p) else mma.STAGES  # (a producer's consumers: the pipelined order)
+    least = 3 if _producer(fused, p) else mma_policy.STAGES  # (a producer's consumers: the pipelined order)
     for resid in (False,) if _residual_free(fused, p) else (True, False):
         fixed = shared_plan(fused, sizes, rows, 0, resid, groups, tile)[-1]
         per = shared_plan(fused, sizes, rows, 1, resid, groups, tile)[-1] - fixed
-        stages = min(mma.MOST_STAGES, (SM_SHARED // blocks - RESERVED - fixed) // per)
+        stages = min(mma_policy.MOST_STAGES, (SM_SHARED // blocks - RESERVED - fixed) // per)
         if stages >= least:
             break
     stages = max(least, stages)
@@ -354,7 +354,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     """One warpgroup of 128 threads (64 rows; two warpgroups with ``threads=256``; two consumer warpgroups and a
     producer with ``threads=384``, :mod:`.tile_producer`; a warpgroup per column group of wide vector sums), tiles of
     64 elements (128 asked for with the producer), exp by ``ex2.approx`` unless asked otherwise (as
-    :func:`.mma.configure`); on the GPU, segments of the axis across blocks while the blocks would not fill the
+    :func:`.mma_policy.configure`); on the GPU, segments of the axis across blocks while the blocks would not fill the
     multiprocessors (a decode step: MLA's 128 heads of a few tokens are a few blocks), each of at least eight tiles."""
     p, reason = _block(fused, p)
     if reason is not None:
@@ -403,8 +403,8 @@ def _gating(fused: FusedCascade) -> bool:
 
 
 def grid(rows: int, spec: Spec, named) -> dict:
-    """:func:`.mma.grid`, the blocks of a producer warpgroup's kernel with its threads (half the consumers')."""
-    out = mma.grid(rows, spec, named)
+    """:func:`.mma_policy.grid`, the blocks of a producer warpgroup's kernel with its threads (half the consumers')."""
+    out = mma_policy.grid(rows, spec, named)
     if spec.producer:
         blocks, threads, *rest = out["rows"]
         out["rows"] = (blocks, threads + spec.threads // 2, *rest)

@@ -32,28 +32,28 @@ def poison_shared_memory() -> None:
         return
     init = manager.__init__
 
+    def poison(array) -> None:
+        if isinstance(array, np.ndarray):
+            array.view(np.uint8).fill(0xFF)
+
     class Poisoned(dict):  # a static array filled as it is first allocated (numba's ``array`` or conftest's)
         def __setitem__(self, key, array):
             self.setdefault(key, array)
 
         def setdefault(self, key, array):  # (atomic: two threads allocating one line get the same array)
-            if isinstance(array, np.ndarray):
-                array.view(np.uint8).fill(0xFF)
+            poison(array)
             return super().setdefault(key, array)
 
     def poisoned_init(self, *args, **kwargs):  # (built in the launch's thread, just before the block's run)
         init(self, *args, **kwargs)
         shared = getattr(context(), "_shared", None)
-        dynamic = getattr(shared, "_dynshared", None)
-        if dynamic is not None:
-            dynamic.fill(-1)
+        poison(getattr(shared, "_dynshared", None))
         allocations = getattr(shared, "_allocations", None)
         if isinstance(allocations, dict):
             if not isinstance(allocations, Poisoned):
                 shared._allocations = allocations = Poisoned(allocations)
             for array in allocations.values():
-                if isinstance(array, np.ndarray):
-                    array.view(np.uint8).fill(0xFF)
+                poison(array)
     manager.__init__, manager.poisoned = poisoned_init, True
 
 

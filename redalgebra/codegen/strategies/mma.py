@@ -275,19 +275,19 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
                     out += [Assign("qw", "uint32(0)"), Assign("d0", "float32(0)"), Assign("d1", "float32(0)")]
                 else:  # (paired, the second group's step may be the padding: MLA's rope of 24 staged as 32)
                     out += self.param_pair(p, h, f"{c0} + {'16 * cg + ' if paired else ''}2 * t",
-                                           padded=paired and c0 + 16 >= self.size[p])
+                                           past_row=paired and c0 + 16 >= self.size[p])
                 out += [Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)")]
                 writes = [Assign(f"smw[{at}]", "qw")] + [Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")] * self.resid
                 out += writes if self.ncol == 1 or paired else [If("cg == 0", tuple(writes))]
         return out + self.landed() + [Assign("split", "cuda.syncthreads_or(inexact)")]
 
-    def param_pair(self, p: str, h: int, col: str, padded: bool = False) -> list:
+    def param_pair(self, p: str, h: int, col: str, past_row: bool = False) -> list:
         """Components ``col`` and ``+ 1`` of the thread's row ``h`` of param ``p``: ``qw``, their 16-bit values packed;
-        ``d0``, ``d1``: their residuals (0 for a NaN). ``padded``: ``col`` may lie in the row's padding
-        (:func:`~.products.staged`), which reads zeros (the row's last pair read instead, then dropped)."""
+        ``d0``, ``d1``: their residuals (0 for a NaN). ``past_row``: ``col`` may lie in the row's padding
+        (:meth:`~.tile_copies.TileCopies.padded`), which reads zeros (the row's last pair read instead, then dropped)."""
         pack, unpack = f"pack_{self.kind}x2", f"unpack_{self.kind}x2"
         n = self.size[p]
-        if padded and n != self.width[p]:
+        if past_row and self.padded(p):
             load = [Assign("cq", f"min({col}, {n - 2})"), Assign("v0", f"{p}[rc_{h}, cq]"),
                     Assign("v1", f"{p}[rc_{h}, cq + 1]"), Assign("v0", f"pick({col} < {n}, v0, float32(0))"),
                     Assign("v1", f"pick({col} < {n}, v1, float32(0))")]

@@ -79,8 +79,9 @@ class TileCopies:
         return None if c == self.width[x] // 8 else f"8 * ({tid} % {c}) < {self.width[x]}"
 
     def padded(self, x: str) -> bool:
-        """Whether ``x``'s rows are staged wider than they are (:func:`~.products.staged`): a chunk of zeros a row,
-        copied as no bytes from the row's last chunk (:meth:`source_column`, :meth:`source_bytes`)."""
+        """Whether vector ``x``'s rows (an input's, a param's) are staged wider than they are
+        (:func:`~.products.staged`): a chunk of zeros a row, an input's copied as no bytes from the row's last chunk
+        (:meth:`source_column`, :meth:`source_bytes`), a param's written as zeros."""
         return self.width[x] != self.size[x]
 
     def source_column(self, x: str, cc: str) -> str:

@@ -200,7 +200,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
             row = f"min({grp} * grows + {rt} * {self.bm} + {r}, {end} - 1)"
             # a chunk in the row's padding (staged wider: products.staged) reads the row's last and is dropped
             step = 8 if p in self.param16 or copy else 4
-            col, pad = f"{step} * {c}", self.size[p] != self.width[p]
+            col, pad = f"{step} * {c}", self.padded(p)
             at = f"min({col}, {self.size[p] - step})" if pad else col
             if copy:
                 size = f"pick({col} < {self.size[p]}, 16, 0)" if pad else "16"
@@ -388,7 +388,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
         p, x = self.param_of(self.dot_list[n]), self.input_of(self.dot_list[n])
         body = []
         for r in range(4):
-            body += self.param_pair(p, r & 1, f"16 * ks + {8 * (r >> 1)} + 2 * t", padded=True)
+            body += self.param_pair(p, r & 1, f"16 * ks + {8 * (r >> 1)} + 2 * t", past_row=True)
             body.append(Assign(f"fa_0_{r}", f"{pack}(d0, d1)"))
         for jp in range(self.bn // 16):
             at = self.stage_offset(x, f"({16 * jp}{self.key0} + krow)", "(16 * ks + kcol)")

@@ -24,6 +24,8 @@ from . import tile_producer
 NO_RESIDUALS = 1
 #: Threads of a block: one warpgroup (64 rows) on the GPU, one warp (16 rows) in the simulator.
 THREADS, SIM_THREADS = 128, 32
+#: Rows of the producer block on the GPU: its two consumer warpgroups' 64 each.
+PRODUCER_ROWS = 2 * (THREADS // 32) * 16
 #: 16-bit values in a 128-byte row of the swizzled layout; bytes of an atom (eight rows).
 ROW, ATOM = 64, 1024
 
@@ -138,7 +140,7 @@ def _fills(fused: FusedCascade, p: Problem) -> bool:
     """Whether row tiles of 128 over the groups of rows sharing their keys pad them no more than tiles of 64 (a GQA
     group of 64 rows would leave half of every block idle), and are enough to fill the GPU once."""
     rep = max(1, min((dict(p.reps).get(s.name, 1) for s in fused.cascade.inputs if s.size is not None), default=1))
-    bm = 2 * (THREADS // 32) * 16  # (rows of the block: two warpgroups' 64)
+    bm = PRODUCER_ROWS
     tiles = p.rows // rep * -(-rep // bm)
     return -(-rep // bm) * bm <= -(-rep // (bm // 2)) * (bm // 2) and tiles >= p.multiprocessors()
 
@@ -152,8 +154,8 @@ def _takes(fused: FusedCascade, p: Problem) -> bool:
 def _wide(fused: FusedCascade, p: Problem) -> Problem:
     """Vector sums 129 to 256 wide (d = 192, 256): the producer block whose consumers hold them whole
     (:data:`~.products.PRODUCER_COMPONENTS`), on tiles of 64 elements, of 32 where three stages of 64 would not fit
-    beside the query's 128 rows (:func:`_tile`: attention above 192 components), wherever it takes the cascade (:func:`_takes`). Where column
-    groups hold the sums too (multiples of 128: d = 256, MLA's latent at half its width), only as the policy's block
+    beside the query's 128 rows (:func:`_tile`: attention above 192 components), wherever it takes the cascade
+    (:func:`_takes`). Where column groups hold the sums too (multiples of 128: d = 256, MLA's latent at half its width), only as the policy's block
     for d = 128 is given (unmasked, from d = 128's :data:`PRODUCER_LENGTHS`, its row tiles filling the GPU): a decode
     step's few rows keep the column groups, and the wide block was measured on prefill only; else (d = 192) masked or
     not, at any length; else ``p`` (column groups, or ``vrows``). Measured on the H200 (``gpu/README.md``, 2026-12-04,
@@ -212,13 +214,20 @@ def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
     groups, tile = _groups(fused, p), _tile(fused, p)
     least = 3 if _producer(fused, p) else mma_policy.STAGES  # (a producer's consumers: the pipelined order)
     for resid in (False,) if _residual_free(fused, p) else (True, False):
-        fixed = shared_plan(fused, sizes, rows, 0, resid, groups, tile)[-1]
-        per = shared_plan(fused, sizes, rows, 1, resid, groups, tile)[-1] - fixed
-        stages = min(mma_policy.MOST_STAGES, (SM_SHARED // blocks - RESERVED - fixed) // per)
+        stages, fixed, per = _ring(fused, sizes, rows, resid, groups, tile, blocks)
         if stages >= least:
             break
     stages = max(least, stages)
     return stages, fixed + stages * per
+
+
+def _ring(fused: FusedCascade, sizes: dict, rows: int, resid: bool, groups: int, tile: int,
+          blocks: int) -> tuple[int, int, int]:
+    """``(stages, fixed, per)``: how many stages of ``tile`` elements fit (up to :data:`~.mma_policy.MOST_STAGES`)
+    beside the block's params (``fixed`` bytes) when ``blocks`` blocks share a multiprocessor, a stage ``per`` bytes."""
+    fixed = shared_plan(fused, sizes, rows, 0, resid, groups, tile)[-1]
+    per = shared_plan(fused, sizes, rows, 1, resid, groups, tile)[-1] - fixed
+    return min(mma_policy.MOST_STAGES, (SM_SHARED // blocks - RESERVED - fixed) // per), fixed, per
 
 
 def _residual_free(fused: FusedCascade, p: Problem) -> bool:
@@ -242,12 +251,8 @@ def _tile(fused: FusedCascade, p: Problem) -> int:
     runs the GPU's tiles."""
     if p.option("tile"):
         return p.option("tile")
-    if _most(p) > MOST_COMPONENTS:
-        sizes, rows = dict(p.sizes), 2 * (THREADS // 32) * 16
-        fixed = shared_plan(fused, sizes, rows, 0, False, 1, BN)[-1]
-        per = shared_plan(fused, sizes, rows, 1, False, 1, BN)[-1] - fixed
-        if (SM_SHARED - RESERVED - fixed) // per < 3:
-            return BN // 2
+    if _most(p) > MOST_COMPONENTS and _ring(fused, dict(p.sizes), PRODUCER_ROWS, False, 1, BN, 1)[0] < 3:
+        return BN // 2
     return BN
 
 

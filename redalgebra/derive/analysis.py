@@ -58,7 +58,7 @@ class Attempt:
     G: sp.Expr | None = None
     H: sp.Expr | None = None
     assumption: str | None = None
-    deferred: bool = False    # H may be 0 where the state is not empty: kept as ⊕G, H applied at the end
+    deferred: bool = False    # H may be 0 or infinite where the state is not empty: kept as ⊕G, H applied at the end
 
 
 @dataclass(frozen=True)
@@ -81,9 +81,9 @@ class ReductionAnalysis:
     attempts: tuple = field(default=())
     terms: MultiTerm | None = None  # a multi-term separable sum: its terms (then otimes, G, H are None)
     centered: bool = False          # a centred partial sum of a multi-term one (its merge is Chan's formula)
-    #: ⊗ = × with an H that may be 0 on a non-empty segment (``max(x * a)`` with ``a = max(abs(x))``, 0 on a
-    #: row of zeros): no correction H(D_new)/H(D_old) exists there, so the state keeps ⊕G and the result is
-    #: H(D) ⊗ ⊕G, formed once the dependencies are final (distributivity, as proved)
+    #: ⊗ = × with an H that may be 0 or infinite on a non-empty segment (``max(x * a)`` or ``sum(x / a)`` with
+    #: ``a = max(abs(x))``, 0 on a prefix of zeros): no correction H(D_new)/H(D_old) exists there, so the state keeps
+    #: ⊕G and the result is H(D) ⊗ ⊕G, formed once the dependencies are final (distributivity, as proved)
     deferred: bool = False
     #: a ⊗ beyond the catalogue's monoids (:data:`ROUTES`), e.g. ``"power"``: ``prod(G(e) ** H(D))`` with ``G >= 0`` is
     #: ``exp(H(D) · sum(log G))``, so the state keeps the sum of logs and H is applied at the end
@@ -160,7 +160,7 @@ class Analysis:
                              f"{ROUTES[r.route].text}")
             elif r.fusable:
                 lines.append(f"{head}: ⊗ = {_SYMBOL[r.otimes.name]}, G = {p.doprint(r.G)}, H({', '.join(r.deps)}) = "
-                             f"{p.doprint(r.H)}" + ("; H may be 0 on a non-empty segment, so the state keeps "
+                             f"{p.doprint(r.H)}" + ("; H may be 0 or infinite on a non-empty segment, so the state keeps "
                                                     f"{r.monoid.name}(G) and H is applied at the end" if r.deferred else ""))
             else:
                 lines.append(f"{head}: not fusable — {r.reason}")
@@ -425,8 +425,8 @@ def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None, wit
     if G is None:
         return Attempt(otimes.name, "separability", (dist, sep))
     rng = _range_proof(H, otimes, assumption, facts, [d.name for d in deps])
-    # H may be 0 on a non-empty segment (a factor that is >= 0, or of unknown sign, not a pole): then no
-    # correction H(D_new)/H(D_old) exists, but none is needed if the state keeps ⊕G and H is applied once
+    # H may be 0 or infinite on a non-empty segment (a factor or a denominator that is >= 0, or of unknown sign):
+    # then no correction H(D_new)/H(D_old) exists, but none is needed if the state keeps ⊕G and H is applied once
     defer = otimes is MUL and r.monoid.k is None and may_vanish(H, facts, deps)
     if not rng.proved:
         if defer and rng.assumptions == (NONZERO,):
@@ -436,15 +436,18 @@ def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None, wit
 
 
 def may_vanish(H: sp.Expr, facts: dict, deps) -> bool:
-    """Whether H can be 0 at a non-empty state through a factor of its numerator (``a`` for ``a = max(abs(x))``
-    over a row of zeros, or a dependency of unknown sign). A dependency in H's denominator is a pole
-    there, not a zero: the reference itself is NaN (0/0) where it vanishes, and the correction form keeps
-    the range that dividing by it is for (a max-normalised sum of squares), so such H are not deferred."""
-    _, den = sp.fraction(sp.together(H))
-    if den.free_symbols & set(deps):
-        return False
+    """Whether H can be 0 or infinite at a non-empty state, so that no correction ``H(D_new)/H(D_old)`` exists
+    there: a factor of its numerator that can be 0 (``a`` for ``a = max(abs(x))`` over a row of zeros, or a
+    dependency of unknown sign), or a factor of its denominator that can (``1/a``, ``1/sqrt(Σx²)``, ``1/c`` for a count
+    of positive elements: a row whose first elements are 0, or negative, has such a prefix). The reference is finite
+    at the row's final state even so, and the correction form would be NaN from the prefix on; a deferred reduction
+    (``⊕G``, ``H`` applied once at the end) gives the reference's value. A pole only where the segment is empty (an
+    element count, a sum of exponentials) is no such factor. Deferring gives up what dividing by a running maximum is
+    for (a max-normalised sum of squares stays in float32's range): the guards say where ``⊕G`` overflows."""
     sound = {f.symbol.func(f.name, real=True): _strict(f, sound=True) for f in facts.values()}
-    return not H.xreplace(sound).is_nonzero
+    num, den = sp.fraction(sp.together(H))
+    poles = [f for f in sp.Mul.make_args(den) if f.free_symbols & set(deps)]
+    return not num.xreplace(sound).is_nonzero or any(not f.xreplace(sound).is_nonzero for f in poles)
 
 
 def _reason(attempts) -> tuple[str, Proof | None]:

@@ -20,9 +20,12 @@ masked; ``l = 0`` for a strictly positive sum) — contributes :math:`0_i` and i
 skipped, never multiplied by NaN.  The guard tests the dependency values, never
 :math:`H` itself, which can overflow in float32 although the corrected product
 does not.  A dependency that can reach its identity on real elements (a sum
-that cancels to 0) guards nothing, and a zero of a denominator of :math:`H`
-(``1/a`` at a zero abs-max) is reported in the guards: skipping such a side
-would be wrong in general, so it yields NaN rather than a silently wrong value.
+that cancels to 0) guards nothing.  A zero of a denominator of :math:`H`
+(``1/a`` on a prefix of zeros, where the abs-max ``a`` is 0) has no correction:
+the analysis defers such a reduction (:math:`\oplus G`, :math:`H` applied once
+at the end); where a later reduction reads it, it keeps the correction form and
+the guards say so: skipping such a side would be wrong in general, so it yields
+NaN rather than a silently wrong value.
 """
 
 from __future__ import annotations
@@ -265,11 +268,12 @@ def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
     for ra in analysis.reductions:
         if ra.otimes is MUL and ra.deps and not ra.deferred and ra.monoid.k is None and \
                 may_vanish(ra.H, analysis.signs, [analysis.cascade.symbols[d] for d in ra.deps]):
-            notes.append(f"{ra.name}: H = {ra.H} may be 0 on a non-empty segment, where the correction divides 0 by "
-                         f"0: the fused result is NaN there (loudly, not silently wrong); it is kept in this form "
-                         f"because a later reduction reads {ra.name} (read only by outputs, it would be formed "
-                         f"from its G alone at the end)")
-        if ra.otimes is MUL and ra.deps and _singular_denominators(ra, analysis):
+            notes.append(f"{ra.name}: H = {ra.H} may be 0 or infinite on a non-empty segment (a prefix of the row "
+                         f"where a factor or a denominator of H is 0), where the correction divides 0 by 0: the fused "
+                         f"result is NaN there (loudly, not silently wrong); it is kept in this form because a later "
+                         f"reduction reads {ra.name} (read only by outputs, it would be formed from its G alone at the "
+                         f"end); clamp a denominator, as quantisers clamp the abs-max with max(a, eps)")
+        elif ra.otimes is MUL and ra.deps and _singular_denominators(ra, analysis):
             notes.append(f"{ra.name}: H = {ra.H} is not invertible where its denominator vanishes; a segment "
                          f"there makes the fused result NaN (loudly, not silently wrong): clamp the denominator, "
                          f"as quantisers clamp the abs-max with max(a, eps)")
@@ -370,7 +374,8 @@ def _multi_guards(rw) -> tuple:
                      f"state keeps the sum of logs, which does not overflow where the product of the G would; "
                      f"H = 0 gives 1 (0^0 = 1)")
     for name, g in rw.deferred.items():
-        notes.append(f"{name}: H may be 0 on a non-empty segment, where no correction H(D_new)/H(D_old) exists: the "
+        notes.append(f"{name}: H may be 0 or infinite on a non-empty segment, where no correction H(D_new)/H(D_old) "
+                     f"exists: the "
                      f"state keeps {g} = {CascadePrinter().doprint(rw.cascade[g].body)} reduced alone and "
                      f"{name} = {CascadePrinter().doprint(rw.combination[name])} once the dependencies are final")
     for name, spec in rw.centered.items():

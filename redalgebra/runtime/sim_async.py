@@ -14,47 +14,79 @@ import time
 import numpy as np
 
 
+def _poison(array) -> None:
+    if isinstance(array, np.ndarray):
+        array.view(np.uint8).fill(0xFF)
+
+
+class Poisoned(dict):
+    """A simulated block's static shared arrays by the line that allocates them, each filled with ``0xFF`` bytes as it
+    is first stored. The first array stored for a line is the line's: numba's ``cuda.shared.array`` looks the line up,
+    then stores and returns an array of its own, so two threads racing on a line's first allocation would each keep
+    one (the loser a private array, poisoned, where its block's other threads write theirs). A loser is remembered
+    (``lost``) and :func:`shared_array` hands the kept one back instead."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.lost = {}
+
+    def __setitem__(self, key, array):
+        kept = self.setdefault(key, array)
+        if kept is not array:  # (kept with the array itself, so that its id is not reused while it is here)
+            self.lost[id(array)] = (array, kept)
+
+    def setdefault(self, key, array):  # (atomic: two threads allocating one line get the same array)
+        _poison(array)
+        return super().setdefault(key, array)
+
+
+def shared_array(array):
+    """``cuda.shared.array`` of the simulator (``array``) returning, where its thread lost a race for the line's first
+    allocation, the array the line kept (:class:`Poisoned`)."""
+
+    def kept(self, *args, **kwargs):
+        got = array(self, *args, **kwargs)
+        lost = getattr(getattr(self, "_allocations", None), "lost", None)
+        pair = lost.get(id(got)) if lost else None
+        return pair[1] if pair is not None and pair[0] is got else got
+
+    kept.wrapped = array
+    return kept
+
+
 def poison_shared_memory() -> None:
     """Make every simulated block's shared memory start as ``0xFF`` bytes (a NaN in every 16- and 32-bit float type):
     its dynamic shared memory, not numba's zeros nor what the launch's previous block left there (the simulator runs a
     launch's blocks one after the other on one buffer), and its static arrays, as each is allocated and again at every
     later block (the simulator keeps them for the launch). Hooked where the simulator builds a block's manager, in the
-    launch's thread just before the block runs (``tests/conftest.py`` replaces its ``run``). On the GPU a
-    block's shared memory holds whatever was there before, so a kernel that reads what it never wrote (a row's
-    padding to 16 components left unwritten, :func:`~..codegen.strategies.products.staged`) would pass in the
+    launch's thread just before the block runs (``tests/conftest.py`` replaces its ``run``), and around its
+    ``cuda.shared.array``, so that threads racing on a static array's first allocation share one (:class:`Poisoned`).
+    On the GPU a block's shared memory holds whatever was there before, so a kernel that reads what it never wrote (a
+    row's padding to 16 components left unwritten, :func:`~..codegen.strategies.products.staged`) would pass in the
     simulator by its luck. Installed by :func:`~.backends.cuda_module`, once a process; a simulator without the
     internals it reads is left as it is (``tests/runtime/test_sim_async.py`` checks that it took)."""
-    from numba.cuda.simulator import kernel
+    from numba.cuda.simulator import kernel, kernelapi
 
     manager = getattr(kernel, "BlockManager", None)
     context = getattr(kernel, "_get_kernel_context", None)
-    if manager is None or context is None or getattr(manager, "poisoned", False):
+    fake = getattr(kernelapi, "FakeCUDAShared", None)
+    if manager is None or context is None or fake is None or getattr(manager, "poisoned", False):
         return
     init = manager.__init__
-
-    def poison(array) -> None:
-        if isinstance(array, np.ndarray):
-            array.view(np.uint8).fill(0xFF)
-
-    class Poisoned(dict):  # a static array filled as it is first allocated (numba's ``array`` or conftest's)
-        def __setitem__(self, key, array):
-            self.setdefault(key, array)
-
-        def setdefault(self, key, array):  # (atomic: two threads allocating one line get the same array)
-            poison(array)
-            return super().setdefault(key, array)
 
     def poisoned_init(self, *args, **kwargs):  # (built in the launch's thread, just before the block's run)
         init(self, *args, **kwargs)
         shared = getattr(context(), "_shared", None)
-        poison(getattr(shared, "_dynshared", None))
+        _poison(getattr(shared, "_dynshared", None))
         allocations = getattr(shared, "_allocations", None)
         if isinstance(allocations, dict):
             if not isinstance(allocations, Poisoned):
                 shared._allocations = allocations = Poisoned(allocations)
+            allocations.lost.clear()
             for array in allocations.values():
-                poison(array)
+                _poison(array)
     manager.__init__, manager.poisoned = poisoned_init, True
+    fake.array = shared_array(fake.array)
 
 
 def _shared_flat(s):

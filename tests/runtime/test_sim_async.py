@@ -185,3 +185,37 @@ def test_outputs_allocated_for_a_simulated_call_start_as_nan_not_zeros():
         got = _poisoned(np.zeros((2, 3), dtype), "cudasim")
         assert np.array_equal(got, np.full((2, 3), want, dtype), equal_nan=True), dtype
         assert not _poisoned(np.zeros(4, dtype), "cpu").any()
+
+
+def test_threads_racing_on_a_static_arrays_first_allocation_share_the_one_kept():
+    # numba's simulated cuda.shared.array looks the line up, then stores and returns an array of its own: two threads
+    # between the two each kept their own (the loser's private and all NaN where the block's others wrote theirs:
+    # rows of NaN now and then from mma/wgmma outside the tests, whose allocator takes the first by setdefault)
+    import threading
+    import time
+
+    from redalgebra.runtime.sim_async import Poisoned, shared_array
+
+    def numbas(self, shape, dtype):  # its check-then-set, the window between the two widened
+        res = self._allocations.get("line")
+        if res is None:
+            time.sleep(0.05)
+            res = np.empty(shape, dtype)
+            self._allocations["line"] = res
+        return res
+
+    for method, shared in ((numbas, False), (shared_array(numbas), True)):
+        block = type("Shared", (), {})()
+        block._allocations = Poisoned()
+        got = [None, None]
+
+        def allocate(i):
+            got[i] = method(block, (4, 8), np.float32)
+            got[i][i] = i  # each thread writes its own row, as a block's threads do
+
+        threads = [threading.Thread(target=allocate, args=(i,)) for i in range(2)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert (got[0] is got[1]) is shared
+        if shared:  # both rows written into the one array; the other rows are the poison
+            assert (got[0][:2] == [[0] * 8, [1] * 8]).all() and np.isnan(got[0][2:]).all()

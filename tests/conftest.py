@@ -166,47 +166,6 @@ def _simulator_device_calls_in_the_kernels_module_go_straight():
     yield from _patched(fake, "__call__", call)
 
 
-# numba-cuda's FakeCUDAShared.array, as the fixture below was written from (sha256 of its source, first 16 hex digits)
-_FAKE_SHARED_ARRAY = "46c69699220dd500"
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _simulator_shared_arrays_found_by_their_callers_line():
-    """The simulator's ``cuda.shared.array`` finds a block's array by the file and line that ask for it, which it
-    reads from ``traceback.extract_stack``: every frame of the stack (pytest's some fifty among them) summarised and
-    its source line read, on every simulated thread at every allocation. The same file and line straight from the
-    calling frame (``co_filename``, ``f_lineno``: what the summary holds); the rest of the method as it is. Applied
-    only where the method is the one this was written from (numba-cuda 0.30's)."""
-    import sys
-
-    import numpy as np
-    from numba.cuda.simulator import kernelapi
-
-    types, numpy_support = kernelapi.types, kernelapi.numpy_support  # (the names the method uses, from its module)
-    shared = kernelapi.FakeCUDAShared
-    if not _written_from(shared.array, _FAKE_SHARED_ARRAY):
-        yield  # another numba-cuda: its own method, unchanged
-        return
-
-    def array(self, shape, dtype, alignment=None):  # numba-cuda 0.30's FakeCUDAShared.array but for the caller
-        if alignment is not None:
-            raise RuntimeError("Array alignment is not supported in cudasim")
-        if isinstance(dtype, types.Type):
-            dtype = numpy_support.as_dtype(dtype)
-        if shape == 0:
-            count = self._dynshared_size // dtype.itemsize
-            return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
-        frame = sys._getframe(1)
-        caller = (frame.f_code.co_filename, frame.f_lineno)
-        del frame
-        res = self._allocations.get(caller)
-        if res is None:  # (setdefault: threads racing to allocate the line share the first one's array)
-            res = self._allocations.setdefault(caller, np.empty(shape, dtype))
-        return res
-
-    yield from _patched(shared, "array", array)
-
-
 _EARLY: list = []  # the PTX jobs' process and its folder, started with a whole-suite session
 
 

@@ -105,6 +105,13 @@ class FusedCascade:
     def exact_in_reals_only(self) -> bool:
         return self.analysis.exact_in_reals_only
 
+    @property
+    def corrected_selections(self) -> tuple:
+        """The top-k reductions whose kept values the one-pass forms correct as their dependencies move
+        (``topk(8, exp(g - m) / s)``): each correction rounds, so values the reference ranks equal (equal elements,
+        to the lower index) are ranked by their rounding there; the level order selects with the dependencies final."""
+        return tuple(r.name for r in self.analysis.reductions if r.monoid.k is not None and r.deps)
+
     def monoid(self, name: str) -> Monoid:
         return self.analysis[name].monoid
 
@@ -277,6 +284,13 @@ def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
             notes.append(f"{ra.name}: H = {ra.H} is not invertible where its denominator vanishes; a segment "
                          f"there makes the fused result NaN (loudly, not silently wrong): clamp the denominator, "
                          f"as quantisers clamp the abs-max with max(a, eps)")
+    for ra in analysis.reductions:
+        if ra.monoid.k is not None and ra.deps:
+            notes.append(f"{ra.name}: the one-pass forms correct the kept values by H(D_new)/H(D_old) as "
+                         f"{', '.join(ra.deps)} move, and each correction rounds: values equal in the reference (equal "
+                         f"elements, ranked to the lower index) can be ranked by their rounding instead; the level order "
+                         f"selects with the dependencies final, as the reference does (the CPU's auto takes it: "
+                         f"'levels'; on the GPU 'rows' selects so over a row its registers hold)")
     signed = sorted({d for ra in analysis.reductions for d in ra.deps if _inexact_empty(d, analysis)})
     if signed:
         notes.append(f"{', '.join(signed)}: a strictly signed sum is not an emptiness test (float32 rounds sum(exp(x)) to "

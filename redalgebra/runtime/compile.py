@@ -598,8 +598,9 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
                                   f"(a pass per reduction{', or the level order' if 'columns' in allowed else ''}) "
                                   f"runs it on {backend}: {fused.guards[0]}", fused.analysis)
     if strategy == "auto" and backend == "cpu":
-        # a cast (fp8) rounds at a running scale in the one-pass form: the level order rounds at the final one
-        strategy = "levels" if fused.exact_in_reals_only else "row"
+        # a cast (fp8) rounds at a running scale in the one-pass form: the level order rounds at the final one; a
+        # top-k of corrected values ranks equal elements by the corrections' rounding: the level order as the reference
+        strategy = "levels" if fused.exact_in_reals_only or fused.corrected_selections else "row"
     if strategy != "auto":
         get(strategy, backend)  # a clear error for a name that is not registered on this back end
     for name, value in (("threads", threads), ("tile", tile), ("segments", segments), ("group", group),

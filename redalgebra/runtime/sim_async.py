@@ -8,6 +8,7 @@ stage too early, fails its simulator tests instead of passing by the simulator's
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -21,37 +22,45 @@ def _poison(array) -> None:
 
 class Poisoned(dict):
     """A simulated block's static shared arrays by the line that allocates them, each filled with ``0xFF`` bytes as it
-    is first stored. The first array stored for a line is the line's: numba's ``cuda.shared.array`` looks the line up,
-    then stores and returns an array of its own, so two threads racing on a line's first allocation would each keep
-    one (the loser a private array, poisoned, where its block's other threads write theirs). A loser is remembered
-    (``lost``) and :func:`shared_array` hands the kept one back instead."""
-
-    def __init__(self, *args):
-        super().__init__(*args)
-        self.lost = {}
+    is first stored; the first array stored for a line is the line's (:func:`shared_array`)."""
 
     def __setitem__(self, key, array):
-        kept = self.setdefault(key, array)
-        if kept is not array:  # (kept with the array itself, so that its id is not reused while it is here)
-            self.lost[id(array)] = (array, kept)
+        self.setdefault(key, array)
 
     def setdefault(self, key, array):  # (atomic: two threads allocating one line get the same array)
         _poison(array)
         return super().setdefault(key, array)
 
 
-def shared_array(array):
-    """``cuda.shared.array`` of the simulator (``array``) returning, where its thread lost a race for the line's first
-    allocation, the array the line kept (:class:`Poisoned`)."""
+#: numba-cuda's ``FakeCUDAShared.array``, as :func:`shared_array` was written from (sha256 of its source, first 16 hex
+#: digits): numba-cuda 0.30's.
+FAKE_SHARED_ARRAY = "46c69699220dd500"
 
-    def kept(self, *args, **kwargs):
-        got = array(self, *args, **kwargs)
-        lost = getattr(getattr(self, "_allocations", None), "lost", None)
-        pair = lost.get(id(got)) if lost else None
-        return pair[1] if pair is not None and pair[0] is got else got
 
-    kept.wrapped = array
-    return kept
+def shared_array(self, shape, dtype, alignment=None):
+    """The simulator's ``cuda.shared.array`` (numba-cuda 0.30's ``FakeCUDAShared.array``) but for two things. Its
+    static array is the one the line's first allocation stored: numba's looks the line up, then stores and returns an
+    array of its own, so two threads racing on a line's first allocation each kept one — the loser a private array,
+    poisoned, where its block's other threads wrote theirs (rows of NaN now and then from ``mma`` and ``wgmma``). And
+    the line is read from the calling frame (``co_filename``, ``f_lineno``), which is what numba's key holds, rather
+    than from ``traceback.extract_stack``, which summarises every frame of the stack and reads its source line, on every
+    simulated thread at every allocation."""
+    from numba.cuda.simulator.kernelapi import numpy_support, types
+
+    if alignment is not None:
+        raise RuntimeError("Array alignment is not supported in cudasim")
+    if isinstance(dtype, types.Type):
+        dtype = numpy_support.as_dtype(dtype)
+    if shape == 0:  # the dynamic shared memory, one buffer
+        count = self._dynshared_size // dtype.itemsize
+        return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+    frame = sys._getframe(1)
+    caller = (frame.f_code.co_filename, frame.f_lineno)
+    del frame
+    res = self._allocations.get(caller)
+    if res is None:
+        res = self._allocations.setdefault(caller, np.empty(shape, dtype))
+    return res
 
 
 def poison_shared_memory() -> None:
@@ -59,8 +68,9 @@ def poison_shared_memory() -> None:
     its dynamic shared memory, not numba's zeros nor what the launch's previous block left there (the simulator runs a
     launch's blocks one after the other on one buffer), and its static arrays, as each is allocated and again at every
     later block (the simulator keeps them for the launch). Hooked where the simulator builds a block's manager, in the
-    launch's thread just before the block runs (``tests/conftest.py`` replaces its ``run``), and around its
-    ``cuda.shared.array``, so that threads racing on a static array's first allocation share one (:class:`Poisoned`).
+    launch's thread just before the block runs (``tests/conftest.py`` replaces its ``run``); its ``cuda.shared.array``
+    is :func:`shared_array` (threads racing on a static array's first allocation share one) where numba's is the method
+    that was written from.
     On the GPU a block's shared memory holds whatever was there before, so a kernel that reads what it never wrote (a
     row's padding to 16 components left unwritten, :func:`~..codegen.strategies.products.staged`) would pass in the
     simulator by its luck. Installed by :func:`~.backends.cuda_module`, once a process; a simulator without the
@@ -82,11 +92,13 @@ def poison_shared_memory() -> None:
         if isinstance(allocations, dict):
             if not isinstance(allocations, Poisoned):
                 shared._allocations = allocations = Poisoned(allocations)
-            allocations.lost.clear()
             for array in allocations.values():
                 _poison(array)
     manager.__init__, manager.poisoned = poisoned_init, True
-    fake.array = shared_array(fake.array)
+    from .front_end import written_from
+
+    if written_from(fake.array, FAKE_SHARED_ARRAY):
+        fake.array = shared_array
 
 
 def _shared_flat(s):

@@ -52,3 +52,23 @@ def test_an_argmax_cannot_be_read_as_a_value_it_is_not():
 
     with pytest.raises(CascadeSyntaxError, match=r"i is an argmax: its result is the index i.index.*max\(\.\.\.\)"):
         parse("input x\nreduce i = argmax(x)\nout y = i + 1\n")
+
+
+@pytest.mark.parametrize("text", [
+    "input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))\nreduce i = argmax(exp(x - m) / s)\n",
+    "input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))\nreduce t = topk(3, exp(x - m) / s)\n",
+])
+@pytest.mark.parametrize("backend", ["cpu", "cudasim"])
+def test_a_selection_of_corrected_values_keeps_ties_to_the_lower_index_under_auto(text, backend):
+    # the one-pass form multiplies the kept values by s_old / s_new at every element, which rounds them apart: on rows
+    # of small integers (many equal elements) the CPU's one-pass kernel ranked all but one of six rows by that rounding
+    # (the last equal element first); auto takes the level order on the CPU and 'rows' (a resident row) on the GPU
+    f = derive(parse(text))
+    name = f.corrected_selections[0]
+    assert any(g.startswith(f"{name}: the one-pass forms correct the kept values") for g in f.guards)
+    x = np.random.default_rng(0).integers(-3, 3, size=(6, 40)).astype(np.float32)
+    want = evaluate(parse(text), {"x": x})
+    kernel = compile(f, backend)
+    got = kernel({"x": x})
+    assert np.array_equal(np.asarray(got[f"{name}.index"]), want[f"{name}.index"])
+    assert backend != "cpu" or kernel.strategy == "levels"

@@ -189,24 +189,35 @@ def test_outputs_allocated_for_a_simulated_call_start_as_nan_not_zeros():
 
 def test_threads_racing_on_a_static_arrays_first_allocation_share_the_one_kept():
     # numba's simulated cuda.shared.array looks the line up, then stores and returns an array of its own: two threads
-    # between the two each kept their own (the loser's private and all NaN where the block's others wrote theirs:
-    # rows of NaN now and then from mma/wgmma outside the tests, whose allocator takes the first by setdefault)
+    # between the two each kept their own (the loser's private and all NaN where the block's others wrote theirs: rows
+    # of NaN now and then from mma/wgmma); the simulator's allocator is shared_array, which keeps the first stored
     import threading
     import time
 
+    from numba.cuda.simulator import kernelapi
+
+    from redalgebra.runtime.backends import cuda_module
     from redalgebra.runtime.sim_async import Poisoned, shared_array
 
-    def numbas(self, shape, dtype):  # its check-then-set, the window between the two widened
+    cuda_module("cudasim")
+    assert kernelapi.FakeCUDAShared.array is shared_array  # installed with the simulator
+
+    class Slow(Poisoned):  # the window between the lookup and the store widened
+        def get(self, key, default=None):
+            got = super().get(key, default)
+            time.sleep(0.05)
+            return got
+
+    def numbas(self, shape, dtype):  # numba's check-then-set, as the simulator had it
         res = self._allocations.get("line")
         if res is None:
-            time.sleep(0.05)
             res = np.empty(shape, dtype)
             self._allocations["line"] = res
         return res
 
-    for method, shared in ((numbas, False), (shared_array(numbas), True)):
-        block = type("Shared", (), {})()
-        block._allocations = Poisoned()
+    for method, shared in ((numbas, False), (shared_array, True)):
+        block = kernelapi.FakeCUDAShared(0)
+        block._allocations = Slow()
         got = [None, None]
 
         def allocate(i):

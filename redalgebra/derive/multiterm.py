@@ -325,7 +325,7 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
             part = Reduction(g, s.monoid, ra.G)
             stmts.append(part)
             symbols[g] = part.symbol
-            expr = ra.H * part.symbol
+            expr = ra.H + part.symbol if ra.otimes is ADD else ra.H * part.symbol
             guard = _empty_guard(expr, stmts, symbols, c, analysis)  # a -inf dependency times ⊕G: count == 0
             if guard is not None:
                 expr = sp.Piecewise((s.monoid.identity, guard), (expr, True))

@@ -426,8 +426,11 @@ def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None, wit
         return Attempt(otimes.name, "separability", (dist, sep))
     rng = _range_proof(H, otimes, assumption, facts, [d.name for d in deps])
     # H may be 0 or infinite on a non-empty segment (a factor or a denominator that is >= 0, or of unknown sign):
-    # then no correction H(D_new)/H(D_old) exists, but none is needed if the state keeps ⊕G and H is applied once
-    defer = r.monoid.k is None and (may_vanish(H, facts, deps) if otimes is MUL else may_diverge(H, facts, deps))
+    # then no correction H(D_new)/H(D_old) exists, but none is needed if the state keeps ⊕G and H is applied once.
+    # ⊗ = + always so: H + ⊕G rounds as the corrections would, and needs no H of a partial segment, which can be
+    # infinite where the row's is not (log(q) at q = Σx² = 0 on a prefix of zeros, the identity state's own q = 0;
+    # -m for m = max(x) on a prefix of -inf elements, where min(x - m) would skip them as if they were masked)
+    defer = r.monoid.k is None and (otimes is not MUL or may_vanish(H, facts, deps))
     if not rng.proved:
         if defer and rng.assumptions == (NONZERO,):
             return Attempt(otimes.name, None, (dist, sep, rng), G, H, assumption, deferred=True)
@@ -448,16 +451,6 @@ def may_vanish(H: sp.Expr, facts: dict, deps) -> bool:
     num, den = sp.fraction(sp.together(H))
     poles = [f for f in sp.Mul.make_args(den) if f.free_symbols & set(deps)]
     return not num.xreplace(sound).is_nonzero or any(not f.xreplace(sound).is_nonzero for f in poles)
-
-
-def may_diverge(H: sp.Expr, facts: dict, deps) -> bool:
-    """For ⊗ = +: whether H can be infinite at a non-empty state (``log(q)`` or ``-1/q`` for ``q = sum(x * x)``, 0 on a
-    prefix of zeros; the identity state itself has ``q = 0``), where the correction ``H(D_new) - H(D_old)`` is
-    ``-inf - (-inf)``: deferred as :func:`may_vanish`'s are (``⊕G``, then ``H + ⊕G``). Decided at 0 for each dependency
-    that can be 0 there (SymPy takes ``log`` of a non-negative symbol for finite)."""
-    sound = {f.symbol.func(f.name, real=True): _strict(f, sound=True) for f in facts.values()}
-    zeros = [d for d in deps if not sound.get(d, d).is_nonzero]
-    return not H.xreplace(sound).is_finite or any(H.subs(d, 0).has(sp.zoo, sp.oo, -sp.oo, sp.nan) for d in zeros)
 
 
 def _reason(attempts) -> tuple[str, Proof | None]:

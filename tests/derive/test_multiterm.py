@@ -202,6 +202,8 @@ def test_a_vanishing_factor_read_by_a_later_reduction_keeps_its_correction_and_s
     "input x\nreduce a = max(abs(x))\nreduce l = min(x - log(a))\nout y = l",
     "input x\nreduce q = sum(x * x)\nreduce l = logsumexp(x + log(q))\nout y = l",
     "input x\nreduce c = sum(where(x > 0, 1, 0))\nreduce l = logsumexp(x - log(c))\nout y = l",
+    # ⊗ = + is always deferred: -m on a prefix of -inf elements (m = -inf there) was skipped as a masked prefix
+    "input x\nreduce m = max(x)\nreduce r = min(x - m)\nout y = r",
 ])
 def test_a_pole_or_zero_of_h_on_a_prefix_of_the_row_is_deferred(text):
     # the correction H(D_new)/H(D_old) does not exist where a prefix has H(D) = 0 or infinite, yet the row's value
@@ -234,6 +236,17 @@ def test_the_cpu_kernels_of_a_deferred_pole_give_the_reference_on_rows_that_star
     got = compile_kernel(f, "cpu", strategy)({"x": x})["y"]
     want = evaluate(f.source, {"x": x.astype(np.float64)}, {})["y"]
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("row", [[-np.inf, 1.0, 2.0], [1.0, -np.inf, 2.0], [1.0, 2.0, -np.inf]])
+def test_an_element_at_minus_inf_is_a_value_not_a_masked_one_where_f_keeps_it(row):
+    # min(x - m): a prefix whose max is -inf was skipped as if masked, so the row's -inf was lost (-1, not -inf) where
+    # it came first and kept where it came later; deferred, min(x) - m in every order
+    f = derive(parse("input x\nreduce m = max(x)\nreduce r = min(x - m)\nreduce s = max(m - x)\nout y = r\nout z = s"))
+    x = np.array([row])
+    ev = Evaluator(f, {"x": x})
+    for got in (ev.finalize(ev.incremental()), ev.finalize(ev.segmented([0, 1, 3]))):
+        assert got["y"].tolist() == [-np.inf] and got["z"].tolist() == [np.inf]
 
 
 def test_a_pole_read_by_a_later_reduction_keeps_its_correction_and_says_where_it_is_nan():

@@ -235,3 +235,11 @@ def test_check_takes_a_dtype_per_input(capsys):
     # bfloat16 activations and e4m3 weights (the FP8 GEMM's own types), on the CPU
     code, out, err = run(capsys, "check", "fp8_quant_gemm", "--dtype", "bfloat16,w=e4m3")
     assert code == 0 and out.count("ok ") == 3 and "bfloat16,w=e4m3" in out, err
+
+
+def test_check_draws_a_vector_dimension_of_any_name(capsys, tmp_path):
+    # only d, e, n and r had sizes: `input k[h]` ended in a TypeError from NumPy's generator
+    path = tmp_path / "heads.txt"
+    path.write_text("input k[h]\nparam q[h]\nreduce m = max(dot(q, k))\nreduce s = sum(exp(dot(q, k) - m))\nout y = s\n")
+    code, out, err = run(capsys, "check", str(path), "--backend", "cpu")
+    assert code == 0 and out.count("ok ") == 3, err

@@ -316,6 +316,10 @@ def _validate(c: Cascade) -> None:
             if sym != table[sym.name].symbol:
                 raise CascadeError(f"{c.name}: {s.name} uses a symbol {sym.name!r} whose assumptions differ "
                                    f"from its declaration; build expressions from the declared symbols")
+            if isinstance(table[sym.name], Output) and not isinstance(s, Output):
+                raise CascadeError(f"{c.name}: {s.name} reads the output {sym.name}: an out line is a result of the "
+                                   f"row, read only by later out lines; write it as `let {sym.name} = …` to use it "
+                                   f"in a reduction or a let")
             graph.add_edge(sym.name, s.name)
     try:
         cycle = nx.find_cycle(graph)

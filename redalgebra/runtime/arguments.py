@@ -30,6 +30,8 @@ def host_output(array: np.ndarray, stored: str | None):
 def param_values(p, value) -> np.ndarray:
     """A host param's values as an array of real numbers (exact ones — fractions, SymPy numbers — as float64), an
     ``int`` param's checked: whole numbers of magnitude at most :data:`INT_PARAM_LIMIT`; else a named error."""
+    if value is None:  # (NumPy would hold it as an object, float32 makes it NaN)
+        raise EvaluationError(f"param {p.name}: a number or an array of them, got None")
     given = np.asarray(value)
     if given.dtype.kind == "O":  # (Fraction, Decimal, SymPy numbers: real numbers NumPy holds as objects)
         try:
@@ -127,6 +129,9 @@ def given_outputs(out, shapes: dict, on_device: bool) -> dict:
             stored = {np.dtype(np.uint16): "bfloat16 bit patterns", np.dtype(np.uint8): "e4m3 bytes"}.get(dtype, dtype)
             raise EvaluationError(f"out[{name!r}] must be a contiguous {shape} array of {stored}, got "
                                   f"{got} {tuple(array.shape)}" + ("" if strides is None else " (strided)"))
+        if not on_device and not array.flags.writeable:
+            raise EvaluationError(f"out[{name!r}] is read-only (a view of bytes, or an array with writeable=False): "
+                                  f"the kernel writes into it")
         if on_device and array.__cuda_array_interface__["data"][0] % 16:
             raise EvaluationError(f"out[{name!r}] must start on a 16-byte boundary (the kernels store 16 bytes at "
                                   f"a time); this one starts {array.__cuda_array_interface__['data'][0] % 16} "

@@ -31,6 +31,14 @@ CAST_TOLERANCE = 0.1  # e4m3 keeps 3 mantissa bits: one rounding moves a value b
 # (relative to the value: 2^-8 of it for bfloat16, 2^-11 for float16, so at most that of the largest)
 STORE_ROUNDING = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 SMALL_SIZES = {"d": 8, "r": 16, "e": 4, "n": 5}
+#: The size of a vector dimension named otherwise (``input k[h]``).
+OTHER_SIZE = 8
+
+
+def small_sizes(c) -> dict:
+    """:data:`SMALL_SIZES` and :data:`OTHER_SIZE` for every dimension name ``c`` declares."""
+    named = {s.size for s in (*c.inputs, *c.params) if isinstance(s.size, str)}
+    return {**{name: OTHER_SIZE for name in named}, **SMALL_SIZES}
 
 
 @dataclass
@@ -86,8 +94,8 @@ def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="floa
     With three rows or more, the first row is all zeros (signed: -0.0 and 0.0 alternate), where a result
     such as ``max(abs(x))`` is 0 on a non-empty row; the second holds a tie for its largest value and a
     subnormal float32 (1e-40)."""
-    sizes = {**SMALL_SIZES, **(sizes or {})}
     c = fused.cascade
+    sizes = {**small_sizes(c), **(sizes or {})}
     kinds = input_dtypes(dtype, [s.name for s in c.inputs])
     inputs = {}
     for s in c.inputs:
@@ -222,7 +230,7 @@ def check(fused: FusedCascade, backend: str, strategy: str | None = None, shapes
         cuda_module(backend)
     if sizes is None and kernel.strategy != "auto":  # small vectors, rounded up to what the strategy takes
         step = get_strategy(kernel.strategy).vector_multiple
-        sizes = {name: -(-n // step) * step for name, n in SMALL_SIZES.items()}
+        sizes = {name: -(-n // step) * step for name, n in small_sizes(fused.cascade).items()}
     rng = np.random.default_rng(seed)
     # a strategy whose blocks share each vector row (columns_mma) is given the vector inputs once, for all rows
     # (a cascade without a per-row input then has one row: its vectors stay a row each, and the strategy says why not)

@@ -381,6 +381,9 @@ class Kernel:
 
         ``out``: ``{output name: array}`` to write some outputs into (the shape and dtype the call would
         return, contiguous, where the inputs are); they are returned as given, written."""
+        for what, d in (("inputs", inputs), ("params", params), ("out", out)):
+            if not isinstance(d, dict) and (d is not None or what == "inputs"):
+                raise EvaluationError(f"{what}: a dict by name ({{'x': array}}), got {type(d).__name__}")
         torch = sys.modules.get("torch")  # (a tensor means torch was imported)
         if torch is not None:
             for v in inputs.values():  # a plain loop: this runs on every call

@@ -58,6 +58,13 @@ class Encoded:
     def shape(self):
         return tuple(self.bits.shape)
 
+    def __array__(self, dtype=None, copy=None):
+        """The float32 values (host bits only): what NumPy, and so the float64 reference ``evaluate``, reads."""
+        if not isinstance(self.bits, np.ndarray):
+            raise TypeError(f"{type(self).__name__} on the device: copy its bits to the host for their values")
+        values = to_float(self)
+        return values if dtype is None else values.astype(dtype)
+
 
 @dataclass(frozen=True)
 class BFloat16(Encoded):

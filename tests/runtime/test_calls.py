@@ -123,3 +123,36 @@ def test_a_device_vector_param_must_be_contiguous_and_aligned_for_16_byte_loads(
         with pytest.raises(EvaluationError, match=f"param q: a device array must be C-contiguous and start 16-byte "
                                                   f"aligned \\({why}"):
             bound_param(q, bad, 4)
+
+
+def test_arguments_of_the_wrong_kind_are_named_not_raised_from_numpy_or_numba():
+    # a bare array for the inputs (AttributeError), a read-only out array (numba's TypingError), a param of None
+    # (silently NaN: NumPy holds None as an object, float32 makes it NaN)
+    kernel = compile(fused("safe_softmax"), "cpu")
+    x = np.ones((3, 7), np.float32)
+    with pytest.raises(EvaluationError, match="inputs: a dict by name"):
+        kernel(x)
+    with pytest.raises(EvaluationError, match="params: a dict by name"):
+        kernel({"x": x}, [1.0])
+    read_only = np.zeros((3, 7), np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(EvaluationError, match=r"out\['y'\] is read-only"):
+        kernel({"x": x}, out={"y": read_only})
+    scaled = compile(fused("attention"), "cpu")
+    k = np.ones((2, 5, 4), np.float32)
+    with pytest.raises(EvaluationError, match="param scale: a number or an array of them, got None"):
+        scaled({"k": k, "v": k}, {"q": np.ones((2, 4), np.float32), "scale": None})
+
+
+def test_the_reference_reads_bfloat16_and_e4m3_values_as_the_kernels_do():
+    # a query given as bfloat16 (as the tensor-core kernels take it) was a TypeError from NumPy inside evaluate
+    from redalgebra import as_bfloat16, as_e4m3, evaluate
+    from redalgebra.runtime.formats import to_float
+
+    rng = np.random.default_rng(1)
+    k, v = rng.normal(size=(2, 3, 6, 8))
+    q, scale = rng.normal(size=(3, 8)), 0.3
+    c = fused("attention").cascade
+    encoded = evaluate(c, {"k": as_e4m3(k), "v": v}, {"q": as_bfloat16(q), "scale": scale})["y"]
+    decoded = evaluate(c, {"k": to_float(as_e4m3(k)), "v": v}, {"q": to_float(as_bfloat16(q)), "scale": scale})["y"]
+    assert np.array_equal(encoded, decoded) and not np.array_equal(q, to_float(as_bfloat16(q)))

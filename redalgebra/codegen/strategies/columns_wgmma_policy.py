@@ -154,7 +154,7 @@ def applicable(fused: FusedCascade, p: Problem) -> str | None:
     share = min(reps.get(s.name, 1) for s in fused.cascade.inputs if s.size is not None)
     if share < p.rows and share % bm:
         return (f"columns_wgmma: a block's {bm} rows share one weight matrix; here each is shared by {share} rows (not "
-                f"a multiple of {bm}): use columns_mma")
+                f"a multiple of {bm}): use {'columns_mma' if share % columns_mma.BM == 0 else 'columns'}")
     if e4m3 and share < p.rows:
         return ("columns_wgmma: e4m3 weights are widened to float16 once a call, for one weight matrix shared by every "
                 "row; here there are several: use columns_mma")

@@ -228,8 +228,10 @@ def applicable(fused: FusedCascade, p: Problem, name: str, shared, wide: bool = 
         return x if isinstance(x, int) else sizes.get(x, 0)
     for s in vin:
         n = length(s.size)
-        if n % 8 or (staged(n) > MOST_COMPONENTS and not wide):
-            return f"{name}: vectors of a multiple of 8 components, at most {MOST_COMPONENTS}; {s.name} has {n}"
+        if n % 8:  # (a row of 16-bit components starts on a 16-byte boundary only then: cp.async copies 16 bytes)
+            return f"{name}: vectors of a multiple of 8 components; {s.name} has {n} (vrows takes any)"
+        if staged(n) > MOST_COMPONENTS and not wide:
+            return f"{name}: vectors of at most {MOST_COMPONENTS} components; {s.name} has {n}"
     if wide and column_groups((length(c.sizes[r.name]) for r in c.reductions if c.sizes[r.name] is not None),
                               most) is None:
         return wide_refusal(name)

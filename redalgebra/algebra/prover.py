@@ -127,7 +127,9 @@ def _try_point(lhs, rhs, point, conditions) -> Counterexample | None:
 
 def prove_equal(lhs, rhs, *, claim: str, assumptions=None, conditions=(), seed: int = 0,
                 budget_s: float | None = None) -> Proof:
-    """Prove ``lhs = rhs`` for all real values of the free symbols (subject to ``assumptions``).
+    """Prove ``lhs = rhs`` for all real values of the free symbols (subject to ``assumptions``) where both sides are
+    defined: a quotient is equal to its cancelled form, as SymPy simplifies it (``(t**2 - 1)/(t - 1) = t + 1`` is
+    proved; at ``t = 1`` the left side is undefined, not different).
 
     Parameters
     ----------

@@ -298,7 +298,8 @@ def _validate(c: Cascade) -> None:
         e = expr_of(s)
         if e is None:
             continue
-        if e.has(sp.zoo, sp.nan, sp.I):
+        if e.has(sp.zoo, sp.nan, sp.I) or any(p.base.is_number and p.base.is_negative and p.exp.is_number and
+                                              not p.exp.is_integer for p in e.atoms(sp.Pow)):
             raise CascadeError(f"{c.name}: {s.name} = {e} is undefined or not real (a division by zero, "
                                f"log(0), inf - inf or the root of a negative constant)")
         if isinstance(e, (Relational, BooleanAtom, BooleanFunction)):

@@ -124,6 +124,7 @@ def sign_facts(c: Cascade) -> dict[str, SignFact]:
     """Sign facts for every name, in statement order; reductions are judged on non-empty segments."""
     facts: dict[str, SignFact] = {}
     signed: dict[sp.Symbol, sp.Symbol] = {}
+    infinite = set()  # lets whose value can be ±inf (a where(…, -inf) mask), directly or through another
     for s in c.statements:
         if isinstance(s, Input):
             sign, reason = s.sign, ("declared" if s.sign else "an input: any real")
@@ -132,12 +133,27 @@ def sign_facts(c: Cascade) -> dict[str, SignFact]:
         elif isinstance(s, (Let, Output)):
             sign = sign_of(drop_casts(s.expr).xreplace(signed))
             reason = f"from {s.name} = {s.expr}"
+            if s.expr.has(sp.oo, -sp.oo) or s.expr.free_symbols & infinite:
+                infinite.add(s.symbol)
         else:
             sign, reason = _reduction_sign(s, signed)
+            if sign == ">0" and s.monoid.name == "add" and _masked_without_shift(s, c, infinite):
+                sign, reason = ">=0", (f"{s.name} = {reducer_text(s)}: a sum of positive terms, but a term is 0 where "
+                                       f"a masked element's value is -inf: 0 on a prefix of such elements (no max of "
+                                       f"them is subtracted, whose own element would give exp(0) = 1)")
         sym = symbol(s.name, sign)
         signed[s.symbol] = sym
         facts[s.name] = SignFact(s.name, sym, sign, reason)
     return facts
+
+
+def _masked_without_shift(r: Reduction, c: Cascade, infinite: set) -> bool:
+    """Whether ``r``'s body reads a value that can be -inf (a masked element) and no max (or min) of the row: a sum
+    of ``exp(s)`` is then 0 on a prefix of masked elements, where ``sum(exp(s - m))`` with ``m = max(s)`` is at least
+    1 on any segment whose max is finite (and an empty one where it is -inf)."""
+    shifts = {x.symbol for x in c.reductions if x.monoid.name in ("max", "min") and x.monoid.k is None}
+    used = r.body.free_symbols
+    return bool(used & infinite) and not used & shifts
 
 
 def _reduction_sign(r: Reduction, signed: dict) -> tuple[str | None, str]:

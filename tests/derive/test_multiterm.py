@@ -400,3 +400,19 @@ def test_a_log_of_positive_factors_is_split_into_their_logs():
     for backend, strategy in (("cpu", "row"), ("cudasim", "auto")):
         got = compile(f, backend, strategy)({"x": x}, {}, keep)["y"]
         np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"{backend} {strategy}")
+
+
+def test_a_sum_of_exponentials_of_masked_scores_without_a_max_shift_can_be_0_on_a_prefix():
+    # where(pos >= n, x, -inf): a row padded on the left has exp(-inf) = 0 terms first, so l = sum(exp(s)) is 0 on
+    # that prefix (not positive, as a sum of exponentials of finite values is): 1/l is a pole there, deferred, where
+    # the correction form gave NaN from the prefix on; with the max subtracted (m = max(s)) l stays positive
+    text = "input x\nparam n int\nlet s = where(pos >= n, x, -inf)\nreduce l = sum(exp(s))\n" \
+           "reduce t = sum(x * exp(s) / l)\nout y = t"
+    f = derive(parse(text))
+    assert f.source_analysis.signs["l"].sign == ">=0" and f.source_analysis["t"].kind == "deferred"
+    shifted = analyze(parse(text.replace("reduce l = sum(exp(s))", "reduce m = max(s)\nreduce l = sum(exp(s - m))")))
+    assert shifted.signs["l"].sign == ">0"
+    x = np.array([[0.5, 1.0, 2.0], [0.5, 1.0, 2.0]])
+    params = {"n": np.array([1, 0])}
+    ev = Evaluator(f, {"x": x}, params)
+    np.testing.assert_allclose(ev.finalize(ev.incremental())["y"], evaluate(f.source, {"x": x}, params)["y"], rtol=1e-12)

@@ -269,7 +269,9 @@ def _range_notes(c: Cascade, bodies: dict) -> list[str]:
 def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
     notes = ["the identity state is each reduction's 0 (max: -inf, sum: 0, top-k: -inf values, index -1)",
              "an empty or fully masked side (an earlier max at -inf, or an element count of 0) contributes "
-             "0_i: it is skipped, never multiplied by NaN",
+             "0_i: it is skipped, never multiplied by NaN (a row whose every score is -inf, a mask written with "
+             "where(…, -inf) that keeps nothing, is such a side: its sums are 0, as with the call's keep mask, where "
+             "the unfused reference and the level order compute exp(-inf - (-inf)) = NaN)",
              "a length-1 segment is the lift of its element; masked elements leave the state unchanged"]
     notes += _range_notes(analysis.cascade, bodies)
     for ra in analysis.reductions:

@@ -235,6 +235,9 @@ def test_check_takes_a_dtype_per_input(capsys):
     # bfloat16 activations and e4m3 weights (the FP8 GEMM's own types), on the CPU
     code, out, err = run(capsys, "check", "fp8_quant_gemm", "--dtype", "bfloat16,w=e4m3")
     assert code == 0 and out.count("ok ") == 3 and "bfloat16,w=e4m3" in out, err
+    for bad in (",,,", "bfloat16,", "float33"):  # (an empty item was taken as float32)
+        code, out, err = run(capsys, "check", "fp8_quant_gemm", "--dtype", bad)
+        assert code == 2 and "dtype" in err and "Traceback" not in err, bad
 
 
 def test_check_draws_a_vector_dimension_of_any_name(capsys, tmp_path):

@@ -101,7 +101,8 @@ def test_limit_errors_exit_2_with_the_limit_in_the_message(tmp_path, capsys):
     assert "MAX_DEPTH" in err and "line 2, column" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("monoid", ["topk(" + "9" * 5000 + ")", "topk(²)", "top٣", "topk(0)", "topk(1025)"])
+@pytest.mark.parametrize("monoid", ["topk(" + "9" * 5000 + ")", "topk(²)", "top٣", "topk(0)", "topk(1025)", "topk(2", "topk2)",
+                                    "topk(3))"])
 def test_laws_of_a_hostile_topk_exit_2(monoid, capsys):
     assert main(["laws", monoid]) == 2
     err = capsys.readouterr().err

@@ -58,8 +58,8 @@ def lookup(name: str) -> Monoid:
     key = name.strip().lower().replace(" ", "")
     if key in BY_NAME:
         return BY_NAME[key]
-    for prefix in ("topk(", "topk", "top"):
-        digits = key.removeprefix(prefix).rstrip(")")
+    for prefix, close in (("topk(", ")"), ("topk", ""), ("top", "")):
+        digits = key.removeprefix(prefix).removesuffix(close) if key.endswith(close) else ""
         if key.startswith(prefix) and digits.isascii() and digits.isdigit():
             if len(digits) > len(str(MAX_TOPK)) or not 0 < int(digits) <= MAX_TOPK:
                 raise MonoidError(f"k of topk(K) is a positive integer of at most {MAX_TOPK} (the limit MAX_TOPK); "

@@ -73,7 +73,11 @@ def input_dtypes(spec: str, names) -> dict:
     ``name=dtype`` items with at most one bare dtype for the inputs not named (float32 where none is given):
     ``"bfloat16,w=e4m3"`` is bfloat16 activations and e4m3 weights."""
     default, named = "float32", {}
-    for item in (i.strip() for i in str(spec).split(",") if i.strip()):
+    items = [i.strip() for i in str(spec).split(",")]
+    if not all(items):
+        raise RedalgebraError(f"dtype {spec!r}: an empty item; write one of {', '.join(DTYPES)}, or name=dtype items "
+                              f"separated by commas")
+    for item in items:
         name, eq, kind = item.rpartition("=")
         if kind not in DTYPES:
             raise RedalgebraError(f"dtype {spec!r}: {kind!r} is not one of {', '.join(DTYPES)}")

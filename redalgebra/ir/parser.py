@@ -112,7 +112,11 @@ def tokenize(line: str, line_no: int) -> list[Token]:
     while pos < len(line):
         m = _TOKEN.match(line, pos)
         if m is None:
-            raise CascadeSyntaxError(f"unexpected character {line[pos]!r}", line_no, pos + 1, line)
+            why = f"unexpected character {line[pos]!r}"
+            if line.startswith(".index", pos):  # (NAME.index: a top-k's indices, a result of the call only)
+                why += ("; NAME.index, a top-k's or an argmax's indices, is a result of the call, which expressions "
+                        "cannot read")
+            raise CascadeSyntaxError(why, line_no, pos + 1, line)
         if m.lastgroup not in ("ws", "comment"):
             tokens.append(Token(m.lastgroup, m.group(), pos + 1))
         pos = m.end()

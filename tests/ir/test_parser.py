@@ -81,6 +81,7 @@ def test_round_trip_through_the_text_printer(name):
     ("input x\nreduce m = max(x + log(0))", 2, 8, "undefined"),
     ("input x\nreduce m = max(x / (1 - 1))", 2, 8, "undefined"),
     ("input x\nreduce m = max(x * (-2)**(1/3))", 2, 8, "root of a negative constant"),  # (SymPy keeps it, complex)
+    ("input x\nreduce i = argmax(x)\nout y = i.index", 3, 10, "is a result of the call, which expressions cannot read"),
     # an out is read only by later outs (a reduction reading one was analysed as reading nothing)
     ("input x\nreduce s = sum(x)\nout y = s\nreduce t = sum(x * y)", 4, 8, "reads the output y"),
     ("input x\nreduce s = sum(x)\nout y = s\nlet z = y + x\nreduce t = sum(z)", 4, 5, "write it as `let y"),

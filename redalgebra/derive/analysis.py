@@ -160,8 +160,7 @@ class Analysis:
                              f"{ROUTES[r.route].text}")
             elif r.fusable:
                 lines.append(f"{head}: ⊗ = {_SYMBOL[r.otimes.name]}, G = {p.doprint(r.G)}, H({', '.join(r.deps)}) = "
-                             f"{p.doprint(r.H)}" + ("; H may be 0 or infinite on a non-empty segment, so the state keeps "
-                                                    f"{r.monoid.name}(G) and H is applied at the end" if r.deferred else ""))
+                             f"{p.doprint(r.H)}" + (_deferred_words(r) if r.deferred else ""))
             else:
                 lines.append(f"{head}: not fusable — {r.reason}")
                 if r.refuted is not None:
@@ -427,15 +426,26 @@ def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None, wit
     rng = _range_proof(H, otimes, assumption, facts, [d.name for d in deps])
     # H may be 0 or infinite on a non-empty segment (a factor or a denominator that is >= 0, or of unknown sign):
     # then no correction H(D_new)/H(D_old) exists, but none is needed if the state keeps ⊕G and H is applied once.
-    # ⊗ = + always so: H + ⊕G rounds as the corrections would, and needs no H of a partial segment, which can be
-    # infinite where the row's is not (log(q) at q = Σx² = 0 on a prefix of zeros, the identity state's own q = 0;
-    # -m for m = max(x) on a prefix of -inf elements, where min(x - m) would skip them as if they were masked)
-    defer = r.monoid.k is None and (otimes is not MUL or may_vanish(H, facts, deps))
+    # A max or min with ⊗ = + always so: max(G) + H rounds once, as each G + H would, and needs no H of a partial
+    # segment, which can be infinite where the row's is not (log(q) at q = Σx² = 0 on a prefix of zeros, the identity
+    # state's own q = 0; -m for m = max(x) on a prefix of -inf elements, which min(x - m) skipped as if masked). A
+    # logsumexp only where H may be infinite: its running logaddexp of the raw G rounds at |G|'s scale, where the
+    # shifted G + H (x - m) it corrects keeps the digits
+    shifted = r.monoid.name in ("max", "min")
+    defer = r.monoid.k is None and (may_vanish(H, facts, deps) if otimes is MUL
+                                    else shifted or may_diverge(H, facts, deps))
     if not rng.proved:
         if defer and rng.assumptions == (NONZERO,):
             return Attempt(otimes.name, None, (dist, sep, rng), G, H, assumption, deferred=True)
         return Attempt(otimes.name, "range of H", (dist, sep, rng), G, H, assumption)
     return Attempt(otimes.name, None, (dist, sep, rng), G, H, assumption, deferred=defer)
+
+
+def _deferred_words(r) -> str:
+    if r.otimes is MUL:
+        return (f"; H may be 0 or infinite on a non-empty segment, so the state keeps {r.monoid.name}(G) (with H's "
+                f"exponentials) and H's other factors are applied at the end")
+    return f"; the state keeps {r.monoid.name}(G) and H is added at the end"
 
 
 def may_vanish(H: sp.Expr, facts: dict, deps) -> bool:
@@ -451,6 +461,29 @@ def may_vanish(H: sp.Expr, facts: dict, deps) -> bool:
     num, den = sp.fraction(sp.together(H))
     poles = [f for f in sp.Mul.make_args(den) if f.free_symbols & set(deps)]
     return not num.xreplace(sound).is_nonzero or any(not f.xreplace(sound).is_nonzero for f in poles)
+
+
+def may_diverge(H: sp.Expr, facts: dict, deps) -> bool:
+    """For ⊗ = +: whether H can be infinite at a non-empty state (``log(q)`` or ``-1/q`` for ``q = sum(x * x)``, 0 on a
+    prefix of zeros; the identity state itself has ``q = 0``), where the correction ``H(D_new) - H(D_old)`` is
+    ``-inf - (-inf)``. Decided at 0 for each dependency that can be 0 there (SymPy takes ``log`` of a non-negative
+    symbol for finite)."""
+    sound = {f.symbol.func(f.name, real=True): _strict(f, sound=True) for f in facts.values()}
+    zeros = [d for d in deps if not sound.get(d, d).is_nonzero]
+    return not H.xreplace(sound).is_finite or any(H.subs(d, 0).has(sp.zoo, sp.oo, -sp.oo, sp.nan) for d in zeros)
+
+
+def running_factors(H: sp.Expr, deps) -> tuple[sp.Expr, sp.Expr]:
+    """``(H_end, H_run)`` with ``H = H_end · H_run`` for a deferred ``⊗ = ×`` (an H with a factor that may be 0 or
+    infinite at a non-empty state, :func:`may_vanish`): ``H_run`` its exponentials of dependencies (``exp(-m)``: the
+    shift that keeps a sum of exponentials in range), kept in the state ``⊕(G · H_run)`` and corrected as the
+    dependencies move; ``H_end`` the rest (``1/a`` for ``a = max(abs(x))``, a mean that may be 0, a count), applied
+    once they are final, rounded once."""
+    keep = set(deps)
+    factors = sp.Mul.make_args(sp.powsimp(H, combine="exp"))
+    run = [f for f in factors if isinstance(f, sp.exp) and f.free_symbols & keep]
+    H_run = sp.Mul(*run)
+    return sp.simplify(H / H_run), H_run
 
 
 def _reason(attempts) -> tuple[str, Proof | None]:

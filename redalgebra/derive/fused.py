@@ -39,7 +39,7 @@ from ..algebra import budget as _budget
 from ..errors import NotFusableError
 from ..ir import ADD, MUL, Cascade, Monoid, Reduction, build_graph, reduction_dependencies
 from ..ir.printer import CascadePrinter, reducer_text
-from .analysis import Analysis, ReductionAnalysis, may_vanish, analyze, analyze_reduction
+from .analysis import Analysis, ReductionAnalysis, analyze, analyze_reduction, may_diverge, may_vanish
 from .multiterm import combination_proof, merge_proof, rewrite
 from .prepare import bodies, element_atoms, has_casts, inline, outputs, sign_facts
 from .program import Program, TopKMerge, build
@@ -111,6 +111,12 @@ class FusedCascade:
         (``topk(8, exp(g - m) / s)``): each correction rounds, so values the reference ranks equal (equal elements,
         to the lower index) are ranked by their rounding there; the level order selects with the dependencies final."""
         return tuple(r.name for r in self.analysis.reductions if r.monoid.k is not None and r.deps)
+
+    @property
+    def uncorrectable(self) -> tuple:
+        """The reductions whose correction does not exist on some non-empty prefix (:func:`uncorrectable`): the
+        one-pass forms are NaN from there on, the level order computes them with the dependencies final."""
+        return tuple(r.name for r in uncorrectable(self.analysis))
 
     def monoid(self, name: str) -> Monoid:
         return self.analysis[name].monoid
@@ -237,12 +243,6 @@ def _lift(analysis: Analysis, bodies: dict, c: Cascade) -> Program:
     return Program(tuple(steps), tuple(s for s, _ in steps))
 
 
-def _singular_denominators(ra: ReductionAnalysis, analysis: Analysis) -> bool:
-    closed = {sp.Symbol(f.name, real=True): f.symbol for f in analysis.signs.values()}
-    _, den = sp.fraction(sp.together(ra.H))
-    return any(f.free_symbols and not f.xreplace(closed).is_nonzero for f in sp.Mul.make_args(den))
-
-
 #: The largest finite float32.
 FLOAT32_MAX = 3.4028234663852886e38
 
@@ -266,6 +266,19 @@ def _range_notes(c: Cascade, bodies: dict) -> list[str]:
     return notes
 
 
+def uncorrectable(analysis: Analysis) -> list:
+    """The reductions kept in the correction form (read by a later reduction, or a top-k) whose H may be 0 or infinite
+    on a non-empty segment: their one-pass forms are NaN from such a prefix on (the guards say so)."""
+    found = []
+    for ra in analysis.reductions:
+        if not ra.deps or ra.deferred or ra.otimes is None:
+            continue
+        deps = [analysis.cascade.symbols[d] for d in ra.deps]
+        if may_vanish(ra.H, analysis.signs, deps) if ra.otimes is MUL else may_diverge(ra.H, analysis.signs, deps):
+            found.append(ra)
+    return found
+
+
 def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
     notes = ["the identity state is each reduction's 0 (max: -inf, sum: 0, top-k: -inf values, index -1)",
              "an empty or fully masked side (an earlier max at -inf, or an element count of 0) contributes "
@@ -274,18 +287,15 @@ def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
              "the unfused reference and the level order compute exp(-inf - (-inf)) = NaN)",
              "a length-1 segment is the lift of its element; masked elements leave the state unchanged"]
     notes += _range_notes(analysis.cascade, bodies)
-    for ra in analysis.reductions:
-        if ra.otimes is MUL and ra.deps and not ra.deferred and ra.monoid.k is None and \
-                may_vanish(ra.H, analysis.signs, [analysis.cascade.symbols[d] for d in ra.deps]):
-            notes.append(f"{ra.name}: H = {ra.H} may be 0 or infinite on a non-empty segment (a prefix of the row "
-                         f"where a factor or a denominator of H is 0), where the correction divides 0 by 0: the fused "
-                         f"result is NaN there (loudly, not silently wrong); it is kept in this form because a later "
-                         f"reduction reads {ra.name} (read only by outputs, it would be formed from its G alone at the "
-                         f"end); clamp a denominator, as quantisers clamp the abs-max with max(a, eps)")
-        elif ra.otimes is MUL and ra.deps and _singular_denominators(ra, analysis):
-            notes.append(f"{ra.name}: H = {ra.H} is not invertible where its denominator vanishes; a segment "
-                         f"there makes the fused result NaN (loudly, not silently wrong): clamp the denominator, "
-                         f"as quantisers clamp the abs-max with max(a, eps)")
+    for ra in uncorrectable(analysis):
+        why = (f"a top-k keeps its values, corrected as they go" if ra.monoid.k is not None else
+               f"a later reduction reads {ra.name} (read only by outputs, it would be deferred: H applied at the end)")
+        notes.append(f"{ra.name}: H = {ra.H} may be {'0 or infinite' if ra.otimes is MUL else 'infinite'} on a "
+                     f"non-empty segment (a prefix of the row where a dependency of H is 0), where the correction is "
+                     f"{'0/0' if ra.otimes is MUL else '-inf - (-inf)'}: the fused result is NaN there (loudly, not "
+                     f"silently wrong); it is kept in this form because {why}; clamp a denominator or a log's "
+                     f"argument, as quantisers clamp the abs-max with max(a, eps), or use the level order "
+                     f"(strategy 'levels' on the CPU)")
     for ra in analysis.reductions:
         if ra.monoid.k is not None and ra.deps:
             notes.append(f"{ra.name}: the one-pass forms correct the kept values by H(D_new)/H(D_old) as "
@@ -390,10 +400,17 @@ def _multi_guards(rw) -> tuple:
                      f"state keeps the sum of logs, which does not overflow where the product of the G would; "
                      f"H = 0 gives 1 (0^0 = 1)")
     for name, g in rw.deferred.items():
-        notes.append(f"{name}: H may be 0 or infinite on a non-empty segment, where no correction H(D_new)/H(D_old) "
-                     f"exists: the "
-                     f"state keeps {g} = {CascadePrinter().doprint(rw.cascade[g].body)} reduced alone and "
-                     f"{name} = {CascadePrinter().doprint(rw.combination[name])} once the dependencies are final")
+        kept = f"{g} = {CascadePrinter().doprint(rw.cascade[g].body)}"
+        formed = f"{name} = {CascadePrinter().doprint(rw.combination[name])} once the dependencies are final"
+        if name in rw.added:
+            notes.append(f"{name}: a {rw.cascade[g].monoid.name} of G + H: the state keeps {kept} and {formed} (H added "
+                         f"once, rounded once, as each G + H would be; no H of a partial segment, which can be "
+                         f"infinite where the row's is not)")
+        else:
+            notes.append(f"{name}: H may be 0 or infinite on a non-empty segment, where no correction H(D_new)/H(D_old) "
+                         f"exists: the state keeps {kept} (its exponentials of the dependencies corrected as they "
+                         f"move) and {formed}; G held without H's other factors can leave float32's range sooner "
+                         f"than the written form, which divides as it goes (the guard on powers says where)")
     for name, spec in rw.centered.items():
         notes.append(f"{name} = sum({CascadePrinter().doprint(rw.cascade[name].body)}) is a centred sum: a side with "
                      f"{spec.count} = 0 is skipped, and the deviations are shifted to the merged mean (Chan)")

@@ -283,6 +283,7 @@ class Rewrite:
     combination: dict = field(default_factory=dict)  # multi-term name -> its let expression
     proofs: dict = field(default_factory=dict)       # multi-term name -> proofs of the rewrite
     deferred: dict = field(default_factory=dict)     # deferred name -> the reduction of its G (see analysis)
+    added: set = field(default_factory=set)          # deferred names whose H is added (⊗ = +: a max or min)
     powers: dict = field(default_factory=dict)       # product name -> the reduction of its sum(log G)
 
 
@@ -323,17 +324,28 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
     for s in c.statements:
         ra = analysis[s.name] if isinstance(s, Reduction) else None
         if ra is not None and ra.deferred:
-            # r = ⊕(G ⊗ H(D)) = H(D) ⊗ ⊕G: the state keeps ⊕G; an empty one stays the identity
+            # r = ⊕(G ⊗ H(D)) = H(D) ⊗ ⊕G: the state keeps ⊕G; an empty one stays the identity. With ⊗ = ×, H's
+            # exponentials stay in the state, corrected (⊕(G · exp(-m)): the shift that keeps it in range), the rest
+            # of H waits for the end
             g = _fresh(f"{s.name}_g", taken)
-            part = Reduction(g, s.monoid, ra.G)
+            if ra.otimes is ADD:
+                H_v, body = ra.H, ra.G
+            else:
+                from .analysis import running_factors  # (analysis imports this module)
+
+                H_v, H_run = running_factors(ra.H, [c.symbols[d] for d in ra.deps])
+                body = sp.powsimp(ra.G * H_run, combine="exp")  # (exp(x)·exp(-m) as exp(x - m): no exp(x) alone)
+            part = Reduction(g, s.monoid, body)
             stmts.append(part)
             symbols[g] = part.symbol
-            expr = ra.H + part.symbol if ra.otimes is ADD else ra.H * part.symbol
+            expr = H_v + part.symbol if ra.otimes is ADD else H_v * part.symbol
             guard = _empty_guard(expr, stmts, symbols, c, analysis)  # a -inf dependency times ⊕G: count == 0
             if guard is not None:
                 expr = sp.Piecewise((s.monoid.identity, guard), (expr, True))
             stmts.append(Let(s.name, expr))
             out.deferred[s.name] = g
+            if ra.otimes is ADD:
+                out.added.add(s.name)
             out.combination[s.name] = expr
             out.proofs[s.name] = tuple(ra.proofs[:2])  # distributivity and separability
             continue

@@ -148,10 +148,12 @@ def sign_facts(c: Cascade) -> dict[str, SignFact]:
 
 
 def _masked_without_shift(r: Reduction, c: Cascade, infinite: set) -> bool:
-    """Whether ``r``'s body reads a value that can be -inf (a masked element) and no max (or min) of the row: a sum
-    of ``exp(s)`` is then 0 on a prefix of masked elements, where ``sum(exp(s - m))`` with ``m = max(s)`` is at least
-    1 on any segment whose max is finite (and an empty one where it is -inf)."""
-    shifts = {x.symbol for x in c.reductions if x.monoid.name in ("max", "min") and x.monoid.k is None}
+    """Whether ``r``'s body reads a value that can be -inf (a masked element) and no max (or min) of such values: a
+    sum of ``exp(s)`` is then 0 on a prefix of masked elements, where ``sum(exp(s - m))`` with ``m = max(s)`` is at
+    least 1 on any segment whose max is finite (and an empty one where it is -inf); ``m = max(x)`` of the unmasked
+    values is finite on the masked prefix, where ``exp(s - m)`` is 0."""
+    shifts = {x.symbol for x in c.reductions if x.monoid.name in ("max", "min") and x.monoid.k is None
+              and x.body.free_symbols & infinite}
     used = r.body.free_symbols
     return bool(used & infinite) and not used & shifts
 

@@ -10,6 +10,8 @@ sizes, input dtypes, masking), then cached.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import functools
 import re
 import sys
@@ -382,7 +384,7 @@ class Kernel:
         ``out``: ``{output name: array}`` to write some outputs into (the shape and dtype the call would
         return, contiguous, where the inputs are); they are returned as given, written."""
         for what, d in (("inputs", inputs), ("params", params), ("out", out)):
-            if not isinstance(d, dict) and (d is not None or what == "inputs"):
+            if not isinstance(d, Mapping) and (d is not None or what == "inputs"):
                 raise EvaluationError(f"{what}: a dict by name ({{'x': array}}), got {type(d).__name__}")
         torch = sys.modules.get("torch")  # (a tensor means torch was imported)
         if torch is not None:
@@ -602,8 +604,9 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
                                   f"runs it on {backend}: {fused.guards[0]}", fused.analysis)
     if strategy == "auto" and backend == "cpu":
         # a cast (fp8) rounds at a running scale in the one-pass form: the level order rounds at the final one; a
-        # top-k of corrected values ranks equal elements by the corrections' rounding: the level order as the reference
-        strategy = "levels" if fused.exact_in_reals_only or fused.corrected_selections else "row"
+        # top-k of corrected values ranks equal elements by the corrections' rounding: the level order as the reference;
+        # a correction that does not exist on a prefix (NaN from there on): the level order has no corrections
+        strategy = "levels" if fused.exact_in_reals_only or fused.corrected_selections or fused.uncorrectable else "row"
     if strategy != "auto":
         get(strategy, backend)  # a clear error for a name that is not registered on this back end
     for name, value in (("threads", threads), ("tile", tile), ("segments", segments), ("group", group),

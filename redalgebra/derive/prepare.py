@@ -10,8 +10,9 @@
   removes them and the derivation reports the fusion as exact in ℝ but not
   bitwise.
 * **Sign facts.** Each name gets a symbol carrying what can be inferred about
-  its sign (a sum of exponentials is positive, a max of ``|x|`` is
-  non-negative), with the reason in words.  They are SymPy's assumptions,
+  its sign (a sum of exponentials is positive — non-negative where a masked
+  value, ``where(…, -inf)``, enters it with no max of such values subtracted —,
+  a max of ``|x|`` is non-negative), with the reason in words.  They are SymPy's assumptions,
   which the functions state for themselves: ``sigmoid`` is positive, ``tanh``,
   ``erf`` and ``log1p`` of a positive value are positive, ``floor`` and
   ``round`` of a non-negative one non-negative (``round(-0.3)`` is 0, so

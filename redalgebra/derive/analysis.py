@@ -416,7 +416,7 @@ def _strict(f: SignFact, sound: bool = False) -> sp.Symbol:
     return sp.Symbol(f.name, real=True, **flags)
 
 
-def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None, within=()) -> Attempt:
+def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None, within=(), rounds=False) -> Attempt:
     dist, assumption = _distributes(r.monoid, otimes)
     if not dist.proved:
         return Attempt(otimes.name, "distributivity", (dist,))
@@ -431,9 +431,10 @@ def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None, wit
     # state's own q = 0; -m for m = max(x) on a prefix of -inf elements, which min(x - m) skipped as if masked). A
     # logsumexp only where H may be infinite: its running logaddexp of the raw G rounds at |G|'s scale, where the
     # shifted G + H (x - m) it corrects keeps the digits
+    # Never a body that rounds (fp8 of a value H scales): ⊕G is G in real arithmetic, which never rounds at H's scale
     shifted = r.monoid.name in ("max", "min")
-    defer = r.monoid.k is None and (may_vanish(H, facts, deps) if otimes is MUL
-                                    else shifted or may_diverge(H, facts, deps))
+    defer = r.monoid.k is None and not rounds and (may_vanish(H, facts, deps) if otimes is MUL
+                                                   else shifted or may_diverge(H, facts, deps))
     if not rng.proved:
         if defer and rng.assumptions == (NONZERO,):
             return Attempt(otimes.name, None, (dist, sep, rng), G, H, assumption, deferred=True)
@@ -519,7 +520,8 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts, multi: bool
     elems = sorted(algebra.free_symbols - set(dep_syms) - {p.symbol for p in c.params}, key=sp.default_sort_key)
     attempts, within = [], relations(c, deps, algebra)
     for otimes in CANDIDATES:
-        attempts.append(_try(otimes, r, algebra, elems, dep_syms, facts, integer_symbols(c), cond.atoms, within))
+        attempts.append(_try(otimes, r, algebra, elems, dep_syms, facts, integer_symbols(c), cond.atoms, within,
+                             cast_in_body(r, c) is not None))
         if attempts[-1].failed is None and not attempts[-1].deferred:
             break
     # a ⊗ with a correction first; a deferred one (H applied at the end) when no other separates F

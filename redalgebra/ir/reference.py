@@ -10,6 +10,8 @@ a scalar param is a number or ``(rows,)``, a vector param ``(d,)`` or
 ``(rows,)`` integers (a float that is not a whole number is an error).  ``pos``
 is ``arange(L)`` in every row.  Integers are held in the evaluation dtype, so
 they must be exact there (below 2**53 in float64, 2**24 in float32).
+An input with fewer rows than the others (a number dividing theirs) is shared,
+as a kernel call reads it: row ``r`` reads its row ``r // (rows / its rows)``.
 Comparisons are 1.0 / 0.0 and ``where`` is ``np.where``.  ``keep`` (``(rows, L)`` booleans) says which elements take part;
 an element left out contributes the identity of every reduction, which is the
 same as a score of ``-inf`` in softmax-like cascades.  IEEE arithmetic is kept
@@ -143,19 +145,31 @@ def bind(c: Cascade, inputs: dict, params: dict, dtype=np.float64) -> tuple[dict
     if missing:
         raise EvaluationError(f"{c.name}: no value given for {missing}; inputs are {[i.name for i in c.inputs]}, "
                               f"params are {[p.name for p in c.params]}")
-    env, dims, rows, length = {}, {}, None, None
+    env, dims, arrays = {}, {}, {}
     for s in c.inputs:
         a = np.asarray(inputs[s.name], dtype=dtype)
         want = 2 if s.size is None else 3
         if a.ndim != want:
             raise EvaluationError(f"input {s.name} must be {'(rows, L)' if want == 2 else '(rows, L, size)'}, "
                                   f"got shape {a.shape}")
-        if rows is None:
-            rows, length = a.shape[:2]
+        arrays[s.name] = a
+    rows = max(a.shape[0] for a in arrays.values())
+    for s in c.params:  # (queries given as params may outnumber the key rows they share: GQA, prefill attention)
+        v = params[s.name]
+        shape = np.shape(v) if not isinstance(v, (int, float)) else ()
+        if s.size is not None and len(shape) == 2:
+            rows = max(rows, shape[0])
+    length = next(iter(arrays.values())).shape[1]
+    for s in c.inputs:
+        a = arrays[s.name]
+        if a.shape[1] == length and 0 < a.shape[0] < rows and rows % a.shape[0] == 0:
+            a = np.repeat(a, rows // a.shape[0], axis=0)  # shared: row r reads row r // (rows / its rows), as a call
         if a.shape[:2] != (rows, length):
-            raise EvaluationError(f"input {s.name} has (rows, L) = {a.shape[:2]}, others have {(rows, length)}")
-        _check_size(s, a.shape[2] if want == 3 else None, dims)
-        env[s.name] = a if want == 3 else a[..., None]
+            raise EvaluationError(f"input {s.name} has (rows, L) = {a.shape[:2]}, others have {(rows, length)} (an "
+                                  f"input shared by groups of rows has a number of rows dividing theirs)")
+        vector = s.size is not None
+        _check_size(s, a.shape[2] if vector else None, dims)
+        env[s.name] = a if vector else a[..., None]
     for s in c.params:
         value = _integers(s, params[s.name], dtype) if s.integer else np.asarray(params[s.name], dtype=dtype)
         env[s.name] = _param(s, value, rows, dims)

@@ -467,3 +467,14 @@ def test_a_max_of_the_unmasked_values_is_no_shift_of_the_masked_ones():
     x = np.random.default_rng(7).normal(size=(2, 20))
     _, _, got, want = _cpu(text, x)
     np.testing.assert_allclose(got["z"], want["z"], rtol=1e-5)
+
+
+def test_a_body_that_rounds_is_never_deferred():
+    # sum(fp8(x * 448 / a)) without the catalogue's clamp of a: H = 448/a has a pole on a prefix of zeros, but the
+    # deferred form would be 448·sum(x)/a, which never rounds (1-4 % off); the level order rounds at the final scale
+    text = "input x\nreduce a = max(abs(x))\nreduce s = sum(fp8(x * 448 / a))\nout y = s"
+    x = np.random.default_rng(0).normal(size=(3, 7)).astype(np.float32).astype(np.float64)
+    x[0, :3] = 0.0
+    f, kernel, got, want = _cpu(text, x)
+    assert f.source is None and f.analysis["s"].kind == "single" and kernel.strategy == "levels"
+    np.testing.assert_array_equal(got["y"], want["y"])

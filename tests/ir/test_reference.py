@@ -157,3 +157,21 @@ def test_a_quotient_is_divided_so_an_exact_e4m3_tie_rounds_to_even():
     out = evaluate(c, {"x": np.array([[1.47265625]]), "s": np.array([[2.84375]])})
     assert out["y"][0] == 224.0
     assert float(round_e4m3(np.array(232.0))) == 224.0
+
+
+def test_an_input_with_fewer_rows_is_shared_as_a_kernel_call_shares_it():
+    # weights given once for every token, keys and values of one head for its queries (a param with more rows):
+    # row r reads row r // (rows / its rows); evaluate refused them, so a reference needed its own repeat
+    import redalgebra as ra
+
+    rng = np.random.default_rng(0)
+    k, v = rng.normal(size=(2, 2, 9, 8))
+    q = rng.normal(size=(6, 8))
+    attention = ra.workloads.get("attention").cascade
+    shared = ra.evaluate(attention, {"k": k, "v": v}, {"q": q, "scale": 0.3})["y"]
+    repeated = ra.evaluate(attention, {"k": np.repeat(k, 3, 0), "v": np.repeat(v, 3, 0)}, {"q": q, "scale": 0.3})["y"]
+    assert shared.shape == (6, 8) and np.array_equal(shared, repeated)
+    gemm = ra.workloads.get("rmsnorm_gemm").cascade
+    x, g = rng.normal(size=(2, 4, 6))
+    with pytest.raises(ra.EvaluationError, match="a number of rows dividing theirs"):
+        ra.evaluate(gemm, {"x": x, "g": g, "w": rng.normal(size=(3, 6, 5))}, {"h": 6.0, "eps": 1e-6})

@@ -145,6 +145,12 @@ class KernelPrinter(StrPrinter):
     def _print_NegativeInfinity(self, expr):
         return "NEG_INF"
 
+    def _print_ComplexInfinity(self, expr):  # (1/0 of a guard's branch: no sign in the reals, NaN as IEEE's 0/0)
+        return "NAN"
+
+    def _print_NaN(self, expr):
+        return "NAN"
+
     def _print_Exp1(self, expr):
         return self._number(sp.E.evalf(30))
 

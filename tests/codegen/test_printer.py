@@ -98,3 +98,22 @@ def test_invariants_are_the_largest_parts_that_read_only_the_fixed_names():
     assert invariants(exprs, fixed) == {1 / root: 0, 1 / ss: 1, -m: 2, 1 / (h + ss): 3}
     # as a product prints them: a reciprocal is its divisor, and a divisor that is a name is read as it is
     assert invariants(exprs, fixed, divisors=True) == {1 / root: 0, -m: 1, h + ss: 2}
+
+
+def test_complex_infinity_and_nan_print_as_the_float32_nan():
+    # 1/0 on a guard's branch (an epilogue's empty-state case) is SymPy's zoo: printed as it was, a NameError inside
+    # numba at the first call; in the reals it has no sign, NaN as IEEE's 0/0
+    guard = sp.Piecewise((sp.zoo, sp.Eq(l, 0)), (x / l, True))
+    assert re.fullmatch(r"\(NAN if \(s_l == _K0\) else e_x/s_l\)", text(guard)[1])
+    assert text(sp.nan)[1] == "NAN"
+
+
+def test_a_cascade_whose_epilogue_divides_by_zero_when_empty_compiles():
+    import numpy as np
+
+    from redalgebra import derive, evaluate, parse
+    from redalgebra.runtime import compile
+
+    c = parse("input x\nreduce r0 = sum(x)\nreduce r1 = sum(x / r0)\nout y = r0 / r1")
+    x = np.random.default_rng(0).normal(size=(2, 8)).astype(np.float32)
+    np.testing.assert_allclose(compile(derive(c), "cpu")({"x": x})["y"], evaluate(c, {"x": x})["y"], rtol=1e-4)

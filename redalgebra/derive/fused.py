@@ -268,7 +268,8 @@ def _range_notes(c: Cascade, bodies: dict) -> list[str]:
 
 def uncorrectable(analysis: Analysis) -> list:
     """The reductions kept in the correction form (read by a later reduction, or a top-k) whose H may be 0 or infinite
-    on a non-empty segment: their one-pass forms are NaN from such a prefix on (the guards say so)."""
+    on a non-empty segment: their one-pass forms are NaN from such a prefix on; and those whose skipped sides are not
+    empty (:func:`unskippable`). The guards say so; the CPU's auto takes the level order for them."""
     found = []
     for ra in analysis.reductions:
         if not ra.deps or ra.deferred or ra.otimes is None:
@@ -276,7 +277,32 @@ def uncorrectable(analysis: Analysis) -> list:
         deps = [analysis.cascade.symbols[d] for d in ra.deps]
         if may_vanish(ra.H, analysis.signs, deps) if ra.otimes is MUL else may_diverge(ra.H, analysis.signs, deps):
             found.append(ra)
+        elif unskippable(ra, analysis):
+            found.append(ra)
     return found
+
+
+def unskippable(ra: ReductionAnalysis, analysis: Analysis) -> str | None:
+    """A dependency of ``ra`` whose infinite identity marks a side the merge skips as empty (``m = max(s)`` at -inf),
+    where an element of that side — its ``s`` at -inf: a -inf value, or one a ``where(…, -inf)`` mask wrote — still
+    contributes to ``ra`` (``exp(tanh(s) - m)`` is ``exp(-1 - m)`` there, not 0): the skip loses it. None where every
+    such element gives ``ra``'s identity (``exp(s - m)`` is 0) or no value (``s·exp(s - m)`` is -inf·0, NaN in the
+    reference: skipped, as a masked element is), or where the dependency's body is not one value."""
+    c = analysis.cascade
+    for d in ra.deps:
+        dep = analysis[d]
+        if dep.monoid.k is not None or dep.monoid.identity not in (sp.oo, -sp.oo) or dep.deps:
+            continue
+        element = dep.F
+        if not (isinstance(element, sp.Symbol) and element.name not in ra.deps):
+            continue
+        at = ra.F.xreplace({element: dep.monoid.identity})
+        if at.has(c.symbols[d]):
+            at = at.xreplace({c.symbols[d]: sp.Symbol(d, real=True)})
+        value = sp.simplify(at)
+        if value != ra.monoid.identity and value is not sp.nan:  # (-inf·0, as x·exp(x - m): undefined, skipped)
+            return d
+    return None
 
 
 def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
@@ -288,6 +314,14 @@ def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
              "a length-1 segment is the lift of its element; masked elements leave the state unchanged"]
     notes += _range_notes(analysis.cascade, bodies)
     for ra in uncorrectable(analysis):
+        skip = unskippable(ra, analysis)
+        if skip is not None:
+            notes.append(f"{ra.name}: a side whose {skip} is {analysis[skip].monoid.identity} is skipped as empty, but an "
+                         f"element of such a side (its value at {analysis[skip].monoid.identity}: a -inf in the row, or "
+                         f"a value a where(…, -inf) mask wrote) still contributes to {ra.name} here, where the "
+                         f"reference counts it: the one-pass forms lose it on rows holding one; the level order "
+                         f"(strategy 'levels', the CPU's auto) keeps it")
+            continue
         why = (f"a top-k keeps its values, corrected as they go" if ra.monoid.k is not None else
                f"a later reduction reads {ra.name} (read only by outputs, it would be deferred: H applied at the end)")
         notes.append(f"{ra.name}: H = {ra.H} may be {'0 or infinite' if ra.otimes is MUL else 'infinite'} on a "

@@ -90,3 +90,9 @@ class BudgetExhausted(RedalgebraError):
 class PerformanceHint(UserWarning):
     """A warning, not an error: the call runs and is right, but a documented choice (an exactness ``auto`` keeps) makes
     it much slower than an option the message names, with what that option changes."""
+
+
+class ExactnessHint(UserWarning):
+    """A warning, not an error: a strategy named by the caller runs a one-pass form that, on rows the derivation's guards
+    describe, gives another value than the unfused reference (a correction that does not exist on a prefix of the row,
+    ties ranked by the corrections' rounding); ``auto`` would take the level order there."""

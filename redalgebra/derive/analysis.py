@@ -673,8 +673,20 @@ def _analyze(cascade: Cascade, seconds: float, hints: bool) -> tuple:
     # its emptiness guard: there the correction form is kept where its range was proved (H != 0 taken
     # away from empty states, as before deferral existed)
     read = {d for r in cascade.reductions for d in deps[r.name]}
-    reds = [replace(r, deferred=False) if r.deferred and r.name in read and r.proofs[-1].proved else r for r in reds]
+    readers = {d: sorted(r.name for r in cascade.reductions if d in deps[r.name]) for d in read}
+    reds = [(replace(r, deferred=False) if r.proofs[-1].proved else _unread_deferral(r, readers[r.name]))
+            if r.deferred and r.name in read else r for r in reds]
     return Analysis(cascade, tuple(reds), facts, has_casts(cascade)), complete
+
+
+def _unread_deferral(r: ReductionAnalysis, readers: list) -> ReductionAnalysis:
+    """A deferred reduction a later one reads, whose correction form has no proved range either: not fusable (the
+    later reduction would read a value formed only at the end)."""
+    return replace(r, fusable=False, deferred=False, reason=(
+        f"H = {r.H} may be 0 or infinite on a non-empty segment, so {r.name} would keep {r.monoid.name}(G) and apply H "
+        f"at the end, but {', '.join(readers)} reads {r.name} as the row goes; the correction form needs "
+        f"{' and '.join(r.proofs[-1].assumptions) or 'a range of H'}, which could not be shown (declare the signs "
+        f"that make the dependency nonzero, or clamp it: max(d, eps))"))
 
 
 def _undecided(r: Reduction, F, deps, c: Cascade, err: Exception) -> ReductionAnalysis:

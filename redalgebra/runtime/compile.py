@@ -27,7 +27,7 @@ from ..codegen.strategies import for_target, get
 from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns import scalars_fuse as columns_scalars_fuse
 from ..derive import FusedCascade
-from ..errors import EvaluationError, NotFusableError, PerformanceHint, RedalgebraError
+from ..errors import EvaluationError, ExactnessHint, NotFusableError, PerformanceHint, RedalgebraError
 from .backends import check_backend, cuda_module, device_capability, device_multiprocessors, multiprocessors
 from .cache import load
 from .choice import ROUNDED_GAIN, ROUNDED_NOTE, choose, rounded_alternative
@@ -608,7 +608,14 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
         # a correction that does not exist on a prefix (NaN from there on): the level order has no corrections
         strategy = "levels" if fused.exact_in_reals_only or fused.corrected_selections or fused.uncorrectable else "row"
     if strategy != "auto":
-        get(strategy, backend)  # a clear error for a name that is not registered on this back end
+        chosen = get(strategy, backend)  # a clear error for a name that is not registered on this back end
+        named = fused.uncorrectable + tuple(n for n in fused.corrected_selections if n not in fused.uncorrectable)
+        if named and fused.analysis.fusable and not chosen.final(fused) and strategy != "unfused":  # (a pass a level)
+            warnings.warn(ExactnessHint(
+                f"strategy {strategy!r} runs the one-pass form, which differs from the unfused reference on some rows "
+                f"for {', '.join(named)} (a correction that does not exist on a prefix of the row, or ties ranked by "
+                f"the corrections' rounding: the derivation's guards say which); the level order ('levels' on the "
+                f"CPU, what auto takes there) computes them with their dependencies final"), stacklevel=2)
     for name, value in (("threads", threads), ("tile", tile), ("segments", segments), ("group", group),
                         ("min_blocks", min_blocks), ("batch", batch)):
         if value is not None and (not isinstance(value, int) or value < 1):

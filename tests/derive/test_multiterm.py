@@ -494,3 +494,31 @@ def test_a_side_skipped_as_empty_whose_elements_still_count_is_named_and_left_to
     assert not np.allclose(_cpu(text, x, "row")[2]["y"], want["y"], rtol=1e-3)  # (the one-pass form, as the note says)
     softmax = derive(parse("input x\nreduce m = max(x)\nreduce l = sum(exp(x - m))\nreduce t = sum(x * exp(x - m))"))
     assert not any(unskippable(ra, softmax.analysis) for ra in softmax.analysis.reductions)
+
+
+def test_a_deferred_reduction_a_later_one_reads_without_a_proved_range_is_refused_by_analyze_and_derive_alike():
+    # r1 = sum(x / r0), r0 = sum(x) of any sign: no correction form (H = 1/r0's range unproved) and, read by r2, no
+    # deferral either; analyze said fusable while derive raised about a count it had added itself
+    from redalgebra.errors import NotFusableError
+
+    for later in ("reduce r2 = sum(x + r1)", "reduce r2 = logsumexp(x + r1)"):
+        c = parse(f"input x\nreduce r0 = sum(x)\nreduce r1 = sum(x / r0)\n{later}\nout y = r1")
+        verdict = analyze(c)
+        assert not verdict.fusable and "r2 reads r1 as the row goes" in verdict["r1"].reason
+        with pytest.raises(NotFusableError, match="r2 reads r1 as the row goes"):
+            derive(c)
+
+
+def test_a_one_pass_strategy_named_for_a_form_the_guards_flag_warns():
+    pytest.importorskip("numba")
+    from redalgebra.errors import ExactnessHint
+    from redalgebra.runtime import compile as compile_kernel
+
+    f = derive(parse("input x >= 0\nreduce r0 = sum(x)\nreduce r1 = topk(2, x * r0)\nout y = r0"))
+    with pytest.warns(ExactnessHint, match="r1"):
+        compile_kernel(f, "cpu", "row")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compile_kernel(f, "cpu", "levels")
+        compile_kernel(f, "cpu")

@@ -138,10 +138,12 @@ def sign_facts(c: Cascade) -> dict[str, SignFact]:
                 infinite.add(s.symbol)
         else:
             sign, reason = _reduction_sign(s, signed)
-            if sign == ">0" and s.monoid.name == "add" and _masked_without_shift(s, c, infinite):
-                sign, reason = ">=0", (f"{s.name} = {reducer_text(s)}: a sum of positive terms, but a term is 0 where "
-                                       f"a masked element's value is -inf: 0 on a prefix of such elements (no max of "
-                                       f"them is subtracted, whose own element would give exp(0) = 1)")
+            if sign == ">0" and (s.monoid.name == "add" and _masked_without_shift(s, c, infinite)
+                                 or s.monoid.name == "mul" and s.body.free_symbols & infinite):
+                sign, reason = ">=0", (f"{s.name} = {reducer_text(s)}: positive terms, but a term is 0 where a masked "
+                                       f"element's value is -inf (exp(-inf), sigmoid(-inf)): 0 on such a prefix, or "
+                                       f"over the row for a product (no max of them is subtracted from a sum, whose own "
+                                       f"element would give exp(0) = 1)")
         sym = symbol(s.name, sign)
         signed[s.symbol] = sym
         facts[s.name] = SignFact(s.name, sym, sign, reason)

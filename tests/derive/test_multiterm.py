@@ -522,3 +522,16 @@ def test_a_one_pass_strategy_named_for_a_form_the_guards_flag_warns():
         warnings.simplefilter("error")
         compile_kernel(f, "cpu", "levels")
         compile_kernel(f, "cpu")
+
+
+def test_a_product_of_sigmoids_of_masked_values_can_be_0():
+    # sigmoid(-inf) = 0: a product over a row with a masked element is 0, so H = r0 of max(x * r0) may vanish
+    # (deferred), where the correction r0_n / r0_a was 0/0: NaN for 0
+    text = "input x\nparam n int\nlet s = where(pos >= n, x, -inf)\nreduce r0 = prod(sigmoid(s))\n" \
+           "reduce r1 = max(x * r0)\nout y = r1"
+    f = derive(parse(text))
+    assert f.source_analysis.signs["r0"].sign == ">=0" and f.source_analysis["r1"].kind == "deferred"
+    x = np.array([[0.4, -1.0, 0.5, 2.0, -0.3]] * 2)
+    params = {"n": np.array([0, 2])}
+    ev = Evaluator(f, {"x": x}, params)
+    np.testing.assert_allclose(ev.finalize(ev.incremental())["y"], evaluate(f.source, {"x": x}, params)["y"], rtol=1e-12)

@@ -30,6 +30,7 @@ NaN rather than a silently wrong value.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import sympy as sp
@@ -39,7 +40,8 @@ from ..algebra import budget as _budget
 from ..errors import NotFusableError
 from ..ir import ADD, MUL, Cascade, Monoid, Reduction, build_graph, reduction_dependencies
 from ..ir.printer import CascadePrinter, reducer_text
-from .analysis import Analysis, ReductionAnalysis, analyze, analyze_reduction, may_diverge, may_vanish
+from .analysis import Analysis, ReductionAnalysis, analyze, analyze_reduction
+from .ranges import may_diverge, may_vanish
 from .multiterm import combination_proof, merge_proof, rewrite
 from .prepare import bodies, element_atoms, has_casts, inline, outputs, sign_facts
 from .program import Program, TopKMerge, build
@@ -112,7 +114,7 @@ class FusedCascade:
         to the lower index) are ranked by their rounding there; the level order selects with the dependencies final."""
         return tuple(r.name for r in self.analysis.reductions if r.monoid.k is not None and r.deps)
 
-    @property
+    @functools.cached_property  # (a frozen value: asked at every compile, its simplifications done once)
     def uncorrectable(self) -> tuple:
         """The reductions whose correction does not exist on some non-empty prefix (:func:`uncorrectable`): the
         one-pass forms are NaN from there on, the level order computes them with the dependencies final."""
@@ -288,7 +290,6 @@ def unskippable(ra: ReductionAnalysis, analysis: Analysis) -> str | None:
     contributes to ``ra`` (``exp(tanh(s) - m)`` is ``exp(-1 - m)`` there, not 0): the skip loses it. None where every
     such element gives ``ra``'s identity (``exp(s - m)`` is 0) or no value (``s·exp(s - m)`` is -inf·0, NaN in the
     reference: skipped, as a masked element is), or where the dependency's body is not one value."""
-    c = analysis.cascade
     for d in ra.deps:
         dep = analysis[d]
         if dep.monoid.k is not None or dep.monoid.identity not in (sp.oo, -sp.oo) or dep.deps:
@@ -296,10 +297,7 @@ def unskippable(ra: ReductionAnalysis, analysis: Analysis) -> str | None:
         element = dep.F
         if not (isinstance(element, sp.Symbol) and element.name not in ra.deps):
             continue
-        at = ra.F.xreplace({element: dep.monoid.identity})
-        if at.has(c.symbols[d]):
-            at = at.xreplace({c.symbols[d]: sp.Symbol(d, real=True)})
-        value = sp.simplify(at)
+        value = sp.simplify(ra.F.xreplace({element: dep.monoid.identity}))
         if value != ra.monoid.identity and value is not sp.nan:  # (-inf·0, as x·exp(x - m): undefined, skipped)
             return d
     return None
@@ -322,7 +320,7 @@ def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
                          f"reference counts it: the one-pass forms lose it on rows holding one; the level order "
                          f"(strategy 'levels', the CPU's auto) keeps it")
             continue
-        why = (f"a top-k keeps its values, corrected as they go" if ra.monoid.k is not None else
+        why = ("a top-k keeps its values, corrected as they go" if ra.monoid.k is not None else
                f"a later reduction reads {ra.name} (read only by outputs, it would be deferred: H applied at the end)")
         notes.append(f"{ra.name}: H = {ra.H} may be {'0 or infinite' if ra.otimes is MUL else 'infinite'} on a "
                      f"non-empty segment (a prefix of the row where a dependency of H is 0), where the correction is "

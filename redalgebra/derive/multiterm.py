@@ -46,6 +46,7 @@ from ..algebra import Proof, prove_equal
 from ..ir import ADD, Cascade, Let, Reduction
 from ..ir.nodes import POSITION, infer_size
 from ..ir.printer import CascadePrinter
+from .ranges import running_factors
 
 _printer = CascadePrinter()
 
@@ -331,8 +332,6 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
             if ra.otimes is ADD:
                 H_v, body = ra.H, ra.G
             else:
-                from .analysis import running_factors  # (analysis imports this module)
-
                 H_v, H_run = running_factors(ra.H, [c.symbols[d] for d in ra.deps])
                 body = sp.powsimp(ra.G * H_run, combine="exp")  # (exp(x)·exp(-m) as exp(x - m): no exp(x) alone)
             part = Reduction(g, s.monoid, body)

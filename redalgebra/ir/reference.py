@@ -155,8 +155,7 @@ def bind(c: Cascade, inputs: dict, params: dict, dtype=np.float64) -> tuple[dict
         arrays[s.name] = a
     rows = max(a.shape[0] for a in arrays.values())
     for s in c.params:  # (queries given as params may outnumber the key rows they share: GQA, prefill attention)
-        v = params[s.name]
-        shape = np.shape(v) if not isinstance(v, (int, float)) else ()
+        shape = np.shape(params[s.name])
         if s.size is not None and len(shape) == 2:
             rows = max(rows, shape[0])
     length = next(iter(arrays.values())).shape[1]

@@ -60,6 +60,13 @@ class _KMajorRows:
         self.__cuda_array_interface__ = {**face, "shape": self.shape, "strides": None}
 
 
+def _check_mappings(inputs, params, out) -> None:
+    """A call's inputs, params and out by name: a named error for anything else (a bare array has no ``.items``)."""
+    for what, d in (("inputs", inputs), ("params", params), ("out", out)):
+        if not isinstance(d, Mapping) and (d is not None or what == "inputs"):
+            raise EvaluationError(f"{what}: a dict by name ({{'x': array}}), got {type(d).__name__}")
+
+
 @dataclass
 class Kernel:
     """A compiled fused cascade; call it with inputs, params and an optional ``keep`` mask."""
@@ -383,9 +390,8 @@ class Kernel:
 
         ``out``: ``{output name: array}`` to write some outputs into (the shape and dtype the call would
         return, contiguous, where the inputs are); they are returned as given, written."""
-        for what, d in (("inputs", inputs), ("params", params), ("out", out)):
-            if not isinstance(d, Mapping) and (d is not None or what == "inputs"):
-                raise EvaluationError(f"{what}: a dict by name ({{'x': array}}), got {type(d).__name__}")
+        if type(inputs) is not dict or (params is not None and type(params) is not dict) or out is not None:
+            _check_mappings(inputs, params, out)  # (off the common path: plain dicts, no out)
         torch = sys.modules.get("torch")  # (a tensor means torch was imported)
         if torch is not None:
             for v in inputs.values():  # a plain loop: this runs on every call

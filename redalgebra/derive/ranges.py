@@ -1,0 +1,100 @@
+"""The range of H: where the correction ``H(D_new) ⊗ H(D_old)⁻¹`` exists, by sign inference on the dependencies.
+
+:func:`range_proof` shows H meets what the distributive law assumed and is invertible away from the degenerate
+(empty) states, which the derived formulas guard; :func:`may_vanish` and :func:`may_diverge` say where it is not
+even so, on a *non-empty* segment (a prefix of zeros under ``1/max(abs(x))``, ``log(Σx²)`` at the identity state),
+which defers the reduction (``⊕G`` kept, H applied at the end); :func:`running_factors` splits what a deferred
+``⊗ = ×`` still corrects as it goes (its exponentials: the shift that keeps a sum in range) from what waits.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..algebra import Proof
+from ..ir import MUL, Monoid
+from .prepare import SignFact
+
+
+def range_proof(H: sp.Expr, otimes: Monoid, assumption: str | None, facts: dict[str, SignFact], deps) -> Proof:
+    """Sign inference: H meets the distributivity assumption and is invertible on non-degenerate states."""
+    strict = {f.symbol.func(f.name, real=True): state_symbol(f) for f in facts.values()}
+    closed = {sp.Symbol(f.name, real=True): f.symbol for f in facts.values()}
+    # a symbol the cascade divides by is not 0 where the cascade is defined (the reference is inf or NaN
+    # there too): a temperature t of exp((x - m) / t) needs no declared sign for H = exp(-m/t) to be positive
+    divisors = {e.base for e in sp.preorder_traversal(H) if e.is_Pow and e.exp.is_negative and e.base.is_Symbol}
+    for v in divisors:
+        known = strict.get(v, v)
+        if v.is_real and known.is_nonzero is None and v.name not in deps:
+            strict[v] = closed[v] = sp.Symbol(v.name, real=True, nonzero=True)
+    used = [facts[d] for d in deps] + [f for f in facts.values() if f.sign and f.name not in deps
+                                       and sp.Symbol(f.name, real=True) in H.free_symbols]
+    steps = tuple(f"{f.name}: {f.sign or 'sign unknown'} ({f.reason})" for f in used)
+    need = []
+    if assumption == ">=0":
+        need.append(("H >= 0", bool(H.xreplace(closed).is_nonnegative)))
+    if otimes is MUL:
+        need.append((NONZERO, bool(H.xreplace(strict).is_nonzero)))
+    else:
+        need.append(("H finite away from degenerate states", bool(H.xreplace(strict).is_finite)))
+    claim = f"H = {H} satisfies " + " and ".join(n for n, _ in need)
+    status = "proved" if all(ok for _, ok in need) else "unknown"
+    return Proof(claim, status, method="sign inference", steps=steps,
+                 residual=None if status == "proved" else H,
+                 assumptions=tuple(n for n, ok in need if not ok))
+
+
+NONZERO = "H != 0 away from degenerate states"
+
+
+def state_symbol(f: SignFact, sound: bool = False) -> sp.Symbol:
+    """A reduction result away from its degenerate (empty) states. A ``>= 0`` one is taken as positive for
+    the correction's range (where it is 0 the reference divides 0 by 0 too, or H is deferred: see
+    :func:`may_vanish`); ``sound``: as it is, non-negative (``max(abs(x))`` over a row of zeros is 0)."""
+    weak = dict(nonnegative=True) if sound else dict(positive=True)
+    weak_neg = dict(nonpositive=True) if sound else dict(negative=True)
+    flags = {">0": dict(positive=True), ">=0": weak, "<0": dict(negative=True), "<=0": weak_neg}.get(f.sign, {})
+    return sp.Symbol(f.name, real=True, **flags)
+
+
+def may_vanish(H: sp.Expr, facts: dict, deps) -> bool:
+    """Whether H can be 0 or infinite at a non-empty state, so that no correction ``H(D_new)/H(D_old)`` exists
+    there: a factor of its numerator that can be 0 (``a`` for ``a = max(abs(x))`` over a row of zeros, or a
+    dependency of unknown sign), or a factor of its denominator that can (``1/a``, ``1/sqrt(Σx²)``, ``1/c`` for a count
+    of positive elements: a row whose first elements are 0, or negative, has such a prefix). The reference is finite
+    at the row's final state even so, and the correction form would be NaN from the prefix on; a deferred reduction
+    (``⊕G``, ``H`` applied once at the end) gives the reference's value. A pole only where the segment is empty (an
+    element count, a sum of exponentials) is no such factor. Deferring gives up what dividing by a running maximum is
+    for (a max-normalised sum of squares stays in float32's range): the guards say where ``⊕G`` overflows."""
+    sound = _sound(facts)
+    num, den = sp.fraction(sp.together(H))
+    poles = [f for f in sp.Mul.make_args(den) if f.free_symbols & set(deps)]
+    return not num.xreplace(sound).is_nonzero or any(not f.xreplace(sound).is_nonzero for f in poles)
+
+
+def may_diverge(H: sp.Expr, facts: dict, deps) -> bool:
+    """For ⊗ = +: whether H can be infinite at a non-empty state (``log(q)`` or ``-1/q`` for ``q = sum(x * x)``, 0 on a
+    prefix of zeros; the identity state itself has ``q = 0``), where the correction ``H(D_new) - H(D_old)`` is
+    ``-inf - (-inf)``. Decided at 0 for each dependency that can be 0 there (SymPy takes ``log`` of a non-negative
+    symbol for finite)."""
+    sound = _sound(facts)
+    zeros = [d for d in deps if not sound.get(d, d).is_nonzero]
+    return not H.xreplace(sound).is_finite or any(H.subs(d, 0).has(sp.zoo, sp.oo, -sp.oo, sp.nan) for d in zeros)
+
+
+def running_factors(H: sp.Expr, deps) -> tuple[sp.Expr, sp.Expr]:
+    """``(H_end, H_run)`` with ``H = H_end · H_run`` for a deferred ``⊗ = ×`` (an H with a factor that may be 0 or
+    infinite at a non-empty state, :func:`may_vanish`): ``H_run`` its exponentials of dependencies (``exp(-m)``: the
+    shift that keeps a sum of exponentials in range), kept in the state ``⊕(G · H_run)`` and corrected as the
+    dependencies move; ``H_end`` the rest (``1/a`` for ``a = max(abs(x))``, a mean that may be 0, a count), applied
+    once they are final, rounded once."""
+    keep = set(deps)
+    factors = sp.Mul.make_args(sp.powsimp(H, combine="exp"))
+    run = [f for f in factors if isinstance(f, sp.exp) and f.free_symbols & keep]
+    H_run = sp.Mul(*run)
+    return sp.simplify(H / H_run), H_run
+
+
+def _sound(facts: dict) -> dict:
+    """Each reduction result as it is on non-empty states: a ``>= 0`` one may be 0 there (:func:`state_symbol`)."""
+    return {f.symbol.func(f.name, real=True): state_symbol(f, sound=True) for f in facts.values()}

@@ -11,7 +11,8 @@
   bitwise.
 * **Sign facts.** Each name gets a symbol carrying what can be inferred about
   its sign (a sum of exponentials is positive — non-negative where a masked
-  value, ``where(…, -inf)``, enters it with no max of such values subtracted —,
+  value, ``where(…, -inf)``, enters it with no max of such values subtracted,
+  and a product of ``sigmoid`` or ``exp`` of such values wherever one enters —,
   a max of ``|x|`` is non-negative), with the reason in words.  They are SymPy's assumptions,
   which the functions state for themselves: ``sigmoid`` is positive, ``tanh``,
   ``erf`` and ``log1p`` of a positive value are positive, ``floor`` and

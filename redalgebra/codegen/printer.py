@@ -175,13 +175,24 @@ class KernelPrinter(StrPrinter):
                 den.append(sp.Integer(f.q))
             else:
                 num.append(f)
-        top = "*".join(self.parenthesize(f, 50) for f in num) or self._number(1)
+        ratios = []  # a state's correction H(D_new)/H(D_old), divided before it multiplies (see _state_stem)
+        for d in list(den):
+            n = next((n for n in num if n != d and _state_stem(n) == _state_stem(d)), None)
+            if n is not None:
+                num.remove(n)
+                den.remove(d)
+                ratios.append(self._quotient(self.parenthesize(n, 50), self.parenthesize(d, 60)))
+        top = "*".join(ratios + [self.parenthesize(f, 50) for f in num]) or self._number(1)
         if not den:
             return top
         bottom = "*".join(self.parenthesize(f, 50) for f in den)
         if self.access.div:
             return f"{self.access.div}({top}, {bottom})"
         return f"{top}/({bottom})" if len(den) > 1 else f"{top}/{self.parenthesize(den[0], 60)}"
+
+    def _quotient(self, top: str, bottom: str) -> str:
+        """``(top / bottom)``, by :attr:`Access.div` where set."""
+        return f"{self.access.div}({top}, {bottom})" if self.access.div else f"({top}/{bottom})"
 
     def _reciprocal(self, bottom: str) -> str:
         """``1 / bottom``, by :attr:`Access.div` where set (as every other division)."""
@@ -321,6 +332,15 @@ def lane_loop(j: str, slots: str, size: str, whole: bool, body: list[str]) -> li
     if whole:
         return head + ["    " + ln for ln in body]
     return head + [f"    if {j} < {size}:"] + ["        " + ln for ln in body]
+
+
+def _state_stem(e: sp.Basic) -> sp.Basic:
+    """``e`` with every state symbol ``NAME_a``, ``NAME_b``, ``NAME_n`` read as ``NAME``: a numerator and a
+    denominator factor with one stem are one quantity on two segments (a correction ``r0_n / r0_a``), of one
+    magnitude, so their quotient is near 1 while their product with a third state can leave float32
+    (``r0_n * r1_a / r0_a`` is inf at r0 = exp(50), r1 = 25 r0, where ``(r0_n / r0_a) * r1_a`` is not)."""
+    return e.xreplace({s: sp.Symbol(s.name[:-2]) for s in e.free_symbols
+                       if isinstance(s, sp.Symbol) and s.name[-2:] in ("_a", "_b", "_n")})
 
 
 def _slot_name(j: str | None) -> str | None:

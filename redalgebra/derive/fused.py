@@ -286,21 +286,55 @@ def uncorrectable(analysis: Analysis) -> list:
 
 def unskippable(ra: ReductionAnalysis, analysis: Analysis) -> str | None:
     """A dependency of ``ra`` whose infinite identity marks a side the merge skips as empty (``m = max(s)`` at -inf),
-    where an element of that side — its ``s`` at -inf: a -inf value, or one a ``where(…, -inf)`` mask wrote — still
-    contributes to ``ra`` (``exp(tanh(s) - m)`` is ``exp(-1 - m)`` there, not 0): the skip loses it. None where every
-    such element gives ``ra``'s identity (``exp(s - m)`` is 0) or no value (``s·exp(s - m)`` is -inf·0, NaN in the
-    reference: skipped, as a masked element is), or where the dependency's body is not one value."""
+    where an element of that side — one at which the dependency's body is its identity: ``s`` at -inf (a -inf value,
+    or one a ``where(…, -inf)`` mask wrote), ``x`` at 0 for ``max(log(x))`` — still contributes to ``ra``
+    (``exp(tanh(s) - m)`` is ``exp(-1 - m)`` there, ``exp(sqrt(x) - m)`` is ``exp(-m)``, not 0): the skip loses it.
+    None where every such element gives ``ra``'s identity (``exp(s - m)`` tends to 0) or no value (undefined in the
+    reference: skipped, as a masked element is). Such elements are found as the limits of the body at 0 and ±inf in
+    each of its symbols (the others finite); a limit SymPy cannot take (or a body too large to try) counts as such an
+    element, and as one that contributes."""
     for d in ra.deps:
         dep = analysis[d]
         if dep.monoid.k is not None or dep.monoid.identity not in (sp.oo, -sp.oo) or dep.deps:
             continue
-        element = dep.F
-        if not (isinstance(element, sp.Symbol) and element.name not in ra.deps):
-            continue
-        value = sp.simplify(ra.F.xreplace({element: dep.monoid.identity}))
-        if value != ra.monoid.identity and value is not sp.nan:  # (-inf·0, as x·exp(x - m): undefined, skipped)
-            return d
+        for point in _identity_points(dep.F, dep.monoid.identity, set(ra.deps)):
+            value = _limit(ra.F, *point)
+            if value is None or (value != ra.monoid.identity and value is not sp.nan):
+                return d
     return None
+
+
+#: Bodies larger than this are not given to SymPy's limit (which can take minutes): taken as unknown.
+_LIMIT_OPS = 40
+#: Where an element's symbol may take a body to a max's or min's identity: 0 from either side, ±inf.
+_POINTS = ((0, "+"), (0, "-"), (sp.oo, "-"), (-sp.oo, "+"))
+
+
+def _limit(e: sp.Expr, u: sp.Symbol, at, direction: str):
+    """``lim e`` as ``u`` tends to ``at`` from ``direction`` (other symbols fixed, finite); None if SymPy cannot say."""
+    if u not in e.free_symbols:
+        return e
+    if sp.count_ops(e) > _LIMIT_OPS:
+        return None
+    try:
+        value = sp.limit(e, u, at, direction)
+    except (NotImplementedError, ValueError, TypeError, RecursionError):
+        return None
+    return None if value.has(sp.Limit, sp.AccumBounds) else value
+
+
+def _identity_points(body: sp.Expr, identity, skip: set):
+    """``(symbol, point, direction)`` at which ``body`` tends to ``identity`` (``max(log(x))``: x at 0 from above), or
+    may: where the limit is unknown."""
+    for u in sorted(body.free_symbols, key=sp.default_sort_key):
+        if u.name in skip:
+            continue
+        for at, direction in _POINTS:
+            if (u.is_nonnegative and at == 0 and direction == "-") or (u.is_nonpositive and at == 0 and direction == "+"):
+                continue
+            value = _limit(body, u, at, direction)
+            if value is None or value == identity:  # (unknown: perhaps, so checked)
+                yield u, at, direction
 
 
 def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:

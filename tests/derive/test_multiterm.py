@@ -490,6 +490,30 @@ def test_a_side_skipped_as_empty_whose_elements_still_count_is_named_and_left_to
     assert not any(unskippable(ra, softmax.analysis) for ra in softmax.analysis.reductions)
 
 
+@pytest.mark.parametrize("text, row", [
+    # m = max(log(x)) is -inf on a prefix of zeros, where exp(sqrt(x) - m) still counts exp(-m): 1.426 for 1.574
+    ("input x >= 0\nreduce m = max(log(x))\nreduce l = logsumexp(sqrt(x) - m)\nout y = l", [0, 0, 1, 2, 3]),
+    # a body that is not one value: max(2x) is -inf at a -inf element, where exp(tanh(x) - m) is exp(-1 - m)
+    ("input x\nreduce m = max(2 * x)\nreduce l = sum(exp(tanh(x) - m))\nout y = l", [-np.inf, 0.5, 1, -0.3]),
+])
+def test_a_skipped_side_is_found_where_the_dependency_body_reaches_its_identity_at_a_finite_element(text, row):
+    x = np.array([row], dtype=np.float64)
+    f, kernel, got, want = _cpu(text, x)
+    assert f.uncorrectable == ("l",) and kernel.strategy == "levels"
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-6)
+    assert not np.allclose(_cpu(text, x, "row")[2]["y"], want["y"], rtol=1e-3)
+
+
+def test_a_skipped_side_whose_elements_give_nothing_is_left_to_the_one_pass_form():
+    # exp(log(x) - m) is x·exp(-m), 0 at x = 0 (where max(log(x)) is -inf); max(x + z) at a -inf x still counts exp(z - m)
+    from redalgebra.derive.fused import unskippable
+
+    ok = derive(parse("input x >= 0\nreduce m = max(log(x))\nreduce l = sum(exp(log(x) - m))\nout y = l"))
+    assert ok.uncorrectable == () and not any(unskippable(ra, ok.analysis) for ra in ok.analysis.reductions)
+    other = derive(parse("input x\ninput z\nreduce m = max(x + z)\nreduce l = sum(exp(z - m))\nout y = l"))
+    assert other.uncorrectable == ("l",)
+
+
 def test_a_deferred_reduction_a_later_one_reads_without_a_proved_range_is_refused_by_analyze_and_derive_alike():
     # r1 = sum(x / r0), r0 = sum(x) of any sign: no correction form (H = 1/r0's range unproved) and, read by r2, no
     # deferral either; analyze said fusable while derive raised about a count it had added itself

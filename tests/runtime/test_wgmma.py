@@ -255,6 +255,12 @@ def test_long_rows_of_64_or_128_components_take_the_producer_block_by_default():
     assert spec(d=80) == (256, 128, True) and spec(d=96, length=1024, rows=64 * 1024) == (256, 128, True)
     assert spec("alibi_attention", d=80, length=1024, rows=64 * 1024) == (128, 64, False)
     assert spec(d=32) == (128, 64, False) and spec(d=32, length=8192, rows=64 * 8192) == (128, 64, False)
+    # measured at the padded widths: SigLIP's d = 72 from 729 keys (128's band), Stable Diffusion's d = 40 as 64 (from
+    # 2048 keys; at 1024 not), each where a row tile of 128 keys was faster than one warpgroup on the H200
+    assert spec(d=72, length=729, rows=128 * 729) == (256, 128, True)
+    assert spec(d=72, length=700, rows=128 * 700) == (128, 64, False)
+    assert spec(d=40, length=4096, rows=16 * 4096) == (256, 128, True)
+    assert spec(d=40, length=1024, rows=64 * 1024) == (128, 64, False)
     # wider (d = 129 … 256): the producer block whose consumers hold the sums whole, tiles of 64 or 32, at any length,
     # masked too (d = 192: no other block on the tensor cores holds it)
     assert spec(d=256) == spec(d=208, keep=True) == (256, 32, True)  # (more than three blocks of 64 columns)

@@ -95,21 +95,24 @@ def _groups(fused: FusedCascade, p: Problem) -> int:
 
 #: Elements a row from which long prefill-like calls take the producer block with tiles of 128 by default
 #: (:func:`with_defaults`), by the components of the vector sums and whether a gate is true on a prefix of the row
-#: (a causal mask); widths between 64 and 128 take 128's (:func:`_band`), wider ones :func:`_wide`'s block, others
-#: keep one warpgroup. Measured on the H200 (``gpu/README.md``, 2026-12-04, sixth session; 64 heads at d = 128, 32 at d = 64), the producer block against one warpgroup, ms: d = 128 L1024
+#: (a causal mask); widths between 64 and 128 take 128's, between 32 and 64 take 64's (:func:`_band`), wider ones
+#: :func:`_wide`'s block, narrower ones keep one warpgroup. Measured on the H200 (``gpu/README.md``, 2026-12-04, sixth session; 64 heads at d = 128, 32 at d = 64), the producer block against one warpgroup, ms: d = 128 L1024
 #: 0.0732 / 0.0905, L1999 0.2711 / 0.3298; causal L1024 0.0682 / 0.0656 (slower), L1999 0.1944 / 0.2065 — the
 #: causal threshold between them; d = 64 L2048 0.0989 / 0.1163, L4096 0.3553 / 0.4356 (BERT's L512, below, slower),
 #: causal L4096 0.2638 / 0.2836 (not timed shorter; its ring of four stages keeps a block a row tile there, as
 #: walking under a gate takes three at most); d = 80 and 96 at L2048 0.23–0.26 against 0.18 while their copies
 #: were irregular, 0.111 / 0.151 and 0.117 / 0.157 once copied as rows of 16 chunks
-#: (:meth:`~.tile_copies.TileCopies.chunks`; 2026-12-04, seventh session).
-PRODUCER_LENGTHS = {(128, False): 1024, (128, True): 1536, (64, False): 2048, (64, True): 4096}
+#: (:meth:`~.tile_copies.TileCopies.chunks`; 2026-12-04, seventh session); 2026-12-05 (``gpu/README.md``, the
+#: padded widths): SigLIP's d = 72 at L729 (128 heads) 0.0996 (tiles of 64) and 0.1007 (of 128) against 0.1103 —
+#: so 128's band from 729 keys, not 1024 —, Stable Diffusion's d = 40 at L4096 (16 heads) 0.1891 on tiles of 128
+#: against 0.2203, one warpgroup — so 64's band from 33 components (d = 40 stages 48), not only at 64.
+PRODUCER_LENGTHS = {(128, False): 729, (128, True): 1536, (64, False): 2048, (64, True): 4096}
 
 
 def _band(width: int) -> int:
     """The width whose :data:`PRODUCER_LENGTHS` a vector sum of ``width`` components reads: 128's from 65 to 128 (its
-    staged tiles padded to 128 columns, as 128's are), else its own."""
-    return 128 if 64 < width <= 128 else width
+    staged tiles padded to 128 columns, as 128's are), 64's from 33 to 64, else its own (none: one warpgroup)."""
+    return 128 if 64 < width <= 128 else 64 if 32 < width <= 64 else width
 
 
 def with_defaults(fused: FusedCascade, p: Problem) -> Problem:

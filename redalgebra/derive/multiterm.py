@@ -110,8 +110,12 @@ class MultiTerm:
 
 
 def _expand(F: sp.Expr) -> sp.Expr:
-    """Products and integer powers multiplied out; ``exp(a + b)`` and ``log`` left whole."""
-    return sp.expand(F, power_exp=False, power_base=False, log=False)
+    """Products and integer powers multiplied out; ``exp(a + b)``, ``log`` and divisors left whole: ``1/(x + 1)**2``
+    stays so, where SymPy would expand it to ``1/(x**2 + 2*x + 1)``, inf - inf at x = -inf (a masked value) where the
+    written form is 0."""
+    divisors = {p: sp.Dummy() for p in F.atoms(sp.Pow) if p.exp.is_negative and not p.base.is_Atom}
+    out = sp.expand(F.xreplace(divisors), power_exp=False, power_base=False, log=False)
+    return out.xreplace({d: p for p, d in divisors.items()})
 
 
 def split(name: str, F: sp.Expr, elems: list, deps: list, atoms: dict, scalars: set, sub,

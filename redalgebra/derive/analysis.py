@@ -435,7 +435,9 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts, multi: bool
     written, domain = F, None
     if multi:  # on the states the cascade reaches (a max at least each term), abs and max of the two are decided
         F, domain = within_bounds(F, c, deps)
-    cond = abstract_conditions(F, set(dep_syms))
+    counts = frozenset(c.symbols[d] for d in deps
+                       if any(x.name == d and x.monoid is ADD and x.body == 1 for x in c.reductions))
+    cond = abstract_conditions(F, set(dep_syms), counts)
     if cond.problem is not None:
         return ReductionAnalysis(r.name, r.monoid, text, F, deps, False, reason=cond.problem)
     algebra = cond.expr

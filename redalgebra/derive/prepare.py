@@ -196,7 +196,7 @@ class _Refused(Exception):
     pass
 
 
-def abstract_conditions(F: sp.Expr, deps: set) -> Conditions:
+def abstract_conditions(F: sp.Expr, deps: set, counts: frozenset = frozenset()) -> Conditions:
     r"""``F`` with every comparison and ``where`` turned into something the separability test can prove.
 
     * A conditional that uses no dependency is a per-element value (it may use ``pos``, inputs,
@@ -208,22 +208,29 @@ def abstract_conditions(F: sp.Expr, deps: set) -> Conditions:
       (``sum(x * (x > m))``) is not separable in general — which elements pass changes as ``m``
       changes along the axis, and no correction of a partial result can tell which did — and a
       ``where`` between a reduction-dependent value and an infinite one has no real-arithmetic form.
+    * But ``where(n == 0, e, a)`` with ``n`` among ``counts`` (dependencies that are element counts, ``sum(1)``) is
+      ``a``: the empty-row guard a multi-term rewrite puts on its combination (``let v = where(n == 0, 0, …)``), read
+      by a later reduction. A side whose count is 0 is empty, and every fused form skips an empty side (its
+      degenerate test) and guards the new element's term alike, so ``e`` is never what a correction or an update
+      reads.
     """
     atoms: dict = {}
     try:
-        expr = _abstract(F, deps, atoms)
+        expr = _abstract(F, deps, atoms, counts)
     except _Refused as why:
         return Conditions(None, atoms, str(why))
     return Conditions(expr, atoms, None)
 
 
-def _abstract(e: sp.Basic, deps: set, atoms: dict) -> sp.Basic:
+def _abstract(e: sp.Basic, deps: set, atoms: dict, counts: frozenset = frozenset()) -> sp.Basic:
     if not e.has(sp.Piecewise):
         return e
     if not isinstance(e, sp.Piecewise):
-        return e.func(*[_abstract(a, deps, atoms) for a in e.args])
+        return e.func(*[_abstract(a, deps, atoms, counts) for a in e.args])
     if not (e.free_symbols & deps):
         return _atom(e, atoms)
+    if e.args[-1].cond == sp.true and all(_empty_test(cond, counts) for _, cond in e.args[:-1]):
+        return _abstract(e.args[-1].expr, deps, atoms, counts)
     p = CascadePrinter()
     for _, cond in e.args:
         used = sorted(s.name for s in cond.free_symbols & deps)
@@ -241,6 +248,11 @@ def _abstract(e: sp.Basic, deps: set, atoms: dict) -> sp.Basic:
         w = _atom(indicator(cond), atoms)
         out = w * _finite(_abstract(value, deps, atoms), e, p) + (1 - w) * out
     return out
+
+
+def _empty_test(cond: sp.Basic, counts: frozenset) -> bool:
+    """Whether ``cond`` is ``n == 0`` for element counts ``n`` (one, or an ``Or`` of such)."""
+    return all(isinstance(t, sp.Eq) and {t.lhs, t.rhs} & counts and 0 in (t.lhs, t.rhs) for t in sp.Or.make_args(cond))
 
 
 def _finite(value: sp.Expr, e: sp.Piecewise, p: CascadePrinter) -> sp.Expr:

@@ -520,6 +520,20 @@ def test_a_divisor_is_not_multiplied_out_by_the_expansion(value):
         np.testing.assert_allclose(got["o"], evaluate(parse(text), {"x": x, "y": y})["o"], rtol=1e-6)
 
 
+def test_a_centred_sum_read_by_a_later_reduction_fuses_as_analyze_says():
+    # the rewrite's combination is guarded for an empty row (where(r0_count == 0, 0, …)); a later reduction reading
+    # it saw a condition on a reduction result and derive refused what analyze had called fusable
+    text = ("input x\nreduce r0 = mean(log(abs(x) + 1))\nreduce r1 = sum((sigmoid(x) - r0)**2)\n"
+            "reduce r3 = mean(exp(r1) * (x + 0.5))\nout y = r3")
+    assert analyze(parse(text)).fusable
+    x = np.random.default_rng(3).normal(size=(3, 50)) * 0.3
+    for strategy in (None, "levels"):
+        _, _, got, want = _cpu(text, x, strategy)
+        np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5)
+    # a condition on a reduction result that is not an empty-row test is still refused
+    assert not analyze(parse("input x\nreduce m = max(x)\nreduce s = sum(where(m > 0, x, 0))\nout y = s")).fusable
+
+
 def test_a_skipped_side_whose_elements_give_nothing_is_left_to_the_one_pass_form():
     # exp(log(x) - m) is x·exp(-m), 0 at x = 0 (where max(log(x)) is -inf); max(x + z) at a -inf x still counts exp(z - m)
     from redalgebra.derive.fused import unskippable

@@ -40,7 +40,7 @@ from ..errors import BudgetExhausted
 from ..ir import ADD, MUL, Cascade, Input, Monoid, Reduction, build_graph, reduction_dependencies
 from ..ir.printer import CascadePrinter, latex, reducer_text
 from .multiterm import MultiTerm, split
-from .ranges import NONZERO, may_diverge, may_vanish, range_proof
+from .ranges import NONZERO, grows, may_diverge, may_vanish, range_proof
 from .routes import ROUTES
 from .prepare import abstract_conditions, bodies, cast_in_body, element_atoms, has_casts, \
     integer_symbols, sign_facts, sign_of
@@ -392,8 +392,12 @@ def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None, wit
     # logsumexp only where H may be infinite: its running logaddexp of the raw G rounds at |G|'s scale, where the
     # shifted G + H (x - m) it corrects keeps the digits
     # Never a body that rounds (fp8 of a value H scales): ⊕G is G in real arithmetic, which never rounds at H's scale
+    # An exponential of a dependency with G free of exponentials: H of a partial segment can leave float32 where the
+    # row's does not (exp(s) for s = sum(x) at 100 on a prefix of [100, -95], whose total is 5; G·H = inf and its
+    # correction inf·0), while ⊕G cannot: deferred too (a softmax's G = exp(x) keeps its correction, which keeps the
+    # exponentials' shift)
     shifted = r.monoid.name in ("max", "min")
-    defer = r.monoid.k is None and not rounds and (may_vanish(H, facts, deps) if otimes is MUL
+    defer = r.monoid.k is None and not rounds and (may_vanish(H, facts, deps) or grows(G, H, deps) if otimes is MUL
                                                    else shifted or may_diverge(H, facts, deps))
     if not rng.proved:
         if defer and rng.assumptions == (NONZERO,):

@@ -82,17 +82,32 @@ def may_diverge(H: sp.Expr, facts: dict, deps) -> bool:
     return not H.xreplace(sound).is_finite or any(H.subs(d, 0).has(sp.zoo, sp.oo, -sp.oo, sp.nan) for d in zeros)
 
 
-def running_factors(H: sp.Expr, deps) -> tuple[sp.Expr, sp.Expr]:
+def running_factors(H: sp.Expr, deps, G: sp.Expr = sp.Integer(1)) -> tuple[sp.Expr, sp.Expr]:
     """``(H_end, H_run)`` with ``H = H_end · H_run`` for a deferred ``⊗ = ×`` (an H with a factor that may be 0 or
-    infinite at a non-empty state, :func:`may_vanish`): ``H_run`` its exponentials of dependencies (``exp(-m)``: the
-    shift that keeps a sum of exponentials in range), kept in the state ``⊕(G · H_run)`` and corrected as the
-    dependencies move; ``H_end`` the rest (``1/a`` for ``a = max(abs(x))``, a mean that may be 0, a count), applied
-    once they are final, rounded once."""
+    infinite at a non-empty state, :func:`may_vanish`, or one that grows, :func:`grows`): ``H_run`` its exponentials
+    of dependencies (``exp(-m)``: the shift that keeps a sum of exponentials in range), kept in the state
+    ``⊕(G · H_run)`` and corrected as the dependencies move; ``H_end`` the rest (``1/a`` for ``a = max(abs(x))``, a
+    mean that may be 0, a count), applied once they are final, rounded once. Where ``G`` holds no exponential
+    (:func:`tame`) there is no shift to keep: all of H waits for the end."""
+    if tame(G):
+        return H, sp.Integer(1)
     keep = set(deps)
     factors = sp.Mul.make_args(sp.powsimp(H, combine="exp"))
     run = [f for f in factors if isinstance(f, sp.exp) and f.free_symbols & keep]
     H_run = sp.Mul(*run)
     return sp.simplify(H / H_run), H_run
+
+
+def tame(G: sp.Expr) -> bool:
+    """Whether ``G`` holds no exponential and no power with a variable exponent: its sums grow as the elements do."""
+    return not G.has(sp.exp) and all(p.exp.is_constant() for p in G.atoms(sp.Pow))
+
+
+def grows(G: sp.Expr, H: sp.Expr, deps) -> bool:
+    """Whether ``H`` holds an exponential of a dependency while ``G`` is :func:`tame`: H of a partial segment can leave
+    float32 where the row's does not (``exp(s)`` for ``s = sum(x)`` at 100 on a prefix of [100, -95], whose total
+    is 5), while ⊕G cannot."""
+    return tame(G) and any(e.free_symbols & set(deps) for e in H.atoms(sp.exp))
 
 
 def _sound(facts: dict) -> dict:

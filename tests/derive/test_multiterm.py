@@ -534,6 +534,23 @@ def test_a_centred_sum_read_by_a_later_reduction_fuses_as_analyze_says():
     assert not analyze(parse("input x\nreduce m = max(x)\nreduce s = sum(where(m > 0, x, 0))\nout y = s")).fusable
 
 
+@pytest.mark.parametrize("text, row", [
+    # exp(s) of a partial s = 100 on [100, -95] is inf in float32 while the row's exp(5) is not: the correction form's
+    # state x·exp(s) was inf, then inf·0 (NaN for 742.07); ⊕x times exp(s) at the end cannot overflow
+    ("input x\nreduce s = sum(x)\nreduce t = sum(exp(s) * x)\nout y = t", [100, -95]),
+    # exp(-m) of a partial m = max(x) = -100: x·exp(100) is inf (-inf for -4.83)
+    ("input x\nreduce m = max(x)\nreduce t = sum(x * exp(-m))\nout y = t", [-100, 3]),
+])
+def test_an_exponential_of_a_dependency_beside_a_tame_g_is_deferred(text, row):
+    x = np.array([row], dtype=np.float64)
+    f, _, got, want = _cpu(text, x)
+    assert analyze(parse(text))["t"].deferred and f.source is not None
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5)
+    np.testing.assert_allclose(_cpu(text, x, "row")[2]["y"], want["y"], rtol=1e-5)
+    # a softmax's exp(x - m) keeps its correction, the shift that keeps it in range
+    assert not analyze(parse("input x\nreduce m = max(x)\nreduce l = sum(exp(x - m))\nout y = l"))["l"].deferred
+
+
 def test_a_skipped_side_whose_elements_give_nothing_is_left_to_the_one_pass_form():
     # exp(log(x) - m) is x·exp(-m), 0 at x = 0 (where max(log(x)) is -inf); max(x + z) at a -inf x still counts exp(z - m)
     from redalgebra.derive.fused import unskippable

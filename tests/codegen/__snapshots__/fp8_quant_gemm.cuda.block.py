@@ -153,19 +153,14 @@ def rt_fp8(x):
 def rt_topk_insert(vals, idx, v, i):
     """Insert (v, i) into a descending top-k list; ties go to the lower index; -inf means empty.
 
-    A NaN ranks below every number and above an empty slot, NaNs by index, as the reference's stable
-    sort of -v puts them (a row of fewer numbers than k lists its NaNs after them; dropped, its sum
-    of the top-k was -inf where the reference's is NaN).
-
     Bubbles the newcomer down with a compare-and-swap at every position: the positions are
     constants once the loop is unrolled, so the list can live in registers (a search for the
     position and a shift by it would index the list at run time, which puts it in local memory).
     """
-    if v == NEG_INF:
+    if v == NEG_INF or v != v:
         return
     for j in range(vals.shape[0]):
-        if (v > vals[j] or idx[j] < 0 or (v == vals[j] and i < idx[j])
-                or (vals[j] != vals[j] and (v == v or i < idx[j]))):
+        if v > vals[j] or (v == vals[j] and (idx[j] < 0 or i < idx[j])):
             tv = vals[j]
             ti = idx[j]
             vals[j] = v

@@ -376,7 +376,8 @@ def _separate(F, elems, deps, otimes, name, integers=frozenset(), atoms=None, wi
     return G, H, proof
 
 
-def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None, within=(), rounds=False) -> Attempt:
+def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None, within=(), rounds=False,
+         unbounded=()) -> Attempt:
     dist, assumption = _distributes(r.monoid, otimes)
     if not dist.proved:
         return Attempt(otimes.name, "distributivity", (dist,))
@@ -392,12 +393,12 @@ def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None, wit
     # logsumexp only where H may be infinite: its running logaddexp of the raw G rounds at |G|'s scale, where the
     # shifted G + H (x - m) it corrects keeps the digits
     # Never a body that rounds (fp8 of a value H scales): ⊕G is G in real arithmetic, which never rounds at H's scale
-    # An exponential of a dependency with G free of exponentials: H of a partial segment can leave float32 where the
-    # row's does not (exp(s) for s = sum(x) at 100 on a prefix of [100, -95], whose total is 5; G·H = inf and its
-    # correction inf·0), while ⊕G cannot: deferred too (a softmax's G = exp(x) keeps its correction, which keeps the
-    # exponentials' shift)
+    # An exponential of a sum-like dependency with G free of exponentials (ranges.grows): H of a partial segment can
+    # leave float32 where the row's does not (exp(s) for s = sum(x) at 100 on a prefix of [100, -95], whose total is
+    # 5; G·H = inf and its correction inf·0): deferred too. A softmax's G = exp(x) keeps its correction (the shift),
+    # and so does an exponential of a max or min (the online normalisation)
     shifted = r.monoid.name in ("max", "min")
-    defer = r.monoid.k is None and not rounds and (may_vanish(H, facts, deps) or grows(G, H, deps) if otimes is MUL
+    defer = r.monoid.k is None and not rounds and (may_vanish(H, facts, deps) or grows(G, H, unbounded) if otimes is MUL
                                                    else shifted or may_diverge(H, facts, deps))
     if not rng.proved:
         if defer and rng.assumptions == (NONZERO,):
@@ -441,6 +442,8 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts, multi: bool
         F, domain = within_bounds(F, c, deps)
     counts = frozenset(c.symbols[d] for d in deps
                        if any(x.name == d and x.monoid is ADD and x.body == 1 for x in c.reductions))
+    unbounded = [c.symbols[d] for d in deps
+                 if any(x.name == d and x.monoid.name not in ("max", "min") for x in c.reductions)]
     cond = abstract_conditions(F, set(dep_syms), counts)
     if cond.problem is not None:
         return ReductionAnalysis(r.name, r.monoid, text, F, deps, False, reason=cond.problem)
@@ -449,7 +452,7 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts, multi: bool
     attempts, within = [], relations(c, deps, algebra)
     for otimes in CANDIDATES:
         attempts.append(_try(otimes, r, algebra, elems, dep_syms, facts, integer_symbols(c), cond.atoms, within,
-                             cast_in_body(r, c) is not None))
+                             cast_in_body(r, c) is not None, unbounded))
         if attempts[-1].failed is None and not attempts[-1].deferred:
             break
     # a ⊗ with a correction first; a deferred one (H applied at the end) when no other separates F

@@ -336,7 +336,8 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
             if ra.otimes is ADD:
                 H_v, body = ra.H, ra.G
             else:
-                H_v, H_run = running_factors(ra.H, [c.symbols[d] for d in ra.deps], ra.G)
+                extrema = [c.symbols[d] for d in ra.deps if analysis[d].monoid.name in ("max", "min")]
+                H_v, H_run = running_factors(ra.H, [c.symbols[d] for d in ra.deps], extrema)
                 body = sp.powsimp(ra.G * H_run, combine="exp")  # (exp(x)·exp(-m) as exp(x - m): no exp(x) alone)
             part = Reduction(g, s.monoid, body)
             stmts.append(part)

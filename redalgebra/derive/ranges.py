@@ -82,18 +82,16 @@ def may_diverge(H: sp.Expr, facts: dict, deps) -> bool:
     return not H.xreplace(sound).is_finite or any(H.subs(d, 0).has(sp.zoo, sp.oo, -sp.oo, sp.nan) for d in zeros)
 
 
-def running_factors(H: sp.Expr, deps, G: sp.Expr = sp.Integer(1)) -> tuple[sp.Expr, sp.Expr]:
+def running_factors(H: sp.Expr, deps, extrema) -> tuple[sp.Expr, sp.Expr]:
     """``(H_end, H_run)`` with ``H = H_end · H_run`` for a deferred ``⊗ = ×`` (an H with a factor that may be 0 or
     infinite at a non-empty state, :func:`may_vanish`, or one that grows, :func:`grows`): ``H_run`` its exponentials
-    of dependencies (``exp(-m)``: the shift that keeps a sum of exponentials in range), kept in the state
-    ``⊕(G · H_run)`` and corrected as the dependencies move; ``H_end`` the rest (``1/a`` for ``a = max(abs(x))``, a
-    mean that may be 0, a count), applied once they are final, rounded once. Where ``G`` holds no exponential
-    (:func:`tame`) there is no shift to keep: all of H waits for the end."""
-    if tame(G):
-        return H, sp.Integer(1)
-    keep = set(deps)
+    of dependencies that are all ``extrema`` (a max or min: ``exp(-m)``, the shift that keeps a sum of exponentials
+    in range), kept in the state ``⊕(G · H_run)`` and corrected as the dependencies move; ``H_end`` the rest (``1/a``
+    for ``a = max(abs(x))``, a mean that may be 0, a count, ``exp(s)`` of a sum, whose partial values can leave
+    float32 where the row's does not), applied once they are final, rounded once."""
+    keep, bounded = set(deps), set(extrema)
     factors = sp.Mul.make_args(sp.powsimp(H, combine="exp"))
-    run = [f for f in factors if isinstance(f, sp.exp) and f.free_symbols & keep]
+    run = [f for f in factors if isinstance(f, sp.exp) and f.free_symbols & keep and f.free_symbols & keep <= bounded]
     H_run = sp.Mul(*run)
     return sp.simplify(H / H_run), H_run
 
@@ -103,11 +101,14 @@ def tame(G: sp.Expr) -> bool:
     return not G.has(sp.exp) and all(p.exp.is_constant() for p in G.atoms(sp.Pow))
 
 
-def grows(G: sp.Expr, H: sp.Expr, deps) -> bool:
-    """Whether ``H`` holds an exponential of a dependency while ``G`` is :func:`tame`: H of a partial segment can leave
-    float32 where the row's does not (``exp(s)`` for ``s = sum(x)`` at 100 on a prefix of [100, -95], whose total
-    is 5), while ⊕G cannot."""
-    return tame(G) and any(e.free_symbols & set(deps) for e in H.atoms(sp.exp))
+def grows(G: sp.Expr, H: sp.Expr, unbounded) -> bool:
+    """Whether ``H`` holds an exponential of an ``unbounded`` dependency (a sum, a product, a logsumexp: one whose
+    partial values say nothing of the row's, unlike a running max's) while ``G`` is :func:`tame`: H of a partial
+    segment can leave float32 where the row's does not (``exp(s)`` for ``s = sum(x)`` at 100 on a prefix of
+    [100, -95], whose total is 5: the correction form's state ``x·exp(s)`` is inf, then inf·0). ⊕G is in range
+    wherever the written sum of the elements is. A max or min keeps its correction: its running value is the
+    normalisation of the online forms (``x·exp(-m)`` for ``m = max(log(x))`` is at most 1 where ⊕x can overflow)."""
+    return tame(G) and any(e.free_symbols & set(unbounded) for e in H.atoms(sp.exp))
 
 
 def _sound(facts: dict) -> dict:

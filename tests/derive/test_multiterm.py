@@ -538,8 +538,8 @@ def test_a_centred_sum_read_by_a_later_reduction_fuses_as_analyze_says():
     # exp(s) of a partial s = 100 on [100, -95] is inf in float32 while the row's exp(5) is not: the correction form's
     # state x·exp(s) was inf, then inf·0 (NaN for 742.07); ⊕x times exp(s) at the end cannot overflow
     ("input x\nreduce s = sum(x)\nreduce t = sum(exp(s) * x)\nout y = t", [100, -95]),
-    # exp(-m) of a partial m = max(x) = -100: x·exp(100) is inf (-inf for -4.83)
-    ("input x\nreduce m = max(x)\nreduce t = sum(x * exp(-m))\nout y = t", [-100, 3]),
+    # a mean's partial value too: exp(100) on the prefix, exp(2.5) for the row
+    ("input x\nreduce s = mean(x)\nreduce t = sum(exp(s) * x)\nout y = t", [100, -95]),
 ])
 def test_an_exponential_of_a_dependency_beside_a_tame_g_is_deferred(text, row):
     x = np.array([row], dtype=np.float64)
@@ -547,8 +547,13 @@ def test_an_exponential_of_a_dependency_beside_a_tame_g_is_deferred(text, row):
     assert analyze(parse(text))["t"].deferred and f.source is not None
     np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5)
     np.testing.assert_allclose(_cpu(text, x, "row")[2]["y"], want["y"], rtol=1e-5)
-    # a softmax's exp(x - m) keeps its correction, the shift that keeps it in range
+    # a softmax's exp(x - m) keeps its correction, the shift that keeps it in range; so does an exponential of a max
+    # beside a tame G, the online normalisation: x·exp(-m) for m = max(log(x)) is at most 1 where ⊕x is inf
     assert not analyze(parse("input x\nreduce m = max(x)\nreduce l = sum(exp(x - m))\nout y = l"))["l"].deferred
+    norm = "input x > 0\nreduce m = max(log(x))\nreduce t = sum(x * exp(-m))\nout y = t"
+    assert not analyze(parse(norm))["t"].deferred
+    big = np.array([[2e38, 2e38, 1e38]])
+    np.testing.assert_allclose(_cpu(norm, big)[2]["y"], [2.5], rtol=1e-5)
 
 
 def test_a_skipped_side_whose_elements_give_nothing_is_left_to_the_one_pass_form():

@@ -277,6 +277,7 @@ def test_long_rows_of_64_or_128_components_take_the_producer_block_by_default():
     # ... but where column groups hold them too (d = 256), only as d = 128's block is given: masked, or too few row
     # tiles to fill the GPU (a decode step's), the column groups
     assert spec(d=256, keep=True)[2] is False and spec(d=256, rows=8 * 2048)[2] is False
+    assert spec(d=256, length=1000, rows=64 * 1000)[2] is False  # (from 1024 keys, not d = 72's 729: not measured)
     assert spec(rows=4 * 2048) == (128, 64, False)  # 64 row tiles of 128: under the 132 multiprocessors
     # groups of 64 rows sharing their keys (GQA): a 128-row tile would be half padding; 100 rows pad alike either way
     assert spec(rep=64) == (128, 64, False) and spec(rep=100, rows=100 * 1024) == (256, 128, True)

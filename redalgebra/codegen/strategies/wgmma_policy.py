@@ -107,6 +107,9 @@ def _groups(fused: FusedCascade, p: Problem) -> int:
 #: so 128's band from 729 keys, not 1024 —, Stable Diffusion's d = 40 at L4096 (16 heads) 0.1891 on tiles of 128
 #: against 0.2203, one warpgroup — so 64's band from 33 components (d = 40 stages 48), not only at 64.
 PRODUCER_LENGTHS = {(128, False): 729, (128, True): 1536, (64, False): 2048, (64, True): 4096}
+#: Elements a row from which sums that column groups also hold (d = 256) take :func:`_wide`'s block: measured at
+#: 2048 (``_wide``'s docstring), given from d = 128's lengths as they stood (1024, 1536 causal) and kept there.
+WIDE_LENGTHS = {False: 1024, True: 1536}
 
 
 def _band(width: int) -> int:
@@ -118,7 +121,7 @@ def _band(width: int) -> int:
 def with_defaults(fused: FusedCascade, p: Problem) -> Problem:
     """``p`` with the block the policy prefers where the caller chose none: two consumer warpgroups and a producer
     (``threads=384``) on tiles of 128 elements for long rows (:data:`PRODUCER_LENGTHS` elements or more, by the
-    width) of one row tile's vector sums 64 to 128 wide, unmasked, ungated or gated on a prefix of the row (a causal
+    width) of one row tile's vector sums 33 to 128 wide, unmasked, ungated or gated on a prefix of the row (a causal
     mask), where its row tiles fill the GPU (:func:`_fills`); sums 129 to 256 wide: :func:`_wide`; else ``p`` as
     given. Its blocks walk row tiles (:mod:`.tile_producer`), but under a gate with a ring of four stages (d = 64),
     where each takes one. Measured on the H200
@@ -159,7 +162,7 @@ def _wide(fused: FusedCascade, p: Problem) -> Problem:
     (:data:`~.products.PRODUCER_COMPONENTS`), on tiles of 64 elements, of 32 where three stages of 64 would not fit
     beside the query's 128 rows (:func:`_tile`: attention above 192 components), wherever it takes the cascade
     (:func:`_takes`). Where column groups hold the sums too (multiples of 128: d = 256, MLA's latent at half its width), only as the policy's block
-    for d = 128 is given (unmasked, from d = 128's :data:`PRODUCER_LENGTHS`, its row tiles filling the GPU): a decode
+    for d = 128 is given (unmasked, from :data:`WIDE_LENGTHS`, its row tiles filling the GPU): a decode
     step's few rows keep the column groups, and the wide block was measured on prefill only; else (d = 192) masked or
     not, at any length; else ``p`` (column groups, or ``vrows``). Measured on the H200 (``gpu/README.md``, 2026-12-04,
     seventh session): Gemma-7B H16 L2048 d256 0.153 ms against 0.270 on column groups (cuDNN 0.112), causal 0.121
@@ -167,7 +170,7 @@ def _wide(fused: FusedCascade, p: Problem) -> Problem:
     if not _takes(fused, p):
         return p
     if column_groups(_widths(fused, p)) is not None and (
-            p.has_keep or p.length < PRODUCER_LENGTHS[(128, _gating(fused))] or not _fills(fused, p)):
+            p.has_keep or p.length < WIDE_LENGTHS[_gating(fused)] or not _fills(fused, p)):
         return p
     return dataclasses.replace(p, options=tuple(dict(p.options, threads=3 * THREADS).items()))
 

@@ -175,9 +175,10 @@ class KernelPrinter(StrPrinter):
                 den.append(sp.Integer(f.q))
             else:
                 num.append(f)
-        ratios = []  # a state's correction H(D_new)/H(D_old), divided before it multiplies (see _state_stem)
+        ratios = []  # a state over its side's factor, divided before it multiplies (see _side)
         for d in list(den):
-            n = next((n for n in num if n != d and _state_stem(n) == _state_stem(d)), None)
+            n = next((n for n in num if len(num) > 1 and _side(d) and _side(n) and _side(n)[1] == _side(d)[1]
+                      and _side(n)[0] != _side(d)[0]), None)
             if n is not None:
                 num.remove(n)
                 den.remove(d)
@@ -334,13 +335,14 @@ def lane_loop(j: str, slots: str, size: str, whole: bool, body: list[str]) -> li
     return head + [f"    if {j} < {size}:"] + ["        " + ln for ln in body]
 
 
-def _state_stem(e: sp.Basic) -> sp.Basic:
-    """``e`` with every state symbol ``NAME_a``, ``NAME_b``, ``NAME_n`` read as ``NAME``: a numerator and a
-    denominator factor with one stem are one quantity on two segments (a correction ``r0_n / r0_a``), of one
-    magnitude, so their quotient is near 1 while their product with a third state can leave float32
-    (``r0_n * r1_a / r0_a`` is inf at r0 = exp(50), r1 = 25 r0, where ``(r0_n / r0_a) * r1_a`` is not)."""
-    return e.xreplace({s: sp.Symbol(s.name[:-2]) for s in e.free_symbols
-                       if isinstance(s, sp.Symbol) and s.name[-2:] in ("_a", "_b", "_n")})
+def _side(e: sp.Basic):
+    """``(NAME, side)`` of a state symbol ``NAME_a``, ``NAME_b`` or ``NAME_n``, else None. In a correction
+    ``r1_a · r0_n / r0_a`` (``r1 = max(G · r0)``), the state over its own side's factor, ``r1_a / r0_a``, is ⊕G of
+    that side and in range wherever G is; multiplied first, ``r1_a · r0_n`` leaves float32 at ``r0 = exp(50)``, and
+    ``r0_n / r0_a`` does where the two sides' factors are far apart (``exp(60) / exp(-60)``)."""
+    if isinstance(e, sp.Symbol) and e.name[-2:] in ("_a", "_b", "_n"):
+        return e.name[:-2], e.name[-1]
+    return None
 
 
 def _slot_name(j: str | None) -> str | None:

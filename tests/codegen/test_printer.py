@@ -120,11 +120,11 @@ def test_a_cascade_whose_epilogue_divides_by_zero_when_empty_compiles():
 
 
 def test_a_correction_divides_before_it_multiplies():
-    # r1_a * r0_n / r0_a: a state times the ratio of one state on two segments; multiplied first it leaves float32
-    # where the ratio (near 1) times r1_a does not
+    # r1_a * r0_n / r0_a: the state over its side's factor (⊕G of that side) first; multiplied first, r1_a * r0_n
+    # leaves float32 at r0 = exp(50), and r0_n / r0_a where the sides' factors are exp(60) and exp(-60)
     a0, n0, a1 = (sp.Symbol(n, extended_real=True) for n in ("r0_a", "r0_n", "r1_a"))
     access = Access(scalar={"r0_a": "s_r0", "r0_n": "n_r0", "r1_a": "s_r1"})
-    assert print_expr(n0 * a1 / a0, access, Constants())[1] == "(n_r0/s_r0)*s_r1"
+    assert print_expr(n0 * a1 / a0, access, Constants())[1] == "(s_r1/s_r0)*n_r0"
     assert "(" not in text(x * m / l)[1]  # no two sides of one state: as written
 
 
@@ -134,8 +134,10 @@ def test_a_corrected_max_of_large_products_stays_in_range():
     from redalgebra import derive, evaluate, parse
     from redalgebra.runtime import compile
 
-    c = parse("input x\nreduce r0 = max(exp(x))\nreduce r1 = max(x / 2 * r0)\nout y = r1")
-    x = np.array([[50, 49, 48, 47], [1, 2, 3, 4]], np.float32)  # r1 ≈ 1.3e23 with r0 ≈ 5e21: their product is inf
+    c = parse("input x\ninput z\nreduce r0 = max(exp(x))\nreduce r1 = max(z * r0)\nout y = r1")
+    # r1 ≈ 1.3e23 with r0 ≈ 5e21: their product is inf; exp(60) / exp(-60) is inf too
+    x = np.array([[50, 49, 48, 47], [1, 2, 3, 4], [-60, 60, 1, 2]], np.float32)
+    z = np.array([[25, 24.5, 24, 23.5], [1, 2, 3, 4], [2, 1, 0, 0]], np.float32)
     for backend, strategy in (("cpu", "row"), ("cudasim", "thread")):
-        got = compile(derive(c), backend, strategy=strategy)({"x": x})["y"]
-        np.testing.assert_allclose(got, evaluate(c, {"x": x})["y"], rtol=1e-5)
+        got = compile(derive(c), backend, strategy=strategy)({"x": x, "z": z})["y"]
+        np.testing.assert_allclose(got, evaluate(c, {"x": x, "z": z})["y"], rtol=1e-5)

@@ -290,9 +290,10 @@ def unskippable(ra: ReductionAnalysis, analysis: Analysis) -> str | None:
     or one a ``where(…, -inf)`` mask wrote), ``x`` at 0 for ``max(log(x))`` — still contributes to ``ra``
     (``exp(tanh(s) - m)`` is ``exp(-1 - m)`` there, ``exp(sqrt(x) - m)`` is ``exp(-m)``, not 0): the skip loses it.
     None where every such element gives ``ra``'s identity (``exp(s - m)`` tends to 0) or no value (undefined in the
-    reference: skipped, as a masked element is). Such elements are found as the limits of the body at 0 and ±inf in
-    each of its symbols (the others finite); a limit SymPy cannot take (or a body too large to try) counts as such an
-    element, and as one that contributes."""
+    reference: skipped, as a masked element is). Such elements are found as the limits of the body at 0, ±inf and the
+    zeros of its logs' arguments and divisors in each of its symbols (the others finite); a limit SymPy cannot take
+    (or a body too large to try, or an infinity whose sign depends on another symbol) counts as such an element, and
+    as one that contributes."""
     for d in ra.deps:
         dep = analysis[d]
         if dep.monoid.k is not None or dep.monoid.identity not in (sp.oo, -sp.oo) or dep.deps:
@@ -320,7 +321,25 @@ def _limit(e: sp.Expr, u: sp.Symbol, at, direction: str):
         value = sp.limit(e, u, at, direction)
     except (NotImplementedError, ValueError, TypeError, RecursionError):
         return None
-    return None if value.has(sp.Limit, sp.AccumBounds) else value
+    if value.has(sp.Limit, sp.AccumBounds) or (value.free_symbols and value.has(sp.oo, -sp.oo, sp.zoo)):
+        return None  # (unknown, or infinite with a sign that depends on the other symbols: -oo*sign(z))
+    return value
+
+
+def _poles(body: sp.Expr, u: sp.Symbol) -> list:
+    """The real values of ``u`` at which an argument of a log or a divisor of ``body`` is 0 (``max(log(abs(x - 1)))``
+    at x = 1), from either side; those SymPy finds among small arguments."""
+    found = []
+    for arg in [e.args[0] for e in body.atoms(sp.log)] + [p.base for p in body.atoms(sp.Pow) if p.exp.is_negative]:
+        if u not in arg.free_symbols or sp.count_ops(arg) > _LIMIT_OPS // 2:
+            continue
+        try:
+            roots = sp.solveset(arg, u, sp.S.Reals)
+        except (NotImplementedError, ValueError, TypeError):
+            continue
+        if isinstance(roots, sp.FiniteSet):
+            found += [(r, d) for r in roots if r.is_number and r.is_finite and r != 0 for d in ("+", "-")]
+    return found
 
 
 def _identity_points(body: sp.Expr, identity, skip: set):
@@ -329,7 +348,7 @@ def _identity_points(body: sp.Expr, identity, skip: set):
     for u in sorted(body.free_symbols, key=sp.default_sort_key):
         if u.name in skip:
             continue
-        for at, direction in _POINTS:
+        for at, direction in _POINTS + tuple(_poles(body, u)):
             if (u.is_nonnegative and at == 0 and direction == "-") or (u.is_nonpositive and at == 0 and direction == "+"):
                 continue
             value = _limit(body, u, at, direction)

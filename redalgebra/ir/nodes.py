@@ -210,14 +210,18 @@ class Cascade:
     statements: tuple
     name: str = "cascade"
     source: str | None = field(default=None, compare=False)
+    #: the statements by kind, sorted once (a call reads the views several times: they were filtered at each)
+    _kinds: dict = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "statements", tuple(self.statements))
+        object.__setattr__(self, "_kinds", {kind: tuple(s for s in self.statements if isinstance(s, kind))
+                                            for kind in (Input, Param, Let, Reduction, Output)})
         _validate(self)
 
     # -- views ---------------------------------------------------------
     def _of(self, kind) -> tuple:
-        return tuple(s for s in self.statements if isinstance(s, kind))
+        return self._kinds[kind]
 
     @property
     def inputs(self) -> tuple[Input, ...]:

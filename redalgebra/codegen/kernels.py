@@ -99,6 +99,10 @@ def kernel_args(c) -> tuple:
     return tuple(names + ["rows", "length"])
 
 
+#: Elements the CPU's ``row`` kernel folds into a fresh state before merging it into the row's (:meth:`_Gen._body_row`).
+CPU_CHUNK = 128
+
+
 class _Gen(LaneSkeletons):
     def __init__(self, fused: FusedCascade, spec: Spec, backend: str, strategy: str):
         self.f, self.spec, self.backend, self.strategy = fused, spec, backend, strategy
@@ -168,7 +172,7 @@ class _Gen(LaneSkeletons):
         lines += [f"rr_{s.name} = row // rep_{s.name}" for s in self.c.inputs]
         return lines
 
-    def incremental(self, start: str, step: str) -> list[str]:
+    def incremental(self, start: str, step: str, end: str = "length") -> list[str]:
         body = []
         if self.spec.has_keep:
             body.append("if keep[row, l] != 0:")
@@ -178,7 +182,7 @@ class _Gen(LaneSkeletons):
         else:
             body += element_loads(self.lay, self.consts, self.counter)
             body += emit_program(self.f.update, update_access(self.lay), self.consts, self.lay, self.counter, "update")
-        return [f"for l in range({start}, length, {step}):"] + ["    " + ln for ln in body]
+        return [f"for l in range({start}, {end}, {step}):"] + ["    " + ln for ln in body]
 
     def merge(self) -> list[str]:
         return emit_program(self.f.merge, merge_access(self.lay), self.consts, self.lay, self.counter, "merge")
@@ -251,7 +255,14 @@ class _Gen(LaneSkeletons):
         return getattr(self, "_body_" + self.strategy)()
 
     def _body_row(self) -> list[str]:
-        body = self.alloc_state() + self.row_setup() + self.init_state() + self.incremental("0", "1")
+        """A row in chunks of :data:`CPU_CHUNK` elements: each folded into a fresh state, then merged into the row's
+        by the derived merge. A float32 running sum of L elements gathers an error growing with L (1.4e-4 of a mean
+        at an offset of 1e4 over 5000 elements, where NumPy's pairwise sum keeps 2e-5); in chunks, with
+        ``CPU_CHUNK + L / CPU_CHUNK``, as a two-level tree does (the GPU's strategies merge threads' states alike)."""
+        body = self.alloc_state(("s", "o")) + self.row_setup() + self.init_state("s") + self.init_state("o")
+        chunk = self.init_state("s") + self.incremental("c0", "1", f"min(c0 + {CPU_CHUNK}, length)")
+        chunk += self.merge() + self.copy_state("s", "o")
+        body += [f"for c0 in range(0, length, {CPU_CHUNK}):"] + ["    " + ln for ln in chunk]
         body += self.outputs("True", "0", "1")
         return ["for row in prange(rows):"] + ["    " + ln for ln in body]
 

@@ -30,7 +30,7 @@ BARE = frozenset("""
     u0 u1 v0 v1 vcol vrow sb
     lf rem bt ngrp lv tq sa fr fk wk wc segl rw kt0 fac a0 a1 a2 a3 cb kx fx lc r0 factors scalars tiles
     wcol wo wn wd wt sd b4 b5 b6 b7 li
-    orow da db nn k0 wv wrow wcl
+    orow da db nn k0 wv wrow wcl c0
     nall tps tfirst cg ks wi wk smf xf dp
     fq nfull nmain nstep p0 p1 p2 p3 h0 h1 h2 h3 fo
     pp sp fresh uniform every op pe pf pk kz fma32

@@ -285,3 +285,29 @@ def test_logsumexp_holds_values_whose_exponential_float32_cannot(backend, strate
     got = ra.compile(ra.derive(c), backend, strategy)({"x": x}, {}, keep)
     for name in ("y", "z"):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-6, err_msg=name)
+
+
+def test_the_cpu_row_kernel_folds_a_long_row_in_chunks_merged_by_the_derived_merge():
+    # a float32 running sum of 20000 values near 1e4 gathers an error growing with the row (the centred variance
+    # 2.0e-4 off, its mean 6.6e-7, before); folded in chunks of CPU_CHUNK and merged: 4.7e-5 and 2.7e-7 (the bound
+    # below sits between them, so the sequential fold fails it)
+    import numpy as np
+
+    from redalgebra import derive, evaluate, parse
+    from redalgebra.codegen.kernels import CPU_CHUNK
+    from redalgebra.runtime import compile
+
+    c = parse("input x\nreduce s = sum(x)\nreduce v = sum((x - s / 20000)**2)\nout mean = s / 20000\nout var = v")
+    x = (1e4 + np.random.default_rng(0).normal(size=(4, 20000))).astype(np.float32)
+    got, want = compile(derive(c), "cpu", "row")({"x": x}), evaluate(c, {"x": x.astype(np.float64)})
+    assert np.max(np.abs(got["var"] - want["var"]) / want["var"]) < 1e-4
+    assert np.max(np.abs(got["mean"] - want["mean"]) / want["mean"]) < 4e-7
+    # rows shorter than a chunk, a row ending inside one, masked chunks: as the reference
+    f = derive(parse("input x\nreduce m = max(x)\nreduce l = sum(exp(x - m))\nreduce i = argmax(x)\nout y = exp(x - m) / l"))
+    for length in (1, CPU_CHUNK - 1, CPU_CHUNK, 2 * CPU_CHUNK + 3):
+        x = np.random.default_rng(length).normal(size=(3, length)).astype(np.float32)
+        keep = np.ones_like(x, bool)
+        keep[1, : min(length, CPU_CHUNK + 1)] = False
+        got, want = compile(f, "cpu", "row")({"x": x}, keep=keep), evaluate(f.cascade, {"x": x}, keep=keep)
+        np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-7)
+        np.testing.assert_array_equal(got["i.index"], want["i.index"])

@@ -176,6 +176,7 @@ def rt_topk_merge(vals, idx, ovals, oidx):
 def kernel(k, v, rep_k, rep_v, q, scale, keep, out_y, rows, length):
     for row in prange(rows):
         s_o = np.empty(D_d, np.float32)
+        o_o = np.empty(D_d, np.float32)
         p_scale = scale[row]
         rr_k = row // rep_k
         rr_v = row // rep_v
@@ -183,20 +184,43 @@ def kernel(k, v, rep_k, rep_v, q, scale, keep, out_y, rows, length):
         s_l = _K0
         for j in range(D_d):
             s_o[j] = _K0
-        for l in range(0, length, 1):
-            _acc0 = _K0
-            for _j0 in range(D_d):
-                _acc0 += float32(k[rr_k, l, _j0])*q[row, _j0]
-            e_s = p_scale*_acc0
-            n_m = rt_max(s_m, e_s)
-            t_c0 = (n_m == NEG_INF)
-            t_c1 = math.exp(-n_m + e_s)
-            t_c2 = (s_m == NEG_INF)
-            t_c3 = math.exp(s_m - n_m)
-            n_l = (_K0 if t_c0 else t_c1) + (_K0 if t_c2 else s_l*t_c3)
+        o_m = NEG_INF
+        o_l = _K0
+        for j in range(D_d):
+            o_o[j] = _K0
+        for c0 in range(0, length, 128):
+            s_m = NEG_INF
+            s_l = _K0
             for j in range(D_d):
-                s_o[j] = (_K0 if t_c0 else t_c1*float32(v[rr_v, l, j])) + (_K0 if t_c2 else s_o[j]*t_c3)
+                s_o[j] = _K0
+            for l in range(c0, min(c0 + 128, length), 1):
+                _acc0 = _K0
+                for _j0 in range(D_d):
+                    _acc0 += float32(k[rr_k, l, _j0])*q[row, _j0]
+                e_s = p_scale*_acc0
+                n_m = rt_max(s_m, e_s)
+                t_c0 = (n_m == NEG_INF)
+                t_c1 = math.exp(-n_m + e_s)
+                t_c2 = (s_m == NEG_INF)
+                t_c3 = math.exp(s_m - n_m)
+                n_l = (_K0 if t_c0 else t_c1) + (_K0 if t_c2 else s_l*t_c3)
+                for j in range(D_d):
+                    s_o[j] = (_K0 if t_c0 else t_c1*float32(v[rr_v, l, j])) + (_K0 if t_c2 else s_o[j]*t_c3)
+                s_m = n_m
+                s_l = n_l
+            n_m = rt_max(s_m, o_m)
+            t_c0 = (s_m == NEG_INF)
+            t_c1 = math.exp(s_m - n_m)
+            t_c2 = (o_m == NEG_INF)
+            t_c3 = math.exp(o_m - n_m)
+            n_l = (_K0 if t_c0 else s_l*t_c1) + (_K0 if t_c2 else o_l*t_c3)
+            for j in range(D_d):
+                s_o[j] = (_K0 if t_c0 else s_o[j]*t_c1) + (_K0 if t_c2 else o_o[j]*t_c3)
             s_m = n_m
             s_l = n_l
+            o_m = s_m
+            o_l = s_l
+            for j in range(D_d):
+                o_o[j] = s_o[j]
         for j in range(0, D_d, 1):
             out_y[row, j] = s_o[j]/s_l

@@ -179,17 +179,33 @@ def rt_topk_merge(vals, idx, ovals, oidx):
 def kernel(x, w, rep_x, rep_w, keep, out_y, rows, length):
     for row in prange(rows):
         s_acc = np.empty(D_n, np.float32)
+        o_acc = np.empty(D_n, np.float32)
         rr_x = row // rep_x
         rr_w = row // rep_w
         s_a = NEG_INF
         for j in range(D_n):
             s_acc[j] = _K0
-        for l in range(0, length, 1):
-            e_x = float32(x[rr_x, l])
-            n_a = rt_max(s_a, abs(e_x))
+        o_a = NEG_INF
+        for j in range(D_n):
+            o_acc[j] = _K0
+        for c0 in range(0, length, 128):
+            s_a = NEG_INF
+            for j in range(D_n):
+                s_acc[j] = _K0
+            for l in range(c0, min(c0 + 128, length), 1):
+                e_x = float32(x[rr_x, l])
+                n_a = rt_max(s_a, abs(e_x))
+                t_c0 = (_K2/(rt_max(_K1, n_a)))
+                for j in range(D_n):
+                    s_acc[j] = (_K0 if (s_a == NEG_INF) else s_acc[j]*t_c0*rt_max(_K1, s_a)) + (_K0 if (n_a == NEG_INF) else float32(w[rr_w, l, j])*rt_fp8(_K3*t_c0*e_x))
+                s_a = n_a
+            n_a = rt_max(s_a, o_a)
             t_c0 = (_K2/(rt_max(_K1, n_a)))
             for j in range(D_n):
-                s_acc[j] = (_K0 if (s_a == NEG_INF) else s_acc[j]*t_c0*rt_max(_K1, s_a)) + (_K0 if (n_a == NEG_INF) else float32(w[rr_w, l, j])*rt_fp8(_K3*t_c0*e_x))
+                s_acc[j] = (_K0 if (s_a == NEG_INF) else s_acc[j]*t_c0*rt_max(_K1, s_a)) + (_K0 if (o_a == NEG_INF) else o_acc[j]*t_c0*rt_max(_K1, o_a))
             s_a = n_a
+            o_a = s_a
+            for j in range(D_n):
+                o_acc[j] = s_acc[j]
         for j in range(0, D_n, 1):
             out_y[row, j] = s_acc[j]*rt_max(_K1, s_a)/_K3

@@ -178,11 +178,22 @@ def kernel(x, rep_x, keep, out_y, rows, length):
         rr_x = row // rep_x
         s_m = NEG_INF
         s_s = _K0
-        for l in range(0, length, 1):
-            e_x = float32(x[rr_x, l])
-            n_m = rt_max(s_m, e_x)
-            n_s = (_K0 if (s_m == NEG_INF) else s_s*math.exp(s_m - n_m)) + (_K0 if (n_m == NEG_INF) else math.exp(-n_m + e_x))
+        o_m = NEG_INF
+        o_s = _K0
+        for c0 in range(0, length, 128):
+            s_m = NEG_INF
+            s_s = _K0
+            for l in range(c0, min(c0 + 128, length), 1):
+                e_x = float32(x[rr_x, l])
+                n_m = rt_max(s_m, e_x)
+                n_s = (_K0 if (s_m == NEG_INF) else s_s*math.exp(s_m - n_m)) + (_K0 if (n_m == NEG_INF) else math.exp(-n_m + e_x))
+                s_m = n_m
+                s_s = n_s
+            n_m = rt_max(s_m, o_m)
+            n_s = (_K0 if (s_m == NEG_INF) else s_s*math.exp(s_m - n_m)) + (_K0 if (o_m == NEG_INF) else o_s*math.exp(o_m - n_m))
             s_m = n_m
             s_s = n_s
+            o_m = s_m
+            o_s = s_s
         y_y = s_m + rt_log(s_s)
         out_y[row] = y_y

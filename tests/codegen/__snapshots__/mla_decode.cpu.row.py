@@ -176,6 +176,7 @@ def rt_topk_merge(vals, idx, ovals, oidx):
 def kernel(c, kr, rep_c, rep_kr, qc, qr, scale, keep, out_y, rows, length):
     for row in prange(rows):
         s_o = np.empty(D_r, np.float32)
+        o_o = np.empty(D_r, np.float32)
         p_scale = scale[row]
         rr_c = row // rep_c
         rr_kr = row // rep_kr
@@ -183,23 +184,46 @@ def kernel(c, kr, rep_c, rep_kr, qc, qr, scale, keep, out_y, rows, length):
         s_l = _K0
         for j in range(D_r):
             s_o[j] = _K0
-        for l in range(0, length, 1):
-            _acc0 = _K0
-            for _j0 in range(D_r):
-                _acc0 += float32(c[rr_c, l, _j0])*qc[row, _j0]
-            _acc1 = _K0
-            for _j1 in range(D_e):
-                _acc1 += float32(kr[rr_kr, l, _j1])*qr[row, _j1]
-            e_s = p_scale*(_acc0 + _acc1)
-            n_m = rt_max(s_m, e_s)
-            t_c0 = (n_m == NEG_INF)
-            t_c1 = math.exp(-n_m + e_s)
-            t_c2 = (s_m == NEG_INF)
-            t_c3 = math.exp(s_m - n_m)
-            n_l = (_K0 if t_c0 else t_c1) + (_K0 if t_c2 else s_l*t_c3)
+        o_m = NEG_INF
+        o_l = _K0
+        for j in range(D_r):
+            o_o[j] = _K0
+        for c0 in range(0, length, 128):
+            s_m = NEG_INF
+            s_l = _K0
             for j in range(D_r):
-                s_o[j] = (_K0 if t_c0 else float32(c[rr_c, l, j])*t_c1) + (_K0 if t_c2 else s_o[j]*t_c3)
+                s_o[j] = _K0
+            for l in range(c0, min(c0 + 128, length), 1):
+                _acc0 = _K0
+                for _j0 in range(D_r):
+                    _acc0 += float32(c[rr_c, l, _j0])*qc[row, _j0]
+                _acc1 = _K0
+                for _j1 in range(D_e):
+                    _acc1 += float32(kr[rr_kr, l, _j1])*qr[row, _j1]
+                e_s = p_scale*(_acc0 + _acc1)
+                n_m = rt_max(s_m, e_s)
+                t_c0 = (n_m == NEG_INF)
+                t_c1 = math.exp(-n_m + e_s)
+                t_c2 = (s_m == NEG_INF)
+                t_c3 = math.exp(s_m - n_m)
+                n_l = (_K0 if t_c0 else t_c1) + (_K0 if t_c2 else s_l*t_c3)
+                for j in range(D_r):
+                    s_o[j] = (_K0 if t_c0 else float32(c[rr_c, l, j])*t_c1) + (_K0 if t_c2 else s_o[j]*t_c3)
+                s_m = n_m
+                s_l = n_l
+            n_m = rt_max(s_m, o_m)
+            t_c0 = (s_m == NEG_INF)
+            t_c1 = math.exp(s_m - n_m)
+            t_c2 = (o_m == NEG_INF)
+            t_c3 = math.exp(o_m - n_m)
+            n_l = (_K0 if t_c0 else s_l*t_c1) + (_K0 if t_c2 else o_l*t_c3)
+            for j in range(D_r):
+                s_o[j] = (_K0 if t_c0 else s_o[j]*t_c1) + (_K0 if t_c2 else o_o[j]*t_c3)
             s_m = n_m
             s_l = n_l
+            o_m = s_m
+            o_l = s_l
+            for j in range(D_r):
+                o_o[j] = s_o[j]
         for j in range(0, D_r, 1):
             out_y[row, j] = s_o[j]/s_l

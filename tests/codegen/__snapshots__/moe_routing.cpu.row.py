@@ -179,27 +179,62 @@ def kernel(g, rep_g, keep, out_w, out_t_index, rows, length):
     for row in prange(rows):
         s_t = np.empty(K_t, np.float32)
         si_t = np.empty(K_t, np.int32)
+        o_t = np.empty(K_t, np.float32)
+        oi_t = np.empty(K_t, np.int32)
         rr_g = row // rep_g
         s_m = NEG_INF
         s_s = _K0
         for j in range(K_t):
             s_t[j] = NEG_INF
             si_t[j] = -1
-        for l in range(0, length, 1):
-            e_g = float32(g[rr_g, l])
-            n_m = rt_max(e_g, s_m)
-            t_c0 = (n_m == NEG_INF)
-            t_c1 = math.exp(e_g - n_m)
-            t_c2 = (s_m == NEG_INF)
-            t_c3 = s_s*math.exp(s_m - n_m)
+        o_m = NEG_INF
+        o_s = _K0
+        for j in range(K_t):
+            o_t[j] = NEG_INF
+            oi_t[j] = -1
+        for c0 in range(0, length, 128):
+            s_m = NEG_INF
+            s_s = _K0
+            for j in range(K_t):
+                s_t[j] = NEG_INF
+                si_t[j] = -1
+            for l in range(c0, min(c0 + 128, length), 1):
+                e_g = float32(g[rr_g, l])
+                n_m = rt_max(e_g, s_m)
+                t_c0 = (n_m == NEG_INF)
+                t_c1 = math.exp(e_g - n_m)
+                t_c2 = (s_m == NEG_INF)
+                t_c3 = s_s*math.exp(s_m - n_m)
+                n_s = (_K0 if t_c0 else t_c1) + (_K0 if t_c2 else t_c3)
+                for j in range(K_t):
+                    s_t[j] = (NEG_INF if t_c2 else s_t[j]*t_c3/n_s)
+                    if s_t[j] == NEG_INF:
+                        si_t[j] = -1
+                rt_topk_insert(s_t, si_t, (NEG_INF if t_c0 else t_c1/n_s), l)
+                s_m = n_m
+                s_s = n_s
+            n_m = rt_max(s_m, o_m)
+            t_c0 = (s_m == NEG_INF)
+            t_c1 = s_s*math.exp(s_m - n_m)
+            t_c2 = (o_m == NEG_INF)
+            t_c3 = o_s*math.exp(o_m - n_m)
             n_s = (_K0 if t_c0 else t_c1) + (_K0 if t_c2 else t_c3)
             for j in range(K_t):
-                s_t[j] = (NEG_INF if t_c2 else s_t[j]*t_c3/n_s)
+                s_t[j] = (NEG_INF if t_c0 else s_t[j]*t_c1/n_s)
                 if s_t[j] == NEG_INF:
                     si_t[j] = -1
-            rt_topk_insert(s_t, si_t, (NEG_INF if t_c0 else t_c1/n_s), l)
+            for j in range(K_t):
+                o_t[j] = (NEG_INF if t_c2 else o_t[j]*t_c3/n_s)
+                if o_t[j] == NEG_INF:
+                    oi_t[j] = -1
+            rt_topk_merge(s_t, si_t, o_t, oi_t)
             s_m = n_m
             s_s = n_s
+            o_m = s_m
+            o_s = s_s
+            for j in range(K_t):
+                o_t[j] = s_t[j]
+                oi_t[j] = si_t[j]
         _acc0 = _K0
         for _j0 in range(K_t):
             _acc0 += s_t[_j0]

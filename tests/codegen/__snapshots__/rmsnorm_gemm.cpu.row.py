@@ -177,6 +177,7 @@ def rt_topk_merge(vals, idx, ovals, oidx):
 def kernel(x, g, w, rep_x, rep_g, rep_w, h, eps, keep, out_y, rows, length):
     for row in prange(rows):
         s_acc = np.empty(D_n, np.float32)
+        o_acc = np.empty(D_n, np.float32)
         p_h = h[row]
         p_eps = eps[row]
         rr_x = row // rep_x
@@ -185,12 +186,27 @@ def kernel(x, g, w, rep_x, rep_g, rep_w, h, eps, keep, out_y, rows, length):
         s_ss = _K0
         for j in range(D_n):
             s_acc[j] = _K0
-        for l in range(0, length, 1):
-            e_x = float32(x[rr_x, l])
-            e_g = float32(g[rr_g, l])
-            n_ss = s_ss + (e_x*e_x)
+        o_ss = _K0
+        for j in range(D_n):
+            o_acc[j] = _K0
+        for c0 in range(0, length, 128):
+            s_ss = _K0
             for j in range(D_n):
-                s_acc[j] = s_acc[j]*rt_sqrt(p_eps*p_h + s_ss)*(_K1/rt_sqrt(p_eps*p_h + n_ss)) + e_g*float32(w[rr_w, l, j])*e_x*(_K1/rt_sqrt(p_eps + n_ss/p_h))
+                s_acc[j] = _K0
+            for l in range(c0, min(c0 + 128, length), 1):
+                e_x = float32(x[rr_x, l])
+                e_g = float32(g[rr_g, l])
+                n_ss = s_ss + (e_x*e_x)
+                for j in range(D_n):
+                    s_acc[j] = s_acc[j]*rt_sqrt(p_eps*p_h + s_ss)*(_K1/rt_sqrt(p_eps*p_h + n_ss)) + e_g*float32(w[rr_w, l, j])*e_x*(_K1/rt_sqrt(p_eps + n_ss/p_h))
+                s_ss = n_ss
+            n_ss = s_ss + o_ss
+            t_c0 = (_K1/rt_sqrt(p_eps*p_h + n_ss))
+            for j in range(D_n):
+                s_acc[j] = s_acc[j]*t_c0*rt_sqrt(p_eps*p_h + s_ss) + o_acc[j]*t_c0*rt_sqrt(p_eps*p_h + o_ss)
             s_ss = n_ss
+            o_ss = s_ss
+            for j in range(D_n):
+                o_acc[j] = s_acc[j]
         for j in range(0, D_n, 1):
             out_y[row, j] = s_acc[j]

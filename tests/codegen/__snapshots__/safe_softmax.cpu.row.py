@@ -178,12 +178,23 @@ def kernel(x, rep_x, keep, out_y, rows, length):
         rr_x = row // rep_x
         s_m = NEG_INF
         s_l = _K0
-        for l in range(0, length, 1):
-            e_x = float32(x[rr_x, l])
-            n_m = rt_max(s_m, e_x)
-            n_l = (_K0 if (s_m == NEG_INF) else s_l*math.exp(s_m - n_m)) + (_K0 if (n_m == NEG_INF) else math.exp(-n_m + e_x))
+        o_m = NEG_INF
+        o_l = _K0
+        for c0 in range(0, length, 128):
+            s_m = NEG_INF
+            s_l = _K0
+            for l in range(c0, min(c0 + 128, length), 1):
+                e_x = float32(x[rr_x, l])
+                n_m = rt_max(s_m, e_x)
+                n_l = (_K0 if (s_m == NEG_INF) else s_l*math.exp(s_m - n_m)) + (_K0 if (n_m == NEG_INF) else math.exp(-n_m + e_x))
+                s_m = n_m
+                s_l = n_l
+            n_m = rt_max(s_m, o_m)
+            n_l = (_K0 if (s_m == NEG_INF) else s_l*math.exp(s_m - n_m)) + (_K0 if (o_m == NEG_INF) else o_l*math.exp(o_m - n_m))
             s_m = n_m
             s_l = n_l
+            o_m = s_m
+            o_l = s_l
         for l in range(0, length, 1):
             e_x = float32(x[rr_x, l])
             out_y[row, l] = math.exp(-s_m + e_x)/s_l

@@ -103,7 +103,7 @@ def _grid(name: str):
 
 
 _LEGACY = (
-    ("row", "cpu", "numba.njit(parallel=True): one fused pass per row over prange", None),
+    ("row", "cpu", "numba.njit(parallel=True): one fused pass per row over prange, in chunks of 128 merged by the derived merge", None),
     ("levels", "cpu", "the level order: a pass per reduction, its dependencies final (exact casts; any cascade)",
      None),
     ("thread", "cuda", "a thread per row runs the incremental loop over the whole row", None),

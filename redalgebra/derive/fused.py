@@ -37,7 +37,7 @@ import sympy as sp
 
 from ..algebra import Proof, prove_equal
 from ..algebra import budget as _budget
-from ..errors import NotFusableError
+from ..errors import CascadeError, NotFusableError
 from ..ir import ADD, MUL, Cascade, Monoid, Reduction, build_graph, reduction_dependencies
 from ..ir.printer import CascadePrinter, reducer_text
 from .analysis import Analysis, ReductionAnalysis, analyze, analyze_reduction
@@ -417,7 +417,15 @@ def derive(cascade: Cascade) -> FusedCascade:
     """
     analysis = analyze(cascade)
     with _budget.budget(_budget.DEFAULT_SECONDS, f"the derivation of {cascade.name}"):
-        return _derive_fusable(cascade, analysis)
+        try:
+            return _derive_fusable(cascade, analysis)
+        except ValueError as err:  # SymPy's max or min of a value it cannot order: one that is not real
+            if "not comparable" not in str(err):
+                raise
+            raise CascadeError(f"{cascade.name}: {str(err).split(chr(39))[1] if chr(39) in str(err) else 'a body'} is "
+                               f"not known to be real (SymPy cannot order it against a number: a log or root of a value "
+                               f"that is never positive, such as log(min(x, 0))), so no max or min of it can be formed; "
+                               f"clamp the argument (log(max(x, 1e-30)))") from None
 
 
 def _derive_fusable(cascade: Cascade, analysis: Analysis) -> FusedCascade:

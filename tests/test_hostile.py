@@ -420,7 +420,7 @@ def test_fuzz_through_a_cpu_check(short_budgets, text, tmp_path_factory, monkeyp
 
 
 @pytest.mark.parametrize("reducer", ["max", "min"])
-def test_a_max_of_a_value_that_is_never_real_is_a_clear_error(reducer, capsys):
+def test_a_max_of_a_value_that_is_never_real_is_a_clear_error(reducer):
     # log(min(x, 0)) is never a real number: SymPy's Max raised its own ValueError ("not comparable") from derive
     text = f"input x\nreduce r = {reducer}(log(min(x, 0)))\nout o = r\n"
     with pytest.raises(RedalgebraError, match="not known to be real.*clamp the argument"):

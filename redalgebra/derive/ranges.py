@@ -13,6 +13,7 @@ import sympy as sp
 
 from ..algebra import Proof
 from ..ir import MUL, Monoid
+from ..ir.functions import Sigmoid
 from .prepare import SignFact
 
 
@@ -97,18 +98,20 @@ def running_factors(H: sp.Expr, deps, extrema) -> tuple[sp.Expr, sp.Expr]:
 
 
 def tame(G: sp.Expr) -> bool:
-    """Whether ``G`` holds no exponential and no power with a variable exponent: its sums grow as the elements do."""
-    return not G.has(sp.exp) and all(p.exp.is_constant() for p in G.atoms(sp.Pow))
+    """Whether ``G`` holds no exponential (nor a sigmoid) and no power with a variable exponent: its sums grow as the
+    elements do."""
+    return not G.has(sp.exp, Sigmoid) and all(p.exp.is_constant() for p in G.atoms(sp.Pow))
 
 
 def grows(G: sp.Expr, H: sp.Expr, unbounded) -> bool:
-    """Whether ``H`` holds an exponential of an ``unbounded`` dependency (a sum, a product, a logsumexp: one whose
+    """Whether ``H`` holds an exponential (or a sigmoid, which underflows to 0 as its exponential overflows: the
+    correction ``σ(s_new)/σ(s_old)`` is then x/0) of an ``unbounded`` dependency (a sum, a product, a logsumexp: one whose
     partial values say nothing of the row's, unlike a running max's) while ``G`` is :func:`tame`: H of a partial
     segment can leave float32 where the row's does not (``exp(s)`` for ``s = sum(x)`` at 100 on a prefix of
     [100, -95], whose total is 5: the correction form's state ``x·exp(s)`` is inf, then inf·0). ⊕G is in range
     wherever the written sum of the elements is. A max or min keeps its correction: its running value is the
     normalisation of the online forms (``x·exp(-m)`` for ``m = max(log(x))`` is at most 1 where ⊕x can overflow)."""
-    return tame(G) and any(e.free_symbols & set(unbounded) for e in H.atoms(sp.exp))
+    return tame(G) and any(e.free_symbols & set(unbounded) for e in H.atoms(sp.exp, Sigmoid))
 
 
 def _sound(facts: dict) -> dict:

@@ -542,6 +542,8 @@ def test_a_centred_sum_read_by_a_later_reduction_fuses_as_analyze_says():
     ("input x\nreduce s = sum(x)\nreduce t = sum(exp(s) * x)\nout y = t", [100, -95]),
     # a mean's partial value too: exp(100) on the prefix, exp(2.5) for the row
     ("input x\nreduce s = mean(x)\nreduce t = sum(exp(s) * x)\nout y = t", [100, -95]),
+    # a sigmoid underflows to 0 at a partial s = -200: its correction σ(s_new)/σ(s_old) was x/0 (NaN for -0.0335)
+    ("input x\nreduce s = sum(x)\nreduce t = sum(sigmoid(s) * x)\nout y = t", [-200, 195]),
 ])
 def test_an_exponential_of_a_dependency_beside_a_tame_g_is_deferred(text, row):
     x = np.array([row], dtype=np.float64)

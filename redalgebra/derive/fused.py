@@ -41,7 +41,7 @@ from ..errors import CascadeError, NotFusableError
 from ..ir import ADD, MUL, Cascade, Monoid, Reduction, build_graph, reduction_dependencies
 from ..ir.printer import CascadePrinter, reducer_text
 from .analysis import Analysis, ReductionAnalysis, analyze, analyze_reduction
-from .ranges import may_diverge, may_vanish
+from .ranges import grows, may_diverge, may_vanish
 from .multiterm import combination_proof, merge_proof, rewrite
 from .prepare import bodies, element_atoms, has_casts, inline, outputs, sign_facts
 from .program import Program, TopKMerge, build
@@ -270,8 +270,9 @@ def _range_notes(c: Cascade, bodies: dict) -> list[str]:
 
 def uncorrectable(analysis: Analysis) -> list:
     """The reductions kept in the correction form (read by a later reduction, or a top-k) whose H may be 0 or infinite
-    on a non-empty segment: their one-pass forms are NaN from such a prefix on; and those whose skipped sides are not
-    empty (:func:`unskippable`). The guards say so; the CPU's auto takes the level order for them."""
+    on a non-empty segment: their one-pass forms are NaN from such a prefix on; those whose skipped sides are not
+    empty (:func:`unskippable`); and those whose H holds an exponential of a sum-like dependency (:func:`outgrown`).
+    The guards say so; the CPU's auto takes the level order for them."""
     found = []
     for ra in analysis.reductions:
         if not ra.deps or ra.deferred or ra.otimes is None:
@@ -279,9 +280,18 @@ def uncorrectable(analysis: Analysis) -> list:
         deps = [analysis.cascade.symbols[d] for d in ra.deps]
         if may_vanish(ra.H, analysis.signs, deps) if ra.otimes is MUL else may_diverge(ra.H, analysis.signs, deps):
             found.append(ra)
-        elif unskippable(ra, analysis):
+        elif unskippable(ra, analysis) or outgrown(ra, analysis):
             found.append(ra)
     return found
+
+
+def outgrown(ra: ReductionAnalysis, analysis: Analysis) -> bool:
+    """Whether ``ra`` keeps a correction form whose H holds an exponential (or sigmoid) of a sum-like dependency, as
+    ``max(exp(r0 - x))`` with ``r0 = sum(y)`` does: a partial ``r0`` can leave float32's range where the row's does
+    not (inf·0 in the correction, NaN), and deferring it would not help where G is an exponential too (``exp(-x)``
+    underflows where ``exp(r0 - x)`` does not). A G free of exponentials is deferred instead (:func:`.ranges.grows`)."""
+    unbounded = [analysis.cascade.symbols[d] for d in ra.deps if analysis[d].monoid.name not in ("max", "min")]
+    return ra.otimes is MUL and not ra.deferred and grows(sp.Integer(1), ra.H, unbounded)
 
 
 def unskippable(ra: ReductionAnalysis, analysis: Analysis) -> str | None:
@@ -365,6 +375,12 @@ def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
              "a length-1 segment is the lift of its element; masked elements leave the state unchanged"]
     notes += _range_notes(analysis.cascade, bodies)
     for ra in uncorrectable(analysis):
+        if outgrown(ra, analysis) and not may_vanish(ra.H, analysis.signs,
+                                                     [analysis.cascade.symbols[d] for d in ra.deps]):
+            notes.append(f"{ra.name}: H = {ra.H} holds an exponential of a sum-like dependency, whose partial values "
+                         f"can leave float32's range where the row's does not (a prefix summing past 88): the one-pass "
+                         f"forms are NaN there; the level order (strategy 'levels', the CPU's auto) is exact")
+            continue
         skip = unskippable(ra, analysis)
         if skip is not None:
             notes.append(f"{ra.name}: a side whose {skip} is {analysis[skip].monoid.identity} is skipped as empty, but an "

@@ -560,6 +560,22 @@ def test_an_exponential_of_a_dependency_beside_a_tame_g_is_deferred(text, row):
     np.testing.assert_allclose(_cpu(norm, big)[2]["y"], [2.5], rtol=1e-5)
 
 
+def test_an_exponential_of_a_sum_beside_an_exponential_g_is_left_to_the_level_order():
+    # max(exp(r0 - x)) with r0 = sum(y): G = exp(-x) is no tame G to defer beside, and the correction form's partial
+    # exp(r0) = exp(200) is inf (NaN for 4.54e-5); named, with a guard, and the CPU's auto takes the level order
+    text = "input x\ninput y\nreduce r0 = sum(y)\nreduce r2 = max(exp(r0 - x))\nout o = r2"
+    f = derive(parse(text))
+    assert f.uncorrectable == ("r2",) and any("sum-like dependency" in g for g in f.guards)
+    pytest.importorskip("numba")
+    from redalgebra.runtime import compile as compile_kernel
+
+    inputs = {"x": np.zeros((1, 2), np.float32), "y": np.array([[200, -210]], np.float32)}
+    kernel = compile_kernel(f, "cpu")
+    assert kernel.strategy == "levels"
+    np.testing.assert_allclose(kernel(inputs)["o"], evaluate(parse(text), inputs)["o"], rtol=1e-5)
+    assert not derive(parse("input x\nreduce m = max(x)\nreduce l = sum(exp(x - m))\nout o = l")).uncorrectable
+
+
 def test_a_skipped_side_whose_elements_give_nothing_is_left_to_the_one_pass_form():
     # exp(log(x) - m) is x·exp(-m), 0 at x = 0 (where max(log(x)) is -inf); max(x + z) at a -inf x still counts exp(z - m)
     from redalgebra.derive.fused import unskippable

@@ -3,8 +3,9 @@
 :func:`range_proof` shows H meets what the distributive law assumed and is invertible away from the degenerate
 (empty) states, which the derived formulas guard; :func:`may_vanish` and :func:`may_diverge` say where it is not
 even so, on a *non-empty* segment (a prefix of zeros under ``1/max(abs(x))``, ``log(Σx²)`` at the identity state),
-which defers the reduction (``⊕G`` kept, H applied at the end); :func:`running_factors` splits what a deferred
-``⊗ = ×`` still corrects as it goes (its exponentials: the shift that keeps a sum in range) from what waits.
+which defers the reduction (``⊕G`` kept, H applied at the end), as does :func:`grows` (an exponential of a sum-like
+dependency, whose partial values can leave float32's range); :func:`running_factors` splits what a deferred ``⊗ = ×``
+still corrects as it goes (its exponentials of maxima and minima: the shift that keeps a sum in range) from what waits.
 """
 
 from __future__ import annotations

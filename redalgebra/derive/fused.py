@@ -327,6 +327,12 @@ def _limit(e: sp.Expr, u: sp.Symbol, at, direction: str):
         return e
     if sp.count_ops(e) > _LIMIT_OPS:
         return None
+    try:  # substitution first (a continuous body at the point: tanh(-oo) = -1), the limit where it is undefined
+        direct = e.subs(u, at)
+    except (ValueError, TypeError):
+        direct = sp.nan
+    if direct in (sp.oo, -sp.oo) or not direct.has(sp.nan, sp.zoo, sp.oo, -sp.oo, sp.AccumBounds):
+        return direct
     try:
         value = sp.limit(e, u, at, direction)
     except (NotImplementedError, ValueError, TypeError, RecursionError):

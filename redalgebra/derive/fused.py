@@ -30,7 +30,9 @@ NaN rather than a silently wrong value.
 
 from __future__ import annotations
 
+
 import functools
+import re
 from dataclasses import dataclass, replace
 
 import sympy as sp
@@ -444,7 +446,8 @@ def derive(cascade: Cascade) -> FusedCascade:
         except ValueError as err:  # SymPy's max or min of a value it cannot order: one that is not real
             if "not comparable" not in str(err):
                 raise
-            raise CascadeError(f"{cascade.name}: {str(err).split(chr(39))[1] if chr(39) in str(err) else 'a body'} is "
+            what = re.search(r"'(.+)'", str(err))
+            raise CascadeError(f"{cascade.name}: {what.group(1) if what else 'a body'} is "
                                f"not known to be real (SymPy cannot order it against a number: a log or root of a value "
                                f"that is never positive, such as log(min(x, 0))), so no max or min of it can be formed; "
                                f"clamp the argument (log(max(x, 1e-30)))") from None

@@ -30,7 +30,6 @@ NaN rather than a silently wrong value.
 
 from __future__ import annotations
 
-
 import functools
 import re
 from dataclasses import dataclass, replace

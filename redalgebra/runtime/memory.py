@@ -49,8 +49,8 @@ def _sim_h16_store(n):
     return store
 
 
-_sim_st_b16x2, _sim_st_b16x8, _sim_st_h16x2, _sim_st_h16x8 = (_sim_b16_store(2), _sim_b16_store(8), _sim_h16_store(2),
-                                                              _sim_h16_store(8))
+_sim_st_b16x2, _sim_st_b16x4, _sim_st_b16x8 = _sim_b16_store(2), _sim_b16_store(4), _sim_b16_store(8)
+_sim_st_h16x2, _sim_st_h16x4, _sim_st_h16x8 = _sim_h16_store(2), _sim_h16_store(4), _sim_h16_store(8)
 
 
 def _sim_ld_b16(a, row, col):
@@ -116,8 +116,8 @@ def _f32_store(name, a, row, col, count):
 
 
 def _packed_store(name, kind, dtypes, a, row, col, count=8):
-    """Signature and code of a ``count``-value store (8: 16 bytes; 2: 4 bytes) rounded pairwise to ``kind`` (``bf16``
-    or ``f16``)."""
+    """Signature and code of a ``count``-value store (8: 16 bytes; 4: 8 bytes; 2: 4 bytes) rounded pairwise to
+    ``kind`` (``bf16`` or ``f16``)."""
     def codegen(context, builder, sig, args):
         v = args[3:]
         packed = [_pack(builder, kind, v[k], v[k + 1]) for k in range(0, count, 2)]
@@ -125,7 +125,8 @@ def _packed_store(name, kind, dtypes, a, row, col, count=8):
             builder.store(packed[0], _pointer(context, builder, sig, args, ir.IntType(32)), align=4)
         else:
             words = _vector(builder, packed)
-            builder.store(words, _pointer(context, builder, sig, args, ir.VectorType(ir.IntType(32), 4)), align=16)
+            builder.store(words, _pointer(context, builder, sig, args, ir.VectorType(ir.IntType(32), count // 2)),
+                          align=2 * count)
         return context.get_dummy_value()
     return _store_sig(name, a, dtypes, row, col, count), codegen
 
@@ -201,6 +202,20 @@ def st_h16x2(typingctx, a, row, col, v0, v1):
     """Round two float32 to float16 and store them at ``a[row, col:col+2]``, one 32-bit store (``col`` even on a row
     of an even pitch)."""
     return _packed_store("st_h16x2", "f16", (types.float16,), a, row, col, 2)
+
+
+@_device(_sim_st_b16x4)
+def st_b16x4(typingctx, a, row, col, v0, v1, v2, v3):
+    """Round four float32 to bfloat16 (``cvt.rn.bf16x2.f32``) and store their patterns at ``a[row, col:col+4]``
+    (uint16/int16), one 64-bit store (``col`` a multiple of 4 on a row of a pitch of 4)."""
+    return _packed_store("st_b16x4", "bf16", _B16_TYPES, a, row, col, 4)
+
+
+@_device(_sim_st_h16x4)
+def st_h16x4(typingctx, a, row, col, v0, v1, v2, v3):
+    """Round four float32 to float16 and store them at ``a[row, col:col+4]``, one 64-bit store (``col`` a multiple
+    of 4 on a row of a pitch of 4)."""
+    return _packed_store("st_h16x4", "f16", (types.float16,), a, row, col, 4)
 
 
 @_device(_sim_st_b16x8)

@@ -348,24 +348,26 @@ def test_a_typed_cascade_gets_from_columns_wgmma_what_columns_mma_gives(text, le
     assert np.nanmax(np.abs(ours - mma)) <= 1e-5 * np.nanmax(np.abs(mma))
 
 
-@pytest.mark.parametrize("name,segments,out,tol", [
+@pytest.mark.parametrize("name,segments,out,tol,n", [
     # FP8's products are exact: the outputs' own rounding only (check.STORE_ROUNDING: half an ulp, 2^-8 of the value
-    # in bfloat16, 2^-11 in float16), stored as pairs by the product's epilogue, or one by one by the combine kernel
-    # of two segments
-    ("fp8_quant_gemm", None, "bfloat16", 2 ** -8 + 1e-5),
-    ("fp8_quant_gemm", 2, "bfloat16", 2 ** -8 + 1e-5),
-    ("fp8_quant_gemm", None, "float16", 2 ** -11 + 1e-5),
+    # in bfloat16, 2^-11 in float16), stored four at a time by the product's epilogue in whole column blocks, as pairs
+    # in a partial one (n = 72: a block of 64 and one of 8), or one by one by the combine kernel of two segments
+    ("fp8_quant_gemm", None, "bfloat16", 2 ** -8 + 1e-5, 72),
+    ("fp8_quant_gemm", 2, "bfloat16", 2 ** -8 + 1e-5, 72),
+    ("fp8_quant_gemm", None, "float16", 2 ** -11 + 1e-5, 128),
     # RMSNorm's factors rounded too (2^-9 more)
-    ("rmsnorm_gemm", None, "bfloat16", 2 ** -8 + 2 ** -9 + 1e-5),
+    ("rmsnorm_gemm", None, "bfloat16", 2 ** -8 + 2 ** -9 + 1e-5, 72),
 ])
-def test_columns_wgmma_stores_its_outputs_in_16_bits_when_asked(name, segments, out, tol):
-    rows, length, n = 17, 100, 72
+def test_columns_wgmma_stores_its_outputs_in_16_bits_when_asked(name, segments, out, tol, n):
+    rows, length = 17, 100
     inputs, params = _problem(name, rows, length, n, "bfloat16")
     kernel = compile(fused(name), "cudasim", "columns_wgmma", segments=segments, out_dtype=out)
     spec = kernel.spec_for(rows, length, {k: "bfloat16" for k in inputs}, {"n": n},
                            reps={s.name: (rows if s.size is not None else 1) for s in fused(name).cascade.inputs})[1]
     source = kernel.source(spec, "columns_wgmma").source
-    assert (f"st_{'b' if out == 'bfloat16' else 'h'}16x2(out_y" in source) == (segments is None)
+    kind = "b" if out == "bfloat16" else "h"
+    assert (f"st_{kind}16x4(out_y" in source) == (segments is None)
+    assert (f"st_{kind}16x2(out_y" in source) == (segments is None and n % 64 != 0)
     got = kernel(inputs, params)["y"]
     assert (got.bits.dtype == np.uint16) if out == "bfloat16" else (got.dtype == np.float16)
     ref = _reference(name, inputs, params, None, rows)["y"]

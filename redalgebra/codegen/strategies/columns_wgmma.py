@@ -59,7 +59,7 @@ from __future__ import annotations
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
-from ..tree import Assign, Barrier, Call, For, If, Store, While
+from ..tree import Assign, Barrier, Call, For, If, Shuffle, Store, While
 from . import Strategy, register
 from .columns import build as columns_build, factor_part
 from .columns_mma import ColumnsMmaKernel, exact_factors
@@ -82,6 +82,21 @@ from .wgmma import ATOM, ROW, WgmmaKernel
 #: 423.5 in that order, 414.7 with 8 MB; RMSNorm's product M4096 K = N = 4096 the same (195.3, 192.4 against 194.1,
 #: 194.9).
 RASTER_BYTES = 16 << 20
+
+#: 16-bit outputs stored 8 bytes a lane after an exchange between neighbouring lanes (:meth:`ColumnsWgmmaKernel.paired`);
+#: off: 4 bytes a lane, half of each 32-byte sector a warp's store touches.
+PAIRED_STORES = True
+
+
+def _rename(text: str, names: dict) -> str:
+    """``text`` with each whole-word name of ``names`` replaced."""
+    import re
+
+    return re.sub(r"\b(" + "|".join(map(re.escape, names)) + r")\b", lambda m: names[m.group(1)], text)
+
+
+def _renamed(st: Assign, names: dict) -> Assign:
+    return Assign(st.target, _rename(st.value, names), st.op)
 class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
     """Builds the kernels of a ``columns_wgmma`` module: ``columns_mma``'s scalars, factors and combine, the product
     on ``wgmma``."""
@@ -455,13 +470,62 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
                 pairs.append((col, body))
             whole = [st for _, body in pairs for st in body]
             tested = [If(f"{col} < {self.n}", tuple(body)) for col, body in pairs]
+            row = [Assign("orow", f"{r0} + 16 * warp + lg + {8 * h}")]
+            paired = None if segmented or self.n < self.bc else self.paired(pairs, head, cb)
+            if paired is not None:  # (the exchange's shuffles run in every lane: outside the tests of rows)
+                test = tested if self.n % self.bc else []
+                out += row + ([If(f"{cb} + {self.bc} <= {self.n}", tuple(paired),
+                                  (If("orow < rows", tuple(head + test)),))] if test else paired)
+                continue
             if self.n % self.bc == 0:
                 inside = whole
             elif self.n < self.bc:  # one partial column block
                 inside = tested
             else:
                 inside = [If(f"{cb} + {self.bc} <= {self.n}", tuple(whole), tuple(tested))]
-            out += [Assign("orow", f"{r0} + 16 * warp + lg + {8 * h}"), If("orow < rows", tuple(head + inside))]
+            out += row + [If("orow < rows", tuple(head + inside))]
+        return out
+
+    def paired(self, pairs: list, head: list, cb: str) -> list | None:
+        """The statements of :meth:`epilogue`'s whole column blocks with 16-bit outputs stored 8 bytes a lane (None
+        where this does not apply: outputs not all 16-bit vectors stored in pairs, or :data:`PAIRED_STORES` off).
+
+        A lane's accumulators hold two neighbouring columns of each 8-column block, so a 16-bit pair is a 4-byte
+        store and a warp's store fills half of each 32-byte sector it touches. Two neighbouring blocks ``j, j + 1``
+        are exchanged between lanes ``tq`` and ``tq ^ 1`` (one shuffle a value): the even lane keeps block ``j``'s
+        four columns ``8 j + 2 tq …``, the odd lane block ``j + 1``'s ``8 j + 8 + 2 (tq - 1) …``, each one 8-byte
+        store, a quad's four stores one row's 32 contiguous bytes. Every lane shuffles, rows past the end included
+        (their scalars read at the last row: ``orc``), and only the rows inside store."""
+        if not PAIRED_STORES or len(pairs) % 2 or not all(isinstance(st, Assign) for st in head):
+            return None
+        bodies = [body for _, body in pairs]
+        if not all(isinstance(st, Assign) or (isinstance(st, Store) and st.width == 2 and st.dtype in ("bfloat16", "float16"))
+                   for body in bodies for st in body):
+            return None
+        clamp = {"orow": "orc"}
+        out = [Assign("orc", "min(orow, rows - 1)"), Assign("podd", "tq & 1")]
+        out += [_renamed(st, clamp) for st in head]
+        for j in range(0, len(bodies), 2):
+            stores = []
+            for half, body in enumerate(bodies[j:j + 2]):
+                for st in body:
+                    if isinstance(st, Assign):
+                        out.append(_renamed(st, clamp))
+                        continue
+                    k = len(stores) if half == 0 else next(i for i, (a, *_rest) in enumerate(stores) if a.array == st.array)
+                    names = tuple(f"pw{half}_{k}_{i}" for i in (0, 1))
+                    out += [Assign(n, _rename(v, clamp)) for n, v in zip(names, st.values)]
+                    if half == 0:
+                        stores.append((st, names))
+                    else:
+                        stores[k] = (*stores[k], names)
+            for k, (st, a, b) in enumerate(stores):
+                sent = [Assign(f"ps_{k}_{i}", f"{a[i]} if podd else {b[i]}") for i in (0, 1)]
+                got = [Shuffle(f"pr_{k}_{i}", f"ps_{k}_{i}", "1") for i in (0, 1)]
+                values = tuple(f"(pr_{k}_{i} if podd else {a[i]})" for i in (0, 1)) + \
+                    tuple(f"({b[i]} if podd else pr_{k}_{i})" for i in (0, 1))
+                out += sent + got + [If("orow < rows", (Store(st.array, "orow", f"{cb} + {8 * j} + 2 * tq + 6 * podd",
+                                                             values, st.dtype),))]
         return out
 
 

@@ -445,14 +445,15 @@ def all_cases(quick: bool) -> dict:
                     for m in (1, 16)] + [lambda: case_fp8_gemm(4096, 7168, 7168, ("columns_wgmma", "columns_mma"))]
         + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_mma@64", "columns"), "e4m3")
            for m in (1, 16)] + [lambda: case_fp8_gemm(4096, 7168, 7168, ("columns_wgmma", "columns_wgmma+fp8", "columns_wgmma+fp8@256g20",
-                                                   "columns_wgmma+fp8@256g24"), "e4m3", k_major=True)]
+                                                   "columns_wgmma+fp8@256g24", "columns_wgmma+fp8@256g20:bfloat16"), "e4m3", k_major=True)]
         + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_mma@64"), "e4m3", k_major=True)
            for m in (1, 16)]  # (a Linear layer's weights as they lie, read so by columns_mma)
         # between the targets' token counts, where `auto` turns from columns_mma to columns_wgmma (GEMM_ROWS)
         + [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_wgmma", "auto"), "e4m3", k_major=True)
            for m in (64, 128, 256, 1024)],
+        # (at 4096 tokens also with bfloat16 outputs, as the baselines write theirs: half the bytes of float32's)
         "normgemm": [lambda m=m: case_rmsnorm_gemm(m, 4096, 4096, ("columns_mma", "columns", "columns@128s38"))
-                     for m in (1, 16)] + [lambda: case_rmsnorm_gemm(4096, 4096, 4096, ("columns_wgmma", "columns_mma"))]
+                     for m in (1, 16)] + [lambda: case_rmsnorm_gemm(4096, 4096, 4096, ("columns_wgmma", "columns_wgmma:bfloat16", "columns_mma"))]
         # (a Linear layer's weights as they lie: read along their rows by both products)
         + [lambda m=m: case_rmsnorm_gemm(m, 4096, 4096, ("columns_mma", "columns_wgmma", "auto"), k_major=True)
            for m in (16, 1024, 4096)],

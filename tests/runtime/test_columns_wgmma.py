@@ -300,3 +300,33 @@ def test_columns_wgmma_stores_neighbouring_columns_together(n, branches):
         "st_f32x2(out_y, orow, cb + 0 + 2 * tq, sv_0_y, sv_1_y)")
     assert epilogue.count(f"if cb + 64 <= {n}:") == 2 * branches and "out_y[" not in epilogue
     assert epilogue.count(f"+ 2 * tq < {n}:") == (0 if n % 64 == 0 else 2 * 64 // 8)  # each row's 8 pairs, or none
+
+
+@pytest.mark.parametrize("name,rows,length,n,out,options", [
+    # the FP8 product's block: a producer warpgroup beside two consumers meeting at named barriers (the exchange's
+    # shuffles meet by warp there), the GPU's 64-row warpgroups, a partial last row block
+    ("fp8_quant_gemm", 65, 128, 64, "bfloat16", dict(fp8_products=True, threads=256)),
+    # 128 columns a block: one whole column block paired, a partial one of 8 columns stored a pair a lane
+    ("fp8_quant_gemm", 20, 100, 136, "float16", dict(fp8_products=True, group=16)),
+    # blocks walking the output's tiles
+    ("fp8_quant_gemm", 17, 100, 72, "bfloat16", dict(persistent=True)),
+    ("rmsnorm_gemm", 20, 100, 128, "bfloat16", {}),  # two whole column blocks of the simulator's 64
+])
+def test_16_bit_outputs_stored_four_a_lane_are_the_float32_outputs_rounded(name, rows, length, n, out, options):
+    # the epilogue exchanges neighbouring column blocks between lanes tq and tq ^ 1 before its 8-byte stores: every
+    # output must land where the float32 epilogue puts it, rounded once to the 16-bit type — bit for bit
+    from redalgebra.runtime.formats import bf16_bits
+
+    inputs, params = _problem(name, rows, length, n, "bfloat16")
+    if options.get("fp8_products"):
+        inputs["w"] = as_e4m3(to_float(inputs["w"]))
+    kernel = compile(fused(name), "cudasim", "columns_wgmma", out_dtype=out, **options)
+    dtypes = {s.name: ("e4m3" if s.name == "w" and options.get("fp8_products") else "bfloat16")
+              for s in fused(name).cascade.inputs}
+    spec = kernel.spec_for(rows, length, dtypes, {"n": n}, reps={"w": rows, "g": rows, "x": 1})[1]
+    assert f"st_{'b' if out == 'bfloat16' else 'h'}16x4(out_y" in kernel.source(spec, "columns_wgmma").source
+    got = np.asarray(to_float(kernel(inputs, params)["y"]), np.float32)
+    wide = compile(fused(name), "cudasim", "columns_wgmma", **options)(inputs, params)["y"].astype(np.float32)
+    rounded = ((bf16_bits(wide).astype(np.uint32) << 16).view(np.float32) if out == "bfloat16"
+               else wide.astype(np.float16).astype(np.float32))
+    assert np.array_equal(got, rounded, equal_nan=True)

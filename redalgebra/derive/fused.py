@@ -121,6 +121,13 @@ class FusedCascade:
         one-pass forms are NaN from there on, the level order computes them with the dependencies final."""
         return tuple(r.name for r in uncorrectable(self.analysis))
 
+    @property
+    def combined_late(self) -> tuple:
+        """The sums written as one reduction and fused as partial sums combined once, at the end, with no centred
+        form (:func:`.multiterm._late`): where their terms nearly cancel the one-pass forms lose
+        the digits that the level order of the cascade as written (:func:`as_written`) keeps."""
+        return tuple(self.rewrite.late) if self.rewrite is not None else ()
+
     def monoid(self, name: str) -> Monoid:
         return self.analysis[name].monoid
 
@@ -587,7 +594,26 @@ def unfused(cascade: Cascade) -> FusedCascade:
         if err.analysis is None:
             raise
         analysis = err.analysis
-    c = cascade
+    return _level_forms(cascade, analysis, (
+        f"not fusable ({'; '.join(f'{r.name}: {r.reason}' for r in analysis.reductions if not r.fusable)}): "
+        f"only the unfused strategy, a kernel per reduction, runs it",))
+
+
+def as_written(fused: FusedCascade) -> FusedCascade:
+    """The forms of the cascade as written for the strategies that run a pass per reduction, the earlier ones final
+    (the CPU's ``levels``, CUDA's ``unfused``): ``fused`` itself, or, where :func:`derive` rewrote the cascade (a
+    multi-term sum into partial sums, an element count added), the source's own reductions — bodies, prologue and
+    outputs as written, no merge, update or corrections. The partial sums' combination is then never formed, so a
+    sum whose terms nearly cancel (:attr:`FusedCascade.combined_late`) is computed as the reference computes it."""
+    if fused.source is None or fused.source is fused.cascade:
+        return fused
+    return _level_forms(fused.source, fused.source_analysis or analyze(fused.source), (
+        "the level order of the cascade as written: a pass per reduction, the earlier ones final (its multi-term "
+        "sums summed as written, not as partial sums)",))
+
+
+def _level_forms(c: Cascade, analysis: Analysis, guards: tuple) -> FusedCascade:
+    """Prologue, bodies and finalize of ``c`` as written (no merge, update or corrections): a pass per reduction."""
     atoms = element_atoms(c)
     bodies = {r.name: inline(r.body, c, set(atoms)) for r in c.reductions}
     outs = outputs(c)
@@ -600,9 +626,7 @@ def unfused(cascade: Cascade) -> FusedCascade:
         finalize=Program(tuple((c.symbols[o.name], outs[o.name]) for o in c.outputs),
                          tuple(c.symbols[o.name] for o in c.outputs)),
         per_element_outputs=tuple(o.name for o in c.outputs if o.name in varying), corrections={}, degenerate={},
-        bodies=bodies, naive={},
-        guards=(f"not fusable ({'; '.join(f'{r.name}: {r.reason}' for r in analysis.reductions if not r.fusable)}): "
-                f"only the unfused strategy, a kernel per reduction, runs it",))
+        bodies=bodies, naive={}, guards=guards)
 
 
-__all__ = ["Correction", "FusedCascade", "combine", "derive", "index_symbol", "side", "unfused"]
+__all__ = ["Correction", "FusedCascade", "as_written", "combine", "derive", "index_symbol", "side", "unfused"]

@@ -290,6 +290,7 @@ class Rewrite:
     deferred: dict = field(default_factory=dict)     # deferred name -> the reduction of its G (see analysis)
     added: set = field(default_factory=set)          # deferred names whose H is added (⊗ = +: a max or min)
     powers: dict = field(default_factory=dict)       # product name -> the reduction of its sum(log G)
+    late: tuple = ()                                 # multi-term names whose partial sums may cancel (_late)
 
 
 def _fresh(base: str, taken: set) -> str:
@@ -422,6 +423,8 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
         if sp.count_ops(tidy) > 3 * sp.count_ops(plain) + 10:
             tidy = plain
         expr = combination + tidy
+        if _late(tidy, {c.symbols[d] for d in ra.deps}):
+            out.late += (s.name,)
         guard = _empty_guard(expr, stmts, symbols, c, analysis)
         if guard is not None:
             expr = sp.Piecewise((sp.Integer(0), guard), (expr, True))
@@ -429,6 +432,17 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
         out.combination[s.name] = expr
     out.cascade = Cascade(tuple(stmts), name=c.name, source=None)
     return out
+
+
+def _late(plain: sp.Expr, deps: set) -> bool:
+    """Whether the plain (not centred) part of a multi-term combination subtracts partial sums scaled by reduction
+    results: its numerator a sum of two or more terms, one of them with a dependency — ``count**2 * s_1 - sum**2 *
+    s_2`` for ``sum((x - mean)**2 / (3*x + 1)**2)``, where ``s_1`` and ``mean**2 * s_2`` are large and nearly equal
+    when the elements sit far from 0 against their spread (90 times the result off in float32). The variance's
+    factored ``s**2 * (h - count)**2 / (count * h**2)`` is one term, 0 when ``h`` is the count."""
+    numerator = sp.fraction(sp.together(plain))[0]
+    terms = sp.Add.make_args(numerator)
+    return len(terms) > 1 and any(t.free_symbols & deps for t in terms)
 
 
 def _factor(expr: sp.Expr) -> sp.Expr:

@@ -549,7 +549,8 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
         A name of ``redalgebra.codegen.REGISTRY`` for the back end, or ``"auto"`` (the default: on CUDA and
         the simulator chosen per shape by :func:`choose`; on the CPU ``row``, the one-pass fused kernel, or
         ``levels``, a pass per reduction, for a cascade with a cast, whose one-pass form rounds at a running
-        scale, or one that does not fuse). Under the simulator, which has no warp operations, a strategy with a
+        scale, a multi-term sum whose partial sums would cancel at the end (``FusedCascade.combined_late``), or one
+        that does not fuse). Under the simulator, which has no warp operations, a strategy with a
         shuffle-free twin runs as the twin.
     threads : int, optional
         Threads per block; the strategy's choice when omitted.
@@ -611,8 +612,10 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     if strategy == "auto" and backend == "cpu":
         # a cast (fp8) rounds at a running scale in the one-pass form: the level order rounds at the final one; a
         # top-k of corrected values ranks equal elements by the corrections' rounding: the level order as the reference;
-        # a correction that does not exist on a prefix (NaN from there on): the level order has no corrections
-        strategy = "levels" if fused.exact_in_reals_only or fused.corrected_selections or fused.uncorrectable else "row"
+        # a correction that does not exist on a prefix (NaN from there on): the level order has no corrections; partial
+        # sums combined once, at the end, which cancel where their terms nearly do: the level order sums as written
+        strategy = "levels" if (fused.exact_in_reals_only or fused.corrected_selections or fused.uncorrectable
+                                or fused.combined_late) else "row"
     if strategy != "auto":
         chosen = get(strategy, backend)  # a clear error for a name that is not registered on this back end
         named = fused.uncorrectable + tuple(n for n in fused.corrected_selections if n not in fused.uncorrectable)

@@ -162,6 +162,50 @@ def test_cpu_kernel_agrees_with_the_reference_of_the_cascade_as_written(name):
                                    atol=1e-4 * np.nanmax(np.abs(want[o.name])))
 
 
+#: a term centred alone (sum((x - mean) / (3x + 1)**2)) leaves sum(x**2 / (3x + 1)**2) and mean**2 * sum(1 / (3x + 1)**2)
+#: to cancel: at an offset of 1e4 and a spread of 1 the one-pass form is some 90 times the result off in float32
+LATE = "input x\nreduce r0 = mean(x)\nreduce s = sum((x - r0)**2 / (3*x + 1)**2)\nout y = s\n"
+
+
+@pytest.mark.parametrize("text,late", [(LATE, ("s",)), (SOFTMAX_ENTROPY, ("t",)), (VARIANCE_TWO_PASS, ()),
+                                       (LAYERNORM_GEMM, ()), (COVARIANCE, ())])
+def test_partial_sums_that_cancel_at_the_end_are_named(text, late):
+    # the variance's power sums are centred (Chan) and its remaining part factored to s**2 (h - count)**2 / ..., 0
+    # when h is the count; layernorm's product is centred in x; the entropy's sum(x exp(x - m)) - m sum(exp(x - m))
+    # and LATE's combination subtract large partial sums
+    assert derive(parse(text)).combined_late == late
+
+
+def test_the_level_order_sums_a_multi_term_reduction_as_written_and_auto_takes_it_where_it_would_cancel():
+    pytest.importorskip("numba")
+    from redalgebra.runtime import compile as compile_kernel
+
+    f = derive(parse(LATE))
+    x = (1e4 + np.random.default_rng(0).standard_normal((3, 500))).astype(np.float32)
+    xd = x.astype(np.float64)
+    want = ((xd - xd.mean(1, keepdims=True)) ** 2 / (3 * xd + 1) ** 2).sum(1)
+    auto = compile_kernel(f, "cpu")
+    for kernel in (auto, compile_kernel(f, "cpu", "levels")):
+        got = kernel({"x": x}, {})["y"]
+        # (the mean's float32 rounding, 1e4 · 2^-24 against deviations of 1, moves each square by about 1e-4)
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-3)
+    assert auto.strategy == "levels"
+    # the level order reads the cascade as written: one pass for the mean's sum and count, one for s, no partial sums
+    source = auto.source(auto.spec_for(3, 500, {"x": "float32"})[1]).source
+    assert "s_s_1" not in source and "s_s_2" not in source and "s_s = " in source
+
+
+def test_the_unfused_baseline_on_cuda_sums_a_multi_term_reduction_as_written():
+    pytest.importorskip("numba")
+    from redalgebra.runtime import compile as compile_kernel
+
+    x = (1e4 + np.random.default_rng(1).standard_normal((2, 100))).astype(np.float32)
+    xd = x.astype(np.float64)
+    want = ((xd - xd.mean(1, keepdims=True)) ** 2 / (3 * xd + 1) ** 2).sum(1)
+    kernel = compile_kernel(derive(parse(LATE)), "cudasim", "unfused")
+    np.testing.assert_allclose(np.asarray(kernel({"x": x}, {})["y"], np.float64), want, rtol=1e-3)
+
+
 ABSMAX_MAX = "input x\nreduce a = max(abs(x))\nreduce b = max(x * a)\nout y = b"
 
 

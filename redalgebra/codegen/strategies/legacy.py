@@ -7,6 +7,7 @@ the grid — live here, beside their names.
 
 from __future__ import annotations
 
+from ...derive.fused import as_written
 from ...errors import RedalgebraError
 from . import REGISTRY, Problem, Strategy, register
 
@@ -18,6 +19,8 @@ def _build(name: str):
         from ..kernels import _Gen
         from ..multikernel import MultiGen
 
+        if name in ("levels", "unfused"):  # a pass per reduction: the cascade as written, not its partial sums
+            fused = as_written(fused)
         gen = MultiGen if name.startswith("split") or name == "unfused" else _Gen
         return gen(fused, spec, "cpu" if target == "cpu" else "cuda", name).module()
     return build

@@ -519,6 +519,10 @@ def _multi_guards(rw) -> tuple:
         parts = ", ".join(p for _, p in pieces)
         notes.append(f"{name} is a multi-term sum: its partial sums {parts} are the state, and {name} = "
                      f"{CascadePrinter().doprint(rw.combination[name])} (an empty segment, count = 0, gives 0)")
+        if name in rw.late:
+            notes.append(f"{name}'s partial sums are subtracted at the end: where they are large and nearly equal (the "
+                         f"elements far from 0 against their spread) float32 loses the digits of the result; the "
+                         f"level order sums {name} as written (the CPU's auto takes it; strategy 'unfused' on CUDA)")
     for name, g in rw.powers.items():
         notes.append(f"{name} = prod(G^H) is computed as exp(H · {g}) with {g} = sum(log G) (G >= 0, proved): the "
                      f"state keeps the sum of logs, which does not overflow where the product of the G would; "

@@ -4,7 +4,8 @@ the ring of stages running on across tiles), in blocks of 128, 160 and 192 colum
 exact product reading K-major weights along their rows (e4m3 widened row by row, bfloat16 as they lie); ``columns_mma``
 (a few rows) reading K-major e4m3 and bfloat16 weights as they lie, with empty segments (their L2 prefetch skipped); and the ``rows`` quantiser's two quotient forms (the
 reciprocal tested once a row, for e4m3 bytes; an element at a time, ``rt_q8c``, for float32), with a row whose scale
-is above the fast range (divided; the cascade's clamp keeps scales from going below it). Each call is checked against the float32 division or float64.
+is above the fast range (divided; the cascade's clamp keeps scales from going below it); 16-bit outputs stored four a
+lane (``paired_outputs``: bit for bit the float32 outputs rounded). Each call is checked against the float32 division or float64.
 
     compute-sanitizer --tool memcheck python3 gpu/sanitize_fp8.py
     compute-sanitizer --tool racecheck python3 gpu/sanitize_fp8.py
@@ -77,6 +78,22 @@ def exact_k_major(m: int, k: int, n: int, kind: str, seg, persistent=None) -> bo
     return err <= 1e-5 and read
 
 
+def paired_outputs(m: int, k: int, n: int, out: str, **options) -> bool:
+    """``columns_wgmma``'s 16-bit outputs, stored four a lane after the neighbouring lanes' exchange: bit for bit the
+    float32 outputs of the same kernel rounded to that type (a whole column block paired, a partial last one not)."""
+    x, w, _ = _linear(m, k, n)
+    kw = dict(options, fp8_products=True)
+    args = ({"x": x, "w": w.t()[None]}, {})
+    f = ra.derive(workloads.get("fp8_quant_gemm").cascade)
+    got = ra.compile(f, "cuda", "columns_wgmma", out_dtype=out, **kw)(*args)["y"]
+    wide = ra.compile(f, "cuda", "columns_wgmma", **kw)(*args)["y"]
+    dtype = torch.bfloat16 if out == "bfloat16" else torch.float16
+    same = torch.equal(got.view(torch.int16), wide.to(dtype).view(torch.int16))
+    print(f"{out} outputs four a lane, M{m} K{k} N{n} {options}: "
+          f"{'the float32 outputs rounded' if same else 'DIFFER from the float32 outputs rounded'}", flush=True)
+    return same
+
+
 def quantiser(rows: int, length: int, out_dtype) -> bool:
     rng = np.random.default_rng(rows + length)
     x = rng.normal(size=(rows, length)).astype(np.float32)
@@ -108,6 +125,9 @@ def main(argv) -> int:
              # row blocks; then 16-byte chunks, segments, a partial last block of 8 columns), bfloat16 as they lie
              lambda: exact_k_major(130, 200, 72, "e4m3", None), lambda: exact_k_major(5, 384, 264, "e4m3", 3),
              lambda: exact_k_major(130, 256, 72, "bf16", None), lambda: exact_k_major(5, 384, 80, "bf16", None, True),
+             # 16-bit outputs stored four a lane: a block a tile (a partial last column block of 8), walking
+             lambda: paired_outputs(130, 256, 136, "bfloat16"), lambda: paired_outputs(70, 384, 256, "float16",
+                                                                                     persistent=True),
              lambda: quantiser(5, 1001, None), lambda: quantiser(5, 1001, "float32"),
              lambda: quantiser(3, 7168, None)]
     if argv:  # e.g. `columns_mma`: the cases of those checks alone

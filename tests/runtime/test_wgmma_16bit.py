@@ -71,6 +71,34 @@ def test_outputs_in_16_bits_from_the_fragments_and_from_the_segments_combine():
         assert got.dtype == np.float16 and np.array_equal(got, wide.astype(np.float16)), strategy
 
 
+@pytest.mark.parametrize("strategy,d,out_dtype", [
+    ("wgmma", 32, "bfloat16"),  # one warp of the simulator's warpgroup, a row tile a block: four 8-column blocks
+    ("mma", 40, "float16"),     # five blocks: two pairs exchanged, the last one stored as a pair
+])
+def test_outputs_from_the_fragments_four_a_lane_are_the_float32_ones_rounded(monkeypatch, strategy, d, out_dtype):
+    # mma.PAIRED_STORES (off until timed on the GPU): neighbouring blocks exchanged between lanes t and t ^ 1, each
+    # lane storing four values; a partial last row tile, whose lanes past the rows shuffle and do not store
+    from redalgebra.codegen.strategies import mma
+    from redalgebra.runtime.formats import as_bfloat16
+
+    monkeypatch.setattr(mma, "PAIRED_STORES", 1)
+    rng = np.random.default_rng(13)
+    R, L = 20, 70
+    inputs = {x: rng.normal(size=(1, L, d)).astype(np.float16) for x in ("k", "v")}
+    params = {"q": rng.normal(size=(R, d)).astype(np.float32), "scale": np.float32(d ** -0.5)}
+    wide = compile(fused("attention"), "cudasim", strategy, threads=32)(inputs, params)["y"]
+    kernel = compile(fused("attention"), "cudasim", strategy, threads=32, out_dtype=out_dtype)
+    spec = kernel.spec_for(R, L, {"k": "float16", "v": "float16"}, {"d": d}, reps={"k": R, "v": R})[1]
+    source = kernel.source(spec, strategy).source
+    kind = "b" if out_dtype == "bfloat16" else "h"
+    assert f"st_{kind}16x4(out_y" in source and (f"st_{kind}16x2(out_y" in source) == (d // 8 % 2 == 1)
+    got = kernel(inputs, params)["y"]
+    if out_dtype == "float16":
+        assert got.dtype == np.float16 and np.array_equal(got, wide.astype(np.float16))
+    else:
+        assert np.array_equal(got.bits, as_bfloat16(wide).bits)
+
+
 @pytest.mark.parametrize("threads,R,d", [(96, 40, 48), (32, 20, 32)])
 def test_a_query_given_in_16_bits_is_staged_as_it_is(threads, R, d):
     # a float16 query (as a model holds it): its words staged as they are, a 16-byte load a chunk of eight, no

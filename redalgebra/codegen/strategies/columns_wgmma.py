@@ -25,8 +25,7 @@ read by the instruction from shared memory:
 4. **Epilogue**: each accumulator is an output ``(row, column)`` (the instruction's layout: warp ``w``, lane
    ``g·4 + t``, rows ``16 w + g`` and ``+ 8``, columns ``8 j + 2 t`` and ``+ 1``); the derived finish (an FP8 scale
    ``s / 448``, a bias) is applied per row as in ``columns``. float32 outputs are stored a pair a lane (8 bytes);
-   16-bit ones (``out_dtype``) four a lane after an exchange with the neighbouring lane (:meth:`~ColumnsWgmmaKernel.
-   paired`), so that a quad's stores fill a row's 32-byte sector: a pair a lane filled half of each sector and made
+   16-bit ones (``out_dtype``) four a lane after an exchange with the neighbouring lane (:mod:`.pairs`), so that a quad's stores fill a row's 32-byte sector: a pair a lane filled half of each sector and made
    the product slower than with float32 outputs (measured on an H100: RMSNorm M4096 K = N = 4096, 187.9 and 196.5 µs
    paired against 209.8 and 206.7 unpaired and 197.8 and 199.9 with float32 outputs; gpu/README.md).
 
@@ -63,13 +62,14 @@ from __future__ import annotations
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
-from ..tree import Assign, Barrier, Call, For, If, Shuffle, Store, While
+from ..tree import Assign, Barrier, Call, For, If, Store, While
 from . import Strategy, register
 from .columns import build as columns_build, factor_part
 from .columns_mma import ColumnsMmaKernel, exact_factors
 from .columns_wgmma_policy import (BK, BLOCK_COLUMNS, BLOCK_THREADS, FP8_BLOCK_COLUMNS, configure, fac_store, grid,
                                    refusal, row_threads, stage_units)
 from .fp8_products import Fp8Products
+from .pairs import PAIRED_TYPES, column, exchange
 from .producer import Producer, producer_threads
 from .products import KINDS
 from .rows import RowsKernel
@@ -491,19 +491,14 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         return out
 
     def paired(self, pairs: list, head: list, cb: str) -> list | None:
-        """The statements of :meth:`epilogue`'s whole column blocks with 16-bit outputs stored 8 bytes a lane (None
-        where this does not apply: outputs not all 16-bit vectors stored in pairs, or :data:`PAIRED_STORES` off).
-
-        A lane's accumulators hold two neighbouring columns of each 8-column block, so a 16-bit pair is a 4-byte
-        store and a warp's store fills half of each 32-byte sector it touches. Two neighbouring blocks ``j, j + 1``
-        are exchanged between lanes ``tq`` and ``tq ^ 1`` (one shuffle a value): the even lane keeps block ``j``'s
-        four columns ``8 j + 2 tq …``, the odd lane block ``j + 1``'s ``8 j + 8 + 2 (tq - 1) …``, each one 8-byte
-        store, a quad's four stores one row's 32 contiguous bytes. Every lane shuffles, rows past the end included
-        (their scalars read at the last row: ``orc``), and only the rows inside store."""
+        """The statements of :meth:`epilogue`'s whole column blocks with 16-bit outputs stored 8 bytes a lane
+        (:mod:`.pairs`; None where this does not apply: outputs not all 16-bit vectors stored in pairs, or
+        :data:`PAIRED_STORES` off). Every lane shuffles, rows past the end included (their scalars read at the last
+        row: ``orc``), and only the rows inside store."""
         if not PAIRED_STORES or len(pairs) % 2 or not all(isinstance(st, Assign) for st in head):
             return None
         bodies = [body for _, body in pairs]
-        if not all(isinstance(st, Assign) or (isinstance(st, Store) and st.width == 2 and st.dtype in ("bfloat16", "float16"))
+        if not all(isinstance(st, Assign) or (isinstance(st, Store) and st.width == 2 and st.dtype in PAIRED_TYPES)
                    for body in bodies for st in body):
             return None
         clamp = {"orow": "orc"}
@@ -524,12 +519,9 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
                     else:
                         stores[k] = (*stores[k], names)
             for k, (st, a, b) in enumerate(stores):
-                sent = [Assign(f"ps_{k}_{i}", f"{a[i]} if podd else {b[i]}") for i in (0, 1)]
-                got = [Shuffle(f"pr_{k}_{i}", f"ps_{k}_{i}", "1") for i in (0, 1)]
-                values = tuple(f"(pr_{k}_{i} if podd else {a[i]})" for i in (0, 1)) + \
-                    tuple(f"({b[i]} if podd else pr_{k}_{i})" for i in (0, 1))
-                out += sent + got + [If("orow < rows", (Store(st.array, "orow", f"{cb} + {8 * j} + 2 * tq + 6 * podd",
-                                                             values, st.dtype),))]
+                swap, values = exchange(k, a, b, "podd")
+                out += swap + [If("orow < rows", (Store(st.array, "orow", column(f"{cb} + {8 * j} + 2 * tq", "podd"),
+                                                        values, st.dtype),))]
         return out
 
 

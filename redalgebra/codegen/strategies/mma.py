@@ -61,14 +61,20 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
 from ..states import identity_text
-from ..tree import Assign, Barrier, Call, For, If, Store, While
+from ..tree import Assign, Barrier, Call, For, If, Store, While, walk
 from . import Strategy, mma_policy, register
 from .base import TreeKernel
 from .columns import split_body
 from .mma_policy import configure, grid, shared_plan
+from .pairs import PAIRED_TYPES, column, exchange
 from .products import KINDS, MOST_COMPONENTS, dots, gate, prefix, refusal, replace_sums, staged, summed
 from .tile_copies import TileCopies
 from .tile_update import BN, TileUpdate
+
+#: 16-bit vector outputs stored from the fragments four values a lane after an exchange between neighbouring lanes
+#: (:mod:`.pairs`; ``columns_wgmma``'s product ran 2–5 % faster so on an H100); 0: a pair a lane. Off until timed
+#: on these kernels (``gpu/sweep.py ... mma.PAIRED_STORES=1:...``), where it costs registers beside the states.
+PAIRED_STORES = 0
 
 
 class MmaKernel(TileCopies, TileUpdate, TreeKernel):
@@ -521,15 +527,33 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
                         stores.append(If(self.lead, (Assign(f"out_{sym.name}[row_{h}]", f"y_{sym.name}_{h}"),)))
                     continue
                 n = self.lay.constants[self.lay.size_const(size)]  # (refusal: an output, from sums of its length)
-                for j in range(n // self.ncol // 8):
+                dtype = stored.get(sym.name, "float32")
+                paired = self.paired(sym.name, dtype)
+                blocks = n // self.ncol // 8
+                for j in range(blocks):
                     values = []
                     for b in range(2):
                         pre, text = self.print(expr, acc, f"{m}_{j}_{2 * hh + b}")
                         values.append(f"y_{sym.name}_{j}_{b}")
                         out += pre + [Assign(values[-1], text)]
-                    stores.append(self.store_pair(sym.name, n, h, j, tuple(values), stored.get(sym.name, "float32")))
+                    if not paired or j >= blocks - blocks % 2:
+                        stores.append(self.store_pair(sym.name, n, h, j, tuple(values), dtype))
+                    elif j % 2 == 0:  # (block j's pair waits for block j + 1's)
+                        first = tuple(values)
+                    else:  # (:mod:`.pairs`: the shuffles outside the row's test, the store inside)
+                        swap, four = exchange(f"{h}_{j // 2}", first, tuple(values), "podd")
+                        out += swap
+                        stores.append(Store(f"out_{sym.name}", f"row_{h}", column(self.column(n, j - 1, 0), "podd"),
+                                            four, dtype))
             out.append(If(f"ok_{h}", tuple(stores)))
-        return out + self.outputs_out()
+        return ([Assign("podd", "t & 1")] if any(isinstance(st, Store) and st.width == 4 for st in walk(out)) else []) \
+            + out + self.outputs_out()
+
+    def paired(self, name: str, dtype: str) -> bool:
+        """Whether the vector output ``name`` leaves four values a lane (:mod:`.pairs`, :data:`PAIRED_STORES`): in a
+        16-bit type, from the fragments (not through shared memory, :meth:`store_pair`'s override)."""
+        return bool(PAIRED_STORES) and dtype in PAIRED_TYPES and isinstance(
+            self.store_pair(name, 8, 0, 0, ("0", "0"), dtype), Store)
 
     def store_pair(self, name: str, n: int, h: int, j: int, values: tuple, dtype: str):
         """The thread's two neighbouring components ``values`` of the ``n``-vector output ``name`` (its accumulator

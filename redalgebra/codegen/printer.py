@@ -234,10 +234,11 @@ class KernelPrinter(StrPrinter):
 
     def _print_log(self, expr):
         arg = expr.args[0]
-        if isinstance(arg, sp.Add) and len(arg.args) == 2 and all(isinstance(t, sp.exp) for t in arg.args):
+        exponents = _log_exponents(arg)
+        if exponents is not None:
             # log(exp(a) + exp(b)), logsumexp's ⊕: each exp overflows float32 past 88 (and underflows below -103)
             # where the result does not; rt_logaddexp takes it as max(a, b) + log1p(exp(-|a - b|))
-            a, b = (self._print(t.args[0]) for t in arg.args)
+            a, b = (self._print(e) for e in exponents)
             return f"rt_logaddexp({a}, {b})"
         return f"rt_log({self._print(arg)})"
 
@@ -380,3 +381,22 @@ def print_expr(expr: sp.Expr, access: Access, constants: Constants, j: str | Non
     p = KernelPrinter(access, constants, j, temps, tree)
     text = p.doprint(expr)
     return p.pre, text
+
+
+def _log_exponents(arg) -> tuple | None:
+    """``(a, b)`` where ``arg`` is ``exp(a) + exp(b)`` up to positive factors: ``u·exp(a')`` is ``exp(a' + log u)``
+    for ``u`` SymPy knows positive. SymPy writes ``exp(log(|x| + 1) - m)`` as ``(|x| + 1)·exp(-m)``, so logsumexp's ⊕
+    folding such a body, ``log(exp(s) + (|x| + 1)·exp(-m))``, no longer reads as two exponentials, and its second
+    term underflows float32 below -103 where the result is finite. None where a term has no exponential factor or
+    one of another sign."""
+    if not isinstance(arg, sp.Add) or len(arg.args) != 2:
+        return None
+    out = []
+    for term in arg.args:
+        factors = sp.Mul.make_args(term)
+        exps = [f.args[0] for f in factors if isinstance(f, sp.exp)]
+        rest = [f for f in factors if not isinstance(f, sp.exp)]
+        if not exps or not all(f.is_positive for f in rest):
+            return None
+        out.append(sp.Add(*exps, *(sp.log(f) for f in rest)))
+    return tuple(out)

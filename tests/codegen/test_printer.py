@@ -141,3 +141,25 @@ def test_a_corrected_max_of_large_products_stays_in_range():
     for backend, strategy in (("cpu", "row"), ("cudasim", "thread")):
         got = compile(derive(c), backend, strategy=strategy)({"x": x, "z": z})["y"]
         np.testing.assert_allclose(got, evaluate(c, {"x": x, "z": z})["y"], rtol=1e-5)
+
+
+def test_logsumexp_of_a_body_with_a_positive_factor_stays_in_log_space():
+    # SymPy writes exp(log(|x| + 1) - m) as (|x| + 1)·exp(-m): logsumexp's ⊕ folding that body must still read as
+    # two exponentials, or its second term underflows float32 below -103 (the level order gave -inf where the row's
+    # value is -9988); a term of unknown sign is not taken apart
+    folded = sp.log(sp.exp(l) + (sp.Abs(x) + 1) * sp.exp(-m))
+    assert text(folded)[1] in ("rt_logaddexp(s_l, -s_m + rt_log(abs(e_x) + _K0))", "rt_logaddexp(-s_m + rt_log(abs(e_x) + _K0), s_l)")
+    assert text(sp.log(sp.exp(l) + x * sp.exp(-m)))[1].startswith("rt_log(")
+
+
+def test_the_level_order_folds_a_logsumexp_far_below_floats_range_of_exp():
+    import numpy as np
+
+    from redalgebra import derive, parse
+    from redalgebra.runtime import compile
+
+    f = derive(parse("input x >= 0\nreduce m = max(x)\nreduce l = logsumexp(log(x + 1) - m)\nout y = l\n"))
+    x = (1e4 + np.random.default_rng(0).random((2, 50))).astype(np.float32)
+    xd = x.astype(np.float64)
+    want = np.log((xd + 1).sum(1)) - xd.max(1)
+    np.testing.assert_allclose(compile(f, "cpu", "levels")({"x": x}, {})["y"], want, rtol=1e-6)

@@ -25,9 +25,10 @@ read by the instruction from shared memory:
 4. **Epilogue**: each accumulator is an output ``(row, column)`` (the instruction's layout: warp ``w``, lane
    ``g·4 + t``, rows ``16 w + g`` and ``+ 8``, columns ``8 j + 2 t`` and ``+ 1``); the derived finish (an FP8 scale
    ``s / 448``, a bias) is applied per row as in ``columns``. float32 outputs are stored a pair a lane (8 bytes);
-   16-bit ones (``out_dtype``) four a lane after an exchange with the neighbouring lane (:mod:`.pairs`), so that a quad's stores fill a row's 32-byte sector: a pair a lane filled half of each sector and made
-   the product slower than with float32 outputs (measured on an H100: RMSNorm M4096 K = N = 4096, 187.9 and 196.5 µs
-   paired against 209.8 and 206.7 unpaired and 197.8 and 199.9 with float32 outputs; gpu/README.md).
+   16-bit ones (``out_dtype``) four a lane after an exchange with the neighbouring lane (:mod:`.pairs`), so that a
+   quad's stores fill a row's 32-byte sector: a pair a lane filled half of each sector and made the product slower
+   than with float32 outputs (measured on an H100: RMSNorm M4096 K = N = 4096, 187.9 and 196.5 µs paired against
+   209.8 and 206.7 unpaired and 197.8 and 199.9 with float32 outputs; gpu/README.md).
 
 **The factors in the product's tiles** (:attr:`Spec.tile_factors`, off by default): :mod:`.tile_factors`.
 
@@ -87,8 +88,8 @@ from .wgmma import ATOM, ROW, WgmmaKernel
 #: 194.9).
 RASTER_BYTES = 16 << 20
 
-#: 16-bit outputs stored 8 bytes a lane after an exchange between neighbouring lanes (:meth:`ColumnsWgmmaKernel.paired`);
-#: off: 4 bytes a lane, half of each 32-byte sector a warp's store touches.
+#: 16-bit outputs stored 8 bytes a lane after an exchange between neighbouring lanes
+#: (:meth:`ColumnsWgmmaKernel.paired`); off: 4 bytes a lane, half of each 32-byte sector a warp's store touches.
 PAIRED_STORES = True
 
 
@@ -511,7 +512,8 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
                     if isinstance(st, Assign):
                         out.append(_renamed(st, clamp))
                         continue
-                    k = len(stores) if half == 0 else next(i for i, (a, *_rest) in enumerate(stores) if a.array == st.array)
+                    k = len(stores) if half == 0 else \
+                        next(i for i, (a, *_rest) in enumerate(stores) if a.array == st.array)
                     names = tuple(f"pw{half}_{k}_{i}" for i in (0, 1))
                     out += [Assign(n, _rename(v, clamp)) for n, v in zip(names, st.values)]
                     if half == 0:

@@ -3,10 +3,11 @@
 ``mma.sync`` and ``wgmma`` leave lane ``4 g + t`` of a warp two neighbouring columns ``8 j + 2 t`` and ``+ 1`` of each
 8-column block ``j`` (rows ``g`` and ``g + 8``). Stored from there in a 16-bit type, a pair is one 4-byte store and a
 warp's store fills half of each 32-byte sector it touches (float32 pairs fill whole ones). Two neighbouring blocks are
-exchanged between lanes ``t`` and ``t ^ 1`` instead, one shuffle a value: the even lane keeps block ``j``'s columns
-``8 j + 2 t … + 3``, the odd lane block ``j + 1``'s ``8 j + 8 + 2 (t - 1) … + 3`` — in both, ``8 j + 2 t + 6 odd`` —
-so each lane stores four values, 8 bytes, and a quad's four stores cover a row's 32 contiguous bytes. The shuffles
-run in every lane of the warp, so they come before any test of a lane's row; the stores after it.
+exchanged between lanes ``t`` and ``t ^ 1`` instead, one shuffle a value: the even lane keeps block ``j``'s
+columns ``8 j + 2 t … + 3``, the odd lane block ``j + 1``'s ``8 j + 8 + 2 (t - 1) … + 3`` — in both,
+``8 j + 2 t + 6 odd`` — so each lane stores four values, 8 bytes, and a quad's four stores cover a row's 32
+contiguous bytes. The shuffles run in every lane of the warp, so they come before any test of a lane's row; the stores
+after it.
 """
 
 from __future__ import annotations

@@ -29,6 +29,17 @@ from ..errors import RedalgebraError
 from ..ir.functions import Dot, VSum
 
 
+def lanes_refusal(fused) -> str | None:
+    """Why ``lanes`` and ``split_lanes`` cannot run ``fused`` (None: they can): a per-element output of elements
+    with dot products (a lane holds only part of each product until the lane sum, and the outputs are not written
+    from there)."""
+    if fused.per_element_outputs and any(isinstance(a, (Dot, VSum)) for _, e in fused.prologue.steps
+                                         for a in sp.preorder_traversal(e)):
+        return ("the lanes strategies do not write per-element outputs of elements with dot products; use the tile "
+                "strategy")
+    return None
+
+
 class LaneSkeletons:
     """Lane-mode pieces of the generator (``self`` is a ``kernels._Gen``)."""
 
@@ -86,9 +97,9 @@ class LaneSkeletons:
         nt = self.spec.threads
         if nt % 32:
             raise RedalgebraError(f"the lanes strategy needs whole warps, got {nt} threads")
-        if self.varying and any(isinstance(a, (Dot, VSum)) for _, e in self.f.prologue.steps for a in sp.preorder_traversal(e)):
-            raise RedalgebraError("the lanes strategy does not write per-element outputs of elements with dot products; "
-                             "use the tile strategy")
+        refused = lanes_refusal(self.f)
+        if refused:
+            raise RedalgebraError(refused)
         lines = self._lanes_head() + ["row = cuda.blockIdx.x"] + self.alloc_state(("s", "o"))
         lines += self.row_setup() + self.init_state() + self._lanes_fold("0", "length")
         return lines + self.outputs("tid == 0", "tid", str(nt))

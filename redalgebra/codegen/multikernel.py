@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import sympy as sp
 
+from ..errors import RedalgebraError
 from .emit import element_loads, final_access
 from .kernels import _Gen
+from .lanes import lanes_refusal
 
 
 class MultiGen(_Gen):
@@ -79,6 +81,9 @@ class MultiGen(_Gen):
 
     def _kernels_split_lanes(self) -> list:
         """``split`` whose blocks fold their segment as ``lanes`` does (a warp per element, lanes splitting vectors)."""
+        refused = lanes_refusal(self.f)
+        if refused:
+            raise RedalgebraError(refused)
         nt = self.spec.threads
         part = self._common_args() + self._state_arrays("part") + ["rows", "length", "seglen"]
         body = self._lanes_head() + ["row = cuda.blockIdx.x", "seg = cuda.blockIdx.y", "lo = seg * seglen",

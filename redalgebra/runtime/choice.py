@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ..codegen import Problem
+from ..codegen.lanes import lanes_refusal
 from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns_mma import applicable as columns_mma_applicable
 from ..codegen.strategies.columns_mma import exact_factors as columns_exact
@@ -80,7 +81,8 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     blocks when the rows are few; its launch policy chooses from the shape), which ran every decode shape of
     the H200 bench at 94-106 % of copy bandwidth; where it cannot (a top-k, per-element outputs, vectors too
     wide for a lane's registers such as a 7168-wide weight row) segments
-    across blocks (``split_lanes``) for long rows that are few enough, else a warp per element (``lanes``).
+    across blocks (``split_lanes``) for long rows that are few enough, else a warp per element (``lanes``); where
+    those cannot either (per-element outputs of elements with dot products), a block per row (``tile``).
     """
     vectors = [s for s in fused.cascade.inputs if s.size is not None]
     if not vectors:
@@ -104,5 +106,7 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
         return "columns_mma" if exact else "columns"
     if vrows_refusal(fused) is None and not wide:
         return "vrows"
+    if lanes_refusal(fused) is not None:  # per-element outputs of elements with dot products
+        return "tile"
     widest = max((sizes or {}).get(s.size, s.size if isinstance(s.size, int) else 0) for s in vectors)
     return "split_lanes" if length >= 1024 and rows <= 4096 and widest <= 256 else "lanes"

@@ -311,3 +311,24 @@ def test_the_cpu_row_kernel_folds_a_long_row_in_chunks_merged_by_the_derived_mer
         got, want = compile(f, "cpu", "row")({"x": x}, keep=keep), evaluate(f.cascade, {"x": x}, keep=keep)
         np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-7)
         np.testing.assert_array_equal(got["i.index"], want["i.index"])
+
+
+def test_auto_takes_a_block_per_row_where_the_lanes_strategies_cannot_write_the_outputs():
+    # a per-element output beside a dot product: vrows refuses it, and the lanes strategies hold only part of each
+    # product in a lane (auto took lanes, which then refused at the first call; split_lanes printed a kernel that
+    # read a name it never set)
+    from redalgebra import evaluate
+
+    f = derive(parse("input x\ninput k[d]\nparam q[d]\nlet s = dot(q, k)\nreduce m = max(s)\n"
+                     "reduce l = sum(exp(s - m))\nout y = l\nout e = (x - m) * 2\n"))
+    rng = np.random.default_rng(0)
+    inputs = {"x": rng.normal(size=(3, 20)).astype(np.float32), "k": rng.normal(size=(3, 20, 8)).astype(np.float32)}
+    params = {"q": rng.normal(size=(3, 8)).astype(np.float32)}
+    kernel = compile(f, "cudasim")
+    got = kernel(inputs, params)
+    assert kernel.resolve(3, 20, {"d": 8}) == "tile_shared"
+    want = evaluate(f.cascade, {k: v.astype(np.float64) for k, v in inputs.items()}, params)
+    for name in ("y", "e"):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
+    with pytest.raises(RedalgebraError, match="per-element outputs of elements with dot products"):
+        compile(f, "cudasim", "split_lanes_shared")(inputs, params)

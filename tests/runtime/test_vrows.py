@@ -77,7 +77,11 @@ def test_auto_sends_vector_elements_to_vrows_unless_it_cannot_hold_them():
     assert choose(fused("decode_attention"), 512, 4096, {"d": 128}) == "vrows"
     assert choose(fused("mla_decode"), 2048, 4096, {"r": 512, "e": 64}) == "vrows"
     per_element = derive(parse("input k[d]\nparam q[d]\nlet s = dot(q, k)\nreduce m = max(s)\nout p = exp(s - m)\n"))
-    assert choose(per_element, 4096, 512, {"d": 64}) == "lanes"
+    # (nor can the lanes strategies, whose lanes hold parts of each product: a block per row)
+    assert choose(per_element, 4096, 512, {"d": 64}) == "tile"
+    summed = derive(parse("input k[d]\nparam q[d]\nlet s = dot(q, k)\nreduce m = max(s)\nreduce t = topk(2, s)\n"
+                          "out y = m\nout z = t\n"))
+    assert choose(summed, 4096, 512, {"d": 64}) == "lanes"  # a top-k: not vrows'; no per-element output
 
 
 def test_vectors_too_wide_for_a_lanes_registers_are_refused_and_auto_goes_elsewhere():

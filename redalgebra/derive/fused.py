@@ -606,10 +606,15 @@ def unfused(cascade: Cascade) -> FusedCascade:
 def as_written(fused: FusedCascade) -> FusedCascade:
     """The forms of the cascade as written for the strategies that run a pass per reduction, the earlier ones final
     (the CPU's ``levels``, CUDA's ``unfused``): ``fused`` itself, or, where :func:`derive` rewrote the cascade (a
-    multi-term sum into partial sums, an element count added), the source's own reductions — bodies, prologue and
+    multi-term sum into partial sums, an element count added; not a product of powers, whose route it keeps), the
+    source's own reductions — bodies, prologue and
     outputs as written, no merge, update or corrections. The partial sums' combination is then never formed, so a
     sum whose terms nearly cancel (:attr:`FusedCascade.combined_late`) is computed as the reference computes it."""
     if fused.source is None or fused.source is fused.cascade:
+        return fused
+    if fused.rewrite is not None and fused.rewrite.powers:
+        # a product of powers as written, prod(G^H), overflows float32 where its route exp(H · sum(log G)) does not:
+        # such a cascade keeps its rewritten form, multi-term sums included
         return fused
     return _level_forms(fused.source, fused.source_analysis or analyze(fused.source), (
         "the level order of the cascade as written: a pass per reduction, the earlier ones final (its multi-term "

@@ -195,6 +195,21 @@ def test_the_level_order_sums_a_multi_term_reduction_as_written_and_auto_takes_i
     assert "s_s_1" not in source and "s_s_2" not in source and "s_s = " in source
 
 
+def test_a_product_of_powers_keeps_its_route_in_the_level_order():
+    pytest.importorskip("numba")
+    from redalgebra.runtime import compile as compile_kernel
+
+    # prod(x ** m) as written is about 2.5^(2.9 · 40): past float32's range, where exp(m · sum(log x)) is not; the
+    # output takes its 1000th root. Beside LATE's sum, which sends the CPU's auto to the level order
+    f = derive(parse("input x > 0\nreduce m = max(x)\nreduce p = prod(x ** m)\nreduce r0 = mean(x)\n"
+                     "reduce s = sum((x - r0)**2 / (3*x + 1)**2)\nout y = p ** (1/1000)\nout z = s\n"))
+    x = (2 + np.random.default_rng(0).random((2, 40))).astype(np.float32)
+    want = evaluate(f.source, {"x": x.astype(np.float64)}, {})["y"]
+    kernel = compile_kernel(f, "cpu")
+    assert kernel.strategy == "levels"
+    np.testing.assert_allclose(kernel({"x": x}, {})["y"], want, rtol=1e-4)
+
+
 def test_the_unfused_baseline_on_cuda_sums_a_multi_term_reduction_as_written():
     pytest.importorskip("numba")
     from redalgebra.runtime import compile as compile_kernel

@@ -99,6 +99,24 @@ def test_outputs_from_the_fragments_four_a_lane_are_the_float32_ones_rounded(mon
         assert np.array_equal(got.bits, as_bfloat16(wide).bits)
 
 
+def test_two_outputs_from_the_fragments_four_a_lane_are_each_their_own(monkeypatch):
+    # every output's shuffles come before the row's stores: each exchange's registers are its own
+    from redalgebra import derive, parse
+    from redalgebra.codegen.strategies import mma
+
+    monkeypatch.setattr(mma, "PAIRED_STORES", 1)
+    f = derive(parse("input k[d]\ninput v[d]\nparam q[d]\nlet s = dot(q, k)\nreduce m = max(s)\n"
+                     "reduce l = sum(exp(s - m))\nreduce o = sum(exp(s - m) * v)\nout y = o / l\nout z = 2 * o / l + 1\n"))
+    rng = np.random.default_rng(2)
+    R, L, d = 20, 40, 32
+    inputs = {x: rng.normal(size=(1, L, d)).astype(np.float16) for x in ("k", "v")}
+    params = {"q": (rng.normal(size=(R, d)) * 0.2).astype(np.float32)}
+    wide = compile(f, "cudasim", "mma", threads=32)(inputs, params)
+    got = compile(f, "cudasim", "mma", threads=32, out_dtype="float16")(inputs, params)
+    for name in ("y", "z"):
+        assert np.array_equal(got[name], wide[name].astype(np.float16)), name
+
+
 @pytest.mark.parametrize("threads,R,d", [(96, 40, 48), (32, 20, 32)])
 def test_a_query_given_in_16_bits_is_staged_as_it_is(threads, R, d):
     # a float16 query (as a model holds it): its words staged as they are, a 16-byte load a chunk of eight, no

@@ -541,7 +541,8 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
                     elif j % 2 == 0:  # (block j's pair waits for block j + 1's)
                         first = tuple(values)
                     else:  # (:mod:`.pairs`: the shuffles outside the row's test, the store inside)
-                        swap, four = exchange(f"{h}_{j // 2}", first, tuple(values), "podd")
+                        # (named apart per output too: every output's shuffles come before the row's stores)
+                        swap, four = exchange(f"{h}_{len(stores)}", first, tuple(values), "podd")
                         out += swap
                         stores.append(Store(f"out_{sym.name}", f"row_{h}", column(self.column(n, j - 1, 0), "podd"),
                                             four, dtype))

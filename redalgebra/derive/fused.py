@@ -577,7 +577,8 @@ def _derive(cascade: Cascade, analysis: Analysis, centered: dict) -> FusedCascad
         cascade=c, analysis=analysis,
         prologue=Program(tuple((c.symbols[a], c[a].expr) for a in atoms), tuple(c.symbols[a] for a in atoms)),
         identity={ra.name: _zero(ra.monoid) for ra in analysis.reductions},
-        lift=_lift(analysis, bodies, c), merge=build(merge), update=build(update),
+        lift=_lift(analysis, bodies, c), merge=build(merge, vectors=_vector_symbols(c)),
+        update=build(update, vectors=_vector_symbols(c)),
         finalize=Program(tuple((c.symbols[o.name], outs[o.name]) for o in c.outputs),
                          tuple(c.symbols[o.name] for o in c.outputs)),
         per_element_outputs=tuple(o.name for o in c.outputs if o.name in varying),
@@ -601,6 +602,14 @@ def unfused(cascade: Cascade) -> FusedCascade:
     return _level_forms(cascade, analysis, (
         f"not fusable ({'; '.join(f'{r.name}: {r.reason}' for r in analysis.reductions if not r.fusable)}): "
         f"only the unfused strategy, a kernel per reduction, runs it",))
+
+
+def _vector_symbols(c: Cascade) -> frozenset:
+    """The symbols of ``c``'s vectors in the merge and update programs: vector inputs and params, and each vector
+    reduction's sides and result (``s_a``, ``s_b``, ``s_n``)."""
+    names = [n for n, size in c.sizes.items() if size is not None]
+    return frozenset(c.symbols[n] for n in names if n in c.symbols) | frozenset(
+        side(n, k) for n in names if any(r.name == n for r in c.reductions) for k in "abn")
 
 
 def as_written(fused: FusedCascade) -> FusedCascade:

@@ -52,16 +52,20 @@ class Program:
         return r"\begin{aligned}" + r" \\ ".join(rows) + r"\end{aligned}"
 
 
-def build(assignments: list[tuple[sp.Symbol, sp.Expr]], prefix: str = "c") -> Program:
+def build(assignments: list[tuple[sp.Symbol, sp.Expr]], prefix: str = "c", vectors: frozenset = frozenset()) -> Program:
     """A program from assignments in dependency order, with shared subexpressions hoisted.
 
     Temporaries come from ``sympy.cse`` over all right-hand sides and are
-    emitted on demand, just before the first assignment that needs them.
+    emitted on demand, just before the first assignment that needs them. A temporary whose value is a vector (a
+    symbol of ``vectors`` outside a ``dot`` or ``vsum``: ``k / (3x + 1)`` of a vector state's update) is put back
+    where it is used: the kernels print vectors a component at a time, and a temporary is one scalar.
     """
     symbols = [s for s, _ in assignments]
     temps, reduced = sp.cse([e for _, e in assignments], symbols=sp.numbered_symbols(prefix, real=True),
                             ignore=[], optimizations=None)
     temps, reduced = _inline_trivial(temps, reduced)
+    if vectors:
+        temps, reduced = _inline_where(temps, reduced, lambda e: _vector_valued(e, vectors))
     temp_expr = dict(temps)
     emitted: set = set()
     steps = []
@@ -78,6 +82,27 @@ def build(assignments: list[tuple[sp.Symbol, sp.Expr]], prefix: str = "c") -> Pr
     names = iter(sp.numbered_symbols(prefix, real=True))
     rename = {t: next(names) for t, _ in steps if t in temp_expr}  # number temporaries in order of use
     return Program(tuple((rename.get(s, s), e.xreplace(rename)) for s, e in steps), tuple(symbols))
+
+
+def _vector_valued(expr: sp.Expr, vectors: frozenset) -> bool:
+    """Whether ``expr`` reads a symbol of ``vectors`` outside the reductions of a vector to a scalar."""
+    from ..ir.functions import Dot, VSum
+
+    scalar = expr.replace(lambda e: isinstance(e, (Dot, VSum)), lambda e: sp.Integer(1))
+    return bool(scalar.free_symbols & vectors)
+
+
+def _inline_where(temps, reduced, put_back):
+    """Temporaries for which ``put_back(value)`` holds (a temporary's value may use an earlier one: its own value
+    with those put back is what is tested) substituted into the later temporaries and the results."""
+    kept, back = [], {}
+    for t, e in temps:
+        e = e.xreplace(back)
+        if put_back(e):
+            back[t] = e
+        else:
+            kept.append((t, e))
+    return kept, [r.xreplace(back) for r in reduced]
 
 
 def _inline_trivial(temps, reduced):

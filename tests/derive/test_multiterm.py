@@ -210,6 +210,23 @@ def test_a_product_of_powers_keeps_its_route_in_the_level_order():
     np.testing.assert_allclose(kernel({"x": x}, {})["y"], want, rtol=1e-4)
 
 
+def test_a_vector_sum_centred_alone_has_no_vector_temporary():
+    pytest.importorskip("numba")
+    from redalgebra.runtime import compile as compile_kernel
+
+    # sum((x - mean) · k / (3x + 1)) with k a vector: k / (3x + 1) is both the centred sum's rest and a term; SymPy's
+    # common subexpressions named it, a vector, as one scalar temporary (the row kernel refused: "the vector k is
+    # used where a scalar is needed")
+    f = derive(parse("input x\ninput k[d]\nreduce r0 = mean(x)\nreduce s = sum((x - r0) * k / (3*x + 1))\n"
+                     "out y = s\n"))
+    assert not any(str(sym).startswith("c") and "k" in {str(a) for a in e.free_symbols} for sym, e in f.update.steps)
+    rng = np.random.default_rng(0)
+    x, k = rng.normal(size=(2, 10)), rng.normal(size=(2, 10, 4))
+    want = (((x - x.mean(1, keepdims=True)) / (3 * x + 1))[..., None] * k).sum(1)
+    got = compile_kernel(f, "cpu", "row")({"x": x.astype(np.float32), "k": k.astype(np.float32)}, {})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def test_the_unfused_baseline_on_cuda_sums_a_multi_term_reduction_as_written():
     pytest.importorskip("numba")
     from redalgebra.runtime import compile as compile_kernel

@@ -6,6 +6,11 @@
 CACHE_LINE = ("from redalgebra.runtime.cache import numba_cache\n"
               "CACHE = numba_cache(globals().get('__file__'))")
 
+#: CUDA modules under the simulator: ``math.exp`` past float64's range gives inf, as float32's does on the GPU, rather
+#: than raising (``runtime.lowering.SIM_MATH``).
+SIM_MATH_LINES = ["if config.ENABLE_CUDASIM:",
+                  "    from redalgebra.runtime.lowering import SIM_MATH as math  # noqa: F811"]
+
 HELPERS = '''
 @{device}
 def rt_max(a, b):

@@ -8,7 +8,7 @@ back ends).
 
 from __future__ import annotations
 
-from .helpers import CACHE_LINE, HELPER_CONSTANTS, HELPERS, QUOTIENT_HELPERS
+from .helpers import CACHE_LINE, HELPER_CONSTANTS, HELPERS, QUOTIENT_HELPERS, SIM_MATH_LINES
 from .tree import INTRINSICS, PRINTERS, SIM_SHUFFLE_SLOTS, TENSOR_CORES, Call, Shared, Shuffle, walk
 
 
@@ -36,7 +36,8 @@ def assemble(fused, spec, target: str, strategy: str, kernels: list, consts, con
     else:
         header = ["from numba import config, cuda, float32, int32, uint16, uint32",
                   f"from redalgebra.runtime.intrinsics import {', '.join(INTRINSICS)}",
-                  f"from redalgebra.runtime.tensor_cores import {', '.join(TENSOR_CORES)}", CACHE_LINE, "",
+                  f"from redalgebra.runtime.tensor_cores import {', '.join(TENSOR_CORES)}", CACHE_LINE,
+                  *SIM_MATH_LINES, "",
                   f"BOUNDS = {{}} if config.ENABLE_CUDASIM else {{'launch_bounds': {spec.launch_bounds}, 'cache': CACHE}}"]
         header += [f"BOUNDS_{name} = {{}} if config.ENABLE_CUDASIM else {{'launch_bounds': {b}, 'cache': CACHE}}"
                    for name, b in sorted(bounds.items())]

@@ -10,6 +10,29 @@ from llvmlite import ir
 from numba import config, types
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
+
+
+class _SimulatorMath:
+    """``math`` for the simulator's kernels (a generated CUDA module binds it in place of ``math`` there): its
+    ``exp`` is Python's, which raises ``OverflowError`` past float64's range (``exp(1000)``) where the GPU's float32
+    gives inf; here it gives inf too. Everything else is ``math``'s."""
+
+    def __getattr__(self, name):
+        import math
+
+        return getattr(math, name)
+
+    @staticmethod
+    def exp(x):
+        import math
+
+        try:
+            return math.exp(x)
+        except OverflowError:
+            return math.inf
+
+
+SIM_MATH = _SimulatorMath()
 _B16_TYPES = (types.uint16, types.int16)  # bfloat16 patterns
 
 if not SIMULATOR:

@@ -332,3 +332,11 @@ def test_auto_takes_a_block_per_row_where_the_lanes_strategies_cannot_write_the_
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
     with pytest.raises(RedalgebraError, match="per-element outputs of elements with dot products"):
         compile(f, "cudasim", "split_lanes_shared")(inputs, params)
+
+
+def test_the_simulator_gives_inf_where_exp_passes_float64s_range():
+    # Python's math.exp raises OverflowError past about 709, where the GPU's float32 exp gives inf (and the
+    # reference inf): the simulator's kernels take an exp that does the same
+    f = derive(parse("input x\nreduce s = sum(exp(x))\nout y = s\n"))
+    got = compile(f, "cudasim", "unfused")({"x": np.array([[1.0, 1000.0, 2.0]], np.float32)}, {})["y"]
+    assert np.isinf(got).all() and (got > 0).all()

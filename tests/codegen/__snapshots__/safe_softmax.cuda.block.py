@@ -6,6 +6,8 @@ import numpy as np
 from numba import config, cuda, float32, int32
 from redalgebra.runtime.cache import numba_cache
 CACHE = numba_cache(globals().get('__file__'))
+if config.ENABLE_CUDASIM:
+    from redalgebra.runtime.lowering import SIM_MATH as math  # noqa: F811
 
 BOUNDS = {} if config.ENABLE_CUDASIM else {'launch_bounds': 128, 'cache': CACHE}
 NEG_INF = np.float32(-np.inf)

@@ -423,7 +423,7 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
         if sp.count_ops(tidy) > 3 * sp.count_ops(plain) + 10:
             tidy = plain
         expr = combination + tidy
-        if _late(tidy, {c.symbols[d] for d in ra.deps}):
+        if _late(tidy, {c.symbols[d] for d in ra.deps}, {symbols[name] for _, name in pieces}):
             out.late += (s.name,)
         guard = _empty_guard(expr, stmts, symbols, c, analysis)
         if guard is not None:
@@ -434,15 +434,21 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
     return out
 
 
-def _late(plain: sp.Expr, deps: set) -> bool:
+def _late(plain: sp.Expr, deps: set, partials: set) -> bool:
     """Whether the plain (not centred) part of a multi-term combination subtracts partial sums scaled by reduction
-    results: its numerator a sum of two or more terms, one of them with a dependency — ``count**2 * s_1 - sum**2 *
-    s_2`` for ``sum((x - mean)**2 / (3*x + 1)**2)``, where ``s_1`` and ``mean**2 * s_2`` are large and nearly equal
-    when the elements sit far from 0 against their spread (90 times the result off in float32). The variance's
-    factored ``s**2 * (h - count)**2 / (count * h**2)`` is one term, 0 when ``h`` is the count."""
+    results: a sum in its numerator with two or more terms holding partial sums, one of them with a dependency —
+    ``count**2 * s_1 - sum**2 * s_2`` for ``sum((x - mean)**2 / (3*x + 1)**2)``, where ``s_1`` and ``mean**2 * s_2``
+    are large and nearly equal when the elements sit far from 0 against their spread (90 times the result off in
+    float32), or ``r0 * (s_1 - r0 * s_2)`` with the dependency factored out. The variance's factored
+    ``s**2 * (h - count)**2 / (count * h**2)`` subtracts no two partial sums (``h`` is a param), and is 0 when ``h``
+    is the count."""
     numerator = sp.fraction(sp.together(plain))[0]
-    terms = sp.Add.make_args(numerator)
-    return len(terms) > 1 and any(t.free_symbols & deps for t in terms)
+    for node in sp.preorder_traversal(numerator):
+        if isinstance(node, sp.Add):
+            held = [t for t in node.args if t.free_symbols & partials]
+            if len(held) > 1 and any(t.free_symbols & deps for t in held):
+                return True
+    return False
 
 
 def _factor(expr: sp.Expr) -> sp.Expr:

@@ -14,8 +14,9 @@ from tests.runtime.test_columns import _problem
 @pytest.mark.parametrize("name,rows,length,n,segments,options", [
     # a partial last tile (300 = 4 x 64 + 44: its copies past the segment's end fill zeros), columns not of a block
     ("rmsnorm_gemm", 20, 300, 72, None, {}),
-    # two consumer warpgroups taking turns, five tiles (the ring of four wrapped)
-    ("fp8_quant_gemm", 65, 320, 64, 1, {"threads": 256}),
+    # (two consumer warpgroups taking turns over a wrapped ring: the FP8 products' producer block, which this one
+    # shares, test_fp8_products.py; this flag is off, measured slower on the H200, so its own case of them, 13 s of
+    # the simulator, is left out)
     # 256 columns a block (the GPU's), segments of three tiles (the sixth a partial one, the seventh none)
     ("rmsnorm_gemm", 5, 1000, 136, 7, {"group": 32}),
 ])

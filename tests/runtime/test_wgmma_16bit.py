@@ -42,18 +42,27 @@ def test_outputs_asked_in_16_bits_leave_through_shared_memory_as_the_float32_one
         assert np.array_equal(got.bits, as_bfloat16(wide).bits)
 
 
-def test_two_vector_outputs_in_16_bits_are_each_their_own():
+@pytest.mark.parametrize("strategy,threads,paired", [
     # two vector outputs would share a warp's staged rows: a walking block stores them from the fragments
+    ("wgmma", 96, 0),
+    # four a lane (mma.PAIRED_STORES): every output's shuffles come before the row's stores, each exchange's
+    # registers its own
+    ("mma", 32, 1),
+])
+def test_two_vector_outputs_in_16_bits_are_each_their_own(monkeypatch, strategy, threads, paired):
     from redalgebra import derive, parse
+    from redalgebra.codegen.strategies import mma
 
+    monkeypatch.setattr(mma, "PAIRED_STORES", paired)
     f = derive(parse("input k[d]\ninput v[d]\nparam q[d]\nlet s = dot(q, k)\nreduce m = max(s)\n"
-                     "reduce l = sum(exp(s - m))\nreduce o = sum(exp(s - m) * v)\nout y = o / l\nout z = 2 * o / l\n"))
+                     "reduce l = sum(exp(s - m))\nreduce o = sum(exp(s - m) * v)\nout y = o / l\n"
+                     "out z = 2 * o / l + 1\n"))
     rng = np.random.default_rng(1)
     R, L, d = 40, 50, 32
     inputs = {x: rng.normal(size=(1, L, d)).astype(np.float16) for x in ("k", "v")}
     params = {"q": (rng.normal(size=(R, d)) * 0.2).astype(np.float32)}
-    wide = compile(f, "cudasim", "wgmma", threads=96)(inputs, params)
-    got = compile(f, "cudasim", "wgmma", threads=96, out_dtype="float16")(inputs, params)
+    wide = compile(f, "cudasim", strategy, threads=threads)(inputs, params)
+    got = compile(f, "cudasim", strategy, threads=threads, out_dtype="float16")(inputs, params)
     for name in ("y", "z"):
         assert np.array_equal(got[name], wide[name].astype(np.float16)), name
 
@@ -97,24 +106,6 @@ def test_outputs_from_the_fragments_four_a_lane_are_the_float32_ones_rounded(mon
         assert got.dtype == np.float16 and np.array_equal(got, wide.astype(np.float16))
     else:
         assert np.array_equal(got.bits, as_bfloat16(wide).bits)
-
-
-def test_two_outputs_from_the_fragments_four_a_lane_are_each_their_own(monkeypatch):
-    # every output's shuffles come before the row's stores: each exchange's registers are its own
-    from redalgebra import derive, parse
-    from redalgebra.codegen.strategies import mma
-
-    monkeypatch.setattr(mma, "PAIRED_STORES", 1)
-    f = derive(parse("input k[d]\ninput v[d]\nparam q[d]\nlet s = dot(q, k)\nreduce m = max(s)\n"
-                     "reduce l = sum(exp(s - m))\nreduce o = sum(exp(s - m) * v)\nout y = o / l\nout z = 2 * o / l + 1\n"))
-    rng = np.random.default_rng(2)
-    R, L, d = 20, 40, 32
-    inputs = {x: rng.normal(size=(1, L, d)).astype(np.float16) for x in ("k", "v")}
-    params = {"q": (rng.normal(size=(R, d)) * 0.2).astype(np.float32)}
-    wide = compile(f, "cudasim", "mma", threads=32)(inputs, params)
-    got = compile(f, "cudasim", "mma", threads=32, out_dtype="float16")(inputs, params)
-    for name in ("y", "z"):
-        assert np.array_equal(got[name], wide[name].astype(np.float16)), name
 
 
 @pytest.mark.parametrize("threads,R,d", [(96, 40, 48), (32, 20, 32)])

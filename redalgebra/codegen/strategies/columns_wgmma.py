@@ -526,7 +526,6 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
                                                         values, st.dtype),))]
         return out
 
-
     def kernels(self) -> list:
         """``columns_mma``'s kernels (:attr:`Spec.tile_factors`: the product's alone); e4m3 weights widened to float16
         first."""

@@ -92,16 +92,6 @@ RASTER_BYTES = 16 << 20
 #: (:meth:`ColumnsWgmmaKernel.paired`); off: 4 bytes a lane, half of each 32-byte sector a warp's store touches.
 PAIRED_STORES = True
 
-
-def _rename(text: str, names: dict) -> str:
-    """``text`` with each whole-word name of ``names`` replaced."""
-    import re
-
-    return re.sub(r"\b(" + "|".join(map(re.escape, names)) + r")\b", lambda m: names[m.group(1)], text)
-
-
-def _renamed(st: Assign, names: dict) -> Assign:
-    return Assign(st.target, _rename(st.value, names), st.op)
 class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
     """Builds the kernels of a ``columns_wgmma`` module: ``columns_mma``'s scalars, factors and combine, the product
     on ``wgmma``."""
@@ -456,27 +446,13 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         are all in (every block but a last partial one)."""
         out = []
         for h in (0, 1):
-            acc = self.base()
-            # (2 ulp) an IEEE division's or square root's slow path is a call: the wgmmas would be serialized
-            acc.div, acc.sqrt = "div_full", "sqrt_full"
-            if self.tf:
-                head = self.row_scale(acc, "orow", r0)
-            else:
-                head = [] if segmented else self.row_scalars(acc, "orow")
-            pairs = []
-            for j in range(self.bc // 8):
-                col, values = f"{cb} + {8 * j} + 2 * tq", (f"ac_{j}_{2 * h}", f"ac_{j}_{2 * h + 1}")
-                if self.tf:
-                    values = tuple(f"(rsc * {v})" for v in values)
-                if segmented:
-                    body = [Store(f"part_{self.red}", ("orow", seg), col, values)]
-                else:
-                    body = self.finish("orow", col, [lambda r, v=v: v for v in values], acc)
-                pairs.append((col, body))
+            head, pairs = self.outputs_of(h, "orow", segmented, r0, cb, seg)
             whole = [st for _, body in pairs for st in body]
             tested = [If(f"{col} < {self.n}", tuple(body)) for col, body in pairs]
             row = [Assign("orow", f"{r0} + 16 * warp + lg + {8 * h}")]
-            paired = None if segmented or self.n < self.bc else self.paired(pairs, head, cb)
+            # (rows past the end read their scalars at the last row, orc: the exchange runs in every lane)
+            paired = None if segmented or self.n < self.bc else \
+                self.paired(*self.outputs_of(h, "orc", segmented, r0, cb, seg), cb)
             if paired is not None:  # (the exchange's shuffles run in every lane: outside the tests of rows)
                 test = tested if self.n % self.bc else []
                 out += row + ([If(f"{cb} + {self.bc} <= {self.n}", tuple(paired),
@@ -491,31 +467,51 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
             out += row + [If("orow < rows", tuple(head + inside))]
         return out
 
-    def paired(self, pairs: list, head: list, cb: str) -> list | None:
+    def outputs_of(self, h: int, row: str, segmented: bool, r0: str, cb: str, seg: str) -> tuple[list, list]:
+        """(the row's scalars, ``(column, statements)`` of each 8-column block) of the thread's row half ``h``, read
+        at the row named ``row``."""
+        acc = self.base()
+        # (2 ulp) an IEEE division's or square root's slow path is a call: the wgmmas would be serialized
+        acc.div, acc.sqrt = "div_full", "sqrt_full"
+        if self.tf:
+            head = self.row_scale(acc, row, r0)
+        else:
+            head = [] if segmented else self.row_scalars(acc, row)
+        pairs = []
+        for j in range(self.bc // 8):
+            col, values = f"{cb} + {8 * j} + 2 * tq", (f"ac_{j}_{2 * h}", f"ac_{j}_{2 * h + 1}")
+            if self.tf:
+                values = tuple(f"(rsc * {v})" for v in values)
+            if segmented:
+                body = [Store(f"part_{self.red}", (row, seg), col, values)]
+            else:
+                body = self.finish(row, col, [lambda r, v=v: v for v in values], acc)
+            pairs.append((col, body))
+        return head, pairs
+
+    def paired(self, head: list, pairs: list, cb: str) -> list | None:
         """The statements of :meth:`epilogue`'s whole column blocks with 16-bit outputs stored 8 bytes a lane
         (:mod:`.pairs`; None where this does not apply: outputs not all 16-bit vectors stored in pairs, or
-        :data:`PAIRED_STORES` off). Every lane shuffles, rows past the end included (their scalars read at the last
-        row: ``orc``), and only the rows inside store."""
+        :data:`PAIRED_STORES` off): ``pairs`` and ``head`` read at the row ``orc``, the last row for the rows past the
+        end, as every lane shuffles; only the rows inside store."""
         if not PAIRED_STORES or len(pairs) % 2 or not all(isinstance(st, Assign) for st in head):
             return None
         bodies = [body for _, body in pairs]
         if not all(isinstance(st, Assign) or (isinstance(st, Store) and st.width == 2 and st.dtype in PAIRED_TYPES)
                    for body in bodies for st in body):
             return None
-        clamp = {"orow": "orc"}
-        out = [Assign("orc", "min(orow, rows - 1)"), Assign("podd", "tq & 1")]
-        out += [_renamed(st, clamp) for st in head]
+        out = [Assign("orc", "min(orow, rows - 1)"), Assign("podd", "tq & 1")] + head
         for j in range(0, len(bodies), 2):
             stores = []
             for half, body in enumerate(bodies[j:j + 2]):
                 for st in body:
                     if isinstance(st, Assign):
-                        out.append(_renamed(st, clamp))
+                        out.append(st)
                         continue
                     k = len(stores) if half == 0 else \
                         next(i for i, (a, *_rest) in enumerate(stores) if a.array == st.array)
                     names = tuple(f"pw{half}_{k}_{i}" for i in (0, 1))
-                    out += [Assign(n, _rename(v, clamp)) for n, v in zip(names, st.values)]
+                    out += [Assign(n, v) for n, v in zip(names, st.values)]
                     if half == 0:
                         stores.append((st, names))
                     else:

@@ -573,12 +573,12 @@ def _derive(cascade: Cascade, analysis: Analysis, centered: dict) -> FusedCascad
                                                   index_symbol("element"))))
     outs = outputs(c)
     varying = c.per_element()
+    vectors = _vector_symbols(c)
     return FusedCascade(
         cascade=c, analysis=analysis,
         prologue=Program(tuple((c.symbols[a], c[a].expr) for a in atoms), tuple(c.symbols[a] for a in atoms)),
         identity={ra.name: _zero(ra.monoid) for ra in analysis.reductions},
-        lift=_lift(analysis, bodies, c), merge=build(merge, vectors=_vector_symbols(c)),
-        update=build(update, vectors=_vector_symbols(c)),
+        lift=_lift(analysis, bodies, c), merge=build(merge, vectors=vectors), update=build(update, vectors=vectors),
         finalize=Program(tuple((c.symbols[o.name], outs[o.name]) for o in c.outputs),
                          tuple(c.symbols[o.name] for o in c.outputs)),
         per_element_outputs=tuple(o.name for o in c.outputs if o.name in varying),

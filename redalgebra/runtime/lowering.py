@@ -5,6 +5,8 @@ checked view of an array (:func:`_span`). No intrinsic is defined here."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from llvmlite import ir
 from numba import config, types
@@ -18,14 +20,10 @@ class _SimulatorMath:
     gives inf; here it gives inf too. Everything else is ``math``'s."""
 
     def __getattr__(self, name):
-        import math
-
         return getattr(math, name)
 
     @staticmethod
     def exp(x):
-        import math
-
         try:
             return math.exp(x)
         except OverflowError:

@@ -4,7 +4,7 @@
 
 A top-k cascade (``reduce t = topk(k, g)``) and the MoE router run on rows drawn from a handful of integers (ties
 everywhere: bfloat16 holds them exactly), rows with one finite value (the rest ``-inf``: indices ``-1``) and
-random rows, over group sizes that select within a warp, across a warp's lanes and across warps (the
+random rows, rows holding NaNs (ranked above every number, by index; some with more than k), over group sizes that select within a warp, across a warp's lanes and across warps (the
 automatic launch shape and forced ones). Each output must equal a stable sort's: the values bit for bit, the
 indices exactly (the router's, read in passes, up to ties its rescaling makes: each element once). Prints one line per case; exits 1 if any fails.
 """
@@ -30,11 +30,18 @@ def rows_of(rows: int, length: int, rng) -> np.ndarray:
     g[1::3] = rng.standard_normal((len(g[1::3]), length)).astype(np.float32) * 2
     g[2::7] = -np.inf
     g[2::7, length // 3] = 1.0
+    g[3::11, rng.integers(0, length, 3)] = np.nan  # NaN ranks above every number: a row's first three
+    g[5::13, : k_nan(length)] = np.nan  # more NaNs than any k
     return g
 
 
+def k_nan(length: int) -> int:
+    return min(length, 50)
+
+
 def expected(g: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    order = np.argsort(-g.astype(np.float64), axis=1, kind="stable")[:, :k]
+    nan = np.isnan(g)
+    order = np.lexsort((np.where(nan, 0, -g.astype(np.float64)), ~nan), axis=1)[:, :k]  # NaNs first, by index
     vals = np.take_along_axis(g, order, axis=1)
     pad = k - vals.shape[1]
     vals = np.pad(vals, ((0, 0), (0, pad)), constant_values=-np.inf)
@@ -50,7 +57,7 @@ def main(argv=None) -> int:
     bad = 0
     for rows, length, k, forced in SHAPES:
         if args.backend == "cudasim":
-            rows, forced = min(rows, 3), None
+            rows, forced = min(rows, 6), None  # (rows 3 and 5 hold NaNs)
         g = bfloat16_to_float(bf16_bits(rows_of(rows, length, rng)))  # the values the kernel reads
         fused = ra.derive(ra.parse(TOPK.format(k=k), name=f"top{k}"))
         kernel = ra.compile(fused, args.backend, "rows", **(forced or {}))
@@ -63,13 +70,14 @@ def main(argv=None) -> int:
         want_v, want_i = expected(g, k)
         got_v = to_float(out["w"])
         got_i = np.asarray(out["t.index"])
-        ok_v = np.array_equal(got_v, want_v)
+        ok_v = np.array_equal(got_v, want_v, equal_nan=True)
         ok_i = np.array_equal(got_i, want_i)
         # the router: softmax, the top k, renormalised; its indices are those of the logits' top k
         router = ra.compile(ra.derive(ra.parse(ra.workloads.get("moe_routing").text.replace("topk(8,", f"topk({k},"))),
                             args.backend, "rows", **(forced or {}))
         r_i = np.asarray(router({"g": as_bfloat16(g)})["t.index"])
-        finite = np.isfinite(g).all(axis=1)  # (a row of -inf but one: the router's zeros are values, ranked by index)
+        # (a row of -inf but one: the router's zeros are values, ranked by index; a NaN makes the router's row NaN)
+        finite = np.isfinite(g).all(axis=1)
         # a row read in passes merges lists rescaled by the softmax's correction, which can tie values that
         # differed: there the router's top k may take another of equal logits, but each element once
         exact = np.array_equal(r_i[finite], want_i[finite])

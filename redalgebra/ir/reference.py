@@ -125,15 +125,18 @@ def reduce_axis(monoid: Monoid, values: np.ndarray, keep: np.ndarray | None):
 def _topk(k: int, values: np.ndarray, keep: np.ndarray | None):
     """The k largest values per row, descending, ties to the lower index.
 
-    A value of -inf (the identity: a masked element, or padding when the row is
-    shorter than k) carries the index -1.
+    NaN ranks above every number (as NumPy's ``argmax`` and ``sort`` and PyTorch's
+    ``topk`` put it), NaNs by index: a NaN in a router's logits is selected and shows
+    in its outputs instead of vanishing. A value of -inf (the identity: a masked
+    element, or padding when the row is shorter than k) carries the index -1.
     """
     rows, length = values.shape
     if keep is not None:
         values = np.where(keep, values, -np.inf)
     padded = np.full((rows, max(length, k)), -np.inf, dtype=values.dtype)
     padded[:, :length] = values
-    order = np.argsort(-padded, axis=1, kind="stable")[:, :k]
+    nan = np.isnan(padded)
+    order = np.lexsort((np.where(nan, 0.0, -padded), ~nan), axis=1)[:, :k]  # stable: NaNs first, then descending
     top = np.take_along_axis(padded, order, axis=1)
     index = np.where(np.isneginf(top), -1, order)  # -inf is the identity: a masked or missing element
     return top[:, None, :], index[:, None, :]

@@ -61,3 +61,33 @@ def test_a_sum_that_float32_rounds_to_zero_is_not_taken_for_an_empty_row(backend
     want = np.ravel(ra.evaluate(f.source, {"x": x.astype(np.float64)}, {})["y"])
     assert np.isclose(got[0], want[0], rtol=1e-5) and want[1] == pytest.approx(-550.0)
     assert np.isnan(got[1])
+
+
+TOPK = "input x\nreduce t = topk(4, x)\nout w = t\nout z = t / sum(t)\n"
+
+
+@pytest.mark.parametrize("backend,strategy,group", [("cpu", "row", None), ("cpu", "levels", None),
+                                                    ("cudasim", "rows", 8), ("cudasim", "tile", None),
+                                                    ("cudasim", "lanes", None)])
+def test_a_top_k_ranks_nan_above_every_number_on_every_back_end(backend, strategy, group):
+    # the reference's order (NumPy's argmax, PyTorch's topk): NaNs first, by index, then the numbers; a masked
+    # element or a row shorter than k is -inf with index -1. Every kernel selects by the same order: before,
+    # the kernels never selected a NaN (index -1 and -inf where the reference has the NaN's index and NaN)
+    f = ra.derive(ra.parse(TOPK))
+    kernel = ra.compile(f, backend, strategy, **({"group": group, "threads": 32} if group else {}))
+    x = np.random.default_rng(1).normal(size=(6, 13)).astype(np.float32)
+    x[0, [2, 9]] = np.nan  # two NaNs, then numbers
+    x[1, :11] = np.nan  # more NaNs than k
+    x[2] = np.nan  # all NaN
+    x[3, 12] = np.nan  # the last element
+    x[4, [0, 1, 5]] = [np.nan, np.inf, np.inf]  # NaN above +inf
+    keep = np.ones(x.shape, bool)
+    keep[5, 3:] = False  # three elements kept: a masked slot below the numbers, a NaN among them
+    x[5, [0, 7]] = np.nan
+    got = kernel({"x": x}, keep=keep)
+    want = ra.evaluate(f.cascade, {"x": x.astype(np.float64)}, {}, keep=keep)
+    np.testing.assert_array_equal(got["t.index"], want["t.index"])
+    for name in ("w", "z"):
+        g, w = to_float(got[name]).astype(np.float64), np.asarray(want[name]).reshape(np.shape(got[name]))
+        assert np.array_equal(np.isnan(g), np.isnan(w)), (name, g, w)
+        np.testing.assert_allclose(g[~np.isnan(w)], w[~np.isnan(w)], rtol=1e-5)

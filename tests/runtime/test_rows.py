@@ -204,16 +204,21 @@ def test_a_router_read_in_passes_picks_each_element_once():
         assert len(set(idx.tolist())) == 8 and (row[idx] == row.max()).all(), idx
 
 
-def test_top_k_selection_ranks_nan_below_every_number_as_the_reference():
+@pytest.mark.parametrize("k,group,threads", [(4, 64, 64), (11, 16, 32)])
+def test_top_k_selection_ranks_nan_above_every_number_as_the_reference(k, group, threads):
     # a NaN never compares greater or equal: unless the order says where it goes, the lanes of a row holding one
-    # end the butterfly with different winners. With at least k numbers in the row, the top k are numbers.
-    f = derive(parse(TOPK.format(k=4)))
-    kernel = compile(f, "cudasim", "rows", group=64, threads=64)
-    g = np.random.default_rng(3).standard_normal((2, 150)).astype(np.float32)
-    g[0, [0, 5, 77, 128, 149]] = np.nan  # 0 and 128: the first register of the lane that parks its warp's list
-    g[1, :140] = np.nan  # ten numbers left, in the last warp's registers
+    # end the butterfly with different winners. NaN ranks first (by index), then the numbers; a row holding more
+    # NaNs than k selects NaNs only. Rows with a NaN take the selection's second copy of its later rounds
+    # (unrolled; for k = 11 of 12 values a lane, a loop)
+    f = derive(parse(TOPK.format(k=k)))
+    kernel = compile(f, "cudasim", "rows", group=group, threads=threads)
+    g = np.random.default_rng(3).standard_normal((3, 150)).astype(np.float32)
+    g[0, [5, 128, 149]] = np.nan  # 128: the first register of the lane that parks its warp's list
+    g[1, :140] = np.nan  # more NaNs than k
+    g[2, 77] = np.nan  # one NaN, then three numbers
     out = kernel({"g": g})
-    order = np.argsort(np.where(np.isnan(g), np.inf, -g), axis=1, kind="stable")[:, :4]
+    nan = np.isnan(g)
+    order = np.lexsort((np.where(nan, 0, -g), ~nan), axis=1)[:, :k]
     np.testing.assert_array_equal(out["t.index"], order)
     np.testing.assert_array_equal(out["w"], np.take_along_axis(g, order, axis=1))
 

@@ -18,20 +18,20 @@ def warp_rounds(k: int, width: int, regs: list, keep, ordered: bool) -> list:
     each lane's indices increase along ``regs`` (a strict ``>`` then keeps the smaller of equal values'
     indices).
 
-    The order is total, NaN included: NaN below every number (as the reference's stable sort of ``-v`` puts
-    it), NaNs by index. Without that a NaN never compares greater, never equal, and the lanes of a row with one
-    would end the butterfly holding different winners. Only round 0 compares in that order (five comparisons
-    a step): once its winner is removed (made -inf, which ranks above NaN) no later round can select a NaN, so
-    every lane then makes its NaNs -inf and later rounds compare plainly (three comparisons). A NaN made -inf
-    can only displace another -inf, and every -inf is written as (-inf, -1): the results are the total
-    order's, bit for bit (NaN payloads included).
+    The order is total, NaN included: NaN above every number (the reference's order: NumPy's ``argmax`` and
+    PyTorch's ``topk`` put it there), NaNs by index. Without that a NaN never compares greater, never equal, and
+    the lanes of a row with one would end the butterfly holding different winners. Round 0 compares in that
+    order (five comparisons a step); its winner is a number only where the row holds no NaN, and then the later
+    rounds compare plainly (three comparisons). A row holding a NaN takes a second copy of the later rounds that
+    keeps the NaN order (the branch is uniform across the row's lanes: they all hold round 0's winner). Every
+    -inf is written as (-inf, -1): the results are the total order's, bit for bit (NaN payloads included).
 
     Every comparison is a select (``pick``) on a condition of ``&``/``|`` without short circuit: no branch,
     and no block of numba's IR. The IR of ``if a or (b and c):`` is a block per operand, and numba's
     compiler walks the blocks recursively, a Python frame a block: the top-8 of 4096 bfloat16 values written
     with branches had 1589 blocks, a walk 864 deep under Python 3.11 and 981 under 3.12, past its limit of
     1000 frames (RecursionError); as selects, 173 blocks, 87 deep."""
-    nan_better = "(ov > bv) | ((ov == bv) & (oi < bi)) | ((bv != bv) & ((ov == ov) | (oi < bi)))"
+    nan_better = "(ov > bv) | ((ov == bv) & (oi < bi)) | ((ov != ov) & ((bv == bv) | (oi < bi)))"
     better = "(ov > bv) | ((ov == bv) & (oi < bi))"
 
     def take(cond: str, pairs) -> list:
@@ -41,10 +41,10 @@ def warp_rounds(k: int, width: int, regs: list, keep, ordered: bool) -> list:
         """The lane's best register in ``lv``, ``li``."""
         (v0, i0), *rest = regs
         if ordered:
-            cond = "({v} > lv) | ((lv != lv) & ({v} == {v}))" if nan else "{v} > lv"
+            cond = "({v} > lv) | (({v} != {v}) & (lv == lv))" if nan else "{v} > lv"
         else:
             cond = "({v} > lv) | (({v} == lv) & ({i} < li))"
-            cond += " | ((lv != lv) & (({v} == {v}) | ({i} < li)))" if nan else ""
+            cond += " | (({v} != {v}) & ((lv == lv) | ({i} < li)))" if nan else ""
         out = [Assign("lv", v0), Assign("li", i0)]
         return out + [s for v, i in rest for s in take(cond.format(v=v, i=i), (("lv", v), ("li", i)))]
 
@@ -57,16 +57,17 @@ def warp_rounds(k: int, width: int, regs: list, keep, ordered: bool) -> list:
             off //= 2
         return out + keep(j)
 
-    # the lane that held the winner removes it and looks again
-    clear = [Assign(v, f"pick({i} == bi, NEG_INF, {v})") for v, i in regs]
-    remove = [If("li == bi", tuple(clear + lane_best(False)))]
+    def rounds(nan: bool) -> list:
+        """Rounds 1 to k - 1, each after the lane that held the last winner removed it and looked again."""
+        clear = [Assign(v, f"pick({i} == bi, NEG_INF, {v})") for v, i in regs]
+        remove = [If("li == bi", tuple(clear + lane_best(nan)))]
+        if k * len(regs) <= UNROLLED_SELECTION:
+            return [s for j in range(1, k) for s in remove + round_(str(j), nan)]
+        # beyond, a loop of rounds (a list kept in registers is then indexed at run time: local memory)
+        return [For("j", "1", str(k), tuple(remove + round_("j", nan)))]
+
     out = lane_best(True) + round_("0", True)
     if k == 1:
         return out
-    # round 0's winner removed and every lane's NaNs made -inf (only the winner's register has its index, but
-    # for the empty candidates' -1, already -inf)
-    out += [Assign(v, f"pick(({i} == bi) | ({v} != {v}), NEG_INF, {v})") for v, i in regs] + lane_best(False)
-    if k * len(regs) <= UNROLLED_SELECTION:
-        return out + [s for j in range(1, k) for s in round_(str(j), False) + remove * (j < k - 1)]
-    # beyond, a loop of rounds (a list kept in registers is then indexed at run time: local memory)
-    return out + [For("j", "1", str(k), tuple(round_("j", False) + remove))]
+    # round 0's winner is a NaN only where the row holds one (NaN ranks above every number)
+    return out + [If("bv == bv", tuple(rounds(False)), tuple(rounds(True)))]

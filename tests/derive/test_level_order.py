@@ -1,6 +1,6 @@
-"""The level order of a multi-term sum: ``levels`` (CPU) and ``unfused`` (CUDA) compute the cascade as written
-(``derive.as_written``), not its partial sums, which can cancel when combined at the end; which sums do so
-(``FusedCascade.combined_late``), and the CPU's ``auto`` taking the level order for them."""
+"""The level order of a multi-term sum: ``levels`` (CPU), ``unfused`` and ``rows`` over a resident row (CUDA) compute
+the cascade as written (``derive.as_written``), not its partial sums, which can cancel when combined at the end; which
+sums do so (``FusedCascade.combined_late``), and the CPU's ``auto`` taking the level order for them."""
 
 import numpy as np
 import pytest
@@ -88,3 +88,20 @@ def test_the_unfused_baseline_on_cuda_sums_a_multi_term_reduction_as_written():
     want = ((xd - xd.mean(1, keepdims=True)) ** 2 / (3 * xd + 1) ** 2).sum(1)
     kernel = compile_kernel(derive(parse(LATE)), "cudasim", "unfused")
     np.testing.assert_allclose(np.asarray(kernel({"x": x}, {})["y"], np.float64), want, rtol=1e-3)
+
+
+@pytest.mark.parametrize("text,rtol", [(LATE, 1e-3), (SOFTMAX_ENTROPY, 1e-6)])
+def test_cudas_rows_over_a_resident_row_sum_a_multi_term_reduction_as_written(text, rtol):
+    # a row held in registers has its reductions staged one at a time, each with its dependencies final: the level
+    # order, built from the cascade as written. The entropy's one-pass form at logits around 1e4 was 4e-4 off (on
+    # 2e-7 now); LATE's some 90 times its result
+    pytest.importorskip("numba")
+    from redalgebra.runtime import compile as compile_kernel
+
+    f = derive(parse(text))
+    x = (1e4 + np.random.default_rng(1).standard_normal((2, 100))).astype(np.float32)
+    kernel = compile_kernel(f, "cudasim", "rows")
+    assert kernel.spec_for(2, 100, {"x": "float32"})[1].staged
+    got = np.ravel(kernel({"x": x}, {})[f.cascade.outputs[0].name])
+    want = np.ravel(evaluate(f.source, {"x": x.astype(np.float64)}, {})[f.cascade.outputs[0].name])
+    np.testing.assert_allclose(got, want, rtol=rtol)

@@ -32,6 +32,7 @@ from dataclasses import replace
 import sympy as sp
 
 from ...derive import FusedCascade
+from ...derive.fused import as_written
 from ...derive.prepare import casts_in_reductions
 from ...errors import RedalgebraError
 from ...ir.functions import Dot, RoundE4M3, VSum
@@ -619,6 +620,11 @@ def build(fused: FusedCascade, spec: Spec, target: str):
 
     if target == "cpu":
         raise RedalgebraError("the rows strategy is CUDA-only (a group of threads per row)")
+    if spec.staged:
+        # a resident row's reductions run one at a time, each with its dependencies final: the level order, so the
+        # cascade as written (a multi-term sum summed as written, never as partial sums combined at the end, which
+        # cancel where its terms nearly do), with one reduction fewer where derive added an element count
+        fused = as_written(fused)
     k = RowsKernel(fused, spec)
     tree = k.body()
     return assemble(fused, spec, target, "rows", [("kernel", kernel_args(fused.cascade), "rows", tree)], k.consts,

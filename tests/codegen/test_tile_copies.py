@@ -7,6 +7,7 @@ thread."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from types import SimpleNamespace
 
@@ -46,8 +47,10 @@ class Copies(TileCopies):
 _NAMES = {"fresh": lambda v: v, "uint32": int, "min": min, "max": max, "pick": lambda c, a, b: a if c else b}
 
 
+@functools.lru_cache(maxsize=None)
 def _fn(expr: str):
-    """The generator's expression ``expr`` as a function of the names it reads (``tid``, earlier assignments)."""
+    """The generator's expression ``expr`` as a function of the names it reads (``tid``, earlier assignments);
+    compiled once (compiled again for every thread, the compiling was most of this file's time)."""
     code = compile(expr, "<copies>", "eval")
     return lambda **env: eval(code, _NAMES, env)  # noqa: S307 - the generator's own text
 

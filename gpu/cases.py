@@ -305,6 +305,28 @@ def case_cross_entropy(rows, vocab, dtype, candidates, label):
                 nbytes + rows * 4 + rows * 4, candidates, outputs=("loss",), tol=1e-5)
 
 
+def case_layernorm(rows, hidden, dtype, candidates, label):
+    """LayerNorm of ``rows`` rows (the catalogue's: the mean, then the mean of the squared deviations, written so), its
+    weight and bias shared by the rows; the output in the input's dtype. A resident row's kernel computes the cascade
+    as written (its reductions one at a time), a row read in passes the derived partial sums."""
+    nbytes = rows * hidden * SIZE[dtype]
+    g, b = randn((hidden,), dtype), randn((hidden,), dtype)
+    eps = 1e-5
+    copies = []
+    for _ in range(copies_for(nbytes)):
+        x = randn((rows, hidden), dtype, 2.0) + 1.0
+        copies.append(({"x": ours_input(x), "g": ours_input(g.view(1, hidden)), "b": ours_input(b.view(1, hidden))},
+                       {"eps": np.float32(eps)}, (x,)))
+    io = 2 * nbytes + 2 * hidden * SIZE[dtype]
+    base = [("F.layer_norm", lambda x: F.layer_norm(x, (hidden,), g, b, eps), io),
+            ("torch.compile", lambda x: compiled_fn("ln", F.layer_norm)(x, (hidden,), g, b, eps), io)]
+
+    def reference(x):
+        return {"y": F.layer_norm(x.double(), (hidden,), g.double(), b.double(), eps)}
+    return Case("layernorm", f"{label} {rows}x{hidden}", dtype, fused_of("layernorm"), copies, base, reference,
+                nbytes + rows * hidden * 4 + 2 * hidden * SIZE[dtype], candidates, tol=1e-4)
+
+
 def case_fp8_gemm(m, hidden, n, candidates, weights="float16", k_major=False):
     """FP8 per-token quantisation + GEMM; our weights ``float16`` or ``e4m3`` bytes (the baselines': e4m3 always);
     ``k_major``: the e4m3 weights given as the baseline's own (N, K) operand, ``wq.t()[None]`` (read as they lie by
@@ -439,6 +461,9 @@ def all_cases(quick: bool) -> dict:
                                      (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]
         + [lambda: case_moe(4096, 4096, 8, ("rows", "rows@512g512", "rows@128x4g128"), "wide")],
         "fp8": [lambda: case_fp8_quant(16384, 7168, LONG)],
+        # a resident row (4096 bf16: in registers) and one read in passes (65536 float32 in groups of 1024 threads)
+        "layernorm": [lambda: case_layernorm(16384, 4096, "bfloat16", ("rows",), "LLaMA"),
+                      lambda: case_layernorm(512, 65536, "float32", ("rows",), "long")],
         "ce": [lambda v=v, lab=lab: case_cross_entropy(8192, v, "bfloat16", ("rows", "rows@512g512"), lab)
                for v, lab in ((32000, "LLaMA-2"), (128256, "LLaMA-3"))],
         "fp8gemm": [lambda m=m: case_fp8_gemm(m, 7168, 7168, ("columns_mma", "columns_mma@256", "columns", "columns@128s38"))

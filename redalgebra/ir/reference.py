@@ -272,7 +272,16 @@ def evaluate(cascade: Cascade, inputs: dict, params: dict | None = None, keep=No
         Every reduction and output by name: ``(rows,)`` for scalars,
         ``(rows, size)`` for vectors and top-k values, with an ``L`` axis after
         ``rows`` for per-element outputs; top-k indices as ``"NAME.index"``.
+
+    ``cascade`` may also be a derived cascade (``redalgebra.derive``'s ``FusedCascade``): its cascade as written
+    is run, the reference its kernels are checked against.
     """
+    if not isinstance(cascade, Cascade):
+        written = getattr(cascade, "source", None) or getattr(cascade, "cascade", None)
+        if not isinstance(written, Cascade):  # (a FusedCascade's source, else its cascade; ir cannot import derive)
+            raise EvaluationError(f"evaluate() takes a Cascade (from redalgebra.parse) or a derived cascade, got "
+                                  f"{type(cascade).__name__}")
+        cascade = written
     env, rows, length = bind(cascade, inputs, params or {}, dtype)
     return collect(cascade, run_unfused(cascade, env, check_keep(keep, rows, length), dtype))
 

@@ -175,3 +175,14 @@ def test_an_input_with_fewer_rows_is_shared_as_a_kernel_call_shares_it():
     x, g = rng.normal(size=(2, 4, 6))
     with pytest.raises(ra.EvaluationError, match="a number of rows dividing theirs"):
         ra.evaluate(gemm, {"x": x, "g": g, "w": rng.normal(size=(3, 6, 5))}, {"h": 6.0, "eps": 1e-6})
+
+
+def test_evaluate_takes_a_derived_cascade_as_its_cascade_as_written_and_refuses_anything_else():
+    from redalgebra import derive
+
+    f = derive(workloads.get("softmax_entropy").cascade)  # rewritten: its source is the cascade as written
+    x = np.random.default_rng(0).normal(size=(2, 7))
+    np.testing.assert_array_equal(evaluate(f, {"x": x})["h"], evaluate(f.source, {"x": x})["h"])
+    for wrong in ("input x\nout y = x\n", None):
+        with pytest.raises(EvaluationError, match="takes a Cascade"):
+            evaluate(wrong, {"x": x})

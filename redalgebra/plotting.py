@@ -9,8 +9,17 @@ from __future__ import annotations
 import networkx as nx
 
 
-def draw(g: nx.DiGraph, ax=None):
-    """Draw the graph left to right by generation (matplotlib, imported lazily)."""
+def draw(g, ax=None):
+    """Draw a cascade's graph (:func:`redalgebra.build_graph`'s, or the cascade's own) left to right by generation
+    (matplotlib, imported lazily)."""
+    from .errors import CascadeError
+    from .ir import Cascade, build_graph
+
+    if isinstance(g, Cascade):
+        g = build_graph(g)
+    if not isinstance(g, nx.DiGraph) or not g.nodes or any("kind" not in g.nodes[n] for n in g.nodes):
+        raise CascadeError(f"draw() takes a Cascade or its graph (redalgebra.build_graph), got {type(g).__name__}"
+                           + (" with no statements" if isinstance(g, nx.DiGraph) and not g.nodes else ""))
     try:
         import matplotlib.pyplot as plt
     except ImportError as err:

@@ -18,7 +18,6 @@ from redalgebra.algebra import budget, monoids, prove_distributes, prove_equal, 
 from redalgebra.cli import main
 from redalgebra.derive import derive
 from redalgebra.errors import CascadeSyntaxError, LimitError
-from redalgebra.ir import limits
 from redalgebra.ir.parser import RESERVED, decode
 from redalgebra.runtime import cache
 
@@ -425,3 +424,25 @@ def test_a_max_of_a_value_that_is_never_real_is_a_clear_error(reducer):
     text = f"input x\nreduce r = {reducer}(log(min(x, 0)))\nout o = r\n"
     with pytest.raises(RedalgebraError, match="not known to be real.*clamp the argument"):
         derive(parse(text))
+
+
+@pytest.mark.parametrize("name", ["derive", "analyze", "build_graph", "draw", "evaluate", "prove_monoid",
+                                  "prove_distributes", "as_bfloat16", "as_e4m3", "compile"])
+@pytest.mark.parametrize("wrong", ["input x\nreduce m = max(x)\nout y = m\n", None, 3, [1.0, 2.0]])
+def test_the_public_functions_refuse_a_wrong_kind_of_argument_with_a_clear_error(name, wrong):
+    # a cascade's text where a parsed cascade is asked, None, a number, a list: a RedalgebraError that names what
+    # the function takes, never an AttributeError from inside it (derive, analyze, build_graph, evaluate, the
+    # provers and the format markers gave those)
+    import redalgebra as ra
+
+    fn = getattr(ra, name)
+    args = {"evaluate": (wrong, {}), "prove_distributes": (wrong, wrong)}.get(name, (wrong,))
+    with pytest.raises(RedalgebraError, match="takes|expected an array"):
+        fn(*args)
+
+
+def test_monoids_may_be_named_where_a_prover_takes_one():
+    from redalgebra.algebra import prove_monoid
+
+    assert prove_monoid("logsumexp").proved and prove_monoid("add").proved
+    assert prove_distributes("max", "sum").proved and not prove_distributes("add", "max").proved

@@ -17,7 +17,7 @@ import sympy as sp
 
 from ..errors import RedalgebraError
 
-from ..ir.monoid import MAX, MIN, Monoid
+from ..ir.monoid import MAX, MIN, Monoid, as_monoid
 from .budget import cache_decided
 from .proof import Proof
 from .prover import prove_equal
@@ -85,7 +85,9 @@ def _topk_lemma(m: Monoid) -> Proof:
 
 
 def prove_monoid(m: Monoid) -> Proof:
-    """Associativity, commutativity and identity of ``m``, as one composite proof."""
+    """Associativity, commutativity and identity of ``m`` (a :class:`Monoid`, or a catalogue monoid's name), as one
+    composite proof."""
+    m = as_monoid(m, "prove_monoid")
     if m.k is not None and m.k > TOPK_CASES_MAX_K:
         return _topk_lemma(m)
     return Proof.all_of(f"{m.name} is a commutative monoid",
@@ -97,8 +99,9 @@ def prove_distributes(oplus: Monoid, otimes: Monoid, assumptions=None) -> Proof:
 
     In words, ":math:`\otimes` distributes over :math:`\oplus`" — e.g.
     ``prove_distributes(max, add)`` is :math:`\max(a, b) + c = \max(a + c, b + c)`.
-    ``assumptions`` constrain ``c`` (or ``a``, ``b``), e.g. ``{"c": ">=0"}``.
+    ``assumptions`` constrain ``c`` (or ``a``, ``b``), e.g. ``{"c": ">=0"}``. Either monoid may be given by name.
     """
+    oplus, otimes = as_monoid(oplus, "prove_distributes"), as_monoid(otimes, "prove_distributes")
     if otimes.op is None:
         raise RedalgebraError(f"⊗ must be a scalar monoid; {otimes.name} has tuple state")
     if oplus.k is not None:

@@ -38,6 +38,7 @@ from ..algebra import Counterexample, Proof, prove_distributes, prove_equal
 from ..algebra import budget as _budget
 from ..errors import BudgetExhausted
 from ..ir import ADD, MUL, Cascade, Input, Monoid, Reduction, build_graph, reduction_dependencies
+from ..ir.nodes import require_cascade
 from ..ir.printer import CascadePrinter, latex, reducer_text
 from .multiterm import MultiTerm, split
 from .ranges import NONZERO, grows, may_diverge, may_vanish, range_proof
@@ -557,6 +558,7 @@ def analyze(cascade: Cascade, budget_s: float | None = None, hints: bool = True)
     ("unknown: ..."), never a hang or a traceback. ``hints``: for a refused reduction whose body uses a
     param of no declared sign, try each sign and name the declaration that makes it fuse.
     """
+    require_cascade(cascade, "analyze")
     seconds = _budget.DEFAULT_SECONDS if budget_s is None else budget_s
     return _analyze(cascade, seconds, bool(hints))[0]
 

@@ -40,6 +40,7 @@ from ..algebra import Proof, prove_equal
 from ..algebra import budget as _budget
 from ..errors import CascadeError, NotFusableError
 from ..ir import ADD, MUL, Cascade, Monoid, Reduction, build_graph, reduction_dependencies
+from ..ir.nodes import require_cascade
 from ..ir.printer import CascadePrinter, reducer_text
 from .analysis import Analysis, ReductionAnalysis, analyze, analyze_reduction
 from .ranges import grows, may_diverge, may_vanish
@@ -445,6 +446,7 @@ def derive(cascade: Cascade) -> FusedCascade:
     NotFusableError
         When some reduction is not fusable; ``.analysis`` says which and why.
     """
+    require_cascade(cascade, "derive")
     analysis = analyze(cascade)
     with _budget.budget(_budget.DEFAULT_SECONDS, f"the derivation of {cascade.name}"):
         try:

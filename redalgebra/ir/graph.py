@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import networkx as nx
 
-from .nodes import POSITION, Cascade, Input, Let, Output, Param, Reduction, expr_of
+from .nodes import POSITION, Cascade, Input, Let, Output, Param, Reduction, expr_of, require_cascade
 
 _KIND = {Input: "input", Param: "param", Let: "let", Reduction: "reduction", Output: "output"}
 
 
 def build_graph(cascade: Cascade) -> nx.DiGraph:
     """A frozen ``networkx.DiGraph`` of the cascade's data dependencies."""
+    require_cascade(cascade, "build_graph")
     g = nx.DiGraph(name=cascade.name)
     sizes = cascade.sizes
     for s in cascade.statements:

@@ -123,6 +123,20 @@ def topk(k: int) -> Monoid:
 REDUCERS = {"sum": ADD, "prod": MUL, "max": MAX, "min": MIN, "logsumexp": LOGADDEXP}
 
 
+def as_monoid(m, who: str) -> Monoid:
+    """``m`` if it is a :class:`Monoid`; a monoid's or a reducer's name (``"add"``, ``"sum"``, ``"logsumexp"``) as
+    that monoid; else a :class:`MonoidError` saying what ``who`` takes."""
+    if isinstance(m, Monoid):
+        return m
+    named = {**{mm.name: mm for mm in REDUCERS.values()}, **REDUCERS}
+    if isinstance(m, str) and m in named:
+        return named[m]
+    raise MonoidError(f"{who}() takes a Monoid (redalgebra.monoids.add, .max, .topk(k), .user(...)) or one of the names "
+                      f"{', '.join(sorted(named))}; got {m!r}" if isinstance(m, str) else
+                      f"{who}() takes a Monoid (redalgebra.monoids.add, .max, .topk(k), .user(...)); got "
+                      f"{type(m).__name__}")
+
+
 def reducer_name(m: Monoid) -> str:
     """The text-format reducer of a monoid (``add → sum``), or the monoid's own name."""
     if m.k is not None:

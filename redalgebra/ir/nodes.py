@@ -283,6 +283,15 @@ class Cascade:
         return to_latex(self)
 
 
+def require_cascade(obj, who: str) -> Cascade:
+    """``obj`` if it is a :class:`Cascade`, else a :class:`CascadeError` that says what ``who`` takes (not an
+    ``AttributeError`` from deep inside it)."""
+    if isinstance(obj, Cascade):
+        return obj
+    hint = ": parse the text first, redalgebra.parse(text)" if isinstance(obj, str) else ""
+    raise CascadeError(f"{who}() takes a Cascade (from redalgebra.parse), got {type(obj).__name__}{hint}")
+
+
 def _names(expr: sp.Expr) -> set[str]:
     return {s.name for s in expr.free_symbols}
 

@@ -40,6 +40,9 @@ def dtype_of(a) -> np.dtype:
     """The element type of a NumPy array or of a device array (numba, CuPy, PyTorch)."""
     if is_device(a):
         return np.dtype(a.__cuda_array_interface__["typestr"])
+    if not hasattr(a, "dtype"):
+        raise RedalgebraError(f"expected an array (NumPy, or a device array such as a torch tensor), got "
+                              f"{type(a).__name__}")
     try:
         return np.dtype(a.dtype)
     except TypeError:  # a host tensor's dtype NumPy does not know (torch.bfloat16, torch.float8_e4m3fn)

@@ -226,13 +226,14 @@ def _topk_step(name, expr, acc, consts, lay, counter, mode) -> list[str]:
     red = name[:-2]
     size = lay.topk_state[red]
     pre, ltext = print_expr(left, acc, consts, "j", counter)
-    lines = pre + [f"for j in range({size}):", f"    s_{red}[j] = {ltext}",
+    # (an empty slot stays -inf: the correction of 0 or NaN that a max at +inf or NaN makes would not keep it)
+    lines = pre + [f"for j in range({size}):", f"    s_{red}[j] = (NEG_INF if si_{red}[j] < 0 else {ltext})",
                    f"    if s_{red}[j] == NEG_INF:", f"        si_{red}[j] = -1"]
     if mode == "update":
         pre, rtext = print_expr(right, acc, consts, None, counter)
         return lines + pre + [f"rt_topk_insert(s_{red}, si_{red}, {rtext}, l)"]
     pre, rtext = print_expr(right, acc, consts, "j", counter)
-    return lines + pre + [f"for j in range({size}):", f"    o_{red}[j] = {rtext}",
+    return lines + pre + [f"for j in range({size}):", f"    o_{red}[j] = (NEG_INF if oi_{red}[j] < 0 else {rtext})",
                           f"    if o_{red}[j] == NEG_INF:", f"        oi_{red}[j] = -1",
                           f"rt_topk_merge(s_{red}, si_{red}, o_{red}, oi_{red})"]
 

@@ -199,13 +199,15 @@ class TopKState(VectorState):
         return pre + [Call("rt_topk_insert", (self.var(prefix), self.index(prefix), text, element))]
 
     def merge_step(self, expr: TopKMerge, acc: Access, consts: Constants, counter) -> list:
-        """``s ← top-k(left ∪ right)``: both sides written out (corrected), then merged in registers."""
+        """``s ← top-k(left ∪ right)``: both sides written out (corrected; an empty slot stays -inf, which a
+        correction of 0 or NaN would not keep), then merged in registers."""
         k, left, right = expr.args[:3]
         out = []
         for side, vals in (("s", left), ("o", right)):
             pre, text = print_expr(vals, acc, consts, "j", counter, tree=True)
             v, i = f"{side}_{self.name}[j]", f"{side}i_{self.name}[j]"
-            out += pre + self._each(Assign(v, text), If(f"{v} == NEG_INF", (Assign(i, "-1"),)))
+            out += pre + self._each(Assign(v, f"(NEG_INF if {i} < 0 else {text})"),
+                                    If(f"{v} == NEG_INF", (Assign(i, "-1"),)))
         return out + [Call("rt_topk_merge", (self.var("s"), self.index("s"), self.var("o"), self.index("o")))]
 
 

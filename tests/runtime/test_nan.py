@@ -91,3 +91,28 @@ def test_a_top_k_ranks_nan_above_every_number_on_every_back_end(backend, strateg
         g, w = to_float(got[name]).astype(np.float64), np.asarray(want[name]).reshape(np.shape(got[name]))
         assert np.array_equal(np.isnan(g), np.isnan(w)), (name, g, w)
         np.testing.assert_allclose(g[~np.isnan(w)], w[~np.isnan(w)], rtol=1e-5)
+
+
+EXP_TOPK = "input x\nreduce m = max(x)\nreduce t = topk(4, exp(x - m))\nout w = t\n"
+
+
+@pytest.mark.parametrize("backend,strategy", [("cpu", "row"), ("cudasim", "tile"), ("cudasim", "lanes"),
+                                              ("cudasim", "block")])
+def test_a_corrected_top_k_keeps_its_empty_slots_at_minus_infinity_where_the_max_is_infinite_or_nan(backend,
+                                                                                                       strategy):
+    # the one-pass forms (warned: their corrections do not exist on such rows) correct the list by exp(m_old - m_new),
+    # 0 or NaN where the max reaches +inf or NaN: an empty slot (-inf, -1) became NaN beside its index -1, and a
+    # slot's NaN made its element drop out (index -1 where the reference has it). Empty slots stay -inf now
+    import warnings
+
+    f = ra.derive(ra.parse(EXP_TOPK))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ra.errors.ExactnessHint)
+        kernel = ra.compile(f, backend, strategy)
+    x = np.array([[0, 1], [np.inf, 2], [np.inf, np.inf], [np.nan, 1]], np.float32)
+    got = kernel({"x": x})
+    want = ra.evaluate(f, {"x": x.astype(np.float64)})
+    np.testing.assert_array_equal(got["t.index"], want["t.index"])
+    w = to_float(got["w"])
+    assert np.array_equal(w[got["t.index"] < 0], np.full(int((got["t.index"] < 0).sum()), -np.inf))
+    assert np.array_equal(np.isnan(w[:, :1]), np.isnan(np.asarray(want["w"])[:, :1]))

@@ -274,11 +274,11 @@ def kernel(g, rep_g, keep, out_w, out_t_index, rows, length):
         t_c3 = o_s*math.exp(o_m - n_m)
         n_s = (_K0 if t_c0 else t_c1) + (_K0 if t_c2 else t_c3)
         for j in range(K_t):
-            s_t[j] = (NEG_INF if t_c0 else s_t[j]*t_c1/n_s)
+            s_t[j] = (NEG_INF if si_t[j] < 0 else (NEG_INF if t_c0 else s_t[j]*t_c1/n_s))
             if s_t[j] == NEG_INF:
                 si_t[j] = -1
         for j in range(K_t):
-            o_t[j] = (NEG_INF if t_c2 else o_t[j]*t_c3/n_s)
+            o_t[j] = (NEG_INF if oi_t[j] < 0 else (NEG_INF if t_c2 else o_t[j]*t_c3/n_s))
             if o_t[j] == NEG_INF:
                 oi_t[j] = -1
         rt_topk_merge(s_t, si_t, o_t, oi_t)
@@ -308,11 +308,11 @@ def kernel(g, rep_g, keep, out_w, out_t_index, rows, length):
         t_c3 = o_s*math.exp(o_m - n_m)
         n_s = (_K0 if t_c0 else t_c1) + (_K0 if t_c2 else t_c3)
         for j in range(K_t):
-            s_t[j] = (NEG_INF if t_c0 else s_t[j]*t_c1/n_s)
+            s_t[j] = (NEG_INF if si_t[j] < 0 else (NEG_INF if t_c0 else s_t[j]*t_c1/n_s))
             if s_t[j] == NEG_INF:
                 si_t[j] = -1
         for j in range(K_t):
-            o_t[j] = (NEG_INF if t_c2 else o_t[j]*t_c3/n_s)
+            o_t[j] = (NEG_INF if oi_t[j] < 0 else (NEG_INF if t_c2 else o_t[j]*t_c3/n_s))
             if o_t[j] == NEG_INF:
                 oi_t[j] = -1
         rt_topk_merge(s_t, si_t, o_t, oi_t)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import functools
+import os
 import re
 import sys
 import warnings
@@ -65,6 +66,16 @@ def _check_mappings(inputs, params, out) -> None:
     for what, d in (("inputs", inputs), ("params", params), ("out", out)):
         if not isinstance(d, Mapping) and (d is not None or what == "inputs"):
             raise EvaluationError(f"{what}: a dict by name ({{'x': array}}), got {type(d).__name__}")
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of a warning raised by the caller of this function that names the first frame outside
+    the package (a call, a launch prepared, a layout asked for: the user's line, whichever way it came in)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 @dataclass
@@ -260,6 +271,16 @@ class Kernel:
                                        f"{strategy} reads rows by their length")
         if unread:  # host arrays copied contiguous (1, L, n): judged so
             strategy, spec, extra = plan([n for n in major if n in spec.k_major])
+        named = self.fused.uncorrectable + tuple(n for n in self.fused.corrected_selections
+                                                 if n not in self.fused.uncorrectable)
+        if strategy == "rows" and named and not spec.resident:
+            # (rows is exact over a row held in registers, its reductions one at a time; a row read in passes is
+            # folded in the one-pass form. Python shows a warning once per place, not once per call)
+            warnings.warn(ExactnessHint(
+                f"rows of {length} elements do not fit in the rows kernel's registers, so it reads them in passes with "
+                f"the one-pass form, which differs from the unfused reference on some rows for {', '.join(named)} (ties "
+                f"ranked by the corrections' rounding, or a correction that does not exist on a prefix of the row); "
+                f"strategy 'unfused' computes them with their dependencies final"), stacklevel=_caller_level())
         return spec, rows, length, reps, strategy, extra
 
     @staticmethod

@@ -289,3 +289,21 @@ def test_a_rows_index_is_divided_in_32_bits_below_two_to_the_31_rows_and_in_64_f
         assert spec.wide_rows == wide
         assert ("rr_x = row // rep_x" in source) == wide
         assert ("rr_x = int32(uint32(row) // uint32(rep_x))" in source) == (not wide)
+
+
+def test_a_router_read_in_passes_warns_that_its_one_pass_form_ranks_ties_by_the_corrections():
+    # exact over a row held in registers (its reductions one at a time), so no warning there; a row read in passes
+    # folds the one-pass form, whose ties rank by the corrections' rounding: said once, at the caller's line
+    import warnings
+
+    from redalgebra.errors import ExactnessHint
+
+    kernel = compile(fused("moe_routing"), "cudasim")
+    g = np.random.default_rng(0).standard_normal((2, 3000)).astype(np.float32)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        kernel({"g": g[:, :100]})
+        assert not [w for w in seen if issubclass(w.category, ExactnessHint)]
+        kernel({"g": g})
+    hints = [w for w in seen if issubclass(w.category, ExactnessHint)]
+    assert len(hints) == 1 and "in passes" in str(hints[0].message) and hints[0].filename == __file__

@@ -37,7 +37,7 @@ BARE = frozenset("""
     mb nb nmb rest sg total tile nxt er0 ecb esg xp rsc kx0 sx sw
     ptid pr pco pdo sf jt wgi n0 oc sh transpose col wf widen
     gw gi gm gq nsup
-    LOG2E ex2 ml mo go cand nlive nopen
+    LOG2E ex2 ml mo go cand nlive nopen bnan onan
     kt ct sub col0 colok l0 l1 l2 l3 l4 l5 l6 l7 sk eg gl wr wc8 wpr
     orc podd
 """.split())

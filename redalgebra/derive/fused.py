@@ -123,6 +123,12 @@ class FusedCascade:
         return tuple(r.name for r in uncorrectable(self.analysis))
 
     @property
+    def one_pass_inexact(self) -> tuple:
+        """The reductions the one-pass forms compute otherwise than the reference on some rows, whatever the data's
+        scale: :attr:`uncorrectable` ones, then :attr:`corrected_selections` (the level order is exact for both)."""
+        return self.uncorrectable + tuple(n for n in self.corrected_selections if n not in self.uncorrectable)
+
+    @property
     def combined_late(self) -> tuple:
         """The sums written as one reduction and fused as partial sums combined once, at the end, with no centred
         form (:func:`.multiterm._late`): where their terms nearly cancel the one-pass forms lose

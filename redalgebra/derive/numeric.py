@@ -45,9 +45,13 @@ def _topk_merge(expr: TopKMerge, env: dict, dtype):
     shape = np.broadcast_shapes(lv.shape[:-1], rv.shape[:-1])
     values = np.concatenate([np.broadcast_to(lv, shape + lv.shape[-1:]), np.broadcast_to(rv, shape + rv.shape[-1:])], -1)
     index = np.concatenate([np.broadcast_to(li, shape + li.shape[-1:]), np.broadcast_to(ri, shape + ri.shape[-1:])], -1)
+    # an empty slot (index -1) stays -inf whatever its correction made of it (0 or NaN where a max reached +inf or NaN)
+    values = np.where(index < 0, -np.inf, values)
     index = np.where(np.isneginf(values), -1, index)  # -inf is the identity: no element (as in the reference)
     rank = np.where(index < 0, np.iinfo(np.int64).max, index)  # ties: the lower index first, padding last
-    order = np.lexsort((rank, -values.astype(np.float64)), axis=-1)[..., :int(k)]
+    # the reference's order: NaN above every number (NaNs by index), then the numbers descending
+    nan = np.isnan(values)
+    order = np.lexsort((rank, np.where(nan, 0.0, -values.astype(np.float64)), ~nan), axis=-1)[..., :int(k)]
     return np.take_along_axis(values, order, -1), np.take_along_axis(index, order, -1)
 
 

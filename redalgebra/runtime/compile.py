@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import functools
-import os
 import re
 import sys
 import warnings
@@ -71,9 +70,8 @@ def _check_mappings(inputs, params, out) -> None:
 def _caller_level() -> int:
     """The ``stacklevel`` of a warning raised by the caller of this function that names the first frame outside
     the package (a call, a launch prepared, a layout asked for: the user's line, whichever way it came in)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "redalgebra":
         frame, level = frame.f_back, level + 1
     return level
 
@@ -271,14 +269,14 @@ class Kernel:
                                        f"{strategy} reads rows by their length")
         if unread:  # host arrays copied contiguous (1, L, n): judged so
             strategy, spec, extra = plan([n for n in major if n in spec.k_major])
-        named = self.fused.uncorrectable + tuple(n for n in self.fused.corrected_selections
-                                                 if n not in self.fused.uncorrectable)
-        if strategy == "rows" and named and not spec.resident:
-            # (rows is exact over a row held in registers, its reductions one at a time; a row read in passes is
-            # folded in the one-pass form. Python shows a warning once per place, not once per call)
+        named = self.fused.one_pass_inexact
+        if strategy == "rows" and named and not spec.staged:
+            # (rows is exact over a row held in registers, its reductions staged one at a time; a row read in passes,
+            # or held with vector reductions, is folded in the one-pass form. Python shows a warning once per place)
             warnings.warn(ExactnessHint(
-                f"rows of {length} elements do not fit in the rows kernel's registers, so it reads them in passes with "
-                f"the one-pass form, which differs from the unfused reference on some rows for {', '.join(named)} (ties "
+                f"rows of {length} elements are not staged in the rows kernel's registers (too long, or with vector "
+                f"reductions), so it folds them in the one-pass form, which differs from the unfused reference on some "
+                f"rows for {', '.join(named)} (ties "
                 f"ranked by the corrections' rounding, or a correction that does not exist on a prefix of the row); "
                 f"strategy 'unfused' computes them with their dependencies final"), stacklevel=_caller_level())
         return spec, rows, length, reps, strategy, extra
@@ -639,7 +637,7 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
                                 or fused.combined_late) else "row"
     if strategy != "auto":
         chosen = get(strategy, backend)  # a clear error for a name that is not registered on this back end
-        named = fused.uncorrectable + tuple(n for n in fused.corrected_selections if n not in fused.uncorrectable)
+        named = fused.one_pass_inexact
         if named and fused.analysis.fusable and not chosen.final(fused) and strategy != "unfused":  # (a pass a level)
             warnings.warn(ExactnessHint(
                 f"strategy {strategy!r} runs the one-pass form, which differs from the unfused reference on some rows "

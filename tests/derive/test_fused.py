@@ -8,7 +8,7 @@ import sympy as sp
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from redalgebra import evaluate, workloads
+from redalgebra import evaluate, parse, workloads
 from redalgebra.derive import Evaluator, derive, random_bounds, real_arithmetic
 from redalgebra.derive.rules import is_stable
 from tests.catalogue import FUSABLE, fused, random_inputs
@@ -226,3 +226,20 @@ def test_a_top_k_list_read_inside_a_later_reduction_is_refused_with_its_reason()
     assert not verdict.fusable and "top-k list t" in verdict.reason
     with pytest.raises(NotFusableError, match="not inside a later reduction"):
         derive(c)
+
+
+@pytest.mark.parametrize("text,x", [("input x\nreduce t = topk(2, x)\nout w = t\n", [1, np.nan, 3, 2]),
+                                    ("input x\nreduce m = max(x)\nreduce t = topk(4, exp(x - m))\nout w = t\n",
+                                     [2, np.inf])])
+def test_the_derived_forms_rank_a_top_k_as_the_reference_with_nan_and_infinite_maxima(text, x):
+    # the numeric evaluation of the incremental form and of segment merges: NaN above every number, an empty slot
+    # -inf at index -1 whatever its correction (0 or NaN where the max reaches +inf) made of it (the elements after
+    # such a max have no correction: only the two elements of [2, inf] are asked)
+    from redalgebra.derive.numeric import Evaluator
+
+    f = derive(parse(text))
+    x = np.array([x], float)
+    want = evaluate(f.cascade, {"x": x})["t.index"]
+    ev = Evaluator(f, {"x": x})
+    for got in (ev.incremental(), ev.segmented([0, 1, x.shape[1]]), ev.segmented([0, x.shape[1] - 1, x.shape[1]])):
+        np.testing.assert_array_equal(np.asarray(got["t.index"]).reshape(want.shape), want)

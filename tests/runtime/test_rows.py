@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from redalgebra import RedalgebraError, derive, parse, workloads
+from redalgebra import RedalgebraError, derive, evaluate, parse, workloads
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import check
 from redalgebra.runtime.choice import choose
@@ -306,4 +306,38 @@ def test_a_router_read_in_passes_warns_that_its_one_pass_form_ranks_ties_by_the_
         assert not [w for w in seen if issubclass(w.category, ExactnessHint)]
         kernel({"g": g})
     hints = [w for w in seen if issubclass(w.category, ExactnessHint)]
-    assert len(hints) == 1 and "in passes" in str(hints[0].message) and hints[0].filename == __file__
+    assert len(hints) == 1 and "one-pass form" in str(hints[0].message) and hints[0].filename == __file__
+
+
+def test_a_warp_of_several_rows_takes_the_nan_order_for_all_of_them_where_one_holds_a_nan():
+    # groups of 8 lanes: four rows a warp. The later rounds' two copies hold shuffles, whose lanes must all execute the
+    # same one, so the choice is the warp's (its rows' flags OR-ed), not the row's: rows without a NaN beside one with
+    # a NaN go through the NaN order too, and give what they give alone
+    from redalgebra.codegen import generate
+
+    f = derive(parse(TOPK.format(k=3)))
+    kernel = compile(f, "cudasim", "rows", group=8, threads=32)
+    strategy, spec, _ = kernel.spec_for(8, 20, {"g": "float32"})
+    assert spec.staged and spec.group == 8
+    source = generate(f, "cuda", strategy, spec).source
+    assert source.count("bnan | onan") == 2  # offsets 8 and 16
+    g = np.random.default_rng(5).integers(-3, 3, size=(8, 20)).astype(np.float32)  # ties
+    g[1, [4, 17]] = np.nan  # warp 0: rows 0-3, one with NaNs
+    g[6, :] = np.nan  # warp 1: rows 4-7, one all NaN
+    out = kernel({"g": g})
+    want = evaluate(f.cascade, {"g": g.astype(np.float64)}, {})
+    np.testing.assert_array_equal(out["t.index"], want["t.index"])
+    np.testing.assert_array_equal(out["w"], np.asarray(want["w"], np.float32).reshape(out["w"].shape))
+
+
+def test_a_vector_reduction_that_derive_made_a_let_stays_so_in_the_staged_kernel():
+    # sum(exp(x - m) * q) is q * sum(exp(x - m)) once derived: the rewritten cascade's reductions are scalars, so the
+    # row is staged, but the cascade as written has the vector reduction, which the staged kernel cannot reduce (it
+    # failed: "setting an array element with a sequence"); it keeps the derived form there
+    f = derive(parse("input x\nparam q[d]\nreduce m = max(x)\nreduce v = sum(exp(x - m) * q)\nout z = v\n"))
+    x = np.random.default_rng(2).standard_normal((3, 40)).astype(np.float32)
+    q = np.random.default_rng(3).standard_normal(4).astype(np.float32)
+    kernel = compile(f, "cudasim", "rows")
+    assert kernel.spec_for(3, 40, {"x": "float32"}, {"d": 4})[1].staged
+    want = evaluate(f.source, {"x": x.astype(np.float64)}, {"q": q.astype(np.float64)})["z"]
+    np.testing.assert_allclose(kernel({"x": x}, {"q": q})["z"], np.asarray(want).reshape(3, 4), rtol=1e-5)

@@ -623,8 +623,12 @@ def build(fused: FusedCascade, spec: Spec, target: str):
     if spec.staged:
         # a resident row's reductions run one at a time, each with its dependencies final: the level order, so the
         # cascade as written (a multi-term sum summed as written, never as partial sums combined at the end, which
-        # cancel where its terms nearly do), with one reduction fewer where derive added an element count
-        fused = as_written(fused)
+        # cancel where its terms nearly do), with one reduction fewer where derive added an element count. Not where
+        # the written form has a vector reduction that derive made a let (sum(exp(x - m) * q) = q * sum(exp(x - m)):
+        # the staged kernel reduces scalars and top-k lists only)
+        written = as_written(fused)
+        if all(written.cascade.sizes[r.name] is None or r.monoid.k is not None for r in written.cascade.reductions):
+            fused = written
     k = RowsKernel(fused, spec)
     tree = k.body()
     return assemble(fused, spec, target, "rows", [("kernel", kernel_args(fused.cascade), "rows", tree)], k.consts,

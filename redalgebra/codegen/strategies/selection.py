@@ -23,7 +23,7 @@ def warp_rounds(k: int, width: int, regs: list, keep, ordered: bool) -> list:
     the lanes of a row with one would end the butterfly holding different winners. Round 0 compares in that
     order (five comparisons a step); its winner is a number only where the row holds no NaN, and then the later
     rounds compare plainly (three comparisons). A row holding a NaN takes a second copy of the later rounds that
-    keeps the NaN order (the branch is uniform across the row's lanes: they all hold round 0's winner). Every
+    keeps the NaN order (the branch is uniform across the warp: its rows' flags are OR-ed by shuffles). Every
     -inf is written as (-inf, -1): the results are the total order's, bit for bit (NaN payloads included).
 
     Every comparison is a select (``pick``) on a condition of ``&``/``|`` without short circuit: no branch,
@@ -69,5 +69,13 @@ def warp_rounds(k: int, width: int, regs: list, keep, ordered: bool) -> list:
     out = lane_best(True) + round_("0", True)
     if k == 1:
         return out
-    # round 0's winner is a NaN only where the row holds one (NaN ranks above every number)
-    return out + [If("bv == bv", tuple(rounds(False)), tuple(rounds(True)))]
+    # round 0's winner is a NaN only where the row holds one (NaN ranks above every number). The branch must be the
+    # same in every lane of the warp (a shuffle's lanes execute the same instruction): where a warp holds several
+    # rows (runs of fewer than 32 lanes), its lanes OR their rows' flags, and a warp holding a NaN anywhere takes the
+    # NaN order for all its rows (the same results where a row holds none)
+    out += [Assign("bnan", "pick(bv != bv, int32(1), int32(0))")]
+    off = width
+    while off < 32:
+        out += [Shuffle("onan", "bnan", str(off), "int32"), Assign("bnan", "bnan | onan")]
+        off *= 2
+    return out + [If("bnan == 0", tuple(rounds(False)), tuple(rounds(True)))]

@@ -1,7 +1,11 @@
 """A NaN in the input is propagated as the float64 reference propagates it, wherever it sits in the row."""
 
+import functools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import redalgebra as ra
 from redalgebra.runtime.formats import to_float
@@ -116,3 +120,36 @@ def test_a_corrected_top_k_keeps_its_empty_slots_at_minus_infinity_where_the_max
     w = to_float(got["w"])
     assert np.array_equal(w[got["t.index"] < 0], np.full(int((got["t.index"] < 0).sum()), -np.inf))
     assert np.array_equal(np.isnan(w[:, :1]), np.isnan(np.asarray(want["w"])[:, :1]))
+
+
+_SPECIAL = st.sampled_from([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 2.0, -1.0])
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), k=st.sampled_from([2, 5]), rows=st.integers(1, 6), length=st.integers(1, 12))  # (two k: kernels compiled)
+def test_a_top_k_of_special_values_selects_what_the_reference_selects(data, k, rows, length):
+    # NaN, ±inf, signed zeros and ties in any mix, a mask: the CPU's row and levels kernels and the simulator's rows
+    # kernel in groups of 8 lanes (four rows a warp, so a warp mixes rows with and without NaN) against the reference
+    values = data.draw(st.lists(st.one_of(st.just(np.nan), _SPECIAL, st.floats(-4, 4, width=32)),
+                                min_size=rows * length, max_size=rows * length))  # (NaN a third of the values and more)
+    x = np.array(values, np.float32).reshape(rows, length)
+    keep = np.array(data.draw(st.lists(st.booleans(), min_size=rows * length, max_size=rows * length))).reshape(x.shape)
+    f = _topk_of(k)
+    want = ra.evaluate(f.cascade, {"x": x.astype(np.float64)}, {}, keep=keep)
+    for kernel in _topk_kernels(k):
+        got = kernel({"x": x}, keep=keep)
+        np.testing.assert_array_equal(got["t.index"], want["t.index"], err_msg=kernel.strategy)
+        np.testing.assert_array_equal(to_float(got["w"]), np.asarray(want["w"], np.float32).reshape(got["w"].shape),
+                                      err_msg=kernel.strategy)
+
+
+@functools.lru_cache(maxsize=None)
+def _topk_of(k: int):
+    return ra.derive(ra.parse(f"input x\nreduce t = topk({k}, x)\nout w = t\n"))
+
+
+@functools.lru_cache(maxsize=None)
+def _topk_kernels(k: int) -> tuple:
+    f = _topk_of(k)
+    return (ra.compile(f, "cpu", "row"), ra.compile(f, "cpu", "levels"),
+            ra.compile(f, "cudasim", "rows", group=8, threads=32))

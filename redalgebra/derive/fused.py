@@ -531,7 +531,7 @@ def _multi_guards(rw) -> tuple:
             notes.append(f"{name}'s partial sums are subtracted at the end: where they are large and nearly equal (the "
                          f"elements far from 0 against their spread) float32 loses the digits of the result; the "
                          f"level order sums {name} as written (the CPU's auto takes it; on CUDA 'rows' where a row is "
-                         f"held in registers, and 'unfused')")
+                         f"staged in registers, and 'unfused')")
     for name, g in rw.powers.items():
         notes.append(f"{name} = prod(G^H) is computed as exp(H · {g}) with {g} = sum(log G) (G >= 0, proved): the "
                      f"state keeps the sum of logs, which does not overflow where the product of the G would; "

@@ -131,10 +131,9 @@ def as_monoid(m, who: str) -> Monoid:
     named = {**{mm.name: mm for mm in REDUCERS.values()}, **REDUCERS}
     if isinstance(m, str) and m in named:
         return named[m]
-    raise MonoidError(f"{who}() takes a Monoid (redalgebra.monoids.add, .max, .topk(k), .user(...)) or one of the names "
-                      f"{', '.join(sorted(named))}; got {m!r}" if isinstance(m, str) else
-                      f"{who}() takes a Monoid (redalgebra.monoids.add, .max, .topk(k), .user(...)); got "
-                      f"{type(m).__name__}")
+    names, got = (f" or one of the names {', '.join(sorted(named))}", repr(m)) if isinstance(m, str) else \
+        ("", type(m).__name__)
+    raise MonoidError(f"{who}() takes a Monoid (redalgebra.monoids.add, .max, .topk(k), .user(...)){names}; got {got}")
 
 
 def reducer_name(m: Monoid) -> str:

@@ -276,9 +276,9 @@ class Kernel:
             warnings.warn(ExactnessHint(
                 f"rows of {length} elements are not staged in the rows kernel's registers (too long, or with vector "
                 f"reductions), so it folds them in the one-pass form, which differs from the unfused reference on some "
-                f"rows for {', '.join(named)} (ties "
-                f"ranked by the corrections' rounding, or a correction that does not exist on a prefix of the row); "
-                f"strategy 'unfused' computes them with their dependencies final"), stacklevel=_caller_level())
+                f"rows for {', '.join(named)} (ties ranked by the corrections' rounding, or a correction that does not "
+                f"exist on a prefix of the row); strategy 'unfused' computes them with their dependencies final"),
+                stacklevel=_caller_level())
         return spec, rows, length, reps, strategy, extra
 
     @staticmethod

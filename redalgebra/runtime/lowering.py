@@ -6,6 +6,7 @@ checked view of an array (:func:`_span`). No intrinsic is defined here."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 from llvmlite import ir
@@ -14,23 +15,19 @@ from numba import config, types
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
 
-class _SimulatorMath:
-    """``math`` for the simulator's kernels (a generated CUDA module binds it in place of ``math`` there): its
-    ``exp`` is Python's, which raises ``OverflowError`` past float64's range (``exp(1000)``) where the GPU's float32
-    gives inf; here it gives inf too. Everything else is ``math``'s."""
-
-    def __getattr__(self, name):
-        return getattr(math, name)
-
-    @staticmethod
-    def exp(x):
-        try:
-            return math.exp(x)
-        except OverflowError:
-            return math.inf
+def _sim_exp(x):
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
 
 
-SIM_MATH = _SimulatorMath()
+#: ``math`` for the simulator's kernels (a generated CUDA module binds it in place of ``math`` there): Python's ``exp``
+#: raises ``OverflowError`` past float64's range (``exp(1000)``) where the GPU's float32 gives inf; this one gives inf
+#: too. Everything else is ``math``'s own function, bound once (not looked up through ``__getattr__`` at every call
+#: of a simulated thread).
+SIM_MATH = SimpleNamespace(**{**{n: getattr(math, n) for n in dir(math) if not n.startswith("_")}, "exp": _sim_exp})
+
 _B16_TYPES = (types.uint16, types.int16)  # bfloat16 patterns
 
 if not SIMULATOR:

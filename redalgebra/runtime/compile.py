@@ -271,11 +271,12 @@ class Kernel:
             strategy, spec, extra = plan([n for n in major if n in spec.k_major])
         named = self.fused.one_pass_inexact
         if strategy == "rows" and named and not spec.staged:
-            # (rows is exact over a row held in registers, its reductions staged one at a time; a row read in passes,
-            # or held with vector reductions, is folded in the one-pass form. Python shows a warning once per place)
+            # (rows stages a cascade of scalar reductions and top-k lists one reduction at a time, a pass each over a row
+            # too long for its registers; one with vector reductions is folded in the one-pass form. Python shows a
+            # warning once per place)
             warnings.warn(ExactnessHint(
-                f"rows of {length} elements are not staged in the rows kernel's registers (too long, or with vector "
-                f"reductions), so it folds them in the one-pass form, which differs from the unfused reference on some "
+                f"rows of {length} elements are not staged by the rows kernel (the cascade has vector reductions), so "
+                f"it folds them in the one-pass form, which differs from the unfused reference on some "
                 f"rows for {', '.join(named)} (ties ranked by the corrections' rounding, or a correction that does not "
                 f"exist on a prefix of the row); strategy 'unfused' computes them with their dependencies final"),
                 stacklevel=_caller_level())

@@ -7,7 +7,7 @@ from redalgebra import RedalgebraError, derive, evaluate, parse, workloads
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import check
 from redalgebra.runtime.choice import choose
-from redalgebra.runtime.formats import as_bfloat16, e4m3_to_float
+from redalgebra.runtime.formats import as_bfloat16, e4m3_to_float, to_float
 from tests.catalogue import FUSABLE, fused
 
 # (the catalogue's inputs, not derive's: derived at collection, every fusable cascade cost each worker 7 s)
@@ -290,22 +290,34 @@ def test_a_rows_index_is_divided_in_32_bits_below_two_to_the_31_rows_and_in_64_f
         assert ("rr_x = int32(uint32(row) // uint32(rep_x))" in source) == (not wide)
 
 
-def test_a_router_read_in_passes_warns_that_its_one_pass_form_ranks_ties_by_the_corrections():
-    # exact over a row held in registers (its reductions one at a time), so no warning there; a row read in passes
-    # folds the one-pass form, whose ties rank by the corrections' rounding: said once, at the caller's line
+def test_a_router_read_in_passes_runs_the_level_order_and_selects_what_the_reference_selects():
+    # the one-pass form ranks values the reference ranks equal (equal logits, to the lower index) by the rounding of
+    # their corrections, and that form is all a single pass has. A row too long for the registers is read in a pass
+    # per reduction instead (m, then s, then the top-8 of exp(g - m) / s with both final): the reference's indices
+    # exactly, over ties and NaNs, and no warning. (A row all -inf, whose max sits at its identity, selects nothing, as
+    # the resident row does: the fused kernels take it as empty, the reference's exp(-inf - -inf) is NaN everywhere)
     import warnings
 
     from redalgebra.errors import ExactnessHint
 
-    kernel = compile(fused("moe_routing"), "cudasim")
-    g = np.random.default_rng(0).standard_normal((2, 3000)).astype(np.float32)
+    f = fused("moe_routing")
+    kernel = compile(f, "cudasim")
+    rng = np.random.default_rng(0)
+    g = rng.integers(-4, 4, size=(4, 3000)).astype(np.float32)  # ties everywhere
+    g[1] = rng.standard_normal(3000)
+    g[2, [5, 700, 2999]] = np.nan
+    g[3] = -np.inf
+    spec = kernel._layout({"g": g}, {}, None)[0]
+    assert spec.staged and not spec.resident
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        kernel({"g": g[:, :100]})
-        assert not [w for w in seen if issubclass(w.category, ExactnessHint)]
-        kernel({"g": g})
-    hints = [w for w in seen if issubclass(w.category, ExactnessHint)]
-    assert len(hints) == 1 and "one-pass form" in str(hints[0].message) and hints[0].filename == __file__
+        out = kernel({"g": g})
+    assert not [w for w in seen if issubclass(w.category, ExactnessHint)]
+    want = evaluate(f, {"g": g[:3].astype(np.float64)})
+    np.testing.assert_array_equal(out["t.index"][:3], want["t.index"])
+    np.testing.assert_allclose(to_float(out["w"][:3]), np.asarray(want["w"]).reshape(3, 8), rtol=1e-6)
+    resident = kernel({"g": g[3:, :100]})
+    np.testing.assert_array_equal(out["t.index"][3], resident["t.index"][0])
 
 
 def test_a_warp_of_several_rows_takes_the_nan_order_for_all_of_them_where_one_holds_a_nan():

@@ -13,7 +13,10 @@ quantisers, routers):
    every reduction in turn over the registers, dependencies taken from the thread's own partial
    state, an element whose dependency is at an identity it cannot reach contributing ``0_i``. That
    is the state of the thread's segment; rows longer than the group's registers are walked in
-   passes whose states are merged with the derived merge.
+   passes whose states are merged with the derived merge. A row held in registers (*staged*) is
+   reduced one reduction at a time instead, each with its dependencies final — the level order, the
+   cascade as written — and so is a row read in passes where the one-pass form computes otherwise
+   than the reference (a top-k of corrected values: a pass over the row a reduction).
 3. The group's states meet by the derived merge over a butterfly of shuffles (every lane ends with
    the row's state), then across the group's warps through shared memory and a second butterfly.
 4. Outputs: per-element outputs from the registers when the row was resident (read once), else
@@ -40,7 +43,7 @@ from ..emit import Spec
 from ..printer import invariants, print_expr
 from ..quotients import CheckedQuotient8, Quotient8, e4m3_quotients
 from ..states import ScalarState, TopKState, bind_program, merge_stmts, require_scalar_elements, states_of
-from ..tree import Assign, Barrier, Comment, For, If, Load, Shared, Shuffle, Store
+from ..tree import Assign, Barrier, Call, Comment, For, If, Load, Shared, Shuffle, Store
 from . import VEC, Strategy, register
 from .base import TreeKernel
 from .rows_policy import configure
@@ -204,30 +207,32 @@ class RowsKernel(TreeKernel):
             acc.exp = "fast_exp"
         return merge_stmts(self.f.merge, acc, self.consts, self.states, self.counter)
 
-    def butterfly(self, width: int) -> list:
+    def butterfly(self, width: int, states: dict | None = None, merge=None) -> list:
         out = []
         off = width // 2
         while off >= 1:
-            for st in self.states.values():
+            for st in (self.states if states is None else states).values():
                 out += st.shuffle("s", "o", str(off))
-            out += self.merge()
+            out += (merge or self.merge)()
             off //= 2
         return out
 
-    def group_merge(self) -> list:
-        """Every thread of the group ends with the row's state in ``s_*``."""
+    def group_merge(self, states: dict | None = None, merge=None) -> list:
+        """Every thread of the group ends with the row's state in ``s_*``: ``states`` (all) merged by ``merge``
+        (statements ``s ← merge(s, o)``; the derived merge)."""
         g = self.group
-        out = self.butterfly(min(g, 32))
+        states = self.states if states is None else states
+        out = self.butterfly(min(g, 32), states, merge)
         if g <= 32:
             return out
         per_group, warps = g // 32, self.spec.threads // 32
         park, fetch = [], []
-        for st in self.states.values():
+        for st in states.values():
             out += st.shared("sh", str(warps))
             park += st.park("s", "sh", "warp")
             fetch += st.fetch("sh", f"grp * {per_group} + lane % {per_group}", "s")
         # every aligned run of ``per_group`` lanes holds the group's warps' states: a butterfly over it
-        return out + [If("lane == 0", tuple(park)), Barrier(), *fetch] + self.butterfly(per_group)
+        return out + [If("lane == 0", tuple(park)), Barrier(), *fetch] + self.butterfly(per_group, states, merge)
 
     def passes(self, body_of_chunks) -> list:
         """``body_of_chunks`` over this thread's chunks: once when resident, else a loop of passes."""
@@ -259,14 +264,30 @@ class RowsKernel(TreeKernel):
         out = []
         for n, r in enumerate(self.c.reductions):
             st = self.states[r.name]
-            body = later[n]
-            shared = self.common_terms(body, later[n + 1:])
+            if not self.spec.resident:
+                out += self.level_pass(r, st, later[n])
+                continue
+            shared = self.common_terms(later[n], later[n + 1:])
             for term in shared:
                 out += self.cache_term(term)
             later = [e.xreplace(self.cached) for e in later]
             body = later[n]
             out += self.select(r, st, body) if isinstance(st, TopKState) else self.staged_scalar(r, st, body)
         return out
+
+    def level_pass(self, r, st, body) -> list:
+        """Reduction ``r`` over a row read in passes (too long for the registers), its dependencies the row's final
+        states (``s_*``): a pass over the row a reduction, the level order. Chosen where the one-pass form
+        computes otherwise than the reference (:attr:`FusedCascade.one_pass_inexact`: a top-k of corrected values,
+        a correction that does not exist on a prefix). A top-k is folded into each thread's insertion list and the
+        group's lists are merged as they are (no correction: the values are final)."""
+        fold = self.passes(lambda first: self.chunks(first) + self.whole_or_tested(
+            lambda guarded: self.fold_reduction(r, body, guarded, "s")))
+        if not isinstance(st, TopKState):
+            return self.staged_scalar(r, st, body, fold)
+        merge = lambda: [Call("rt_topk_merge", (st.var("s"), st.index("s"), st.var("o"), st.index("o")))]  # noqa: E731
+        return (st.init("o") + self.unless_degenerate(r.name, fold) + st.copy("o", "s")
+                + self.group_merge({r.name: st}, merge))
 
     def element_names(self) -> set:
         """Names whose value varies along the row: the inputs, the prologue's results, positions, cached terms."""
@@ -319,15 +340,17 @@ class RowsKernel(TreeKernel):
         pre, text = print_expr(cond, self.element_access(0, 0, "s"), self.consts, None, self.counter, tree=True)
         return pre + [If(f"not ({text})", tuple(stmts))]
 
-    def staged_scalar(self, r, st, body) -> list:
+    def staged_scalar(self, r, st, body, fold: list | None = None) -> list:
+        """Scalar reduction ``r`` folded over the registers (or by ``fold``, its passes over the row) into ``o_<r>``,
+        its dependencies the row's states (``s_*``), then reduced over the group by its monoid."""
         a, b = sp.Symbol("__a", extended_real=True), sp.Symbol("__b", extended_real=True)
         acc = self.lay.base_access()
         acc.scalar.update({"__a": st.var("o"), "__b": f"x_{r.name}"})
         pre, combine = print_expr(r.monoid.combine(a, b), acc, self.consts, None, self.counter, tree=True)
         step = [*pre, Assign(st.var("o"), combine)]
-        # dependencies: the row's states (s_*); the fold goes to o_<r>
-        out = st.init("o") + self.unless_degenerate(
-            r.name, self.whole_or_tested(lambda guarded: self.fold_reduction(r, body, guarded, "s")))
+        if fold is None:
+            fold = self.whole_or_tested(lambda guarded: self.fold_reduction(r, body, guarded, "s"))
+        out = st.init("o") + self.unless_degenerate(r.name, fold)
         out += self.group_reduce([Shuffle(f"x_{r.name}", st.var("o"), "")], step,
                                  [f"sh_{r.name}"], [st.var("o")], "float32")
         return out + [Assign(st.var("s"), st.var("o"))]
@@ -578,9 +601,7 @@ class RowsKernel(TreeKernel):
         for st in self.states.values():
             out += st.init("s")
         if self.spec.staged:
-            if not self.spec.resident:
-                raise RedalgebraError("rows: staged reductions need the row in registers (resident)")
-            out += self.chunks("gt") + self.staged()
+            out += (self.chunks("gt") if self.spec.resident else []) + self.staged()
         else:
             # resident: the one segment's state is the row's (no merge with the empty running state)
             fold = (lambda: self.copy_state("o", "s")) if self.spec.resident else self.merge

@@ -63,10 +63,13 @@ def configure(fused: FusedCascade, p) -> dict:
         raise RedalgebraError(f"rows: {threads} threads per block do not hold whole groups of {group}")
     resident = chunks <= group * tile
     scalar = all(fused.cascade.sizes[r.name] is None or r.monoid.k is not None for r in fused.cascade.reductions)
-    staged = resident and scalar
+    # staged: each reduction in turn with its dependencies final (the level order) — over the registers when the row
+    # is resident; over a row read in passes only where the one-pass form computes otherwise than the reference (a
+    # top-k of corrected values, a correction that does not exist on a prefix): a pass a reduction, not one
+    staged = scalar and (resident or bool(fused.one_pass_inexact))
     persistent, min_blocks = p.option("persistent"), 0
     if persistent is None:
-        persistent = (not p.option("simulator") and staged and bool(fused.per_element_outputs) and not topk
+        persistent = (not p.option("simulator") and staged and resident and bool(fused.per_element_outputs) and not topk
                       and VEC.get(first) == 8 and PERSISTENT_ROW_BYTES[0] <= p.length * 2 <= PERSISTENT_ROW_BYTES[1]
                       and p.rows >= PERSISTENT_ROWS and not any(p.option(k) for k in ("group", "threads", "tile")))
         if persistent:

@@ -14,6 +14,12 @@ from . import VEC, pow2
 #: there are at least this many rows (measured on the H200: gpu/README.md).
 PERSISTENT_ROW_BYTES = (8 * 1024, 32 * 1024)
 PERSISTENT_ROWS = 4096
+#: Threads a multiprocessor keeps resident (so registers a thread: 65536 / threads) in persistent blocks, for one input
+#: and for more. Softmax (one input) measured best at 2048 (32 registers, though ptxas spills 76/116 bytes a thread);
+#: LayerNorm (x with a weight and a bias a hidden index) spills 480/504 bytes there and took 0.505 ms at 16384 x 4096
+#: bf16 on an H100, against 0.133 at 1024 (64 registers: 112/108), 0.152 at 768 (80) and 0.184 at 512 (128);
+#: RMSNorm (x and a weight: 252/272 bytes spilled at 2048) takes 1024 unmeasured (gpu/README.md, 2026-12-05)
+RESIDENT_THREADS = (2048, 1024)
 
 
 def out_dtypes(fused: FusedCascade, dtypes: dict, want: str | None) -> tuple:
@@ -76,12 +82,13 @@ def configure(fused: FusedCascade, p) -> dict:
             # 16-bit rows of 8-32 KB (H200, softmax): bf16 32768 x 8192 0.376 -> 0.305 ms, 65536 x 4096
             # 0.438 -> 0.283 ms, 8192 x 16384 0.214 -> 0.179 ms; float32 rows gained nothing (16384 x 8192:
             # 0.267 -> 0.279 ms). Two chunks per thread, the block as large as that needs, registers capped
-            # so that 2048 threads stay resident, the grid as many blocks as fit. (Copying the block's next row
+            # so that 2048 threads stay resident (1024 with more inputs than one: RESIDENT_THREADS), the grid
+            # as many blocks as fit. (Copying the block's next row
             # into shared memory while it works on this one measured slower: bf16 softmax 32768 x 8192 299.0
             # against 295.2 us, the FP8 quantiser 16384 x 7168 153.9 against 139.3; gpu/README.md, 2026-12-03)
             group = threads = min(1024, pow2(-(-chunks // 2)))
             tile = -(-chunks // group)
-            min_blocks = 2048 // threads
+            min_blocks = RESIDENT_THREADS[min(len(fused.cascade.inputs), 2) - 1] // threads
     return dict(threads=threads, group=group, tile=tile, vec=vec, shifted=wide and not p.pitch_ok,
                 resident=resident, staged=staged, fast_exp=p.option("fast_exp", False),
                 out_dtypes=out_dtypes(fused, dtypes, p.option("out_dtype")), persistent=bool(persistent),

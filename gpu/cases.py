@@ -459,12 +459,15 @@ def all_cases(quick: bool) -> dict:
         "moe": [lambda t=t, e=e, k=k, lab=lab: case_moe(t, e, k, ("rows", "rows@128g16", "warp@128"), lab)
                 for t, e, k, lab in ((16384, 128, 8, "Qwen3"), (4096, 128, 8, "Qwen3"), (32768, 128, 8, "Qwen3"),
                                      (16384, 128, 1, "Switch"), (16384, 64, 6, "DeepSeek-V2-Lite"))]
-        + [lambda: case_moe(4096, 4096, 8, ("rows", "rows@512g512", "rows@128x4g128"), "wide")],
+        + [lambda: case_moe(4096, 4096, 8, ("rows", "rows@512g512", "rows@128x4g128"), "wide")]
+        # a row longer than the registers hold (a vocabulary): read once a reduction, the level order (index 6)
+        + [lambda: case_moe(1024, 50257, 8, ("rows", "rows@1024"), "vocab")],
         "fp8": [lambda: case_fp8_quant(16384, 7168, LONG)],
         # a resident row (4096 bf16: in registers) and one read in passes (65536 float32 in groups of 1024 threads).
-        # The policy's persistent blocks cap registers at 32 (2048 threads a multiprocessor): ptxas spills 480/504 bytes
-        # a thread for LayerNorm's three inputs (softmax: 76/116); 64 (m4) spills 112/108, 80 (m3) 4/4, a block a
-        # row group (no cap, 128 threads of 4 chunks) 124 registers and none
+        # The policy's persistent blocks capped registers at 32 (2048 threads a multiprocessor): ptxas spills 480/504
+        # bytes a thread for LayerNorm's three inputs (softmax: 76/116) and it ran at 0.505 ms on an H100; at 64 (m4,
+        # the policy's since for more inputs than one) 112/108 and 0.133 ms, 80 (m3) 4/4 and 0.152, a block a row
+        # group (no cap, 128 threads of 4 chunks) 124 registers, none spilled, 0.167 (gpu/README.md, 2026-12-05)
         "layernorm": [lambda: case_layernorm(16384, 4096, "bfloat16", ("rows", "rows@256x2g256m4p", "rows@256x2g256m3p",
                                                                         "rows@128x4g128"), "LLaMA"),
                       lambda: case_layernorm(512, 65536, "float32", ("rows",), "long")],

@@ -44,6 +44,27 @@ def test_rows_longer_than_the_registers_are_walked_in_passes_and_read_twice():
     assert "for base in range(0, nch, 4):" in src
 
 
+def test_inputs_only_the_outputs_read_are_loaded_for_the_outputs_and_fewer_chunks_at_once_in_passes():
+    # LayerNorm's weight and bias enter its output only: over a resident row they are loaded after the reductions (not
+    # held in registers through them), and over a row read in passes its outputs' walk takes 2 chunks of its 3 inputs
+    # a thread at once where the reductions take 8 (96 float32 a thread at once spilled 732 bytes at 64 registers)
+    f = fused("layernorm")
+    for length, options, step in ((40, dict(group=16, threads=32), None),
+                                  (1001, dict(group=8, tile=8, threads=32), ("8 * 8", "8 * 2"))):
+        kernel = compile(f, "cudasim", "rows", **options)
+        inputs = {n: np.zeros((3, length), np.float32) for n in "xgb"}
+        spec = kernel._layout(inputs, {"eps": 1e-5}, None)[0]
+        src = kernel.source(spec, "rows").source
+        if step is None:
+            assert spec.resident
+            assert src.index("ld_f32x4(g,") > src.rindex("shfl") > src.index("ld_f32x4(x,")
+        else:
+            assert not spec.resident and spec.tile == 8
+            assert [f"for base in range(0, nch, {eval(s)}):" in src for s in step] == [True, True]
+        results = check(f, "cudasim", "rows", shapes=((3, length), (2, 1)), dtypes=("float32", "bfloat16"), **options)
+        assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
 def test_fp8_outputs_are_e4m3_bytes_that_decode_to_the_reference():
     f = derive(parse(FP8_QUANT))
     x = np.random.default_rng(1).normal(size=(5, 67)).astype(np.float32)

@@ -51,6 +51,10 @@ from .selection import warp_rounds
 
 #: Independent partial states per scalar reduction in a thread's fold (chains of dependent adds, maxes).
 ACC = 4
+#: Input elements a thread holds at once in the outputs' passes over a row too long for its registers (``out_tile``):
+#: LayerNorm over 65536 float32 (x, a weight and a bias: 96 at the reductions' 8 chunks of 4) spilled 732/816 bytes a
+#: thread at 1024 threads (64 registers); 2 chunks a pass: 20/36. Softmax's one input keeps its 8.
+OUT_VALUES = 32
 #: Widths of the stores of one chunk of ``V`` elements, by (output dtype, V): elements per store.
 WIDE_STORES = {("float32", 4): 4, ("bfloat16", 8): 8, ("float16", 8): 8, ("e4m3", 4): 4, ("e4m3", 8): 4,
                # 16-bit values from chunks of 16 e4m3 inputs (columns_wgmma's factors): two 16-byte stores
@@ -119,13 +123,27 @@ class RowsKernel(TreeKernel):
         lo = f"-((row * length) % {self.vec})" if self.spec.shifted and self.vec > 1 else "0"
         return out + [Assign("lo", lo), Assign("nch", f"(length - lo + {self.vec - 1}) // {self.vec}")]
 
-    def load_chunk(self, i: int, chunk: str) -> list:
-        """Chunk ``chunk`` into registers ``e_<input>_<i>_<c>`` (zeros outside the row)."""
+    @property
+    def early(self) -> list:
+        """The inputs the reductions read (through the prologue's lets too), loaded with the row; the others (a
+        LayerNorm's weight and bias) are loaded where the per-element outputs are computed, not held in registers
+        through the reductions (LayerNorm's resident 4096 bf16 at 64 registers: 112/108 bytes spilled a thread
+        with them held, 64/60 so; RMSNorm's 0)."""
+        read = set()
+        for e in [*self.f.bodies.values(), *(e for _, e in self.f.prologue.steps)]:
+            read |= {x.name for x in e.free_symbols}
+        return [s for s in self.scalars if s in read]
+
+    def load_chunk(self, i: int, chunk: str | None, names: list | None = None) -> list:
+        """Chunk ``chunk`` of the inputs ``names`` (all by default; the prologue's lets computed from them) into
+        registers ``e_<input>_<i>_<c>`` (zeros outside the row); ``chunk`` None: the chunk already placed
+        (``c0_<i>``), the inputs that :attr:`early` left out."""
         v = self.vec
-        out = [Assign(f"c0_{i}", f"lo + {v} * ({chunk})"), Assign(f"full_{i}", f"c0_{i} >= 0 and c0_{i} + {v} <= length")]
-        out.append(Assign(f"fc0_{i}", f"float32(c0_{i})"))  # for ``pos``; dropped by the compiler when unused
+        out = [] if chunk is None else [
+            Assign(f"c0_{i}", f"lo + {v} * ({chunk})"), Assign(f"full_{i}", f"c0_{i} >= 0 and c0_{i} + {v} <= length"),
+            Assign(f"fc0_{i}", f"float32(c0_{i})")]  # for ``pos``; dropped by the compiler when unused
         wide, narrow = [], []
-        for s in self.scalars:
+        for s in self.scalars if names is None else names:
             regs = tuple(f"e_{s}_{i}_{c}" for c in range(v))
             dtype = self.dtypes.get(s, "float32")
             each = [If(f"c0_{i} + {c} >= 0 and c0_{i} + {c} < length",
@@ -135,6 +153,8 @@ class RowsKernel(TreeKernel):
             wide += [Load(regs, s, f"rr_{s}", f"c0_{i}", dtype)] if VEC.get(dtype) == v else \
                 [Load((regs[c],), s, f"rr_{s}", f"c0_{i} + {c}", dtype) for c in range(v)]
         out.append(If(f"full_{i}", tuple(wide), tuple(narrow)))
+        if chunk is None:
+            return out
         for i_c in range(v):
             acc = self.element_access(i, i_c)
             for sym, expr in self.f.prologue.steps:
@@ -241,10 +261,10 @@ class RowsKernel(TreeKernel):
             return body_of_chunks("gt")
         return [For("base", "0", "nch", tuple(body_of_chunks("base + gt")), str(step))]
 
-    def chunks(self, first: str) -> list:
+    def chunks(self, first: str, names: list | None = None) -> list:
         out = []
         for i in range(self.tile):
-            out += self.load_chunk(i, f"{first} + {self.group * i}")
+            out += self.load_chunk(i, f"{first} + {self.group * i}", names)
         return out
 
     # -- staged: one reduction at a time over a resident row ------------------------------------------
@@ -281,7 +301,7 @@ class RowsKernel(TreeKernel):
         computes otherwise than the reference (:attr:`FusedCascade.one_pass_inexact`: a top-k of corrected values,
         a correction that does not exist on a prefix). A top-k is folded into each thread's insertion list and the
         group's lists are merged as they are (no correction: the values are final)."""
-        fold = self.passes(lambda first: self.chunks(first) + self.whole_or_tested(
+        fold = self.passes(lambda first: self.chunks(first, self.early) + self.whole_or_tested(
             lambda guarded: self.fold_reduction(r, body, guarded, "s")))
         if not isinstance(st, TopKState):
             return self.staged_scalar(r, st, body, fold)
@@ -601,21 +621,37 @@ class RowsKernel(TreeKernel):
         for st in self.states.values():
             out += st.init("s")
         if self.spec.staged:
-            out += (self.chunks("gt") if self.spec.resident else []) + self.staged()
+            out += (self.chunks("gt", self.early) if self.spec.resident else []) + self.staged()
         else:
             # resident: the one segment's state is the row's (no merge with the empty running state)
             fold = (lambda: self.copy_state("o", "s")) if self.spec.resident else self.merge
-            out += self.passes(lambda first: self.chunks(first) + self.segment_state() + fold())
+            out += self.passes(lambda first: self.chunks(first, self.early) + self.segment_state() + fold())
             out += self.group_merge()
         out += self.row_outputs()
         if self.varying:
-            hoisted, stores = self.element_outputs()
-            out += hoisted
             if self.spec.resident:
-                out += [If("live", tuple(stores + self.padding()))]
+                late = [n for n in self.scalars if n not in self.early]
+                hoisted, stores = self.element_outputs()
+                stores = [st for i in range(self.tile) for st in self.load_chunk(i, None, late)] * bool(late) + stores
             else:
-                out += [If("live", tuple(self.passes(lambda first: self.chunks(first) + stores) + self.padding()))]
+                hoisted, stores = self.output_passes()
+            out += hoisted + [If("live", tuple(stores + self.padding()))]
         return out
+
+    def output_passes(self) -> tuple[list, list]:
+        """(row constants, the per-element outputs) of a row read in passes: a second walk over the row, in steps of
+        ``out_tile`` chunks a thread (fewer than the reductions' ``tile`` where the outputs read several inputs)."""
+        tile, self.tile = self.tile, self.out_tile()
+        try:
+            hoisted, stores = self.element_outputs()
+            return hoisted, self.passes(lambda first: self.chunks(first) + stores)
+        finally:
+            self.tile = tile
+
+    def out_tile(self) -> int:
+        """Chunks a thread loads at once in the outputs' passes: every input's ``vec`` elements of each are held
+        together, and at most :data:`OUT_VALUES` of them (a thread's registers at 1024 threads a block)."""
+        return max(1, min(self.tile, OUT_VALUES // (self.vec * max(1, len(self.scalars)))))
 
     def copy_state(self, src: str, dst: str) -> list:
         return [stmt for st in self.states.values() for stmt in st.copy(src, dst)]

@@ -30,6 +30,7 @@ rows ``blockIdx, blockIdx + gridDim, …``, rather than one block launched per r
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import sympy as sp
@@ -123,7 +124,7 @@ class RowsKernel(TreeKernel):
         lo = f"-((row * length) % {self.vec})" if self.spec.shifted and self.vec > 1 else "0"
         return out + [Assign("lo", lo), Assign("nch", f"(length - lo + {self.vec - 1}) // {self.vec}")]
 
-    @property
+    @functools.cached_property
     def early(self) -> list:
         """The inputs the reductions read (through the prologue's lets too), loaded with the row; the others (a
         LayerNorm's weight and bias) are loaded where the per-element outputs are computed, not held in registers
@@ -632,7 +633,8 @@ class RowsKernel(TreeKernel):
             if self.spec.resident:
                 late = [n for n in self.scalars if n not in self.early]
                 hoisted, stores = self.element_outputs()
-                stores = [st for i in range(self.tile) for st in self.load_chunk(i, None, late)] * bool(late) + stores
+                if late:
+                    stores = [st for i in range(self.tile) for st in self.load_chunk(i, None, late)] + stores
             else:
                 hoisted, stores = self.output_passes()
             out += hoisted + [If("live", tuple(stores + self.padding()))]

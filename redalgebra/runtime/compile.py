@@ -573,7 +573,7 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
         that does not fuse). Under the simulator, which has no warp operations, a strategy with a
         shuffle-free twin runs as the twin.
     threads : int, optional
-        Threads per block; the strategy's choice when omitted.
+        Threads per block; the strategy's choice when omitted (``rows``: whole warps, a multiple of 32).
     tile : int, optional
         Elements (``rows``: chunks of 16 bytes) per thread per pass; chosen from the shape when omitted.
     fast_exp : bool, optional

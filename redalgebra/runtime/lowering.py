@@ -22,11 +22,30 @@ def _sim_exp(x):
         return math.inf
 
 
+def _in_float32(f):
+    """``f`` whose result is rounded to float32 where an argument is a float32 (and none a float64), as the GPU's
+    float32 function gives it: Python's ``math`` returns float64, which a simulated register would then hold (a
+    float32 softmax's tiny ``exp`` kept apart from the 0 it is on the GPU, and ranked otherwise by a top-k)."""
+    def rounded(*args):
+        y = f(*args)
+        if any(type(a) is np.float32 for a in args) and not any(type(a) is np.float64 for a in args):
+            with np.errstate(over="ignore"):
+                return np.float32(y)
+        return y
+    rounded.__name__ = f.__name__
+    return rounded
+
+
 #: ``math`` for the simulator's kernels (a generated CUDA module binds it in place of ``math`` there): Python's ``exp``
 #: raises ``OverflowError`` past float64's range (``exp(1000)``) where the GPU's float32 gives inf; this one gives inf
-#: too. Everything else is ``math``'s own function, bound once (not looked up through ``__getattr__`` at every call
-#: of a simulated thread).
-SIM_MATH = SimpleNamespace(**{**{n: getattr(math, n) for n in dir(math) if not n.startswith("_")}, "exp": _sim_exp})
+#: too. The functions of a real argument round to float32 for float32 arguments (:func:`_in_float32`); everything
+#: else is ``math``'s own function, bound once (not looked up through ``__getattr__`` at every call of a simulated
+#: thread).
+_FLOAT32_MATH = ("exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "pow", "tanh", "sinh", "cosh", "sin", "cos",
+                 "tan", "asin", "acos", "atan", "atan2", "erf", "erfc", "fmod", "hypot", "copysign")
+SIM_MATH = SimpleNamespace(**{**{n: getattr(math, n) for n in dir(math) if not n.startswith("_")},
+                              **{n: _in_float32(getattr(math, n)) for n in _FLOAT32_MATH if hasattr(math, n)},
+                              "exp": _in_float32(_sim_exp)})
 
 _B16_TYPES = (types.uint16, types.int16)  # bfloat16 patterns
 

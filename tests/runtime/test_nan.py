@@ -153,3 +153,19 @@ def _topk_kernels(k: int) -> tuple:
     f = _topk_of(k)
     return (ra.compile(f, "cpu", "row"), ra.compile(f, "cpu", "levels"),
             ra.compile(f, "cudasim", "rows", group=8, threads=32))
+
+
+def test_the_simulator_rounds_a_float32_exp_to_float32_as_the_gpu_does():
+    # math.exp returns float64: a simulated register held exp(-136) apart from the 0 it is in float32 while the
+    # top-k's lists held float32, so the resident row's selection ranked the underflowed values neither by index nor
+    # by value, and disagreed with the same kernel over the row in passes. In float32 they are all 0: by index
+    f = ra.derive(ra.parse("input g\nreduce m = max(g)\nreduce u = topk(21, exp(g - m))\nout v = u\n"))
+    x = np.zeros((1, 33), np.float32)
+    x[0, np.r_[0:5, 6:33]] = -np.linspace(136, 320, 32, dtype=np.float32)[np.random.default_rng(0).permutation(32)]
+    got = []
+    for tile in (1, 2):
+        kernel = ra.compile(f, "cudasim", "rows", group=8, threads=32, tile=tile)
+        assert kernel._layout({"g": x}, {}, None)[0].resident == (tile == 2)
+        got.append(kernel({"g": x})["u.index"][0])
+    np.testing.assert_array_equal(got[0], got[1])
+    np.testing.assert_array_equal(got[1], [5, *range(5), *range(6, 21)])

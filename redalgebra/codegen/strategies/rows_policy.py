@@ -67,6 +67,10 @@ def configure(fused: FusedCascade, p) -> dict:
         threads = p.option("threads") or 128
     if threads % group:
         raise RedalgebraError(f"rows: {threads} threads per block do not hold whole groups of {group}")
+    if threads % 32:
+        # (every shuffle names the whole warp: lanes a block does not have leave it undefined on the GPU)
+        raise RedalgebraError(f"rows: {threads} threads per block are not whole warps (a multiple of 32): its "
+                              f"shuffles exchange across a warp; take threads=32 or more with group={group}")
     resident = chunks <= group * tile
     scalar = all(fused.cascade.sizes[r.name] is None or r.monoid.k is not None for r in fused.cascade.reductions)
     # staged: each reduction in turn with its dependencies final (the level order) — over the registers when the row

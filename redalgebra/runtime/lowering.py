@@ -22,18 +22,27 @@ def _sim_exp(x):
         return math.inf
 
 
+_TO_F32 = np.float32
+_F32_LIMIT = float(np.finfo(np.float32).max) + 2.0 ** 103  # where rounding to nearest float32 gives inf
+
+
 def _in_float32(f):
     """``f`` whose result is rounded to float32 where an argument is a float32 (and none a float64), as the GPU's
     float32 function gives it: Python's ``math`` returns float64, which a simulated register would then hold (a
     float32 softmax's tiny ``exp`` kept apart from the 0 it is on the GPU, and ranked otherwise by a top-k)."""
+    def to_f32(y):  # (past float32's largest value by half a unit and more: inf, without NumPy's overflow warning)
+        return _TO_F32(y) if abs(y) < _F32_LIMIT or y != y or abs(y) == math.inf else _TO_F32(math.copysign(math.inf, y))
+
+    def unary(x):  # (the common case, called per element per simulated thread: kept short)
+        return to_f32(f(x)) if type(x) is np.float32 else f(x)
+
     def rounded(*args):
-        y = f(*args)
-        if any(type(a) is np.float32 for a in args) and not any(type(a) is np.float64 for a in args):
-            with np.errstate(over="ignore"):
-                return np.float32(y)
-        return y
-    rounded.__name__ = f.__name__
-    return rounded
+        kinds = set(map(type, args))
+        return to_f32(f(*args)) if np.float32 in kinds and np.float64 not in kinds else f(*args)
+
+    out = rounded if f.__name__ in _BINARY else unary
+    out.__name__ = f.__name__
+    return out
 
 
 #: ``math`` for the simulator's kernels (a generated CUDA module binds it in place of ``math`` there): Python's ``exp``
@@ -41,6 +50,7 @@ def _in_float32(f):
 #: too. The functions of a real argument round to float32 for float32 arguments (:func:`_in_float32`); everything
 #: else is ``math``'s own function, bound once (not looked up through ``__getattr__`` at every call of a simulated
 #: thread).
+_BINARY = ("pow", "atan2", "fmod", "hypot", "copysign")
 _FLOAT32_MATH = ("exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "pow", "tanh", "sinh", "cosh", "sin", "cos",
                  "tan", "asin", "acos", "atan", "atan2", "erf", "erfc", "fmod", "hypot", "copysign")
 SIM_MATH = SimpleNamespace(**{**{n: getattr(math, n) for n in dir(math) if not n.startswith("_")},

@@ -33,10 +33,12 @@ class Spec:
     group: int = 0               # threads per row (0: the whole block)
     vec: int = 1                 # elements per wide load of the first input (16 bytes: 4 float32, 8 bf16/f16)
     shifted: bool = False        # rows start off the 16-byte grid: each row's first chunk is partial
-    resident: bool = True        # the whole row fits in the registers (read once); else passes, read twice
+    resident: bool = True        # the whole row fits in the registers (read once); else passes, read twice (staged:
+    #                              once a reduction, and once for the per-element outputs)
     out_dtypes: tuple = ()       # ((output name, "float32" | "bfloat16" | "float16" | "e4m3"), ...)
-    staged: bool = False         # resident rows: one reduction at a time, each reduced over the group by its
-    #                              monoid (top-k by repeated arg-max selection) instead of the derived merge
+    staged: bool = False         # one reduction at a time, each reduced over the group by its monoid instead of
+    #                              the derived merge: resident rows (a top-k by repeated arg-max selection), and rows
+    #                              in passes whose one-pass form is inexact (a pass a reduction; a top-k by lists)
     min_blocks: int = 0          # launch bounds: fit the registers so that this many blocks share a
     #                              multiprocessor (0: the compiler's choice for the block size alone)
     wide_rows: bool = False      # rows: 2**31 rows or more (a row's index arithmetic in 64 bits; 32 below)

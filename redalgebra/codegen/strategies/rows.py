@@ -24,7 +24,7 @@ quantisers, routers):
    ``fp8(…)`` output) with one 128-bit (or 32-bit for bytes) store per chunk where aligned.
 
 Many 16-bit rows of 8-32 KB are walked by *persistent* blocks: the grid is as many blocks as fit on
-the GPU at once (registers capped for 2048 resident threads per multiprocessor) and each block takes
+the GPU at once (registers capped for 2048 resident threads per multiprocessor, 1024 for several inputs) and each block takes
 rows ``blockIdx, blockIdx + gridDim, …``, rather than one block launched per row or group of rows.
 """
 
@@ -47,7 +47,7 @@ from ..states import ScalarState, TopKState, bind_program, merge_stmts, require_
 from ..tree import Assign, Barrier, Call, Comment, For, If, Load, Shared, Shuffle, Store
 from . import VEC, Strategy, register
 from .base import TreeKernel
-from .rows_policy import configure
+from .rows_policy import configure, scalar_reductions
 from .selection import warp_rounds
 
 #: Independent partial states per scalar reduction in a thread's fold (chains of dependent adds, maxes).
@@ -686,7 +686,7 @@ def build(fused: FusedCascade, spec: Spec, target: str):
         # the written form has a vector reduction that derive made a let (sum(exp(x - m) * q) = q * sum(exp(x - m)):
         # the staged kernel reduces scalars and top-k lists only)
         written = as_written(fused)
-        if all(written.cascade.sizes[r.name] is None or r.monoid.k is not None for r in written.cascade.reductions):
+        if scalar_reductions(written):
             fused = written
     k = RowsKernel(fused, spec)
     tree = k.body()
@@ -701,6 +701,8 @@ def grid(rows: int, spec: Spec, named) -> dict:
 
 # final_scales: the outputs are computed from the row's final state (after the whole row is reduced, in registers or in
 # passes), so a cast in the outputs rounds at the row's final scale, as the unfused form does; a cast inside a
-# reduction's body rounds at a running scale where the row is folded in passes or its threads' states merged
+# reduction's body that depends on a running scale makes the one-pass form inexact, so a cascade of scalar reductions
+# is staged (the level order); only one with vector reductions folds such a cast at a running scale
 register(Strategy("rows", "cuda", "a group of threads per row, the row in registers, 128-bit loads and stores, "
-                  "outputs in the input's dtype", build, configure, grid, final_scales=lambda fused: not casts_in_reductions(fused.cascade)))
+                  "outputs in the input's dtype", build, configure, grid,
+                  final_scales=lambda fused: scalar_reductions(fused) or not casts_in_reductions(fused.cascade)))

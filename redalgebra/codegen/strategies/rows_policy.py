@@ -5,6 +5,7 @@ outputs' stored types (``out_dtypes``). The kernel itself is ``rows.py``'s."""
 from __future__ import annotations
 
 from ...derive import FusedCascade
+from ...derive.prepare import casts_in_reductions
 from ...errors import RedalgebraError
 from ...ir.functions import RoundE4M3
 from ..states import require_scalar_elements
@@ -36,6 +37,13 @@ def out_dtypes(fused: FusedCascade, dtypes: dict, want: str | None) -> tuple:
 
 #: Rows from which a row's index no longer fits 32 bits: its arithmetic is then 64-bit (``Spec.wide_rows``).
 WIDE_ROWS = 2 ** 31
+
+
+def scalar_reductions(fused: FusedCascade) -> bool:
+    """Whether every reduction's state is a scalar or a top-k list: the cascades ``rows`` stages, one reduction at a
+    time with its dependencies final, wherever the one-pass form would compute otherwise than the reference (and
+    wherever a cast inside a reduction would round at a running scale)."""
+    return all(fused.cascade.sizes[r.name] is None or r.monoid.k is not None for r in fused.cascade.reductions)
 
 
 def configure(fused: FusedCascade, p) -> dict:
@@ -72,11 +80,12 @@ def configure(fused: FusedCascade, p) -> dict:
         raise RedalgebraError(f"rows: {threads} threads per block are not whole warps (a multiple of 32): its "
                               f"shuffles exchange across a warp; take threads=32 or more with group={group}")
     resident = chunks <= group * tile
-    scalar = all(fused.cascade.sizes[r.name] is None or r.monoid.k is not None for r in fused.cascade.reductions)
+    scalar = scalar_reductions(fused)
     # staged: each reduction in turn with its dependencies final (the level order) — over the registers when the row
     # is resident; over a row read in passes only where the one-pass form computes otherwise than the reference (a
-    # top-k of corrected values, a correction that does not exist on a prefix): a pass a reduction, not one
-    staged = scalar and (resident or bool(fused.one_pass_inexact))
+    # top-k of corrected values, a correction that does not exist on a prefix, a cast at a running scale): a pass a
+    # reduction, not one
+    staged = scalar and (resident or bool(fused.one_pass_inexact) or casts_in_reductions(fused.cascade))
     persistent, min_blocks = p.option("persistent"), 0
     if persistent is None:
         persistent = (not p.option("simulator") and staged and resident and bool(fused.per_element_outputs) and not topk

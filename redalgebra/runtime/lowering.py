@@ -12,6 +12,8 @@ import numpy as np
 from llvmlite import ir
 from numba import config, types
 
+from .formats import _f32
+
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
 
@@ -22,7 +24,6 @@ def _sim_exp(x):
         return math.inf
 
 
-_TO_F32 = np.float32
 _F32_LIMIT = float(np.finfo(np.float32).max) + 2.0 ** 103  # where rounding to nearest float32 gives inf
 
 
@@ -30,8 +31,8 @@ def _in_float32(f):
     """``f`` whose result is rounded to float32 where an argument is a float32 (and none a float64), as the GPU's
     float32 function gives it: Python's ``math`` returns float64, which a simulated register would then hold (a
     float32 softmax's tiny ``exp`` kept apart from the 0 it is on the GPU, and ranked otherwise by a top-k)."""
-    def to_f32(y):  # (past float32's largest value by half a unit and more: inf, without NumPy's overflow warning)
-        return _TO_F32(y) if abs(y) < _F32_LIMIT or y != y or abs(y) == math.inf else _TO_F32(math.copysign(math.inf, y))
+    def to_f32(y):  # (formats._f32 for a value past float32's range: inf, silently; its errstate costs a microsecond)
+        return np.float32(y) if abs(y) < _F32_LIMIT or y != y or abs(y) == math.inf else _f32(y)[()]
 
     def unary(x):  # (the common case, called per element per simulated thread: kept short)
         return to_f32(f(x)) if type(x) is np.float32 else f(x)

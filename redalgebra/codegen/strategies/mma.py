@@ -236,17 +236,34 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         """The call's groups of rows sharing their vectors: ``grows`` rows a group, ``ntr`` row tiles a group and,
         under a gate, ``ngrp`` groups."""
         out = [Assign("grows", f"rep_{self.vin[0]}"), Assign("ntr", f"(grows + {self.bm - 1}) // {self.bm}")]
-        return out + [Assign("ngrp", "uint32(rows) // uint32(grows)")] * (self.gate is not None)
+        if self.order == "pairs":  # (the pairs' row tiles a group, those of every group's pairs: ``pend``)
+            out += [Assign("half", "ntr >> 1"), Assign("pend", "int32(uint32(rows) // uint32(grows)) * 2 * half")]
+        return out + [Assign("ngrp", "uint32(rows) // uint32(grows)")] * (self.order == "longest")
+
+    @property
+    def order(self) -> str:
+        """How row tiles are numbered (:meth:`tile_place`): ``groups``, a group's row tiles one after the other;
+        ``longest``, under a gate (a causal mask), those that see the most tiles first across all groups, so that the
+        last blocks to start are the short ones; ``pairs`` (:class:`~.tile_producer.TileProducer`'s walking blocks
+        under a gate)."""
+        return "groups" if self.gate is None else "longest"
 
     def tile_place(self, block: str, grp: str = "grp", rt: str = "rt") -> list:
-        """``grp``, ``rt``: row tile ``block``'s group of rows and its place in the group (``grows``, ``ntr`` and, under
-        a gate, ``ngrp`` assigned before, :meth:`row_tile`). Gated (a causal mask), the row tiles that see the most
-        tiles come first, across all groups, so that the last blocks to start are the short ones."""
+        """``grp``, ``rt``: row tile ``block``'s group of rows and its place in the group (``grows``, ``ntr`` and
+        what :attr:`order` needs assigned before, :meth:`row_tile`). In pairs, number ``2 u`` is the ``p``-th row tile
+        of a group and ``2 u + 1`` the ``p``-th from its end (``u``: pair ``p`` of group ``u // half``); the middle
+        row tile of each group with an odd count comes after every pair (``pend`` on)."""
         # 32-bit divisions: a 64-bit one is a subroutine call, and any call serializes Hopper's wgmma
-        if self.gate is None:
+        if self.order == "groups":
             return [Assign(grp, f"uint32({block}) // uint32(ntr)"), Assign(rt, f"{block} - {grp} * ntr")]
-        return [Assign(f"{rt}_b", f"uint32({block}) // uint32(ngrp)"),
-                Assign(grp, f"uint32({block}) - {rt}_b * ngrp"), Assign(rt, f"ntr - 1 - {rt}_b")]
+        if self.order == "longest":
+            return [Assign(f"{rt}_b", f"uint32({block}) // uint32(ngrp)"),
+                    Assign(grp, f"uint32({block}) - {rt}_b * ngrp"), Assign(rt, f"ntr - 1 - {rt}_b")]
+        u, p = f"{rt}_u", f"{rt}_p"
+        return [Assign(grp, f"uint32({block}) - uint32(pend)"), Assign(rt, "half"),
+                If(f"{block} < pend", (Assign(u, f"uint32({block}) >> 1"), Assign(grp, f"{u} // uint32(half)"),
+                                       Assign(p, f"{u} - {grp} * half"),
+                                       Assign(rt, f"pick(({block} & 1) != 0, ntr - 1 - {p}, {p})")))]
 
     def lanes(self, tid: str) -> list:
         """The thread's indices from ``tid``: its lane, warp, ``lg``/``t`` (the fragments' group and thread), ``cg``

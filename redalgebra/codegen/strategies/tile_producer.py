@@ -64,6 +64,9 @@ VOTE, PRODUCER_VOTE = 15, 14
 #: consumers stage the query of their first row tile only, 2, no outputs stored (a condition no row meets); in any
 #: producer block under a prefix gate, 4, no tile masked (every live tile taken whole). 0: as built.
 ABLATE = 0
+#: Whether blocks walking row tiles under a gate take them in pairs of one group (:attr:`TileProducer.order`) rather
+#: than longest first across the groups in a snake; a timing setting.
+PAIRS = 0
 #: Bits of the block's tile counts voted on (spans): counts below 2**21 (rows of 134 million keys in tiles of 64;
 #: a row's length is an int32's, and its tiles fewer).
 BITS = 21
@@ -129,6 +132,14 @@ class TileProducer:
         blocks as are resident): the ring of stages runs on across them, so that the producer copies the next row
         tile's first tiles while the consumers store this one's outputs and stage its params."""
         return self.producer and bool(self.spec.persistent)
+
+    @property
+    def order(self) -> str:
+        """Walking row tiles under a gate (:attr:`walking`, :meth:`walking_kernel`), ``pairs``: a block takes a
+        group's ``p``-th row tile and then its ``p``-th from the end (under a causal mask, ``p + 1`` and ``ntr - p``
+        tiles: every pair the same work), pairs ``b``, ``b + gridDim.x``, … of the call's, a group's pairs one after
+        the other; then the groups' middle row tiles (an odd count a group), the last blocks first."""
+        return "pairs" if self.walking and self.gate is not None and PAIRS else super().order
 
     @property
     def group(self) -> int:
@@ -212,13 +223,19 @@ class TileProducer:
         tile then only waits for its copies."""
         assert 3 * self.stages + 2 < VOTE and self.group == self.bm
         first = self.vin[0]
-        if self.prefix:  # (the snake)
-            start = [Assign("wk", "0")]
+        if self.order == "pairs":
+            middle = "pend + cuda.gridDim.x - 1 - cuda.blockIdx.x"  # (the groups' middle row tiles, after the pairs)
+            nxt = "pick((tile & 1) == 0, tile + 1, tile + 2 * cuda.gridDim.x - 1)"
+            following = f"pick(tile >= pend, tile + cuda.gridDim.x, pick({nxt} < pend, {nxt}, {middle}))"
+            begin = f"pick(2 * cuda.blockIdx.x < pend, 2 * cuda.blockIdx.x, {middle})"
+            start, step = self.row_groups(), [Assign("tile", following)]
+        elif self.prefix:  # (the snake)
+            begin, start = "cuda.blockIdx.x", [Assign("wk", "0")]
             following = ("(wk + 1) * cuda.gridDim.x + pick(((wk + 1) & 1) != 0, cuda.gridDim.x - 1 - cuda.blockIdx.x, "
                          "cuda.blockIdx.x)")
             step = [Assign("tile", following), Assign("wk", "wk + 1")]
         else:
-            start, following = [], "tile + cuda.gridDim.x"
+            begin, start, following = "cuda.blockIdx.x", [], "tile + cuda.gridDim.x"
             step = [Assign("tile", following)]
         if self.params_ahead:  # (the first row tile's params copied before the walk, each next one's after its tiles)
             staging, ahead = [Call("cp_wait0", ())] + self.landed() + [Assign("inexact", "0")], self.params_copied(following)
@@ -227,7 +244,7 @@ class TileProducer:
 
         def walk(body: list, own: str | None = None) -> list:
             each = self.row_tile("tile", own) + self.count() + body + [Assign("gq", "ntile", "+")] + step
-            return [Assign("gq", "0")] + start + [Assign("tile", "cuda.blockIdx.x"), While("tile < total", tuple(each))]
+            return [Assign("gq", "0")] + start + [Assign("tile", begin), While("tile < total", tuple(each))]
         _, empty, _ = self.barrier_ids()
         last = [If("ntile > 0", (Call("bar_arrive", (empty("sp"), str(self.threads + self.group))),))]
         # (under a gate, the block's live tiles and those every row sees whole, voted on by the consumers)
@@ -238,7 +255,7 @@ class TileProducer:
         if ABLATE & 2:
             outputs = [If("rows < 0", tuple(outputs))]
         consumers = [Assign("wgi", f"uniform(int32(warp // {self.group // 32}))")] + \
-            (self.row_groups() + self.params_copied("cuda.blockIdx.x") if ahead else []) + walk(
+            (self.row_groups() + self.params_copied(begin) if ahead else []) + walk(
             staging + [Assign("split", f"bar_red_or({VOTE}, {self.threads}, inexact)")] + spans + self.prelude() +
             self.initial() + self.consumer_loop(ahead) + last + outputs)
         total = f"int32(uint32(rows) // uint32(rep_{first})) * ((rep_{first} + {self.bm - 1}) // {self.bm})"

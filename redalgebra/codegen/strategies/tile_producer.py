@@ -60,6 +60,12 @@ PERSISTENT = True
 #: The named barriers at which a walking block's consumers vote (on their params' residuals, and under a gate true on
 #: a prefix of the row on their tile counts) and its producer votes (on the live tiles), past the ring's.
 VOTE, PRODUCER_VOTE = 15, 14
+#: The named barrier at which the second consumer warpgroup of a block walking row tiles votes on its own
+#: (:attr:`TileProducer.decoupled`; the first at :data:`VOTE`).
+SECOND_VOTE = 13
+#: Whether the consumer warpgroups of a block walking row tiles go on to the next row tile each on its own
+#: (:attr:`TileProducer.decoupled`); a timing setting.
+DECOUPLED = 0
 #: Timing bounds only (wrong results; ``gpu/sweep.py`` ``tile_producer.ABLATE=N``), bits: in a walking block, 1, the
 #: consumers stage the query of their first row tile only, 2, no outputs stored (a condition no row meets); in any
 #: producer block under a prefix gate, 4, no tile masked (every live tile taken whole). 0: as built.
@@ -254,12 +260,40 @@ class TileProducer:
             staging = [Assign("inexact", "0"), If("gq == 0", tuple(staging))]
         if ABLATE & 2:
             outputs = [If("rows < 0", tuple(outputs))]
+        split, own = [Assign("split", f"bar_red_or({VOTE}, {self.threads}, inexact)")], None
+        if self.decoupled:  # (each warpgroup votes at its own barrier, a thread a row of the block; turns run on)
+            vote = f"pick(wgi == 0, {VOTE}, {SECOND_VOTE})"
+            split = [Assign("split", "0" if self.exact16 else f"bar_red_or({vote}, {self.group}, inexact)")]
+            if self.prefix:
+                own = f"(tid - {self.group} * wgi)"
+                spans = self.own_spans() + self.span_votes((vote, self.group)) + self.row_tile("tile")
         consumers = [Assign("wgi", f"uniform(int32(warp // {self.group // 32}))")] + \
-            (self.row_groups() + self.params_copied(begin) if ahead else []) + walk(
-            staging + [Assign("split", f"bar_red_or({VOTE}, {self.threads}, inexact)")] + spans + self.prelude() +
-            self.initial() + self.consumer_loop(ahead) + last + outputs)
+            (self.row_groups() + self.params_copied(begin) if ahead else []) + self.turns_around(walk(
+                staging + split + spans + self.prelude() + self.initial() + self.consumer_loop(ahead) + last + outputs,
+                own))
         total = f"int32(uint32(rows) // uint32(rep_{first})) * ((rep_{first} + {self.bm - 1}) // {self.bm})"
         return self.setup(None) + [Assign("total", total), self.roles(self.producer_loop(walk), consumers)]
+
+    @property
+    def decoupled(self) -> bool:
+        """Whether the two consumer warpgroups of a block walking row tiles go on to the next row tile each on its
+        own: the turns run on from one row tile to the next (handed once before the walk, taken once after it), each
+        warpgroup finds the block's live tiles itself (a thread a row of the block) and votes at its own named
+        barrier, so that one warpgroup issues the next row tile's first products while the other stores its
+        outputs. Both take the same row tiles and count the same tiles, so the turns stay paired; nothing else in
+        shared memory is the other's (each warp stages its own params and outputs). A vote needs a barrier beside
+        the ring's (:data:`SECOND_VOTE`): under a gate, or for params with residuals, the ring has at most 3 stages."""
+        vote = self.prefix or not self.exact16
+        return bool(DECOUPLED and self.walking and (not vote or 3 * self.stages + 2 < SECOND_VOTE))
+
+    def turns_around(self, walk: list) -> list:
+        """Decoupled (:attr:`decoupled`), the consumers' walk with the first turn handed before it and the last taken
+        after it."""
+        if not self.decoupled:
+            return walk
+        _, _, turn = self.barrier_ids()
+        return [If("wgi == 1", (Call("bar_arrive", (turn(0), str(self.threads))),))] + walk + \
+            [If("wgi == 0", (Call("bar_sync", (turn(0), str(self.threads))),))]
 
     def spans(self) -> list:
         """With a gate true on a prefix of the row (a causal mask; :func:`.products.prefix`), before the roles split:
@@ -324,6 +358,8 @@ class TileProducer:
             step.append(Assign("op", "1" if ABLATE & 4 else "int32(it < nopen)"))
         self.next_copies = []
         step += self.tile()
+        if self.decoupled:  # (the turns handed around the walk: turns_around)
+            return [For("it", "0", "ntile", tuple(step))] + list(after) + self.drain()
         return [If("wgi == 1", (Call("bar_arrive", (turn(0), t)),)), For("it", "0", "ntile", tuple(step))] + \
             list(after) + self.drain() + [If("wgi == 0", (Call("bar_sync", (turn(0), t)),))]
 

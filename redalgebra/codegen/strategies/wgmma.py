@@ -224,8 +224,13 @@ class WgmmaKernel(TileProducer, MmaKernel):
         16-bit type (nothing to round), and their rows not carrying an output (:attr:`staged_output`). The copies land
         while the last ``P · V`` runs and the outputs are stored; the next row tile only waits for them. Each warp
         copies its own 16 rows (:meth:`stagers`), read by its own warpgroup's scores only, all waited for by then."""
-        return bool(PARAMS_AHEAD and self.walking and self.staged_output is None and self.param16 and
-                    all(self.param_of(dot) in self.param16 for dot in self.dot_list))
+        return bool(PARAMS_AHEAD and self.walking and self.staged_output is None and self.exact16)
+
+    @property
+    def exact16(self) -> bool:
+        """Whether every dot's param is given in the products' 16-bit type (:attr:`param16`): no residuals, nothing
+        for ``split`` to vote on."""
+        return bool(self.param16) and all(self.param_of(dot) in self.param16 for dot in self.dot_list)
 
     def params_copied(self, block: str) -> list:
         """Row tile ``block``'s param rows of the warp copied by ``cp.async`` (:attr:`params_ahead`), if it is one of the

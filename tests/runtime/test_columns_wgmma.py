@@ -329,3 +329,24 @@ def test_16_bit_outputs_stored_four_a_lane_are_the_float32_outputs_rounded(name,
     rounded = ((bf16_bits(wide).astype(np.uint32) << 16).view(np.float32) if out == "bfloat16"
                else wide.astype(np.float16).astype(np.float32))
     assert np.array_equal(got, rounded, equal_nan=True)
+
+
+def test_the_products_tolerance_is_each_elements_bound_not_a_share_of_the_largest_output():
+    # RMSNorm + GEMM over 37 bfloat16 terms (check's first shape, seed 0): the factors rounded to bfloat16 move an
+    # output by up to 2^-8 of its terms' magnitudes Σ|f·w|, more there than 2^-8 of the largest output (4.7e-3 of
+    # it, where a flat 2^-8 + 1e-4 allowed 4.0e-3 and called the kernel wrong)
+    from redalgebra.ir import evaluate
+    from redalgebra.runtime.check import STORE_ROUNDING, check, judge, magnitudes, random_problem
+
+    f = fused("rmsnorm_gemm")
+    (result,) = check(f, "cudasim", "columns_wgmma", shapes=((3, 37),), dtypes=("bfloat16",), seed=0)
+    assert result.passed and result.errors["y"] > 2.0 ** -8 + 1e-4
+    # the judge itself: the exact outputs moved by 0.9 of an element's allowance pass, by twice it fail
+    inputs, params, keep = random_problem(f, 3, 37, np.random.default_rng(1), "bfloat16", {"n": 16}, shared=True)
+    exact = {k: np.broadcast_to(to_float(v).astype(np.float64), (3,) + v.shape[1:]) for k, v in inputs.items()}
+    want = evaluate(f.cascade, exact, params, keep=keep)["y"]
+    size = np.abs(evaluate(magnitudes(f.cascade), exact, params, keep=keep)["y"])
+    sign = np.where(np.arange(want.size).reshape(want.shape) % 2, 1.0, -1.0)
+    for factor, passes in ((0.9, True), (2.0, False)):
+        moved = {"y": (want + sign * factor * STORE_ROUNDING["bfloat16"] * size).astype(np.float32)}
+        assert judge(f, moved, inputs, params, keep, "bfloat16", False, products=True)[0] == passes

@@ -418,30 +418,33 @@ def test_blocks_walk_row_tiles_only_as_the_producer_block_in_one_segment_with_me
 
 @pytest.mark.parametrize("queries,blocks", [(150, 3), (128, 3), (150, 8), (40, 2)])
 def test_blocks_walking_causal_row_tiles_in_pairs_take_each_once(queries, blocks, monkeypatch):
-    # two heads of `queries` causal rows over their own keys, row tiles of 32 rows walked by `blocks` blocks in
-    # pairs (a head's row tile p and its p-th from the end: the same work a pair). 150 rows: five row tiles a head
-    # (the last partial, the middle one after every pair), 128: four (no middle), 40: two; 8 blocks: more than the
-    # pairs (a block starts on a middle row tile or takes none). Every row's output against float64
+    # two heads of `queries` causal rows, row tiles of 32 rows walked by `blocks` blocks in pairs (a head's row tile
+    # p and its p-th from the end: the same work a pair). 150 rows: five row tiles a head (the last partial, the
+    # middle one after every pair), 128: four (no middle), 40: two; 8 blocks: more than the pairs (a block starts on
+    # a middle row tile or takes none). The consumer warpgroups go on to the next row tile each on its own, counting
+    # the block's live tiles at a barrier each. Every row's output against float64
     import importlib
 
     from redalgebra import derive, evaluate
-    from redalgebra.codegen.strategies import mma_policy, tile_producer
+    from redalgebra.codegen.strategies import mma_policy
     from redalgebra.ir import parse
     from redalgebra.workloads.masks import query_positions
 
-    monkeypatch.setattr(tile_producer, "PAIRS", 1)
     monkeypatch.setattr(mma_policy, "MOST_STAGES", 3)
     monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: blocks)
-    heads, d = 2, 16
+    # the queries the last of their keys, 16 more (a key tile begins at the first row of the second consumer
+    # warpgroup of every other row tile: the block's count of live tiles is not each warpgroup's)
+    heads, d, L = 2, 16, queries + 16
     rng = np.random.default_rng(queries + blocks)
     f = derive(parse(CAUSAL))
-    inputs = {x: rng.normal(size=(heads, queries, d)).astype(np.float16) for x in ("k", "v")}
+    inputs = {x: rng.normal(size=(heads, L, d)).astype(np.float16) for x in ("k", "v")}
     params = {"q": rng.normal(size=(heads * queries, d)).astype(np.float16),
-              "qpos": query_positions(queries, queries, heads).astype(np.float32)}
+              "qpos": query_positions(queries, L, heads).astype(np.float32)}
     kernel = compile(f, "cudasim", "wgmma", threads=96)
-    spec = kernel.spec_for(heads * queries, queries, {"k": "float16", "v": "float16", "q": "float16"}, {"d": d},
+    spec = kernel.spec_for(heads * queries, L, {"k": "float16", "v": "float16", "q": "float16"}, {"d": d},
                            reps={"k": queries, "v": queries})[1]
-    assert spec.persistent and "pend" in kernel.source(spec, "wgmma").source
+    source = kernel.source(spec, "wgmma").source
+    assert spec.persistent and "pend" in source and "bar_red_or(pick(wgi == 0, 15, 13), 32, int32(ml >= cand))" in source
     out = kernel(inputs, params)["y"]
     wide = {x: np.repeat(a.astype(np.float64), queries, 0) for x, a in inputs.items()}
     ref = evaluate(f.cascade, wide, {**params, "q": params["q"].astype(np.float64)})["y"]

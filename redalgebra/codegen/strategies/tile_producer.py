@@ -37,6 +37,19 @@ a prefix of the row each role counts its tiles itself (:meth:`TileProducer.walki
 0.2831/0.2851 against 0.2914/0.2939 (bfloat16); L4096 1.0169/1.0198 against 1.0237/1.0257; causal L2048
 0.2201/0.2199 against 0.2247/0.2238 for one warpgroup a block, L4096 0.6792/0.6803 against 0.7629/0.7623.
 
+**Under a causal mask** (a gate true on a prefix of the row), walking blocks take row tiles **in pairs**
+(:attr:`TileProducer.order`): a head's ``p``-th row tile, then its ``p``-th from the end, every pair the same work,
+consecutive pairs one head's.
+Longest first across all heads (the order of a block a row tile) had every block of a round on another head, so that a
+head's keys were read again from memory by each round: ncu on the H100 (LLaMA-65B causal L2048, 2026-12-05) read 318 MB
+from DRAM at a 43 % L2 hit rate, in pairs 104 MB at 78 %. And the two consumer warpgroups go on to the next row tile
+**each on its own** (:attr:`TileProducer.decoupled`): the turns run on across row tiles and each warpgroup counts the
+block's live tiles itself, so that one issues the next row tile's first products while the other finishes its last
+tile and stores its outputs. Kernel alone, two rounds (``gpu/README.md``): causal L2048 202.3 / 199.5 µs as before,
+195.8 / 197.1 in pairs, 199.1 / 198.2 decoupled, **187.3 / 188.3 both**; causal L4096 706.8 / 708.4, 684.2 / 676.7,
+711.6 / 717.5, **663.1 / 644.0**. Without a mask the warpgroups stay in step (decoupled there: L4096 1031 → 1045 µs,
+bfloat16 L2048 243–252 → 250–254, float16 L2048 259–260 → 252–253).
+
 Named barriers: one "full" a stage and consumer warpgroup, one "empty" a stage, two turns (``3 S + 2`` of the 15; four
 stages fit, 192 KB of shared memory at d = 128 with the query's residuals). Every arrival is matched by a wait: an
 "empty" arrival only for a stage the producer will wait for; warpgroup 0's first turn handed by warpgroup 1 before
@@ -63,16 +76,16 @@ VOTE, PRODUCER_VOTE = 15, 14
 #: The named barrier at which the second consumer warpgroup of a block walking row tiles votes on its own
 #: (:attr:`TileProducer.decoupled`; the first at :data:`VOTE`).
 SECOND_VOTE = 13
-#: Whether the consumer warpgroups of a block walking row tiles go on to the next row tile each on its own
-#: (:attr:`TileProducer.decoupled`); a timing setting.
-DECOUPLED = 0
+#: When the consumer warpgroups of a block walking row tiles go on to the next row tile each on its own
+#: (:attr:`TileProducer.decoupled`): 1 under a gate true on a prefix of the row (a causal mask), 2 always, 0 never.
+DECOUPLED = 1
 #: Timing bounds only (wrong results; ``gpu/sweep.py`` ``tile_producer.ABLATE=N``), bits: in a walking block, 1, the
 #: consumers stage the query of their first row tile only, 2, no outputs stored (a condition no row meets); in any
 #: producer block under a prefix gate, 4, no tile masked (every live tile taken whole). 0: as built.
 ABLATE = 0
-#: Whether blocks walking row tiles under a gate take them in pairs of one group (:attr:`TileProducer.order`) rather
-#: than longest first across the groups in a snake; a timing setting.
-PAIRS = 0
+#: Whether blocks walking row tiles under a gate take them in pairs of one group (:attr:`TileProducer.order`); 0, longest
+#: first across the groups in a snake, as before (a timing setting).
+PAIRS = 1
 #: Bits of the block's tile counts voted on (spans): counts below 2**21 (rows of 134 million keys in tiles of 64;
 #: a row's length is an int32's, and its tiles fewer).
 BITS = 21
@@ -221,8 +234,9 @@ class TileProducer:
         released once its sums are complete, and the producer, past its last tile, waits for the releases it did not
         wait for before (every arrival matched by a wait). Under a gate true on a prefix of the row, each role counts
         the row tile's live tiles itself (:meth:`spans`' counts, each at its own named barrier: the consumers the live
-        and the whole ones of their rows, the producer the live ones, a row of the block a thread), and the row tiles,
-        longest first (:meth:`~.mma.MmaKernel.row_tile`), are taken in a snake: round ``k`` ascending for an even
+        and the whole ones of their rows — decoupled, each warpgroup of the block's, a row a thread —, the producer the
+        live ones, a row of the block a thread), and the row tiles are taken in pairs (:attr:`order`), or with
+        ``PAIRS=0`` longest first (:meth:`~.mma.MmaKernel.row_tile`) in a snake: round ``k`` ascending for an even
         ``k``, descending for an odd one, so that a block's long row tiles pair with its short ones. Params given in the
         products' 16-bit type are copied ahead (:attr:`~.wgmma.WgmmaKernel.params_ahead`): the first row tile's before
         the walk, each next one's once the consumers' tiles are done (``following``: the walk's next row tile); a row
@@ -284,7 +298,8 @@ class TileProducer:
         shared memory is the other's (each warp stages its own params and outputs). A vote needs a barrier beside
         the ring's (:data:`SECOND_VOTE`): under a gate, or for params with residuals, the ring has at most 3 stages."""
         vote = self.prefix or not self.exact16
-        return bool(DECOUPLED and self.walking and (not vote or 3 * self.stages + 2 < SECOND_VOTE))
+        wanted = DECOUPLED == 2 or DECOUPLED == 1 and self.prefix
+        return bool(wanted and self.walking and (not vote or 3 * self.stages + 2 < SECOND_VOTE))
 
     def turns_around(self, walk: list) -> list:
         """Decoupled (:attr:`decoupled`), the consumers' walk with the first turn handed before it and the last taken

@@ -366,7 +366,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     producer with ``threads=384``, :mod:`.tile_producer`; a warpgroup per column group of wide vector sums), tiles of
     64 elements (128 asked for with the producer), exp by ``ex2.approx`` unless asked otherwise (as
     :func:`.mma_policy.configure`); on the GPU, segments of the axis across blocks while the blocks would not fill the
-    multiprocessors (a decode step: MLA's 128 heads of a few tokens are a few blocks), each of at least eight tiles."""
+    multiprocessors (a decode step: MLA's 128 heads of a few tokens are a few blocks), each of at least four tiles."""
     p, reason = _block(fused, p)
     if reason is not None:
         raise RedalgebraError(reason)
@@ -377,9 +377,9 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
         rep = max(1, min(dict(p.reps).get(s.name, 1) for s in fused.cascade.inputs if s.size is not None))
         blocks = max(1, p.rows // rep * -(-rep // bm))
         busy = p.multiprocessors() * (2 if threads <= THREADS else 1)
-        # (at least 8 tiles a segment: MLA B4 ran 0.0953 ms in 8 segments of 8 tiles, 0.0989 in 16 of 4 — the
-        # segments' states are written and merged, as many bytes as the latent itself at 16)
-        nseg = 1 if p.option("simulator") or p.option("persistent") else max(1, min(busy // blocks, -(-p.length // (8 * tile))))
+        # (at least 4 tiles a segment: MLA B4 on the H100, 2026-12-05, 0.0393 ms in 16 segments of 4 tiles against
+        # 0.0445 in 8 of 8 — 128 blocks of 132 multiprocessors against 64; 24 segments, two waves, 0.0622)
+        nseg = 1 if p.option("simulator") or p.option("persistent") else max(1, min(busy // blocks, -(-p.length // (4 * tile))))
     nseg = max(1, min(int(nseg), max(-(-p.length // tile), 1), 65535))
     # (the kernel reads the count at run time: one compiled kernel for every count of segments above one)
     producer = bool(_producer(fused, p))

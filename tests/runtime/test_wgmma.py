@@ -416,13 +416,15 @@ def test_blocks_walk_row_tiles_only_as_the_producer_block_in_one_segment_with_me
     assert spec(causal, threads=96).persistent
 
 
-@pytest.mark.parametrize("queries,blocks", [(150, 3), (128, 3), (150, 8), (40, 2)])
-def test_blocks_walking_causal_row_tiles_in_pairs_take_each_once(queries, blocks, monkeypatch):
+@pytest.mark.parametrize("queries,blocks,query", [(150, 3, "float16"), (128, 3, "float16"), (150, 8, "float16"),
+                                                  (40, 2, "float16"), (150, 3, "float32")])
+def test_blocks_walking_causal_row_tiles_in_pairs_take_each_once(queries, blocks, query, monkeypatch):
     # two heads of `queries` causal rows, row tiles of 32 rows walked by `blocks` blocks in pairs (a head's row tile
     # p and its p-th from the end: the same work a pair). 150 rows: five row tiles a head (the last partial, the
     # middle one after every pair), 128: four (no middle), 40: two; 8 blocks: more than the pairs (a block starts on
     # a middle row tile or takes none). The consumer warpgroups go on to the next row tile each on its own, counting
-    # the block's live tiles at a barrier each. Every row's output against float64
+    # the block's live tiles at a barrier each (and, for a float32 query, on its own residuals: a warpgroup's
+    # products add them where any of its rows has one). Every row's output against float64
     import importlib
 
     from redalgebra import derive, evaluate
@@ -438,13 +440,17 @@ def test_blocks_walking_causal_row_tiles_in_pairs_take_each_once(queries, blocks
     rng = np.random.default_rng(queries + blocks)
     f = derive(parse(CAUSAL))
     inputs = {x: rng.normal(size=(heads, L, d)).astype(np.float16) for x in ("k", "v")}
-    params = {"q": rng.normal(size=(heads * queries, d)).astype(np.float16),
-              "qpos": query_positions(queries, L, heads).astype(np.float32)}
+    q = rng.normal(size=(heads * queries, d))
+    if query == "float32":  # the first 16 rows of each row tile exact in 16 bits: one warpgroup's residuals only
+        first = np.arange(heads * queries) % queries % 32 < 16
+        q[first] = q[first].astype(np.float16)
+    params = {"q": q.astype(query), "qpos": query_positions(queries, L, heads).astype(np.float32)}
     kernel = compile(f, "cudasim", "wgmma", threads=96)
-    spec = kernel.spec_for(heads * queries, L, {"k": "float16", "v": "float16", "q": "float16"}, {"d": d},
+    spec = kernel.spec_for(heads * queries, L, {"k": "float16", "v": "float16", "q": query}, {"d": d},
                            reps={"k": queries, "v": queries})[1]
     source = kernel.source(spec, "wgmma").source
     assert spec.persistent and "pend" in source and "bar_red_or(pick(wgi == 0, 15, 13), 32, int32(ml >= cand))" in source
+    assert ("split = bar_red_or(pick(wgi == 0, 15, 13), 32, inexact)" in source) == (query == "float32")
     out = kernel(inputs, params)["y"]
     wide = {x: np.repeat(a.astype(np.float64), queries, 0) for x, a in inputs.items()}
     ref = evaluate(f.cascade, wide, {**params, "q": params["q"].astype(np.float64)})["y"]

@@ -301,7 +301,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         its words ``2 s``, ``2 s + 1`` of 16-bit values as they are. Segments are whole super-steps (the axis a multiple
         of ``4 KL``: :func:`k_major`), so no load is past a row's end and there is no partial step; the warps take the
         super-steps in turn, :attr:`unroll` steps' loads in flight before their products, as the rows' loop."""
-        n, w, each, kl = self.n, self.warps, self.each, self.kl
+        n, each, kl = self.n, self.each, self.kl
         spl, sk = kl // 4, 4 * kl  # steps of a super-step, its elements
         su = max(self.unroll // spl, 1)  # super-steps loaded before their products
         setup = [Assign("nsup", f"max(hi - lo, 0) // {sk}"),

@@ -19,7 +19,7 @@ pieces from its product kernel and its module's kernels).
 from __future__ import annotations
 
 from ...derive import FusedCascade
-from ..tree import Assign, Barrier, Call, For, If
+from ..tree import Assign, Barrier, Call, If
 from . import Problem
 from . import columns_mma
 from .columns_mma import exact_factors

@@ -34,7 +34,7 @@ BARE = frozenset("""
     nall tps tfirst cg ks wi wk smf xf dp
     fq nfull nmain nstep p0 p1 p2 p3 h0 h1 h2 h3 fo
     pp sp fresh uniform every op pe pf pk kz fma32
-    mb nb nmb rest sg total tile nxt er0 ecb esg xp rsc kx0 sx sw
+    mb nb nmb rest sg total tile nxt er0 ecb esg xp rsc kx0 sx sw half pend
     ptid pr pco pdo sf jt wgi n0 oc sh transpose col wf widen
     gw gi gm gq nsup
     LOG2E ex2 ml mo go cand nlive nopen bnan onan

@@ -199,10 +199,13 @@ def compare(got: dict, want: dict, element_values: dict | None = None) -> tuple[
 
 
 def magnitudes(cascade: Cascade) -> Cascade:
-    """``cascade`` with every sum taken over its terms' magnitudes (``sum(abs(e))``). On the same inputs an output that
-    is a sum of products ``Σ f·w`` becomes ``Σ |f·w|``: rounding each factor ``f`` by up to ``u |f|`` (a tensor-core
-    product's 16-bit factors) moves the sum by at most ``u Σ |f·w|``, and an output ``o / l`` by ``u Σ |p·v| / l``."""
-    return Cascade(tuple(replace(s, body=sp.Abs(s.body)) if isinstance(s, Reduction) and s.monoid.name == "add" else s
+    """``cascade`` with every vector sum taken over its terms' magnitudes (``sum(abs(e))``). On the same inputs an
+    output that is a sum of products ``Σ f·w`` becomes ``Σ |f·w|``: rounding each factor ``f`` by up to ``u |f|`` (a
+    tensor-core product's 16-bit factors) moves the sum by at most ``u Σ |f·w|``, and an output ``o / l`` by
+    ``u Σ |p·v| / l``. Scalar sums stay as they are: they make the factors the products round (LayerNorm's mean),
+    and under abs() they would make others."""
+    return Cascade(tuple(replace(s, body=sp.Abs(s.body)) if isinstance(s, Reduction) and s.monoid.name == "add"
+                         and cascade.sizes.get(s.name) is not None else s
                          for s in cascade.statements), name=cascade.name)
 
 

@@ -335,6 +335,7 @@ def test_the_products_tolerance_is_each_elements_bound_not_a_share_of_the_larges
     # RMSNorm + GEMM over 37 bfloat16 terms (check's first shape, seed 0): the factors rounded to bfloat16 move an
     # output by up to 2^-8 of its terms' magnitudes Σ|f·w|, more there than 2^-8 of the largest output (4.7e-3 of
     # it, where a flat 2^-8 + 1e-4 allowed 4.0e-3 and called the kernel wrong)
+    from redalgebra import derive, parse
     from redalgebra.ir import evaluate
     from redalgebra.runtime.check import STORE_ROUNDING, check, judge, magnitudes, random_problem
 
@@ -349,4 +350,18 @@ def test_the_products_tolerance_is_each_elements_bound_not_a_share_of_the_larges
     sign = np.where(np.arange(want.size).reshape(want.shape) % 2, 1.0, -1.0)
     for factor, passes in ((0.9, True), (2.0, False)):
         moved = {"y": (want + sign * factor * STORE_ROUNDING["bfloat16"] * size).astype(np.float32)}
+        assert judge(f, moved, inputs, params, keep, "bfloat16", False, products=True)[0] == passes
+    # a factor made from a signed scalar sum: only the vector sum is taken by magnitudes (sum(|x|) would change the
+    # factors, exp(x - Σ|x| / h): an allowance of a few per cent of the bound)
+    f = derive(parse("input x\ninput w[n]\nparam h > 0\nreduce s = sum(x)\nreduce acc = sum(exp(x - s / h) * w)\n"
+                     "out y = acc"))
+    inputs, params, keep = random_problem(f, 4, 37, np.random.default_rng(0), "bfloat16", {"n": 16}, shared=True)
+    params["h"] = np.float32(4.0)
+    x, w = (np.broadcast_to(to_float(inputs[k]).astype(np.float64), (4,) + inputs[k].shape[1:]) for k in ("x", "w"))
+    kept = np.ones(x.shape, bool) if keep is None else keep
+    factors = np.where(kept, np.exp(x - np.where(kept, x, 0).sum(1, keepdims=True) / 4.0), 0)[..., None] * w
+    want, bound = factors.sum(1), np.abs(factors).sum(1)
+    for factor, passes in ((0.9, True), (2.0, False)):
+        moved = {"y": (want + np.where(np.arange(want.size).reshape(want.shape) % 2, 1.0, -1.0) * factor *
+                       STORE_ROUNDING["bfloat16"] * bound).astype(np.float32)}
         assert judge(f, moved, inputs, params, keep, "bfloat16", False, products=True)[0] == passes

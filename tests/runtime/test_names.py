@@ -152,11 +152,23 @@ def _more_configurations(name, f, declared, sizes) -> set:
         shared = {v: 16 for v in vectors}
         configs += [("wgmma", {"segments": 4}, 16, 4096, b16, True, shared, ()),
                     ("wgmma", {"threads": 384}, 4096, 512, b16, False, {v: 64 for v in vectors}, ()),
+
                     ("vrows", {}, 9, 256, b16, True, {v: 9 for v in vectors}, ())]
     for strategy, options, rows, length, dtypes, keep, reps, k_major in configs:
         k = compile(f, "cuda", strategy, **options)
         resolved, spec, _ = k.spec_for(rows, length, dtypes, sizes, keep, reps=reps, k_major=k_major)
         missing |= _unlisted(k.source(spec, resolved), declared, f"{strategy} {options}")
+    if name == "alibi_attention":  # blocks walking causal row tiles in pairs, their consumer warpgroups each on its own
+        from unittest import mock
+
+        from redalgebra.codegen.strategies import mma_policy
+
+        with mock.patch.object(mma_policy, "MOST_STAGES", 3):  # (a ring of 3 stages: the walk under a gate)
+            k = compile(f, "cuda", "wgmma", threads=384, persistent=True)
+            dtypes = {s.name: "bfloat16" for s in c.inputs}
+            resolved, spec, _ = k.spec_for(4096, 512, dtypes, sizes, False, reps={v: 64 for v in vectors})
+        assert spec.persistent
+        missing |= _unlisted(k.source(spec, resolved), declared, "wgmma walking under a gate")
     return missing
 
 

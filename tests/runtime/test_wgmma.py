@@ -416,22 +416,26 @@ def test_blocks_walk_row_tiles_only_as_the_producer_block_in_one_segment_with_me
     assert spec(causal, threads=96).persistent
 
 
-@pytest.mark.parametrize("queries,blocks,query", [(150, 3, "float16"), (128, 8, "float32"), (40, 2, "float16")])
-def test_blocks_walking_causal_row_tiles_in_pairs_take_each_once(queries, blocks, query, monkeypatch):
+@pytest.mark.parametrize("queries,blocks,query,settings", [(150, 3, "float16", (1, 1)), (128, 8, "float32", (1, 1)),
+                                                           (40, 2, "float16", (1, 1)), (150, 3, "float32", (0, 0))])
+def test_blocks_walking_causal_row_tiles_in_pairs_take_each_once(queries, blocks, query, settings, monkeypatch):
     # two heads of `queries` causal rows, row tiles of 32 rows walked by `blocks` blocks in pairs (a head's row tile
     # p and its p-th from the end: the same work a pair). 150 rows: five row tiles a head (the last partial, the
     # middle one after every pair), 128: four (no middle), 40: two; 8 blocks: more than the pairs (blocks that take
     # none). The consumer warpgroups go on to the next row tile each on its own, counting
     # the block's live tiles at a barrier each (and, for a float32 query, on its own residuals: a warpgroup's
-    # products add them where any of its rows has one). Every row's output against float64
+    # products add them where any of its rows has one). Every row's output against float64; and with both settings
+    # 0 (timing settings: longest first in a snake, the warpgroups meeting every row tile), as before them
     import importlib
 
     from redalgebra import derive, evaluate
-    from redalgebra.codegen.strategies import mma_policy
+    from redalgebra.codegen.strategies import mma_policy, tile_producer
     from redalgebra.ir import parse
     from redalgebra.workloads.masks import query_positions
 
     monkeypatch.setattr(mma_policy, "MOST_STAGES", 3)
+    monkeypatch.setattr(tile_producer, "PAIRS", settings[0])
+    monkeypatch.setattr(tile_producer, "DECOUPLED", settings[1])
     monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: blocks)
     # the queries the last of their keys, 16 more (a key tile begins at the first row of the second consumer
     # warpgroup of every other row tile: the block's count of live tiles is not each warpgroup's)
@@ -448,8 +452,9 @@ def test_blocks_walking_causal_row_tiles_in_pairs_take_each_once(queries, blocks
     spec = kernel.spec_for(heads * queries, L, {"k": "float16", "v": "float16", "q": query}, {"d": d},
                            reps={"k": queries, "v": queries})[1]
     source = kernel.source(spec, "wgmma").source
-    assert spec.persistent and "pend" in source and "bar_red_or(pick(wgi == 0, 15, 13), 32, int32(ml >= cand))" in source
-    assert ("split = bar_red_or(pick(wgi == 0, 15, 13), 32, inexact)" in source) == (query == "float32")
+    assert spec.persistent and ("pend" in source) == bool(settings[0])
+    assert ("bar_red_or(pick(wgi == 0, 15, 13), 32, int32(ml >= cand))" in source) == bool(settings[1])
+    assert ("split = bar_red_or(pick(wgi == 0, 15, 13), 32, inexact)" in source) == (query == "float32" and settings[1])
     out = kernel(inputs, params)["y"]
     wide = {x: np.repeat(a.astype(np.float64), queries, 0) for x, a in inputs.items()}
     ref = evaluate(f.cascade, wide, {**params, "q": params["q"].astype(np.float64)})["y"]

@@ -48,7 +48,7 @@ block's live tiles itself, so that one issues the next row tile's first products
 tile and stores its outputs. Kernel alone, two rounds (``gpu/README.md``): causal L2048 202.3 / 199.5 µs as before,
 195.8 / 197.1 in pairs, 199.1 / 198.2 decoupled, **187.3 / 188.3 both**; causal L4096 706.8 / 708.4, 684.2 / 676.7,
 711.6 / 717.5, **663.1 / 644.0**. Without a mask the warpgroups stay in step (decoupled there: L4096 1031 → 1045 µs,
-bfloat16 L2048 243–252 → 250–254, float16 L2048 259–260 → 252–253).
+bfloat16 L2048 243–252 → 250–254, float16 L2048 259–260 → 252–262 in four timings).
 
 Named barriers: one "full" a stage and consumer warpgroup, one "empty" a stage, two turns (``3 S + 2`` of the 15; four
 stages fit, 192 KB of shared memory at d = 128 with the query's residuals). Every arrival is matched by a wait: an

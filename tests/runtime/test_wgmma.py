@@ -416,9 +416,10 @@ def test_blocks_walk_row_tiles_only_as_the_producer_block_in_one_segment_with_me
     assert spec(causal, threads=96).persistent
 
 
-@pytest.mark.parametrize("queries,blocks,query,settings", [(150, 3, "float16", (1, 1)), (128, 8, "float32", (1, 1)),
-                                                           (40, 2, "float16", (1, 1)), (150, 3, "float32", (0, 0))])
-def test_blocks_walking_causal_row_tiles_in_pairs_take_each_once(queries, blocks, query, settings, monkeypatch):
+@pytest.mark.parametrize("queries,blocks,query,settings,extra", [
+    (150, 3, "float16", (1, 1), 16), (128, 8, "float32", (1, 1), 16), (40, 2, "float16", (1, 1), 30),
+    (150, 3, "float32", (0, 0), 16)])
+def test_blocks_walking_causal_row_tiles_in_pairs_take_each_once(queries, blocks, query, settings, extra, monkeypatch):
     # two heads of `queries` causal rows, row tiles of 32 rows walked by `blocks` blocks in pairs (a head's row tile
     # p and its p-th from the end: the same work a pair). 150 rows: five row tiles a head (the last partial, the
     # middle one after every pair), 128: four (no middle), 40: two; 8 blocks: more than the pairs (blocks that take
@@ -437,10 +438,11 @@ def test_blocks_walking_causal_row_tiles_in_pairs_take_each_once(queries, blocks
     monkeypatch.setattr(tile_producer, "PAIRS", settings[0])
     monkeypatch.setattr(tile_producer, "DECOUPLED", settings[1])
     monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: blocks)
-    # the queries the last of their keys, 16 more (a key tile begins at the first row of the second consumer
-    # warpgroup of every other row tile: the block's count of live tiles is not each warpgroup's)
-    heads, d, L = 2, 16, queries + 16
-    rng = np.random.default_rng(queries + blocks)
+    # the queries the last of their keys, `extra` more. 16: a key tile begins at the first row of the second consumer
+    # warpgroup of every other row tile (the block's count of live tiles is not each warpgroup's); 30: the second row
+    # tile's first row sees all of key tile 0 but its last key (the tile is not whole for the block: masked)
+    heads, d, L = 2, 16, queries + extra
+    rng = np.random.default_rng(queries + blocks + extra)
     f = derive(parse(CAUSAL))
     inputs = {x: rng.normal(size=(heads, L, d)).astype(np.float16) for x in ("k", "v")}
     q = rng.normal(size=(heads * queries, d))

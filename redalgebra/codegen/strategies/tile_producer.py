@@ -83,8 +83,8 @@ DECOUPLED = 1
 #: consumers stage the query of their first row tile only, 2, no outputs stored (a condition no row meets); in any
 #: producer block under a prefix gate, 4, no tile masked (every live tile taken whole). 0: as built.
 ABLATE = 0
-#: Whether blocks walking row tiles under a gate take them in pairs of one group (:attr:`TileProducer.order`); 0, longest
-#: first across the groups in a snake, as before (a timing setting).
+#: Whether blocks walking row tiles under a gate take them in pairs of one group (:attr:`TileProducer.order`); 0,
+#: longest first across the groups in a snake, as before (a timing setting).
 PAIRS = 1
 #: Bits of the block's tile counts voted on (spans): counts below 2**21 (rows of 134 million keys in tiles of 64;
 #: a row's length is an int32's, and its tiles fewer).
@@ -282,9 +282,10 @@ class TileProducer:
                 own = f"(tid - {self.group} * wgi)"
                 spans = self.own_spans() + self.span_votes((vote, self.group)) + self.row_tile("tile")
         consumers = [Assign("wgi", f"uniform(int32(warp // {self.group // 32}))")] + \
-            (self.row_groups() + self.params_copied(begin) if ahead else []) + self.turns_around(walk(
-                staging + split + spans + self.prelude() + self.initial() + self.consumer_loop(ahead) + last + outputs,
-                own))
+            (self.row_groups() + self.params_copied(begin) if ahead else [])
+        walked = walk(staging + split + spans + self.prelude() + self.initial() + self.consumer_loop(ahead) + last +
+                      outputs, own)
+        consumers += self.turns_around(walked) if self.decoupled else walked
         total = f"int32(uint32(rows) // uint32(rep_{first})) * ((rep_{first} + {self.bm - 1}) // {self.bm})"
         return self.setup(None) + [Assign("total", total), self.roles(self.producer_loop(walk), consumers)]
 
@@ -301,13 +302,12 @@ class TileProducer:
         wanted = DECOUPLED == 2 or DECOUPLED == 1 and self.prefix
         return bool(wanted and self.walking and (not vote or 3 * self.stages + 2 < SECOND_VOTE))
 
-    def turns_around(self, walk: list) -> list:
-        """Decoupled (:attr:`decoupled`), the consumers' walk with the first turn handed before it and the last taken
-        after it."""
-        if not self.decoupled:
-            return walk
+    def turns_around(self, body: list) -> list:
+        """``body`` with warpgroup 0's first turn handed to it by warpgroup 1 before and its last taken after (every
+        turn's arrival matched by a wait): around a row tile's loop, or, decoupled (:attr:`decoupled`), around the
+        whole walk over row tiles."""
         _, _, turn = self.barrier_ids()
-        return [If("wgi == 1", (Call("bar_arrive", (turn(0), str(self.threads))),))] + walk + \
+        return [If("wgi == 1", (Call("bar_arrive", (turn(0), str(self.threads))),))] + list(body) + \
             [If("wgi == 0", (Call("bar_sync", (turn(0), str(self.threads))),))]
 
     def spans(self) -> list:
@@ -365,18 +365,15 @@ class TileProducer:
     def consumer_loop(self, after: list = ()) -> list:
         """The consumers' loop over the row tile's tiles, then ``after`` (every score of the warpgroup waited for), the
         pending products drained."""
-        full, _, turn = self.barrier_ids()
-        t = str(self.threads)
+        full, _, _ = self.barrier_ids()
         step = [Assign("st", f"uint32({'gq + ' if self.walking else ''}it) % uint32({self.stages})"),
                 Call("bar_sync", (full("st", "wgi"), str(2 * self.group)))] + self.lanes("fresh(tid)")
         if self.prefix:  # (every row of the block sees the tile whole: no mask an element, spans)
             step.append(Assign("op", "1" if ABLATE & 4 else "int32(it < nopen)"))
         self.next_copies = []
         step += self.tile()
-        if self.decoupled:  # (the turns handed around the walk: turns_around)
-            return [For("it", "0", "ntile", tuple(step))] + list(after) + self.drain()
-        return [If("wgi == 1", (Call("bar_arrive", (turn(0), t)),)), For("it", "0", "ntile", tuple(step))] + \
-            list(after) + self.drain() + [If("wgi == 0", (Call("bar_sync", (turn(0), t)),))]
+        tiles = [For("it", "0", "ntile", tuple(step))] + list(after) + self.drain()
+        return tiles if self.decoupled else self.turns_around(tiles)  # (decoupled: around the walk instead)
 
     def producer_loop(self, walk=None) -> list:
         """The producer's loop over the block's tiles and what follows it; with ``walk`` (:meth:`walking_kernel`'s

@@ -380,10 +380,11 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
         mt = ra.terms
         pieces, combination, plain = [], sp.Integer(0), sp.Integer(0)
         k = iter(range(1, 1000))
-        count_name = None
+        count_name, centred_sums = None, []
         for t in mt.terms:
             if t.center:
                 sums = tuple(reduction(u, f"{s.name}_{next(k)}") for u in t.center)
+                centred_sums += [symbols[x] for x in sums]
                 count_name = reduction(sp.Integer(1), "count" if "count" not in taken else f"{s.name}_count")
                 cname = _fresh(f"{s.name}_{next(k)}", taken)
                 # A vector state is updated in place by the kernels, so the centred sum, which reads the old
@@ -422,6 +423,8 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
         tidy = _factor(plain) if count_name is not None else plain
         if sp.count_ops(tidy) > 3 * sp.count_ops(plain) + 10:
             tidy = plain
+        if count_name is not None:
+            tidy = _deviations(tidy, plain, centred_sums, symbols[count_name])
         expr = combination + tidy
         if _late(tidy, {c.symbols[d] for d in ra.deps}, {symbols[name] for _, name in pieces}):
             out.late += (s.name,)
@@ -432,6 +435,32 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
         out.combination[s.name] = expr
     out.cascade = Cascade(tuple(stmts), name=c.name, source=None)
     return out
+
+
+def _deviations(tidy: sp.Expr, plain: sp.Expr, sums: list, n: sp.Symbol) -> sp.Expr:
+    """The factored power-sum part as ``count`` times a product of differences of means, where it is one:
+    the variance's ``s**2*(count - h)**2/(count*h**2)`` as ``count*(s/count - s/h)**2``, the covariance's
+    ``count*(sx/count - sx/h)*(sy/count - sy/h)`` — the parallel-axis shift from the running mean to ``s/h``.
+    The factored form squares the sum itself, which overflows float32 once ``|s|`` passes about 1.8e19 (elements of
+    6e16 in a row of 300) and then gives ``inf * 0 = NaN`` where ``h`` is the count; the means' difference is 0 there
+    and squares nothing larger than the mean. ``tidy`` as it is where the part has another shape."""
+    if not sums or sp.simplify(tidy) == 0:
+        return tidy
+    means = {u: sp.Dummy(f"mean_{u.name}") for u in sums}
+    scaled = sp.factor(sp.together(tidy.xreplace({u: n * means[u] for u in sums}) / n))
+    coefficient, factors = scaled.as_coeff_mul()
+    powers = [f.as_base_exp() for f in factors]
+    moments = [(b, e) for b, e in powers if b in means.values()]
+    degree = sum(e for _, e in moments)
+    if not moments or any(not (e.is_Integer and e > 0) for _, e in moments):
+        return tidy
+    rest = [(b, e) for b, e in powers if b not in means.values()]
+    if any(b.free_symbols & set(means.values()) or not (e.is_Integer and e % degree == 0) for b, e in rest):
+        return tidy
+    root = sp.Mul(*[b ** (e // degree) for b, e in rest])  # (the scale each mean's difference carries)
+    back = {m: u / n for u, m in means.items()}
+    form = n * coefficient * sp.Mul(*[sp.expand((m * root).xreplace(back)) ** e for m, e in moments])
+    return form if sp.simplify(form - plain) == 0 else tidy
 
 
 def _late(plain: sp.Expr, deps: set, partials: set) -> bool:

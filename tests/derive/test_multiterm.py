@@ -103,6 +103,24 @@ def test_float32_centred_variance_keeps_digits_the_naive_power_sums_lose():
     assert naive_err > 100 * derived_err and naive_err > 1e-2, (naive_err, derived_err)
 
 
+@pytest.mark.parametrize("name, inputs", [("variance", ("x",)), ("covariance", ("x", "y"))])
+def test_a_sum_that_squares_past_float32_leaves_the_shift_to_the_mean_finite(name, inputs):
+    # elements of 1e17 in rows of 300: the sum's square (9e38) overflows float32, the variance (1e28) does not. The
+    # shift from the running mean to s/n was s**2*(count - n)**2/(count*n**2): inf * 0 = NaN where n is the count;
+    # as count*(s/count - s/n)**2 it is 0 there
+    f = derive(parse(CASCADES[name], name))
+    shift = str(f.rewrite.combination[TERMS[name][0]])
+    assert "count*(-" in shift and "/(count*n**2)" not in shift, shift
+    rng = np.random.default_rng(0)
+    data = {k: 1e17 + 1e14 * rng.normal(size=(2, 300)) for k in inputs}
+    want = evaluate(f.source, data, {"n": 300.0})
+    ev = Evaluator(f, data, {"n": 300.0}, dtype=np.float32)
+    got = ev.finalize(ev.segmented(random_bounds(300, random.Random(0)), "incremental"))
+    out = f.source.outputs[0].name
+    assert np.all(np.isfinite(got[out])), got[out]
+    np.testing.assert_allclose(got[out], want[out], rtol=1e-3)
+
+
 @pytest.mark.parametrize("text, why", [
     # (|x - max(x)| fuses: the states decide it, see below; the distance from the mean does not)
     ("input x\nparam n > 0\nreduce s = sum(x)\nreduce d = sum(abs(x - s / n))\nout y = d", "abs("),

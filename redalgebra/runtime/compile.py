@@ -36,6 +36,8 @@ from .arguments import SPLIT_QUERY, bound_param, given_outputs, host_output, out
 from .call_layout import _alignment, _c_contiguous, _contiguous_alignment, _signature, k_major, param_kind
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
+#: the host dtype of an ``out_dtype`` asked for (bfloat16 as its bit patterns, in a :class:`BFloat16`)
+_ASKED = {"bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
 DEFAULT_STRATEGY = {"cpu": "auto", "cuda": "auto", "cudasim": "auto"}
 class KMajorUnread(EvaluationError):
     """A device input laid out K-major that the call's strategy does not read as it lies (``Spec.k_major``): a
@@ -431,7 +433,7 @@ class Kernel:
         if self.backend == "cpu":
             module.kernel(*[np.ascontiguousarray(named[a]) if isinstance(named[a], np.ndarray) else named[a]
                             for a in src.args])
-            return {name: v if name in given else self._as_asked(v, name, stored.get(name)) for name, v in outs.items()}
+            return {name: self._returned(v, name, stored.get(name), given.get(name)) for name, v in outs.items()}
         on_device = any(_is_device(getattr(inputs[s.name], "bits", inputs[s.name])) for s in self.fused.cascade.inputs)
         launch = self._device_launch(src, module, named, rows)
         launch.run()
@@ -440,12 +442,35 @@ class Kernel:
         result = {}
         for name, arr in launch.outputs.items():
             mine = given.get(name)
-            host = arr.copy_to_host(mine.bits if isinstance(mine, Encoded) else mine) if mine is not None \
-                else arr.copy_to_host()
-            result[name] = mine if isinstance(mine, Encoded) else host_output(host, stored.get(name))
-            if mine is None:
-                result[name] = self._as_asked(result[name], name, stored.get(name))
+            bits = mine.bits if isinstance(mine, Encoded) else mine
+            if mine is not None and bits.dtype == arr.dtype:  # (written in place; else asked in 16 bits: rounded in)
+                host = arr.copy_to_host(bits)
+                result[name] = mine if isinstance(mine, Encoded) else host_output(host, stored.get(name))
+            else:
+                result[name] = self._returned(host_output(arr.copy_to_host(), stored.get(name)), name, stored.get(name),
+                                          mine)
         return result
+
+    def _asked_outputs(self, out, shapes: dict, on_device: bool) -> dict:
+        """The host arrays of ``out`` for outputs the strategy stores in float32 where ``out_dtype`` asks for a 16-bit
+        type: the call returns them in that type, so ``out`` must hold it (checked against it; the call writes them
+        rounded, :meth:`_into`)."""
+        if not out or on_device or self.out_dtype not in _ASKED:
+            return {}
+        return {name: array for name, array in out.items()
+                if name in shapes and not name.endswith(".index") and np.dtype(shapes[name][1]) == np.float32}
+
+    def _returned(self, value, name: str, stored: str | None, mine):
+        """Output ``name`` as the call returns it: ``value`` in the type asked (:meth:`_as_asked`), or the caller's
+        ``mine`` (from ``out``), which the kernels wrote in place or which receives ``value`` rounded to its type."""
+        if mine is None:
+            return self._as_asked(value, name, stored)
+        bits = mine.bits if isinstance(mine, Encoded) else mine
+        if value is bits or value is mine:
+            return value
+        rounded = self._as_asked(value, name, stored)
+        np.copyto(bits, rounded.bits if isinstance(rounded, Encoded) else rounded)
+        return mine
 
     def _as_asked(self, value, name: str, stored: str | None):
         """A host output in the 16-bit type ``out_dtype`` asks for where the strategy stored it in float32 (rounded to
@@ -494,8 +519,10 @@ class Kernel:
         the device — allocated there, never passing through the host (the kernels write every entry).
         ``out``: arrays the caller gives for some outputs (checked, then written in place)."""
         shapes = output_shapes(src, rows, length)
-        given = given_outputs(out, shapes, on_device)
-        if not on_device:
+        asked = self._asked_outputs(out, shapes, on_device)  # (the 16-bit type asked of an output stored in float32:
+        given = given_outputs({k: v for k, v in (out or {}).items() if k not in asked}, shapes, on_device)
+        given_outputs(asked, {name: (shapes[name][0], _ASKED[self.out_dtype]) for name in asked}, on_device)
+        if not on_device:  # the kernels write it in float32 here, and _run rounds it into the caller's array)
             return {name: given[name] if name in given else _poisoned(np.zeros(shape, dtype), self.backend)
                     for name, (shape, dtype) in shapes.items()}
         cuda = cuda_module(self.backend)

@@ -386,10 +386,18 @@ def test_a_16_bit_out_dtype_returns_every_output_in_that_type(backend, strategy,
 
     rows, length, n = 3, 64, 40  # (any rows: the call rounds what the kernels stored on return)
     inputs, params = _problem(name, rows, length, n, "bfloat16" if name == "fp8_quant_gemm" else "float32")
-    got = compile(fused(name), backend, strategy, out_dtype=out)(inputs, params)["y"]
+    kernel = compile(fused(name), backend, strategy, out_dtype=out)
+    got = kernel(inputs, params)["y"]
     assert (got.bits.dtype == np.uint16) if out == "bfloat16" else (got.dtype == np.float16)
     ref = _reference(name, inputs, params, None, rows)["y"]
     assert np.max(np.abs(np.asarray(to_float(got), np.float64) - ref)) <= (STORE_ROUNDING[out] + 1e-5) * np.max(np.abs(ref))
+    # out= takes what the call returns (the 16-bit type, written rounded as returned), and only that
+    shape = np.asarray(to_float(got)).shape
+    mine = as_bfloat16(np.zeros(shape, np.float32)) if out == "bfloat16" else np.zeros(shape, np.float16)
+    written = kernel(inputs, params, out={"y": mine})["y"]
+    assert written is mine and np.array_equal(np.asarray(to_float(mine)), np.asarray(to_float(got)))
+    with pytest.raises(RedalgebraError, match=r"out\['y'\] must be a contiguous .* of (bfloat16 bit patterns|float16)"):
+        kernel(inputs, params, out={"y": np.zeros(shape, np.float32)})
 
 
 def test_out_dtype_names_the_types_it_takes():

@@ -122,6 +122,23 @@ def test_a_corrected_top_k_keeps_its_empty_slots_at_minus_infinity_where_the_max
     assert np.array_equal(np.isnan(w[:, :1]), np.isnan(np.asarray(want["w"])[:, :1]))
 
 
+def test_masked_experts_are_ranked_at_zero_by_auto_and_named_in_the_one_pass_forms_warning():
+    # fewer finite logits than k: the reference ranks the -inf ones at softmax value 0 (lower index first); a one-pass
+    # form skips a segment of them as empty, keeps -inf among its top k, and the router's weights come out NaN — the
+    # warning of a one-pass strategy says so, and auto (the level order on the CPU) is exact
+    c = ra.workloads.get("moe_routing").cascade
+    f = ra.derive(c)
+    g = np.full((2, 16), -np.inf, np.float32)
+    g[0, :5] = [0.3, -1.2, 0.8, 0.1, -0.4]
+    g[1, 3] = 2.0  # one live expert, the rest masked
+    want = ra.evaluate(c, {"g": g.astype(np.float64)})
+    got = ra.compile(f, "cpu")({"g": g})
+    np.testing.assert_array_equal(got["t.index"], want["t.index"])
+    np.testing.assert_allclose(got["w"], want["w"], rtol=1e-6, atol=0)
+    with pytest.warns(ra.errors.ExactnessHint, match="fewer finite elements than k"):
+        ra.compile(f, "cpu", "row")
+
+
 _SPECIAL = st.sampled_from([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 2.0, -1.0])
 
 

@@ -438,28 +438,46 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
 
 
 def _deviations(tidy: sp.Expr, plain: sp.Expr, sums: list, n: sp.Symbol) -> sp.Expr:
-    """The factored power-sum part as ``count`` times a product of differences of means, where it is one:
-    the variance's ``s**2*(count - h)**2/(count*h**2)`` as ``count*(s/count - s/h)**2``, the covariance's
-    ``count*(sx/count - sx/h)*(sy/count - sy/h)`` — the parallel-axis shift from the running mean to ``s/h``.
-    The factored form squares the sum itself, which overflows float32 once ``|s|`` passes about 1.8e19 (elements of
-    6e16 in a row of 300) and then gives ``inf * 0 = NaN`` where ``h`` is the count; the means' difference is 0 there
-    and squares nothing larger than the mean. ``tidy`` as it is where the part has another shape."""
+    """The power-sum part with each of its parts of degree two or more in the centred sums written as ``count`` times
+    a product of differences of means, where it is one: the variance's ``s**2*(count - h)**2/(count*h**2)`` as
+    ``count*(s/count - s/h)**2``, the covariance's ``count*(sx/count - sx/h)*(sy/count - sy/h)`` — the parallel-axis
+    shift from the running mean to ``s/h``; a part of degree one (``sum(3*(x - s/n)**2 + x)``'s ``s``) stays as it
+    is, beside it. The factored form squares the sum itself, which overflows float32 once ``|s|`` passes about 1.8e19
+    (elements of 6e16 in a row of 300) and then gives ``inf * 0 = NaN`` where ``h`` is the count; the means'
+    difference is 0 there and squares nothing larger than the mean. ``tidy`` as it is where a part has another
+    shape."""
     if not sums or sp.simplify(tidy) == 0:
         return tidy
     means = {u: sp.Dummy(f"mean_{u.name}") for u in sums}
-    scaled = sp.factor(sp.together(tidy.xreplace({u: n * means[u] for u in sums}) / n))
-    coefficient, factors = scaled.as_coeff_mul()
-    powers = [f.as_base_exp() for f in factors]
-    moments = [(b, e) for b, e in powers if b in means.values()]
-    degree = sum(e for _, e in moments)
-    if not moments or any(not (e.is_Integer and e > 0) for _, e in moments):
-        return tidy
-    rest = [(b, e) for b, e in powers if b not in means.values()]
-    if any(b.free_symbols & set(means.values()) or not (e.is_Integer and e % degree == 0) for b, e in rest):
-        return tidy
-    root = sp.Mul(*[b ** (e // degree) for b, e in rest])  # (the scale each mean's difference carries)
     back = {m: u / n for u, m in means.items()}
-    form = n * coefficient * sp.Mul(*[sp.expand((m * root).xreplace(back)) ** e for m, e in moments])
+    numerator, denominator = sp.fraction(sp.together(plain.xreplace({u: n * means[u] for u in sums})))
+    if denominator.free_symbols & set(means.values()):
+        return tidy
+    try:
+        poly = sp.Poly(sp.expand(numerator), *means.values())
+    except sp.PolynomialError:
+        return tidy
+    by_degree: dict = {}
+    for powers, coefficient in poly.terms():
+        term = coefficient * sp.Mul(*[m ** e for m, e in zip(means.values(), powers)])
+        by_degree[sum(powers)] = by_degree.get(sum(powers), 0) + term
+    if max(by_degree) < 2:  # (a sum to the first power squares nothing)
+        return tidy
+    form = sp.Integer(0)
+    for degree, part in sorted(by_degree.items()):
+        part = sp.factor(part / denominator)
+        if degree < 2:
+            form += _factor(part.xreplace(back))
+            continue
+        coefficient, factors = (part / n).as_coeff_mul()
+        powers = [f.as_base_exp() for f in factors]
+        moments = [(b, e) for b, e in powers if b in means.values()]
+        rest = [(b, e) for b, e in powers if b not in means.values()]
+        if any(not (e.is_Integer and e > 0) for _, e in moments) or \
+                any(b.free_symbols & set(means.values()) or not (e.is_Integer and e % degree == 0) for b, e in rest):
+            return tidy
+        root = sp.Mul(*[b ** (e // degree) for b, e in rest])  # (the scale each mean's difference carries)
+        form += n * coefficient * sp.Mul(*[sp.expand((m * root).xreplace(back)) ** e for m, e in moments])
     return form if sp.simplify(form - plain) == 0 else tidy
 
 

@@ -103,13 +103,19 @@ def test_float32_centred_variance_keeps_digits_the_naive_power_sums_lose():
     assert naive_err > 100 * derived_err and naive_err > 1e-2, (naive_err, derived_err)
 
 
-@pytest.mark.parametrize("name, inputs", [("variance", ("x",)), ("covariance", ("x", "y"))])
-def test_a_sum_that_squares_past_float32_leaves_the_shift_to_the_mean_finite(name, inputs):
+SQUARED_AND_LINEAR = "input x\nparam n > 0\nreduce s = sum(x)\nreduce v = sum(3*(x - s/n)**2 + x)\nout y = v / n\n"
+
+
+@pytest.mark.parametrize("name, text, inputs", [("variance", VARIANCE_TWO_PASS, ("x",)),
+                                                ("covariance", COVARIANCE, ("x", "y")),
+                                                ("a square beside a linear term", SQUARED_AND_LINEAR, ("x",))])
+def test_a_sum_that_squares_past_float32_leaves_the_shift_to_the_mean_finite(name, text, inputs):
     # elements of 1e17 in rows of 300: the sum's square (9e38) overflows float32, the variance (1e28) does not. The
     # shift from the running mean to s/n was s**2*(count - n)**2/(count*n**2): inf * 0 = NaN where n is the count;
-    # as count*(s/count - s/n)**2 it is 0 there
-    f = derive(parse(CASCADES[name], name))
-    shift = str(f.rewrite.combination[TERMS[name][0]])
+    # as count*(s/count - s/n)**2 it is 0 there (and the linear term's s stays beside it)
+    f = derive(parse(text, "c"))
+    reduction = next(r for r in f.source.reductions if r.name in f.rewrite.combination)
+    shift = str(f.rewrite.combination[reduction.name])
     assert "count*(-" in shift and "/(count*n**2)" not in shift, shift
     rng = np.random.default_rng(0)
     data = {k: 1e17 + 1e14 * rng.normal(size=(2, 300)) for k in inputs}

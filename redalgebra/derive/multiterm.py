@@ -419,7 +419,8 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
             plain += _zero_if_empty(t.coefficient, symbols[name], stmts)
         out.partials[s.name] = tuple(pieces)
         # the power-sum part, factored: the variance's s**2/count - 2*s**2/n + count*s**2/n**2 is
-        # s**2*(count - n)**2/(count*n**2), which never subtracts two large numbers
+        # s**2*(count - n)**2/(count*n**2), which never subtracts two large numbers, then written as
+        # count*(s/count - s/n)**2, which squares no sum either (_deviations)
         tidy = _factor(plain) if count_name is not None else plain
         if sp.count_ops(tidy) > 3 * sp.count_ops(plain) + 10:
             tidy = plain

@@ -90,9 +90,12 @@ def _cmd_check(args) -> int:
 
 #: Vector sizes of ``redalgebra ptx`` where ``--size`` does not give one (attention's head, MLA's latent rows).
 PTX_SIZES = {"d": 128, "e": 64, "n": 64, "r": 512}
+#: The device ``redalgebra ptx`` plans for without a GPU: a Hopper (sm_90), an H200's multiprocessors.
+HOPPER, HOPPER_SMS = (9, 0), 132
 
 
 def _cmd_ptx(args) -> int:
+    from .runtime.backends import device_capability
     from .runtime.check import input_dtypes
     from .runtime.compile import compile as compile_kernel
     from .runtime.ptx import compile_ptx, facts_text, ptx_facts
@@ -121,21 +124,29 @@ def _cmd_ptx(args) -> int:
                             persistent=True if args.persistent else None, group=args.group)  # needs no GPU
     reps = {s.name: args.rows for s in c.inputs if s.size is not None} if args.shared else None
     dtypes = input_dtypes(args.dtype, [s.name for s in c.inputs])
-    strategy, spec, extra = kernel.spec_for(args.rows, args.length, dtypes, sizes, reps=reps)
+    # planned for the GPU here, or without one for a Hopper (an H200's 132 multiprocessors), whose sm_90 the PTX is
+    # for: auto then picks what it picks there (wgmma, columns_wgmma), not the choices of a device it does not know
+    present = device_capability("cuda")
+    planned = None if present else (HOPPER, HOPPER_SMS)
+    strategy, spec, extra = kernel.spec_for(args.rows, args.length, dtypes, sizes, reps=reps, device=planned)
     ptx = compile_ptx(kernel.fused, strategy, spec)  # the cascade under the generated code's names
     launch = [f"threads {spec.threads}", f"tile {spec.tile}"]
     if strategy == "vrows":  # lanes per element vector, components per load
         launch += [f"group {spec.group}", f"vec {spec.vec}"]
-    elif spec.group:  # the rows strategy's policy
+    elif strategy == "rows":  # the rows strategy's policy
         launch += [f"group {spec.group}", f"vec {spec.vec}", "resident" if spec.resident else "passes"]
         launch += ["shifted"] * spec.shifted + ["staged"] * spec.staged + ["persistent"] * spec.persistent
         launch += [f"{spec.min_blocks} blocks per SM"] * bool(spec.min_blocks)
+    elif spec.group:  # (the tile strategies' rows a warp's products take, the columns strategies' columns a block / 8)
+        launch += [f"group {spec.group}"]
     launch += [f"segments {n}" for n in [extra.get("nseg")] if n] + ["fast_exp"] * spec.fast_exp + \
         ["FP8 products"] * spec.fp8_products
     shape = ", ".join([f"{args.rows} rows × length {args.length}", f"{args.dtype} inputs"] +
                       [f"{d}={v}" for d, v in sizes.items()])
     target = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.M)
-    head = [f"redalgebra ptx {c.name}: {shape}, {target.group(1) if target else 'sm_90'}",
+    where = (f"planned for this GPU (sm_{present[0]}{present[1]})" if present else
+             f"planned for sm_{HOPPER[0]}{HOPPER[1]} with {HOPPER_SMS} multiprocessors (no GPU here)")
+    head = [f"redalgebra ptx {c.name}: {shape}, {target.group(1) if target else 'sm_90'}, {where}",
             f"strategy {strategy}{' (auto)' if args.strategy == 'auto' else ''}, {', '.join(launch)}",
             *facts_text(ptx_facts(ptx))]
     text = "".join(f"// {line}\n" for line in head) + ptx

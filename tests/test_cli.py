@@ -7,6 +7,7 @@ import pytest
 
 from redalgebra import workloads
 from redalgebra.cli import main
+from tests.catalogue import fused
 
 
 def run(capsys, *argv):
@@ -130,6 +131,23 @@ def _without_simulator() -> dict:
     return env
 
 
+def test_ptx_without_a_gpu_plans_for_the_hopper_it_compiles_for():
+    # auto takes Hopper's instructions where the device is one: planned for none, a head's shared keys went to mma
+    # (and wide heads to vrows) in the summary of a PTX compiled for sm_90
+    from redalgebra import compile as compile_kernel
+    from redalgebra.cli import HOPPER, HOPPER_SMS
+
+    kernel = compile_kernel(fused("attention"), "cuda")
+    dtypes = {"k": "bfloat16", "v": "bfloat16"}
+    for d in (64, 256):
+        planned = kernel.spec_for(777, 4097, dtypes, {"d": d}, reps={"k": 777, "v": 777}, device=(HOPPER, HOPPER_SMS))
+        assert planned[0] == "wgmma", (d, planned[0])
+    from redalgebra.runtime.backends import device_capability
+
+    if device_capability("cuda") is None:  # planned for the device present: none, so no Hopper's instructions
+        assert kernel.spec_for(777, 4097, dtypes, {"d": 64}, reps={"k": 777, "v": 777})[0] != "wgmma"
+
+
 @pytest.mark.slow
 def test_ptx_prints_the_summary_and_writes_the_ptx(tmp_path):
     from redalgebra.runtime.ptx import facts_text, ptx_facts
@@ -140,7 +158,8 @@ def test_ptx_prints_the_summary_and_writes_the_ptx(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     summary = done.stdout.splitlines()
     text = out.read_text()
-    assert summary[0] == "// redalgebra ptx safe_softmax: 1024 rows × length 4096, bfloat16 inputs, sm_90"
+    assert summary[0] == ("// redalgebra ptx safe_softmax: 1024 rows × length 4096, bfloat16 inputs, sm_90, "
+                          "planned for sm_90 with 132 multiprocessors (no GPU here)")
     assert summary[1].startswith("// strategy rows (auto), threads ") and "vec 8" in summary[1]
     assert summary[-1] == f"// wrote {out}" and text.startswith("\n".join(summary[:-1]))
     assert ".target sm_90" in text and ".visible .entry" in text

@@ -296,7 +296,7 @@ class Kernel:
 
     def spec_for(self, rows: int, length: int, dtypes=(), sizes: dict | None = None, keep: bool = False,
                  alignment: tuple | None = None, reps: dict | None = None,
-                 k_major: tuple = ()) -> tuple[str, Spec, dict]:
+                 k_major: tuple = (), device: tuple | None = None) -> tuple[str, Spec, dict]:
         """(strategy, compile-time Spec, launch-only values such as ``nseg``) of a call with ``rows`` rows
         of ``length``: ``auto`` resolved and the strategy's launch policy applied, as a call would.
 
@@ -304,8 +304,9 @@ class Kernel:
         the vector dimensions; ``alignment``: (vec_ok, pitch_ok, same_frame), by default that of fresh
         aligned, contiguous device arrays (as host inputs are copied to); ``reps``: ``{input: rows sharing each
         of its rows}`` (1 where not given; a weight given once for all rows has ``rows``); ``k_major``: inputs given
-        K-major, shape (1, L, n) with the axis innermost (``Spec.k_major`` lists those the strategy reads so). Used
-        by calls and ``redalgebra ptx``.
+        K-major, shape (1, L, n) with the axis innermost (``Spec.k_major`` lists those the strategy reads so);
+        ``device``: the (compute capability, multiprocessors) to plan for, where not the current GPU's (``redalgebra
+        ptx`` without one plans for a Hopper's). Used by calls and ``redalgebra ptx``.
         """
         c = self.fused.cascade
         given = self.to_generated(dict(dtypes))
@@ -326,8 +327,8 @@ class Kernel:
                                    ("fast_exp", self.fast_exp), ("group", self.group), ("batch", self.batch), ("out_dtype", self.out_dtype),
                                    ("simulator", self.backend == "cudasim"), ("persistent", self.persistent),
                                    ("fp8_products", self.fp8_products),
-                                   ("cc", device_capability(self.backend)),
-                                   ("sms", device_multiprocessors(self.backend))),
+                                   ("cc", device[0] if device else device_capability(self.backend)),
+                                   ("sms", device[1] if device else device_multiprocessors(self.backend))),
                           k_major=tuple(self.to_generated({k: 0 for k in k_major})))
         strategy = self.resolve(rows, length, sizes, reps, problem)
         halves = [p.name for p in c.params if given.get(p.name, "float32") != "float32"]

@@ -60,6 +60,8 @@ LIMITED = {
     "500 dependent reductions": (X + "reduce r0 = max(x)\n" +
                                  "".join(f"reduce r{i} = sum(x - r{i - 1})\n" for i in range(1, 500)), "MAX_REDUCTIONS"),
     "a 1 MB line": (X + "reduce s = sum(" + " + ".join(f"x*{i}" for i in range(1, 120_000)) + ")\n", "MAX_LINE_CHARS"),
+    # (a name of 1016 characters passed and then broke numba's LLVM at the first kernel call)
+    "a name of 1,100 characters": ("input " + "x" * 1100 + "\nreduce s = sum(" + "x" * 1100 + ")\n", "MAX_NAME_CHARS"),
 }
 
 

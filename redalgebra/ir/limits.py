@@ -33,3 +33,5 @@ MAX_POWER = 1_024
 MAX_VECTOR = 65_536
 #: ``k`` of ``topk(k, EXPR)``.
 MAX_TOPK = 1_024
+#: Characters in one name (the kernels' own names add suffixes to it; numba's LLVM refuses arguments of about 1000).
+MAX_NAME_CHARS = 200

@@ -16,6 +16,7 @@ an input.  Comparisons and ``where`` are ``Piecewise`` values (see
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -304,6 +305,7 @@ def _validate(c: Cascade) -> None:
     if POSITION in names:
         raise CascadeError(f"{c.name}: {POSITION!r} is reserved: it is the element's index along the axis "
                            f"(0, 1, …); pick another name")
+    _check_names(c, names)
     table = {s.name: s for s in c.statements}
     graph = nx.DiGraph()
     graph.add_nodes_from(names)
@@ -345,6 +347,27 @@ def _validate(c: Cascade) -> None:
         if position[u] > position[v]:
             raise CascadeError(f"{c.name}: {v} uses {u} before it is defined; move {u} above {v}")
     _validate_roles(c)
+
+
+def _check_names(c: Cascade, names: list) -> None:
+    """The parser's rules for a name, for cascades built without it (``CascadeBuilder``, ``Cascade``): an identifier
+    of letters, digits and underscores, not a reserved word, at most ``MAX_NAME_CHARS`` long — what the kernels can
+    be generated with."""
+    from .parser import RESERVED  # (the parser imports this module)
+
+    for name in names:
+        if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
+            raise CascadeError(f"{c.name}: {name!r} is not a name: a name is a letter or _ followed by letters, digits "
+                               f"and _ (as in the text format)")
+        if name in RESERVED:
+            raise CascadeError(f"{c.name}: {name!r} is a reserved word of the text format (a keyword, function, "
+                               f"reducer or constant) and cannot name a value; pick another name")
+        if len(name) > limits.MAX_NAME_CHARS:
+            raise CascadeError(f"{c.name}: a name of {len(name)} characters, more than {limits.MAX_NAME_CHARS} (the "
+                               f"limit MAX_NAME_CHARS)")
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _check_sizes(c: Cascade, name: str, e: sp.Expr) -> None:

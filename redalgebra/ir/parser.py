@@ -164,6 +164,9 @@ class _LineParser:
                              f"and needs no declaration; pick another name", tok)
         if tok.text in RESERVED:
             raise self.error(f"{tok.text!r} is a reserved word and cannot name a value; pick another name", tok)
+        if len(tok.text) > limits.MAX_NAME_CHARS:
+            raise self.limit(f"a name of {len(tok.text)} characters, more than {limits.MAX_NAME_CHARS} (the limit "
+                             f"MAX_NAME_CHARS)", tok)
         if tok.text in self.declared:
             raise self.error(f"{tok.text!r} is already defined above; each statement needs its own name", tok)
         return tok

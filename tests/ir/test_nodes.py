@@ -25,6 +25,20 @@ def test_builder_rejects_unknown_reducers_and_bad_statements_at_once():
         b.reduce("m", "max", x + sp.Symbol("q", real=True))
 
 
+@pytest.mark.parametrize("name, why", [("x y", "is not a name"), ("", "is not a name"), ("1x", "is not a name"),
+                                       ("x.index", "is not a name"), ("x\n", "is not a name"),
+                                       ("max", "reserved word"), ("exp", "reserved word"), ("pos", "reserved"),
+                                       ("x" * 201, "MAX_NAME_CHARS")])
+def test_builder_refuses_what_the_parser_refuses_as_a_name(name, why):
+    # (built without the parser, such names reached the kernels' generated source: a SyntaxError in a generated file,
+    # or an error quoting a line the user never wrote)
+    with pytest.raises(CascadeError, match=why):  # (at the first statement that reads it, as the builder checks)
+        b = CascadeBuilder("c")
+        x = b.input(name)
+        b.out("y", b.reduce("m", "max", x))
+        b.build()
+
+
 def test_cascades_are_frozen_and_hashable():
     c = parse("input x\nreduce m = max(x)")
     with pytest.raises(AttributeError):

@@ -164,3 +164,15 @@ def test_the_level_order_folds_a_logsumexp_far_below_floats_range_of_exp():
     xd = x.astype(np.float64)
     want = np.log((xd + 1).sum(1)) - xd.max(1)
     np.testing.assert_allclose(compile(f, "cpu", "levels")({"x": x}, {})["y"], want, rtol=1e-6)
+
+
+def test_a_function_without_a_kernel_rule_is_refused_even_where_sympy_prints_it_by_its_own_method():
+    # Heaviside prints itself (its _sympystr): that name reached numba's typing as an undefined global
+    import pytest
+
+    from redalgebra.errors import RedalgebraError
+
+    for f in (sp.Heaviside, sp.sin):
+        with pytest.raises(RedalgebraError, match=f"no kernel rule for the function {f.__name__}"):
+            text(f(x))
+    assert "math.exp" in text(sp.exp(x))[1]  # (the rules the printer has still apply)

@@ -84,6 +84,8 @@ from .nodes import POS, POSITION, Cascade, Input, Let, Output, Param, Reduction,
 KEYWORDS = ("input", "param", "let", "reduce", "out")
 FUNCTIONS = (*ELEMENTWISE, "dot", "max", "min", "where")
 REDUCER_NAMES = (*REDUCERS, "topk", "mean", "argmax")
+#: The largest magnitude of an ``int`` param a call takes (``runtime.arguments.INT_PARAM_LIMIT``: exact in float32).
+INT_LIMIT = 2 ** 24
 CONSTANTS = {POSITION: POS, "inf": sp.oo}
 LOGIC = ("and", "or", "not")
 # "mean" and "argmax" only mean reducers after 'reduce NAME =': still names elsewhere (cascades written before them)
@@ -480,6 +482,10 @@ class _LineParser:
             return name, Param(name.text, size, op + "0", integer)
         if size is not None:
             raise self.error(f"a bound other than 0 is for a scalar param, not the vector {name.text}", tok)
+        if integer and ((op[0] == ">" and c >= INT_LIMIT) or (op[0] == "<" and c <= -INT_LIMIT)):
+            raise self.error(f"an int param is computed in float32, where integers are exact up to {INT_LIMIT} in "
+                             f"magnitude (a call refuses larger ones): 'param {name.text} int {op} "
+                             f"{'-' if negative else ''}{tok.text}' admits none of them", tok)
         return name, Param(name.text, size, implied_sign(op, c), integer, (op, c))
 
     def stmt_let(self):

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..codegen import KernelSource
 from ..errors import EvaluationError
+from ..ir.parser import INT_LIMIT
 from ..ir.reference import _integers
 from .call_layout import OUT_ARRAYS, _c_contiguous
 from .driver import c_strides
@@ -19,7 +20,7 @@ from .formats import BFloat16, Encoded, dtype_of as _dtype, is_device as _is_dev
 SPLIT_QUERY = ("mma", "wgmma")
 #: The largest magnitude of an ``int`` param (a label, a query's position) a call takes: the kernels compute in float32,
 #: where every integer up to 2**24 is exact (a sum or difference with a position past it may still round).
-INT_PARAM_LIMIT = 2 ** 24
+INT_PARAM_LIMIT = INT_LIMIT
 
 
 def host_output(array: np.ndarray, stored: str | None):
@@ -43,9 +44,9 @@ def param_values(p, value) -> np.ndarray:
     if p.integer:
         given = _integers(p, given, np.float64)
         if given.size and np.abs(given).max() > INT_PARAM_LIMIT:
+            worst = given.flat[int(np.argmax(np.abs(given)))]  # (with its sign)
             raise EvaluationError(f"param {p.name} (declared int) is computed in float32 by the kernels, where "
-                                  f"integers are exact up to {INT_PARAM_LIMIT} in magnitude; got "
-                                  f"{np.abs(given).max():.0f}")
+                                  f"integers are exact up to {INT_PARAM_LIMIT} in magnitude; got {worst:.0f}")
     return given
 
 

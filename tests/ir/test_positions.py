@@ -26,6 +26,23 @@ def test_pos_is_the_reserved_integer_symbol_and_int_params_are_integer():
     assert n.integer and n.sign == ">0" and n.symbol.is_positive and n.symbol.is_integer
 
 
+def test_an_int_param_bound_that_admits_no_value_a_call_takes_is_refused_where_it_is_written():
+    # a call refuses an int param past 2**24 in magnitude (float32 holds integers exactly up to it): 'int > 1e30' admits
+    # none, and `redalgebra check` failed with NumPy's OverflowError building a value inside it
+    import numpy as np
+    import pytest
+
+    from redalgebra import CascadeSyntaxError, compile, derive
+
+    for bound in ("> 1e30", ">= 16777216", "< -16777216"):
+        with pytest.raises(CascadeSyntaxError, match="admits none of them"):
+            parse(f"input x\nparam n int {bound}\nreduce c = sum(x * (pos < n))")
+    parse("input x\nparam n int > 16777215\nreduce c = sum(x * (pos < n))")  # (2**24 itself is a value)
+    kernel = compile(derive(parse("input x\nparam n int\nreduce c = sum(x * (pos < n))")), "cpu")
+    with pytest.raises(Exception, match="got -16777217"):  # the value refused, with its sign
+        kernel({"x": np.ones((2, 4), np.float32)}, {"n": np.array([3, -16777217])})
+
+
 def test_comparisons_bind_looser_than_arithmetic_and_where_picks_a_value():
     c = parse("input x\nparam q int\nlet a = x + 1 < 2 * x\nlet b = where(pos <= q, x, -inf)\n"
               "let d = where(x, 1, 2)\nreduce r = sum(a + b + d)")

@@ -22,7 +22,7 @@ import random
 import numpy as np
 
 from ..ir.nodes import POSITION
-from ..ir.reference import bind, check_keep, collect, eval_expr, reduce_axis, run_unfused
+from ..ir.reference import _width, bind, check_keep, collect, eval_expr, reduce_axis, run_unfused
 from .fused import FusedCascade, combine
 from .program import Program, TopKMerge
 
@@ -179,7 +179,8 @@ class Evaluator:
         run_program(self.fused.finalize, env, self.dtype)
         for o in self.fused.cascade.outputs:
             span = self.length if o.name in self.fused.per_element_outputs else 1
-            env[o.name] = np.broadcast_to(env[o.name], (self.rows, span) + env[o.name].shape[2:])
+            # (the reference's layout: a constant output, a number, has its rows and width too)
+            env[o.name] = np.broadcast_to(env[o.name], (self.rows, span, _width(o, self.fused.cascade, env)))
         return collect(self.fused.cascade, env)
 
     def naive(self) -> dict:

@@ -243,3 +243,14 @@ def test_the_derived_forms_rank_a_top_k_as_the_reference_with_nan_and_infinite_m
     ev = Evaluator(f, {"x": x})
     for got in (ev.incremental(), ev.segmented([0, 1, x.shape[1]]), ev.segmented([0, x.shape[1] - 1, x.shape[1]])):
         np.testing.assert_array_equal(np.asarray(got["t.index"]).reshape(want.shape), want)
+
+
+def test_the_evaluator_finalizes_a_constant_output_in_the_references_layout():
+    # an output that is a number (out y = 1) stayed 0-d and the layout's indexing failed (IndexError)
+    c = parse("input x\nreduce s = sum(x)\nout y = 1\nout z = s * 2")
+    x = np.arange(16.0).reshape(2, 8)
+    ev = Evaluator(derive(c), {"x": x})
+    got, want = ev.finalize(ev.incremental()), evaluate(c, {"x": x})
+    assert got.keys() == want.keys()
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])

@@ -129,6 +129,16 @@ def test_an_analysis_past_its_budget_is_unknown_not_a_hang():
     assert analyze(parse(X + "reduce m = max(x)\nreduce s = sum(exp(x - m))\n")).fusable  # nothing cached
 
 
+def test_an_analysis_cut_short_before_any_verdict_says_unknown_with_the_real_dependencies():
+    # the budget spent before the first reduction's analysis: each line read "no dependencies, fusable as is" under a
+    # verdict of NOT fusable, and l's dependency on m was lost
+    a = analyze(parse(X + "reduce m = max(x)\nreduce l = sum(exp(x - m))\n"), budget_s=1e-9)
+    assert not a.fusable and a["l"].deps == ("m",)
+    text = a.text()
+    assert "fusable as is" not in text and text.count(": unknown: the time budget") == 2
+    assert "undecided" in a._repr_markdown_()
+
+
 def test_budgets_hold_in_a_worker_thread_too():
     import threading
 

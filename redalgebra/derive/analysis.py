@@ -147,7 +147,9 @@ class Analysis:
                  + (" (exact in real arithmetic; casts make it differ bitwise)" if self.exact_in_reals_only else "")]
         for r in self.reductions:
             head = f"  {r.name} = {r.text}"
-            if not r.deps:
+            if r.reason and r.reason.startswith("unknown"):  # (undecided: the budget, or an error, said why)
+                lines.append(f"{head}: {r.reason}")
+            elif not r.deps:
                 lines.append(f"{head}: no dependencies, fusable as is")
             elif r.centered:
                 lines.append(f"{head}: a centred partial sum (deviations from the running mean of "
@@ -182,7 +184,9 @@ class Analysis:
         rows = [f"**{self.cascade.name}**: {verdict}", "",
                 "| reduction | verdict | ⊗ | G | H | why not / counterexample |", "|---|---|---|---|---|---|"]
         for r in self.reductions:
-            if not r.deps:
+            if r.reason and r.reason.startswith("unknown"):
+                rows.append(f"| `{r.name} = {r.text}` | undecided | | | | {r.reason} |")
+            elif not r.deps:
                 rows.append(f"| `{r.name} = {r.text}` | fusable as is | | | | |")
             elif r.centered:
                 rows.append(f"| `{r.name} = {r.text}` | fusable, centred (Chan) | | | | |")
@@ -594,8 +598,9 @@ def _analyze(cascade: Cascade, seconds: float, hints: bool) -> tuple:
         try:
             F, facts = bodies(cascade), sign_facts(cascade)
         except BudgetExhausted as err:
-            return Analysis(cascade, tuple(_undecided(r, None, (), cascade, err) for r in cascade.reductions), {},
-                            False), False
+            order = _order(cascade)  # (each undecided with its dependencies: they are the graph's, not the proofs')
+            return Analysis(cascade, tuple(_undecided(r, None, tuple(sorted(deps[r.name], key=order)), cascade, err)
+                                           for r in cascade.reductions), {}, False), False
         reds = _verdicts(cascade, F, facts, deps)
         complete = True
         try:

@@ -91,11 +91,26 @@ def confirm(lhs: sp.Expr, rhs: sp.Expr, point: dict) -> Counterexample | None:
         return None  # a side is undefined or infinite there: not evidence either way
     diff = lv - rv
     if diff.is_Rational:
-        return Counterexample(dict(sorted(point.items())), lv, rv, True) if diff != 0 else None
-    num = sp.N(diff, 50)
-    if num.has(sp.nan) or not num.is_number:
-        return None
-    return Counterexample(dict(sorted(point.items())), lv, rv, False) if sp.Abs(num) > sp.Rational(1, 10**40) else None
+        found = Counterexample(dict(sorted(point.items())), lv, rv, True) if diff != 0 else None
+    else:
+        num = sp.N(diff, 50)
+        if num.has(sp.nan) or not num.is_number:
+            return None
+        found = Counterexample(dict(sorted(point.items())), lv, rv, False) if sp.Abs(num) > sp.Rational(1, 10**40) \
+            else None
+    # a side real at the point only through a value that is not (sqrt(a)*sqrt(b) at a, b < 0: i·i) is outside the
+    # real domain the claim is about: no evidence either way
+    return found if found is None or (_real_throughout(lhs, point) and _real_throughout(rhs, point)) else None
+
+
+def _real_throughout(e: sp.Expr, point: dict) -> bool:
+    """Whether every power, log and function inside ``e`` is real at ``point`` (where they can be evaluated)."""
+    for sub in sp.preorder_traversal(e):
+        if isinstance(sub, (sp.Pow, sp.Function)) and sub.free_symbols:
+            value = _evaluate(sub, point)
+            if value.is_number and value.is_extended_real is False:
+                return False
+    return True
 
 
 def _search(lhs, rhs, variables, assumptions, conditions, rng, sampling=None) -> Counterexample | None:

@@ -171,3 +171,11 @@ def test_cache_decided_keeps_decided_results_up_to_its_bound():
     f(-1), f(-1)
     assert calls[-2:] == [-1, -1] and (-1,) not in f.cache
     assert f([1, 2]) == 2 and f([1, 2]) == 2 and calls[-2:] == [[1, 2], [1, 2]]
+
+
+def test_a_point_where_a_side_is_real_only_through_an_imaginary_value_is_no_counterexample():
+    # at a = -1/2, b = -1, sqrt(a)*sqrt(b) is i·i/sqrt(2): real, but outside the real domain the claim is about; it was
+    # reported as a refutation of sqrt(a*b) = sqrt(a)*sqrt(b), which holds wherever both sides are real
+    a, b = sp.symbols("a b", real=True)
+    assert prove_equal(sp.sqrt(a * b), sp.sqrt(a) * sp.sqrt(b), claim="").status != "refuted"
+    assert prove_equal(sp.sqrt(a ** 2), a, claim="").status == "refuted"  # (a real counterexample still refutes)

@@ -139,6 +139,17 @@ def test_an_analysis_cut_short_before_any_verdict_says_unknown_with_the_real_dep
     assert "undecided" in a._repr_markdown_()
 
 
+def test_a_tower_of_exponentials_is_cut_at_its_budget():
+    # ten lets, each exp(previous - m) + previous: SymPy built the anchor's number exp(exp(…)) and asked mpmath for its
+    # value, which ran 13-44 s past a budget of 1-2 s (an mpmath call the budget cannot interrupt)
+    lines = [X.strip(), "reduce m = max(x)", "let a0 = x"] + \
+        [f"let a{i} = exp(a{i - 1} - m) + a{i - 1}" for i in range(1, 11)] + ["reduce s = sum(a10)"]
+    start = time.perf_counter()
+    a = analyze(parse("\n".join(lines) + "\n"), budget_s=1)
+    assert time.perf_counter() - start < 4
+    assert not a.fusable and a["s"].reason.startswith("unknown: the time budget")
+
+
 def test_budgets_hold_in_a_worker_thread_too():
     import threading
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from dataclasses import dataclass, field, replace
 import sympy as sp
 
@@ -245,9 +246,34 @@ def _anchors(F: sp.Expr, elems: list, deps: list, otimes: Monoid):
     return found
 
 
+def _tame(F: sp.Expr, symbols: tuple, values: tuple) -> bool:
+    """Whether ``F`` with exponentials inside exponentials stays within float64's range at the point, evaluated in
+    floats from the inside out: an anchor's ``exp(exp(exp(…)))`` past it is refused here, before SymPy builds the
+    number (its evaluation of an exponential asks mpmath for the value, which at such sizes runs for minutes and cannot
+    be interrupted by the analysis's budget). ``F`` with no nested exponential, or one Python's math cannot evaluate
+    (a function of ours, a complex value), is left to SymPy."""
+    if not any(inner.has(sp.exp) for outer in F.atoms(sp.exp) for inner in outer.args):
+        return True
+    try:
+        number = _in_floats(F, symbols)(*(float(v) for v in values))
+    except OverflowError:
+        return False
+    except Exception:  # noqa: BLE001 - not evaluable in floats: SymPy decides
+        return True
+    return not isinstance(number, float) or math.isfinite(number)
+
+
+@functools.lru_cache(maxsize=64)
+def _in_floats(F: sp.Expr, symbols: tuple):
+    """``F`` as a Python function of ``symbols`` on floats (math's functions)."""
+    return sp.lambdify(symbols, F, modules="math")
+
+
 def _anchor(F, elems, deps, otimes, point):
     """(cost, nonzeros, point, F0, G, H) for one anchor point, or None when it is not a valid anchor."""
     values = tuple(point.values())
+    if not _tame(F, tuple(point), tuple(point.values())):
+        return None
     F0 = sp.simplify(F.xreplace(point))
     if F0.free_symbols & set(elems + deps) or F0.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
         return None

@@ -150,6 +150,13 @@ def test_a_tower_of_exponentials_is_cut_at_its_budget():
     assert not a.fusable and a["s"].reason.startswith("unknown: the time budget")
 
 
+@pytest.mark.parametrize("seconds", [float("nan"), -1, 0, float("inf"), "1"])
+def test_a_budget_that_is_not_a_positive_number_is_refused(seconds):
+    # (nan reached setitimer's ValueError; -1 was taken)
+    with pytest.raises(RedalgebraError, match="a time budget is a positive number of seconds"):
+        analyze(parse(X + "reduce m = max(x)\n"), budget_s=seconds)
+
+
 def test_budgets_hold_in_a_worker_thread_too():
     import threading
 

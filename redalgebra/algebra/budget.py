@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import numbers
 import signal
 import sys
 import threading
@@ -23,7 +24,7 @@ from collections import OrderedDict
 from pathlib import Path
 from contextlib import contextmanager
 
-from ..errors import BudgetExhausted
+from ..errors import BudgetExhausted, RedalgebraError
 
 DEFAULT_SECONDS = 30.0
 PROOF_SECONDS = 20.0
@@ -144,6 +145,8 @@ def budget(seconds: float | None, what: str):
     if seconds is None:
         yield
         return
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not 0 < seconds < float("inf"):
+        raise RedalgebraError(f"a time budget is a positive number of seconds (or None), got {seconds!r}")
     state = _state()
     main = _main_thread()
     previous = signal.getsignal(signal.SIGALRM) if main and not state.stack else None

@@ -173,10 +173,27 @@ def bind(c: Cascade, inputs: dict, params: dict, dtype=np.float64) -> tuple[dict
         _check_size(s, a.shape[2] if vector else None, dims)
         env[s.name] = a if vector else a[..., None]
     for s in c.params:
-        value = _integers(s, params[s.name], dtype) if s.integer else np.asarray(params[s.name], dtype=dtype)
+        value = real_values(s, params[s.name])
+        value = _integers(s, value, dtype) if s.integer else value.astype(dtype)
         env[s.name] = _param(s, value, rows, dims)
     env[POSITION] = _integers(None, np.arange(length), dtype)[None, :, None]
     return env, rows, length
+
+
+def real_values(p: Param, value) -> np.ndarray:
+    """A param's value as an array of real numbers (exact ones — fractions, SymPy numbers — as float64); else a named
+    error (None, strings, complex numbers: NumPy would take None as NaN and fail on a string with its own message)."""
+    if value is None:
+        raise EvaluationError(f"param {p.name}: a number or an array of them, got None")
+    given = np.asarray(value)
+    if given.dtype.kind == "O":  # (Fraction, Decimal, SymPy numbers: real numbers NumPy holds as objects)
+        try:
+            given = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            pass
+    if given.dtype.kind not in "fiub":  # (strings, complex numbers, other objects: not what a float param holds)
+        raise EvaluationError(f"param {p.name}: real numbers, got {given.dtype} values")
+    return given
 
 
 def _integers(s: Param | None, value, dtype) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 from ..codegen import KernelSource
 from ..errors import EvaluationError
 from ..ir.parser import INT_LIMIT
-from ..ir.reference import _integers
+from ..ir.reference import _integers, real_values
 from .call_layout import OUT_ARRAYS, _c_contiguous
 from .driver import c_strides
 from .formats import BFloat16, Encoded, dtype_of as _dtype, is_device as _is_device, to_float
@@ -31,16 +31,7 @@ def host_output(array: np.ndarray, stored: str | None):
 def param_values(p, value) -> np.ndarray:
     """A host param's values as an array of real numbers (exact ones — fractions, SymPy numbers — as float64), an
     ``int`` param's checked: whole numbers of magnitude at most :data:`INT_PARAM_LIMIT`; else a named error."""
-    if value is None:  # (NumPy would hold it as an object, float32 makes it NaN)
-        raise EvaluationError(f"param {p.name}: a number or an array of them, got None")
-    given = np.asarray(value)
-    if given.dtype.kind == "O":  # (Fraction, Decimal, SymPy numbers: real numbers NumPy holds as objects)
-        try:
-            given = np.asarray(value, dtype=np.float64)
-        except (TypeError, ValueError):
-            pass
-    if given.dtype.kind not in "fiub":  # (strings, complex numbers, other objects: not what a float32 param holds)
-        raise EvaluationError(f"param {p.name}: real numbers, got {given.dtype} values")
+    given = real_values(p, value)
     if p.integer:
         given = _integers(p, given, np.float64)
         if given.size and np.abs(given).max() > INT_PARAM_LIMIT:

@@ -186,3 +186,12 @@ def test_evaluate_takes_a_derived_cascade_as_its_cascade_as_written_and_refuses_
     for wrong in ("input x\nout y = x\n", None):
         with pytest.raises(EvaluationError, match="takes a Cascade"):
             evaluate(wrong, {"x": x})
+
+
+def test_the_reference_refuses_a_param_that_is_not_real_numbers_as_a_call_does():
+    # (a string reached NumPy's ValueError; None was taken as NaN)
+    c = parse("input x\nparam p\nreduce m = max(x * p)\n")
+    for value, why in (("a", "real numbers"), (None, "got None"), (1j, "real numbers")):
+        with pytest.raises(EvaluationError, match=why):
+            evaluate(c, {"x": np.ones((2, 3))}, {"p": value})
+    assert evaluate(c, {"x": np.ones((2, 3))}, {"p": [1, 2]})["m"].tolist() == [1.0, 2.0]

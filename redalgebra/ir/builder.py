@@ -45,7 +45,7 @@ class CascadeBuilder:
         return self._add(Param(name, size, sign, integer))
 
     def let(self, name: str, expr) -> sp.Symbol:
-        return self._add(Let(name, sp.sympify(expr, strict=True)))
+        return self._add(Let(name, _expression(name, expr)))
 
     def reduce(self, name: str, reducer: str | Monoid, body, k: int | None = None) -> sp.Symbol:
         if isinstance(reducer, Monoid):
@@ -56,10 +56,20 @@ class CascadeBuilder:
             monoid = REDUCERS[reducer]
         else:
             raise CascadeError(f"unknown reducer {reducer!r}; use one of {[*REDUCERS, 'topk']} or a Monoid")
-        return self._add(Reduction(name, monoid, sp.sympify(body, strict=True)))
+        return self._add(Reduction(name, monoid, _expression(name, body)))
 
     def out(self, name: str, expr) -> sp.Symbol:
-        return self._add(Output(name, sp.sympify(expr, strict=True)))
+        return self._add(Output(name, _expression(name, expr)))
 
     def build(self) -> Cascade:
         return Cascade(tuple(self._statements), name=self.name)
+
+
+def _expression(name: str, value) -> sp.Expr:
+    """A statement's expression: a SymPy expression or a number (text is the parser's: ``parse``)."""
+    try:
+        return sp.sympify(value, strict=True)
+    except sp.SympifyError:
+        raise CascadeError(f"{name}: {value!r} is not a SymPy expression or a number; build it from the symbols the "
+                           f"builder returns (b.input('x') ...), or write the cascade as text for redalgebra.parse"
+                           ) from None

@@ -12,6 +12,8 @@ IR is self-contained.
 
 from __future__ import annotations
 
+import numbers
+
 from dataclasses import dataclass, field
 
 import sympy as sp
@@ -112,8 +114,9 @@ LOGADDEXP = Monoid("logaddexp", _lam(sp.log(sp.exp(_A) + sp.exp(_B))), sp.S.Nega
 
 def topk(k: int) -> Monoid:
     """The top-k monoid: state is the k largest values (descending) with their indices."""
-    if not isinstance(k, int) or isinstance(k, bool):
+    if not isinstance(k, numbers.Integral) or isinstance(k, bool):  # (NumPy's integers too)
         raise MonoidError(f"topk needs an integer k, got {k!r}")
+    k = int(k)
     if not 1 <= k <= MAX_TOPK:
         raise MonoidError(f"topk needs 1 <= k <= {MAX_TOPK} (the limit MAX_TOPK), got k={k}")
     return Monoid(f"top{k}", None, sp.S.NegativeInfinity, k=k, special=(-sp.oo,))

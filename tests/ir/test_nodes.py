@@ -85,3 +85,13 @@ def test_per_element_names():
 def test_lets_that_only_use_params_are_constant_not_rejected():
     c = parse("input x\nparam p\nlet a = p * 2\nreduce m = max(x * a)")
     assert isinstance(c["a"], Let) and "a" not in c.per_element()
+
+
+def test_builder_takes_a_numpy_k_and_names_text_it_cannot_take():
+    import numpy as np
+
+    b = CascadeBuilder("c")
+    x = b.input("x")
+    assert b.reduce("t", "topk", x, k=np.int64(3)).name == "t"  # (refused as "needs an integer k" before)
+    with pytest.raises(CascadeError, match="not a SymPy expression or a number"):  # (SymPy's SympifyError before)
+        b.let("a", "x + 1")

@@ -39,6 +39,8 @@ def user_monoid(name: str, op: sp.Lambda, identity, inverse: sp.Lambda | None = 
         identity = sp.sympify(identity, strict=True)
     except sp.SympifyError as err:
         raise MonoidError(f"identity of monoid {name!r} must be a number or SymPy expression: {err}") from None
+    if identity.has(sp.nan, sp.zoo) or identity.free_symbols or identity.is_extended_real is False:
+        raise MonoidError(f"identity of monoid {name!r} must be a real number, inf or -inf, got {identity}")
     real_op = sp.Lambda((_A, _B), op(_A, _B))
     if inverse is not None and (not isinstance(inverse, sp.Lambda) or len(inverse.variables) != 1):
         raise MonoidError(f"the inverse of monoid {name!r} must be a sympy.Lambda of one variable")

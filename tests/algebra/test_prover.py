@@ -179,3 +179,14 @@ def test_a_point_where_a_side_is_real_only_through_an_imaginary_value_is_no_coun
     a, b = sp.symbols("a b", real=True)
     assert prove_equal(sp.sqrt(a * b), sp.sqrt(a) * sp.sqrt(b), claim="").status != "refuted"
     assert prove_equal(sp.sqrt(a ** 2), a, claim="").status == "refuted"  # (a real counterexample still refutes)
+
+
+def test_a_user_monoid_needs_a_real_identity():
+    # (nan reached SymPy's "not comparable" ValueError in prove_monoid)
+    from redalgebra.errors import MonoidError
+
+    x, y = sp.symbols("x y", real=True)
+    for identity in (sp.nan, sp.I, x):
+        with pytest.raises(MonoidError, match="must be a real number, inf or -inf"):
+            user_monoid("mx", sp.Lambda((x, y), sp.Max(x, y)), identity)
+    assert user_monoid("mx", sp.Lambda((x, y), sp.Max(x, y)), -sp.oo).identity == -sp.oo

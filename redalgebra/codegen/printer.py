@@ -111,7 +111,16 @@ class KernelPrinter(StrPrinter):
 
     def _print(self, expr, **kwargs):
         named = self.access.named.get(expr) if self.access.named else None
-        return named if named is not None else super()._print(expr, **kwargs)
+        if named is not None:
+            return named
+        if isinstance(expr, sp.Function):
+            # a function is printed by this printer's own rules only: SymPy's StrPrinter has rules of its own for
+            # some (Heaviside), which would write a name the kernels do not define
+            for cls in type(expr).__mro__:
+                method = KernelPrinter.__dict__.get(f"_print_{cls.__name__}")
+                if method is not None:
+                    return method(self, expr, **kwargs)
+        return super()._print(expr, **kwargs)
 
     # -- atoms -----------------------------------------------------------------------------------
     def _print_Symbol(self, expr):
@@ -215,16 +224,6 @@ class KernelPrinter(StrPrinter):
         return f"math.pow({self._print(base)}, {self._print(exp)})"
 
     # -- functions -------------------------------------------------------------------------------
-    def _print(self, expr, **kwargs):
-        # a function is printed by this printer's own rules only: SymPy's printers first ask a class for its own
-        # _sympystr (Heaviside has one), which would write a name the kernels do not define
-        if isinstance(expr, sp.Function):
-            for cls in type(expr).__mro__:
-                method = KernelPrinter.__dict__.get(f"_print_{cls.__name__}")
-                if method is not None:
-                    return method(self, expr, **kwargs)
-        return super()._print(expr, **kwargs)
-
     def _print_Function(self, expr):
         name = expr.func.__name__
         if name in _FUNCTIONS:

@@ -14,8 +14,7 @@ from types import SimpleNamespace
 import sympy as sp
 
 from ..errors import MonoidError
-from ..ir.limits import MAX_TOPK
-from ..ir.monoid import ADD, LOGADDEXP, MAX, MIN, MUL, Monoid, topk
+from ..ir.monoid import ADD, LOGADDEXP, MAX, MIN, MUL, Monoid, topk, topk_named
 
 _A, _B = sp.symbols("a b", real=True)
 
@@ -60,11 +59,7 @@ def lookup(name: str) -> Monoid:
     key = name.strip().lower().replace(" ", "")
     if key in BY_NAME:
         return BY_NAME[key]
-    for prefix, close in (("topk(", ")"), ("topk", ""), ("top", "")):
-        digits = key.removeprefix(prefix).removesuffix(close) if key.endswith(close) else ""
-        if key.startswith(prefix) and digits.isascii() and digits.isdigit():
-            if len(digits) > len(str(MAX_TOPK)) or not 0 < int(digits) <= MAX_TOPK:
-                raise MonoidError(f"k of topk(K) is a positive integer of at most {MAX_TOPK} (the limit MAX_TOPK); "
-                                  f"got {digits if len(digits) <= 20 else f'{digits[:10]}… ({len(digits)} digits)'}")
-            return topk(int(digits))
+    found = topk_named(key)
+    if found is not None:
+        return found
     raise MonoidError(f"unknown monoid {name!r}; known: {', '.join(sorted(BY_NAME))}, topk(K)")

@@ -122,6 +122,19 @@ def topk(k: int) -> Monoid:
     return Monoid(f"top{k}", None, sp.S.NegativeInfinity, k=k, special=(-sp.oo,))
 
 
+def topk_named(key: str) -> Monoid | None:
+    """The top-k monoid a name spells (``"top8"``, ``"topk8"``, ``"topk(8)"``; spaces and case as given are the
+    caller's to fold), or None where it spells none; a k past :data:`MAX_TOPK` is a named error."""
+    for prefix, close in (("topk(", ")"), ("topk", ""), ("top", "")):
+        digits = key.removeprefix(prefix).removesuffix(close) if key.endswith(close) else ""
+        if key.startswith(prefix) and digits.isascii() and digits.isdigit():
+            if len(digits) > len(str(MAX_TOPK)) or not 0 < int(digits) <= MAX_TOPK:
+                raise MonoidError(f"k of topk(K) is a positive integer of at most {MAX_TOPK} (the limit MAX_TOPK); "
+                                  f"got {digits if len(digits) <= 20 else f'{digits[:10]}… ({len(digits)} digits)'}")
+            return topk(int(digits))
+    return None
+
+
 #: The reducer names of the text format and the monoid each one folds with.
 REDUCERS = {"sum": ADD, "prod": MUL, "max": MAX, "min": MIN, "logsumexp": LOGADDEXP}
 
@@ -134,7 +147,10 @@ def as_monoid(m, who: str) -> Monoid:
     named = {**{mm.name: mm for mm in REDUCERS.values()}, **REDUCERS}
     if isinstance(m, str) and m in named:
         return named[m]
-    names, got = (f" or one of the names {', '.join(sorted(named))}", repr(m)) if isinstance(m, str) else \
+    found = topk_named(m.strip().lower().replace(" ", "")) if isinstance(m, str) else None
+    if found is not None:
+        return found
+    names, got = (f" or one of the names {', '.join(sorted(named))}, topk(K)", repr(m)) if isinstance(m, str) else \
         ("", type(m).__name__)
     raise MonoidError(f"{who}() takes a Monoid (redalgebra.monoids.add, .max, .topk(k), .user(...)){names}; got {got}")
 

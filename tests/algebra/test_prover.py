@@ -190,3 +190,10 @@ def test_a_user_monoid_needs_a_real_identity():
         with pytest.raises(MonoidError, match="must be a real number, inf or -inf"):
             user_monoid("mx", sp.Lambda((x, y), sp.Max(x, y)), identity)
     assert user_monoid("mx", sp.Lambda((x, y), sp.Max(x, y)), -sp.oo).identity == -sp.oo
+
+
+def test_prove_distributes_takes_the_top_k_names_lookup_takes():
+    # ('topk(3)' was refused here while lookup and `redalgebra laws topk(3)` took it)
+    from redalgebra.algebra import lookup
+
+    assert prove_distributes("topk(3)", "add").status == prove_distributes(lookup("topk(3)"), "add").status == "proved"

@@ -455,7 +455,7 @@ class Kernel:
     def _asked_outputs(self, out, shapes: dict, on_device: bool) -> dict:
         """The host arrays of ``out`` for outputs the strategy stores in float32 where ``out_dtype`` asks for a 16-bit
         type: the call returns them in that type, so ``out`` must hold it (checked against it; the call writes them
-        rounded, :meth:`_into`)."""
+        rounded, :meth:`_returned`)."""
         if not out or on_device or self.out_dtype not in _ASKED:
             return {}
         return {name: array for name, array in out.items()
@@ -520,10 +520,12 @@ class Kernel:
         the device — allocated there, never passing through the host (the kernels write every entry).
         ``out``: arrays the caller gives for some outputs (checked, then written in place)."""
         shapes = output_shapes(src, rows, length)
-        asked = self._asked_outputs(out, shapes, on_device)  # (the 16-bit type asked of an output stored in float32:
+        # an output stored in float32 where out_dtype asks for 16 bits is checked against the type asked; the kernels
+        # write it into an array of their own here, and _run rounds it into the caller's (Kernel._returned)
+        asked = self._asked_outputs(out, shapes, on_device)
         given = given_outputs({k: v for k, v in (out or {}).items() if k not in asked}, shapes, on_device)
         given_outputs(asked, {name: (shapes[name][0], _ASKED[self.out_dtype]) for name in asked}, on_device)
-        if not on_device:  # the kernels write it in float32 here, and _run rounds it into the caller's array)
+        if not on_device:
             return {name: given[name] if name in given else _poisoned(np.zeros(shape, dtype), self.backend)
                     for name, (shape, dtype) in shapes.items()}
         cuda = cuda_module(self.backend)

@@ -258,8 +258,8 @@ def _tame(F: sp.Expr, symbols: tuple, values: tuple) -> bool:
         number = _in_floats(F, symbols)(*(float(v) for v in values))
     except OverflowError:
         return False
-    except Exception:  # noqa: BLE001 - not evaluable in floats: SymPy decides
-        return True
+    except (ArithmeticError, TypeError, ValueError, NameError, AttributeError):  # not in floats: SymPy decides
+        return True  # (never the budget's own exception: it must reach the analysis)
     return not isinstance(number, float) or math.isfinite(number)
 
 
@@ -272,7 +272,7 @@ def _in_floats(F: sp.Expr, symbols: tuple):
 def _anchor(F, elems, deps, otimes, point):
     """(cost, nonzeros, point, F0, G, H) for one anchor point, or None when it is not a valid anchor."""
     values = tuple(point.values())
-    if not _tame(F, tuple(point), tuple(point.values())):
+    if not _tame(F, tuple(point), values):
         return None
     F0 = sp.simplify(F.xreplace(point))
     if F0.free_symbols & set(elems + deps) or F0.has(sp.zoo, sp.nan, sp.oo, -sp.oo):

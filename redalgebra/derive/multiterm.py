@@ -438,7 +438,7 @@ def rewrite(c: Cascade, analysis, inline_body) -> Rewrite:
     return out
 
 
-def _deviations(tidy: sp.Expr, plain: sp.Expr, sums: list, n: sp.Symbol) -> sp.Expr:
+def _deviations(tidy: sp.Expr, plain: sp.Expr, sums: list, count: sp.Symbol) -> sp.Expr:
     """The power-sum part with each of its parts of degree two or more in the centred sums written as ``count`` times
     a product of differences of means, where it is one: the variance's ``s**2*(count - h)**2/(count*h**2)`` as
     ``count*(s/count - s/h)**2``, the covariance's ``count*(sx/count - sx/h)*(sy/count - sy/h)`` — the parallel-axis
@@ -450,8 +450,8 @@ def _deviations(tidy: sp.Expr, plain: sp.Expr, sums: list, n: sp.Symbol) -> sp.E
     if not sums or sp.simplify(tidy) == 0:
         return tidy
     means = {u: sp.Dummy(f"mean_{u.name}") for u in sums}
-    back = {m: u / n for u, m in means.items()}
-    numerator, denominator = sp.fraction(sp.together(plain.xreplace({u: n * means[u] for u in sums})))
+    back = {m: u / count for u, m in means.items()}
+    numerator, denominator = sp.fraction(sp.together(plain.xreplace({u: count * means[u] for u in sums})))
     if denominator.free_symbols & set(means.values()):
         return tidy
     try:
@@ -470,7 +470,7 @@ def _deviations(tidy: sp.Expr, plain: sp.Expr, sums: list, n: sp.Symbol) -> sp.E
         if degree < 2:
             form += _factor(part.xreplace(back))
             continue
-        coefficient, factors = (part / n).as_coeff_mul()
+        coefficient, factors = (part / count).as_coeff_mul()
         powers = [f.as_base_exp() for f in factors]
         moments = [(b, e) for b, e in powers if b in means.values()]
         rest = [(b, e) for b, e in powers if b not in means.values()]
@@ -478,7 +478,7 @@ def _deviations(tidy: sp.Expr, plain: sp.Expr, sums: list, n: sp.Symbol) -> sp.E
                 any(b.free_symbols & set(means.values()) or not (e.is_Integer and e % degree == 0) for b, e in rest):
             return tidy
         root = sp.Mul(*[b ** (e // degree) for b, e in rest])  # (the scale each mean's difference carries)
-        form += n * coefficient * sp.Mul(*[sp.expand((m * root).xreplace(back)) ** e for m, e in moments])
+        form += count * coefficient * sp.Mul(*[sp.expand((m * root).xreplace(back)) ** e for m, e in moments])
     return form if sp.simplify(form - plain) == 0 else tidy
 
 

@@ -157,10 +157,12 @@ def bind(c: Cascade, inputs: dict, params: dict, dtype=np.float64) -> tuple[dict
                                   f"got shape {a.shape}")
         arrays[s.name] = a
     rows = max(a.shape[0] for a in arrays.values())
-    for s in c.params:  # (queries given as params may outnumber the key rows they share: GQA, prefill attention)
-        shape = np.shape(params[s.name])
+    for s in c.params:  # (params may outnumber the rows of inputs they share, as in a call: queries of GQA and
+        shape = np.shape(params[s.name])  # prefill attention over a head's keys, labels over one row of logits)
         if s.size is not None and len(shape) == 2:
             rows = max(rows, shape[0])
+        elif s.size is None and len(shape) == 1 and all(shape[0] % a.shape[0] == 0 for a in arrays.values()):
+            rows = max(rows, shape[0])  # (a count the inputs' rows do not divide: the param's own message, below)
     length = next(iter(arrays.values())).shape[1]
     for s in c.inputs:
         a = arrays[s.name]

@@ -195,3 +195,12 @@ def test_the_reference_refuses_a_param_that_is_not_real_numbers_as_a_call_does()
         with pytest.raises(EvaluationError, match=why):
             evaluate(c, {"x": np.ones((2, 3))}, {"p": value})
     assert evaluate(c, {"x": np.ones((2, 3))}, {"p": [1, 2]})["m"].tolist() == [1.0, 2.0]
+
+
+def test_per_row_params_may_outnumber_the_rows_of_an_input_they_share_as_in_a_call():
+    # labels for three rows over one row of logits: the call takes it (the input shared), the reference refused it
+    c = workloads.get("cross_entropy").cascade
+    x = np.random.default_rng(0).normal(size=(1, 7))
+    got = evaluate(c, {"x": x}, {"label": [1, 2, 3]})["loss"]
+    want = evaluate(c, {"x": np.repeat(x, 3, axis=0)}, {"label": [1, 2, 3]})["loss"]
+    np.testing.assert_array_equal(got, want)

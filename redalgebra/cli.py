@@ -19,7 +19,7 @@ from .derive import analyze, derive, unfused
 from .derive.document import document
 from .derive.report import fused_json, fused_latex
 from .errors import NotFusableError, RedalgebraError
-from .ir.parser import decode_error
+from .ir.lexer import decode_error
 from .report import glossary, report
 
 

@@ -18,7 +18,7 @@ from redalgebra.algebra import budget, monoids, prove_distributes, prove_equal, 
 from redalgebra.cli import main
 from redalgebra.derive import derive
 from redalgebra.errors import CascadeSyntaxError, LimitError
-from redalgebra.ir.parser import RESERVED, decode
+from redalgebra.ir.lexer import RESERVED, decode
 from redalgebra.runtime import cache
 
 X = "input x\n"

@@ -19,7 +19,8 @@ from __future__ import annotations
 import builtins
 import keyword
 
-from ..ir.parser import parse, tokenize
+from ..ir.lexer import tokenize
+from ..ir.parser import parse
 
 #: Identifiers without an underscore that the generated modules define or their kernels use.
 BARE = frozenset("""

@@ -353,7 +353,7 @@ def _check_names(c: Cascade, names: list) -> None:
     """The parser's rules for a name, for cascades built without it (``CascadeBuilder``, ``Cascade``): an identifier
     of letters, digits and underscores, not a reserved word, at most ``MAX_NAME_CHARS`` long — what the kernels can
     be generated with."""
-    from .parser import RESERVED  # (the parser imports this module)
+    from .lexer import RESERVED  # (the lexer imports this module)
 
     for name in names:
         if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):

@@ -70,7 +70,6 @@ and reductions, vector lengths and top-k's ``k`` are bounded by
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from fractions import Fraction
 
 import sympy as sp
@@ -79,51 +78,13 @@ from ..errors import CascadeError, CascadeSyntaxError, LimitError
 from . import limits
 from .functions import COMPARISONS, ELEMENTWISE, Dot, VSum, condition, is_condition, number, where
 from .monoid import REDUCERS, topk
+from .lexer import CONSTANT_NAMES, FUNCTIONS, INT_LIMIT, KEYWORDS, REDUCER_NAMES, RESERVED, Token, split_lines, tokenize
 from .nodes import POS, POSITION, Cascade, Input, Let, Output, Param, Reduction, implied_sign, symbol
 
-KEYWORDS = ("input", "param", "let", "reduce", "out")
-FUNCTIONS = (*ELEMENTWISE, "dot", "max", "min", "where")
-REDUCER_NAMES = (*REDUCERS, "topk", "mean", "argmax")
-#: The largest magnitude of an ``int`` param a call takes (``runtime.arguments.INT_PARAM_LIMIT``: exact in float32).
-INT_LIMIT = 2 ** 24
-CONSTANTS = {POSITION: POS, "inf": sp.oo}
-LOGIC = ("and", "or", "not")
-# "mean" and "argmax" only mean reducers after 'reduce NAME =': still names elsewhere (cascades written before them)
-RESERVED = (*KEYWORDS, *FUNCTIONS, *(r for r in REDUCER_NAMES if r not in ("mean", "argmax")), *CONSTANTS, *LOGIC,
-            "int")
-_TOKEN = re.compile(r"""
-    (?P<ws>[ \t\f\v]+) | (?P<comment>\#.*) |
-    (?P<number>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?) |
-    (?P<name>[A-Za-z_][A-Za-z0-9_]*) |
-    (?P<op>\*\*|>=|<=|==|!=|[-+*/()\[\],=<>^])
-""", re.VERBOSE)
+CONSTANTS = dict(zip(CONSTANT_NAMES, (POS, sp.oo)))
+
 _BINARY = {"+": 10, "-": 10, "*": 20, "/": 20, "**": 40}
 _UNARY_MINUS = 30
-
-
-@dataclass(frozen=True, slots=True)
-class Token:
-    kind: str   # "number" | "name" | "op" | "end"
-    text: str
-    column: int  # 1-based
-
-
-def tokenize(line: str, line_no: int) -> list[Token]:
-    """Split one line into tokens; raises CascadeSyntaxError on a stray character."""
-    tokens, pos = [], 0
-    while pos < len(line):
-        m = _TOKEN.match(line, pos)
-        if m is None:
-            why = f"unexpected character {line[pos]!r}"
-            if line.startswith(".index", pos):  # (NAME.index: a top-k's indices, a result of the call only)
-                why += ("; NAME.index, a top-k's or an argmax's indices, is a result of the call, which expressions "
-                        "cannot read")
-            raise CascadeSyntaxError(why, line_no, pos + 1, line)
-        if m.lastgroup not in ("ws", "comment"):
-            tokens.append(Token(m.lastgroup, m.group(), pos + 1))
-        pos = m.end()
-    tokens.append(Token("end", "", len(line.rstrip()) + 1))
-    return tokens
 
 
 class _LineParser:
@@ -571,13 +532,6 @@ def _declared_later(lines: list[str]) -> dict[str, int]:
     return found
 
 
-def split_lines(text: str) -> list[str]:
-    """Lines broken at ``\\n``, ``\\r\\n`` and ``\\r`` only (not at ``\\v``, ``\\f`` or U+2028, as
-    ``str.splitlines`` does), so that line numbers are those of an editor."""
-    lines = re.split(r"\r\n|\r|\n", text)
-    return lines[:-1] if lines and lines[-1] == "" else lines
-
-
 def parse(text: str, name: str = "cascade") -> Cascade:
     """Parse cascade text into a validated :class:`Cascade`.
 
@@ -680,23 +634,3 @@ def _measure(expr, shape: dict, memo: dict) -> tuple[int, float]:
         out = (depth, power)
     memo[expr] = out
     return out
-
-
-def decode_error(err: UnicodeDecodeError) -> CascadeSyntaxError:
-    """A decoding error of cascade text as a syntax error at its line and column (not a byte offset)."""
-    data = err.object if isinstance(err.object, (bytes, bytearray)) else b""
-    before = split_lines(bytes(data[:err.start]).decode("utf-8", errors="replace") + "\n")
-    last = before[-1] if before else ""
-    line = bytes(data[err.start:]).split(b"\n")[0].decode("utf-8", errors="replace")
-    return CascadeSyntaxError(f"the text is not valid {err.encoding or 'UTF-8'}: byte "
-                              f"0x{data[err.start]:02x} ({err.reason})" if err.start < len(data) else
-                              f"the text is not valid UTF-8 ({err.reason})",
-                              len(before), len(last) + 1, (last + line).rstrip("\r"), 1)
-
-
-def decode(data: bytes) -> str:
-    """Cascade text from bytes: UTF-8, a leading byte-order mark dropped; else a CascadeSyntaxError."""
-    try:
-        return bytes(data).decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as err:
-        raise decode_error(err) from None

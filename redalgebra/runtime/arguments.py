@@ -1,19 +1,16 @@
-"""A call's params and outputs as the kernels take them: params checked and broadcast to a row per row (device arrays
-as they are, within the contract the kernels read them by), the outputs' shapes and dtypes, the caller's output arrays
-checked, and what a call refuses before a launch. Used by :class:`~.compile.Kernel` and the torch front end
+"""A call's params as the kernels take them: params checked and broadcast to a row per row (device arrays as they
+are, within the contract the kernels read them by), and what a call refuses before a launch (the outputs: :mod:`.outputs`). Used by :class:`~.compile.Kernel` and the torch front end
 (:mod:`.tensors`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..codegen import KernelSource
 from ..errors import EvaluationError
-from ..ir.parser import INT_LIMIT
+from ..ir.lexer import INT_LIMIT
 from ..ir.reference import _integers, real_values
-from .call_layout import OUT_ARRAYS, _c_contiguous
-from .driver import c_strides
-from .formats import BFloat16, Encoded, dtype_of as _dtype, is_device as _is_device, to_float
+from .call_layout import _c_contiguous
+from .formats import Encoded, dtype_of as _dtype, is_device as _is_device, to_float
 
 #: Strategies that multiply a float32 param (a query) on the tensor cores as its 16-bit value plus a residual: with
 #: float16 vectors, a component of 65520 or more has no float16 value (it rounds to inf) and the scores would be NaN.
@@ -21,11 +18,6 @@ SPLIT_QUERY = ("mma", "wgmma")
 #: The largest magnitude of an ``int`` param (a label, a query's position) a call takes: the kernels compute in float32,
 #: where every integer up to 2**24 is exact (a sum or difference with a position past it may still round).
 INT_PARAM_LIMIT = INT_LIMIT
-
-
-def host_output(array: np.ndarray, stored: str | None):
-    """An output copied to the host, as the user receives it (bfloat16 wrapped, e4m3 as bytes)."""
-    return BFloat16(array) if stored == "bfloat16" else array
 
 
 def param_values(p, value) -> np.ndarray:
@@ -97,49 +89,3 @@ def bound_param(p, value, rows: int, kind: str = "float32"):
         raise EvaluationError(f"param {p.name}: expected {'a number or (rows,)' if p.size is None else '(size,) or (rows, size)'}"
                               f" with rows = {rows}, got shape {given.shape}")
     return np.ascontiguousarray(a)
-
-
-def given_outputs(out, shapes: dict, on_device: bool) -> dict:
-    """The caller's output arrays, each checked against what the kernel writes."""
-    if not out:
-        return {}
-    unknown = sorted(set(out) - set(shapes))
-    if unknown:
-        raise EvaluationError(f"out: no output named {unknown}; the outputs are {sorted(shapes)}")
-    given = {}
-    for name, array in out.items():
-        array = array.bits if isinstance(array, Encoded) else array
-        shape, dtype = shapes[name][0], np.dtype(shapes[name][1])
-        where = "a device array" if on_device else "a NumPy array"
-        if on_device != _is_device(array) or (not on_device and not isinstance(array, np.ndarray)):
-            raise EvaluationError(f"out[{name!r}] must be {where} (like the inputs), got {type(array).__name__}")
-        got = _dtype(array)
-        same_kind = got == dtype or (got.itemsize == dtype.itemsize and got.kind in "iu" and dtype.kind in "iu")
-        strides = (array.__cuda_array_interface__.get("strides") if on_device else
-                   (None if array.flags.c_contiguous else array.strides))
-        if tuple(array.shape) != shape or not same_kind or strides not in (None, c_strides(shape, got.itemsize)):
-            stored = {np.dtype(np.uint16): "bfloat16 bit patterns", np.dtype(np.uint8): "e4m3 bytes"}.get(dtype, dtype)
-            raise EvaluationError(f"out[{name!r}] must be a contiguous {shape} array of {stored}, got "
-                                  f"{got} {tuple(array.shape)}" + ("" if strides is None else " (strided)"))
-        if not on_device and not array.flags.writeable:
-            raise EvaluationError(f"out[{name!r}] is read-only (a view of bytes, or an array with writeable=False): "
-                                  f"the kernel writes into it")
-        if on_device and array.__cuda_array_interface__["data"][0] % 16:
-            raise EvaluationError(f"out[{name!r}] must start on a 16-byte boundary (the kernels store 16 bytes at "
-                                  f"a time); this one starts {array.__cuda_array_interface__['data'][0] % 16} "
-                                  f"bytes past one, as a slice of a larger array may")
-        given[name] = array
-    return given
-
-
-def output_shapes(src: KernelSource, rows: int, length: int) -> dict:
-    """``{output: (shape, NumPy dtype)}`` of what the kernels write (bfloat16 as uint16, e4m3 as uint8)."""
-    shapes = {}
-    for name, kind, size in src.outputs:
-        width = () if size is None else (src.constants[size],)
-        if kind == "index":
-            shapes[name] = ((rows, size if isinstance(size, int) else src.constants[size]), np.int32)
-        else:
-            dtype = OUT_ARRAYS[dict(src.out_dtypes).get(name, "float32")]
-            shapes[name] = ((rows, length, *width) if kind == "element" else (rows, *width), dtype)
-    return shapes

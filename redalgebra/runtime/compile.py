@@ -31,13 +31,12 @@ from ..errors import EvaluationError, ExactnessHint, NotFusableError, Performanc
 from .backends import check_backend, cuda_module, device_capability, device_multiprocessors, multiprocessors
 from .cache import load
 from .choice import ROUNDED_GAIN, ROUNDED_NOTE, choose, rounded_alternative
-from .formats import Encoded, as_bfloat16, dtype_of as _dtype, is_device as _is_device
-from .arguments import SPLIT_QUERY, bound_param, given_outputs, host_output, output_shapes, query_fits_float16
+from .formats import Encoded, dtype_of as _dtype, is_device as _is_device
+from .arguments import SPLIT_QUERY, bound_param, query_fits_float16
+from .outputs import ASKED, asked_outputs, given_outputs, host_output, output_shapes, poisoned, returned
 from .call_layout import _alignment, _c_contiguous, _contiguous_alignment, _signature, k_major, param_kind
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
-#: the host dtype of an ``out_dtype`` asked for (bfloat16 as its bit patterns, in a :class:`BFloat16`)
-_ASKED = {"bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
 DEFAULT_STRATEGY = {"cpu": "auto", "cuda": "auto", "cudasim": "auto"}
 class KMajorUnread(EvaluationError):
     """A device input laid out K-major that the call's strategy does not read as it lies (``Spec.k_major``): a
@@ -404,7 +403,7 @@ class Kernel:
             if name in src.written:
                 # what a strategy says it writes whole before reading is poisoned on the simulator, so that a read
                 # of an entry it did not write shows in the outputs (the GPU's allocation is not zero-filled)
-                _poisoned(named[name], self.backend)
+                poisoned(named[name], self.backend)
         return src, module, named, outs, rows
 
     def __call__(self, inputs: dict, params: dict | None = None, keep=None, out: dict | None = None) -> dict:
@@ -434,7 +433,7 @@ class Kernel:
         if self.backend == "cpu":
             module.kernel(*[np.ascontiguousarray(named[a]) if isinstance(named[a], np.ndarray) else named[a]
                             for a in src.args])
-            return {name: self._returned(v, name, stored.get(name), given.get(name)) for name, v in outs.items()}
+            return {name: returned(self.out_dtype, v, name, stored.get(name), given.get(name)) for name, v in outs.items()}
         on_device = any(_is_device(getattr(inputs[s.name], "bits", inputs[s.name])) for s in self.fused.cascade.inputs)
         launch = self._device_launch(src, module, named, rows)
         launch.run()
@@ -448,37 +447,9 @@ class Kernel:
                 host = arr.copy_to_host(bits)
                 result[name] = mine if isinstance(mine, Encoded) else host_output(host, stored.get(name))
             else:
-                result[name] = self._returned(host_output(arr.copy_to_host(), stored.get(name)), name, stored.get(name),
+                result[name] = returned(self.out_dtype, host_output(arr.copy_to_host(), stored.get(name)), name, stored.get(name),
                                           mine)
         return result
-
-    def _asked_outputs(self, out, shapes: dict, on_device: bool) -> dict:
-        """The host arrays of ``out`` for outputs the strategy stores in float32 where ``out_dtype`` asks for a 16-bit
-        type: the call returns them in that type, so ``out`` must hold it (checked against it; the call writes them
-        rounded, :meth:`_returned`)."""
-        if not out or on_device or self.out_dtype not in _ASKED:
-            return {}
-        return {name: array for name, array in out.items()
-                if name in shapes and not name.endswith(".index") and np.dtype(shapes[name][1]) == np.float32}
-
-    def _returned(self, value, name: str, stored: str | None, mine):
-        """Output ``name`` as the call returns it: ``value`` in the type asked (:meth:`_as_asked`), or the caller's
-        ``mine`` (from ``out``), which the kernels wrote in place or which receives ``value`` rounded to its type."""
-        if mine is None:
-            return self._as_asked(value, name, stored)
-        bits = mine.bits if isinstance(mine, Encoded) else mine
-        if value is bits or value is mine:
-            return value
-        rounded = self._as_asked(value, name, stored)
-        np.copyto(bits, rounded.bits if isinstance(rounded, Encoded) else rounded)
-        return mine
-
-    def _as_asked(self, value, name: str, stored: str | None):
-        """A host output in the 16-bit type ``out_dtype`` asks for where the strategy stored it in float32 (rounded to
-        nearest here, once: what storing it so would have given); as it is otherwise (top-k indices too)."""
-        if self.out_dtype not in ("bfloat16", "float16") or name.endswith(".index") or (stored or "float32") != "float32":
-            return value
-        return as_bfloat16(value) if self.out_dtype == "bfloat16" else np.asarray(value).astype(np.float16)
 
     def prepare(self, inputs: dict, params: dict | None = None, keep=None) -> "Launch":
         """Everything but the launch done once — for timing: ``prepare(...).run()`` only launches."""
@@ -521,26 +492,16 @@ class Kernel:
         ``out``: arrays the caller gives for some outputs (checked, then written in place)."""
         shapes = output_shapes(src, rows, length)
         # an output stored in float32 where out_dtype asks for 16 bits is checked against the type asked; the kernels
-        # write it into an array of their own here, and _run rounds it into the caller's (Kernel._returned)
-        asked = self._asked_outputs(out, shapes, on_device)
+        # write it into an array of their own here, and _run rounds it into the caller's (outputs.returned)
+        asked = asked_outputs(self.out_dtype, out, shapes, on_device)
         given = given_outputs({k: v for k, v in (out or {}).items() if k not in asked}, shapes, on_device)
-        given_outputs(asked, {name: (shapes[name][0], _ASKED[self.out_dtype]) for name in asked}, on_device)
+        given_outputs(asked, {name: (shapes[name][0], ASKED[self.out_dtype]) for name in asked}, on_device)
         if not on_device:
-            return {name: given[name] if name in given else _poisoned(np.zeros(shape, dtype), self.backend)
+            return {name: given[name] if name in given else poisoned(np.zeros(shape, dtype), self.backend)
                     for name, (shape, dtype) in shapes.items()}
         cuda = cuda_module(self.backend)
         return {name: given[name] if name in given else cuda.device_array(shape, dtype)
                 for name, (shape, dtype) in shapes.items()}
-
-def _poisoned(array: np.ndarray, backend: str) -> np.ndarray:
-    """``array`` filled with NaN (floats) or the type's largest value (integers) on the simulator: an allocation on the
-    GPU is not zero-filled (a call on device arrays gets its outputs so), so a kernel that leaves an entry unwritten
-    shows it there instead of passing on numba's zeros. Elsewhere ``array`` as it is."""
-    kind = array.dtype.kind
-    if backend == "cudasim" and kind in "fiu":
-        array[...] = np.nan if kind == "f" else np.iinfo(array.dtype).max
-    return array
-
 
 @functools.cache
 def _torch_call():

@@ -72,7 +72,7 @@ def test_outputs_are_written_into_arrays_given_as_out():
 
 def test_a_device_out_array_off_a_16_byte_boundary_is_refused_by_name():
     # the kernels store 16 bytes at a time: on the GPU a contiguous slice starting 4 bytes past a boundary would fault
-    from redalgebra.runtime.arguments import given_outputs
+    from redalgebra.runtime.outputs import given_outputs
 
     class DeviceArray:  # what the check reads of a device array (its CUDA array interface)
         def __init__(self, address):

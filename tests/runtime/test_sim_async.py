@@ -179,7 +179,7 @@ def test_outputs_allocated_for_a_simulated_call_start_as_nan_not_zeros():
     # as a call on device arrays gets them on the GPU (not zero-filled): an entry a kernel leaves unwritten shows
     # as NaN (floats) or the type's largest value, where numba's zeros would pass for a zero result; the CPU back
     # end's arrays are left as allocated
-    from redalgebra.runtime.compile import _poisoned
+    from redalgebra.runtime.outputs import poisoned as _poisoned
 
     for dtype, want in (("float32", np.nan), ("uint16", 0xFFFF), ("int32", 2 ** 31 - 1)):
         got = _poisoned(np.zeros((2, 3), dtype), "cudasim")

@@ -447,7 +447,7 @@ def _deviations(tidy: sp.Expr, plain: sp.Expr, sums: list, count: sp.Symbol) -> 
     (elements of 6e16 in a row of 300) and then gives ``inf * 0 = NaN`` where ``h`` is the count; the means'
     difference is 0 there and squares nothing larger than the mean. ``tidy`` as it is where a part has another
     shape."""
-    if not sums or sp.simplify(tidy) == 0:
+    if not sums or tidy == 0:
         return tidy
     means = {u: sp.Dummy(f"mean_{u.name}") for u in sums}
     back = {m: u / count for u, m in means.items()}

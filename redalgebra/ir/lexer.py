@@ -15,7 +15,8 @@ from .nodes import POSITION
 KEYWORDS = ("input", "param", "let", "reduce", "out")
 FUNCTIONS = (*ELEMENTWISE, "dot", "max", "min", "where")
 REDUCER_NAMES = (*REDUCERS, "topk", "mean", "argmax")
-#: The largest magnitude of an ``int`` param a call takes (``runtime.arguments.INT_PARAM_LIMIT``: exact in float32).
+#: The largest magnitude of an ``int`` param (a label, a query's position) a call takes, and a bound may admit: the
+#: kernels compute in float32, where every integer up to 2**24 is exact.
 INT_LIMIT = 2 ** 24
 #: Names of constants: the element's index along the axis and infinity (``parser.CONSTANTS`` holds their values).
 CONSTANT_NAMES = (POSITION, "inf")

@@ -15,21 +15,18 @@ from .formats import Encoded, dtype_of as _dtype, is_device as _is_device, to_fl
 #: Strategies that multiply a float32 param (a query) on the tensor cores as its 16-bit value plus a residual: with
 #: float16 vectors, a component of 65520 or more has no float16 value (it rounds to inf) and the scores would be NaN.
 SPLIT_QUERY = ("mma", "wgmma")
-#: The largest magnitude of an ``int`` param (a label, a query's position) a call takes: the kernels compute in float32,
-#: where every integer up to 2**24 is exact (a sum or difference with a position past it may still round).
-INT_PARAM_LIMIT = INT_LIMIT
 
 
 def param_values(p, value) -> np.ndarray:
     """A host param's values as an array of real numbers (exact ones — fractions, SymPy numbers — as float64), an
-    ``int`` param's checked: whole numbers of magnitude at most :data:`INT_PARAM_LIMIT`; else a named error."""
+    ``int`` param's checked: whole numbers of magnitude at most :data:`INT_LIMIT`; else a named error."""
     given = real_values(p, value)
     if p.integer:
         given = _integers(p, given, np.float64)
-        if given.size and np.abs(given).max() > INT_PARAM_LIMIT:
+        if given.size and np.abs(given).max() > INT_LIMIT:
             worst = given.flat[int(np.argmax(np.abs(given)))]  # (with its sign)
             raise EvaluationError(f"param {p.name} (declared int) is computed in float32 by the kernels, where "
-                                  f"integers are exact up to {INT_PARAM_LIMIT} in magnitude; got {worst:.0f}")
+                                  f"integers are exact up to {INT_LIMIT} in magnitude; got {worst:.0f}")
     return given
 
 

@@ -4,6 +4,11 @@ import os
 # anything imports numba.cuda. Real CUDA variants are compiled to PTX in a subprocess.
 os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 os.environ.setdefault("REDALGEBRA_CACHE", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "kernels"))
+# CPU kernels compiled serial (prange as range: the same code a row), in a third of the time of numba's parallel
+# build, which compiling them dominates on a clean clone (a catalogue kernel 0.35-0.5 s against 1.25 s). The parallel
+# build is tested where it is asked for: every catalogue cascade (test_kernels.py), the fuzzed cascades
+# (test_hostile.py), the snapshots and the cache's CPU module. Subprocesses (notebooks, the CLI) inherit it.
+os.environ.setdefault("REDALGEBRA_CPU_PARALLEL", "0")
 
 import matplotlib  # noqa: E402
 import pytest  # noqa: E402
@@ -15,6 +20,12 @@ matplotlib.use("Agg")
 settings.register_profile("ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("explore", deadline=None, max_examples=500)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def parallel_cpu(monkeypatch):
+    """CPU kernels built as users get them: ``njit(parallel=True)``."""
+    monkeypatch.setenv("REDALGEBRA_CPU_PARALLEL", "1")
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ from ..errors import RedalgebraError
 from ..derive import FusedCascade
 from .emit import (Layout, Spec, element_loads, emit_program, final_access, identity_value, merge_access,
                    update_access)
-from .helpers import CACHE_LINE, CUDA_HELPERS, HELPER_CONSTANTS, HELPERS, LANE_HELPERS, SIM_MATH_LINES
+from .helpers import CACHE_LINE, CUDA_HELPERS, HELPER_CONSTANTS, HELPERS, LANE_HELPERS, SIM_MATH_LINES, cpu_header
 from .lanes import LaneSkeletons, split_partial_dots
 from .printer import Constants, print_expr
 
@@ -579,8 +579,7 @@ class _Gen(LaneSkeletons):
     def module(self) -> KernelSource:
         kernels = self.kernels()  # printing the bodies registers the constants the header lists
         if self.backend == "cpu":
-            header = ["from numba import njit, prange, float32, int32", CACHE_LINE]
-            device, kernel = "njit(cache=False)", "njit(parallel=True, fastmath=False, cache=CACHE)"
+            header, device, kernel = cpu_header()
         else:
             # launch bounds let the compiler fit the registers to the block (a 1024-thread block
             # launches); the simulator takes no such option

@@ -8,7 +8,7 @@ back ends).
 
 from __future__ import annotations
 
-from .helpers import CACHE_LINE, HELPER_CONSTANTS, HELPERS, QUOTIENT_HELPERS, SIM_MATH_LINES
+from .helpers import CACHE_LINE, HELPER_CONSTANTS, HELPERS, QUOTIENT_HELPERS, SIM_MATH_LINES, cpu_header
 from .tree import INTRINSICS, PRINTERS, SIM_SHUFFLE_SLOTS, TENSOR_CORES, Call, Shared, Shuffle, walk
 
 
@@ -31,8 +31,7 @@ def assemble(fused, spec, target: str, strategy: str, kernels: list, consts, con
             tree = [Shared("shfl_f", (slots, threads)), Shared("shfl_i", (slots, threads), "int32"), *tree]
         bodies.append((name, args, printer.lines(tree)))
     if target == "cpu":
-        header = ["from numba import njit, prange, float32, int32", CACHE_LINE]
-        device, decorator = "njit(cache=False)", "njit(parallel=True, fastmath=False, cache=CACHE)"
+        header, device, decorator = cpu_header()
     else:
         header = ["from numba import config, cuda, float32, int32, uint16, uint32",
                   f"from redalgebra.runtime.intrinsics import {', '.join(INTRINSICS)}",

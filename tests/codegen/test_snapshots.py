@@ -20,7 +20,7 @@ SIZES = Spec((("d", 128), ("e", 64), ("n", 64), ("r", 512)), threads=128)
 
 @pytest.mark.parametrize("name", PAPER)
 @pytest.mark.parametrize("backend, strategy", [("cpu", "row"), ("cuda", "block"), ("cuda", "lanes")])
-def test_generated_source_matches_its_snapshot(name, backend, strategy):
+def test_generated_source_matches_its_snapshot(name, backend, strategy, parallel_cpu):
     source = generate(fused(name), backend, strategy, SIZES).source
     path = SNAPSHOTS / f"{name}.{backend}.{strategy}.py"
     if os.environ.get("REDALGEBRA_UPDATE_SNAPSHOTS") == "1":

@@ -70,7 +70,7 @@ def test_numba_keeps_compiled_kernels_only_in_a_folder_no_one_else_may_write(tmp
     assert not cache.numba_cache(None)  # a module without a file (source run as text)
 
 
-def test_generated_cuda_modules_ask_for_the_disk_cache_and_the_simulator_does_not_get_it():
+def test_generated_cuda_modules_ask_for_the_disk_cache_and_the_simulator_does_not_get_it(parallel_cpu, monkeypatch):
     from redalgebra.codegen import generate
     from tests.catalogue import fused
 
@@ -83,7 +83,10 @@ def test_generated_cuda_modules_ask_for_the_disk_cache_and_the_simulator_does_no
     # the simulator's kernels take no options (the cache among them); a module run without a file has no cache
     assert namespace["BOUNDS"] == {} and namespace["CACHE"] is False
     cpu = generate(fused("safe_softmax"), "cpu").source  # the CPU's parallel kernels too
-    assert "CACHE = numba_cache(" in cpu and "njit(parallel=True, fastmath=False, cache=CACHE)" in cpu
+    assert "CACHE = numba_cache(" in cpu and "njit(parallel=True, fastmath=False, error_model='numpy', cache=CACHE)" in cpu
+    monkeypatch.setenv("REDALGEBRA_CPU_PARALLEL", "0")  # ... or serial, asked for: another module
+    serial = generate(fused("safe_softmax"), "cpu").source
+    assert serial == cpu.replace("njit(parallel=True,", "njit(parallel=False,")
 
 
 def test_a_cpu_kernel_compiled_in_one_process_is_loaded_by_the_next(tmp_path):

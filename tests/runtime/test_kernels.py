@@ -11,7 +11,7 @@ from tests.catalogue import FUSABLE, fused
 
 
 @pytest.mark.parametrize("name", FUSABLE)
-def test_cpu_kernels_match_the_reference(name):
+def test_cpu_kernels_match_the_reference(name, parallel_cpu):
     # float16 inputs are widened on the host (numba's CPU target has no float16 arrays) and bfloat16 patterns
     # decoded by one helper per element: only their rounding differs from float32's, the same for any cascade,
     # so softmax alone runs them (the simulated and GPU kernels, whose loads differ per dtype, run every one)

@@ -30,19 +30,19 @@ D_n = 64
 D_r = 512
 K_t = 8
 
-@njit(cache=False)
+@njit(cache=False, error_model='numpy')
 def rt_max(a, b):
     """The larger of a and b, NaN when either is NaN (as NumPy's maximum; Python's max drops a NaN)."""
     return a if a > b or a != a else b
 
 
-@njit(cache=False)
+@njit(cache=False, error_model='numpy')
 def rt_min(a, b):
     """The smaller of a and b, NaN when either is NaN."""
     return a if a < b or a != a else b
 
 
-@njit(cache=False)
+@njit(cache=False, error_model='numpy')
 def rt_log(x):
     """log with IEEE results at the edges (log 0 = -inf, log of a negative = nan) on every target."""
     if x > _FP8_ZERO:
@@ -50,13 +50,13 @@ def rt_log(x):
     return NEG_INF if x == _FP8_ZERO else NAN
 
 
-@njit(cache=False)
+@njit(cache=False, error_model='numpy')
 def rt_sqrt(x):
     """sqrt with sqrt of a negative = nan on every target (the simulator's math.sqrt raises)."""
     return math.sqrt(x) if x >= _FP8_ZERO else NAN
 
 
-@njit(cache=False)
+@njit(cache=False, error_model='numpy')
 def rt_log1p(x):
     """log1p with IEEE results at the edges (log1p(-1) = -inf, below -1 nan) on every target (the simulator's
     math.log1p raises)."""
@@ -65,7 +65,7 @@ def rt_log1p(x):
     return NEG_INF if x == -_FP8_ONE else NAN
 
 
-@njit(cache=False)
+@njit(cache=False, error_model='numpy')
 def rt_logaddexp(a, b):
     """log(exp(a) + exp(b)) without forming exp(a) or exp(b) (each overflows float32 past 88): max(a, b) +
     log1p(exp(-|a - b|)); ±inf when the larger is (both -inf, or both inf: their difference would be nan), nan
@@ -76,7 +76,7 @@ def rt_logaddexp(a, b):
     return m + math.log1p(math.exp(-abs(a - b)))
 
 
-@njit(cache=False)
+@njit(cache=False, error_model='numpy')
 def rt_floor(x):
     """floor as a float32 (numba's math.floor returns an integer), -0 kept as in NumPy; nan and ±inf stay
     (the simulator's math.floor raises on them)."""
@@ -85,7 +85,7 @@ def rt_floor(x):
     return math.copysign(float32(math.floor(x)), x)
 
 
-@njit(cache=False)
+@njit(cache=False, error_model='numpy')
 def rt_round(x):
     """x rounded to the nearest integer, ties to even (NumPy's rint), as a float32 with the sign of x (a
     negative x rounds to -0, not 0); nan and ±inf stay."""
@@ -100,7 +100,7 @@ def rt_round(x):
     return math.copysign(f, x)
 
 
-@njit(cache=False)
+@njit(cache=False, error_model='numpy')
 def rt_bf16(u):
     """The float32 value of bfloat16 bits (a uint16 or int16 element), decoded arithmetically."""
     b = int32(u) & 0xFFFF
@@ -114,7 +114,7 @@ def rt_bf16(u):
     return sign * (_FP8_ONE + m * _BF16_MANT) * math.pow(_FP8_TWO, float32(e - 127))
 
 
-@njit(cache=False)
+@njit(cache=False, error_model='numpy')
 def rt_e4m3(u):
     """The float32 value of an FP8 e4m3 byte (a uint8 or int8 element), decoded arithmetically: exact."""
     b = int32(u) & 0xFF
@@ -128,7 +128,7 @@ def rt_e4m3(u):
     return sign * (_FP8_ONE + m * _E4M3_MANT) * math.pow(_FP8_TWO, float32(e - 7))
 
 
-@njit(cache=False)
+@njit(cache=False, error_model='numpy')
 def rt_fp8(x):
     """Round a float32 to the nearest e4m3 value, ties to even, saturating at ±448 (nan stays nan)."""
     if x != x:
@@ -146,7 +146,7 @@ def rt_fp8(x):
     return r * _FP8_UNSCALE[shift + 5]
 
 
-@njit(cache=False)
+@njit(cache=False, error_model='numpy')
 def rt_topk_insert(vals, idx, v, i):
     """Insert (v, i) into a descending top-k list; ties go to the lower index; -inf means empty.
     NaN ranks above every number, NaNs by index (the reference's order).
@@ -172,7 +172,7 @@ def rt_topk_insert(vals, idx, v, i):
             i = ti
 
 
-@njit(cache=False)
+@njit(cache=False, error_model='numpy')
 def rt_topk_merge(vals, idx, ovals, oidx):
     """Merge another top-k list into (vals, idx)."""
     for j in range(ovals.shape[0]):
@@ -180,7 +180,7 @@ def rt_topk_merge(vals, idx, ovals, oidx):
             rt_topk_insert(vals, idx, ovals[j], oidx[j])
 
 
-@njit(parallel=True, fastmath=False, cache=CACHE)
+@njit(parallel=True, fastmath=False, error_model='numpy', cache=CACHE)
 def kernel(g, rep_g, keep, out_w, out_t_index, rows, length):
     for row in prange(rows):
         s_t = np.empty(K_t, np.float32)

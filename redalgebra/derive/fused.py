@@ -43,7 +43,7 @@ from ..ir import ADD, MUL, Cascade, Monoid, Reduction, build_graph, reduction_de
 from ..ir.nodes import require_cascade
 from ..ir.printer import CascadePrinter, reducer_text
 from .analysis import Analysis, ReductionAnalysis, analyze, analyze_reduction
-from .ranges import grows, may_diverge, may_vanish
+from .ranges import grows, may_diverge, may_vanish, overshoots
 from .multiterm import combination_proof, merge_proof, rewrite
 from .prepare import bodies, element_atoms, has_casts, inline, outputs, sign_facts
 from .program import Program, TopKMerge, build
@@ -295,9 +295,21 @@ def uncorrectable(analysis: Analysis) -> list:
         deps = [analysis.cascade.symbols[d] for d in ra.deps]
         if may_vanish(ra.H, analysis.signs, deps) if ra.otimes is MUL else may_diverge(ra.H, analysis.signs, deps):
             found.append(ra)
-        elif unskippable(ra, analysis) or outgrown(ra, analysis):
+        elif unskippable(ra, analysis) or outgrown(ra, analysis) or undershifted(ra, analysis):
             found.append(ra)
     return found
+
+
+def undershifted(ra: ReductionAnalysis, analysis: Analysis) -> bool:
+    """Whether ``ra``'s correction form shifts its exponentials by a running max or min that does not bound them
+    (:func:`.ranges.overshoots`: ``exp(x - 2m)`` for ``m = max(x)``, ``exp(x - m)`` for ``m = max(2x)``): a prefix's
+    terms overflow where the row's do not."""
+    if ra.otimes is not MUL or ra.deferred:
+        return False
+    c = analysis.cascade
+    extrema = {c.symbols[d]: (analysis[d].F, analysis[d].monoid.name == "max") for d in ra.deps
+               if analysis[d].monoid.name in ("max", "min") and analysis[d].monoid.k is None}
+    return bool(extrema) and overshoots(ra.F, ra.H, extrema, {c.symbols[s.name] for s in c.inputs})
 
 
 def outgrown(ra: ReductionAnalysis, analysis: Analysis) -> bool:
@@ -401,6 +413,13 @@ def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
             notes.append(f"{ra.name}: H = {ra.H} holds an exponential of a sum-like dependency, whose partial values "
                          f"can leave float32's range where the row's does not (a prefix summing past 88): the one-pass "
                          f"forms are NaN there; the level order (strategy 'levels', the CPU's auto) is exact")
+            continue
+        if undershifted(ra, analysis):
+            notes.append(f"{ra.name}: its exponentials are shifted by a running max or min that does not bound them "
+                         f"({ra.name}'s terms at a dependency equal to the element's own value still hold an "
+                         f"exponential of the element, as exp(x - 2*m) for m = max(x) does): a prefix's terms can "
+                         f"overflow float32 where the row's do not, and the one-pass forms are NaN there; the level "
+                         f"order (strategy 'levels', the CPU's auto) is exact")
             continue
         skip = unskippable(ra, analysis)
         if skip is not None:

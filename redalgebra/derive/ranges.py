@@ -115,6 +115,29 @@ def grows(G: sp.Expr, H: sp.Expr, unbounded) -> bool:
     return tame(G) and any(e.free_symbols & set(unbounded) for e in H.atoms(sp.exp, Sigmoid))
 
 
+def overshoots(F: sp.Expr, H: sp.Expr, extrema: dict, elements: set) -> bool:
+    """Whether a running max or min shifts the exponentials of ``H`` too little to keep a prefix's terms in range:
+    ``extrema`` maps each max/min dependency of H to ``(its body, True for a max)``, ``elements`` are the input
+    symbols. The state's terms are ``F`` at the prefix's dependencies; where H's exponentials shrink as a running max
+    grows (or a running min falls), a prefix's terms are larger than the row's, and at most ``F`` with each dependency
+    at the element's own value (``exp(x - m) ≤ exp(0)``): that bound must hold no exponential of the elements. It
+    does not for ``exp(x - 2m)`` (``exp(-x)``: at ``x = m = -100`` a prefix's term is ``exp(100)``, inf in float32,
+    where the row's maximum 50 gives ``exp(-200)``), nor for ``exp(x - m)`` with ``m = max(2x)``; the correction
+    form is then inf·0 on such rows. Dependencies that move H the other way leave a prefix's terms below the row's."""
+    moving = {}
+    for d, (body, is_max) in extrema.items():
+        if not any(d in e.free_symbols for e in H.atoms(sp.exp)):
+            continue
+        slope = sp.diff(sp.expand_log(sp.log(H), force=True), d)
+        if not (slope.is_nonnegative if is_max else slope.is_nonpositive):  # (undecided: taken as growing)
+            moving[d] = body
+    if not moving:
+        return False
+    bound = sp.powsimp(sp.simplify(F.xreplace(moving)), combine="exp")
+    return any(a.free_symbols & elements for a in bound.atoms(sp.exp)) or \
+        any(p.exp.free_symbols & elements for p in bound.atoms(sp.Pow))
+
+
 def _sound(facts: dict) -> dict:
     """Each reduction result as it is on non-empty states: a ``>= 0`` one may be 0 there (:func:`state_symbol`)."""
     return {f.symbol.func(f.name, real=True): state_symbol(f, sound=True) for f in facts.values()}

@@ -254,3 +254,32 @@ def test_the_evaluator_finalizes_a_constant_output_in_the_references_layout():
     assert got.keys() == want.keys()
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])
+
+
+@pytest.mark.parametrize("text,x", [
+    ("input x\nreduce m = max(x)\nreduce s = sum(exp(x - 2*m))\nout y = s", [-100.0, 50.0]),
+    ("input x\nreduce m = max(2*x)\nreduce s = sum(exp(x - m))\nout y = s", [-100.0, 50.0]),
+    ("input x\nreduce n = min(x)\nreduce s = sum(exp(2*n - x))\nout y = s", [100.0, -50.0]),
+    ("input x\nreduce r = max(abs(x))\nreduce s = min(exp(2*(x*x - r)))\nout y = s", [10.0, 100.0])])
+def test_a_running_max_that_does_not_bound_the_exponentials_is_named_and_the_cpu_computes_it_exactly(text, x):
+    # a prefix's terms overflow where the row's do not (exp(x - 2m) at x = m = -100 is exp(100)): the one-pass forms
+    # are NaN there, so the guards say so and the CPU's auto takes the level order
+    from redalgebra.runtime import compile
+
+    f = derive(parse(text))
+    assert f.uncorrectable == ("s",)
+    assert any("does not bound them" in g for g in f.guards)
+    row = np.array([x], np.float32)
+    want = evaluate(f.cascade, {"x": row.astype(np.float64)})["y"]
+    assert np.isfinite(want).all()
+    np.testing.assert_allclose(compile(f, "cpu")({"x": row})["y"], want, rtol=1e-5)
+    with pytest.warns(UserWarning, match="one-pass form"):
+        assert np.isnan(compile(f, "cpu", "row")({"x": row})["y"]).all()  # (what the guard warns of)
+
+
+@pytest.mark.parametrize("text", ["input x\nreduce m = max(log(x))\nreduce s = sum(x * exp(-m))\nout y = s",
+                                  "input x\nreduce m = max(x)\nreduce s = sum(x * exp(x - m))\nout y = s",
+                                  "input x\nreduce m = max(x + 1)\nreduce s = sum(exp(x - m))\nout y = s"])
+def test_a_running_max_that_bounds_the_exponentials_keeps_the_one_pass_form(text):
+    # x·exp(-m) ≤ 1 for m = max(log x); x·exp(x - m) ≤ x; exp(x - m) ≤ exp(-1) for m = max(x + 1)
+    assert derive(parse(text)).uncorrectable == ()

@@ -304,12 +304,8 @@ def undershifted(ra: ReductionAnalysis, analysis: Analysis) -> bool:
     """Whether ``ra``'s correction form shifts its exponentials by a running max or min that does not bound them
     (:func:`.ranges.overshoots`: ``exp(x - 2m)`` for ``m = max(x)``, ``exp(x - m)`` for ``m = max(2x)``): a prefix's
     terms overflow where the row's do not."""
-    if ra.otimes is not MUL or ra.deferred:
-        return False
     c = analysis.cascade
-    extrema = {c.symbols[d]: (analysis[d].F, analysis[d].monoid.name == "max") for d in ra.deps
-               if analysis[d].monoid.name in ("max", "min") and analysis[d].monoid.k is None}
-    return bool(extrema) and overshoots(ra.F, ra.H, extrema, {c.symbols[s.name] for s in c.inputs})
+    return ra.otimes is MUL and not ra.deferred and overshoots(ra.F, ra.H, c, {c.symbols[d] for d in ra.deps})
 
 
 def outgrown(ra: ReductionAnalysis, analysis: Analysis) -> bool:
@@ -414,13 +410,6 @@ def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
                          f"can leave float32's range where the row's does not (a prefix summing past 88): the one-pass "
                          f"forms are NaN there; the level order (strategy 'levels', the CPU's auto) is exact")
             continue
-        if undershifted(ra, analysis):
-            notes.append(f"{ra.name}: its exponentials are shifted by a running max or min that does not bound them "
-                         f"({ra.name}'s terms at a dependency equal to the element's own value still hold an "
-                         f"exponential of the element, as exp(x - 2*m) for m = max(x) does): a prefix's terms can "
-                         f"overflow float32 where the row's do not, and the one-pass forms are NaN there; the level "
-                         f"order (strategy 'levels', the CPU's auto) is exact")
-            continue
         skip = unskippable(ra, analysis)
         if skip is not None:
             notes.append(f"{ra.name}: a side whose {skip} is {analysis[skip].monoid.identity} is skipped as empty, but an "
@@ -428,6 +417,13 @@ def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
                          f"a value a where(…, -inf) mask wrote) still contributes to {ra.name} here, where the "
                          f"reference counts it: the one-pass forms lose it on rows holding one; the level order "
                          f"(strategy 'levels', the CPU's auto) keeps it")
+            continue
+        if undershifted(ra, analysis):
+            notes.append(f"{ra.name}: its exponentials are shifted by a running max or min that does not bound them "
+                         f"({ra.name}'s terms at a dependency equal to the element's own value still hold an "
+                         f"exponential of the element, as exp(x - 2*m) for m = max(x) does): a prefix's terms can "
+                         f"overflow float32 where the row's do not, and the one-pass forms are NaN there; the level "
+                         f"order (strategy 'levels', the CPU's auto) is exact")
             continue
         why = ("a top-k keeps its values, corrected as they go" if ra.monoid.k is not None else
                f"a later reduction reads {ra.name} (read only by outputs, it would be deferred: H applied at the end)")

@@ -35,7 +35,7 @@ import networkx as nx
 import sympy as sp
 
 from ..ir import Cascade, Input, Let, Output, Param, Reduction, build_graph, symbol
-from ..ir.functions import CASTS, as_indicator, indicator
+from ..ir.functions import CASTS, Sigmoid, as_indicator, indicator
 from ..ir.nodes import POS
 from ..ir.printer import CascadePrinter, reducer_text
 
@@ -102,6 +102,9 @@ class SignFact:
     symbol: sp.Symbol   # the name's symbol with the inferred sign assumptions
     sign: str | None    # ">0", ">=0", "<0", "<=0" or None
     reason: str
+    #: positive in the reals, but a sum of terms that each underflow to 0 in float32 (``sum(exp(x))`` at x < -103):
+    #: 0 on some prefixes, which the proofs (in the reals) ignore and the float32 range checks do not
+    underflows: bool = False
 
 
 def sign_of(expr: sp.Expr) -> str | None:
@@ -128,6 +131,7 @@ def sign_facts(c: Cascade) -> dict[str, SignFact]:
     signed: dict[sp.Symbol, sp.Symbol] = {}
     infinite = set()  # lets whose value can be ±inf (a where(…, -inf) mask), directly or through another
     for s in c.statements:
+        underflows = False
         if isinstance(s, Input):
             sign, reason = s.sign, ("declared" if s.sign else "an input: any real")
         elif isinstance(s, Param):
@@ -145,10 +149,45 @@ def sign_facts(c: Cascade) -> dict[str, SignFact]:
                                        f"element's value is -inf (exp(-inf), sigmoid(-inf)): 0 on such a prefix, or "
                                        f"over the row for a product (no max of them is subtracted from a sum, whose own "
                                        f"element would give exp(0) = 1)")
+            elif sign == ">0" and s.monoid.name == "add" and exponential_of(at_own_extrema(bodies(c)[s.name], c),
+                                                                            elements_of(c)):
+                underflows = True
+                reason += (" (in the reals; in float32 each term underflows to 0 where its exponential's argument is "
+                           "below -103, exp(-200), so the sum is 0 on such a prefix: no max of the arguments is "
+                           "subtracted, whose own element would give exp(0) = 1)")
         sym = symbol(s.name, sign)
         signed[s.symbol] = sym
-        facts[s.name] = SignFact(s.name, sym, sign, reason)
+        facts[s.name] = SignFact(s.name, sym, sign, reason, underflows)
     return facts
+
+
+def extrema_of(c: Cascade) -> dict:
+    """Each max or min reduction's symbol (not a top-k) -> ``(its body as :func:`bodies` writes it, True for a
+    max)``."""
+    F = bodies(c)
+    return {r.symbol: (F[r.name], r.monoid.name == "max") for r in c.reductions
+            if r.monoid.name in ("max", "min") and r.monoid.k is None}
+
+
+def elements_of(c: Cascade) -> set:
+    """The symbols that vary along the axis: the inputs, ``pos`` and the lets computed from them."""
+    return {c.symbols[n] for n in c.per_element()} | {POS}
+
+
+def at_own_extrema(expr: sp.Expr, c: Cascade, only=None) -> sp.Expr:
+    """``expr`` with each max or min it reads (of ``only``, where given) at the element's own value: what an element
+    gives at a segment's extremum when it is the element attaining it (``exp(x - m)`` is 1 there for ``m = max(x)``),
+    simplified."""
+    extrema = extrema_of(c)
+    at = {m: body for m, (body, _) in extrema.items() if m in expr.free_symbols and (only is None or m in only)}
+    return sp.powsimp(sp.simplify(expr.xreplace(at)), combine="exp") if at else expr
+
+
+def exponential_of(expr: sp.Expr, elements: set) -> bool:
+    """Whether ``expr`` holds an exponential, a sigmoid or a power with a variable exponent of the ``elements``:
+    a term that leaves float32's range (overflows or underflows) as the elements grow, where a polynomial does not."""
+    return any(a.free_symbols & elements for a in expr.atoms(sp.exp, Sigmoid)) or \
+        any(p.exp.free_symbols & elements for p in expr.atoms(sp.Pow))
 
 
 def _masked_without_shift(r: Reduction, c: Cascade, infinite: set) -> bool:

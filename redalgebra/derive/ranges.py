@@ -13,9 +13,9 @@ from __future__ import annotations
 import sympy as sp
 
 from ..algebra import Proof
-from ..ir import MUL, Monoid
+from ..ir import MUL, Cascade, Monoid
 from ..ir.functions import Sigmoid
-from .prepare import SignFact
+from .prepare import SignFact, at_own_extrema, elements_of, exponential_of, extrema_of
 
 
 def range_proof(H: sp.Expr, otimes: Monoid, assumption: str | None, facts: dict[str, SignFact], deps) -> Proof:
@@ -52,10 +52,12 @@ NONZERO = "H != 0 away from degenerate states"
 def state_symbol(f: SignFact, sound: bool = False) -> sp.Symbol:
     """A reduction result away from its degenerate (empty) states. A ``>= 0`` one is taken as positive for
     the correction's range (where it is 0 the reference divides 0 by 0 too, or H is deferred: see
-    :func:`may_vanish`); ``sound``: as it is, non-negative (``max(abs(x))`` over a row of zeros is 0)."""
+    :func:`may_vanish`); ``sound``: as it is in float32, non-negative (``max(abs(x))`` over a row of zeros is 0;
+    ``sum(exp(x))`` where every term underflows: :attr:`SignFact.underflows`)."""
     weak = dict(nonnegative=True) if sound else dict(positive=True)
     weak_neg = dict(nonpositive=True) if sound else dict(negative=True)
-    flags = {">0": dict(positive=True), ">=0": weak, "<0": dict(negative=True), "<=0": weak_neg}.get(f.sign, {})
+    sign = ">=0" if sound and f.underflows else f.sign  # (0 on a prefix in float32)
+    flags = {">0": dict(positive=True), ">=0": weak, "<0": dict(negative=True), "<=0": weak_neg}.get(sign, {})
     return sp.Symbol(f.name, real=True, **flags)
 
 
@@ -115,27 +117,23 @@ def grows(G: sp.Expr, H: sp.Expr, unbounded) -> bool:
     return tame(G) and any(e.free_symbols & set(unbounded) for e in H.atoms(sp.exp, Sigmoid))
 
 
-def overshoots(F: sp.Expr, H: sp.Expr, extrema: dict, elements: set) -> bool:
-    """Whether a running max or min shifts the exponentials of ``H`` too little to keep a prefix's terms in range:
-    ``extrema`` maps each max/min dependency of H to ``(its body, True for a max)``, ``elements`` are the input
-    symbols. The state's terms are ``F`` at the prefix's dependencies; where H's exponentials shrink as a running max
-    grows (or a running min falls), a prefix's terms are larger than the row's, and at most ``F`` with each dependency
-    at the element's own value (``exp(x - m) ≤ exp(0)``): that bound must hold no exponential of the elements. It
-    does not for ``exp(x - 2m)`` (``exp(-x)``: at ``x = m = -100`` a prefix's term is ``exp(100)``, inf in float32,
-    where the row's maximum 50 gives ``exp(-200)``), nor for ``exp(x - m)`` with ``m = max(2x)``; the correction
-    form is then inf·0 on such rows. Dependencies that move H the other way leave a prefix's terms below the row's."""
-    moving = {}
-    for d, (body, is_max) in extrema.items():
-        if not any(d in e.free_symbols for e in H.atoms(sp.exp)):
+def overshoots(F: sp.Expr, H: sp.Expr, c: Cascade, deps) -> bool:
+    """Whether a running max or min among ``deps`` shifts the exponentials of ``H`` too little to keep a prefix's
+    terms in range. The state's terms are ``F`` at the prefix's dependencies; where H's exponentials shrink as a
+    running max grows (or a running min falls), a prefix's terms are larger than the row's, and at most ``F`` with
+    each such dependency at the element's own value (``exp(x - m) ≤ exp(0)``): that bound must hold no exponential
+    of the elements. It does not for ``exp(x - 2m)`` (``exp(-x)``: at ``x = m = -100`` a prefix's term is
+    ``exp(100)``, inf in float32, where the row's maximum 50 gives ``exp(-200)``), nor for ``exp(x - m)`` with
+    ``m = max(2x)``; the correction form is then inf·0 on such rows. Dependencies that move H the other way leave a
+    prefix's terms below the row's."""
+    moving = set()
+    for d, (_, is_max) in extrema_of(c).items():
+        if d not in deps or not any(d in e.free_symbols for e in H.atoms(sp.exp)):
             continue
         slope = sp.diff(sp.expand_log(sp.log(H), force=True), d)
         if not (slope.is_nonnegative if is_max else slope.is_nonpositive):  # (undecided: taken as growing)
-            moving[d] = body
-    if not moving:
-        return False
-    bound = sp.powsimp(sp.simplify(F.xreplace(moving)), combine="exp")
-    return any(a.free_symbols & elements for a in bound.atoms(sp.exp)) or \
-        any(p.exp.free_symbols & elements for p in bound.atoms(sp.Pow))
+            moving.add(d)
+    return bool(moving) and exponential_of(at_own_extrema(F, c, moving), elements_of(c))
 
 
 def _sound(facts: dict) -> dict:

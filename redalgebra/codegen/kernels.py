@@ -71,6 +71,13 @@ def scratch_shape(layout: str, rows: int, length: int, nseg: int, width: int | N
     return lead + (() if width is None else (width,))
 
 
+def collective(lines: list) -> bool:
+    """Whether printed statements sum a value over the lanes (``sum(o)`` of a vector the lanes hold in parts): a
+    whole warp's collective (a block's through shared memory), which every thread must reach — never one thread
+    under a branch."""
+    return any("rt_lane_sum" in ln for ln in lines)
+
+
 @dataclass(frozen=True)
 class KernelSource:
     """Generated module text and how to call its kernel."""
@@ -191,7 +198,7 @@ class _Gen(LaneSkeletons):
         """Row outputs (scalars by the thread where ``lead`` holds, vectors strided) and per-element outputs."""
         acc = final_access(self.lay)
         sizes = self.c.sizes
-        scalar, strided, element = [], [], []
+        scalar, strided, element, shared = [], [], [], []
         one = bool(self.lay.topk_state) and lead != "True" and not self.lay.lanes
         # with a top-k, one thread writes every vector component: threads hold the same top k, not always in the
         # same order (see RowsKernel.spread), and components from different threads could repeat an element.
@@ -206,7 +213,11 @@ class _Gen(LaneSkeletons):
             size = sizes[name]
             if size is None:
                 pre, text = print_expr(expr, acc, self.consts, None, self.counter)
-                scalar += pre + [f"y_{name} = {text}", f"out_{name}[row] = y_{name}"]
+                if collective(pre):  # (every thread holds the final states: each computes, ``lead`` stores)
+                    shared += pre + [f"y_{name} = {text}"]
+                    scalar.append(f"out_{name}[row] = y_{name}")
+                else:
+                    scalar += pre + [f"y_{name} = {text}", f"out_{name}[row] = y_{name}"]
             else:
                 const = self.lay.size_const(size)
                 pre, text = print_expr(expr, acc, self.consts, "j", self.counter)
@@ -219,6 +230,7 @@ class _Gen(LaneSkeletons):
             strided += [f"for j in range({vstart}, {size}, {vstep}):", f"    out_{r}_index[row, j] = si_{r}[j]"]
         lines = []
         if rows:
+            lines += shared
             if scalar:
                 lines += scalar if lead == "True" else [f"if {lead}:"] + ["    " + ln for ln in scalar]
             if one and strided:
@@ -401,7 +413,7 @@ class _Gen(LaneSkeletons):
             partial, rest = split_partial_dots(inner)
             fetch = head + [f"l = min(l, {hi} - 1)"] + self._stage_vectors() + partial
             return self._unroll(fetch) + self._unroll(at + rest)
-        return self._unroll(head + [f"if l < {hi}:"] + ["    " + ln for ln in inner])
+        return self._unroll(head + ([f"if l < {hi}:"] + ["    " + ln for ln in inner] if inner else []))
 
     def _tile_state(self, nt: int) -> list[str]:
         """The tile's own state in ``o_*`` by the non-incremental form over the registers."""
@@ -421,6 +433,7 @@ class _Gen(LaneSkeletons):
                 inner += pre + self.lay.vector_loop(self.lay.vector_state[r.name], [f"{self.lay.state_ref('o', r.name)} = {text}"])
             else:
                 acc.scalar[fold.name] = f"o_{r.name}"
+                acc.vector.pop(fold.name, None)  # (a vector reduction before this one bound it as a vector)
                 pre, text = print_expr(r.monoid.combine(fold, body), acc, self.consts, None, self.counter)
                 inner += pre + [f"o_{r.name} = {text}"]
             lines += self._unroll(["if ok_@I@:"] + ["    " + ln for ln in inner])
@@ -512,6 +525,7 @@ class _Gen(LaneSkeletons):
             fold += ["        " + ln for ln in pre] + [f"        rt_topk_insert(s_{r.name}, si_{r.name}, {text}, l)"]
             return fold + self._staged_topk_tree(r.name, nt)
         acc.scalar[a.name] = "part"
+        acc.vector.pop(a.name, None)  # (a vector reduction before this one bound it as a vector)
         pre, text = print_expr(r.monoid.combine(a, body), acc, self.consts, None, self.counter)
         fold = [f"part = {ident}", f"for l in range(tid, length, {nt}):"] + ["    " + ln for ln in visit]
         fold += ["        " + ln for ln in pre] + [f"        part = {text}", "red[tid] = part", "cuda.syncthreads()"]
@@ -552,7 +566,9 @@ class _Gen(LaneSkeletons):
                                       f"    out_{name}[row, l, j] = {text}"]
             elif sizes[name] is None:
                 pre, text = print_expr(expr, acc, self.consts, None, self.counter)
-                lines += ["if tid == 0:"] + ["    " + ln for ln in pre + [f"out_{name}[row] = {text}"]]
+                shared = pre if collective(pre) else []  # (every thread holds the final states: thread 0 stores)
+                lines += shared + ["if tid == 0:"] + ["    " + ln for ln in ([] if shared else pre) +
+                                                     [f"out_{name}[row] = {text}"]]
             else:
                 pre, text = print_expr(expr, acc, self.consts, "j", self.counter)
                 vector += pre + [f"for j in range({start}, {self.lay.size_const(sizes[name])}, {step}):",

@@ -107,9 +107,11 @@ class LaneSkeletons:
     def _body_lanes_shared(self) -> list[str]:
         return self._body_lanes()
 
-    def _lanes_head(self) -> list[str]:
+    def _lanes_head(self, states: bool = True) -> list[str]:
+        """The block's shared arrays (the warps' states where ``states``; the lane sums' through shared memory under
+        ``*_shared``) and its thread indices."""
         nt = self.spec.threads
-        lines = self.shared_decls(str(nt // 32))
+        lines = self.shared_decls(str(nt // 32)) if states else []
         if self.strategy.endswith("_shared"):
             lines.append(f"lane_red = cuda.shared.array({nt}, float32)")
         return lines + ["tid = cuda.threadIdx.x", "lane = tid % 32", "warp = tid // 32"]

@@ -91,7 +91,7 @@ class MultiGen(_Gen):
         body += self.alloc_state(("s", "o")) + self.row_setup() + self.init_state() + self._lanes_fold("lo", "hi")
         body += self._write_segment_state(nt)
         combine = self._common_args() + self._state_arrays("part") + self._out_args() + ["rows", "length", "nseg"]
-        cbody = ["tid = cuda.threadIdx.x", "lane = tid % 32", "warp = tid // 32", "row = cuda.blockIdx.x"]
+        cbody = self._lanes_head(states=False) + ["row = cuda.blockIdx.x"]  # (an output's lane sums need the rest)
         cbody += self.alloc_state(("s", "o")) + self.row_setup() + self.init_state()
         step = self.copy_state("part", "o", src_index="row, seg") + self.merge()  # every thread, its lane's slots
         cbody += ["for seg in range(nseg):"] + ["    " + ln for ln in step]
@@ -102,10 +102,11 @@ class MultiGen(_Gen):
         return self._kernels_split_lanes()
 
     def _write_segment_state(self, nt: int) -> list[str]:
-        lines = ["if tid == 0:"] + [f"    part_{r}[row, seg] = s_{r}" for r in self.lay.scalar_state]
+        first = [f"part_{r}[row, seg] = s_{r}" for r in self.lay.scalar_state]
         for r, size in self.lay.topk_state.items():
-            lines += [f"    for j in range({size}):", f"        part_{r}[row, seg, j] = s_{r}[j]",
-                      f"        parti_{r}[row, seg, j] = si_{r}[j]"]
+            first += [f"for j in range({size}):", f"    part_{r}[row, seg, j] = s_{r}[j]",
+                      f"    parti_{r}[row, seg, j] = si_{r}[j]"]
+        lines = ["if tid == 0:"] + ["    " + ln for ln in first] if first else []  # (none: vector states alone)
         for r, size in self.lay.vector_state.items():
             if self.lay.lanes:  # the first warp's lanes hold the components
                 lines += ["if warp == 0:"] + ["    " + ln for ln in

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from redalgebra import EvaluationError, RedalgebraError, analyze, derive, parse, workloads
+from redalgebra import EvaluationError, RedalgebraError, analyze, derive, evaluate, parse, workloads
 from redalgebra.codegen import Spec, generate
 from redalgebra.runtime import compile
 from redalgebra.runtime.check import check, compare
@@ -54,6 +54,29 @@ def test_simulated_cuda_kernels_match_the_reference(name, strategy):
     shapes = ((2, 19), (2, 1)) if strategy.endswith("lanes") else ((3, 37), (2, 1))
     results = check(fused(name), "cudasim", strategy, shapes=shapes)
     assert all(r.passed for r in results), "\n".join(r.line() for r in results)
+
+
+@pytest.mark.parametrize("strategy", ["block_shared", "tile", "tile_shared", "nonincremental", "split",
+                                      "split_shared", "unfused", "lanes", "lanes_shared", "split_lanes",
+                                      "split_lanes_shared"])
+def test_vector_reductions_alone_or_before_a_scalar_one_and_row_outputs_summing_a_vector(strategy):
+    # (the catalogue's cascades hold scalar reductions, and attention sums l before o): a cascade of vector reductions
+    # alone printed an `if` with no body (tile, split); a vector fold's name stayed bound as a vector for the scalar
+    # fold after it (tile, lanes, nonincremental: "the vector __fold is used where a scalar is needed"); a row output
+    # summing a vector the lanes hold in parts called the lanes' collective sum from thread 0 alone (lanes: NaN on the
+    # simulator, undefined on the GPU), and the split lanes' combine kernel had no place for it
+    texts = ["input v[e]\nreduce o = sum(v)\nreduce n = max(abs(v))\nout w = sum(o)\nout u = n",
+             "input x\ninput v[e]\nreduce m = max(x)\nreduce o = sum(exp(x - m) * v)\nreduce l = sum(exp(x - m))\n"
+             "out y = o / l\nout t = sum(o) / l"]
+    rng = np.random.default_rng(7)
+    for text in texts:
+        f = derive(parse(text))
+        inputs = {s.name: rng.standard_normal((2, 5, 3) if s.size else (2, 5)).astype(np.float32)
+                  for s in f.cascade.inputs}
+        want = evaluate(f.cascade, {k: v.astype(np.float64) for k, v in inputs.items()})
+        got = compile(f, "cudasim", strategy)(inputs)
+        for name in got:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=f"{strategy} {name}")
 
 
 def test_the_legacy_sample_reaches_every_kind_of_cascade():

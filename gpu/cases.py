@@ -413,6 +413,12 @@ DECODE = ("vrows", "vrows@128x2", "vrows@256x4", "split_lanes@256x4")
 PREFILL = ("wgmma@128", "wgmma@256", "wgmma@384", "wgmma@384x128", "mma@128g16", "mma@128g32")
 
 
+#: The ``rows`` launches the vocabulary cases try: the policy's (1024 threads holding 16 values a thread), 1024 threads
+#: holding 32 (the policy's before: spills at 64 registers), blocks of 512 and 256 threads (128 registers: no spills).
+VOCAB_ROWS = {"float32": ("rows", "rows@1024x8g1024", "rows@1024x4g1024", "rows@512x8g512", "rows@256x8g256"),
+              "bfloat16": ("rows", "rows@1024x4g1024", "rows@1024x2g1024", "rows@512x4g512", "rows@256x4g256")}
+
+
 def all_cases(quick: bool) -> dict:
     """Case groups by name; each value is a list of zero-argument builders."""
     ablation = ("thread@128", "warp@128", "block@256", "tile@256", "split@256", "unfused@256", "rows")
@@ -489,6 +495,11 @@ def all_cases(quick: bool) -> dict:
         # (a Linear layer's weights as they lie: read along their rows by both products)
         + [lambda m=m: case_rmsnorm_gemm(m, 4096, 4096, ("columns_mma", "columns_wgmma", "auto"), k_major=True)
            for m in (16, 1024, 4096)],
+        # rows a vocabulary long, walked in passes (past what a block's registers hold): the policy's block of 1024
+        # threads (64 registers a thread) against 512 and 256 (gpu/README.md, "rows in passes")
+        "vocab": [lambda L=L, dt=dt: case_softmax(2**25 // L, L, dt, VOCAB_ROWS[dt]) for L, dt in
+                  ((50257, "float32"), (128256, "float32"), (50257, "bfloat16"), (151936, "bfloat16"))]
+        + [lambda: case_moe(1024, 50257, 8, VOCAB_ROWS["bfloat16"], "vocab")],
         "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")
                      for L in (1024, 4096, 16384, 65536)],
         "incremental": [lambda L=L: case_softmax(2**25 // L, L, "float32", ("rows", "tile@256", "nonincremental@256"),

@@ -200,6 +200,19 @@ def test_persistent_blocks_are_chosen_for_many_16_bit_rows_of_8_to_32_kb():
     assert spec.persistent and (spec.group, spec.threads, spec.tile, spec.min_blocks) == (256, 256, 2, 4)
 
 
+@pytest.mark.parametrize("dtype,tile", [("float32", 4), ("bfloat16", 2)])
+def test_rows_walked_in_passes_by_1024_threads_hold_16_values_a_thread(dtype, tile):
+    # at 64 registers a thread, 32 values spilled; the residents and a caller's tile are kept
+    softmax = compile(fused("safe_softmax"), "cuda")
+    for length in (50257, 65536, 151936):
+        _, spec, _ = softmax.spec_for(667, length, {"x": dtype})
+        assert not spec.resident and (spec.threads, spec.group, spec.tile) == (1024, 1024, tile)
+    _, spec, _ = softmax.spec_for(667, 32768, {"x": dtype})  # (held whole in the registers: 32 values a thread)
+    assert spec.resident and (spec.threads, spec.tile) == (1024, 2 * tile)
+    _, spec, _ = compile(fused("safe_softmax"), "cuda", tile=8).spec_for(667, 65536, {"x": dtype})
+    assert spec.tile == 8
+
+
 def test_a_thread_holds_as_many_chunks_as_its_share_of_the_row():
     # 257 float32 off the 16-byte grid: 66 chunks over 16 threads are 5 each, not 8
     _, spec, _ = compile(fused("safe_softmax"), "cuda").spec_for(65536, 257, {"x": "float32"})

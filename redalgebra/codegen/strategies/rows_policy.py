@@ -80,6 +80,12 @@ def configure(fused: FusedCascade, p) -> dict:
         raise RedalgebraError(f"rows: {threads} threads per block are not whole warps (a multiple of 32): its "
                               f"shuffles exchange across a warp; take threads=32 or more with group={group}")
     resident = chunks <= group * tile
+    if not resident and threads == 1024 and not topk and not p.option("tile"):
+        # a row walked in passes by 1024 threads (64 registers a thread): half the chunks a pass. The register set's
+        # 32 values spilled 36-304 bytes a thread (softmax float32 L50257: 152) and were no faster to load: on an
+        # H100, softmax float32 667 x 50257 0.1387 -> 0.1255 ms, bfloat16 667 x 50257 0.0999 -> 0.0868, 220 x 151936
+        # 0.0930 -> 0.0860, float32 261 x 128256 0.1436 -> 0.1430 (gpu/README.md, "rows in passes")
+        tile = max(1, most // 2)
     scalar = scalar_reductions(fused)
     # staged: each reduction in turn with its dependencies final (the level order) — over the registers when the row
     # is resident; over a row read in passes only where the one-pass form computes otherwise than the reference (a

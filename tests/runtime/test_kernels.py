@@ -363,3 +363,25 @@ def test_the_simulator_gives_inf_where_exp_passes_float64s_range():
     f = derive(parse("input x\nreduce s = sum(exp(x))\nout y = s\n"))
     got = compile(f, "cudasim", "unfused")({"x": np.array([[1.0, 1000.0, 2.0]], np.float32)}, {})["y"]
     assert np.isinf(got).all() and (got > 0).all()
+
+
+def test_the_cpu_level_order_sums_a_long_row_in_blocks():
+    # one running float32 total over 2**20 terms rounded softmax entropy's to 2.6e-4 of the result; in blocks of
+    # LEVEL_BLOCK it stays at float32's few ulps. Vector states (attention's o) and a keep mask fold in blocks too
+    from redalgebra.codegen.kernels import LEVEL_BLOCK
+
+    rng = np.random.default_rng(3)
+    f = fused("softmax_entropy")
+    x = (5 + 0.01 * rng.standard_normal((2, 2 ** 20))).astype(np.float32)  # (near-equal terms: 4.2e-4 before)
+    got = compile(f, "cpu", "levels")({"x": x})["h"]
+    want = evaluate(f.cascade, {"x": x.astype(np.float64)})["h"]
+    assert np.max(np.abs(got - want)) < 1e-6 * np.max(np.abs(want))
+    f = fused("attention")
+    length = 2 * LEVEL_BLOCK + 37
+    inputs = {"k": rng.standard_normal((1, length, 8)).astype(np.float32),
+              "v": rng.standard_normal((1, length, 8)).astype(np.float32)}
+    params = {"q": rng.standard_normal((3, 8)).astype(np.float32), "scale": 0.3}
+    keep = rng.random((3, length)) < 0.7
+    got = compile(f, "cpu", "levels")(inputs, params, keep=keep)["y"]
+    want = evaluate(f.cascade, {k: v.astype(np.float64) for k, v in inputs.items()}, params, keep=keep)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

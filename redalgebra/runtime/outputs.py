@@ -11,7 +11,7 @@ from ..codegen import KernelSource
 from ..errors import EvaluationError
 from .call_layout import OUT_ARRAYS
 from .driver import c_strides
-from .formats import BFloat16, Encoded, as_bfloat16, dtype_of as _dtype, is_device as _is_device
+from .formats import BFloat16, E4M3, Encoded, as_bfloat16, dtype_of as _dtype, is_device as _is_device
 
 #: The host dtype of an ``out_dtype`` asked for (bfloat16 as its bit patterns, in a :class:`BFloat16`).
 ASKED = {"bfloat16": np.dtype(np.uint16), "float16": np.dtype(np.float16)}
@@ -64,8 +64,9 @@ def given_outputs(out, shapes: dict, on_device: bool) -> dict:
 
 
 def host_output(array: np.ndarray, stored: str | None):
-    """An output copied to the host, as the user receives it (bfloat16 wrapped, e4m3 as bytes)."""
-    return BFloat16(array) if stored == "bfloat16" else array
+    """An output copied to the host, as the user receives it: bfloat16 and e4m3 wrapped (their patterns in ``.bits``;
+    ``np.asarray`` gives the float32 values, what the CPU and the float32-writing strategies return)."""
+    return BFloat16(array) if stored == "bfloat16" else E4M3(array) if stored == "e4m3" else array
 
 
 def poisoned(array: np.ndarray, backend: str) -> np.ndarray:

@@ -215,6 +215,9 @@ def test_rows_walked_in_passes_by_1024_threads_hold_16_values_a_thread(dtype, ti
     assert spec.resident and (spec.threads, spec.tile) == (1024, 2 * tile)
     _, spec, _ = compile(fused("safe_softmax"), "cuda", tile=8).spec_for(667, 65536, {"x": dtype})
     assert spec.tile == 8
+    # a top-k's rounds over the group: blocks of 512 holding twice the chunks, 32 values (128 registers a thread)
+    _, spec, _ = compile(fused("moe_routing"), "cuda").spec_for(1024, 50257, {"g": dtype})
+    assert not spec.resident and (spec.threads, spec.group, spec.tile) == (512, 512, {"float32": 8, "bfloat16": 4}[dtype])
 
 
 def test_a_thread_holds_as_many_chunks_as_its_share_of_the_row():

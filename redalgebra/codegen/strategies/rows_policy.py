@@ -80,7 +80,13 @@ def configure(fused: FusedCascade, p) -> dict:
         raise RedalgebraError(f"rows: {threads} threads per block are not whole warps (a multiple of 32): its "
                               f"shuffles exchange across a warp; take threads=32 or more with group={group}")
     resident = chunks <= group * tile
-    if not resident and threads == 1024 and not topk and not p.option("tile"):
+    if not resident and threads == 1024 and topk and not any(p.option(k) for k in ("group", "threads", "tile")):
+        # a top-k over a row in passes: blocks of 512 threads holding twice the chunks (128 registers a thread, none
+        # spilled; 1024 threads spilled at 64): on an H100 the router's top-8 over 1024 x 50257 bfloat16 0.914 ->
+        # 0.841-0.847 ms in two runs (gpu/README.md, "rows in passes")
+        group = threads = 512
+        tile = 2 * tile
+    elif not resident and threads == 1024 and not topk and not p.option("tile"):
         # a row walked in passes by 1024 threads (64 registers a thread): half the chunks a pass. The register set's
         # 32 values spilled 36-304 bytes a thread (softmax float32 L50257: 152) and were no faster to load: on an
         # H100, softmax float32 667 x 50257 0.1387 -> 0.1255 ms, bfloat16 667 x 50257 0.0999 -> 0.0868, 220 x 151936

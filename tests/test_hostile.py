@@ -45,8 +45,10 @@ LIMITED = {
     "topk of 5,000 digits": (X + "reduce t = topk(" + "9" * 5000 + ", x)\n", "MAX_TOPK"),
     "2**2**2**2**2": (X + "reduce s = sum(x * 2**2**2**2**2)\n", "MAX_POWER"),
     "10**10**10": (X + "reduce s = sum(x * 10**10**10)\n", "MAX_POWER"),
-    "2**1000 five times": (X + "reduce s = sum(x * " + " * ".join(["2**1000"] * 5) + ")\n", "MAX_NUMBER_BITS"),
-    "3**1000": (X + "reduce s = sum(x * 3**1000 * 3**1000 * 3**1000)\n", "MAX_NUMBER_BITS"),
+    # (constants within float32's range, a literal past it being refused first: their digits make the bits)
+    "a 38-digit constant 40 times": (X + "reduce s = sum(x * " + " * ".join(["1.2345678901234567890123456789012345678"]
+                                                                           * 40) + ")\n", "MAX_NUMBER_BITS"),
+    "(1 + 1e-30)**1000": (X + "reduce s = sum(x * 1.000000000000000000000000000001**1000)\n", "MAX_NUMBER_BITS"),
     "1e9999999": (X + "reduce s = sum(x * 1e9999999)\n", "MAX_EXPONENT"),
     "1e999999999": (X + "reduce s = sum(x * 1e999999999)\n", "MAX_EXPONENT"),
     "1e-999999999": (X + "reduce s = sum(x * 1e-999999999)\n", "MAX_EXPONENT"),
@@ -78,7 +80,7 @@ def test_each_limit_is_an_error_naming_it_and_the_place(label):
 
 
 def test_the_limits_leave_room_for_real_cascades():
-    c = parse(X + "let b = x * 1e300 + 1e-300\nreduce m = max(b**1000)\nreduce s = sum(exp(b - m) * 2**1000)\n"
+    c = parse(X + "let b = x * 1e38 + 1e-38\nreduce m = max(b**1000)\nreduce s = sum(exp(b - m) * 2**127)\n"
               "out y = s\n")
     assert len(c.reductions) == 2
     parse(chain(150, "exp({p})"))
@@ -477,3 +479,31 @@ def test_monoids_may_be_named_where_a_prover_takes_one():
 
     assert prove_monoid("logsumexp").proved and prove_monoid("add").proved
     assert prove_distributes("max", "sum").proved and not prove_distributes("add", "max").proved
+
+
+@pytest.mark.parametrize("literal,word", [("1e45", "past"), ("-3.5e38", "past"), ("1e-46", "below"),
+                                          ("7e-46", "below")])
+def test_a_literal_float32_cannot_hold_is_refused_where_it_is_written(literal, word):
+    # the kernels compute in float32: s * 1e45 was inf there where the float64 reference is finite (NaN outputs)
+    with pytest.raises(CascadeSyntaxError, match=f"is {word} float32's range") as caught:
+        parse(f"input x\nparam n > 0\nreduce s = sum(x)\nout y = s * {literal.lstrip('-')} + n")
+    assert caught.value.line == 4
+    with pytest.raises(CascadeSyntaxError, match="float32's range"):
+        parse(f"input x\nparam n > {literal}\nreduce s = sum(x)\nout y = s + n")
+    for held in ("3.4028235e38", "1.5e-45", "1e-45", "2**127"):  # (the largest float32; 1e-45 rounds to the
+        parse(f"input x\nreduce s = sum(x)\nout y = s * {held}")   # smallest subnormal)
+    with pytest.raises(CascadeSyntaxError, match="2\\*\\*128 is past float32's range"):
+        parse("input x\nreduce s = sum(x)\nout y = s * 2**128")
+
+
+def test_a_param_value_past_float32s_range_is_refused_at_the_call():
+    import numpy as np
+
+    from redalgebra.errors import EvaluationError
+    from redalgebra.runtime import compile
+
+    kernel = compile(derive(parse("input x\nparam c\nreduce s = sum(x * c)\nout y = s")), "cpu")
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(EvaluationError, match="param c: 1e\\+300 is past float32's range"):
+        kernel({"x": x}, {"c": 1e300})
+    assert np.isinf(kernel({"x": x}, {"c": np.inf})["y"]).all()  # (an inf given is an inf)

@@ -177,6 +177,9 @@ class _LineParser:
             if bits * abs(exponent) > limits.MAX_NUMBER_BITS:
                 raise self.limit(f"this power of a constant has more than {limits.MAX_NUMBER_BITS} bits (the limit "
                                  f"MAX_NUMBER_BITS)", tok)
+            if exponent.is_Integer:
+                value = sp.Rational(base) ** exponent
+                self.in_float32(tok, Fraction(int(value.p), int(value.q)), f"{_short(base)}**{_short(exponent)}")
 
     def end(self) -> None:
         if self.peek().kind != "end":
@@ -309,7 +312,16 @@ class _LineParser:
             raise self.limit(f"the exponent of {_short(tok.text)} is larger than {limits.MAX_EXPONENT} in size (the "
                              f"limit MAX_EXPONENT; float64 ends near 1e308, float32 near 3e38)", tok)
         f = Fraction(mantissa) * Fraction(10) ** (-int(size) if exponent.startswith("-") else int(size))
+        self.in_float32(tok, f, _short(tok.text))
         return self.bounded(tok, sp.Rational(f.numerator, f.denominator))
+
+    def in_float32(self, tok: Token, f: Fraction, shown: str) -> None:
+        """Refuse a constant that float32, in which the kernels compute, rounds to inf or to 0."""
+        if f and not FLOAT32_ZERO < abs(f) < FLOAT32_INF:
+            raise self.error(f"{shown} is {'past' if abs(f) > 1 else 'below'} float32's range (about 1.4e-45 to "
+                             f"3.4e38 in size), where the kernels compute: it would be {'inf' if abs(f) > 1 else '0'} "
+                             f"there and the float64 reference would not agree; scale the cascade (or write the "
+                             f"constant's log and exponentiate a sum)", tok)
 
     def lookup(self, tok: Token) -> sp.Expr:
         name = tok.text
@@ -502,6 +514,11 @@ class _LineParser:
         ADD = REDUCERS["sum"]
         return [Reduction(total, ADD, body), Reduction(count, ADD, sp.Integer(1)),
                 Let(name.text, symbol(total) / symbol(count))]
+
+
+#: The sizes from which a literal rounds to float32's inf (half an ulp past the largest float32) and at or below which
+#: it rounds to 0 (half the smallest subnormal), exactly: a literal beyond them is refused.
+FLOAT32_INF, FLOAT32_ZERO = Fraction(2 ** 128 - 2 ** 103), Fraction(1, 2 ** 150)
 
 
 def _short(value) -> str:

@@ -76,7 +76,12 @@ def bound_param(p, value, rows: int, kind: str = "float32"):
                                   f"{given.shape}")
         return np.ascontiguousarray(np.broadcast_to(a, (rows, a.shape[-1])))
     given = param_values(p, to_float(value) if isinstance(value, Encoded) else value)
-    a = given.astype(np.float32)
+    with np.errstate(over="ignore"):
+        a = given.astype(np.float32)
+    past = np.isinf(a) & np.isfinite(given)
+    if past.any():  # (a call in float32 would read inf where the float64 reference reads the number)
+        raise EvaluationError(f"param {p.name}: {given[past].flat[0]:g} is past float32's range (about 3.4e38), in "
+                              f"which the kernels compute; scale it (an inf given as inf is taken)")
     if p.size is None:
         a = np.broadcast_to(a.reshape(-1), (rows,)) if a.size in (1, rows) else None
     else:

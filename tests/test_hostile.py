@@ -507,3 +507,22 @@ def test_a_param_value_past_float32s_range_is_refused_at_the_call():
     with pytest.raises(EvaluationError, match="param c: 1e\\+300 is past float32's range"):
         kernel({"x": x}, {"c": 1e300})
     assert np.isinf(kernel({"x": x}, {"c": np.inf})["y"]).all()  # (an inf given is an inf)
+
+
+def test_a_scalar_param_as_a_column_is_taken_by_the_call_and_the_reference_alike():
+    # (rows, 1) was taken by a call and refused by evaluate, so check could not verify such a call; (1, rows) and
+    # (rows, 2) are refused by both
+    import numpy as np
+
+    from redalgebra import evaluate
+    from redalgebra.runtime import compile
+
+    f = derive(parse("input x\nparam c\nreduce s = sum(x * c)\nout y = s"))
+    x, column = np.ones((3, 4), np.float32), np.arange(3.0).reshape(3, 1)
+    np.testing.assert_array_equal(compile(f, "cpu")({"x": x}, {"c": column})["y"], [0, 4, 8])
+    np.testing.assert_array_equal(evaluate(f.cascade, {"x": x}, {"c": column})["y"], [0, 4, 8])
+    for bad in (np.ones((1, 3)), np.ones((3, 2))):
+        with pytest.raises(RedalgebraError, match=r"\(rows, 1\)"):
+            compile(f, "cpu")({"x": x}, {"c": bad})
+        with pytest.raises(RedalgebraError, match=r"\(rows, 1\)"):
+            evaluate(f.cascade, {"x": x}, {"c": bad})

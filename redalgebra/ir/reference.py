@@ -226,8 +226,10 @@ def _param(s: Param, a: np.ndarray, rows: int, dims: dict) -> np.ndarray:
     vector = s.size is not None
     if a.ndim == (1 if vector else 0):
         a = a[None]
+    if not vector and a.ndim == 2 and a.shape[1] == 1:  # (a column, (rows, 1), as a call takes it)
+        a = a[:, 0]
     if a.ndim != (2 if vector else 1) or a.shape[0] not in (1, rows):
-        shape = "(size,) or (rows, size)" if vector else "a number or (rows,)"
+        shape = "(size,) or (rows, size)" if vector else "a number, (rows,) or (rows, 1)"
         raise EvaluationError(f"param {s.name} must be {shape}, got shape {a.shape}")
     _check_size(s, a.shape[1] if vector else None, dims)
     return a[:, None, :] if vector else a[:, None, None]

@@ -82,12 +82,13 @@ def bound_param(p, value, rows: int, kind: str = "float32"):
     if past.any():  # (a call in float32 would read inf where the float64 reference reads the number)
         raise EvaluationError(f"param {p.name}: {given[past].flat[0]:g} is past float32's range (about 3.4e38), in "
                               f"which the kernels compute; scale it (an inf given as inf is taken)")
-    if p.size is None:
-        a = np.broadcast_to(a.reshape(-1), (rows,)) if a.size in (1, rows) else None
+    if p.size is None:  # (a number, (rows,) or a column (rows, 1), as the reference takes it)
+        a = np.broadcast_to(a.reshape(-1), (rows,)) if a.size in (1, rows) and (a.ndim < 2 or a.shape[-1] == 1) and \
+            a.ndim <= 2 else None
     else:
         a = a[None] if a.ndim == 1 else a
         a = np.broadcast_to(a, (rows, a.shape[-1])) if a.ndim == 2 and a.shape[0] in (1, rows) else None
     if a is None:
-        raise EvaluationError(f"param {p.name}: expected {'a number or (rows,)' if p.size is None else '(size,) or (rows, size)'}"
+        raise EvaluationError(f"param {p.name}: expected {'a number, (rows,) or (rows, 1)' if p.size is None else '(size,) or (rows, size)'}"
                               f" with rows = {rows}, got shape {given.shape}")
     return np.ascontiguousarray(a)

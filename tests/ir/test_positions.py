@@ -189,7 +189,7 @@ def test_pos_is_the_index_in_the_row_and_integers_must_be_whole(rng):
     np.testing.assert_array_equal(evaluate(c, {"x": x}, {"n": np.array([2.0, 3.0])})["c"], [2, 3])  # whole floats
     with pytest.raises(EvaluationError, match="param n \\(declared int\\) needs whole numbers, got 2.5"):
         evaluate(c, {"x": x}, {"n": np.array([2.5, 3])})
-    with pytest.raises(EvaluationError, match="a number or \\(rows,\\)"):
+    with pytest.raises(EvaluationError, match="a number, \\(rows,\\) or \\(rows, 1\\)"):
         evaluate(c, {"x": x}, {"n": np.array([1, 2, 3])})
     with pytest.raises(EvaluationError, match="too large to be exact in float32"):
         evaluate(c, {"x": x}, {"n": np.array([2**24 + 1, 3])}, dtype=np.float32)

@@ -142,7 +142,7 @@ def test_user_monoid_reduction():
     ({"k": np.ones((2, 3)), "v": np.ones((2, 3, 4))}, {"q": np.ones(4), "scale": 1.0}, r"\(rows, L, size\)"),
     ({"k": np.ones((2, 3, 4)), "v": np.ones((2, 3, 5))}, {"q": np.ones(4), "scale": 1.0}, "v has size 5 but d = 4"),
     ({"k": np.ones((2, 3, 4)), "v": np.ones((2, 5, 4))}, {"q": np.ones(4), "scale": 1.0}, r"\(rows, L\) = \(2, 5\)"),
-    ({"k": np.ones((2, 3, 4)), "v": np.ones((2, 3, 4))}, {"q": np.ones(4), "scale": np.ones(3)}, "a number or"),
+    ({"k": np.ones((2, 3, 4)), "v": np.ones((2, 3, 4))}, {"q": np.ones(4), "scale": np.ones(3)}, "a number, \\(rows,\\) or"),
 ])
 def test_bad_inputs_get_clear_errors(inputs, params, message):
     with pytest.raises(EvaluationError, match=message):

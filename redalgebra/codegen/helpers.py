@@ -8,6 +8,7 @@ import os
 CACHE_LINE = ("from redalgebra.runtime.cache import numba_cache\n"
               "CACHE = numba_cache(globals().get('__file__'))")
 
+
 def cpu_header() -> tuple[list, str, str]:
     """A CPU module's header lines, its device functions' decorator and its kernels' decorator. The kernels are
     ``njit(parallel=True)``, their rows spread over the cores by ``prange``; ``REDALGEBRA_CPU_PARALLEL=0`` compiles

@@ -130,6 +130,7 @@ def sign_facts(c: Cascade) -> dict[str, SignFact]:
     facts: dict[str, SignFact] = {}
     signed: dict[sp.Symbol, sp.Symbol] = {}
     infinite = set()  # lets whose value can be ±inf (a where(…, -inf) mask), directly or through another
+    extrema = None  # (extrema_of(c), computed where a sum asks for it)
     for s in c.statements:
         underflows = False
         if isinstance(s, Input):
@@ -149,8 +150,8 @@ def sign_facts(c: Cascade) -> dict[str, SignFact]:
                                        f"element's value is -inf (exp(-inf), sigmoid(-inf)): 0 on such a prefix, or "
                                        f"over the row for a product (no max of them is subtracted from a sum, whose own "
                                        f"element would give exp(0) = 1)")
-            elif sign == ">0" and s.monoid.name == "add" and exponential_of(at_own_extrema(bodies(c)[s.name], c),
-                                                                            elements_of(c)):
+            elif sign == ">0" and s.monoid.name == "add" and exponential_of(
+                    at_own_extrema(bodies(c)[s.name], extrema := extrema or extrema_of(c)), elements_of(c)):
                 underflows = True
                 reason += (" (in the reals; in float32 each term underflows to 0 where its exponential's argument is "
                            "below -103, exp(-200), so the sum is 0 on such a prefix: no max of the arguments is "
@@ -174,13 +175,13 @@ def elements_of(c: Cascade) -> set:
     return {c.symbols[n] for n in c.per_element()} | {POS}
 
 
-def at_own_extrema(expr: sp.Expr, c: Cascade, only=None) -> sp.Expr:
-    """``expr`` with each max or min it reads (of ``only``, where given) at the element's own value: what an element
-    gives at a segment's extremum when it is the element attaining it (``exp(x - m)`` is 1 there for ``m = max(x)``),
-    simplified."""
-    extrema = extrema_of(c)
+def at_own_extrema(expr: sp.Expr, extrema: dict, only=None) -> sp.Expr:
+    """``expr`` with each max or min of ``extrema`` (:func:`extrema_of`; of ``only``, where given) at the element's own
+    value: what an element gives at a segment's extremum when it is the element attaining it (``exp(x - m)`` is 1
+    there for ``m = max(x)``). Exponentials are combined, not simplified further (a bound SymPy leaves unsimplified
+    reads as an exponential of the elements: the caller's cautious answer)."""
     at = {m: body for m, (body, _) in extrema.items() if m in expr.free_symbols and (only is None or m in only)}
-    return sp.powsimp(sp.simplify(expr.xreplace(at)), combine="exp") if at else expr
+    return sp.powsimp(expr.xreplace(at), combine="exp") if at else expr
 
 
 def exponential_of(expr: sp.Expr, elements: set) -> bool:

@@ -126,14 +126,14 @@ def overshoots(F: sp.Expr, H: sp.Expr, c: Cascade, deps) -> bool:
     ``exp(100)``, inf in float32, where the row's maximum 50 gives ``exp(-200)``), nor for ``exp(x - m)`` with
     ``m = max(2x)``; the correction form is then inf·0 on such rows. Dependencies that move H the other way leave a
     prefix's terms below the row's."""
-    moving = set()
-    for d, (_, is_max) in extrema_of(c).items():
+    moving, extrema = set(), extrema_of(c)
+    for d, (_, is_max) in extrema.items():
         if d not in deps or not any(d in e.free_symbols for e in H.atoms(sp.exp)):
             continue
         slope = sp.diff(sp.expand_log(sp.log(H), force=True), d)
         if not (slope.is_nonnegative if is_max else slope.is_nonpositive):  # (undecided: taken as growing)
             moving.add(d)
-    return bool(moving) and exponential_of(at_own_extrema(F, c, moving), elements_of(c))
+    return bool(moving) and exponential_of(at_own_extrema(F, extrema, moving), elements_of(c))
 
 
 def _sound(facts: dict) -> dict:

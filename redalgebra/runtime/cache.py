@@ -176,5 +176,12 @@ def load(source: str):
     module = types.ModuleType(name)
     module.__file__ = str(path)
     sys.modules[name] = module
-    exec(compile(text, str(path), "exec"), module.__dict__)  # noqa: S102 - our own generated, verified source
+    try:
+        exec(compile(text, str(path), "exec"), module.__dict__)  # noqa: S102 - our own generated, verified source
+    except (SyntaxError, NameError) as err:  # a generator's fault, said as one (not left half-imported for the next call)
+        del sys.modules[name]
+        where = f" at line {err.lineno}" if isinstance(err, SyntaxError) else ""
+        raise RedalgebraError(f"the generated module {path} does not import ({type(err).__name__}{where}: {err}): a "
+                              f"fault of the code generator for this cascade and strategy; another strategy may "
+                              f"build it, and the module is kept there for a report") from err
     return module

@@ -104,3 +104,12 @@ def test_a_cpu_kernel_compiled_in_one_process_is_loaded_by_the_next(tmp_path):
     assert [r.returncode for r in runs] == [0, 0], runs[0].stderr[-2000:]
     assert runs[0].stdout.split() == ["0", "1"]  # compiled (a miss), kept
     assert runs[1].stdout.split() == ["1", "0"]  # loaded
+
+
+@pytest.mark.parametrize("text,kind", [("def kernel(:\n    pass\n", "SyntaxError"), ("x = no_such_name\n", "NameError")])
+def test_a_generated_module_that_does_not_import_is_a_clear_error_every_time(text, kind):
+    # (an IndentationError from a generator fault reached the user as it was, and the half-imported module stayed in
+    # sys.modules: the next call said the module had no attribute 'kernel')
+    for _ in range(2):
+        with pytest.raises(RedalgebraError, match=f"does not import \\({kind}.*fault of the code generator"):
+            cache.load(text)

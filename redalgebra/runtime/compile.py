@@ -634,9 +634,11 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
             warnings.warn(ExactnessHint(
                 f"strategy {strategy!r} runs the one-pass form, which differs from the unfused reference on some rows "
                 f"for {', '.join(named)} (a correction that does not exist on a prefix of the row; ties ranked by "
-                f"the corrections' rounding; or elements of a segment skipped as empty, where a max is -inf, that "
+                f"the corrections' rounding; elements of a segment skipped as empty, where a max is -inf, that "
                 f"the reference still counts — a top-k of softmax values over a row with fewer finite elements than "
-                f"k then keeps -inf and its normalised values are NaN: the derivation's guards say which); the level "
+                f"k then keeps -inf and its normalised values are NaN; or partial sums subtracted at the end, which "
+                f"lose every digit where the elements sit far from 0 against their spread: the derivation's guards "
+                f"say which); the level "
                 f"order ('levels' on the CPU, what auto takes there; 'rows' on the GPU) computes them with their "
                 f"dependencies final"), stacklevel=2)
     for name, value in (("threads", threads), ("tile", tile), ("segments", segments), ("group", group),

@@ -652,3 +652,26 @@ def test_a_product_of_sigmoids_of_masked_values_can_be_0():
     params = {"n": np.array([0, 2])}
     ev = Evaluator(f, {"x": x}, params)
     np.testing.assert_allclose(ev.finalize(ev.incremental())["y"], evaluate(f.source, {"x": x}, params)["y"], rtol=1e-12)
+
+
+def test_partial_sums_subtracted_at_the_end_are_computed_as_written_where_they_would_cancel():
+    # sum(exp(x - m) * (x - m)**2) is s2 - 2 m s1 + m² l over partial sums about 0: at x = 1e4 + N(0, 1) they cancel to
+    # nothing (a named 'row' gave 22.4 for 5.24, silently). The CPU's auto and a named one-pass strategy's warning
+    # already knew (combined_late); rows now stages them in passes too, each reduction with its dependencies final
+    import warnings
+
+    from redalgebra.runtime import compile
+
+    text = "input x\nreduce m = max(x)\nreduce l = sum(exp(x - m))\nreduce s = sum(exp(x - m) * (x - m)**2)\nout y = s / l"
+    f = derive(parse(text))
+    assert f.combined_late == ("s",) and "s" in f.one_pass_inexact
+    x = (1e4 + np.random.default_rng(0).normal(size=(2, 300))).astype(np.float32)
+    want = evaluate(f.cascade, {"x": x.astype(np.float64)})["y"]
+    np.testing.assert_allclose(compile(f, "cpu")({"x": x})["y"], want, rtol=1e-3)
+    with pytest.warns(UserWarning, match="partial sums subtracted at the end"):
+        compile(f, "cpu", "row")
+    passes = compile(f, "cudasim", "rows", group=8, tile=1, threads=32)  # (300 elements in passes of 32)
+    assert passes.spec_for(2, 300, {"x": "float32"})[1].staged
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (staged: no one-pass warning)
+        np.testing.assert_allclose(passes({"x": x})["y"], want, rtol=1e-3)

@@ -83,8 +83,8 @@ def bound_param(p, value, rows: int, kind: str = "float32"):
         raise EvaluationError(f"param {p.name}: {given[past].flat[0]:g} is past float32's range (about 3.4e38), in "
                               f"which the kernels compute; scale it (an inf given as inf is taken)")
     if p.size is None:  # (a number, (rows,) or a column (rows, 1), as the reference takes it)
-        a = np.broadcast_to(a.reshape(-1), (rows,)) if a.size in (1, rows) and (a.ndim < 2 or a.shape[-1] == 1) and \
-            a.ndim <= 2 else None
+        column = a.ndim <= 1 or (a.ndim == 2 and a.shape[1] == 1)
+        a = np.broadcast_to(a.reshape(-1), (rows,)) if column and a.size in (1, rows) else None
     else:
         a = a[None] if a.ndim == 1 else a
         a = np.broadcast_to(a, (rows, a.shape[-1])) if a.ndim == 2 and a.shape[0] in (1, rows) else None

@@ -499,7 +499,11 @@ def all_cases(quick: bool) -> dict:
         # threads (64 registers a thread) against 512 and 256 (gpu/README.md, "rows in passes")
         "vocab": [lambda L=L, dt=dt: case_softmax(2**25 // L, L, dt, VOCAB_ROWS[dt]) for L, dt in
                   ((50257, "float32"), (128256, "float32"), (50257, "bfloat16"), (151936, "bfloat16"))]
-        + [lambda: case_moe(1024, 50257, 8, VOCAB_ROWS["bfloat16"], "vocab")],
+        + [lambda: case_moe(1024, 50257, 8, VOCAB_ROWS["bfloat16"], "vocab")]
+        # resident rows whose registers spill at 1024 threads (ptxas: LayerNorm float32 L32768 328 B, float16 softmax
+        # 24 B) against the same rows walked in passes of 16 values a thread (index 5, 6)
+        + [lambda: case_layernorm(1024, 32768, "float32", ("rows", "rows@1024x4g1024", "rows@512x8g512m1"), "wide"),
+           lambda: case_softmax(1024, 32768, "float16", ("rows", "rows@1024x2g1024", "rows@512x4g512m1"))],
         "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")
                      for L in (1024, 4096, 16384, 65536)],
         "incremental": [lambda L=L: case_softmax(2**25 // L, L, "float32", ("rows", "tile@256", "nonincremental@256"),

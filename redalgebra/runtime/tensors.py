@@ -29,7 +29,7 @@ from ..derive import FusedCascade
 from ..errors import RedalgebraError
 from .arguments import SPLIT_QUERY, bound_param, param_values, query_fits_float16
 from .compile import Kernel, KMajorUnread, Params16Unread, compile
-from .formats import BFloat16, as_bfloat16, as_e4m3
+from .formats import Encoded, as_bfloat16, as_e4m3
 
 _OPS: dict = {}  # op name -> (cascade text, op)
 
@@ -82,8 +82,10 @@ def _param(t, rows: int, vector: bool, halves: bool = False):
             t = t.contiguous() if t.data_ptr() % 16 == 0 else t.clone(memory_format=torch.contiguous_format)
             return as_bfloat16(t.view(torch.int16)) if t.dtype == torch.bfloat16 else t
         return t.float().contiguous()  # (an int param's values not read back to be checked: a synchronisation)
-    # (integers as they are: the call checks an int param's on the host)
-    return (t if not t.is_floating_point() else t.float()).cpu().numpy()
+    # (integers and float64 as they are: the call checks them on the host — an int param's whole numbers, a value past
+    # float32's range — before it rounds them to float32)
+    torch = _torch()
+    return (t if not t.is_floating_point() or t.dtype == torch.float64 else t.float()).cpu().numpy()
 
 
 def out_dtypes(fused: FusedCascade, first):
@@ -102,7 +104,7 @@ def _output(value, want, device):
     """A kernel output as a tensor of dtype ``want`` on ``device``: 16-bit patterns read as bfloat16 and bytes as e4m3
     (the values they store, never converted as integers), then converted where ``want`` differs."""
     torch = _torch()
-    if isinstance(value, BFloat16):
+    if isinstance(value, Encoded):  # (bfloat16 patterns, e4m3 bytes)
         value = value.bits
     if isinstance(value, np.ndarray):
         t = torch.from_numpy(value)
@@ -122,7 +124,7 @@ def _wanted(kernel: Kernel, per_element: dict, name: str):
     torch = _torch()
     if name.endswith(".index"):
         return torch.int32
-    if kernel.out_dtype in ("bfloat16", "float16"):
+    if kernel.out_dtype in ("bfloat16", "float16", "float32"):
         return getattr(torch, kernel.out_dtype)
     return per_element.get(name, torch.float32)
 
@@ -233,7 +235,7 @@ def _slow_call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
     rows = max((int(t.shape[0]) for t in inputs.values() if is_tensor(t) and t.dim() >= 1), default=1)
     got = kernel._run({k: _input(v) if is_tensor(v) else v for k, v in inputs.items()},
                      {p.name: _param(params[p.name], rows, p.size is not None) for p in c.params if p.name in params},
-                     keep.cpu().numpy() if is_tensor(keep) else keep)
+                     keep.detach().cpu().numpy() if is_tensor(keep) else keep)
     per_element = out_dtypes(kernel.fused, first.dtype)
     return {name: _output(value, _wanted(kernel, per_element, name), first.device) for name, value in got.items()}
 
@@ -298,7 +300,7 @@ class _Call:
                    [int(v.shape[0]) for p in c.params for v in (params[p.name],)
                     if is_tensor(v) and v.dim() == (2 if p.size is not None else 1)])
         host_params = {p.name: _param(params[p.name], rows, p.size is not None, halves) for p in c.params}
-        host_keep = keep.cpu().numpy() if is_tensor(keep) else keep
+        host_keep = keep.detach().cpu().numpy() if is_tensor(keep) else keep
         given = {k: _input(v) for k, v in inputs.items()}
         src, module, named, outs, rows = kernel._arguments(given, host_params, host_keep)
         launch = kernel._device_launch(src, module, named, rows)

@@ -137,3 +137,37 @@ def test_outputs_stored_in_16_bits_when_asked_come_back_as_such_tensors(strategy
     from redalgebra.runtime.check import STORE_ROUNDING  # (half an ulp of the stored type, of the value)
 
     assert (y.double() - want).abs().max() <= (STORE_ROUNDING[out] + 1e-5) * want.abs().max()
+
+
+def test_out_dtype_float32_returns_float32_tensors_for_16_bit_inputs():
+    # (the float32 results were rounded back to the input's float16, and a float32 out= refused)
+    kernel = ra.compile(fused("safe_softmax"), "cpu", out_dtype="float32")
+    x = X.half()
+    y = kernel({"x": x})["y"]
+    assert y.dtype == torch.float32 and torch.allclose(y.double(), torch.softmax(x.double(), -1), atol=1e-6)
+    given = torch.empty(5, 37)
+    assert kernel({"x": x}, out={"y": given})["y"] is given
+
+
+def test_float64_param_tensors_are_checked_before_they_are_rounded_to_float32():
+    # (a float64 tensor was made float32 first: 1e39 became inf and NaN outputs, 3 + 1e-9 a whole label)
+    k, v = torch.randn(1, 5, 8), torch.randn(1, 5, 8)
+    attention = ra.compile(fused("decode_attention"), "cpu")
+    with pytest.raises(RedalgebraError, match="past float32's range"):
+        attention({"k": k, "v": v}, {"q": torch.randn(1, 8, dtype=torch.float64) * 1e39, "scale": 0.3})
+    with pytest.raises(RedalgebraError, match="past float32's range"):
+        attention({"k": k, "v": v}, {"q": torch.randn(1, 8), "scale": torch.tensor(1e39, dtype=torch.float64)})
+    q = torch.randn(1, 8, dtype=torch.float64)
+    assert torch.allclose(attention({"k": k, "v": v}, {"q": q, "scale": 0.3})["y"],
+                          attention({"k": k, "v": v}, {"q": q.float(), "scale": 0.3})["y"])
+    ce = ra.compile(fused("cross_entropy"), "cpu")
+    for label, why in (([3 + 1e-9, 0], "needs whole numbers"), ([2.0 ** 24 + 1, 0], "exact up to")):
+        with pytest.raises(RedalgebraError, match=why):
+            ce({"x": torch.randn(2, 10)}, {"label": torch.tensor(label, dtype=torch.float64)})
+
+
+def test_a_keep_mask_that_requires_grad_is_read_as_its_values():
+    keep = (torch.rand(5, 37, generator=torch.Generator().manual_seed(1)) > 0.3).float().requires_grad_()
+    got = ra.compile(fused("safe_softmax"), "cpu")({"x": X}, keep=keep)["y"]
+    want = ra.compile(fused("safe_softmax"), "cpu")({"x": X}, keep=keep.detach() != 0)["y"]
+    assert torch.equal(got, want)

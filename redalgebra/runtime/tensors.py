@@ -19,6 +19,7 @@ Output dtypes: per-element outputs in the first input's dtype (as PyTorch does; 
 
 from __future__ import annotations
 
+import keyword
 import re
 import sys
 import warnings
@@ -468,10 +469,15 @@ def torch_op(fused: FusedCascade, name: str | None = None, strategy: str | None 
         if _OPS[name][0] != text:
             raise RedalgebraError(f"an op redalgebra::{name} is registered for another cascade; choose another name")
         return _OPS[name][1]
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name):
+        raise RedalgebraError(f"torch_op: the op's name must be a Python identifier (letters, digits, _; not a "
+                              f"keyword), got {name!r}")
     args = [s.name for s in c.inputs] + [p.name for p in c.params]
     outputs = [o.name for o in c.outputs] + [f"{r.name}_index" for r in c.reductions if r.monoid.k is not None]
     returns = "Tensor" if len(outputs) == 1 else "(" + ", ".join(["Tensor"] * len(outputs)) + ")"
-    schema = "(" + ", ".join(f"Tensor {a}" for a in args) + f") -> {returns}"
+    # (the schema's argument names: the cascade's, or a position's where TorchScript reserves the name: None, def)
+    schema = "(" + ", ".join(f"Tensor {a}" if not keyword.iskeyword(a) else f"Tensor arg{i}"
+                             for i, a in enumerate(args)) + f") -> {returns}"
     kernels: dict = {}
 
     n_in = len(c.inputs)
@@ -507,7 +513,10 @@ def torch_op(fused: FusedCascade, name: str | None = None, strategy: str | None 
     # torch.library's low-level registration: a call costs a few microseconds of dispatch, where
     # ``torch.library.custom_op`` adds an autograd wrapper and output checks (6.7 us more per call on the development machine's CPU)
     lib = _library()
-    lib.define(name + schema)
+    try:
+        lib.define(name + schema)
+    except RuntimeError:  # (a name TorchScript's schema parser reserves beyond Python's keywords: by position)
+        lib.define(name + "(" + ", ".join(f"Tensor arg{i}" for i in range(len(args))) + f") -> {returns}")
     for key in ("CPU", "CUDA"):
         lib.impl(name, run, key)
     torch.library.register_fake(f"redalgebra::{name}", fake, lib=lib)

@@ -171,3 +171,15 @@ def test_a_keep_mask_that_requires_grad_is_read_as_its_values():
     got = ra.compile(fused("safe_softmax"), "cpu")({"x": X}, keep=keep)["y"]
     want = ra.compile(fused("safe_softmax"), "cpu")({"x": X}, keep=keep.detach() != 0)["y"]
     assert torch.equal(got, want)
+
+
+def test_the_op_takes_names_torchscript_reserves_and_refuses_a_name_that_is_not_an_identifier():
+    # (an input named None, a param named def or Tensor: legal in the text format, a raw schema error from torch)
+    f = ra.derive(ra.parse("input None\nparam def\nparam Tensor\nreduce m = max(None)\nout y = None - m + def * Tensor\n",
+                           "reserved_names"))
+    x, d, t = torch.randn(2, 5), torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])
+    got = ra.torch_op(f)(x, d, t)
+    assert torch.allclose(got, x - x.max(-1, keepdim=True).values + (d * t)[:, None])
+    for bad in ("a b-c", "1abc", "class"):
+        with pytest.raises(RedalgebraError, match="must be a Python identifier"):
+            ra.torch_op(fused("safe_softmax"), name=bad)

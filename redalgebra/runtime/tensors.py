@@ -211,10 +211,20 @@ class _Copied:
         return _call(self.kernel, {**inputs, **copies}, params, keep, given)
 
 
+def _out_grads(out: dict) -> None:
+    """Refuse an ``out`` tensor that requires grad (with grad mode on): torch's own copy would say only that a leaf
+    variable is used in an in-place operation."""
+    for name, given in out.items():
+        if is_tensor(given) and given.requires_grad and _torch().is_grad_enabled():
+            raise RedalgebraError(f"out[{name!r}] requires grad: the kernels write forward values only, into a tensor "
+                                  f"outside autograd (detach it, or call under torch.no_grad())")
+
+
 def _into(results: dict, out) -> dict:
     """``results`` with the caller's ``out`` tensors written (copied into) and returned in their place."""
     if not out:
         return results
+    _out_grads(out)
     for name, given in out.items():
         if name not in results:
             raise RedalgebraError(f"out: no output named {name!r}; the outputs are {sorted(results)}")
@@ -386,6 +396,7 @@ class _Call:
             if unknown:
                 raise RedalgebraError(f"out: no output named {unknown}; the outputs are "
                                       f"{sorted(name for name, *_ in self.outputs)}")
+            _out_grads(given)
         for name in self.inputs:
             pointers[name] = inputs[name].data_ptr()
         for p, way in self.params:

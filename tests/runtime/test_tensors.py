@@ -183,3 +183,12 @@ def test_the_op_takes_names_torchscript_reserves_and_refuses_a_name_that_is_not_
     for bad in ("a b-c", "1abc", "class"):
         with pytest.raises(RedalgebraError, match="must be a Python identifier"):
             ra.torch_op(fused("safe_softmax"), name=bad)
+
+
+def test_an_out_tensor_that_requires_grad_is_refused_with_a_clear_error():
+    kernel = ra.compile(fused("safe_softmax"), "cpu")
+    with pytest.raises(RedalgebraError, match=r"out\['y'\] requires grad"):
+        kernel({"x": X}, out={"y": torch.empty(5, 37, requires_grad=True)})
+    with torch.no_grad():  # (outside grad mode it is written, as torch's own out= ops do)
+        given = torch.empty(5, 37, requires_grad=True)
+        assert kernel({"x": X}, out={"y": given})["y"] is given

@@ -588,9 +588,9 @@ class _Gen(LaneSkeletons):
                                       f"    out_{name}[row, l, j] = {text}"]
             elif sizes[name] is None:
                 pre, text = print_expr(expr, acc, self.consts, None, self.counter)
-                shared = pre if collective(pre) else []  # (every thread holds the final states: thread 0 stores)
-                lines += shared + ["if tid == 0:"] + ["    " + ln for ln in ([] if shared else pre) +
-                                                     [f"out_{name}[row] = {text}"]]
+                # (a collective: every thread holds the final states and computes, thread 0 stores)
+                everyone, first = (pre, []) if collective(pre) else ([], pre)
+                lines += everyone + ["if tid == 0:"] + ["    " + ln for ln in first + [f"out_{name}[row] = {text}"]]
             else:
                 pre, text = print_expr(expr, acc, self.consts, "j", self.counter)
                 vector += pre + [f"for j in range({start}, {self.lay.size_const(sizes[name])}, {step}):",

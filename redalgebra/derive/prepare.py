@@ -130,7 +130,7 @@ def sign_facts(c: Cascade) -> dict[str, SignFact]:
     facts: dict[str, SignFact] = {}
     signed: dict[sp.Symbol, sp.Symbol] = {}
     infinite = set()  # lets whose value can be ±inf (a where(…, -inf) mask), directly or through another
-    extrema = None  # (extrema_of(c), computed where a sum asks for it)
+    F = extrema = None  # (bodies(c) and extrema_of(c), computed once, where a sum asks for them)
     for s in c.statements:
         underflows = False
         if isinstance(s, Input):
@@ -151,7 +151,8 @@ def sign_facts(c: Cascade) -> dict[str, SignFact]:
                                        f"over the row for a product (no max of them is subtracted from a sum, whose own "
                                        f"element would give exp(0) = 1)")
             elif sign == ">0" and s.monoid.name == "add" and exponential_of(
-                    at_own_extrema(bodies(c)[s.name], extrema := extrema or extrema_of(c)), elements_of(c)):
+                    at_own_extrema((F := F or bodies(c))[s.name], extrema := extrema or extrema_of(c, F)),
+                    elements_of(c)):
                 underflows = True
                 reason += (" (in the reals; in float32 each term underflows to 0 where its exponential's argument is "
                            "below -103, exp(-200), so the sum is 0 on such a prefix: no max of the arguments is "
@@ -162,10 +163,10 @@ def sign_facts(c: Cascade) -> dict[str, SignFact]:
     return facts
 
 
-def extrema_of(c: Cascade) -> dict:
-    """Each max or min reduction's symbol (not a top-k) -> ``(its body as :func:`bodies` writes it, True for a
-    max)``."""
-    F = bodies(c)
+def extrema_of(c: Cascade, F: dict | None = None) -> dict:
+    """Each max or min reduction's symbol (not a top-k) -> ``(its body as :func:`bodies` writes it — ``F``, where
+    given —, True for a max)``."""
+    F = F or bodies(c)
     return {r.symbol: (F[r.name], r.monoid.name == "max") for r in c.reductions
             if r.monoid.name in ("max", "min") and r.monoid.k is None}
 

@@ -142,12 +142,27 @@ def _topk(k: int, values: np.ndarray, keep: np.ndarray | None):
     return top[:, None, :], index[:, None, :]
 
 
+def unbound_names(c: Cascade, inputs: dict, params: dict) -> str | None:
+    """What is wrong with the names of a call's inputs and params, or None: a value missing, or a name the
+    cascade does not have (a misspelt name would otherwise be ignored, silently)."""
+    missing = [s.name for s in c.inputs if s.name not in inputs] + [p.name for p in c.params if p.name not in params]
+    if not missing and len(inputs) == len(c.inputs) and len(params) == len(c.params):
+        return None  # (the common case, in two comparisons: this runs on every call)
+    unknown = [f"input {k!r}" for k in inputs if k not in {s.name for s in c.inputs}]
+    unknown += [f"param {k!r}" for k in params if k not in {p.name for p in c.params}]
+    if not missing and not unknown:
+        return None
+    said = ([f"no value given for {missing}"] if missing else []) + \
+        ([f"unknown {', '.join(unknown)}"] if unknown else [])
+    return (f"{c.name}: {'; '.join(said)} (inputs are {[i.name for i in c.inputs]}, params are "
+            f"{[p.name for p in c.params]})")
+
+
 def bind(c: Cascade, inputs: dict, params: dict, dtype=np.float64) -> tuple[dict, int, int]:
     """Check and lay out inputs and params: ``(env, rows, L)`` with arrays ``(rows, L|1, width)``."""
-    missing = [s.name for s in (*c.inputs, *c.params) if s.name not in (inputs if isinstance(s, Input) else params)]
-    if missing:
-        raise EvaluationError(f"{c.name}: no value given for {missing}; inputs are {[i.name for i in c.inputs]}, "
-                              f"params are {[p.name for p in c.params]}")
+    unbound = unbound_names(c, inputs, params)
+    if unbound:
+        raise EvaluationError(unbound)
     env, dims, arrays = {}, {}, {}
     for s in c.inputs:
         a = np.asarray(inputs[s.name], dtype=dtype)

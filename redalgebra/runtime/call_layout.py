@@ -15,6 +15,8 @@ OUT_ARRAYS = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint1
 
 def _signature(c, inputs: dict, params: dict, keep):
     """What ``Kernel._layout`` reads of a call, as a hashable key (None where it would refuse the call)."""
+    if len(inputs) != len(c.inputs) or len(params) != len(c.params):
+        return None  # (a name the cascade lacks: refused)
     parts = []
     try:
         for s in c.inputs:

@@ -27,6 +27,7 @@ from ..codegen.strategies import for_target, get
 from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns import scalars_fuse as columns_scalars_fuse
 from ..derive import FusedCascade
+from ..ir.reference import unbound_names
 from ..errors import EvaluationError, ExactnessHint, NotFusableError, PerformanceHint, RedalgebraError
 from .backends import check_backend, cuda_module, device_capability, device_multiprocessors, multiprocessors
 from .cache import load
@@ -179,9 +180,9 @@ class Kernel:
 
     def _layout(self, inputs: dict, params: dict, keep):
         c = self.fused.cascade
-        missing = [s.name for s in c.inputs if s.name not in inputs] + [p.name for p in c.params if p.name not in params]
-        if missing:
-            raise EvaluationError(f"{c.name}: no value given for {missing}")
+        unbound = unbound_names(c, inputs, params)
+        if unbound:
+            raise EvaluationError(unbound)
         for s in c.inputs:  # the number of dimensions first: every message below reads shape[0] and shape[1]
             given = getattr(inputs[s.name], "bits", inputs[s.name])
             want = 2 if s.size is None else 3

@@ -242,10 +242,11 @@ def _slow_call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
     """Through ``Kernel.run``: CPU tensors (as NumPy), and what the prepared path does not take."""
     c = kernel.fused.cascade
     first = inputs[c.inputs[0].name]
+    sizes = {p.name: p.size for p in c.params}  # (a name the cascade lacks goes on as it is: run refuses it)
     # (no input with rows — 0-d tensors — goes on to Kernel.run, which says what it wants)
     rows = max((int(t.shape[0]) for t in inputs.values() if is_tensor(t) and t.dim() >= 1), default=1)
     got = kernel._run({k: _input(v) if is_tensor(v) else v for k, v in inputs.items()},
-                     {p.name: _param(params[p.name], rows, p.size is not None) for p in c.params if p.name in params},
+                     {k: _param(v, rows, sizes[k] is not None) if k in sizes else v for k, v in params.items()},
                      keep.detach().cpu().numpy() if is_tensor(keep) else keep)
     per_element = out_dtypes(kernel.fused, first.dtype)
     return {name: _output(value, _wanted(kernel, per_element, name), first.device) for name, value in got.items()}
@@ -264,6 +265,8 @@ def _signature(kernel: Kernel, inputs: dict, params: dict, keep, device: int):
     row per row) is settled once per signature, when :class:`_Call` is built."""
     tensor = _torch().Tensor
     names, specs = kernel.names
+    if len(inputs) != len(names) or len(params) != len(specs):
+        return None  # (a name the cascade lacks: Kernel.run refuses it)
     try:
         parts = [device]
         for name in names:

@@ -204,3 +204,12 @@ def test_per_row_params_may_outnumber_the_rows_of_an_input_they_share_as_in_a_ca
     got = evaluate(c, {"x": x}, {"label": [1, 2, 3]})["loss"]
     want = evaluate(c, {"x": np.repeat(x, 3, axis=0)}, {"label": [1, 2, 3]})["loss"]
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_name_the_cascade_lacks_is_refused_not_ignored():
+    good = {"k": np.ones((2, 3, 4)), "v": np.ones((2, 3, 4))}
+    with pytest.raises(EvaluationError, match=r"unknown input 'kk'"):
+        evaluate(workloads.get("attention").cascade, {**good, "kk": good["k"]}, {"q": np.ones(4), "scale": 1.0})
+    # a misspelt param: its own value missing, and the misspelling named
+    with pytest.raises(EvaluationError, match=r"no value given for \['scale'\]; unknown param 'scal'"):
+        evaluate(workloads.get("attention").cascade, good, {"q": np.ones(4), "scal": 1.0})

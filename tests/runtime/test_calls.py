@@ -156,3 +156,17 @@ def test_the_reference_reads_bfloat16_and_e4m3_values_as_the_kernels_do():
     encoded = evaluate(c, {"k": as_e4m3(k), "v": v}, {"q": as_bfloat16(q), "scale": scale})["y"]
     decoded = evaluate(c, {"k": to_float(as_e4m3(k)), "v": v}, {"q": to_float(as_bfloat16(q)), "scale": scale})["y"]
     assert np.array_equal(encoded, decoded) and not np.array_equal(q, to_float(as_bfloat16(q)))
+
+
+def test_a_name_the_cascade_lacks_is_refused_after_a_good_call_too():
+    """A misspelt input or param is named, also where a good call of the same shapes has planned the signature
+    (whose key holds only the cascade's own names)."""
+    k = compile(fused("safe_softmax"), "cpu")
+    k({"x": X})
+    with pytest.raises(EvaluationError, match=r"unknown input 'y'"):
+        k({"x": X, "y": X})
+    with pytest.raises(EvaluationError, match=r"unknown param 'scale'"):
+        k({"x": X}, {"scale": 2.0})
+    assert k.layout({"x": X})  # (the layout a good call takes is unchanged)
+    with pytest.raises(EvaluationError, match=r"unknown input 'y'"):
+        k.layout({"x": X, "y": X})

@@ -385,3 +385,16 @@ def test_the_cpu_level_order_sums_a_long_row_in_blocks():
     got = compile(f, "cpu", "levels")(inputs, params, keep=keep)["y"]
     want = evaluate(f.cascade, {k: v.astype(np.float64) for k, v in inputs.items()}, params, keep=keep)["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_block_merges_fit_their_states_in_shared_memory_or_say_the_size_is_too_large():
+    """A warp's state a block in shared memory: the threads halve until attention's o (d wide) fits, and a d no
+    block can hold is refused by name before any compiler sees it (ptxas's "too much shared data" before)."""
+    k = compile(fused("attention"), "cuda", "lanes")
+    _, spec, _ = k.spec_for(8, 4096, {}, {"d": 5000}, device=((9, 0), 132))
+    assert spec.threads == 64  # 2 warps x 5001 floats: 40 KB; 4 warps would need 80 KB
+    with pytest.raises(RedalgebraError, match=r"lanes: .*the widest o \(d = 100000\).*at most 12288 values"):
+        k.spec_for(8, 4096, {}, {"d": 100000}, device=((9, 0), 132))
+    auto = compile(fused("attention"), "cuda", "auto")
+    with pytest.raises(RedalgebraError, match="shared memory even with 32 threads"):
+        auto.spec_for(8, 4096, {}, {"d": 100000}, device=((9, 0), 132))

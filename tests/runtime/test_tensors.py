@@ -192,3 +192,11 @@ def test_an_out_tensor_that_requires_grad_is_refused_with_a_clear_error():
     with torch.no_grad():  # (outside grad mode it is written, as torch's own out= ops do)
         given = torch.empty(5, 37, requires_grad=True)
         assert kernel({"x": X}, out={"y": given})["y"] is given
+
+
+def test_a_param_name_the_cascade_lacks_is_refused_on_the_torch_path():
+    k = ra.compile(fused("safe_softmax"), "cpu")
+    with pytest.raises(RedalgebraError, match=r"unknown param 'scale'"):
+        k({"x": X}, {"scale": torch.tensor(2.0)})
+    with pytest.raises(RedalgebraError, match=r"unknown input 'z'"):
+        k({"x": X, "z": X})

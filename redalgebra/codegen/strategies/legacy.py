@@ -30,18 +30,38 @@ def _wide(fused) -> bool:
     return any(r.monoid.k is not None or fused.cascade.sizes[r.name] is not None for r in fused.cascade.reductions)
 
 
-def fit_threads(fused, sizes: dict, threads: int) -> int:
-    """Threads for a shared-state merge (one state per thread in shared memory), halved until they fit."""
-    floats = 0
+#: The strategies whose warps (not threads) keep a state each in shared memory for their block's merge.
+_WARP_STATES = ("block", "tile", "lanes", "lanes_shared", "split", "split_lanes", "split_lanes_shared")
+
+
+def fit_threads(name: str, fused, sizes: dict, threads: int) -> int:
+    """Threads a block, halved until the states its merge keeps in shared memory fit (one a thread for the
+    shared-state strategies, one a warp for :data:`_WARP_STATES`, plus the lane sums' ``lane_red``); a clear
+    error where even one warp's do not (a vector state too wide: attention with d = 100000)."""
+    per_warp = name in _WARP_STATES
+    if not (per_warp or REGISTRY[name].shared_states):
+        return threads
+    floats, widest = 0, ("", 0)
     for r in fused.cascade.reductions:
         size = fused.cascade.sizes[r.name]
         width = r.monoid.k if r.monoid.k is not None else (1 if size is None else sizes.get(size, size))
         floats += width * (2 if r.monoid.k is not None else 1)
-    while threads > 32 and threads * floats * 4 > SHARED_BYTES:
+        if isinstance(width, int) and width > widest[1]:
+            widest = (f"{r.name} ({size} = {width})" if isinstance(size, str) else r.name, width)
+
+    def need(t: int) -> int:
+        return 4 * ((t // 32 if per_warp else t) * floats + (t if name.endswith("lanes_shared") else 0))
+
+    while threads > 32 and need(threads) > SHARED_BYTES:
         threads //= 2
-    if threads * floats * 4 > SHARED_BYTES:
-        raise RedalgebraError(f"{floats} state values per thread do not fit in shared memory even with 32 threads; "
-                              f"use the warp or block strategy")
+    if need(threads) > SHARED_BYTES:
+        most = (SHARED_BYTES // 4 - 32 * name.endswith("lanes_shared")) // (1 if per_warp else 32)
+        what = "a warp's" if per_warp else "a thread's"
+        raise RedalgebraError(
+            f"{name}: {what} reduction states ({floats} values, the widest {widest[0]}) need {need(threads)} bytes "
+            f"of shared memory even with 32 threads, more than the {SHARED_BYTES} a block may declare; "
+            f"at most {most} values of state a row fit its merge ('thread' keeps the "
+            f"states in local memory instead, one thread a row)")
     return threads
 
 
@@ -87,8 +107,7 @@ def _segments(name: str, p: Problem, threads: int, tile: int) -> int:
 def _configure(name: str):
     def configure(fused, p: Problem) -> dict:
         threads = p.option("threads", 32 if p.option("simulator") else 128)
-        if REGISTRY[name].shared_states:
-            threads = fit_threads(fused, dict(p.sizes), threads)
+        threads = fit_threads(name, fused, dict(p.sizes), threads)
         tile = _stage(fused, p, threads) if name == "nonincremental" else _tile(name, fused, p, threads)
         out = dict(threads=threads, tile=tile)
         if name.startswith("split"):

@@ -30,7 +30,7 @@ import sympy as sp
 from ..errors import EvaluationError
 from .functions import Dot, Log1p, RoundE4M3, RoundHalfEven, Sigmoid, VSum
 from .monoid import Monoid
-from .nodes import POSITION, Cascade, Input, Let, Output, Param, Reduction
+from .nodes import POSITION, Cascade, Let, Output, Param, Reduction
 
 _UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum, "logaddexp": np.logaddexp}
 def round_e4m3(x: np.ndarray) -> np.ndarray:

@@ -228,8 +228,16 @@ def _quotient(otimes: Monoid, u, v):
     return u / v if otimes is MUL else u - v
 
 
-def _anchors(F: sp.Expr, elems: list, deps: list, otimes: Monoid):
+def _anchors(F: sp.Expr, elems: list, deps: list, otimes: Monoid) -> list:
     """Valid anchors (F(e0, D0) finite, real, invertible under ⊗), simplest G and H first."""
+    return list(_anchors_of(F, tuple(elems), tuple(deps), otimes))
+
+
+@functools.lru_cache(maxsize=256)
+def _anchors_of(F: sp.Expr, elems: tuple, deps: tuple, otimes: Monoid) -> tuple:
+    """:func:`_anchors`, once per body: an analysis asks again for the same body (each of a refused reduction's
+    hints re-analyses it; ``derive`` analyses the rewritten cascade), and each anchor costs SymPy simplifications."""
+    elems, deps = list(elems), list(deps)
     found = []
     for values in itertools.product(_ANCHOR_VALUES, repeat=len(elems) + len(deps)):
         point = dict(zip(elems + deps, values))
@@ -243,7 +251,7 @@ def _anchors(F: sp.Expr, elems: list, deps: list, otimes: Monoid):
         if len(found) >= 6:
             break
     found.sort(key=lambda t: (t[0], t[1]))
-    return found
+    return tuple(found)
 
 
 def _tame(F: sp.Expr, symbols: tuple, values: tuple) -> bool:

@@ -411,8 +411,10 @@ class Kernel:
         """The outputs by name: NumPy arrays for host inputs, device arrays for device inputs, and torch
         tensors (on the input's device, per-element outputs in its dtype) for torch tensors.
 
-        ``out``: ``{output name: array}`` to write some outputs into (the shape and dtype the call would
-        return, contiguous, where the inputs are); they are returned as given, written."""
+        ``inputs`` and ``params`` are keyed by the cascade's names, every one given; a name the cascade lacks
+        is refused (a misspelt one would otherwise be ignored). ``out``: ``{output name: array}`` to write some
+        outputs into (the shape and dtype the call would return, contiguous, where the inputs are); they are
+        returned as given, written."""
         if type(inputs) is not dict or (params is not None and type(params) is not dict) or out is not None:
             _check_mappings(inputs, params, out)  # (off the common path: plain dicts, no out)
         torch = sys.modules.get("torch")  # (a tensor means torch was imported)

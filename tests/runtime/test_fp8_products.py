@@ -11,34 +11,43 @@ from redalgebra import RedalgebraError
 from tests.catalogue import fused
 from tests.runtime.test_columns import _problem, _reference
 
-@pytest.mark.parametrize("rows,length,n,segments", [
+@pytest.mark.parametrize("rows,length,n,segments,lying", [
     # the product on the FP8 instruction (fp8_products): the e4m3 weights transposed to rows by a kernel of the module
     # (72 columns: rows not of 16 bytes, two 8-byte loads a chunk), three tiles of 128; 256 columns in 16-byte
     # chunks, five tiles in three segments of two, two and one; 2 row blocks x 2 column blocks (128 columns and 8:
     # group 16 past 128 columns) x 2 segments
-    (17, 300, 72, None),
-    (5, 640, 256, 3),
-    (20, 300, 136, 2),
-    # six tiles in one segment: every stage of the producer's ring of four reused (the simulator reports a copy into a
+    (17, 300, 72, None, False),
+    (5, 640, 256, 3, False),
+    (20, 300, 136, 2, False),
+    # The cases below are about the product's tiles, not the transposing kernel (run above, in both of its forms: rows
+    # of 16-byte chunks and rows not of them): their weights are given K-major (lying), as a Linear layer holds them,
+    # and read as they lie (L whole tiles of 128) by the same product kernel, reading w where it reads wt
+    # (test_k_major.py); the transposing kernel, most of the simulator's time for these shapes, is not run.
+    # Six tiles in one segment: every stage of the producer's ring of four reused (the simulator reports a copy into a
     # stage that a group of products not yet waited for reads), its last tiles signalled after its loop
-    (16, 768, 64, 1),
+    (16, 768, 64, 1, True),
     # the GPU's block: two consumer warpgroups taking turns, five tiles (the producer's ring wrapped)
-    (65, 640, 64, 1),
-    # the GPU's 128 columns a block (group 16): 4 tiles in segments of 2, so that segment 3 has none; four tiles in
-    # one (the ring full once)
-    (5, 512, 136, 3),
-    (5, 512, 136, 1),
+    (65, 640, 64, 1, True),
+    # the GPU's 128 columns a block (group 16): four tiles in one segment (the ring full once). (Segments of which the
+    # last has no tile: test_fp8_products_blocks_walk_the_output_tiles_with_the_ring_running_on[1-9-640-72-4], whose
+    # block-a-tile run launches segment 4's empty tiles and combines it; group 16 with a partial column block of 8:
+    # the cases of 136 columns here)
+    (5, 512, 136, 1, True),
 ])
-def test_columns_wgmma_multiplies_e4m3_on_the_fp8_instruction_when_asked(rows, length, n, segments):
+def test_columns_wgmma_multiplies_e4m3_on_the_fp8_instruction_when_asked(rows, length, n, segments, lying):
     inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16")
     inputs["w"] = as_e4m3(to_float(inputs["w"]))
+    ref = _reference("fp8_quant_gemm", inputs, params, None, rows)["y"]
+    if lying:  # the same bytes, K-major
+        inputs["w"] = as_e4m3(np.ascontiguousarray(inputs["w"].bits[0].T).T[None])
     kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=segments, fp8_products=True,
                      threads=256 if rows > 64 else None, group=16 if n > 128 else None)
+    assert kernel._planned(inputs, params, None)[0].k_major == (("w",) if lying else ())
     out = kernel(inputs, params)["y"]
-    ref = _reference("fp8_quant_gemm", inputs, params, None, rows)["y"]
     # the simulator's FP8 instruction sums exactly (the H200's keeps about 14 bits: gpu/fp8_products_check.py), so
     # this checks the layout, the transpose and the sums' promotion, at float32's tolerance
     assert np.nanmax(np.abs(out - ref)) <= 1e-5 * np.nanmax(np.abs(ref))
+    # (the weights' contiguous layout: the module with its transposing kernel)
     source = kernel.source(*kernel.spec_for(rows, length, {"x": "bfloat16", "w": "e4m3"}, {"n": n},
                                             reps={"w": rows})[1::-1]).source
     assert "wgmma_ss_e4m3(" in source and "wgmma_sst_f16(" not in source

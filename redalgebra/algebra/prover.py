@@ -79,7 +79,7 @@ def _signed(var: sp.Symbol, key: str | None) -> sp.Symbol:
 
 
 def _evaluate(expr: sp.Expr, point: dict) -> sp.Expr:
-    return expr.subs({s: point[s.name] for s in expr.free_symbols if s.name in point})
+    return expr.xreplace({s: sp.sympify(point[s.name]) for s in expr.free_symbols if s.name in point})
 
 
 def confirm(lhs: sp.Expr, rhs: sp.Expr, point: dict) -> Counterexample | None:

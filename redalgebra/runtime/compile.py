@@ -111,13 +111,31 @@ class Kernel:
             return d
         return {self.rename.get(k, k): v for k, v in d.items()}
 
+    def from_user(self, d):
+        """:meth:`to_generated` of a call's dict, which must hold the user's names only: a generated name there would
+        pass as the name it stands for, or override the user's value of that name."""
+        if not self.rename or not d:
+            return d
+        inner = [k for k in d if k not in self.rename and k in self._generated]
+        if inner:
+            back = {v: k for k, v in self.rename.items()}
+            err = EvaluationError(f"{inner[0]!r} is not a name of the cascade (it is the generated code's name for "
+                                  f"{back[inner[0]]!r}: give that name)")
+            err.user_names = True  # (user_messages leaves it as it is)
+            raise err
+        return self.to_generated(d)
+
+    @functools.cached_property
+    def _generated(self) -> frozenset:
+        return frozenset(self.rename.values())
+
     @contextmanager
     def user_messages(self):
         """Errors raised inside speak of the user's names, not the generated code's."""
         try:
             yield
         except RedalgebraError as err:
-            if not self.rename:
+            if not self.rename or getattr(err, "user_names", False):
                 raise
             back = {v: k for k, v in self.rename.items()}
             message = re.sub(r"\bu\d+\b", lambda m: back.get(m.group(), m.group()), str(err))
@@ -176,7 +194,8 @@ class Kernel:
     def layout(self, inputs: dict, params: dict | None = None, keep=None):
         """(Spec, rows, length, repetitions, strategy, launch values) of a call with inputs and params keyed
         by the user's names: what the call would compile and launch (the tools' view of a call)."""
-        return self._layout(self.to_generated(inputs), self.to_generated(params or {}), keep)
+        with self.user_messages():
+            return self._layout(self.from_user(inputs), self.from_user(params or {}), keep)
 
     def _layout(self, inputs: dict, params: dict, keep):
         c = self.fused.cascade
@@ -427,8 +446,8 @@ class Kernel:
     def run(self, inputs: dict, params: dict | None = None, keep=None, out: dict | None = None) -> dict:
         """The call on NumPy, :class:`BFloat16` or CUDA-array-interface inputs (no torch adaptation)."""
         with self.user_messages():
-            return self.to_user(self._run(self.to_generated(inputs), self.to_generated(params or {}), keep,
-                                          self.to_generated(out)))
+            return self.to_user(self._run(self.from_user(inputs), self.from_user(params or {}), keep,
+                                          self.from_user(out)))
 
     def _run(self, inputs: dict, params: dict, keep, out=None) -> dict:
         src, module, named, outs, rows = self._arguments(inputs, params, keep, out)
@@ -459,7 +478,7 @@ class Kernel:
         if self.backend == "cpu":
             raise RedalgebraError("prepare() is for the CUDA back ends; call the kernel directly on the CPU")
         with self.user_messages():
-            src, module, named, _, rows = self._arguments(self.to_generated(inputs), self.to_generated(params or {}),
+            src, module, named, _, rows = self._arguments(self.from_user(inputs), self.from_user(params or {}),
                                                           keep)
         launch = self._device_launch(src, module, named, rows)
         launch.outputs = self.to_user(launch.outputs)

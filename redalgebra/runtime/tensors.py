@@ -27,7 +27,8 @@ import warnings
 import numpy as np
 
 from ..derive import FusedCascade
-from ..errors import RedalgebraError
+from ..errors import EvaluationError, RedalgebraError
+from ..ir.reference import unbound_names
 from .arguments import SPLIT_QUERY, bound_param, param_values, query_fits_float16
 from .compile import Kernel, KMajorUnread, Params16Unread, compile
 from .formats import Encoded, as_bfloat16, as_e4m3
@@ -144,8 +145,8 @@ def call(kernel: Kernel, inputs: dict, params: dict | None = None, keep=None, ou
     if not kernel.rename:  # the common case, kept free of the translation (it runs on every call)
         return _call(kernel, inputs, params or {}, keep, out)
     with kernel.user_messages():
-        return kernel.to_user(_call(kernel, kernel.to_generated(inputs), kernel.to_generated(params or {}), keep,
-                                    kernel.to_generated(out)))
+        return kernel.to_user(_call(kernel, kernel.from_user(inputs), kernel.from_user(params or {}), keep,
+                                    kernel.from_user(out)))
 
 
 def _no_gradient(kernel: Kernel, inputs: dict, params: dict) -> None:
@@ -241,8 +242,11 @@ def _into(results: dict, out) -> dict:
 def _slow_call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
     """Through ``Kernel.run``: CPU tensors (as NumPy), and what the prepared path does not take."""
     c = kernel.fused.cascade
+    unbound = unbound_names(c, inputs, params)
+    if unbound:
+        raise EvaluationError(unbound)
     first = inputs[c.inputs[0].name]
-    sizes = {p.name: p.size for p in c.params}  # (a name the cascade lacks goes on as it is: run refuses it)
+    sizes = {p.name: p.size for p in c.params}
     # (no input with rows — 0-d tensors — goes on to Kernel.run, which says what it wants)
     rows = max((int(t.shape[0]) for t in inputs.values() if is_tensor(t) and t.dim() >= 1), default=1)
     got = kernel._run({k: _input(v) if is_tensor(v) else v for k, v in inputs.items()},

@@ -148,7 +148,7 @@ def test_nonincremental_fp8_rounds_at_the_final_scale_like_the_unfused_form():
 
 
 def test_nonincremental_refuses_rows_that_do_not_fit_on_chip():
-    with pytest.raises(RedalgebraError, match="does not fit in shared memory"):
+    with pytest.raises(RedalgebraError, match="a row of 20000 elements staged .* do not fit in shared memory"):
         check(fused("safe_softmax"), "cudasim", "nonincremental", shapes=((1, 20000),))
 
 
@@ -398,3 +398,19 @@ def test_block_merges_fit_their_states_in_shared_memory_or_say_the_size_is_too_l
     auto = compile(fused("attention"), "cuda", "auto")
     with pytest.raises(RedalgebraError, match="shared memory even with 32 threads"):
         auto.spec_for(8, 4096, {}, {"d": 100000}, device=((9, 0), 132))
+
+
+def test_threads_halved_for_shared_states_stay_whole_warps():
+    # 96 threads halved were 48: a block of two warps whose states had one slot (the second warp's written out of
+    # bounds, its elements dropped)
+    k = compile(fused("attention"), "cuda", "block", threads=96)
+    _, spec, _ = k.spec_for(4, 1000, {}, {"d": 8000}, device=((9, 0), 132))
+    assert spec.threads == 32
+
+
+def test_nonincremental_counts_its_vector_states_in_shared_memory():
+    # the staged row fitted, but attention's final o (d floats) on top of it did not: ptxas's "too much shared data"
+    k = compile(fused("attention"), "cuda", "nonincremental")
+    with pytest.raises(RedalgebraError, match="8192 values of vector states do not fit in shared memory"):
+        k.spec_for(4, 3000, {}, {"d": 8192}, device=((9, 0), 132))
+    assert k.spec_for(4, 3000, {}, {"d": 512}, device=((9, 0), 132))[1].tile == 3072

@@ -263,3 +263,18 @@ def test_names_like_the_generators_registers_but_not_its_own_are_kept():
                  "reduce acc = sum(x / sqrt(l_sum) * w_gate)\nout y = acc * a_scale\n")
     assert unsafe(c) == []
     assert unsafe(ra.parse("input x\nparam gen_k > 0\nreduce s = sum(x * gen_k)\nout y = s\n")) == ["gen_k"]
+
+
+def test_the_generated_codes_own_names_are_refused_at_a_call():
+    # 'lambda' is 'u2' in the generated code: given as 'u2' it passed as the input, and a params dict holding both
+    # 'row' and its generated name took the generated one's value
+    k = compile(ra.derive(ra.parse(HOSTILE)), "cpu")
+    x = np.zeros((2, 5), np.float32)
+    good = {"lambda": x, "rep_x": x + 1, "keep": x + 1}
+    inner = k.rename["lambda"]
+    with pytest.raises(ra.RedalgebraError, match=f"'{inner}' is not a name of the cascade .*for 'lambda'"):
+        k({inner: x, "rep_x": x + 1, "keep": x + 1}, {"row": 2.0})
+    with pytest.raises(ra.RedalgebraError, match="is not a name of the cascade .*for 'row'"):
+        k(good, {"row": 2.0, k.rename["row"]: 7.0})
+    with pytest.raises(ra.RedalgebraError, match=r"no value given for \['keep'\]"):  # (the user's names, not u4)
+        k.layout({"lambda": x, "rep_x": x + 1}, {"row": 2.0})

@@ -200,3 +200,5 @@ def test_a_param_name_the_cascade_lacks_is_refused_on_the_torch_path():
         k({"x": X}, {"scale": torch.tensor(2.0)})
     with pytest.raises(RedalgebraError, match=r"unknown input 'z'"):
         k({"x": X, "z": X})
+    with pytest.raises(RedalgebraError, match=r"no value given for \['x'\]; unknown input 'xx'"):
+        k({"xx": X})  # (a bare KeyError from reading the first input before)

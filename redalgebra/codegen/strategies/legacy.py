@@ -53,7 +53,7 @@ def fit_threads(name: str, fused, sizes: dict, threads: int) -> int:
         return 4 * ((t // 32 if per_warp else t) * floats + (t if name.endswith("lanes_shared") else 0))
 
     while threads > 32 and need(threads) > SHARED_BYTES:
-        threads //= 2
+        threads = max(32, threads // 64 * 32)  # halved in whole warps (96 -> 32, not 48)
     if need(threads) > SHARED_BYTES:
         most = (SHARED_BYTES // 4 - 32 * name.endswith("lanes_shared")) // (1 if per_warp else 32)
         what = "a warp's" if per_warp else "a thread's"
@@ -84,11 +84,17 @@ def _tile(name: str, fused, p: Problem, threads: int) -> int:
 def _stage(fused, p: Problem, threads: int) -> int:
     """The staging capacity of ``nonincremental``: the row rounded up to a multiple of 1024."""
     cap = -(-max(p.length, 1) // 1024) * 1024
-    per = len([s for s in fused.cascade.inputs if s.size is None]) + len(fused.prologue.results) + 1
-    extra = threads + sum(r.monoid.k * threads * 2 for r in fused.cascade.reductions if r.monoid.k)
-    if (cap * per + extra) * 4 > SHARED_BYTES:
-        raise RedalgebraError(f"nonincremental: a row of {p.length} elements does not fit in shared memory "
-                              f"({per} values per element); use the tile or rows strategy, which merge incrementally")
+    c = fused.cascade
+    per = len([s for s in c.inputs if s.size is None]) + len(fused.prologue.results) + 1
+    sizes = dict(p.sizes)
+    vectors = sum(sizes.get(c.sizes[r.name], c.sizes[r.name]) for r in c.reductions
+                  if r.monoid.k is None and c.sizes[r.name] is not None)  # (fv_: a vector state's final values)
+    topk = sum(r.monoid.k * threads * 2 for r in c.reductions if r.monoid.k)
+    if (cap * per + threads + vectors + topk) * 4 > SHARED_BYTES:
+        what = [f"a row of {p.length} elements staged ({per} values per element)"] + \
+            [f"{vectors} values of vector states"] * bool(vectors) + [f"the top-k lists of {threads} threads"] * bool(topk)
+        raise RedalgebraError(f"nonincremental: {', '.join(what)} do not fit in shared memory "
+                              f"({SHARED_BYTES} bytes); use the tile or rows strategy, which merge incrementally")
     return cap
 
 

@@ -46,7 +46,7 @@ from .analysis import Analysis, ReductionAnalysis, analyze, analyze_reduction
 from .ranges import grows, may_diverge, may_vanish, overshoots
 from .multiterm import combination_proof, merge_proof, rewrite
 from .prepare import bodies, element_atoms, has_casts, inline, outputs, sign_facts
-from .program import Program, TopKMerge, build
+from .program import Program, TopKMerge, build, exp_out_of_logs
 from .rules import stabilize
 
 
@@ -611,7 +611,7 @@ def _derive(cascade: Cascade, analysis: Analysis, centered: dict) -> FusedCascad
         per_element_outputs=tuple(o.name for o in c.outputs if o.name in varying),
         corrections={n: v["a"] for n, v in corrections.items()},
         degenerate={ra.name: _degenerate(ra, c, analysis, "a") for ra in analysis.reductions if ra.deps},
-        bodies=bodies,
+        bodies={k: exp_out_of_logs(v) for k, v in bodies.items()},
         naive={ra.name: (ra.G, ra.H) for ra in analysis.reductions if ra.deps and ra.name not in centered},
         guards=_guards(analysis, bodies))
 
@@ -671,7 +671,7 @@ def _level_forms(c: Cascade, analysis: Analysis, guards: tuple) -> FusedCascade:
         finalize=Program(tuple((c.symbols[o.name], outs[o.name]) for o in c.outputs),
                          tuple(c.symbols[o.name] for o in c.outputs)),
         per_element_outputs=tuple(o.name for o in c.outputs if o.name in varying), corrections={}, degenerate={},
-        bodies=bodies, naive={}, guards=guards)
+        bodies={k: exp_out_of_logs(v) for k, v in bodies.items()}, naive={}, guards=guards)
 
 
 __all__ = ["Correction", "FusedCascade", "as_written", "combine", "derive", "index_symbol", "side", "unfused"]

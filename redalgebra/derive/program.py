@@ -44,12 +44,34 @@ class Program:
     steps: tuple
     results: tuple
 
+    def __post_init__(self):  # (every program the kernels print: exp(a) taken out of the logs, exp_out_of_logs)
+        object.__setattr__(self, "steps", tuple((s, exp_out_of_logs(e)) for s, e in self.steps))
+
     def __str__(self) -> str:
         return "\n".join(f"{sym} = {sp.sstr(expr)}" for sym, expr in self.steps)
 
     def latex(self) -> str:
         rows = [rf"{latex(sym)} &\leftarrow {latex(expr)}" for sym, expr in self.steps]
         return r"\begin{aligned}" + r" \\ ".join(rows) + r"\end{aligned}"
+
+
+def exp_out_of_logs(expr: sp.Expr) -> sp.Expr:
+    """``log(exp(a)·r)`` as ``a + log(r)`` throughout ``expr``: in float32, ``exp(a)`` underflows below -103 (overflows
+    past 88) where the log is finite — a log-softmax ``log(exp(x - m)/l)`` was -inf at an element 103 below the row's
+    max, and an entropy's ``p·log(p)`` NaN. Equal in the reals, and in floats wherever the product form is finite, and
+    at its edges too: ``r <= 0`` gives NaN or -inf either way, ``a = ±inf`` ±inf or NaN as ``exp(a)·r`` does. Applied
+    before the shared subexpressions are hoisted (a hoisted ``exp(x - m)`` hides the product from the printer, which
+    splits the logs of the forms built without :func:`build`)."""
+    if not expr.has(sp.log):
+        return expr
+
+    def split(lg):
+        factors = sp.Mul.make_args(lg.args[0])
+        exps = [f.args[0] for f in factors if isinstance(f, sp.exp)]
+        if not exps or len(exps) == len(factors):
+            return lg
+        return sp.Add(*exps) + sp.log(sp.Mul(*[f for f in factors if not isinstance(f, sp.exp)]))
+    return expr.replace(lambda e: isinstance(e, sp.log), split)
 
 
 def build(assignments: list[tuple[sp.Symbol, sp.Expr]], prefix: str = "c", vectors: frozenset = frozenset()) -> Program:
@@ -61,7 +83,7 @@ def build(assignments: list[tuple[sp.Symbol, sp.Expr]], prefix: str = "c", vecto
     where it is used: the kernels print vectors a component at a time, and a temporary is one scalar.
     """
     symbols = [s for s, _ in assignments]
-    temps, reduced = sp.cse([e for _, e in assignments], symbols=sp.numbered_symbols(prefix, real=True),
+    temps, reduced = sp.cse([exp_out_of_logs(e) for _, e in assignments], symbols=sp.numbered_symbols(prefix, real=True),
                             ignore=[], optimizations=None)
     temps, reduced = _inline_trivial(temps, reduced)
     if vectors:

@@ -414,3 +414,37 @@ def test_nonincremental_counts_its_vector_states_in_shared_memory():
     with pytest.raises(RedalgebraError, match="8192 values of vector states do not fit in shared memory"):
         k.spec_for(4, 3000, {}, {"d": 8192}, device=((9, 0), 132))
     assert k.spec_for(4, 3000, {}, {"d": 512}, device=((9, 0), 132))[1].tile == 3072
+
+
+LOG_OF_EXP = {  # a log-softmax, its sum (the log-likelihood of every element), and the entropy
+    "log_softmax": "input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))\nout y = log(exp(x - m) / s)",
+    "sum_log_p": "input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))\nreduce e = sum(log(exp(x - m) / s))\nout y = e",
+    "entropy": "input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))\n"
+               "reduce e = sum(exp(x - m) / s * log(exp(x - m) / s))\nout y = e",
+}
+
+
+@pytest.mark.parametrize("backend,strategies", [("cpu", ("auto", "row", "levels")),
+                                                ("cudasim", ("auto", "rows", "tile", "unfused"))])
+@pytest.mark.parametrize("name", LOG_OF_EXP)
+def test_a_log_of_an_exponential_that_underflows_float32_is_finite(name, backend, strategies):
+    # exp(x - m) is 0 in float32 at an element 200 below the row's max: log(exp(x - m)/s) was -inf there (the
+    # log-softmax, its sum) and p·log(p) NaN (the entropy), where the reference is finite; the kernels print
+    # log(exp(a)·r) as a + log(r)
+    f = derive(parse(LOG_OF_EXP[name]))
+    x = np.array([[0, -200, 1, 2, -150], [0, 1, 2, 3, 4]], np.float32)
+    want = evaluate(f.cascade, {"x": x.astype(np.float64)})["y"]
+    for strategy in strategies:
+        got = compile(f, backend, strategy)({"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6, err_msg=f"{backend} {strategy}")
+
+
+def test_exp_out_of_logs_splits_products_only():
+    import sympy as sp
+
+    from redalgebra.derive.program import exp_out_of_logs
+
+    x, m, s = sp.symbols("x m s", real=True)
+    assert exp_out_of_logs(sp.log(sp.exp(x - m) / s)) == x - m + sp.log(1 / s)
+    assert exp_out_of_logs(sp.log(sp.exp(x) + s)) == sp.log(sp.exp(x) + s)  # (a sum: logsumexp's own rule)
+    assert exp_out_of_logs(2 * sp.log(3 * sp.exp(x))) == 2 * (x + sp.log(3))

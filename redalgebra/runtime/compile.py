@@ -27,8 +27,8 @@ from ..codegen.strategies import for_target, get
 from ..codegen.strategies.columns import refusal as columns_refusal
 from ..codegen.strategies.columns import scalars_fuse as columns_scalars_fuse
 from ..derive import FusedCascade
-from ..ir.reference import unbound_names
 from ..errors import EvaluationError, ExactnessHint, NotFusableError, PerformanceHint, RedalgebraError
+from ..ir.reference import unbound_names
 from .backends import check_backend, cuda_module, device_capability, device_multiprocessors, multiprocessors
 from .cache import load
 from .choice import ROUNDED_GAIN, ROUNDED_NOTE, choose, rounded_alternative

@@ -23,7 +23,6 @@ import numpy as np
 import sympy as sp
 from sympy.printing.str import StrPrinter
 
-from ..derive.program import exp_out_of_logs
 from ..errors import RedalgebraError
 from ..ir.functions import Dot, Sigmoid, VSum
 
@@ -250,9 +249,6 @@ class KernelPrinter(StrPrinter):
             # where the result does not; rt_logaddexp takes it as max(a, b) + log1p(exp(-|a - b|))
             a, b = (self._print(e) for e in exponents)
             return f"rt_logaddexp({a}, {b})"
-        split = exp_out_of_logs(expr)
-        if split != expr:  # log(exp(a)·r) as a + log(r) (forms not built by derive.program.build: the level order's)
-            return f"({self._print(split)})"
         return f"rt_log({self._print(arg)})"
 
     def _print_Abs(self, expr):

@@ -228,9 +228,9 @@ def _quotient(otimes: Monoid, u, v):
     return u / v if otimes is MUL else u - v
 
 
-def _anchors(F: sp.Expr, elems: list, deps: list, otimes: Monoid) -> list:
+def _anchors(F: sp.Expr, elems: list, deps: list, otimes: Monoid) -> tuple:
     """Valid anchors (F(e0, D0) finite, real, invertible under ⊗), simplest G and H first."""
-    return list(_anchors_of(F, tuple(elems), tuple(deps), otimes))
+    return _anchors_of(F, tuple(elems), tuple(deps), otimes)
 
 
 @functools.lru_cache(maxsize=256)

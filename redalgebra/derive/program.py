@@ -59,9 +59,9 @@ def exp_out_of_logs(expr: sp.Expr) -> sp.Expr:
     """``log(exp(a)·r)`` as ``a + log(r)`` throughout ``expr``: in float32, ``exp(a)`` underflows below -103 (overflows
     past 88) where the log is finite — a log-softmax ``log(exp(x - m)/l)`` was -inf at an element 103 below the row's
     max, and an entropy's ``p·log(p)`` NaN. Equal in the reals, and in floats wherever the product form is finite, and
-    at its edges too: ``r <= 0`` gives NaN or -inf either way, ``a = ±inf`` ±inf or NaN as ``exp(a)·r`` does. Applied
-    before the shared subexpressions are hoisted (a hoisted ``exp(x - m)`` hides the product from the printer, which
-    splits the logs of the forms built without :func:`build`)."""
+    at its edges too: ``r <= 0`` gives NaN or -inf either way, ``a = ±inf`` ±inf or NaN as ``exp(a)·r`` does. Every
+    :class:`Program` is written so, and :func:`build` writes its assignments so before their shared subexpressions are
+    hoisted (a hoisted ``exp(x - m)`` hides the product); the bodies a ``FusedCascade`` keeps for the passes are too."""
     if not expr.has(sp.log):
         return expr
 

@@ -12,6 +12,7 @@ IR is self-contained.
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 from dataclasses import dataclass, field
@@ -75,7 +76,7 @@ class Monoid:
         """``a ⊕ b`` as a SymPy expression (scalar monoids only)."""
         if self.op is None:
             raise MonoidError(f"{self.name} has tuple state; use combine_state")
-        return self.op(a, b)
+        return _apply(self.op, a, b)
 
     def combine_state(self, a: list, b: list) -> list:
         r"""Top-k merge of two descending value lists, as max/min expressions.
@@ -160,3 +161,12 @@ def reducer_name(m: Monoid) -> str:
     if m.k is not None:
         return "topk"
     return next((r for r, mm in REDUCERS.items() if mm == m), m.name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _apply(op: sp.Lambda, a, b) -> sp.Expr:
+    """``op(a, b)``, remembered: the code generators fold the same bodies again for every launch shape, and SymPy
+    evaluates a ``Max`` of symbolic arguments by comparing them (``Max(__fold, x)`` took a sixth of the simulator tests'
+    time). SymPy's expressions are immutable, so a remembered result is the result."""
+    return op(a, b)
+

@@ -213,6 +213,8 @@ class Cascade:
     source: str | None = field(default=None, compare=False)
     #: the statements by kind, sorted once (a call reads the views several times: they were filtered at each)
     _kinds: dict = field(default=None, init=False, repr=False, compare=False)
+    #: every statement's size, inferred at the first ask (the code generators and every call read it again and again)
+    _sizes: dict = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "statements", tuple(self.statements))
@@ -256,6 +258,11 @@ class Cascade:
 
     @property
     def sizes(self) -> dict[str, Size]:
+        if self._sizes is None:
+            object.__setattr__(self, "_sizes", self._infer_sizes())
+        return dict(self._sizes)  # (a copy: the caller's to change)
+
+    def _infer_sizes(self) -> dict[str, Size]:
         sizes: dict[str, Size] = {}
         for s in self.statements:
             if isinstance(s, (Input, Param)):

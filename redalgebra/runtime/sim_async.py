@@ -125,6 +125,14 @@ class _Copies:
 
 #: Every simulated thread's :class:`_Copies` with a copy not yet landed, by its ``id``.
 _LANDING: dict = {}
+#: The chunks :data:`_LANDING`'s copies write, each with its count of copies not yet landed over every thread (dropped
+#: at zero): a check whose chunks are none of these meets no copy, without a look at each thread (:func:`_met_in_block`).
+_LANDING_CHUNKS: dict = {}
+
+
+def _copies_held(copies) -> tuple:
+    """The chunks a thread's copies not yet landed write, as :data:`_LANDING_CHUNKS` counts them."""
+    return tuple(copies.chunks.items())
 
 
 def _sim_pending() -> _Copies:
@@ -134,15 +142,16 @@ def _sim_pending() -> _Copies:
 
 
 class _Reads:
-    """One simulated thread's ``wgmma`` groups not yet waited for: the 16-byte chunks of shared memory (by absolute
-    address) each reads, ``open`` since the thread's last commit, ``groups`` committed, oldest first. The simulator's
+    """One simulated thread's ``wgmma`` groups not yet waited for: the sets of 16-byte chunks of shared memory (by
+    absolute address, a set an operand) each reads, ``open`` since the thread's last commit, ``groups`` committed,
+    oldest first. The simulator's
     ``wgmma`` computes when issued; the GPU's reads its operands until the wait that covers its group, so a copy or a
     store into those chunks before then is a race the simulator reports (:func:`_sim_check_write`) instead of
     computing on luck. Writes through ``cp.async`` and ``sts_w4`` are checked; a kernel's plain stores into shared
     arrays are not (the simulator does not see them as instructions)."""
 
     def __init__(self):
-        self.open, self.groups = set(), []
+        self.open, self.groups = [], []
         self.thread = threading.current_thread()
         self.block = _block_of(self.thread)
 
@@ -158,7 +167,17 @@ _READS = threading.local()
 #: may still run a while (blocked at a named barrier until its deadlock timeout) while a later launch reuses the
 #: same addresses. A thread that ended without waiting is dropped: its shared memory is gone.
 _IN_FLIGHT: dict = {}
-#: Held for every change and copy of :data:`_IN_FLIGHT` (a copy of the dict in one thread met another thread's change:
+#: The sets of chunks :data:`_IN_FLIGHT`'s groups read, each with the number of times a group (open or committed, over
+#: every thread) holds it, as :data:`_LANDING_CHUNKS` counts the copies' chunks. By set, not by chunk: a warpgroup's
+#: 128 threads read the same operands (one set each, :func:`~.warpgroup._read_chunks`), which would be 128 counts of
+#: every chunk.
+_IN_FLIGHT_SETS: dict = {}
+
+
+def _reads_held(state) -> tuple:
+    """The sets of chunks a thread's groups in flight read, as :data:`_IN_FLIGHT_SETS` counts them."""
+    return tuple((chunks, 1) for group in (*state.groups, state.open) for chunks in group)
+#: Held for every change and copy of :data:`_IN_FLIGHT`, :data:`_LANDING` and their counts (a copy of the dict in one thread met another thread's change:
 #: a collection started inside the copy can run Python code, and so switch threads).
 _IN_FLIGHT_LOCK = threading.Lock()
 
@@ -173,27 +192,32 @@ def _sim_wgmma_read(chunks) -> None:
     """Record the absolute 16-byte chunks a ``wgmma`` issued by this thread reads (its open group); refuse the read
     where a ``cp.async`` copy of the block not yet waited for writes one of them (on the GPU the product would read
     the chunk before or after the copy lands, by luck)."""
-    if _met_in_block(_LANDING, chunks, lambda copies: (copies.chunks,)):
+    chunks = chunks if isinstance(chunks, frozenset) else frozenset(chunks)
+    if _met_in_block(_LANDING, _landing_meets, chunks, _copies_held, _LANDING_CHUNKS):
         raise RuntimeError("wgmma: reads shared memory that a cp.async copy not yet waited for writes: wait for "
                            "the copy's group (and meet the copying threads) before the product")
     state = _sim_reads()
-    state.open.update(chunks)
     with _IN_FLIGHT_LOCK:
+        _count(_IN_FLIGHT_SETS, ((chunks, 1),), 1)
+        state.open.append(chunks)
         _IN_FLIGHT[id(state)] = state
 
 
 def _sim_wgmma_commit() -> None:
     state = _sim_reads()
     state.groups.append(state.open)
-    state.open = set()
+    state.open = []
 
 
 def _sim_wgmma_wait(n: int):
     def wait():
         state = _sim_reads()
-        del state.groups[:max(len(state.groups) - n, 0)]
-        if not state.groups and not state.open:
-            with _IN_FLIGHT_LOCK:
+        with _IN_FLIGHT_LOCK:
+            done = max(len(state.groups) - n, 0)
+            for group in state.groups[:done]:
+                _count(_IN_FLIGHT_SETS, ((chunks, 1) for chunks in group), -1)
+            del state.groups[:done]
+            if not state.groups and not state.open:
                 _IN_FLIGHT.pop(id(state), None)
     return wait
 
@@ -202,29 +226,61 @@ def _sim_check_write(name: str, array, byte_offset: int, nbytes: int = 16) -> No
     """Refuse a write of shared memory (``nbytes`` from ``byte_offset`` of ``array``) into a chunk that a ``wgmma``
     group still in flight reads."""
     start = np.asarray(array).ctypes.data + int(byte_offset)
-    chunks = set(range(start >> 4, (start + nbytes - 1 >> 4) + 1))
-    if _met_in_block(_IN_FLIGHT, chunks, lambda state: (*state.groups, state.open)):
+    chunks = frozenset(range(start >> 4, (start + nbytes - 1 >> 4) + 1))
+    if _met_in_block(_IN_FLIGHT, _in_flight_meets, chunks, _reads_held, _IN_FLIGHT_SETS):
         raise RuntimeError(f"{name}: writes shared memory (byte {int(byte_offset)}) that a wgmma group still in "
                            f"flight reads: wait for its group before the stage is reused")
 
 
-def _met_in_block(registry: dict, chunks: set, held) -> bool:
+def _met_in_block(registry: dict, may_meet, chunks: frozenset, held, counts: dict) -> bool:
     """Whether a running thread of this thread's block holds, in ``registry`` (:data:`_IN_FLIGHT`'s reads,
-    :data:`_LANDING`'s copies), a set of chunks (``held(state)``) that meets ``chunks``. A thread that ended without
-    waiting is dropped, whatever its chunks: its block's shared memory is gone. (Dropped only when its chunks met a
-    later check's, such states outlived their launch: a test after some sixty seconds of other tests in the same
-    process ran its checks over all of them, 48 s against 12 s alone.)"""
-    block = _block_of(threading.current_thread())
+    :data:`_LANDING`'s copies), a chunk of ``chunks``. A thread that ended without waiting is dropped, whatever its
+    chunks: its block's shared memory is gone. (Dropped only when its chunks met a later check's, such states outlived
+    their launch: a test after some sixty seconds of other tests in the same process ran its checks over all of them,
+    48 s against 12 s alone.)
+
+    ``may_meet(chunks)`` answers first, from what every thread holds counted together (``counts``: what ``held(state)``
+    gives, ``(key, count)`` pairs, summed over the states): where no thread holds any of ``chunks``, nothing is met and
+    the threads are not looked at. That is every check of a kernel that does not race, which had cost a fifth of the
+    tensor-core tests' time as a look at every thread of the block. Otherwise each thread is looked at, as before."""
     with _IN_FLIGHT_LOCK:
+        if not may_meet(chunks):
+            return False
         states = list(registry.items())
+    block = _block_of(threading.current_thread())
     met = False
     for key, state in states:
         if not state.thread.is_alive():
             with _IN_FLIGHT_LOCK:
-                registry.pop(key, None)
-        elif state.block is block and any(not chunks.isdisjoint(h) for h in held(state)):
+                if registry.pop(key, None) is not None:  # (what it held no longer is: counted out once)
+                    _count(counts, held(state), -1)
+        elif state.block is block and any(_meets(chunks, k) for k, _ in held(state)):
             met = True
     return met
+
+
+def _meets(chunks: frozenset, key) -> bool:
+    """Whether ``key`` (a chunk, or a set of chunks) is or meets one of ``chunks``."""
+    return not chunks.isdisjoint(key) if isinstance(key, frozenset) else key in chunks
+
+
+def _landing_meets(chunks: frozenset) -> bool:
+    return not _LANDING_CHUNKS.keys().isdisjoint(chunks)
+
+
+def _in_flight_meets(chunks: frozenset) -> bool:
+    return any(not held.isdisjoint(chunks) for held in _IN_FLIGHT_SETS)
+
+
+def _count(counts: dict, items, by: int) -> None:
+    """Add ``by`` times each ``(key, n)`` pair's ``n`` to ``counts[key]``, dropping the keys that reach zero; under
+    :data:`_IN_FLIGHT_LOCK`."""
+    for key, n in items:
+        left = counts.get(key, 0) + by * n
+        if left:
+            counts[key] = left
+        else:
+            del counts[key]
 
 
 def _sim_stage(name, s, sidx, source, nbytes):
@@ -238,8 +294,9 @@ def _sim_stage(name, s, sidx, source, nbytes):
     pending = _sim_pending()
     pending.open.append((dst, int(sidx), values))
     chunk = (dst.ctypes.data + 2 * int(sidx)) >> 4
-    pending.chunks[chunk] = pending.chunks.get(chunk, 0) + 1
     with _IN_FLIGHT_LOCK:
+        pending.chunks[chunk] = pending.chunks.get(chunk, 0) + 1
+        _LANDING_CHUNKS[chunk] = _LANDING_CHUNKS.get(chunk, 0) + 1
         _LANDING[id(pending)] = pending
 
 
@@ -252,15 +309,14 @@ def _sim_commit():
 def _sim_wait(n):
     def wait():
         pending = _sim_pending()
-        while len(pending.groups) > n:
-            for dst, at, values in pending.groups.pop(0):
-                dst[at:at + 8] = values
-                chunk = (dst.ctypes.data + 2 * at) >> 4
-                pending.chunks[chunk] -= 1
-                if not pending.chunks[chunk]:
-                    del pending.chunks[chunk]
-        if not pending.open and not pending.groups:
-            with _IN_FLIGHT_LOCK:
+        with _IN_FLIGHT_LOCK:
+            while len(pending.groups) > n:
+                for dst, at, values in pending.groups.pop(0):
+                    dst[at:at + 8] = values
+                    chunk = (dst.ctypes.data + 2 * at) >> 4
+                    _count(pending.chunks, ((chunk, 1),), -1)
+                    _count(_LANDING_CHUNKS, ((chunk, 1),), -1)
+            if not pending.open and not pending.groups:
                 _LANDING.pop(id(pending), None)
     return wait
 

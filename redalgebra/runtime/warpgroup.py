@@ -86,11 +86,18 @@ def _layout(addresses: np.ndarray):
     return at, int(at.min()), int(at.max()), bool((at % 2).any())
 
 
-def _read_chunks(desc, addresses: np.ndarray) -> None:
-    """Record the 16-byte chunks of the operand's bytes at (unswizzled) ``addresses`` as read by this thread's open
-    ``wgmma`` group (:func:`~.tensor_cores._sim_wgmma_read`)."""
-    base = desc[0].view(np.uint8).ctypes.data
-    _sim_wgmma_read(set(((base + swizzled(np.asarray(addresses, np.int64))) >> 4).ravel().tolist()))
+def _read_chunks(desc, layout, geometry: tuple) -> None:
+    """Record the 16-byte chunks of the operand that ``layout(*geometry)`` places (its first array: unswizzled byte
+    addresses) as read by this thread's open ``wgmma`` group (:func:`~.tensor_cores._sim_wgmma_read`)."""
+    _sim_wgmma_read(_chunks_read(desc[0].view(np.uint8).ctypes.data, layout, geometry))
+
+
+@functools.lru_cache(maxsize=4096)
+def _chunks_read(base: int, layout, geometry: tuple) -> frozenset:
+    """The absolute 16-byte chunks an operand placed by ``layout(*geometry)`` reads from a shared array at ``base``:
+    one set for every lane of a warpgroup, which all read the same operand, at every step that reads it."""
+    addresses = layout(*geometry)[0]
+    return frozenset(((base + swizzled(np.asarray(addresses, np.int64))) >> 4).ravel().tolist())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -110,8 +117,8 @@ def _k_major(desc, rows, first=0, k=16, size=2):
     ``(r // 8) SBO + (r % 8) 128`` (a thread reads only its warp's rows: a simulated block may be one warp); values
     of ``size`` bytes (2: 16-bit patterns, 1: e4m3 bytes)."""
     _, start, _, sbo = desc
-    chunks, values, layout = _k_major_layout(start, sbo, rows, first, k, size)
-    _read_chunks(desc, chunks)
+    _, values, layout = _k_major_layout(start, sbo, rows, first, k, size)
+    _read_chunks(desc, _k_major_layout, (start, sbo, rows, first, k, size))
     return _gather(desc, values, size, layout)
 
 
@@ -130,8 +137,8 @@ def _mn_major(desc, n, k=16):
     """The ``k × n`` operand an MN-major (transposed) 128B-swizzled descriptor gives: ``n`` in 64-value blocks LBO
     apart, ``k`` in rows of 128 bytes, eight rows an atom, atoms SBO apart."""
     _, start, lbo, sbo = desc
-    chunks, at, layout = _mn_major_layout(start, lbo, sbo, n, k)
-    _read_chunks(desc, chunks)
+    _, at, layout = _mn_major_layout(start, lbo, sbo, n, k)
+    _read_chunks(desc, _mn_major_layout, (start, lbo, sbo, n, k))
     return _gather(desc, at, 2, layout)
 
 

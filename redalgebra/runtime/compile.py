@@ -551,10 +551,11 @@ class Launch:
         with warnings.catch_warnings():  # the simulator runs float32 scalars through NumPy in threads,
             warnings.simplefilter("ignore", RuntimeWarning)  # which warn on IEEE inf/nan (errstate is per thread)
             warnings.filterwarnings("ignore", message=".*under-utilization.*")  # small test grids, by design
-            from .sim_async import _sim_barriers_clear, _sim_barriers_done
+            from .sim_async import _sim_barriers_clear, _sim_barriers_done, _sim_sweep_ended
 
             for kernel, _, args in self.steps:
                 _sim_barriers_clear()  # (rounds an earlier kernel stopped by an error left are not this one's)
+                _sim_sweep_ended()  # (nor copies and reads its threads left)
                 kernel(*args)
                 _sim_barriers_done(getattr(getattr(kernel, "dispatcher", kernel), "__name__", "a kernel"))
 

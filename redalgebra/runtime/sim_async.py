@@ -177,8 +177,11 @@ _IN_FLIGHT_SETS: dict = {}
 def _reads_held(state) -> tuple:
     """The sets of chunks a thread's groups in flight read, as :data:`_IN_FLIGHT_SETS` counts them."""
     return tuple((chunks, 1) for group in (*state.groups, state.open) for chunks in group)
-#: Held for every change and copy of :data:`_IN_FLIGHT`, :data:`_LANDING` and their counts (a copy of the dict in one thread met another thread's change:
-#: a collection started inside the copy can run Python code, and so switch threads).
+
+
+#: Held for every change and copy of :data:`_IN_FLIGHT`, :data:`_LANDING` and their counts (a copy of the dict in one
+#: thread met another thread's change: a collection started inside the copy can run Python code, and so switch
+#: threads).
 _IN_FLIGHT_LOCK = threading.Lock()
 
 
@@ -217,7 +220,7 @@ def _sim_wgmma_wait(n: int):
             for group in state.groups[:done]:
                 _count(_IN_FLIGHT_SETS, ((chunks, 1) for chunks in group), -1)
             del state.groups[:done]
-            if not state.groups and not state.open:
+            if not any(state.groups) and not state.open:  # (empty groups left hold nothing a check could meet)
                 _IN_FLIGHT.pop(id(state), None)
     return wait
 
@@ -316,7 +319,7 @@ def _sim_wait(n):
                     chunk = (dst.ctypes.data + 2 * at) >> 4
                     _count(pending.chunks, ((chunk, 1),), -1)
                     _count(_LANDING_CHUNKS, ((chunk, 1),), -1)
-            if not pending.open and not pending.groups:
+            if not pending.chunks:  # (empty groups left hold nothing a check could meet)
                 _LANDING.pop(id(pending), None)
     return wait
 
@@ -392,6 +395,20 @@ def _meet(bid, count: int, blocking: bool, what: str, vote: bool = False) -> boo
                                    f"{DEADLOCK_SECONDS} s (a deadlock: arrivals that do not match the waits)")
             state[1].wait(0.5)
     return state[3][0]
+
+
+def _sim_sweep_ended() -> None:
+    """Drop every state of a thread that ended from :data:`_LANDING` and :data:`_IN_FLIGHT`, and count out what it
+    held (before each simulated kernel: :func:`_met_in_block` drops such states only where a check meets what they
+    hold, so a kernel stopped by an error would otherwise leave its copies and reads counted, and its shared arrays
+    referenced, until a later race test looked at every thread)."""
+    for registry, held, counts in ((_LANDING, _copies_held, _LANDING_CHUNKS),
+                                   (_IN_FLIGHT, _reads_held, _IN_FLIGHT_SETS)):
+        with _IN_FLIGHT_LOCK:
+            for key, state in list(registry.items()):
+                if not state.thread.is_alive():
+                    del registry[key]
+                    _count(counts, held(state), -1)
 
 
 def _sim_barriers_clear() -> list:

@@ -232,3 +232,38 @@ def test_threads_racing_on_a_static_arrays_first_allocation_share_the_one_kept()
         assert (got[0] is got[1]) is shared
         if shared:  # both rows written into the one array; the other rows are the poison
             assert (got[0][:2] == [[0] * 8, [1] * 8]).all() and np.isnan(got[0][2:]).all()
+
+
+def test_what_ended_threads_left_in_flight_is_counted_out_before_the_next_kernel():
+    # the checks look at the threads only where the counts of what every thread holds meet their chunks; a thread that
+    # ends without waiting (a kernel stopped by an error), or with an empty group left committed (a pipeline's tail),
+    # is dropped with what it held before each simulated kernel, so that nothing stays counted or referenced
+    import threading
+
+    from redalgebra.runtime import sim_async
+
+    buf = np.zeros(64, np.uint16)
+    base = buf.ctypes.data >> 4
+
+    def stopped():  # a copy and a product's read, never waited for
+        sim_async._sim_stage("test", buf, 8, lambda: np.arange(8), 16)
+        sim_async._sim_commit()
+        sim_async._sim_wgmma_read({base + 3})
+        sim_async._sim_wgmma_commit()
+
+    def tail():  # its copy landed; an empty group committed after it, never waited for
+        sim_async._sim_stage("test", buf, 0, lambda: np.arange(8), 16)
+        sim_async._sim_commit()
+        sim_async._sim_commit()
+        sim_async._sim_wait(1)()
+
+    for target in (stopped, tail):
+        t = threading.Thread(target=target)
+        t.start()
+        t.join()
+    landing = (buf.ctypes.data + 16) >> 4
+    assert sim_async._LANDING_CHUNKS.get(landing) == 1 and sim_async._IN_FLIGHT_SETS.get(frozenset({base + 3})) == 1
+    sim_async._sim_sweep_ended()
+    assert landing not in sim_async._LANDING_CHUNKS and frozenset({base + 3}) not in sim_async._IN_FLIGHT_SETS
+    assert all(state.thread.is_alive() for registry in (sim_async._LANDING, sim_async._IN_FLIGHT)
+               for state in registry.values())

@@ -92,6 +92,14 @@ def configure(fused: FusedCascade, p) -> dict:
         # H100, softmax float32 667 x 50257 0.1387 -> 0.1255 ms, bfloat16 667 x 50257 0.0999 -> 0.0868, 220 x 151936
         # 0.0930 -> 0.0860, float32 261 x 128256 0.1436 -> 0.1430 (gpu/README.md, "rows in passes")
         tile = max(1, most // 2)
+    elif (resident and threads == 1024 and len(fused.cascade.inputs) > 1 and tile * vec > 16 and not topk
+          and not any(p.option(k) for k in ("group", "threads", "tile"))):
+        # a resident row beside another per-element input, at 1024 threads (64 registers a thread), spills: ptxas,
+        # LayerNorm float32 at 20, 24 and 32 values a thread 80, 156 and 328 bytes, bfloat16 at 32 268 bytes. Walked
+        # in passes of 16 values a thread instead (the row read again, from L2): on an H100, LayerNorm float32
+        # 1024 x 32768 0.1849 -> 0.1197 ms (torch.compile 0.1048; gpu/README.md, 2026-12-06). One input keeps its
+        # row resident: softmax float32 spills nothing there, float16 24 bytes, and its passes gained 3 %.
+        tile, resident = max(1, most // 2), False
     scalar = scalar_reductions(fused)
     # staged: each reduction in turn with its dependencies final (the level order) — over the registers when the row
     # is resident; over a row read in passes only where the one-pass form computes otherwise than the reference (a

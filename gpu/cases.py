@@ -501,14 +501,18 @@ def all_cases(quick: bool) -> dict:
                   ((50257, "float32"), (128256, "float32"), (50257, "bfloat16"), (151936, "bfloat16"))]
         + [lambda: case_moe(1024, 50257, 8, VOCAB_ROWS["bfloat16"], "vocab")]
         # resident rows whose registers spill at 1024 threads (ptxas: LayerNorm float32 L32768 328 B, float16 softmax
-        # 24 B) against the same rows walked in passes of 16 values a thread (index 5, 6)
-        + [lambda: case_layernorm(1024, 32768, "float32", ("rows", "rows@1024x4g1024", "rows@512x8g512m1"), "wide"),
+        # 24 B) against the same rows walked in passes of 16 values a thread (index 5, 6; `rows` is the policy's launch:
+        # LayerNorm's in passes since 2026-12-06, its resident launch named beside it)
+        + [lambda: case_layernorm(1024, 32768, "float32", ("rows", "rows@1024x8g1024", "rows@1024x4g1024",
+                                                           "rows@512x8g512m1"), "wide"),
            lambda: case_softmax(1024, 32768, "float16", ("rows", "rows@1024x2g1024", "rows@512x4g512m1")),
            # the same with a second input in 16 bits, with one input in float32, and a float32 row of 24 values a
            # thread (index 7, 8, 9)
-           lambda: case_layernorm(1024, 32768, "bfloat16", ("rows", "rows@1024x2g1024", "rows@512x4g512m1"), "wide"),
+           lambda: case_layernorm(1024, 32768, "bfloat16", ("rows", "rows@1024x4g1024", "rows@1024x2g1024",
+                                                            "rows@512x4g512m1"), "wide"),
            lambda: case_softmax(1024, 32768, "float32", ("rows", "rows@1024x4g1024", "rows@512x8g512m1")),
-           lambda: case_layernorm(1024, 24576, "float32", ("rows", "rows@1024x3g1024", "rows@512x6g512m1"), "wide")],
+           lambda: case_layernorm(1024, 24576, "float32", ("rows", "rows@1024x6g1024", "rows@1024x4g1024",
+                                                            "rows@512x6g512m1"), "wide")],
         "ablation": [lambda L=L: case_softmax(2**26 // L, L, "float32", ablation, "softmax_levels")
                      for L in (1024, 4096, 16384, 65536)],
         "incremental": [lambda L=L: case_softmax(2**25 // L, L, "float32", ("rows", "tile@256", "nonincremental@256"),

@@ -169,4 +169,3 @@ def _apply(op: sp.Lambda, a, b) -> sp.Expr:
     evaluates a ``Max`` of symbolic arguments by comparing them (``Max(__fold, x)`` took a sixth of the simulator tests'
     time). SymPy's expressions are immutable, so a remembered result is the result."""
     return op(a, b)
-

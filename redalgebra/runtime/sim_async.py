@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -196,7 +197,7 @@ def _sim_wgmma_read(chunks) -> None:
     where a ``cp.async`` copy of the block not yet waited for writes one of them (on the GPU the product would read
     the chunk before or after the copy lands, by luck)."""
     chunks = chunks if isinstance(chunks, frozenset) else frozenset(chunks)
-    if _met_in_block(_LANDING, _landing_meets, chunks, _copies_held, _LANDING_CHUNKS):
+    if _met_in_block(_COPY_REGISTRY, chunks):
         raise RuntimeError("wgmma: reads shared memory that a cp.async copy not yet waited for writes: wait for "
                            "the copy's group (and meet the copying threads) before the product")
     state = _sim_reads()
@@ -230,36 +231,49 @@ def _sim_check_write(name: str, array, byte_offset: int, nbytes: int = 16) -> No
     group still in flight reads."""
     start = np.asarray(array).ctypes.data + int(byte_offset)
     chunks = frozenset(range(start >> 4, (start + nbytes - 1 >> 4) + 1))
-    if _met_in_block(_IN_FLIGHT, _in_flight_meets, chunks, _reads_held, _IN_FLIGHT_SETS):
+    if _met_in_block(_READ_REGISTRY, chunks):
         raise RuntimeError(f"{name}: writes shared memory (byte {int(byte_offset)}) that a wgmma group still in "
                            f"flight reads: wait for its group before the stage is reused")
 
 
-def _met_in_block(registry: dict, may_meet, chunks: frozenset, held, counts: dict) -> bool:
-    """Whether a running thread of this thread's block holds, in ``registry`` (:data:`_IN_FLIGHT`'s reads,
-    :data:`_LANDING`'s copies), a chunk of ``chunks``. A thread that ended without waiting is dropped, whatever its
-    chunks: its block's shared memory is gone. (Dropped only when its chunks met a later check's, such states outlived
-    their launch: a test after some sixty seconds of other tests in the same process ran its checks over all of them,
-    48 s against 12 s alone.)
+class _Registry(NamedTuple):
+    """The threads' states of one kind (:data:`_LANDING`'s copies, :data:`_IN_FLIGHT`'s reads), by ``id``; what they
+    hold counted together (``counts``: the ``(key, n)`` pairs ``held(state)`` gives, summed over the states); and
+    ``may_meet(chunks)``, whether those counts hold any of ``chunks``."""
+    states: dict
+    counts: dict
+    held: Callable
+    may_meet: Callable
 
-    ``may_meet(chunks)`` answers first, from what every thread holds counted together (``counts``: what ``held(state)``
-    gives, ``(key, count)`` pairs, summed over the states): where no thread holds any of ``chunks``, nothing is met and
-    the threads are not looked at. That is every check of a kernel that does not race, which had cost a fifth of the
-    tensor-core tests' time as a look at every thread of the block. Otherwise each thread is looked at, as before."""
+
+def _met_in_block(registry: _Registry, chunks: frozenset) -> bool:
+    """Whether a running thread of this thread's block holds, in ``registry``, a chunk of ``chunks``. A thread that
+    ended without waiting is dropped, whatever its chunks: its block's shared memory is gone (and before each simulated
+    kernel, :func:`_sim_sweep_ended`).
+
+    ``registry.may_meet`` answers first: where no thread holds any of ``chunks``, nothing is met and the threads are
+    not looked at. That is every check of a kernel that does not race, which had cost a fifth of the tensor-core tests'
+    time as a look at every thread of the block. Otherwise each thread is looked at."""
     with _IN_FLIGHT_LOCK:
-        if not may_meet(chunks):
+        if not registry.may_meet(chunks):
             return False
-        states = list(registry.items())
+        states = list(registry.states.items())
     block = _block_of(threading.current_thread())
     met = False
     for key, state in states:
         if not state.thread.is_alive():
             with _IN_FLIGHT_LOCK:
-                if registry.pop(key, None) is not None:  # (what it held no longer is: counted out once)
-                    _count(counts, held(state), -1)
-        elif state.block is block and any(_meets(chunks, k) for k, _ in held(state)):
+                _drop(registry, key)
+        elif state.block is block and any(_meets(chunks, k) for k, _ in registry.held(state)):
             met = True
     return met
+
+
+def _drop(registry: _Registry, key) -> None:
+    """Forget a state and count out what it held (once, if two threads drop it); under :data:`_IN_FLIGHT_LOCK`."""
+    state = registry.states.pop(key, None)
+    if state is not None:
+        _count(registry.counts, registry.held(state), -1)
 
 
 def _meets(chunks: frozenset, key) -> bool:
@@ -273,6 +287,10 @@ def _landing_meets(chunks: frozenset) -> bool:
 
 def _in_flight_meets(chunks: frozenset) -> bool:
     return any(not held.isdisjoint(chunks) for held in _IN_FLIGHT_SETS)
+
+
+_COPY_REGISTRY = _Registry(_LANDING, _LANDING_CHUNKS, _copies_held, _landing_meets)
+_READ_REGISTRY = _Registry(_IN_FLIGHT, _IN_FLIGHT_SETS, _reads_held, _in_flight_meets)
 
 
 def _count(counts: dict, items, by: int) -> None:
@@ -402,13 +420,11 @@ def _sim_sweep_ended() -> None:
     held (before each simulated kernel: :func:`_met_in_block` drops such states only where a check meets what they
     hold, so a kernel stopped by an error would otherwise leave its copies and reads counted, and its shared arrays
     referenced, until a later race test looked at every thread)."""
-    for registry, held, counts in ((_LANDING, _copies_held, _LANDING_CHUNKS),
-                                   (_IN_FLIGHT, _reads_held, _IN_FLIGHT_SETS)):
-        with _IN_FLIGHT_LOCK:
-            for key, state in list(registry.items()):
+    with _IN_FLIGHT_LOCK:
+        for registry in (_COPY_REGISTRY, _READ_REGISTRY):
+            for key, state in list(registry.states.items()):
                 if not state.thread.is_alive():
-                    del registry[key]
-                    _count(counts, held(state), -1)
+                    _drop(registry, key)
 
 
 def _sim_barriers_clear() -> list:

@@ -86,20 +86,18 @@ def configure(fused: FusedCascade, p) -> dict:
         # 0.841-0.847 ms in two runs (gpu/README.md, "rows in passes")
         group = threads = 512
         tile = 2 * tile
-    elif not resident and threads == 1024 and not topk and not p.option("tile"):
-        # a row walked in passes by 1024 threads (64 registers a thread): half the chunks a pass. The register set's
-        # 32 values spilled 36-304 bytes a thread (softmax float32 L50257: 152) and were no faster to load: on an
+    elif (threads == 1024 and not topk and not p.option("tile")
+          and (not resident or (len(fused.cascade.inputs) > 1 and tile * vec > 16))):
+        # at 1024 threads (64 registers a thread) a thread holds 16 values, the row walked in passes. The register
+        # set's 32 values spilled 36-304 bytes a thread (softmax float32 L50257: 152) and were no faster to load: on an
         # H100, softmax float32 667 x 50257 0.1387 -> 0.1255 ms, bfloat16 667 x 50257 0.0999 -> 0.0868, 220 x 151936
-        # 0.0930 -> 0.0860, float32 261 x 128256 0.1436 -> 0.1430 (gpu/README.md, "rows in passes")
+        # 0.0930 -> 0.0860, float32 261 x 128256 0.1436 -> 0.1430 (gpu/README.md, "rows in passes"). So is a row it
+        # would hold whole beside another per-element input (ptxas: LayerNorm float32 at 20, 24 and 32 values a thread
+        # spilled 80, 156 and 328 bytes, bfloat16 at 32 268), read again from L2: on an H100, LayerNorm float32
+        # 1024 x 32768 0.1849 -> 0.1197 ms (torch.compile 0.1048; gpu/README.md, 2026-12-06). A row of one input
+        # stays whole: softmax float32 spills nothing there, float16 24 bytes, and its passes gained 3 %.
         tile = max(1, most // 2)
-    elif (resident and threads == 1024 and len(fused.cascade.inputs) > 1 and tile * vec > 16 and not topk
-          and not any(p.option(k) for k in ("group", "threads", "tile"))):
-        # a resident row beside another per-element input, at 1024 threads (64 registers a thread), spills: ptxas,
-        # LayerNorm float32 at 20, 24 and 32 values a thread 80, 156 and 328 bytes, bfloat16 at 32 268 bytes. Walked
-        # in passes of 16 values a thread instead (the row read again, from L2): on an H100, LayerNorm float32
-        # 1024 x 32768 0.1849 -> 0.1197 ms (torch.compile 0.1048; gpu/README.md, 2026-12-06). One input keeps its
-        # row resident: softmax float32 spills nothing there, float16 24 bytes, and its passes gained 3 %.
-        tile, resident = max(1, most // 2), False
+        resident = chunks <= group * tile
     scalar = scalar_reductions(fused)
     # staged: each reduction in turn with its dependencies final (the level order) — over the registers when the row
     # is resident; over a row read in passes only where the one-pass form computes otherwise than the reference (a

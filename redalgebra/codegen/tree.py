@@ -146,6 +146,7 @@ class Comment:
 Stmt = Assign | Local | Shared | For | While | If | Load | Store | Shuffle | Barrier | Call | Comment
 
 _WIDE = {("float32", 4): "ld_f32x4", ("bfloat16", 8): "ld_b16x8", ("float16", 8): "ld_h16x8",
+         ("bfloat16", 2): "ld_b16x2", ("float16", 2): "ld_h16x2",
          ("e4m3", 16): "ld_e4m3x16"}
 _WIDE_STORE = {("float32", 2): "st_f32x2", ("float32", 4): "st_f32x4", ("bfloat16", 8): "st_b16x8", ("float16", 8): "st_h16x8",
                ("bfloat16", 2): "st_b16x2", ("float16", 2): "st_h16x2", ("bfloat16", 4): "st_b16x4",
@@ -163,7 +164,7 @@ def scalar_load(dtype: str, array: str, row: str, col: str) -> str:
 
 
 #: Intrinsics a printed tree may call (imported by the generated module on the CUDA back ends).
-INTRINSICS = ("ld_f32x4", "ld_b16x8", "ld_h16x8", "ld_e4m3", "ld_e4m3x16", "st_f32x2", "st_f32x4", "st_b16x8", "st_h16x8", "st_e4m3x4", "ld_b16",
+INTRINSICS = ("ld_f32x4", "ld_b16x8", "ld_h16x8", "ld_b16x2", "ld_h16x2", "ld_e4m3", "ld_e4m3x16", "st_f32x2", "st_f32x4", "st_b16x8", "st_h16x8", "st_e4m3x4", "ld_b16",
               "st_b16", "st_h16", "st_b16x2", "st_h16x2", "st_b16x4", "st_h16x4", "e4m3", "e4m3_round", "fma32", "fp8_in_hardware", "fast_exp", "ex2", "LOG2E", "max_nan", "min_nan", "div_full", "sqrt_full", "pick", "fresh", "uniform")
 #: ... and those of ``redalgebra.runtime.tensor_cores``.
 TENSOR_CORES = ("cp_async16", "cp_async16_at", "e4m3_pairs", "e4m3_halves", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "ld_w2_stream_at", "st_w2_at",

@@ -44,10 +44,10 @@ from .arithmetic import (LOG2E, div_full, e4m3, e4m3_round, ex2, fast_exp, fma32
                          min_nan, pick, sqrt_full, uniform)
 from .formats import bf16_bits, e4m3_bits, e4m3_values, f16_bits  # host rounding (NumPy), re-exported
 from .lowering import SIMULATOR
-from .memory import (ld_b16, ld_b16x8, ld_e4m3, ld_e4m3x16, ld_f32x4, ld_f32x4_nc, ld_h16x8, st_b16, st_b16x2,
+from .memory import (ld_b16, ld_b16x2, ld_b16x8, ld_e4m3, ld_e4m3x16, ld_f32x4, ld_f32x4_nc, ld_h16x2, ld_h16x8, st_b16, st_b16x2,
                      st_b16x4, st_b16x8, st_e4m3x4, st_f32x2, st_f32x4, st_h16, st_h16x2, st_h16x4, st_h16x8)
 
-__all__ = ["LOG2E", "bf16_bits", "div_full", "sqrt_full", "fresh", "uniform", "pick", "e4m3", "e4m3_round", "fma32", "fp8_in_hardware", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x8",
+__all__ = ["LOG2E", "bf16_bits", "div_full", "sqrt_full", "fresh", "uniform", "pick", "e4m3", "e4m3_round", "fma32", "fp8_in_hardware", "e4m3_bits", "ex2", "e4m3_values", "f16_bits", "fast_exp", "ld_b16", "ld_b16x2", "ld_b16x8",
            "ld_e4m3", "ld_e4m3x16", "ld_f32x4",
-           "ld_f32x4_nc", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x2", "st_b16x4", "st_b16x8", "st_h16x2", "st_h16x4", "st_e4m3x4", "st_f32x2", "st_f32x4", "st_h16",
+           "ld_f32x4_nc", "ld_h16x2", "ld_h16x8", "max_nan", "min_nan", "st_b16", "st_b16x2", "st_b16x4", "st_b16x8", "st_h16x2", "st_h16x4", "st_e4m3x4", "st_f32x2", "st_f32x4", "st_h16",
            "st_h16x8"]

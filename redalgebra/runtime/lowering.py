@@ -177,7 +177,7 @@ def _e4m3_quad(builder, word):
 
 
 #: A 16-byte chunk, as four 32-bit words (the lower address first), decoded to float32 values by its stored type
-#: (the 16-byte loads ``ld_b16x8``, ``ld_h16x8``, ``ld_e4m3x16``).
+#: (the 16-byte loads ``ld_b16x8``, ``ld_h16x8``, ``ld_e4m3x16``; a word: ``ld_b16x2``, ``ld_h16x2``).
 CHUNK_DECODERS = {
     "bfloat16": lambda builder, words: [f for w in words for f in _bf16_pair(builder, w)],
     "float16": lambda builder, words: [f for w in words for f in _h16_pair(builder, w)],

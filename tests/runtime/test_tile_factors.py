@@ -56,21 +56,23 @@ reduce acc = sum(x / sqrt(ss / h + eps) * gg * w)
 out y = acc"""
 
 
-@pytest.mark.parametrize("text,rows,length,n,weights,persistent", [
+@pytest.mark.parametrize("text,rows,length,n,weights,persistent,rowwise", [
     # per-element lets read by the factor and by the sum of squares, computed in the tiles' pass
-    (GEMMA_NORM, 9, 136, 40, "bfloat16", False),
+    (GEMMA_NORM, 9, 136, 40, "bfloat16", False, False),
     # two row blocks (the second of one row), a partial column block, a partial last tile (whole 16-byte chunks:
     # contiguous 16-bit rows on the 16-byte grid), RMSNorm's sum of squares folded by the copying threads
-    (None, 17, 200, 72, "bfloat16", False),
+    (None, 17, 200, 72, "bfloat16", False, False),
+    # g given a row per row: a fragment's two rows read different rows of it (no load shared between them)
+    (None, 17, 136, 40, "bfloat16", False, True),
     # float16 activations (bfloat16 weights): read as float16, the factors' part stored as bfloat16
-    (None, 5, 136, 64, "float16", False),
+    (None, 5, 136, 64, "float16", False, False),
     # a max (identity -inf) folded and met, the element's position and a second row input read in the tiles
-    (LET_NAMED_FAC, 9, 96, 40, "bfloat16", False),
+    (LET_NAMED_FAC, 9, 96, 40, "bfloat16", False, False),
     # blocks walking the output's tiles: each tile's row states parked between barriers
-    (None, 40, 130 - 2, 72, "bfloat16", True),
+    (None, 40, 130 - 2, 72, "bfloat16", True, False),
 ])
 def test_factors_computed_in_the_products_tiles_match_the_reference(monkeypatch, text, rows, length, n, weights,
-                                                                     persistent):
+                                                                     persistent, rowwise):
     # the factor's row-free part rounded to the weights' 16-bit type (2^-9 for bfloat16, as the factors kernel's
     # whole factors), the row's scale applied to the float32 sums; no factors kernel, no factors scratch
     import importlib
@@ -84,7 +86,8 @@ def test_factors_computed_in_the_products_tiles_match_the_reference(monkeypatch,
         monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: 2)
     f = fused("rmsnorm_gemm") if text is None else ra.derive(ra.parse(text))
     rng = np.random.default_rng(rows)
-    rows_in = {s.name: rng.normal(size=(rows if s.name == "x" else 1, length)) for s in f.cascade.inputs
+    own = {s.name for s in f.cascade.inputs if s.size is None and (s.name == "x" or rowwise)}  # (a row per row)
+    rows_in = {s.name: rng.normal(size=(rows if s.name in own else 1, length)) for s in f.cascade.inputs
                if s.size is None}
     w = 0.1 * rng.normal(size=(1, length, n))
     make = as_bfloat16 if weights == "bfloat16" else (lambda a: a.astype(np.float16))
@@ -93,7 +96,7 @@ def test_factors_computed_in_the_products_tiles_match_the_reference(monkeypatch,
     params = {"h": np.float32(length), "eps": np.float32(1e-5)} if text in (None, GEMMA_NORM) else {}
     kernel = compile(f, "cudasim", "columns_wgmma", persistent=persistent or None)
     dtypes = {s.name: weights if s.size is None else "bfloat16" for s in f.cascade.inputs}
-    reps = {s.name: (1 if s.name == "x" else rows) for s in f.cascade.inputs}
+    reps = {s.name: (1 if s.name in own else rows) for s in f.cascade.inputs}
     spec = kernel.spec_for(rows, length, dtypes, {"n": n}, reps=reps)[1]
     assert spec.tile_factors == "x"
     source = kernel.source(spec, "columns_wgmma").source

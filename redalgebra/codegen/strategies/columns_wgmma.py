@@ -134,13 +134,10 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         self.stages = spec.stages
         self.stage = stage_units(self.bm, self.bc)
         self.ahead = self.stages - 2  # tiles loading while one is multiplied and one group of products is in flight
+        # Spec.tile_factors: the activations staged where the factor tile would be, turned into factors in registers
         self.tf = bool(spec.tile_factors)
-        # Spec.tile_factors: the activations in a ring of their own, a stage more than the weights' and a tile further
-        # ahead (they are turned into factors a tile before their products), then the weights' ring
-        self.xstages = self.stages + 1 if self.tf else self.stages
-        self.a_units = self.bm * ROW if self.tf else self.stage   # from one stage of the factor tile to the next
-        self.b_units = self.bc * ROW if self.tf else self.stage   # ... of the weight tile
-        self.b_base = self.xstages * self.a_units if self.tf else self.bm * ROW  # the first weight tile
+        self.b_units = self.stage  # (16-bit units from one stage to the next)
+        self.b_base = self.bm * ROW  # the weight tile, after the factor tile of a stage
         if self.tf:
             self.tile_factor_parts()
 
@@ -242,15 +239,13 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         out = []
         for u in range(na):
             q = f"({tid} + {u * t})"
-            if self.tf:  # the activations' row (rows repeated: its shared row), and what the elements read of the row
-                x = self.staged
-                out.append(Assign(f"ro_{u}", f"min(r0 + {q} // 8, rows - 1)"))
-                out.append(Assign(f"fo_{u}", f"int32(uint32(ro_{u}) // uint32(rep_{x})) * xp + 8 * ({tid} % 8)"))
-                out += [Assign(f"rr_{s_}_{u}", f"int32(uint32(ro_{u}) // uint32(rep_{s_}))") for s_ in self.loaded]
-                out += [Assign(f"p_{p}_{u}", f"{p}[ro_{u}]") for p in self.row_params]
+            if self.tf:  # the activations' row (rows repeated: its shared row)
+                ro = f"min(r0 + {q} // 8, rows - 1)"
+                out.append(Assign(f"fo_{u}", f"int32(uint32({ro}) // uint32(rep_{self.staged})) * xp + 8 * ({tid} % 8)"))
             else:
                 out.append(Assign(f"fo_{u}", f"min(r0 + {q} // 8, rows - 1) * fac.shape[1] + 8 * ({tid} % 8)"))
             out.append(Assign(f"fd_{u}", f"({q} // 8) * {ROW} + ((({tid} % 8) ^ (({q} // 8) & 7)) << 3)"))
+        out += self.fragment_rows() if self.tf else []
         if self.b_k_major:  # a weight row's 16-byte chunk wc8 of rows wr, + t / 8, ... (issue_rows)
             return out + [Assign("wr", f"{tid} // 8"), Assign("wc8", f"{tid} % 8"),
                           Assign("wd", f"{self.b_base} + wr * {ROW} + ((wc8 ^ (wr & 7)) << 3)")]
@@ -274,7 +269,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
 
     def issue(self, tile: str, stage: str, t: int | None = None, tid: str = "tid") -> list:
         """``cp.async`` of tile ``tile`` into ``stage``: the factors (always whole: the rows are padded to whole tiles
-        with zeros; none under :attr:`Spec.tile_factors`, whose activations :meth:`issue_x` copies), the weights from
+        with zeros; under :attr:`Spec.tile_factors` the activations, :meth:`x_copies`), the weights from
         the offsets plus constants, or, in the segment's last partial tile, 0 bytes for the rows past its end (their
         factors are 0, but 0 · NaN is not); a K-major weight tile's rows by :meth:`issue_rows`."""
         out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sd", f"sb + {stage} * {self.b_units}")]
@@ -293,10 +288,10 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         return out + [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(partial))]
 
     def a_copies(self, t: int | None, tid: str) -> list:
-        """The factor tile's copies (always whole: the rows are padded to whole tiles with zeros; none under
-        :attr:`Spec.tile_factors`, whose activations :meth:`issue_x` copies, a tile further ahead)."""
+        """The factor tile's copies (always whole: the rows are padded to whole tiles with zeros; under
+        :attr:`Spec.tile_factors` the activations' tile, :meth:`x_copies`)."""
         if self.tf:
-            return []
+            return self.x_copies(t, tid)
         na = self.chunks(t)[0]
         return [st for u in range(na) for st in self.guarded(u, self.bm * 8, Call(
             "cp_async16_at", ("sm", f"sd + fd_{u}", "fac", f"fo_{u} + kt0", "16")), t=t, tid=tid)]
@@ -340,14 +335,10 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
                     [] if producer_threads(self.spec) else self.offsets())  # (a producer computes its own)
 
     def prologue(self) -> list:
-        """The copies of a tile's first ``ahead`` tiles, a commit group each (:attr:`Spec.tile_factors`: the first
-        activations' tile in a group of its own, then each group the weights' tile ``j`` and the activations'
-        ``j + 1``)."""
-        out = [If("0 < ntile", tuple(self.issue_x("0"))), Call("cp_commit", ())] if self.tf else []
+        """The copies of a tile's first ``ahead`` tiles, a commit group each."""
+        out = []
         for s_ in range(self.ahead):
-            group = self.issue(str(s_), str(s_)) + (
-                [If(f"{s_ + 1} < ntile", tuple(self.issue_x(str(s_ + 1))))] if self.tf else [])
-            out += [If(f"{s_} < ntile", tuple(group)), Call("cp_commit", ())]
+            out += [If(f"{s_} < ntile", tuple(self.issue(str(s_), str(s_)))), Call("cp_commit", ())]
         return out
 
     # -- the products -----------------------------------------------------------------------------------------------
@@ -356,17 +347,24 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         committed: this warpgroup's 64 factor
         rows (K-major, 32 bytes a step) times the weight tile — ``k16`` steps of 16-bit values, the weight tile
         MN-major (16 rows of 128 bytes a step); with :attr:`Spec.fp8_products` ``k32`` steps of e4m3 values, the weight
-        tile K-major too (32 bytes a step), summed afresh (``scale_d`` 0 at the first step)."""
+        tile K-major too (32 bytes a step), summed afresh (``scale_d`` 0 at the first step); with
+        :attr:`Spec.tile_factors` the factors from registers (``wgmma_rs``: the A fragments ``pa_<s>_<m>`` of
+        :meth:`fragments`, held before the fence so that their packing stays above it)."""
         # (a K-major weight tile steps 32 bytes along its rows; an MN-major one 16 rows of 128 bytes)
         op = "wgmma_ss_e4m3" if self.fp8 else f"wgmma_ss_{self.kind}" if self.b_k_major else f"wgmma_sst_{self.kind}"
         b_step = 2 if self.b_k_major else 16 * ROW * 2 // 16
         acc = WgmmaKernel.tiles(acc, self.bc // 8)
-        value = acc
-        sw = "sw" if self.tf else "sa"  # (the weights' stage: one ring for both tiles without Spec.tile_factors)
+        value, held = acc, []
         for ks in range(4):
-            value = f"{op}({value}, da + sa + {2 * ks}, db + {sw} + {b_step * ks}, {int(ks > 0 or not self.fp8)})"
-        rings = [Assign("sw", f"(uint32({at}) % uint32({self.stages})) * {self.b_units * 2 // 16}")] if self.tf else []
-        return [Assign("sa", f"(uint32({at}) % uint32({self.xstages})) * {self.a_units * 2 // 16}"), *rings,
+            if self.tf:
+                words = ", ".join(f"pa_{ks}_{m}" for m in range(4))
+                value = f"wgmma_rs_{self.kind}({value}, {words}, db + sa + {b_step * ks})"
+            else:
+                value = f"{op}({value}, da + sa + {2 * ks}, db + sa + {b_step * ks}, {int(ks > 0 or not self.fp8)})"
+        if self.tf:
+            words = WgmmaKernel.tiles("pa", 4)
+            held = [Assign(words, f"wgmma_hold({words})")]
+        return [Assign("sa", f"(uint32({at}) % uint32({self.stages})) * {self.stage * 2 // 16}"), *held,
                 Call("wgmma_fence", ()), Assign(acc, value), Call("wgmma_commit", ())] + (
                     [Call("wgmma_wait1", ())] if wait else [])
 
@@ -401,8 +399,8 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
                 return out + self.specialized(epilogue, self.span)
             return out + [If("tile < total", tuple(self.span("tile") + self.specialized(epilogue)))]
         if self.tf:  # the staged activations' row pitch in 16-bit elements (a shift: a 64-bit division is a call,
-            # which makes ptxas serialize the wgmmas)
-            out.append(Assign("xp", f"int32({self.staged}.strides[0] >> 1)"))
+            # which makes ptxas serialize the wgmmas); where the thread's fragments lie in a stage
+            out += [Assign("xp", f"int32({self.staged}.strides[0] >> 1)")] + self.fragment_places()
         zero = self.consts.name(0.0)
         stage = f"uint32(it + {self.ahead}) % uint32({self.stages})"
 
@@ -411,21 +409,11 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
                   Call("cp_commit", ())]  # tile it + ahead's copies, one commit group
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
         body = [Assign(f"ac_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
-        if self.tf:
-            # the activations copied a tile further ahead than the weights (the group of weights' tile it + ahead
-            # holds the activations' tile it + ahead + 1), so the wait for tile it's weights also covers the
-            # activations' tile it + 1, which are turned into factors while tile it's products (and the previous
-            # tile's) run; the barrier at the top of the next iteration hands them to their products. Tile 0 before
-            # the loop (its group the first).
-            copies = [If(f"it + {self.ahead} < ntile", tuple(self.issue(f"it + {self.ahead}", stage))),
-                      If(f"it + {self.ahead + 1} < ntile", tuple(self.issue_x(f"it + {self.ahead + 1}"))),
-                      Call("cp_commit", ())]
-            # (the fence at the top of the next iteration orders the pass's stores before the products too)
-            step = [wait, Call("fence_async", ()), Barrier()] + copies + self.products(wait=False) + [
-                If("it + 1 < ntile", tuple(self.transform("it + 1"))), Call("wgmma_wait1", ())]
-            body += self.states_init() + [Call(f"cp_wait{self.ahead}", ()), If("0 < ntile", tuple(self.transform("0")))]
-        else:
-            step = [wait, Call("fence_async", ()), Barrier()] + copies + self.products()
+        # (Spec.tile_factors: tile it's factors formed in registers from its activations while the previous tile's
+        # products run)
+        step = [wait, Call("fence_async", ()), Barrier()] + copies + (
+            self.fragments("it", f"uint32(it) % uint32({self.stages})") if self.tf else []) + self.products()
+        body += self.states_init() if self.tf else []
         body += [For("it", "0", "ntile", tuple(step)), Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
         body += self.states_meet() if self.tf else []
         first = self.span("tile") + self.prologue()
@@ -474,7 +462,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         # (2 ulp) an IEEE division's or square root's slow path is a call: the wgmmas would be serialized
         acc.div, acc.sqrt = "div_full", "sqrt_full"
         if self.tf:
-            head = self.row_scale(acc, row, r0)
+            head = self.row_scale(acc, row, h)
         else:
             head = [] if segmented else self.row_scalars(acc, row)
         pairs = []

@@ -49,13 +49,12 @@ def stage_units(rows: int, columns: int) -> int:
     return (rows + columns) * ROW
 
 
-def plan(threads: int, columns: int, tile_factors: bool = False) -> tuple[int, int]:
+def plan(threads: int, columns: int) -> tuple[int, int]:
     """``(stages, bytes of dynamic shared memory)``: as many stages as fit one block (at most
-    :data:`MOST_STAGES`), and 1024 bytes to reach the swizzle's alignment; with ``tile_factors`` one stage more of
-    the factor tile (the activations' ring is a tile further ahead)."""
-    per, extra = 2 * stage_units(threads // 2, columns), (threads // 2) * ROW * 2 if tile_factors else 0
-    stages = min(MOST_STAGES, (MAX_SHARED - ATOM - extra) // per)
-    return stages, stages * per + extra + ATOM
+    :data:`MOST_STAGES`), and 1024 bytes to reach the swizzle's alignment."""
+    per = 2 * stage_units(threads // 2, columns)
+    stages = min(MOST_STAGES, (MAX_SHARED - ATOM) // per)
+    return stages, stages * per + ATOM
 
 
 def row_threads(spec: Spec) -> int:
@@ -189,7 +188,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     major = k_major(fused, p, fp8)
     # (weights read K-major take their factors from the factors' kernel: the tile-factor path copies MN-major tiles)
     staged = "" if fp8 or major else choose_tile_factors(fused, p, int(nseg))
-    stages, shared = plan(threads, bc, bool(staged))
+    stages, shared = plan(threads, bc)
     persistent = bool(p.option("persistent"))
     # a producer warpgroup: the FP8 product always, the 16-bit one where asked (producer.SIXTEEN_BIT; not with the
     # factors in the tiles)

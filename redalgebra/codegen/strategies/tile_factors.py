@@ -3,26 +3,35 @@
 Where the factor is a row scale times a part of
 the elements alone, ``F = E(x, g, …) · S(scalar reductions, params)`` (RMSNorm's ``g · x`` and
 ``1 / sqrt(ss / h + eps)``: :func:`split_scale`, a SymPy ``as_independent`` on the reductions' symbols), and the scalar
-reductions read the elements alone, ``Σ F w = S · Σ E w``, and no factors kernel is needed: the blocks copy the
-activations ``x`` themselves (16-bit, rows on the 16-byte grid) into the factor tile's place — a ring of their own,
-a stage more than the weights' and a tile further ahead — and each thread reads its own copies of tile ``t + 1``
-back while tile ``t``'s products run, folds each element into its rows' states of the scalar reductions (any monoid
-with a binary op: a sum of squares, a max), loads the elements' other inputs (RMSNorm's ``g``) and writes ``E`` in the
-weights' 16-bit type where ``x`` was; the ``fence.proxy.async`` and barrier at the top of the next iteration hand the
-tile to ``wgmma``. After the last tile the 8 lanes that copied a row's chunks combine their states by
-shuffles, park them in shared memory, and the epilogue scales each row's sums by ``S``. The activations are read
-once per column block, as the factors were; the factors' write and read (a 64 MB round trip at RMSNorm M4096) and a
-kernel launch are gone. It takes one segment (``S`` needs the whole row) and no mask; elsewhere (FP8's
-``fp8(x · 448 / a)``, which does not separate) the factors kernel stays. ``E`` is rounded once to 16 bits, as the
-whole factor was. **Off by default** (:data:`TILE_FACTORS`): on the H200 this product took 334-352 us at RMSNorm
-M4096 K = N = 4096 against 218-224 us for the factors kernel and the plain product together (four layouts of the
-pass tried; the first, with 32-bit shared accesses between the copies' wait and the barrier, 452 us). ``ncu``: issue
-every 5.5 cycles a warp, the largest stall (34 %) waiting on L1TEX results — the pass's loads of ``g`` from global
-memory, or the copies' waits; not separated. Next: the other inputs staged or prefetched a tile ahead, and the
-factors kept in registers (``wgmma``'s A operand from registers, as FlashAttention 3's ``P · V``); not built.
+reductions read the elements alone, ``Σ F w = S · Σ E w``, and no factors kernel is needed:
+
+1. the blocks copy the activations ``x`` themselves (16-bit, rows on the 16-byte grid) by ``cp.async`` into the
+   factor tile's place of each stage, in the same ring as the weights;
+2. each warp reads its 16 rows of the tile into registers by ``ldmatrix``, in the layout of ``wgmma``'s A operand
+   from registers (``mma.sync``'s A fragments: lane ``(g, t)`` holds rows ``g`` and ``g + 8``, elements ``2 t``,
+   ``2 t + 1``, ``2 t + 8``, ``2 t + 9`` of each ``k16`` step), loads the elements' other inputs (RMSNorm's ``g``, a
+   4-byte load a pair), folds each element into its row's states of the scalar reductions (any monoid with a binary
+   op: a sum of squares, a max) and packs ``E`` in the weights' 16-bit type — while the previous tile's products run;
+3. the products are ``wgmma_rs``: A from those registers, the weight tile from shared memory (FlashAttention 3's
+   ``P · V``);
+4. after the last tile the 4 lanes of a quad, which hold a row's elements between them, combine their states by two
+   shuffles; the rows of a thread's fragments are the rows of its accumulators, so the epilogue scales its sums by
+   ``S`` with no exchange through shared memory.
+
+The activations are read once per column block, as the factors were; the factors' write and read (a 64 MB round trip
+at RMSNorm M4096) and a kernel launch are gone. It takes one segment (``S`` needs the whole row), no mask and weights
+read MN-major (as they lie, ``w[k, :]``); elsewhere (FP8's ``fp8(x · 448 / a)``, which does not separate) the factors
+kernel stays. **Rounding:** ``E`` is rounded once to 16 bits before the product and ``S`` applied to the float32 sums,
+where the factors kernel rounds the whole factor ``E · S`` once: one rounding of each either way (2^-9 of a bfloat16
+factor), at a different place, so the outputs differ from the factors kernel's by about that much, not bit for bit.
+
+**Off by default** (:data:`TILE_FACTORS`) until measured faster. Its first form, the activations turned into ``E``
+in place in shared memory and both operands read from there, took 334-352 us on the H200 at RMSNorm M4096 K = N =
+4096 against 218-224 us for the factors kernel and the plain product together (``ncu``: issue every 5.5 cycles a warp,
+the largest stall waiting on L1TEX results — the pass's loads of ``g``, or the copies' waits).
 
 :class:`TileFactors` is the kernel's part of it (a mixin of :class:`~.columns_wgmma.ColumnsWgmmaKernel`, which lays
-out the rings and calls these pieces from its loop); :func:`choose` is the launch policy's.
+out the ring and calls these pieces from its loop); :func:`choose` is the launch policy's.
 """
 
 from __future__ import annotations
@@ -32,8 +41,8 @@ import sympy as sp
 from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..states import ScalarState, identity_text
-from ..tree import Assign, Barrier, Call, If, Load, Shared
-from . import VEC, Problem
+from ..tree import Assign, Call, If, Load
+from . import Problem
 from .columns import split_body
 from .products import KINDS
 from .wgmma import ROW
@@ -138,100 +147,113 @@ class TileFactors:
         self.row_params = [p.name for p in self.c.params if p.size is None and p.name in used]
         self.monoids = {r.name: r.monoid for r in self.c.reductions}
 
-    def issue_x(self, tile: str) -> list:
-        """Under :attr:`Spec.tile_factors`, ``cp.async`` of tile ``tile`` of the activations into their ring: whole
-        chunks, or in the last tile the bytes inside the row and zeros (a chunk past the row's end copies nothing,
-        from the tile's first element: a valid address)."""
-        x, na = self.staged, self.chunks()[0]
-        out = [Assign("kx0", f"lo + ({tile}) * {BK}"),
-               Assign("sx", f"sb + (uint32({tile}) % uint32({self.xstages})) * {self.a_units}")]
+    def fragment_rows(self) -> list:
+        """The rows of the thread's A fragments (warp ``w``'s rows ``16 w + lg`` and ``+ 8`` of the tile, the rows of its
+        accumulators too), clamped to the last row; the rows of the elements' other inputs and the scalar params
+        there."""
+        out = []
+        for h in (0, 1):
+            out.append(Assign(f"fr_{h}", f"min(r0 + 16 * warp + lg + {8 * h}, rows - 1)"))
+            out += [Assign(f"rr_{s_}_{h}", f"int32(uint32(fr_{h}) // uint32(rep_{s_}))") for s_ in self.loaded]
+            out += [Assign(f"p_{p}_{h}", f"{p}[fr_{h}]") for p in self.row_params]
+        return out
+
+    def x_copies(self, t: int | None, tid: str) -> list:
+        """Under :attr:`Spec.tile_factors`, the activations' tile in the factor tile's place (``sd``, tile ``kt0``):
+        whole chunks, or in the last tile the bytes inside the row and zeros (a chunk past the row's end copies
+        nothing, from the tile's first element: a valid address)."""
+        x, na = self.staged, self.chunks(t)[0]
         whole, partial = [], []
         for u in range(na):
-            whole += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sx + fd_{u}", x, f"fo_{u} + kx0", "16")))
+            whole += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sd + fd_{u}", x, f"fo_{u} + kt0", "16")),
+                                  t=t, tid=tid)
             partial += self.guarded(u, self.bm * 8, Call("cp_async16_at", (
-                "sm", f"sx + fd_{u}", x, f"fo_{u} + kx0 - pick(kx0 + 8 * (tid % 8) < hi, 0, 8 * (tid % 8))",
-                "2 * min(max(hi - kx0 - 8 * (tid % 8), 0), 8)")))
-        return out + [If(f"kx0 + {BK} <= hi", tuple(whole), tuple(partial))]
+                "sm", f"sd + fd_{u}", x, f"fo_{u} + kt0 - pick(kt0 + 8 * ({tid} % 8) < hi, 0, 8 * ({tid} % 8))",
+                f"2 * min(max(hi - kt0 - 8 * ({tid} % 8), 0), 8)")), t=t, tid=tid)
+        return [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(partial))]
 
-    def transform(self, tile: str) -> list:
-        """Tile ``tile``'s staged activations turned into factors in place: each thread reads back its own copies (its
-        ``cp.async`` wait made them visible to it), loads the other inputs of those elements, folds each element into
-        its row's state ``s<u>_<r>`` of every scalar reduction and writes the factor's row-free part ``E`` in the
-        weights' 16-bit type where the activations were. In the last tile, the elements past the row's end fold
-        nothing and their factors are zeros."""
-        na = self.chunks()[0]
-        out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("kx", "kt0 + 8 * (tid % 8)"),
-               Assign("sd", f"sb + (uint32({tile}) % uint32({self.xstages})) * {self.a_units}")]
-        # every chunk's shared-memory load first, then each chunk's work: one load latency a tile, not one a chunk
-        # (the loads and stores are ordered memory instructions: a chunk's load cannot pass the store before it)
-        reads = [st for u in range(na) for st in self.guarded(u, self.bm * 8, Assign(
-            ", ".join(f"xw{u}_{j}" for j in range(4)), f"lds_w4(sm, sd + fd_{u})"))]
-        whole = [st for u in range(na) for st in self.guarded(u, self.bm * 8, *self.transform_chunk(u, False))]
-        tested = [st for u in range(na) for st in self.guarded(u, self.bm * 8, *self.transform_chunk(u, True))]
-        return out + reads + [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(tested))]
+    def fragment_places(self) -> list:
+        """Where the thread's ``ldmatrix`` rows start in a stage, for each ``k16`` step (16-bit units; computed once):
+        lane ``l`` gives row ``16 warp + (l & 15)`` of the tile, chunk ``2 s + (l >> 4)`` at its swizzled place."""
+        return [Assign(f"axo_{s}", f"(16 * warp + (lane & 15)) * {ROW} + ((({2 * s} + (lane >> 4)) ^ (lane & 7)) << 3)")
+                for s in range(BK // 16)]
 
-    def transform_chunk(self, u: int, tested: bool) -> list:
-        """Copy ``u``'s 8 elements (row ``ro_<u>``, elements ``kx …``), read from shared memory into ``xw<u>_*`` (one
-        128-bit load): each element's folds and factor, 16 bytes written back (one 128-bit store)."""
-        x, zero = self.staged, self.consts.name(0.0)
+    def fragments(self, tile: str, stage: str) -> list:
+        """Tile ``tile``'s A fragments ``pa_<s>_<m>`` for ``wgmma_rs``, from its activations staged at ``stage``: each
+        warp's 16 rows, ``k16`` step by step, by ``ldmatrix`` (word ``m`` of step ``s``: row ``lg + 8 (m & 1)``,
+        elements ``16 s + 8 (m >> 1) + 2 tq`` and ``+ 1``); each element folded into its row's states of the scalar
+        reductions (``s<h>_<r>``) and turned into the factor's row-free part ``E`` in the weights' 16-bit type, in
+        registers. In the last tile, the elements past the row's end fold nothing and their factors are zeros."""
+        out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sx", f"sb + ({stage}) * {self.stage}")]
+        steps = range(BK // 16)
+        out += [Assign(", ".join(f"xw_{s}_{m}" for m in range(4)), f"ldsm_x4(sm, sx + axo_{s})") for s in steps]
+        whole = [st for s in steps for m in range(4) for st in self.fragment_word(s, m, False)]
+        tested = [st for s in steps for m in range(4) for st in self.fragment_word(s, m, True)]
+        return out + [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(tested))]
+
+    def fragment_word(self, s: int, m: int, tested: bool) -> list:
+        """Word ``m`` of step ``s``: its two elements' folds and factors, packed into ``pa_<s>_<m>``; the elements'
+        other inputs loaded at the word's row (a row half's loads reused by the other where both rows read the same
+        row of that input: a row shared by every row, as RMSNorm's ``g``)."""
+        x, zero, h = self.staged, self.consts.name(0.0), m & 1
         unpack, pack = f"unpack_{KINDS[self.dtypes[x]]}x2", f"pack_{self.kind}x2"
-        out = [Assign(f"xv_{2 * j}, xv_{2 * j + 1}", f"{unpack}(xw{u}_{j})") for j in range(4)]
-        out += [Assign(f"p_{p}", f"p_{p}_{u}") for p in self.row_params]
+        col = f"kt0 + {16 * s + 8 * (m >> 1)} + 2 * tq"
+        out = [Assign("xv_0, xv_1", f"{unpack}(xw_{s}_{m})"), Assign("kc", col)]
+        out += [Assign(f"p_{p}", f"p_{p}_{h}") for p in self.row_params]
         for s_ in self.loaded:
             dtype = self.dtypes.get(s_, "float32")
-            names, width = [f"lv_{s_}_{c}" for c in range(8)], VEC[dtype]
+            names = [f"lv_{s_}_{s}_{m}_{c}" for c in (0, 1)]
+            loads = tuple(Load((names[c],), s_, f"rr_{s_}_{h}", f"kc + {c}", dtype) for c in (0, 1))
             if tested:
-                out += [If(f"kx + {c} < hi", (Load((names[c],), s_, f"rr_{s_}_{u}", f"kx + {c}", dtype),),
-                           (Assign(names[c], zero),)) for c in range(8)]
-            else:  # (16-byte loads: the rows' pitch and the chunk are on the 16-byte grid)
-                out += [Load(tuple(names[c:c + width]), s_, f"rr_{s_}_{u}", f"kx + {c}", dtype) for c in range(0, 8, width)]
+                loads = tuple(If(f"kc + {c} < hi", (ld,), (Assign(names[c], zero),)) for c, ld in enumerate(loads))
+            elif dtype in ("bfloat16", "float16"):  # (one 4-byte load: the rows on the 16-byte grid, kc even)
+                loads = (Load(tuple(names), s_, f"rr_{s_}_{h}", "kc", dtype),)
+            if h == 0:
+                out += loads
+            else:  # (the same row of the input as the word of the other half: its values)
+                out.append(If(f"rr_{s_}_1 == rr_{s_}_0", tuple(Assign(n, f"lv_{s_}_{s}_{m - 1}_{c}")
+                                                              for c, n in enumerate(names)), loads))
         acc = self.base()
-        for c in range(8):
-            acc.scalar["pos"], acc.scalar["element.index"] = f"float32(kx + {c})", f"kx + {c}"
-            inside = [Assign(f"e_{x}", f"xv_{c}")] + [Assign(f"e_{s_}", f"lv_{s_}_{c}") for s_ in self.loaded]
+        for c in (0, 1):
+            acc.scalar["pos"], acc.scalar["element.index"] = f"float32(kc + {c})", f"kc + {c}"
+            inside = [Assign(f"e_{x}", f"xv_{c}")] + [Assign(f"e_{s_}", f"lv_{s_}_{s}_{m}_{c}") for s_ in self.loaded]
             for sym, expr in self.lets:  # the element's lets, as the factors kernel computes them
                 pre, text = self.print(expr, acc)
                 inside += pre + [Assign(f"e_{sym.name}", text)]
             for r in self.scalar_reds:
                 state = ScalarState(r, identity_text(self.f, r, self.consts))
-                inside += state.fold(f"s{u}", self.monoids[r], self.f.bodies[r], acc, self.consts, self.counter,
-                                     f"kx + {c}")
+                inside += state.fold(f"s{h}", self.monoids[r], self.f.bodies[r], acc, self.consts, self.counter,
+                                     f"kc + {c}")
             pre, text = self.print(self.element, acc)
             inside += pre + [Assign(f"fv_{c}", text)]
-            out += [If(f"kx + {c} < hi", tuple(inside), (Assign(f"fv_{c}", zero),))] if tested else inside
-        return out + [Call("sts_w4", ("sm", f"sd + fd_{u}", *(f"{pack}(fv_{2 * j}, fv_{2 * j + 1})" for j in range(4))))]
+            out += [If(f"kc + {c} < hi", tuple(inside), (Assign(f"fv_{c}", zero),))] if tested else inside
+        return out + [Assign(f"pa_{s}_{m}", f"{pack}(fv_0, fv_1)")]
 
     def states_init(self) -> list:
-        """Each copy's row state of every scalar reduction at its identity."""
-        return [Assign(f"s{u}_{r}", identity_text(self.f, r, self.consts))
-                for u in range(self.chunks()[0]) for r in self.scalar_reds]
+        """Each row half's state of every scalar reduction at its identity."""
+        return [Assign(f"s{h}_{r}", identity_text(self.f, r, self.consts)) for h in (0, 1) for r in self.scalar_reds]
 
     def states_meet(self) -> list:
-        """The 8 threads that copied a row's chunks (8 neighbouring lanes) combine their states by the monoid, and
-        the first of them parks the row's final values in shared ``shr_<r>`` for the epilogue (barriers on both
-        sides: a block walking tiles reads the previous tile's values in its epilogue)."""
-        t, na = self.spec.threads, self.chunks()[0]
-        out = [Shared(f"shr_{r}", (str(self.bm),)) for r in self.scalar_reds] + [Barrier()]
-        for u in range(na):
-            park = []
+        """The 4 lanes of a quad hold a row's elements between them (the fragments' layout): they combine their
+        states by the monoid (shuffles across ``tq``), each left with the row's final values, which are the rows of its
+        accumulators."""
+        out = []
+        for h in (0, 1):
             for r in self.scalar_reds:
                 state = ScalarState(r, identity_text(self.f, r, self.consts))
                 other = sp.Symbol("__other", extended_real=True)
-                for off in (1, 2, 4):
+                for off in (1, 2):
                     acc = self.lay.base_access()
-                    acc.scalar[other.name] = f"o{u}_{r}"
-                    out += state.shuffle(f"s{u}", f"o{u}", str(off))
-                    out += state.fold(f"s{u}", self.monoids[r], other, acc, self.consts, self.counter, "-1")
-                park.append(Assign(f"shr_{r}[(tid + {u * t}) // 8]", f"s{u}_{r}"))
-            out.append(If("tid % 8 == 0", tuple(park)))
-        return out + [Barrier()]
+                    acc.scalar[other.name] = f"o{h}_{r}"
+                    out += state.shuffle(f"s{h}", f"o{h}", str(off))
+                    out += state.fold(f"s{h}", self.monoids[r], other, acc, self.consts, self.counter, "-1")
+        return out
 
-    def row_scale(self, acc, row: str, r0: str) -> list:
-        """The row's scalar params and reductions (from ``shr_<r>``), and its scale ``rsc`` (the factor's part of the
-        row alone)."""
+    def row_scale(self, acc, row: str, h: int) -> list:
+        """The row's scalar params and reductions (the thread's states of row half ``h``), and its scale ``rsc`` (the
+        factor's part of the row alone)."""
         out = [Assign(f"p_{p.name}", f"{p.name}[{row}]") for p in self.c.params if p.size is None]
         for r in self.scalar_reds:
-            out.append(Assign(f"f_{r}", f"shr_{r}[{row} - {r0}]"))
-            acc.scalar[r] = f"f_{r}"
+            acc.scalar[r] = f"s{h}_{r}"
         pre, text = self.print(self.scale, acc)
         return out + pre + [Assign("rsc", text)]

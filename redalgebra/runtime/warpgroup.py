@@ -25,7 +25,7 @@ from .tensor_cores import _check_shared, _shared_address, _shared_flat, _sim_unp
 if not SIMULATOR:
     from .lowering import TypingError
 
-__all__ = ["swizzle_pad", "wgmma_desc", "wgmma_ss_bf16", "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_ss_e4m3", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold", "fence_async"]
+__all__ = ["swizzle_pad", "wgmma_desc", "wgmma_ss_bf16", "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_rsk_bf16", "wgmma_rsk_f16", "wgmma_ss_e4m3", "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold", "fence_async"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -188,12 +188,12 @@ def _sim_wgmma_ss(kind, transposed=False):
     return wgmma
 
 
-def _sim_wgmma_rs(kind):
+def _sim_wgmma_rs(kind, transposed=True):
     widen = _sim_halves(kind)
     unpack = _sim_unpack(kind)
 
     def wgmma(acc, a0, a1, a2, a3, db):
-        b = widen(_mn_major(db, 8 * len(acc)))
+        b = widen(_mn_major(db, 8 * len(acc))) if transposed else widen(_k_major(db, 8 * len(acc))).T
 
         def combine(slots):  # the warp's 16 rows: its A fragments (mma.sync's layout) times B
             A = np.zeros((16, 16))
@@ -326,18 +326,19 @@ def _wgmma_ss(name, kind, transposed=False):
     return _device(_sim_wgmma_ss(kind, transposed))(typer)
 
 
-def _wgmma_rs(name, kind):
+def _wgmma_rs(name, kind, transposed=True):
     def typer(typingctx, acc, a0, a1, a2, a3, db):
         _acc_type(name, acc)
 
         def codegen(context, builder, sig, args):
             words = [context.cast(builder, v, t, types.uint32) for v, t in zip(args[1:5], sig.args[1:5])]
             desc = _halves(builder, context.cast(builder, args[5], sig.args[5], types.int64))
-            text = _wgmma_text(kind, 8 * sig.args[0].count, "{{0}, {1}, {2}, {3}}", "{4}!", "{6}", "1")
+            text = _wgmma_text(kind, 8 * sig.args[0].count, "{{0}, {1}, {2}, {3}}", "{4}!", "{6}",
+                               "1" if transposed else "0")
             return _wgmma_call(context, builder, sig, args, text, words + desc + [ir.Constant(ir.IntType(32), 1)])
         return acc(acc, types.uint32, types.uint32, types.uint32, types.uint32, types.int64), codegen
     typer.__name__ = typer.__qualname__ = name
-    return _device(_sim_wgmma_rs(kind))(typer)
+    return _device(_sim_wgmma_rs(kind, transposed))(typer)
 
 
 wgmma_ss_bf16 = _wgmma_ss("wgmma_ss_bf16", "bf16")
@@ -364,6 +365,11 @@ wgmma_rs_bf16.__doc__ = """``acc += A·B``: ``wgmma.mma_async.m64nNk16`` with A 
 tile such as a value tile, descriptor ``db``)."""
 wgmma_rs_f16 = _wgmma_rs("wgmma_rs_f16", "f16")
 wgmma_rs_f16.__doc__ = "``wgmma_rs_bf16`` on float16 operands."
+wgmma_rsk_bf16 = _wgmma_rs("wgmma_rsk_bf16", "bf16", transposed=False)
+wgmma_rsk_bf16.__doc__ = """``wgmma_rs_bf16`` with B ``N × 16`` K-major (rows of 128 bytes along K, as a ``Linear``
+layer's weight rows: not transposed)."""
+wgmma_rsk_f16 = _wgmma_rs("wgmma_rsk_f16", "f16", transposed=False)
+wgmma_rsk_f16.__doc__ = "``wgmma_rsk_bf16`` on float16 operands."
 
 
 def _sim_hold(acc):

@@ -73,9 +73,20 @@ out y = acc"""
 ])
 def test_factors_computed_in_the_products_tiles_match_the_reference(monkeypatch, text, rows, length, n, weights,
                                                                      persistent, rowwise):
+    _check_tile_factors(monkeypatch, text, rows, length, n, weights, persistent, rowwise)
+
+
+def test_factors_computed_in_the_products_tiles_with_k_major_weights(monkeypatch):
+    # a Linear layer's rows read as they lie (wgmma_rsk: B K-major; L whole tiles), two row blocks, a partial column
+    # block (e4m3 weights, widened first, are refused for RMSNorm: its factors need not fit float16's range)
+    _check_tile_factors(monkeypatch, None, 17, 192, 72, "bfloat16", False, False, k_major=True)
+
+
+def _check_tile_factors(monkeypatch, text, rows, length, n, acts, persistent, rowwise, k_major=False):
     # the factor's row-free part rounded to the weights' 16-bit type (2^-9 for bfloat16, as the factors kernel's
     # whole factors), the row's scale applied to the float32 sums; no factors kernel, no factors scratch
     import importlib
+
 
     import redalgebra as ra
     from redalgebra import evaluate
@@ -90,18 +101,21 @@ def test_factors_computed_in_the_products_tiles_match_the_reference(monkeypatch,
     rows_in = {s.name: rng.normal(size=(rows if s.name in own else 1, length)) for s in f.cascade.inputs
                if s.size is None}
     w = 0.1 * rng.normal(size=(1, length, n))
-    make = as_bfloat16 if weights == "bfloat16" else (lambda a: a.astype(np.float16))
+    make = as_bfloat16 if acts == "bfloat16" else (lambda a: a.astype(np.float16))
     inputs = {k: make(v) for k, v in rows_in.items()}
     inputs["w"] = as_bfloat16(w)
+    given = inputs["w"]
+    if k_major:  # (the same values, W.T[None] of an (n, L) matrix)
+        given = type(given)(np.ascontiguousarray(given.bits[0].T).T[None])
     params = {"h": np.float32(length), "eps": np.float32(1e-5)} if text in (None, GEMMA_NORM) else {}
     kernel = compile(f, "cudasim", "columns_wgmma", persistent=persistent or None)
-    dtypes = {s.name: weights if s.size is None else "bfloat16" for s in f.cascade.inputs}
-    reps = {s.name: (1 if s.name in own else rows) for s in f.cascade.inputs}
-    spec = kernel.spec_for(rows, length, dtypes, {"n": n}, reps=reps)[1]
-    assert spec.tile_factors == "x"
+    spec = kernel._planned(dict(inputs, w=given), params, None)[0]
+    assert spec.tile_factors == "x" and spec.k_major == (("w",) if k_major else ())
     source = kernel.source(spec, "columns_wgmma").source
     assert "def factors" not in source and "fac" not in source.split("def tiles(")[1].split(")")[0].split(", ")
-    out = kernel(inputs, params)["y"]
+    tiles = source.split("def tiles(")[1].split("\ndef ")[0]
+    assert ("wgmma_rsk_" if k_major else "wgmma_rs_") in tiles
+    out = kernel(dict(inputs, w=given), params)["y"]
     wide = {k: np.repeat(np.asarray(to_float(v), np.float64), rows // v.shape[0], axis=0) for k, v in inputs.items()}
     ref = evaluate(f.cascade, wide, {k: np.float64(v) for k, v in params.items()}, None)["y"]
     tol = 2 ** -9 + 1e-5  # (each factor's part rounded once to bfloat16)

@@ -127,9 +127,6 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         # the weight tile K-major (``bc`` rows of 128 bytes along the axis): the FP8 product's always, the exact
         # product's where the weights are given K-major (the 16-bit ones read as they lie, e4m3 widened row by row)
         self.b_k_major = self.fp8 or self.x in spec.k_major
-        if self.b_k_major and not self.fp8 and spec.tile_factors:
-            raise RedalgebraError("columns_wgmma: weights read K-major take the factors from their own kernel, not "
-                                  "from the product's tiles (tile_factors)")
         self.source = "wt" if self.transposed else "wf" if self.bytes else self.x
         self.stages = spec.stages
         self.stage = stage_units(self.bm, self.bc)
@@ -356,9 +353,10 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         acc = WgmmaKernel.tiles(acc, self.bc // 8)
         value, held = acc, []
         for ks in range(4):
-            if self.tf:
+            if self.tf:  # (the weight tile MN-major, or K-major: wgmma_rsk)
                 words = ", ".join(f"pa_{ks}_{m}" for m in range(4))
-                value = f"wgmma_rs_{self.kind}({value}, {words}, db + sa + {b_step * ks})"
+                rs = f"wgmma_rsk_{self.kind}" if self.b_k_major else f"wgmma_rs_{self.kind}"
+                value = f"{rs}({value}, {words}, db + sa + {b_step * ks})"
             else:
                 value = f"{op}({value}, da + sa + {2 * ks}, db + sa + {b_step * ks}, {int(ks > 0 or not self.fp8)})"
         if self.tf:

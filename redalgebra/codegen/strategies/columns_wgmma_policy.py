@@ -186,8 +186,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     nseg = p.option("segments") or max(1, min(p.multiprocessors() // blocks, tiles // 4))
     nseg = min(int(nseg), max(tiles, 1))  # (the tiles are numbered in the grid's x: no limit of its z)
     major = k_major(fused, p, fp8)
-    # (weights read K-major take their factors from the factors' kernel: the tile-factor path copies MN-major tiles)
-    staged = "" if fp8 or major else choose_tile_factors(fused, p, int(nseg))
+    staged = "" if fp8 else choose_tile_factors(fused, p, int(nseg))
     stages, shared = plan(threads, bc)
     persistent = bool(p.option("persistent"))
     # a producer warpgroup: the FP8 product always, the 16-bit one where asked (producer.SIXTEEN_BIT; not with the

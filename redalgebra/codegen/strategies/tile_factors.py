@@ -19,9 +19,10 @@ reductions read the elements alone, ``Σ F w = S · Σ E w``, and no factors ker
    ``S`` with no exchange through shared memory.
 
 The activations are read once per column block, as the factors were; the factors' write and read (a 64 MB round trip
-at RMSNorm M4096) and a kernel launch are gone. It takes one segment (``S`` needs the whole row), no mask and weights
-read MN-major (as they lie, ``w[k, :]``); elsewhere (FP8's ``fp8(x · 448 / a)``, which does not separate) the factors
-kernel stays. **Rounding:** ``E`` is rounded once to 16 bits before the product and ``S`` applied to the float32 sums,
+at RMSNorm M4096) and a kernel launch are gone. It takes one segment (``S`` needs the whole row) and no mask; the
+weights are read as the plain product reads them (rows ``w[k, :]`` MN-major, ``wgmma_rs``; a ``Linear`` layer's rows
+K-major, ``wgmma_rsk``; e4m3 ones widened to float16 first). Elsewhere (FP8's ``fp8(x · 448 / a)``, which does not
+separate) the factors kernel stays. **Rounding:** ``E`` is rounded once to 16 bits before the product and ``S`` applied to the float32 sums,
 where the factors kernel rounds the whole factor ``E · S`` once: one rounding of each either way (2^-9 of a bfloat16
 factor), at a different place, so the outputs differ from the factors kernel's by about that much, not bit for bit.
 

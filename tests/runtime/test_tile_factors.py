@@ -56,9 +56,23 @@ reduce acc = sum(x / sqrt(ss / h + eps) * gg * w)
 out y = acc"""
 
 
+#: RMSNorm whose factor reads the activations only through a let (the staged input found through it).
+LET_READ_NORM = """input x
+input g
+input w[n]
+param h > 0
+param eps > 0
+let xg = x * g
+reduce ss = sum(x * x)
+reduce acc = sum(xg / sqrt(ss / h + eps) * w)
+out y = acc"""
+
+
 @pytest.mark.parametrize("text,rows,length,n,weights,persistent,rowwise", [
     # per-element lets read by the factor and by the sum of squares, computed in the tiles' pass
     (GEMMA_NORM, 9, 136, 40, "bfloat16", False, False),
+    # the factor reads x only through a let
+    (LET_READ_NORM, 17, 136, 40, "bfloat16", False, False),
     # two row blocks (the second of one row), a partial column block, a partial last tile (whole 16-byte chunks:
     # contiguous 16-bit rows on the 16-byte grid), RMSNorm's sum of squares folded by the copying threads
     (None, 17, 200, 72, "bfloat16", False, False),
@@ -107,7 +121,7 @@ def _check_tile_factors(monkeypatch, text, rows, length, n, acts, persistent, ro
     given = inputs["w"]
     if k_major:  # (the same values, W.T[None] of an (n, L) matrix)
         given = type(given)(np.ascontiguousarray(given.bits[0].T).T[None])
-    params = {"h": np.float32(length), "eps": np.float32(1e-5)} if text in (None, GEMMA_NORM) else {}
+    params = {"h": np.float32(length), "eps": np.float32(1e-5)} if text in (None, GEMMA_NORM, LET_READ_NORM) else {}
     kernel = compile(f, "cudasim", "columns_wgmma", persistent=persistent or None)
     spec = kernel._planned(dict(inputs, w=given), params, None)[0]
     assert spec.tile_factors == "x" and spec.k_major == (("w",) if k_major else ())

@@ -242,7 +242,6 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
             else:
                 out.append(Assign(f"fo_{u}", f"min(r0 + {q} // 8, rows - 1) * fac.shape[1] + 8 * ({tid} % 8)"))
             out.append(Assign(f"fd_{u}", f"({q} // 8) * {ROW} + ((({tid} % 8) ^ (({q} // 8) & 7)) << 3)"))
-        out += self.fragment_rows() if self.tf else []
         if self.b_k_major:  # a weight row's 16-byte chunk wc8 of rows wr, + t / 8, ... (issue_rows)
             return out + [Assign("wr", f"{tid} // 8"), Assign("wc8", f"{tid} % 8"),
                           Assign("wd", f"{self.b_base} + wr * {ROW} + ((wc8 ^ (wr & 7)) << 3)")]
@@ -389,8 +388,8 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         # columns 64 rows of 128 bytes apart)
         # (Spec.fp8_products, or weights given K-major: the weight tile K-major too, as the factor tile)
         lbo = 16 if self.b_k_major else BK * ROW * 2
-        out += [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})"),
-                Assign("db", f"wgmma_desc(sm, sb + {self.b_base}, {lbo}, {ATOM})")]
+        out += [] if self.tf else [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})")]
+        out.append(Assign("db", f"wgmma_desc(sm, sb + {self.b_base}, {lbo}, {ATOM})"))
         if producer_threads(self.spec):  # a producer warpgroup and the consumers (a block a tile, or walking them)
             epilogue = self.epilogue(segmented, "r0", "cb", "sg")
             if self.spec.persistent:
@@ -406,7 +405,10 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         copies = [If(f"it + {self.ahead} < ntile", tuple(self.issue(f"it + {self.ahead}", stage))),
                   Call("cp_commit", ())]  # tile it + ahead's copies, one commit group
         acc = WgmmaKernel.tiles("ac", self.bc // 8)
+        # (Spec.tile_factors: the rows of the thread's fragments here, not with the copies' offsets — a block walking
+        # tiles computes the next tile's offsets before this tile's epilogue, and would keep both alive through it)
         body = [Assign(f"ac_{j}_{i}", zero) for j in range(self.bc // 8) for i in range(4)]
+        body += self.fragment_rows() if self.tf else []
         # (Spec.tile_factors: tile it's factors formed in registers from its activations while the previous tile's
         # products run)
         step = [wait, Call("fence_async", ()), Barrier()] + copies + (

@@ -51,10 +51,10 @@ from .wgmma import ROW
 #: Elements of a staged tile (one 128-byte swizzled row of 16-bit values).
 BK = ROW
 #: Whether :func:`choose` computes the factors in the product's tiles where the cascade allows
-#: (:attr:`Spec.tile_factors`); else the factors kernel always. Off: on the H200 the product with the factors in its
-#: tiles took 334-352 us at RMSNorm M4096 K = N = 4096, against 192-202 us for the product alone and 218-224 us for
-#: the module with its factors kernel (``gpu/rowfactors_sweep.py normgemm 2 tiles auto``; gpu/README.md). Read by
-#: :func:`choose` only (the GPU scripts' hook).
+#: (:attr:`Spec.tile_factors`); else the factors kernel always. Off until timed: the first form (the factors made in
+#: shared memory in place) took 334-352 us on the H200 at RMSNorm M4096 K = N = 4096, against 192-202 us for the
+#: product alone and 218-224 us for the module with its factors kernel (``gpu/rowfactors_sweep.py normgemm 2 tiles
+#: auto``; gpu/README.md). Read by :func:`choose` only (the GPU scripts' hook).
 TILE_FACTORS = False
 
 
@@ -90,7 +90,7 @@ def _names(expr) -> set:
 def staged_input(fused: FusedCascade, dtypes: dict, reps: dict) -> str | None:
     """The per-element input the product's blocks stage with ``cp.async`` under :attr:`Spec.tile_factors`: of the
     factor's row-free part, the one the fewest rows share (the activations, not RMSNorm's weight ``g``), if 16-bit
-    (it is turned into the factors in place, in the same 128 bytes a row); None otherwise."""
+    (it is read into the A fragments 16 bits a value); None otherwise."""
     parts = split_scale(fused)
     if parts is None:
         return None
@@ -133,7 +133,7 @@ class TileFactors:
         """Under :attr:`Spec.tile_factors`: the factor's parts (``element``, ``scale``), the staged input, the other
         inputs the elements read (``loaded``) and the scalar params they read (``row_params``)."""
         parts, x = split_scale(self.f), self.spec.tile_factors
-        if parts is None or x not in _names(parts[0]) or self.dtypes.get(x) not in ("bfloat16", "float16") or \
+        if parts is None or x not in element_names(self.f, parts[0]) or self.dtypes.get(x) not in ("bfloat16", "float16") or \
                 self.spec.segments > 1 or self.spec.has_keep:
             raise RedalgebraError("columns_wgmma: the factors are computed in the product's tiles only for a factor that "
                                   "is a row scale times a part of the elements alone, 16-bit activations, one segment "

@@ -90,13 +90,19 @@ def test_factors_computed_in_the_products_tiles_match_the_reference(monkeypatch,
     _check_tile_factors(monkeypatch, text, rows, length, n, weights, persistent, rowwise)
 
 
+def test_factors_computed_in_the_products_tiles_by_a_warpgroup(monkeypatch):
+    # four warps (one warpgroup, 64 rows a block): each warp's fragments from its own 16 rows of the staged tile; two
+    # row blocks, the second partial
+    _check_tile_factors(monkeypatch, None, 70, 128, 64, "bfloat16", False, False, threads=128)
+
+
 def test_factors_computed_in_the_products_tiles_with_k_major_weights(monkeypatch):
     # a Linear layer's rows read as they lie (wgmma_rsk: B K-major; L whole tiles), two row blocks, a partial column
     # block (e4m3 weights, widened first, are refused for RMSNorm: its factors need not fit float16's range)
     _check_tile_factors(monkeypatch, None, 17, 192, 72, "bfloat16", False, False, k_major=True)
 
 
-def _check_tile_factors(monkeypatch, text, rows, length, n, acts, persistent, rowwise, k_major=False):
+def _check_tile_factors(monkeypatch, text, rows, length, n, acts, persistent, rowwise, k_major=False, threads=None):
     # the factor's row-free part rounded to the weights' 16-bit type (2^-9 for bfloat16, as the factors kernel's
     # whole factors), the row's scale applied to the float32 sums; no factors kernel, no factors scratch
     import importlib
@@ -122,7 +128,8 @@ def _check_tile_factors(monkeypatch, text, rows, length, n, acts, persistent, ro
     if k_major:  # (the same values, W.T[None] of an (n, L) matrix)
         given = type(given)(np.ascontiguousarray(given.bits[0].T).T[None])
     params = {"h": np.float32(length), "eps": np.float32(1e-5)} if text in (None, GEMMA_NORM, LET_READ_NORM) else {}
-    kernel = compile(f, "cudasim", "columns_wgmma", persistent=persistent or None)
+    kernel = compile(f, "cudasim", "columns_wgmma", persistent=persistent or None, threads=threads,
+                     group=8 if threads else None)
     spec = kernel._planned(dict(inputs, w=given), params, None)[0]
     assert spec.tile_factors == "x" and spec.k_major == (("w",) if k_major else ())
     source = kernel.source(spec, "columns_wgmma").source

@@ -412,7 +412,8 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         # (Spec.tile_factors: tile it's factors formed in registers from its activations while the previous tile's
         # products run)
         step = [wait, Call("fence_async", ()), Barrier()] + copies + (
-            self.fragments("it", f"uint32(it) % uint32({self.stages})") if self.tf else []) + self.products()
+            self.fragments("it", f"uint32(it) % uint32({self.stages})") if self.tf else []) + self.products(
+                wait=not self.tf)  # (Spec.tile_factors: the wait is in the next tile's fragments)
         body += self.states_init() if self.tf else []
         body += [For("it", "0", "ntile", tuple(step)), Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})")]
         body += self.states_meet() if self.tf else []

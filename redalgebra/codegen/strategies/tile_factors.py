@@ -188,6 +188,10 @@ class TileFactors:
         out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sx", f"sb + ({stage}) * {self.stage}")]
         steps = range(BK // 16)
         out += [Assign(", ".join(f"xw_{s}_{m}" for m in range(4)), f"ldsm_x4(sm, sx + axo_{s})") for s in steps]
+        # the previous tile's products read the same A registers until they complete (the PTX ISA: touching a
+        # wgmma's A registers before a wait_group that covers it is undefined): they are waited for here, after
+        # this tile's shared-memory reads, before its fragments are written (one wait a tile, no wgmma_wait1)
+        out.append(Call("wgmma_wait0", ()))
         whole = [st for s in steps for m in range(4) for st in self.fragment_word(s, m, False)]
         tested = [st for s in steps for m in range(4) for st in self.fragment_word(s, m, True)]
         return out + [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(tested))]

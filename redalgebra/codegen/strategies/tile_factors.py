@@ -26,10 +26,15 @@ separate) the factors kernel stays. **Rounding:** ``E`` is rounded once to 16 bi
 where the factors kernel rounds the whole factor ``E · S`` once: one rounding of each either way (2^-9 of a bfloat16
 factor), at a different place, so the outputs differ from the factors kernel's by about that much, not bit for bit.
 
-**Off by default** (:data:`TILE_FACTORS`) until measured faster. Its first form, the activations turned into ``E``
-in place in shared memory and both operands read from there, took 334-352 us on the H200 at RMSNorm M4096 K = N =
-4096 against 218-224 us for the factors kernel and the plain product together (``ncu``: issue every 5.5 cycles a warp,
-the largest stall waiting on L1TEX results — the pass's loads of ``g``, or the copies' waits).
+**Off by default** (:data:`TILE_FACTORS`): slower, and not yet shown right on a GPU. Measured on an H100 at RMSNorm
+M4096 K = N = 4096 (gpu/README.md, 2026-12-06), this product alone took 288–313 µs. The factors kernel and the plain
+product together took 215–219 µs. Its outputs were also wrong (inf) at K = 4096, though right at K = 200 and in the
+simulator. Then, each tile's fragments were written while the previous tile's ``wgmma_rs`` still read the same
+registers (``wgmma_wait1``); the PTX ISA leaves that undefined, and the simulator's stand-in cannot see it. Each tile
+now waits for the previous products (``wgmma_wait0``) after its ``ldmatrix`` reads and before its fragments are
+written, and passes the words through ``wgmma_hold`` after the wait, as the attention kernel does with its pending
+``P · V`` (so that ptxas keeps their registers until then). That is correct by the ISA but not yet run on a GPU. The first form, ``E`` written back to shared memory in
+place and both operands read from there, took 334–352 µs on the H200.
 
 :class:`TileFactors` is the kernel's part of it (a mixin of :class:`~.columns_wgmma.ColumnsWgmmaKernel`, which lays
 out the ring and calls these pieces from its loop); :func:`choose` is the launch policy's.
@@ -46,15 +51,15 @@ from ..tree import Assign, Call, If, Load
 from . import Problem
 from .columns import split_body
 from .products import KINDS
-from .wgmma import ROW
+from .wgmma import ROW, WgmmaKernel
 
 #: Elements of a staged tile (one 128-byte swizzled row of 16-bit values).
 BK = ROW
 #: Whether :func:`choose` computes the factors in the product's tiles where the cascade allows
-#: (:attr:`Spec.tile_factors`); else the factors kernel always. Off until timed: the first form (the factors made in
-#: shared memory in place) took 334-352 us on the H200 at RMSNorm M4096 K = N = 4096, against 192-202 us for the
-#: product alone and 218-224 us for the module with its factors kernel (``gpu/rowfactors_sweep.py normgemm 2 tiles
-#: auto``; gpu/README.md). Read by :func:`choose` only (the GPU scripts' hook).
+#: (:attr:`Spec.tile_factors`); else the factors kernel always. Off: slower than the two kernels in both forms timed —
+#: the factors made in shared memory in place, 334-352 us on the H200 at RMSNorm M4096 K = N = 4096 against 218-224 us
+#: for the module; from registers, 288-313 us on an H100 against 215-219 us (and wrong at K = 4096 before the wait
+#: that guards its registers; gpu/README.md). Read by :func:`choose` only (the GPU scripts' hook).
 TILE_FACTORS = False
 
 
@@ -190,8 +195,11 @@ class TileFactors:
         out += [Assign(", ".join(f"xw_{s}_{m}" for m in range(4)), f"ldsm_x4(sm, sx + axo_{s})") for s in steps]
         # the previous tile's products read the same A registers until they complete (the PTX ISA: touching a
         # wgmma's A registers before a wait_group that covers it is undefined): they are waited for here, after
-        # this tile's shared-memory reads, before its fragments are written (one wait a tile, no wgmma_wait1)
-        out.append(Call("wgmma_wait0", ()))
+        # this tile's shared-memory reads, before its fragments are written (one wait a tile, no wgmma_wait1), and
+        # the words pass through wgmma_hold after the wait, so that no register is reused for another value (this
+        # tile's shared-memory reads above) while they are read
+        words = WgmmaKernel.tiles("pa", BK // 16)
+        out += [Call("wgmma_wait0", ()), Assign(words, f"wgmma_hold({words})")]
         whole = [st for s in steps for m in range(4) for st in self.fragment_word(s, m, False)]
         tested = [st for s in steps for m in range(4) for st in self.fragment_word(s, m, True)]
         return out + [If(f"kt0 + {BK} <= hi", tuple(whole), tuple(tested))]
@@ -235,8 +243,10 @@ class TileFactors:
         return out + [Assign(f"pa_{s}_{m}", f"{pack}(fv_0, fv_1)")]
 
     def states_init(self) -> list:
-        """Each row half's state of every scalar reduction at its identity."""
-        return [Assign(f"s{h}_{r}", identity_text(self.f, r, self.consts)) for h in (0, 1) for r in self.scalar_reds]
+        """Each row half's state of every scalar reduction at its identity, and the fragments' words (held at the first
+        tile's wait: they exist before it)."""
+        return [Assign(f"s{h}_{r}", identity_text(self.f, r, self.consts)) for h in (0, 1) for r in self.scalar_reds] + [
+            Assign(f"pa_{s}_{m}", "uint32(0)") for s in range(BK // 16) for m in range(4)]
 
     def states_meet(self) -> list:
         """The 4 lanes of a quad hold a row's elements between them (the fragments' layout): they combine their

@@ -141,3 +141,19 @@ def _check_tile_factors(monkeypatch, text, rows, length, n, acts, persistent, ro
     ref = evaluate(f.cascade, wide, {k: np.float64(v) for k, v in params.items()}, None)["y"]
     tol = 2 ** -9 + 1e-5  # (each factor's part rounded once to bfloat16)
     assert np.max(np.abs(out - ref)) <= tol * np.max(np.abs(ref))
+
+
+def test_a_tiles_fragments_are_written_only_after_the_products_reading_the_last_ones_are_done(monkeypatch):
+    # the previous tile's wgmma_rs reads its A words from registers until its group completes (the PTX ISA leaves
+    # touching them earlier undefined, and the simulator's stand-ins read them at issue, so no run shows it): in the
+    # loop, the wait comes before the first word is packed, and the old words are held after it
+    from redalgebra.codegen.strategies import tile_factors
+
+    monkeypatch.setattr(tile_factors, "TILE_FACTORS", True)
+    kernel = compile(fused("rmsnorm_gemm"), "cudasim", "columns_wgmma")
+    spec = kernel.spec_for(17, 200, {"x": "bfloat16", "g": "bfloat16", "w": "bfloat16"}, {"n": 72},
+                           reps={"x": 1, "g": 17, "w": 17})[1]
+    loop = kernel.source(spec, "columns_wgmma").source.split("for it in range(")[1]
+    wait, hold = loop.index("wgmma_wait0()"), loop.index("= wgmma_hold(((pa_0_0")
+    assert "wgmma_wait1()" not in loop.split("wgmma_wait0()\n", 1)[0]
+    assert wait < hold < loop.index("pa_0_0 = pack_") and loop.index("ldsm_x4(") < wait

@@ -388,7 +388,8 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         # columns 64 rows of 128 bytes apart)
         # (Spec.fp8_products, or weights given K-major: the weight tile K-major too, as the factor tile)
         lbo = 16 if self.b_k_major else BK * ROW * 2
-        out += [] if self.tf else [Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})")]
+        if not self.tf:  # (Spec.tile_factors: the factors from registers, no descriptor)
+            out.append(Assign("da", f"wgmma_desc(sm, sb + {64 * ROW} * uniform(int32(warp // 4)), 16, {ATOM})"))
         out.append(Assign("db", f"wgmma_desc(sm, sb + {self.b_base}, {lbo}, {ATOM})"))
         if producer_threads(self.spec):  # a producer warpgroup and the consumers (a block a tile, or walking them)
             epilogue = self.epilogue(segmented, "r0", "cb", "sg")

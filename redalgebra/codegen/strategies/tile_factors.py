@@ -22,9 +22,11 @@ The activations are read once per column block, as the factors were; the factors
 at RMSNorm M4096) and a kernel launch are gone. It takes one segment (``S`` needs the whole row) and no mask; the
 weights are read as the plain product reads them (rows ``w[k, :]`` MN-major, ``wgmma_rs``; a ``Linear`` layer's rows
 K-major, ``wgmma_rsk``; e4m3 ones widened to float16 first). Elsewhere (FP8's ``fp8(x · 448 / a)``, which does not
-separate) the factors kernel stays. **Rounding:** ``E`` is rounded once to 16 bits before the product and ``S`` applied to the float32 sums,
-where the factors kernel rounds the whole factor ``E · S`` once: one rounding of each either way (2^-9 of a bfloat16
-factor), at a different place, so the outputs differ from the factors kernel's by about that much, not bit for bit.
+separate) the factors kernel stays.
+
+**Rounding:** ``E`` is rounded once to 16 bits before the product and ``S`` applied to the float32 sums, where the
+factors kernel rounds the whole factor ``E · S`` once: one rounding of each either way (2^-9 of a bfloat16 factor), at
+a different place, so the outputs differ from the factors kernel's by about that much, not bit for bit.
 
 **Off by default** (:data:`TILE_FACTORS`): slower, and not yet shown right on a GPU. Measured on an H100 at RMSNorm
 M4096 K = N = 4096 (gpu/README.md, 2026-12-06), this product alone took 288–313 µs. The factors kernel and the plain
@@ -33,8 +35,9 @@ simulator. Then, each tile's fragments were written while the previous tile's ``
 registers (``wgmma_wait1``); the PTX ISA leaves that undefined, and the simulator's stand-in cannot see it. Each tile
 now waits for the previous products (``wgmma_wait0``) after its ``ldmatrix`` reads and before its fragments are
 written, and passes the words through ``wgmma_hold`` after the wait, as the attention kernel does with its pending
-``P · V`` (so that ptxas keeps their registers until then). That is correct by the ISA but not yet run on a GPU. The first form, ``E`` written back to shared memory in
-place and both operands read from there, took 334–352 µs on the H200.
+``P · V`` (so that ptxas keeps their registers until then). That is correct by the ISA but not yet run on a GPU. The
+first form, ``E`` written back to shared memory in place and both operands read from there, took 334–352 µs on the
+H200.
 
 :class:`TileFactors` is the kernel's part of it (a mixin of :class:`~.columns_wgmma.ColumnsWgmmaKernel`, which lays
 out the ring and calls these pieces from its loop); :func:`choose` is the launch policy's.
@@ -131,14 +134,15 @@ def choose(fused: FusedCascade, p: Problem, nseg: int) -> str:
 
 
 class TileFactors:
-    """The pieces of the product's kernel under :attr:`Spec.tile_factors`: the activations' copies, the pass that turns
-    them into factors folding the scalar reductions, the states' meeting and the rows' scales."""
+    """The pieces of the product's kernel under :attr:`Spec.tile_factors`: the activations' copies, their A fragments
+    turned into factors in registers folding the scalar reductions, the states' meeting and the rows' scales."""
 
     def tile_factor_parts(self) -> None:
         """Under :attr:`Spec.tile_factors`: the factor's parts (``element``, ``scale``), the staged input, the other
         inputs the elements read (``loaded``) and the scalar params they read (``row_params``)."""
         parts, x = split_scale(self.f), self.spec.tile_factors
-        if parts is None or x not in element_names(self.f, parts[0]) or self.dtypes.get(x) not in ("bfloat16", "float16") or \
+        if parts is None or x not in element_names(self.f, parts[0]) or \
+                self.dtypes.get(x) not in ("bfloat16", "float16") or \
                 self.spec.segments > 1 or self.spec.has_keep:
             raise RedalgebraError("columns_wgmma: the factors are computed in the product's tiles only for a factor that "
                                   "is a row scale times a part of the elements alone, 16-bit activations, one segment "
@@ -154,8 +158,8 @@ class TileFactors:
         self.monoids = {r.name: r.monoid for r in self.c.reductions}
 
     def fragment_rows(self) -> list:
-        """The rows of the thread's A fragments (warp ``w``'s rows ``16 w + lg`` and ``+ 8`` of the tile, the rows of its
-        accumulators too), clamped to the last row; the rows of the elements' other inputs and the scalar params
+        """The rows of the thread's A fragments (warp ``w``'s rows ``16 w + lg`` and ``+ 8`` of the tile, the rows of
+        its accumulators too), clamped to the last row; the rows of the elements' other inputs and the scalar params
         there."""
         out = []
         for h in (0, 1):
@@ -171,8 +175,8 @@ class TileFactors:
         x, na = self.staged, self.chunks(t)[0]
         whole, partial = [], []
         for u in range(na):
-            whole += self.guarded(u, self.bm * 8, Call("cp_async16_at", ("sm", f"sd + fd_{u}", x, f"fo_{u} + kt0", "16")),
-                                  t=t, tid=tid)
+            whole += self.guarded(u, self.bm * 8, Call("cp_async16_at", (
+                "sm", f"sd + fd_{u}", x, f"fo_{u} + kt0", "16")), t=t, tid=tid)
             partial += self.guarded(u, self.bm * 8, Call("cp_async16_at", (
                 "sm", f"sd + fd_{u}", x, f"fo_{u} + kt0 - pick(kt0 + 8 * ({tid} % 8) < hi, 0, 8 * ({tid} % 8))",
                 f"2 * min(max(hi - kt0 - 8 * ({tid} % 8), 0), 8)")), t=t, tid=tid)
@@ -245,8 +249,8 @@ class TileFactors:
     def states_init(self) -> list:
         """Each row half's state of every scalar reduction at its identity, and the fragments' words (held at the first
         tile's wait: they exist before it)."""
-        return [Assign(f"s{h}_{r}", identity_text(self.f, r, self.consts)) for h in (0, 1) for r in self.scalar_reds] + [
-            Assign(f"pa_{s}_{m}", "uint32(0)") for s in range(BK // 16) for m in range(4)]
+        states = [Assign(f"s{h}_{r}", identity_text(self.f, r, self.consts)) for h in (0, 1) for r in self.scalar_reds]
+        return states + [Assign(f"pa_{s}_{m}", "uint32(0)") for s in range(BK // 16) for m in range(4)]
 
     def states_meet(self) -> list:
         """The 4 lanes of a quad hold a row's elements between them (the fragments' layout): they combine their

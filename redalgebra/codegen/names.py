@@ -35,7 +35,7 @@ BARE = frozenset("""
     nall tps tfirst cg ks wi wk smf xf dp
     fq nfull nmain nstep p0 p1 p2 p3 h0 h1 h2 h3 fo
     pp sp fresh uniform every op pe pf pk kz fma32
-    mb nb nmb rest sg total tile nxt er0 ecb esg xp rsc kx0 sx sw half pend
+    mb nb nmb rest sg total tile nxt er0 ecb esg xp rsc sx half pend
     ptid pr pco pdo sf jt wgi n0 oc sh transpose col wf widen
     gw gi gm gq nsup
     LOG2E ex2 ml mo go cand nlive nopen bnan onan
@@ -48,7 +48,7 @@ PREFIXES = frozenset("""
     D K NEG POS V acc c0 e fast fc0 full fv lane ld max min n o o1 o2 o3 oi ok out p part parti pv r red redi
     reduce rep rr rt s sh shfl shi si st t t0 tk tki v x xs xv y cp ldsm mma pack unpack cf fa pa pf rc row sc tr tx xb
     wgmma swizzle fence ce cc so div ga gb tq dk dv dq dl ac f e4m3 fo shk shki cv ci fd wo wd fp8 b16 fb wk wv BOUNDS
-    grid prefetch z numba rv sv sqrt lds sts xw0 xw1 xw2 xw3 ro lv shr s0 s1 s2 s3 o0 bar kk lc lk nn ow tf
+    grid prefetch z numba rv sv sqrt lds sts lv s0 s1 s2 s3 o0 bar kk lc lk nn ow tf
     tw regs tu zn warp pw0 pw1 ps pr axo fr xw
     gen
 """.split())

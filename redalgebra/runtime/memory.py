@@ -18,20 +18,22 @@ def _sim_ld_f32x4(a, row, col):
     return tuple(_span(a, row, col, 4, _F32))
 
 
-def _sim_ld_b16x8(a, row, col):
-    return tuple((_span(a, row, col, 8, _B16).view(np.uint16).astype(np.uint32) << 16).view(np.float32))
+def _sim_b16_load(n):
+    """The stand-in of an ``n``-value load of bfloat16 patterns (``ld_b16x2``, ``ld_b16x8``)."""
+    def load(a, row, col):
+        return tuple((_span(a, row, col, n, _B16).view(np.uint16).astype(np.uint32) << 16).view(np.float32))
+    return load
 
 
-def _sim_ld_h16x8(a, row, col):
-    return tuple(_span(a, row, col, 8, _F16).astype(np.float32))
+def _sim_h16_load(n):
+    """The stand-in of an ``n``-value float16 load (``ld_h16x2``, ``ld_h16x8``)."""
+    def load(a, row, col):
+        return tuple(_span(a, row, col, n, _F16).astype(np.float32))
+    return load
 
 
-def _sim_ld_b16x2(a, row, col):
-    return tuple((_span(a, row, col, 2, _B16).view(np.uint16).astype(np.uint32) << 16).view(np.float32))
-
-
-def _sim_ld_h16x2(a, row, col):
-    return tuple(_span(a, row, col, 2, _F16).astype(np.float32))
+_sim_ld_b16x2, _sim_ld_b16x8 = _sim_b16_load(2), _sim_b16_load(8)
+_sim_ld_h16x2, _sim_ld_h16x8 = _sim_h16_load(2), _sim_h16_load(8)
 
 
 def _sim_st_f32x4(a, row, col, v0, v1, v2, v3):
@@ -161,38 +163,31 @@ def ld_f32x4_nc(typingctx, a, row, col):
     return _f32x4_load("ld_f32x4_nc", True, a, row, col)
 
 
-def _chunk_load(name, kind, dtypes, a, row, col):
-    """Signature and code of a 16-byte load of ``a[row, col:…]`` decoded to float32 by its stored type ``kind``
+def _chunk_load(name, kind, dtypes, a, row, col, words=4):
+    """Signature and code of a load of ``words`` 32-bit words of ``a[row, col:…]`` (4: one 16-byte load; 1: one
+    4-byte load), aligned to its size, decoded to float32 by its stored type ``kind``
     (:data:`~.lowering.CHUNK_DECODERS`)."""
     _check(name, a, dtypes, row, col)
 
     def codegen(context, builder, sig, args):
-        words = _elements(builder, _load128(context, builder, sig, args, ir.IntType(32)))
-        return context.make_tuple(builder, sig.return_type, CHUNK_DECODERS[kind](builder, words))
-    return types.UniTuple(types.float32, 16 if kind == "e4m3" else 8)(a, row, col), codegen
-
-
-def _pair_load(name, kind, dtypes, a, row, col):
-    """Signature and code of a 4-byte load of the two 16-bit values ``a[row, col:col+2]`` (aligned to 4 bytes)
-    decoded to float32 by ``kind`` (:data:`~.lowering.CHUNK_DECODERS`)."""
-    _check(name, a, dtypes, row, col)
-
-    def codegen(context, builder, sig, args):
-        word = builder.load(_pointer(context, builder, sig, args, ir.IntType(32)), align=4)
-        return context.make_tuple(builder, sig.return_type, CHUNK_DECODERS[kind](builder, [word]))
-    return types.UniTuple(types.float32, 2)(a, row, col), codegen
+        if words == 4:
+            loaded = _elements(builder, _load128(context, builder, sig, args, ir.IntType(32)))
+        else:
+            loaded = [builder.load(_pointer(context, builder, sig, args, ir.IntType(32)), align=4)]
+        return context.make_tuple(builder, sig.return_type, CHUNK_DECODERS[kind](builder, loaded))
+    return types.UniTuple(types.float32, (4 if kind == "e4m3" else 2) * words)(a, row, col), codegen
 
 
 @_device(_sim_ld_b16x2)
 def ld_b16x2(typingctx, a, row, col):
     """The two bfloat16 patterns ``a[row, col:col+2]`` as a float32 pair, one 32-bit load (4-byte aligned)."""
-    return _pair_load("ld_b16x2", "bfloat16", _B16_TYPES, a, row, col)
+    return _chunk_load("ld_b16x2", "bfloat16", _B16_TYPES, a, row, col, words=1)
 
 
 @_device(_sim_ld_h16x2)
 def ld_h16x2(typingctx, a, row, col):
     """The two float16 ``a[row, col:col+2]`` as a float32 pair, one 32-bit load (4-byte aligned)."""
-    return _pair_load("ld_h16x2", "float16", (types.float16,), a, row, col)
+    return _chunk_load("ld_h16x2", "float16", (types.float16,), a, row, col, words=1)
 
 
 @_device(_sim_ld_b16x8)

@@ -133,7 +133,6 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         self.ahead = self.stages - 2  # tiles loading while one is multiplied and one group of products is in flight
         # Spec.tile_factors: the activations staged where the factor tile would be, turned into factors in registers
         self.tf = bool(spec.tile_factors)
-        self.b_units = self.stage  # (16-bit units from one stage to the next)
         self.b_base = self.bm * ROW  # the weight tile, after the factor tile of a stage
         if self.tf:
             self.tile_factor_parts()
@@ -268,7 +267,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         with zeros; under :attr:`Spec.tile_factors` the activations, :meth:`x_copies`), the weights from
         the offsets plus constants, or, in the segment's last partial tile, 0 bytes for the rows past its end (their
         factors are 0, but 0 · NaN is not); a K-major weight tile's rows by :meth:`issue_rows`."""
-        out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sd", f"sb + {stage} * {self.b_units}")]
+        out = [Assign("kt0", f"lo + ({tile}) * {BK}"), Assign("sd", f"sb + {stage} * {self.stage}")]
         out += self.a_copies(t, tid)
         if self.b_k_major:
             return out + self.issue_rows(t, tid)

@@ -83,7 +83,7 @@ class Fp8Products:
         8`` of rows ``ptid // 8``, ``+ 16``, …: the same swizzle for all, ``pdo``), rows clamped to the last row or
         column (both operands are padded with zeros to whole tiles along the axis, so every copy is whole)."""
         pt, ppass = PRODUCER, PRODUCER // 8  # (every producer thread's rows share one swizzle: ppass % 8 == 0)
-        out = [Assign("kt0", f"lo + ({tile}) * {self.bk}"), Assign("sd", f"sb + ({stage}) * {self.b_units}")]
+        out = [Assign("kt0", f"lo + ({tile}) * {self.bk}"), Assign("sd", f"sb + ({stage}) * {self.stage}")]
         for src, rows, first, last, base in (("fac", self.bm, "r0", "rows - 1", 0),
                                              (self.source, self.bc, "cb", f"{self.n - 1}", self.b_base)):
             for v in range(-(-rows * 8 // pt)):

@@ -29,7 +29,7 @@ factors kernel rounds the whole factor ``E · S`` once: one rounding of each eit
 a different place, so the outputs differ from the factors kernel's by about that much, not bit for bit.
 
 **Off by default** (:data:`TILE_FACTORS`): slower, and not yet shown right on a GPU. Measured on an H100 at RMSNorm
-M4096 K = N = 4096 (gpu/README.md, 2026-12-06), this product alone took 288–313 µs. The factors kernel and the plain
+M4096 K = N = 4096 (gpu/README.md, 2026-12-06), this product alone took 288–314 µs. The factors kernel and the plain
 product together took 215–219 µs. Its outputs were also wrong (inf) at K = 4096, though right at K = 200 and in the
 simulator. Then, each tile's fragments were written while the previous tile's ``wgmma_rs`` still read the same
 registers (``wgmma_wait1``); the PTX ISA leaves that undefined, and the simulator's stand-in cannot see it. Each tile
@@ -61,7 +61,7 @@ BK = ROW
 #: Whether :func:`choose` computes the factors in the product's tiles where the cascade allows
 #: (:attr:`Spec.tile_factors`); else the factors kernel always. Off: slower than the two kernels in both forms timed —
 #: the factors made in shared memory in place, 334-352 us on the H200 at RMSNorm M4096 K = N = 4096 against 218-224 us
-#: for the module; from registers, 288-313 us on an H100 against 215-219 us (and wrong at K = 4096 before the wait
+#: for the module; from registers, 288-314 us on an H100 against 215-219 us (and wrong at K = 4096 before the wait
 #: that guards its registers; gpu/README.md). Read by :func:`choose` only (the GPU scripts' hook).
 TILE_FACTORS = False
 

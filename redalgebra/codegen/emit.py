@@ -62,6 +62,10 @@ class Spec:
     k_major: tuple = ()          # columns_wgmma with fp8_products: the weights (by name) given K-major — shape (1, L, n),
     #                              the axis innermost (``W.T`` of an (n, L) matrix) — and read as the (n, L) rows the
     #                              FP8 instruction takes: no transposing kernel
+    row_chunk: int = 0           # columns_wgmma: rows a chunk of the module's launch — the factors' kernel and the
+    #                              product launched chunk after chunk, each chunk's factors made while the product of
+    #                              the chunk before runs (0: the whole call at once); :mod:`.strategies.chunks`
+    max_registers: int = 0       # columns_wgmma: registers a thread of the product at most (0: ptxas's choice)
     tile_factors: str = ""       # columns_wgmma: no factors kernel: the product's blocks stage this input (the
     #                              activations), turn it into the factors' row-free part in place, fold the scalar
     #                              reductions on the way and scale the sums by the row's part in the epilogue

@@ -497,16 +497,29 @@ class Kernel:
             cap = multiprocessors(cuda) * max(1, spec.min_blocks)
             grids = {k: _capped(g, cap) if strategy.walking is None or k in strategy.walking else g
                      for k, g in grids.items()}
-        steps = tuple((getattr(module, name)[grids[grid]], tuple(args), tuple(dev[a] for a in args))
-                      for name, args, grid in entries)
+        chunked = spec.row_chunk and rows > spec.row_chunk and strategy.chunked
+        if chunked:
+            plan = _chunked_steps(module, entries, strategy, spec, dev, rows, self._row_indexed(src, dev),
+                                  self.backend == "cudasim")
+        else:  # (with Spec.dependent, every kernel but the first may start while the one before it runs)
+            plan = [(getattr(module, name)[grids[grid]], tuple(args), tuple(dev[a] for a in args),
+                     spec.dependent and k > 0, {}) for k, (name, args, grid) in enumerate(entries)]
+        steps = tuple(step[:3] for step in plan)
         driver = ()
         if self.backend == "cuda":  # launched through the driver with arguments packed once
             from .driver import DriverStep
 
-            # with Spec.dependent, every kernel but the first may start while the one before it runs
-            driver = tuple(DriverStep(kernel, args, names, dependent=spec.dependent and k > 0)
-                           for k, (kernel, names, args) in enumerate(steps))
+            driver = tuple(DriverStep(kernel, args, names, dependent=dependent, offsets=offsets)
+                           for kernel, names, args, dependent, offsets in plan)
         return Launch(steps, outputs, driver)
+
+    def _row_indexed(self, src, dev) -> set:
+        """The kernel arguments with a row per row of the call (what a chunk of rows takes a slice of): the inputs no
+        rows share, every param (bound a row per row), the outputs and the scratch laid out by rows."""
+        c = self.fused.cascade
+        names = {s.name for s in c.inputs if dev.get(f"rep_{s.name}") == 1} | {p.name for p in c.params}
+        names |= {f"out_{name.replace('.', '_')}" for name, _, _ in src.outputs}
+        return names | {name for name, _, layout, _ in src.scratch if layout in ("rows", "segments", "tiles")}
 
     def _outputs(self, src: KernelSource, rows, length, spec, on_device: bool = False, out=None) -> dict:
         """Output arrays: on the host (copied to the device with the call), or — when the inputs are on
@@ -559,6 +572,49 @@ class Launch:
                 kernel(*args)
                 _sim_barriers_done(getattr(getattr(kernel, "dispatcher", kernel), "__name__", "a kernel"))
 
+
+
+def _chunked_steps(module, entries, strategy, spec, dev, rows: int, indexed: set, simulated: bool) -> list:
+    """The launch of a call in chunks of ``spec.row_chunk`` rows (:attr:`Spec.row_chunk`): the entries not in
+    ``strategy.chunked`` once, then the chunked ones for each chunk in turn, on the slices of the ``indexed`` arrays
+    that hold the chunk's rows. Each step is ``(configured kernel, argument names, arguments, dependent, offsets)``:
+    every chunked step after the first is launched dependent — it may start while the step before it runs (the
+    next chunk's factors while this chunk's product runs; each product waits for its own factors, ``grid_wait``) —
+    and ``offsets`` gives each sliced array's byte offset from the array's start (what :meth:`DriverStep.bind` adds
+    to a new pointer for the same array)."""
+    once = [e for e in entries if e[2] not in strategy.chunked]
+    per = [e for e in entries if e[2] in strategy.chunked]
+    if list(entries[:len(once)]) != once:
+        raise RedalgebraError(f"a chunked launch takes the kernels launched once first: {[e[0] for e in entries]}")
+    # (the simulator's kernel[grid] configures the kernel itself and returns it: each chunk's launch configures it
+    # again as it is made)
+    configure = _Configured if simulated else (lambda kernel, grid: kernel[grid])
+    grids = strategy.grid(rows, spec, dev)
+    plan = [(configure(getattr(module, name), grids[grid]), tuple(args), tuple(dev[a] for a in args), False, {})
+            for name, args, grid in once]
+    for r0 in range(0, rows, spec.row_chunk):
+        n = min(spec.row_chunk, rows - r0)
+        sub = {**dev, "rows": n}
+        offsets = {}
+        for name in indexed:
+            sub[name] = dev[name][r0:r0 + n]
+            offsets[name] = r0 * int(dev[name].strides[0])
+        grids = strategy.grid(n, spec, sub)
+        for name, args, grid in per:
+            plan.append((configure(getattr(module, name), grids[grid]), tuple(args), tuple(sub[a] for a in args),
+                         r0 > 0 or name != per[0][0], {a: offsets[a] for a in args if a in offsets}))
+    return plan
+
+
+class _Configured:
+    """A simulated kernel with its launch grid, configured when called (the simulator's ``kernel[grid]`` sets the
+    grid on the kernel itself: several launches of one kernel with different grids would share the last)."""
+
+    def __init__(self, kernel, grid):
+        self.dispatcher, self.grid = kernel, grid
+
+    def __call__(self, *args):
+        return self.dispatcher[self.grid](*args)
 
 
 def _capped(grid: tuple, cap: int) -> tuple:

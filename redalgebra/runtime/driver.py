@@ -226,10 +226,10 @@ class DriverStep:
     and numbers); ``names``: a name per argument, by which :meth:`bind` rebinds an array's data pointer.
     """
 
-    __slots__ = ("function", "grid", "block", "shared", "fields", "params", "pointers", "_held", "_launch", "_fixed",
-                 "_config")
+    __slots__ = ("function", "grid", "block", "shared", "fields", "params", "pointers", "offsets", "_held", "_launch",
+                 "_fixed", "_config")
 
-    def __init__(self, configured, args, names, dependent: bool = False):
+    def __init__(self, configured, args, names, dependent: bool = False, offsets: dict | None = None):
         dispatcher = configured.dispatcher
         argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
         overload = dispatcher.compile(argtypes)  # the overload a numba launch would select
@@ -260,7 +260,10 @@ class DriverStep:
         self.params = (ctypes.c_void_p * len(self.fields))(*[ctypes.addressof(f) for f in self.fields])
         # what each name's fields point at now: a binding sets only those that change (a prepared call's weights,
         # kept scratch and cached params keep theirs; setting a ctypes field costs about 0.1 us)
-        self._held = {name: fields[0].value for name, fields in self.pointers.items()}
+        # (``offsets``: bytes from an array's start to the slice this launch reads — a chunk of its rows —, by name:
+        # a binding points the slice at the new array's rows)
+        self.offsets = offsets or {}
+        self._held = {name: fields[0].value - self.offsets.get(name, 0) for name, fields in self.pointers.items()}
         self._launch = launch
         self._fixed = (self.function, *self.grid, *self.block, self.shared)  # the arguments before the stream
         # dependent (``Spec.dependent``, a module's later kernel): launched by cuLaunchKernelEx with the attribute
@@ -281,8 +284,9 @@ class DriverStep:
             ptr = pointers.get(name)
             if ptr is not None and ptr != held[name]:
                 held[name] = ptr
+                at = ptr + self.offsets.get(name, 0) if self.offsets else ptr
                 for field in fields:
-                    field.value = ptr
+                    field.value = at
 
     def launch(self, stream: int = 0) -> None:
         """Launch on ``stream`` (a ``CUstream`` handle; 0: the legacy default stream), asynchronously."""

@@ -186,6 +186,7 @@ def test_a_binding_points_each_named_array_at_its_new_data_and_leaves_the_others
     x, w = ctypes.c_void_p(0x1000), ctypes.c_void_p(0x2000)
     out = [ctypes.c_void_p(0x3000), ctypes.c_void_p(0x3000)]
     step.pointers = {"x": [x], "w": [w], "out": out}
+    step.offsets = {}
     step._held = {name: fields[0].value for name, fields in step.pointers.items()}
     step.bind({"x": 0x1100, "out": 0x3300, "other": 0x9000})
     assert (x.value, w.value, [f.value for f in out]) == (0x1100, 0x2000, [0x3300, 0x3300])
@@ -194,3 +195,18 @@ def test_a_binding_points_each_named_array_at_its_new_data_and_leaves_the_others
     assert (x.value, w.value, [f.value for f in out]) == (0x1100, 0x2200, [0x3000, 0x3000])
     step.bind({"w": 0x2400})
     assert w.value == 0x2400 and step._held == {"x": 0x1100, "w": 0x2400, "out": 0x3000}
+
+
+def test_a_chunks_binding_points_its_slices_at_their_rows_of_the_new_arrays():
+    # a chunk of rows reads slices of the call's arrays: a new array's pointer is moved by the slice's offset, and a
+    # name without an offset (a weight every chunk reads whole) takes the pointer as it is
+    from redalgebra.runtime.driver import DriverStep
+
+    step = object.__new__(DriverStep)
+    x, w = ctypes.c_void_p(0x1000 + 0x400), ctypes.c_void_p(0x2000)
+    step.pointers, step.offsets = {"x": [x], "w": [w]}, {"x": 0x400}
+    step._held = {"x": 0x1000, "w": 0x2000}
+    step.bind({"x": 0x1000, "w": 0x2000})  # (the arrays it holds: nothing written)
+    assert (x.value, w.value) == (0x1400, 0x2000)
+    step.bind({"x": 0x8000, "w": 0x9000})
+    assert (x.value, w.value) == (0x8400, 0x9000) and step._held == {"x": 0x8000, "w": 0x9000}

@@ -228,6 +228,10 @@ class ColumnsKernel(TreeKernel):
         """Launch bounds of the kernels launched with other blocks than the module's, by name."""
         return {}
 
+    def registers(self) -> dict:
+        """A thread's registers at most, by kernel name, where capped (``max_registers``)."""
+        return {}
+
     def prepass(self):
         from ..kernels import kernel_args
 
@@ -430,7 +434,7 @@ def build(fused: FusedCascade, spec: Spec, target: str, kernel=None, name: str =
                     for o in c.outputs)
     constants = {**(k.pre.lay.constants if k.pre else {}), **k.lay.constants}
     src = assemble(fused, spec, target, name, kernels, k.consts, constants, outputs,
-                   {n: d for n, d in spec.out_dtypes if d != "float32"}, k.bounds())
+                   {n: d for n, d in spec.out_dtypes if d != "float32"}, k.bounds(), k.registers())
     return replace(src, scratch=k.scratch(), entries=tuple((n, a, g) for n, a, g, _ in kernels))
 
 

@@ -150,6 +150,11 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         return {**super().bounds(), **({"transpose": 256} if self.transposed else {}),
                 **({"tiles": self.spec.threads + extra} if extra else {})}
 
+    def registers(self) -> dict:
+        # (Spec.row_chunk: the product's registers capped, so that a block of the next chunk's factors fits beside
+        # each of its blocks on a multiprocessor: :mod:`.chunks`)
+        return {"tiles": self.spec.max_registers} if self.spec.max_registers else {}
+
     def _prepass_kernel(self):
         """With :attr:`Spec.row_spec`, the ``rows`` kernel of the scalar part with the factors as a per-element output
         (:func:`factor_part`): the row read once into registers, reduced, its factors written from the registers (16
@@ -375,7 +380,9 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         a multiprocessor by default — one fits), the next tile's first copies loading while this tile's outputs are
         stored."""
         segmented, bk = self.spec.segments > 1, self.bk
-        out = [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
+        # (Spec.row_chunk: the next chunk's factors may start at once; this chunk's are waited for: :mod:`.chunks`)
+        out = [Call("grid_launch", ()), Call("grid_wait", ())] if self.spec.row_chunk else []
+        out += [Assign("tid", "cuda.threadIdx.x"), Assign("lane", "tid % 32"), Assign("warp", "tid // 32"),
                Assign("lg", "lane >> 2"), Assign("tq", "lane & 3"),
                Assign("sm", "cuda.shared.array(0, uint16)"), Assign("sb", "swizzle_pad(sm)"),
                Assign("segl", f"int32((uint32(length + nseg - 1) // uint32(nseg) + {bk - 1}) // {bk} * {bk})"),
@@ -550,4 +557,5 @@ def build(fused: FusedCascade, spec: Spec, target: str):
 register(Strategy("columns_wgmma", "cuda", "columns_mma for many rows: the product F·W as a GEMM on Hopper's wgmma "
                   "(128 × 256 blocks, both operands from 128-byte-swizzled shared memory, four tiles in flight)",
                   build, configure, grid, final_scales=True, rounds_products=lambda fused: not exact_factors(fused),
-                  vector_multiple=16, shared_vectors=True, cc=(9, 0, "a"), walking=("tiles",)))
+                  vector_multiple=16, shared_vectors=True, cc=(9, 0, "a"), walking=("tiles",),
+                  chunked=("rowfactors", "tiles")))

@@ -12,7 +12,7 @@ from . import SMS, Problem, vector_out_dtypes
 from . import columns_mma
 from .columns import PREPASS_TILE, factor_part, prepass_vec, vector_columns
 from .rows_policy import configure as rows_configure
-from . import producer as producer_block
+from . import chunks, producer as producer_block
 from .fp8_products import TRANSPOSE_COLUMNS, fp8_applies
 from .producer import PRODUCER_STAGES, producer_threads
 from .tile_factors import choose as choose_tile_factors
@@ -205,12 +205,16 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     # outputs of the vector reduction's width stored in 16 bits only when asked (out_dtype): half the bytes the
     # epilogue writes, each rounded once more (float32 otherwise, as the other columns strategies write them)
     outs = vector_out_dtypes(fused, p.option("out_dtype"))
+    rows_spec = () if staged else row_spec(fused, p)
+    # the factors of a chunk of rows made while the chunk before is multiplied (:mod:`.chunks`)
+    chunk = chunks.row_chunk(p, threads // 2, -(-n // bc), bool(rows_spec) and int(nseg) == 1 and not (
+        fp8 or producer or persistent or p.option("simulator") and not chunks.IN_SIMULATOR))
     return dict(threads=threads, group=bc // 8, vec=8, tile=2 * BK if fp8 else BK, batch=threads // 2,
                 segments=int(nseg), fp8_products=fp8, producer=producer,
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),
                 shared=shared, stages=stages, row_threads=ROW_THREADS or _row_threads(threads, p.length),
-                row_spec=() if staged else row_spec(fused, p), persistent=persistent, tile_factors=staged,
-                out_dtypes=outs, k_major=major)
+                row_spec=rows_spec, persistent=persistent, tile_factors=staged,
+                out_dtypes=outs, k_major=major, row_chunk=chunk, max_registers=chunks.CHUNK_REGISTERS if chunk else 0)
 
 
 #: The FP8 product's block widths the policy chooses from, with the work a block does in a given time relative to 128

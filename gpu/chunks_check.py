@@ -3,7 +3,7 @@ outputs against the same module launched whole (bit for bit: the same kernels on
 on both sides of each chunk's edge, against the float64 reference, through NumPy inputs and through torch tensors (a second call with other tensors: each chunk's
 pointers rebound at its rows' offset).
 
-    python3 gpu/chunks_check.py [--small]
+    python3 gpu/chunks_check.py [--small] [--from N]
     compute-sanitizer --tool memcheck python3 gpu/chunks_check.py --small
     NUMBA_ENABLE_CUDASIM=1 python3 gpu/chunks_check.py --simulator     # the script itself, on a machine without a GPU
 
@@ -112,6 +112,8 @@ def main() -> int:
         from redalgebra.codegen import strategies
 
         BACKEND, cases, strategies.SMS, chunks.IN_SIMULATOR = "cudasim", SIMULATED, 2, True
+    if "--from" in sys.argv:  # the cases from the N-th on (0-based: a run cut by a time limit, resumed)
+        cases = cases[int(sys.argv[sys.argv.index("--from") + 1]):]
     for case in cases:
         bad += not run(*case)
     return 1 if bad else 0

@@ -67,7 +67,14 @@ def compile_ptx(fused: FusedCascade, strategy: str, spec: Spec, cc=None) -> str:
                 # the launch bounds the real kernel is compiled with (registers follow from them)
                 bounds = dict(src.bounds).get(name) or ((spec.threads, spec.min_blocks) if spec.min_blocks
                                                         else spec.threads)
-                ptx, _ = cuda.compile_ptx(getattr(module, name).py_func, sig, cc=cc, launch_bounds=bounds)
+                # a kernel whose registers are capped (numba's max_registers, a link-time option, instead of launch
+                # bounds) states the cap in its PTX, as the linked kernel has it
+                cap = getattr(module, f"BOUNDS_{name}", {}).get("max_registers")
+                ptx, _ = cuda.compile_ptx(getattr(module, name).py_func, sig, cc=cc,
+                                          launch_bounds=None if cap else bounds)
+                if cap:
+                    ptx = re.sub(r"(\.entry[^{]*\{)", lambda m: m.group(1).replace("{", f".maxnreg {cap}\n{{", 1),
+                                 ptx, count=1)
             except (NvvmSupportError, CudaSupportError) as err:
                 raise RedalgebraError(f"compiling PTX needs numba-cuda with libNVVM: pip install "
                                       f"'redalgebra[cuda]' ({err})") from None

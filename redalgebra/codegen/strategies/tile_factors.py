@@ -28,16 +28,17 @@ separate) the factors kernel stays.
 factors kernel rounds the whole factor ``E · S`` once: one rounding of each either way (2^-9 of a bfloat16 factor), at
 a different place, so the outputs differ from the factors kernel's by about that much, not bit for bit.
 
-**Off by default** (:data:`TILE_FACTORS`): slower, and not yet shown right on a GPU. Measured on an H100 at RMSNorm
-M4096 K = N = 4096 (gpu/README.md, 2026-12-06), this product alone took 288–314 µs. The factors kernel and the plain
-product together took 215–219 µs. Its outputs were also wrong (inf) at K = 4096, though right at K = 200 and in the
-simulator. Then, each tile's fragments were written while the previous tile's ``wgmma_rs`` still read the same
-registers (``wgmma_wait1``); the PTX ISA leaves that undefined, and the simulator's stand-in cannot see it. Each tile
-now waits for the previous products (``wgmma_wait0``) after its ``ldmatrix`` reads and before its fragments are
-written, and passes the words through ``wgmma_hold`` after the wait, as the attention kernel does with its pending
-``P · V`` (so that ptxas keeps their registers until then). That is correct by the ISA but not yet run on a GPU. The
-first form, ``E`` written back to shared memory in place and both operands read from there, took 334–352 µs on the
-H200.
+**Off by default** (:data:`TILE_FACTORS`): slower. Measured on an H100 at RMSNorm M4096 K = N = 4096 (gpu/README.md,
+2026-12-06), this product alone took 288–314 µs, the factors kernel and the plain product together 215–219 µs. Its
+outputs were also wrong (inf) there, though right at K = 200 and in the simulator: each tile's fragments were written
+while the previous tile's ``wgmma_rs`` still read the same registers (``wgmma_wait1``), which the PTX ISA leaves
+undefined and the simulator's stand-in cannot see. Each tile now waits for the previous products (``wgmma_wait0``)
+after its ``ldmatrix`` reads and before its fragments are written, and passes the words through ``wgmma_hold`` after
+the wait, as the attention kernel does with its pending ``P · V`` (so that ptxas keeps their registers until then).
+On the H200 that is right (against float64, within its bfloat16 outputs' rounding) and slower still: 299–300 µs against 188–189
+µs for the plain product and 30–31 µs for the factors (the module 0.2130–0.2158 ms). The first form, ``E`` written
+back to shared memory in place and both operands read from there, took 334–352 µs on the H200. What does pay at this
+shape is to overlap the two kernels instead (:mod:`.chunks`).
 
 :class:`TileFactors` is the kernel's part of it (a mixin of :class:`~.columns_wgmma.ColumnsWgmmaKernel`, which lays
 out the ring and calls these pieces from its loop); :func:`choose` is the launch policy's.
@@ -62,7 +63,8 @@ BK = ROW
 #: (:attr:`Spec.tile_factors`); else the factors kernel always. Off: slower than the two kernels in both forms timed —
 #: the factors made in shared memory in place, 334-352 us on the H200 at RMSNorm M4096 K = N = 4096 against 218-224 us
 #: for the module; from registers, 288-314 us on an H100 against 215-219 us (and wrong at K = 4096 before the wait
-#: that guards its registers; gpu/README.md). Read by :func:`choose` only (the GPU scripts' hook).
+#: that guards its registers), 299-300 us on the H200 with that wait, against 219 us (gpu/README.md). Read by
+#: :func:`choose` only (the GPU scripts' hook).
 TILE_FACTORS = False
 
 

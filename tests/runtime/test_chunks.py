@@ -139,6 +139,7 @@ def test_the_product_of_a_chunk_lets_the_next_factors_start_and_waits_for_its_ow
     ("one segment", 4096, 4096, {"segments": 2}, False),  # (each chunk's product would need its segments' sum)
     ("no mask", 4096, 4096, {}, True),
     ("the product's blocks a tile each", 4096, 4096, {"persistent": True}, False),
+    ("a block of the factors beside each of the product's", 4096, 4096, {"length": 8192}, False),  # 512 threads a row
 ])
 def test_the_policy_launches_the_module_whole_where_chunks_do_not_apply(why, rows, n, options, keep):
     assert _planned(rows=rows, n=n, keep=keep, **options)[2].row_chunk == 0, why

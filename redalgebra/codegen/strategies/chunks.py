@@ -16,12 +16,18 @@ the params, the outputs, the scratch laid out by rows), so the kernels are the u
 
 A chunk is a wave of the product's blocks (its rows × the column blocks fill the multiprocessors once), and a block
 of the factors must fit beside a block of the product on a multiprocessor: the product's registers are capped at
-:data:`CHUNK_REGISTERS` (206 uncapped; ptxas assembles the product at M4096 K = N = 4096 in 184 without spills, and
-spills at 168), which leaves 18432 of a multiprocessor's 65536 to the factors' block (the ``rows`` kernel's 256
-threads at 62 registers take 16384).
+:data:`CHUNK_REGISTERS` (210 uncapped on the GPU; ptxas assembles the product at M4096 K = N = 4096 in 184 without
+spills, and spills 24 bytes at 168), which leaves 18432 of a multiprocessor's 65536 to the factors' block (the ``rows``
+kernel's 256 threads at 51 registers take 14336). The cap is numba's ``max_registers`` without launch bounds: ptxas
+ignores it beside them (the first run of this on an H100 kept 210 registers, and the chunks gained nothing).
 
-Chosen by :func:`row_chunk` where the module has the factors kernel of the ``rows`` strategy, one segment, the
-16-bit product without a producer warpgroup, blocks a tile, no mask, and at least two waves of blocks.
+Measured on an H100 (gpu/README.md, 2026-12-06; RMSNorm + GEMM M4096 K = N = 4096, bfloat16 outputs, interleaved in
+one process): 0.2043–0.2088 ms chunked against 0.2158–0.2211 launched whole, over two runs of two rounds;
+``torch.compile`` 0.2003–0.2016. Each chunk's product alone takes 47.2–50.4 µs and its factors 5.9–7.3.
+
+Chosen by :func:`row_chunk` where the module has the factors kernel of the ``rows`` strategy with a block that fits
+beside the product's, one segment, the 16-bit product without a producer warpgroup, blocks a tile, no mask, and at
+least two waves of blocks.
 """
 
 from __future__ import annotations
@@ -34,15 +40,22 @@ ROW_CHUNKS = True
 IN_SIMULATOR = False
 #: A thread's registers at most in a chunked module's product (:attr:`Spec.max_registers`).
 CHUNK_REGISTERS = 184
+#: A multiprocessor's registers (Hopper's), and what a thread of the factors kernel is counted to take (its ``rows``
+#: kernel took 51 on the GPU at RMSNorm K = 4096, 62 offline).
+REGISTER_FILE, FACTOR_REGISTERS = 65536, 64
 
 
-def row_chunk(p: Problem, rows_block: int, column_blocks: int, plain: bool) -> int:
+def row_chunk(p: Problem, rows_block: int, column_blocks: int, threads: int, factor_threads: int, plain: bool) -> int:
     """Rows a chunk of the module's launch (a multiple of the product's ``rows_block``: as many row blocks as fill the
     multiprocessors with the ``column_blocks`` of each), or 0 for one launch of each kernel: ``plain`` false (the
     module is not a factors kernel of the ``rows`` strategy then a 16-bit product a block a tile, in one segment),
-    a mask, an input shared by some rows but not all (its rows would not split with the chunks), or fewer than two
-    chunks' rows."""
+    a block of the factors' ``factor_threads`` that would not fit beside one of the product's ``threads`` at
+    :data:`CHUNK_REGISTERS` (:data:`FACTOR_REGISTERS` a thread: the rows of 14 KB of FP8 quantisation at K = 7168 take
+    512 threads a row, which do not fit), a mask, an input shared by some rows but not all (its rows would not split
+    with the chunks), or fewer than two chunks' rows."""
     if not (ROW_CHUNKS and plain) or p.has_keep:
+        return 0
+    if factor_threads * FACTOR_REGISTERS > REGISTER_FILE - CHUNK_REGISTERS * threads:
         return 0
     if any(1 < rep < p.rows for _, rep in p.reps):
         return 0

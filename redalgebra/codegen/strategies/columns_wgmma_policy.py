@@ -207,8 +207,9 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     outs = vector_out_dtypes(fused, p.option("out_dtype"))
     rows_spec = () if staged else row_spec(fused, p)
     # the factors of a chunk of rows made while the chunk before is multiplied (:mod:`.chunks`)
-    chunk = chunks.row_chunk(p, threads // 2, -(-n // bc), bool(rows_spec) and int(nseg) == 1 and not (
-        fp8 or producer or persistent or p.option("simulator") and not chunks.IN_SIMULATOR))
+    chunk = chunks.row_chunk(p, threads // 2, -(-n // bc), threads, dict(rows_spec).get("threads", 0),
+                             bool(rows_spec) and int(nseg) == 1 and not (
+                                 fp8 or producer or persistent or p.option("simulator") and not chunks.IN_SIMULATOR))
     return dict(threads=threads, group=bc // 8, vec=8, tile=2 * BK if fp8 else BK, batch=threads // 2,
                 segments=int(nseg), fp8_products=fp8, producer=producer,
                 nseg=int(nseg), pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False),

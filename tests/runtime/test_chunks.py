@@ -126,9 +126,14 @@ def test_the_product_of_a_chunk_lets_the_next_factors_start_and_waits_for_its_ow
     source = kernel.source(spec, strategy).source
     tiles = source.split("\ndef tiles(")[1]
     assert [ln.strip() for ln in tiles.split("\n")[1:3]] == ["grid_launch()", "grid_wait()"]
-    # the factors never wait (they read the call's inputs only); the product's registers capped, without launch bounds
-    # (ptxas ignores the cap beside them)
-    assert "grid_wait()" not in source.split("\ndef factors(")[1].split("\ndef ")[0]
+    # the factors let the next product be scheduled at once and work without waiting (they read the call's inputs
+    # only); their last block waits at its end for the product before them, so that each product's end implies the
+    # earlier ones'
+    factors = [ln.strip() for ln in source.split("\ndef factors(")[1].split("\n@")[0].strip().split("\n")[1:]]
+    assert factors[0] == "grid_launch()" and factors[-2:] == ["if cuda.blockIdx.x == cuda.gridDim.x - 1:",
+                                                                "grid_wait()"]
+    assert factors.count("grid_wait()") == 1
+    # the product's registers capped, without launch bounds (ptxas ignores the cap beside them)
     assert f"BOUNDS_tiles = {{}} if config.ENABLE_CUDASIM else {{'max_registers': {chunks.CHUNK_REGISTERS}, " in source
     whole = kernel.source(dataclasses.replace(spec, row_chunk=0, max_registers=0), strategy).source
     assert "grid_wait()" not in whole and "max_registers" not in whole

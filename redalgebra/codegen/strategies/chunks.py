@@ -10,8 +10,13 @@ Launched in chunks of rows — the factors of chunk 0, its product, the factors 
 launch but the first is *dependent* (Hopper's programmatic dependent launch, :class:`~redalgebra.runtime.driver.
 DriverStep`): the product lets the next launch start at once (``grid_launch``), so chunk ``c + 1``'s factors run
 beside chunk ``c``'s product, and waits for its own chunk's factors (``grid_wait``) before its first copy. The
-factors never wait: they read the call's inputs and write their own chunk's rows only. Only chunk 0's factors are
-left in series with the products. The rows of each chunk are slices of the call's arrays (the inputs no rows share,
+factors do their work without waiting (they read the call's inputs and write their own chunk's rows only) and let
+the next product be scheduled at once; only their last block waits, at its end, for the product before them. A
+wait is documented to cover the kernel launched just before the waiting one; without the last block's wait, chunk
+``c + 1``'s product could end before chunk ``c``'s, and whether a kernel launched after the module would then wait
+for every product, not only the last, is not documented. With it, each product's end implies every earlier
+product's, so the module's last kernel ends after all of it. Only chunk 0's factors are left in series with the
+products. The rows of each chunk are slices of the call's arrays (the inputs no rows share,
 the params, the outputs, the scratch laid out by rows), so the kernels are the unchunked ones.
 
 A chunk is a wave of the product's blocks (its rows × the column blocks fill the multiprocessors once), and a block

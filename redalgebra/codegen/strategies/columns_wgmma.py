@@ -185,7 +185,11 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
 
         out_fac = f"out_{next(iter(self.pre.arrays))}"
         args = tuple("fac" if a == out_fac else a for a in kernel_args(self.pre.c))
-        return ("factors", args, "rowfactors", self.pre.body())
+        body = self.pre.body()
+        if self.spec.row_chunk:  # (a chunk's factors: :mod:`.chunks`)
+            body = [Call("grid_launch", ())] + body + [
+                If("cuda.blockIdx.x == cuda.gridDim.x - 1", (Call("grid_wait", ()),))]
+        return ("factors", args, "rowfactors", body)
 
     def row_threads(self) -> int:
         # many rows: blocks enough at 128 or 256 threads (:func:`_row_threads`; at 1024, RMSNorm M4096's kernel of the

@@ -155,3 +155,29 @@ def test_chunks_are_a_wave_of_the_products_blocks(monkeypatch):
     assert _planned(rows=2000, n=4104)[2].row_chunk == 7 * 128
     monkeypatch.setattr(chunks, "ROW_CHUNKS", False)
     assert _planned(rows=2000, n=4104)[2].row_chunk == 0
+
+
+@pytest.mark.parametrize("text,length,rowwise", [
+    ("GEMMA_NORM", 90, False),         # a let over the weight (g + 1), a param a row
+    ("LET_NAMED_FAC", 96, True),       # a second input a row per row (sliced with x), the element's position
+    ("SOFTMAX_WEIGHTED", 70, False),   # a max and a sum of exponentials; rows off the 16-byte grid
+])
+def test_cascades_typed_by_a_user_run_in_chunks_as_launched_whole(two_multiprocessors, monkeypatch, text, length,
+                                                                   rowwise):
+    import redalgebra as ra
+    from tests.runtime import test_columns_mma, test_tile_factors
+
+    source = getattr(test_tile_factors, text, None) or getattr(test_columns_mma, text)
+    f = ra.derive(ra.parse(source))
+    rows, n = 40, 72
+    rng = np.random.default_rng(length)
+    inputs = {s.name: as_bfloat16(rng.normal(size=(rows if s.name == "x" or rowwise else 1, length)))
+              for s in f.cascade.inputs if s.size is None}
+    inputs["w"] = as_bfloat16(0.1 * rng.normal(size=(1, length, n)))
+    params = {p.name: (length * rng.uniform(0.5, 2.0, rows)).astype(np.float32) if p.name == "h" else np.float32(1e-5)
+              for p in f.cascade.params}
+    kernel = compile(f, "cudasim", "columns_wgmma")
+    assert kernel._planned(inputs, params, None)[0].row_chunk == 16
+    got = kernel(inputs, params)["y"]
+    monkeypatch.setattr(chunks, "ROW_CHUNKS", False)
+    assert np.array_equal(got, compile(f, "cudasim", "columns_wgmma")(inputs, params)["y"])

@@ -51,9 +51,17 @@ def third_waiting(flag, res):
     res[0] = flag[0]
 
 
+def _handle(stream) -> int:
+    """A numba stream's ``CUstream`` as an integer (a ctypes pointer or a binding's handle object)."""
+    h = stream.handle
+    value = getattr(h, "value", None)
+    return int(value) if value is not None else int(h)
+
+
 def main() -> int:
     early = False
-    for name, stream in (("legacy stream", 0), ("a stream of its own", cuda.stream().handle.value)):
+    own = cuda.stream()  # (kept alive through the launches)
+    for name, stream in (("legacy stream", 0), ("a stream of its own", _handle(own))):
         for how, third, dependent in (("launched normally", third_plain, False),
                                       ("dependent, waiting", third_waiting, True)):
             seen = []

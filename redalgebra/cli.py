@@ -141,6 +141,9 @@ def _cmd_ptx(args) -> int:
         launch += [f"group {spec.group}"]
     launch += [f"segments {n}" for n in [extra.get("nseg")] if n] + ["fast_exp"] * spec.fast_exp + \
         ["FP8 products"] * spec.fp8_products
+    # (columns_wgmma's module launched in chunks of rows, its product's registers capped: strategies/chunks.py)
+    launch += [f"chunks of {spec.row_chunk} rows"] * bool(spec.row_chunk) + \
+        [f"the product at most {spec.max_registers} registers"] * bool(spec.max_registers)
     shape = ", ".join([f"{args.rows} rows × length {args.length}", f"{args.dtype} inputs"] +
                       [f"{d}={v}" for d, v in sizes.items()])
     target = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.M)

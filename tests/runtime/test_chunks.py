@@ -181,3 +181,25 @@ def test_cascades_typed_by_a_user_run_in_chunks_as_launched_whole(two_multiproce
     got = kernel(inputs, params)["y"]
     monkeypatch.setattr(chunks, "ROW_CHUNKS", False)
     assert np.array_equal(got, compile(f, "cudasim", "columns_wgmma")(inputs, params)["y"])
+
+
+def test_redalgebra_ptx_names_the_chunks_and_assembles_the_product_within_its_cap(tmp_path):
+    # the offline PTX states the cap (.maxnreg) as the linked kernel has it (numba's max_registers is a link-time
+    # option): ptxas's registers are the capped product's, without spills
+    import subprocess
+    import sys
+
+    from tests.test_cli import _without_simulator
+
+    out = tmp_path / "norm.ptx"
+    done = subprocess.run([sys.executable, "-m", "redalgebra", "ptx", "rmsnorm_gemm", "--strategy", "columns_wgmma",
+                           "--dtype", "bfloat16", "--rows", "4096", "--size", "n=4096", "--shared", "--out", str(out)],
+                          capture_output=True, text=True, env=_without_simulator())
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = done.stdout
+    assert f"chunks of 1024 rows, the product at most {chunks.CHUNK_REGISTERS} registers" in summary
+    assert f".maxnreg {chunks.CHUNK_REGISTERS}" in out.read_text()
+    import re
+
+    used = re.search(r"ptxas: (\d+) registers per thread at most, (\d+)/(\d+) bytes spilled", summary)
+    assert used and int(used.group(1)) <= chunks.CHUNK_REGISTERS and used.group(2, 3) == ("0", "0"), summary

@@ -145,6 +145,10 @@ def test_the_product_of_a_chunk_lets_the_next_factors_start_and_waits_for_its_ow
     ("no mask", 4096, 4096, {}, True),
     ("the product's blocks a tile each", 4096, 4096, {"persistent": True}, False),
     ("a block of the factors beside each of the product's", 4096, 4096, {"length": 8192}, False),  # 512 threads a row
+    # chunks that would cost waves of the product's blocks: 2 row blocks × 56 column blocks a chunk (16 waves against
+    # 14 whole); a vocabulary's 501 column blocks (4 waves a row block: 128 against 122)
+    ("no wave lost", 4096, 14336, {}, False),
+    ("no wave lost", 4096, 128256, {}, False),
 ])
 def test_the_policy_launches_the_module_whole_where_chunks_do_not_apply(why, rows, n, options, keep):
     assert _planned(rows=rows, n=n, keep=keep, **options)[2].row_chunk == 0, why
@@ -153,6 +157,8 @@ def test_the_policy_launches_the_module_whole_where_chunks_do_not_apply(why, row
 def test_chunks_are_a_wave_of_the_products_blocks(monkeypatch):
     # 4104 columns: 17 column blocks, 7 row blocks a wave of 132 multiprocessors
     assert _planned(rows=2000, n=4104)[2].row_chunk == 7 * 128
+    # 11008 columns (LLaMA-7B's MLP): 43 column blocks, 3 row blocks a chunk, 11 waves chunked as whole
+    assert _planned(rows=4096, n=11008)[2].row_chunk == 3 * 128
     monkeypatch.setattr(chunks, "ROW_CHUNKS", False)
     assert _planned(rows=2000, n=4104)[2].row_chunk == 0
 

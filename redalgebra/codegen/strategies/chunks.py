@@ -33,8 +33,9 @@ one process): 0.2043–0.2088 ms chunked (capped at 184) against 0.2158–0.2211
 rounds, 0.2036 and 0.2072 capped at 192; ``torch.compile`` 0.2003–0.2016. Each chunk's product alone takes 47.2–50.4 µs and its factors 5.9–7.3.
 
 Chosen by :func:`row_chunk` where the module has the factors kernel of the ``rows`` strategy with a block that fits
-beside the product's, one segment, the 16-bit product without a producer warpgroup, blocks a tile, no mask, and at
-least two waves of blocks.
+beside the product's, one segment, the 16-bit product without a producer warpgroup, blocks a tile, no mask, at
+least two chunks, and no more waves of the product's blocks in chunks than whole (a chunk fills the multiprocessors
+once with whole row blocks: at 56 column blocks only 112 of 132, and M4096 N14336 would take 16 waves against 14).
 """
 
 from __future__ import annotations
@@ -59,12 +60,21 @@ def row_chunk(p: Problem, rows_block: int, column_blocks: int, threads: int, fac
     a block of the factors' ``factor_threads`` that would not fit beside one of the product's ``threads`` at
     :data:`CHUNK_REGISTERS` (:data:`FACTOR_REGISTERS` a thread: the rows of 14 KB of FP8 quantisation at K = 7168 take
     512 threads a row, which do not fit), a mask, an input shared by some rows but not all (its rows would not split
-    with the chunks), or fewer than two chunks' rows."""
+    with the chunks), fewer than two chunks' rows, or chunks that would take more waves of the product's blocks than
+    the whole call (a chunk's products end together: one that fills few multiprocessors leaves the rest idle till
+    then)."""
     if not (ROW_CHUNKS and plain) or p.has_keep:
         return 0
     if factor_threads * FACTOR_REGISTERS > REGISTER_FILE - CHUNK_REGISTERS * threads:
         return 0
     if any(1 < rep < p.rows for _, rep in p.reps):
         return 0
-    chunk = rows_block * max(1, p.multiprocessors() // max(column_blocks, 1))
-    return chunk if p.rows >= 2 * chunk else 0
+    sms, blocks = p.multiprocessors(), -(-p.rows // rows_block)
+    per = max(1, sms // max(column_blocks, 1))  # (row blocks a chunk)
+    if blocks < 2 * per:
+        return 0
+    # the product's waves of blocks, chunked and whole: chunks are not taken where they cost a wave (a chunk of
+    # 2 row blocks × 56 column blocks fills 112 of 132 multiprocessors, and M4096 N14336 would take 16 waves in
+    # chunks against 14 whole; a vocabulary's 501 column blocks, 4 waves a row block: 128 against 122)
+    chunked = sum(-(-min(per, blocks - b) * column_blocks // sms) for b in range(0, blocks, per))
+    return rows_block * per if chunked <= -(-blocks * column_blocks // sms) else 0

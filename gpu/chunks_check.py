@@ -1,7 +1,7 @@
 """``columns_wgmma``'s module launched in chunks of rows (``codegen/strategies/chunks.py``) on the GPU: each shape's
-outputs against the same module launched whole (bit for bit: the same kernels on slices of the rows) and, at the rows
-on both sides of each chunk's edge, against the float64 reference, through NumPy inputs and through torch tensors (a second call with other tensors: each chunk's
-pointers rebound at its rows' offset).
+outputs against the same module launched whole (bit for bit: the same kernels on slices of the rows) and, at the rows on
+both sides of each chunk's edge, against the float64 reference, through NumPy inputs and through torch tensors (a second
+call with other tensors: each chunk's pointers rebound at its rows' offset).
 
     python3 gpu/chunks_check.py [--small] [--from N]
     compute-sanitizer --tool memcheck python3 gpu/chunks_check.py --small
@@ -76,8 +76,9 @@ def run(name, rows, length, n, dtype, out_dtype, per_row, seed=0) -> bool:
     err = float(np.max(np.abs(got[edges] - want)) / np.max(np.abs(want)))
     same = np.array_equal(got, whole)
     ok = spec.row_chunk > 0 and same and err <= tol
-    line = f"{'PASS' if ok else 'FAIL'} {name} {rows}x{length}x{n} {dtype} out {out_dtype}: chunks of {spec.row_chunk} " \
-           f"rows, max_registers {spec.max_registers}; max error {err:.2e}; as launched whole: {'same' if same else 'DIFFERENT'}"
+    line = (f"{'PASS' if ok else 'FAIL'} {name} {rows}x{length}x{n} {dtype} out {out_dtype}: chunks of "
+            f"{spec.row_chunk} rows, max_registers {spec.max_registers}; max error {err:.2e}; as launched whole: "
+            f"{'same' if same else 'DIFFERENT'}")
     try:
         import torch
         if BACKEND != "cuda":
@@ -97,8 +98,9 @@ def run(name, rows, length, n, dtype, out_dtype, per_row, seed=0) -> bool:
                            else inputs[s.name]) for s in c.inputs}
         tout = chunked(tin, {p: torch.as_tensor(v).cuda() if np.ndim(v) else v for p, v in params.items()})["y"]
         host = np.asarray(chunked(ref_in, params)["y"], np.float64)
-        agree = np.array_equal(tout.float().cpu().numpy().astype(np.float64), host) if out_dtype or tout.dtype == torch.float32 \
-            else float(np.max(np.abs(tout.float().cpu().numpy() - host)) / np.max(np.abs(host))) <= 2.0 ** -8
+        got_t = tout.float().cpu().numpy().astype(np.float64)
+        agree = np.array_equal(got_t, host) if out_dtype or tout.dtype == torch.float32 \
+            else float(np.max(np.abs(got_t - host)) / np.max(np.abs(host))) <= 2.0 ** -8
         ok &= agree
         line += f"; torch call {k}: {'agrees' if agree else 'DIFFERS'}"
     print(line.replace("PASS", "PASS" if ok else "FAIL", 1), flush=True)

@@ -66,7 +66,8 @@ def main() -> int:
                                       ("dependent, waiting", third_waiting, True)):
             seen = []
             for _ in range(3):
-                flag, b, res = cuda.to_device(np.zeros(3)), cuda.to_device(np.zeros(1)), cuda.to_device(np.full(1, -1.0))
+                flag, b = cuda.to_device(np.zeros(3)), cuda.to_device(np.zeros(1))
+                res = cuda.to_device(np.full(1, -1.0))
                 first = DriverStep(long_first[1, 1], (flag, np.int64(50_000_000)), ("flag", "n"))
                 second = DriverStep(short_second[1, 1], (b,), ("b",), dependent=True)
                 last = DriverStep(third[1, 1], (flag, res), ("flag", "res"), dependent=dependent)

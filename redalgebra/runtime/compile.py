@@ -29,13 +29,14 @@ from ..codegen.strategies.columns import scalars_fuse as columns_scalars_fuse
 from ..derive import FusedCascade
 from ..errors import EvaluationError, ExactnessHint, NotFusableError, PerformanceHint, RedalgebraError
 from ..ir.reference import unbound_names
-from .backends import check_backend, cuda_module, device_capability, device_multiprocessors, multiprocessors
+from .backends import check_backend, cuda_module, device_capability, device_multiprocessors
 from .cache import load
 from .choice import ROUNDED_GAIN, ROUNDED_NOTE, choose, rounded_alternative
 from .formats import Encoded, dtype_of as _dtype, is_device as _is_device
 from .arguments import SPLIT_QUERY, bound_param, query_fits_float16
 from .outputs import ASKED, asked_outputs, given_outputs, host_output, output_shapes, poisoned, returned
 from .call_layout import _alignment, _c_contiguous, _contiguous_alignment, _signature, k_major, param_kind
+from .launch import Launch, device_launch
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
 DEFAULT_STRATEGY = {"cpu": "auto", "cuda": "auto", "cudasim": "auto"}
@@ -473,7 +474,7 @@ class Kernel:
                                           mine)
         return result
 
-    def prepare(self, inputs: dict, params: dict | None = None, keep=None) -> "Launch":
+    def prepare(self, inputs: dict, params: dict | None = None, keep=None) -> Launch:
         """Everything but the launch done once — for timing: ``prepare(...).run()`` only launches."""
         if self.backend == "cpu":
             raise RedalgebraError("prepare() is for the CUDA back ends; call the kernel directly on the CPU")
@@ -484,42 +485,8 @@ class Kernel:
         launch.outputs = self.to_user(launch.outputs)
         return launch
 
-    def _device_launch(self, src, module, named, rows) -> "Launch":
-        cuda = cuda_module(self.backend)
-        dev = {k: cuda.as_cuda_array(a) if _is_device(a) else (cuda.to_device(np.ascontiguousarray(a))
-               if isinstance(a, np.ndarray) else a) for k, a in named.items()}
-        outputs = {name: dev[f"out_{name.replace('.', '_')}"] for name, _, _ in src.outputs}
-        entries = src.entries or (("kernel", src.args, "rows"),)
-        spec = src.spec or Spec(threads=src.threads)
-        strategy = get(src.strategy)
-        grids = strategy.grid(rows, spec, named)
-        if spec.persistent:  # the kernels walk their work by gridDim: as many blocks as are resident at once
-            cap = multiprocessors(cuda) * max(1, spec.min_blocks)
-            grids = {k: _capped(g, cap) if strategy.walking is None or k in strategy.walking else g
-                     for k, g in grids.items()}
-        chunked = spec.row_chunk and rows > spec.row_chunk and strategy.chunked
-        if chunked:
-            plan = _chunked_steps(module, entries, strategy, spec, dev, rows, self._row_indexed(src, dev),
-                                  self.backend == "cudasim")
-        else:  # (with Spec.dependent, every kernel but the first may start while the one before it runs)
-            plan = [(getattr(module, name)[grids[grid]], tuple(args), tuple(dev[a] for a in args),
-                     spec.dependent and k > 0, {}) for k, (name, args, grid) in enumerate(entries)]
-        steps = tuple(step[:3] for step in plan)
-        driver = ()
-        if self.backend == "cuda":  # launched through the driver with arguments packed once
-            from .driver import DriverStep
-
-            driver = tuple(DriverStep(kernel, args, names, dependent=dependent, offsets=offsets)
-                           for kernel, names, args, dependent, offsets in plan)
-        return Launch(steps, outputs, driver)
-
-    def _row_indexed(self, src, dev) -> set:
-        """The kernel arguments with a row per row of the call (what a chunk of rows takes a slice of): the inputs no
-        rows share, every param (bound a row per row), the outputs and the scratch laid out by rows."""
-        c = self.fused.cascade
-        names = {s.name for s in c.inputs if dev.get(f"rep_{s.name}") == 1} | {p.name for p in c.params}
-        names |= {f"out_{name.replace('.', '_')}" for name, _, _ in src.outputs}
-        return names | {name for name, _, layout, _ in src.scratch if layout in ("rows", "segments", "tiles")}
+    def _device_launch(self, src, module, named, rows) -> Launch:
+        return device_launch(self.backend, self.fused.cascade, src, module, named, rows)
 
     def _outputs(self, src: KernelSource, rows, length, spec, on_device: bool = False, out=None) -> dict:
         """Output arrays: on the host (copied to the device with the call), or — when the inputs are on
@@ -545,85 +512,6 @@ def _torch_call():
     from .tensors import call
 
     return call
-
-
-@dataclass
-class Launch:
-    """Configured kernels with their device arguments; ``run()`` launches them in order (asynchronously)."""
-
-    steps: tuple  # (configured kernel, argument names, arguments)
-    outputs: dict
-    driver: tuple = ()  # real CUDA: a DriverStep per step (launched by the driver, arguments packed once)
-
-    def run(self, stream: int = 0) -> None:
-        """Launch every step on ``stream`` (a CUDA stream handle; 0: the default stream)."""
-        if self.driver:
-            for step in self.driver:
-                step.launch(stream)
-            return
-        with warnings.catch_warnings():  # the simulator runs float32 scalars through NumPy in threads,
-            warnings.simplefilter("ignore", RuntimeWarning)  # which warn on IEEE inf/nan (errstate is per thread)
-            warnings.filterwarnings("ignore", message=".*under-utilization.*")  # small test grids, by design
-            from .sim_async import _sim_barriers_clear, _sim_barriers_done, _sim_sweep_ended
-
-            for kernel, _, args in self.steps:
-                _sim_barriers_clear()  # (rounds an earlier kernel stopped by an error left are not this one's)
-                _sim_sweep_ended()  # (nor copies and reads its threads left)
-                kernel(*args)
-                _sim_barriers_done(getattr(getattr(kernel, "dispatcher", kernel), "__name__", "a kernel"))
-
-
-
-def _chunked_steps(module, entries, strategy, spec, dev, rows: int, indexed: set, simulated: bool) -> list:
-    """The launch of a call in chunks of ``spec.row_chunk`` rows (:attr:`Spec.row_chunk`): the entries not in
-    ``strategy.chunked`` once, then the chunked ones for each chunk in turn, on the slices of the ``indexed`` arrays
-    that hold the chunk's rows. Each step is ``(configured kernel, argument names, arguments, dependent, offsets)``:
-    every chunked step after the first is launched dependent — it may start while the step before it runs (the
-    next chunk's factors while this chunk's product runs; each product waits for its own factors, ``grid_wait``) —
-    and ``offsets`` gives each sliced array's byte offset from the array's start (what :meth:`DriverStep.bind` adds
-    to a new pointer for the same array)."""
-    once = [e for e in entries if e[2] not in strategy.chunked]
-    per = [e for e in entries if e[2] in strategy.chunked]
-    if list(entries[:len(once)]) != once:
-        raise RedalgebraError(f"a chunked launch takes the kernels launched once first: {[e[0] for e in entries]}")
-    # (the simulator's kernel[grid] configures the kernel itself and returns it: each chunk's launch configures it
-    # again as it is made)
-    configure = _Configured if simulated else (lambda kernel, grid: kernel[grid])
-    grids = strategy.grid(rows, spec, dev)
-    plan = [(configure(getattr(module, name), grids[grid]), tuple(args), tuple(dev[a] for a in args), False, {})
-            for name, args, grid in once]
-    for r0 in range(0, rows, spec.row_chunk):
-        n = min(spec.row_chunk, rows - r0)
-        sub = {**dev, "rows": n}
-        offsets = {}
-        for name in indexed:
-            sub[name] = dev[name][r0:r0 + n]
-            offsets[name] = r0 * int(dev[name].strides[0])
-        grids = strategy.grid(n, spec, sub)
-        for name, args, grid in per:
-            plan.append((configure(getattr(module, name), grids[grid]), tuple(args), tuple(sub[a] for a in args),
-                         r0 > 0 or name != per[0][0], {a: offsets[a] for a in args if a in offsets}))
-    return plan
-
-
-class _Configured:
-    """A simulated kernel with its launch grid, configured when called (the simulator's ``kernel[grid]`` sets the
-    grid on the kernel itself: several launches of one kernel with different grids would share the last)."""
-
-    def __init__(self, kernel, grid):
-        self.dispatcher, self.grid = kernel, grid
-
-    def __call__(self, *args):
-        return self.dispatcher[self.grid](*args)
-
-
-def _capped(grid: tuple, cap: int) -> tuple:
-    """A launch grid, ``(blocks, threads)`` or ``((x, y, z), threads, stream, shared)``, with at most ``cap`` blocks
-    in x (a walking kernel's one dimension: its y and z are 1)."""
-    blocks, *rest = grid
-    if isinstance(blocks, tuple):
-        return ((min(blocks[0], cap), *blocks[1:]), *rest)
-    return (min(blocks, cap), *rest)
 
 
 def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None, threads: int | None = None,

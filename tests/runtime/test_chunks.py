@@ -1,6 +1,7 @@
-"""``columns_wgmma``'s module launched in chunks of rows (``codegen/strategies/chunks.py``): the same outputs as launched
-whole, bit for bit (the simulator, two multiprocessors planned for: chunks of a few blocks of rows); the launch's steps,
-their dependence and slices; the product's wait and registers; where the policy chunks and where it does not."""
+"""``columns_wgmma``'s module launched in chunks of rows (``codegen/strategies/chunks.py``): the same outputs as
+launched whole, bit for bit (the simulator, two multiprocessors planned for: chunks of a few blocks of rows); the
+launch's steps, their dependence and slices; the product's wait and registers; where the policy chunks and where it
+does not."""
 
 import dataclasses
 from types import SimpleNamespace
@@ -11,7 +12,7 @@ import pytest
 from redalgebra.codegen import Spec, strategies
 from redalgebra.codegen.strategies import chunks
 from redalgebra.runtime import as_bfloat16, as_e4m3, compile
-from redalgebra.runtime.compile import _chunked_steps
+from redalgebra.runtime.launch import chunked_steps
 from redalgebra.runtime.formats import to_float
 from tests.catalogue import fused
 
@@ -80,12 +81,14 @@ class _Kernel:
 def test_a_chunked_launch_slices_the_rows_and_starts_each_step_while_the_one_before_runs():
     module = SimpleNamespace(**{n: _Kernel(n) for n in ("widen", "factors", "tiles")})
     strategy = SimpleNamespace(chunked=("rowfactors", "tiles"),
-                               grid=lambda rows, spec, named: {"widen": 7, "rowfactors": rows, "tiles": -(-rows // 16)})
+                               grid=lambda rows, spec, named: {"widen": 3, "rowfactors": rows, "tiles": -(-rows // 16)})
     entries = (("widen", ("w", "wf"), "widen"), ("factors", ("x", "fac", "rows"), "rowfactors"),
                ("tiles", ("x", "w", "wf", "fac", "out_y", "rows"), "tiles"))
     dev = {"x": np.zeros((40, 8), np.float32), "fac": np.zeros((40, 64), np.uint16), "out_y": np.zeros((40, 4)),
            "w": np.zeros((1, 8, 4), np.float32), "wf": np.zeros((8, 4), np.float16), "rows": 40}
-    plan = _chunked_steps(module, entries, strategy, Spec(row_chunk=16), dev, 40, {"x", "fac", "out_y"}, False)
+    # (the call's grids, as the launch computed them — a walking kernel's capped: the kernels launched once take them)
+    plan = chunked_steps(module, entries, strategy, Spec(row_chunk=16), dev, 40, {"x", "fac", "out_y"}, False,
+                         {"widen": 7})
     assert [(k, dependent) for k, _, _, dependent, _ in plan] == [
         (("widen", 7), False), (("factors", 16), False), (("tiles", 1), True), (("factors", 16), True),
         (("tiles", 1), True), (("factors", 8), True), (("tiles", 1), True)]
@@ -107,8 +110,8 @@ def test_a_chunked_launch_refuses_kernels_launched_once_after_the_chunked_ones()
     strategy = SimpleNamespace(chunked=("tiles",), grid=lambda rows, spec, named: {"tiles": 1, "combine": 1})
     entries = (("tiles", ("x", "rows"), "tiles"), ("combine", ("x", "rows"), "combine"))
     with pytest.raises(RedalgebraError, match="launched once first"):
-        _chunked_steps(module, entries, strategy, Spec(row_chunk=16), {"x": np.zeros((40, 2)), "rows": 40}, 40,
-                       {"x"}, False)
+        chunked_steps(module, entries, strategy, Spec(row_chunk=16), {"x": np.zeros((40, 2)), "rows": 40}, 40,
+                      {"x"}, False, {"tiles": 1, "combine": 1})
 
 
 def _planned(name="rmsnorm_gemm", rows=4096, length=4096, n=4096, keep=False, **options):

@@ -184,11 +184,11 @@ def test_columns_wgmma_blocks_walk_the_output_tiles(monkeypatch, resident, segme
     # taken by 3 or 2 blocks (their results: the next test), and only that grid capped; else a block a tile
     import importlib
 
-    compile_module = importlib.import_module("redalgebra.runtime.compile")
+    launch_module = importlib.import_module("redalgebra.runtime.launch")
     inputs, params = _problem("fp8_quant_gemm", 40, 150, 72, "bfloat16", seed=7)
 
     def grids(persistent, multiprocessors):
-        monkeypatch.setattr(compile_module, "multiprocessors", lambda cuda: multiprocessors)
+        monkeypatch.setattr(launch_module, "multiprocessors", lambda cuda: multiprocessors)
         kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_wgmma", segments=segments, persistent=persistent)
         steps = kernel.prepare(inputs, params).steps  # the simulator's launch configurations
         return [("fac" in names and "nseg" in names, tuple(c.grid_dim)) for c, names, _ in steps]
@@ -212,7 +212,7 @@ def test_columns_wgmma_walking_blocks_match_the_reference(monkeypatch, resident,
 
     from redalgebra import evaluate
 
-    monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: resident)
+    monkeypatch.setattr(importlib.import_module("redalgebra.runtime.launch"), "multiprocessors", lambda cuda: resident)
     length, n = 130, 72
     rng = np.random.default_rng(rows)
     x = rng.normal(size=(rows, length)).astype(np.float32)

@@ -113,7 +113,7 @@ def test_fp8_products_blocks_walk_the_output_tiles_with_the_ring_running_on(monk
     # reused too early or read before its copies landed fails here; the same outputs as a block a tile, bit for bit
     import importlib
 
-    monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: resident)
+    monkeypatch.setattr(importlib.import_module("redalgebra.runtime.launch"), "multiprocessors", lambda cuda: resident)
     inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16")
     inputs["w"] = as_e4m3(to_float(inputs["w"]))
     if rows > 5:  # the weights K-major, as a Linear layer holds them, read as they lie (no transposing kernel: it

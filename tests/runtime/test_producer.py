@@ -53,7 +53,7 @@ def test_the_16_bit_producer_walking_the_output_tiles_computes_what_a_block_a_ti
 
     monkeypatch.setattr(tile_factors, "TILE_FACTORS", False)
     monkeypatch.setattr(producer, "SIXTEEN_BIT", True)
-    monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: resident)
+    monkeypatch.setattr(importlib.import_module("redalgebra.runtime.launch"), "multiprocessors", lambda cuda: resident)
     inputs, params = _problem(name, rows, length, n, "bfloat16")
     outs = []
     for persistent in (None, True):

@@ -114,7 +114,7 @@ def _check_tile_factors(monkeypatch, text, rows, length, n, acts, persistent, ro
 
     monkeypatch.setattr(tile_factors, "TILE_FACTORS", True)
     if persistent:
-        monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: 2)
+        monkeypatch.setattr(importlib.import_module("redalgebra.runtime.launch"), "multiprocessors", lambda cuda: 2)
     f = fused("rmsnorm_gemm") if text is None else ra.derive(ra.parse(text))
     rng = np.random.default_rng(rows)
     own = {s.name for s in f.cascade.inputs if s.size is None and (s.name == "x" or rowwise)}  # (a row per row)

@@ -437,7 +437,7 @@ def test_blocks_walking_causal_row_tiles_in_pairs_take_each_once(queries, blocks
     monkeypatch.setattr(mma_policy, "MOST_STAGES", 3)
     monkeypatch.setattr(tile_producer, "PAIRS", settings[0])
     monkeypatch.setattr(tile_producer, "DECOUPLED", settings[1])
-    monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: blocks)
+    monkeypatch.setattr(importlib.import_module("redalgebra.runtime.launch"), "multiprocessors", lambda cuda: blocks)
     # the queries the last of their keys, `extra` more. 16: a key tile begins at the first row of the second consumer
     # warpgroup of every other row tile (the block's count of live tiles is not each warpgroup's); 30: the second row
     # tile's first row sees all of key tile 0 but its last key (the tile is not whole for the block: masked)
@@ -502,7 +502,7 @@ def test_a_producer_block_reads_no_tile_its_causal_mask_hides(options, monkeypat
 
     if options.pop("walk", False):
         monkeypatch.setattr(mma_policy, "MOST_STAGES", 3)
-        monkeypatch.setattr(importlib.import_module("redalgebra.runtime.compile"), "multiprocessors", lambda cuda: 4)
+        monkeypatch.setattr(importlib.import_module("redalgebra.runtime.launch"), "multiprocessors", lambda cuda: 4)
 
     rng = np.random.default_rng(4)
     R = L = 170

@@ -19,18 +19,20 @@ product's, so the module's last kernel ends after all of it. Only chunk 0's fact
 products. The rows of each chunk are slices of the call's arrays (the inputs no rows share,
 the params, the outputs, the scratch laid out by rows), so the kernels are the unchunked ones.
 
-A chunk is a wave of the product's blocks (its rows × the column blocks fill the multiprocessors once), and a block
-of the factors must fit beside a block of the product on a multiprocessor: the product's registers are capped at
-:data:`CHUNK_REGISTERS` (210 uncapped on the GPU), which leaves 16384 of a multiprocessor's 65536 to the factors'
-block (the ``rows`` kernel's 256 threads at 51 registers take 14336). ptxas (offline) assembles the product without
-spills at 192 in every variant tried (bfloat16 outputs, K-major weights, FP8's exact product with e4m3 weights widened,
-11008 columns, a partial column block); at 184 the K-major product spilled 8 bytes, at 168 the plain one 24. On an
-H100 the product ran as fast capped at 184 or 192 as uncapped (47.2–50.4 µs a chunk). The cap is numba's ``max_registers`` without launch bounds: ptxas
-ignores it beside them (the first run of this on an H100 kept 210 registers, and the chunks gained nothing).
+A chunk is a wave of the product's blocks (its rows × the column blocks fill the multiprocessors once), and a block of
+the factors must fit beside a block of the product on a multiprocessor: the product's registers are capped at
+:data:`CHUNK_REGISTERS` (210 uncapped on the GPU), which leaves 16384 of a multiprocessor's 65536 to the factors' block
+(the ``rows`` kernel's 256 threads at 51 registers take 14336). ptxas (offline) assembles the product without spills at
+192 in every variant tried (bfloat16 outputs, K-major weights, FP8's exact product with e4m3 weights widened, 11008
+columns, a partial column block); at 184 the K-major product spilled 8 bytes, at 168 the plain one 24. On an H100 the
+product ran as fast capped as uncapped: 47.2–50.4 µs a chunk at 184, 47.1–50.8 at 192, 47.3–50.8 at 210. The cap is
+numba's ``max_registers`` without launch bounds: ptxas ignores it beside them (the first run of this on an H100 kept 210
+registers, and the chunks gained nothing).
 
-Measured on an H100 (gpu/README.md, 2026-12-06; RMSNorm + GEMM M4096 K = N = 4096, bfloat16 outputs, interleaved in
-one process): 0.2043–0.2088 ms chunked (capped at 184) against 0.2158–0.2211 launched whole, over two runs of two
-rounds, 0.2036 and 0.2072 capped at 192; ``torch.compile`` 0.2003–0.2016. Each chunk's product alone takes 47.2–50.4 µs and its factors 5.9–7.3.
+Measured on an H100 (gpu/README.md, 2026-12-06; RMSNorm + GEMM M4096 K = N = 4096, bfloat16 outputs, interleaved in one
+process): 0.2043–0.2088 ms chunked (capped at 184) against 0.2158–0.2211 launched whole, over two runs of two rounds,
+0.2036 and 0.2072 capped at 192; ``torch.compile`` 0.2003–0.2016. Each chunk's product alone takes 47.2–50.4 µs and its
+factors 5.9–7.3.
 
 Chosen by :func:`row_chunk` where the module has the factors kernel of the ``rows`` strategy with a block that fits
 beside the product's, one segment, the 16-bit product without a producer warpgroup, blocks a tile, no mask, at

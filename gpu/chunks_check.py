@@ -28,7 +28,8 @@ CASES = [("rmsnorm_gemm", 2000, 1000, 4104, "bfloat16", None, True),    # odd le
          ("fp8_quant_gemm", 2500, 1001, 4104, "e4m3", None, False)]      # e4m3 weights widened once, then the chunks
 SMALL = [("rmsnorm_gemm", 1900, 200, 4104, "bfloat16", None, True)]      # 3 chunks of 896 rows (17 column blocks)
 #: (the simulator's blocks of 16 rows and 64 columns, two multiprocessors: chunks of 16 rows)
-SIMULATED = [("rmsnorm_gemm", 40, 100, 72, "bfloat16", None, True), ("fp8_quant_gemm", 70, 130, 64, "e4m3", None, False)]
+SIMULATED = [("rmsnorm_gemm", 40, 100, 72, "bfloat16", None, True),
+             ("fp8_quant_gemm", 70, 130, 64, "e4m3", None, False)]
 BACKEND = "cuda"
 
 

@@ -194,7 +194,9 @@ def mla_eager(qc, qr, c, kr, scale):
     return torch.softmax(s, dim=-1) @ c
 
 
-def case_mla(batch, length, candidates, heads=128, rank=512, rope=64):
+def case_mla(batch, length, candidates, heads=128, rank=512, rope=64, query16=True):
+    """DeepSeek-R1's MLA decode step; the query as the model holds it (float16, as eager reads it), or widened to
+    float32 on the host (``query16=False``: the shape says ``q32``)."""
     rows = batch * heads
     kv_bytes = batch * length * (rank + rope) * 2
     scale = (rank + rope) ** -0.5
@@ -203,7 +205,8 @@ def case_mla(batch, length, candidates, heads=128, rank=512, rope=64):
         qc, qr = randn((batch, heads, rank), "float16", 0.2), randn((batch, heads, rope), "float16", 0.2)
         c, kr = randn((batch, length, rank), "float16"), randn((batch, length, rope), "float16")
         inputs = {"c": c, "kr": kr}
-        params = {"qc": qc.float().reshape(rows, rank), "qr": qr.float().reshape(rows, rope), "scale": np.float32(scale)}
+        widen = (lambda t: t) if query16 else (lambda t: t.float())
+        params = {"qc": widen(qc).reshape(rows, rank), "qr": widen(qr).reshape(rows, rope), "scale": np.float32(scale)}
         copies.append((inputs, params, (qc, qr, c, kr, scale)))
 
     def reference(qc, qr, c, kr, scale):
@@ -214,9 +217,10 @@ def case_mla(batch, length, candidates, heads=128, rank=512, rope=64):
     flops = 2.0 * rows * length * (rank + rope + rank)
     # the tensor cores take the softmax factors in float16 (as FlashMLA does): one more rounding of 2^-11 relative
     tol = 1e-4 + (2.0 ** -11 if any(c.startswith(("wgmma", "mma")) for c in candidates) else 0.0)
-    return Case("mla_decode", f"DeepSeek-R1 B{batch} H{heads} L{length} r{rank}+{rope}", "float16", fused_of("mla_decode"),
-                copies, base, reference, kv_bytes + rows * (rank + rope) * 4 + rows * rank * 4, candidates, flops=flops,
-                tol=tol)
+    shape = f"DeepSeek-R1 B{batch} H{heads} L{length} r{rank}+{rope}" + ("" if query16 else " q32")
+    return Case("mla_decode", shape, "float16", fused_of("mla_decode"),
+                copies, base, reference, kv_bytes + rows * (rank + rope) * (2 if query16 else 4) + rows * rank * 4,
+                candidates, flops=flops, tol=tol)
 
 
 def moe_eager(g, k):
@@ -428,7 +432,8 @@ def all_cases(quick: bool) -> dict:
         "logsumexp": [lambda: case_logsumexp(16384, 16384, "float32", LONG)],
         "decode": [lambda b=b, l=l: case_attention(b, 32, 1, l, 128, DECODE, "decode_attention", "LLaMA")
                    for b, l in ((16, 4096), (1, 65536), (4, 16384), (64, 1024), (64, 8192))],
-        "mla": [lambda b=b: case_mla(b, 4096, ("wgmma", "wgmma@256s8", "wgmma@256s32", "vrows@256x2")) for b in (4, 16)],
+        "mla": [lambda b=b: case_mla(b, 4096, ("wgmma", "wgmma@256s8", "wgmma@256s32", "vrows@256x2")) for b in (4, 16)] +
+               [lambda b=b: case_mla(b, 4096, ("wgmma",), query16=False) for b in (4, 16)],
         "prefill": [lambda: case_attention(8, 12, 512, 512, 64, PREFILL, "attention", "BERT-base"),
                     lambda: case_attention(8, 16, 197, 197, 64, PREFILL, "attention", "ViT-L"),
                     lambda: case_attention(1, 64, 2048, 2048, 128, PREFILL, "attention", "LLaMA-65B"),

@@ -22,16 +22,21 @@ from redalgebra import evaluate, workloads
 from redalgebra.runtime.check import STORE_ROUNDING, TOLERANCE
 from redalgebra.runtime.formats import as_bfloat16, to_float
 
-#: (batch, heads, length, rank, rope, dtype, exact query, segments, quick)
-CASES = [(2, 20, 70, 256, 16, "float16", False, 3, True),       # a partial row block, the residual staged
-         (1, 64, 130, 512, 64, "float16", False, 2, True),      # MLA's widths: the residual by mma.sync
-         (3, 128, 1001, 512, 64, "bfloat16", True, None, False),  # odd length, auto's segments
-         (4, 128, 4096, 512, 64, "float16", True, None, False),   # DeepSeek-R1 B4
-         (16, 128, 4096, 512, 64, "float16", False, None, False),  # B16, a float32 query
-         (1, 128, 5000, 384, 32, "bfloat16", True, 5, False)]     # another cascade shape: 384 + 32
+#: (batch, heads, length, rank, rope, dtype, query, segments, quick); the query: ``float32`` (not exact in 16 bits),
+#: ``exact`` (float32 values exact in the 16-bit type: no residual) or ``16-bit`` (given in the keys' 16-bit type, as
+#: a model holds it: staged as its words are)
+CASES = [(2, 20, 70, 256, 16, "float16", "float32", 3, True),       # a partial row block, the residual staged
+         (1, 64, 130, 512, 64, "float16", "float32", 2, True),      # MLA's widths: the residual by mma.sync
+         (2, 20, 70, 256, 24, "bfloat16", "16-bit", 3, True),       # a 16-bit query, its rope's padding
+         (3, 128, 1001, 512, 64, "bfloat16", "exact", None, False),  # odd length, auto's segments
+         (4, 128, 4096, 512, 64, "float16", "exact", None, False),   # DeepSeek-R1 B4
+         (4, 128, 4096, 512, 64, "float16", "16-bit", None, False),  # B4 with the query as the model holds it
+         (16, 128, 4096, 512, 64, "float16", "float32", None, False),  # B16, a float32 query
+         (16, 128, 4096, 512, 64, "float16", "16-bit", None, False),  # B16, a float16 query
+         (1, 128, 5000, 384, 32, "bfloat16", "exact", 5, False)]     # another cascade shape: 384 + 32
 
 
-def run(batch, heads, length, rank, rope, dtype, exact, segments, seed=0, backend="cuda") -> tuple[bool, float]:
+def run(batch, heads, length, rank, rope, dtype, query, segments, seed=0, backend="cuda") -> tuple[bool, float]:
     rng = np.random.default_rng(seed)
     np_dtype = np.float16 if dtype == "float16" else np.float32
     c = rng.normal(size=(batch, length, rank)).astype(np_dtype)
@@ -40,13 +45,17 @@ def run(batch, heads, length, rank, rope, dtype, exact, segments, seed=0, backen
         c, kr = as_bfloat16(c), as_bfloat16(kr)
     qc = (rng.normal(size=(batch * heads, rank)) * 0.2).astype(np.float32)
     qr = (rng.normal(size=(batch * heads, rope)) * 0.2).astype(np.float32)
-    if exact:  # a query given in the 16-bit type: no residual
+    if query != "float32":  # values of the 16-bit type: no residual
         qc, qr = (np.asarray(to_float(as_bfloat16(q)) if dtype == "bfloat16" else q.astype(np.float16), np.float32)
                   for q in (qc, qr))
     params = {"qc": qc, "qr": qr, "scale": np.float32((rank + rope) ** -0.5)}
+    given = params
+    if query == "16-bit":  # the same values given in the keys' type, staged as they are
+        given = {**params, **{k: as_bfloat16(params[k]) if dtype == "bfloat16" else params[k].astype(np.float16)
+                              for k in ("qc", "qr")}}
     options = {} if segments is None else {"segments": segments}
     kernel = ra.compile(ra.derive(workloads.get("mla_decode").cascade), backend, "wgmma", **options)
-    got = np.asarray(kernel({"c": c, "kr": kr}, params)["y"], np.float64)
+    got = np.asarray(kernel({"c": c, "kr": kr}, given)["y"], np.float64)
     wide = {k: np.repeat(np.asarray(to_float(v) if dtype == "bfloat16" else v, np.float64), heads, 0)
             for k, v in (("c", c), ("kr", kr))}
     want = evaluate(workloads.get("mla_decode").cascade, wide, params)["y"]
@@ -64,7 +73,7 @@ def main() -> int:
         ok, err = run(*case[:-1], backend=backend)
         bad += not ok
         print(f"{'PASS' if ok else 'FAIL'} B{case[0]} H{case[1]} L{case[2]} r{case[3]}+{case[4]} {case[5]} "
-              f"{'16-bit' if case[6] else 'float32'} query, segments {case[7] or 'auto'}: max error {err:.2e} of the "
+              f"{case[6]} query, segments {case[7] or 'auto'}: max error {err:.2e} of the "
               f"largest output", flush=True)
     return 1 if bad else 0
 

@@ -120,7 +120,7 @@ def test_wide_vector_sums_split_across_two_warpgroups_with_segments():
     # vrows' combine kernel (gpu/mla_check.py runs these paths on the GPU, at MLA's widths, with uneven segments and
     # with float32 queries, whose residual is staged or multiplied by mma.sync, too). The query is float32 and not
     # exact in float16 (scores of tens: rounded, it would move the outputs 1.5e-3, 15 times the tolerance): its
-    # values and residuals are staged by both groups, each every other step of 16 components. The exponential is the
+    # values and residuals are staged from 16-byte loads spread over the block's threads. The exponential is the
     # fast one, as on the GPU by default (compile takes fast_exp on CUDA only: set on the kernel directly), printed as
     # ex2(fma32(s, LOG2E, -m·log2 e)) with the floors per group. A rope of 24 components, staged as 32: its two steps
     # of 16 paired across the groups, the second group's the padding's (read as zeros, not past the row)
@@ -135,6 +135,37 @@ def test_wide_vector_sums_split_across_two_warpgroups_with_segments():
     assert "ex2(fma32(" in source
     assert source.count("wgmma_wait0()") == 3  # one chain of both dot products (and its residual's), one P·V
     assert "wgmma_sst_f16(" in source and "def combine(" in source  # P·V with both groups' factors from shared memory
+
+
+def test_column_groups_stage_a_16_bit_query_as_it_is_and_a_float32_one_in_16_byte_loads():
+    # MLA's shape at half its widths (two column groups of 128 value columns, a rope of 24 staged as 32: a
+    # chunk of its padding read as zeros), 20 heads (a partial block), 70 keys in two segments. The query given in
+    # float16, as a model holds it (and as the baseline reads it), is staged as its words are: no residuals, no
+    # float32 loads, bit for bit the outputs of the same values given in float32. The float32 query is loaded in
+    # 16-byte chunks spread over the block's threads (four components a load), not two 4-byte loads a pair of
+    # components (the fragments' order, which took 6-7 us of MLA's 63 us partial kernel on an H100)
+    import dataclasses
+
+    inputs, params, ref = _mla(1, 20, 70, 256, 24, exact=True, seed=3)
+    kernel = dataclasses.replace(compile(fused("mla_decode"), "cudasim", "wgmma", segments=2), fast_exp=True)
+    want = kernel(inputs, params)["y"]
+    _assert_close(want, ref)
+    halves = {**params, "qc": params["qc"].astype(np.float16), "qr": params["qr"].astype(np.float16)}
+    assert np.array_equal(kernel(inputs, halves)["y"], want)
+    sizes, reps = {"r": 256, "e": 24}, {"c": 20, "kr": 20}
+    wide = kernel.spec_for(20, 70, {"c": "float16", "kr": "float16"}, sizes, reps=reps)[1]
+    narrow = kernel.spec_for(20, 70, {"c": "float16", "kr": "float16", "qc": "float16", "qr": "float16"}, sizes,
+                             reps=reps)[1]
+    assert wide.threads == narrow.threads == 256 and dict(narrow.dtypes)["qc"] == "float16"
+    lines = [ln.strip() for ln in kernel.source(wide, "wgmma").source.splitlines()]
+    # (64 rows of 256 + 32 components, four a load, over 256 threads)
+    assert sum("= ld_f32x4(qc, " in ln for ln in lines) == 16 and sum("= ld_f32x4(qr, " in ln for ln in lines) == 2
+    assert not any(ln.startswith("v0 = qc[") for ln in lines)
+    # without a gate the first tile's copies are issued before the query is loaded: they land while it is staged
+    first_copy = next(i for i, ln in enumerate(lines) if ln.startswith("cp_async16"))
+    assert first_copy < next(i for i, ln in enumerate(lines) if "= ld_f32x4(qc, " in ln)
+    lines = [ln.strip() for ln in kernel.source(narrow, "wgmma").source.splitlines()]
+    assert sum("= ld_w4_at(qc, " in ln for ln in lines) == 8 and not any("ld_f32x4(q" in ln for ln in lines)
 
 
 @pytest.mark.slow

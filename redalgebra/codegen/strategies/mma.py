@@ -432,12 +432,7 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
     def loop(self) -> list:
         # a commit group per tile (empty past the last), ``ahead`` tiles loading ahead of the one computed
         ahead, first = self.ahead, self.first
-        out = self.initial() + self.copy_setup() + self.count()
-        if self.gate is not None:  # ``lv``: bit k, whether tile it + k is live (found when its copies are issued)
-            out.append(Assign("lv", "0"))
-        for s_ in range(ahead):
-            out += [If(f"{s_} < ntile", tuple(self.loads(f"{first}{s_}", str(s_), s_) + self.stop(str(s_)))),
-                    Call("cp_commit", ())]
+        out = self.initial() + ([] if self.copies_first else self.first_copies())
         # the stage as an unsigned remainder (a signed one is five instructions more)
         stage = f"uint32(it + {ahead}) % uint32({self.stages})"
         # the thread's indices taken afresh each tile (see lanes); this tile's copies waited for, then one barrier:
@@ -462,6 +457,25 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
             return out + [Assign("it", "0"), While("it < ntile", tuple(step) + (Assign("it", "it + 1"),))] + \
                 self.drain()
         return out + [For("it", "0", "ntile", tuple(step))] + self.drain()
+
+    def first_copies(self) -> list:
+        """What every copy needs once (:meth:`copy_setup`), the block's tiles (:meth:`count`), then the copies of the
+        first ``ahead`` tiles, each committed."""
+        out = self.copy_setup() + self.count()
+        if self.gate is not None:  # ``lv``: bit k, whether tile it + k is live (found when its copies are issued)
+            out.append(Assign("lv", "0"))
+        for s_ in range(self.ahead):
+            out += [If(f"{s_} < ntile", tuple(self.loads(f"{self.first}{s_}", str(s_), s_) + self.stop(str(s_)))),
+                    Call("cp_commit", ())]
+        return out
+
+    @property
+    def copies_first(self) -> bool:
+        """Whether the first tiles' copies are issued before the params are staged (:meth:`kernel`), so that they land
+        while the params are loaded: every block loads its params at once at the start, and the first tile waited
+        for them and then for its own copies. Not under a gate, whose copies vote at a block barrier on whether any row
+        of the block sees the tile."""
+        return self.gate is None
 
     def barrier(self) -> list:
         """The loop's one barrier a tile; with a gate true on a prefix of the row it also finds ``op``: whether the
@@ -622,7 +636,9 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
 
     def kernel(self) -> list:
         head = [Assign("seg", "cuda.blockIdx.y")] if self.segmented else []
-        return head + self.setup() + self.params() + self.loop() + (self.parts() if self.segmented else self.outputs())
+        early = self.first_copies() if self.copies_first else []
+        return head + self.setup() + early + self.params() + self.loop() + \
+            (self.parts() if self.segmented else self.outputs())
 
     def kernels(self) -> list:
         """``(name, arguments, grid, body)`` of the module's kernels: one, or with segments the partial kernel and

@@ -147,10 +147,10 @@ class WgmmaKernel(TileProducer, MmaKernel):
         own rows. (The fragments' order, two 4-byte loads a pair of components, took 1–5 % more of prefill attention
         on the H200, measured with every consumer staging any of the block's rows: ``gpu/README.md``, 2026-12-04;
         :meth:`stagers` since.) A param given in the products' 16-bit type (:attr:`param16`) is loaded and written as
-        it is: eight values a load, no rounding, no residual. With column groups (MLA's 576-wide query, staged once a
-        block) the fragments' order stays."""
-        if self.ncol > 1:
-            return super().params()
+        it is: eight values a load, no rounding, no residual. Column groups (MLA's 576-wide query, staged once a block)
+        too: in the fragments' order (two 4-byte loads a pair of components, a warp's load covering half of each
+        32-byte sector it touches) the query's staging took 6–7 µs of MLA's partial kernel on an H100, all blocks
+        loading it at once (``gpu/README.md``, 2026-12-06)."""
         return self.param_loads() + self.param_stores() + self.landed() + [Assign("split", "cuda.syncthreads_or(inexact)")]
 
     def param_chunks(self):

@@ -315,7 +315,7 @@ def _applicable(fused: FusedCascade, p: Problem) -> str | None:
     if reason is not None:
         return reason
     threads, groups = _threads(fused, p), _groups(fused, p)
-    reason = _params16_refusal(fused, p, groups)
+    reason = _params16_refusal(fused, p)
     if reason is not None:
         return reason
     # (three warpgroups: two consumers and a producer, tile_producer; in the simulator three warps)
@@ -342,10 +342,9 @@ def _applicable(fused: FusedCascade, p: Problem) -> str | None:
     return None
 
 
-def _params16_refusal(fused: FusedCascade, p: Problem, groups: int) -> str | None:
+def _params16_refusal(fused: FusedCascade, p: Problem) -> str | None:
     """Why the vector params given in 16 bits (a query on the device as a model holds it) cannot be staged as they
-    are: only in the products' own type (the staged words are what the products read), and not by column groups
-    (MLA's, which stage their query in the fragments' order from float32)."""
+    are: only in the products' own type (the staged words are what the products read)."""
     names, dtypes = {q.name for q in fused.cascade.params}, dict(p.dtypes)
     given = {k: v for k, v in dtypes.items() if k in names and v != "float32"}
     if not given:
@@ -355,9 +354,6 @@ def _params16_refusal(fused: FusedCascade, p: Problem, groups: int) -> str | Non
         if kinds != {kind}:
             return (f"wgmma: param {name} given in {kind} is staged as it is only where the vector inputs are "
                     f"{kind} too (they are {', '.join(sorted(kinds))}): pass it in their type or in float32")
-    if groups > 1:
-        return (f"wgmma: vector sums split across {groups} warpgroups stage their params from float32: pass "
-                f"{', '.join(sorted(given))} in float32")
     return None
 
 

@@ -135,6 +135,10 @@ def test_a_query_given_in_16_bits_is_staged_as_it_is(threads, R, d):
     assert (len(copies), len(loads)) == ((2 * per_thread, 0) if walking else (0, per_thread))
     assert all("16 * warp + " in ln for ln in copies) and not any("16 * warp + " in ln for ln in loads)
     assert sum("sts_w4(sm, " in ln for ln in lines) == len(loads) and not any("ld_f32x4(q" in ln for ln in lines)
+    assert "if split:" not in lines  # no residual products: the query is exact in its type
+    if not walking:  # one warpgroup's narrow query is staged before the first tile's copies are issued (copies_first)
+        first_copy = next(i for i, ln in enumerate(lines) if ln.startswith("cp_async16") and ", k, " in ln)
+        assert lines.index(loads[0]) < first_copy
     if not walking:  # mma reads float32 params: planned with the host query widened, the same outputs
         mma = compile(fused("attention"), "cudasim", "mma")
         assert "q" not in dict(mma.layout(inputs, {**params, "q": q16})[0].dtypes)

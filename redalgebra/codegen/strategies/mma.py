@@ -472,10 +472,14 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
     @property
     def copies_first(self) -> bool:
         """Whether the first tiles' copies are issued before the params are staged (:meth:`kernel`), so that they land
-        while the params are loaded: every block loads its params at once at the start, and the first tile waited
-        for them and then for its own copies. Not under a gate, whose copies vote at a block barrier on whether any row
-        of the block sees the tile."""
-        return self.gate is None
+        while the params are loaded: column groups (MLA's 576-wide query, 74–147 KB a block, every block loading its
+        own at once at the start), where the first tile waited for the query and then for its own copies. Measured
+        with the query's 16-byte loads on an H100 (``gpu/README.md``, 2026-12-06, twelfth session), the two not timed
+        apart: MLA B16 0.0716 → 0.0673 ms with a float32 query. The one-warpgroup blocks of prefill (16–32 KB of query
+        a block) read 1–5 % slower with it in the same run (ViT-L 0.0142 → 0.0149 ms, BERT-base 0.0269 → 0.0273 at
+        128 threads; one run each, the producer blocks beside them unchanged), so they keep the params first. Not
+        under a gate, whose copies vote at a block barrier on whether any row of the block sees the tile."""
+        return self.ncol > 1 and self.gate is None
 
     def barrier(self) -> list:
         """The loop's one barrier a tile; with a gate true on a prefix of the row it also finds ``op``: whether the

@@ -374,6 +374,8 @@ class WgmmaKernel(TileProducer, MmaKernel):
                 out += [If("pp", tuple(after + give) + (Call("wgmma_wait1", ()),),
                            tuple(give) + (Call("wgmma_wait0", ()),))]
                 out.append(Assign(acc, f"wgmma_hold({acc})"))
+            if self.exact16:  # (params given in the 16-bit type: no residual, nothing for split to add)
+                continue
             if self.resid:
                 value = acc
                 for n in group:

@@ -28,6 +28,7 @@ from redalgebra.runtime.formats import as_bfloat16, to_float
 CASES = [(2, 20, 70, 256, 16, "float16", "float32", 3, True),       # a partial row block, the residual staged
          (1, 64, 130, 512, 64, "float16", "float32", 2, True),      # MLA's widths: the residual by mma.sync
          (2, 20, 70, 256, 24, "bfloat16", "16-bit", 3, True),       # a 16-bit query, its rope's padding
+         (1, 50, 130, 512, 40, "float16", "16-bit", 2, True),       # six 16-byte chunks a rope row: a guarded round
          (3, 128, 1001, 512, 64, "bfloat16", "exact", None, False),  # odd length, auto's segments
          (4, 128, 4096, 512, 64, "float16", "exact", None, False),   # DeepSeek-R1 B4
          (4, 128, 4096, 512, 64, "float16", "16-bit", None, False),  # B4 with the query as the model holds it

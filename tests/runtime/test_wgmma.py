@@ -137,38 +137,58 @@ def test_wide_vector_sums_split_across_two_warpgroups_with_segments():
     assert "wgmma_sst_f16(" in source and "def combine(" in source  # P·V with both groups' factors from shared memory
 
 
-def test_column_groups_stage_a_16_bit_query_as_it_is_and_a_float32_one_in_16_byte_loads():
-    # MLA's shape at half its widths (two column groups of 128 value columns, a rope of 24 staged as 32: a
-    # chunk of its padding read as zeros), 20 heads (a partial block), 70 keys in two segments. The query given in
-    # float16, as a model holds it (and as the baseline reads it), is staged as its words are: no residuals, no
-    # float32 loads, bit for bit the outputs of the same values given in float32. The float32 query is loaded in
-    # 16-byte chunks spread over the block's threads (four components a load), not two 4-byte loads a pair of
-    # components (the fragments' order, which took 6-7 us of MLA's 63 us partial kernel on an H100)
+@pytest.mark.parametrize("heads,rope", [
+    (20, 24),  # a rope staged as 32: a chunk of its padding read as zeros; 20 heads, a partial block
+    (50, 8),   # staged as 16: two 16-bit chunks a row, 128 for 256 threads, half of them past the block's 64 rows
+    (50, 40),  # staged as 48: six a row, a second round for rows 42 … 63 (42 … 49 the call's), the rest past them
+])
+def test_column_groups_stage_a_16_bit_query_as_it_is_and_a_float32_one_in_16_byte_loads(heads, rope):
+    # MLA's shape at half its widths (two column groups of 128 value columns), 70 keys in two segments. The query
+    # given in float16, as a model holds it (and as the baseline reads it), is staged as its words are: no
+    # residuals, no float32 loads, bit for bit the outputs of the same values given in float32 — where the block's
+    # 256 threads do not divide a row's chunks too, the last round's chunks past the rows loaded and not written. The
+    # float32 query is loaded in 16-byte chunks spread over the block's threads (four components a load), not two
+    # 4-byte loads a pair of components (the fragments' order, which took 6-7 us of MLA's 63 us partial kernel on an
+    # H100)
     import dataclasses
 
-    inputs, params, ref = _mla(1, 20, 70, 256, 24, exact=True, seed=3)
+    inputs, params, ref = _mla(1, heads, 70, 256, rope, exact=True, seed=3)
     kernel = dataclasses.replace(compile(fused("mla_decode"), "cudasim", "wgmma", segments=2), fast_exp=True)
     want = kernel(inputs, params)["y"]
     _assert_close(want, ref)
     halves = {**params, "qc": params["qc"].astype(np.float16), "qr": params["qr"].astype(np.float16)}
     assert np.array_equal(kernel(inputs, halves)["y"], want)
-    sizes, reps = {"r": 256, "e": 24}, {"c": 20, "kr": 20}
-    wide = kernel.spec_for(20, 70, {"c": "float16", "kr": "float16"}, sizes, reps=reps)[1]
-    narrow = kernel.spec_for(20, 70, {"c": "float16", "kr": "float16", "qc": "float16", "qr": "float16"}, sizes,
+    sizes, reps = {"r": 256, "e": rope}, {"c": heads, "kr": heads}
+    wide = kernel.spec_for(heads, 70, {"c": "float16", "kr": "float16"}, sizes, reps=reps)[1]
+    narrow = kernel.spec_for(heads, 70, {"c": "float16", "kr": "float16", "qc": "float16", "qr": "float16"}, sizes,
                              reps=reps)[1]
     assert wide.threads == narrow.threads == 256 and dict(narrow.dtypes)["qc"] == "float16"
+    staged = -(-rope // 16) * 16
     lines = [ln.strip() for ln in kernel.source(wide, "wgmma").source.splitlines()]
-    # (64 rows of 256 + 32 components, four a load, over 256 threads)
-    assert sum("= ld_f32x4(qc, " in ln for ln in lines) == 16 and sum("= ld_f32x4(qr, " in ln for ln in lines) == 2
+    # (64 rows of 256 + staged components, four a load, over 256 threads)
+    assert sum("= ld_f32x4(qc, " in ln for ln in lines) == 16
+    assert sum("= ld_f32x4(qr, " in ln for ln in lines) == 64 * staged // 4 // 256
     assert not any(ln.startswith("v0 = qc[") for ln in lines)
     # column groups issue the first tile's copies before the query is loaded: they land while it is staged
     first_copy = next(i for i, ln in enumerate(lines) if ln.startswith("cp_async16"))
     assert first_copy < next(i for i, ln in enumerate(lines) if "= ld_f32x4(qc, " in ln)
+    float32 = lines
     lines = [ln.strip() for ln in kernel.source(narrow, "wgmma").source.splitlines()]
     assert sum("= ld_w4_at(qc, " in ln for ln in lines) == 8 and not any("ld_f32x4(q" in ln for ln in lines)
+    assert sum("= ld_w4_at(qr, " in ln for ln in lines) == -(-64 * staged // 8 // 256)
     # no residual, so no residual products in the loop (the float32 query's are multiplied by mma.sync when it votes)
-    float32 = [ln.strip() for ln in kernel.source(wide, "wgmma").source.splitlines()]
     assert "if split:" not in lines and "if split:" in float32
+
+
+@pytest.mark.parametrize("rank,given", [(256, "qc"), (256, "qr"), (128, "qc")])
+def test_a_query_part_in_16_bits_beside_a_float32_one_adds_only_the_float32_ones_residual(rank, given):
+    # one dot's param given in float16, the other's in float32 and not exact in float16: the float32 one's residual
+    # is staged (rank 256: two column groups, and rank 128: one warpgroup, whose residual rows fit) and multiplied
+    # when the block votes for it; the 16-bit one has no residual rows written, so its residual product is left out
+    inputs, params, ref = _mla(1, 20, 70, rank, 24, exact=False, seed=4, spread=30.0)
+    params = {**params, given: params[given].astype(np.float16)}
+    ref = _reference_of(inputs, {**params, given: params[given].astype(np.float32)}, 20)
+    _assert_close(compile(fused("mla_decode"), "cudasim", "wgmma", segments=2)(inputs, params)["y"], ref)
 
 
 @pytest.mark.slow

@@ -159,16 +159,20 @@ class WgmmaKernel(TileProducer, MmaKernel):
         warp's 32 loads a contiguous 512 bytes), ``w / 8`` loads a thread (``w``: the staged width; 16 rows a warp of 32
         threads), a chunk of the row's padding read as zeros (:meth:`param_loads`). Where a
         row's chunks divide the stagers, a thread's chunks share one column, rows ``threads // chunks`` apart
-        (``gen_qr0_{n}``, ``gen_qc_{n}``); else each load has its own (``gen_qr_{n}_{k}``, ``gen_qc_{n}_{k}``)."""
+        (``gen_qr0_{n}``, ``gen_qc_{n}``); else each load has its own (``gen_qr_{n}_{k}``, ``gen_qc_{n}_{k}``). And
+        the chunk's guard: where the stagers do not divide the rows' chunks (column groups' 256 threads over 64 rows
+        of a 16-bit param staged 16 wide mod 32: 2, 6, 10 … chunks a row), the last round's chunks past the rows
+        (its row, clamped, is loaded, but not written), else None."""
         threads, rows, first, _ = self.stagers()
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)
             chunks = self.width[p] // (8 if p in self.param16 else 4)  # (as staged: multiples of 16)
-            for k in range(rows * chunks // threads):
-                if threads % chunks == 0:
-                    yield n, p, chunks, f"{first}gen_qr0_{n} + {k * threads // chunks}", f"gen_qc_{n}", k
-                else:
-                    yield n, p, chunks, f"{first}gen_qr_{n}_{k}", f"gen_qc_{n}_{k}", k
+            rounds = -(-rows * chunks // threads)
+            for k in range(rounds):
+                local = f"gen_qr0_{n} + {k * threads // chunks}" if threads % chunks == 0 else f"gen_qr_{n}_{k}"
+                guard = f"{local} < {rows}" if (k + 1) * threads > rows * chunks else None
+                column = f"gen_qc_{n}" if threads % chunks == 0 else f"gen_qc_{n}_{k}"
+                yield n, p, chunks, f"{first}{local}", column, k, guard
 
     def stagers(self) -> tuple[int, int, str, str]:
         """(threads, rows, the first row's expression with a `` + ``, a thread's index among them) of a group of
@@ -188,7 +192,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
         rt)``'s 16-bit params (:attr:`params_ahead`) straight to their staged place by ``cp.async``, committed."""
         out = []
         threads, _, _, tid = self.stagers()
-        for n, p, chunks, r, c, k in self.param_chunks():
+        for n, p, chunks, r, c, k, guard in self.param_chunks():
             if threads % chunks == 0 and k == 0:
                 out += [Assign(f"gen_qr0_{n}", f"uint32({tid}) // uint32({chunks})"),
                         Assign(c, f"{tid} - gen_qr0_{n} * {chunks}")]
@@ -204,8 +208,9 @@ class WgmmaKernel(TileProducer, MmaKernel):
             at = f"min({col}, {self.size[p] - step})" if pad else col
             if copy:
                 size = f"pick({col} < {self.size[p]}, 16, 0)" if pad else "16"
-                out.append(Call("cp_async16_at", ("sm", self.staged_half(n, r, f"({r}) & 7", col), p,
-                                                  f"{row} * {self.size[p]} + {at}", size)))
+                copied = Call("cp_async16_at", ("sm", self.staged_half(n, r, f"({r}) & 7", col), p,
+                                                f"{row} * {self.size[p]} + {at}", size))
+                out.append(copied if guard is None else If(guard, (copied,)))
                 continue
             if p in self.param16:  # (four words of eight 16-bit values, as they are staged)
                 out.append(Assign(v, f"ld_w4_at({p}, {row} * {self.size[p]} + {at})"))
@@ -243,23 +248,25 @@ class WgmmaKernel(TileProducer, MmaKernel):
         (and their residuals' where staged), and ``inexact``: whether any residual is not zero."""
         pack, unpack = f"pack_{self.kind}x2", f"unpack_{self.kind}x2"
         out = [Assign("inexact", "0")]
-        for n, p, chunks, r, c, k in self.param_chunks():
+        for n, p, chunks, r, c, k, guard in self.param_chunks():
             if p in self.param16:  # given in the products' 16-bit type: its words as they are, no residual
                 at = self.staged_half(n, r, f"({r}) & 7", f"8 * {c}")
-                out.append(Call("sts_w4", ("sm", at, *(f"gen_qv_{n}_{k}_{i}" for i in range(4)))))
-                continue
-            lo = _blocks(self.width[p]) * self.bm * ROW // 2  # (words from a value to its residual)
-            # the chunk's first 32-bit word
-            out.append(Assign(f"gen_qa_{n}_{k}", f"(({self.staged_half(n, r, f'({r}) & 7', f'4 * {c}')}) >> 1)"))
-            for w in range(2):
-                a, b = f"gen_qv_{n}_{k}_{2 * w}", f"gen_qv_{n}_{k}_{2 * w + 1}"
-                out += [Assign("qw", f"{pack}({a}, {b})"), Assign("u0, u1", f"{unpack}(qw)"),
-                        Assign("d0", f"{a} - u0"), Assign("d1", f"{b} - u1"),
-                        Assign("d0", "pick(d0 == d0, d0, float32(0))"), Assign("d1", "pick(d1 == d1, d1, float32(0))"),
-                        Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)"),
-                        Assign(f"smw[gen_qa_{n}_{k} + {w}]", "qw")]
-                if self.resid:
-                    out.append(Assign(f"smw[gen_qa_{n}_{k} + {w + lo}]", f"{pack}(d0, d1)"))
+                chunk = [Call("sts_w4", ("sm", at, *(f"gen_qv_{n}_{k}_{i}" for i in range(4))))]
+            else:
+                lo = _blocks(self.width[p]) * self.bm * ROW // 2  # (words from a value to its residual)
+                # the chunk's first 32-bit word
+                chunk = [Assign(f"gen_qa_{n}_{k}", f"(({self.staged_half(n, r, f'({r}) & 7', f'4 * {c}')}) >> 1)")]
+                for w in range(2):
+                    a, b = f"gen_qv_{n}_{k}_{2 * w}", f"gen_qv_{n}_{k}_{2 * w + 1}"
+                    chunk += [Assign("qw", f"{pack}({a}, {b})"), Assign("u0, u1", f"{unpack}(qw)"),
+                              Assign("d0", f"{a} - u0"), Assign("d1", f"{b} - u1"),
+                              Assign("d0", "pick(d0 == d0, d0, float32(0))"),
+                              Assign("d1", "pick(d1 == d1, d1, float32(0))"),
+                              Assign("inexact", "pick(d0 != 0, 1, inexact)"),
+                              Assign("inexact", "pick(d1 != 0, 1, inexact)"), Assign(f"smw[gen_qa_{n}_{k} + {w}]", "qw")]
+                    if self.resid:
+                        chunk.append(Assign(f"smw[gen_qa_{n}_{k} + {w + lo}]", f"{pack}(d0, d1)"))
+            out += chunk if guard is None else [If(guard, tuple(chunk))]
         return out
 
     # -- outputs ----------------------------------------------------------------------------------------------
@@ -374,15 +381,18 @@ class WgmmaKernel(TileProducer, MmaKernel):
                 out += [If("pp", tuple(after + give) + (Call("wgmma_wait1", ()),),
                            tuple(give) + (Call("wgmma_wait0", ()),))]
                 out.append(Assign(acc, f"wgmma_hold({acc})"))
-            if self.exact16:  # (params given in the 16-bit type: no residual, nothing for split to add)
+            # the residuals' products where split votes for them: only of params not given in the 16-bit type (one
+            # given so has no residual, and none staged)
+            wide = [n for n in group if self.param_of(self.dot_list[n]) not in self.param16]
+            if not wide:
                 continue
             if self.resid:
                 value = acc
-                for n in group:
+                for n in wide:
                     value = chain(value, n, f"dl_{n}", False)
                 late = [Call("wgmma_fence", ()), Assign(acc, value)] + self.wait(acc)
             else:
-                late = [s for n in group for s in self.residual_products(g, n)]
+                late = [s for n in wide for s in self.residual_products(g, n)]
             out.append(If("split", tuple(late)))
         return out
 

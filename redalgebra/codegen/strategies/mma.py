@@ -281,29 +281,21 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
 
     def params(self) -> list:
         """Every dot's param rows into shared memory: the 16-bit values, then the residuals, and ``split``: whether
-        any residual of the block is not zero. Each thread writes the words of its own A fragments; with column
-        groups (which share the rows) each group every other step of 16 components, or, where a param's steps do not
-        pair up, the first group its every step (the others compute the same values: loading them in a branch for the
-        first group only made ptxas spill)."""
+        any residual of the block is not zero. Each thread writes the words of its own A fragments. (``wgmma`` stages
+        them in 16-byte loads instead, column groups too: :meth:`~.wgmma.WgmmaKernel.params`.)"""
         pack = f"pack_{self.kind}x2"
         out = [Assign("inexact", "0")]
         for n, dot in enumerate(self.dot_list):
             p = self.param_of(dot)
-            steps = self.width[p] // 16
-            # with column groups sharing the rows, each group stages every other step of 16 components (group g the
-            # steps 2 k + g: half the words a thread, no branch), where the steps pair up
-            paired = self.ncol > 1 and steps % 2 == 0
-            for ks, m, r in itertools.product(range(steps // 2 if paired else steps), range(self.mt), range(4)):
-                h, c0 = 2 * m + (r & 1), (32 if paired else 16) * ks + 8 * (r >> 1)
-                at, lo = self.param_word(n, p, m, h, c0, paired)
-                if c0 >= self.size[p]:  # the padding (:func:`~.products.staged`), every group's: zeros
+            for ks, m, r in itertools.product(range(self.width[p] // 16), range(self.mt), range(4)):
+                h, c0 = 2 * m + (r & 1), 16 * ks + 8 * (r >> 1)
+                at, lo = self.param_word(n, p, m, h, c0)
+                if c0 >= self.size[p]:  # the padding (:func:`~.products.staged`): zeros
                     out += [Assign("qw", "uint32(0)"), Assign("d0", "float32(0)"), Assign("d1", "float32(0)")]
-                else:  # (paired, the second group's step may be the padding: MLA's rope of 24 staged as 32)
-                    out += self.param_pair(p, h, f"{c0} + {'16 * cg + ' if paired else ''}2 * t",
-                                           past_row=paired and c0 + 16 >= self.size[p])
+                else:
+                    out += self.param_pair(p, h, f"{c0} + 2 * t")
                 out += [Assign("inexact", "pick(d0 != 0, 1, inexact)"), Assign("inexact", "pick(d1 != 0, 1, inexact)")]
-                writes = [Assign(f"smw[{at}]", "qw")] + [Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")] * self.resid
-                out += writes if self.ncol == 1 or paired else [If("cg == 0", tuple(writes))]
+                out += [Assign(f"smw[{at}]", "qw")] + [Assign(f"smw[{at} + {lo}]", f"{pack}(d0, d1)")] * self.resid
         return out + self.landed() + [Assign("split", "cuda.syncthreads_or(inexact)")]
 
     def param_pair(self, p: str, h: int, col: str, past_row: bool = False) -> list:
@@ -323,15 +315,13 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
                 # branch-free (a conditional is three blocks of numba's IR, 32 of them per param row)
                 Assign("d0", "pick(d0 == d0, d0, float32(0))"), Assign("d1", "pick(d1 == d1, d1, float32(0))")]
 
-    def param_word(self, n: int, p: str, m: int, h: int, c0: int, grouped: bool = False) -> tuple[str, int]:
+    def param_word(self, n: int, p: str, m: int, h: int, c0: int) -> tuple[str, int]:
         """(the 32-bit word of shared memory where the thread's row ``h`` (row tile ``m``) of dot ``n``'s param ``p``
-        keeps components ``c0 + 2 t`` and ``+ 1`` — ``c0 + 16 cg + 2 t`` with ``grouped``, a column group's step —,
-        how many words further its residual is). The word's index is the
+        keeps components ``c0 + 2 t`` and ``+ 1``, how many words further its residual is). The word's index is the
         16-bit index shifted, not floor-divided: it is even and not negative, and numba's floor division of a signed
         64-bit integer adds a sign fix-up that ptxas cannot drop (about a third of a store's instructions)."""
         pq = self.width[p] + 8
-        col = f"{c0} + 16 * cg" if grouped else f"{c0}"
-        return (f"(({self.qtile[n]} + ({16 * self.mt} * {self.rw} + lg + {8 * h}) * {pq} + {col} + 2 * t) >> 1)",
+        return (f"(({self.qtile[n]} + ({16 * self.mt} * {self.rw} + lg + {8 * h}) * {pq} + {c0} + 2 * t) >> 1)",
                 self.bm * pq // 2)
 
     def products(self, load: str, j0: int, acc: str, a: str) -> list:

@@ -131,15 +131,6 @@ class WgmmaKernel(TileProducer, MmaKernel):
         # rows apart by a multiple of 8: the same row within an atom, the same swizzle
         return rows * ROW if rows % 8 == 0 else None
 
-    def param_word(self, n: int, p: str, m: int, h: int, c0: int, grouped: bool = False) -> tuple[str, int]:
-        # row 16 warp + lg + 8 h of the block: its row within an atom is lg (lg < 8); the word's index shifted, as
-        # MmaKernel.param_word says. Grouped (components c0 + 16 cg, c0 % 32 < 16): the same 64-component block, the
-        # 16-byte chunk (c0 % 64) // 8 + 2 cg, whose bit 1 is cg's alone
-        at = self.qtile[n] + (c0 // ROW) * self.bm * ROW
-        chunk = f"({(c0 % ROW) // 8} ^ (cg << 1))" if grouped else f"{(c0 % ROW) // 8}"
-        return (f"((sb + {at} + (16 * {self.rw} + lg + {8 * h}) * {ROW} + ((lg ^ {chunk}) << 3) + 2 * t) >> 1)",
-                _blocks(self.width[p]) * self.bm * ROW // 2)
-
     def params(self) -> list:
         """Every dot's param rows of the block into shared memory, as :meth:`~.mma.MmaKernel.params` (the 16-bit
         values, the residuals, ``split``), but read in 16-byte loads spread over the block's rows

@@ -168,6 +168,21 @@ def test_ptx_prints_the_summary_and_writes_the_ptx(tmp_path):
     assert ptx_facts(text)["ld_global_128"] > 0
 
 
+@pytest.mark.slow
+def test_ptx_takes_a_query_in_16_bits_as_a_model_holds_it(tmp_path):
+    # a vector param named in --dtype is given in that 16-bit type: wgmma stages its words as they are, so the
+    # kernel loads no float32 query (ld.global.v4.f32) and has no residual products
+    out = tmp_path / "attention.ptx"
+    done = subprocess.run([sys.executable, "-m", "redalgebra", "ptx", "attention", "--strategy", "wgmma", "--dtype",
+                           "float16,q=float16", "--rows", "256", "--length", "512", "--size", "d=64", "--out",
+                           str(out)], capture_output=True, text=True, env=_without_simulator())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "float16,q=float16 inputs" in done.stdout.splitlines()[0]
+    text = out.read_text()
+    assert ".v4.f32" not in "".join(ln for ln in text.splitlines() if "ld.global" in ln)
+    assert "mma.sync" not in text and "wgmma.mma_async" in text
+
+
 @pytest.mark.parametrize("argv, fragment", [
     (["ptx", "no_such_thing"], "neither a workload"),
     (["ptx", "safe_softmax", "--strategy", "row"], "strategy 'row' is not available on cuda"),
@@ -175,6 +190,9 @@ def test_ptx_prints_the_summary_and_writes_the_ptx(tmp_path):
     (["ptx", "attention", "--size", "d=wide"], "--size takes NAME=VALUE"),
     (["ptx", "safe_softmax", "--rows", "0"], "--rows must be a positive integer"),
     (["ptx", "safe_softmax", "--group", "0"], "--group must be a positive integer"),
+    (["ptx", "attention", "--dtype", "float16,q=e4m3"], "param q may be given in float16 or bfloat16"),
+    (["ptx", "attention", "--dtype", "float16,z=float16"], "no input or vector param named 'z' (the inputs: k, v; "
+                                                           "the vector params: q)"),
 ])
 def test_ptx_bad_input_exits_2_with_a_message(capsys, argv, fragment):
     code, _, err = run(capsys, *argv)

@@ -70,11 +70,6 @@ def no_loop_copies(text: str) -> str:
     return re.sub(r"(?m)^( {16,})cp_async16(_at)?\(.*$", r"\1pass", text)
 
 
-def no_scores(text: str) -> str:
-    """A tile kernel's scores ``acc = wgmma_ss_...(...)`` as ``acc = wgmma_hold(acc)``."""
-    return no_products(text)
-
-
 def no_values(text: str) -> str:
     """A tile kernel's vector sums ``acc = wgmma_sst_...(...)`` or ``wgmma_rs_...`` as ``acc = wgmma_hold(acc)``."""
     return re.sub(r"(?m)^(\s*)(\(.*\)) = wgmma_(sst|rs)_\w+\(.*$", r"\1\2 = wgmma_hold(\2)", text)
@@ -104,9 +99,9 @@ VARIANTS = {"built": lambda t: t, "no turns": no_turns, "no copies": no_copies, 
             "no stores": no_stores, "skeleton": lambda t: no_products(no_copies(t)),
             "skeleton, no promotion": lambda t: no_promotion(no_products(no_copies(t))),
             "skeleton, no stores": lambda t: no_stores(no_products(no_copies(t))),
-            "no loop copies": no_loop_copies, "no scores": no_scores, "no values": no_values,
-            "no tile products": lambda t: no_values(no_scores(t)),
-            "tile skeleton": lambda t: no_loop_copies(no_values(no_scores(t))),
+            "no loop copies": no_loop_copies, "no scores": no_products, "no values": no_values,
+            "no tile products": lambda t: no_values(no_products(t)),
+            "tile skeleton": lambda t: no_loop_copies(no_values(no_products(t))),
             "no param loads": no_param_loads, "no partial stores": no_partial_stores,
             "no param loads or partial stores": lambda t: no_partial_stores(no_param_loads(t))}
 

@@ -94,32 +94,9 @@ PTX_SIZES = {"d": 128, "e": 64, "n": 64, "r": 512}
 HOPPER, HOPPER_SMS = (9, 0), 132
 
 
-def _ptx_dtypes(spec: str, c) -> dict:
-    """The inputs' dtypes (``check``'s form) and the vector params named in ``spec`` in a 16-bit type (``q=float16``:
-    a query given as a model holds it, which ``wgmma`` stages as it is)."""
-    from .runtime.check import input_dtypes
-
-    vector_params = {q.name for q in c.params if q.size is not None}
-    items = [i.strip() for i in str(spec).split(",")]
-    names = {i.partition("=")[0].strip() for i in items if "=" in i}
-    unknown = sorted(names - vector_params - {s.name for s in c.inputs})
-    if unknown:
-        raise RedalgebraError(f"dtype {spec!r}: no input or vector param named {unknown[0]!r} (the inputs: "
-                              f"{', '.join(s.name for s in c.inputs)}; the vector params: "
-                              f"{', '.join(sorted(vector_params)) or 'none'})")
-    named = [i for i in items if i.partition("=")[0].strip() in vector_params]
-    dtypes = input_dtypes(",".join(i for i in items if i not in named) or "float32", [s.name for s in c.inputs])
-    for item in named:
-        name, _, kind = (s.strip() for s in item.partition("="))
-        if kind not in ("float16", "bfloat16"):
-            raise RedalgebraError(f"dtype {spec!r}: param {name} may be given in float16 or bfloat16 (float32 is "
-                                  f"the default), not {kind!r}")
-        dtypes[name] = kind
-    return dtypes
-
-
 def _cmd_ptx(args) -> int:
     from .runtime.backends import device_capability
+    from .runtime.check import input_dtypes
     from .runtime.compile import compile as compile_kernel
     from .runtime.ptx import compile_ptx, facts_text, ptx_facts
 
@@ -146,7 +123,8 @@ def _cmd_ptx(args) -> int:
     kernel = compile_kernel(fused, "cuda", args.strategy, fp8_products=args.fp8_products, threads=args.threads,
                             persistent=True if args.persistent else None, group=args.group)  # needs no GPU
     reps = {s.name: args.rows for s in c.inputs if s.size is not None} if args.shared else None
-    dtypes = _ptx_dtypes(args.dtype, c)
+    dtypes = input_dtypes(args.dtype, [s.name for s in c.inputs],
+                          sorted(q.name for q in c.params if q.size is not None))
     # planned for the GPU here, or without one for a Hopper (an H200's 132 multiprocessors), whose sm_90 the PTX is
     # for: auto then picks what it picks there (wgmma, columns_wgmma), not the choices of a device it does not know
     present = device_capability("cuda")

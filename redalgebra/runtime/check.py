@@ -68,11 +68,12 @@ class CheckResult:
 DTYPES = ("float32", "float16", "bfloat16", "e4m3")
 
 
-def input_dtypes(spec: str, names) -> dict:
+def input_dtypes(spec: str, names, params=()) -> dict:
     """``{input: dtype}`` from a check's dtype: one of :data:`DTYPES` for every input, or comma-separated
     ``name=dtype`` items with at most one bare dtype for the inputs not named (float32 where none is given):
-    ``"bfloat16,w=e4m3"`` is bfloat16 activations and e4m3 weights."""
-    default, named = "float32", {}
+    ``"bfloat16,w=e4m3"`` is bfloat16 activations and e4m3 weights. ``params``: vector params that may be named too,
+    in a 16-bit type (``q=float16``: a query as a model holds it); those named are in the result, the others not."""
+    default, named, given = "float32", {}, {}
     items = [i.strip() for i in str(spec).split(",")]
     if not all(items):
         raise RedalgebraError(f"dtype {spec!r}: an empty item; write one of {', '.join(DTYPES)}, or name=dtype items "
@@ -83,11 +84,18 @@ def input_dtypes(spec: str, names) -> dict:
             raise RedalgebraError(f"dtype {spec!r}: {kind!r} is not one of {', '.join(DTYPES)}")
         if not eq:
             default = kind
+        elif name in params:
+            if kind not in ("float16", "bfloat16"):
+                raise RedalgebraError(f"dtype {spec!r}: param {name} may be given in float16 or bfloat16 (float32 is "
+                                      f"the default), not {kind!r}")
+            given[name] = kind
         elif name not in names:
-            raise RedalgebraError(f"dtype {spec!r}: no input named {name!r} (the inputs: {', '.join(names)})")
+            extra = f"; the vector params: {', '.join(params)}" if params else ""
+            what = "input or vector param" if params else "input"
+            raise RedalgebraError(f"dtype {spec!r}: no {what} named {name!r} (the inputs: {', '.join(names)}{extra})")
         else:
             named[name] = kind
-    return {n: named.get(n, default) for n in names}
+    return {**{n: named.get(n, default) for n in names}, **given}
 
 
 def random_problem(fused: FusedCascade, rows: int, length: int, rng, dtype="float32", sizes=None, masked=True,

@@ -72,7 +72,7 @@ class Strategy:
     walking: tuple | None = None      # with Spec.persistent, the grids whose blocks walk their work by gridDim (None:
     #                                   every grid): launched with as many blocks as are resident at once
     chunked: tuple = ()               # with Spec.row_chunk, the grids launched again for each chunk of rows, in order
-    #                                   (the others first, once): runtime.compile's chunked launch
+    #                                   (the others first, once): runtime.launch.chunked_steps
     params16: bool = False            # reads vector params given on the device in 16 bits as they are (Spec.dtypes
     #                                   names them); the others take float32 params
 

@@ -465,9 +465,10 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         while the params are loaded: column groups (MLA's 576-wide query, 74–147 KB a block, every block loading its
         own at once at the start), where the first tile waited for the query and then for its own copies. Measured
         with the query's 16-byte loads on an H100 (``gpu/README.md``, 2026-12-06, twelfth session), the two not timed
-        apart: MLA B16 0.0716 → 0.0673 ms with a float32 query. The one-warpgroup blocks of prefill (16–32 KB of query
-        a block) read 1–5 % slower with it in the same run (ViT-L 0.0142 → 0.0149 ms, BERT-base 0.0269 → 0.0273 at
-        128 threads; one run each, the producer blocks beside them unchanged), so they keep the params first. Not
+        apart: MLA B16 0.0716 → 0.0673 ms with a float32 query. The prefill blocks without a producer warpgroup
+        (16–32 KB of query a block) read 1–5 % slower with it for every block (the targets' run after it against the
+        one before: ViT-L 0.0142 → 0.0149 ms at 256 threads, BERT-base 0.0269 → 0.0273 at 128; the producer blocks
+        beside them, unchanged, read the same), so they keep the params first. Not
         under a gate, whose copies vote at a block barrier on whether any row of the block sees the tile."""
         return self.ncol > 1 and self.gate is None
 

@@ -553,6 +553,10 @@ def _verdicts(cascade: Cascade, F: dict, facts: dict, deps: dict) -> list:
     for r in cascade.reductions:
         d = tuple(sorted(deps[r.name], key=_order(cascade)))
         try:
+            # (a reduction reached once the budget is spent is undecided, however quickly its proofs would go: a
+            # verdict must not depend on whether this one happens to reach a check of the clock — a cached body
+            # and a max's instant proof reached none, and read "fusable as is" under a spent budget now and then)
+            _budget.check()
             reds.append(analyze_reduction(r, F[r.name], d, cascade, facts))
         except (BudgetExhausted, Exception) as err:  # noqa: BLE001 - an undecided verdict, with its reason
             reds.append(_undecided(r, F[r.name], d, cascade, err))

@@ -92,15 +92,21 @@ def prepare(kernel, inputs: dict, params: dict):
 
 
 def parse_config(text: str) -> dict:
-    """``strategy[+fp8][@threads[xTILE][sSEGMENTS][gGROUP][mBLOCKS][bBATCH][p]][:OUT]`` (``+fp8``: the product on
-    the FP8 instruction, ``fp8_products``; ``p``: persistent blocks; ``OUT``: the outputs' ``out_dtype``, e.g.
-    ``columns_wgmma:bfloat16``); ``rows`` and ``auto`` alone choose from the shape."""
+    """``strategy[+fp8][+cluster|+nocluster][@threads[xTILE][sSEGMENTS][gGROUP][mBLOCKS][bBATCH][p]][:OUT]``
+    (``+fp8``: the product on the FP8 instruction, ``fp8_products``; ``+cluster``/``+nocluster``: a row's segments
+    merged in a thread-block cluster or by the combine kernel, ``cluster``; ``p``: persistent blocks; ``OUT``: the
+    outputs' ``out_dtype``, e.g. ``columns_wgmma:bfloat16``); ``rows`` and ``auto`` alone choose from the shape."""
     text, _, out_dtype = text.partition(":")
     strategy, _, rest = text.partition("@")
-    strategy, fp8, _ = strategy.partition("+fp8")
+    strategy, *flags = strategy.split("+")
     out = {"strategy": strategy}
-    if fp8:
-        out["fp8_products"] = True
+    for flag in flags:
+        if flag not in ("fp8", "cluster", "nocluster"):
+            raise ValueError(f"unknown flag +{flag} in {text!r} (+fp8, +cluster, +nocluster)")
+        if flag == "fp8":
+            out["fp8_products"] = True
+        else:
+            out["cluster"] = flag == "cluster"
     if out_dtype:
         out["out_dtype"] = out_dtype
     if rest.endswith("p"):

@@ -115,7 +115,8 @@ def main(argv=None) -> int:
     if any(step._config is not None for step in launch.driver):  # the same kernels without the early start
         from redalgebra.runtime.driver import DriverStep
 
-        serial = [DriverStep(kernel, args, names) for kernel, names, args in launch.steps]
+        serial = [DriverStep(kernel, args, names, cluster=step.cluster)
+                  for (kernel, names, args), step in zip(launch.steps, launch.driver)]
         systems.append(("prepared, one after another", lambda: [step.launch() for step in serial]))
     for name, fn in systems:
         print(f"  {name:24} wall {per_call_us(fn, args.calls):7.1f} us per call back to back; host {host_us(fn):7.1f} us; "

@@ -1,5 +1,6 @@
 """MLA decode (and other wide vector sums) on ``wgmma`` against the float64 reference: the vector sums split by columns
-across two warpgroups, segments merged by the combine kernel, the float32 query's residual by ``mma.sync``.
+across two warpgroups, segments merged in a thread-block cluster (the default) and by the combine kernel
+(``cluster=False``), each case both ways, the float32 query's residual by ``mma.sync``.
 
     python3 gpu/mla_check.py                       # every case
     python3 gpu/mla_check.py --quick               # the small ones (for compute-sanitizer)
@@ -37,7 +38,8 @@ CASES = [(2, 20, 70, 256, 16, "float16", "float32", 3, True),       # a partial 
          (1, 128, 5000, 384, 32, "bfloat16", "exact", 5, False)]     # another cascade shape: 384 + 32
 
 
-def run(batch, heads, length, rank, rope, dtype, query, segments, seed=0, backend="cuda") -> tuple[bool, float]:
+def run(batch, heads, length, rank, rope, dtype, query, segments, seed=0, backend="cuda",
+        cluster=None) -> tuple[bool, float]:
     rng = np.random.default_rng(seed)
     np_dtype = np.float16 if dtype == "float16" else np.float32
     c = rng.normal(size=(batch, length, rank)).astype(np_dtype)
@@ -54,7 +56,7 @@ def run(batch, heads, length, rank, rope, dtype, query, segments, seed=0, backen
     if query == "16-bit":  # the same values given in the keys' type, staged as they are
         given = {**params, **{k: as_bfloat16(params[k]) if dtype == "bfloat16" else params[k].astype(np.float16)
                               for k in ("qc", "qr")}}
-    options = {} if segments is None else {"segments": segments}
+    options = ({} if segments is None else {"segments": segments}) | ({} if cluster is None else {"cluster": cluster})
     kernel = ra.compile(ra.derive(workloads.get("mla_decode").cascade), backend, "wgmma", **options)
     got = np.asarray(kernel({"c": c, "kr": kr}, given)["y"], np.float64)
     wide = {k: np.repeat(np.asarray(to_float(v) if dtype == "bfloat16" else v, np.float64), heads, 0)
@@ -71,11 +73,12 @@ def main() -> int:
     for case in CASES:
         if (quick and not case[-1]) or (long and case[-1]):
             continue
-        ok, err = run(*case[:-1], backend=backend)
-        bad += not ok
-        print(f"{'PASS' if ok else 'FAIL'} B{case[0]} H{case[1]} L{case[2]} r{case[3]}+{case[4]} {case[5]} "
-              f"{case[6]} query, segments {case[7] or 'auto'}: max error {err:.2e} of the "
-              f"largest output", flush=True)
+        for cluster in (None, False):
+            ok, err = run(*case[:-1], backend=backend, cluster=cluster)
+            bad += not ok
+            print(f"{'PASS' if ok else 'FAIL'} B{case[0]} H{case[1]} L{case[2]} r{case[3]}+{case[4]} {case[5]} "
+                  f"{case[6]} query, segments {case[7] or 'auto'}, {'combine kernel' if cluster is False else 'cluster'}"
+                  f": max error {err:.2e} of the largest output", flush=True)
     return 1 if bad else 0
 
 

@@ -49,6 +49,9 @@ class Spec:
     shared: int = 0              # bytes of dynamic shared memory per block (mma: the staged tiles)
     stages: int = 2              # mma, wgmma: tiles of the vector inputs in shared memory (stages - 1 loading ahead)
     pre_vec: int = 1             # columns, columns_mma: elements per wide load of the scalar reductions' kernel
+    cluster: bool = False        # mma, wgmma with segments: a row tile's segments launched as one thread-block cluster
+    #                              (sm_90), merged through distributed shared memory by the partial kernel itself: no
+    #                              partial states in global memory, no combine kernel (:meth:`MmaKernel.cluster_merge`)
     dependent: bool = False      # a module's kernels after its first may start while the one before runs (Hopper's
     #                              programmatic dependent launch): they wait for it (grid_wait) before reading it
     unroll: int = 0              # columns_mma: steps of 16 elements a warp loads before their products (0: its UNROLL)

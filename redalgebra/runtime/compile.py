@@ -97,6 +97,7 @@ class Kernel:
     #                               (columns_wgmma: its product's blocks walk the output's tiles; None: off)
     batch: int | None = None     # columns: rows a block processes together; None: chosen from the shape
     fp8_products: bool = False   # columns_wgmma: the product on the FP8 instruction (sums promoted every 128 elements)
+    cluster: bool | None = None  # wgmma with segments: a row tile's segments merged in a thread-block cluster; None: chosen
     _compiled: dict = field(default_factory=dict, repr=False)
     #: user name -> the name in the generated code, for names that could collide with the generator's
     #: (``fused`` is then the cascade derived under the generated names; calls map names both ways)
@@ -346,7 +347,7 @@ class Kernel:
                           options=(("threads", self.threads), ("tile", self.tile), ("segments", self.segments),
                                    ("fast_exp", self.fast_exp), ("group", self.group), ("batch", self.batch), ("out_dtype", self.out_dtype),
                                    ("simulator", self.backend == "cudasim"), ("persistent", self.persistent),
-                                   ("fp8_products", self.fp8_products),
+                                   ("fp8_products", self.fp8_products), ("cluster", self.cluster),
                                    ("cc", device[0] if device else device_capability(self.backend)),
                                    ("sms", device[1] if device else device_multiprocessors(self.backend))),
                           k_major=tuple(self.to_generated({k: 0 for k in k_major})))
@@ -517,7 +518,8 @@ def _torch_call():
 def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = None, threads: int | None = None,
             tile: int | None = None, fast_exp: bool | None = None, segments: int | None = None,
             group: int | None = None, out_dtype: str | None = None, min_blocks: int | None = None,
-            persistent: bool | None = None, batch: int | None = None, fp8_products: bool = False) -> Kernel:
+            persistent: bool | None = None, batch: int | None = None, fp8_products: bool = False,
+            cluster: bool | None = None) -> Kernel:
     """A callable that runs ``fused`` with a generated kernel.
 
     Parameters
@@ -571,6 +573,13 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
         H200 about 1e-4 of the largest output from float64, where the default float16 product is within float32's
         rounding. Off by default. Where it does not apply (other weights or factors, a mask, several weight
         matrices, another strategy) the exact product runs; ``redalgebra ptx --fp8-products`` says which.
+    cluster : bool, optional
+        ``wgmma`` with a row split into segments (a decode step: few rows over a long axis): the segments of a tile of
+        rows launched as one thread-block cluster (Hopper), which merges their states through its distributed shared
+        memory — no partial states in global memory, no second kernel. By default wherever it applies (2 to 16
+        segments, blocks without a producer warpgroup, the states fitting the block's shared memory); ``False``: the
+        partial states and the combine kernel; ``True`` where it does not apply is refused. The merge is the combine
+        kernel's, in the same order: the same outputs bit for bit.
     """
     check_backend(backend)
     if not isinstance(fused, FusedCascade):
@@ -628,5 +637,8 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     if not isinstance(fp8_products, (bool, np.bool_)):
         raise RedalgebraError(f"fp8_products must be True or False, got {fp8_products!r}")
     fp8_products = bool(fp8_products)
+    if cluster is not None and not isinstance(cluster, (bool, np.bool_)):
+        raise RedalgebraError(f"cluster must be True, False or None, got {cluster!r}")
     return Kernel(generated, backend, strategy, threads, tile, fast_exp, segments, group, out_dtype, min_blocks,
-                  persistent, batch, fp8_products, rename=rename, user=fused if rename else None)
+                  persistent, batch, fp8_products, None if cluster is None else bool(cluster), rename=rename,
+                  user=fused if rename else None)

@@ -72,6 +72,10 @@ class LaunchConfig(ctypes.Structure):
 _PROGRAMMATIC = 6
 
 
+#: ``CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION``: the blocks are launched in clusters of this shape (x, y, z), each on one
+#: GPC, reading each other's shared memory; ``CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED``: past 8 blocks.
+_CLUSTER, _NON_PORTABLE = 4, 14
+
 #: ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``: a block may use more than 48 KB only when asked.
 _MAX_DYNAMIC_SHARED = 8
 _STATIC_LIMIT = 48 * 1024
@@ -227,9 +231,10 @@ class DriverStep:
     """
 
     __slots__ = ("function", "grid", "block", "shared", "fields", "params", "pointers", "offsets", "_held", "_launch",
-                 "_fixed", "_config")
+                 "_fixed", "_config", "_attributes", "cluster")
 
-    def __init__(self, configured, args, names, dependent: bool = False, offsets: dict | None = None):
+    def __init__(self, configured, args, names, dependent: bool = False, offsets: dict | None = None,
+                 cluster: tuple | None = None):
         dispatcher = configured.dispatcher
         argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
         overload = dispatcher.compile(argtypes)  # the overload a numba launch would select
@@ -268,12 +273,24 @@ class DriverStep:
         self._fixed = (self.function, *self.grid, *self.block, self.shared)  # the arguments before the stream
         # dependent (``Spec.dependent``, a module's later kernel): launched by cuLaunchKernelEx with the attribute
         # that lets it start while the kernel before it runs; it waits for that one itself (grid_wait)
-        self._config = None
+        # ``cluster``: the blocks launched in clusters of this shape (codegen's Spec.cluster), which the kernel needs
+        self._config, self.cluster = None, cluster
+        attributes = []
         if dependent and _launch_ex() is not None:
-            attribute = LaunchAttribute(id=_PROGRAMMATIC)
-            attribute.value[0] = 1
+            attributes.append(LaunchAttribute(id=_PROGRAMMATIC))
+            attributes[-1].value[0] = 1
+        if cluster is not None:
+            if _launch_ex() is None:
+                raise RedalgebraError("a kernel launched in thread-block clusters needs cuLaunchKernelEx (CUDA 12)")
+            size = cluster[0] * cluster[1] * cluster[2]
+            if size > 8:  # (past the portable size: allowed where the GPU has it, a Hopper's 16)
+                _check(set_attribute(self.function, _NON_PORTABLE, 1), "cuFuncSetAttribute (non-portable cluster)")
+            attributes.append(LaunchAttribute(id=_CLUSTER))
+            attributes[-1].value[0:3] = list(cluster)
+        if attributes:
+            self._attributes = (LaunchAttribute * len(attributes))(*attributes)
             self._config = LaunchConfig((ctypes.c_uint * 3)(*self.grid), (ctypes.c_uint * 3)(*self.block), self.shared,
-                                        None, ctypes.pointer(attribute), 1)
+                                        None, self._attributes, len(attributes))
             self._launch = _launch_ex()
 
     def bind(self, pointers: dict) -> None:

@@ -66,15 +66,30 @@ def device_launch(backend: str, cascade, src, module, named: dict, rows: int) ->
         plan = chunked_steps(module, entries, strategy, spec, dev, rows, row_indexed(cascade, src, dev),
                              backend == "cudasim", grids)
     else:  # each kernel once (with Spec.dependent, every kernel but the first may start while the one before runs)
-        plan = [_step(module, name, grids[grid], args, dev, False, spec.dependent and k > 0)
+        plan = [_step(module, name, grids[grid], args, dev, False, spec.dependent and k > 0,
+                      cluster=clusters_of(spec, grids[grid]), backend=backend)
                 for k, (name, args, grid) in enumerate(entries)]
     driver = ()
     if backend == "cuda":  # launched through the driver with arguments packed once
         from .driver import DriverStep
 
-        driver = tuple(DriverStep(kernel, args, names, dependent=dependent, offsets=offsets)
-                       for kernel, names, args, dependent, offsets in plan)
+        driver = tuple(DriverStep(kernel, args, names, dependent=dependent, offsets=offsets, cluster=cluster)
+                       for kernel, names, args, dependent, offsets, cluster in plan)
     return Launch(tuple(step[:3] for step in plan), outputs, driver)
+
+
+def clusters_of(spec: Spec, grid: tuple) -> tuple | None:
+    """The cluster shape a kernel of ``spec`` is launched in on ``grid`` (``((x, y), threads, …)``), or None: with
+    :attr:`~redalgebra.codegen.Spec.cluster`, a row tile's segments (the grid's y) are one cluster, ``(1, y, 1)``."""
+    blocks = grid[0]
+    if not spec.cluster or not isinstance(blocks, tuple) or len(blocks) < 2:
+        return None
+    from .cluster import CLUSTER_MOST
+
+    if not 1 <= blocks[1] <= CLUSTER_MOST:
+        raise RedalgebraError(f"a kernel that merges its segments in a cluster takes 1 to {CLUSTER_MOST} of them, "
+                              f"got {blocks[1]}")
+    return (1, int(blocks[1]), 1)
 
 
 def row_indexed(cascade, src, dev: dict) -> set:
@@ -112,24 +127,31 @@ def chunked_steps(module, entries, strategy, spec, dev: dict, rows: int, indexed
 
 
 def _step(module, name: str, grid, args, values: dict, simulated: bool, dependent: bool = False,
-          offsets: dict | None = None) -> tuple:
-    """One step of a :class:`Launch`'s plan: ``(configured kernel, argument names, arguments, dependent, offsets)``.
-    The simulator's ``kernel[grid]`` sets the grid on the kernel itself and returns it, so a kernel launched with
-    several grids (each chunk's) would run with the last: ``simulated``, it is configured when called
-    (:class:`_Configured`)."""
+          offsets: dict | None = None, cluster: tuple | None = None, backend: str = "cuda") -> tuple:
+    """One step of a :class:`Launch`'s plan: ``(configured kernel, argument names, arguments, dependent, offsets,
+    cluster)``. The simulator's ``kernel[grid]`` sets the grid on the kernel itself and returns it, so a kernel
+    launched with several grids (each chunk's) would run with the last: ``simulated``, it is configured when called
+    (:class:`_Configured`), as a simulated kernel launched in clusters is (its blocks run a cluster at a time)."""
     kernel = getattr(module, name)
-    return (_Configured(kernel, grid) if simulated else kernel[grid], tuple(args), tuple(values[a] for a in args),
-            dependent, offsets or {})
+    if cluster is not None and backend == "cudasim":
+        simulated = True
+    return (_Configured(kernel, grid, cluster if backend == "cudasim" else None) if simulated else kernel[grid],
+            tuple(args), tuple(values[a] for a in args), dependent, offsets or {}, cluster)
 
 
 class _Configured:
-    """A simulated kernel with its launch grid, configured when called."""
+    """A simulated kernel with its launch grid (and cluster shape), configured when called."""
 
-    def __init__(self, kernel, grid):
-        self.dispatcher, self.grid = kernel, grid
+    def __init__(self, kernel, grid, cluster: tuple | None = None):
+        self.dispatcher, self.grid, self.cluster = kernel, grid, cluster
 
     def __call__(self, *args):
-        return self.dispatcher[self.grid](*args)
+        if self.cluster is None:
+            return self.dispatcher[self.grid](*args)
+        from .cluster import clustered
+
+        with clustered(self.cluster, int(self.grid[3]) if len(self.grid) > 3 else 0):
+            return self.dispatcher[self.grid](*args)
 
 
 def capped(grid: tuple, cap: int) -> tuple:

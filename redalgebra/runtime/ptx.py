@@ -124,7 +124,8 @@ def memory_instructions(ptx: str) -> list[tuple[str, str, int, bool, str]]:
         if not m:
             continue
         quals = m.group(2).split(".")[1:]
-        space = next((q for q in quals if q in _SPACES), "generic")
+        # (``shared::cluster``: another block's shared memory, a space of its own, not generic)
+        space = next((q for q in quals if q.split("::")[0] in _SPACES), "generic")
         lanes = next((int(q[1:]) for q in quals if q in ("v2", "v4", "v8")), 1)
         bits = next((int(_BITS.match(q).group(1)) for q in reversed(quals) if _BITS.match(q)), 0)
         out.append((m.group(1), space, lanes * bits, lanes > 1, m.group(1) + m.group(2)))

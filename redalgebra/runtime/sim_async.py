@@ -45,11 +45,16 @@ def shared_array(self, shape, dtype, alignment=None):
     poisoned, where its block's other threads wrote theirs (rows of NaN now and then from ``mma`` and ``wgmma``). And
     the line is read from the calling frame (``co_filename``, ``f_lineno``), which is what numba's key holds, rather
     than from ``traceback.extract_stack``, which summarises every frame of the stack and reads its source line, on every
-    simulated thread at every allocation."""
+    simulated thread at every allocation. A block of a simulated cluster (:func:`~.cluster.clustered`) reads its own
+    shared memory, not the launch's."""
     from numba.cuda.simulator.kernelapi import numpy_support, types
 
     if alignment is not None:
         raise RuntimeError("Array alignment is not supported in cudasim")
+    # (a block of a simulated cluster holds shared memory of its own: its cluster's blocks run together, :mod:`.cluster`)
+    own = getattr(getattr(threading.current_thread(), "_manager", None), "own_shared", None)
+    if own is not None:
+        self = own
     if isinstance(dtype, types.Type):
         dtype = numpy_support.as_dtype(dtype)
     if shape == 0:  # the dynamic shared memory, one buffer

@@ -618,6 +618,44 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
             out.append(If(f"ok_{h}", tuple(writes)))
         return out
 
+    def park_plan(self) -> tuple[dict, int]:
+        """Where the block parks its states for the cluster's merge, and the bytes it takes
+        (:func:`.cluster_merge.park_plan`)."""
+        from .cluster_merge import park_plan
+
+        return park_plan([r.name for r in self.scal], {r.name: self.size[r.name] for r in self.vred}, self.bm)
+
+    def cluster_merge(self) -> list:
+        """The segments of the row tile merged in the cluster (:mod:`.cluster_merge`): the states parked in the block's
+        shared memory (once every warp is done with it), the cluster met, the block's share of the tile's rows merged
+        from every block's (segment ``s``: block ``s``), a warp a row, and the cluster met again before any leaves."""
+        from dataclasses import replace
+
+        from .cluster_merge import ClusterMerge
+
+        plan, _ = self.park_plan()
+        out = [Barrier(), Assign("smc", "cuda.shared.array(0, float32)")]
+        for h in self.rows:
+            m, hh = divmod(h, 2)
+            lr = f"{16 * self.mt} * {self.rw} + lg + {8 * h}"
+            lead = [Assign(f"smc[{plan[r.name][0]} + {lr}]", f"s_{r.name}_{h}") for r in self.scal]
+            out += [If(self.lead, tuple(lead))] if lead else []
+            for r in self.vred:
+                base, pitch = plan[r.name]
+                for j in range(self.size[r.name] // self.ncol // 8):  # (the row's own columns)
+                    at = f"{base} + ({lr}) * {pitch} + {self.column(self.size[r.name], j, 0)}"
+                    out += [Assign(f"smc[{at} + {b}]", f"o_{r.name}_{m}_{j}_{2 * hh + b}") for b in range(2)]
+        merge = ClusterMerge(self.f, replace(self.spec, threads=32, group=32, vec=4, tile=1),
+                             (self.consts, self.counter), plan)
+        row = [Assign("lr", "seg + nseg * mk"), Assign("mrow", f"grp * grows + rt * {self.bm} + lr"),
+               If("mrow < gend", tuple(merge.row_setup("mrow") + merge.merged_row("sg")))]
+        warps = self.threads // 32
+        # (the block's rows of the tile by a 32-bit division: a 64-bit one is a subroutine call, which serializes every
+        # wgmma of the kernel)
+        return out + [Call("cluster_sync", ()), Assign("gl", "lane"),
+                      Assign("nmr", f"int32(uint32({self.bm} - 1 - seg + nseg) // uint32(nseg))"),
+                      For("mk", "warp", "nmr", tuple(row), str(warps)), Call("cluster_sync", ())]
+
     @property
     def segmented(self) -> bool:
         """Whether the row's tiles are split into segments across blocks (``cuda.blockIdx.y``), merged by a second
@@ -631,9 +669,10 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
 
     def kernel(self) -> list:
         head = [Assign("seg", "cuda.blockIdx.y")] if self.segmented else []
+        head += [Call("cluster_check", ("nseg",))] if self.segmented and self.spec.cluster else []
         early = self.first_copies() if self.copies_first else []
-        return head + self.setup() + early + self.params() + self.loop() + \
-            (self.parts() if self.segmented else self.outputs())
+        tail = (self.cluster_merge() if self.spec.cluster else self.parts()) if self.segmented else self.outputs()
+        return head + self.setup() + early + self.params() + self.loop() + tail
 
     def kernels(self) -> list:
         """``(name, arguments, grid, body)`` of the module's kernels: one, or with segments the partial kernel and
@@ -650,6 +689,8 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         common = [a for a in args if not a.startswith("out_") and a not in ("rows", "length")]
         part = [f"part_{r.name}" for r in self.c.reductions]
         outs = [a for a in args if a.startswith("out_")]
+        if self.spec.cluster:  # (one kernel: the segments merged in their cluster, :meth:`cluster_merge`)
+            return [("kernel", tuple(common + outs + ["rows", "length", "nseg"]), "rows", self.kernel())]
         merge = VRowsKernel(self.f, replace(self.spec, threads=32, group=32, vec=4, tile=1), (self.consts, self.counter))
         return [("partial", tuple(common + part + ["rows", "length", "nseg"]), "rows", self.kernel()),
                 ("combine", tuple(common + part + outs + ["rows", "length", "nseg"]), "combine", merge.combine())]
@@ -675,7 +716,11 @@ def build(fused: FusedCascade, spec: Spec, target: str, kernel=None, name: str =
     kernels = k.kernels()
     src = assemble(fused, spec, target, name, kernels, k.consts, k.lay.constants, outputs,
                    {n: d for n, d in spec.out_dtypes if d != "float32"}, k.bounds())
-    if k.segmented:
+    if k.segmented and spec.cluster:
+        from dataclasses import replace
+
+        src = replace(src, entries=tuple((n, a, g) for n, a, g, _ in kernels))
+    elif k.segmented:
         from dataclasses import replace
 
         # every (row, segment) state is written by the partial kernel, an empty segment's as the identities: no

@@ -88,6 +88,9 @@ class VRowsKernel(TreeKernel):
             raise RedalgebraError(f"vrows: groups of {self.g} lanes in blocks of {spec.threads} threads: the group "
                                   f"must be a power of two of at most 32 and the block whole warps")
         self.groups = spec.threads // self.g
+        #: the thread index whose first lane stores the row's outputs (the block's ``tid``; ``lane`` where each warp of
+        #: a block merges rows of its own, :class:`~.mma.ClusterMerge`)
+        self.lead_index = "tid"
         self.states = {}
         for r in c.reductions:
             ident = identity_text(fused, r.name, self.consts)
@@ -122,6 +125,11 @@ class VRowsKernel(TreeKernel):
             return None
         return f"{self.component(c)} < {n}"
 
+    def base_access(self):
+        """The names every access starts from (the layout's; :class:`~.cluster_merge.ClusterMerge` divides
+        otherwise)."""
+        return self.lay.base_access()
+
     @staticmethod
     def _lane_sums(exprs) -> dict:
         return named_nodes(exprs, (Dot, VSum), "__ls")
@@ -129,7 +137,7 @@ class VRowsKernel(TreeKernel):
     # -- access -------------------------------------------------------------------------------------
     def access(self, i: int | None, prefix: str):
         """Names for element ``i`` of the step (None: none, the finalize), the states read from ``prefix``."""
-        acc = self.lay.base_access()
+        acc = self.base_access()
         if self.spec.fast_exp:
             acc.exp = "fast_exp"
         for name, n in self.size.items():
@@ -259,7 +267,7 @@ class VRowsKernel(TreeKernel):
 
     def merge(self, other: str = "o") -> list:
         """The derived merge of the ``s`` state with the ``other`` one, into ``s``."""
-        acc = bind_program(self.lay.base_access(), self.f.merge, self.states, {"a": "s", "b": other})
+        acc = bind_program(self.base_access(), self.f.merge, self.states, {"a": "s", "b": other})
         if self.spec.fast_exp:
             acc.exp = "fast_exp"
         return merge_stmts(self.f.merge, acc, self.consts, self.states, self.counter)
@@ -296,7 +304,7 @@ class VRowsKernel(TreeKernel):
 
     def outputs(self) -> list:
         """The row's outputs from ``s_*``: scalars by thread 0, vectors by the first group, a component each."""
-        acc = bind_program(self.lay.base_access(), self.f.finalize, self.states, {"": "s"})
+        acc = bind_program(self.base_access(), self.f.finalize, self.states, {"": "s"})
         if self.spec.fast_exp:
             acc.exp = "fast_exp"
         for name, n in self.size.items():
@@ -328,7 +336,9 @@ class VRowsKernel(TreeKernel):
             if sym.name not in outs:
                 raise RedalgebraError(f"vrows: the vector {sym.name} of the finalize is not an output; use lanes")
             vector += self.store_vector(sym.name, self.lay.constants[self.lay.size_const(size)], expr, acc)
-        return pre + [If("tid == 0", tuple(lead))] * bool(lead) + ([If(f"tid < {self.g}", tuple(vector))] if vector else [])
+        who = self.lead_index
+        return pre + [If(f"{who} == 0", tuple(lead))] * bool(lead) + ([If(f"{who} < {self.g}", tuple(vector))] if vector
+                                                                       else [])
 
     def store_vector(self, name: str, n: int, expr, acc) -> list:
         """``out_name[row, :]``: the lane's components, four float32 per 128-bit store where the chunk is whole."""
@@ -391,13 +401,18 @@ class VRowsKernel(TreeKernel):
     def combine(self) -> list:
         """The combine kernel's body: a row's segments (``part_*``) merged in order by the derived merge, then its
         outputs. (Also the second kernel of the tensor-core strategies' segments, which write the same states.)"""
-        combine = self.threads_setup() + self.row_setup("cuda.blockIdx.x") + self.each_state("init", "s")
+        return self.threads_setup() + self.row_setup("cuda.blockIdx.x") + self.merged_row()
+
+    def merged_row(self, seg: str = "seg") -> list:
+        """The row's ``nseg`` segment states (:meth:`read_part`) merged in order by the derived merge (the loop over
+        them counted in ``seg``), then its outputs: the combine kernel's work on a row, which ``mma``'s cluster merge
+        does too (:class:`~.mma.ClusterMerge`, the states read from the cluster's shared memory)."""
         # several segments' states loaded at once (the last segment's again past the end), then merged in order
         slots = COMBINE_SLOTS
-        body = [s for u, pre in enumerate(slots) for s in self.read_part(pre, f"min(seg + {u}, nseg - 1)")]
+        body = [s for u, pre in enumerate(slots) for s in self.read_part(pre, f"min({seg} + {u}, nseg - 1)")]
         for u, pre in enumerate(slots):
-            body += self.merge(pre) if u == 0 else [If(f"seg + {u} < nseg", tuple(self.merge(pre)))]
-        return combine + [For("seg", "0", "nseg", tuple(body), str(len(slots)))] + self.outputs()
+            body += self.merge(pre) if u == 0 else [If(f"{seg} + {u} < nseg", tuple(self.merge(pre)))]
+        return self.each_state("init", "s") + [For(seg, "0", "nseg", tuple(body), str(len(slots)))] + self.outputs()
 
     def scratch(self) -> tuple:
         return tuple((f"part_{r.name}", "float32", "segments",

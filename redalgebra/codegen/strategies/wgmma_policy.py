@@ -22,6 +22,9 @@ from . import tile_producer
 #: Params given in the products' 16-bit type plan no residual rows (:func:`_stages`); 0 plans them as for float32
 #: params (a timing setting: ``gpu/sweep.py``).
 NO_RESIDUALS = 1
+#: Whether a row tile's segments merge in a thread-block cluster by default where they can (:func:`_cluster`,
+#: :mod:`.cluster_merge`), rather than through partial states in global memory and a combine kernel.
+CLUSTER = 1
 #: Threads of a block: one warpgroup (64 rows) on the GPU, one warp (16 rows) in the simulator.
 THREADS, SIM_THREADS = 128, 32
 #: Rows of the producer block on the GPU: its two consumer warpgroups' 64 each.
@@ -379,10 +382,36 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     nseg = max(1, min(int(nseg), max(-(-p.length // tile), 1), 65535))
     # (the kernel reads the count at run time: one compiled kernel for every count of segments above one)
     producer = bool(_producer(fused, p))
+    persistent = _walking(fused, p, producer, nseg, stages)
     return dict(threads=threads, tile=tile, batch=bm, group=16, vec=8, segments=min(nseg, 2), nseg=nseg,
                 fast_exp=p.option("fast_exp", True), shared=shared, stages=stages, producer=producer,
-                persistent=_walking(fused, p, producer, nseg, stages),
+                persistent=persistent, cluster=_cluster(fused, p, nseg, bm, shared, producer or persistent),
                 out_dtypes=vector_out_dtypes(fused, p.option("out_dtype")))
+
+
+def _cluster(fused: FusedCascade, p: Problem, nseg: int, bm: int, shared: int, walking: bool) -> bool:
+    """Whether a row tile's segments run as one thread-block cluster and merge there (:mod:`.cluster_merge`): as asked
+    (``cluster``), else by :data:`CLUSTER` wherever it applies — two to :data:`~redalgebra.runtime.cluster.CLUSTER_MOST`
+    segments, blocks of consumers only (no producer warpgroup, not walking), and the states parked in the block's
+    shared memory (:func:`.cluster_merge.park_plan`). Asked where it does not apply, refused; a row of one segment
+    (a short call) has nothing to merge and runs without, asked or not."""
+    from ...runtime.cluster import CLUSTER_MOST
+    from .cluster_merge import park_plan
+
+    asked = p.option("cluster")
+    c = fused.cascade
+    sizes = dict(p.sizes)
+    vectors = {r.name: (c.sizes[r.name] if isinstance(c.sizes[r.name], int) else sizes[c.sizes[r.name]])
+               for r in c.reductions if c.sizes[r.name] is not None}
+    park = park_plan([r.name for r in c.reductions if c.sizes[r.name] is None], vectors, bm)[1]
+    if nseg < 2:  # (nothing to merge: a call short enough for one segment, whatever was asked)
+        return False
+    why = (f"{nseg} segments, more than a cluster's {CLUSTER_MOST} blocks" if nseg > CLUSTER_MOST else
+           "its blocks have a producer warpgroup or walk row tiles" if walking else
+           f"the states take {park} bytes of shared memory, the block has {shared}" if park > shared else None)
+    if asked and why is not None:
+        raise RedalgebraError(f"wgmma: cluster=True merges a row's segments in a thread-block cluster, but {why}")
+    return bool(CLUSTER if asked is None else asked) and why is None
 
 
 def _walking(fused: FusedCascade, p: Problem, producer: bool, nseg: int, stages: int) -> bool:

@@ -174,7 +174,7 @@ TENSOR_CORES = ("cp_async16", "cp_async16_at", "e4m3_pairs", "e4m3_halves", "b16
                 "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_rsk_bf16", "wgmma_rsk_f16", "wgmma_ss_e4m3",
                 "wgmma_fence", "wgmma_commit", "wgmma_wait0", "wgmma_wait1", "wgmma_hold", "fence_async", "bar_sync",
                 "bar_arrive", "bar_red_or", "regs_give", "regs_take", "regs_give40", "regs_take232", "warp_sync",
-                "cluster_check", "cluster_sync", "ld_cluster_f32", "ld_cluster_f32x4")
+                "cluster_check", "cluster_sync", "ld_cluster_f32", "ld_cluster_f32x4", "sts_f32x2")
 
 
 class TreePrinter:

@@ -12,6 +12,8 @@ one barrier each merges a share of the rows from every block's (``codegen.strate
 - ``ld_cluster_f32x4(s, idx, rank)``: the four float32 at ``s[idx]`` (a 1-D float32 shared array; ``idx`` a multiple
   of 4) of block ``rank`` of the cluster (``mapa.shared::cluster`` then ``ld.shared::cluster.v4.f32``).
 - ``ld_cluster_f32(s, idx, rank)``: one float32, likewise.
+- ``sts_f32x2(s, idx, a, b)``: two float32 into this block's shared memory at ``s[idx]`` (``idx`` even), one
+  ``st.shared.v2.f32``: how a block parks its states for the others to read.
 - ``cluster_check(size)``: the kernel stops (``trap``) unless launched in clusters of ``size`` blocks.
 
 A block's rank in a cluster of shape ``(1, n, 1)`` launched on a grid ``(x, n)`` is its ``blockIdx.y``: the kernels
@@ -38,7 +40,7 @@ from .lowering import SIMULATOR, _device, _side_effect
 if not SIMULATOR:
     from .lowering import TypingError
 
-__all__ = ["cluster_check", "cluster_sync", "ld_cluster_f32", "ld_cluster_f32x4", "clustered", "CLUSTER_PORTABLE", "CLUSTER_MOST"]
+__all__ = ["cluster_check", "cluster_sync", "ld_cluster_f32", "ld_cluster_f32x4", "sts_f32x2", "clustered", "CLUSTER_PORTABLE", "CLUSTER_MOST"]
 
 #: Blocks a cluster may hold on every sm_90 GPU (the portable size), and at most on a Hopper with the function's
 #: non-portable attribute set (:class:`~.driver.DriverStep` sets it past the portable size).
@@ -127,6 +129,14 @@ def _remote(s, idx: int, count: int, rank: int) -> np.ndarray:
     if int(idx) % count or at < 0 or at + 4 * count > own.size:
         raise IndexError(f"ld_cluster: index {idx} misaligned or outside the dynamic shared memory")
     return members[int(rank)].own_shared._dynshared[at:at + 4 * count].view(np.float32)
+
+
+def _sim_sts_f32x2(s, idx, a, b):
+    flat = np.asarray(getattr(s, "_ary", s)).reshape(-1)
+    if flat.dtype != np.float32 or int(idx) % 2 or not 0 <= int(idx) <= flat.size - 2:
+        raise IndexError(f"sts_f32x2: index {idx} misaligned or outside {flat.size} float32 (a float32 shared array)")
+    flat[int(idx)] = np.float32(a)
+    flat[int(idx) + 1] = np.float32(b)
 
 
 def _sim_ld_cluster_f32x4(s, idx, rank):
@@ -241,6 +251,23 @@ def _mapped(context, builder, sig, args):
     rank = context.cast(builder, args[2], sig.args[2], types.uint32)
     fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32), ir.IntType(32)])
     return builder.call(ir.InlineAsm(fnty, "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r"), [address, rank])
+
+
+@_device(_sim_sts_f32x2)
+def sts_f32x2(typingctx, s, idx, a, b):
+    """``s[idx], s[idx + 1] = a, b`` (a 1-D float32 shared array, ``idx`` even), one ``st.shared.v2.f32`` at an address
+    of 32 bits — no index checks and no wraparound of a negative index, as numba's indexing makes for each store: how
+    a block parks its accumulators' pairs for the cluster's merge."""
+    _check_f32_shared("sts_f32x2", s, idx, idx)
+
+    def codegen(context, builder, sig, args):
+        from .tensor_cores import _shared_address
+
+        address = _shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        values = [context.cast(builder, v, t, types.float32) for v, t in zip(args[2:], sig.args[2:])]
+        _side_effect(builder, "st.shared.v2.f32 [$0], {$1, $2};", "r,f,f", [address, *values])
+        return context.get_dummy_value()
+    return types.void(s, idx, types.float32, types.float32), codegen
 
 
 @_device(_sim_ld_cluster_f32x4)

@@ -642,9 +642,10 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
             out += [If(self.lead, tuple(lead))] if lead else []
             for r in self.vred:
                 base, pitch = plan[r.name]
-                for j in range(self.size[r.name] // self.ncol // 8):  # (the row's own columns)
-                    at = f"{base} + ({lr}) * {pitch} + {self.column(self.size[r.name], j, 0)}"
-                    out += [Assign(f"smc[{at} + {b}]", f"o_{r.name}_{m}_{j}_{2 * hh + b}") for b in range(2)]
+                # (one 32-bit address a row, each pair a constant past it: one 8-byte store a pair)
+                out.append(Assign("pa", f"uint32({base} + ({lr}) * {pitch} + {self.column(self.size[r.name], 0, 0)})"))
+                out += [Call("sts_f32x2", ("smc", f"pa + {8 * j}", *(f"o_{r.name}_{m}_{j}_{2 * hh + b}" for b in range(2))))
+                        for j in range(self.size[r.name] // self.ncol // 8)]  # (the row's own columns)
         merge = ClusterMerge(self.f, replace(self.spec, threads=32, group=32, vec=4, tile=1),
                              (self.consts, self.counter), plan)
         row = [Assign("lr", "seg + nseg * mk"), Assign("mrow", f"grp * grows + rt * {self.bm} + lr"),

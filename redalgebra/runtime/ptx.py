@@ -139,7 +139,8 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
     (``ld.global[.nc].v4.f32|u32``, ``st.global.v4``: ``ld_global_128``, ``st_global_128``), other
     vector ones (``*_global_vector_narrow``), one element at a time (``*_global_scalar``), through the
     read-only cache (``ld_global_nc``); ``ld_generic``/``st_generic`` (no state space: the compiler
-    could not prove the address global or shared); ``ld_local``, ``st_local`` and ``local_bytes``
+    could not prove the address global or shared); ``ld_cluster`` (loads from the shared memory of another block
+    of the cluster, ``ld.shared::cluster``), ``cluster_barriers`` (``barrier.cluster.arrive``); ``ld_local``, ``st_local`` and ``local_bytes``
     (thread-private memory: arrays indexed at run time, spills; the bytes the kernels declare); ``f64`` (float64 arithmetic, :func:`f64_instructions`); ``ex2``
     (``ex2.approx``); ``shfl_bfly`` (butterfly shuffles); ``sm_90`` (the target line); the tensor cores'
     ``mma`` (``mma.sync``), ``wgmma`` (``wgmma.mma_async``), ``ldmatrix`` and ``cp_async`` (16-byte copies to shared memory), ``e4m3_widen`` (pairs of e4m3 bytes widened to float16); ``ld_stream`` (global loads that
@@ -151,10 +152,12 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
     facts = dict(kernels=len(re.findall(r"^\s*(?:\.visible\s+)?\.entry\b", ptx, re.M)),
                  ld_global_128=0, ld_global_nc=0, ld_global_vector_narrow=0, ld_global_scalar=0,
                  st_global_128=0, st_global_vector_narrow=0, st_global_scalar=0, ld_generic=0, st_generic=0,
-                 ld_local=0, st_local=0)
+                 ld_local=0, st_local=0, ld_cluster=0)
     for op, space, bits, vector, text in memory_instructions(ptx):
         if space in ("generic", "local"):
             facts[f"{op}_{space}"] += 1
+        if op == "ld" and space == "shared::cluster":
+            facts["ld_cluster"] += 1
         if space != "global":
             continue
         if vector:
@@ -171,6 +174,7 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
                  cp_async=len(re.findall(r"\bcp\.async\.cg\.shared\.global\b", ptx)),
                  e4m3_widen=len(re.findall(r"\bcvt\.rn\.f16x2\.e4m3x2\b", ptx)),
                  ld_stream=len(re.findall(r"\bld\.global\.nc\.L1::no_allocate\b", ptx)),
+                 cluster_barriers=len(re.findall(r"\bbarrier\.cluster\.arrive\b", ptx)),
                  block_barriers=len(re.findall(r"\bbar(?:rier)?\.sync(?:\.aligned)?\s+0\s*;", ptx)) +
                  len(re.findall(r"\bbar(?:rier)?\.red\.\w+\.\w+\s+%\w+,\s*0\s*,\s*!?%\w+\s*;", ptx)),
                  named_votes=len(re.findall(r"\bbar(?:rier)?\.red\.\w+\.\w+\s+%?\w+,\s*%?\w+\s*,\s*%?\w+\s*,\s*!?%?\w+\s*;",

@@ -114,6 +114,9 @@ def _jobs() -> list:
     # half MLA's widths (256 + 16: the same kernel's structure, compiled in a third of the time)
     jobs.insert(0, (_key("mla_decode", "wgmma", 512, 4096), "mla_decode", "wgmma", 512, 4096, "bfloat16",
                     {"heads": 128, "sizes": {"r": 256, "e": 16}}))
+    # ... its segments merged in a thread-block cluster (four blocks a cluster: the policy's four segments)
+    jobs.insert(1, (_key("mla_decode", "wgmma", 512, 4096, "cluster"), "mla_decode", "wgmma", 512, 4096, "bfloat16",
+                    {"heads": 128, "sizes": {"r": 256, "e": 16}, "cluster": True}))
     return jobs + [(_key(name, strategy), name, strategy, 512, 2048, "bfloat16", {}) for name, strategy in LEGACY_RUNS]
 
 
@@ -382,6 +385,17 @@ def test_mla_decode_on_warpgroups_without_serializing(report):
     assert facts["wgmma_serialized"] == 0 and facts["f64"] == 0, facts
     # 64 accumulators of P·V and 16 of the scores a thread: no spills here (at 512 + 64, 128 accumulators: ptxas
     # spills about 200 bytes)
+    assert facts["spill_stores"] == facts["spill_loads"] == 0, facts
+
+
+def test_mla_decode_merging_its_segments_in_a_cluster_is_one_kernel_without_serializing(report):
+    # the partial kernel's states parked in shared memory, read by the cluster's blocks (16-byte loads of the vector
+    # states' components, a float each of the scalar states), two meetings of the cluster; its one-time index
+    # arithmetic in 32 bits and its division by div.full, so no subroutine call to serialize the loop's wgmma
+    facts = report[_key("mla_decode", "wgmma", 512, 4096, "cluster")]
+    assert facts["strategy"] == "wgmma" and facts["kernels"] == 1 and facts["cluster_barriers"] == 2
+    assert facts["ld_cluster"] > 0 and facts["ld_generic"] == facts["st_generic"] == 0
+    assert facts["wgmma"] == 2 * 17 + 4 and facts["wgmma_serialized"] == 0 and facts["f64"] == 0, facts
     assert facts["spill_stores"] == facts["spill_loads"] == 0, facts
 
 

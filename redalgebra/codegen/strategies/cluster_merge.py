@@ -11,12 +11,17 @@ segments are launched as one cluster of ``(1, nseg, 1)`` blocks (rank = ``blockI
    warp's 8-byte stores of the accumulators' pairs fall in distinct banks);
 2. one ``cluster_sync``: every block's states are parked and visible to the cluster;
 3. block ``seg`` merges rows ``seg, seg + nseg, …`` of the tile, a warp a row, as the combine kernel merges a row
-   (:meth:`~.vrows.VRowsKernel.merged_row`: the same derived merge in the same order, so the same bits), reading
+   (:meth:`~.vrows.VRowsKernel.merged_row`: the same derived merge in the same order, the same bits but for the
+   finalize's division, by ``div.full`` as in the one-segment kernel: a division's IEEE slow path is a subroutine
+   call, and any call serializes every ``wgmma`` of the kernel), reading
    segment ``s``'s states from block ``s``'s shared memory (``ld_cluster_f32x4``: 16 bytes a lane), then finalizes and
    stores the row's outputs;
 4. a second ``cluster_sync``: no block leaves (its shared memory with it) while another still reads it.
 
-The partial states never reach global memory, and the call is one kernel.
+The partial states never reach global memory, and the call is one kernel. Off by default
+(:data:`~.wgmma_policy.CLUSTER`): measured on an H100, MLA's decode step took the same time as with the partial
+states and the combine kernel wherever the clusters fit the GPU at once, and a second wave where they do not (the GPU
+runs 30 clusters of four blocks of 231 KB at once, 15 of eight, 7 of sixteen: fewer blocks than one a multiprocessor).
 """
 
 from __future__ import annotations

@@ -23,8 +23,12 @@ from . import tile_producer
 #: params (a timing setting: ``gpu/sweep.py``).
 NO_RESIDUALS = 1
 #: Whether a row tile's segments merge in a thread-block cluster by default where they can (:func:`_cluster`,
-#: :mod:`.cluster_merge`), rather than through partial states in global memory and a combine kernel.
-CLUSTER = 1
+#: :mod:`.cluster_merge`), rather than through partial states in global memory and a combine kernel. Off: measured on
+#: an H100 (``gpu/README.md``, 2026-12-06, thirteenth session; ``gpu/cluster_probe.py``) MLA's decode step took the same
+#: time both ways wherever the clusters fit the GPU at once (B4: 34.8 / 35.6 µs in 8 segments, 53.7 / 54.3 in 4; B16:
+#: 73.9 / 74.3 in 3), and where they do not — 30 clusters of 4 blocks of 231 KB at once, 15 of 8, 7 of 16, against a row
+#: tile a cluster — the second wave doubled it (B16 in 4 segments 112.2 against 64.9; B4 in 16 51.6 against 30.7).
+CLUSTER = 0
 #: Threads of a block: one warpgroup (64 rows) on the GPU, one warp (16 rows) in the simulator.
 THREADS, SIM_THREADS = 128, 32
 #: Rows of the producer block on the GPU: its two consumer warpgroups' 64 each.
@@ -391,7 +395,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
 
 def _cluster(fused: FusedCascade, p: Problem, nseg: int, bm: int, shared: int, walking: bool) -> bool:
     """Whether a row tile's segments run as one thread-block cluster and merge there (:mod:`.cluster_merge`): as asked
-    (``cluster``), else by :data:`CLUSTER` wherever it applies — two to :data:`~redalgebra.runtime.cluster.CLUSTER_MOST`
+    (``cluster``), else by :data:`CLUSTER` (off) wherever it applies — two to :data:`~redalgebra.runtime.cluster.CLUSTER_MOST`
     segments, blocks of consumers only (no producer warpgroup, not walking), and the states parked in the block's
     shared memory (:func:`.cluster_merge.park_plan`). Asked where it does not apply, refused; a row of one segment
     (a short call) has nothing to merge and runs without, asked or not."""

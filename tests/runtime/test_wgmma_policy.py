@@ -175,3 +175,27 @@ def replace_options(p, **options):
     from dataclasses import replace
 
     return replace(p, options=tuple(dict(p.options, **options).items()))
+
+
+def test_the_combine_of_a_rows_segments_is_launched_while_the_partial_kernel_runs_on_hopper():
+    # MLA's decode step on an H100's 132 multiprocessors: four segments a row tile; the partial kernel lets the
+    # combine launch at once (griddepcontrol.launch_dependents) and the combine waits for the whole partial kernel
+    # (griddepcontrol.wait) before it reads the states; merged in a cluster there is no combine, and the simulator
+    # launches nothing early
+    from redalgebra.cli import HOPPER
+
+    dtypes = {"c": "float16", "kr": "float16", "qc": "float16", "qr": "float16"}
+    sizes, reps = {"r": 512, "e": 64}, {"c": 128, "kr": 128}
+    kernel = compile(fused("mla_decode"), "cuda", "wgmma")
+    strategy, spec, extra = kernel.spec_for(16 * 128, 4096, dtypes, sizes, reps=reps, device=(HOPPER, 132))
+    assert spec.dependent and not spec.cluster and extra["nseg"] == 4
+    src = kernel.source(spec, strategy)
+    assert [name for name, *_ in src.entries] == ["partial", "combine"]
+    bodies = src.source.split("def partial(")[1].split("def combine(")
+    first = [[ln.strip() for ln in body.splitlines()[1:] if ln.strip() and not ln.strip().startswith('"')][0]
+             for body in bodies]
+    assert first == ["grid_launch()", "grid_wait()"]
+    clustered = compile(fused("mla_decode"), "cuda", "wgmma", cluster=True)
+    assert not clustered.spec_for(16 * 128, 4096, dtypes, sizes, reps=reps, device=(HOPPER, 132))[1].dependent
+    simulated = compile(fused("mla_decode"), "cudasim", "wgmma", segments=4)
+    assert not simulated.spec_for(16 * 128, 4096, dtypes, sizes, reps=reps)[1].dependent

@@ -693,8 +693,11 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         if self.spec.cluster:  # (one kernel: the segments merged in their cluster, :meth:`cluster_merge`)
             return [("kernel", tuple(common + outs + ["rows", "length", "nseg"]), "rows", self.kernel())]
         merge = VRowsKernel(self.f, replace(self.spec, threads=32, group=32, vec=4, tile=1), (self.consts, self.counter))
-        return [("partial", tuple(common + part + ["rows", "length", "nseg"]), "rows", self.kernel()),
-                ("combine", tuple(common + part + outs + ["rows", "length", "nseg"]), "combine", merge.combine())]
+        partial, combine = self.kernel(), merge.combine()
+        if self.spec.dependent:  # (the combine launched while the partial kernel runs: it waits for all of it)
+            partial, combine = [Call("grid_launch", ())] + partial, [Call("grid_wait", ())] + combine
+        return [("partial", tuple(common + part + ["rows", "length", "nseg"]), "rows", partial),
+                ("combine", tuple(common + part + outs + ["rows", "length", "nseg"]), "combine", combine)]
 
     def scratch(self) -> tuple:
         """The segments' states: ``part_{r}`` of shape (rows, segments(, size)), float32."""

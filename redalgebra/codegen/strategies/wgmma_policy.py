@@ -29,6 +29,9 @@ NO_RESIDUALS = 1
 #: 73.9 / 74.3 in 3), and where they do not — 30 clusters of 4 blocks of 231 KB at once, 15 of 8, 7 of 16, against a row
 #: tile a cluster — the second wave doubled it (B16 in 4 segments 112.2 against 64.9; B4 in 16 51.6 against 30.7).
 CLUSTER = 0
+#: Whether the combine kernel of a row's segments is launched dependent (``Spec.dependent``, Hopper's programmatic
+#: dependent launch): its launch made while the partial kernel runs, its blocks placed as the partial blocks leave.
+DEPENDENT_COMBINE = 1
 #: Threads of a block: one warpgroup (64 rows) on the GPU, one warp (16 rows) in the simulator.
 THREADS, SIM_THREADS = 128, 32
 #: Rows of the producer block on the GPU: its two consumer warpgroups' 64 each.
@@ -387,9 +390,15 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     # (the kernel reads the count at run time: one compiled kernel for every count of segments above one)
     producer = bool(_producer(fused, p))
     persistent = _walking(fused, p, producer, nseg, stages)
+    cluster = _cluster(fused, p, nseg, bm, shared, producer or persistent)
+    # segments merged by the combine kernel: launched while the partial kernel runs (programmatic dependent launch,
+    # Hopper), its blocks taking each multiprocessor a partial block leaves, waiting for the whole partial kernel
+    # (grid_wait) before they read its states (:data:`DEPENDENT_COMBINE`)
+    dependent = bool(DEPENDENT_COMBINE) and nseg > 1 and not cluster and not p.option("simulator") and \
+        tuple(p.option("cc") or ())[:1] >= (9,)
     return dict(threads=threads, tile=tile, batch=bm, group=16, vec=8, segments=min(nseg, 2), nseg=nseg,
                 fast_exp=p.option("fast_exp", True), shared=shared, stages=stages, producer=producer,
-                persistent=persistent, cluster=_cluster(fused, p, nseg, bm, shared, producer or persistent),
+                persistent=persistent, cluster=cluster, dependent=dependent,
                 out_dtypes=vector_out_dtypes(fused, p.option("out_dtype")))
 
 

@@ -177,12 +177,18 @@ def replace_options(p, **options):
     return replace(p, options=tuple(dict(p.options, **options).items()))
 
 
-def test_the_combine_of_a_rows_segments_is_launched_while_the_partial_kernel_runs_on_hopper():
-    # MLA's decode step on an H100's 132 multiprocessors: four segments a row tile; the partial kernel lets the
-    # combine launch at once (griddepcontrol.launch_dependents) and the combine waits for the whole partial kernel
-    # (griddepcontrol.wait) before it reads the states; merged in a cluster there is no combine, and the simulator
+@pytest.mark.parametrize("early", [0, 1])
+def test_a_dependent_combine_of_a_rows_segments_waits_for_the_whole_partial_kernel(monkeypatch, early):
+    # (a setting, off by default: measured no faster) MLA's decode step on an H100's 132 multiprocessors, four
+    # segments a row tile: the combine launched while the partial kernel runs waits for all of it
+    # (griddepcontrol.wait) before it reads the states, and the partial kernel lets it launch at its start
+    # (griddepcontrol.launch_dependents) where asked; merged in a cluster there is no combine, and the simulator
     # launches nothing early
     from redalgebra.cli import HOPPER
+    from redalgebra.codegen.strategies import mma, wgmma_policy
+
+    monkeypatch.setattr(wgmma_policy, "DEPENDENT_COMBINE", 1)
+    monkeypatch.setattr(mma, "EARLY_COMBINE", early)
 
     dtypes = {"c": "float16", "kr": "float16", "qc": "float16", "qr": "float16"}
     sizes, reps = {"r": 512, "e": 64}, {"c": 128, "kr": 128}
@@ -194,7 +200,9 @@ def test_the_combine_of_a_rows_segments_is_launched_while_the_partial_kernel_run
     bodies = src.source.split("def partial(")[1].split("def combine(")
     first = [[ln.strip() for ln in body.splitlines()[1:] if ln.strip() and not ln.strip().startswith('"')][0]
              for body in bodies]
-    assert first == ["grid_launch()", "grid_wait()"]
+    assert first[1] == "grid_wait()" and (first[0] == "grid_launch()") == bool(early)
+    monkeypatch.setattr(wgmma_policy, "DEPENDENT_COMBINE", 0)
+    assert not kernel.spec_for(16 * 128, 4096, dtypes, sizes, reps=reps, device=(HOPPER, 132))[1].dependent
     clustered = compile(fused("mla_decode"), "cuda", "wgmma", cluster=True)
     assert not clustered.spec_for(16 * 128, 4096, dtypes, sizes, reps=reps, device=(HOPPER, 132))[1].dependent
     simulated = compile(fused("mla_decode"), "cudasim", "wgmma", segments=4)

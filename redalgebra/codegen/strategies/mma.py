@@ -695,7 +695,8 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         merge = VRowsKernel(self.f, replace(self.spec, threads=32, group=32, vec=4, tile=1), (self.consts, self.counter))
         partial, combine = self.kernel(), merge.combine()
         if self.spec.dependent:  # (the combine launched while the partial kernel runs: it waits for all of it)
-            partial, combine = [Call("grid_launch", ())] + partial, [Call("grid_wait", ())] + combine
+            partial = [Call("grid_launch", ())] * EARLY_COMBINE + partial
+            combine = [Call("grid_wait", ())] + combine
         return [("partial", tuple(common + part + ["rows", "length", "nseg"]), "rows", partial),
                 ("combine", tuple(common + part + outs + ["rows", "length", "nseg"]), "combine", combine)]
 
@@ -704,6 +705,12 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
         return tuple((f"part_{r.name}", "float32", "segments",
                       None if self.c.sizes[r.name] is None else self.lay.size_const(self.c.sizes[r.name]))
                      for r in self.c.reductions)
+
+
+#: With a dependent combine (``Spec.dependent``), whether the partial kernel lets it launch at its start
+#: (``griddepcontrol.launch_dependents``) rather than as its blocks end. A setting for ``gpu/sweep.py``: at its start,
+#: MLA B4 ran 8 µs slower on an H100 (:data:`~.wgmma_policy.DEPENDENT_COMBINE`).
+EARLY_COMBINE = 0
 
 
 # -- registration ------------------------------------------------------------------------------------------

@@ -31,7 +31,10 @@ NO_RESIDUALS = 1
 CLUSTER = 0
 #: Whether the combine kernel of a row's segments is launched dependent (``Spec.dependent``, Hopper's programmatic
 #: dependent launch): its launch made while the partial kernel runs, its blocks placed as the partial blocks leave.
-DEPENDENT_COMBINE = 1
+#: Off: with the partial kernel letting it launch at once (:data:`~.mma.EARLY_COMBINE`), MLA B4 took 0.0414 and
+#: 0.0419 ms against 0.0336 and 0.0337 launched after it, B16 the same both ways (0.0647 and 0.0645 against 0.0648 and
+#: 0.0646; H100, ``gpu/README.md``, 2026-12-06, thirteenth session). A setting for ``gpu/sweep.py``.
+DEPENDENT_COMBINE = 0
 #: Threads of a block: one warpgroup (64 rows) on the GPU, one warp (16 rows) in the simulator.
 THREADS, SIM_THREADS = 128, 32
 #: Rows of the producer block on the GPU: its two consumer warpgroups' 64 each.

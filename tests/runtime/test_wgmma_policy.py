@@ -179,11 +179,10 @@ def replace_options(p, **options):
 
 @pytest.mark.parametrize("early", [0, 1])
 def test_a_dependent_combine_of_a_rows_segments_waits_for_the_whole_partial_kernel(monkeypatch, early):
-    # (a setting, off by default: measured no faster) MLA's decode step on an H100's 132 multiprocessors, four
-    # segments a row tile: the combine launched while the partial kernel runs waits for all of it
-    # (griddepcontrol.wait) before it reads the states, and the partial kernel lets it launch at its start
-    # (griddepcontrol.launch_dependents) where asked; merged in a cluster there is no combine, and the simulator
-    # launches nothing early
+    # MLA's decode step on an H100's 132 multiprocessors, four segments a row tile: the combine launched while the
+    # partial kernel runs waits for all of it (griddepcontrol.wait) before it reads the states, and the partial kernel
+    # lets it launch at its start (griddepcontrol.launch_dependents) only where asked (measured slower), else as its
+    # blocks end; merged in a cluster there is no combine, and the simulator launches nothing early
     from redalgebra.cli import HOPPER
     from redalgebra.codegen.strategies import mma, wgmma_policy
 

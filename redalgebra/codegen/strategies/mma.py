@@ -708,8 +708,9 @@ class MmaKernel(TileCopies, TileUpdate, TreeKernel):
 
 
 #: With a dependent combine (``Spec.dependent``), whether the partial kernel lets it launch at its start
-#: (``griddepcontrol.launch_dependents``) rather than as its blocks end. A setting for ``gpu/sweep.py``: at its start,
-#: MLA B4 ran 8 µs slower on an H100 (:data:`~.wgmma_policy.DEPENDENT_COMBINE`).
+#: (``griddepcontrol.launch_dependents``) rather than as its blocks end (each block's end lets it launch). A setting
+#: for ``gpu/sweep.py``: at its start, MLA B4 ran 8 µs slower on an H100, where as the blocks end it ran 1.6 µs faster
+#: (:data:`~.wgmma_policy.DEPENDENT_COMBINE`).
 EARLY_COMBINE = 0
 
 

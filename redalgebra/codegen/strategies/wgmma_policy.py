@@ -31,10 +31,11 @@ NO_RESIDUALS = 1
 CLUSTER = 0
 #: Whether the combine kernel of a row's segments is launched dependent (``Spec.dependent``, Hopper's programmatic
 #: dependent launch): its launch made while the partial kernel runs, its blocks placed as the partial blocks leave.
-#: Off: with the partial kernel letting it launch at once (:data:`~.mma.EARLY_COMBINE`), MLA B4 took 0.0414 and
-#: 0.0419 ms against 0.0336 and 0.0337 launched after it, B16 the same both ways (0.0647 and 0.0645 against 0.0648 and
-#: 0.0646; H100, ``gpu/README.md``, 2026-12-06, thirteenth session). A setting for ``gpu/sweep.py``.
-DEPENDENT_COMBINE = 0
+#: Measured on an H100 (``gpu/README.md``, 2026-12-06, thirteenth session; ``gpu/sweep.py``, two rounds, one process):
+#: the partial kernel letting it launch as its blocks end, MLA B4 0.0319 and 0.0318 ms against 0.0335 and 0.0334
+#: launched after it, B16 0.0631 and 0.0629 against 0.0649 and 0.0646; letting it launch at its start
+#: (:data:`~.mma.EARLY_COMBINE`), B4 0.0414 and 0.0419 against 0.0336 and 0.0337, B16 the same both ways.
+DEPENDENT_COMBINE = 1
 #: Threads of a block: one warpgroup (64 rows) on the GPU, one warp (16 rows) in the simulator.
 THREADS, SIM_THREADS = 128, 32
 #: Rows of the producer block on the GPU: its two consumer warpgroups' 64 each.

@@ -41,6 +41,7 @@ BARE = frozenset("""
     LOG2E ex2 ml mo go cand nlive nopen bnan onan
     kt ct sub col0 colok l0 l1 l2 l3 l4 l5 l6 l7 sk eg gl wr wc8 wpr
     orc podd kc
+    smc pa mk lr mrow nmr
 """.split())
 #: What comes before the first underscore of the generator's other identifiers (``s_m``, ``e_x_0_1``); ``gen_`` is
 #: the generator's own loop and index names (``gen_k``), where a short bare name would take a user's (``k``, ``m``).
@@ -50,7 +51,7 @@ PREFIXES = frozenset("""
     wgmma swizzle fence ce cc so div ga gb tq dk dv dq dl ac f e4m3 fo shk shki cv ci fd wo wd fp8 b16 fb wk wv BOUNDS
     grid prefetch z numba rv sv sqrt lds sts lv s0 s1 s2 s3 o0 bar kk lc lk nn ow tf
     tw regs tu zn warp pw0 pw1 ps pr axo fr xw
-    gen
+    gen cluster
 """.split())
 
 

@@ -40,11 +40,8 @@ from .lowering import SIMULATOR, _device, _side_effect
 if not SIMULATOR:
     from .lowering import TypingError
 
-__all__ = ["cluster_check", "cluster_sync", "ld_cluster_f32", "ld_cluster_f32x4", "sts_f32x2", "clustered", "CLUSTER_PORTABLE", "CLUSTER_MOST"]
+__all__ = ["cluster_check", "cluster_sync", "ld_cluster_f32", "ld_cluster_f32x4", "sts_f32x2", "clustered"]
 
-#: Blocks a cluster may hold on every sm_90 GPU (the portable size), and at most on a Hopper with the function's
-#: non-portable attribute set (:class:`~.driver.DriverStep` sets it past the portable size).
-CLUSTER_PORTABLE, CLUSTER_MOST = 8, 16
 
 #: Seconds a simulated block waits for the rest of its cluster at ``cluster_sync`` before the launch is failed (a
 #: kernel whose threads do not all reach it: on the GPU, a hang).

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 from functools import lru_cache
 
+from ..codegen.strategies.cluster_merge import CLUSTER_PORTABLE
 from ..errors import RedalgebraError
 
 _SCALARS = {"int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32, "int64": ctypes.c_int64,
@@ -283,7 +284,7 @@ class DriverStep:
             if _launch_ex() is None:
                 raise RedalgebraError("a kernel launched in thread-block clusters needs cuLaunchKernelEx (CUDA 12)")
             size = cluster[0] * cluster[1] * cluster[2]
-            if size > 8:  # (past the portable size: allowed where the GPU has it, a Hopper's 16)
+            if size > CLUSTER_PORTABLE:  # (past the portable size: allowed where the GPU has it, a Hopper's 16)
                 _check(set_attribute(self.function, _NON_PORTABLE, 1), "cuFuncSetAttribute (non-portable cluster)")
             attributes.append(LaunchAttribute(id=_CLUSTER))
             attributes[-1].value[0:3] = list(cluster)

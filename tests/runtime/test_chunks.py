@@ -89,10 +89,10 @@ def test_a_chunked_launch_slices_the_rows_and_starts_each_step_while_the_one_bef
     # (the call's grids, as the launch computed them — a walking kernel's capped: the kernels launched once take them)
     plan = chunked_steps(module, entries, strategy, Spec(row_chunk=16), dev, 40, {"x", "fac", "out_y"}, False,
                          {"widen": 7})
-    assert [(k, dependent) for k, _, _, dependent, _ in plan] == [
+    assert [(k, dependent) for k, _, _, dependent, *_ in plan] == [
         (("widen", 7), False), (("factors", 16), False), (("tiles", 1), True), (("factors", 16), True),
         (("tiles", 1), True), (("factors", 8), True), (("tiles", 1), True)]
-    for c, (_, names, args, _, offsets) in enumerate(plan[1:]):
+    for c, (_, names, args, _, offsets, _) in enumerate(plan[1:]):
         r0 = 16 * (c // 2)
         got = dict(zip(names, args))
         assert got["rows"] == min(16, 40 - r0)

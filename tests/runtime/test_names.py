@@ -137,7 +137,7 @@ def _unlisted(src, declared, strategy) -> set:
 def _more_configurations(name, f, declared, sizes) -> set:
     """The unlisted identifiers of kernels the strategies build only for some shapes and options: the columns'
     staged e4m3 factors with a mask, K-major weights in columns_wgmma, the split kernels' combine (vrows, wgmma with
-    segments), wgmma's producer warpgroup."""
+    segments, merged by a combine kernel or in a cluster), wgmma's producer warpgroup."""
     c = f.cascade
     vectors = [s.name for s in c.inputs if s.size is not None]
     missing = set()
@@ -151,6 +151,7 @@ def _more_configurations(name, f, declared, sizes) -> set:
         b16 = {s.name: "bfloat16" for s in c.inputs}
         shared = {v: 16 for v in vectors}
         configs += [("wgmma", {"segments": 4}, 16, 4096, b16, True, shared, ()),
+                    ("wgmma", {"segments": 4, "cluster": True}, 16, 4096, b16, True, shared, ()),
                     ("wgmma", {"threads": 384}, 4096, 512, b16, False, {v: 64 for v in vectors}, ()),
 
                     ("vrows", {}, 9, 256, b16, True, {v: 9 for v in vectors}, ())]

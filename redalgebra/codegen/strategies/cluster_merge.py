@@ -29,6 +29,10 @@ from __future__ import annotations
 from ..tree import Assign, If
 from .vrows import VRowsKernel
 
+#: Blocks a cluster may hold on every sm_90 GPU (the portable size), and at most on a Hopper with the function's
+#: non-portable attribute set (:class:`~redalgebra.runtime.driver.DriverStep` sets it past the portable size).
+CLUSTER_PORTABLE, CLUSTER_MOST = 8, 16
+
 
 def park_plan(scalars: list, vectors: dict, bm: int) -> tuple[dict, int]:
     """Where a block parks its states (offsets in float32 of its dynamic shared memory): ``{name: (base, pitch)}`` —

@@ -408,12 +408,11 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
 
 def _cluster(fused: FusedCascade, p: Problem, nseg: int, bm: int, shared: int, walking: bool) -> bool:
     """Whether a row tile's segments run as one thread-block cluster and merge there (:mod:`.cluster_merge`): as asked
-    (``cluster``), else by :data:`CLUSTER` (off) wherever it applies — two to :data:`~redalgebra.runtime.cluster.CLUSTER_MOST`
+    (``cluster``), else by :data:`CLUSTER` (off) wherever it applies — two to :data:`~.cluster_merge.CLUSTER_MOST`
     segments, blocks of consumers only (no producer warpgroup, not walking), and the states parked in the block's
     shared memory (:func:`.cluster_merge.park_plan`). Asked where it does not apply, refused; a row of one segment
     (a short call) has nothing to merge and runs without, asked or not."""
-    from ...runtime.cluster import CLUSTER_MOST
-    from .cluster_merge import park_plan
+    from .cluster_merge import CLUSTER_MOST, park_plan
 
     asked = p.option("cluster")
     c = fused.cascade

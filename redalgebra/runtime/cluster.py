@@ -132,6 +132,9 @@ def _sim_sts_f32x2(s, idx, a, b):
     flat = np.asarray(getattr(s, "_ary", s)).reshape(-1)
     if flat.dtype != np.float32 or int(idx) % 2 or not 0 <= int(idx) <= flat.size - 2:
         raise IndexError(f"sts_f32x2: index {idx} misaligned or outside {flat.size} float32 (a float32 shared array)")
+    from .sim_async import _sim_check_write
+
+    _sim_check_write("sts_f32x2", flat, 4 * int(idx), 8)  # (refused where a wgmma in flight still reads the bytes)
     flat[int(idx)] = np.float32(a)
     flat[int(idx) + 1] = np.float32(b)
 

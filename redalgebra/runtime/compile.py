@@ -352,6 +352,9 @@ class Kernel:
                                    ("sms", device[1] if device else device_multiprocessors(self.backend))),
                           k_major=tuple(self.to_generated({k: 0 for k in k_major})))
         strategy = self.resolve(rows, length, sizes, reps, problem)
+        if self.cluster and strategy != "wgmma":  # (only wgmma's segments merge in a thread-block cluster)
+            raise RedalgebraError(f"cluster=True merges a row's segments in a thread-block cluster, which only the "
+                                  f"wgmma strategy does (Hopper); this call runs {strategy}: leave cluster out")
         halves = [p.name for p in c.params if given.get(p.name, "float32") != "float32"]
         if halves and not get(strategy).params16:
             names = ", ".join(halves)  # (user_messages names them as the user does)

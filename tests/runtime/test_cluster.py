@@ -141,6 +141,8 @@ def test_cluster_asked_where_a_row_is_one_segment_runs_without_and_is_refused_wh
         many.spec_for(20, 64 * 20, dtypes, sizes, reps=reps)
     with pytest.raises(RedalgebraError, match="cluster must be True, False or None"):
         compile(fused("mla_decode"), "cudasim", "wgmma", cluster="yes")
+    with pytest.raises(RedalgebraError, match="only the wgmma strategy does"):  # (not silently ignored)
+        compile(fused("mla_decode"), "cudasim", "mma", cluster=True).spec_for(20, 200, dtypes, sizes, reps=reps)
 
 
 def test_the_launch_config_of_a_cluster_is_c_layout():

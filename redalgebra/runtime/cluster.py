@@ -22,7 +22,11 @@ that use them are launched so and name the rank so.
 Under the simulator the blocks of a cluster run together, each with shared memory of its own (numba's simulator runs a
 launch's blocks one after the other on one buffer, where a block waiting for the others at ``cluster_sync`` would wait
 forever): :func:`clustered` wraps a launch, deferring each block until its cluster's last one comes, then running the
-cluster's blocks in threads of their own. ``ld_cluster_*`` read the other block's own buffer at the same offset.
+cluster's blocks in threads of their own. ``ld_cluster_*`` read the other block's own buffer at the same offset, and
+refuse a block that has ended (its shared memory gone). What the model does not see: plain reads of shared memory by
+the block's other warps (a park without the block barrier before it passes here; the generated kernels' structure is
+tested instead), and time — a cluster of many blocks runs all their threads at once, slowly (minutes for 12 blocks of
+128 threads).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class _OwnShared:
         self._dynshared_size = size
         self._dynshared = np.full(max(size, 1), 0xFF, np.uint8)
         self._allocations = Poisoned()
+        self.gone = False  # (the block has ended: :func:`clustered`)
 
 
 class _Cluster:
@@ -125,7 +130,11 @@ def _remote(s, idx: int, count: int, rank: int) -> np.ndarray:
     at = start + 4 * int(idx)
     if int(idx) % count or at < 0 or at + 4 * count > own.size:
         raise IndexError(f"ld_cluster: index {idx} misaligned or outside the dynamic shared memory")
-    return members[int(rank)].own_shared._dynshared[at:at + 4 * count].view(np.float32)
+    remote = members[int(rank)].own_shared
+    if remote.gone:
+        raise RedalgebraError(f"ld_cluster: block {rank} of the cluster has ended, and its shared memory with it (a "
+                              f"block must not leave while the others read it: a cluster_sync before it ends)")
+    return remote._dynshared[at:at + 4 * count].view(np.float32)
 
 
 def _sim_sts_f32x2(s, idx, a, b):
@@ -184,6 +193,8 @@ def clustered(dims: tuple, shared: int):
             except BaseException as err:  # noqa: BLE001 - raised in the launch's thread below
                 errors.append(err)
                 cluster.barrier.abort()  # (the other blocks' threads waiting for this one stop waiting)
+            finally:  # (on the GPU a block's shared memory goes with it: a later read of it is refused)
+                block.own_shared.gone = True
 
         threads = [threading.Thread(target=member, args=job, daemon=True) for job in cluster.pending]
         for t in threads:

@@ -59,6 +59,36 @@ def test_a_cluster_intrinsic_outside_a_clustered_launch_is_refused_not_a_hang():
         kernel[(1, 2), 4, 0, 64](np.zeros((1, 2, 4), np.float32))
 
 
+def test_reading_the_shared_memory_of_a_block_that_has_ended_is_refused():
+    # without the cluster's second meeting, a block may end (its shared memory with it) while another still reads
+    # it: the simulator refuses the read of an ended block's shared memory
+    from numba import float32
+
+    from redalgebra.runtime import cluster
+    from redalgebra.runtime.backends import cuda_module
+
+    import time
+
+    # (a simulated kernel is Python: block 1 waits past block 0's end, its threads joined, by the clock)
+    space = {"cuda": cuda_module("cudasim"), "float32": float32, "cluster_sync": cluster.cluster_sync,
+             "ld_cluster_f32": cluster.ld_cluster_f32, "sleep": time.sleep}
+    exec("def early(out):\n"
+         "    smc = cuda.shared.array(0, float32)\n"
+         "    smc[cuda.threadIdx.x] = float32(cuda.blockIdx.y)\n"
+         "    cluster_sync()\n"
+         "    if cuda.blockIdx.y == 1:\n"
+         "        while out[0] == 0:\n"  # (block 1 reads only once block 0 has ended)
+         "            pass\n"
+         "        sleep(0.5)\n"
+         "        out[1] = ld_cluster_f32(smc, 0, 0)\n"
+         "    else:\n"
+         "        out[0] = 1\n", space)
+    early = space["cuda"].jit(space["early"])
+    with pytest.raises(RedalgebraError, match="has ended"):
+        with cluster.clustered((1, 2, 1), 64):
+            early[(1, 2), 1, 0, 64](np.zeros(2, np.float32))
+
+
 def test_a_grid_that_is_not_whole_clusters_is_refused():
     from redalgebra.runtime import cluster
     from redalgebra.runtime.backends import cuda_module
@@ -126,6 +156,11 @@ def test_segments_merged_in_a_cluster_give_the_combine_kernels_outputs(batch, he
     text = src.source
     assert "cluster_check(nseg)" in text and text.count("cluster_sync()") == 2 and "ld_cluster_f32x4(smc" in text
     assert "part_" not in text
+    # what the simulator cannot see: every warp is done with the stages before the park overwrites them (a block
+    # barrier), and the block's last act is the cluster's second meeting (no block leaves while another reads it)
+    lines = [ln.strip() for ln in text.split("def kernel(")[1].splitlines() if ln.strip()]
+    park = lines.index("smc = cuda.shared.array(0, float32)")
+    assert lines[park - 1] == "cuda.syncthreads()" and lines[-1] == "cluster_sync()"
 
 
 def test_cluster_asked_where_a_row_is_one_segment_runs_without_and_is_refused_where_it_cannot_apply():

@@ -121,7 +121,8 @@ def _cmd_ptx(args) -> int:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise RedalgebraError(f"--{name} must be a positive integer, got {getattr(args, name)}")
     kernel = compile_kernel(fused, "cuda", args.strategy, fp8_products=args.fp8_products, threads=args.threads,
-                            persistent=True if args.persistent else None, group=args.group)  # needs no GPU
+                            persistent=True if args.persistent else None, group=args.group,
+                            cluster=True if args.cluster else None)  # needs no GPU
     reps = {s.name: args.rows for s in c.inputs if s.size is not None} if args.shared else None
     dtypes = input_dtypes(args.dtype, [s.name for s in c.inputs],
                           sorted(q.name for q in c.params if q.size is not None))
@@ -141,7 +142,8 @@ def _cmd_ptx(args) -> int:
     elif spec.group:  # (the tile strategies' rows a warp's products take, the columns strategies' columns a block / 8)
         launch += [f"group {spec.group}"]
     launch += [f"segments {n}" for n in [extra.get("nseg")] if n] + ["fast_exp"] * spec.fast_exp + \
-        ["FP8 products"] * spec.fp8_products
+        ["FP8 products"] * spec.fp8_products + ["segments merged in a thread-block cluster"] * spec.cluster + \
+        ["kernels after the first launched dependent"] * spec.dependent
     # (columns_wgmma's module launched in chunks of rows, its product's registers capped: strategies/chunks.py)
     launch += [f"chunks of {spec.row_chunk} rows"] * bool(spec.row_chunk) + \
         [f"the product at most {spec.max_registers} registers"] * bool(spec.max_registers)
@@ -319,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="columns_wgmma: the product on the FP8 instruction (e4m3 weights; not exact: see compile())")
     p.add_argument("--persistent", action="store_true",
                    help="blocks that walk their work (rows, or columns_wgmma's output tiles) instead of a block each")
+    p.add_argument("--cluster", action="store_true",
+                   help="wgmma with segments: a row tile's segments merged in a thread-block cluster, one kernel "
+                        "(see compile())")
     p.add_argument("--group", type=int, metavar="G",
                    help="the strategy's group (rows: threads a row; vrows: lanes an element; columns strategies: "
                         "columns a block / 8, e.g. 24 for columns_wgmma's FP8 blocks of 192); default: chosen per shape")

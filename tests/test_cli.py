@@ -193,6 +193,7 @@ def test_ptx_takes_a_query_in_16_bits_as_a_model_holds_it(tmp_path):
     (["ptx", "attention", "--dtype", "float16,q=e4m3"], "param q may be given in float16 or bfloat16"),
     (["ptx", "attention", "--dtype", "float16,z=float16"], "no input or vector param named 'z' (the inputs: k, v; "
                                                            "the vector params: q)"),
+    (["ptx", "safe_softmax", "--cluster"], "only the wgmma strategy does (Hopper); this call runs rows"),
 ])
 def test_ptx_bad_input_exits_2_with_a_message(capsys, argv, fragment):
     code, _, err = run(capsys, *argv)

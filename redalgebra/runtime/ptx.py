@@ -238,7 +238,9 @@ def facts_text(facts: dict) -> list[str]:
             f"({f['ld_global_nc']} through the read-only cache), {f['ld_global_vector_narrow']} narrower vectors, "
             f"{f['ld_global_scalar']} scalar",
             f"global stores: {f['st_global_128']} of 128 bits, {f['st_global_vector_narrow']} narrower vectors, "
-            f"{f['st_global_scalar']} scalar; generic loads/stores: {f['ld_generic']}/{f['st_generic']}",
+            f"{f['st_global_scalar']} scalar; generic loads/stores: {f['ld_generic']}/{f['st_generic']}" + (
+                f"; loads from the cluster's shared memory: {f['ld_cluster']}, cluster barriers: "
+                f"{f['cluster_barriers']}" if f.get("ld_cluster") else ""),
             f".local: {f['local_bytes']} bytes, {f['ld_local']} loads, {f['st_local']} stores; f64 instructions: {f['f64']}; ex2.approx: {f['ex2']}; "
             f"shfl.sync.bfly: {f['shfl_bfly']}"] + (
         [f"ptxas: {f['registers']} registers per thread at most, {f['spill_stores']}/{f['spill_loads']} bytes "

@@ -90,3 +90,24 @@ def test_vectors_too_wide_for_a_lanes_registers_are_refused_and_auto_goes_elsewh
         compile(f, "cudasim", "vrows").spec_for(16, 7168, {"x": "bfloat16", "w": "bfloat16"}, {"n": 7168})
     assert choose(f, 16, 7168, {"n": 7168}) != "vrows"
     assert choose(fused("rmsnorm_gemm"), 16, 7168, {"n": 64}) == "vrows"
+
+
+@pytest.mark.parametrize("setting", [0, 1])
+def test_a_dependent_combine_waits_for_the_whole_partial_kernel_and_is_a_setting(monkeypatch, setting):
+    # decode attention split into segments on a Hopper: with the setting, the combine is launched dependent and its
+    # first act is to wait for the partial kernel (griddepcontrol.wait); off by default, and never in the simulator
+    from redalgebra.cli import HOPPER
+    from redalgebra.codegen.strategies import vrows
+
+    monkeypatch.setattr(vrows, "DEPENDENT_COMBINE", setting)
+    f = fused("decode_attention")
+    dtypes = {s.name: "bfloat16" for s in f.cascade.inputs}
+    kernel = compile(f, "cuda", "vrows")
+    strategy, spec, extra = kernel.spec_for(32, 65536, dtypes, {"d": 128}, reps={"k": 32, "v": 32},
+                                            device=(HOPPER, 132))
+    assert extra["nseg"] > 1 and spec.dependent == bool(setting)
+    combine = kernel.source(spec, strategy).source.split("def combine(")[1]
+    first = [ln.strip() for ln in combine.splitlines()[1:] if ln.strip() and not ln.strip().startswith('"')][0]
+    assert (first == "grid_wait()") == bool(setting)
+    simulated = compile(f, "cudasim", "vrows", segments=4)
+    assert not simulated.spec_for(32, 4096, dtypes, {"d": 128}, reps={"k": 32, "v": 32})[1].dependent

@@ -36,7 +36,7 @@ from ...errors import RedalgebraError
 from ...ir.functions import Dot, VSum
 from ..emit import Spec
 from ..states import ComponentState, ScalarState, bind_program, merge_stmts, identity_text
-from ..tree import Assign, Barrier, For, If, Load, Shuffle, Store
+from ..tree import Assign, Barrier, Call, For, If, Load, Shuffle, Store
 from . import VEC, Problem, Strategy, pow2, register
 from .base import TreeKernel, named_nodes
 
@@ -70,6 +70,12 @@ def refusal(fused: FusedCascade) -> str | None:
                 return f"vrows: a dot product inside a dot product ({node}); use lanes"
     return None
 
+
+#: Whether the combine kernel of a row's segments is launched dependent on Hopper (``Spec.dependent``: its launch made
+#: while the partial kernel runs, its blocks placed as the partial blocks end, waiting for the whole partial kernel
+#: before it reads their states), as ``wgmma``'s is (:data:`~.wgmma_policy.DEPENDENT_COMBINE`, where it made MLA's
+#: decode step 3–5 % faster on an H100). Off here until timed on decode attention (``gpu/sweep.py``).
+DEPENDENT_COMBINE = 0
 
 #: The states the combine kernel loads at once (one segment each) before merging them in order: their loads are in
 #: flight together (a warp reading MLA's 16 segments one after the other, each merge waiting for its load, took
@@ -395,8 +401,10 @@ class VRowsKernel(TreeKernel):
         body = self.threads_setup() + self.row_setup("cuda.blockIdx.x")
         body += [Assign("seg", "cuda.blockIdx.y"), Assign("lo", "seg * seglen"), Assign("hi", "min(lo + seglen, length)")]
         body += self.fold_range("lo", "hi") + self.write_part()
+        # (launched dependent, Spec.dependent: the combine waits for the whole partial kernel before reading its states)
+        combine = [Call("grid_wait", ())] * self.spec.dependent + self.combine()
         return [("partial", tuple(common + part + ["rows", "length", "seglen"]), "rows_segments", body),
-                ("combine", tuple(common + part + outs + ["rows", "length", "nseg"]), "combine", self.combine())]
+                ("combine", tuple(common + part + outs + ["rows", "length", "nseg"]), "combine", combine)]
 
     def combine(self) -> list:
         """The combine kernel's body: a row's segments (``part_*``) merged in order by the derived merge, then its
@@ -469,8 +477,11 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
         busy = p.busy_blocks()
         nseg = 1 if p.rows >= busy else min(-(-busy // max(p.rows, 1)), -(-p.length // (2 * per_step)))
     nseg = max(1, min(int(nseg), max(p.length, 1)))
+    # (the combine launched while the partial kernel runs, on Hopper: :data:`DEPENDENT_COMBINE`)
+    dependent = bool(DEPENDENT_COMBINE) and nseg > 1 and not p.option("simulator") and \
+        tuple(p.option("cc") or ())[:1] >= (9,)
     return dict(threads=threads, group=group, vec=vec, tile=tile, segments=nseg, nseg=nseg,
-                fast_exp=p.option("fast_exp", False))
+                fast_exp=p.option("fast_exp", False), dependent=dependent)
 
 
 def grid(rows: int, spec: Spec, named) -> dict:

@@ -51,7 +51,7 @@ class Spec:
     pre_vec: int = 1             # columns, columns_mma: elements per wide load of the scalar reductions' kernel
     cluster: bool = False        # mma, wgmma with segments: a row tile's segments launched as one thread-block cluster
     #                              (sm_90), merged through distributed shared memory by the partial kernel itself: no
-    #                              partial states in global memory, no combine kernel (:meth:`MmaKernel.cluster_merge`)
+    #                              partial states in global memory, no combine kernel (:mod:`.strategies.tile_segments`)
     dependent: bool = False      # a module's kernels after its first may start while the one before runs (Hopper's
     #                              programmatic dependent launch): they wait for it (grid_wait) before reading it
     unroll: int = 0              # columns_mma: steps of 16 elements a warp loads before their products (0: its UNROLL)

@@ -40,6 +40,7 @@ from numba import types
 
 from ..errors import RedalgebraError
 from .lowering import SIMULATOR, _device, _side_effect
+from .sim_async import _sim_check_write
 
 if not SIMULATOR:
     from .lowering import TypingError
@@ -120,7 +121,7 @@ def _sim_cluster_check(size):
 def _remote(s, idx: int, count: int, rank: int) -> np.ndarray:
     manager = _manager()
     members = manager.cluster.members
-    if not 0 <= int(rank) < len(members) or int(rank) not in members:
+    if int(rank) not in members:
         raise IndexError(f"ld_cluster: rank {rank} outside the cluster's {len(members)} blocks")
     ary = np.asarray(getattr(s, "_ary", s))
     own = manager.own_shared._dynshared
@@ -141,8 +142,6 @@ def _sim_sts_f32x2(s, idx, a, b):
     flat = np.asarray(getattr(s, "_ary", s)).reshape(-1)
     if flat.dtype != np.float32 or int(idx) % 2 or not 0 <= int(idx) <= flat.size - 2:
         raise IndexError(f"sts_f32x2: index {idx} misaligned or outside {flat.size} float32 (a float32 shared array)")
-    from .sim_async import _sim_check_write
-
     _sim_check_write("sts_f32x2", flat, 4 * int(idx), 8)  # (refused where a wgmma in flight still reads the bytes)
     flat[int(idx)] = np.float32(a)
     flat[int(idx) + 1] = np.float32(b)

@@ -84,12 +84,7 @@ def clusters_of(spec: Spec, grid: tuple) -> tuple | None:
     blocks = grid[0]
     if not spec.cluster or not isinstance(blocks, tuple) or len(blocks) < 2:
         return None
-    from ..codegen.strategies.cluster_merge import CLUSTER_MOST
-
-    if not 1 <= blocks[1] <= CLUSTER_MOST:
-        raise RedalgebraError(f"a kernel that merges its segments in a cluster takes 1 to {CLUSTER_MOST} of them, "
-                              f"got {blocks[1]}")
-    return (1, int(blocks[1]), 1)
+    return (1, int(blocks[1]), 1)  # (at most a cluster's blocks: the policy refused more)
 
 
 def row_indexed(cascade, src, dev: dict) -> set:

@@ -2,7 +2,6 @@
 the driver's launch attribute, and the segments of ``wgmma`` merged in a cluster (:mod:`~redalgebra.codegen.strategies
 .cluster_merge`) against the combine kernel and float64."""
 
-import ctypes
 import dataclasses
 
 import numpy as np
@@ -178,13 +177,3 @@ def test_cluster_asked_where_a_row_is_one_segment_runs_without_and_is_refused_wh
         compile(fused("mla_decode"), "cudasim", "wgmma", cluster="yes")
     with pytest.raises(RedalgebraError, match="only the wgmma strategy does"):  # (not silently ignored)
         compile(fused("mla_decode"), "cudasim", "mma", cluster=True).spec_for(20, 200, dtypes, sizes, reps=reps)
-
-
-def test_the_launch_config_of_a_cluster_is_c_layout():
-    from redalgebra.runtime.driver import LaunchAttribute
-
-    attribute = LaunchAttribute(id=4)
-    attribute.value[0:3] = [1, 16, 1]
-    raw = bytes(attribute)
-    assert raw[:4] == (4).to_bytes(4, "little") and raw[8:20] == b"".join(v.to_bytes(4, "little") for v in (1, 16, 1))
-    assert ctypes.sizeof(attribute) == 72

@@ -184,10 +184,10 @@ def test_a_dependent_combine_of_a_rows_segments_waits_for_the_whole_partial_kern
     # lets it launch at its start (griddepcontrol.launch_dependents) only where asked (measured slower), else as its
     # blocks end; merged in a cluster there is no combine, and the simulator launches nothing early
     from redalgebra.cli import HOPPER
-    from redalgebra.codegen.strategies import mma, wgmma_policy
+    from redalgebra.codegen.strategies import tile_segments, wgmma_policy
 
     monkeypatch.setattr(wgmma_policy, "DEPENDENT_COMBINE", 1)
-    monkeypatch.setattr(mma, "EARLY_COMBINE", early)
+    monkeypatch.setattr(tile_segments, "EARLY_COMBINE", early)
 
     dtypes = {"c": "float16", "kr": "float16", "qc": "float16", "qr": "float16"}
     sizes, reps = {"r": 512, "e": 64}, {"c": 128, "kr": 128}

@@ -44,6 +44,11 @@ class Problem:
         :data:`SMS` (building offline, the simulator)."""
         return int(self.option("sms") or SMS)
 
+    def dependent_launch(self) -> bool:
+        """Whether a module's later kernel may be launched while the one before runs (Hopper's programmatic dependent
+        launch, ``Spec.dependent``): on an sm_90 GPU or later, not in the simulator."""
+        return not self.option("simulator") and tuple(self.option("cc") or ())[:1] >= (9,)
+
     def busy_blocks(self) -> int:
         """Blocks that keep the GPU busy, about four a multiprocessor: few rows are split into segments up to this."""
         return 4 * self.multiprocessors()

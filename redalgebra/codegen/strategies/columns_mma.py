@@ -552,7 +552,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     nseg = p.option("segments") or max(1, min(p.multiprocessors() * minb // blocks, tiles // 2))
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
     # on Hopper each kernel after the first starts while the one before runs (programmatic dependent launch)
-    dependent = not p.option("simulator") and tuple(p.option("cc") or ())[:1] >= (9,)
+    dependent = p.dependent_launch()
     # rows of a block: 16, or 8 (one n8 tile of products) where there are no more
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=8 if p.rows <= 8 else BM, segments=int(nseg),
                 nseg=int(nseg),

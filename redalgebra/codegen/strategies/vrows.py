@@ -478,8 +478,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
         nseg = 1 if p.rows >= busy else min(-(-busy // max(p.rows, 1)), -(-p.length // (2 * per_step)))
     nseg = max(1, min(int(nseg), max(p.length, 1)))
     # (the combine launched while the partial kernel runs, on Hopper: :data:`DEPENDENT_COMBINE`)
-    dependent = bool(DEPENDENT_COMBINE) and nseg > 1 and not p.option("simulator") and \
-        tuple(p.option("cc") or ())[:1] >= (9,)
+    dependent = bool(DEPENDENT_COMBINE) and nseg > 1 and p.dependent_launch()
     return dict(threads=threads, group=group, vec=vec, tile=tile, segments=nseg, nseg=nseg,
                 fast_exp=p.option("fast_exp", False), dependent=dependent)
 

@@ -34,7 +34,7 @@ CLUSTER = 0
 #: Measured on an H100 (``gpu/README.md``, 2026-12-06, thirteenth session; ``gpu/sweep.py``, two rounds, one process):
 #: the partial kernel letting it launch as its blocks end, MLA B4 0.0319 and 0.0318 ms against 0.0335 and 0.0334
 #: launched after it, B16 0.0631 and 0.0629 against 0.0649 and 0.0646; letting it launch at its start
-#: (:data:`~.mma.EARLY_COMBINE`), B4 0.0414 and 0.0419 against 0.0336 and 0.0337, B16 the same both ways.
+#: (:data:`~.tile_segments.EARLY_COMBINE`), B4 0.0414 and 0.0419 against 0.0336 and 0.0337, B16 the same both ways.
 DEPENDENT_COMBINE = 1
 #: Threads of a block: one warpgroup (64 rows) on the GPU, one warp (16 rows) in the simulator.
 THREADS, SIM_THREADS = 128, 32
@@ -398,8 +398,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     # segments merged by the combine kernel: launched while the partial kernel runs (programmatic dependent launch,
     # Hopper), its blocks taking each multiprocessor a partial block leaves, waiting for the whole partial kernel
     # (grid_wait) before they read its states (:data:`DEPENDENT_COMBINE`)
-    dependent = bool(DEPENDENT_COMBINE) and nseg > 1 and not cluster and not p.option("simulator") and \
-        tuple(p.option("cc") or ())[:1] >= (9,)
+    dependent = bool(DEPENDENT_COMBINE) and nseg > 1 and not cluster and p.dependent_launch()
     return dict(threads=threads, tile=tile, batch=bm, group=16, vec=8, segments=min(nseg, 2), nseg=nseg,
                 fast_exp=p.option("fast_exp", True), shared=shared, stages=stages, producer=producer,
                 persistent=persistent, cluster=cluster, dependent=dependent,
@@ -415,19 +414,20 @@ def _cluster(fused: FusedCascade, p: Problem, nseg: int, bm: int, shared: int, w
     from .cluster_merge import CLUSTER_MOST, park_plan
 
     asked = p.option("cluster")
+    wanted = bool(CLUSTER if asked is None else asked)
+    if nseg < 2 or not wanted:  # (nothing to merge: a call short enough for one segment, whatever was asked)
+        return False
     c = fused.cascade
     sizes = dict(p.sizes)
     vectors = {r.name: (c.sizes[r.name] if isinstance(c.sizes[r.name], int) else sizes[c.sizes[r.name]])
                for r in c.reductions if c.sizes[r.name] is not None}
     park = park_plan([r.name for r in c.reductions if c.sizes[r.name] is None], vectors, bm)[1]
-    if nseg < 2:  # (nothing to merge: a call short enough for one segment, whatever was asked)
-        return False
     why = (f"{nseg} segments, more than a cluster's {CLUSTER_MOST} blocks" if nseg > CLUSTER_MOST else
            "its blocks have a producer warpgroup or walk row tiles" if walking else
            f"the states take {park} bytes of shared memory, the block has {shared}" if park > shared else None)
     if asked and why is not None:
         raise RedalgebraError(f"wgmma: cluster=True merges a row's segments in a thread-block cluster, but {why}")
-    return bool(CLUSTER if asked is None else asked) and why is None
+    return why is None
 
 
 def _walking(fused: FusedCascade, p: Problem, producer: bool, nseg: int, stages: int) -> bool:

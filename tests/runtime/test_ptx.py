@@ -376,14 +376,14 @@ def test_the_walking_producer_block_meets_at_named_barriers_only(report):
 @pytest.mark.slow
 def test_mla_decode_on_warpgroups_without_serializing(report):
     facts = report[_key("mla_decode", "wgmma", 512, 4096)]
-    # both dot products (256 + 16 components) in one chain, 17 k16 steps of Q·Kᵀ over the warpgroup's 32 keys; P·V
-    # in 4 key steps of 128 columns a warpgroup, the factors from shared memory; the float32 query's residual staged
-    # beside it (at MLA's 512 + 64 it does not fit and is multiplied on mma.sync: gpu/mla_check.py); segments and
-    # their combine kernel
+    # both dot products (256 + 16 components) in one chain, 17 k16 steps of Q·Kᵀ over the tile's 64 keys by the first
+    # warpgroup, and the float32 query's residual's 17 staged beside it (at MLA's 512 + 64 it does not fit and is
+    # multiplied on mma.sync: gpu/mla_check.py); P·V in 4 key steps of 128 columns a warpgroup, the first's factors
+    # from its registers, the second's from the factor tile it hands over; segments and their combine kernel
     assert facts["strategy"] == "wgmma" and facts["segments"] == 2 and facts["kernels"] == 2
-    assert facts["wgmma"] == 2 * 17 + 4 and facts["mma"] == 0
+    assert facts["wgmma"] == 2 * 17 + 2 * 4 and facts["mma"] == 0
     assert facts["wgmma_serialized"] == 0 and facts["f64"] == 0, facts
-    # 64 accumulators of P·V and 16 of the scores a thread: no spills here (at 512 + 64, 128 accumulators: ptxas
+    # 64 accumulators of P·V and 32 of the scores a thread: no spills here (at 512 + 64, 128 accumulators: ptxas
     # spills about 200 bytes)
     assert facts["spill_stores"] == facts["spill_loads"] == 0, facts
 
@@ -395,7 +395,7 @@ def test_mla_decode_merging_its_segments_in_a_cluster_is_one_kernel_without_seri
     facts = report[_key("mla_decode", "wgmma", 512, 4096, "cluster")]
     assert facts["strategy"] == "wgmma" and facts["kernels"] == 1 and facts["cluster_barriers"] == 2
     assert facts["ld_cluster"] > 0 and facts["ld_generic"] == facts["st_generic"] == 0
-    assert facts["wgmma"] == 2 * 17 + 4 and facts["wgmma_serialized"] == 0 and facts["f64"] == 0, facts
+    assert facts["wgmma"] == 2 * 17 + 2 * 4 and facts["wgmma_serialized"] == 0 and facts["f64"] == 0, facts
     assert facts["spill_stores"] == facts["spill_loads"] == 0, facts
 
 

@@ -113,12 +113,15 @@ def _assert_close(out, ref):
 
 
 @pytest.mark.slow
-def test_wide_vector_sums_split_across_two_warpgroups_with_segments():
+@pytest.mark.parametrize("handover", [1, 0])
+def test_wide_vector_sums_split_across_two_warpgroups_with_segments(handover, monkeypatch):
     # MLA's shape at half its widths: 256-wide values (two warpgroups of 128 columns, one block of 256 threads in
-    # the simulator too, each with the scores of 32 keys), two dot products summed into one chain of accumulators,
-    # 20 heads (a partial block of 64 rows), two segments of the 70 keys (a tile, then a partial one) merged by
-    # vrows' combine kernel (gpu/mla_check.py runs these paths on the GPU, at MLA's widths, with uneven segments and
-    # with float32 queries, whose residual is staged or multiplied by mma.sync, too). The query is float32 and not
+    # the simulator too), two dot products summed into one chain of accumulators, 20 heads (a partial block of 64
+    # rows), two segments of the 70 keys (a tile, then a partial one) merged by vrows' combine kernel
+    # (gpu/mla_check.py runs these paths on the GPU, at MLA's widths, with uneven segments and with float32 queries,
+    # whose residual is staged or multiplied by mma.sync, too). The groups in roles (the default): the first computes
+    # the scores of all 64 keys and the update and hands the second the factors and the rows' corrections at a named
+    # barrier; without (HANDOVER = 0), each the scores of 32 keys, exchanging row partials. The query is float32 and not
     # exact in float16 (scores of tens: rounded, it would move the outputs 1.5e-3, 15 times the tolerance): its
     # values and residuals are staged from 16-byte loads spread over the block's threads. The exponential is the
     # fast one, as on the GPU by default (compile takes fast_exp on CUDA only: set on the kernel directly), printed as
@@ -126,15 +129,26 @@ def test_wide_vector_sums_split_across_two_warpgroups_with_segments():
     # of 16 paired across the groups, the second group's the padding's (read as zeros, not past the row)
     import dataclasses
 
+    from redalgebra.codegen.strategies import wgmma
+
+    monkeypatch.setattr(wgmma, "HANDOVER", handover)
     inputs, params, ref = _mla(1, 20, 70, 256, 24, exact=False, seed=1, spread=30.0)
     kernel = dataclasses.replace(compile(fused("mla_decode"), "cudasim", "wgmma", segments=2), fast_exp=True)
     _assert_close(kernel(inputs, params)["y"], ref)
     spec = kernel.spec_for(20, 70, {"c": "float16", "kr": "float16"}, {"r": 256, "e": 24}, reps={"c": 20, "kr": 20})[1]
     assert spec.threads == 256 and spec.batch == 64 and spec.segments == 2  # (a count above one: read at run time)
     source = kernel.source(spec, "wgmma").source
-    assert "ex2(fma32(" in source
-    assert source.count("wgmma_wait0()") == 3  # one chain of both dot products (and its residual's), one P·V
-    assert "wgmma_sst_f16(" in source and "def combine(" in source  # P·V with both groups' factors from shared memory
+    assert "ex2(fma32(" in source and "def combine(" in source
+    assert "wgmma_sst_f16(" in source  # P·V with the factors from the shared factor tile
+    if handover:
+        # the first group: one chain of both dot products at the tile's width (and its residual's), its P·V from its
+        # registers; the second: its P·V from the factor tile, after the hand-over; no row partials exchanged
+        assert source.count("wgmma_wait0()") == 4 and "wgmma_rs_f16(" in source
+        assert "bar_arrive(1, 256)" in source and "bar_sync(1, 256)" in source
+        # one block barrier a tile (its copies landed), one handing the final states over
+        assert source.count("cuda.syncthreads()") == 2
+    else:
+        assert source.count("wgmma_wait0()") == 3 and "bar_sync(" not in source
 
 
 @pytest.mark.parametrize("heads,rope", [

@@ -210,7 +210,7 @@ class TileUpdate:
         tile (one barrier a tile fewer): nothing of the tile reads ``r``'s new state — no other reduction depends on
         it (attention's row sum ``l``: the factors and the corrections depend on the maximum alone). Only the last
         such reduction (one slot of statements)."""
-        if self.ncol == 1 or not self.vred:
+        if self.bn == self.kt or not self.vred:  # (one group, or groups handing the tile over: no exchange)
             return False
         free = [q for q in self.scal if all(q.name not in self.f.analysis[o.name].deps
                                            for o in self.c.reductions if o is not q)]
@@ -219,8 +219,9 @@ class TileUpdate:
     def exchange(self, r, fold, other, split: bool = False):
         """With column groups: each group's partial ``tr_{h}`` of reduction ``r`` over its elements of the tile,
         through shared memory, combined in group order (so that every group holds the same state, bit for bit).
-        ``split``: ``(the writes, the reads)``, for a barrier between them that is not the exchange's own."""
-        if self.ncol == 1:
+        ``split``: ``(the writes, the reads)``, for a barrier between them that is not the exchange's own. None where
+        a group computes the whole tile (one group, or column groups handing the tile over: :attr:`~.wgmma.WgmmaKernel.handover`)."""
+        if self.bn == self.kt:
             return []
         slot = self.scal.index(r) * self.ncol * self.bm
         write = [If("t == 0", tuple(Assign(f"smf[xf + {slot} + cg * {self.bm} + 16 * rw + lg + {8 * h}]", f"tr_{h}")

@@ -74,6 +74,12 @@ STAGE_OUTPUTS = 1
 #: A block walking row tiles copies the next row tile's 16-bit params while its last products run
 #: (:attr:`WgmmaKernel.params_ahead`); 0 loads them after the outputs are stored (a timing setting).
 PARAMS_AHEAD = 1
+#: Column groups taking roles (:attr:`WgmmaKernel.handover`): the first computes a tile's scores and update and hands the
+#: second the factors and the rows' corrections; 0: each group the scores of its half of the keys, the two exchanging
+#: their row partials (a timing setting: ``gpu/sweep.py``).
+HANDOVER = 1
+#: The named barrier at which the first group of :attr:`WgmmaKernel.handover` hands a tile over to the second.
+HANDED = 1
 
 
 class WgmmaKernel(TileProducer, MmaKernel):
@@ -93,6 +99,8 @@ class WgmmaKernel(TileProducer, MmaKernel):
         self.resid = plan(True)[-1] <= (spec.shared or SHARED_LIMIT)
         self.base, self.qtile, self.shared_bytes = plan(self.resid)
         self.check_producer()
+        if self.handover:  # the first group computes the scores of the whole tile
+            self.bn, self.key0 = self.kt, ""
 
     def check_widths(self) -> None:
         for x in self.vin:  # (any width: shared memory bounds them, the sums' columns are split)
@@ -348,7 +356,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
                              f"{0 if first and ks == 0 else 1})")
                 return value
             inputs = dict.fromkeys(self.input_of(self.dot_list[n]) for n in group)
-            own = "" if self.ncol == 1 else f" + cg * {self.bn * ROW}"  # the group's elements: rows of the tile
+            own = "" if self.bn == self.kt else f" + cg * {self.bn * ROW}"  # the group's elements: rows of the tile
             out += [Assign(f"dk_{x}", f"wgmma_desc(sm, xb_{x}{own}, 16, {ATOM})") for x in inputs]
             value = acc
             for n in group:  # (the group's products summed: one chain, the first product's scale 0)
@@ -417,7 +425,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
         return out
 
     def loop(self) -> list:
-        return self.prelude() + super().loop()
+        return self.prelude() + super().loop() + self.states_handed()
 
     def prelude(self) -> list:
         """What the tiles' loop needs first: the scores' accumulators, which exist before the first tile (each tile's
@@ -431,6 +439,66 @@ class WgmmaKernel(TileProducer, MmaKernel):
         if self.late_wait and self.vred:  # the words a pending product reads, held at the next tile's wait
             out += [Assign(f"pa_{kk}_{i}", "uint32(0)") for kk in range(self.kt // 16) for i in range(4)]
         return out + self.descriptors()
+
+    # -- column groups, the tile handed over---------------------------------------------------------------------------
+    @property
+    def handover(self) -> bool:
+        """Whether the two column groups take roles (:data:`HANDOVER`): the first computes each tile's scores at the
+        tile's full width (``m64n64k16``) and its whole update — no row partials exchanged — and hands the second the
+        factors (the shared factor tile) and each row's correction of the vector sum at a named barrier; each then
+        multiplies the factors by its half of the value columns (the first from its registers, ``wgmma_rs``; the second
+        from the tile, ``wgmma_sst``). Split in halves, each group's scores read the whole query for half the keys
+        (1.5 times the shared-memory bytes of one ``m64n64`` chain, past what shared memory serves a cycle), and the
+        groups met at three block barriers a tile. One vector sum (one factor tile), at least one scalar reduction (the
+        states handed over at the end, :meth:`states_handed`), tiles of 64 elements (the factor tile's rows), no gate."""
+        return bool(HANDOVER) and self.ncol == 2 and self.kt == ROW and self.gate is None and len(self.vred) == 1 \
+            and bool(self.scal) and not self.producer
+
+    def handover_tile(self) -> list:
+        """A tile handed over (:attr:`handover`): the first group its scores (with the next tiles' copies issued while they
+        run), its update, the hand-over (:meth:`hand_over`) and its half of ``P · V``; the second its share of the
+        copies, then, at the hand-over, the rows' corrections and its half of ``P · V``."""
+        copies = list(self.next_copies)  # (each group issues its threads' share)
+        r = self.vred[0]
+        x, dv = self.factors[r.name][1], self.cols(r)
+        acc = self.tiles(f"o_{r.name}_0", dv // 8)
+        lead = self.scores() + [If("gen_wh", tuple(self.updates(True)), tuple(self.updates(False)))]
+        lead += self.hand_over(r) + self.value_products([r], lambda r_: "pa", lambda x_: f"xb_{x_}") + self.wait(acc)
+        lead += [Assign(f"s_{q.name}_{h}", f"n_{q.name}_{h}") for q in self.scal for h in self.rows]
+        other = copies + [Call("bar_sync", (str(HANDED), str(self.threads)))]
+        if self.f.analysis[r.name].deps:  # the rows' corrections, as the first group scaled its half
+            for h in self.rows:
+                m, hh = divmod(h, 2)
+                other.append(Assign(f"cf_{h}", f"smf[xf + 16 * rw + lg + {8 * h}]"))
+                other += [Assign(f"o_{r.name}_{m}_{j}_{i}", f"cf_{h}", "*") for j in range(dv // 8)
+                          for i in (2 * hh, 2 * hh + 1)]
+        other += self.shared_products(r, x, dv)
+        out = [Assign(f"xb_{v}", self.stage_base(v, "st")) for v in self.vin] + self.tile_start()
+        return out + [If("cg == 0", tuple(lead), tuple(other))]
+
+    def hand_over(self, r) -> list:
+        """The first group's hand-over of a tile: its factors into the shared factor tile (the words it multiplies
+        itself), each row's correction of the vector sum (``cf_{h}``, by the row's first lane), then its arrival at the
+        named barrier the second group waits at. The second group reads the factor tile with its products (the async
+        proxy: the fence first). The tile before's factors and corrections were read by then: the second group waited
+        for its products before the loop's block barrier."""
+        out = []
+        for kk in range(self.kt // 16):
+            out += self.factor_words(r, kk, 0, f"pa_{kk}") + self.factor_stores(kk, f"{16 * kk}")
+        if self.f.analysis[r.name].deps:
+            out.append(If("t == 0", tuple(Assign(f"smf[xf + 16 * rw + lg + {8 * h}]", f"cf_{h}") for h in self.rows)))
+        return out + [Call("fence_async", ()), Call("bar_arrive", (str(HANDED), str(self.threads)))]
+
+    def states_handed(self) -> list:
+        """Handing over, after the last tile: the first group's states of the scalar reductions, which the second reads for
+        the outputs (its own were never updated), through shared memory past the corrections' slots."""
+        if not self.handover:
+            return []
+        def slot(k, h):  # noqa: E306
+            return f"smf[xf + {self.bm * (k + 1)} + 16 * rw + lg + {8 * h}]"
+        write = [Assign(slot(k, h), f"s_{q.name}_{h}") for k, q in enumerate(self.scal) for h in self.rows]
+        read = [Assign(f"s_{q.name}_{h}", slot(k, h)) for k, q in enumerate(self.scal) for h in self.rows]
+        return [If("(cg == 0) and (t == 0)", tuple(write)), Barrier(), If("cg != 0", tuple(read))]
 
     # -- the pipelined order (FlashAttention-3's within a warpgroup) -----------------------------------------
     @property
@@ -451,6 +519,8 @@ class WgmmaKernel(TileProducer, MmaKernel):
         the update while it runs, its accumulators scaled once it is done, and this tile's factors packed for the next
         tile. The accumulators see the same operations in the same order as unpipelined: ``o ⊗ c`` of a tile is
         applied after the previous tile's products are added and before its own."""
+        if self.handover:
+            return self.handover_tile()
         if not self.pipelined:
             return super().tile()
         scores = self.scores(after=self.pending())
@@ -542,30 +612,37 @@ class WgmmaKernel(TileProducer, MmaKernel):
     def shared_sum_products(self, r, x: str, dv: int) -> list:
         """With column groups: each group writes its factors (its elements of the tile, rounded to the vector's
         16-bit type) into the shared factor tile (K-major, swizzled: the A operand), the block meets, and each group
-        multiplies the whole tile's factors by its ``dv`` columns of the value tile (``wgmma_sst``: both operands
-        from shared memory, the values transposed)."""
+        multiplies the whole tile's factors by its ``dv`` columns of the value tile (:meth:`shared_products`)."""
         # one factor tile for every vector sum: after the first, the block meets before it is rewritten (the other
         # group's products of the previous sum may still read it)
         out = [] if r is self.vred[0] else [Barrier()]
         for kk in range(self.bn // 16):
-            out += self.factor_words(r, kk, 0, f"pa_{kk}")
-            for w in range(4):
-                key = f"({self.bn} * cg + {16 * kk + 8 * (w >> 1)} + 2 * t)"
-                at = f"((sb + {self.base['P']} + (16 * rw + lg + {8 * (w & 1)}) * {ROW} + ({key} ^ (lg << 3))) >> 1)"
-                out.append(Assign(f"smw[{at}]", f"pa_{kk}_{w}"))
-        acc = self.tiles(f"o_{r.name}_0", dv // 8)
+            out += self.factor_words(r, kk, 0, f"pa_{kk}") + self.factor_stores(kk, f"{self.bn} * cg + {16 * kk}")
         out += [Call("fence_async", ()), Barrier()]
         if r is self.vred[0]:  # a scalar reduction's exchange deferred to this barrier (TileUpdate.deferrable)
             out += self.deferred
-        out += [Assign(acc, f"wgmma_hold({acc})"), Call("wgmma_fence", ())]
+        return out + self.shared_products(r, x, dv)
+
+    def factor_stores(self, kk: int, key: str) -> list:
+        """The words ``pa_{kk}_{w}`` of the thread's factors (16 keys from ``key``) into the shared factor tile."""
+        out = []
+        for w in range(4):
+            at = (f"((sb + {self.base['P']} + (16 * rw + lg + {8 * (w & 1)}) * {ROW} + "
+                  f"(({key} + {8 * (w >> 1)} + 2 * t) ^ (lg << 3))) >> 1)")
+            out.append(Assign(f"smw[{at}]", f"pa_{kk}_{w}"))
+        return out
+
+    def shared_products(self, r, x: str, dv: int) -> list:
+        """``o_r += P · V`` of the group's ``dv`` columns, the factors read from the shared factor tile (``wgmma_sst``:
+        both operands from shared memory, the values transposed), waited for."""
+        acc = self.tiles(f"o_{r.name}_0", dv // 8)
         value = acc
         for kk in range(self.kt // 16):
             value = f"wgmma_sst_{self.kind}({value}, dp + {2 * kk}, dv_{x} + {16 * kk * ROW // 8}, 1)"
         start = f"xb_{x} + cg * {dv // ROW * self.kt * ROW}"
         return [Assign("dp", f"wgmma_desc(sm, sb + {self.base['P']}, 16, {ATOM})"),
-                Assign(f"dv_{x}", f"wgmma_desc(sm, {start}, {self.kt * ROW * 2}, {ATOM})")] + out + [Assign(acc, value)] + \
-            self.wait(acc)
-
+                Assign(f"dv_{x}", f"wgmma_desc(sm, {start}, {self.kt * ROW * 2}, {ATOM})"),
+                Assign(acc, f"wgmma_hold({acc})"), Call("wgmma_fence", ()), Assign(acc, value)] + self.wait(acc)
 
 
 register(Strategy("wgmma", "cuda", "mma's tiles on Hopper's warpgroup instructions (sm_90a): operands from "

@@ -151,6 +151,55 @@ def test_wide_vector_sums_split_across_two_warpgroups_with_segments(handover, mo
         assert source.count("wgmma_wait0()") == 3 and "bar_sync(" not in source
 
 
+SIGMOID_SUMS = """\
+input k[d]
+input v[d]
+param q[d]
+let s = dot(q, k)
+reduce n = sum(sigmoid(s))
+reduce o = sum(sigmoid(s) * v)
+out y = o / n
+"""
+
+
+@pytest.mark.parametrize("text,masked,dtype", [(None, True, "float16"), (SIGMOID_SUMS, False, "bfloat16")])
+def test_column_groups_hand_the_tile_over_in_one_segment(text, masked, dtype, monkeypatch):
+    # 256-wide values on two column groups without segments (the outputs' path: the second group reads the first's
+    # final states), 20 rows (a partial block), 70 keys (a whole tile, then a partial one): attention with a random
+    # mask and a fully masked row (NaN, as the reference), and a cascade typed here whose vector sum has no correction
+    # (no dependency: nothing to hand over but the factors; bfloat16, as float16 products need factors shown in
+    # [0, 1] with the row's largest at 1). Handed over and not, both against float64.
+    from redalgebra import evaluate
+    from redalgebra.codegen.strategies import wgmma
+    from redalgebra.derive import derive
+    from redalgebra.ir import parse
+    from redalgebra.runtime.formats import as_bfloat16, bfloat16_to_float
+
+    f = derive(parse(text)) if text else fused("attention")
+    rng = np.random.default_rng(7)
+    inputs = {x: rng.normal(size=(1, 70, 256)).astype(np.float32) for x in ("k", "v")}
+    inputs = {x: as_bfloat16(a) if dtype == "bfloat16" else a.astype(np.float16) for x, a in inputs.items()}
+    params = {"q": (rng.normal(size=(20, 256)) / 8).astype(np.float32)}
+    params.update({p.name: np.float32(1 / 16) for p in f.cascade.params if p.size is None})
+    keep = None
+    if masked:
+        keep = rng.random((20, 70)) > 0.3
+        keep[3] = False
+    wide = {k: np.repeat(np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64), 20, 0)
+            for k, v in inputs.items()}
+    ref = evaluate(f.cascade, wide, params, keep)["y"]
+    for handover in (1, 0):
+        monkeypatch.setattr(wgmma, "HANDOVER", handover)
+        kernel = compile(f, "cudasim", "wgmma", segments=1)
+        spec = kernel.spec_for(20, 70, {"k": dtype, "v": dtype}, {"d": 256}, keep=masked)[1]
+        assert spec.threads == 256 and spec.segments == 1
+        assert ("bar_sync(1, 256)" in kernel.source(spec, "wgmma").source) == bool(handover)
+        out = kernel(inputs, params, keep)["y"]
+        assert np.array_equal(np.isnan(out), np.isnan(ref)) and np.isnan(ref).any() == masked
+        fin = np.isfinite(ref)
+        assert np.abs(out - ref)[fin].max() <= (TOLERANCE[dtype] + STORE_ROUNDING[dtype]) * np.abs(ref[fin]).max()
+
+
 @pytest.mark.parametrize("heads,rope", [
     (20, 24),  # a rope staged as 32: a chunk of its padding read as zeros; 20 heads, a partial block
     (50, 8),   # staged as 16: two 16-bit chunks a row, 128 for 256 threads, half of them past the block's 64 rows

@@ -26,8 +26,12 @@ warps of 16 rows):
 
 5. **Wide vector sums** (MLA decode: 128 heads over one 512-wide latent row, key and value at once): a warpgroup's
    accumulators hold at most 128 columns comfortably, so two warpgroups share the block's 64 rows (``ncol`` column
-   groups, 256 threads). Each computes the scores of its half of the tile's keys (``m64n32k16``), the groups
-   exchange each scalar reduction's row partials through shared memory (combined in group order: both hold the
+   groups, 256 threads), each holding half the sums' columns. By default they take roles (:attr:`WgmmaKernel.handover`):
+   the first computes each tile's scores at full width (``m64n64k16``) and its update, and hands the second the factor
+   tile and the rows' corrections at a named barrier; each multiplies the factors by its half of the value columns
+   (the first from its registers, ``wgmma_rs``; the second from the shared tile, ``wgmma_sst``). Otherwise (two vector
+   sums, a gate, :data:`HANDOVER` 0) each computes the scores of its half of the tile's keys (``m64n32k16``), the
+   groups exchange each scalar reduction's row partials through shared memory (combined in group order: both hold the
    same state, bit for bit), write their factors into one shared tile, and each multiplies the whole tile's factors
    by its half of the value columns (``wgmma_sst``: both operands from shared memory). Dot products summed in the
    cascade (``dot(qc, c) + dot(qr, kr)``) are one chain of accumulators. A param whose residual rows do not fit

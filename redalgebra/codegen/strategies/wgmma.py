@@ -82,12 +82,8 @@ PARAMS_AHEAD = 1
 #: second the factors and the rows' corrections; 0: each group the scores of its half of the keys, the two exchanging
 #: their row partials (a timing setting: ``gpu/sweep.py``).
 HANDOVER = 1
-#: 2: handed over and overlapped (:attr:`WgmmaKernel.overlapped`): the second group's products of a tile run while the
-#: first computes the next tile's scores, the second making every copy.
-#: The named barriers of the hand-over: the first group hands a tile over to the second (``HANDED``); overlapped, the
-#: second tells the first a tile has landed (``LANDED``) and the factor tile is free (``FREE``), the first tells the
-#: second it is done with a stage (``STAGE_DONE`` + the stage).
-HANDED, LANDED, FREE, STAGE_DONE = 1, 2, 3, 4
+#: The named barrier at which the first group of :attr:`WgmmaKernel.handover` hands a tile over to the second.
+HANDED = 1
 
 
 class WgmmaKernel(TileProducer, MmaKernel):
@@ -433,8 +429,6 @@ class WgmmaKernel(TileProducer, MmaKernel):
         return out
 
     def loop(self) -> list:
-        if self.overlapped:
-            return self.overlapped_loop()
         return self.prelude() + super().loop() + self.states_handed()
 
     def prelude(self) -> list:
@@ -475,7 +469,13 @@ class WgmmaKernel(TileProducer, MmaKernel):
         lead = self.scores() + [If("gen_wh", tuple(self.updates(True)), tuple(self.updates(False)))]
         lead += self.hand_over(r) + self.value_products([r], lambda r_: "pa", lambda x_: f"xb_{x_}") + self.wait(acc)
         lead += [Assign(f"s_{q.name}_{h}", f"n_{q.name}_{h}") for q in self.scal for h in self.rows]
-        other = copies + [Call("bar_sync", (str(HANDED), str(self.threads)))] + self.corrections(r, dv)
+        other = copies + [Call("bar_sync", (str(HANDED), str(self.threads)))]
+        if self.f.analysis[r.name].deps:  # the rows' corrections, as the first group scaled its half
+            for h in self.rows:
+                m, hh = divmod(h, 2)
+                other.append(Assign(f"cf_{h}", f"smf[xf + 16 * rw + lg + {8 * h}]"))
+                other += [Assign(f"o_{r.name}_{m}_{j}_{i}", f"cf_{h}", "*") for j in range(dv // 8)
+                          for i in (2 * hh, 2 * hh + 1)]
         other += self.shared_products(r, x, dv)
         out = [Assign(f"xb_{v}", self.stage_base(v, "st")) for v in self.vin] + self.tile_start()
         return out + [If("cg == 0", tuple(lead), tuple(other))]
@@ -492,82 +492,6 @@ class WgmmaKernel(TileProducer, MmaKernel):
         if self.f.analysis[r.name].deps:
             out.append(If("t == 0", tuple(Assign(f"smf[xf + 16 * rw + lg + {8 * h}]", f"cf_{h}") for h in self.rows)))
         return out + [Call("fence_async", ()), Call("bar_arrive", (str(HANDED), str(self.threads)))]
-
-    @property
-    def overlapped(self) -> bool:
-        """Whether the hand-over is overlapped (:data:`HANDOVER` 2): the block never meets at a block barrier in the loop;
-        the second group makes every copy and tells the first, at named barriers, when a tile has landed and when the
-        factor tile is free, and the first tells the second when it is done with a stage. So the first group goes on to
-        the next tile's scores as soon as the second has issued its products of this tile (they run together on the
-        tensor cores), while before both groups' products were done before any scores were issued."""
-        return self.handover and HANDOVER == 2
-
-    def overlapped_loop(self) -> list:
-        """The tiles' loop overlapped (:attr:`overlapped`). The first group, tile ``it``: waits until the tile has
-        landed, computes its scores and update, waits until the factor tile is free, hands the tile over, multiplies its
-        half, and says it is done with the stage. The second: waits for the hand-over, scales its half and issues its
-        products; waits for its copies of the next tile and says it has landed; waits for its products, says the
-        factor tile is free, waits until the first is done with the stage, and copies the tile ``stages`` on into it.
-        Every barrier's arrivals match its waits: the second says the factor tile is free once before the first tile,
-        and the first waits for it once after the last."""
-        r = self.vred[0]
-        x, dv = self.factors[r.name][1], self.cols(r)
-        acc = self.tiles(f"o_{r.name}_0", dv // 8)
-        n, stages = str(self.threads), self.stages
-
-        def bar(kind, which):
-            return Call(kind, (str(which), n))
-        self.next_copies = []  # (the second group's, below: the first's scores issue none)
-        lead = [bar("bar_sync", LANDED)] + self.scores()
-        lead += [If("gen_wh", tuple(self.updates(True)), tuple(self.updates(False))), bar("bar_sync", FREE)]
-        lead += self.hand_over(r) + self.value_products([r], lambda r_: "pa", lambda x_: f"xb_{x_}") + self.wait(acc)
-        lead += [Call("bar_arrive", (f"{STAGE_DONE} + st", n))]
-        lead += [Assign(f"s_{q.name}_{h}", f"n_{q.name}_{h}") for q in self.scal for h in self.rows]
-        landed = [Call(f"cp_wait{stages - 2}", ()), Call("fence_async", ()), bar("bar_arrive", LANDED)]
-        other = [bar("bar_sync", HANDED)] + self.corrections(r, dv) + self.shared_products(r, x, dv, wait=False)
-        other += [If("it + 1 < ntile", tuple(landed)), Call("wgmma_wait0", ()), Assign(acc, f"wgmma_hold({acc})"),
-                  bar("bar_arrive", FREE), Call("bar_sync", (f"{STAGE_DONE} + st", n))]
-        other += self.copying(lambda: [If(f"it + {stages} < ntile", tuple(self.loads(f"{self.first}it + {stages}", "st",
-                                                                                 stages))), Call("cp_commit", ())])
-        step = self.lanes("fresh(tid)") + [Assign("st", f"uint32(it) % uint32({stages})")]
-        step += [Assign(f"xb_{v}", self.stage_base(v, "st")) for v in self.vin] + self.tile_start()
-        first = [Call(f"cp_wait{stages - 1}", ()), Call("fence_async", ()), bar("bar_arrive", LANDED)]
-        head = self.initial() + [If("cg != 0", (bar("bar_arrive", FREE), If("0 < ntile", tuple(first))))]
-        return self.prelude() + head + [For("it", "0", "ntile", tuple(step + [If("cg == 0", tuple(lead),
-                                                                                  tuple(other))]))] + \
-            [If("cg == 0", (bar("bar_sync", FREE),))] + self.states_handed()
-
-    def copying(self, build) -> list:
-        """``build()``'s copies as the second group makes them (its 128 threads, ``ctid``), overlapped."""
-        self.producing = (self.threads // 2, "ctid")
-        try:
-            return [Assign("ctid", f"tid % {self.threads // 2}")] + build()  # (the second group's: tid - half)
-        finally:
-            self.producing = None
-
-    def first_copies(self) -> list:
-        """Overlapped, the second group copies the first ``stages`` tiles, each committed (every thread computes the
-        copies' places: the first group's are never used)."""
-        if not self.overlapped:
-            return super().first_copies()
-        stages = self.stages
-
-        def tiles():
-            return [s_ for k in range(stages) for s_ in (If(f"{k} < ntile", tuple(self.loads(f"{self.first}{k}", str(k), k))),
-                                                          Call("cp_commit", ()))]
-        setup = self.copying(self.copy_setup)
-        return setup + self.count() + [If("cg != 0", tuple(self.copying(tiles)))]
-
-    def corrections(self, r, dv: int) -> list:
-        """The second group's half of vector sum ``r`` scaled by the rows' corrections the first handed over."""
-        out = []
-        if self.f.analysis[r.name].deps:
-            for h in self.rows:
-                m, hh = divmod(h, 2)
-                out.append(Assign(f"cf_{h}", f"smf[xf + 16 * rw + lg + {8 * h}]"))
-                out += [Assign(f"o_{r.name}_{m}_{j}_{i}", f"cf_{h}", "*") for j in range(dv // 8)
-                        for i in (2 * hh, 2 * hh + 1)]
-        return out
 
     def states_handed(self) -> list:
         """Handing over, after the last tile: the first group's states of the scalar reductions, which the second reads for
@@ -712,18 +636,17 @@ class WgmmaKernel(TileProducer, MmaKernel):
             out.append(Assign(f"smw[{at}]", f"pa_{kk}_{w}"))
         return out
 
-    def shared_products(self, r, x: str, dv: int, wait: bool = True) -> list:
+    def shared_products(self, r, x: str, dv: int) -> list:
         """``o_r += P · V`` of the group's ``dv`` columns, the factors read from the shared factor tile (``wgmma_sst``:
-        both operands from shared memory, the values transposed), waited for (``wait``), else committed."""
+        both operands from shared memory, the values transposed), waited for."""
         acc = self.tiles(f"o_{r.name}_0", dv // 8)
         value = acc
         for kk in range(self.kt // 16):
             value = f"wgmma_sst_{self.kind}({value}, dp + {2 * kk}, dv_{x} + {16 * kk * ROW // 8}, 1)"
         start = f"xb_{x} + cg * {dv // ROW * self.kt * ROW}"
-        out = [Assign("dp", f"wgmma_desc(sm, sb + {self.base['P']}, 16, {ATOM})"),
-               Assign(f"dv_{x}", f"wgmma_desc(sm, {start}, {self.kt * ROW * 2}, {ATOM})"),
-               Assign(acc, f"wgmma_hold({acc})"), Call("wgmma_fence", ()), Assign(acc, value)]
-        return out + (self.wait(acc) if wait else [Call("wgmma_commit", ())])
+        return [Assign("dp", f"wgmma_desc(sm, sb + {self.base['P']}, 16, {ATOM})"),
+                Assign(f"dv_{x}", f"wgmma_desc(sm, {start}, {self.kt * ROW * 2}, {ATOM})"),
+                Assign(acc, f"wgmma_hold({acc})"), Call("wgmma_fence", ()), Assign(acc, value)] + self.wait(acc)
 
 
 register(Strategy("wgmma", "cuda", "mma's tiles on Hopper's warpgroup instructions (sm_90a): operands from "

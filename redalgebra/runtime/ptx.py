@@ -144,8 +144,9 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
     (thread-private memory: arrays indexed at run time, spills; the bytes the kernels declare); ``f64`` (float64 arithmetic, :func:`f64_instructions`); ``ex2``
     (``ex2.approx``); ``shfl_bfly`` (butterfly shuffles); ``sm_90`` (the target line); the tensor cores'
     ``mma`` (``mma.sync``), ``wgmma`` (``wgmma.mma_async``), ``ldmatrix`` and ``cp_async`` (16-byte copies to shared memory), ``e4m3_widen`` (pairs of e4m3 bytes widened to float16); ``ld_stream`` (global loads that
-    skip L1: data read once); ``block_barriers`` (the block's barrier 0: ``syncthreads`` and its votes) and
-    ``named_votes`` (votes at a named barrier of some of the block's threads, ``bar_red_or``); with ``assemble``,
+    skip L1: data read once); ``block_barriers`` (the block's barrier 0: ``syncthreads`` and its votes),
+    ``named_barriers`` (waits and arrivals at a named barrier of some of the block's threads: a producer's ring, the
+    column groups' hand-over) and ``named_votes`` (votes at one, ``bar_red_or``); with ``assemble``,
     ptxas's ``registers``, ``spill_stores``, ``spill_loads`` and ``stack_bytes`` (:func:`ptxas_facts`).
     """
     ptx = re.sub(r"//[^\n]*", "", ptx)  # comments (such as the summary ``redalgebra ptx`` writes) count for nothing
@@ -177,6 +178,7 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
                  cluster_barriers=len(re.findall(r"\bbarrier\.cluster\.arrive\b", ptx)),
                  block_barriers=len(re.findall(r"\bbar(?:rier)?\.sync(?:\.aligned)?\s+0\s*;", ptx)) +
                  len(re.findall(r"\bbar(?:rier)?\.red\.\w+\.\w+\s+%\w+,\s*0\s*,\s*!?%\w+\s*;", ptx)),
+                 named_barriers=len(re.findall(r"\bbarrier\.(?:sync|arrive)\.aligned\s+%?\w+\s*,\s*%?\w+\s*;", ptx)),
                  named_votes=len(re.findall(r"\bbar(?:rier)?\.red\.\w+\.\w+\s+%?\w+,\s*%?\w+\s*,\s*%?\w+\s*,\s*!?%?\w+\s*;",
                                             ptx)))
     if assemble:
@@ -242,7 +244,9 @@ def facts_text(facts: dict) -> list[str]:
                 f"; loads from the cluster's shared memory: {f['ld_cluster']}, cluster barriers: "
                 f"{f['cluster_barriers']}" if f.get("ld_cluster") else ""),
             f".local: {f['local_bytes']} bytes, {f['ld_local']} loads, {f['st_local']} stores; f64 instructions: {f['f64']}; ex2.approx: {f['ex2']}; "
-            f"shfl.sync.bfly: {f['shfl_bfly']}"] + (
+            f"shfl.sync.bfly: {f['shfl_bfly']}",
+            f"barriers: {f['block_barriers']} of the block, {f['named_barriers']} waits and arrivals at named ones, "
+            f"{f['named_votes']} named votes"] + (
         [f"ptxas: {f['registers']} registers per thread at most, {f['spill_stores']}/{f['spill_loads']} bytes "
          f"spilled (stores/loads), {f['stack_bytes']} bytes of stack"] if "registers" in f else []) + (
         [f"ptxas: wgmma serialized ({f['wgmma_serialized']} warning(s): a call or a compiler-inserted fence)"]

@@ -382,6 +382,9 @@ def test_mla_decode_on_warpgroups_without_serializing(report):
     # from its registers, the second's from the factor tile it hands over; segments and their combine kernel
     assert facts["strategy"] == "wgmma" and facts["segments"] == 2 and facts["kernels"] == 2
     assert facts["wgmma"] == 2 * 17 + 2 * 4 and facts["mma"] == 0
+    # the hand-over: one arrival and one wait at its named barrier; the block's barriers are the residuals' vote, the
+    # loop's one a tile (its copies landed) and the final states handed to the second group
+    assert facts["named_barriers"] == 2 and facts["block_barriers"] == 3, facts
     assert facts["wgmma_serialized"] == 0 and facts["f64"] == 0, facts
     # 64 accumulators of P·V and 32 of the scores a thread: no spills here (at 512 + 64, 128 accumulators: ptxas
     # spills about 200 bytes)

@@ -444,7 +444,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
             out += [Assign(f"pa_{kk}_{i}", "uint32(0)") for kk in range(self.kt // 16) for i in range(4)]
         return out + self.descriptors()
 
-    # -- column groups, the tile handed over---------------------------------------------------------------------------
+    # -- column groups, the tile handed over -----------------------------------------------------------------------
     @property
     def handover(self) -> bool:
         """Whether the two column groups take roles (:data:`HANDOVER`): the first computes each tile's scores at the

@@ -162,13 +162,28 @@ out y = o / n
 """
 
 
-@pytest.mark.parametrize("text,masked,dtype", [(None, True, "float16"), (SIGMOID_SUMS, False, "bfloat16")])
+#: A vector sum over the tiles with no product of scores (a scalar input, no dot product): the first group's scores
+#: issue no copies, so the tile issues them first.
+NO_SCORES = """\
+input g
+input v[d]
+param c
+let s = g * c
+reduce m = max(s)
+reduce l = sum(exp(s - m))
+reduce o = sum(exp(s - m) * v)
+out y = o / l
+"""
+
+
+@pytest.mark.parametrize("text,masked,dtype", [(None, True, "float16"), (SIGMOID_SUMS, False, "bfloat16"),
+                                               (NO_SCORES, True, "float16")])
 def test_column_groups_hand_the_tile_over_in_one_segment(text, masked, dtype, monkeypatch):
     # 256-wide values on two column groups without segments (the outputs' path: the second group reads the first's
     # final states), 20 rows (a partial block), 70 keys (a whole tile, then a partial one): attention with a random
-    # mask and a fully masked row (NaN, as the reference), and a cascade typed here whose vector sum has no correction
+    # mask and a fully masked row (NaN, as the reference); a cascade typed here whose vector sum has no correction
     # (no dependency: nothing to hand over but the factors; bfloat16, as float16 products need factors shown in
-    # [0, 1] with the row's largest at 1). Handed over and not, both against float64.
+    # [0, 1] with the row's largest at 1); and one without a dot product. Handed over and not, both against float64.
     from redalgebra import evaluate
     from redalgebra.codegen.strategies import wgmma
     from redalgebra.derive import derive
@@ -176,22 +191,25 @@ def test_column_groups_hand_the_tile_over_in_one_segment(text, masked, dtype, mo
     from redalgebra.runtime.formats import as_bfloat16, bfloat16_to_float
 
     f = derive(parse(text)) if text else fused("attention")
+    c = f.cascade
     rng = np.random.default_rng(7)
-    inputs = {x: rng.normal(size=(1, 70, 256)).astype(np.float32) for x in ("k", "v")}
-    inputs = {x: as_bfloat16(a) if dtype == "bfloat16" else a.astype(np.float16) for x, a in inputs.items()}
-    params = {"q": (rng.normal(size=(20, 256)) / 8).astype(np.float32)}
-    params.update({p.name: np.float32(1 / 16) for p in f.cascade.params if p.size is None})
+    inputs = {x.name: rng.normal(size=(1, 70) + ((256,) if x.size else ())).astype(np.float32) for x in c.inputs}
+    inputs = {x.name: (as_bfloat16(inputs[x.name]) if dtype == "bfloat16" else inputs[x.name].astype(np.float16))
+              if x.size else inputs[x.name] for x in c.inputs}
+    params = {p.name: (rng.normal(size=(20, 256)) / 8).astype(np.float32) if p.size else
+              rng.uniform(1 / 32, 2, size=20).astype(np.float32) for p in c.params}
     keep = None
     if masked:
         keep = rng.random((20, 70)) > 0.3
         keep[3] = False
     wide = {k: np.repeat(np.asarray(bfloat16_to_float(v.bits) if hasattr(v, "bits") else v, np.float64), 20, 0)
             for k, v in inputs.items()}
-    ref = evaluate(f.cascade, wide, params, keep)["y"]
+    ref = evaluate(c, wide, params, keep)["y"]
+    dtypes = {x.name: dtype for x in c.inputs if x.size}
     for handover in (1, 0):
         monkeypatch.setattr(wgmma, "HANDOVER", handover)
         kernel = compile(f, "cudasim", "wgmma", segments=1)
-        spec = kernel.spec_for(20, 70, {"k": dtype, "v": dtype}, {"d": 256}, keep=masked)[1]
+        spec = kernel.spec_for(20, 70, dtypes, {"d": 256}, keep=masked)[1]
         assert spec.threads == 256 and spec.segments == 1
         assert ("bar_sync(1, 256)" in kernel.source(spec, "wgmma").source) == bool(handover)
         out = kernel(inputs, params, keep)["y"]

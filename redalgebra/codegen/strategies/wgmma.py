@@ -466,7 +466,8 @@ class WgmmaKernel(TileProducer, MmaKernel):
         r = self.vred[0]
         x, dv = self.factors[r.name][1], self.cols(r)
         acc = self.tiles(f"o_{r.name}_0", dv // 8)
-        lead = self.scores() + [If("gen_wh", tuple(self.updates(True)), tuple(self.updates(False)))]
+        scores = self.scores()  # (they issue the first group's copies, where the tile has products of scores)
+        lead = self.take_copies() + scores + [If("gen_wh", tuple(self.updates(True)), tuple(self.updates(False)))]
         lead += self.hand_over(r) + self.value_products([r], lambda r_: "pa", lambda x_: f"xb_{x_}") + self.wait(acc)
         lead += [Assign(f"s_{q.name}_{h}", f"n_{q.name}_{h}") for q in self.scal for h in self.rows]
         other = copies + [Call("bar_sync", (str(HANDED), str(self.threads)))]

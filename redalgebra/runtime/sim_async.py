@@ -354,8 +354,11 @@ _NAMED: dict = {}
 _NAMED_LOCK = threading.Lock()
 #: Where the rounds of a warp's meetings are numbered from (past the named barriers' 1 … 15).
 WARP_ROUNDS = 100
-#: How long a simulated ``bar_sync`` waits before it reports a deadlock.
+#: How long a simulated ``bar_sync`` waits before it reports a deadlock, for every :data:`DEADLOCK_THREADS` Python
+#: threads alive (the simulated threads share the interpreter: a cluster of four blocks of 256 threads took more than
+#: 60 s for one tile of a column group's, and its second group's wait read as a deadlock).
 DEADLOCK_SECONDS = 60
+DEADLOCK_THREADS = 256
 
 
 def _sim_named_barrier(blocking: bool):
@@ -369,6 +372,12 @@ def _sim_named_barrier(blocking: bool):
             raise RuntimeError(f"named barrier {bid} of {count} threads: barriers 1 … 15, whole warps")
         _meet(bid, count, blocking, f"named barrier {bid}")
     return barrier
+
+
+def deadlock_seconds() -> float:
+    """How long a simulated ``bar_sync`` waits before it reports a deadlock: :data:`DEADLOCK_SECONDS` for every
+    :data:`DEADLOCK_THREADS` threads alive in the process (at least once), as they share one interpreter."""
+    return DEADLOCK_SECONDS * max(1, -(-threading.active_count() // DEADLOCK_THREADS))
 
 
 def _sim_named_vote(bid, count, pred):
@@ -409,13 +418,14 @@ def _meet(bid, count: int, blocking: bool, what: str, vote: bool = False) -> boo
             state[1].set()
             return state[3][0]
     if blocking:
-        deadline = time.monotonic() + DEADLOCK_SECONDS
+        patience = deadlock_seconds()
+        deadline = time.monotonic() + patience
         while not state[1].is_set():
             if getattr(t, "abort", False):
                 raise RuntimeError(f"{what}: the kernel stopped")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{what}: {len(state[0])} of {count} threads arrived in "
-                                   f"{DEADLOCK_SECONDS} s (a deadlock: arrivals that do not match the waits)")
+                                   f"{patience:g} s (a deadlock: arrivals that do not match the waits)")
             state[1].wait(0.5)
     return state[3][0]
 

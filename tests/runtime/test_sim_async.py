@@ -151,6 +151,33 @@ def test_the_simulators_named_barriers_hold_a_bar_sync_until_the_count_arrives()
     sim_async._sim_barriers_done("k")
 
 
+def test_a_simulated_named_barrier_reports_a_deadlock_after_a_wait_that_grows_with_the_threads_alive(monkeypatch):
+    # the simulated threads share one interpreter, so a block of a big cluster can take minutes for a tile: the wait
+    # before a deadlock is reported grows with the threads alive (a cluster of four blocks of 256 threads had its
+    # second group's wait at the hand-over reported as a deadlock after 60 s). A wait nobody completes is reported.
+    import threading
+
+    from redalgebra.runtime import sim_async
+
+    monkeypatch.setattr(sim_async, "DEADLOCK_SECONDS", 0.2)
+    base = sim_async.deadlock_seconds()
+    stop = threading.Event()
+    idle = [threading.Thread(target=stop.wait) for _ in range(2 * sim_async.DEADLOCK_THREADS)]
+    for t in idle:
+        t.start()
+    try:
+        assert sim_async.deadlock_seconds() >= base + 2 * 0.2
+    finally:
+        stop.set()
+        for t in idle:
+            t.join()
+    with pytest.raises(RuntimeError, match=r"named barrier 11: 1 of 64 threads arrived in 0.2 s \(a deadlock"):
+        sim_async._sim_named_barrier(True)(11, 64)
+    with pytest.raises(RuntimeError, match="named barrier 11"):  # (its round is reported once, then forgotten)
+        sim_async._sim_barriers_done("k")
+    sim_async._sim_barriers_done("k")
+
+
 def test_every_simulated_block_starts_with_nan_bytes_in_its_shared_memory():
     # not numba's zeros, nor what the launch's previous block wrote (the simulator runs its blocks one after the
     # other on one buffer, and keeps a static array for the next block): a kernel reading shared memory it never

@@ -10,7 +10,7 @@ import pytest
 from redalgebra import compile
 from redalgebra.errors import RedalgebraError
 from tests.catalogue import fused
-from tests.runtime.test_wgmma import _assert_close, _mla
+from tests.runtime.test_wgmma_groups import _assert_close, _mla
 
 # (the simulator swaps the module a kernel's globals name ``cuda``: each kernel is defined with such globals)
 EXCHANGE = ("def exchange(out):\n"

@@ -392,8 +392,11 @@ class MmaKernel(TileCopies, TileUpdate, TileSegments, TreeKernel):
         out.append(If("gen_wh", tuple(self.updates(True)), tuple(self.updates(False))))
         for r in self.vred:
             out += self.sum_products(r, self.factors[r.name][1], self.cols(r))
-        out += [Assign(f"s_{r.name}_{h}", f"n_{r.name}_{h}") for r in self.scal for h in self.rows]
-        return out
+        return out + self.advance()
+
+    def advance(self) -> list:
+        """The scalar states after the tile: each reduction's new state becomes the state (``s_`` ← ``n_``)."""
+        return [Assign(f"s_{r.name}_{h}", f"n_{r.name}_{h}") for r in self.scal for h in self.rows]
 
     def tile_start(self) -> list:
         """``kb``, the tile's first element, and ``gen_wh``, whether the tile is whole (:meth:`whole_test`), found

@@ -251,17 +251,14 @@ class TileUpdate:
 
     def vector_update(self, r) -> list:
         factor, x = self.factors[r.name]
-        dv = self.cols(r)
         out = []
         for h in self.rows:
             left = self.left(r, h)
             if left is not None:
-                m, hh = divmod(h, 2)
                 # deferred, each vector sum's correction keeps its own name until its scaling
                 cf = f"cf_{h}" if self.scaling is None else f"cf_{r.name}_{h}"
                 out += left[0] + [Assign(cf, left[1])]
-                scale = [Assign(f"o_{r.name}_{m}_{j}_{i}", cf, "*") for j in range(dv // 8)
-                         for i in (2 * hh, 2 * hh + 1)]
+                scale = self.scaled(r, h, cf)
                 if self.scaling is None:
                     out += scale
                 else:  # the accumulators may still be written by products in flight: scaled once they are done
@@ -272,6 +269,12 @@ class TileUpdate:
             pre, text = self.print(term, self.access(2 * m + (i >> 1), m, j, i))
             out += self.chosen(f"pf_{r.name}_{m}_{j}_{i}", pre, text, m, j, i, zero)
         return out
+
+    def scaled(self, r, h: int, cf: str) -> list:
+        """Vector sum ``r``'s accumulators of the thread's row ``h`` (its columns, :meth:`cols`) times the correction
+        ``cf``."""
+        m, hh = divmod(h, 2)
+        return [Assign(f"o_{r.name}_{m}_{j}_{i}", cf, "*") for j in range(self.cols(r) // 8) for i in (2 * hh, 2 * hh + 1)]
 
     #: Where the vector accumulators' scaling goes when it must wait (``{(reduction, row): statements}``), or None: with
     #: the factors (:meth:`vector_update`).

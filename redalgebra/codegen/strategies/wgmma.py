@@ -452,8 +452,8 @@ class WgmmaKernel(TileProducer, MmaKernel):
         factors (the shared factor tile) and each row's correction of the vector sum at a named barrier; each then
         multiplies the factors by its half of the value columns (the first from its registers, ``wgmma_rs``; the second
         from the tile, ``wgmma_sst``). Split in halves, each group's scores read the whole query for half the keys
-        (1.5 times the shared-memory bytes of one ``m64n64`` chain, past what shared memory serves a cycle), and the
-        groups met at three block barriers a tile. One vector sum (one factor tile), at least one scalar reduction (the
+        (1.5 times the shared-memory bytes of one ``m64n64`` chain; by a count at the tensor cores' peak, not measured
+        apart, more than shared memory serves a cycle), and the groups met at three block barriers a tile. One vector sum (one factor tile), at least one scalar reduction (the
         states handed over at the end, :meth:`states_handed`), tiles of 64 elements (the factor tile's rows), no gate."""
         return bool(HANDOVER) and self.ncol == 2 and self.kt == ROW and self.gate is None and len(self.vred) == 1 \
             and bool(self.scal) and not self.producer
@@ -469,14 +469,11 @@ class WgmmaKernel(TileProducer, MmaKernel):
         scores = self.scores()  # (they issue the first group's copies, where the tile has products of scores)
         lead = self.take_copies() + scores + [If("gen_wh", tuple(self.updates(True)), tuple(self.updates(False)))]
         lead += self.hand_over(r) + self.value_products([r], lambda r_: "pa", lambda x_: f"xb_{x_}") + self.wait(acc)
-        lead += [Assign(f"s_{q.name}_{h}", f"n_{q.name}_{h}") for q in self.scal for h in self.rows]
+        lead += self.advance()
         other = copies + [Call("bar_sync", (str(HANDED), str(self.threads)))]
         if self.f.analysis[r.name].deps:  # the rows' corrections, as the first group scaled its half
             for h in self.rows:
-                m, hh = divmod(h, 2)
-                other.append(Assign(f"cf_{h}", f"smf[xf + 16 * rw + lg + {8 * h}]"))
-                other += [Assign(f"o_{r.name}_{m}_{j}_{i}", f"cf_{h}", "*") for j in range(dv // 8)
-                          for i in (2 * hh, 2 * hh + 1)]
+                other += [Assign(f"cf_{h}", self.row_slot(0, h))] + self.scaled(r, h, f"cf_{h}")
         other += self.shared_products(r, x, dv)
         out = [Assign(f"xb_{v}", self.stage_base(v, "st")) for v in self.vin] + self.tile_start()
         return out + [If("cg == 0", tuple(lead), tuple(other))]
@@ -491,7 +488,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
         for kk in range(self.kt // 16):
             out += self.factor_words(r, kk, 0, f"pa_{kk}") + self.factor_stores(kk, f"{16 * kk}")
         if self.f.analysis[r.name].deps:
-            out.append(If("t == 0", tuple(Assign(f"smf[xf + 16 * rw + lg + {8 * h}]", f"cf_{h}") for h in self.rows)))
+            out.append(If("t == 0", tuple(Assign(self.row_slot(0, h), f"cf_{h}") for h in self.rows)))
         return out + [Call("fence_async", ()), Call("bar_arrive", (str(HANDED), str(self.threads)))]
 
     def states_handed(self) -> list:
@@ -499,11 +496,15 @@ class WgmmaKernel(TileProducer, MmaKernel):
         the outputs (its own were never updated), through shared memory past the corrections' slots."""
         if not self.handover:
             return []
-        def slot(k, h):  # noqa: E306
-            return f"smf[xf + {self.bm * (k + 1)} + 16 * rw + lg + {8 * h}]"
-        write = [Assign(slot(k, h), f"s_{q.name}_{h}") for k, q in enumerate(self.scal) for h in self.rows]
-        read = [Assign(f"s_{q.name}_{h}", slot(k, h)) for k, q in enumerate(self.scal) for h in self.rows]
+        write = [Assign(self.row_slot(k + 1, h), f"s_{q.name}_{h}") for k, q in enumerate(self.scal) for h in self.rows]
+        read = [Assign(f"s_{q.name}_{h}", self.row_slot(k + 1, h)) for k, q in enumerate(self.scal) for h in self.rows]
         return [If("(cg == 0) and (t == 0)", tuple(write)), Barrier(), If("cg != 0", tuple(read))]
+
+    def row_slot(self, k: int, h: int) -> str:
+        """The float32 of the thread's row ``h`` in the ``k``-th row-wide slot of the groups' exchange area (``xf``):
+        handing over, slot 0 holds the rows' corrections and slot ``1 + n`` scalar reduction ``n``'s final state (the
+        area holds two slots a scalar reduction, :func:`~.wgmma_policy.shared_plan`)."""
+        return f"smf[xf + {self.bm * k} + 16 * rw + lg + {8 * h}]"
 
     # -- the pipelined order (FlashAttention-3's within a warpgroup) -----------------------------------------
     @property
@@ -539,7 +540,7 @@ class WgmmaKernel(TileProducer, MmaKernel):
             for kk in range(self.kt // 16):
                 out += self.factor_words(r, kk, 0, f"pa_{r.name}_{kk}")
         out += [Assign("sp", "st"), Assign("pp", "1")]
-        return out + [Assign(f"s_{r.name}_{h}", f"n_{r.name}_{h}") for r in self.scal for h in self.rows]
+        return out + self.advance()
 
     def pending(self) -> list:
         """The pending tile's ``o_r += P · V`` issued and committed (its values in stage ``sp``), not waited for."""

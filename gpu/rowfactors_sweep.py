@@ -4,10 +4,11 @@ events, back to back), in one process.
 
     python3 gpu/rowfactors_sweep.py normgemm 2 auto 128 t256g128x4 t256g256x2   # GROUP INDEX as bench's
     python3 gpu/rowfactors_sweep.py normgemm 2 tiles auto tiles auto             # the factors in the tiles or not
+    python3 gpu/rowfactors_sweep.py fp8gemm 5 auto t512g512x2m3 --config columns_wgmma+fp8@256g20
 
 A variant is ``tiles`` (the factors computed in the product's tiles, where the cascade allows: no first kernel),
-``auto`` (the rows kernel as the module makes it), ``tTgGxX`` (the rows kernel with T threads a block, G a
-row, X chunks of 16 bytes a thread), or a number: ``columns``' block-a-row kernel with that many threads (a second pass
+``auto`` (the rows kernel as the module makes it), ``tTgGxX[mM]`` (the rows kernel with T threads a block, G a
+row, X chunks of 16 bytes a thread; its registers capped so that M blocks stay resident), or a number: ``columns``' block-a-row kernel with that many threads (a second pass
 over the row for its factors). (Blocks walking the rows, ``...pP``, were swept at commit c78d6a0, which launched them.)
 
 Prints a line per variant: the module's time, the error against the reference, each kernel's time alone, registers and local
@@ -32,18 +33,22 @@ def rows_variant(text: str):
     """``rows_configure`` with the fields of ``tTgGxX`` set (None for ``auto``)."""
     if text == "auto":
         return None
-    m = re.fullmatch(r"t(\d+)g(\d+)x(\d+)", text)
+    m = re.fullmatch(r"t(\d+)g(\d+)x(\d+)(?:m(\d+))?", text)
     if m is None:
-        raise SystemExit(f"a variant is auto, tTgGxX or a number of threads: {text!r}")
-    threads, group, tile = map(int, m.groups())
-    return dict(threads=threads, group=group, tile=tile)
+        raise SystemExit(f"a variant is auto, tTgGxX[mM] or a number of threads: {text!r}")
+    threads, group, tile = map(int, m.groups()[:3])
+    return dict(threads=threads, group=group, tile=tile, min_blocks=int(m.group(4) or 0))
 
 
 def main(argv) -> int:
+    config = "columns_wgmma"
+    if "--config" in argv:
+        at = argv.index("--config")
+        config, argv = argv[at + 1], argv[:at] + argv[at + 2:]
     group, index, variants = argv[0], int(argv[1]), argv[2:]
     case = all_cases(False)[group][index]()
     print(f"{case.name} {case.shape} {case.dtype}", flush=True)
-    policy = columns_wgmma_policy.rows_configure
+    policy, row_spec = columns_wgmma_policy.rows_configure, columns_wgmma_policy.row_spec
     for variant in variants:
         # read when the module is configured
         tile_factors.TILE_FACTORS = variant == "tiles"
@@ -51,8 +56,12 @@ def main(argv) -> int:
         fields = None if variant.isdigit() or variant == "tiles" else rows_variant(variant)
         columns_wgmma_policy.rows_configure = policy if fields is None else (
             lambda fused, p, fields=fields: {**policy(fused, p), **fields, "resident": True, "staged": True})
+        # (row_spec sets the block's residency itself: the variant's, after it)
+        columns_wgmma_policy.row_spec = row_spec if fields is None else (
+            lambda fused, p, fields=fields: tuple({**dict(row_spec(fused, p)),
+                                                   "min_blocks": fields["min_blocks"]}.items()))
         try:
-            line = variant_line(case, 'columns_wgmma')
+            line = variant_line(case, config)
         except Exception as e:  # (a shape the kernel refuses or fails to build: reported, the sweep goes on)
             line = f"failed: {type(e).__name__}: {str(e)[:300]}"
         print(f"  {variant}: {line}", flush=True)

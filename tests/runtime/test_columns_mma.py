@@ -125,6 +125,37 @@ def test_the_steps_loaded_before_their_products_change_no_sum(monkeypatch, dtype
         np.testing.assert_array_equal(y, got[1], err_msg=f"unroll = {unroll}")
 
 
+@pytest.mark.parametrize("dtype,rows,length,n,segments,masked", [
+    # two row blocks (the second of 3 rows), three segments (the last partial), 64 columns a block and 16 of the next,
+    # a mask with a fully masked row; e4m3 weights, one row (a block of 8 rows), five segments of 64 (the last empty)
+    ("bfloat16", 19, 300, 80, 3, True),
+    ("e4m3", 1, 200, 144, 5, False),
+])
+def test_the_last_block_of_a_tile_adds_the_segments_as_the_combine_kernel_does(monkeypatch, dtype, rows, length, n,
+                                                                              segments, masked):
+    # FOLD_SEGMENTS: the block whose segment is the tile's last to end adds the partial sums (counted in a scratch
+    # the simulator poisons, zeroed by the factors' kernel), in the combine kernel's order: the same outputs bit for bit
+    from redalgebra.codegen.strategies import columns_mma
+
+    inputs, params = _problem("fp8_quant_gemm", rows, length, n, "bfloat16")
+    if dtype == "e4m3":
+        inputs["w"] = as_e4m3(to_float(inputs["w"]))
+    keep = np.random.default_rng(2).random((rows, length)) > 0.3 if masked else None
+    if keep is not None:
+        keep[4] = False
+    got = {}
+    for fold in (True, False):
+        monkeypatch.setattr(columns_mma, "FOLD_SEGMENTS", fold)
+        kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma", segments=segments)
+        spec = kernel._planned(inputs, params, keep)[0]
+        entries = [name for name, *_ in kernel.source(spec, "columns_mma").entries]
+        assert entries == (["factors", "tiles"] if fold else ["factors", "tiles", "combine"])
+        got[fold] = kernel(inputs, params, keep)["y"]
+    np.testing.assert_array_equal(got[True], got[False])
+    want = _reference("fp8_quant_gemm", inputs, params, keep, rows)["y"]
+    np.testing.assert_allclose(got[True], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def test_a_kernel_built_for_8_rows_a_block_refuses_more_rows_rather_than_skipping_them():
     from redalgebra.codegen.strategies.columns_mma import grid
 

@@ -33,12 +33,15 @@ def test_on_hopper_each_later_kernel_waits_before_it_reads_the_one_before(monkey
     body = _bodies(source)
     # the factors' kernel lets the products start at once
     assert body["factors"].split("\n")[1].strip() == "grid_launch()"
-    # the products bring their first weight rows into L2, let the combine start, and wait before the first factor
+    # the products bring their first weight rows into L2, let the next launch start, and wait before the first factor
     tiles = body["tiles"]
     assert tiles.index("prefetch_l2_at(") < tiles.index("grid_launch()") < tiles.index("grid_wait()") < \
         tiles.index("ld_w4_at(fac")
-    # the combine waits before anything else
-    assert body["combine"].split("\n")[1].strip() == "grid_wait()"
+    # the segments' sums are added in the products' kernel (no combine kernel), by the tile's last block to count
+    # itself in, on counts the factors' kernel zeroes after it let the products start
+    assert "combine" not in body
+    assert tiles.index("grid_wait()") < tiles.index("cuda.atomic.add(cnt") < tiles.rindex("part_")
+    assert body["factors"].index("grid_launch()") < body["factors"].index("cnt[cuda.blockIdx.x, zk] = int32(0)")
 
 
 def test_off_hopper_the_kernels_run_one_after_the_other(monkeypatch):

@@ -46,6 +46,9 @@ from . import Problem
 
 #: Whether :func:`row_chunk` chunks the module's launch where it can (the GPU scripts' hook: ``chunks.ROW_CHUNKS=0``).
 ROW_CHUNKS = True
+#: Whether each chunk's factors end only after the product before them (their last block's wait: the chain that makes
+#: the module's last kernel end after every product; the GPU scripts' hook ``chunks.CHAIN=0`` times it left out).
+CHAIN = True
 #: Whether the simulator's calls are chunked too (they gain nothing by it: the tests' hook).
 IN_SIMULATOR = False
 #: A thread's registers at most in a chunked module's product (:attr:`Spec.max_registers`).

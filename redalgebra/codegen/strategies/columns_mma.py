@@ -38,8 +38,11 @@ on ``mma.sync.m16n8k16``:
    as those (n, L) rows) are read as they lie (:meth:`ColumnsMmaKernel.k_major_loop`): a lane's 16-byte load is 16
    (e4m3) or 8 (16-bit) consecutive elements of one column, four steps' (two steps') worth of that column's ``k``
    for the lane, taken as the fragment's words directly (no ``prmt``); the factors are stored in that order.
-4. **The segments' sums** and the outputs: ``columns``' third kernel (or the tiles kernel itself when the axis is
-   one segment).
+4. **The segments' sums** and the outputs: the tiles kernel itself. With the axis in segments, each block stores its
+   partial sums, and the block whose segment is the last of its tile to end (a count a tile, taken atomically after a
+   fence; the counts zeroed by the factors' kernel) adds the tile's partial sums in segment order and stores the
+   outputs (:meth:`ColumnsMmaKernel.fold_segments`): the sums and their order are the combine kernel's, one launch
+   and one wait fewer. (``FOLD_SEGMENTS = 0`` launches ``columns``' combine kernel instead.)
 
 **Masked and non-finite weights.** A masked element's factor is 0, but its weight row still enters the product: an
 inf or NaN there makes the outputs that mask it NaN (0 · inf), where the reference skips the element (as the
@@ -68,6 +71,9 @@ RESIDENT = 3
 #: Threads of a block on the GPU (four warps taking the steps in turn) and in the simulator (one warp); the sizes
 #: taken (the warps' sums meet in 32 KB of shared memory: e4m3 weights, 64 sums a lane, up to four warps).
 THREADS, SIM_THREADS, BLOCKS, BLOCKS_E4M3 = 128, 32, (32, 64, 128, 256), (32, 64, 128)
+#: Whether the segments' sums are added by the last block of each tile to end (:meth:`ColumnsMmaKernel.fold_segments`)
+#: rather than by ``columns``' combine kernel (the GPU scripts' hook: ``columns_mma.FOLD_SEGMENTS=0``).
+FOLD_SEGMENTS = True
 
 
 def load_columns(e4m3: bool) -> int:
@@ -151,6 +157,8 @@ class ColumnsMmaKernel(ColumnsKernel):
         self.nt = spec.batch // 8  # n8 tiles of rows: 1 where a block has at most 8 rows, else 2
         self.warps = spec.threads // 32
         self.bc = 8 * self.each  # the block's columns: eight lanes' loads
+        if self.folds():  # the tiles' counts: a row per row (a block's first row's), a column block's each
+            self.lay.constants["D_COLUMN_BLOCKS"] = -(-self.n // self.bc)
         # Spec.k_major: the weights given K-major, bound as their (n, L) rows — a lane's 16-byte load is KL elements
         # of one column; 4 lanes' loads a super-step of 4 KL elements (k_major_loop)
         self.km = self.x in spec.k_major
@@ -164,6 +172,10 @@ class ColumnsMmaKernel(ColumnsKernel):
 
     def row_threads(self) -> int:
         return row_threads(self.spec)
+
+    def folds(self) -> bool:
+        """Whether the segments' sums are added in the products' kernel (:meth:`fold_segments`), not by a combine."""
+        return bool(FOLD_SEGMENTS) and self.spec.segments > 1
 
     def bounds(self) -> dict:
         return {"factors": self.row_threads()} if self.pre is not None else {}
@@ -411,7 +423,38 @@ class ColumnsMmaKernel(ColumnsKernel):
                     stored = If(f"{col} < {n}", tuple(body))
                     stmts.append(If(f"warp == {k % w}", (stored,)) if w > 1 else stored)
                 out += [Assign("orow", f"r0 + {8 * nt} + 2 * tq + {bit}"), If("orow < rows", tuple(stmts))]
-        return out
+        return out + (self.fold_segments() if self.folds() else [])
+
+    def fold_segments(self) -> list:
+        """The segments' sums added by the block whose segment is the last of its tile to end: every block fences its
+        partial sums and counts itself in (``cnt[r0, tile column]``, atomically, one thread, which fences again: the
+        release and acquire patterns of the memory model, and the block's barrier after them); the block that counts
+        ``nseg - 1`` adds each of the tile's elements' partial sums in segment order and finishes them as ``columns``'
+        combine kernel does (the same sums, in the same order). The counts are zeroed by the factors' kernel, which
+        ends before any block here counts (launched before, or waited for)."""
+        acc = self.base()
+        total = f"t_{self.red}"
+        body = self.row_scalars(acc, "frow") + [
+            Assign(total, f"part_{self.red}[frow, 0, fcol]"),
+            For("seg", "1", "nseg", (Assign(total, f"part_{self.red}[frow, seg, fcol]", "+"),))]
+        body += self.finish("frow", "fcol", [lambda r: total], acc)
+        element = (Assign("frow", f"r0 + fk // {self.bc}"), Assign("fcol", f"cb + fk % {self.bc}"),
+                   If(f"frow < rows and fcol < {self.n}", tuple(body)))
+        last = (Call("cuda.threadfence", ()),
+                For("fk", "tid", str(BM * self.bc), element, str(self.spec.threads)))
+        return [Call("cuda.threadfence", ()), Shared("ended", ("1",), "int32"), Barrier(),
+                If("tid == 0", (Assign("ended[0]", "cuda.atomic.add(cnt, (r0, cuda.blockIdx.y), int32(1))"),
+                                Call("cuda.threadfence", ()))),
+                Barrier(), If("ended[0] == nseg - 1", last)]
+
+    def zero_counts(self) -> list:
+        """The factors' kernel's first statements where the segments are folded: row ``blockIdx.x``'s tile counts
+        zeroed (by the blocks of the grid's first column)."""
+        if not self.folds():
+            return []
+        zero = Assign("cnt[cuda.blockIdx.x, zk]", "int32(0)")
+        return [If("cuda.blockIdx.y == 0", (For("zk", "cuda.threadIdx.x", "cnt.shape[1]", (zero,),
+                                                 "cuda.blockDim.x"),))]
 
     def early_start(self) -> list:
         """Launched while the factors' kernel runs (``Spec.dependent``): the block's first weight rows brought into L2
@@ -438,13 +481,17 @@ class ColumnsMmaKernel(ColumnsKernel):
         common = [a for a in args if a not in ("rows", "length")]
         pre = [f"out_pre_{r}" for r in self.scalar_reds]
         part = [f"part_{self.red}"] if self.spec.segments > 1 else []
-        out = [self.factors_kernel(tuple(common + pre + ["fac", "rows", "length"]))]
-        out.append(("tiles", tuple(common + pre + ["fac"] + part + ["rows", "length", "nseg"]), "tiles", self.tiles()))
-        if part:
+        cnt = ["cnt"] if self.folds() else []
+        out = [self.factors_kernel(tuple(common + pre + ["fac"] + cnt + ["rows", "length"]))]
+        out[0] = out[0][:3] + (self.zero_counts() + list(out[0][3]),)
+        out.append(("tiles", tuple(common + pre + ["fac"] + part + cnt + ["rows", "length", "nseg"]), "tiles",
+                    self.tiles()))
+        combine = bool(part) and not cnt
+        if combine:
             out.append(("combine", tuple(common + pre + part + ["rows", "length", "nseg"]), "combine", self.combine()))
         if self.spec.dependent:  # the factors' kernel lets the products start at once; the combine waits for them
             out[0] = out[0][:3] + ([Call("grid_launch", ())] + list(out[0][3]),)
-            if part:
+            if combine:
                 out[-1] = out[-1][:3] + ([Call("grid_wait", ())] + list(out[-1][3]),)
         return out
 
@@ -466,7 +513,8 @@ class ColumnsMmaKernel(ColumnsKernel):
     def scratch(self) -> tuple:
         # (the fragments' order: the rows rounded up to blocks of 16)
         fac = ("fac", {"bfloat16": "uint16", "float16": "float16", "e4m3": "uint8"}[self.fac_store], self.fac_layout, None)
-        return super().scratch() + (fac,)
+        cnt = (("cnt", "int32", "rows", "D_COLUMN_BLOCKS"),) if self.folds() else ()
+        return super().scratch() + (fac,) + cnt
 
 
 # -- registration ----------------------------------------------------------------------------------------

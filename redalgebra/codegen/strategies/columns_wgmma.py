@@ -64,7 +64,7 @@ from ...derive import FusedCascade
 from ...errors import RedalgebraError
 from ..emit import Spec
 from ..tree import Assign, Barrier, Call, For, If, Store, While
-from . import Strategy, register
+from . import Strategy, chunks, register
 from .columns import build as columns_build, factor_part
 from .columns_mma import ColumnsMmaKernel, exact_factors
 from .columns_wgmma_policy import (BK, BLOCK_COLUMNS, BLOCK_THREADS, FP8_BLOCK_COLUMNS, configure, fac_store, grid,
@@ -147,8 +147,13 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         # (the product's: a producer warpgroup beside the consumers, with Spec.fp8_products or Spec.producer; its one
         # block a multiprocessor takes no min_blocks)
         extra = producer_threads(self.spec)
-        return {**super().bounds(), **({"transpose": 256} if self.transposed else {}),
+        row = dict(self.spec.row_spec)  # (the rows kernel's registers capped where it asks blocks resident)
+        factors = {"factors": (row["threads"], row["min_blocks"])} if row.get("min_blocks") else {}
+        return {**super().bounds(), **factors, **({"transpose": 256} if self.transposed else {}),
                 **({"tiles": self.spec.threads + extra} if extra else {})}
+
+    def folds(self) -> bool:  # (its segments' sums: columns' combine kernel)
+        return False
 
     def registers(self) -> dict:
         # (Spec.row_chunk: the product's registers capped, so that a block of the next chunk's factors fits beside
@@ -188,7 +193,7 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         body = self.pre.body()
         if self.spec.row_chunk:  # (a chunk's factors: :mod:`.chunks`)
             body = [Call("grid_launch", ())] + body + [
-                If("cuda.blockIdx.x == cuda.gridDim.x - 1", (Call("grid_wait", ()),))]
+                If("cuda.blockIdx.x == cuda.gridDim.x - 1", (Call("grid_wait", ()),))] * chunks.CHAIN
         return ("factors", args, "rowfactors", body)
 
     def row_threads(self) -> int:

@@ -13,13 +13,18 @@ Prints one line per case and exits 1 if any is off.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 
 import redalgebra as ra
 from redalgebra import evaluate, workloads
 from redalgebra.codegen.strategies import columns_mma
-from redalgebra.runtime.formats import as_bfloat16, as_e4m3, to_float
+from redalgebra.runtime.formats import to_float
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from chunks_check import inputs_of  # noqa: E402
 
 #: (workload, rows, length, columns, weights' dtype, segments or None for the policy's)
 CASES = [("fp8_quant_gemm", 16, 7168, 7168, "e4m3", None),      # the target's shape (the policy's segments)
@@ -33,24 +38,11 @@ SIMULATED = [("fp8_quant_gemm", 19, 300, 80, "bfloat16", 3), ("fp8_quant_gemm", 
 BACKEND = "cuda"
 
 
-def inputs_of(c, rows, length, n, dtype, rng):
-    inputs, wide = {}, {}
-    for s in c.inputs:
-        a = rng.normal(size=(rows, length) if s.size is None else (1, length, n)).astype(np.float32)
-        if s.size is None and s.name != "x":  # (RMSNorm's g: one row for every row)
-            a = a[:1]
-        inputs[s.name] = as_e4m3(a) if dtype == "e4m3" and s.size is not None else as_bfloat16(a)
-        w = np.asarray(to_float(inputs[s.name]), np.float64)
-        wide[s.name] = np.broadcast_to(w, (rows,) + w.shape[1:]) if s.size is None else w
-    params = {p.name: np.float32(length if p.name == "h" else 1e-5) for p in c.params}
-    return inputs, wide, params
-
-
 def run(name, rows, length, n, dtype, segments, seed=0) -> bool:
     rng = np.random.default_rng(seed)
     c = workloads.get(name).cascade
     f = ra.derive(c)
-    inputs, wide, params = inputs_of(c, rows, length, n, dtype, rng)
+    inputs, wide, params = inputs_of(c, rows, length, n, dtype, False, rng)
     outs, specs = {}, {}
     for fold in (True, False):
         columns_mma.FOLD_SEGMENTS = fold

@@ -26,8 +26,12 @@ def _bodies(source):
     return {parts[k]: parts[k + 1] for k in range(1, len(parts), 2)}
 
 
+@pytest.mark.parametrize("fold", [False, True])
 @pytest.mark.parametrize("name,weights", [("fp8_quant_gemm", "e4m3"), ("rmsnorm_gemm", "bfloat16")])
-def test_on_hopper_each_later_kernel_waits_before_it_reads_the_one_before(monkeypatch, name, weights):
+def test_on_hopper_each_later_kernel_waits_before_it_reads_the_one_before(monkeypatch, name, weights, fold):
+    from redalgebra.codegen.strategies import columns_mma
+
+    monkeypatch.setattr(columns_mma, "FOLD_SEGMENTS", fold)
     spec, source = _module(monkeypatch, (9, 0), name, weights)
     assert spec.dependent and spec.segments > 1
     body = _bodies(source)
@@ -37,11 +41,13 @@ def test_on_hopper_each_later_kernel_waits_before_it_reads_the_one_before(monkey
     tiles = body["tiles"]
     assert tiles.index("prefetch_l2_at(") < tiles.index("grid_launch()") < tiles.index("grid_wait()") < \
         tiles.index("ld_w4_at(fac")
-    # the segments' sums are added in the products' kernel (no combine kernel), by the tile's last block to count
-    # itself in, on counts the factors' kernel zeroes after it let the products start
-    assert "combine" not in body
-    assert tiles.index("grid_wait()") < tiles.index("cuda.atomic.add(cnt") < tiles.rindex("part_")
-    assert body["factors"].index("grid_launch()") < body["factors"].index("cnt[cuda.blockIdx.x, zk] = int32(0)")
+    if fold:  # the segments' sums added in the products' kernel, by the tile's last block to count itself in, on
+        # counts the factors' kernel zeroes after it let the products start
+        assert "combine" not in body
+        assert tiles.index("grid_wait()") < tiles.index("cuda.atomic.add(cnt") < tiles.rindex("part_")
+        assert body["factors"].index("grid_launch()") < body["factors"].index("cnt[cuda.blockIdx.x, zk] = int32(0)")
+    else:  # the combine waits before anything else
+        assert "cnt" not in source and body["combine"].split("\n")[1].strip() == "grid_wait()"
 
 
 def test_off_hopper_the_kernels_run_one_after_the_other(monkeypatch):

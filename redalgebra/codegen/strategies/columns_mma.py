@@ -38,11 +38,12 @@ on ``mma.sync.m16n8k16``:
    as those (n, L) rows) are read as they lie (:meth:`ColumnsMmaKernel.k_major_loop`): a lane's 16-byte load is 16
    (e4m3) or 8 (16-bit) consecutive elements of one column, four steps' (two steps') worth of that column's ``k``
    for the lane, taken as the fragment's words directly (no ``prmt``); the factors are stored in that order.
-4. **The segments' sums** and the outputs: the tiles kernel itself. With the axis in segments, each block stores its
+4. **The segments' sums** and the outputs: ``columns``' third kernel (or the tiles kernel itself when the axis is
+   one segment). Built beside it, where :data:`FOLD_SEGMENTS` is set (off until run on a GPU): each block stores its
    partial sums, and the block whose segment is the last of its tile to end (a count a tile, taken atomically after a
    fence; the counts zeroed by the factors' kernel) adds the tile's partial sums in segment order and stores the
-   outputs (:meth:`ColumnsMmaKernel.fold_segments`): the sums and their order are the combine kernel's, one launch
-   and one wait fewer. (``FOLD_SEGMENTS = 0`` launches ``columns``' combine kernel instead.)
+   outputs (:meth:`ColumnsMmaKernel.fold_segments`): the combine kernel's sums in its order, one launch and one wait
+   fewer.
 
 **Masked and non-finite weights.** A masked element's factor is 0, but its weight row still enters the product: an
 inf or NaN there makes the outputs that mask it NaN (0 · inf), where the reference skips the element (as the
@@ -72,8 +73,10 @@ RESIDENT = 3
 #: taken (the warps' sums meet in 32 KB of shared memory: e4m3 weights, 64 sums a lane, up to four warps).
 THREADS, SIM_THREADS, BLOCKS, BLOCKS_E4M3 = 128, 32, (32, 64, 128, 256), (32, 64, 128)
 #: Whether the segments' sums are added by the last block of each tile to end (:meth:`ColumnsMmaKernel.fold_segments`)
-#: rather than by ``columns``' combine kernel (the GPU scripts' hook: ``columns_mma.FOLD_SEGMENTS=0``).
-FOLD_SEGMENTS = True
+#: rather than by ``columns``' combine kernel. Off: built and tested on the simulator (bit for bit the combine's
+#: outputs), not yet run on a GPU, where the counts' fences and the saving are what ``gpu/fold_check.py`` and
+#: ``gpu/sweep.py fp8gemm:6,fp8gemm:7,normgemm:1 built:columns_mma,columns_mma.FOLD_SEGMENTS=1:columns_mma`` measure.
+FOLD_SEGMENTS = False
 
 
 def load_columns(e4m3: bool) -> int:

@@ -435,14 +435,8 @@ class ColumnsMmaKernel(ColumnsKernel):
         ``nseg - 1`` adds each of the tile's elements' partial sums in segment order and finishes them as ``columns``'
         combine kernel does (the same sums, in the same order). The counts are zeroed by the factors' kernel, which
         ends before any block here counts (launched before, or waited for)."""
-        acc = self.base()
-        total = f"t_{self.red}"
-        body = self.row_scalars(acc, "frow") + [
-            Assign(total, f"part_{self.red}[frow, 0, fcol]"),
-            For("seg", "1", "nseg", (Assign(total, f"part_{self.red}[frow, seg, fcol]", "+"),))]
-        body += self.finish("frow", "fcol", [lambda r: total], acc)
         element = (Assign("frow", f"r0 + fk // {self.bc}"), Assign("fcol", f"cb + fk % {self.bc}"),
-                   If(f"frow < rows and fcol < {self.n}", tuple(body)))
+                   If(f"frow < rows and fcol < {self.n}", tuple(self.segments_sum("frow", "fcol"))))
         last = (Call("cuda.threadfence", ()),
                 For("fk", "tid", str(BM * self.bc), element, str(self.spec.threads)))
         return [Call("cuda.threadfence", ()), Shared("ended", ("1",), "int32"), Barrier(),

@@ -142,6 +142,21 @@ def test_the_product_of_a_chunk_lets_the_next_factors_start_and_waits_for_its_ow
     assert "grid_wait()" not in whole and "max_registers" not in whole
 
 
+def test_the_chain_of_waits_is_a_setting_and_the_factors_blocks_residency_their_launch_bounds(monkeypatch):
+    # chunks.CHAIN off (a timing hook): the factors' last block no longer waits for the product before them
+    kernel, strategy, spec = _planned()
+    monkeypatch.setattr(chunks, "CHAIN", False)
+    factors = kernel.source(spec, strategy).source.split("\ndef factors(")[1].split("\n@")[0]
+    assert "grid_launch()" in factors and "grid_wait()" not in factors
+    # a row spec asking blocks resident (the sweeps' tTgGxXmM) bounds the factors' kernel so; none asked, none given
+    def bounds(spec):
+        return kernel.source(spec, strategy).source.split("BOUNDS_factors = ")[1].split("\n")[0]
+    row = dict(spec.row_spec)
+    assert row["min_blocks"] == 0 and f"'launch_bounds': {row['threads']}," in bounds(spec)
+    asked = dataclasses.replace(spec, row_spec=tuple({**row, "min_blocks": 3}.items()))
+    assert f"'launch_bounds': ({row['threads']}, 3)," in bounds(asked)
+
+
 @pytest.mark.parametrize("why,rows,n,options,keep", [
     ("two waves of blocks at least", 1024 + 896, 4096, {}, False),
     ("one segment", 4096, 4096, {"segments": 2}, False),  # (each chunk's product would need its segments' sum)

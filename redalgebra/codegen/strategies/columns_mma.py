@@ -432,9 +432,10 @@ class ColumnsMmaKernel(ColumnsKernel):
         """The segments' sums added by the block whose segment is the last of its tile to end: every block fences its
         partial sums and counts itself in (``cnt[r0, tile column]``, atomically, one thread, which fences again: the
         release and acquire patterns of the memory model, and the block's barrier after them); the block that counts
-        ``nseg - 1`` adds each of the tile's elements' partial sums in segment order and finishes them as ``columns``'
-        combine kernel does (the same sums, in the same order). The counts are zeroed by the factors' kernel, which
-        ends before any block here counts (launched before, or waited for)."""
+        ``gridDim.z - 1`` (every other segment's block counted before it) adds each of the tile's elements' partial
+        sums in segment order and finishes them as ``columns``' combine kernel does (the same sums, in the same
+        order). The counts are zeroed by the factors' kernel, which ends before any block here counts (launched
+        before, or waited for)."""
         element = (Assign("frow", f"r0 + fk // {self.bc}"), Assign("fcol", f"cb + fk % {self.bc}"),
                    If(f"frow < rows and fcol < {self.n}", tuple(self.segments_sum("frow", "fcol"))))
         last = (Call("cuda.threadfence", ()),
@@ -442,7 +443,7 @@ class ColumnsMmaKernel(ColumnsKernel):
         return [Call("cuda.threadfence", ()), Shared("ended", ("1",), "int32"), Barrier(),
                 If("tid == 0", (Assign("ended[0]", "cuda.atomic.add(cnt, (r0, cuda.blockIdx.y), int32(1))"),
                                 Call("cuda.threadfence", ()))),
-                Barrier(), If("ended[0] == nseg - 1", last)]
+                Barrier(), If("ended[0] == cuda.gridDim.z - 1", last)]
 
     def zero_counts(self) -> list:
         """The factors' kernel's first statements where the segments are folded: row ``blockIdx.x``'s tile counts

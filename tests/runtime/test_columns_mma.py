@@ -127,9 +127,10 @@ def test_the_steps_loaded_before_their_products_change_no_sum(monkeypatch, dtype
 
 @pytest.mark.parametrize("dtype,rows,length,n,segments,masked", [
     # two row blocks (the second of 3 rows), three segments (the last partial), 64 columns a block and 16 of the next,
-    # a mask with a fully masked row; e4m3 weights, one row (a block of 8 rows), five segments of 64 (the last empty)
+    # a mask with a fully masked row; e4m3 weights, one row (a block of 8 rows), four segments of 128 (the third
+    # partial, the fourth empty: its block stores zeros and counts itself in)
     ("bfloat16", 19, 300, 80, 3, True),
-    ("e4m3", 1, 200, 144, 5, False),
+    ("e4m3", 1, 320, 144, 4, False),
 ])
 def test_the_last_block_of_a_tile_adds_the_segments_as_the_combine_kernel_does(monkeypatch, dtype, rows, length, n,
                                                                               segments, masked):

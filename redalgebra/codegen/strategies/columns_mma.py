@@ -447,7 +447,9 @@ class ColumnsMmaKernel(ColumnsKernel):
 
     def zero_counts(self) -> list:
         """The factors' kernel's first statements where the segments are folded: row ``blockIdx.x``'s tile counts
-        zeroed (by the blocks of the grid's first column)."""
+        zeroed (by the blocks of the grid's first column). Ordered before any count because the factors' kernel is
+        the module's first (never launched dependent: it starts after the last call's kernels end) and every block of
+        the products waits for it (``grid_wait``, unconditionally, before its loop) or is launched after it."""
         if not self.folds():
             return []
         zero = Assign("cnt[cuda.blockIdx.x, zk]", "int32(0)")

@@ -56,10 +56,10 @@ def main(argv) -> int:
         fields = None if variant.isdigit() or variant == "tiles" else rows_variant(variant)
         columns_wgmma_policy.rows_configure = policy if fields is None else (
             lambda fused, p, fields=fields: {**policy(fused, p), **fields, "resident": True, "staged": True})
-        # (row_spec sets the block's residency itself: the variant's, after it)
+        # (row_spec sets the block's residency itself: the variant's, after it; () where no rows kernel applies)
         columns_wgmma_policy.row_spec = row_spec if fields is None else (
-            lambda fused, p, fields=fields: tuple({**dict(row_spec(fused, p)),
-                                                   "min_blocks": fields["min_blocks"]}.items()))
+            lambda fused, p, fields=fields: (lambda got: got and tuple({**dict(got), "min_blocks": fields[
+                "min_blocks"]}.items()))(row_spec(fused, p)))
         try:
             line = variant_line(case, config)
         except Exception as e:  # (a shape the kernel refuses or fails to build: reported, the sweep goes on)

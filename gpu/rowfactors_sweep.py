@@ -40,6 +40,15 @@ def rows_variant(text: str):
     return dict(threads=threads, group=group, tile=tile, min_blocks=int(m.group(4) or 0))
 
 
+def resident(row_spec, min_blocks: int):
+    """``row_spec`` with its blocks' residency set to ``min_blocks`` (it sets its own after ``rows_configure``'s), where
+    it builds a rows kernel at all."""
+    def spec(fused, p):
+        got = row_spec(fused, p)
+        return tuple({**dict(got), "min_blocks": min_blocks}.items()) if got else got
+    return spec
+
+
 def main(argv) -> int:
     config = "columns_wgmma"
     if "--config" in argv:
@@ -56,10 +65,7 @@ def main(argv) -> int:
         fields = None if variant.isdigit() or variant == "tiles" else rows_variant(variant)
         columns_wgmma_policy.rows_configure = policy if fields is None else (
             lambda fused, p, fields=fields: {**policy(fused, p), **fields, "resident": True, "staged": True})
-        # (row_spec sets the block's residency itself: the variant's, after it; () where no rows kernel applies)
-        columns_wgmma_policy.row_spec = row_spec if fields is None else (
-            lambda fused, p, fields=fields: (lambda got: got and tuple({**dict(got), "min_blocks": fields[
-                "min_blocks"]}.items()))(row_spec(fused, p)))
+        columns_wgmma_policy.row_spec = row_spec if fields is None else resident(row_spec, fields["min_blocks"])
         try:
             line = variant_line(case, config)
         except Exception as e:  # (a shape the kernel refuses or fails to build: reported, the sweep goes on)

@@ -106,12 +106,15 @@ def _cmd_ptx(args) -> int:
         if value < 1:
             raise RedalgebraError(f"--{name} must be a positive integer, got {value}")
     sizes = dict(PTX_SIZES)
+    dims = sorted({d for d in c.sizes.values() if isinstance(d, str)})
     for item in args.size or []:
         name, _, value = item.partition("=")
         if not (value.isascii() and value.isdigit() and len(value) < 10 and int(value) > 0):
             raise RedalgebraError(f"--size takes NAME=VALUE with a positive integer value, got {item!r}")
+        if name.strip() not in dims:  # (a misspelt size would plan silently for the default)
+            raise RedalgebraError(f"--size {item!r}: {c.name} has no vector size {name.strip()!r}"
+                                  + (f" (its sizes: {', '.join(dims)})" if dims else " (it has no vector sizes)"))
         sizes[name.strip()] = int(value)
-    dims = sorted({d for d in c.sizes.values() if isinstance(d, str)})
     missing = [d for d in dims if d not in sizes]
     if missing:
         raise RedalgebraError(f"{c.name} has vector size{'s' * (len(missing) > 1)} {', '.join(missing)}: "

@@ -8,8 +8,8 @@ events, back to back), in one process.
 
 A variant is ``tiles`` (the factors computed in the product's tiles, where the cascade allows: no first kernel),
 ``auto`` (the rows kernel as the module makes it), ``tTgGxX[mM]`` (the rows kernel with T threads a block, G a
-row, X chunks of 16 bytes a thread; its registers capped so that M blocks stay resident), or a number: ``columns``' block-a-row kernel with that many threads (a second pass
-over the row for its factors). (Blocks walking the rows, ``...pP``, were swept at commit c78d6a0, which launched them.)
+row, X chunks of 16 bytes a thread; its registers capped so that M blocks stay resident), or a number: ``columns``'
+block-a-row kernel with that many threads (a second pass over the row for its factors). (Blocks walking the rows, ``...pP``, were swept at commit c78d6a0, which launched them.)
 
 Prints a line per variant: the module's time, the error against the reference, each kernel's time alone, registers and local
 memory.

@@ -274,7 +274,8 @@ class TileUpdate:
         """Vector sum ``r``'s accumulators of the thread's row ``h`` (its columns, :meth:`cols`) times the correction
         ``cf``."""
         m, hh = divmod(h, 2)
-        return [Assign(f"o_{r.name}_{m}_{j}_{i}", cf, "*") for j in range(self.cols(r) // 8) for i in (2 * hh, 2 * hh + 1)]
+        return [Assign(f"o_{r.name}_{m}_{j}_{i}", cf, "*") for j in range(self.cols(r) // 8)
+                for i in (2 * hh, 2 * hh + 1)]
 
     #: Where the vector accumulators' scaling goes when it must wait (``{(reduction, row): statements}``), or None: with
     #: the factors (:meth:`vector_update`).

@@ -453,8 +453,9 @@ class WgmmaKernel(TileProducer, MmaKernel):
         multiplies the factors by its half of the value columns (the first from its registers, ``wgmma_rs``; the second
         from the tile, ``wgmma_sst``). Split in halves, each group's scores read the whole query for half the keys
         (1.5 times the shared-memory bytes of one ``m64n64`` chain; by a count at the tensor cores' peak, not measured
-        apart, more than shared memory serves a cycle), and the groups met at three block barriers a tile. One vector sum (one factor tile), at least one scalar reduction (the
-        states handed over at the end, :meth:`states_handed`), tiles of 64 elements (the factor tile's rows), no gate."""
+        apart, more than shared memory serves a cycle), and the groups met at three block barriers a tile. One vector
+        sum (one factor tile), at least one scalar reduction (the states handed over at the end,
+        :meth:`states_handed`), tiles of 64 elements (the factor tile's rows), no gate."""
         return bool(HANDOVER) and self.ncol == 2 and self.kt == ROW and self.gate is None and len(self.vred) == 1 \
             and bool(self.scal) and not self.producer
 

@@ -1,11 +1,11 @@
-"""``columns_mma``'s segments added by the last block of each tile (``columns_mma.FOLD_SEGMENTS``) on the GPU: each
-shape's outputs against the same module with the combine kernel (bit for bit: the same sums in the same order) and
-against the float64 reference, through NumPy inputs and through torch tensors, each called three times (the tile
-counts are kept scratch, not zero-filled by the call: the factors' kernel zeroes them every call).
+"""``columns_mma``'s products computing their own factors (``Spec.own_factors``, ``columns_mma.OWN_FACTORS_ROWS``)
+on the GPU: each shape's outputs against the same cascade with the factors' kernel (bit for bit: the same factors,
+the same sums in the same order) and against the float64 reference, through NumPy inputs and through torch tensors,
+each called three times.
 
-    python3 gpu/fold_check.py
-    compute-sanitizer --tool memcheck python3 gpu/fold_check.py --small
-    NUMBA_ENABLE_CUDASIM=1 python3 gpu/fold_check.py --simulator     # the script itself, on a machine without a GPU
+    python3 gpu/own_factors_check.py
+    compute-sanitizer --tool memcheck python3 gpu/own_factors_check.py --small
+    NUMBA_ENABLE_CUDASIM=1 python3 gpu/own_factors_check.py --simulator   # the script itself, without a GPU
 
 Prints one line per case and exits 1 if any is off.
 """
@@ -43,18 +43,18 @@ def run(name, rows, length, n, dtype, segments, seed=0) -> bool:
     c = workloads.get(name).cascade
     f = ra.derive(c)
     inputs, wide, params = inputs_of(c, rows, length, n, dtype, False, rng)
-    outs, specs, built = {}, {}, columns_mma.FOLD_SEGMENTS
-    for fold in (True, False):
-        columns_mma.FOLD_SEGMENTS = fold  # (read when the module is built)
+    outs, specs, built = {}, {}, columns_mma.OWN_FACTORS_ROWS
+    for own in (True, False):
+        columns_mma.OWN_FACTORS_ROWS = rows if own else 0  # (read when the call is planned)
         try:
             kernel = ra.compile(f, BACKEND, "columns_mma", segments=segments)
-            specs[fold] = kernel._planned(inputs, params, None)[0]
+            specs[own] = kernel._planned(inputs, params, None)[0]
             calls = [np.asarray(kernel(inputs, params)["y"], np.float64) for _ in range(3)]
         finally:
-            columns_mma.FOLD_SEGMENTS = built
-        outs[fold] = calls
-        if fold:
-            folded = kernel
+            columns_mma.OWN_FACTORS_ROWS = built
+        outs[own] = calls
+        if own:
+            owned = kernel
     got, combined = outs[True], outs[False]
     picked = sorted({0, rows // 2, rows - 1})  # (a reference of a few rows: they are independent)
     want = evaluate(c, {k: v[picked] if v.shape[0] == rows else v for k, v in wide.items()},
@@ -63,9 +63,9 @@ def run(name, rows, length, n, dtype, segments, seed=0) -> bool:
     tol = 1e-5 if name == "fp8_quant_gemm" else 2.0 ** -8
     err = float(np.max(np.abs(got[0][picked] - want)) / np.max(np.abs(want)))
     same = all(np.array_equal(g, combined[0]) for g in got + combined)
-    ok = specs[True].segments > 1 and same and err <= tol
+    ok = specs[True].own_factors and not specs[False].own_factors and same and err <= tol
     line = (f"{name} {rows}x{length}x{n} {dtype}, {specs[True].segments} segments: max error {err:.2e}; three calls "
-            f"each, against the combine kernel: {'same' if same else 'DIFFERENT'}")
+            f"each, against the factors' kernel: {'same' if same else 'DIFFERENT'}")
     try:
         import torch
         if BACKEND != "cuda":
@@ -76,16 +76,24 @@ def run(name, rows, length, n, dtype, segments, seed=0) -> bool:
     tin = {s.name: torch.from_numpy(np.asarray(to_float(inputs[s.name]), np.float32)).cuda().to(
         torch.float8_e4m3fn if dtype == "e4m3" and s.size is not None else torch.bfloat16) for s in c.inputs}
     agree = True
-    columns_mma.FOLD_SEGMENTS = True  # (the torch call's module is built at its first call: folded too)
+    columns_mma.OWN_FACTORS_ROWS = rows  # (the torch call is planned at its first call: its own factors too)
+    w = next(s.name for s in c.inputs if s.size is not None)
+    # the weights K-major too (a Linear layer's W.T[None], read as they lie where the axis is whole tiles of 64): the
+    # products' terms in another order, so within float32's rounding of the sums, not bit for bit
+    lying = dict(tin, **{w: tin[w][0].t().contiguous().t()[None]})
     try:
-        for _ in range(3):  # (the kept counts: the same stream's scratch, call after call)
-            t = folded(tin, params)["y"]
-            agree &= np.array_equal(t.float().cpu().numpy().astype(np.float64), got[0]) if t.dtype == torch.float32 \
-                else float(np.max(np.abs(t.float().cpu().numpy() - got[0])) / np.max(np.abs(got[0]))) <= 2.0 ** -8
+        for _ in range(3):
+            for given, exact in ((tin, True), (lying, False)):
+                y = owned(given, params)["y"]
+                t = y.float().cpu().numpy().astype(np.float64)
+                err = float(np.max(np.abs(t - got[0])) / np.max(np.abs(got[0])))
+                if y.dtype != torch.float32:  # (outputs in the input's 16-bit type)
+                    exact, err = False, err / 2.0 ** -8 * 1e-6
+                agree &= np.array_equal(t, got[0]) if exact else err <= 1e-6
     finally:
-        columns_mma.FOLD_SEGMENTS = built
+        columns_mma.OWN_FACTORS_ROWS = built
     ok &= agree
-    print(f"{'PASS' if ok else 'FAIL'} {line}; torch calls: {'agree' if agree else 'DIFFER'}", flush=True)
+    print(f"{'PASS' if ok else 'FAIL'} {line}; torch calls (weights K-major too): {'agree' if agree else 'DIFFER'}", flush=True)
     return ok
 
 

@@ -39,11 +39,17 @@ on ``mma.sync.m16n8k16``:
    (e4m3) or 8 (16-bit) consecutive elements of one column, four steps' (two steps') worth of that column's ``k``
    for the lane, taken as the fragment's words directly (no ``prmt``); the factors are stored in that order.
 4. **The segments' sums** and the outputs: ``columns``' third kernel (or the tiles kernel itself when the axis is
-   one segment). Built beside it, where :data:`FOLD_SEGMENTS` is set (off until run on a GPU): each block stores its
-   partial sums, and the block whose segment is the last of its tile to end (a count a tile, taken atomically after a
-   fence; the counts zeroed by the factors' kernel) adds the tile's partial sums in segment order and stores the
-   outputs (:meth:`ColumnsMmaKernel.fold_segments`): the combine kernel's sums in its order, one launch and one wait
-   fewer.
+   one segment), launched while the products run (Hopper) and waiting for them. (Their sums added by the last block
+   of each tile to end instead, found by an atomic count a tile, was slower twice on the GPU: gpu/README.md.)
+
+**A few rows: the products compute their own factors** (:attr:`Spec.own_factors`, :data:`OWN_FACTORS_ROWS`). With
+few rows the factors' kernel is short, but the products wait for all of it: its launch, its reads, its end. Instead
+each products block reduces its rows' scalars itself (the scalar kernel's body, row by row: every block of a row
+reads the whole row of the small operand, from L2 after the first) and writes its segment's factors, in the
+fragments' order, into its shared memory, where the loop reads them (:meth:`ColumnsMmaKernel.own_factors`); the
+weight rows it streams first are brought into L2 meanwhile. The factors are the same bits, the products and the
+combine the same: the outputs are the factors' kernel's, bit for bit. Segments are then at most :data:`SEG_MAX`
+elements (32 KB of shared memory).
 
 **Masked and non-finite weights.** A masked element's factor is 0, but its weight row still enters the product: an
 inf or NaN there makes the outputs that mask it NaN (0 · inf), where the reference skips the element (as the
@@ -72,11 +78,6 @@ RESIDENT = 3
 #: Threads of a block on the GPU (four warps taking the steps in turn) and in the simulator (one warp); the sizes
 #: taken (the warps' sums meet in 32 KB of shared memory: e4m3 weights, 64 sums a lane, up to four warps).
 THREADS, SIM_THREADS, BLOCKS, BLOCKS_E4M3 = 128, 32, (32, 64, 128, 256), (32, 64, 128)
-#: Whether the segments' sums are added by the last block of each tile to end (:meth:`ColumnsMmaKernel.fold_segments`)
-#: rather than by ``columns``' combine kernel. Off: built and tested on the simulator (bit for bit the combine's
-#: outputs), not yet run on a GPU, where the counts' fences and the saving are what ``gpu/fold_check.py`` and
-#: ``gpu/sweep.py fp8gemm:6,fp8gemm:7,normgemm:1 built:columns_mma,columns_mma.FOLD_SEGMENTS=1:columns_mma`` measure.
-FOLD_SEGMENTS = False
 #: Rows up to which a call's products compute their own factors (:attr:`Spec.own_factors`, :meth:`ColumnsMmaKernel.
 #: own_factors`): no factors kernel and no wait for it, each block reducing its rows' scalars itself — every block of
 #: a row reads the whole row of the small operand, so the reads grow with the rows (0: never).
@@ -167,8 +168,6 @@ class ColumnsMmaKernel(ColumnsKernel):
         self.nt = spec.batch // 8  # n8 tiles of rows: 1 where a block has at most 8 rows, else 2
         self.warps = spec.threads // 32
         self.bc = 8 * self.each  # the block's columns: eight lanes' loads
-        if self.folds():  # the tiles' counts: a row per row (a block's first row's), a column block's each
-            self.lay.constants["D_COLUMN_BLOCKS"] = -(-self.n // self.bc)
         # Spec.k_major: the weights given K-major, bound as their (n, L) rows — a lane's 16-byte load is KL elements
         # of one column; 4 lanes' loads a super-step of 4 KL elements (k_major_loop)
         self.km = self.x in spec.k_major
@@ -186,10 +185,6 @@ class ColumnsMmaKernel(ColumnsKernel):
     def row_threads(self) -> int:
         # (with its own factors the products' block reduces the rows' scalars: the module's threads)
         return self.spec.threads if self.spec.own_factors else row_threads(self.spec)
-
-    def folds(self) -> bool:
-        """Whether the segments' sums are added in the products' kernel (:meth:`fold_segments`), not by a combine."""
-        return bool(FOLD_SEGMENTS) and self.spec.segments > 1 and not self.spec.own_factors
 
     def bounds(self) -> dict:
         return {"factors": self.row_threads()} if self.pre is not None and not self.spec.own_factors else {}
@@ -454,35 +449,7 @@ class ColumnsMmaKernel(ColumnsKernel):
                     stored = If(f"{col} < {n}", tuple(body))
                     stmts.append(If(f"warp == {k % w}", (stored,)) if w > 1 else stored)
                 out += [Assign("orow", f"r0 + {8 * nt} + 2 * tq + {bit}"), If("orow < rows", tuple(stmts))]
-        return out + (self.fold_segments() if self.folds() else [])
-
-    def fold_segments(self) -> list:
-        """The segments' sums added by the block whose segment is the last of its tile to end: every block fences its
-        partial sums and counts itself in (``cnt[r0, tile column]``, atomically, one thread, which fences again: the
-        release and acquire patterns of the memory model, and the block's barrier after them); the block that counts
-        ``gridDim.z - 1`` (every other segment's block counted before it) adds each of the tile's elements' partial
-        sums in segment order and finishes them as ``columns``' combine kernel does (the same sums, in the same
-        order). The counts are zeroed by the factors' kernel, which ends before any block here counts (launched
-        before, or waited for)."""
-        element = (Assign("frow", f"r0 + fk // {self.bc}"), Assign("fcol", f"cb + fk % {self.bc}"),
-                   If(f"frow < rows and fcol < {self.n}", tuple(self.segments_sum("frow", "fcol"))))
-        last = (Call("cuda.threadfence", ()),
-                For("fk", "tid", str(BM * self.bc), element, str(self.spec.threads)))
-        return [Call("cuda.threadfence", ()), Shared("ended", ("1",), "int32"), Barrier(),
-                If("tid == 0", (Assign("ended[0]", "cuda.atomic.add(cnt, (r0, cuda.blockIdx.y), int32(1))"),
-                                Call("cuda.threadfence", ()))),
-                Barrier(), If("ended[0] == cuda.gridDim.z - 1", last)]
-
-    def zero_counts(self) -> list:
-        """The factors' kernel's first statements where the segments are folded: row ``blockIdx.x``'s tile counts
-        zeroed (by the blocks of the grid's first column). Ordered before any count because the factors' kernel is
-        the module's first (never launched dependent: it starts after the last call's kernels end) and every block of
-        the products waits for it (``grid_wait``, unconditionally, before its loop) or is launched after it."""
-        if not self.folds():
-            return []
-        zero = Assign("cnt[cuda.blockIdx.x, zk]", "int32(0)")
-        return [If("cuda.blockIdx.y == 0", (For("zk", "cuda.threadIdx.x", "cnt.shape[1]", (zero,),
-                                                 "cuda.blockDim.x"),))]
+        return out
 
     def early_start(self) -> list:
         """Launched while the factors' kernel runs (``Spec.dependent``): the block's first weight rows brought into L2
@@ -534,15 +501,11 @@ class ColumnsMmaKernel(ColumnsKernel):
         common = [a for a in args if a not in ("rows", "length")]
         pre = [f"out_pre_{r}" for r in self.scalar_reds]
         part = [f"part_{self.red}"] if self.spec.segments > 1 else []
-        cnt = ["cnt"] if self.folds() else []
         own = self.spec.own_factors
         fac = [] if own else ["fac"]
-        out = [] if own else [self.factors_kernel(tuple(common + pre + ["fac"] + cnt + ["rows", "length"]))]
-        if out:
-            out[0] = out[0][:3] + (self.zero_counts() + list(out[0][3]),)
-        out.append(("tiles", tuple(common + pre + fac + part + cnt + ["rows", "length", "nseg"]), "tiles",
-                    self.tiles()))
-        combine = bool(part) and not cnt
+        out = [] if own else [self.factors_kernel(tuple(common + pre + ["fac", "rows", "length"]))]
+        out.append(("tiles", tuple(common + pre + fac + part + ["rows", "length", "nseg"]), "tiles", self.tiles()))
+        combine = bool(part)
         if combine:
             out.append(("combine", tuple(common + pre + part + ["rows", "length", "nseg"]), "combine", self.combine()))
         if self.spec.dependent:  # the factors' kernel lets the products start at once; the combine waits for them
@@ -570,8 +533,7 @@ class ColumnsMmaKernel(ColumnsKernel):
     def scratch(self) -> tuple:
         # (the fragments' order: the rows rounded up to blocks of 16)
         fac = ("fac", {"bfloat16": "uint16", "float16": "float16", "e4m3": "uint8"}[self.fac_store], self.fac_layout, None)
-        cnt = (("cnt", "int32", "rows", "D_COLUMN_BLOCKS"),) if self.folds() else ()
-        return super().scratch() + (() if self.spec.own_factors else (fac,)) + cnt
+        return super().scratch() + (() if self.spec.own_factors else (fac,))
 
 
 # -- registration ----------------------------------------------------------------------------------------

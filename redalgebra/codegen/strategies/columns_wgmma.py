@@ -152,9 +152,6 @@ class ColumnsWgmmaKernel(TileFactors, Fp8Products, Producer, ColumnsMmaKernel):
         return {**super().bounds(), **factors, **({"transpose": 256} if self.transposed else {}),
                 **({"tiles": self.spec.threads + extra} if extra else {})}
 
-    def folds(self) -> bool:  # (its segments' sums: columns' combine kernel)
-        return False
-
     def registers(self) -> dict:
         # (Spec.row_chunk: the product's registers capped, so that a block of the next chunk's factors fits beside
         # each of its blocks on a multiprocessor: :mod:`.chunks`)

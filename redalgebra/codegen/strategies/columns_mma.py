@@ -247,7 +247,8 @@ class ColumnsMmaKernel(ColumnsKernel):
             inside += pre + [Assign(f"fv_{j}", text)]
             ok = f"kx + {j} < length" + (f" and keep[row, kx + {j}] != 0" if self.spec.has_keep else "")
             body.append(If(ok, tuple(inside), (Assign(f"fv_{j}", self.consts.name(0.0)),)))
-        return body + self.factor_store(tuple(f"fv_{j}" for j in range(each)), shared)
+        values = tuple(f"fv_{j}" for j in range(each))
+        return body + (self.factor_store(values, shared=True) if shared else self.factor_store(values))
 
     def factor_store(self, values: tuple, shared: bool = False) -> list:
         """Elements ``kx … kx + 7`` of ``row``'s factors into the scratch in the fragments' order (:data:`FRAGMENT`):

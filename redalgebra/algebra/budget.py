@@ -79,6 +79,13 @@ def _ours(frame) -> bool:
     return frame is not None and frame.f_code.co_filename.startswith(_PACKAGE)
 
 
+def _machinery(frame) -> bool:
+    """Whether ``frame`` runs this module's own bookkeeping (arming the timer as a budget is entered, the cache's
+    wrapper): raised there, the exception would leave a ``with budget(...)`` before its block, past the code that
+    handles it (a budget of 1e-9 s could fire inside ``_arm``); the next try comes RETRY_S later, in the block."""
+    return frame is not None and frame.f_code.co_filename == __file__
+
+
 def _callback(frame) -> bool:
     """Whether ``frame`` is a finalizer or a weak-reference or GC callback: an exception raised there is only
     printed as "ignored", and it would leave a cache half updated; the next signal comes soon."""
@@ -93,8 +100,9 @@ def _on_alarm(signum, frame):
         return
     if time.monotonic() >= entry[0]:
         signal.setitimer(signal.ITIMER_REAL, RETRY_S)  # again, in case library code swallows the exception
-        if entry[3] and _ours(frame) or _callback(frame):
-            return  # our own code, handling the first one (it calls check() where it matters), or a callback
+        if entry[3] and _ours(frame) or _callback(frame) or _machinery(frame):
+            return  # our own code, handling the first one (it calls check() where it matters), a callback, or this
+            # module's bookkeeping
         entry[3] = True
         raise _exhausted(entry)
     _arm(state)
@@ -129,7 +137,7 @@ def _watch(state: _State) -> None:
                     frame = sys._current_frames().get(state.ident)
                     # (as the main thread's handler: not into our own code handling the first one, nor a callback,
                     # where it would only be printed as "ignored"; the next try comes RETRY_S later)
-                    if not (entry[3] and _ours(frame) or _callback(frame)):
+                    if not (entry[3] and _ours(frame) or _callback(frame) or _machinery(frame)):
                         entry[3] = True
                         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(state.ident),
                                                                    ctypes.py_object(_Expired))

@@ -93,7 +93,8 @@ def run(name, rows, length, n, dtype, segments, seed=0) -> bool:
     finally:
         columns_mma.OWN_FACTORS_ROWS = built
     ok &= agree
-    print(f"{'PASS' if ok else 'FAIL'} {line}; torch calls (weights K-major too): {'agree' if agree else 'DIFFER'}", flush=True)
+    verdict = "agree" if agree else "DIFFER"
+    print(f"{'PASS' if ok else 'FAIL'} {line}; torch calls (weights K-major too): {verdict}", flush=True)
     return ok
 
 

@@ -73,9 +73,6 @@ class Spec:
     #                              activations), turn it into the factors' row-free part in place, fold the scalar
     #                              reductions on the way and scale the sums by the row's part in the epilogue
     #                              (:func:`tile_factors.split_scale`); "": the factors kernel
-    own_factors: bool = False    # columns_mma with segments: no factors kernel: each block of the products reduces its
-    #                              rows' scalars itself and writes its segment's factors into its shared memory
-    #                              (:meth:`.strategies.columns_mma.ColumnsMmaKernel.own_factors`)
 
     @property
     def launch_bounds(self) -> str:

@@ -33,7 +33,7 @@ BARE = frozenset("""
     wcol wo wn wd wt sd b4 b5 b6 b7 li
     orow da db nn k0 wv wrow wcl c0
     nall tps tfirst cg ks wi wk smf xf dp
-    fq nfull nmain nstep p0 p1 p2 p3 h0 h1 h2 h3 fo facs slo jr
+    fq nfull nmain nstep p0 p1 p2 p3 h0 h1 h2 h3 fo
     pp sp fresh uniform every op pe pf pk kz fma32
     mb nb nmb rest sg total tile nxt er0 ecb esg xp rsc sx half pend
     ptid pr pco pdo sf jt wgi n0 oc sh transpose col wf widen

@@ -168,7 +168,7 @@ INTRINSICS = ("ld_f32x4", "ld_b16x8", "ld_h16x8", "ld_b16x2", "ld_h16x2", "ld_e4
               "st_b16", "st_h16", "st_b16x2", "st_h16x2", "st_b16x4", "st_h16x4", "e4m3", "e4m3_round", "fma32", "fp8_in_hardware", "fast_exp", "ex2", "LOG2E", "max_nan", "min_nan", "div_full", "sqrt_full", "pick", "fresh", "uniform")
 #: ... and those of ``redalgebra.runtime.tensor_cores``.
 TENSOR_CORES = ("cp_async16", "cp_async16_at", "e4m3_pairs", "e4m3_halves", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "ld_w2_stream_at", "st_w2_at",
-                "sts_w2", "st_w4_at", "lds_w4", "sts_w4",
+                "st_w4_at", "lds_w4", "sts_w4",
                 "prefetch_l2_at", "grid_wait", "grid_launch", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
                 "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
                 "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_rsk_bf16", "wgmma_rsk_f16", "wgmma_ss_e4m3",

@@ -46,7 +46,7 @@ if not SIMULATOR:
     from .lowering import TypingError
 
 __all__ = ["cp_async16", "cp_async16_at", "e4m3_pairs", "e4m3_halves", "b16_pairs", "ld_w4_at", "ld_w4_stream_at", "ld_w2_stream_at",
-           "st_w2_at", "st_w4_at", "lds_w4", "sts_w4", "sts_w2",
+           "st_w2_at", "st_w4_at", "lds_w4", "sts_w4",
            "prefetch_l2_at", "grid_wait", "grid_launch", "cp_commit", "cp_wait0", "cp_wait1", "cp_wait2", "cp_wait3", "cp_wait4", "ldsm_x4", "ldsm_x4_t", "mma_bf16", "mma_f16",
            "pack_bf16x2", "pack_f16x2", "unpack_bf16x2", "unpack_f16x2", "swizzle_pad", "wgmma_desc", "wgmma_ss_bf16",
            "wgmma_ss_f16", "wgmma_sst_bf16", "wgmma_sst_f16", "wgmma_rs_bf16", "wgmma_rs_f16", "wgmma_rsk_bf16", "wgmma_rsk_f16", "wgmma_ss_e4m3", "wgmma_fence",
@@ -148,14 +148,6 @@ def _sim_sts_w4(s, idx, w0, w1, w2, w3):
     chunk = _sim_shared_chunk("sts_w4", s, idx)
     _sim_check_write("sts_w4", _shared_flat(s), 2 * int(idx))
     chunk[:] = [np.uint32(int(w)) for w in (w0, w1, w2, w3)]
-
-
-def _sim_sts_w2(s, idx, w0, w1):
-    flat = _shared_flat(s).view(np.uint16)
-    if int(idx) % 4 or not 0 <= int(idx) <= flat.size - 4:
-        raise IndexError(f"sts_w2: shared index {idx} is misaligned or outside {flat.size} 16-bit values")
-    _sim_check_write("sts_w2", _shared_flat(s), 2 * int(idx))
-    flat[int(idx):int(idx) + 4].view(np.uint32)[:] = [np.uint32(int(w0)), np.uint32(int(w1))]
 
 
 def _words(halves) -> np.uint32:
@@ -588,21 +580,6 @@ def sts_w4(typingctx, s, idx, w0, w1, w2, w3):
         _side_effect(builder, "st.shared.v4.u32 [$0], {$1, $2, $3, $4};", "r,r,r,r,r", [address, *words])
         return context.get_dummy_value()
     return types.void(s, idx, w0, w1, w2, w3), codegen
-
-
-@_device(_sim_sts_w2)
-def sts_w2(typingctx, s, idx, w0, w1):
-    """Two 32-bit words into the 8 bytes at ``s[idx]`` (a 16-bit shared array; ``idx`` a multiple of 4), one
-    ``st.shared.v2.u32``."""
-    _check_shared("sts_w2", s, idx)
-    _check_words("sts_w2", w0, w1)
-
-    def codegen(context, builder, sig, args):
-        address = _shared_address(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        words = [context.cast(builder, v, t, types.uint32) for v, t in zip(args[2:], sig.args[2:])]
-        _side_effect(builder, "st.shared.v2.u32 [$0], {$1, $2};", "r,r,r", [address, *words])
-        return context.get_dummy_value()
-    return types.void(s, idx, w0, w1), codegen
 
 
 ldsm_x4 = _device(_sim_ldsm(False))(_ldsm("ldsm_x4", False))

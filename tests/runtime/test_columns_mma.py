@@ -125,67 +125,6 @@ def test_the_steps_loaded_before_their_products_change_no_sum(monkeypatch, dtype
         np.testing.assert_array_equal(y, got[1], err_msg=f"unroll = {unroll}")
 
 
-@pytest.mark.parametrize("name,dtype,rows,length,n,segments,masked,lying", [
-    # e4m3 weights, three rows (one n8 tile) in three segments (the last partial), 128 columns a block and 16 of the
-    # next, a mask with a fully masked row
-    ("fp8_quant_gemm", "e4m3", 3, 300, 144, 3, True, False),
-    # RMSNorm (two scalar inputs a row, a sum of squares first), 9 rows (two n8 tiles), bfloat16 weights, 64 columns a
-    # block and 16 of the next
-    ("rmsnorm_gemm", "bfloat16", 9, 200, 80, 2, False, False),
-    # one token, four segments of 128 (the third partial, the fourth empty: its block stores zeros)
-    ("fp8_quant_gemm", "e4m3", 1, 320, 144, 4, False, False),
-    # K-major e4m3 weights (the factors in the super-steps' order), 17 rows: a second row block of one row
-    ("fp8_quant_gemm", "e4m3", 17, 320, 80, 3, False, True),
-])
-def test_the_products_computing_their_own_factors_give_the_factors_kernels_outputs(monkeypatch, name, dtype, rows,
-                                                                                  length, n, segments, masked, lying):
-    # Spec.own_factors: each products block reduces its rows' scalars and writes its segment's factors into shared
-    # memory (the simulator poisons it), no factors kernel: the same factors, products and combine, so the outputs of
-    # the module with the factors' kernel bit for bit
-    from redalgebra.codegen.strategies import columns_mma
-
-    inputs, params = _problem(name, rows, length, n, "bfloat16")
-    if dtype == "e4m3":
-        inputs["w"] = as_e4m3(to_float(inputs["w"]))
-    if lying:
-        inputs["w"] = type(inputs["w"])(np.ascontiguousarray(inputs["w"].bits[0].T).T[None])
-    keep = np.random.default_rng(2).random((rows, length)) > 0.3 if masked else None
-    if keep is not None:
-        keep[-1] = False
-    got = {}
-    for own in (True, False):
-        monkeypatch.setattr(columns_mma, "OWN_FACTORS_ROWS", 32 if own else 0)
-        kernel = compile(fused(name), "cudasim", "columns_mma", segments=segments)
-        spec = kernel._planned(inputs, params, keep)[0]
-        src = kernel.source(spec, "columns_mma")
-        assert spec.own_factors == own and spec.k_major == (("w",) if lying else ())
-        assert [name for name, *_ in src.entries] == (["tiles", "combine"] if own else ["factors", "tiles", "combine"])
-        assert ("fac" in [name for name, *_ in src.scratch]) != own
-        got[own] = kernel(inputs, params, keep)["y"]
-    np.testing.assert_array_equal(got[True], got[False])
-    ref = _reference(name, dict(inputs, w=to_float(inputs["w"])) if lying else inputs, params, keep, rows)["y"]
-    tol = 2 ** -9 + 1e-5 if name == "rmsnorm_gemm" else 1e-5  # (RMSNorm's factors rounded to bfloat16)
-    assert np.nanmax(np.abs(got[True] - ref)) <= tol * np.nanmax(np.abs(ref))
-
-
-def test_own_factors_take_segments_that_fit_shared_memory_and_only_with_segments(monkeypatch):
-    from redalgebra.codegen.strategies import columns_mma
-
-    monkeypatch.setattr(columns_mma, "OWN_FACTORS_ROWS", 8)
-    kernel = compile(fused("fp8_quant_gemm"), "cuda", "columns_mma")
-    dtypes, reps = {"x": "bfloat16", "w": "e4m3"}, {"w": 1}
-
-    def plan(rows, length, **kw):
-        k = compile(fused("fp8_quant_gemm"), "cuda", "columns_mma", **kw) if kw else kernel
-        return k.spec_for(rows, length, dtypes, {"n": 7168}, reps=dict(reps, w=rows), device=((9, 0), 132))[1]
-    spec = plan(1, 20000)  # segments of at most SEG_MAX elements, more than the policy's fill of the GPU
-    assert spec.own_factors and spec.segments == -(-20000 // columns_mma.SEG_MAX)
-    assert plan(8, 7168).own_factors and not plan(9, 7168).own_factors  # only up to OWN_FACTORS_ROWS rows
-    assert not plan(1, 7168, segments=1).own_factors  # one segment: the tiles finish the outputs, from the scratch
-    assert not plan(1, 7168, segments=3).own_factors  # three segments of 7168 do not fit: the factors' kernel
-    assert not plan(1, 64).own_factors  # one tile, one segment
-
-
 def test_a_kernel_built_for_8_rows_a_block_refuses_more_rows_rather_than_skipping_them():
     from redalgebra.codegen.strategies.columns_mma import grid
 

@@ -26,26 +26,17 @@ def _bodies(source):
     return {parts[k]: parts[k + 1] for k in range(1, len(parts), 2)}
 
 
-@pytest.mark.parametrize("own", [False, True])
 @pytest.mark.parametrize("name,weights", [("fp8_quant_gemm", "e4m3"), ("rmsnorm_gemm", "bfloat16")])
-def test_on_hopper_each_later_kernel_waits_before_it_reads_the_one_before(monkeypatch, name, weights, own):
-    from redalgebra.codegen.strategies import columns_mma
-
-    monkeypatch.setattr(columns_mma, "OWN_FACTORS_ROWS", 16 if own else 0)
+def test_on_hopper_each_later_kernel_waits_before_it_reads_the_one_before(monkeypatch, name, weights):
     spec, source = _module(monkeypatch, (9, 0), name, weights)
-    assert spec.dependent and spec.segments > 1 and spec.own_factors == own
+    assert spec.dependent and spec.segments > 1
     body = _bodies(source)
+    # the factors' kernel lets the products start at once
+    assert body["factors"].split("\n")[1].strip() == "grid_launch()"
+    # the products bring their first weight rows into L2, let the next launch start, and wait before the first factor
     tiles = body["tiles"]
-    if own:  # no factors' kernel: the products, first, bring their first weight rows into L2 and let the combine
-        # start while they compute their factors, wait for nothing, and read the factors from shared memory
-        assert "factors" not in body and "grid_wait()" not in tiles
-        assert tiles.index("prefetch_l2_at(") < tiles.index("grid_launch()") < tiles.index("sts_w2(facs") < \
-            tiles.index("lds_w4(facs") and "ld_w4_at(fac" not in tiles
-    else:  # the factors' kernel lets the products start at once; they bring their first weight rows into L2, let
-        # the next launch start, and wait before the first factor
-        assert body["factors"].split("\n")[1].strip() == "grid_launch()"
-        assert tiles.index("prefetch_l2_at(") < tiles.index("grid_launch()") < tiles.index("grid_wait()") < \
-            tiles.index("ld_w4_at(fac")
+    assert tiles.index("prefetch_l2_at(") < tiles.index("grid_launch()") < tiles.index("grid_wait()") < \
+        tiles.index("ld_w4_at(fac")
     # the combine waits before anything else
     assert body["combine"].split("\n")[1].strip() == "grid_wait()"
 

@@ -159,17 +159,6 @@ def _more_configurations(name, f, declared, sizes) -> set:
         k = compile(f, "cuda", strategy, **options)
         resolved, spec, _ = k.spec_for(rows, length, dtypes, sizes, keep, reps=reps, k_major=k_major)
         missing |= _unlisted(k.source(spec, resolved), declared, f"{strategy} {options}")
-    if name in ("fp8_quant_gemm", "rmsnorm_gemm"):  # columns_mma's products computing their own factors
-        from unittest import mock
-
-        from redalgebra.codegen.strategies import columns_mma
-
-        with mock.patch.object(columns_mma, "OWN_FACTORS_ROWS", 16):
-            k = compile(f, "cuda", "columns_mma", segments=2)
-            resolved, spec, _ = k.spec_for(4, 256, {s.name: "bfloat16" for s in c.inputs}, sizes, True,
-                                           reps={v: 4 for v in vectors})
-            assert spec.own_factors
-            missing |= _unlisted(k.source(spec, resolved), declared, "columns_mma own factors")
     if name == "alibi_attention":  # blocks walking causal row tiles in pairs, their consumer warpgroups each on its own
         from unittest import mock
 

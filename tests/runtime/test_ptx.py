@@ -429,36 +429,3 @@ def test_ptxas_performance_losses_are_reported():
     assert not any("whole PTX" in line for line in facts_text(dict(facts, performance_losses=())))
 
 
-OWN = r"""
-import json
-from redalgebra import workloads
-from redalgebra.codegen.strategies import columns_mma
-from redalgebra.derive import derive
-from redalgebra.runtime.compile import compile
-from redalgebra.runtime.ptx import compile_ptx, ptx_facts
-columns_mma.OWN_FACTORS_ROWS = 16
-f = derive(workloads.get("fp8_quant_gemm").cascade)
-dtypes = {s.name: "e4m3" if s.size is not None else "bfloat16" for s in f.cascade.inputs}
-out = []
-for rows in (1,):  # (one token: the most registers, 136 against 110 at 16)
-    reps = {s.name: rows for s in f.cascade.inputs if s.size is not None}
-    strategy, spec, _ = compile(f, "cuda", "columns_mma").spec_for(rows, 7168, dtypes, {"n": 7168}, reps=reps,
-                                                                      device=((9, 0), 132))
-    ptx = compile_ptx(f, strategy, spec)
-    out.append(dict(ptx_facts(ptx), own=spec.own_factors, sts=ptx.count("st.shared.v2.u32"),
-                    lds=ptx.count("ld.shared.v4.u32")))
-print(json.dumps(out))
-"""
-
-
-def test_columns_mma_computing_its_own_factors_reads_them_from_shared_memory_without_spilling():
-    # Spec.own_factors at the FP8 target's one token: two kernels (the products and the combine); the factors
-    # stored 8 bytes and read 16 bytes at a time from shared memory; no local memory, no spills. (compiled in a process
-    # of its own: this one runs the CUDA simulator)
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    done = subprocess.run([sys.executable, "-c", OWN], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    for facts in json.loads(done.stdout.strip().splitlines()[-1]):
-        assert facts["own"] and facts["kernels"] == 2, facts
-        assert facts["sts"] >= 2 and facts["lds"] >= 1 and facts["local_bytes"] == 0, facts
-        assert facts.get("spill_stores", 0) == 0 and facts.get("spill_loads", 0) == 0, facts

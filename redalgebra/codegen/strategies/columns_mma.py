@@ -39,17 +39,9 @@ on ``mma.sync.m16n8k16``:
    (e4m3) or 8 (16-bit) consecutive elements of one column, four steps' (two steps') worth of that column's ``k``
    for the lane, taken as the fragment's words directly (no ``prmt``); the factors are stored in that order.
 4. **The segments' sums** and the outputs: ``columns``' third kernel (or the tiles kernel itself when the axis is
-   one segment), launched while the products run (Hopper) and waiting for them. (Their sums added by the last block
-   of each tile to end instead, found by an atomic count a tile, was slower twice on the GPU: gpu/README.md.)
-
-**A few rows: the products compute their own factors** (:attr:`Spec.own_factors`, :data:`OWN_FACTORS_ROWS`). With
-few rows the factors' kernel is short, but the products wait for all of it: its launch, its reads, its end. Instead
-each products block reduces its rows' scalars itself (the scalar kernel's body, row by row: every block of a row
-reads the whole row of the small operand, from L2 after the first) and writes its segment's factors, in the
-fragments' order, into its shared memory, where the loop reads them (:meth:`ColumnsMmaKernel.own_factors`); the
-weight rows it streams first are brought into L2 meanwhile. The factors are the same bits, the products and the
-combine the same: the outputs are the factors' kernel's, bit for bit. Segments are then at most :data:`SEG_MAX`
-elements (32 KB of shared memory).
+   one segment), launched while the products run (Hopper) and waiting for them. (Measured slower on the GPU, twice,
+   and taken out: the last block of each tile adding the sums, found by an atomic count a tile; and, at a few rows,
+   each products block computing its own factors instead of the factors' kernel: gpu/README.md.)
 
 **Masked and non-finite weights.** A masked element's factor is 0, but its weight row still enters the product: an
 inf or NaN there makes the outputs that mask it NaN (0 · inf), where the reference skips the element (as the
@@ -78,13 +70,6 @@ RESIDENT = 3
 #: Threads of a block on the GPU (four warps taking the steps in turn) and in the simulator (one warp); the sizes
 #: taken (the warps' sums meet in 32 KB of shared memory: e4m3 weights, 64 sums a lane, up to four warps).
 THREADS, SIM_THREADS, BLOCKS, BLOCKS_E4M3 = 128, 32, (32, 64, 128, 256), (32, 64, 128)
-#: Rows up to which a call's products compute their own factors (:attr:`Spec.own_factors`, :meth:`ColumnsMmaKernel.
-#: own_factors`): no factors kernel and no wait for it, each block reducing its rows' scalars itself — every block of
-#: a row reads the whole row of the small operand, so the reads grow with the rows (0: never).
-OWN_FACTORS_ROWS = 0
-#: Elements of a segment at most where the blocks write their factors into shared memory (32 bytes an element: the
-#: fragments' 16 rows of 16-bit factors): 32 KB, which the warps' sums reuse after the loop.
-SEG_MAX = 1024
 
 
 def load_columns(e4m3: bool) -> int:
@@ -178,16 +163,12 @@ class ColumnsMmaKernel(ColumnsKernel):
                 or spec.group not in loads(self.bytes):
             raise RedalgebraError(f"columns_mma: blocks of {', '.join(map(str, blocks))} threads taking {BM} rows, "
                                   f"{self.bc} columns and segments of whole tiles of {BK} elements")
-        if spec.own_factors and spec.segments < 2:
-            raise RedalgebraError("columns_mma: a block computes its own factors only with segments (their combine "
-                                  "kernel finishes the outputs from the rows' scalars)")
 
     def row_threads(self) -> int:
-        # (with its own factors the products' block reduces the rows' scalars: the module's threads)
-        return self.spec.threads if self.spec.own_factors else row_threads(self.spec)
+        return row_threads(self.spec)
 
     def bounds(self) -> dict:
-        return {"factors": self.row_threads()} if self.pre is not None and not self.spec.own_factors else {}
+        return {"factors": self.row_threads()} if self.pre is not None else {}
 
     # -- 2. the factors -------------------------------------------------------------------------------
     def factor_kernel(self) -> list:
@@ -220,9 +201,8 @@ class ColumnsMmaKernel(ColumnsKernel):
         out, acc.named = self.hoist([e for _, e in self.f.prologue.steps] + [self.factor], row.issuperset, acc, "rv_")
         return out
 
-    def factor_chunk(self, acc, shared: bool = False) -> list:
-        """The factors of elements ``kx … kx + 7`` of ``row``, stored by :meth:`factor_store` (``shared``: into the
-        block's shared memory)."""
+    def factor_chunk(self, acc) -> list:
+        """The factors of elements ``kx … kx + 7`` of ``row``, stored by :meth:`factor_store`."""
         each = FACTORS_EACH
         wide, tested = [], []
         for s in self.sin:
@@ -247,36 +227,26 @@ class ColumnsMmaKernel(ColumnsKernel):
             inside += pre + [Assign(f"fv_{j}", text)]
             ok = f"kx + {j} < length" + (f" and keep[row, kx + {j}] != 0" if self.spec.has_keep else "")
             body.append(If(ok, tuple(inside), (Assign(f"fv_{j}", self.consts.name(0.0)),)))
-        values = tuple(f"fv_{j}" for j in range(each))
-        return body + (self.factor_store(values, shared=True) if shared else self.factor_store(values))
+        return body + self.factor_store(tuple(f"fv_{j}" for j in range(each)))
 
-    def factor_store(self, values: tuple, shared: bool = False) -> list:
+    def factor_store(self, values: tuple) -> list:
         """Elements ``kx … kx + 7`` of ``row``'s factors into the scratch in the fragments' order (:data:`FRAGMENT`):
         rows in blocks of 16, each block's steps of 16 elements one after another, a step lane by lane — two 8-byte
         stores, elements ``kx … kx + 3`` at lane ``4 (row % 8) + (kx % 16) // 4``, the next four at the next lane, the
-        rows ``8 … 15`` of a block 4 values into a lane's 8.
-        ``shared``: into the block's shared ``facs`` instead, the segment's steps from its first (``slo``, a multiple
-        of the tiles' ``BK``, so the element's place within a step is the same)."""
+        rows ``8 … 15`` of a block 4 values into a lane's 8."""
         pack = f"pack_{self.kind}x2"
-        block, k = ("", "(kx - slo)") if shared else ("row // 16 * (fac.shape[1] // 16) + ", "kx")
-        at = (f"({block}{k} // 16) * {FRAGMENT} + 8 * (4 * (row % 8) + (kx % 16) // 4) + "
+        at = (f"(row // 16 * (fac.shape[1] // 16) + kx // 16) * {FRAGMENT} + 8 * (4 * (row % 8) + (kx % 16) // 4) + "
               f"4 * ((row // 8) % 2)")
         if self.km:  # K-major weights (:meth:`k_major_loop`): element kx of super-step kx // (4 KL), lane (kx % 4 KL) // KL,
             # step (kx % KL) // 4 of the super-step's KL // 4
             kl = self.kl
-            at = (f"({block}{k} // {4 * kl} * {kl // 4} + (kx % {kl}) // 4) * {FRAGMENT} + "
+            at = (f"(row // 16 * (fac.shape[1] // 16) + kx // {4 * kl} * {kl // 4} + (kx % {kl}) // 4) * {FRAGMENT} + "
                   f"8 * (4 * (row % 8) + (kx % {4 * kl}) // {kl}) + 4 * ((row // 8) % 2)")
         # (the next four elements: the next lane's place, or with K-major weights the lane's place in the next step)
         nxt = FRAGMENT if self.km else 8
-        store, into = ("sts_w2", "facs") if shared else ("st_w2_at", "fac")
         return [Assign("fo", at)] + [
-            Call(store, (into, f"fo + {nxt * h}", f"{pack}({values[4 * h]}, {values[4 * h + 1]})",
-                         f"{pack}({values[4 * h + 2]}, {values[4 * h + 3]})")) for h in (0, 1)]
-
-    def fac_load(self, at: str) -> str:
-        """A lane's 16 bytes of the factors at ``at`` (the fragments' order): from the scratch, or from the block's
-        shared memory where it computes its own."""
-        return f"lds_w4(facs, {at})" if self.spec.own_factors else f"ld_w4_at(fac, {at})"
+            Call("st_w2_at", ("fac", f"fo + {nxt * h}", f"{pack}({values[4 * h]}, {values[4 * h + 1]})",
+                              f"{pack}({values[4 * h + 2]}, {values[4 * h + 3]})")) for h in (0, 1)]
 
     # -- 3. the products ------------------------------------------------------------------------------
     def load_step(self, u: str, step: str, tested: bool) -> list:
@@ -295,7 +265,7 @@ class ColumnsMmaKernel(ColumnsKernel):
                               (Assign(words, ", ".join(["uint32(0)"] * nw)),)))
             else:
                 out.append(load)
-        out.append(Assign(f"fa_{u}_0, fa_{u}_1, fb_{u}_0, fb_{u}_1", self.fac_load(f"fq + ({step}) * {FRAGMENT}")))
+        out.append(Assign(f"fa_{u}_0, fa_{u}_1, fb_{u}_0, fb_{u}_1", f"ld_w4_at(fac, fq + ({step}) * {FRAGMENT})"))
         return out
 
     def step_products(self, u: str) -> list:
@@ -345,7 +315,7 @@ class ColumnsMmaKernel(ColumnsKernel):
             out = [Assign(", ".join(f"wv_{u}_{c}_{q}" for q in range(4)),
                           f"ld_w4_stream_at({self.x}, wo + {c} * length + ({sup}) * {sk})") for c in range(each)]
             return out + [Assign(f"fa_{u}_{st}_0, fa_{u}_{st}_1, fb_{u}_{st}_0, fb_{u}_{st}_1",
-                                 self.fac_load(f"fq + (({sup}) * {spl} + {st}) * {FRAGMENT}")) for st in range(spl)]
+                                 f"ld_w4_at(fac, fq + (({sup}) * {spl} + {st}) * {FRAGMENT})") for st in range(spl)]
 
         def products(u: str) -> list:
             out, mma = [], f"mma_{self.kind}"
@@ -404,9 +374,7 @@ class ColumnsMmaKernel(ColumnsKernel):
             out += [Assign("nfull", "max(hi - lo, 0) // 16"), Assign("nstep", "max(hi - lo + 15, 0) // 16")]
         # the block's factors of the segment's first step, this lane's 16 bytes (rows past the last hold whatever the
         # scratch held: their outputs are not stored)
-        own = self.spec.own_factors  # (the block's own factors: the segment's, from its first step)
-        out.append(Assign("fq", "8 * lane" if own else
-                          f"(cuda.blockIdx.x * (fac.shape[1] // 16) + lo // 16) * {FRAGMENT} + 8 * lane"))
+        out.append(Assign("fq", f"(cuda.blockIdx.x * (fac.shape[1] // 16) + lo // 16) * {FRAGMENT} + 8 * lane"))
         if self.km:
             setup, loops = self.k_major_loop()
         else:
@@ -417,17 +385,11 @@ class ColumnsMmaKernel(ColumnsKernel):
         zero = self.consts.name(0.0)
         slots = [(mt, nt, i) for mt in range(each // 2) for nt in range(self.nt) for i in range(4)]
         out += self.early_start()
-        if own:  # (its statements name ``lo`` too: the segment's first element again after them)
-            out += self.own_factors() + [Assign("lo", "cuda.blockIdx.z * segl")]
         out += [Assign(f"ac_{mt}_{nt}_{i}", zero) for mt, nt, i in slots]
         out += loops
-
-        def red(v, k) -> str:  # slot k of warp v's lane (its own factors: the shared memory they were in, once read)
-            return f"red[({v} * {len(slots)} + {k}) * 32 + lane]" if own else f"red[{v}, {k}, lane]"
         if w > 1:  # the warps' sums meet: slot (j, i) of lane l at red[warp, slot, l], added by the slot's warp
-            out += [Barrier(), Assign("red", "cuda.shared.array(0, float32)")] if own else \
-                [Shared("red", (str(w), str(len(slots)), "32"))]
-            out += [Assign(red("warp", k), f"ac_{mt}_{nt}_{i}") for k, (mt, nt, i) in enumerate(slots)]
+            out.append(Shared("red", (str(w), str(len(slots)), "32")))
+            out += [Assign(f"red[warp, {k}, lane]", f"ac_{mt}_{nt}_{i}") for k, (mt, nt, i) in enumerate(slots)]
             out.append(Barrier())
         # each lane's outputs: rows 2 tq and 2 tq + 1 of each n8 tile (accumulators 0, 2 and 1, 3 of an m16 tile), the
         # row's scalars read once for its EACH columns
@@ -442,7 +404,8 @@ class ColumnsMmaKernel(ColumnsKernel):
                     col, total, body = f"cb + {each} * lg + {2 * mt + (i >> 1)}", f"ac_{mt}_{nt}_{i}", []
                     if w > 1:
                         total = f"t_{k}"
-                        body = [Assign(total, red(0, k))] + [Assign(total, red(v, k), "+") for v in range(1, w)]
+                        body = [Assign(total, f"red[0, {k}, lane]")] + [Assign(total, f"red[{v}, {k}, lane]", "+")
+                                                                        for v in range(1, w)]
                     if segmented:
                         body.append(Assign(f"part_{self.red}[orow, cuda.blockIdx.z, {col}]", total))
                     else:
@@ -455,10 +418,8 @@ class ColumnsMmaKernel(ColumnsKernel):
     def early_start(self) -> list:
         """Launched while the factors' kernel runs (``Spec.dependent``): the block's first weight rows brought into L2
         (the weights are the stream this kernel reads; nothing before it writes them), the combine let start, then
-        the wait for the factors. With its own factors (the module's first kernel): the weight rows brought into L2
-        while the block computes them, and the combine let start."""
-        own = self.spec.own_factors
-        if not self.spec.dependent and not own:
+        the wait for the factors."""
+        if not self.spec.dependent:
             return []
         if self.km:  # K-major: the block's columns' first lines (as many bytes as PREFETCH_ROWS rows' lines)
             line, per = 128 // (1 if self.bytes else 2), max(PREFETCH_ROWS // self.bc, 1)  # (elements, lines a column)
@@ -470,30 +431,7 @@ class ColumnsMmaKernel(ColumnsKernel):
             row = f"(rw * length + pk) * {self.n} + cb"
             warm = For("pk", "lo + tid", f"min(hi, lo + {PREFETCH_ROWS})", (Call("prefetch_l2_at", (self.x, row)),),
                        str(self.spec.threads))
-        if own:
-            return [warm] + ([Call("grid_launch", ())] if self.spec.dependent else [])
         return [warm, Call("grid_launch", ()), Call("grid_wait", ())]
-
-    def own_factors(self) -> list:
-        """:attr:`Spec.own_factors`: the block computes its rows' factors over its segment into its shared memory
-        (``facs``, dynamic, in the fragments' order from the segment's first step), where the products read them —
-        no factors kernel, no wait for one. Row by row, every thread of the block reduces the whole row's scalars
-        (the scalar kernel's body for that row: each block of the row reads it, from L2 but the first), the blocks of
-        the grid's first column block and segment storing them for the combine; then the row's factors over the
-        segment, eight elements a thread. The factors of the block's rows past the last are not written: the
-        products' outputs of such a row depend on its own factors only, and are not stored. A barrier ends each row
-        (the reductions' shared memory is reused by the next; the last one's makes every factor visible)."""
-        acc, each = self.base(), FACTORS_EACH
-        if self.pre is not None:
-            rows = self.pre.body("r0 + jr", stores="cuda.blockIdx.y == 0 and cuda.blockIdx.z == 0")
-            rows += self.pre.scalar_values({f"pre_{r}": f"f_{r}" for r in self.scalar_reds})
-        else:
-            rows = [Assign("row", "r0 + jr")]
-        rows += self.factor_setup(acc, held=self.pre is not None)
-        rows += [For("kx", f"slo + tid * {each}", "slo + segl", tuple(self.factor_chunk(acc, shared=True)),
-                     str(self.spec.threads * each)), Barrier()]
-        return [Assign("facs", "cuda.shared.array(0, uint16)"), Assign("slo", "cuda.blockIdx.z * segl"),
-                For("jr", "0", f"min({self.spec.batch}, rows - r0)", tuple(rows))]
 
     def kernels(self) -> list:
         from ..kernels import kernel_args
@@ -502,16 +440,13 @@ class ColumnsMmaKernel(ColumnsKernel):
         common = [a for a in args if a not in ("rows", "length")]
         pre = [f"out_pre_{r}" for r in self.scalar_reds]
         part = [f"part_{self.red}"] if self.spec.segments > 1 else []
-        own = self.spec.own_factors
-        fac = [] if own else ["fac"]
-        out = [] if own else [self.factors_kernel(tuple(common + pre + ["fac", "rows", "length"]))]
-        out.append(("tiles", tuple(common + pre + fac + part + ["rows", "length", "nseg"]), "tiles", self.tiles()))
+        out = [self.factors_kernel(tuple(common + pre + ["fac", "rows", "length"]))]
+        out.append(("tiles", tuple(common + pre + ["fac"] + part + ["rows", "length", "nseg"]), "tiles", self.tiles()))
         combine = bool(part)
         if combine:
             out.append(("combine", tuple(common + pre + part + ["rows", "length", "nseg"]), "combine", self.combine()))
         if self.spec.dependent:  # the factors' kernel lets the products start at once; the combine waits for them
-            if not own:  # (the products, first, let the combine start: early_start)
-                out[0] = out[0][:3] + ([Call("grid_launch", ())] + list(out[0][3]),)
+            out[0] = out[0][:3] + ([Call("grid_launch", ())] + list(out[0][3]),)
             if combine:
                 out[-1] = out[-1][:3] + ([Call("grid_wait", ())] + list(out[-1][3]),)
         return out
@@ -534,7 +469,7 @@ class ColumnsMmaKernel(ColumnsKernel):
     def scratch(self) -> tuple:
         # (the fragments' order: the rows rounded up to blocks of 16)
         fac = ("fac", {"bfloat16": "uint16", "float16": "float16", "e4m3": "uint8"}[self.fac_store], self.fac_layout, None)
-        return super().scratch() + (() if self.spec.own_factors else (fac,))
+        return super().scratch() + (fac,)
 
 
 # -- registration ----------------------------------------------------------------------------------------
@@ -619,17 +554,12 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     minb = p.option("min_blocks") or (RESIDENT + (each < load_columns(e4m3))) * 128 // threads
     nseg = p.option("segments") or max(1, min(p.multiprocessors() * minb // blocks, tiles // 2))
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
-    # few rows: the products compute their own factors (no factors kernel), in segments that fit shared memory
-    least = -(-p.length // SEG_MAX)
-    own = p.option("own_factors", p.rows <= OWN_FACTORS_ROWS)
-    own = bool(own) and max(nseg, least) >= 2 and (not p.option("segments") or nseg >= least)
-    nseg = max(nseg, least) if own else nseg
     # on Hopper each kernel after the first starts while the one before runs (programmatic dependent launch)
     dependent = p.dependent_launch()
     # rows of a block: 16, or 8 (one n8 tile of products) where there are no more
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=8 if p.rows <= 8 else BM, segments=int(nseg),
                 nseg=int(nseg),
-                pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False), min_blocks=minb, own_factors=own,
+                pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False), min_blocks=minb,
                 dependent=dependent, k_major=k_major(fused, p), unroll=UNROLL)
 
 
@@ -650,16 +580,9 @@ def grid(rows: int, spec: Spec, named) -> dict:
                               f"got {rows}")
     n = vector_columns(spec, named)
     fac = named["fac"].shape[1] if "fac" in named else 0  # (none where columns_wgmma's tiles compute the factors)
-    tiles = ((-(-rows // BM), -(-n // (spec.group * 8)), spec.segments), spec.threads)
-    if spec.own_factors:  # (the segment's factors in shared memory: planned for this length, never longer)
-        length, nseg = int(named["length"]), int(named["nseg"])
-        if -(-(-(-length // nseg)) // BK) * BK > SEG_MAX:
-            raise RedalgebraError(f"columns_mma: a block's own factors take segments of at most {SEG_MAX} elements; "
-                                  f"{nseg} segments of {length} are longer")
-        tiles = tiles + (0, SEG_MAX * FRAGMENT // 16 * 2)
     return {"scalars": (rows, spec.threads), "rowfactors": (rows, row_threads(spec)),  # a block per row
             "factors": ((rows, max(1, -(-fac // (spec.threads * FACTORS_EACH)))), spec.threads),
-            "tiles": tiles,
+            "tiles": ((-(-rows // BM), -(-n // (spec.group * 8)), spec.segments), spec.threads),
             "combine": ((rows, -(-n // spec.threads)), spec.threads)}
 
 

@@ -430,18 +430,11 @@ class RowsKernel(RowsStaged, TreeKernel):
         return hoisted, [(sym, expr.xreplace(symbols)) for sym, expr in steps]
 
     # -- the kernel ----------------------------------------------------------------------------------
-    def body(self, block: str = "cuda.blockIdx.x", stores: str = "") -> list:
-        """The kernel's statements; a block a row (not persistent): row ``block`` (an expression: a kernel that runs
-        this body for several rows in a loop names the row by its loop), its outputs stored only where ``stores``
-        (an expression; "": always) holds too — every block of such a kernel reduces the same row, one stores it."""
+    def body(self) -> list:
         # built afresh each time: the terms computed once and the row constants are named as the body is built
         self.cached, self.hoisted, self.named = {}, {}, {}
         if not self.spec.persistent:
-            setup = self.setup(block)
-            if stores:
-                setup = [Assign("live", f"{s.value} and {stores}") if isinstance(s, Assign) and s.target == "live"
-                         else s for s in setup]
-            return self.threads_setup() + self.row_body(setup)
+            return self.threads_setup() + self.row_body(self.setup())
         # each block walks runs of rows; the barrier at the end keeps a warp that starts the next row
         # from refilling a shared box that a slower warp has still to read for this one
         rows_per_block = self.spec.threads // self.group

@@ -427,5 +427,3 @@ def test_ptxas_performance_losses_are_reported():
     # ... with what a call does about it (the driver launch loads such a kernel as a whole program)
     assert any("from its whole PTX, where setmaxnreg is honoured" in line for line in facts_text(facts))
     assert not any("whole PTX" in line for line in facts_text(dict(facts, performance_losses=())))
-
-

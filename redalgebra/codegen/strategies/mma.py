@@ -469,7 +469,7 @@ class MmaKernel(TileCopies, TileUpdate, TileSegments, TreeKernel):
         """Whether the first tiles' copies are issued before the params are staged (:meth:`kernel`), so that they land
         while the params are loaded: column groups (MLA's 576-wide query, 74–147 KB a block, every block loading its
         own at once at the start), where the first tile waited for the query and then for its own copies. Measured
-        with the query's 16-byte loads on an H100 (``gpu/README.md``, 2026-12-06, twelfth session), the two not timed
+        with the query's 16-byte loads on an H100 (``gpu/README.md``, 2026-12-06, twelfth series), the two not timed
         apart: MLA B16 0.0716 → 0.0673 ms with a float32 query. The prefill blocks without a producer warpgroup
         (16–32 KB of query a block) read 1–5 % slower with it for every block (the targets' run after it against the
         one before: ViT-L 0.0142 → 0.0149 ms at 256 threads, BERT-base 0.0269 → 0.0273 at 128; the producer blocks

@@ -24,14 +24,14 @@ from . import tile_producer
 NO_RESIDUALS = 1
 #: Whether a row tile's segments merge in a thread-block cluster by default where they can (:func:`_cluster`,
 #: :mod:`.cluster_merge`), rather than through partial states in global memory and a combine kernel. Off: measured on
-#: an H100 (``gpu/README.md``, 2026-12-06, thirteenth session; ``gpu/cluster_probe.py``) MLA's decode step took the same
+#: an H100 (``gpu/README.md``, 2026-12-06, thirteenth series; ``gpu/cluster_probe.py``) MLA's decode step took the same
 #: time both ways wherever the clusters fit the GPU at once (B4: 34.8 / 35.6 µs in 8 segments, 53.7 / 54.3 in 4; B16:
 #: 73.9 / 74.3 in 3), and where they do not — 30 clusters of 4 blocks of 231 KB at once, 15 of 8, 7 of 16, against a row
 #: tile a cluster — the second wave doubled it (B16 in 4 segments 112.2 against 64.9; B4 in 16 51.6 against 30.7).
 CLUSTER = 0
 #: Whether the combine kernel of a row's segments is launched dependent (``Spec.dependent``, Hopper's programmatic
 #: dependent launch): its launch made while the partial kernel runs, its blocks placed as the partial blocks leave.
-#: Measured on an H100 (``gpu/README.md``, 2026-12-06, thirteenth session; ``gpu/sweep.py``, two rounds, one process):
+#: Measured on an H100 (``gpu/README.md``, 2026-12-06, thirteenth series; ``gpu/sweep.py``, two rounds, one process):
 #: the partial kernel letting it launch as its blocks end, MLA B4 0.0319 and 0.0318 ms against 0.0335 and 0.0334
 #: launched after it, B16 0.0631 and 0.0629 against 0.0649 and 0.0646; letting it launch at its start
 #: (:data:`~.tile_segments.EARLY_COMBINE`), B4 0.0414 and 0.0419 against 0.0336 and 0.0337, B16 the same both ways.
@@ -110,13 +110,13 @@ def _groups(fused: FusedCascade, p: Problem) -> int:
 #: Elements a row from which long prefill-like calls take the producer block with tiles of 128 by default
 #: (:func:`with_defaults`), by the components of the vector sums and whether a gate is true on a prefix of the row
 #: (a causal mask); widths between 64 and 128 take 128's, between 32 and 64 take 64's (:func:`_band`), wider ones
-#: :func:`_wide`'s block, narrower ones keep one warpgroup. Measured on the H200 (``gpu/README.md``, 2026-12-04, sixth session; 64 heads at d = 128, 32 at d = 64), the producer block against one warpgroup, ms: d = 128 L1024
+#: :func:`_wide`'s block, narrower ones keep one warpgroup. Measured on the H200 (``gpu/README.md``, 2026-12-04, sixth series; 64 heads at d = 128, 32 at d = 64), the producer block against one warpgroup, ms: d = 128 L1024
 #: 0.0732 / 0.0905, L1999 0.2711 / 0.3298; causal L1024 0.0682 / 0.0656 (slower), L1999 0.1944 / 0.2065 — the
 #: causal threshold between them; d = 64 L2048 0.0989 / 0.1163, L4096 0.3553 / 0.4356 (BERT's L512, below, slower),
 #: causal L4096 0.2638 / 0.2836 (not timed shorter; its ring of four stages keeps a block a row tile there, as
 #: walking under a gate takes three at most); d = 80 and 96 at L2048 0.23–0.26 against 0.18 while their copies
 #: were irregular, 0.111 / 0.151 and 0.117 / 0.157 once copied as rows of 16 chunks
-#: (:meth:`~.tile_copies.TileCopies.chunks`; 2026-12-04, seventh session); 2026-12-05 (``gpu/README.md``, the
+#: (:meth:`~.tile_copies.TileCopies.chunks`; 2026-12-04, seventh series); 2026-12-05 (``gpu/README.md``, the
 #: padded widths): SigLIP's d = 72 at L729 (128 heads) 0.0996 (tiles of 64) and 0.1007 (of 128) against 0.1103 —
 #: so 128's band from 729 keys, not 1024 —, Stable Diffusion's d = 40 at L4096 (16 heads) 0.1891 on tiles of 128
 #: against 0.2203, one warpgroup — so 64's band from 33 components (d = 40 stages 48), not only at 64.
@@ -179,7 +179,7 @@ def _wide(fused: FusedCascade, p: Problem) -> Problem:
     for d = 128 is given (unmasked, from :data:`WIDE_LENGTHS`, its row tiles filling the GPU): a decode
     step's few rows keep the column groups, and the wide block was measured on prefill only; else (d = 192) masked or
     not, at any length; else ``p`` (column groups, or ``vrows``). Measured on the H200 (``gpu/README.md``, 2026-12-04,
-    seventh session): Gemma-7B H16 L2048 d256 0.153 ms against 0.270 on column groups (cuDNN 0.112), causal 0.121
+    seventh series): Gemma-7B H16 L2048 d256 0.153 ms against 0.270 on column groups (cuDNN 0.112), causal 0.121
     (cuDNN 0.099); d = 192, which no column groups hold, 0.194 on tiles of 64, 0.250 on tiles of 32 (cuDNN 0.169)."""
     if not _takes(fused, p):
         return p
@@ -226,7 +226,7 @@ def _stages(fused: FusedCascade, p: Problem) -> tuple[int, int]:
     fit beside them; else (MLA's 576-wide query) they are not (:meth:`WgmmaKernel.residual_products`). Params given
     in the products' 16-bit type have no residuals: without a gate their shared memory goes to the ring
     (:func:`_residual_free`: three stages at d = 80 … 128 beside two blocks of one warpgroup, and so the pipelined
-    order). Measured on the H200 (``gpu/README.md``, 2026-12-04, sixth session; one warpgroup, ms, three stages /
+    order). Measured on the H200 (``gpu/README.md``, 2026-12-04, sixth series; one warpgroup, ms, three stages /
     two): d80 L2048 0.1638 / 0.1753, d128 L1024 0.0876 / 0.0903, but d96 L2048 0.1806 / 0.1777 and causal d128
     L1024 0.0671 / 0.0646 — so a gated cascade keeps two stages."""
     sizes, rows = dict(p.sizes), _rows(fused, p)

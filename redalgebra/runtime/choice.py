@@ -88,7 +88,10 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     if not vectors:
         return "rows"
     shared = min((reps or {}).get(s.name, 1) for s in vectors)
-    if problem is not None and shared >= MMA_ROWS:
+    # (only elements with dot products: where the columns' level order takes the cascade — its components
+    # independent, a weight matrix's rows scaled — it keeps an FP8 cast's scale final and a factor unrounded, which
+    # mma's one-pass tiles do not: FP8 quant + GEMM's 16-bit weights went there from 16 rows, 3 % off)
+    if problem is not None and shared >= MMA_ROWS and columns_refusal(fused) is not None:
         # (wgmma also takes vector sums wider than mma's 128 columns: MLA's 512-wide latent values)
         if tuple(problem.option("cc") or ())[:2] == (9, 0) and wgmma_applicable(fused, problem) is None:
             return "wgmma"

@@ -166,3 +166,25 @@ def test_a_call_without_per_element_outputs_reads_16_bytes_at_a_time_wherever_it
     # a per-element output keeps the rule: softmax's rows of 1000 are shifted onto the grid, as before
     spec = compile(fused("safe_softmax"), "cudasim", "rows").spec_for(3, 1000, {"x": "bfloat16"})[1]
     assert spec.vec == 8 and spec.shifted
+
+
+@pytest.mark.parametrize("cc", [(8, 9), (9, 0)])
+@pytest.mark.parametrize("name", ["fp8_quant_gemm", "rmsnorm_gemm"])
+def test_auto_keeps_the_level_order_for_16_bit_weights_many_rows_share(monkeypatch, name, cc):
+    # 16 rows or more sharing narrow 16-bit weights suit mma's (and wgmma's) tiles too, but those are one-pass: an FP8
+    # cast rounded at a running scale there (3 % of the largest output off at 16 rows × 65 × 40) and RMSNorm's factor
+    # rounded; the columns' level order takes the cascade (its components independent), exactly
+    from redalgebra.runtime import backends
+
+    monkeypatch.setattr(backends, "_capability", lambda: cc)
+    f = fused(name)
+    dtypes = {s.name: "bfloat16" for s in f.cascade.inputs}
+    reps = {s.name: 64 for s in f.cascade.inputs if s.size is not None}
+    for rows in (16, 64):
+        strategy = compile(f, "cuda").spec_for(rows, 65, dtypes, {"n": 40}, reps=reps, device=(cc, 132))[0]
+        assert strategy in (("columns_mma", "columns_wgmma") if name == "fp8_quant_gemm" else ("columns",)), strategy
+    # attention's keys and values (dot products) still go to the tensor-core tiles
+    att = fused("attention")
+    b16 = {s.name: "bfloat16" for s in att.cascade.inputs}
+    strategy = compile(att, "cuda").spec_for(64, 256, b16, {"d": 64}, reps={"k": 64, "v": 64}, device=(cc, 132))[0]
+    assert strategy == ("wgmma" if cc == (9, 0) else "mma")

@@ -42,7 +42,6 @@ BARE = frozenset("""
     kt ct sub col0 colok l0 l1 l2 l3 l4 l5 l6 l7 sk eg gl wr wc8 wpr
     orc podd kc
     smc pa mk lr mrow nmr
-    cnt ended frow fcol zk
 """.split())
 #: What comes before the first underscore of the generator's other identifiers (``s_m``, ``e_x_0_1``); ``gen_`` is
 #: the generator's own loop and index names (``gen_k``), where a short bare name would take a user's (``k``, ``m``).

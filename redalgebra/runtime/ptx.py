@@ -179,8 +179,6 @@ def ptx_facts(ptx: str, assemble: bool = True) -> dict:
                  block_barriers=len(re.findall(r"\bbar(?:rier)?\.sync(?:\.aligned)?\s+0\s*;", ptx)) +
                  len(re.findall(r"\bbar(?:rier)?\.red\.\w+\.\w+\s+%\w+,\s*0\s*,\s*!?%\w+\s*;", ptx)),
                  named_barriers=len(re.findall(r"\bbarrier\.(?:sync|arrive)\.aligned\s+%?\w+\s*,\s*%?\w+\s*;", ptx)),
-                 atomics=len(re.findall(r"\b(?:atom|red)\.global\.", ptx)),
-                 fences=len(re.findall(r"\b(?:membar\.(?:gl|sys)|fence\.(?:sc|acq_rel)\.(?:gpu|sys))\b", ptx)),
                  named_votes=len(re.findall(r"\bbar(?:rier)?\.red\.\w+\.\w+\s+%?\w+,\s*%?\w+\s*,\s*%?\w+\s*,\s*!?%?\w+\s*;",
                                             ptx)))
     if assemble:
@@ -248,8 +246,7 @@ def facts_text(facts: dict) -> list[str]:
             f".local: {f['local_bytes']} bytes, {f['ld_local']} loads, {f['st_local']} stores; f64 instructions: {f['f64']}; ex2.approx: {f['ex2']}; "
             f"shfl.sync.bfly: {f['shfl_bfly']}",
             f"barriers: {f['block_barriers']} of the block, {f['named_barriers']} waits and arrivals at named ones, "
-            f"{f['named_votes']} named votes" + (f"; global atomics: {f['atomics']}, fences: {f['fences']}"
-                                                 if f.get("atomics") or f.get("fences") else "")] + (
+            f"{f['named_votes']} named votes"] + (
         [f"ptxas: {f['registers']} registers per thread at most, {f['spill_stores']}/{f['spill_loads']} bytes "
          f"spilled (stores/loads), {f['stack_bytes']} bytes of stack"] if "registers" in f else []) + (
         [f"ptxas: wgmma serialized ({f['wgmma_serialized']} warning(s): a call or a compiler-inserted fence)"]

@@ -385,18 +385,15 @@ class ColumnsKernel(TreeKernel):
 
     # -- 3. the segments' sums ------------------------------------------------------------------
     def combine(self) -> list:
+        acc = self.base()
         out = [Assign("tid", "cuda.threadIdx.x"), Assign("col", f"cuda.blockIdx.y * {self.spec.threads} + tid"),
                Assign("row", "cuda.blockIdx.x")]
-        return out + [If(f"col < {self.n}", tuple(self.segments_sum("row", "col")))]
-
-    def segments_sum(self, row: str, col: str) -> list:
-        """The outputs of element ``(row, col)`` from its segments' partial sums, added in segment order."""
-        acc = self.base()
-        body = self.row_scalars(acc, row)
+        body = self.row_scalars(acc, "row")
         for r in self.vector_reds:
-            body += [Assign(f"t_{r}", f"part_{r}[{row}, 0, {col}]"),
-                     For("seg", "1", "nseg", (Assign(f"t_{r}", f"part_{r}[{row}, seg, {col}]", "+"),))]
-        return body + self.finish(row, col, [lambda r: f"t_{r}"], acc)
+            body += [Assign(f"t_{r}", f"part_{r}[row, 0, col]"),
+                     For("seg", "1", "nseg", (Assign(f"t_{r}", f"part_{r}[row, seg, col]", "+"),))]
+        body += self.finish("row", "col", [lambda r: f"t_{r}"], acc)
+        return out + [If(f"col < {self.n}", tuple(body))]
 
     def kernels(self) -> list:
         from ..kernels import kernel_args

@@ -442,12 +442,11 @@ class ColumnsMmaKernel(ColumnsKernel):
         part = [f"part_{self.red}"] if self.spec.segments > 1 else []
         out = [self.factors_kernel(tuple(common + pre + ["fac", "rows", "length"]))]
         out.append(("tiles", tuple(common + pre + ["fac"] + part + ["rows", "length", "nseg"]), "tiles", self.tiles()))
-        combine = bool(part)
-        if combine:
+        if part:
             out.append(("combine", tuple(common + pre + part + ["rows", "length", "nseg"]), "combine", self.combine()))
         if self.spec.dependent:  # the factors' kernel lets the products start at once; the combine waits for them
             out[0] = out[0][:3] + ([Call("grid_launch", ())] + list(out[0][3]),)
-            if combine:
+            if part:
                 out[-1] = out[-1][:3] + ([Call("grid_wait", ())] + list(out[-1][3]),)
         return out
 

@@ -88,10 +88,11 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
     if not vectors:
         return "rows"
     shared = min((reps or {}).get(s.name, 1) for s in vectors)
+    level_order = columns_refusal(fused) is None  # (the columns' level order takes the cascade)
     # (only elements with dot products: where the columns' level order takes the cascade — its components
     # independent, a weight matrix's rows scaled — it keeps an FP8 cast's scale final and a factor unrounded, which
     # mma's one-pass tiles do not: FP8 quant + GEMM's 16-bit weights went there from 16 rows, 3 % off)
-    if problem is not None and shared >= MMA_ROWS and columns_refusal(fused) is not None:
+    if problem is not None and shared >= MMA_ROWS and not level_order:
         # (wgmma also takes vector sums wider than mma's 128 columns: MLA's 512-wide latent values)
         if tuple(problem.option("cc") or ())[:2] == (9, 0) and wgmma_applicable(fused, problem) is None:
             return "wgmma"
@@ -99,7 +100,7 @@ def choose(fused: FusedCascade, rows: int, length: int, sizes: dict | None = Non
             return "mma"
     wide = vrows_too_wide(fused, sizes or {})
     # a cast (fp8) rounds at a running scale in a one-pass kernel: the level order rounds at the final one
-    if columns_refusal(fused) is None and (shared > 1 or wide or fused.exact_in_reals_only):
+    if level_order and (shared > 1 or wide or fused.exact_in_reals_only):
         # the products on the tensor cores where the factors are exact in the weights' 16-bit type (FP8) and the
         # call suits them (its applicability asks the weights shared by whole blocks of rows)
         exact = problem is not None and columns_exact(fused) and columns_mma_applicable(fused, problem) is None

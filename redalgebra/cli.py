@@ -103,8 +103,8 @@ def _cmd_ptx(args) -> int:
     fused = derive(workloads.load(args.target))
     c = fused.cascade
     for name, value in (("length", args.length), ("rows", args.rows)):
-        if value < 1:
-            raise RedalgebraError(f"--{name} must be a positive integer, got {value}")
+        if not 1 <= value < 2 ** 31:  # (a grid's blocks, and a row's elements a block walks, are counted in 32 bits)
+            raise RedalgebraError(f"--{name} must be a positive integer below 2**31, got {value}")
     sizes = dict(PTX_SIZES)
     dims = sorted({d for d in c.sizes.values() if isinstance(d, str)})
     for item in args.size or []:

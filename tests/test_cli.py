@@ -191,6 +191,8 @@ def test_ptx_takes_a_query_in_16_bits_as_a_model_holds_it(tmp_path):
     (["ptx", "attention", "--size", "D=64"], "attention has no vector size 'D' (its sizes: d)"),
     (["ptx", "safe_softmax", "--size", "d=64"], "safe_softmax has no vector size 'd' (it has no vector sizes)"),
     (["ptx", "safe_softmax", "--rows", "0"], "--rows must be a positive integer"),
+    (["ptx", "safe_softmax", "--rows", "99999999999999999999"], "--rows must be a positive integer below 2**31"),
+    (["ptx", "safe_softmax", "--length", str(2 ** 31)], "--length must be a positive integer below 2**31"),
     (["ptx", "safe_softmax", "--group", "0"], "--group must be a positive integer"),
     (["ptx", "attention", "--dtype", "float16,q=e4m3"], "param q may be given in float16 or bfloat16"),
     (["ptx", "attention", "--dtype", "float16,z=float16"], "no input or vector param named 'z' (the inputs: k, v; "

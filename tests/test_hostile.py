@@ -496,6 +496,22 @@ def test_a_literal_float32_cannot_hold_is_refused_where_it_is_written(literal, w
         parse("input x\nreduce s = sum(x)\nout y = s * 2**128")
 
 
+@pytest.mark.parametrize("body,word", [
+    ("sum(x * 1e30 * 1e30)", "past"),                     # (1e60, folded by SymPy from two literals in range)
+    ("sum(1e30 * (1e30 * x + 1))", "past"),               # (distributed over the sum's terms)
+    ("sum(x * 2**64 * 2**64)", "past"),
+    ("sum(x * exp(100))", "past"), ("sum(x * exp(50) * exp(50))", "past"),
+    ("sum(x * exp(-200))", "below"), ("sum(x * 1e-30 * 1e-30)", "below")])
+def test_a_constant_folded_past_float32s_range_is_refused_as_a_literal_is(body, word):
+    # each literal is in range, but SymPy folds them into one that is not: the kernels read it as inf (NaN outputs
+    # for s * 1e-60 after 1e60) or 0 where the float64 reference computes the number
+    with pytest.raises(CascadeSyntaxError, match=f"is {word} float32's range") as caught:
+        parse(f"input x\nreduce s = {body}\nout y = s")
+    assert caught.value.line == 2
+    for held in ("sum(x * 1e19 * 1e19)", "sum(x * exp(80))", "sum(x * exp(-100))", "sum(x * 1e-20 * 1e-20)"):
+        parse(f"input x\nreduce s = {held}\nout y = s")
+
+
 def test_a_param_value_past_float32s_range_is_refused_at_the_call():
     import numpy as np
 
@@ -507,6 +523,10 @@ def test_a_param_value_past_float32s_range_is_refused_at_the_call():
     with pytest.raises(EvaluationError, match="param c: 1e\\+300 is past float32's range"):
         kernel({"x": x}, {"c": 1e300})
     assert np.isinf(kernel({"x": x}, {"c": np.inf})["y"]).all()  # (an inf given is an inf)
+    # one float32 reads as 0 (a division by it inf or NaN where the reference's is finite), refused too
+    with pytest.raises(EvaluationError, match="param c: 1e-46 is below float32's range"):
+        kernel({"x": x}, {"c": [1.0, 1e-46]})
+    assert (kernel({"x": x}, {"c": 0.0})["y"] == 0).all() and (kernel({"x": x}, {"c": 1e-45})["y"] > 0).all()
 
 
 def test_a_scalar_param_as_a_column_is_taken_by_the_call_and_the_reference_alike():

@@ -163,7 +163,29 @@ class _LineParser:
         if coeff is not None and max(coeff.p.bit_length(), coeff.q.bit_length()) > limits.MAX_NUMBER_BITS:
             raise self.limit(f"a constant here has more than {limits.MAX_NUMBER_BITS} bits (about "
                              f"{int(limits.MAX_NUMBER_BITS * 0.30103)} digits; the limit MAX_NUMBER_BITS)", tok)
+        self.folded_in_float32(tok, value)
         return value
+
+    def folded_in_float32(self, tok: Token, value) -> None:
+        """Refuse a constant SymPy made from in-range ones (``1e30 * 1e30``, ``exp(100)``, ``exp(50) * exp(50)``) that
+        float32 rounds to inf or to 0, as a literal past the range is refused. Every operand was checked when it was
+        built, so only what this step folded is new: the value itself and its operands, and their operands, where a
+        number multiplied into a sum is distributed over its terms."""
+        nodes = [value, *value.args, *(b for a in value.args for b in a.args)]
+        for node in nodes:
+            if node.is_Rational:
+                f = Fraction(int(node.p), int(node.q))
+            elif getattr(node, "is_number", False) and not node.is_Atom and node.is_finite:
+                try:  # (a constant function of constants: its float64 value, as the reference computes it)
+                    f = Fraction(float(sp.N(node, 20)))
+                except (TypeError, ValueError, OverflowError):  # (not real, or past float64: the reference's trouble)
+                    continue
+            else:
+                continue
+            if f and not FLOAT32_ZERO < abs(f) < FLOAT32_INF:
+                size = f"{float(f):.3g}" if abs(f) < 2 ** 1000 else "past float64's range"
+                shown = size if node.is_Rational else f"{_short(node)} = {size}"
+                self.in_float32(tok, f, f"the constant {shown} made here from the ones written")
 
     def power(self, tok: Token, base, exponent) -> None:
         """Refuse a numeric power past ``MAX_POWER``, and a constant power too large to compute, before SymPy tries."""

@@ -82,6 +82,11 @@ def bound_param(p, value, rows: int, kind: str = "float32"):
     if past.any():  # (a call in float32 would read inf where the float64 reference reads the number)
         raise EvaluationError(f"param {p.name}: {given[past].flat[0]:g} is past float32's range (about 3.4e38), in "
                               f"which the kernels compute; scale it (an inf given as inf is taken)")
+    below = (a == 0) & (given != 0)
+    if below.any():  # (read as 0: a division by it inf or NaN where the float64 reference reads the number)
+        raise EvaluationError(f"param {p.name}: {given[below].flat[0]:g} is below float32's range (about 1.4e-45), "
+                              f"in which the kernels compute, and would be read as 0; scale it (a 0 given as 0 is "
+                              f"taken)")
     if p.size is None:  # (a number, (rows,) or a column (rows, 1), as the reference takes it)
         column = a.ndim <= 1 or (a.ndim == 2 and a.shape[1] == 1)
         a = np.broadcast_to(a.reshape(-1), (rows,)) if column and a.size in (1, rows) else None

@@ -60,7 +60,23 @@ def given_outputs(out, shapes: dict, on_device: bool) -> dict:
                                   f"a time); this one starts {array.__cuda_array_interface__['data'][0] % 16} "
                                   f"bytes past one, as a slice of a larger array may")
         given[name] = array
+    shared_outputs({name: (_address(a, on_device), _dtype(a).itemsize * int(np.prod(a.shape)))
+                    for name, a in given.items()})
     return given
+
+
+def _address(array, on_device: bool) -> int:
+    return array.__cuda_array_interface__["data"][0] if on_device else array.__array_interface__["data"][0]
+
+
+def shared_outputs(spans: dict) -> None:
+    """Refuse two outputs given in one buffer (``spans``: name → (address, bytes)): each would be written over by the
+    other, silently."""
+    held = sorted((at, at + size, name) for name, (at, size) in spans.items() if size)
+    for (_, end, a), (start, _, b) in zip(held, held[1:]):
+        if start < end:
+            raise EvaluationError(f"out[{a!r}] and out[{b!r}] share memory: each output needs its own array (one "
+                                  f"would be written over by the other)")
 
 
 def host_output(array: np.ndarray, stored: str | None):

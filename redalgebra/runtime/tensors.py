@@ -32,6 +32,7 @@ from ..ir.reference import unbound_names
 from .arguments import SPLIT_QUERY, bound_param, param_values, query_fits_float16
 from .compile import Kernel, KMajorUnread, Params16Unread, compile
 from .formats import Encoded, as_bfloat16, as_e4m3
+from .outputs import shared_outputs
 
 _OPS: dict = {}  # op name -> (cascade text, op)
 
@@ -221,11 +222,16 @@ def _out_grads(out: dict) -> None:
                                   f"outside autograd (detach it, or call under torch.no_grad())")
 
 
+def _one_tensor_an_output(out: dict) -> None:
+    shared_outputs({name: (t.data_ptr(), t.numel() * t.element_size()) for name, t in out.items() if is_tensor(t)})
+
+
 def _into(results: dict, out) -> dict:
     """``results`` with the caller's ``out`` tensors written (copied into) and returned in their place."""
     if not out:
         return results
     _out_grads(out)
+    _one_tensor_an_output(out)
     for name, given in out.items():
         if name not in results:
             raise RedalgebraError(f"out: no output named {name!r}; the outputs are {sorted(results)}")
@@ -423,6 +429,8 @@ class _Call:
             k = k.to(self.device).contiguous()
             alive.append(k)
             pointers["keep"] = k.data_ptr()
+        if given:
+            _one_tensor_an_output(given)
         out, late = {}, None
         for name, arg, shape, stored, _ in self.outputs:
             mine = given.get(name) if given else None

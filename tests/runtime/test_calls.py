@@ -144,6 +144,26 @@ def test_arguments_of_the_wrong_kind_are_named_not_raised_from_numpy_or_numba():
         scaled({"k": k, "v": k}, {"q": np.ones((2, 4), np.float32), "scale": None})
 
 
+def test_two_outputs_given_in_one_buffer_are_refused_not_written_over_each_other():
+    # out={'y': b, 'w': b} returned y holding w's values, silently
+    from redalgebra import derive, parse
+    from redalgebra.runtime.outputs import shared_outputs
+
+    kernel = compile(derive(parse("input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))\nout y = m\n"
+                                  "out w = log(s)")), "cpu")
+    x = np.random.default_rng(0).normal(size=(3, 7)).astype(np.float32)
+    b = np.zeros(4, np.float32)
+    for y, w in ((b[:3], b[:3]), (b[:3], b[1:])):
+        with pytest.raises(EvaluationError, match=r"out\['y'\] and out\['w'\] share memory|out\['w'\] and out\['y'\]"):
+            kernel({"x": x}, out={"y": y, "w": w})
+    y, w = np.zeros(3, np.float32), np.zeros(3, np.float32)
+    got = kernel({"x": x}, out={"y": y, "w": w})
+    assert got["y"] is y and got["w"] is w and np.allclose(y, x.max(1)) and not np.allclose(w, y)
+    shared_outputs({"a": (100, 12), "b": (112, 4), "c": (0, 0)})  # (adjacent, and an empty one, are apart)
+    with pytest.raises(EvaluationError, match="share memory"):
+        shared_outputs({"a": (100, 12), "b": (108, 4)})
+
+
 def test_the_reference_reads_bfloat16_and_e4m3_values_as_the_kernels_do():
     # a query given as bfloat16 (as the tensor-core kernels take it) was a TypeError from NumPy inside evaluate
     from redalgebra import as_bfloat16, as_e4m3, evaluate

@@ -40,7 +40,7 @@ BARE = frozenset("""
     gw gi gm gq nsup
     LOG2E ex2 ml mo go cand nlive nopen bnan onan
     kt ct sub col0 colok l0 l1 l2 l3 l4 l5 l6 l7 sk eg gl wr wc8 wpr
-    orc podd kc
+    orc podd kc wl
     smc pa mk lr mrow nmr
 """.split())
 #: What comes before the first underscore of the generator's other identifiers (``s_m``, ``e_x_0_1``); ``gen_`` is

@@ -10,14 +10,28 @@ from redalgebra.runtime import compile
 from tests.catalogue import fused
 
 
-def _module(monkeypatch, cc, name="fp8_quant_gemm", weights="e4m3"):
+def _module(monkeypatch, cc, name="fp8_quant_gemm", weights="e4m3", rows=16):
     monkeypatch.setattr(backends, "_capability", lambda: cc)
     f = fused(name)
     kernel = compile(f, "cuda", "columns_mma")
     dtypes = {s.name: weights if s.size is not None else "bfloat16" for s in f.cascade.inputs}
-    reps = {s.name: 16 for s in f.cascade.inputs if s.size is not None}
-    strategy, spec, _ = kernel.spec_for(16, 7168, dtypes, {"n": 7168}, reps=reps)
+    reps = {s.name: rows for s in f.cascade.inputs if s.size is not None}
+    strategy, spec, _ = kernel.spec_for(rows, 7168, dtypes, {"n": 7168}, reps=reps)
     return spec, kernel.source(spec, strategy).source
+
+
+@pytest.mark.parametrize("weights,rows,whole", [("e4m3", 1, True), ("e4m3", 16, True), ("bfloat16", 1, False),
+                                               ("e4m3", 64, False)])
+def test_a_few_rows_products_bring_their_whole_segments_of_weights_into_l2_where_the_weights_fit(
+        monkeypatch, weights, rows, whole):
+    # 7168 x 7168 e4m3 weights (51 MB) at one and 16 rows: the whole segment (measured faster on the H100); bfloat16
+    # weights (102 MB, past the L2) and 64 rows (four row blocks): the first rows only (measured slower otherwise)
+    spec, source = _module(monkeypatch, (9, 0), weights=weights, rows=rows)
+    assert spec.dependent and spec.warm_all == whole
+    tiles = _bodies(source)["tiles"]
+    warm = tiles[:tiles.index("grid_launch()")]
+    assert ("min(hi, lo + 512)" in warm) != whole and (" hi, " in warm.replace("(hi - lo", "")) == whole
+    assert not _module(monkeypatch, (8, 9), weights=weights, rows=rows)[0].warm_all  # (no dependent launch there)
 
 
 def _bodies(source):
@@ -47,11 +61,13 @@ def test_off_hopper_the_kernels_run_one_after_the_other(monkeypatch):
     assert "prefetch_l2_at(" not in source.split("def ")[-1]
 
 
+@pytest.mark.parametrize("warm_all", [False, True])
 @pytest.mark.parametrize("k_major", [False, True])
-def test_the_products_prefetch_stays_inside_the_weights_with_empty_segments(monkeypatch, k_major):
+def test_the_products_prefetch_stays_inside_the_weights_with_empty_segments(monkeypatch, k_major, warm_all):
     # the dependent launch's L2 prefetch (its simulator stand-in refuses an address outside the array) in a module
-    # whose last segments are empty (640 elements in 7 segments of 128): with K-major weights, the clamped offsets of
-    # an empty segment pointed past the weights' end before that segment's prefetch was skipped
+    # whose last segments are empty (640 elements in 7 segments of 128) and whose one column block is partial (64 of
+    # 128 columns): with K-major weights, the clamped offsets of an empty segment pointed past the weights' end before
+    # that segment's prefetch was skipped; with the whole segments brought in (warm_all) too
     import dataclasses
 
     import numpy as np
@@ -64,14 +80,14 @@ def test_the_products_prefetch_stays_inside_the_weights_with_empty_segments(monk
     strategy = strategies.REGISTRY["columns_mma"]
 
     def configure(f, p):  # (the simulator is never given the dependent launch: forced here)
-        return dict(strategy.configure(f, p), dependent=True)
+        return dict(strategy.configure(f, p), dependent=True, warm_all=warm_all)
     monkeypatch.setitem(strategies.REGISTRY, "columns_mma", dataclasses.replace(strategy, configure=configure))
     inputs, params = _problem("fp8_quant_gemm", 1, 640, 64, "bfloat16")
     w = as_e4m3(to_float(inputs["w"]))
     given = as_e4m3(np.ascontiguousarray(w.bits[0].T).T[None]) if k_major else w
     kernel = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma", segments=7)
     spec = kernel._planned(dict(inputs, w=given), params, None)[0]
-    assert spec.dependent and spec.k_major == (("w",) if k_major else ())
+    assert spec.dependent and spec.warm_all == warm_all and spec.k_major == (("w",) if k_major else ())
     out = kernel(dict(inputs, w=given), params)["y"]
     ref = _reference("fp8_quant_gemm", dict(inputs, w=w), params, None, 1)["y"]
     assert np.max(np.abs(out - ref)) <= 1e-5 * np.max(np.abs(ref))

@@ -91,8 +91,14 @@ def row_threads(spec: Spec) -> int:
 
 #: Weight rows a block of the products brings into L2 while it waits for the factors' kernel (Spec.dependent): one
 #: 128-byte line a row, 64 KB a block, about 25 MB over the ~400 blocks of one wave (half the H200's L2: what the
-#: memory moves in the factors' 6 µs, and none evicted before it is read).
+#: memory moves in the factors' 6 µs, and none evicted before it is read). K-major weights: as many lines a block.
 PREFETCH_ROWS = 512
+#: Weights (bytes, one matrix) small enough for each block of a few rows' products to bring its whole segment into L2
+#: while the factors' kernel runs (:attr:`Spec.warm_all`): the weights then stream from memory from the call's start,
+#: not from the factors' end. Measured on the H100 (50 MB of L2; ``gpu/README.md``, 2026-12-06): FP8 M1 with e4m3
+#: weights of 7168 × 7168 (51 MB) 0.0241–0.0244 → 0.0209 ms, M16 0.0288 → 0.0268; 102 MB of bfloat16 weights were
+#: slower prefetched past 512 rows (0.0400 → 0.0418), and 64 rows (four row blocks) far slower (0.0455 → 0.0571).
+WARM_ALL_BYTES = 64 << 20
 
 #: Factors of one step of 16 rows (16 elements each), in the fragments' order: lane ``4 g + t``'s eight are rows
 #: ``g`` and ``g + 8``, elements ``4 t … 4 t + 3`` of the step.
@@ -421,16 +427,23 @@ class ColumnsMmaKernel(ColumnsKernel):
         the wait for the factors."""
         if not self.spec.dependent:
             return []
-        if self.km:  # K-major: the block's columns' first lines (as many bytes as PREFETCH_ROWS rows' lines)
-            line, per = 128 // (1 if self.bytes else 2), max(PREFETCH_ROWS // self.bc, 1)  # (elements, lines a column)
-            at = f"min(cb + pk // {per}, {self.n - 1}) * length + min(lo + {line} * (pk % {per}), max(hi - 1, lo))"
-            # (none for an empty segment, lo >= length: its clamped offsets would point past the weights' end)
-            warm = If("lo < hi", (For("pk", "tid", str(self.bc * per), (Call("prefetch_l2_at", (self.x, at)),),
-                                      str(self.spec.threads)),))
+        if self.km:  # K-major: each of the block's columns' first lines of the segment (the whole segment's with
+            # warm_all; else as many bytes as PREFETCH_ROWS rows' lines), the columns side by side. Each line once: a
+            # line past the segment's end clamped to its last (as before) sent many prefetches to one line, which cost
+            # more than it brought
+            line = 128 // (1 if self.bytes else 2)  # (elements a 128-byte line)
+            lines = f"(hi - lo + {line - 1}) // {line}"
+            if not self.spec.warm_all:
+                lines = f"min({max(PREFETCH_ROWS // self.bc, 1)}, {lines})"
+            col = f"cb + pk % {self.bc}"
+            at = f"({col}) * length + lo + {line} * (pk // {self.bc})"
+            # (none for an empty segment, lo >= length, nor past the last column: no address past the weights' end)
+            warm = If("lo < hi", (Assign("wl", lines), For("pk", "tid", f"{self.bc} * wl", (
+                If(f"{col} < {self.n}", (Call("prefetch_l2_at", (self.x, at)),)),), str(self.spec.threads))))
         else:
             row = f"(rw * length + pk) * {self.n} + cb"
-            warm = For("pk", "lo + tid", f"min(hi, lo + {PREFETCH_ROWS})", (Call("prefetch_l2_at", (self.x, row)),),
-                       str(self.spec.threads))
+            end = "hi" if self.spec.warm_all else f"min(hi, lo + {PREFETCH_ROWS})"
+            warm = For("pk", "lo + tid", end, (Call("prefetch_l2_at", (self.x, row)),), str(self.spec.threads))
         return [warm, Call("grid_launch", ()), Call("grid_wait", ())]
 
     def kernels(self) -> list:
@@ -555,11 +568,16 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
     # on Hopper each kernel after the first starts while the one before runs (programmatic dependent launch)
     dependent = p.dependent_launch()
+    # and a few rows' products bring their whole segments of weights into L2 meanwhile, where the weights fit
+    size = {"e4m3": 1, "bfloat16": 2, "float16": 2}
+    weights = n * p.length * max(size.get(dict(p.dtypes).get(s.name), 4) for s in fused.cascade.inputs
+                                 if s.size is not None)
+    warm_all = dependent and p.rows <= BM and weights <= WARM_ALL_BYTES
     # rows of a block: 16, or 8 (one n8 tile of products) where there are no more
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=8 if p.rows <= 8 else BM, segments=int(nseg),
                 nseg=int(nseg),
                 pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False), min_blocks=minb,
-                dependent=dependent, k_major=k_major(fused, p), unroll=UNROLL)
+                dependent=dependent, k_major=k_major(fused, p), unroll=UNROLL, warm_all=warm_all)
 
 
 def k_major(fused: FusedCascade, p: Problem) -> tuple:

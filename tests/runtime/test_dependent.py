@@ -20,18 +20,21 @@ def _module(monkeypatch, cc, name="fp8_quant_gemm", weights="e4m3", rows=16):
     return spec, kernel.source(spec, strategy).source
 
 
-@pytest.mark.parametrize("weights,rows,whole", [("e4m3", 1, True), ("e4m3", 16, True), ("bfloat16", 1, False),
-                                               ("e4m3", 64, False)])
+@pytest.mark.parametrize("name,weights,rows,whole", [
+    ("fp8_quant_gemm", "e4m3", 1, True), ("fp8_quant_gemm", "e4m3", 16, True),
+    ("fp8_quant_gemm", "bfloat16", 1, False), ("fp8_quant_gemm", "e4m3", 64, False),
+    ("rmsnorm_gemm", "bfloat16", 16, False)])
 def test_a_few_rows_products_bring_their_whole_segments_of_weights_into_l2_where_the_weights_fit(
-        monkeypatch, weights, rows, whole):
-    # 7168 x 7168 e4m3 weights (51 MB) at one and 16 rows: the whole segment (measured faster on the H100); bfloat16
-    # weights (102 MB, past the L2) and 64 rows (four row blocks): the first rows only (measured slower otherwise)
-    spec, source = _module(monkeypatch, (9, 0), weights=weights, rows=rows)
+        monkeypatch, name, weights, rows, whole):
+    # 7168 x 7168 e4m3 weights (51 MB) at one and 16 rows, where 512 rows are half a segment: the whole segment
+    # (measured faster on the H100); bfloat16 weights (102 MB, past the L2), 64 rows (four row blocks) and RMSNorm's
+    # 16 rows (32 MB; 512 rows three quarters of a segment): the first rows only (measured slower or the same)
+    spec, source = _module(monkeypatch, (9, 0), name, weights=weights, rows=rows)
     assert spec.dependent and spec.warm_all == whole
     tiles = _bodies(source)["tiles"]
     warm = tiles[:tiles.index("grid_launch()")]
     assert ("min(hi, lo + 512)" in warm) != whole and (" hi, " in warm.replace("(hi - lo", "")) == whole
-    assert not _module(monkeypatch, (8, 9), weights=weights, rows=rows)[0].warm_all  # (no dependent launch there)
+    assert not _module(monkeypatch, (8, 9), name, weights=weights, rows=rows)[0].warm_all  # (no dependent launch)
 
 
 def _bodies(source):

@@ -94,10 +94,12 @@ def row_threads(spec: Spec) -> int:
 #: memory moves in the factors' 6 µs, and none evicted before it is read). K-major weights: as many lines a block.
 PREFETCH_ROWS = 512
 #: Weights (bytes, one matrix) small enough for each block of a few rows' products to bring its whole segment into L2
-#: while the factors' kernel runs (:attr:`Spec.warm_all`): the weights then stream from memory from the call's start,
-#: not from the factors' end. Measured on the H100 (50 MB of L2; ``gpu/README.md``, 2026-12-06): FP8 M1 with e4m3
-#: weights of 7168 × 7168 (51 MB) 0.0241–0.0244 → 0.0209 ms, M16 0.0288 → 0.0268; 102 MB of bfloat16 weights were
-#: slower prefetched past 512 rows (0.0400 → 0.0418), and 64 rows (four row blocks) far slower (0.0455 → 0.0571).
+#: while the factors' kernel runs (:attr:`Spec.warm_all`), where the first PREFETCH_ROWS rows' bytes leave more than
+#: a third of a segment: the weights then stream from memory from the call's start, not from the factors' end.
+#: Measured on the H100 (50 MB of L2; ``gpu/README.md``, 2026-12-06), prefetching 2048 rows' bytes against 512: FP8
+#: M1 with e4m3 weights of 7168 × 7168 (51 MB; 512 rows are half a segment) 0.0241–0.0244 → 0.0209 ms, M16 0.0288 →
+#: 0.0268; but RMSNorm M16 (32 MB; 512 rows three quarters of a segment) the same or 1.5 % slower, 102 MB of bfloat16
+#: weights slower (0.0400 → 0.0418), and 64 rows (four row blocks) far slower (0.0455 → 0.0571).
 WARM_ALL_BYTES = 64 << 20
 
 #: Factors of one step of 16 rows (16 elements each), in the fragments' order: lane ``4 g + t``'s eight are rows
@@ -568,11 +570,14 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     nseg = min(int(nseg), max(tiles, 1), 65535)  # no segment without a tile; the grid's z dimension
     # on Hopper each kernel after the first starts while the one before runs (programmatic dependent launch)
     dependent = p.dependent_launch()
-    # and a few rows' products bring their whole segments of weights into L2 meanwhile, where the weights fit
+    # and a few rows' products bring their whole segments of weights into L2 meanwhile, where the weights fit and the
+    # first PREFETCH_ROWS rows' bytes would leave much of a segment to be read after the wait
     size = {"e4m3": 1, "bfloat16": 2, "float16": 2}
     weights = n * p.length * max(size.get(dict(p.dtypes).get(s.name), 4) for s in fused.cascade.inputs
                                  if s.size is not None)
-    warm_all = dependent and p.rows <= BM and weights <= WARM_ALL_BYTES
+    segment = -(-p.length // int(nseg) // BK) * BK if p.length else 0
+    first = max(PREFETCH_ROWS // (8 * each), 1) * 128 // (1 if e4m3 else 2) if k_major(fused, p) else PREFETCH_ROWS
+    warm_all = dependent and p.rows <= BM and weights <= WARM_ALL_BYTES and 3 * first < 2 * segment
     # rows of a block: 16, or 8 (one n8 tile of products) where there are no more
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=8 if p.rows <= 8 else BM, segments=int(nseg),
                 nseg=int(nseg),

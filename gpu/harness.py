@@ -26,6 +26,21 @@ MIN_WINDOW_MS = 1.0
 MAX_BATCH = 500
 
 
+def profiled(fn, calls: int, warmup: int = 1):
+    """The CUDA profiler (CUPTI, through ``torch.profiler``) over ``calls`` back-to-back calls of ``fn``, after
+    ``warmup`` untraced ones: the finished ``profile``, its trace and averages to read."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return prof
+
+
 def median_ms(fn, reps: int = 10, warmup: int = 3, batch: int = 10, min_window_ms: float = MIN_WINDOW_MS) -> float:
     """Median over ``reps`` of the CUDA-event time of ``batch`` calls of ``fn()`` back to back, per call.
 

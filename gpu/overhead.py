@@ -22,19 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import bench  # noqa: E402
 import cases  # noqa: E402
-from harness import median_ms  # noqa: E402
+from harness import median_ms, profiled  # noqa: E402
 
 
 def profiled_ms(fn, n: int = 20) -> float:
     """Mean device duration of the kernels one call launches, from CUPTI."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
+    prof = profiled(fn, n)
     total_us = sum(e.device_time_total for e in prof.key_averages() if e.device_time_total > 0)
     return total_us / n / 1000
 

@@ -19,24 +19,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import prepared_case  # noqa: E402
+from harness import profiled  # noqa: E402
 
 
 def kernel_spans(run, calls: int) -> list[tuple[str, float, float]]:
     """``(name, start µs, end µs)`` of every kernel ``run()`` launched over ``calls`` calls, in start order."""
-    from torch.profiler import ProfilerActivity, profile
-
-    for _ in range(10):
-        run()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            run()
-        torch.cuda.synchronize()
+    prof = profiled(run, calls, warmup=10)
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         prof.export_chrome_trace(f.name)
         events = json.loads(Path(f.name).read_text())["traceEvents"]
@@ -70,6 +61,8 @@ def main(argv) -> int:
     ap.add_argument("config")
     ap.add_argument("--calls", type=int, default=100)
     a = ap.parse_args(argv)
+    from bench import prepared_case  # (here: the table above is tested without a GPU, bench's imports need one)
+
     case, runner, kernel, launch = prepared_case(a.group, a.index, a.config)
     print(case.name, case.shape, a.config, "err", runner.validate(case, launch))
     spans = kernel_spans(lambda: launch.run(0), a.calls)

@@ -13,7 +13,7 @@ import sympy as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from redalgebra import RedalgebraError, analyze, parse
+from redalgebra import RedalgebraError, analyze, evaluate, parse
 from redalgebra.algebra import budget, monoids, prove_distributes, prove_equal, prove_identity, user_monoid
 from redalgebra.cli import main
 from redalgebra.derive import derive
@@ -510,6 +510,38 @@ def test_a_constant_folded_past_float32s_range_is_refused_as_a_literal_is(body, 
     assert caught.value.line == 2
     for held in ("sum(x * 1e19 * 1e19)", "sum(x * exp(80))", "sum(x * exp(-100))", "sum(x * 1e-20 * 1e-20)"):
         parse(f"input x\nreduce s = {held}\nout y = s")
+
+
+def test_a_constant_nested_in_functions_is_parsed_without_evaluating_it():
+    # the range check once evaluated every constant expression: exp(exp(exp(exp(3)))) never returned
+    import subprocess
+    import sys
+
+    code = ("import redalgebra as ra; ra.parse('input x\\nreduce s = sum(x * exp(exp(exp(exp(3)))))\\nout o = s', 'q'); "
+            "print('parsed')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "parsed", done.stderr
+
+
+@pytest.mark.parametrize("text,size", [
+    ("input x\nlet c = 1e30\nreduce s = sum(x * c * c)\nout o = s", "1e\\+60, which is past"),
+    ("input x\nlet c = 1e-30\nreduce s = sum(x * c * c)\nout o = s", "1e-60, which is below"),
+    ("input x\nlet c = exp(50)\nreduce s = sum(x * c * c)\nout o = s", "exp\\(100\\), which is past"),
+    ("input k[4]\ninput v[4]\nreduce s = sum(dot(k * 1e30, v * 1e30))\nout o = s", "1e\\+60, which is past")])
+def test_a_constant_the_derivation_makes_past_float32s_range_is_refused_at_compile(text, size):
+    # a let substituted into another constant, a dot's factors taken out: folded after the parser saw them, and
+    # printed as inf or 0 (the CPU kernel returned inf or 0 where the float64 reference is finite)
+    import numpy as np
+
+    from redalgebra.runtime import compile
+
+    inputs = ({"x": np.ones((2, 3), np.float32)} if "input x" in text else
+              {"k": np.ones((2, 3, 4), np.float32), "v": np.ones((2, 3, 4), np.float32)})
+    with pytest.raises(RedalgebraError, match=f"the derived form holds the constant {size} float32's range"):
+        compile(derive(parse(text)), "cpu")(inputs)
+    held = text.replace("30", "15").replace("exp(50)", "exp(40)")  # (in range: computed as the reference does)
+    got = compile(derive(parse(held)), "cpu")(inputs)["o"]
+    assert np.allclose(got, evaluate(parse(held), inputs)["o"], rtol=1e-5)
 
 
 def test_a_param_value_past_float32s_range_is_refused_at_the_call():

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +26,7 @@ from sympy.printing.str import StrPrinter
 
 from ..errors import RedalgebraError
 from ..ir.functions import Dot, Sigmoid, VSum
+from ..ir.parser import EXP_HIGH, EXP_LOW
 
 _FUNCTIONS = {"exp": "math.exp", "log": "rt_log", "Log1p": "rt_log1p", "sqrt": "rt_sqrt", "tanh": "math.tanh",
               "erf": "math.erf", "floor": "rt_floor", "RoundHalfEven": "rt_round"}
@@ -85,7 +87,14 @@ class Constants:
         except OverflowError:  # an integer beyond float64 (10**400)
             value = float("inf") if value > 0 else float("-inf")
         with np.errstate(over="ignore", under="ignore"):
-            value = float(np.float32(value))
+            held = float(np.float32(value))
+        if held != value and (math.isinf(held) or held == 0) and math.isfinite(value) and value:
+            # (a let or a dot's factor substituted into another constant: 1e30 · 1e30, past what the parser sees)
+            raise RedalgebraError(f"the derived form holds the constant {value:.3g}, which is "
+                                  f"{'past' if held else 'below'} float32's range (about 1.4e-45 to 3.4e38 in "
+                                  f"size), where the kernels compute: it would be {held:g} there and the float64 "
+                                  f"reference would not agree; scale the cascade")
+        value = held
         # the shortest text of the float32 value (1e-12, not 9.99999996e-13)
         key = str(np.float32(value)) if np.isfinite(value) else {"inf": "np.inf", "-inf": "-np.inf"}.get(
             repr(value), "np.nan")
@@ -232,6 +241,11 @@ class KernelPrinter(StrPrinter):
 
     def _print_exp(self, expr):
         arg = expr.args[0]
+        if arg.is_Rational and not EXP_LOW < arg < EXP_HIGH:  # (a let's exp(50) squared: exp(100), computed in float32)
+            raise RedalgebraError(f"the derived form holds the constant {expr}, which is "
+                                  f"{'past' if arg > 0 else 'below'} float32's range (about 1.4e-45 to 3.4e38 in "
+                                  f"size), where the kernels compute: it would be {'inf' if arg > 0 else '0'} there "
+                                  f"and the float64 reference would not agree; scale the cascade")
         if self.access.shifted and self.access.exp == "fast_exp" and isinstance(arg, sp.Add):
             for term in arg.args:  # a term -z with z's -z·log2(e) at hand (Access.shifted)
                 z = -term

@@ -96,6 +96,7 @@ class _LineParser:
         self.declared = declared  # name -> Symbol, statements above this line
         self.later = later        # name -> line number, for statements below
         self.argmaxes = set() if argmaxes is None else argmaxes  # names of argmax reductions (their index is the result)
+        self.checked: set = set()  # constants already checked against float32's range (folded_in_float32)
         self.in_output = False
         self.depth = 0
 
@@ -167,25 +168,23 @@ class _LineParser:
         return value
 
     def folded_in_float32(self, tok: Token, value) -> None:
-        """Refuse a constant SymPy made from in-range ones (``1e30 * 1e30``, ``exp(100)``, ``exp(50) * exp(50)``) that
-        float32 rounds to inf or to 0, as a literal past the range is refused. Every operand was checked when it was
-        built, so only what this step folded is new: the value itself and its operands, and their operands, where a
-        number multiplied into a sum is distributed over its terms."""
-        nodes = [value, *value.args, *(b for a in value.args for b in a.args)]
-        for node in nodes:
+        """Refuse a constant SymPy made from in-range ones (``1e30 * 1e30``, ``exp(50) * exp(50)``) that float32
+        rounds to inf or to 0, as a literal past the range is refused. Every operand was checked when it was built, so
+        only what this step folded is new: the value itself and its operands, and their operands, where a number
+        multiplied into a sum is distributed over its terms. Only numbers and ``exp`` of a number are read (each
+        once): evaluating any constant expression could take without end (``exp(exp(exp(exp(3))))``); what else the
+        derived form holds past the range is refused where the kernel's constants are printed."""
+        for node in (value, *value.args, *(b for a in value.args for b in a.args)):
+            if node in self.checked or not (node.is_Rational or isinstance(node, sp.exp) and node.args[0].is_Rational):
+                continue
+            self.checked.add(node)
             if node.is_Rational:
                 f = Fraction(int(node.p), int(node.q))
-            elif getattr(node, "is_number", False) and not node.is_Atom and node.is_finite:
-                try:  # (a constant function of constants: its float64 value, as the reference computes it)
-                    f = Fraction(float(sp.N(node, 20)))
-                except (TypeError, ValueError, OverflowError):  # (not real, or past float64: the reference's trouble)
-                    continue
-            else:
-                continue
-            if f and not FLOAT32_ZERO < abs(f) < FLOAT32_INF:
-                size = f"{float(f):.3g}" if abs(f) < 2 ** 1000 else "past float64's range"
-                shown = size if node.is_Rational else f"{_short(node)} = {size}"
-                self.in_float32(tok, f, f"the constant {shown} made here from the ones written")
+                if f and not FLOAT32_ZERO < abs(f) < FLOAT32_INF:
+                    self.in_float32(tok, f, f"the constant {float(f):.3g} made here from the ones written")
+            elif not EXP_LOW < node.args[0] < EXP_HIGH:  # (exp(r) in float32's range: log(2**-150) < r < log(max))
+                self.in_float32(tok, Fraction(2 ** 200) if node.args[0] > 0 else Fraction(1, 2 ** 200),
+                                f"the constant {_short(node)} made here from the ones written")
 
     def power(self, tok: Token, base, exponent) -> None:
         """Refuse a numeric power past ``MAX_POWER``, and a constant power too large to compute, before SymPy tries."""
@@ -541,6 +540,8 @@ class _LineParser:
 #: The sizes from which a literal rounds to float32's inf (half an ulp past the largest float32) and at or below which
 #: it rounds to 0 (half the smallest subnormal), exactly: a literal beyond them is refused.
 FLOAT32_INF, FLOAT32_ZERO = Fraction(2 ** 128 - 2 ** 103), Fraction(1, 2 ** 150)
+#: The exponents whose exp float32 holds: log(2**-150) and log of FLOAT32_INF, rounded inward.
+EXP_LOW, EXP_HIGH = sp.Rational(-10397, 100), sp.Rational(8872, 100)
 
 
 def _short(value) -> str:

@@ -75,8 +75,12 @@ def shared_outputs(spans: dict) -> None:
     held = sorted((at, at + size, name) for name, (at, size) in spans.items() if size)
     for (_, end, a), (start, _, b) in zip(held, held[1:]):
         if start < end:
-            raise EvaluationError(f"out[{a!r}] and out[{b!r}] share memory: each output needs its own array (one "
-                                  f"would be written over by the other)")
+            raise outputs_shared(a, b)
+
+
+def outputs_shared(a: str, b: str) -> EvaluationError:
+    return EvaluationError(f"out[{a!r}] and out[{b!r}] share memory: each output needs its own array (one would be "
+                           f"written over by the other)")
 
 
 def host_output(array: np.ndarray, stored: str | None):

@@ -10,13 +10,14 @@ from redalgebra.runtime import compile
 from tests.catalogue import fused
 
 
-def _module(monkeypatch, cc, name="fp8_quant_gemm", weights="e4m3", rows=16):
+def _module(monkeypatch, cc, name="fp8_quant_gemm", weights="e4m3", rows=16, k_major=False):
     monkeypatch.setattr(backends, "_capability", lambda: cc)
     f = fused(name)
     kernel = compile(f, "cuda", "columns_mma")
     dtypes = {s.name: weights if s.size is not None else "bfloat16" for s in f.cascade.inputs}
     reps = {s.name: rows for s in f.cascade.inputs if s.size is not None}
-    strategy, spec, _ = kernel.spec_for(rows, 7168, dtypes, {"n": 7168}, reps=reps)
+    vectors = tuple(s.name for s in f.cascade.inputs if s.size is not None) if k_major else ()
+    strategy, spec, _ = kernel.spec_for(rows, 7168, dtypes, {"n": 7168}, reps=reps, k_major=vectors)
     return spec, kernel.source(spec, strategy).source
 
 
@@ -24,16 +25,21 @@ def _module(monkeypatch, cc, name="fp8_quant_gemm", weights="e4m3", rows=16):
     ("fp8_quant_gemm", "e4m3", 1, True), ("fp8_quant_gemm", "e4m3", 16, True),
     ("fp8_quant_gemm", "bfloat16", 1, False), ("fp8_quant_gemm", "e4m3", 64, False),
     ("rmsnorm_gemm", "bfloat16", 16, False)])
+@pytest.mark.parametrize("k_major", [False, True])
 def test_a_few_rows_products_bring_their_whole_segments_of_weights_into_l2_where_the_weights_fit(
-        monkeypatch, name, weights, rows, whole):
+        monkeypatch, name, weights, rows, whole, k_major):
     # 7168 x 7168 e4m3 weights (51 MB) at one and 16 rows, where 512 rows are half a segment: the whole segment
     # (measured faster on the H100); bfloat16 weights (102 MB, past the L2), 64 rows (four row blocks) and RMSNorm's
     # 16 rows (32 MB; 512 rows three quarters of a segment): the first rows only (measured slower or the same)
-    spec, source = _module(monkeypatch, (9, 0), name, weights=weights, rows=rows)
-    assert spec.dependent and spec.warm_all == whole
+    spec, source = _module(monkeypatch, (9, 0), name, weights=weights, rows=rows, k_major=k_major)
+    assert spec.dependent and spec.warm_all == whole and bool(spec.k_major) == k_major
     tiles = _bodies(source)["tiles"]
     warm = tiles[:tiles.index("grid_launch()")]
-    assert ("min(hi, lo + 512)" in warm) != whole and (" hi, " in warm.replace("(hi - lo", "")) == whole
+    if k_major:  # (lines a column: the segment's, or at most 512 rows' bytes over the block's columns)
+        lines = re.search(r"wl = (.*)\n", warm).group(1)
+        assert re.fullmatch(r"\(hi - lo \+ \d+\) // \d+", lines) if whole else lines.startswith("min(")
+    else:
+        assert ("min(hi, lo + 512)" in warm) != whole and (" hi, " in warm.replace("(hi - lo", "")) == whole
     assert not _module(monkeypatch, (8, 9), name, weights=weights, rows=rows)[0].warm_all  # (no dependent launch)
 
 

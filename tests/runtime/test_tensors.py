@@ -97,6 +97,19 @@ def test_outputs_are_written_into_the_tensors_given_as_out():
         kernel({"g": X}, out={"v": w})
 
 
+def test_two_outputs_in_one_tensors_memory_are_refused_and_a_buffers_columns_taken():
+    kernel = ra.compile(ra.derive(ra.parse("input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))\nout y = m\n"
+                                           "out w = log(s)")), "cpu")
+    buf = torch.zeros(5, 2)
+    got = kernel({"x": X}, out={"y": buf[:, 0], "w": buf[:, 1]})  # (strided views that interleave: apart)
+    assert torch.allclose(buf[:, 0], X.max(-1).values) and torch.allclose(got["w"], buf[:, 1])
+    assert not torch.allclose(buf[:, 0], buf[:, 1])
+    flat = torch.zeros(6)
+    for y, w in ((buf[:, 0], buf[:, 0]), (flat[:5], flat[1:])):  # (the same elements; overlapping bytes)
+        with pytest.raises(RedalgebraError, match="share memory"):
+            kernel({"x": X}, out={"y": y, "w": w})
+
+
 def test_the_op_takes_float8_weights_and_its_fake_agrees():
     op = ra.torch_op(fused("fp8_quant_gemm"))
     x = X.to(torch.bfloat16)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 import sympy as sp
@@ -26,7 +27,7 @@ from sympy.printing.str import StrPrinter
 
 from ..errors import RedalgebraError
 from ..ir.functions import Dot, Sigmoid, VSum
-from ..ir.parser import EXP_HIGH, EXP_LOW
+from ..ir.parser import EXP_HIGH, EXP_LOW, FLOAT32_INF, FLOAT32_ZERO
 
 _FUNCTIONS = {"exp": "math.exp", "log": "rt_log", "Log1p": "rt_log1p", "sqrt": "rt_sqrt", "tanh": "math.tanh",
               "erf": "math.erf", "floor": "rt_floor", "RoundHalfEven": "rt_round"}
@@ -80,20 +81,25 @@ class Constants:
     def __init__(self):
         self.names: dict[str, str] = {}
 
-    def name(self, value: float) -> str:
-        """The constant's name; its value is what float32 makes of ``value`` (1e400 is inf, 1e-400 is 0)."""
+    def name(self, value) -> str:
+        """The constant's name; its value is what float32 makes of ``value`` (a number, or SymPy's), refused where
+        that is inf or 0 and ``value`` is neither (1e400, 1e-400: the float64 reference would not agree)."""
+        exact = Fraction(int(value.p), int(value.q)) if isinstance(value, sp.Rational) else None
         try:
             value = float(value)
         except OverflowError:  # an integer beyond float64 (10**400)
             value = float("inf") if value > 0 else float("-inf")
         with np.errstate(over="ignore", under="ignore"):
             held = float(np.float32(value))
-        if held != value and (math.isinf(held) or held == 0) and math.isfinite(value) and value:
-            # (a let or a dot's factor substituted into another constant: 1e30 · 1e30, past what the parser sees)
-            raise RedalgebraError(f"the derived form holds the constant {value:.3g}, which is "
-                                  f"{'past' if held else 'below'} float32's range (about 1.4e-45 to 3.4e38 in "
-                                  f"size), where the kernels compute: it would be {held:g} there and the float64 "
-                                  f"reference would not agree; scale the cascade")
+        past = abs(exact) >= FLOAT32_INF if exact is not None else math.isinf(held) and math.isfinite(value)
+        below = 0 < abs(exact) <= FLOAT32_ZERO if exact is not None else held == 0 and value != 0
+        if past or below:  # (a let or a dot's factor folded into another constant, 1e30 · 1e30: past the parser)
+            shown = str(sp.Float(sp.Rational(exact.numerator, exact.denominator), 3)) if exact is not None else \
+                f"{value:.3g}"
+            raise RedalgebraError(f"the derived form holds the constant {shown}, which is "
+                                  f"{'past' if past else 'below'} float32's range (about 1.4e-45 to 3.4e38 in "
+                                  f"size), where the kernels compute: it would be {'inf' if past else '0'} there "
+                                  f"and the float64 reference would not agree; scale the cascade")
         value = held
         # the shortest text of the float32 value (1e-12, not 9.99999996e-13)
         key = str(np.float32(value)) if np.isfinite(value) else {"inf": "np.inf", "-inf": "-np.inf"}.get(
@@ -144,7 +150,7 @@ class KernelPrinter(StrPrinter):
         return self.access.scalar[name]
 
     def _number(self, value) -> str:
-        return self.constants.name(float(value))
+        return self.constants.name(value)
 
     _print_Integer = _print_Rational = _print_Float = _print_Zero = _number
 

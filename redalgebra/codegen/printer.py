@@ -75,6 +75,15 @@ class Access:
         raise RedalgebraError(f"{expr} is not a vector")
 
 
+def _out_of_float32(shown: str, past: bool) -> RedalgebraError:
+    """The refusal of a constant of the derived form that float32, where the kernels compute, makes inf (``past``)
+    or 0."""
+    return RedalgebraError(f"the derived form holds the constant {shown}, which is {'past' if past else 'below'} "
+                           f"float32's range (about 1.4e-45 to 3.4e38 in size), where the kernels compute: it would "
+                           f"be {'inf' if past else '0'} there and the float64 reference would not agree; scale the "
+                           f"cascade")
+
+
 class Constants:
     """The float32 constants a module needs, each named once."""
 
@@ -96,10 +105,7 @@ class Constants:
         if past or below:  # (a let or a dot's factor folded into another constant, 1e30 · 1e30: past the parser)
             shown = str(sp.Float(sp.Rational(exact.numerator, exact.denominator), 3)) if exact is not None else \
                 f"{value:.3g}"
-            raise RedalgebraError(f"the derived form holds the constant {shown}, which is "
-                                  f"{'past' if past else 'below'} float32's range (about 1.4e-45 to 3.4e38 in "
-                                  f"size), where the kernels compute: it would be {'inf' if past else '0'} there "
-                                  f"and the float64 reference would not agree; scale the cascade")
+            raise _out_of_float32(shown, past)
         value = held
         # the shortest text of the float32 value (1e-12, not 9.99999996e-13)
         key = str(np.float32(value)) if np.isfinite(value) else {"inf": "np.inf", "-inf": "-np.inf"}.get(
@@ -248,10 +254,7 @@ class KernelPrinter(StrPrinter):
     def _print_exp(self, expr):
         arg = expr.args[0]
         if arg.is_Rational and not EXP_LOW < arg < EXP_HIGH:  # (a let's exp(50) squared: exp(100), computed in float32)
-            raise RedalgebraError(f"the derived form holds the constant {expr}, which is "
-                                  f"{'past' if arg > 0 else 'below'} float32's range (about 1.4e-45 to 3.4e38 in "
-                                  f"size), where the kernels compute: it would be {'inf' if arg > 0 else '0'} there "
-                                  f"and the float64 reference would not agree; scale the cascade")
+            raise _out_of_float32(str(expr), arg > 0)
         if self.access.shifted and self.access.exp == "fast_exp" and isinstance(arg, sp.Add):
             for term in arg.args:  # a term -z with z's -z·log2(e) at hand (Access.shifted)
                 z = -term

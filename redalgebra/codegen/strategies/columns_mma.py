@@ -430,9 +430,10 @@ class ColumnsMmaKernel(ColumnsKernel):
         if not self.spec.dependent:
             return []
         if self.km:  # K-major: each of the block's columns' first lines of the segment (the whole segment's with
-            # warm_all; else as many bytes as PREFETCH_ROWS rows' lines), the columns side by side. Each line once: a
-            # line past the segment's end clamped to its last (as before) sent many prefetches to one line, which cost
-            # more than it brought
+            # warm_all; else as many bytes as PREFETCH_ROWS rows' lines), the columns side by side. Each line once:
+            # lines past the segment's end were clamped to its last, sending many prefetches to one line (8192 rows'
+            # worth measured slower than 2048 K-major, the same for weights read in rows, whose loop stops at the
+            # segment's end; the repeats not timed apart)
             line = 128 // (1 if self.bytes else 2)  # (elements a 128-byte line)
             lines = f"(hi - lo + {line - 1}) // {line}"
             if not self.spec.warm_all:
@@ -572,11 +573,11 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     dependent = p.dependent_launch()
     # and a few rows' products bring their whole segments of weights into L2 meanwhile, where the weights fit and the
     # first PREFETCH_ROWS rows' bytes would leave much of a segment to be read after the wait
-    size = {"e4m3": 1, "bfloat16": 2, "float16": 2}
-    weights = n * p.length * max(size.get(dict(p.dtypes).get(s.name), 4) for s in fused.cascade.inputs
-                                 if s.size is not None)
+    itemsize = max(16 // VEC.get(dict(p.dtypes).get(s.name), 4) for s in fused.cascade.inputs if s.size is not None)
+    weights = n * p.length * itemsize
     segment = -(-p.length // int(nseg) // BK) * BK if p.length else 0
-    first = max(PREFETCH_ROWS // (8 * each), 1) * 128 // (1 if e4m3 else 2) if k_major(fused, p) else PREFETCH_ROWS
+    # (the elements of a column or a row prefetched otherwise: K-major, as many 128-byte lines as PREFETCH_ROWS rows')
+    first = max(PREFETCH_ROWS // (8 * each), 1) * (128 // itemsize) if k_major(fused, p) else PREFETCH_ROWS
     warm_all = dependent and p.rows <= BM and weights <= WARM_ALL_BYTES and 3 * first < 2 * segment
     # rows of a block: 16, or 8 (one n8 tile of products) where there are no more
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=8 if p.rows <= 8 else BM, segments=int(nseg),

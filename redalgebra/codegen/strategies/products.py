@@ -50,8 +50,7 @@ def wide_refusal(name: str) -> str:
     """Why ``name`` takes no block for vector sums that :func:`column_groups` does not split."""
     return (f"{name}: vector sums of at most {MOST_COMPONENTS} components ({PRODUCER_COMPONENTS} with a producer "
             f"warpgroup, threads=384; 96 in the simulator), or multiples of {WIDE_MULTIPLE} up to {WIDEST} in all "
-            f"(split across two "
-            f"warpgroups); use vrows")
+            f"(split across two warpgroups); use vrows")
 
 
 def column_groups(widths, most: int = MOST_COMPONENTS) -> int | None:

@@ -341,8 +341,7 @@ def _applicable(fused: FusedCascade, p: Problem) -> str | None:
         return f"wgmma: blocks of {', '.join(map(str, allowed))} threads{split}, got {threads}"
     if p.option("tile") not in (None, BN) and not (p.option("tile") in (BN // 2, 2 * BN) and _producer(fused, p)):
         return (f"wgmma: tiles of {BN} elements, or {BN // 2} or {2 * BN} with a producer warpgroup (threads=384; 96 "
-                f"in the simulator), got "
-                f"{p.option('tile')}")
+                f"in the simulator), got {p.option('tile')}")
     for name, fixed in (("batch", _rows(fused, p)), ("group", 16)):
         if p.option(name) not in (None, fixed):
             return f"wgmma: the {name} is fixed by the instruction shapes (16 rows per warp)"

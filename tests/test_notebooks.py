@@ -5,7 +5,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient  # the dev extra installs it: make test runs the notebooks
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
@@ -18,6 +17,7 @@ def test_the_seven_notebooks_are_there():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_and_its_checks_pass(path, tmp_path):
     from jupyter_client import KernelManager
+    from nbclient import NotebookClient  # (the dev extra installs it; imported here: 1-2 s of every worker's collection)
 
     nb = nbformat.read(path, as_version=4)
     assert "assert" in nb.cells[-1].source, "a notebook ends in its checks"

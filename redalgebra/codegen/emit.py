@@ -57,7 +57,7 @@ class Spec:
     unroll: int = 0              # columns_mma: steps of 16 elements a warp loads before their products (0: its UNROLL)
     warm_all: bool = False       # columns_mma, dependent: each block brings its whole segment of weights into L2 while
     #                              the factors' kernel runs (else its first PREFETCH_ROWS rows' lines)
-    row_threads: int = 0         # columns_wgmma: the block of its scalars-and-factors kernel, a block a row (0: threads)
+    row_threads: int = 0         # columns_wgmma, columns_mma: the block of their scalars-and-factors kernel, a block a row
     row_spec: tuple = ()         # columns_wgmma: ((field, value), ...) of the ``rows`` kernel that computes the scalars
     #                              and writes the factors from a row held in registers (empty: the block-a-row kernel)
     fp8_products: bool = False   # columns_wgmma: the product on the FP8 instruction (e4m3 factors, the e4m3 weights

@@ -6,6 +6,7 @@ checked view of an array (:func:`_span`). No intrinsic is defined here."""
 from __future__ import annotations
 
 import math
+import weakref
 from types import SimpleNamespace
 
 import numpy as np
@@ -71,18 +72,37 @@ if not SIMULATOR:
 
 def _span(a, row, col, n, kinds):
     """The ``n`` elements ``a[row, col:col+n]`` as a NumPy view (``row`` an integer or a tuple indexing the
-    leading dimensions), checking what the GPU does not."""
+    leading dimensions), checking what the GPU does not. (Every vector load and store of a simulated thread comes
+    here: the flat index is computed, not asked of NumPy, and an array's address is read once, :func:`_address`.)"""
     ary = getattr(a, "_ary", a)  # a simulator device array wraps a NumPy array
     lead = tuple(int(r) for r in row) if isinstance(row, tuple) else (int(row),)
+    col, shape = int(col), ary.shape  # (a NumPy int32 would overflow when added to an address)
     if ary.ndim != len(lead) + 1 or not ary.flags.c_contiguous or ary.dtype.name not in kinds:
         raise TypeError(f"need a {len(lead) + 1}-D C-contiguous array of {'/'.join(kinds)}, got {ary.dtype} {ary.shape}")
-    if not (all(0 <= r < d for r, d in zip(lead, ary.shape)) and 0 <= col and col + n <= ary.shape[-1]):
+    if not (all(0 <= r < d for r, d in zip(lead, shape)) and 0 <= col and col + n <= shape[-1]):
         raise IndexError(f"[{', '.join(map(str, lead))}, {col}:{col + n}] is outside an array of shape {ary.shape}")
     size = n * ary.itemsize
-    flat = int(np.ravel_multi_index(lead + (col,), ary.shape))
-    if (ary.ctypes.data + flat * ary.itemsize) % size:
+    flat = 0
+    for r, d in zip(lead, shape[1:]):  # (C order: each leading index, then the next dimension's extent)
+        flat = (flat + r) * d
+    if (_address(ary) + (flat + col) * ary.itemsize) % size:
         raise ValueError(f"misaligned {8 * size}-bit access at [{', '.join(map(str, lead))}, {col}]")
     return ary[lead + (slice(col, col + n),)]
+
+
+_ADDRESSES: dict = {}  # id(array) -> (a weak reference to it, its data's address)
+
+
+def _address(ary) -> int:
+    """The address of ``ary``'s first element, read once an array (``ary.ctypes.data`` costs a microsecond)."""
+    held = _ADDRESSES.get(id(ary))
+    if held is not None and held[0]() is ary:
+        return held[1]
+    if len(_ADDRESSES) > 4096:  # (arrays gone leave their entries: dropped now and then)
+        _ADDRESSES.clear()
+    address = ary.ctypes.data
+    _ADDRESSES[id(ary)] = (weakref.ref(ary), address)
+    return address
 
 
 _F32, _B16, _F16, _U8 = ("float32",), ("uint16", "int16"), ("float16",), ("uint8", "int8")  # for the stand-ins

@@ -195,6 +195,15 @@ def test_columns_mma_fills_the_gpu_once_and_launches_the_row_kernel_wider():
         assert dict(src.bounds) == {"factors": 512}
     _, spec, _ = kernel.spec_for(4096, 7168, {"x": "bfloat16", "w": "bfloat16"}, {"n": 7168}, reps={"w": 4096})
     assert spec.segments == 1  # blocks enough without segments
+    # ... but no wider than writes a row's factors in one pass, 8 a thread, a warp at least: rows of 4096 or more keep
+    # 512, a row of 100 takes a warp; the simulator's warp-wide module, four warps at most
+    for length, threads in ((100, 32), (257, 64), (1000, 128), (4096, 512), (4097, 512), (50000, 512)):
+        _, spec, _ = kernel.spec_for(1, length, {"x": "bfloat16", "w": "e4m3"}, {"n": 64}, reps={"w": 1})
+        assert spec.row_threads == threads, length
+        assert dict(kernel.source(spec, "columns_mma").bounds) == {"factors": threads}
+    narrow = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma")
+    _, spec, _ = narrow.spec_for(1, 7168, {"x": "bfloat16", "w": "e4m3"}, {"n": 64}, reps={"w": 1})
+    assert spec.row_threads == 128
 
 
 def test_check_gives_columns_mma_its_weights_once_for_all_rows():

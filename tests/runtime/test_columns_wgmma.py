@@ -147,6 +147,20 @@ def test_auto_takes_the_gemm_for_k_major_weights_from_the_same_rows(length, dtyp
     assert configure(f, problem(GEMM_ROWS, ("w",)))["k_major"] == (("w",) if read else ())
 
 
+@pytest.mark.parametrize("strategy", ["columns", "columns_mma", "columns_wgmma"])
+def test_the_column_policies_configure_a_launch_of_no_rows_or_no_columns(strategy):
+    # (their segments were the GPU's blocks divided by the blocks a launch makes: none, a ZeroDivisionError)
+    from redalgebra.codegen import Problem
+    from redalgebra.codegen.strategies import get
+
+    f = fused("fp8_quant_gemm")
+    dtypes = tuple((s.name, "bfloat16") for s in f.cascade.inputs)
+    for rows, length, n in ((0, 7168, 7168), (0, 0, 64), (16, 7168, 0)):
+        p = Problem(rows=rows, length=length, sizes=(("n", n),), dtypes=dtypes, vec_ok=True, pitch_ok=True,
+                    reps=(("w", max(rows, 1)),), options=(("cc", (9, 0)),))
+        assert get(strategy).configure(f, p)["segments"] >= 1
+
+
 def test_columns_wgmma_takes_a_block_a_row_as_wide_as_one_pass_of_the_row():
     # the scalars-and-factors kernel (a block a row): the smallest block of 128 or more that reads the row in one pass
     # of 32 elements a thread, so that short rows keep more rows in flight (measured on the H200: RMSNorm K4096 58.5

@@ -10,8 +10,17 @@ from redalgebra.runtime.check import check, compare
 from tests.catalogue import FUSABLE, fused
 
 
+#: Built as users get them (``njit(parallel=True)``, three times the serial build's compile time) on a sample of the
+#: catalogue's kinds: per-element outputs, a label's position, a masked gate, a vector sum over a dot product, two
+#: vector inputs of different lengths, a top-k, an FP8 cast, several vector sums after a centred one, a multi-term
+#: sum; the rest serial (the same loop bodies, ``prange`` as ``range``)
+PARALLEL = ("safe_softmax", "cross_entropy", "alibi_attention", "attention", "mla_decode", "moe_routing",
+            "fp8_quant_gemm", "layernorm_gemm", "softmax_entropy")
+
+
 @pytest.mark.parametrize("name", FUSABLE)
-def test_cpu_kernels_match_the_reference(name, parallel_cpu):
+def test_cpu_kernels_match_the_reference(name, monkeypatch):
+    monkeypatch.setenv("REDALGEBRA_CPU_PARALLEL", "1" if name in PARALLEL else "0")
     # float16 inputs are widened on the host (numba's CPU target has no float16 arrays) and bfloat16 patterns
     # decoded by one helper per element: only their rounding differs from float32's, the same for any cascade,
     # so softmax alone runs them (the simulated and GPU kernels, whose loads differ per dtype, run every one)

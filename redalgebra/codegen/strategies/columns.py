@@ -481,7 +481,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
                                   f"divides how many rows share each vector row ({share})")
         batch = want
     step = ks * UNROLL
-    blocks = -(-chunks // cb) * -(-p.rows // batch)
+    blocks = max(1, -(-chunks // cb) * -(-p.rows // batch))  # (no rows, or no columns: a launch of nothing)
     nseg = p.option("segments")
     if nseg is None:
         nseg = min(-(-p.busy_blocks() // blocks), max(1, -(-p.length // (4 * step))))

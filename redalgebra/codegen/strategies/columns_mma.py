@@ -84,10 +84,21 @@ def loads(e4m3: bool) -> tuple[int, int]:
 
 
 def row_threads(spec: Spec) -> int:
-    """Threads of the kernel of the scalar reductions and the factors (a block per row): four times the module's, up
-    to 1024 — at 512, a 7168-wide row of 16-bit values is read in one pass of 16-byte loads and its factors written in
-    two (a few rows' kernel waits on its latency, not its bandwidth)."""
-    return min(4 * spec.threads, 1024)
+    """Threads of the kernel of the scalar reductions and the factors (a block per row): :attr:`Spec.row_threads` where
+    :func:`configure` fitted them to the row, else four times the module's, up to 1024."""
+    return spec.row_threads or min(4 * spec.threads, 1024)
+
+
+def fit_row_threads(threads: int, length: int) -> int:
+    """The kernel of the scalar reductions and the factors: four times the module's threads, up to 1024 — at 512, a
+    7168-wide row of 16-bit values is read in one pass of 16-byte loads and its factors written in two (a few rows'
+    kernel waits on its latency, not its bandwidth) — but no more than write a row's factors in one pass
+    (:data:`FACTORS_EACH` a thread, a warp at least): a row of 100 elements takes a warp, not 512 threads that would
+    wait on each other's barriers with nothing to do. Rows of 4096 or more elements keep 512 at 128 threads."""
+    most, rt = min(4 * threads, 1024), 32
+    while rt < most and rt * FACTORS_EACH < length:
+        rt *= 2
+    return rt
 
 #: Weight rows a block of the products brings into L2 while it waits for the factors' kernel (Spec.dependent): one
 #: 128-byte line a row, 64 KB a block, about 25 MB over the ~400 blocks of one wave (half the H200's L2: what the
@@ -561,7 +572,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     narrow = e4m3 and p.rows > 8
     n, threads = _columns(fused, p), _threads(p)
     each = p.option("group") or loads(e4m3)[1 if narrow else 0]
-    blocks = -(-p.rows // BM) * -(-n // (8 * each))
+    blocks = max(1, -(-p.rows // BM) * -(-n // (8 * each)))  # (no rows, or no columns: a launch of nothing)
     tiles = -(-p.length // BK)
     # registers for three blocks of four warps a multiprocessor (RESIDENT; no spills at 128 threads), four with 8-byte
     # loads of e4m3 weights; segments until they are all busy once, not past it (a second, partial wave costs as much
@@ -583,7 +594,8 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
     return dict(threads=threads, group=each, vec=8, tile=BK, batch=8 if p.rows <= 8 else BM, segments=int(nseg),
                 nseg=int(nseg),
                 pre_vec=prepass_vec(fused, p), fast_exp=p.option("fast_exp", False), min_blocks=minb,
-                dependent=dependent, k_major=k_major(fused, p), unroll=UNROLL, warm_all=warm_all)
+                dependent=dependent, k_major=k_major(fused, p), unroll=UNROLL, warm_all=warm_all,
+                row_threads=fit_row_threads(threads, p.length))
 
 
 def k_major(fused: FusedCascade, p: Problem) -> tuple:

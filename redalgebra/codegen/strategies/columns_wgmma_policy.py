@@ -181,7 +181,7 @@ def configure(fused: FusedCascade, p: Problem) -> dict:
         bc = min(bc, 128)
         if not p.option("simulator") and not p.option("persistent"):
             bc = fp8_block_columns(-(-p.rows // (threads // 2)), n, p.multiprocessors())
-    blocks = -(-p.rows // (threads // 2)) * -(-n // bc)
+    blocks = max(1, -(-p.rows // (threads // 2)) * -(-n // bc))  # (no rows, or no columns: a launch of nothing)
     tiles = -(-p.length // (2 * BK if fp8 else BK))
     nseg = p.option("segments") or max(1, min(p.multiprocessors() // blocks, tiles // 4))
     nseg = min(int(nseg), max(tiles, 1))  # (the tiles are numbered in the grid's x: no limit of its z)

@@ -126,6 +126,11 @@ WRAPPER = r"""
 import json, os, signal, subprocess, sys, time
 path, script, jobs, parent = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])  # parent: the starter's pid
 os.nice(19)  # (and its pool): the simulator's threads, in the workers beside it, slow several-fold when they wait for a core
+try:  # a session of its own is an autogroup of its own where Linux has them, whose share a nice value does not lower
+    with open("/proc/self/autogroup", "w") as fh:
+        fh.write("19")
+except OSError:  # (no autogroups here)
+    pass
 report, stop = {"returncode": -1, "stdout": "", "stderr": "the jobs did not finish"}, False
 try:
     # in this process's group (its own session, start() makes it): a kill of the group stops the compiling pool too

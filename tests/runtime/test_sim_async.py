@@ -3,6 +3,7 @@ landing at their group's wait, ``wgmma`` reads tracked until their wait, named b
 
 import numpy as np
 import pytest
+from numba import cuda
 
 from redalgebra.runtime import tensor_cores as tc
 
@@ -294,3 +295,47 @@ def test_what_ended_threads_left_in_flight_is_counted_out_before_the_next_kernel
     assert landing not in sim_async._LANDING_CHUNKS and frozenset({base + 3}) not in sim_async._IN_FLIGHT_SETS
     assert all(state.thread.is_alive() for registry in (sim_async._LANDING, sim_async._IN_FLIGHT)
                for state in registry.values())
+
+
+
+@cuda.jit
+def _fails_between_barriers(out):
+    i = cuda.threadIdx.x
+    out[i] = i
+    cuda.syncthreads()
+    if i == 5:
+        raise ValueError("lane five fails")
+    cuda.syncthreads()
+    out[i] = out[(i + 1) % 32]
+
+
+@cuda.jit
+def _rotates_between_barriers(out):
+    i = cuda.threadIdx.x
+    out[i] = i
+    cuda.syncthreads()
+    v = out[(i + 1) % 32]
+    cuda.syncthreads()
+    out[i] = v
+
+
+def test_a_simulated_thread_that_fails_while_the_others_wait_at_a_barrier_stops_its_block():
+    # (the simulator's manager, as tests/conftest.py patches it: the waiting threads released by their locks and
+    # aborted, the failing thread's error raised, nothing left hanging; a launch after it runs as before)
+    import threading
+    import time
+
+    from numba.cuda.simulator.kernel import BlockThread
+
+    def alive():  # (threads another test's failed launch may have left are not this test's)
+        return {t for t in threading.enumerate() if isinstance(t, BlockThread)}
+
+    before, out = alive(), np.zeros(32, np.int64)
+    with pytest.raises(ValueError, match="lane five fails"):
+        _fails_between_barriers[1, 32](out)
+    deadline = time.monotonic() + 5  # the 31 others were released at their barrier, aborted, and end
+    while alive() - before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not alive() - before, "simulated threads left waiting at the barrier"
+    _rotates_between_barriers[2, 32](out)
+    assert list(out) == [(i + 1) % 32 for i in range(32)]

@@ -19,7 +19,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import profiled  # noqa: E402

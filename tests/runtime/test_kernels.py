@@ -11,9 +11,9 @@ from tests.catalogue import FUSABLE, fused
 
 
 #: Built as users get them (``njit(parallel=True)``, three times the serial build's compile time) on a sample of the
-#: catalogue's kinds: per-element outputs, a label's position, a masked gate, a vector sum over a dot product, two
-#: vector inputs of different lengths, a top-k, an FP8 cast, several vector sums after a centred one, a multi-term
-#: sum; the rest serial (the same loop bodies, ``prange`` as ``range``)
+#: catalogue's kinds: per-element outputs, a label's position, a gate by position (where), a vector sum over a dot
+#: product, two vector inputs of different lengths, a top-k, an FP8 cast, several vector sums after a centred one, a
+#: multi-term sum; the rest serial (the same loop bodies, ``prange`` as ``range``)
 PARALLEL = ("safe_softmax", "cross_entropy", "alibi_attention", "attention", "mla_decode", "moe_routing",
             "fp8_quant_gemm", "layernorm_gemm", "softmax_entropy")
 

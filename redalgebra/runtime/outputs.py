@@ -60,8 +60,7 @@ def given_outputs(out, shapes: dict, on_device: bool) -> dict:
                                   f"a time); this one starts {array.__cuda_array_interface__['data'][0] % 16} "
                                   f"bytes past one, as a slice of a larger array may")
         given[name] = array
-    shared_outputs({name: (_address(a, on_device), _dtype(a).itemsize * int(np.prod(a.shape)))
-                    for name, a in given.items()})
+    shared_outputs({name: (_address(a, on_device), _dtype(a).itemsize, a.shape, None) for name, a in given.items()})
     return given
 
 
@@ -69,17 +68,40 @@ def _address(array, on_device: bool) -> int:
     return array.__cuda_array_interface__["data"][0] if on_device else array.__array_interface__["data"][0]
 
 
-def shared_outputs(spans: dict) -> None:
-    """Refuse two outputs given in one buffer (``spans``: name → (address, bytes)): each would be written over by the
-    other, silently."""
-    held = sorted((at, at + size, name) for name, (at, size) in spans.items() if size)
-    for (_, end, a), (start, _, b) in zip(held, held[1:]):
-        if start < end:
-            raise outputs_shared(a, b)
+def shared_outputs(layouts: dict) -> None:
+    """Refuse two outputs that share memory: one would be written over by the other, silently. ``layouts``: name →
+    (address, bytes an item, shape, strides in items or None where C-contiguous). Exact for strided views too (a
+    buffer's interleaved columns are apart though their spans overlap): NumPy's bounded solver decides it from the
+    addresses, shapes and strides alone, over stand-in arrays that are never read (an address may be a device's)."""
+    views = {name: np.asarray(_Layout(*layout)) for name, layout in layouts.items() if 0 not in tuple(layout[2])}
+    names = sorted(views)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            try:
+                shared = np.shares_memory(views[a], views[b], max_work=_MAX_WORK)
+            except np.exceptions.TooHardError:  # (strides no bounded search settles: refused, as unproven apart)
+                raise outputs_shared(a, b, certain=False) from None
+            if shared:
+                raise outputs_shared(a, b)
 
 
-def outputs_shared(a: str, b: str) -> EvaluationError:
-    return EvaluationError(f"out[{a!r}] and out[{b!r}] share memory: each output needs its own array (one would be "
+#: How many candidate solutions NumPy's overlap solver may try before giving up (milliseconds at most; ordinary
+#: layouts, contiguous or a buffer's columns, take a handful).
+_MAX_WORK = 10 ** 6
+
+
+class _Layout:
+    """An array's place in memory as NumPy's array interface, for :func:`shared_outputs` (no data is touched)."""
+
+    def __init__(self, address: int, itemsize: int, shape, strides):
+        self.__array_interface__ = {
+            "version": 3, "data": (address, True), "typestr": f"|V{itemsize}", "shape": tuple(shape),
+            "strides": None if strides is None else tuple(s * itemsize for s in strides)}
+
+
+def outputs_shared(a: str, b: str, certain: bool = True) -> EvaluationError:
+    share = "share memory" if certain else "may share memory (their strides are too intricate to tell)"
+    return EvaluationError(f"out[{a!r}] and out[{b!r}] {share}: each output needs its own array (one would be "
                            f"written over by the other)")
 
 

@@ -32,7 +32,7 @@ from ..ir.reference import unbound_names
 from .arguments import SPLIT_QUERY, bound_param, param_values, query_fits_float16
 from .compile import Kernel, KMajorUnread, Params16Unread, compile
 from .formats import Encoded, as_bfloat16, as_e4m3
-from .outputs import outputs_shared, shared_outputs
+from .outputs import shared_outputs
 
 _OPS: dict = {}  # op name -> (cascade text, op)
 
@@ -223,17 +223,10 @@ def _out_grads(out: dict) -> None:
 
 
 def _one_tensor_an_output(out: dict) -> None:
-    """Refuse two outputs given in one tensor's memory: contiguous ones whose bytes overlap, and strided views of the
-    same elements (views that interleave, a buffer's columns, are apart though their spans are not)."""
-    tensors = {name: t for name, t in out.items() if is_tensor(t) and t.numel()}
-    shared_outputs({name: (t.data_ptr(), t.numel() * t.element_size()) for name, t in tensors.items()
-                    if t.is_contiguous()})
-    views = {}
-    for name, t in tensors.items():
-        key = (t.data_ptr(), t.stride())
-        if not t.is_contiguous() and key in views:
-            raise outputs_shared(views[key], name)
-        views[key] = name
+    """Refuse two outputs given in one tensor's memory: overlapping elements, whether the tensors are contiguous or
+    strided views (a buffer's interleaved columns are apart; a column and the whole buffer are not)."""
+    shared_outputs({name: (t.data_ptr(), t.element_size(), tuple(t.shape), tuple(t.stride()))
+                    for name, t in out.items() if is_tensor(t)})
 
 
 def _into(results: dict, out) -> dict:

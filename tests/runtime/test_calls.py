@@ -159,9 +159,30 @@ def test_two_outputs_given_in_one_buffer_are_refused_not_written_over_each_other
     y, w = np.zeros(3, np.float32), np.zeros(3, np.float32)
     got = kernel({"x": x}, out={"y": y, "w": w})
     assert got["y"] is y and got["w"] is w and np.allclose(y, x.max(1)) and not np.allclose(w, y)
-    shared_outputs({"a": (100, 12), "b": (112, 4), "c": (0, 0)})  # (adjacent, and an empty one, are apart)
+    # (address, bytes an item, shape, strides in items or None where contiguous)
+    shared_outputs({"a": (100, 4, (3,), None), "b": (112, 4, (1,), None), "c": (0, 4, (0,), None)})  # adjacent; empty
     with pytest.raises(EvaluationError, match="share memory"):
-        shared_outputs({"a": (100, 12), "b": (108, 4)})
+        shared_outputs({"a": (100, 4, (3,), None), "b": (108, 4, (1,), None)})
+
+
+def test_strided_outputs_are_refused_exactly_where_their_elements_meet(monkeypatch):
+    # the tensor path takes strided out= views; a contiguous tensor and a column of it were never compared
+    from redalgebra.runtime import outputs
+
+    buffer = (1 << 40, 4, (5, 2), None)  # 5 × 2 float32s; its columns are (at, 4, (5,), (2,)), at + 4 the second
+    first, second = (1 << 40, 4, (5,), (2,)), ((1 << 40) + 4, 4, (5,), (2,))
+    outputs.shared_outputs({"y": first, "w": second})  # interleaved: apart, though their spans overlap
+    outputs.shared_outputs({"y": (1 << 40, 4, (2, 3), (6, 2)), "w": ((1 << 40) + 4, 4, (2, 3), (6, 2))})
+    for a, b in ((buffer, second), (first, first), ((1 << 40, 2, (4,), (3,)), ((1 << 40) + 12, 2, (1,), None)),
+                 ((1 << 40, 4, (2, 3), (6, 2)), ((1 << 40) + 24, 4, (3,), (2,)))):
+        with pytest.raises(EvaluationError, match="share memory"):
+            outputs.shared_outputs({"y": a, "w": b})
+    # views apart that only a search shows apart: taken; where the search may not run that far, refused, saying so
+    apart = {"y": (1 << 40, 1, (5, 2), (32, 9)), "w": ((1 << 40) + 85, 1, (6, 5), (29, 25))}
+    outputs.shared_outputs(apart)
+    monkeypatch.setattr(outputs, "_MAX_WORK", 1)
+    with pytest.raises(EvaluationError, match="may share memory"):
+        outputs.shared_outputs(apart)
 
 
 def test_the_reference_reads_bfloat16_and_e4m3_values_as_the_kernels_do():

@@ -105,7 +105,8 @@ def test_two_outputs_in_one_tensors_memory_are_refused_and_a_buffers_columns_tak
     assert torch.allclose(buf[:, 0], X.max(-1).values) and torch.allclose(got["w"], buf[:, 1])
     assert not torch.allclose(buf[:, 0], buf[:, 1])
     flat = torch.zeros(6)
-    for y, w in ((buf[:, 0], buf[:, 0]), (flat[:5], flat[1:])):  # (the same elements; overlapping bytes)
+    # the same elements; overlapping bytes; a column and a contiguous run through it (strided against contiguous)
+    for y, w in ((buf[:, 0], buf[:, 0]), (flat[:5], flat[1:]), (buf[:, 0], buf.view(-1)[3:8])):
         with pytest.raises(RedalgebraError, match="share memory"):
             kernel({"x": X}, out={"y": y, "w": w})
 

@@ -370,12 +370,8 @@ class _Gen(LaneSkeletons):
 
     def _shared_tree(self) -> list[str]:
         """Every thread's state through shared memory, merged by a tree of syncthreads steps."""
-        nt = self.spec.threads
-        if nt & (nt - 1):
-            raise RedalgebraError(f"shuffle-free merges need a power-of-two block size, got {nt}")
-        lines = self.copy_state("s", "sh", dst_index="tid") + ["cuda.syncthreads()", f"stride = {nt // 2}",
-                                                                "while stride > 0:"]
-        step = ["if tid < stride:"]
+        lines = self.copy_state("s", "sh", dst_index="tid") + ["cuda.syncthreads()"] + tree_loop(self.spec.threads)
+        step = [tree_merges(self.spec.threads)]
         step += ["    " + ln for ln in self.copy_state("sh", "o", src_index="tid + stride") + self.merge()
                  + self.copy_state("s", "sh", dst_index="tid")]
         step += ["cuda.syncthreads()", "stride //= 2"]
@@ -554,14 +550,14 @@ class _Gen(LaneSkeletons):
         acc2 = self.lay.base_access()
         acc2.scalar.update({a.name: "red[tid]", b.name: "red[tid + stride]"})
         _, comb = print_expr(r.monoid.combine(a, b), acc2, self.consts, None, self.counter)
-        tree = [f"stride = {nt // 2}", "while stride > 0:", "    if tid < stride:", f"        red[tid] = {comb}",
+        tree = tree_loop(nt) + [f"    {tree_merges(nt)}", f"        red[tid] = {comb}",
                 "    cuda.syncthreads()", "    stride //= 2", f"s_{r.name} = red[0]", "cuda.syncthreads()"]
         return fold + tree
 
     def _staged_topk_tree(self, r: str, nt: int) -> list[str]:
         size = self.lay.topk_state[r]
         lines = [f"for j in range({size}):", f"    tk_{r}[tid, j] = s_{r}[j]", f"    tki_{r}[tid, j] = si_{r}[j]",
-                 "cuda.syncthreads()", f"stride = {nt // 2}", "while stride > 0:", "    if tid < stride:",
+                 "cuda.syncthreads()", *tree_loop(nt), f"    {tree_merges(nt)}",
                  f"        for j in range({size}):", f"            o_{r}[j] = tk_{r}[tid + stride, j]",
                  f"            oi_{r}[j] = tki_{r}[tid + stride, j]",
                  f"        rt_topk_merge(s_{r}, si_{r}, o_{r}, oi_{r})", f"        for j in range({size}):",
@@ -684,3 +680,16 @@ def _no_argument_assigned(src: KernelSource, c) -> None:
                         f"{c.name or 'the cascade'}: the {src.strategy} kernel {name!r} uses the name "
                         f"{target.strip()!r} for its own variable (a name redalgebra should have renamed: please "
                         f"report it); rename {target.strip()!r} in the cascade to run it")
+
+
+def tree_loop(nt: int) -> list[str]:
+    """The head of a block's merge tree over ``nt`` threads' states: strides halving from the largest power of two
+    below ``nt`` (its half where ``nt`` is one), each step a merge of thread ``tid + stride`` into ``tid``."""
+    return [f"stride = {(1 << (nt - 1).bit_length()) // 2}", "while stride > 0:"]
+
+
+def tree_merges(nt: int) -> str:
+    """Which threads merge at a step of :func:`tree_loop`: those with a partner (all of the lower half where ``nt`` is
+    a power of two; otherwise the partner must exist, ``tid + stride < nt``)."""
+    return "if tid < stride:" if nt & (nt - 1) == 0 else f"if tid < stride and tid + stride < {nt}:"
+

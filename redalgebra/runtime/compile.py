@@ -178,6 +178,9 @@ class Kernel:
                 factor = f"here {self.fused.cascade.name or 'the cascade'}'s"
                 warnings.warn(PerformanceHint(ROUNDED_NOTE.format(factor=factor, alt=alt, gain=ROUNDED_GAIN[alt])),
                               stacklevel=2)
+        if self.threads is not None and self.threads % 32 and get(name, self.backend).whole_warps:
+            raise RedalgebraError(f"the {name} strategy works in whole warps (shuffles, or a warp a row or an element): "
+                                  f"threads must be a multiple of 32, got {self.threads}")
         return for_target(name, self.backend).name
 
     def source(self, spec: Spec, strategy: str | None = None) -> KernelSource:

@@ -417,6 +417,39 @@ def test_threads_halved_for_shared_states_stay_whole_warps():
     assert spec.threads == 32
 
 
+@pytest.mark.parametrize("strategy,threads,text", [
+    # a block's merge tree over a thread count that is not a power of two: its strides had halved from nt // 2, so
+    # 48 threads merged 24 + 12 + 6 + 3 + 1 of their states (40 ones summed to 27) and 33 dropped one
+    ("nonincremental", 48, "input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))\nout y = exp(x - m) / s\nout t = s"),
+    ("unfused", 96, "input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))\nout y = exp(x - m) / s\nout t = s"),
+    ("block_shared", 33, "input x\nreduce s = sum(x)\nreduce q = sum((x - s / 101) ** 2)\nout y = q"),
+    ("nonincremental", 100, "input x\nreduce t = topk(3, x)\nout y = t"),  # (the top-k lists' own tree)
+    # a thread a row in blocks of fewer than a warp (the grid divided by threads // 32: ZeroDivisionError)
+    ("thread", 7, "input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))\nout t = s"),
+])
+def test_blocks_of_any_thread_count_merge_every_threads_state(strategy, threads, text):
+    c = parse(text)
+    x = np.random.default_rng(5).normal(size=(3, 101)).astype(np.float32)
+    got = compile(derive(c), "cudasim", strategy, threads=threads)({"x": x})
+    want = evaluate(c, {"x": x.astype(np.float64)})
+    for name in (o.name for o in c.outputs):
+        np.testing.assert_allclose(np.asarray(got[name], np.float64), want[name], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ["warp", "block", "tile", "split", "lanes_shared", "vrows"])
+def test_strategies_that_work_in_warps_refuse_a_partial_warp_on_the_simulator_too(strategy):
+    # the simulator's shuffle-free twin would have run 48 threads, which the shuffles (or a warp a row) cannot; below
+    # a warp, the grid divided by threads // 32 (ZeroDivisionError)
+    vectors = "lanes" in strategy or strategy == "vrows"
+    c = parse("input k[d]\nparam q[d]\nreduce m = max(dot(q, k))\nout y = m" if vectors else
+              "input x\nreduce m = max(x)\nout y = m")
+    inputs = {"k": np.ones((2, 40, 8), np.float32)} if vectors else {"x": np.ones((2, 40), np.float32)}
+    params = {"q": np.ones((2, 8), np.float32)} if vectors else {}
+    for threads in (16, 48):
+        with pytest.raises(RedalgebraError, match=f"the {strategy} strategy works in whole warps.*got {threads}"):
+            compile(derive(c), "cudasim", strategy, threads=threads)(inputs, params)
+
+
 def test_nonincremental_counts_its_vector_states_in_shared_memory():
     # the staged row fitted, but attention's final o (d floats) on top of it did not: ptxas's "too much shared data"
     k = compile(fused("attention"), "cuda", "nonincremental")

@@ -66,6 +66,8 @@ class Strategy:
     grid: Callable                    # (rows, spec, named arguments) -> {entry grid name: (blocks, threads)}
     sim: str | None = None            # the strategy the simulator runs instead; None: this one as is
     shared_states: bool = False       # every thread's state in shared memory (threads fitted to it)
+    whole_warps: bool = False         # its kernels work in warps (shuffles, a warp a row): threads a multiple of 32,
+    #                                   refused otherwise on the simulator too, whose twin would run them
     final_scales: bool | Callable = False  # every cast rounds at the row's final scale, as the unfused form does
     #                                   (every reduction folded with its dependencies final: the level order); a
     #                                   callable (fused -> bool) where that depends on the cascade

@@ -125,7 +125,7 @@ def _configure(name: str):
 def _grid(name: str):
     def grid(rows, spec, named) -> dict:
         t = spec.threads
-        blocks = {"thread": -(-rows // t), "warp": -(-rows // (t // 32))}.get(name, rows)
+        blocks = -(-rows // t) if name == "thread" else -(-rows // (t // 32)) if name == "warp" else rows
         return {"rows": (blocks, t), "rows_segments": ((rows, named.get("nseg", 1)), t)}
     return grid
 
@@ -157,4 +157,5 @@ _LEGACY = (
 for _name, _backend, _summary, _sim in _LEGACY:
     register(Strategy(_name, _backend, _summary, _build(_name), _configure(_name), _grid(_name), _sim,
                       shared_states=_name in ("block_shared", "tile_shared", "split_shared"),
+                      whole_warps=bool(_sim) or "lanes" in _name,  # (shuffles; a warp a row or an element)
                       final_scales=_name in ("nonincremental", "levels")))

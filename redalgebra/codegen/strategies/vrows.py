@@ -489,4 +489,5 @@ def grid(rows: int, spec: Spec, named) -> dict:
 
 
 register(Strategy("vrows", "cuda", "a group of lanes per element vector (attention's keys and values), 128-bit "
-                  "loads, several elements in flight, segments across blocks for few rows", build, configure, grid))
+                  "loads, several elements in flight, segments across blocks for few rows", build, configure, grid,
+                  whole_warps=True))

@@ -20,16 +20,21 @@ def cuda_module(backend: str):
     """``numba.cuda`` for ``cuda``, ``cudasim`` or ``ptx`` (real CUDA's compiler, no GPU needed),
     checking the process has not chosen the other."""
     want_sim = backend == "cudasim"
+    previous = os.environ.get("NUMBA_ENABLE_CUDASIM")
     if "numba.cuda" not in sys.modules:
         if want_sim:
             os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-        elif os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        elif previous == "1":
             raise RedalgebraError("NUMBA_ENABLE_CUDASIM=1 is set: unset it to use the real CUDA back end")
     try:
         from numba import config, cuda
     except ImportError as err:
+        _restore(previous)
         raise RedalgebraError(f"the {backend} back end needs numba-cuda: pip install 'redalgebra[cuda]' ({err})") from None
     if bool(config.ENABLE_CUDASIM) != want_sim:
+        # (the variable set above for nothing is taken back: numba rereads it when it reloads its configuration, as a
+        # later compile does, and would then take this process's real CUDA module for the simulator)
+        _restore(previous)
         if want_sim:  # numba imported without it: real CUDA, or only the CPU back end (its kernels import numba)
             raise RedalgebraError("the CUDA simulator is chosen when numba is first imported, and this process imported "
                                   "numba without it (real CUDA, the CPU back end or another import did): set "
@@ -48,6 +53,14 @@ def cuda_module(backend: str):
 
         install()  # (the compiler's two quadratic passes in linear time: the same PTX)
     return cuda
+
+
+def _restore(previous: str | None) -> None:
+    """``NUMBA_ENABLE_CUDASIM`` as it was before :func:`cuda_module` set it."""
+    if previous is None:
+        os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+    else:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = previous
 
 
 def device_capability(backend: str):

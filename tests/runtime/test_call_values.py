@@ -80,8 +80,9 @@ def test_an_input_without_a_shape_is_named_with_its_type():
         compile(fused("safe_softmax"), "cpu")({"x": [[1.0] * 8] * 6})
 
 
-def test_the_simulator_after_the_cpu_in_one_process_says_why_it_cannot_run():
-    # the CPU back end imports numba without the simulator, which numba fixes at its import: the message says so
+def test_the_simulator_after_the_cpu_in_one_process_says_why_it_cannot_run(tmp_path):
+    # the CPU back end imports numba without the simulator, which numba fixes at its import: the message says so,
+    # every time, and the process is left as it was
     # (it spoke of real CUDA, which the process had not used)
     import os
     import subprocess
@@ -90,12 +91,20 @@ def test_the_simulator_after_the_cpu_in_one_process_says_why_it_cannot_run():
     script = ("import numpy as np\nfrom redalgebra import RedalgebraError, workloads\nfrom redalgebra.derive import derive\n"
               "from redalgebra.runtime import compile\nf = derive(workloads.get('safe_softmax').cascade)\n"
               "compile(f, 'cpu')({'x': np.ones((2, 8), np.float32)})\n"
-              "try:\n    compile(f, 'cudasim')({'x': np.ones((2, 8), np.float32)})\n"
-              "except RedalgebraError as err:\n    print(err)\n")
+              "import os\nfor scale in (2, 3):\n"
+              "    try:\n        compile(f, 'cudasim')({'x': np.ones((2, 8), np.float32)})\n"
+              "    except RedalgebraError as err:\n        print(err, os.environ.get('NUMBA_ENABLE_CUDASIM'))\n"
+              # (a CPU kernel compiled afresh reloads numba's configuration: with the variable left set, the second
+              # try passed the check and reached real CUDA's driver, a CudaSupportError)
+              "    compile(derive(parse(f'input x\\nreduce m = min(x)\\nout y = m * {scale}')), 'cpu')"
+              "({'x': np.ones((2, 8), np.float32)})\n")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-    assert "chosen when numba is first imported" in done.stdout and "NUMBA_ENABLE_CUDASIM=1" in done.stdout, \
-        done.stderr[-2000:]
+    env["REDALGEBRA_CACHE"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-c", "from redalgebra import parse\n" + script], capture_output=True,
+                          text=True, env=env, timeout=300)
+    said = done.stdout.splitlines()
+    assert len(said) == 2 and all("chosen when numba is first imported" in line and "NUMBA_ENABLE_CUDASIM=1" in line
+                                  and line.endswith(" None") for line in said), done.stderr[-2000:]
 
 
 def test_a_tensor_that_requires_grad_gets_a_warning_that_the_outputs_carry_none():

@@ -42,7 +42,7 @@ from ..ir import ADD, MUL, Cascade, Input, Monoid, Reduction, build_graph, reduc
 from ..ir.nodes import require_cascade
 from ..ir.printer import CascadePrinter, latex, reducer_text
 from .multiterm import MultiTerm, split
-from .ranges import NONZERO, grows, may_diverge, may_vanish, range_proof
+from .ranges import NONZERO, grows, may_diverge, may_vanish, range_proof, unbounded
 from .routes import ROUTES
 from .prepare import abstract_conditions, bodies, cast_in_body, element_atoms, has_casts, \
     integer_symbols, sign_facts, sign_of
@@ -416,7 +416,7 @@ def _separate(F, elems, deps, otimes, name, integers=frozenset(), atoms=None, wi
 
 
 def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None, within=(), rounds=False,
-         unbounded=()) -> Attempt:
+         growing=()) -> Attempt:
     dist, assumption = _distributes(r.monoid, otimes)
     if not dist.proved:
         return Attempt(otimes.name, "distributivity", (dist,))
@@ -437,7 +437,7 @@ def _try(otimes, r, F, elems, deps, facts, integers=frozenset(), atoms=None, wit
     # 5; G·H = inf and its correction inf·0): deferred too. A softmax's G = exp(x) keeps its correction (the shift),
     # and so does an exponential of a max or min (the online normalisation)
     shifted = r.monoid.name in ("max", "min")
-    defer = r.monoid.k is None and not rounds and (may_vanish(H, facts, deps) or grows(G, H, unbounded) if otimes is MUL
+    defer = r.monoid.k is None and not rounds and (may_vanish(H, facts, deps) or grows(G, H, growing) if otimes is MUL
                                                    else shifted or may_diverge(H, facts, deps))
     if not rng.proved:
         if defer and rng.assumptions == (NONZERO,):
@@ -481,8 +481,7 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts, multi: bool
         F, domain = within_bounds(F, c, deps)
     counts = frozenset(c.symbols[d] for d in deps
                        if any(x.name == d and x.monoid is ADD and x.body == 1 for x in c.reductions))
-    unbounded = [c.symbols[d] for d in deps
-                 if any(x.name == d and x.monoid.name not in ("max", "min") for x in c.reductions)]
+    growing = unbounded(c, deps, facts)
     cond = abstract_conditions(F, set(dep_syms), counts)
     if cond.problem is not None:
         return ReductionAnalysis(r.name, r.monoid, text, F, deps, False, reason=cond.problem)
@@ -491,7 +490,7 @@ def analyze_reduction(r, F: sp.Expr, deps: tuple, c: Cascade, facts, multi: bool
     attempts, within = [], relations(c, deps, algebra)
     for otimes in CANDIDATES:
         attempts.append(_try(otimes, r, algebra, elems, dep_syms, facts, integer_symbols(c), cond.atoms, within,
-                             cast_in_body(r, c) is not None, unbounded))
+                             cast_in_body(r, c) is not None, growing))
         if attempts[-1].failed is None and not attempts[-1].deferred:
             break
     # a ⊗ with a correction first; a deferred one (H applied at the end) when no other separates F

@@ -43,7 +43,7 @@ from ..ir import ADD, MUL, Cascade, Monoid, Reduction, build_graph, reduction_de
 from ..ir.nodes import require_cascade
 from ..ir.printer import CascadePrinter, reducer_text
 from .analysis import Analysis, ReductionAnalysis, analyze, analyze_reduction
-from .ranges import grows, may_diverge, may_vanish, overshoots
+from .ranges import grows, may_diverge, may_vanish, overshoots, unbounded
 from .multiterm import combination_proof, merge_proof, rewrite
 from .prepare import bodies, element_atoms, has_casts, inline, outputs, sign_facts
 from .program import Program, TopKMerge, build, exp_out_of_logs
@@ -312,12 +312,13 @@ def undershifted(ra: ReductionAnalysis, analysis: Analysis) -> bool:
 
 
 def outgrown(ra: ReductionAnalysis, analysis: Analysis) -> bool:
-    """Whether ``ra`` keeps a correction form whose H holds an exponential (or sigmoid) of a sum-like dependency, as
+    """Whether ``ra`` keeps a correction form whose H holds an exponential (or sigmoid) of a sum-like dependency (or of
+    a max or min over one, :func:`.ranges.unbounded`), as
     ``max(exp(r0 - x))`` with ``r0 = sum(y)`` does: a partial ``r0`` can leave float32's range where the row's does
     not (inf·0 in the correction, NaN), and deferring it would not help where G is an exponential too (``exp(-x)``
     underflows where ``exp(r0 - x)`` does not). A G free of exponentials is deferred instead (:func:`.ranges.grows`)."""
-    unbounded = [analysis.cascade.symbols[d] for d in ra.deps if analysis[d].monoid.name not in ("max", "min")]
-    return ra.otimes is MUL and not ra.deferred and grows(sp.Integer(1), ra.H, unbounded)
+    return ra.otimes is MUL and not ra.deferred and grows(sp.Integer(1), ra.H, unbounded(analysis.cascade, ra.deps,
+                                                                                        analysis.signs))
 
 
 def unskippable(ra: ReductionAnalysis, analysis: Analysis) -> str | None:
@@ -409,8 +410,9 @@ def _guards(analysis: Analysis, bodies: dict) -> tuple[str, ...]:
     for ra in uncorrectable(analysis):
         if outgrown(ra, analysis) and not may_vanish(ra.H, analysis.signs,
                                                      [analysis.cascade.symbols[d] for d in ra.deps]):
-            notes.append(f"{ra.name}: H = {ra.H} holds an exponential of a sum-like dependency, whose partial values "
-                         f"can leave float32's range where the row's does not (a prefix summing past 88): the one-pass "
+            notes.append(f"{ra.name}: H = {ra.H} holds an exponential of a sum-like dependency (or of a max or min "
+                         f"over one), whose partial values can leave float32's range where the row's does not (a "
+                         f"prefix summing past 88): the one-pass "
                          f"forms are NaN there; the level order (strategy 'levels', the CPU's auto) is exact")
             continue
         skip = unskippable(ra, analysis)

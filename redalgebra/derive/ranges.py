@@ -117,6 +117,47 @@ def grows(G: sp.Expr, H: sp.Expr, unbounded) -> bool:
     return tame(G) and any(e.free_symbols & set(unbounded) for e in H.atoms(sp.exp, Sigmoid))
 
 
+def unbounded(c: Cascade, deps, facts: dict) -> list:
+    """The symbols of ``deps`` (names) whose partial values say nothing of the row's (:func:`grows`): a sum, a
+    product, a logsumexp; and a max or min over another reduction's result whose running value does not move one way
+    (:func:`_monotone`: ``r = min(c + x²)`` for a count ``c`` is 19601 after 140, the first of 60 elements, and 60 at
+    the row's end, so ``exp(x - r)`` underflows on the prefix and its correction overflows)."""
+    reductions = {r.name: r for r in c.reductions}
+    return [c.symbols[d] for d in deps if d in reductions and not (
+        reductions[d].monoid.name in ("max", "min") and _monotone(c, reductions[d], facts))]
+
+
+def _monotone(c: Cascade, r, facts: dict) -> bool:
+    """Whether the running value of the max (min) ``r`` only rises (falls) along the row, as a max of the elements
+    does: each reduction its body holds moves one way (:func:`_trend`) and moves the body the same way as ``r``'s
+    new elements do — ``max(x + log(q))`` for ``q = sum(x²)`` rises, ``min(c + x²)`` for a count ``c`` does not fall.
+    Undecided is not monotone."""
+    results = {c.symbols[x.name]: x for x in c.reductions}
+    way = 1 if r.monoid.name == "max" else -1
+    # (each result away from its degenerate states, as the corrections are: the slope 1/q of log(q) is positive)
+    away = {f.symbol.func(f.name, real=True): state_symbol(f) for f in facts.values()}
+    for d in r.body.free_symbols & results.keys():
+        trend = _trend(c, results[d], facts)
+        try:
+            slope = sp.diff(r.body, d).xreplace(away)
+        except (TypeError, ValueError):  # (a body SymPy does not differentiate: undecided)
+            return False
+        turn = 1 if slope.is_nonnegative else -1 if slope.is_nonpositive else 0
+        if trend * turn != way:
+            return False
+    return True
+
+
+def _trend(c: Cascade, r, facts: dict) -> int:
+    """1 where the running value of reduction ``r`` only rises along the row, -1 where it only falls, 0 otherwise
+    or undecided: a max or min that is :func:`_monotone`, a sum of terms of one sign."""
+    if r.monoid.name in ("max", "min") and r.monoid.k is None:
+        return (1 if r.monoid.name == "max" else -1) if _monotone(c, r, facts) else 0
+    if r.monoid.name == "add" and not r.body.free_symbols & {c.symbols[x.name] for x in c.reductions}:
+        return 1 if r.body.is_nonnegative else -1 if r.body.is_nonpositive else 0
+    return 0
+
+
 def overshoots(F: sp.Expr, H: sp.Expr, c: Cascade, deps) -> bool:
     """Whether a running max or min among ``deps`` shifts the exponentials of ``H`` too little to keep a prefix's
     terms in range. The state's terms are ``F`` at the prefix's dependencies; where H's exponentials shrink as a

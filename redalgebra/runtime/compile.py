@@ -593,6 +593,11 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
     check_backend(backend)
     if not isinstance(fused, FusedCascade):
         raise RedalgebraError(f"compile() takes a FusedCascade (from redalgebra.derive), got {type(fused).__name__}")
+    c = fused.cascade
+    if not c.outputs and all(r.monoid.k is None for r in c.reductions):  # (a top-k's positions are written anyway)
+        # (evaluate returns the reductions too; the kernels write only the outputs)
+        raise RedalgebraError(f"the cascade has no out line, so its kernels would compute nothing: add one per result "
+                              f"wanted, e.g. out y = {c.reductions[-1].name if c.reductions else '...'}")
     strategy = strategy or DEFAULT_STRATEGY[backend]
     if not fused.analysis.fusable:  # the forms of derive.unfused: no fused form, so no one-pass strategy
         # the level order needs none: columns computes the scalar reductions first (when they fuse among

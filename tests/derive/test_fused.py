@@ -277,6 +277,26 @@ def test_a_running_max_that_does_not_bound_the_exponentials_is_named_and_the_cpu
         assert np.isnan(compile(f, "cpu", "row")({"x": row})["y"]).all()  # (what the guard warns of)
 
 
+@pytest.mark.parametrize("text", [
+    "input x\nreduce c = sum(1)\nreduce r = min(c + x * x)\nreduce s = sum(exp(x - r))\nout y = s",
+    "input x\nreduce c = sum(x >= 0)\nreduce r = min((x > 0) + c)\nreduce s = sum(exp(x - r))\nout y = s"])
+def test_a_min_over_a_count_is_no_running_min_and_the_cpu_computes_it_exactly(text):
+    # r = min(c + x²) is corrected as the count c grows: 19601 after 140, the first of 60 elements, and 60 at the row's
+    # end. It neither only falls nor only rises, so exp(x - r) underflows on the prefix and its correction overflows
+    # (the one-pass form NaN or inf, where the row's sum is 5.5e34); it was taken for a running min that bounds them
+    from redalgebra.runtime import compile
+
+    f = derive(parse(text))
+    assert f.uncorrectable == ("s",) and any("or of a max or min over one" in g for g in f.guards)
+    row = np.zeros((1, 60), np.float32)
+    row[0, 0] = 140.0
+    want = evaluate(f.cascade, {"x": row.astype(np.float64)})["y"]
+    assert np.isfinite(want).all()
+    np.testing.assert_allclose(compile(f, "cpu")({"x": row})["y"], want, rtol=1e-5)
+    with pytest.warns(UserWarning, match="one-pass form"):
+        assert not np.isfinite(compile(f, "cpu", "row")({"x": row})["y"]).all()  # (what the guard warns of)
+
+
 @pytest.mark.parametrize("text", ["input x\nreduce m = max(log(x))\nreduce s = sum(x * exp(-m))\nout y = s",
                                   "input x\nreduce m = max(x)\nreduce s = sum(x * exp(x - m))\nout y = s",
                                   "input x\nreduce m = max(x + 1)\nreduce s = sum(exp(x - m))\nout y = s"])

@@ -38,7 +38,7 @@ def test_an_int_param_bound_that_admits_no_value_a_call_takes_is_refused_where_i
         with pytest.raises(CascadeSyntaxError, match="admits none of them"):
             parse(f"input x\nparam n int {bound}\nreduce c = sum(x * (pos < n))")
     parse("input x\nparam n int > 16777215\nreduce c = sum(x * (pos < n))")  # (2**24 itself is a value)
-    kernel = compile(derive(parse("input x\nparam n int\nreduce c = sum(x * (pos < n))")), "cpu")
+    kernel = compile(derive(parse("input x\nparam n int\nreduce c = sum(x * (pos < n))\nout y = c")), "cpu")
     with pytest.raises(Exception, match="got -16777217"):  # the value refused, with its sign
         kernel({"x": np.ones((2, 4), np.float32)}, {"n": np.array([3, -16777217])})
 

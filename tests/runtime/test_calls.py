@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from redalgebra import EvaluationError
+from redalgebra import EvaluationError, RedalgebraError
 from redalgebra.runtime import compile
 from tests.catalogue import fused
 
@@ -211,3 +211,14 @@ def test_a_name_the_cascade_lacks_is_refused_after_a_good_call_too():
     assert k.layout({"x": X})  # (the layout a good call takes is unchanged)
     with pytest.raises(EvaluationError, match=r"unknown input 'y'"):
         k.layout({"x": X, "y": X})
+
+
+def test_a_cascade_without_outputs_is_refused_not_run_for_nothing():
+    # it compiled and returned {}, silently (evaluate returns its reductions); a top-k's positions are an output anyway
+    from redalgebra import derive, parse
+
+    with pytest.raises(RedalgebraError, match="has no out line.*out y = s"):
+        compile(derive(parse("input x\nreduce m = max(x)\nreduce s = sum(exp(x - m))")), "cpu")
+    got = compile(derive(parse("input x\nreduce t = topk(2, x)")), "cpu")({"x": np.arange(10, dtype=np.float32).reshape(2, 5)})
+    np.testing.assert_array_equal(got["t.index"], [[4, 3], [4, 3]])
+

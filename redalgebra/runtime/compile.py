@@ -539,7 +539,10 @@ def compile(fused: FusedCascade, backend: str = "cpu", strategy: str | None = No
         that does not fuse). Under the simulator, which has no warp operations, a strategy with a
         shuffle-free twin runs as the twin.
     threads : int, optional
-        Threads per block; the strategy's choice when omitted (``rows``: whole warps, a multiple of 32).
+        Threads per block; the strategy's choice when omitted. Strategies that work in warps (shuffles, a warp a row
+        or an element: ``warp``, ``block``, ``tile``, ``split``, the ``lanes`` family, ``rows``, ``vrows``) take whole
+        warps, a multiple of 32; the tensor-core ones name the blocks they take; ``thread`` and the shuffle-free
+        merges take any count.
     tile : int, optional
         Elements (``rows``: chunks of 16 bytes) per thread per pass; chosen from the shape when omitted.
     fast_exp : bool, optional

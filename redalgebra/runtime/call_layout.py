@@ -121,3 +121,41 @@ def _aligned(arrays: dict, length: int, per_element: bool = True) -> tuple[bool,
         pitch_ok &= strides[0] % 16 == 0
         same &= rep == 1 and strides[0] == length * item
     return vec_ok, pitch_ok and vec_ok, same and vec_ok
+
+
+def broadcast_rows(inputs: dict) -> dict:
+    """``inputs`` with those broadcast along their rows (a leading stride of 0: ``np.broadcast_to``,
+    ``w.expand(R, L, n)``) as the one row they repeat, shared by every row as a (1, L, …) input is: read once, and
+    seen as shared by the strategies that need rows sharing a weight matrix (they refused it as rows of their own).
+    Only where an input that is not broadcast holds the call's rows (else the broadcast ones set them)."""
+    flat = {name: getattr(a, "bits", a) for name, a in inputs.items()}
+    lead = [name for name, a in flat.items() if _repeats_rows(a)]
+    if not lead:
+        return inputs
+    rows = max(_rows(a) for a in flat.values())
+    if not any(_rows(a) == rows for name, a in flat.items() if name not in lead):
+        return inputs
+    out = dict(inputs)
+    for name in lead:
+        one = flat[name][:1]
+        out[name] = type(inputs[name])(one) if isinstance(inputs[name], Encoded) else one
+    return out
+
+
+def _rows(a) -> int:
+    shape = getattr(a, "shape", ())
+    return int(shape[0]) if len(shape) else 0
+
+
+def _repeats_rows(a) -> bool:
+    """Whether array ``a`` (NumPy, a torch tensor, a CUDA-array-interface object) has rows of stride 0, more than one."""
+    shape = tuple(getattr(a, "shape", ()))
+    if len(shape) < 2 or shape[0] < 2:
+        return False
+    if callable(getattr(a, "stride", None)):  # a torch tensor
+        return a.stride(0) == 0
+    face = getattr(a, "__cuda_array_interface__", None)
+    if face is not None:
+        strides = face.get("strides")
+        return strides is not None and strides[0] == 0
+    return isinstance(a, np.ndarray) and a.strides[0] == 0

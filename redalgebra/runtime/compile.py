@@ -35,7 +35,8 @@ from .choice import ROUNDED_GAIN, ROUNDED_NOTE, choose, rounded_alternative
 from .formats import Encoded, dtype_of as _dtype, is_device as _is_device
 from .arguments import SPLIT_QUERY, bound_param, query_fits_float16
 from .outputs import ASKED, asked_outputs, given_outputs, host_output, output_shapes, poisoned, returned
-from .call_layout import _alignment, _c_contiguous, _contiguous_alignment, _signature, k_major, param_kind
+from .call_layout import (_alignment, _c_contiguous, _contiguous_alignment, _signature, broadcast_rows, k_major,
+                          param_kind)
 from .launch import Launch, device_launch
 
 _FLOAT_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
@@ -200,7 +201,7 @@ class Kernel:
         """(Spec, rows, length, repetitions, strategy, launch values) of a call with inputs and params keyed
         by the user's names: what the call would compile and launch (the tools' view of a call)."""
         with self.user_messages():
-            return self._layout(self.from_user(inputs), self.from_user(params or {}), keep)
+            return self._layout(broadcast_rows(self.from_user(inputs)), self.from_user(params or {}), keep)
 
     def _layout(self, inputs: dict, params: dict, keep):
         c = self.fused.cascade
@@ -401,6 +402,7 @@ class Kernel:
     # -- call --------------------------------------------------------------------------------------
     def _arguments(self, inputs: dict, params: dict, keep, out=None):
         """The generated module and every named kernel argument (host outputs and scratch allocated)."""
+        inputs = broadcast_rows(inputs)
         if self.backend == "cpu":  # numba's CPU target has no float16 arrays: widen on the host
             inputs = {k: (np.asarray(v, np.float32) if not isinstance(v, Encoded) and np.asarray(v).dtype == np.float16
                           else v) for k, v in inputs.items()}

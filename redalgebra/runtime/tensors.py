@@ -30,6 +30,7 @@ from ..derive import FusedCascade
 from ..errors import EvaluationError, RedalgebraError
 from ..ir.reference import unbound_names
 from .arguments import SPLIT_QUERY, bound_param, param_values, query_fits_float16
+from .call_layout import broadcast_rows
 from .compile import Kernel, KMajorUnread, Params16Unread, compile
 from .formats import Encoded, as_bfloat16, as_e4m3
 from .outputs import shared_outputs
@@ -175,6 +176,7 @@ def _call(kernel: Kernel, inputs: dict, params: dict, keep, out) -> dict:
             # the kernels index rows by their length: a view is copied on the device (clone, not .contiguous():
             # torch calls a size-1 dimension of stride 0 contiguous, numba does not) — but a K-major weight (W.t()
             # of an (n, L) matrix, as (1, L, n)), which a strategy may read as it lies (Spec.k_major)
+            inputs = broadcast_rows(inputs)  # (w.expand(R, L, n): its one row, shared)
             views = {name: t.clone(memory_format=torch.contiguous_format) for name, t in inputs.items()
                      if is_tensor(t) and (not t.is_contiguous() or 0 in t.stride()) and not _k_major(t)}
             if views:
@@ -192,6 +194,9 @@ def _call(kernel: Kernel, inputs: dict, params: dict, keep, out) -> dict:
             kernel._calls[key] = prepared
             return prepared(inputs, params, keep, out)
     _no_gradient(kernel, inputs, params)
+    if out:  # (refused before the kernels run: _into checks them again against the results)
+        _out_grads(out)
+        _one_tensor_an_output(out)
     return _into(_slow_call(kernel, inputs, params, keep), out)
 
 
@@ -223,10 +228,24 @@ def _out_grads(out: dict) -> None:
 
 
 def _one_tensor_an_output(out: dict) -> None:
-    """Refuse two outputs given in one tensor's memory: overlapping elements, whether the tensors are contiguous or
-    strided views (a buffer's interleaved columns are apart; a column and the whole buffer are not)."""
+    """Refuse, before the launch, outputs the call cannot write: on a device the kernels do not run on (``meta``);
+    expanded (a stride of 0: one memory location for several elements); two given in one tensor's memory —
+    overlapping elements, whether the tensors are contiguous or strided views (a buffer's interleaved columns are
+    apart; a column and the whole buffer are not)."""
+    tensors = {name: t for name, t in out.items() if is_tensor(t)}
+    for name, t in tensors.items():
+        _host_or_gpu(t, f"out[{name!r}]")
+        if any(n > 1 and step == 0 for n, step in zip(t.shape, t.stride())):
+            raise RedalgebraError(f"out[{name!r}] is expanded (strides {tuple(t.stride())}): several of its elements are "
+                                  f"one memory location, which the call cannot write each; pass a tensor of its own")
     shared_outputs({name: (t.data_ptr(), t.element_size(), tuple(t.shape), tuple(t.stride()))
-                    for name, t in out.items() if is_tensor(t)})
+                    for name, t in tensors.items()})
+
+
+def _host_or_gpu(t, what: str) -> None:
+    """Refuse a tensor on a device the kernels do not run on (``meta``, ``mps``, ...), by name."""
+    if t.device.type not in ("cpu", "cuda"):
+        raise RedalgebraError(f"{what} is a {t.device.type} tensor; the kernels run on CPU and CUDA tensors")
 
 
 def _into(results: dict, out) -> dict:
@@ -254,6 +273,13 @@ def _slow_call(kernel: Kernel, inputs: dict, params: dict, keep) -> dict:
     unbound = unbound_names(c, inputs, params)
     if unbound:
         raise EvaluationError(unbound)
+    for kind, given in (("input", inputs), ("param", params)):
+        for name, t in given.items():
+            if is_tensor(t):
+                _host_or_gpu(t, f"{kind} {name}")
+    if is_tensor(keep):
+        _host_or_gpu(keep, "keep")
+        keep = keep.float() if keep.dtype.is_floating_point and keep.element_size() == 1 else keep  # (float8: no NumPy type)
     first = inputs[c.inputs[0].name]
     sizes = {p.name: p.size for p in c.params}
     # (no input with rows — 0-d tensors — goes on to Kernel.run, which says what it wants)
@@ -479,10 +505,17 @@ def _op_name(fused: FusedCascade) -> str:
     base = base if base[:1].isalpha() else f"c_{base}"
     text = _text(fused)
     name, n = base, 1
-    while name in _OPS and _OPS[name][0] != text:
+    while (name in _OPS and _OPS[name][0] != text) or _taken(name):
         n += 1
         name = f"{base}_{n}"
     return name
+
+
+def _taken(name: str) -> bool:
+    """Whether ``name`` is an attribute of ``torch.ops.redalgebra`` that is none of our ops (``name``, ``_dir``,
+    ``__class__``: the namespace's own), which torch would return in the op's place (its registration then fails
+    inside torch, half done)."""
+    return name not in _OPS and hasattr(_torch().ops.redalgebra, name)
 
 
 def torch_op(fused: FusedCascade, name: str | None = None, strategy: str | None = None):
@@ -501,6 +534,9 @@ def torch_op(fused: FusedCascade, name: str | None = None, strategy: str | None 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name):
         raise RedalgebraError(f"torch_op: the op's name must be a Python identifier (letters, digits, _; not a "
                               f"keyword), got {name!r}")
+    if _taken(name):
+        raise RedalgebraError(f"torch_op: torch.ops.redalgebra.{name} is the op namespace's own attribute, not an op "
+                              f"name it can take; choose another name")
     args = [s.name for s in c.inputs] + [p.name for p in c.params]
     outputs = [o.name for o in c.outputs] + [f"{r.name}_index" for r in c.reductions if r.monoid.k is not None]
     returns = "Tensor" if len(outputs) == 1 else "(" + ", ".join(["Tensor"] * len(outputs)) + ")"

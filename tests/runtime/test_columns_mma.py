@@ -445,3 +445,16 @@ def test_auto_keeping_rounded_factors_exact_names_the_tensor_core_strategy_once(
         assert fp8.spec_for(4096, 7168, dtypes={"x": "bfloat16", "w": "e4m3"}, sizes={"n": 7168},
                             reps={"w": 4096})[0] == "columns_wgmma"
     assert not [w for w in got if issubclass(w.category, PerformanceHint)]
+
+
+def test_weights_broadcast_over_the_rows_are_one_shared_matrix():
+    # np.broadcast_to(w, (rows, L, n)) (torch's w.expand) is one matrix for every row, which the product needs: it was
+    # read as rows of their own and refused ("each is shared by 1 rows")
+    inputs, params = _problem("fp8_quant_gemm", 5, 64, 16, "bfloat16")
+    w = inputs["w"]
+    wide = {**inputs, "w": as_bfloat16(np.broadcast_to(w.bits, (5, *w.shape[1:])).view(np.uint16))}
+    assert wide["w"].bits.strides[0] == 0
+    out = compile(fused("fp8_quant_gemm"), "cudasim", "columns_mma")(wide, params)["y"]
+    ref = _reference("fp8_quant_gemm", inputs, params, None, 5)["y"]
+    assert np.nanmax(np.abs(out - ref)) <= 1e-5 * np.nanmax(np.abs(ref))
+

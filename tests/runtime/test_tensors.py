@@ -197,6 +197,14 @@ def test_the_op_takes_names_torchscript_reserves_and_refuses_a_name_that_is_not_
     for bad in ("a b-c", "1abc", "class"):
         with pytest.raises(RedalgebraError, match="must be a Python identifier"):
             ra.torch_op(fused("safe_softmax"), name=bad)
+    # the op namespace's own attributes: torch returned them for the op (an AttributeError inside torch), and the
+    # registration, half done, then failed as registered twice
+    for taken in ("name", "_dir", "__class__"):
+        for _ in range(2):
+            with pytest.raises(RedalgebraError, match=f"torch.ops.redalgebra.{taken} is the op namespace's own"):
+                ra.torch_op(fused("safe_softmax"), name=taken)
+    named = ra.derive(ra.parse("input x\nreduce m = max(x)\nout y = m\n", "name"))  # (its default name: another)
+    assert torch.equal(ra.torch_op(named)(X), X.max(-1).values)
 
 
 def test_an_out_tensor_that_requires_grad_is_refused_with_a_clear_error():
@@ -216,3 +224,20 @@ def test_a_param_name_the_cascade_lacks_is_refused_on_the_torch_path():
         k({"x": X, "z": X})
     with pytest.raises(RedalgebraError, match=r"no value given for \['x'\]; unknown input 'xx'"):
         k({"xx": X})  # (a bare KeyError from reading the first input before)
+
+
+def test_tensors_the_kernels_cannot_take_are_refused_by_name_before_they_run():
+    # a meta tensor reached NumPy's conversion (a TypeError, or "data is NULL" for an out); an expanded out, torch's
+    # copy after the kernels ran; a float8 mask, "unsupported ScalarType"
+    kernel = ra.compile(ra.derive(ra.parse("input x\nreduce m = max(x)\nout y = m")), "cpu")
+    meta = {"device": "meta"}
+    for args, message in ((({"x": torch.randn(5, 37, **meta)},), "input x is a meta tensor"),
+                          (({"x": X}, {}, torch.ones(5, 37, dtype=torch.bool, **meta)), "keep is a meta tensor"),
+                          (({"x": X}, {}, None, {"y": torch.empty(5, **meta)}), r"out\['y'\] is a meta tensor"),
+                          (({"x": X}, {}, None, {"y": torch.zeros(1).expand(5)}), r"out\['y'\] is expanded")):
+        with pytest.raises(RedalgebraError, match=message):
+            kernel(*args)
+    keep = torch.rand(5, 37, generator=torch.Generator().manual_seed(2)) > 0.3
+    got = kernel({"x": X}, keep=keep.to(torch.float8_e4m3fn))["y"]
+    assert torch.equal(got, kernel({"x": X}, keep=keep)["y"])
+

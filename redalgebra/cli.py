@@ -145,7 +145,9 @@ def _cmd_ptx(args) -> int:
     elif spec.group:  # (the tile strategies' rows a warp's products take, the columns strategies' columns a block / 8)
         launch += [f"group {spec.group}"]
     launch += [f"segments {n}" for n in [extra.get("nseg")] if n] + ["fast_exp"] * spec.fast_exp + \
-        ["FP8 products"] * spec.fp8_products + ["segments merged in a thread-block cluster"] * spec.cluster + \
+        ["FP8 products"] * spec.fp8_products + ["FP8 products not applied (the exact product runs)"] * (
+            bool(args.fp8_products) and not spec.fp8_products) + \
+        ["segments merged in a thread-block cluster"] * spec.cluster + \
         ["kernels after the first launched dependent"] * spec.dependent
     # (columns_wgmma's module launched in chunks of rows, its product's registers capped: strategies/chunks.py)
     launch += [f"chunks of {spec.row_chunk} rows"] * bool(spec.row_chunk) + \

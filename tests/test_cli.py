@@ -154,13 +154,15 @@ def test_ptx_prints_the_summary_and_writes_the_ptx(tmp_path):
 
     out = tmp_path / "softmax.ptx"
     done = subprocess.run([sys.executable, "-m", "redalgebra", "ptx", "safe_softmax", "--dtype", "bfloat16",
-                           "--out", str(out)], capture_output=True, text=True, env=_without_simulator())
+                           "--out", str(out), "--fp8-products"], capture_output=True, text=True,
+                          env=_without_simulator())
     assert done.returncode == 0, done.stderr[-3000:]
     summary = done.stdout.splitlines()
     text = out.read_text()
     assert summary[0] == ("// redalgebra ptx safe_softmax: 1024 rows × length 4096, bfloat16 inputs, sm_90, "
                           "planned for sm_90 with 132 multiprocessors (no GPU here)")
     assert summary[1].startswith("// strategy rows (auto), threads ") and "vec 8" in summary[1]
+    assert summary[1].endswith("FP8 products not applied (the exact product runs)")  # (asked, and said where not)
     assert summary[-1] == f"// wrote {out}" and text.startswith("\n".join(summary[:-1]))
     assert ".target sm_90" in text and ".visible .entry" in text
     # the counts printed are ptx_facts of the PTX written (its comment lines count for nothing)
@@ -277,7 +279,8 @@ def test_check_takes_a_dtype_per_input(capsys):
     # bfloat16 activations and e4m3 weights (the FP8 GEMM's own types), on the CPU
     code, out, err = run(capsys, "check", "fp8_quant_gemm", "--dtype", "bfloat16,w=e4m3")
     assert code == 0 and out.count("ok ") == 3 and "bfloat16,w=e4m3" in out, err
-    for bad in (",,,", "bfloat16,", "float33"):  # (an empty item was taken as float32)
+    # (an empty item was taken as float32; a name given twice, or two bare dtypes, ran the last and printed both)
+    for bad in (",,,", "bfloat16,", "float33", "bfloat16,x=e4m3,x=float16", "bfloat16,float16"):
         code, out, err = run(capsys, "check", "fp8_quant_gemm", "--dtype", bad)
         assert code == 2 and "dtype" in err and "Traceback" not in err, bad
 

@@ -78,10 +78,16 @@ def input_dtypes(spec: str, names, params=()) -> dict:
     if not all(items):
         raise RedalgebraError(f"dtype {spec!r}: an empty item; write one of {', '.join(DTYPES)}, or name=dtype items "
                               f"separated by commas")
+    bare = [item for item in items if "=" not in item]
+    if len(bare) > 1:
+        raise RedalgebraError(f"dtype {spec!r}: {len(bare)} bare dtypes ({', '.join(bare)}); at most one, for the "
+                              f"inputs not named")
     for item in items:
         name, eq, kind = item.rpartition("=")
         if kind not in DTYPES:
             raise RedalgebraError(f"dtype {spec!r}: {kind!r} is not one of {', '.join(DTYPES)}")
+        if eq and (name in named or name in given):
+            raise RedalgebraError(f"dtype {spec!r}: {name} is given twice")
         if not eq:
             default = kind
         elif name in params:

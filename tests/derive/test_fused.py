@@ -329,3 +329,15 @@ def test_a_shifted_sum_of_exponentials_is_at_least_one_on_any_prefix():
     # the max's own element gives exp(0) = 1: no prefix sums to 0, so softmax's l divides as before
     f = derive(parse("input x\nreduce m = max(x)\nreduce l = sum(exp(x - m))\nreduce r = sum(x / l)\nout y = r"))
     assert not f.analysis.signs["l"].underflows and f.uncorrectable == ()
+
+
+def test_a_compound_max_body_used_whole_is_read_as_one_value_when_checking_skipped_sides():
+    # exp(x*t - m) for m = max(x*t) tends to 0 where x*t is -inf, as exp(s - m) does with a let s = x*t: the check took
+    # limits in x and t apart, could not say, and named l uncorrectable (the CPU then ran the level order)
+    assert derive(parse("input x\nparam t\nreduce m = max(x*t)\nreduce l = sum(exp(x*t - m))\nout y = l")
+                  ).uncorrectable == ()
+    # where the body's value at -inf still contributes, it is named, as with the let
+    for text in ("input x\nparam t\nreduce m = max(x*t)\nreduce l = sum(exp(tanh(x*t) - m))\nout y = l",
+                 "input x\nparam t\nlet s = x*t\nreduce m = max(s)\nreduce l = sum(exp(tanh(s) - m))\nout y = l"):
+        assert derive(parse(text)).uncorrectable == ("l",)
+

@@ -87,12 +87,16 @@ def refusal(fused: FusedCascade) -> str | None:
 
 
 def split_body(body, vector_inputs: set):
-    """``(factor, vector input symbol)`` with ``body = factor * vector``, or ``(None, None)``."""
-    syms = [s for s in body.free_symbols if s.name in vector_inputs]
-    if len(syms) != 1:
-        return None, None
-    factor, rest = body.as_independent(syms[0], as_Add=False)
-    return (factor, rest) if rest == syms[0] else (None, None)
+    """``(factor, vector input symbol)`` with ``body = factor * vector``, or ``(None, None)``. The factor may read other
+    vector inputs through their dot products (``exp(dot(q, k) - m) * v``, attention written without a let): a
+    scalar of the element, as a let naming the product is."""
+    found = []
+    for sym in (s for s in body.free_symbols if s.name in vector_inputs):
+        factor, rest = body.as_independent(sym, as_Add=False)
+        scalar = factor.replace(lambda e: isinstance(e, Dot), lambda e: sp.Integer(1))  # (its dot products' places)
+        if rest == sym and not any(s.name in vector_inputs for s in scalar.free_symbols):
+            found.append((factor, rest))
+    return found[0] if len(found) == 1 else (None, None)
 
 
 def scalar_part(fused: FusedCascade) -> FusedCascade | None:

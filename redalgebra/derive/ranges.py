@@ -15,7 +15,7 @@ import sympy as sp
 from ..algebra import Proof
 from ..ir import MUL, Cascade, Monoid
 from ..ir.functions import Sigmoid
-from .prepare import SignFact, at_own_extrema, elements_of, exponential_of, extrema_of
+from .prepare import SignFact, at_own_extrema, bodies, elements_of, exponential_of, extrema_of
 
 
 def range_proof(H: sp.Expr, otimes: Monoid, assumption: str | None, facts: dict[str, SignFact], deps) -> Proof:
@@ -123,23 +123,24 @@ def unbounded(c: Cascade, deps, facts: dict) -> list:
     (:func:`_monotone`: ``r = min(c + x²)`` for a count ``c`` is 19601 after 140, the first of 60 elements, and 60 at
     the row's end, so ``exp(x - r)`` underflows on the prefix and its correction overflows)."""
     reductions = {r.name: r for r in c.reductions}
-    return [c.symbols[d] for d in deps if d in reductions and not (
-        reductions[d].monoid.name in ("max", "min") and _monotone(c, reductions[d], facts))]
+    extrema = [d for d in deps if d in reductions and reductions[d].monoid.name in ("max", "min")]
+    F = bodies(c) if extrema else {}  # (lets that read a reduction inlined: min(z) for let z = c + x²)
+    return [c.symbols[d] for d in deps if d in reductions and not (d in extrema and _monotone(c, d, facts, F))]
 
 
-def _monotone(c: Cascade, r, facts: dict) -> bool:
-    """Whether the running value of the max (min) ``r`` only rises (falls) along the row, as a max of the elements
-    does: each reduction its body holds moves one way (:func:`_trend`) and moves the body the same way as ``r``'s
-    new elements do — ``max(x + log(q))`` for ``q = sum(x²)`` rises, ``min(c + x²)`` for a count ``c`` does not fall.
-    Undecided is not monotone."""
+def _monotone(c: Cascade, name: str, facts: dict, F: dict) -> bool:
+    """Whether the running value of the max (min) ``name`` only rises (falls) along the row, as a max of the elements
+    does: each reduction its body ``F[name]`` holds moves one way (:func:`_trend`) and moves the body the same way as
+    the new elements do — ``max(x + log(q))`` for ``q = sum(x²)`` rises, ``min(c + x²)`` for a count ``c`` does not
+    fall. Undecided is not monotone."""
     results = {c.symbols[x.name]: x for x in c.reductions}
-    way = 1 if r.monoid.name == "max" else -1
+    way = 1 if next(x for x in c.reductions if x.name == name).monoid.name == "max" else -1
     # (each result away from its degenerate states, as the corrections are: the slope 1/q of log(q) is positive)
     away = {f.symbol.func(f.name, real=True): state_symbol(f) for f in facts.values()}
-    for d in r.body.free_symbols & results.keys():
-        trend = _trend(c, results[d], facts)
+    for d in F[name].free_symbols & results.keys():
+        trend = _trend(c, results[d], facts, F)
         try:
-            slope = sp.diff(r.body, d).xreplace(away)
+            slope = sp.diff(F[name], d).xreplace(away)
         except (TypeError, ValueError):  # (a body SymPy does not differentiate: undecided)
             return False
         turn = 1 if slope.is_nonnegative else -1 if slope.is_nonpositive else 0
@@ -148,13 +149,13 @@ def _monotone(c: Cascade, r, facts: dict) -> bool:
     return True
 
 
-def _trend(c: Cascade, r, facts: dict) -> int:
+def _trend(c: Cascade, r, facts: dict, F: dict) -> int:
     """1 where the running value of reduction ``r`` only rises along the row, -1 where it only falls, 0 otherwise
     or undecided: a max or min that is :func:`_monotone`, a sum of terms of one sign."""
     if r.monoid.name in ("max", "min") and r.monoid.k is None:
-        return (1 if r.monoid.name == "max" else -1) if _monotone(c, r, facts) else 0
-    if r.monoid.name == "add" and not r.body.free_symbols & {c.symbols[x.name] for x in c.reductions}:
-        return 1 if r.body.is_nonnegative else -1 if r.body.is_nonpositive else 0
+        return (1 if r.monoid.name == "max" else -1) if _monotone(c, r.name, facts, F) else 0
+    if r.monoid.name == "add" and not F[r.name].free_symbols & {c.symbols[x.name] for x in c.reductions}:
+        return 1 if F[r.name].is_nonnegative else -1 if F[r.name].is_nonpositive else 0
     return 0
 
 

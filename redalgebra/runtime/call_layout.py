@@ -124,22 +124,36 @@ def _aligned(arrays: dict, length: int, per_element: bool = True) -> tuple[bool,
 
 
 def broadcast_rows(inputs: dict) -> dict:
-    """``inputs`` with those broadcast along their rows (a leading stride of 0: ``np.broadcast_to``,
+    """``inputs`` with those broadcast along the call's rows (a leading stride of 0: ``np.broadcast_to``,
     ``w.expand(R, L, n)``) as the one row they repeat, shared by every row as a (1, L, …) input is: read once, and
     seen as shared by the strategies that need rows sharing a weight matrix (they refused it as rows of their own).
-    Only where an input that is not broadcast holds the call's rows (else the broadcast ones set them)."""
+    Only where an input that is not broadcast holds the call's rows (else the broadcast ones set them), and only where
+    the vector inputs stay shared alike (a broadcast key beside per-row values is left as given)."""
     flat = {name: getattr(a, "bits", a) for name, a in inputs.items()}
-    lead = [name for name, a in flat.items() if _repeats_rows(a)]
-    if not lead:
-        return inputs
     rows = max(_rows(a) for a in flat.values())
-    if not any(_rows(a) == rows for name, a in flat.items() if name not in lead):
+    lead = [name for name, a in flat.items() if _rows(a) == rows and _repeats_rows(a)]
+    if not lead or not any(_rows(a) == rows for name, a in flat.items() if name not in lead):
+        return inputs
+    vectors = [name for name, a in flat.items() if len(getattr(a, "shape", ())) == 3]
+    if len({1 if name in lead else _rows(flat[name]) for name in vectors}) > 1:
         return inputs
     out = dict(inputs)
     for name in lead:
-        one = flat[name][:1]
+        one = _first_row(flat[name])
         out[name] = type(inputs[name])(one) if isinstance(inputs[name], Encoded) else one
     return out
+
+
+def _first_row(a):
+    """The first row of ``a`` (rows of stride 0), with a C stride for it where its rest is C-contiguous (a torch
+    tensor then needs no copy to be read by its rows)."""
+    one = a[:1]
+    if callable(getattr(one, "stride", None)):  # a torch tensor
+        inner = tuple(one.shape[1:])
+        want = tuple(int(np.prod(inner[i + 1:], dtype=np.int64)) for i in range(len(inner)))
+        if tuple(one.stride()[1:]) == want:
+            one = one.as_strided(tuple(one.shape), (int(np.prod(inner, dtype=np.int64)), *want))
+    return one
 
 
 def _rows(a) -> int:

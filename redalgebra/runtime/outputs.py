@@ -5,6 +5,8 @@ one). Used by :class:`~.compile.Kernel`."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..codegen import KernelSource
@@ -73,7 +75,16 @@ def shared_outputs(layouts: dict) -> None:
     (address, bytes an item, shape, strides in items or None where C-contiguous). Exact for strided views too (a
     buffer's interleaved columns are apart though their spans overlap): NumPy's bounded solver decides it from the
     addresses, shapes and strides alone, over stand-in arrays that are never read (an address may be a device's)."""
-    views = {name: np.asarray(_Layout(*layout)) for name, layout in layouts.items() if 0 not in tuple(layout[2])}
+    layouts = {name: layout for name, layout in layouts.items() if 0 not in tuple(layout[2])}
+    if len(layouts) < 2:
+        return
+    if all(strides is None for *_, strides in layouts.values()):  # contiguous: their byte spans, exactly (and fast)
+        held = sorted((at, at + size * math.prod(shape), name) for name, (at, size, shape, _) in layouts.items())
+        for (_, end, a), (start, _, b) in zip(held, held[1:]):
+            if start < end:
+                raise outputs_shared(a, b)
+        return
+    views = {name: np.asarray(_Layout(*layout)) for name, layout in layouts.items()}
     names = sorted(views)
     for i, a in enumerate(names):
         for b in names[i + 1:]:

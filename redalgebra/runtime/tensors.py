@@ -238,8 +238,9 @@ def _one_tensor_an_output(out: dict) -> None:
         if any(n > 1 and step == 0 for n, step in zip(t.shape, t.stride())):
             raise RedalgebraError(f"out[{name!r}] is expanded (strides {tuple(t.stride())}): several of its elements are "
                                   f"one memory location, which the call cannot write each; pass a tensor of its own")
-    shared_outputs({name: (t.data_ptr(), t.element_size(), tuple(t.shape), tuple(t.stride()))
-                    for name, t in tensors.items()})
+    if len(tensors) > 1:
+        shared_outputs({name: (t.data_ptr(), t.element_size(), tuple(t.shape),
+                               None if t.is_contiguous() else tuple(t.stride())) for name, t in tensors.items()})
 
 
 def _host_or_gpu(t, what: str) -> None:
@@ -252,9 +253,7 @@ def _into(results: dict, out) -> dict:
     """``results`` with the caller's ``out`` tensors written (copied into) and returned in their place."""
     if not out:
         return results
-    _out_grads(out)
-    _one_tensor_an_output(out)
-    for name, given in out.items():
+    for name, given in out.items():  # (checked before the launch: _out_grads, _one_tensor_an_output)
         if name not in results:
             raise RedalgebraError(f"out: no output named {name!r}; the outputs are {sorted(results)}")
         got = results[name]

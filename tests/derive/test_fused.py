@@ -279,7 +279,8 @@ def test_a_running_max_that_does_not_bound_the_exponentials_is_named_and_the_cpu
 
 @pytest.mark.parametrize("text", [
     "input x\nreduce c = sum(1)\nreduce r = min(c + x * x)\nreduce s = sum(exp(x - r))\nout y = s",
-    "input x\nreduce c = sum(x >= 0)\nreduce r = min((x > 0) + c)\nreduce s = sum(exp(x - r))\nout y = s"])
+    "input x\nreduce c = sum(x >= 0)\nreduce r = min((x > 0) + c)\nreduce s = sum(exp(x - r))\nout y = s",
+    "input x\nreduce c = sum(1)\nlet z = c + x * x\nreduce r = min(z)\nreduce s = sum(exp(x - r))\nout y = s"])
 def test_a_min_over_a_count_is_no_running_min_and_the_cpu_computes_it_exactly(text):
     # r = min(c + x²) is corrected as the count c grows: 19601 after 140, the first of 60 elements, and 60 at the row's
     # end. It neither only falls nor only rises, so exp(x - r) underflows on the prefix and its correction overflows

@@ -222,3 +222,22 @@ def test_a_cascade_without_outputs_is_refused_not_run_for_nothing():
     got = compile(derive(parse("input x\nreduce t = topk(2, x)")), "cpu")({"x": np.arange(10, dtype=np.float32).reshape(2, 5)})
     np.testing.assert_array_equal(got["t.index"], [[4, 3], [4, 3]])
 
+
+def test_an_input_broadcast_over_the_rows_is_one_shared_row_only_where_the_call_stays_the_same():
+    from redalgebra import derive, parse
+    from redalgebra.runtime.call_layout import broadcast_rows
+
+    kernel = compile(derive(parse("input x\ninput w\nreduce s = sum(x * w)\nout y = s")), "cpu")
+    rng = np.random.default_rng(3)
+    x, w = rng.normal(size=(4, 8)).astype(np.float32), rng.normal(size=(1, 8)).astype(np.float32)
+    np.testing.assert_allclose(kernel({"x": x, "w": np.broadcast_to(w, (4, 8))})["y"], (x * w).sum(1), rtol=1e-5)
+    with pytest.raises(EvaluationError, match="w has 3 rows, which does not divide 4"):  # (a shape error stays one)
+        kernel({"x": x, "w": np.broadcast_to(w, (3, 8))})
+    k, v = np.zeros((1, 5, 8), np.float32), np.zeros((16, 5, 8), np.float32)
+    wide = np.broadcast_to(k, (16, 5, 8))
+    # a broadcast key beside per-row values stays as given (the vector inputs shared alike: mma's rule)
+    assert broadcast_rows({"k": wide, "v": v})["k"] is wide
+    got = broadcast_rows({"k": wide, "v": k, "q": np.zeros((16, 8), np.float32)})
+    assert got["k"].shape == (1, 5, 8)
+    assert broadcast_rows({"x": np.broadcast_to(w, (4, 8))})["x"].shape == (4, 8)  # (no other input holds the rows)
+

@@ -241,3 +241,15 @@ def test_tensors_the_kernels_cannot_take_are_refused_by_name_before_they_run():
     got = kernel({"x": X}, keep=keep.to(torch.float8_e4m3fn))["y"]
     assert torch.equal(got, kernel({"x": X}, keep=keep)["y"])
 
+
+def test_a_tensor_expanded_over_the_rows_is_its_first_row_read_in_place():
+    # (the CUDA path copied a weight expanded to (R, L, n) whole on every call; its one row needs no copy)
+    from redalgebra.runtime.call_layout import broadcast_rows
+
+    w = torch.randn(1, 37, 16)
+    got = broadcast_rows({"x": X, "w": w.expand(5, 37, 16)})["w"]
+    assert got.shape == (1, 37, 16) and got.is_contiguous() and 0 not in got.stride()
+    assert got.data_ptr() == w.data_ptr()
+    kernel = ra.compile(fused("fp8_quant_gemm"), "cpu")
+    assert torch.equal(kernel({"x": X, "w": w.expand(5, 37, 16)})["y"], kernel({"x": X, "w": w})["y"])
+

@@ -130,7 +130,7 @@ def broadcast_rows(inputs: dict) -> dict:
     Only where an input that is not broadcast holds the call's rows (else the broadcast ones set them), and only where
     the vector inputs stay shared alike (a broadcast key beside per-row values is left as given)."""
     flat = {name: getattr(a, "bits", a) for name, a in inputs.items()}
-    rows = max(_rows(a) for a in flat.values())
+    rows = max((_rows(a) for a in flat.values()), default=0)
     lead = [name for name, a in flat.items() if _rows(a) == rows and _repeats_rows(a)]
     if not lead or not any(_rows(a) == rows for name, a in flat.items() if name not in lead):
         return inputs

@@ -684,7 +684,7 @@ def _no_argument_assigned(src: KernelSource, c) -> None:
 
 def tree_loop(nt: int) -> list[str]:
     """The head of a block's merge tree over ``nt`` threads' states: strides halving from the largest power of two
-    below ``nt`` (its half where ``nt`` is one), each step a merge of thread ``tid + stride`` into ``tid``."""
+    below ``nt`` (no step for a single thread), each step a merge of thread ``tid + stride`` into ``tid``."""
     return [f"stride = {(1 << (nt - 1).bit_length()) // 2}", "while stride > 0:"]
 
 
@@ -692,4 +692,3 @@ def tree_merges(nt: int) -> str:
     """Which threads merge at a step of :func:`tree_loop`: those with a partner (all of the lower half where ``nt`` is
     a power of two; otherwise the partner must exist, ``tid + stride < nt``)."""
     return "if tid < stride:" if nt & (nt - 1) == 0 else f"if tid < stride and tid + stride < {nt}:"
-

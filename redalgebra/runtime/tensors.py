@@ -194,7 +194,7 @@ def _call(kernel: Kernel, inputs: dict, params: dict, keep, out) -> dict:
             kernel._calls[key] = prepared
             return prepared(inputs, params, keep, out)
     _no_gradient(kernel, inputs, params)
-    if out:  # (refused before the kernels run: _into checks them again against the results)
+    if out:  # (refused before the kernels run; _into then checks each against its result)
         _out_grads(out)
         _one_tensor_an_output(out)
     return _into(_slow_call(kernel, inputs, params, keep), out)

@@ -236,8 +236,8 @@ class KernelPrinter(StrPrinter):
         b = self.parenthesize(base, 60)
         if exp == sp.Rational(1, 2):
             return f"{self.access.sqrt}({self._print(base)})"
-        if exp == -sp.Rational(1, 2):
-            return self._reciprocal(f"{self.access.sqrt}({self._print(base)})")
+        if exp == -sp.Rational(1, 2):  # (+ 0: -0.0 + 0.0 is +0.0, so x**-0.5 at -0.0 is +inf, as pow gives, not -inf)
+            return self._reciprocal(f"{self.access.sqrt}({self._print(base)} + {self._number(0)})")
         if exp.is_Integer and 0 < exp <= 4:
             return "(" + "*".join([b] * int(exp)) + ")"
         if exp.is_Integer and -4 <= exp < 0:

@@ -241,3 +241,15 @@ def test_an_input_broadcast_over_the_rows_is_one_shared_row_only_where_the_call_
     assert got["k"].shape == (1, 5, 8)
     assert broadcast_rows({"x": np.broadcast_to(w, (4, 8))})["x"].shape == (4, 8)  # (no other input holds the rows)
 
+
+@pytest.mark.parametrize("backend", ["cpu", "cudasim"])
+def test_a_reciprocal_square_root_of_negative_zero_is_plus_infinity(backend):
+    # x ** -0.5 was printed 1 / sqrt(x), and sqrt(-0.0) is -0.0: -inf, where pow(-0.0, -0.5) (the reference) is +inf
+    from redalgebra import derive, evaluate, parse
+
+    c = parse("input x >= 0\nreduce s = sum(x ** -0.5)\nout y = s")
+    x = np.array([[-0.0, 1.0], [0.0, 4.0], [-0.0, -0.0]], np.float32)
+    want = evaluate(c, {"x": x})["y"]
+    assert (want == np.inf).all()
+    np.testing.assert_array_equal(compile(derive(c), backend)({"x": x})["y"], want)
+

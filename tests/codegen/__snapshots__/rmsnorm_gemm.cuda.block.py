@@ -223,7 +223,7 @@ def kernel(x, g, w, rep_x, rep_g, rep_w, h, eps, keep, out_y, rows, length):
         e_g = float32(g[rr_g, l])
         n_ss = s_ss + (e_x*e_x)
         for j in range(D_n):
-            s_acc[j] = s_acc[j]*rt_sqrt(p_eps*p_h + s_ss)*(_K1/rt_sqrt(p_eps*p_h + n_ss)) + e_g*float32(w[rr_w, l, j])*e_x*(_K1/rt_sqrt(p_eps + n_ss/p_h))
+            s_acc[j] = s_acc[j]*rt_sqrt(p_eps*p_h + s_ss)*(_K1/rt_sqrt(p_eps*p_h + n_ss + _K0)) + e_g*float32(w[rr_w, l, j])*e_x*(_K1/rt_sqrt(p_eps + n_ss/p_h + _K0))
         s_ss = n_ss
     off = 16
     while off > 0:
@@ -231,7 +231,7 @@ def kernel(x, g, w, rep_x, rep_g, rep_w, h, eps, keep, out_y, rows, length):
         for j in range(D_n):
             o_acc[j] = cuda.shfl_down_sync(0xFFFFFFFF, s_acc[j], off)
         n_ss = s_ss + o_ss
-        t_c0 = (_K1/rt_sqrt(p_eps*p_h + n_ss))
+        t_c0 = (_K1/rt_sqrt(p_eps*p_h + n_ss + _K0))
         for j in range(D_n):
             s_acc[j] = s_acc[j]*t_c0*rt_sqrt(p_eps*p_h + s_ss) + o_acc[j]*t_c0*rt_sqrt(p_eps*p_h + o_ss)
         s_ss = n_ss
@@ -256,7 +256,7 @@ def kernel(x, g, w, rep_x, rep_g, rep_w, h, eps, keep, out_y, rows, length):
             for j in range(D_n):
                 o_acc[j] = cuda.shfl_down_sync(0xFFFFFFFF, s_acc[j], off)
             n_ss = s_ss + o_ss
-            t_c0 = (_K1/rt_sqrt(p_eps*p_h + n_ss))
+            t_c0 = (_K1/rt_sqrt(p_eps*p_h + n_ss + _K0))
             for j in range(D_n):
                 s_acc[j] = s_acc[j]*t_c0*rt_sqrt(p_eps*p_h + s_ss) + o_acc[j]*t_c0*rt_sqrt(p_eps*p_h + o_ss)
             s_ss = n_ss

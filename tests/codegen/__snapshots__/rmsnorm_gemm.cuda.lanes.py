@@ -267,9 +267,9 @@ def kernel(x, g, w, rep_x, rep_g, rep_w, h, eps, keep, out_y, rows, length):
             l = base + 0 * 4 + warp
             for t in range(V_n):
                 j = lane + 32 * t
-                o_acc[t] = o_acc[t] + xs_g_0*xv_w_0[t]*xs_x_0*(_K1/rt_sqrt(p_eps + o_ss/p_h))
+                o_acc[t] = o_acc[t] + xs_g_0*xv_w_0[t]*xs_x_0*(_K1/rt_sqrt(p_eps + o_ss/p_h + _K0))
         n_ss = s_ss + o_ss
-        t_c0 = (_K1/rt_sqrt(p_eps*p_h + n_ss))
+        t_c0 = (_K1/rt_sqrt(p_eps*p_h + n_ss + _K0))
         for t in range(V_n):
             j = lane + 32 * t
             s_acc[t] = s_acc[t]*t_c0*rt_sqrt(p_eps*p_h + s_ss) + o_acc[t]*t_c0*rt_sqrt(p_eps*p_h + o_ss)
@@ -289,7 +289,7 @@ def kernel(x, g, w, rep_x, rep_g, rep_w, h, eps, keep, out_y, rows, length):
             j = lane + 32 * t
             o_acc[t] = sh_acc[wsrc, j]
         n_ss = s_ss + o_ss
-        t_c0 = (_K1/rt_sqrt(p_eps*p_h + n_ss))
+        t_c0 = (_K1/rt_sqrt(p_eps*p_h + n_ss + _K0))
         for t in range(V_n):
             j = lane + 32 * t
             s_acc[t] = s_acc[t]*t_c0*rt_sqrt(p_eps*p_h + s_ss) + o_acc[t]*t_c0*rt_sqrt(p_eps*p_h + o_ss)

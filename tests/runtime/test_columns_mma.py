@@ -245,7 +245,7 @@ def _same_as_columns(strategy, rows, length, n, dtype, segments, masked, **optio
 
 @pytest.mark.parametrize("name,invariant,element", [
     # RMSNorm: the row's 1 / sqrt(eps + ss / h) once a row, not an IEEE square root and reciprocal an element
-    ("rmsnorm_gemm", "rv_0 = (_K1/rt_sqrt(p_eps + f_ss/p_h))", "e_g*e_x*rv_0"),
+    ("rmsnorm_gemm", "rv_0 = (_K1/rt_sqrt(p_eps + f_ss/p_h + _K0))", "e_g*e_x*rv_0"),  # (+ 0: at -0.0, +inf)
     # FP8: the row's max(a, 1e-12) once; each element still divided by it (a quotient rounded as a quantiser does)
     ("fp8_quant_gemm", "rv_0 = rt_max(", "*e_x/rv_0)"),
 ])
@@ -263,7 +263,7 @@ def test_the_factor_kernels_compute_a_rows_invariants_once(name, invariant, elem
 
 
 @pytest.mark.parametrize("name,invariant,element", [
-    ("rmsnorm_gemm", "r_h0 = (_K1/rt_sqrt(p_eps + s_ss/p_h))", "e_g_0_0*e_x_0_0*r_h0"),
+    ("rmsnorm_gemm", "r_h0 = (_K1/rt_sqrt(p_eps + s_ss/p_h + _K0))", "e_g_0_0*e_x_0_0*r_h0"),
     # divided by the row's max, as written: the reciprocal's product corrected by FMAs (codegen.quotients), testing
     # the reciprocal an element at a time where the factors are stored wider
     ("fp8_quant_gemm", "r_h0 = rt_max(", "= rt_fp8(rt_q8c(_K"),

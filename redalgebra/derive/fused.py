@@ -337,10 +337,10 @@ def unskippable(ra: ReductionAnalysis, analysis: Analysis) -> str | None:
             continue
         F, body = ra.F, dep.F
         if not body.is_Symbol:  # a compound body (dot(q, k)) that ra uses whole: one value, as a let would name it
-            value = sp.Dummy("value", real=True)
-            spelled = F.xreplace({body: value})
-            if value in spelled.free_symbols and not spelled.free_symbols & body.free_symbols:
-                F, body = spelled, value
+            whole = sp.Dummy("whole", real=True)
+            spelled = F.xreplace({body: whole})
+            if whole in spelled.free_symbols and not spelled.free_symbols & body.free_symbols:
+                F, body = spelled, whole
         for point in _identity_points(body, dep.monoid.identity, set(ra.deps)):
             value = _limit(F, *point)
             if value is None or (value != ra.monoid.identity and value is not sp.nan):

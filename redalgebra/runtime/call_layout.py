@@ -4,6 +4,8 @@ kernel's plans), and the inputs' alignment and contiguity (16-byte loads where e
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .driver import c_strides
@@ -130,8 +132,11 @@ def broadcast_rows(inputs: dict) -> dict:
     Only where an input that is not broadcast holds the call's rows (else the broadcast ones set them), and only where
     the vector inputs stay shared alike (a broadcast key beside per-row values is left as given)."""
     flat = {name: getattr(a, "bits", a) for name, a in inputs.items()}
-    rows = max((_rows(a) for a in flat.values()), default=0)
-    lead = [name for name, a in flat.items() if _rows(a) == rows and _repeats_rows(a)]
+    lead = [name for name, a in flat.items() if _repeats_rows(a)]
+    if not lead:  # (every call of host arrays comes here: the common case leaves after one look at each)
+        return inputs
+    rows = max(_rows(a) for a in flat.values())
+    lead = [name for name in lead if _rows(flat[name]) == rows]
     if not lead or not any(_rows(a) == rows for name, a in flat.items() if name not in lead):
         return inputs
     vectors = [name for name, a in flat.items() if len(getattr(a, "shape", ())) == 3]
@@ -150,9 +155,9 @@ def _first_row(a):
     one = a[:1]
     if callable(getattr(one, "stride", None)):  # a torch tensor
         inner = tuple(one.shape[1:])
-        want = tuple(int(np.prod(inner[i + 1:], dtype=np.int64)) for i in range(len(inner)))
+        want = tuple(math.prod(inner[i + 1:]) for i in range(len(inner)))
         if tuple(one.stride()[1:]) == want:
-            one = one.as_strided(tuple(one.shape), (int(np.prod(inner, dtype=np.int64)), *want))
+            one = one.as_strided(tuple(one.shape), (math.prod(inner), *want))
     return one
 
 

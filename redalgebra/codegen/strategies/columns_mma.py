@@ -86,7 +86,12 @@ def loads(e4m3: bool) -> tuple[int, int]:
 def row_threads(spec: Spec) -> int:
     """Threads of the kernel of the scalar reductions and the factors (a block per row): :attr:`Spec.row_threads` where
     :func:`configure` fitted them to the row, else four times the module's, up to 1024."""
-    return spec.row_threads or min(4 * spec.threads, 1024)
+    return spec.row_threads or _widest(spec.threads)
+
+
+def _widest(threads: int) -> int:
+    """The most threads the kernel of the scalars and the factors takes: four times the module's, up to 1024."""
+    return min(4 * threads, 1024)
 
 
 def fit_row_threads(threads: int, length: int) -> int:
@@ -95,7 +100,7 @@ def fit_row_threads(threads: int, length: int) -> int:
     kernel waits on its latency, not its bandwidth) — but no more than write a row's factors in one pass
     (:data:`FACTORS_EACH` a thread, a warp at least): a row of 100 elements takes a warp, not 512 threads that would
     wait on each other's barriers with nothing to do. Rows of 4096 or more elements keep 512 at 128 threads."""
-    most, rt = min(4 * threads, 1024), 32
+    most, rt = _widest(threads), 32
     while rt < most and rt * FACTORS_EACH < length:
         rt *= 2
     return rt
